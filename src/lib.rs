@@ -1,0 +1,5 @@
+//! Endless Terminals: generate, run, evaluate and train terminal agents on
+//! procedurally generated, verifiable tasks.
+
+pub mod fsutil;
+pub mod task;

@@ -1,0 +1,265 @@
+//! The Dockerfile subset: FROM, COPY/ADD of local files, RUN, ENV, WORKDIR,
+//! USER, ARG. Instructions without effect on the filesystem (CMD, LABEL,
+//! EXPOSE, ...) are accepted and ignored; anything else is an error naming
+//! the line.
+
+use std::collections::HashMap;
+
+use super::{line_error, EnvDefinition, Step};
+use crate::task::BundleError;
+
+/// Parse Dockerfile text.
+pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
+    let mut def = EnvDefinition::default();
+    let mut vars: HashMap<String, String> = HashMap::new();
+    for (line_no, instruction) in logical_lines(text) {
+        let (word, rest) = split_word(&instruction);
+        let rest = rest.trim();
+        let upper = word.to_ascii_uppercase();
+        let err = |m: String| line_error(file, line_no, m);
+        match upper.as_str() {
+            "FROM" => {
+                if def.base.is_some() {
+                    return Err(err("multi-stage builds (a second FROM) are not supported".into()));
+                }
+                let image = rest.split_whitespace().find(|t| !t.starts_with("--")).unwrap_or("");
+                def.base = Some(substitute(image, &vars));
+            }
+            "ARG" => {
+                let (k, v) = rest.split_once('=').unwrap_or((rest, ""));
+                let v = unquote(v.trim());
+                vars.entry(k.trim().to_string()).or_insert(v);
+            }
+            "ENV" => {
+                for (k, v) in parse_env(rest).map_err(|m| err(m))? {
+                    let v = substitute(&v, &vars);
+                    vars.insert(k.clone(), v.clone());
+                    def.steps.push(Step::Env { key: k, value: v });
+                }
+            }
+            "RUN" => {
+                if rest.starts_with("<<") {
+                    return Err(err("RUN with a heredoc is not supported".into()));
+                }
+                let script = match json_array(rest) {
+                    Some(args) => args.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
+                    None => rest.to_string(),
+                };
+                let script = strip_run_flags(&script);
+                def.steps.push(Step::Run(script));
+            }
+            "COPY" | "ADD" => {
+                let mut args: Vec<String> = match json_array(rest) {
+                    Some(a) => a,
+                    None => rest.split_whitespace().map(str::to_owned).collect(),
+                };
+                if args.iter().any(|a| a.starts_with("--from")) {
+                    return Err(err(format!("{upper} --from (multi-stage) is not supported")));
+                }
+                args.retain(|a| !a.starts_with("--"));
+                if args.len() < 2 {
+                    return Err(err(format!("{upper} needs a source and a destination")));
+                }
+                let dst = substitute(args.pop().unwrap_or_default().as_str(), &vars);
+                let multiple = args.len() > 1;
+                for src in args {
+                    let src = substitute(&src, &vars);
+                    if src.contains("://") {
+                        return Err(err(format!("{upper} of a URL ({src}) is not supported: only local files")));
+                    }
+                    if src.starts_with('/') || src.split('/').any(|c| c == "..") {
+                        return Err(err(format!("{upper} source {src:?} leaves the build context")));
+                    }
+                    let dst = if multiple && !dst.ends_with('/') { format!("{dst}/") } else { dst.clone() };
+                    def.steps.push(Step::Copy { src: src.trim_start_matches("./").to_string(), dst });
+                }
+            }
+            "WORKDIR" => def.steps.push(Step::Workdir(substitute(rest, &vars))),
+            "USER" => def.steps.push(Step::User(substitute(rest, &vars))),
+            "CMD" | "ENTRYPOINT" | "LABEL" | "EXPOSE" | "MAINTAINER" | "VOLUME" | "HEALTHCHECK"
+            | "STOPSIGNAL" | "SHELL" => {}
+            _ => return Err(err(format!("unsupported Dockerfile instruction {word:?}"))),
+        }
+    }
+    Ok(def)
+}
+
+/// Join continuation lines; skip comments and blanks. Yields (first line number, text).
+fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut start = 0;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        if !current.is_empty() && trimmed.starts_with('#') {
+            continue;
+        }
+        if current.is_empty() {
+            start = i + 1;
+        }
+        if let Some(body) = trimmed.strip_suffix('\\') {
+            current.push_str(body);
+            current.push(' ');
+        } else {
+            current.push_str(trimmed);
+            out.push((start, std::mem::take(&mut current)));
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push((start, current));
+    }
+    out
+}
+
+fn split_word(s: &str) -> (&str, &str) {
+    let s = s.trim_start();
+    match s.find(char::is_whitespace) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, ""),
+    }
+}
+
+fn json_array(s: &str) -> Option<Vec<String>> {
+    if s.starts_with('[') {
+        serde_json::from_str(s).ok()
+    } else {
+        None
+    }
+}
+
+fn strip_run_flags(script: &str) -> String {
+    let mut rest = script.trim_start();
+    while rest.starts_with("--") {
+        rest = split_word(rest).1.trim_start();
+    }
+    rest.to_string()
+}
+
+fn unquote(v: &str) -> String {
+    let v = v.trim();
+    if v.len() >= 2 && ((v.starts_with('"') && v.ends_with('"')) || (v.starts_with('\'') && v.ends_with('\''))) {
+        v[1..v.len() - 1].to_string()
+    } else {
+        v.to_string()
+    }
+}
+
+fn parse_env(rest: &str) -> Result<Vec<(String, String)>, String> {
+    let (first, after) = split_word(rest);
+    if !first.contains('=') {
+        if first.is_empty() {
+            return Err("ENV needs a name and a value".into());
+        }
+        return Ok(vec![(first.to_string(), unquote(after))]);
+    }
+    let mut out = Vec::new();
+    let mut chars = rest.chars().peekable();
+    while chars.peek().is_some() {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+        if key.is_empty() {
+            break;
+        }
+        let mut value = String::new();
+        let mut quote = None;
+        while let Some(&c) = chars.peek() {
+            chars.next();
+            match (quote, c) {
+                (None, '"' | '\'') => quote = Some(c),
+                (Some(q), c) if c == q => quote = None,
+                (None, c) if c.is_whitespace() => break,
+                (_, '\\') => {
+                    if let Some(n) = chars.next() {
+                        value.push(n)
+                    }
+                }
+                (_, c) => value.push(c),
+            }
+        }
+        out.push((key.trim().to_string(), value));
+    }
+    Ok(out)
+}
+
+/// Replace `$VAR` and `${VAR}` with known ARG/ENV values; unknown ones stay.
+fn substitute(s: &str, vars: &HashMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, len) = if let Some(inner) = after.strip_prefix('{') {
+            match inner.find('}') {
+                Some(end) => (&inner[..end], end + 2),
+                None => ("", 0),
+            }
+        } else {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        match vars.get(name) {
+            Some(v) if !name.is_empty() => out.push_str(v),
+            _ => out.push_str(&rest[i..i + 1 + len]),
+        }
+        rest = &rest[i + 1 + len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_subset() {
+        let text = "FROM ubuntu:24.04\nARG DIR=/app\n# comment\nENV A=1 B=\"two words\"\nWORKDIR $DIR\nCOPY data/ ${DIR}/data/\nRUN apt-get update && \\\n    echo hi\nUSER user\nCMD [\"bash\"]\n";
+        let def = parse(text, "Dockerfile").unwrap();
+        assert_eq!(def.base.as_deref(), Some("ubuntu:24.04"));
+        assert_eq!(
+            def.steps,
+            vec![
+                Step::Env { key: "A".into(), value: "1".into() },
+                Step::Env { key: "B".into(), value: "two words".into() },
+                Step::Workdir("/app".into()),
+                Step::Copy { src: "data/".into(), dst: "/app/data/".into() },
+                Step::Run("apt-get update &&  echo hi".into()),
+                Step::User("user".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn unsupported_instructions_name_the_line() {
+        let err = parse("FROM x\nONBUILD RUN true\n", "environment/Dockerfile").unwrap_err().to_string();
+        assert!(err.contains("line 2") && err.contains("ONBUILD"), "{err}");
+        let err = parse("FROM x\nADD https://e.com/f /f\n", "Dockerfile").unwrap_err().to_string();
+        assert!(err.contains("URL"), "{err}");
+        let err = parse("FROM a AS b\nFROM c\nCOPY --from=b /x /y\n", "Dockerfile").unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        let err = parse("FROM x\nCOPY ../secret /s\n", "Dockerfile").unwrap_err().to_string();
+        assert!(err.contains("leaves the build context"), "{err}");
+    }
+
+    #[test]
+    fn env_legacy_form_and_json_run() {
+        let def = parse("ENV PATH /opt/bin:$PATH\nRUN [\"echo\", \"a b\"]\n", "Dockerfile").unwrap();
+        assert_eq!(def.steps[0], Step::Env { key: "PATH".into(), value: "/opt/bin:$PATH".into() });
+        assert_eq!(def.steps[1], Step::Run("echo 'a b'".into()));
+    }
+}

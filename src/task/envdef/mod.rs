@@ -1,0 +1,83 @@
+//! Environment definitions (setup.sh, Apptainer .def, Dockerfile subset)
+//! parsed into one list of build steps, shared by the sandbox (which runs
+//! them) and the exporters (which render them in another format).
+
+mod apptainer;
+mod dockerfile;
+mod render;
+
+pub use render::{render_apptainer, render_dockerfile, GENERATED_MARKER};
+
+use super::{BundleError, EnvKind, Task};
+
+/// One build step, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Copy `src` (relative to `environment/`, a file or a directory) to `dst`
+    /// in the image; a `dst` ending in `/` is a directory.
+    Copy { src: String, dst: String },
+    /// Run a shell script as the current build user in the current workdir.
+    Run(String),
+    /// Run `environment/<file>` with bash, with the build context as cwd.
+    Script(String),
+    /// Set an environment variable for later steps and for agent sessions.
+    Env { key: String, value: String },
+    /// Change the working directory (created if missing).
+    Workdir(String),
+    /// Change the user later steps run as.
+    User(String),
+}
+
+/// A parsed environment definition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvDefinition {
+    /// The requested base image (`FROM` / `From:`), mapped to the sandbox base.
+    pub base: Option<String>,
+    pub steps: Vec<Step>,
+    /// Shell code sourced at the start of every session (`%environment`).
+    pub session_script: String,
+}
+
+impl EnvDefinition {
+    /// Environment variables set by `Env` steps, in order.
+    pub fn env_vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Env { key, value } => Some((key.as_str(), value.as_str())),
+            _ => None,
+        })
+    }
+
+    /// The last `Workdir`, if any.
+    pub fn workdir(&self) -> Option<&str> {
+        self.steps.iter().rev().find_map(|s| match s {
+            Step::Workdir(w) => Some(w.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// Parse a definition of `kind` whose text is `text`.
+pub fn parse(kind: EnvKind, text: &str) -> Result<EnvDefinition, BundleError> {
+    let file = format!("environment/{}", kind.file_name());
+    match kind {
+        EnvKind::SetupSh => Ok(EnvDefinition {
+            base: None,
+            steps: vec![Step::Script(kind.file_name().into())],
+            session_script: String::new(),
+        }),
+        EnvKind::ApptainerDef => apptainer::parse(text, &file),
+        EnvKind::Dockerfile => dockerfile::parse(text, &file),
+    }
+}
+
+/// Parse the task's environment definition; a task without one has no steps.
+pub fn parse_task(task: &Task) -> Result<EnvDefinition, BundleError> {
+    match task.environment_definition() {
+        Some((kind, text)) => parse(kind, text),
+        None => Ok(EnvDefinition::default()),
+    }
+}
+
+fn line_error(file: &str, line: usize, message: impl Into<String>) -> BundleError {
+    BundleError::invalid(file, Some(&format!("line {line}")), message)
+}

@@ -1,0 +1,98 @@
+//! Foreign task formats: detection, import and export.
+//!
+//! | format      | marker file  | layout                                                      |
+//! |-------------|--------------|-------------------------------------------------------------|
+//! | `native`    | `task.toml` with `[task] id` | see [`crate::task`]                          |
+//! | `reference` | `task.json`  | container.def, test_initial_state.py, test_final_state.py   |
+//! | `harbor`    | `task.toml`  | instruction.md, environment/Dockerfile, tests/test.sh       |
+//! | `tb1`       | `task.yaml`  | Dockerfile, run-tests.sh, solution.sh, tests/               |
+
+mod convert;
+mod harbor;
+mod reference;
+mod tb1;
+mod test_script;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{read_native, write_native, BundleError, Task};
+use crate::fsutil::ReadLimits;
+
+/// A supported on-disk task format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Native,
+    Reference,
+    Harbor,
+    Tb1,
+}
+
+impl Format {
+    /// The name used on the command line and in `source_format`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Native => "native",
+            Format::Reference => "reference",
+            Format::Harbor => "harbor",
+            Format::Tb1 => "tb1",
+        }
+    }
+
+    /// Which format `dir` holds, if it looks like a task at all.
+    pub fn detect(dir: &Path) -> Option<Format> {
+        let toml_path = dir.join("task.toml");
+        if toml_path.is_file() {
+            let is_native = std::fs::read_to_string(&toml_path)
+                .ok()
+                .and_then(|t| t.parse::<toml::Table>().ok())
+                .is_some_and(|t| t.get("task").and_then(|s| s.get("id")).is_some());
+            return Some(if is_native { Format::Native } else { Format::Harbor });
+        }
+        if dir.join("task.json").is_file() {
+            return Some(Format::Reference);
+        }
+        if dir.join("task.yaml").is_file() {
+            return Some(Format::Tb1);
+        }
+        None
+    }
+
+    /// Read the task in `dir` in this format.
+    pub fn read(self, dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
+        let mut task = match self {
+            Format::Native => return read_native(dir, limits),
+            Format::Reference => reference::read(dir, limits)?,
+            Format::Harbor => harbor::read(dir, limits)?,
+            Format::Tb1 => tb1::read(dir, limits)?,
+        };
+        task.meta.task.source_format = self.name().into();
+        Ok(task)
+    }
+
+    /// Write `task` into the existing, empty directory `dir` in this format.
+    pub fn write(self, task: &Task, dir: &Path) -> Result<(), BundleError> {
+        match self {
+            Format::Native => write_native(task, dir),
+            Format::Reference => reference::write(task, dir),
+            Format::Harbor => harbor::write(task, dir),
+            Format::Tb1 => tb1::write(task, dir),
+        }
+    }
+}
+
+/// Id for a task that has none of its own: from the directory name.
+fn id_from_dir(dir: &Path) -> String {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let id = super::slugify(&name);
+    if id.is_empty() {
+        "task".into()
+    } else {
+        id
+    }
+}

@@ -1,0 +1,14 @@
+//! Tasks: the model, the native bundle format, validation and foreign formats.
+
+mod bundle;
+pub mod envdef;
+mod error;
+// pub mod formats;
+mod model;
+pub mod text;
+mod validate;
+
+pub use bundle::{read_native, save_native_atomic, write_native, write_tree};
+pub use error::{BundleError, Problem};
+pub use model::*;
+pub use validate::validate;
