@@ -2,4 +2,5 @@
 //! procedurally generated, verifiable tasks.
 
 pub mod fsutil;
+pub mod sandbox;
 pub mod task;
