@@ -3,4 +3,5 @@
 
 pub mod fsutil;
 pub mod sandbox;
+pub mod store;
 pub mod task;
