@@ -1,7 +1,11 @@
 //! Endless Terminals: generate, run, evaluate and train terminal agents on
 //! procedurally generated, verifiable tasks.
 
+pub mod cli;
+pub mod commands;
+pub mod config;
 pub mod fsutil;
+pub mod logging;
 pub mod sandbox;
 pub mod store;
 pub mod task;

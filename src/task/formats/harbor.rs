@@ -17,6 +17,8 @@ use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
 const TRUTH: &str = "truth.md";
 const TEST_SH: &str = "test.sh";
+/// Lists the top-level keys the export added only because Harbor needs them.
+const ADDED_KEYS: &str = "added_keys";
 
 /// Read a Harbor task directory.
 pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
@@ -29,7 +31,15 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
     let solution = read_tree_bounded(dir, &dir.join("solution"), limits, &mut total)?;
     drop_generated(&mut environment);
 
-    let native = table.remove("endless");
+    let mut native = table.remove("endless");
+    if let Some(toml::Value::Table(t)) = native.as_mut() {
+        // Keys Harbor requires that the task itself never had.
+        if let Some(toml::Value::Array(added)) = t.remove(ADDED_KEYS) {
+            for key in added.iter().filter_map(|k| k.as_str()) {
+                table.remove(key);
+            }
+        }
+    }
     let has_native = native.is_some();
     let mut meta = match native {
         Some(value) => meta_from_value("task.toml", value)?,
@@ -120,7 +130,11 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
 pub fn write(task: &Task, dir: &Path) -> Result<(), BundleError> {
     let meta = &task.meta;
     let mut table = meta.extra.clone();
-    table.entry("version").or_insert_with(|| "1.0".into());
+    let mut added = Vec::new();
+    if !table.contains_key("version") {
+        table.insert("version".into(), "1.0".into());
+        added.push(toml::Value::from("version"));
+    }
     let mut metadata = match table.remove("metadata") {
         Some(toml::Value::Table(t)) => t,
         _ => toml::Table::new(),
@@ -142,7 +156,11 @@ pub fn write(task: &Task, dir: &Path) -> Result<(), BundleError> {
     agent.insert("timeout_sec".into(), meta.agent.timeout_sec.into());
     table.insert("agent".into(), agent.into());
     table.insert("environment".into(), meta.environment.extra.clone().into());
-    table.insert("endless".into(), meta_to_table(meta)?.into());
+    let mut endless = meta_to_table(meta)?;
+    if !added.is_empty() {
+        endless.insert(ADDED_KEYS.into(), toml::Value::Array(added));
+    }
+    table.insert("endless".into(), endless.into());
     let text = toml::to_string(&table)
         .map_err(|e| BundleError::invalid(dir.join("task.toml"), None, e.to_string()))?;
 

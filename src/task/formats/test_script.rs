@@ -16,9 +16,18 @@ pub enum TestScript {
 pub fn classify(script: &str, test_files: &[String]) -> TestScript {
     let mut files = Vec::new();
     let mut saw_pytest = false;
-    for raw in script.lines() {
+    let joined = script.replace("\\\n", " ");
+    for raw in joined.lines() {
         let line = raw.trim().trim_start_matches(['(', '{', ' ']);
         if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.contains("setup-uv-pytest.sh") {
+            continue;
+        }
+        // Terminal-Bench 1's harness script runs pytest on $TEST_DIR's tests.
+        if line.contains("run-uv-pytest.sh") {
+            saw_pytest = true;
             continue;
         }
         if line.contains("pytest") && !is_install(line) {
@@ -168,6 +177,12 @@ fi
             classify(bare, &files()),
             TestScript::Pytest(vec!["test_outputs.py".into()])
         );
+    }
+
+    #[test]
+    fn recognises_terminal_bench_1_harness() {
+        let tb1 = "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash $TEST_DIR/run-uv-pytest.sh\n";
+        assert_eq!(classify(tb1, &files()), TestScript::Pytest(vec!["test_outputs.py".into()]));
     }
 
     #[test]
