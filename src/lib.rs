@@ -5,6 +5,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod fsutil;
+pub mod generate;
 pub mod jobs;
 pub mod logging;
 pub mod sandbox;
