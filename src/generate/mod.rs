@@ -3,6 +3,7 @@
 //! (3) completion tests that must fail on the initial state, (4) a pass@n
 //! solvability filter.
 
+pub mod funnel;
 pub mod prompts;
 pub mod reply;
 pub mod taxonomy;
