@@ -22,7 +22,12 @@ pub enum Stage {
 
 impl Stage {
     /// All stages in order.
-    pub const ALL: [Stage; 4] = [Stage::Task, Stage::Environment, Stage::CompletionTests, Stage::Solvability];
+    pub const ALL: [Stage; 4] = [
+        Stage::Task,
+        Stage::Environment,
+        Stage::CompletionTests,
+        Stage::Solvability,
+    ];
 
     /// The funnel row a candidate reaches when it passes this stage.
     pub fn passed_label(self) -> &'static str {
@@ -60,7 +65,12 @@ impl Funnel {
         let reached = match outcome {
             CandidateOutcome::Accepted { .. } => Stage::ALL.len(),
             CandidateOutcome::Rejected { stage, reason } => {
-                *self.rejects.entry(*stage).or_default().entry(reason_class(reason)).or_default() += 1;
+                *self
+                    .rejects
+                    .entry(*stage)
+                    .or_default()
+                    .entry(reason_class(reason))
+                    .or_default() += 1;
                 Stage::ALL.iter().position(|s| s == stage).unwrap_or(0)
             }
         };
@@ -96,12 +106,24 @@ fn reason_class(reason: &str) -> String {
 
 impl fmt::Display for Funnel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pct = |n: usize| if self.sampled == 0 { 0.0 } else { 100.0 * n as f64 / self.sampled as f64 };
+        let pct = |n: usize| {
+            if self.sampled == 0 {
+                0.0
+            } else {
+                100.0 * n as f64 / self.sampled as f64
+            }
+        };
         writeln!(f, "{:<26} {:>6} {:>7}", "stage", "count", "share")?;
         writeln!(f, "{:<26} {:>6} {:>6.1}%", "sampled", self.sampled, 100.0)?;
         for stage in Stage::ALL {
             let n = self.passed.get(&stage).copied().unwrap_or(0);
-            writeln!(f, "{:<26} {:>6} {:>6.1}%", format!("-> {}", stage.passed_label()), n, pct(n))?;
+            writeln!(
+                f,
+                "{:<26} {:>6} {:>6.1}%",
+                format!("-> {}", stage.passed_label()),
+                n,
+                pct(n)
+            )?;
         }
         for (stage, reasons) in &self.rejects {
             writeln!(f, "rejected at {stage:?}:")?;
@@ -122,11 +144,25 @@ mod tests {
     #[test]
     fn counts_each_stage_and_groups_reasons() {
         let mut f = Funnel::default();
-        f.record(&CandidateOutcome::Accepted { task_id: "a".into() });
-        f.record(&CandidateOutcome::Rejected { stage: Stage::Task, reason: "the reply has no <truth> section".into() });
-        f.record(&CandidateOutcome::Rejected { stage: Stage::CompletionTests, reason: "final tests pass on the initial state".into() });
-        f.record(&CandidateOutcome::Rejected { stage: Stage::Environment, reason: "setup failed: step `cp \"x\"`\nlog".into() });
-        f.record(&CandidateOutcome::Rejected { stage: Stage::Environment, reason: "setup failed: step `cp \"y\"`".into() });
+        f.record(&CandidateOutcome::Accepted {
+            task_id: "a".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Task,
+            reason: "the reply has no <truth> section".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::CompletionTests,
+            reason: "final tests pass on the initial state".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Environment,
+            reason: "setup failed: step `cp \"x\"`\nlog".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Environment,
+            reason: "setup failed: step `cp \"y\"`".into(),
+        });
         assert_eq!(f.sampled, 5);
         assert_eq!(f.passed[&Stage::Task], 4);
         assert_eq!(f.passed[&Stage::Environment], 2);
@@ -134,6 +170,9 @@ mod tests {
         assert_eq!(f.accepted(), 1);
         assert_eq!(f.rejects[&Stage::Environment].len(), 1, "{:?}", f.rejects);
         let table = f.to_string();
-        assert!(table.contains("-> solvable") && table.contains("20.0%"), "{table}");
+        assert!(
+            table.contains("-> solvable") && table.contains("20.0%"),
+            "{table}"
+        );
     }
 }
