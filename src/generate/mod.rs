@@ -5,5 +5,6 @@
 
 pub mod funnel;
 pub mod prompts;
+pub mod record;
 pub mod reply;
 pub mod taxonomy;
