@@ -4,3 +4,4 @@
 pub mod fsutil;
 pub mod sandbox;
 pub mod task;
+pub mod verify;
