@@ -64,7 +64,19 @@ pub fn find_marker(buf: &[u8], prefix: &[u8], from: usize) -> Option<(usize, usi
         let digits = rest.iter().take_while(|b| b.is_ascii_digit() || **b == b'-').count();
         if digits > 0 && rest.len() >= digits + 2 && &rest[digits..digits + 2] == b"__" {
             let code = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-            return Some((at, at + prefix.len() + digits + 2, code));
+            // Wait for the marker line's newline so that it does not leak
+            // into the next command's output.
+            let after = &rest[digits + 2..];
+            let tail = if after.starts_with(b"\r\n") {
+                2
+            } else if after.starts_with(b"\n") {
+                1
+            } else if after.is_empty() || after == b"\r" {
+                return None;
+            } else {
+                0
+            };
+            return Some((at, at + prefix.len() + digits + 2 + tail, code));
         }
         if rest.len() < digits + 2 {
             return None; // marker still arriving
@@ -182,7 +194,8 @@ mod tests {
         let buf = b"x __ENDLESS_abc_3_zz__ y\r\n__ENDLESS_abc_3_42__\r\n";
         let (s, e, code) = find_marker(buf, &p, 0).unwrap();
         assert_eq!(code, 42);
-        assert_eq!(&buf[s..e], b"__ENDLESS_abc_3_42__");
+        assert_eq!(&buf[s..e], b"__ENDLESS_abc_3_42__\r\n");
+        assert!(find_marker(b"__ENDLESS_abc_3_42__", &p, 0).is_none());
         assert!(find_marker(b"__ENDLESS_abc_3_4", &p, 0).is_none());
         assert!(find_marker(b"__ENDLESS_abc_2_4__", &p, 0).is_none());
     }

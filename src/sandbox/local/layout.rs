@@ -105,7 +105,9 @@ impl Layout {
         if skel.is_dir() {
             return Ok(());
         }
-        let tmp = self.root.join(format!(".skeleton-{}", std::process::id()));
+        let mut rnd = [0u8; 6];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let tmp = self.root.join(format!(".skeleton-{}", hex::encode(rnd)));
         let _ = std::fs::remove_dir_all(&tmp);
         let io = |p: &Path| SandboxError::io("create base skeleton", p.to_path_buf());
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
