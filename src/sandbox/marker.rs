@@ -112,21 +112,36 @@ pub fn clean_output(raw: &[u8]) -> String {
         match c {
             '\x1b' => match chars.next() {
                 Some('[') => {
-                    // CSI: parameters and intermediates, then a final byte 0x40..=0x7e.
-                    for c in chars.by_ref() {
+                    // CSI: parameters and intermediates (0x20..=0x3f), then a
+                    // final byte 0x40..=0x7e; anything else aborts it.
+                    while let Some(&c) = chars.peek() {
                         if ('\x40'..='\x7e').contains(&c) {
+                            chars.next();
                             break;
                         }
+                        if !('\x20'..='\x3f').contains(&c) {
+                            break;
+                        }
+                        chars.next();
                     }
                 }
                 Some(']') | Some('P') | Some('X') | Some('^') | Some('_') => {
-                    // String sequences end with BEL or ESC '\'.
-                    while let Some(c) = chars.next() {
+                    // String sequences end with BEL or ESC '\'; a newline or
+                    // 512 characters end a runaway one (e.g. binary output).
+                    let mut n = 0;
+                    while let Some(&c) = chars.peek() {
+                        if c == '\n' || n > 512 {
+                            break;
+                        }
+                        chars.next();
+                        n += 1;
                         if c == '\x07' {
                             break;
                         }
-                        if c == '\x1b' && chars.peek() == Some(&'\\') {
-                            chars.next();
+                        if c == '\x1b' {
+                            if chars.peek() == Some(&'\\') {
+                                chars.next();
+                            }
                             break;
                         }
                     }
@@ -205,6 +220,8 @@ mod tests {
         let raw = b"\x1b[1;31mred\x1b[0m\r\nok\x1b]0;title\x07\ttab\x1b(B\r\n";
         assert_eq!(clean_output(raw), "red\nok\ttab\n");
         assert_eq!(clean_output(&[0xff, b'a']), "\u{fffd}a");
+        assert_eq!(clean_output(b"\x1b]junk\ndone\n"), "\ndone\n");
+        assert_eq!(clean_output(b"\x1b[12\xc3\xa9x"), "\u{e9}x");
     }
 
     #[test]

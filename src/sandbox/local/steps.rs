@@ -20,6 +20,19 @@ pub fn sq(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// Double-quote `s` for bash, keeping `$VAR` expansion (as Docker's `ENV` does).
+pub fn dq(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if matches!(c, '"' | '\\' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
 /// A one-line description of a step for error messages.
 pub fn describe(step: &Step) -> String {
     let text = match step {
@@ -82,7 +95,7 @@ pub fn build_script(def: &EnvDefinition, user: &str, home: &str, workdir: &str) 
                 ));
             }
             Step::Env { key, value } => {
-                s.push_str(&format!("export {key}={}\n", sq(value)));
+                s.push_str(&format!("export {key}={}\n", dq(value)));
             }
             Step::Workdir(dir) => {
                 s.push_str(&format!("mkdir -p {d} && cd {d}\n", d = sq(dir)));
@@ -112,7 +125,7 @@ pub fn env_file(def: &EnvDefinition) -> String {
     let mut s = String::new();
     for (k, v) in def.env_vars() {
         if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            s.push_str(&format!("export {k}={}\n", sq(v)));
+            s.push_str(&format!("export {k}={}\n", dq(v)));
         }
     }
     s.push_str(&def.session_script);
@@ -178,7 +191,7 @@ mod tests {
         let def = EnvDefinition {
             base: None,
             steps: vec![
-                Step::Env { key: "A".into(), value: "it's".into() },
+                Step::Env { key: "A".into(), value: "it's \"$PATH\"".into() },
                 Step::Run("echo $A".into()),
                 Step::Workdir("/app".into()),
                 Step::Copy { src: "files/x".into(), dst: "/app/".into() },
@@ -187,10 +200,10 @@ mod tests {
             session_script: "export B=2".into(),
         };
         let (s, files) = build_script(&def, "user", "/home/user", "/home/user");
-        assert!(s.contains("export A='it'\\''s'"));
+        assert!(s.contains("export A=\"it's \\\"$PATH\\\"\""), "{s}");
         assert!(s.contains("@@ENDLESS-STEP 5@@"));
         assert_eq!(files, vec![("2.sh".to_string(), "echo $A".to_string())]);
-        assert_eq!(env_file(&def), "export A='it'\\''s'\nexport B=2\n");
+        assert_eq!(env_file(&def), "export A=\"it's \\\"$PATH\\\"\"\nexport B=2\n");
         assert_eq!(describe(&def.steps[3]), "COPY files/x /app/");
     }
 }
