@@ -14,8 +14,13 @@ const T: Duration = Duration::from_secs(10);
 
 fn cache() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::Builder::new().prefix("endless-sbx-").tempdir_in("/var/tmp").unwrap())
-        .path()
+    DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("endless-sbx-")
+            .tempdir_in("/var/tmp")
+            .unwrap()
+    })
+    .path()
 }
 
 fn backend() -> Option<LocalBackend> {
@@ -64,10 +69,20 @@ fn exec_basics_and_state_persist() {
     assert_eq!(r.exit_code, Some(0));
     assert!(!r.timed_out && !r.truncated);
     assert_eq!(s.exec("false", T).unwrap().exit_code, Some(1));
-    assert_eq!(s.exec("exit_code_of() { return $1; }; exit_code_of 7", T).unwrap().exit_code, Some(7));
+    assert_eq!(
+        s.exec("exit_code_of() { return $1; }; exit_code_of 7", T)
+            .unwrap()
+            .exit_code,
+        Some(7)
+    );
     s.exec("cd /tmp && export FOO=bar", T).unwrap();
-    assert_eq!(s.exec("pwd; echo $FOO", T).unwrap().output.trim_end(), "/tmp\nbar");
-    let who = s.exec("id -un; id -u; echo $HOME; cat /etc/endless-test", T).unwrap();
+    assert_eq!(
+        s.exec("pwd; echo $FOO", T).unwrap().output.trim_end(),
+        "/tmp\nbar"
+    );
+    let who = s
+        .exec("id -un; id -u; echo $HOME; cat /etc/endless-test", T)
+        .unwrap();
     assert_eq!(who.output.trim_end(), "user\n1000\n/home/user\nsys");
     s.close();
 }
@@ -76,7 +91,12 @@ fn exec_basics_and_state_persist() {
 fn exec_heredoc_multiline_stdin_binary_and_fake_markers() {
     let Some(b) = backend() else { return };
     let mut s = start(&b);
-    let r = s.exec("cat > /tmp/h.txt <<'EOF'\nline 1\n$HOME stays\nEOF\ncat /tmp/h.txt", T).unwrap();
+    let r = s
+        .exec(
+            "cat > /tmp/h.txt <<'EOF'\nline 1\n$HOME stays\nEOF\ncat /tmp/h.txt",
+            T,
+        )
+        .unwrap();
     assert_eq!(r.output.trim_end(), "line 1\n$HOME stays");
     let r = s.exec("for i in 1 2 3; do\n  echo n$i\ndone", T).unwrap();
     assert_eq!(r.output.trim_end(), "n1\nn2\nn3");
@@ -86,16 +106,26 @@ fn exec_heredoc_multiline_stdin_binary_and_fake_markers() {
     assert_eq!(r.output.trim_end(), "got:");
     assert!(t0.elapsed() < Duration::from_secs(3));
     // Marker-like text in the output.
-    let r = s.exec("echo '__ENDLESS_deadbeef_1_0__'; printf '\\n__ENDLESS_x_2_5__\\n'; echo after", T).unwrap();
+    let r = s
+        .exec(
+            "echo '__ENDLESS_deadbeef_1_0__'; printf '\\n__ENDLESS_x_2_5__\\n'; echo after",
+            T,
+        )
+        .unwrap();
     assert!(r.output.contains("__ENDLESS_deadbeef_1_0__"));
     assert!(r.output.trim_end().ends_with("after"));
     assert_eq!(r.exit_code, Some(0));
     // Binary output and unbalanced quotes.
-    let r = s.exec("head -c 3000 /dev/urandom; echo; echo done", T).unwrap();
+    let r = s
+        .exec("head -c 3000 /dev/urandom; echo; echo done", T)
+        .unwrap();
     assert!(r.output.trim_end().ends_with("done"));
     let r = s.exec("echo 'unterminated", T).unwrap();
     assert_ne!(r.exit_code, Some(0));
-    assert_eq!(s.exec("echo still-fine", T).unwrap().output.trim_end(), "still-fine");
+    assert_eq!(
+        s.exec("echo still-fine", T).unwrap().output.trim_end(),
+        "still-fine"
+    );
     s.close();
 }
 
@@ -115,15 +145,25 @@ fn output_is_capped() {
 fn timeout_interrupts_then_kills_and_session_survives() {
     let Some(b) = backend() else { return };
     let mut s = start(&b);
-    let r = s.exec("echo before; sleep 100", Duration::from_millis(500)).unwrap();
+    let r = s
+        .exec("echo before; sleep 100", Duration::from_millis(500))
+        .unwrap();
     assert!(r.timed_out);
     assert_eq!(r.exit_code, None);
     assert!(r.output.starts_with("before"));
     assert_eq!(s.exec("echo alive", T).unwrap().output.trim_end(), "alive");
     // A program that ignores SIGINT is killed.
-    let r = s.exec("bash -c \"trap '' INT; sleep 100\"", Duration::from_millis(300)).unwrap();
+    let r = s
+        .exec(
+            "bash -c \"trap '' INT; sleep 100\"",
+            Duration::from_millis(300),
+        )
+        .unwrap();
     assert!(r.timed_out);
-    assert_eq!(s.exec("echo alive2", T).unwrap().output.trim_end(), "alive2");
+    assert_eq!(
+        s.exec("echo alive2", T).unwrap().output.trim_end(),
+        "alive2"
+    );
     s.close();
 }
 
@@ -138,21 +178,32 @@ fn wall_clock_ends_the_session() {
     let mut s = b.start(&image, &opts).unwrap();
     let err = s.exec("sleep 30", Duration::from_secs(20)).unwrap_err();
     assert!(
-        matches!(err, SandboxError::WallClock(_) | SandboxError::SessionEnded { .. }),
+        matches!(
+            err,
+            SandboxError::WallClock(_) | SandboxError::SessionEnded { .. }
+        ),
         "{err}"
     );
     assert!(s.exec("true", T).is_err());
 }
 
 fn visible(s: &mut Session, path: &str) -> bool {
-    let r = s.exec(&format!("test -e '{path}' && echo VISIBLE || echo hidden"), T).unwrap();
+    let r = s
+        .exec(
+            &format!("test -e '{path}' && echo VISIBLE || echo hidden"),
+            T,
+        )
+        .unwrap();
     r.output.trim() == "VISIBLE"
 }
 
 #[test]
 fn isolation_no_host_paths_outside_system_dirs() {
     let Some(b) = backend() else { return };
-    let probe = tempfile::Builder::new().prefix("endless-probe-").tempfile_in("/tmp").unwrap();
+    let probe = tempfile::Builder::new()
+        .prefix("endless-probe-")
+        .tempfile_in("/tmp")
+        .unwrap();
     let mut s = start(&b);
     let repo = env!("CARGO_MANIFEST_DIR");
     for p in [
@@ -165,7 +216,10 @@ fn isolation_no_host_paths_outside_system_dirs() {
         "/sys/fs/cgroup",
     ] {
         if Path::new(p).exists() {
-            assert!(!visible(&mut s, p), "host path {p} is visible in the sandbox");
+            assert!(
+                !visible(&mut s, p),
+                "host path {p} is visible in the sandbox"
+            );
         }
     }
     assert_eq!(s.exec("ls /home", T).unwrap().output.trim_end(), "user");
@@ -179,12 +233,28 @@ fn isolation_no_host_paths_outside_system_dirs() {
 fn isolation_writes_never_reach_the_host_and_episodes_are_fresh() {
     let Some(b) = backend() else { return };
     let mut s = start(&b);
-    assert_ne!(s.exec("touch /usr/bin/endless-probe", T).unwrap().exit_code, Some(0));
-    s.exec("echo changed > ~/data/greeting.txt; echo new > ~/new.txt; rm -f /tmp/*", T).unwrap();
+    assert_ne!(
+        s.exec("touch /usr/bin/endless-probe", T).unwrap().exit_code,
+        Some(0)
+    );
+    s.exec(
+        "echo changed > ~/data/greeting.txt; echo new > ~/new.txt; rm -f /tmp/*",
+        T,
+    )
+    .unwrap();
     s.close();
-    assert!(!Path::new("/etc/endless-test").exists(), "setup wrote into the host's /etc");
+    assert!(
+        !Path::new("/etc/endless-test").exists(),
+        "setup wrote into the host's /etc"
+    );
     let mut s = start(&b);
-    assert_eq!(s.exec("cat ~/data/greeting.txt", T).unwrap().output.trim_end(), "hello");
+    assert_eq!(
+        s.exec("cat ~/data/greeting.txt", T)
+            .unwrap()
+            .output
+            .trim_end(),
+        "hello"
+    );
     assert!(!visible(&mut s, "/home/user/new.txt"));
     s.close();
     // Even root (Harbor-style tasks) writes only into the episode layer.
@@ -193,7 +263,10 @@ fn isolation_writes_never_reach_the_host_and_episodes_are_fresh() {
     t.meta.environment.workdir = "/app".into();
     let image = b.prepare(&t).unwrap();
     let mut s = b.start(&image, &SessionOptions::default()).unwrap();
-    assert_eq!(s.exec("id -u; pwd; cat a", T).unwrap().output.trim_end(), "0\n/app\napp");
+    assert_eq!(
+        s.exec("id -u; pwd; cat a", T).unwrap().output.trim_end(),
+        "0\n/app\napp"
+    );
     let r = s.exec("echo x > /usr/bin/endless-root-probe && echo y > /etc/endless-root-probe && echo wrote", T).unwrap();
     assert_eq!(r.output.trim_end(), "wrote");
     s.close();
@@ -208,25 +281,56 @@ fn isolation_no_network_by_default() {
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let mut s = start(&b);
-    let r = s.exec(&format!("echo leak > /dev/tcp/127.0.0.1/{port} && echo CONNECTED"), T).unwrap();
+    let r = s
+        .exec(
+            &format!("echo leak > /dev/tcp/127.0.0.1/{port} && echo CONNECTED"),
+            T,
+        )
+        .unwrap();
     assert!(!r.output.contains("CONNECTED"), "{}", r.output);
-    let ifaces = s.exec("ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1", T).unwrap();
+    let ifaces = s
+        .exec(
+            "ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1",
+            T,
+        )
+        .unwrap();
     assert!(!ifaces.output.contains("eth"), "{}", ifaces.output);
     s.close();
-    assert!(listener.accept().is_err(), "the host listener received a connection");
+    assert!(
+        listener.accept().is_err(),
+        "the host listener received a connection"
+    );
 }
 
 #[test]
 fn isolation_own_pid_namespace() {
     let Some(b) = backend() else { return };
-    let mut host_child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let mut host_child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     let hp = host_child.id();
     let mut s = start(&b);
-    let r = s.exec(&format!("kill -9 {hp}; kill -9 1; ls /proc | grep -c '^[0-9]'"), T).unwrap();
-    let count: u32 = r.output.lines().last().unwrap_or("999").trim().parse().unwrap_or(999);
+    let r = s
+        .exec(
+            &format!("kill -9 {hp}; kill -9 1; ls /proc | grep -c '^[0-9]'"),
+            T,
+        )
+        .unwrap();
+    let count: u32 = r
+        .output
+        .lines()
+        .last()
+        .unwrap_or("999")
+        .trim()
+        .parse()
+        .unwrap_or(999);
     assert!(count < 10, "sandbox sees {count} processes");
     assert!(!visible(&mut s, &format!("/proc/{}", std::process::id())));
-    assert!(host_child.try_wait().unwrap().is_none(), "a host process was killed from inside");
+    assert!(
+        host_child.try_wait().unwrap().is_none(),
+        "a host process was killed from inside"
+    );
     assert_eq!(s.exec("echo ok", T).unwrap().output.trim_end(), "ok");
     s.close();
     host_child.kill().unwrap();
@@ -254,7 +358,9 @@ fn leaves_no_process(b: &LocalBackend, tag: &str) {
     )
     .unwrap();
     let t0 = Instant::now();
-    while host_processes_with(&format!("sleep {tag}")).len() < 3 && t0.elapsed() < Duration::from_secs(3) {
+    while host_processes_with(&format!("sleep {tag}")).len() < 3
+        && t0.elapsed() < Duration::from_secs(3)
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(host_processes_with(&format!("sleep {tag}")).len(), 3);
@@ -278,7 +384,10 @@ fn limits_fork_bomb_is_contained() {
         ..Default::default()
     });
     let mut s = start(&b);
-    let r = s.exec("bomb() { bomb | bomb & }; bomb; sleep 5", Duration::from_secs(2));
+    let r = s.exec(
+        "bomb() { bomb | bomb & }; bomb; sleep 5",
+        Duration::from_secs(2),
+    );
     match r {
         Ok(r) => {
             // Recovered: the shell answers again.
@@ -289,7 +398,10 @@ fn limits_fork_bomb_is_contained() {
             }
         }
         Err(e) => assert!(
-            matches!(e, SandboxError::Unresponsive | SandboxError::SessionEnded { .. }),
+            matches!(
+                e,
+                SandboxError::Unresponsive | SandboxError::SessionEnded { .. }
+            ),
             "{e}"
         ),
     }
@@ -336,9 +448,16 @@ fn live_stream_recording_input_and_resize() {
         assert!(String::from_utf8_lossy(&seen).contains("live-xyz"));
     }
     s.resize(100, 40).unwrap();
-    assert_eq!(s.exec("stty size </dev/tty", T).unwrap().output.trim_end(), "40 100");
-    s.write_input(b"echo typed-by-human > /tmp/typed\n").unwrap();
-    assert_eq!(s.exec("cat /tmp/typed", T).unwrap().output.trim_end(), "typed-by-human");
+    assert_eq!(
+        s.exec("stty size </dev/tty", T).unwrap().output.trim_end(),
+        "40 100"
+    );
+    s.write_input(b"echo typed-by-human > /tmp/typed\n")
+        .unwrap();
+    assert_eq!(
+        s.exec("cat /tmp/typed", T).unwrap().output.trim_end(),
+        "typed-by-human"
+    );
     s.close();
     let text = std::fs::read_to_string(&cast).unwrap();
     let mut lines = text.lines();
@@ -358,7 +477,10 @@ fn shell_death_is_reported_and_nothing_hangs() {
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert!(s.exec("true", T).is_err());
     let mut s = start(&b);
-    assert!(matches!(s.exec("exit 3", T), Err(SandboxError::SessionEnded { .. })));
+    assert!(matches!(
+        s.exec("exit 3", T),
+        Err(SandboxError::SessionEnded { .. })
+    ));
 }
 
 #[test]
@@ -366,27 +488,44 @@ fn bad_setup_steps_are_named_with_their_output() {
     let Some(b) = backend() else { return };
     let mut t = task("bad-docker", "");
     t.environment = FileTree::default();
-    t.environment
-        .insert_text("Dockerfile", "FROM ubuntu:24.04\nRUN echo fine\nRUN echo boom-output && false\nRUN echo never\n");
+    t.environment.insert_text(
+        "Dockerfile",
+        "FROM ubuntu:24.04\nRUN echo fine\nRUN echo boom-output && false\nRUN echo never\n",
+    );
     match b.prepare(&t).unwrap_err() {
-        SandboxError::SetupStep { index, step, output, .. } => {
+        SandboxError::SetupStep {
+            index,
+            step,
+            output,
+            ..
+        } => {
             assert_eq!(index, 2);
             assert!(step.contains("RUN echo boom-output"), "{step}");
-            assert!(output.contains("boom-output") && !output.contains("never"), "{output}");
+            assert!(
+                output.contains("boom-output") && !output.contains("never"),
+                "{output}"
+            );
         }
         e => panic!("unexpected {e}"),
     }
-    let err = b.prepare(&task("bad-setup", "echo partial\nexit 3\n")).unwrap_err();
+    let err = b
+        .prepare(&task("bad-setup", "echo partial\nexit 3\n"))
+        .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("environment/setup.sh") && msg.contains("partial") && msg.contains("3"), "{msg}");
+    assert!(
+        msg.contains("environment/setup.sh") && msg.contains("partial") && msg.contains("3"),
+        "{msg}"
+    );
     let mut t = task("bad-instr", "");
     t.environment = FileTree::default();
-    t.environment.insert_text("Dockerfile", "FROM x\nONBUILD RUN true\n");
+    t.environment
+        .insert_text("Dockerfile", "FROM x\nONBUILD RUN true\n");
     let msg = b.prepare(&t).unwrap_err().to_string();
     assert!(msg.contains("line 2") && msg.contains("ONBUILD"), "{msg}");
     let mut t = task("bad-def", "");
     t.environment = FileTree::default();
-    t.environment.insert_text("container.def", "Bootstrap: docker\nFrom: ubuntu\n%bogus\n");
+    t.environment
+        .insert_text("container.def", "Bootstrap: docker\nFrom: ubuntu\n%bogus\n");
     let msg = b.prepare(&t).unwrap_err().to_string();
     assert!(msg.contains("line 3") && msg.contains("%bogus"), "{msg}");
 }
@@ -397,7 +536,10 @@ fn network_requests_can_be_denied() {
     let mut t = task("wants-net", "true\n");
     t.meta.environment.network = true;
     let err = b.with_network_allowed(false).prepare(&t).unwrap_err();
-    assert!(matches!(err, SandboxError::NetworkNotAllowed { .. }), "{err}");
+    assert!(
+        matches!(err, SandboxError::NetworkNotAllowed { .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -412,7 +554,9 @@ fn dockerfile_steps_env_workdir_copy() {
     t.environment.insert_text("files/conf.ini", "k=v\n");
     let image = b.prepare(&t).unwrap();
     let mut s = b.start(&image, &SessionOptions::default()).unwrap();
-    let r = s.exec("echo $GREETING; cat /srv/app/conf.ini /srv/app/made.txt", T).unwrap();
+    let r = s
+        .exec("echo $GREETING; cat /srv/app/conf.ini /srv/app/made.txt", T)
+        .unwrap();
     assert_eq!(r.output.trim_end(), "hey\nk=v\nhey");
     s.close();
 }

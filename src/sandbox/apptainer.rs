@@ -57,9 +57,21 @@ pub fn build_argv(bin: &Path, sif: &Path, def: &Path, as_root: bool) -> Vec<Stri
 
 /// `apptainer instance start --containall --writable-tmpfs ...`: a fresh
 /// throwaway writable layer per session, no host paths but the exchange dir.
-pub fn instance_start_argv(bin: &Path, sif: &Path, name: &str, exchange: &Path, image: &Image) -> Vec<String> {
+pub fn instance_start_argv(
+    bin: &Path,
+    sif: &Path,
+    name: &str,
+    exchange: &Path,
+    image: &Image,
+) -> Vec<String> {
     let mut a = vec![bin.display().to_string()];
-    a.extend(strings(&["instance", "start", "--containall", "--writable-tmpfs", "--cleanenv"]));
+    a.extend(strings(&[
+        "instance",
+        "start",
+        "--containall",
+        "--writable-tmpfs",
+        "--cleanenv",
+    ]));
     a.push("--pwd".into());
     a.push(image.workdir.clone());
     a.push("--bind".into());
@@ -78,7 +90,13 @@ pub fn shell_argv(bin: &Path, name: &str, image: &Image) -> Vec<String> {
     a.extend(strings(&["exec", "--pwd"]));
     a.push(image.workdir.clone());
     a.push(format!("instance://{name}"));
-    a.extend(strings(&["/bin/bash", "--noediting", "--noprofile", "--norc", "-i"]));
+    a.extend(strings(&[
+        "/bin/bash",
+        "--noediting",
+        "--noprofile",
+        "--norc",
+        "-i",
+    ]));
     a
 }
 
@@ -94,7 +112,12 @@ pub fn exec_prefix(bin: &Path, name: &str) -> Vec<String> {
 
 /// `apptainer instance stop <name>`.
 pub fn stop_argv(bin: &Path, name: &str) -> Vec<String> {
-    vec![bin.display().to_string(), "instance".into(), "stop".into(), name.into()]
+    vec![
+        bin.display().to_string(),
+        "instance".into(),
+        "stop".into(),
+        name.into(),
+    ]
 }
 
 impl Backend for ApptainerBackend {
@@ -161,12 +184,22 @@ impl Backend for ApptainerBackend {
         let name = format!("endless-{}", session_id());
         let session_dir = self.cache.join("sessions").join(&name);
         let exchange = session_dir.join("x");
-        std::fs::create_dir_all(&exchange).map_err(SandboxError::io("create session directory", &exchange))?;
-        let start = command(&instance_start_argv(&self.bin, &image.path, &name, &exchange, image))?;
+        std::fs::create_dir_all(&exchange)
+            .map_err(SandboxError::io("create session directory", &exchange))?;
+        let start = command(&instance_start_argv(
+            &self.bin,
+            &image.path,
+            &name,
+            &exchange,
+            image,
+        ))?;
         let out = run_with_timeout(start, Duration::from_secs(120))?;
         if out.code != Some(0) {
             let _ = std::fs::remove_dir_all(&session_dir);
-            return Err(SandboxError::Start(format!("apptainer instance start failed:\n{}", out.output)));
+            return Err(SandboxError::Start(format!(
+                "apptainer instance start failed:\n{}",
+                out.output
+            )));
         }
         let control = EngineControl {
             root_prefix: exec_prefix(&self.bin, &name),
@@ -210,10 +243,23 @@ mod tests {
     fn commands_are_built_as_the_reference_does() {
         let bin = Path::new("/usr/bin/apptainer");
         assert_eq!(
-            build_argv(bin, Path::new("/c/i.sif"), Path::new("/c/ctx/endless.def"), false).join(" "),
+            build_argv(
+                bin,
+                Path::new("/c/i.sif"),
+                Path::new("/c/ctx/endless.def"),
+                false
+            )
+            .join(" "),
             "/usr/bin/apptainer build --force --fakeroot /c/i.sif /c/ctx/endless.def"
         );
-        let start = instance_start_argv(bin, Path::new("/c/i.sif"), "endless-1", Path::new("/c/x"), &image()).join(" ");
+        let start = instance_start_argv(
+            bin,
+            Path::new("/c/i.sif"),
+            "endless-1",
+            Path::new("/c/x"),
+            &image(),
+        )
+        .join(" ");
         assert_eq!(
             start,
             "/usr/bin/apptainer instance start --containall --writable-tmpfs --cleanenv --pwd /home/user \
@@ -221,11 +267,17 @@ mod tests {
         );
         let mut net = image();
         net.network = true;
-        assert!(!instance_start_argv(bin, Path::new("/c/i.sif"), "e", Path::new("/x"), &net).contains(&"--net".to_string()));
+        assert!(
+            !instance_start_argv(bin, Path::new("/c/i.sif"), "e", Path::new("/x"), &net)
+                .contains(&"--net".to_string())
+        );
         assert_eq!(
             shell_argv(bin, "endless-1", &image()).join(" "),
             "/usr/bin/apptainer exec --pwd /home/user instance://endless-1 /bin/bash --noediting --noprofile --norc -i"
         );
-        assert_eq!(stop_argv(bin, "endless-1").join(" "), "/usr/bin/apptainer instance stop endless-1");
+        assert_eq!(
+            stop_argv(bin, "endless-1").join(" "),
+            "/usr/bin/apptainer instance stop endless-1"
+        );
     }
 }

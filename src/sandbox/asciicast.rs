@@ -20,7 +20,8 @@ impl Recorder {
     /// Create the file and write the header.
     pub fn create(path: &Path, cols: u16, rows: u16) -> Result<Self, SandboxError> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(SandboxError::io("create recording directory", parent))?;
+            std::fs::create_dir_all(parent)
+                .map_err(SandboxError::io("create recording directory", parent))?;
         }
         let file = File::create(path).map_err(SandboxError::io("create recording", path))?;
         let mut out = BufWriter::new(file);
@@ -99,7 +100,10 @@ mod tests {
             r.resize(100, 30);
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines[0]["version"], 2);
         assert_eq!(lines[0]["width"], 80);
         assert_eq!(lines[1][1], "o");

@@ -94,7 +94,10 @@ fn bench_one(backend: &dyn Backend, runs: usize) -> Result<(Stats, Stats), Sandb
         let r = s.exec("true", Duration::from_secs(10))?;
         execs.push(t.elapsed());
         if r.exit_code != Some(0) {
-            return Err(SandboxError::Start(format!("`true` returned {:?}", r.exit_code)));
+            return Err(SandboxError::Start(format!(
+                "`true` returned {:?}",
+                r.exit_code
+            )));
         }
     }
     s.close();
@@ -110,7 +113,8 @@ pub fn bench(runs: usize, cache_dir: &Path) -> BenchReport {
     let runs = runs.max(1);
     let mut backends = Vec::new();
     for name in ["local", "apptainer", "oci"] {
-        let entry = match backend_by_name(name, cache_dir).and_then(|b| bench_one(b.as_ref(), runs)) {
+        let entry = match backend_by_name(name, cache_dir).and_then(|b| bench_one(b.as_ref(), runs))
+        {
             Ok((start, exec)) => BackendBench {
                 backend: name.into(),
                 start: Some(start),
@@ -128,15 +132,27 @@ pub fn bench(runs: usize, cache_dir: &Path) -> BenchReport {
     }
     BenchReport {
         runs,
-        profile: if cfg!(debug_assertions) { "debug" } else { "release" },
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
         backends,
     }
 }
 
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "sandbox benchmark ({} runs each, {} build)", self.runs, self.profile)?;
-        writeln!(f, "{:<10} {:>22} {:>22}", "backend", "start med / p95 (ms)", "exec true med / p95")?;
+        writeln!(
+            f,
+            "sandbox benchmark ({} runs each, {} build)",
+            self.runs, self.profile
+        )?;
+        writeln!(
+            f,
+            "{:<10} {:>22} {:>22}",
+            "backend", "start med / p95 (ms)", "exec true med / p95"
+        )?;
         for b in &self.backends {
             match (&b.start, &b.exec_true) {
                 (Some(s), Some(e)) => writeln!(
@@ -148,7 +164,12 @@ impl fmt::Display for BenchReport {
                     f,
                     "{:<10} skipped: {}",
                     b.backend,
-                    b.skipped.as_deref().unwrap_or("").lines().next().unwrap_or("")
+                    b.skipped
+                        .as_deref()
+                        .unwrap_or("")
+                        .lines()
+                        .next()
+                        .unwrap_or("")
                 )?,
             }
         }

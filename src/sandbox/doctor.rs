@@ -57,7 +57,10 @@ fn output_of(argv: &[&str]) -> Option<(bool, String)> {
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..]);
     let out = run_with_timeout(cmd, Duration::from_secs(15)).ok()?;
-    Some((out.code == Some(0), out.output.trim().lines().next().unwrap_or("").to_string()))
+    Some((
+        out.code == Some(0),
+        out.output.trim().lines().next().unwrap_or("").to_string(),
+    ))
 }
 
 /// Inspect this machine.
@@ -65,8 +68,13 @@ pub fn doctor() -> DoctorReport {
     DoctorReport {
         backends: vec![doctor_local(), doctor_apptainer(), doctor_oci()],
         verifier: {
-            let found = output_of(&[super::super::verify::PYTHON, "-c", "import pytest; print(pytest.__version__)"]);
-            let (ok, detail) = found.unwrap_or((false, format!("{} not found", super::super::verify::PYTHON)));
+            let found = output_of(&[
+                super::super::verify::PYTHON,
+                "-c",
+                "import pytest; print(pytest.__version__)",
+            ]);
+            let (ok, detail) =
+                found.unwrap_or((false, format!("{} not found", super::super::verify::PYTHON)));
             check(
                 "pytest for the verifier",
                 ok,
@@ -96,22 +104,35 @@ fn doctor_local() -> BackendStatus {
     checks.push(check(
         "root",
         root,
-        if root { "running as root" } else { "running as an ordinary user" },
+        if root {
+            "running as root"
+        } else {
+            "running as an ordinary user"
+        },
         "run as root (in a container or VM); the rootless path is not implemented yet",
     ));
-    let overlay = std::fs::read_to_string("/proc/filesystems").unwrap_or_default().contains("overlay");
+    let overlay = std::fs::read_to_string("/proc/filesystems")
+        .unwrap_or_default()
+        .contains("overlay");
     checks.push(check(
         "overlayfs",
         overlay,
-        if overlay { "overlay is in /proc/filesystems" } else { "overlay filesystem not available" },
+        if overlay {
+            "overlay is in /proc/filesystems"
+        } else {
+            "overlay filesystem not available"
+        },
         "load the overlay module (`modprobe overlay`) or use a kernel with CONFIG_OVERLAY_FS",
     ));
     for tool in ["nsenter", "setpriv"] {
-        let found = local::which(tool).or_else(|| Some(Path::new("/usr/bin").join(tool)).filter(|p| p.exists()));
+        let found = local::which(tool)
+            .or_else(|| Some(Path::new("/usr/bin").join(tool)).filter(|p| p.exists()));
         checks.push(check(
             tool,
             found.is_some(),
-            found.map(|p| p.display().to_string()).unwrap_or_else(|| "not found".into()),
+            found
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "not found".into()),
             "install util-linux",
         ));
     }
@@ -142,7 +163,14 @@ fn doctor_local() -> BackendStatus {
 fn smoke_test() -> Check {
     let dir = match tempfile::tempdir() {
         Ok(d) => d,
-        Err(e) => return check("smoke test", false, e.to_string(), "make the temp directory writable"),
+        Err(e) => {
+            return check(
+                "smoke test",
+                false,
+                e.to_string(),
+                "make the temp directory writable",
+            )
+        }
     };
     let result = (|| {
         let backend = local::LocalBackend::new(dir.path())?;
@@ -162,8 +190,18 @@ fn smoke_test() -> Check {
         Ok::<_, super::SandboxError>(r.output)
     })();
     match result {
-        Ok(out) if out.trim() == "ok-42" => check("smoke test", true, "built an image, started a session, ran a command", ""),
-        Ok(out) => check("smoke test", false, format!("unexpected output {out:?}"), "report this as a bug"),
+        Ok(out) if out.trim() == "ok-42" => check(
+            "smoke test",
+            true,
+            "built an image, started a session, ran a command",
+            "",
+        ),
+        Ok(out) => check(
+            "smoke test",
+            false,
+            format!("unexpected output {out:?}"),
+            "report this as a bug",
+        ),
         Err(e) => check("smoke test", false, e.to_string(), "see the error above"),
     }
 }
@@ -178,7 +216,8 @@ fn doctor_apptainer() -> BackendStatus {
     let c = check(
         "apptainer",
         bin.is_some(),
-        bin.map(|b| format!("{} ({version})", b.display())).unwrap_or_else(|| "not found".into()),
+        bin.map(|b| format!("{} ({version})", b.display()))
+            .unwrap_or_else(|| "not found".into()),
         "install Apptainer: https://apptainer.org/docs/admin/main/installation.html \
          (Ubuntu: `add-apt-repository ppa:apptainer/ppa && apt-get install apptainer`); \
          rootless use needs unprivileged user namespaces",
@@ -196,11 +235,15 @@ fn doctor_oci() -> BackendStatus {
     checks.push(check(
         "podman or docker",
         engine.is_some(),
-        engine.as_ref().map(|e| e.display().to_string()).unwrap_or_else(|| "neither found".into()),
+        engine
+            .as_ref()
+            .map(|e| e.display().to_string())
+            .unwrap_or_else(|| "neither found".into()),
         "install podman (`apt-get install podman`) or docker",
     ));
     if let Some(e) = &engine {
-        let (ok, detail) = output_of(&[&e.display().to_string(), "info"]).unwrap_or((false, "did not run".into()));
+        let (ok, detail) =
+            output_of(&[&e.display().to_string(), "info"]).unwrap_or((false, "did not run".into()));
         checks.push(check(
             "engine answers",
             ok,
@@ -219,7 +262,12 @@ fn doctor_oci() -> BackendStatus {
 impl fmt::Display for DoctorReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in &self.backends {
-            writeln!(f, "{:<10} {}", b.name, if b.works { "works" } else { "unavailable" })?;
+            writeln!(
+                f,
+                "{:<10} {}",
+                b.name,
+                if b.works { "works" } else { "unavailable" }
+            )?;
             for c in &b.checks {
                 write_check(f, c)?;
             }
@@ -230,7 +278,13 @@ impl fmt::Display for DoctorReport {
 }
 
 fn write_check(f: &mut fmt::Formatter<'_>, c: &Check) -> fmt::Result {
-    writeln!(f, "  [{}] {}: {}", if c.ok { "ok" } else { "!!" }, c.name, c.detail)?;
+    writeln!(
+        f,
+        "  [{}] {}: {}",
+        if c.ok { "ok" } else { "!!" },
+        c.name,
+        c.detail
+    )?;
     if let Some(fix) = &c.fix {
         writeln!(f, "       fix: {fix}")?;
     }

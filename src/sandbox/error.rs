@@ -63,7 +63,10 @@ pub enum SandboxError {
 
 impl SandboxError {
     /// Wrap an I/O error with what was being done and on which path.
-    pub fn io(what: impl Into<String>, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+    pub fn io(
+        what: impl Into<String>,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
         let what = what.into();
         let path = path.into();
         move |source| SandboxError::Io { what, path, source }

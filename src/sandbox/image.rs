@@ -69,7 +69,7 @@ pub fn home_of(user: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{TaskMeta, FileTree};
+    use crate::task::{FileTree, TaskMeta};
 
     fn task() -> Task {
         let mut t = Task {

@@ -31,7 +31,11 @@ pub fn wrap_command(cmd: &str, tag: &str) -> String {
     let mut out = String::with_capacity(bytes.len() + 128);
     let mut first = true;
     for chunk in bytes.chunks(CHUNK) {
-        out.push_str(if first { "__endless_c=$'" } else { "__endless_c+=$'" });
+        out.push_str(if first {
+            "__endless_c=$'"
+        } else {
+            "__endless_c+=$'"
+        });
         ansi_c_escape(chunk, &mut out);
         out.push_str("'\n");
         first = false;
@@ -61,7 +65,10 @@ pub fn find_marker(buf: &[u8], prefix: &[u8], from: usize) -> Option<(usize, usi
     while let Some(pos) = find(&buf[start..], prefix) {
         let at = start + pos;
         let rest = &buf[at + prefix.len()..];
-        let digits = rest.iter().take_while(|b| b.is_ascii_digit() || **b == b'-').count();
+        let digits = rest
+            .iter()
+            .take_while(|b| b.is_ascii_digit() || **b == b'-')
+            .count();
         if digits > 0 && rest.len() >= digits + 2 && &rest[digits..digits + 2] == b"__" {
             let code = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
             // Wait for the marker line's newline so that it does not leak

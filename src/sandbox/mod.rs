@@ -6,8 +6,8 @@
 
 pub mod apptainer;
 mod asciicast;
-mod container;
 pub mod bench;
+mod container;
 pub mod doctor;
 mod error;
 mod image;

@@ -33,7 +33,8 @@ impl OciBackend {
     pub fn new(cache_dir: &Path) -> Result<Self, SandboxError> {
         let engine = engine_path().ok_or_else(|| SandboxError::ToolMissing {
             tool: "podman".into(),
-            hint: "install podman (`apt-get install podman`) or docker with a running engine".into(),
+            hint: "install podman (`apt-get install podman`) or docker with a running engine"
+                .into(),
         })?;
         Ok(Self {
             engine,
@@ -49,8 +50,19 @@ pub fn tag(hash: &str) -> String {
 }
 
 /// `<engine> build -t <tag> -f <Dockerfile> <context>` (network only when asked).
-pub fn build_argv(engine: &Path, tag: &str, dockerfile: &Path, ctx: &Path, network: bool) -> Vec<String> {
-    let mut a = vec![engine.display().to_string(), "build".into(), "-t".into(), tag.into()];
+pub fn build_argv(
+    engine: &Path,
+    tag: &str,
+    dockerfile: &Path,
+    ctx: &Path,
+    network: bool,
+) -> Vec<String> {
+    let mut a = vec![
+        engine.display().to_string(),
+        "build".into(),
+        "-t".into(),
+        tag.into(),
+    ];
     a.push("-f".into());
     a.push(dockerfile.display().to_string());
     if !network {
@@ -61,11 +73,20 @@ pub fn build_argv(engine: &Path, tag: &str, dockerfile: &Path, ctx: &Path, netwo
 }
 
 /// `<engine> run -d --rm ...`: a throwaway container idling until the shell is exec'd.
-pub fn run_argv(engine: &Path, name: &str, image: &Image, exchange: &Path, limits: &Limits) -> Vec<String> {
+pub fn run_argv(
+    engine: &Path,
+    name: &str,
+    image: &Image,
+    exchange: &Path,
+    limits: &Limits,
+) -> Vec<String> {
     let mut a = vec![engine.display().to_string()];
     a.extend(strings(&["run", "-d", "--rm", "--init"]));
     a.push(format!("--name={name}"));
-    a.push(format!("--network={}", if image.network { "bridge" } else { "none" }));
+    a.push(format!(
+        "--network={}",
+        if image.network { "bridge" } else { "none" }
+    ));
     a.push(format!("--pids-limit={}", limits.pids));
     a.push(format!("--memory={}", limits.memory_bytes));
     a.push("--cap-drop=ALL".into());
@@ -84,18 +105,34 @@ pub fn shell_argv(engine: &Path, name: &str, image: &Image) -> Vec<String> {
     a.push(format!("--workdir={}", image.workdir));
     a.push(format!("--env=HOME={}", image.home));
     a.push(name.into());
-    a.extend(strings(&["/bin/bash", "--noediting", "--noprofile", "--norc", "-i"]));
+    a.extend(strings(&[
+        "/bin/bash",
+        "--noediting",
+        "--noprofile",
+        "--norc",
+        "-i",
+    ]));
     a
 }
 
 /// Prefix running a command as root in the container (the verifier).
 pub fn exec_root_prefix(engine: &Path, name: &str) -> Vec<String> {
-    vec![engine.display().to_string(), "exec".into(), "--user=root".into(), name.into()]
+    vec![
+        engine.display().to_string(),
+        "exec".into(),
+        "--user=root".into(),
+        name.into(),
+    ]
 }
 
 /// `<engine> rm -f <name>`.
 pub fn stop_argv(engine: &Path, name: &str) -> Vec<String> {
-    vec![engine.display().to_string(), "rm".into(), "-f".into(), name.into()]
+    vec![
+        engine.display().to_string(),
+        "rm".into(),
+        "-f".into(),
+        name.into(),
+    ]
 }
 
 impl Backend for OciBackend {
@@ -120,7 +157,12 @@ impl Backend for OciBackend {
             workdir: task.meta.environment.workdir.clone(),
             network: task.meta.environment.network,
         };
-        let exists = command(&[self.engine.display().to_string(), "image".into(), "inspect".into(), tag(&hash)])?;
+        let exists = command(&[
+            self.engine.display().to_string(),
+            "image".into(),
+            "inspect".into(),
+            tag(&hash),
+        ])?;
         if run_with_timeout(exists, Duration::from_secs(30))?.code == Some(0) {
             return Ok(image);
         }
@@ -131,13 +173,24 @@ impl Backend for OciBackend {
             Some((EnvKind::Dockerfile, text)) => text.to_string(),
             _ => render_dockerfile(&def, &image.user, &image.workdir),
         };
-        std::fs::write(&dockerfile, text).map_err(SandboxError::io("write Dockerfile", &dockerfile))?;
-        let cmd = command(&build_argv(&self.engine, &tag(&hash), &dockerfile, ctx, image.network))?;
+        std::fs::write(&dockerfile, text)
+            .map_err(SandboxError::io("write Dockerfile", &dockerfile))?;
+        let cmd = command(&build_argv(
+            &self.engine,
+            &tag(&hash),
+            &dockerfile,
+            ctx,
+            image.network,
+        ))?;
         let out = run_with_timeout(cmd, Duration::from_secs(3600))?;
         if out.code != Some(0) {
             return Err(SandboxError::SetupStep {
                 index: 0,
-                step: format!("{} build of {}", self.engine.display(), dockerfile.display()),
+                step: format!(
+                    "{} build of {}",
+                    self.engine.display(),
+                    dockerfile.display()
+                ),
                 code: out.code,
                 output: out.output,
             });
@@ -155,12 +208,23 @@ impl Backend for OciBackend {
         let name = format!("endless-{}", session_id());
         let session_dir = self.cache.join("sessions").join(&name);
         let exchange = session_dir.join("x");
-        std::fs::create_dir_all(&exchange).map_err(SandboxError::io("create session directory", &exchange))?;
-        let run = command(&run_argv(&self.engine, &name, image, &exchange, &self.limits))?;
+        std::fs::create_dir_all(&exchange)
+            .map_err(SandboxError::io("create session directory", &exchange))?;
+        let run = command(&run_argv(
+            &self.engine,
+            &name,
+            image,
+            &exchange,
+            &self.limits,
+        ))?;
         let out = run_with_timeout(run, Duration::from_secs(120))?;
         if out.code != Some(0) {
             let _ = std::fs::remove_dir_all(&session_dir);
-            return Err(SandboxError::Start(format!("{} run failed:\n{}", self.engine.display(), out.output)));
+            return Err(SandboxError::Start(format!(
+                "{} run failed:\n{}",
+                self.engine.display(),
+                out.output
+            )));
         }
         let control = EngineControl {
             root_prefix: exec_root_prefix(&self.engine, &name),
@@ -204,10 +268,24 @@ mod tests {
     fn commands_isolate_and_limit() {
         let e = Path::new("/usr/bin/podman");
         assert_eq!(
-            build_argv(e, "localhost/endless-task:x", Path::new("/c/D"), Path::new("/c"), false).join(" "),
+            build_argv(
+                e,
+                "localhost/endless-task:x",
+                Path::new("/c/D"),
+                Path::new("/c"),
+                false
+            )
+            .join(" "),
             "/usr/bin/podman build -t localhost/endless-task:x -f /c/D --network=none /c"
         );
-        let run = run_argv(e, "endless-1", &image(), Path::new("/c/x"), &Limits::default()).join(" ");
+        let run = run_argv(
+            e,
+            "endless-1",
+            &image(),
+            Path::new("/c/x"),
+            &Limits::default(),
+        )
+        .join(" ");
         assert_eq!(
             run,
             "/usr/bin/podman run -d --rm --init --name=endless-1 --network=none --pids-limit=512 \
@@ -219,7 +297,10 @@ mod tests {
             "/usr/bin/podman exec -it --user=user --workdir=/home/user --env=HOME=/home/user endless-1 \
              /bin/bash --noediting --noprofile --norc -i"
         );
-        assert_eq!(exec_root_prefix(e, "n").join(" "), "/usr/bin/podman exec --user=root n");
+        assert_eq!(
+            exec_root_prefix(e, "n").join(" "),
+            "/usr/bin/podman exec --user=root n"
+        );
         assert_eq!(stop_argv(e, "n").join(" "), "/usr/bin/podman rm -f n");
     }
 }

@@ -130,9 +130,14 @@ impl Session {
             .map_err(SandboxError::io("open PTY slave", &tty))?;
         drop(pair.slave);
         let stdio = |f: &std::fs::File| -> Result<Stdio, SandboxError> {
-            Ok(Stdio::from(f.try_clone().map_err(SandboxError::io("dup PTY slave", &tty))?))
+            Ok(Stdio::from(
+                f.try_clone()
+                    .map_err(SandboxError::io("dup PTY slave", &tty))?,
+            ))
         };
-        cmd.stdin(stdio(&slave)?).stdout(stdio(&slave)?).stderr(stdio(&slave)?);
+        cmd.stdin(stdio(&slave)?)
+            .stdout(stdio(&slave)?)
+            .stderr(stdio(&slave)?);
         // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
@@ -204,7 +209,9 @@ impl Session {
                 session.teardown();
                 return Err(SandboxError::Start(format!(
                     "the sandbox exited ({}) before its shell was ready; output:\n{}",
-                    status.map(|s| s.to_string()).unwrap_or_else(|| "killed".into()),
+                    status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "killed".into()),
                     marker::clean_output(&got.kept)
                 )));
             }
@@ -246,9 +253,15 @@ impl Session {
         self.write_raw(b"\x03")?;
         std::thread::sleep(Duration::from_millis(20));
         self.write_raw(marker::marker_printf(&rtag, "130").as_bytes())?;
-        if self.read_until(&rprefix, Instant::now() + INTERRUPT_GRACE, &mut got)?.is_none() {
+        if self
+            .read_until(&rprefix, Instant::now() + INTERRUPT_GRACE, &mut got)?
+            .is_none()
+        {
             self.kill_foreground();
-            if self.read_until(&rprefix, Instant::now() + INTERRUPT_GRACE * 2, &mut got)?.is_none() {
+            if self
+                .read_until(&rprefix, Instant::now() + INTERRUPT_GRACE * 2, &mut got)?
+                .is_none()
+            {
                 self.teardown();
                 if self.wall_clock_passed() {
                     return Err(SandboxError::WallClock(self.wall_clock));
@@ -299,7 +312,11 @@ impl Session {
 
     /// Run `argv` as root inside the sandbox beside the shell (not through
     /// it), with output captured, killed after `timeout`.
-    pub fn run_as_root(&mut self, argv: &[String], timeout: Duration) -> Result<CommandOutput, SandboxError> {
+    pub fn run_as_root(
+        &mut self,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<CommandOutput, SandboxError> {
         self.check_usable()?;
         let cmd = self.control.root_command(argv)?;
         run_with_timeout(cmd, timeout)
@@ -334,9 +351,13 @@ impl Session {
     }
 
     fn write_raw(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
-        let res = self.writer.write_all(bytes).and_then(|_| self.writer.flush());
+        let res = self
+            .writer
+            .write_all(bytes)
+            .and_then(|_| self.writer.flush());
         res.map_err(|e| {
-            self.ended.get_or_insert_with(|| format!("PTY write failed: {e}"));
+            self.ended
+                .get_or_insert_with(|| format!("PTY write failed: {e}"));
             SandboxError::SessionEnded {
                 reason: Some(format!("PTY write failed: {e}")),
                 output: String::new(),
@@ -354,7 +375,12 @@ impl Session {
 
     /// Read until the marker with `prefix` arrives (returns its status),
     /// or `deadline` passes (returns `None`); errors when the shell ends.
-    fn read_until(&mut self, prefix: &[u8], deadline: Instant, got: &mut Collected) -> Result<Option<i32>, SandboxError> {
+    fn read_until(
+        &mut self,
+        prefix: &[u8],
+        deadline: Instant,
+        got: &mut Collected,
+    ) -> Result<Option<i32>, SandboxError> {
         loop {
             let now = Instant::now();
             if now >= deadline {
@@ -410,7 +436,8 @@ impl Session {
             return;
         }
         self.torn_down = true;
-        self.ended.get_or_insert_with(|| "the session was closed".into());
+        self.ended
+            .get_or_insert_with(|| "the session was closed".into());
         if let Some((cancel, handle)) = self.watchdog.take() {
             drop(cancel);
             let _ = handle.join();
@@ -562,10 +589,18 @@ fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()
 
 /// Run `cmd` with stdout and stderr captured (interleaved) in its own process
 /// group; kill the group after `timeout`.
-pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<CommandOutput, SandboxError> {
+pub fn run_with_timeout(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<CommandOutput, SandboxError> {
     let (mut reader, writer) = std::io::pipe().map_err(SandboxError::io("create pipe", "pipe"))?;
-    let writer2 = writer.try_clone().map_err(SandboxError::io("dup pipe", "pipe"))?;
-    cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2).process_group(0);
+    let writer2 = writer
+        .try_clone()
+        .map_err(SandboxError::io("dup pipe", "pipe"))?;
+    cmd.stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer2)
+        .process_group(0);
     let mut child = cmd
         .spawn()
         .map_err(|e| SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program())))?;

@@ -32,7 +32,11 @@ pub fn parse_junit(xml: &str) -> Result<Vec<TestCase>, SandboxError> {
     let bad = |e: quick_xml::Error| SandboxError::Verify(format!("JUnit XML is malformed: {e}"));
     loop {
         let event = reader.read_event().map_err(bad)?;
-        let event_kind = if matches!(event, Event::Empty(_)) { Kind::Empty } else { Kind::Other };
+        let event_kind = if matches!(event, Event::Empty(_)) {
+            Kind::Empty
+        } else {
+            Kind::Other
+        };
         match event {
             Event::Start(e) if e.name().as_ref() == b"testcase" => {
                 if let Some(done) = cur.take() {
@@ -84,7 +88,9 @@ pub fn parse_junit(xml: &str) -> Result<Vec<TestCase>, SandboxError> {
                     if let Ok(Some(ch)) = r.resolve_char_ref() {
                         c.text.push(ch);
                     } else if let Ok(name) = r.decode() {
-                        c.text.push_str(quick_xml::escape::resolve_predefined_entity(&name).unwrap_or(""));
+                        c.text.push_str(
+                            quick_xml::escape::resolve_predefined_entity(&name).unwrap_or(""),
+                        );
                     }
                 }
             }
@@ -128,7 +134,11 @@ fn new_case(e: &BytesStart) -> Current {
     let class = attr(e, b"classname").unwrap_or_default();
     let name = attr(e, b"name").unwrap_or_default();
     Current {
-        name: if class.is_empty() { name } else { format!("{class}::{name}") },
+        name: if class.is_empty() {
+            name
+        } else {
+            format!("{class}::{name}")
+        },
         ..Current::default()
     }
 }
@@ -148,7 +158,9 @@ E       assert 1 == 2</failure></testcase><testcase classname="test_final_state"
         assert_eq!(cases[0].name, "test_final_state::test_ok");
         assert!(cases[0].passed);
         assert!(!cases[1].passed);
-        assert!(cases[1].message.starts_with("AssertionError: expected \"a\" & b\n"));
+        assert!(cases[1]
+            .message
+            .starts_with("AssertionError: expected \"a\" & b\n"));
         assert!(cases[1].message.contains(">       assert 1 == 2"));
         assert!(cases[2].passed);
         assert_eq!(cases[2].message, "skipped: not here");

@@ -62,7 +62,11 @@ impl TestReport {
 }
 
 /// Run `which` tests of `task` on the session's current state.
-pub fn verify(session: &mut Session, task: &Task, which: TestSet) -> Result<TestReport, SandboxError> {
+pub fn verify(
+    session: &mut Session,
+    task: &Task,
+    which: TestSet,
+) -> Result<TestReport, SandboxError> {
     let start = Instant::now();
     let (host, inside) = session
         .exchange_dir()
@@ -72,7 +76,8 @@ pub fn verify(session: &mut Session, task: &Task, which: TestSet) -> Result<Test
     let run_id = format!("run-{}", hex::encode(rnd));
     let host_run = host.join(&run_id);
     let inside_run = format!("{inside}/{run_id}");
-    std::fs::create_dir_all(&host_run).map_err(SandboxError::io("create verifier directory", &host_run))?;
+    std::fs::create_dir_all(&host_run)
+        .map_err(SandboxError::io("create verifier directory", &host_run))?;
     std::fs::set_permissions(&host_run, std::fs::Permissions::from_mode(0o700))
         .map_err(SandboxError::io("chmod verifier directory", &host_run))?;
     let result = run_tests(session, task, which, &host_run, &inside_run, start);
@@ -80,19 +85,23 @@ pub fn verify(session: &mut Session, task: &Task, which: TestSet) -> Result<Test
     result
 }
 
-fn clean_env() -> Vec<String> {
-    [
-        "/usr/bin/env",
-        "-i",
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME=/root",
-        "LANG=C.UTF-8",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1",
-        "PYTEST_ADDOPTS=",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+fn clean_env(cwd: &str) -> Vec<String> {
+    let mut argv: Vec<String> = ["/usr/bin/env", "-i", "-C", cwd]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.extend(
+        [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME=/root",
+            "LANG=C.UTF-8",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1",
+            "PYTEST_ADDOPTS=",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    argv
 }
 
 fn run_tests(
@@ -113,7 +122,9 @@ fn run_tests(
         TestSet::Final => &task.meta.verifier.final_tests,
     };
     if files.is_empty() {
-        return Err(SandboxError::Verify(format!("task.toml: [verifier] lists no {which:?} tests")));
+        return Err(SandboxError::Verify(format!(
+            "task.toml: [verifier] lists no {which:?} tests"
+        )));
     }
     for f in files {
         if !task.tests.contains(f) {
@@ -124,7 +135,7 @@ fn run_tests(
     }
     let ini = host_run.join("pytest.ini");
     std::fs::write(&ini, "[pytest]\n").map_err(SandboxError::io("write pytest.ini", &ini))?;
-    let mut argv = clean_env();
+    let mut argv = clean_env(inside_run);
     argv.extend(
         [
             PYTHON,
@@ -149,7 +160,11 @@ fn run_tests(
     let out = session.run_as_root(&argv, timeout)?;
     let junit_path = host_run.join("junit.xml");
     let junit_xml = std::fs::read_to_string(&junit_path).unwrap_or_default();
-    let tests = if junit_xml.is_empty() { Vec::new() } else { parse_junit(&junit_xml)? };
+    let tests = if junit_xml.is_empty() {
+        Vec::new()
+    } else {
+        parse_junit(&junit_xml)?
+    };
     let mut output = out.output;
     if out.timed_out {
         output.push_str(&format!("\n[verifier timed out after {timeout:?}]"));
@@ -187,11 +202,15 @@ fn run_script(
         run = q(inside_run),
         script = q(script).trim_matches('\'')
     );
-    let mut argv = clean_env();
+    let mut argv = clean_env(inside_run);
     argv.extend(["/bin/bash".to_string(), "-c".to_string(), body]);
     let out = session.run_as_root(&argv, timeout)?;
     let reward = std::fs::read_to_string(host_run.join("reward.txt")).unwrap_or_default();
-    let passed = reward.trim().parse::<f64>().map(|r| r >= 1.0).unwrap_or(false);
+    let passed = reward
+        .trim()
+        .parse::<f64>()
+        .map(|r| r >= 1.0)
+        .unwrap_or(false);
     let junit_xml = std::fs::read_to_string(host_run.join("junit.xml")).unwrap_or_default();
     let message = if reward.is_empty() {
         "the verifier script wrote no /logs/verifier/reward.txt".to_string()

@@ -34,9 +34,22 @@ impl Validation {
 }
 
 fn failing(report: &TestReport) -> String {
-    let names: Vec<&str> = report.tests.iter().filter(|t| !t.passed).map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = report
+        .tests
+        .iter()
+        .filter(|t| !t.passed)
+        .map(|t| t.name.as_str())
+        .collect();
     if names.is_empty() {
-        let tail: String = report.output.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+        let tail: String = report
+            .output
+            .chars()
+            .rev()
+            .take(600)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         format!("no test results; output ends with:\n{tail}")
     } else {
         format!("failing: {}", names.join(", "))
@@ -61,15 +74,24 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
     };
     let image = match backend.prepare(task) {
         Ok(image) => image,
-        Err(e @ (SandboxError::SetupStep { .. } | SandboxError::Definition(_) | SandboxError::NetworkNotAllowed { .. })) => {
-            v.problems.push(format!("the environment did not build: {e}"));
+        Err(
+            e @ (SandboxError::SetupStep { .. }
+            | SandboxError::Definition(_)
+            | SandboxError::NetworkNotAllowed { .. }),
+        ) => {
+            v.problems
+                .push(format!("the environment did not build: {e}"));
             v.duration = start.elapsed();
             return Ok(v);
         }
         Err(e) => return Err(e),
     };
     v.image = Some(image.hash.clone());
-    let wall = Duration::from_secs_f64(task.meta.agent.timeout_sec.clamp(1.0, 86_400.0) + task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0) * 2.0 + 60.0);
+    let wall = Duration::from_secs_f64(
+        task.meta.agent.timeout_sec.clamp(1.0, 86_400.0)
+            + task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0) * 2.0
+            + 60.0,
+    );
     let opts = SessionOptions {
         wall_clock: wall,
         ..SessionOptions::default()
@@ -79,7 +101,10 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         Ok(r) => {
             v.initial_passes = r.passed;
             if !r.passed {
-                v.problems.push(format!("initial tests fail on the initial state ({})", failing(&r)));
+                v.problems.push(format!(
+                    "initial tests fail on the initial state ({})",
+                    failing(&r)
+                ));
             }
             v.initial = Some(r);
         }
@@ -89,7 +114,8 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         Ok(r) => {
             v.final_fails_initially = !r.passed;
             if r.passed {
-                v.problems.push("final tests already pass on the initial state".into());
+                v.problems
+                    .push("final tests already pass on the initial state".into());
             }
             v.final_on_initial = Some(r);
         }
@@ -98,17 +124,23 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
     session.close();
     if task.solve_script().is_some() {
         let mut session = backend.start(&image, &opts)?;
-        match run_oracle(&mut session, task).and_then(|_| verify(&mut session, task, TestSet::Final)) {
+        match run_oracle(&mut session, task)
+            .and_then(|_| verify(&mut session, task, TestSet::Final))
+        {
             Ok(r) => {
                 v.oracle_passes = Some(r.passed);
                 if !r.passed {
-                    v.problems.push(format!("the oracle solution does not pass the final tests ({})", failing(&r)));
+                    v.problems.push(format!(
+                        "the oracle solution does not pass the final tests ({})",
+                        failing(&r)
+                    ));
                 }
                 v.oracle = Some(r);
             }
             Err(e) => {
                 v.oracle_passes = Some(false);
-                v.problems.push(format!("the oracle solution could not run: {e}"));
+                v.problems
+                    .push(format!("the oracle solution could not run: {e}"));
             }
         }
         session.close();
@@ -128,15 +160,23 @@ fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
     let copy = format!(
         "rm -rf /tmp/endless-solution && cp -a {inside}/solution /tmp/endless-solution && chown -R {user}: /tmp/endless-solution"
     );
-    let out = session.run_as_root(&["/bin/sh".into(), "-c".into(), copy], Duration::from_secs(60))?;
+    let out = session.run_as_root(
+        &["/bin/sh".into(), "-c".into(), copy],
+        Duration::from_secs(60),
+    )?;
     let _ = std::fs::remove_dir_all(&host_sol);
     if out.code != Some(0) {
-        return Err(SandboxError::Verify(format!("copying the solution failed: {}", out.output)));
+        return Err(SandboxError::Verify(format!(
+            "copying the solution failed: {}",
+            out.output
+        )));
     }
     let timeout = Duration::from_secs_f64(task.meta.agent.timeout_sec.clamp(1.0, 86_400.0));
     let r = session.exec("bash /tmp/endless-solution/solve.sh", timeout)?;
     if r.timed_out {
-        return Err(SandboxError::Verify(format!("solve.sh timed out after {timeout:?}")));
+        return Err(SandboxError::Verify(format!(
+            "solve.sh timed out after {timeout:?}"
+        )));
     }
     let _ = session.exec("rm -rf /tmp/endless-solution", Duration::from_secs(30));
     Ok(())

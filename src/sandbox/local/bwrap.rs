@@ -162,7 +162,10 @@ mod tests {
             chdir: "/",
             argv,
         };
-        let a: Vec<String> = args(&spec).iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        let a: Vec<String> = args(&spec)
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
         let joined = a.join(" ");
         for want in [
             "--unshare-pid",

@@ -31,7 +31,11 @@ pub fn children_of(pid: i32) -> Vec<i32> {
     };
     let mut out = Vec::new();
     for entry in dir.flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if parent_of(child) == Some(pid) {
@@ -76,7 +80,9 @@ impl SessionControl for LocalControl {
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .arg(format!("--target={init}"))
-            .args(["--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--"])
+            .args([
+                "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--",
+            ])
             .args([
                 "/usr/bin/setpriv",
                 "--bounding-set=-all,+dac_override,+dac_read_search,+fowner,+chown,+kill",
@@ -104,7 +110,8 @@ impl SessionControl for LocalControl {
             cg.kill_all_and_remove(Duration::from_secs(5));
         } else if let Some(init) = init {
             let until = Instant::now() + Duration::from_secs(5);
-            while std::path::Path::new(&format!("/proc/{init}")).exists() && Instant::now() < until {
+            while std::path::Path::new(&format!("/proc/{init}")).exists() && Instant::now() < until
+            {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }

@@ -37,7 +37,9 @@ impl LocalBackend {
         }
         let mut rnd = [0u8; 6];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
-        let build = layout.images().join(format!(".build-{hash}-{}", hex::encode(rnd)));
+        let build = layout
+            .images()
+            .join(format!(".build-{hash}-{}", hex::encode(rnd)));
         let result = self.build_into(task, &def, &hash, &build);
         let image = match result {
             Ok(image) => image,
@@ -66,7 +68,12 @@ impl LocalBackend {
         let home = home_of(&user);
         let workdir = task.meta.environment.workdir.clone();
         let root_up = build.join("root");
-        let mut mkdir = vec![root_up.clone(), build.join("work/root"), build.join("ctx"), build.join("steps")];
+        let mut mkdir = vec![
+            root_up.clone(),
+            build.join("work/root"),
+            build.join("ctx"),
+            build.join("steps"),
+        ];
         for d in &layout.system_dirs {
             mkdir.push(build.join("sys").join(d));
             mkdir.push(build.join("work").join(d));
@@ -78,7 +85,8 @@ impl LocalBackend {
             .map_err(io("chmod build directory", &root_up))?;
         write_tree(&build.join("ctx"), &task.environment)?;
         let (script, files) = steps::build_script(def, &user, &home, &workdir);
-        std::fs::write(build.join("steps/build.sh"), script).map_err(io("write build script", build))?;
+        std::fs::write(build.join("steps/build.sh"), script)
+            .map_err(io("write build script", build))?;
         for (name, content) in files {
             let p = build.join("steps").join(name);
             std::fs::write(&p, content).map_err(io("write step script", &p))?;
@@ -126,7 +134,13 @@ impl LocalBackend {
         }
         let out = run_with_timeout(cmd, self.build_timeout)?;
         if out.code != Some(0) {
-            return Err(step_error(def, &out.output, out.code, out.timed_out, self.build_timeout));
+            return Err(step_error(
+                def,
+                &out.output,
+                out.code,
+                out.timed_out,
+                self.build_timeout,
+            ));
         }
         let (uid, gid) = if user == "root" {
             (0, 0)
@@ -142,7 +156,8 @@ impl LocalBackend {
         let _ = std::fs::remove_dir(root_up.join("run/endless-build"));
         let env_dir = root_up.join(".endless");
         std::fs::create_dir_all(&env_dir).map_err(io("create", &env_dir))?;
-        std::fs::write(env_dir.join("env.sh"), steps::env_file(def)).map_err(io("write env.sh", &env_dir))?;
+        std::fs::write(env_dir.join("env.sh"), steps::env_file(def))
+            .map_err(io("write env.sh", &env_dir))?;
         let image = Image {
             backend: "local".into(),
             hash: hash.to_string(),
@@ -156,7 +171,8 @@ impl LocalBackend {
             workdir,
             network: task.meta.environment.network,
         };
-        let meta = serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;
+        let meta =
+            serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;
         std::fs::write(build.join(IMAGE_META), meta).map_err(io("write image metadata", build))?;
         Ok(image)
     }

@@ -7,7 +7,9 @@ use crate::sandbox::SandboxError;
 
 /// Host system directories offered to the sandbox read-only (through an
 /// overlay, so writes stay in the episode layer).
-pub const SYSTEM_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc"];
+pub const SYSTEM_DIRS: &[&str] = &[
+    "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc",
+];
 
 /// Empty directories of the base skeleton, with their modes.
 const SKELETON_DIRS: &[(&str, u32)] = &[
@@ -98,8 +100,14 @@ impl Layout {
 
     /// Create the skeleton and mount points if missing.
     pub fn ensure(&self) -> Result<(), SandboxError> {
-        for dir in [self.images(), self.merged(), self.scratch(), self.sessions()] {
-            std::fs::create_dir_all(&dir).map_err(SandboxError::io("create cache directory", &dir))?;
+        for dir in [
+            self.images(),
+            self.merged(),
+            self.scratch(),
+            self.sessions(),
+        ] {
+            std::fs::create_dir_all(&dir)
+                .map_err(SandboxError::io("create cache directory", &dir))?;
         }
         let skel = self.skeleton();
         if skel.is_dir() {

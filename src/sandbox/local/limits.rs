@@ -55,9 +55,16 @@ impl Cgroups {
             made.dirs.push(dir.clone());
         }
         let ok = std::fs::write(pids.join("pids.max"), limits.pids.to_string()).is_ok()
-            && std::fs::write(mem.join("memory.limit_in_bytes"), limits.memory_bytes.to_string()).is_ok();
+            && std::fs::write(
+                mem.join("memory.limit_in_bytes"),
+                limits.memory_bytes.to_string(),
+            )
+            .is_ok();
         // Without swap accounting this file is absent; the limit above still holds.
-        let _ = std::fs::write(mem.join("memory.memsw.limit_in_bytes"), limits.memory_bytes.to_string());
+        let _ = std::fs::write(
+            mem.join("memory.memsw.limit_in_bytes"),
+            limits.memory_bytes.to_string(),
+        );
         if !ok {
             made.remove();
             return None;

@@ -125,12 +125,17 @@ impl LocalBackend {
         let sid = hex::encode(rnd);
         let session_dir = layout.sessions().join(&sid);
         let exchange = session_dir.join("x");
-        std::fs::create_dir_all(&exchange).map_err(SandboxError::io("create session directory", &exchange))?;
+        std::fs::create_dir_all(&exchange)
+            .map_err(SandboxError::io("create session directory", &exchange))?;
         for d in [&session_dir, &exchange] {
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
                 .map_err(SandboxError::io("chmod session directory", d))?;
         }
-        let cgroups = if self.cgroups { Cgroups::create(&sid, &self.limits) } else { None };
+        let cgroups = if self.cgroups {
+            Cgroups::create(&sid, &self.limits)
+        } else {
+            None
+        };
         let (procs, rlimits) = match &cgroups {
             Some(cg) => (cg.procs_files(), Vec::new()),
             None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
@@ -155,7 +160,13 @@ impl LocalBackend {
                 work: scratch.join("w").join(d),
             });
         }
-        let plan = MountPlan::new(Some((&scratch, self.limits.disk_bytes)), &mkdirs, &layers, &procs, rlimits)?;
+        let plan = MountPlan::new(
+            Some((&scratch, self.limits.disk_bytes)),
+            &mkdirs,
+            &layers,
+            &procs,
+            rlimits,
+        )?;
         let (argv, caps) = bwrap::shell_argv(image.uid, image.gid);
         let merged = layout.merged();
         let spec = bwrap::Spec {

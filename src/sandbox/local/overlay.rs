@@ -47,7 +47,9 @@ fn cstr(path: &Path) -> Result<CString, SandboxError> {
 }
 
 fn check_option_path(path: &Path) -> Result<String, SandboxError> {
-    let s = path.to_str().ok_or_else(|| SandboxError::Start(format!("path {} is not UTF-8", path.display())))?;
+    let s = path
+        .to_str()
+        .ok_or_else(|| SandboxError::Start(format!("path {} is not UTF-8", path.display())))?;
     if s.contains([',', ':', '\\', '\n']) {
         return Err(SandboxError::Start(format!(
             "path {s} cannot be an overlay layer (it contains `,`, `:` or `\\`); choose a cache directory without them"
@@ -77,7 +79,8 @@ impl MountPlan {
         };
         let mut overlays = Vec::new();
         for layer in layers {
-            let lower: Result<Vec<String>, _> = layer.lower.iter().map(|p| check_option_path(p)).collect();
+            let lower: Result<Vec<String>, _> =
+                layer.lower.iter().map(|p| check_option_path(p)).collect();
             let data = format!(
                 "lowerdir={},upperdir={},workdir={}",
                 lower?.join(":"),
@@ -88,14 +91,18 @@ impl MountPlan {
                 source: c"overlay".to_owned(),
                 target: cstr(&layer.target)?,
                 fstype: c"overlay".to_owned(),
-                data: CString::new(data).map_err(|_| SandboxError::Start("NUL in overlay options".into()))?,
+                data: CString::new(data)
+                    .map_err(|_| SandboxError::Start("NUL in overlay options".into()))?,
             });
         }
         Ok(MountPlan {
             mkdirs: mkdirs.iter().map(|p| cstr(p)).collect::<Result<_, _>>()?,
             tmpfs,
             overlays,
-            cgroup_procs: cgroup_procs.iter().map(|p| cstr(p)).collect::<Result<_, _>>()?,
+            cgroup_procs: cgroup_procs
+                .iter()
+                .map(|p| cstr(p))
+                .collect::<Result<_, _>>()?,
             rlimits,
         })
     }

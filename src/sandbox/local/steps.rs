@@ -43,7 +43,13 @@ pub fn describe(step: &Step) -> String {
         Step::Workdir(w) => format!("WORKDIR {w}"),
         Step::User(u) => format!("USER {u}"),
     };
-    let first: String = text.lines().next().unwrap_or("").chars().take(100).collect();
+    let first: String = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(100)
+        .collect();
     if first.len() < text.len() {
         format!("{first} ...")
     } else {
@@ -53,10 +59,17 @@ pub fn describe(step: &Step) -> String {
 
 /// The build script plus the step files it runs (`name`, `content`), to be
 /// placed in [`STEPS`].
-pub fn build_script(def: &EnvDefinition, user: &str, home: &str, workdir: &str) -> (String, Vec<(String, String)>) {
+pub fn build_script(
+    def: &EnvDefinition,
+    user: &str,
+    home: &str,
+    workdir: &str,
+) -> (String, Vec<(String, String)>) {
     let mut s = String::from("#!/bin/bash\n__u=root\ncd /\n");
     let mut files = Vec::new();
-    let fail = |n: usize| format!("__st=$?; if [ $__st -ne 0 ]; then printf '\\n{FAIL_MARK}{n} %s@@\\n' $__st; exit 97; fi\n");
+    let fail = |n: usize| {
+        format!("__st=$?; if [ $__st -ne 0 ]; then printf '\\n{FAIL_MARK}{n} %s@@\\n' $__st; exit 97; fi\n")
+    };
     s.push_str(&format!("printf '\\n{STEP_MARK}0@@\\n'\n"));
     if user != "root" {
         let (u, h) = (sq(user), sq(home));
@@ -83,7 +96,10 @@ pub fn build_script(def: &EnvDefinition, user: &str, home: &str, workdir: &str) 
                 ));
             }
             Step::Script(file) => {
-                s.push_str(&format!("( cd {CTX} && bash {} )\n", sq(&format!("{CTX}/{file}"))));
+                s.push_str(&format!(
+                    "( cd {CTX} && bash {} )\n",
+                    sq(&format!("{CTX}/{file}"))
+                ));
             }
             Step::Copy { src, dst } => {
                 let from = sq(&format!("{CTX}/{}", src.trim_start_matches("./")));
@@ -112,10 +128,14 @@ pub fn build_script(def: &EnvDefinition, user: &str, home: &str, workdir: &str) 
     s.push_str(&format!("mkdir -p {w} {h}\n"));
     if user != "root" {
         s.push_str(&format!("chown -R \"$(id -u {u}):$(id -g {u})\" {h}\n"));
-        s.push_str(&format!("case {w} in {h}|{h}/*) chown -R \"$(id -u {u}):$(id -g {u})\" {w};; esac\n"));
+        s.push_str(&format!(
+            "case {w} in {h}|{h}/*) chown -R \"$(id -u {u}):$(id -g {u})\" {w};; esac\n"
+        ));
     }
     s.push_str(&fail(done));
-    s.push_str(&format!("printf '\\n{USER_MARK}%s %s@@\\n' \"$(id -u {u})\" \"$(id -g {u})\"\n"));
+    s.push_str(&format!(
+        "printf '\\n{USER_MARK}%s %s@@\\n' \"$(id -u {u})\" \"$(id -g {u})\"\n"
+    ));
     (s, files)
 }
 
@@ -142,7 +162,10 @@ pub fn failed_step(output: &str) -> Option<(usize, Option<i32>, String)> {
     let n: usize = parts.next()?.parse().ok()?;
     let code = parts.next().and_then(|c| c.parse().ok());
     let mark = format!("{STEP_MARK}{n}@@");
-    let from = output[..at].rfind(&mark).map(|p| p + mark.len()).unwrap_or(0);
+    let from = output[..at]
+        .rfind(&mark)
+        .map(|p| p + mark.len())
+        .unwrap_or(0);
     Some((n, code, output[from..at].trim().to_string()))
 }
 
@@ -179,11 +202,15 @@ mod tests {
 
     #[test]
     fn failure_names_step_and_output() {
-        let out = "\n@@ENDLESS-STEP 0@@\n\n@@ENDLESS-STEP 1@@\nhello\nboom\n\n@@ENDLESS-FAIL 1 3@@\n";
+        let out =
+            "\n@@ENDLESS-STEP 0@@\n\n@@ENDLESS-STEP 1@@\nhello\nboom\n\n@@ENDLESS-FAIL 1 3@@\n";
         let (n, code, text) = failed_step(out).unwrap();
         assert_eq!((n, code), (1, Some(3)));
         assert_eq!(text, "hello\nboom");
-        assert_eq!(user_ids("x\n@@ENDLESS-USER 1000 1000@@\n"), Some((1000, 1000)));
+        assert_eq!(
+            user_ids("x\n@@ENDLESS-USER 1000 1000@@\n"),
+            Some((1000, 1000))
+        );
     }
 
     #[test]
@@ -191,10 +218,16 @@ mod tests {
         let def = EnvDefinition {
             base: None,
             steps: vec![
-                Step::Env { key: "A".into(), value: "it's \"$PATH\"".into() },
+                Step::Env {
+                    key: "A".into(),
+                    value: "it's \"$PATH\"".into(),
+                },
                 Step::Run("echo $A".into()),
                 Step::Workdir("/app".into()),
-                Step::Copy { src: "files/x".into(), dst: "/app/".into() },
+                Step::Copy {
+                    src: "files/x".into(),
+                    dst: "/app/".into(),
+                },
                 Step::Script("setup.sh".into()),
             ],
             session_script: "export B=2".into(),
@@ -203,7 +236,10 @@ mod tests {
         assert!(s.contains("export A=\"it's \\\"$PATH\\\"\""), "{s}");
         assert!(s.contains("@@ENDLESS-STEP 5@@"));
         assert_eq!(files, vec![("2.sh".to_string(), "echo $A".to_string())]);
-        assert_eq!(env_file(&def), "export A=\"it's \\\"$PATH\\\"\"\nexport B=2\n");
+        assert_eq!(
+            env_file(&def),
+            "export A=\"it's \\\"$PATH\\\"\"\nexport B=2\n"
+        );
         assert_eq!(describe(&def.steps[3]), "COPY files/x /app/");
     }
 }
