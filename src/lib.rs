@@ -11,3 +11,4 @@ pub mod logging;
 pub mod sandbox;
 pub mod store;
 pub mod task;
+pub mod verify;
