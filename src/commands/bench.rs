@@ -13,10 +13,20 @@ use crate::store::{import_paths, OnConflict, Workspace};
 use crate::task::formats::Format;
 use crate::task::{FileTree, Task, TaskMeta};
 
-pub fn run(_ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
+pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
     match args.what {
         BenchTarget::Import => {
             let report = bench_import(args.n.unwrap_or(2000))?;
+            if args.json {
+                print_json(&report)?;
+            } else {
+                println!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchTarget::Sandbox => {
+            let report =
+                crate::sandbox::bench(args.n.unwrap_or(200), &ctx.paths.cache_dir.join("sandbox"));
             if args.json {
                 print_json(&report)?;
             } else {

@@ -99,32 +99,13 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
         }
         TasksCommand::Validate { ids, all, json } => {
             let ids = select(&ws, ids, all)?;
-            let mut results = Vec::new();
-            let mut bad = 0;
-            for id in &ids {
-                let problems: Vec<String> = match ws.load_task(id) {
-                    Ok(task) => validate(&task).iter().map(ToString::to_string).collect(),
-                    Err(e) => vec![e.to_string()],
-                };
-                if !problems.is_empty() {
-                    bad += 1;
-                }
-                if !json {
-                    match problems.is_empty() {
-                        true => println!("ok      {id}"),
-                        false => println!("invalid {id}: {}", problems.join("; ")),
-                    }
-                }
-                results.push(serde_json::json!({ "id": id, "valid": problems.is_empty(), "problems": problems }));
-            }
+            let backend = ctx.backend()?;
+            let results = validate_all(&ws, backend.as_ref(), &ids, json);
+            let bad = results.iter().filter(|r| !r.ok).count();
             if json {
                 print_json(&results)?;
             }
-            eprintln!(
-                "{} of {} tasks valid (structure only: sandbox checks land with issue 3)",
-                ids.len() - bad,
-                ids.len()
-            );
+            eprintln!("{} of {} tasks valid", ids.len() - bad, ids.len());
             if bad > 0 {
                 return Ok(ExitCode::FAILURE);
             }
@@ -169,6 +150,86 @@ fn select(ws: &Workspace, ids: Vec<String>, all: bool) -> Result<Vec<String>> {
         }
     }
     Ok(ids)
+}
+
+/// One task's validation verdict, for `tasks validate --json`.
+#[derive(serde::Serialize)]
+struct Verdict {
+    id: String,
+    ok: bool,
+    problems: Vec<String>,
+    validation: Option<crate::verify::Validation>,
+}
+
+/// Structural checks, then the sandbox checks, several tasks at a time;
+/// prints one line per task as it finishes unless `quiet`.
+fn validate_all(
+    ws: &Workspace,
+    backend: &dyn crate::sandbox::Backend,
+    ids: &[String],
+    quiet: bool,
+) -> Vec<Verdict> {
+    let tasks_dir = ws.tasks_dir();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .max(2),
+        )
+        .build();
+    let run = || {
+        ids.par_iter()
+            .map(|id| {
+                let verdict =
+                    match crate::task::read_native(&tasks_dir.join(id), &Default::default()) {
+                        Err(e) => Verdict {
+                            id: id.clone(),
+                            ok: false,
+                            problems: vec![e.to_string()],
+                            validation: None,
+                        },
+                        Ok(task) => {
+                            let structural: Vec<String> =
+                                validate(&task).iter().map(ToString::to_string).collect();
+                            if !structural.is_empty() {
+                                Verdict {
+                                    id: id.clone(),
+                                    ok: false,
+                                    problems: structural,
+                                    validation: None,
+                                }
+                            } else {
+                                match crate::verify::validate_task(backend, &task) {
+                                    Ok(v) => Verdict {
+                                        id: id.clone(),
+                                        ok: v.ok(),
+                                        problems: v.problems.clone(),
+                                        validation: Some(v),
+                                    },
+                                    Err(e) => Verdict {
+                                        id: id.clone(),
+                                        ok: false,
+                                        problems: vec![e.to_string()],
+                                        validation: None,
+                                    },
+                                }
+                            }
+                        }
+                    };
+                if !quiet {
+                    match verdict.ok {
+                        true => println!("ok      {id}"),
+                        false => println!("invalid {id}: {}", verdict.problems.join("; ")),
+                    }
+                }
+                verdict
+            })
+            .collect::<Vec<_>>()
+    };
+    match pool {
+        Ok(pool) => pool.install(run),
+        Err(_) => run(),
+    }
 }
 
 /// Export each task to `out/<id>` atomically; returns the failures.
