@@ -5,3 +5,4 @@ pub mod fsutil;
 pub mod sandbox;
 pub mod store;
 pub mod task;
+pub mod tui;
