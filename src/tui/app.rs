@@ -499,11 +499,14 @@ impl App {
             .highlight_style(t.accent().bg(t.selection))
             .divider("|")
             .padding("", "");
+        let tabs_width = x.saturating_sub(area.x);
+        let right_width = area.width.saturating_sub(tabs_width).min(30);
         let [left, right] =
-            Layout::horizontal([Constraint::Fill(1), Constraint::Length(30)]).areas(area);
+            Layout::horizontal([Constraint::Fill(1), Constraint::Length(right_width)]).areas(area);
         frame.render_widget(tabs, left);
         let help = format!("{} help ", self.keymap.hint(Command::Help));
-        let label = truncate_left(&self.workspace_label, 28usize.saturating_sub(help.len()));
+        let room = (right_width as usize).saturating_sub(help.len() + 1);
+        let label = truncate_left(&self.workspace_label, room);
         frame.render_widget(
             Paragraph::new(Line::from(vec![
                 Span::styled(label, t.muted()),
@@ -586,6 +589,9 @@ fn truncate_left(s: &str, max: usize) -> String {
     if n <= max {
         return s.to_string();
     }
-    let keep: String = s.chars().skip(n + 1 - max.max(1)).collect();
+    if max == 0 {
+        return String::new();
+    }
+    let keep: String = s.chars().skip(n + 1 - max).collect();
     format!("…{keep}")
 }

@@ -55,7 +55,11 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
         Err(e) => vec![err(e)],
     };
     match req {
-        Request::LoadTasks => match ws.list_tasks(&Default::default()) {
+        // Reconcile first so bundles written by other processes show up.
+        Request::LoadTasks => match ws
+            .reconcile()
+            .and_then(|_| ws.list_tasks(&Default::default()))
+        {
             Ok(rows) => vec![Action::TasksLoaded(rows)],
             Err(e) => vec![err(e)],
         },

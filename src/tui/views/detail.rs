@@ -13,7 +13,7 @@ use super::tasks::{stars, status_style};
 use crate::store::{EpisodeRow, TaskRow};
 use crate::task::Task;
 use crate::tui::theme::Theme;
-use crate::tui::widgets::highlight::{highlight_window, Lang};
+use crate::tui::widgets::highlight::{highlight_line, Lang};
 
 /// The detail tabs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -347,13 +347,10 @@ impl DetailState {
                 Src::Header(h) => Line::from(Span::styled(h.clone(), theme.accent())),
                 Src::Text(t) => Line::from(Span::styled(t.clone(), theme.muted())),
                 Src::Code(lang, text, n, total) => {
-                    let mut l = highlight_window(text, *lang, theme, 0, 1);
                     let width = total.to_string().len();
-                    let mut line = l.pop().unwrap_or_default();
-                    if let Some(first) = line.spans.first_mut() {
-                        first.content = format!("{:>width$} ", n).into();
-                    }
-                    line
+                    let mut spans = vec![Span::styled(format!("{n:>width$} "), theme.muted())];
+                    spans.extend(highlight_line(&text.replace('\t', "    "), *lang, theme));
+                    Line::from(spans)
                 }
             })
             .collect();
@@ -443,7 +440,7 @@ fn provenance_text(task: &Task, row: &TaskRow) -> String {
     let mut out = String::new();
     let mut kv = |k: &str, v: String| {
         if !v.is_empty() {
-            out.push_str(&format!("{k:<14}{v}\n"));
+            out.push_str(&format!("{k:<14} {v}\n"));
         }
     };
     kv("category", t.category.clone());

@@ -5,7 +5,7 @@ use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, Table, TableState};
+use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
 use super::detail::pass_cell;
@@ -220,6 +220,8 @@ impl EpisodesView {
             .style(theme.muted()),
         )
         .row_highlight_style(theme.selected())
+        .highlight_symbol("▶ ")
+        .highlight_spacing(HighlightSpacing::Always)
         .style(Style::new().fg(theme.foreground));
         let mut state = TableState::default()
             .with_selected((!self.visible.is_empty()).then(|| self.selected - self.offset));

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
-use crate::tui::keymap::Keymap;
+use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
 
 /// Whether the overlay is open and how far it is scrolled.
@@ -43,6 +43,11 @@ impl HelpView {
         let max = (lines.len() as u16).saturating_sub(height.saturating_sub(2));
         self.scroll = self.scroll.min(max);
         frame.render_widget(Clear, popup);
+        let hint = format!(
+            " {}/{} scroll · any other key closes ",
+            keymap.hint(Command::Down),
+            keymap.hint(Command::Up)
+        );
         let block = Block::default()
             .borders(Borders::ALL)
             .border_style(Style::new().fg(theme.accent))
@@ -50,13 +55,7 @@ impl HelpView {
                 " Keys ([tui.keys] in config.toml) ",
                 theme.accent(),
             ))
-            .title_bottom(
-                Line::from(Span::styled(
-                    " j/k scroll · any other key closes ",
-                    theme.muted(),
-                ))
-                .right_aligned(),
-            )
+            .title_bottom(Line::from(Span::styled(hint, theme.muted())).right_aligned())
             .style(theme.base());
         frame.render_widget(
             Paragraph::new(lines).block(block).scroll((self.scroll, 0)),

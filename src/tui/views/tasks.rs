@@ -5,7 +5,7 @@ use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, Table, TableState};
+use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
 use super::detail::DetailState;
@@ -443,11 +443,13 @@ impl TasksView {
             return;
         }
         if self.visible.is_empty() {
-            let k = "clear the filters (x) or the search (esc)";
             frame.render_widget(
                 Paragraph::new(vec![
                     Line::from(Span::styled(" No tasks match the filter.", theme.warning())),
-                    Line::from(Span::styled(format!(" Press to {k}."), theme.muted())),
+                    Line::from(Span::styled(
+                        " Clear the filters (x) or the search (esc).",
+                        theme.muted(),
+                    )),
                 ]),
                 area,
             );
@@ -515,7 +517,7 @@ impl TasksView {
             sort_mark(SortKey::Rating, "Rating"),
         ]);
         widths.extend([
-            Constraint::Length(14),
+            Constraint::Length(15),
             Constraint::Length(3),
             Constraint::Length(9),
             Constraint::Length(7),
@@ -528,6 +530,8 @@ impl TasksView {
             } else {
                 Style::new().bg(theme.selection)
             })
+            .highlight_symbol("▶ ")
+            .highlight_spacing(HighlightSpacing::Always)
             .style(Style::new().fg(theme.foreground));
         let mut state = TableState::default().with_selected(Some(self.selected - self.offset));
         frame.render_stateful_widget(table, area, &mut state);
