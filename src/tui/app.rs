@@ -297,9 +297,28 @@ impl App {
             _ => match self.view {
                 View::Tasks => self.tasks_command(cmd),
                 View::Live => self.live.command(cmd),
-                View::Episodes => self.episodes.command(cmd),
+                View::Episodes => self.episodes_command(cmd),
                 View::Jobs | View::Training => {}
             },
+        }
+    }
+
+    fn episodes_command(&mut self, cmd: Command) {
+        if cmd != Command::Select {
+            self.episodes.command(cmd);
+            return;
+        }
+        // Enter on an episode opens its task's Episodes tab.
+        let Some(task) = self.episodes.selected_row().map(|e| e.task_id.clone()) else {
+            return;
+        };
+        let sel = self.tasks.select_id(&task);
+        if sel.as_deref() == Some(task.as_str()) {
+            self.view = View::Tasks;
+            self.tasks.detail.tab = super::views::detail::DetailTab::Episodes;
+            self.load_selected(sel);
+        } else {
+            self.error(format!("task {task} is not in the workspace"));
         }
     }
 

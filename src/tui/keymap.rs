@@ -51,7 +51,7 @@ commands! {
     PageDown => "page_down", ["pagedown", "ctrl-d"], "Page down";
     Top => "top", ["home", "g"], "First row";
     Bottom => "bottom", ["end", "G"], "Last row";
-    Select => "select", ["enter"], "Focus the detail pane / zoom a live pane";
+    Select => "select", ["enter"], "Focus the detail pane / zoom a live pane / open an episode's task";
     Back => "back", ["esc"], "Back: unfocus, unzoom, close";
     NextTab => "next_tab", ["]"], "Next detail tab";
     PrevTab => "prev_tab", ["["], "Previous detail tab";

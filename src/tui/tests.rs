@@ -364,6 +364,12 @@ fn episodes_view_snapshots() {
     cmd(&mut app, &ws, Command::FilterFailure);
     assert_eq!(app.episodes.failure.as_deref(), Some("loop"));
     snap!("episodes_loop_80x24", &mut app, 80, 24);
+    // Enter jumps to the episode's task, on its Episodes tab.
+    cmd(&mut app, &ws, Command::Select);
+    assert_eq!(app.view, View::Tasks);
+    assert_eq!(app.tasks.selected_id().as_deref(), Some("archive-logs"));
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("max_turns"), "{screen}");
 }
 
 #[test]
@@ -470,4 +476,13 @@ fn bench_runs_on_many_rows() {
     assert_eq!(b.frames, 2 * super::bench::FRAMES_PER_VIEW);
     assert!(b.p95 >= b.p50);
     assert!(b.tasks_view.max >= b.tasks_view.p50);
+}
+
+/// Full-size frame benchmark (dev profile unless run with --release):
+/// `cargo test --lib tui::tests::bench_full_size -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark; prints frame times"]
+fn bench_full_size() {
+    let b = super::bench_frames(10_000, 8);
+    println!("{b:#?}");
 }

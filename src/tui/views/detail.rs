@@ -118,10 +118,6 @@ pub struct DetailState {
 impl DetailState {
     /// Record that `id` should be shown; true if it needs loading.
     pub fn wants(&mut self, id: &str) -> bool {
-        if self.requested.as_deref() == Some(id) && self.task.as_ref().is_some_and(|t| t.id() == id)
-        {
-            return false;
-        }
         if self.requested.as_deref() == Some(id) {
             return false;
         }

@@ -58,6 +58,11 @@ impl LivePane {
         self.parser.process(bytes);
     }
 
+    /// Resize the emulated terminal (when the session's PTY is resized).
+    pub fn resize(&mut self, rows: u16, cols: u16) {
+        self.parser.screen_mut().set_size(rows.max(1), cols.max(1));
+    }
+
     /// The visible screen as text (for tests and logs).
     pub fn contents(&self) -> String {
         self.parser.screen().contents()

@@ -162,6 +162,18 @@ impl TasksView {
         self.selected_row().map(|r| r.id.clone())
     }
 
+    /// Show and select task `id`, clearing filters that hide it. Returns
+    /// the id now selected.
+    pub fn select_id(&mut self, id: &str) -> Option<String> {
+        if !self.rows.iter().any(|r| r.id == id) {
+            return self.selected_id();
+        }
+        if !self.visible.iter().any(|&i| self.rows[i].id == id) {
+            self.filter = Filter::default();
+        }
+        self.refresh(Some(id.to_string()))
+    }
+
     /// Set the search text. Returns the id now selected.
     pub fn set_search(&mut self, search: String) -> Option<String> {
         let keep = self.selected_id();
