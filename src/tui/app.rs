@@ -78,7 +78,7 @@ pub enum Action {
     /// One task's bundle and its episodes.
     TaskLoaded(Box<Task>, Vec<EpisodeRow>),
     /// One row changed (after curation).
-    TaskRowUpdated(TaskRow),
+    TaskRowUpdated(Box<TaskRow>),
     /// All episodes from the store.
     EpisodesLoaded(Vec<EpisodeRow>),
     /// Open a live pane (the lead connects sandbox sessions to these).
@@ -210,7 +210,7 @@ impl App {
                 self.load_selected(sel);
             }
             Action::TaskLoaded(task, eps) => self.tasks.detail.set_task(*task, eps),
-            Action::TaskRowUpdated(row) => self.tasks.update_row(row),
+            Action::TaskRowUpdated(row) => self.tasks.update_row(*row),
             Action::EpisodesLoaded(rows) => self.episodes.set_rows(rows),
             Action::LiveOpen {
                 title,

@@ -11,6 +11,7 @@ pub mod app;
 pub mod bench;
 pub mod event;
 pub mod keymap;
+pub mod store_ext;
 pub mod theme;
 pub mod validate;
 pub mod views;
@@ -35,13 +36,29 @@ pub use bench::{bench_frames, FrameBench};
 pub use keymap::{Command, Keymap, KeymapError};
 pub use theme::{Theme, ThemeError};
 
-use event::{InputThread, Msg};
+use event::InputThread;
+pub use event::Msg;
 
 /// Open the TUI on the workspace at `workspace_root` with theme `theme`
 /// (a built-in or `<config dir>/themes/<name>.toml`) and `[tui.keys]`
 /// overrides. Returns when the user quits; the terminal is restored on
 /// return, on error and on panic.
 pub fn run(workspace_root: &Path, theme: &str, keys: &toml::Table) -> anyhow::Result<()> {
+    let (tx, rx) = mpsc::channel::<Msg>();
+    run_with_channel(workspace_root, theme, keys, tx, rx)
+}
+
+/// [`run`] with a channel made by the caller, who keeps clones of `tx` to
+/// feed the running UI from other threads: `Msg::Action(Action::LiveOpen
+/// {..})`, `Action::LiveFeed { pane, bytes }`, `Action::LiveTurn {..}`,
+/// `Action::Info(..)`. Sends never block; the UI drains them between frames.
+pub fn run_with_channel(
+    workspace_root: &Path,
+    theme: &str,
+    keys: &toml::Table,
+    tx: mpsc::Sender<Msg>,
+    rx: mpsc::Receiver<Msg>,
+) -> anyhow::Result<()> {
     let keymap = Keymap::from_config(keys)?;
     let theme = Theme::load(theme, Theme::user_dir().as_deref())?;
     // Open once here so that a broken workspace fails before the screen switches.
@@ -52,7 +69,6 @@ pub fn run(workspace_root: &Path, theme: &str, keys: &toml::Table) -> anyhow::Re
     let mut app = App::new(theme, keymap, workspace_root.display().to_string());
 
     let mut terminal = TerminalGuard::enter()?;
-    let (tx, rx) = mpsc::channel::<Msg>();
     let (req_tx, req_rx) = mpsc::channel::<Request>();
     let _worker = worker::spawn(workspace_root.to_path_buf(), req_rx, tx.clone());
     let input = InputThread::spawn(tx);

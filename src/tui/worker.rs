@@ -51,7 +51,7 @@ fn err(e: StoreError) -> Action {
 /// Serve one request.
 pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
     let row_update = |id: &str, r: Result<(), StoreError>| match r.and_then(|_| ws.task_row(id)) {
-        Ok(row) => vec![Action::TaskRowUpdated(row)],
+        Ok(row) => vec![Action::TaskRowUpdated(Box::new(row))],
         Err(e) => vec![err(e)],
     };
     match req {
@@ -91,10 +91,10 @@ fn load_task(ws: &Workspace, id: &str) -> Vec<Action> {
         Ok(t) => t,
         Err(e) => return vec![err(e)],
     };
-    let eps = ws
-        .list_episodes(None)
-        .map(|v| v.into_iter().filter(|e| e.task_id == id).collect())
-        .unwrap_or_default();
+    let eps = match super::store_ext::task_episodes(ws, id) {
+        Ok(eps) => eps,
+        Err(e) => return vec![err(e)],
+    };
     vec![Action::TaskLoaded(Box::new(task), eps)]
 }
 
@@ -114,7 +114,7 @@ fn reload_task(ws: &Workspace, id: &str) -> Vec<Action> {
     }
     let mut out = load_task(ws, id);
     if let Ok(row) = ws.task_row(id) {
-        out.insert(0, Action::TaskRowUpdated(row));
+        out.insert(0, Action::TaskRowUpdated(Box::new(row)));
     }
     out.push(Action::Info(format!("{id}: reloaded after editing")));
     out

@@ -131,11 +131,7 @@ impl LiveView {
             Command::Left => self.selected = self.selected.saturating_sub(1),
             Command::Right => self.selected = (self.selected + 1).min(n - 1),
             Command::Up => self.selected = self.selected.saturating_sub(cols),
-            Command::Down => {
-                if self.selected + cols < n {
-                    self.selected += cols;
-                }
-            }
+            Command::Down if self.selected + cols < n => self.selected += cols,
             Command::Top => self.selected = 0,
             Command::Bottom => self.selected = n - 1,
             _ => {}
