@@ -193,8 +193,10 @@ fn empty_workspace_snapshot() {
     let ws = Workspace::open(dir.path()).unwrap();
     let mut app = app_on(&ws);
     snap!("tasks_empty_80x24", &mut app, 80, 24);
+    snap!("tasks_empty_120x40", &mut app, 120, 40);
     app.view = View::Episodes;
     snap!("episodes_empty_80x24", &mut app, 80, 24);
+    snap!("episodes_empty_120x40", &mut app, 120, 40);
 }
 
 #[test]
@@ -379,9 +381,11 @@ fn jobs_training_and_help_snapshots() {
     let mut app = app_on(&ws);
     cmd(&mut app, &ws, Command::ViewJobs);
     snap!("jobs_80x24", &mut app, 80, 24);
+    snap!("jobs_120x40", &mut app, 120, 40);
     cmd(&mut app, &ws, Command::NextView);
     assert_eq!(app.view, View::Training);
     snap!("training_80x24", &mut app, 80, 24);
+    snap!("training_120x40", &mut app, 120, 40);
     cmd(&mut app, &ws, Command::ViewTasks);
     key(&mut app, &ws, KeyCode::Char('?'));
     assert!(app.help.visible);
@@ -432,6 +436,7 @@ fn open_panes(app: &mut App, n: usize) {
 fn live_panes_feed_and_snapshots() {
     let mut app = live_app();
     snap!("live_empty_80x24", &mut app, 80, 24);
+    snap!("live_empty_120x40", &mut app, 120, 40);
     open_panes(&mut app, 4);
     let text = app.live.panes[1].contents();
     assert!(
@@ -485,4 +490,29 @@ fn bench_runs_on_many_rows() {
 fn bench_full_size() {
     let b = super::bench_frames(10_000, 8);
     println!("{b:#?}");
+}
+
+#[test]
+fn colours_come_from_the_theme() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    for name in ["dark", "light"] {
+        let theme = Theme::load(name, None).unwrap();
+        let mut app = App::new(theme.clone(), Keymap::default(), "fixture-ws");
+        pump(&mut app, &ws);
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| app.draw(f)).unwrap();
+        let buf = t.backend().buffer().clone();
+        // Row 4 is count-words (accepted): find its status cell.
+        let row: String = (0..80).map(|x| buf[(x, 4)].symbol().to_string()).collect();
+        let x = row.find("accepted").unwrap() as u16;
+        assert_eq!(buf[(x, 4)].fg, theme.success, "{name}");
+        assert_eq!(buf[(79, 23)].bg, theme.background, "{name}");
+        // The truth tab's border uses the privileged colour.
+        cmd(&mut app, &ws, Command::NextTab);
+        t.draw(|f| app.draw(f)).unwrap();
+        let buf = t.backend().buffer().clone();
+        assert_eq!(buf[(0, 11)].symbol(), "┌");
+        assert_eq!(buf[(0, 11)].fg, theme.privileged, "{name}");
+    }
 }
