@@ -11,4 +11,5 @@ pub mod logging;
 pub mod sandbox;
 pub mod store;
 pub mod task;
+pub mod tui;
 pub mod verify;

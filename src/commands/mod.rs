@@ -60,7 +60,15 @@ impl Context {
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let ctx = Context::new(cli.workspace)?;
     match cli.command {
-        None => not_built("the TUI", "issue 7"),
+        None => {
+            ctx.workspace()?;
+            crate::tui::run(
+                &ctx.workspace_root,
+                &ctx.config.tui.theme,
+                &ctx.config.tui.keys,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Tasks(cmd)) => tasks::run(&ctx, cmd),
         Some(Command::Config(cmd)) => config_cmd::run(&ctx, cmd),
         Some(Command::Bench(args)) => bench::run(&ctx, args),
