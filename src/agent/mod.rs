@@ -1,0 +1,15 @@
+//! The agent: the paper's minimal protocol, the episode loop, policies and
+//! the rollout engine.
+
+mod episode;
+pub mod policy;
+pub mod protocol;
+mod result;
+mod terminal;
+
+pub use episode::{
+    run_episode, EndReason, EpisodeConfig, EpisodeObserver, NoObserver, Step, StepKind, Trajectory,
+};
+pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply};
+pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
+pub use terminal::{Terminal, TerminalError};
