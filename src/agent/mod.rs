@@ -5,6 +5,7 @@ mod episode;
 pub mod policy;
 pub mod protocol;
 mod result;
+pub mod rollout;
 mod terminal;
 
 pub use episode::{
@@ -12,4 +13,9 @@ pub use episode::{
 };
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply};
 pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
+pub use rollout::{
+    load_result, load_run, run_rollouts, run_sandboxed_episode, EpisodePaths, LiveStream,
+    RolloutConfig, RolloutError, RolloutEvent, RunSummary, SandboxProvider, StartOptions,
+    Verification,
+};
 pub use terminal::{Terminal, TerminalError};
