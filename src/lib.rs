@@ -2,8 +2,14 @@
 //! procedurally generated, verifiable tasks.
 
 pub mod agent;
+pub mod cli;
+pub mod commands;
+pub mod config;
 pub mod eval;
 pub mod fsutil;
+pub mod jobs;
 pub mod llm;
+pub mod logging;
 pub mod sandbox;
+pub mod store;
 pub mod task;
