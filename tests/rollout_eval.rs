@@ -299,4 +299,12 @@ async fn oracle_rollouts_and_run_comparison() {
     assert_eq!(failed, vec!["loop-1", "quit-1"]);
     assert!(cmp.newly_solved.is_empty());
     assert_eq!(cmp.pass_rate_a, 1.0);
+
+    let bench =
+        endless::agent::bench_rollout(Arc::new(BashProvider::default()), tasks(), 4, 4, dir.path())
+            .await
+            .unwrap();
+    assert_eq!((bench.episodes, bench.passed, bench.errors), (12, 12, 0));
+    assert!(bench.episodes_per_minute > 0.0 && bench.mean_exec_secs > 0.0);
+    assert!(bench.summary().contains("episodes/min"));
 }

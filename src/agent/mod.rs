@@ -1,6 +1,7 @@
 //! The agent: the paper's minimal protocol, the episode loop, policies and
 //! the rollout engine.
 
+mod bench;
 mod episode;
 pub mod policy;
 pub mod protocol;
@@ -8,6 +9,7 @@ mod result;
 pub mod rollout;
 mod terminal;
 
+pub use bench::{bench_rollout, RolloutBench};
 pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, NoObserver, Step, StepKind, Trajectory,
 };
