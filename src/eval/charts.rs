@@ -102,3 +102,33 @@ pub fn draw_failure_mix(
     }
     root.present().map_err(|e| err(path, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_are_pngs() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::env::var_os("ENDLESS_CHART_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or(dir.path().into());
+        let bars = vec![
+            ("a".to_string(), 0.25),
+            ("b".to_string(), 1.0),
+            ("c".to_string(), 0.0),
+            ("d".to_string(), f64::NAN),
+        ];
+        draw_pass_rate_chart(&bars, &out.join("rate.png")).unwrap();
+        draw_failure_mix(
+            &[3, 1, 0, 2, 0, 1],
+            &crate::eval::CHART_COLORS,
+            &out.join("mix.png"),
+        )
+        .unwrap();
+        draw_failure_mix(&[0; 6], &crate::eval::CHART_COLORS, &out.join("empty.png")).unwrap();
+        for f in ["rate.png", "mix.png", "empty.png"] {
+            assert_eq!(&std::fs::read(out.join(f)).unwrap()[..4], b"\x89PNG");
+        }
+    }
+}
