@@ -29,14 +29,6 @@ pub fn draw_pass_rate_chart(bars: &[(String, f64)], path: &Path) -> Result<(), C
     let root = BitMapBackend::new(path, (W, H)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(path, e))?;
     let (w, h) = (W as i32 - 2 * PAD, H as i32 - 2 * PAD);
-    for q in 1..4 {
-        let y = PAD + h - h * q / 4;
-        root.draw(&PathElement::new(
-            vec![(PAD, y), (PAD + w, y)],
-            RGBColor(200, 200, 200),
-        ))
-        .map_err(|e| err(path, e))?;
-    }
     let n = bars.len().max(1) as i32;
     let slot = w / n;
     for (i, (_, rate)) in bars.iter().enumerate() {
@@ -56,6 +48,14 @@ pub fn draw_pass_rate_chart(bars: &[(String, f64)], path: &Path) -> Result<(), C
         root.draw(&Rectangle::new(
             [(x0, top), (x1, PAD + h)],
             RGBColor(44, 160, 44).filled(),
+        ))
+        .map_err(|e| err(path, e))?;
+    }
+    for q in 1..4 {
+        let y = PAD + h - h * q / 4;
+        root.draw(&PathElement::new(
+            vec![(PAD, y), (PAD + w, y)],
+            RGBColor(120, 120, 120),
         ))
         .map_err(|e| err(path, e))?;
     }
