@@ -23,7 +23,7 @@ use crate::llm::ChatMessage;
 use crate::task::Task;
 
 /// A live copy of a session's raw byte stream (for TUI panes).
-pub type LiveStream = tokio::sync::broadcast::Receiver<Vec<u8>>;
+pub type LiveStream = tokio::sync::broadcast::Receiver<Arc<[u8]>>;
 
 /// How a sandbox is started for an episode.
 #[derive(Debug, Clone, Default)]
