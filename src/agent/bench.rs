@@ -21,6 +21,8 @@ pub struct RolloutBench {
     pub episodes: usize,
     pub passed: usize,
     pub errors: usize,
+    /// Seconds spent building task images before the timed run.
+    pub prepare_secs: f64,
     pub wall_secs: f64,
     pub episodes_per_minute: f64,
     /// Mean seconds per episode spent starting the sandbox.
@@ -50,6 +52,13 @@ pub async fn bench_rollout<P: SandboxProvider>(
     config.command_timeout = Duration::from_secs(120);
     config.record_cast = false;
     let n_tasks = tasks.len();
+    let prep = std::time::Instant::now();
+    for task in &tasks {
+        if let Err(e) = provider.prepare(task) {
+            tracing::warn!(task = task.id(), %e, "image build failed");
+        }
+    }
+    let prepare_secs = prep.elapsed().as_secs_f64();
     let summary = run_rollouts(config, tasks, PolicyFactory::Oracle, provider, None).await?;
     let _ = std::fs::remove_dir_all(&run_dir);
     let eps = &summary.episodes;
@@ -65,6 +74,7 @@ pub async fn bench_rollout<P: SandboxProvider>(
             .iter()
             .filter(|e| e.end_reason == super::EndReason::Error)
             .count(),
+        prepare_secs,
         wall_secs: summary.wall_secs,
         episodes_per_minute: if summary.wall_secs > 0.0 {
             eps.len() as f64 * 60.0 / summary.wall_secs
@@ -82,8 +92,9 @@ impl RolloutBench {
     /// A short human-readable summary.
     pub fn summary(&self) -> String {
         format!(
-            "{} episodes ({} tasks x {} samples, {} at once) in {:.1}s: {:.1} episodes/min; {} passed, {} errors\n\
+            "images built in {:.1}s; {} episodes ({} tasks x {} samples, {} at once) in {:.1}s: {:.1} episodes/min; {} passed, {} errors\n\
              per episode: sandbox start {:.3}s, commands {:.3}s, tests {:.3}s, total {:.3}s",
+            self.prepare_secs,
             self.episodes,
             self.tasks,
             self.samples,

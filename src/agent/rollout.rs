@@ -47,6 +47,11 @@ pub struct Verification {
 pub trait SandboxProvider: Send + Sync + 'static {
     /// The session type.
     type Term: Terminal + Send;
+    /// Build or fetch `task`'s image ahead of time (optional: `start` must
+    /// also work without it).
+    fn prepare(&self, _task: &Task) -> Result<(), TerminalError> {
+        Ok(())
+    }
     /// Start a fresh copy of `task`'s initial state.
     fn start(&self, task: &Task, options: &StartOptions) -> Result<Self::Term, TerminalError>;
     /// Run `task`'s final tests in `term` after the agent stopped.
