@@ -241,6 +241,7 @@ impl EpisodeObserver for JsonlObserver<'_> {
 /// Run one episode of `task` in a fresh sandbox and write its files.
 /// Call from a thread that may block. Returns the result, also saved to
 /// `paths.result`; fails only when the result cannot be saved.
+#[allow(clippy::too_many_arguments)]
 pub fn run_sandboxed_episode<P: SandboxProvider>(
     provider: &P,
     task: &Task,
