@@ -440,3 +440,53 @@ fn episode_files_are_written() {
     assert!(json["failure_mode"].is_null());
     assert!(json["steps"][0]["command"].is_string() && json["steps"][0]["exit_code"] == 0);
 }
+
+#[test]
+fn client_sends_key_and_sampling_and_bounds_concurrency() {
+    use endless::llm::{ChatMessage, ChatModel, OpenAiChat, OpenAiConfig, SamplingParams};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (f, p) = (in_flight.clone(), peak.clone());
+    let server = FixtureLlm::start(move |_| {
+        let now = f.fetch_add(1, Ordering::SeqCst) + 1;
+        p.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(150));
+        f.fetch_sub(1, Ordering::SeqCst);
+        Reply::done()
+    });
+    let mut config = OpenAiConfig::new("m", server.url());
+    config.api_key = Some("sekret".into());
+    config.max_concurrency = 2;
+    let client = Arc::new(OpenAiChat::new(config).unwrap());
+    let params = SamplingParams {
+        temperature: 0.5,
+        top_p: 0.9,
+        max_tokens: Some(77),
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..6 {
+            let (client, params) = (client.clone(), params.clone());
+            set.spawn(async move { client.chat(&[ChatMessage::user("hi")], &params).await });
+        }
+        while let Some(r) = set.join_next().await {
+            let r = r.unwrap().unwrap();
+            assert!(r.content.contains("done"));
+            assert_eq!(r.attempts, 1);
+        }
+    });
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "at most 2 requests in flight"
+    );
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 6);
+    assert_eq!(reqs[0].header("authorization"), Some("Bearer sekret"));
+    assert_eq!(reqs[0].body["max_tokens"], 77);
+    assert_eq!(reqs[0].body["temperature"].as_f64(), Some(0.5));
+    assert!((reqs[0].body["top_p"].as_f64().unwrap() - 0.9).abs() < 1e-6);
+}
