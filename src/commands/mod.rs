@@ -1,7 +1,7 @@
 //! The CLI commands: each turns parsed arguments into library calls and
 //! prints the result (text, or one JSON document with `--json`).
 
-mod bench;
+pub mod bench;
 mod config_cmd;
 mod tasks;
 
