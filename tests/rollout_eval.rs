@@ -308,3 +308,111 @@ async fn oracle_rollouts_and_run_comparison() {
     assert!(bench.episodes_per_minute > 0.0 && bench.mean_exec_secs > 0.0);
     assert!(bench.summary().contains("episodes/min"));
 }
+
+const FINAL_UPPER: &str = r#"
+def test_output_upper():
+    assert open("/home/user/out.txt").read() == "HELLO\n", "out.txt must hold HELLO"
+"#;
+
+fn upper_task(id: &str) -> endless::task::Task {
+    let mut t = hello_task(id, "text", 1);
+    t.instruction = "Upper-case ~/data/a.txt into ~/out.txt".into();
+    t.tests = Default::default();
+    t.tests.insert_text("test_final_state.py", FINAL_UPPER);
+    t.environment.insert_text(
+        "setup.sh",
+        "mkdir -p /home/user/data\necho hello > /home/user/data/a.txt\n",
+    );
+    t.solution = Default::default();
+    t.solution.insert(
+        "solve.sh",
+        b"tr a-z A-Z < ~/data/a.txt > ~/out.txt\n".to_vec(),
+        true,
+    );
+    t
+}
+
+/// Episodes on the real local sandbox (skips where it cannot run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_sandbox_oracle_and_model_episodes() {
+    if !std::path::Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("SKIP: {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let cache = tempfile::Builder::new()
+        .prefix("endless-agent-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let backend = match endless::sandbox::local::LocalBackend::new(cache.path()) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("SKIP: local backend unavailable here: {e}");
+            return;
+        }
+    };
+    let provider = Arc::new(endless::agent::BackendProvider::new(Arc::new(backend)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.samples = 2;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let s = run_rollouts(
+        cfg,
+        vec![upper_task("upper")],
+        PolicyFactory::Oracle,
+        provider.clone(),
+        Some(tx),
+    )
+    .await
+    .unwrap();
+    for e in &s.episodes {
+        assert!(e.passed, "{e:?}");
+        assert_eq!(e.tests[0].name, "test_final_state::test_output_upper");
+        assert!(e.timings.sandbox_start_secs > 0.0 && e.timings.verify_secs > 0.0);
+    }
+    for ext in ["jsonl", "cast", "junit.xml", "json"] {
+        assert!(
+            dir.path().join(format!("episodes/upper/1.{ext}")).exists(),
+            "{ext}"
+        );
+    }
+    let mut streams = 0;
+    while let Ok(ev) = rx.try_recv() {
+        if let RolloutEvent::Started {
+            stream: Some(_), ..
+        } = ev
+        {
+            streams += 1;
+        }
+    }
+    assert_eq!(
+        streams, 2,
+        "every started episode offers its live byte stream"
+    );
+
+    // A model that says done at once: premature done, with the failing test named.
+    let server = FixtureLlm::start(|req| match req.turn() {
+        0 => Reply::command("cat ~/data/a.txt"),
+        _ => Reply::done(),
+    });
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir2.path());
+    cfg.samples = 1;
+    let policy = PolicyFactory::from_spec(&server.spec("m"), &options()).unwrap();
+    let s = run_rollouts(cfg, vec![upper_task("upper")], policy, provider, None)
+        .await
+        .unwrap();
+    let e = &s.episodes[0];
+    assert_eq!(e.failure_mode, Some(FailureMode::PrematureDone), "{e:?}");
+    assert_eq!(e.steps[0].output.trim_end(), "hello");
+    assert!(
+        !e.tests[0].passed
+            && e.tests[0]
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .contains("HELLO")
+    );
+    assert!(server.requests()[1]
+        .last_message()
+        .starts_with("Command executed successfully. Output: hello"));
+}

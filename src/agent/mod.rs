@@ -7,6 +7,7 @@ pub mod policy;
 pub mod protocol;
 mod result;
 pub mod rollout;
+mod sandboxed;
 mod terminal;
 
 pub use bench::{bench_rollout, RolloutBench};
@@ -20,4 +21,5 @@ pub use rollout::{
     RolloutConfig, RolloutError, RolloutEvent, RunSummary, SandboxProvider, StartOptions,
     Verification,
 };
+pub use sandboxed::BackendProvider;
 pub use terminal::{Terminal, TerminalError};

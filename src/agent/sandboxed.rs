@@ -30,7 +30,10 @@ pub struct BackendProvider {
 impl BackendProvider {
     /// A provider over `backend` with default session options.
     pub fn new(backend: Arc<dyn Backend>) -> Self {
-        Self { backend, session: SessionOptions::default() }
+        Self {
+            backend,
+            session: SessionOptions::default(),
+        }
     }
 }
 
@@ -53,16 +56,21 @@ impl SandboxProvider for BackendProvider {
         opts.record = options.record.clone();
         if task.meta.agent.timeout_sec.is_finite() && task.meta.agent.timeout_sec > 0.0 {
             // Leave room for the final tests after the agent's time.
-            let limit = task.meta.agent.timeout_sec + task.meta.verifier.timeout_sec.max(0.0) + 60.0;
+            let limit =
+                task.meta.agent.timeout_sec + task.meta.verifier.timeout_sec.max(0.0) + 60.0;
             opts.wall_clock = opts.wall_clock.max(Duration::from_secs_f64(limit));
         }
-        self.backend
-            .start(&image, &opts)
-            .map_err(|e| TerminalError(format!("cannot start a {} session: {e}", self.backend.name())))
+        self.backend.start(&image, &opts).map_err(|e| {
+            TerminalError(format!(
+                "cannot start a {} session: {e}",
+                self.backend.name()
+            ))
+        })
     }
 
     fn verify(&self, term: &mut Session, task: &Task) -> Result<Verification, TerminalError> {
-        let report = verify(term, task, TestSet::Final).map_err(|e| TerminalError(e.to_string()))?;
+        let report =
+            verify(term, task, TestSet::Final).map_err(|e| TerminalError(e.to_string()))?;
         let mut tests: Vec<TestOutcome> = report
             .tests
             .iter()
