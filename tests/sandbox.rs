@@ -560,3 +560,35 @@ fn dockerfile_steps_env_workdir_copy() {
     assert_eq!(r.output.trim_end(), "hey\nk=v\nhey");
     s.close();
 }
+
+#[test]
+fn doctor_and_backend_lookup() {
+    let report = endless::sandbox::doctor();
+    let text = report.to_string();
+    eprintln!("{text}");
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["backends"].as_array().unwrap().len(), 3);
+    let local = &report.backends[0];
+    if backend().is_some() {
+        assert!(local.works, "{text}");
+    } else {
+        assert!(
+            local.checks.iter().any(|c| !c.ok && c.fix.is_some()),
+            "{text}"
+        );
+    }
+    let apptainer = &report.backends[1];
+    if !apptainer.works {
+        assert!(text.contains("apptainer.org"), "{text}");
+    }
+    assert!(matches!(
+        endless::sandbox::backend_by_name("nope", cache()),
+        Err(SandboxError::UnknownBackend(_))
+    ));
+    for name in ["apptainer", "oci"] {
+        match endless::sandbox::backend_by_name(name, cache()) {
+            Ok(b) => assert_eq!(b.name(), name),
+            Err(e) => eprintln!("SKIP {name}: {e}"),
+        }
+    }
+}

@@ -57,10 +57,14 @@ fn output_of(argv: &[&str]) -> Option<(bool, String)> {
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..]);
     let out = run_with_timeout(cmd, Duration::from_secs(15)).ok()?;
-    Some((
-        out.code == Some(0),
-        out.output.trim().lines().next().unwrap_or("").to_string(),
-    ))
+    let text = out.output.trim();
+    // On failure the last line says why; on success the first line is the answer.
+    let line = if out.code == Some(0) {
+        text.lines().next()
+    } else {
+        text.lines().last()
+    };
+    Some((out.code == Some(0), line.unwrap_or("").to_string()))
 }
 
 /// Inspect this machine.

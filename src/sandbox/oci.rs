@@ -36,6 +36,18 @@ impl OciBackend {
             hint: "install podman (`apt-get install podman`) or docker with a running engine"
                 .into(),
         })?;
+        let info = command(&[engine.display().to_string(), "info".into()])?;
+        let out = run_with_timeout(info, Duration::from_secs(15))?;
+        if out.code != Some(0) {
+            return Err(SandboxError::Unavailable {
+                backend: "oci".into(),
+                reason: format!(
+                    "`{} info` failed (is the engine running?): {}",
+                    engine.display(),
+                    out.output.trim().lines().last().unwrap_or("")
+                ),
+            });
+        }
         Ok(Self {
             engine,
             cache: cache_dir.join("oci"),

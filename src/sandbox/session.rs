@@ -587,13 +587,33 @@ fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()
     (cancel, handle)
 }
 
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors that we then own.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if rc < 0 {
+        return Err(SandboxError::io("create pipe", "pipe")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: the descriptors are valid and owned by nobody else.
+    unsafe {
+        use std::os::fd::FromRawFd;
+        Ok((
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        ))
+    }
+}
+
 /// Run `cmd` with stdout and stderr captured (interleaved) in its own process
 /// group; kill the group after `timeout`.
 pub fn run_with_timeout(
     mut cmd: Command,
     timeout: Duration,
 ) -> Result<CommandOutput, SandboxError> {
-    let (mut reader, writer) = std::io::pipe().map_err(SandboxError::io("create pipe", "pipe"))?;
+    let (mut reader, writer) = pipe()?;
     let writer2 = writer
         .try_clone()
         .map_err(SandboxError::io("dup pipe", "pipe"))?;
