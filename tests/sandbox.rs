@@ -592,3 +592,21 @@ fn doctor_and_backend_lookup() {
         }
     }
 }
+
+#[test]
+fn container_backends_run_when_present() {
+    for name in ["apptainer", "oci"] {
+        let b = match endless::sandbox::backend_by_name(name, cache()) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("SKIP {name}: {e}");
+                continue;
+            }
+        };
+        let t = task(&format!("{name}-smoke"), "mkdir -p /home/user && echo hi > /home/user/f\n");
+        let image = b.prepare(&t).unwrap();
+        let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+        assert_eq!(s.exec("cat ~/f", T).unwrap().output.trim_end(), "hi");
+        s.close();
+    }
+}

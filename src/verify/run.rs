@@ -198,7 +198,7 @@ fn run_script(
         "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests && cd /tests && \
          bash /tests/{script}; st=$?; \
          if [ -f /logs/verifier/reward.txt ] && [ ! -L /logs/verifier/reward.txt ]; then head -c 64 /logs/verifier/reward.txt > {run}/reward.txt; fi; \
-         for f in /logs/verifier/*.xml; do [ -f \"$f\" ] && [ ! -L \"$f\" ] && cp \"$f\" {run}/junit.xml && break; done; exit $st",
+         for f in /logs/verifier/*.xml; do [ -f \"$f\" ] && [ ! -L \"$f\" ] && cp \"$f\" {run}/junit.xml && break; done; rm -rf /tests; exit $st",
         run = q(inside_run),
         script = q(script).trim_matches('\'')
     );
