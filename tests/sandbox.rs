@@ -603,7 +603,10 @@ fn container_backends_run_when_present() {
                 continue;
             }
         };
-        let t = task(&format!("{name}-smoke"), "mkdir -p /home/user && echo hi > /home/user/f\n");
+        let t = task(
+            &format!("{name}-smoke"),
+            "mkdir -p /home/user && echo hi > /home/user/f\n",
+        );
         let image = b.prepare(&t).unwrap();
         let mut s = b.start(&image, &SessionOptions::default()).unwrap();
         assert_eq!(s.exec("cat ~/f", T).unwrap().output.trim_end(), "hi");

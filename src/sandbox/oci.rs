@@ -103,7 +103,10 @@ pub fn run_argv(
     a.push(format!("--memory={}", limits.memory_bytes));
     a.push("--cap-drop=ALL".into());
     a.push("--security-opt=no-new-privileges".into());
-    a.push(format!("--volume={}:{EXCHANGE_INSIDE}", exchange.display()));
+    a.push(format!(
+        "--volume={}:{EXCHANGE_INSIDE}:ro",
+        exchange.display()
+    ));
     a.push(image.reference.clone().unwrap_or_else(|| tag(&image.hash)));
     a.extend(strings(&["sleep", "infinity"]));
     a
@@ -302,7 +305,7 @@ mod tests {
             run,
             "/usr/bin/podman run -d --rm --init --name=endless-1 --network=none --pids-limit=512 \
              --memory=4294967296 --cap-drop=ALL --security-opt=no-new-privileges \
-             --volume=/c/x:/run/endless-verifier localhost/endless-task:0123456789abcdef sleep infinity"
+             --volume=/c/x:/run/endless-verifier:ro localhost/endless-task:0123456789abcdef sleep infinity"
         );
         assert_eq!(
             shell_argv(e, "endless-1", &image()).join(" "),

@@ -322,6 +322,18 @@ impl Session {
         run_with_timeout(cmd, timeout)
     }
 
+    /// Like [`Session::run_as_root`], also returning what the command wrote
+    /// to file descriptor 3 (a pipe only this process holds).
+    pub fn run_as_root_fd3(
+        &mut self,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
+        self.check_usable()?;
+        let cmd = self.control.root_command(argv)?;
+        run_capturing(cmd, timeout, true)
+    }
+
     /// The verifier's exchange directory: host path and path inside.
     pub fn exchange_dir(&self) -> Option<(PathBuf, String)> {
         self.control.exchange_dir()
@@ -609,10 +621,19 @@ fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
 
 /// Run `cmd` with stdout and stderr captured (interleaved) in its own process
 /// group; kill the group after `timeout`.
-pub fn run_with_timeout(
+pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput, SandboxError> {
+    run_capturing(cmd, timeout, false).map(|(out, _)| out)
+}
+
+/// Like [`run_with_timeout`]; with `fd3`, the command also gets a pipe on
+/// file descriptor 3 whose content is returned (capped at 16 MiB). The
+/// verifier writes its results there, so no file the agent could touch
+/// is involved.
+pub fn run_capturing(
     mut cmd: Command,
     timeout: Duration,
-) -> Result<CommandOutput, SandboxError> {
+    fd3: bool,
+) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
     let (mut reader, writer) = pipe()?;
     let writer2 = writer
         .try_clone()
@@ -621,10 +642,45 @@ pub fn run_with_timeout(
         .stdout(writer)
         .stderr(writer2)
         .process_group(0);
+    let mut side = None;
+    if fd3 {
+        let (r3, w3) = pipe()?;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&w3);
+        // SAFETY: dup2/fcntl are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if raw == 3 {
+                    if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        side = Some((r3, w3));
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program())))?;
     drop(cmd);
+    let side_reader = side.map(|(mut r3, w3)| {
+        drop(w3);
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut buf = [0u8; 16384];
+            while let Ok(n) = r3.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if out.len() < 16 * 1024 * 1024 {
+                    out.extend_from_slice(&buf[..n]);
+                }
+            }
+            out
+        })
+    });
     let pid = child.id() as i32;
     let collector = std::thread::spawn(move || {
         let mut out = Vec::new();
@@ -663,9 +719,15 @@ pub fn run_with_timeout(
         libc::kill(-pid, libc::SIGKILL);
     }
     let out = collector.join().unwrap_or_default();
-    Ok(CommandOutput {
-        output: String::from_utf8_lossy(&out).into_owned(),
-        code: status.and_then(|s| s.code()),
-        timed_out,
-    })
+    let side = side_reader
+        .map(|h| h.join().unwrap_or_default())
+        .unwrap_or_default();
+    Ok((
+        CommandOutput {
+            output: String::from_utf8_lossy(&out).into_owned(),
+            code: status.and_then(|s| s.code()),
+            timed_out,
+        },
+        side,
+    ))
 }

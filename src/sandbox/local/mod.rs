@@ -172,7 +172,7 @@ impl LocalBackend {
         let spec = bwrap::Spec {
             root: &merged,
             network: image.network && self.allow_network,
-            binds: vec![(exchange.clone(), EXCHANGE_INSIDE.into(), false)],
+            binds: vec![(exchange.clone(), EXCHANGE_INSIDE.into(), true)],
             env: bwrap::agent_env(&image.user, &image.home),
             caps,
             chdir: "/",
