@@ -105,15 +105,19 @@ fn doctor_local() -> BackendStatus {
     ));
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    let userns = local::userns_problem();
     checks.push(check(
-        "root",
-        root,
+        "privileges",
+        root || userns.is_none(),
         if root {
-            "running as root"
+            "running as root: overlays mounted directly, the agent runs as a real unprivileged uid".to_string()
+        } else if userns.is_none() {
+            "rootless: overlays and ids through unprivileged user namespaces (the verifier then runs as the agent's uid)"
+                .to_string()
         } else {
-            "running as an ordinary user"
+            "not root and unprivileged user namespaces are unavailable".to_string()
         },
-        "run as root (in a container or VM); the rootless path is not implemented yet",
+        userns.as_deref().unwrap_or("run as root"),
     ));
     let overlay = std::fs::read_to_string("/proc/filesystems")
         .unwrap_or_default()

@@ -22,6 +22,8 @@ pub struct LocalControl {
     pub outer: i32,
     /// Pid of the sandbox's init (bubblewrap's child, pid 1 inside).
     pub init: Option<i32>,
+    /// The sandbox lives in user namespaces we own (no root on the host).
+    pub rootless: bool,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -80,6 +82,11 @@ impl SessionControl for LocalControl {
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .arg(format!("--target={init}"))
+            .args(if self.rootless {
+                &["--user", "--preserve-credentials"][..]
+            } else {
+                &[][..]
+            })
             .args([
                 "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--",
             ])

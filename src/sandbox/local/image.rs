@@ -30,7 +30,8 @@ impl LocalBackend {
         let def = parse_task(task)?;
         let layout = &self.layout;
         layout.ensure()?;
-        let hash = image_hash(task, "local", &layout.base_id());
+        let mode = if self.rootless.is_some() { "|rootless" } else { "" };
+        let hash = image_hash(task, "local", &format!("{}{mode}", layout.base_id()));
         let dir = layout.images().join(&hash);
         if let Some(image) = load_meta(&dir) {
             return Ok(image);
@@ -84,7 +85,7 @@ impl LocalBackend {
         std::fs::set_permissions(&root_up, std::fs::Permissions::from_mode(0o755))
             .map_err(io("chmod build directory", &root_up))?;
         write_tree(&build.join("ctx"), &task.environment)?;
-        let (script, files) = steps::build_script(def, &user, &home, &workdir);
+        let (script, files) = steps::build_script(def, &user, &home, &workdir, self.rootless.is_some());
         std::fs::write(build.join("steps/build.sh"), script)
             .map_err(io("write build script", build))?;
         for (name, content) in files {
@@ -105,7 +106,7 @@ impl LocalBackend {
                 work: build.join("work").join(d),
             });
         }
-        let plan = MountPlan::new(None, &[], &layers, &[], Vec::new())?;
+        let plan = MountPlan::new(None, &[], &layers, &[], Vec::new(), self.rootless)?;
         let bwrap_bin = self.bwrap.clone();
         let env = vec![
             ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
@@ -125,6 +126,7 @@ impl LocalBackend {
             caps: bwrap::BUILD_CAPS.to_vec(),
             chdir: "/",
             argv: vec!["/bin/bash".into(), format!("{}/build.sh", steps::STEPS)],
+            user_ns: None,
         };
         let mut cmd = Command::new(&bwrap_bin);
         cmd.args(bwrap::args(&spec)).env_clear();
