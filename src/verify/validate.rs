@@ -158,10 +158,19 @@ fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
     write_tree(&host_sol, &task.solution)?;
     let user = session.info().user.clone();
     let copy = format!(
-        "rm -rf /tmp/endless-solution && cp -a {inside}/solution /tmp/endless-solution && chown -R {user}: /tmp/endless-solution"
+        "rm -rf /tmp/endless-solution && cp -a {inside}/solution /tmp/endless-solution && \
+         {{ chown -R {user}: /tmp/endless-solution 2>/dev/null || chmod -R a+rwX /tmp/endless-solution; }}"
     );
+    // (Rootless sandboxes cannot chown; there the copy already belongs to the agent.)
     let out = session.run_as_root(
-        &["/bin/sh".into(), "-c".into(), copy],
+        &[
+            "/usr/bin/env".into(),
+            "-C".into(),
+            "/".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            copy,
+        ],
         Duration::from_secs(60),
     )?;
     let _ = std::fs::remove_dir_all(&host_sol);

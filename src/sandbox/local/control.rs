@@ -47,6 +47,17 @@ pub fn children_of(pid: i32) -> Vec<i32> {
     out
 }
 
+/// Whether `pid` exists and is not a zombie.
+fn is_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 /// The parent of `pid`.
 pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -82,10 +93,16 @@ impl SessionControl for LocalControl {
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .arg(format!("--target={init}"))
+            // Rootless: enter the user namespace we created (where we are
+            // root and own every namespace below it), not bubblewrap's
+            // innermost one, which owns none of the others.
             .args(if self.rootless {
-                &["--user", "--preserve-credentials"][..]
+                vec![
+                    format!("--user=/proc/{}/ns/user", self.outer),
+                    "--preserve-credentials".into(),
+                ]
             } else {
-                &[][..]
+                Vec::new()
             })
             .args([
                 "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--",
@@ -106,7 +123,12 @@ impl SessionControl for LocalControl {
     }
 
     fn teardown(&mut self, child: &mut Child) {
-        let init = self.init;
+        // Without cgroups, the sandbox's init tells when its pid namespace is gone.
+        let init = if self.cgroups.is_none() {
+            self.init_pid()
+        } else {
+            self.init
+        };
         // SAFETY: kill(2) on our own child; the sandbox's init dies with it
         // (--die-with-parent) and takes its whole pid namespace along.
         unsafe {
@@ -117,8 +139,7 @@ impl SessionControl for LocalControl {
             cg.kill_all_and_remove(Duration::from_secs(5));
         } else if let Some(init) = init {
             let until = Instant::now() + Duration::from_secs(5);
-            while std::path::Path::new(&format!("/proc/{init}")).exists() && Instant::now() < until
-            {
+            while is_running(init) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }

@@ -30,7 +30,11 @@ impl LocalBackend {
         let def = parse_task(task)?;
         let layout = &self.layout;
         layout.ensure()?;
-        let mode = if self.rootless.is_some() { "|rootless" } else { "" };
+        let mode = if self.rootless.is_some() {
+            "|rootless"
+        } else {
+            ""
+        };
         let hash = image_hash(task, "local", &format!("{}{mode}", layout.base_id()));
         let dir = layout.images().join(&hash);
         if let Some(image) = load_meta(&dir) {
@@ -85,7 +89,8 @@ impl LocalBackend {
         std::fs::set_permissions(&root_up, std::fs::Permissions::from_mode(0o755))
             .map_err(io("chmod build directory", &root_up))?;
         write_tree(&build.join("ctx"), &task.environment)?;
-        let (script, files) = steps::build_script(def, &user, &home, &workdir, self.rootless.is_some());
+        let (script, files) =
+            steps::build_script(def, &user, &home, &workdir, self.rootless.is_some());
         std::fs::write(build.join("steps/build.sh"), script)
             .map_err(io("write build script", build))?;
         for (name, content) in files {

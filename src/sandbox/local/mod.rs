@@ -46,9 +46,16 @@ pub struct LocalBackend {
 
 /// Why unprivileged user namespaces are unusable here, if they are.
 pub fn userns_problem() -> Option<String> {
-    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
     if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        return Some("user namespaces are disabled; enable them: `sysctl -w user.max_user_namespaces=15000`".into());
+        return Some(
+            "user namespaces are disabled; enable them: `sysctl -w user.max_user_namespaces=15000`"
+                .into(),
+        );
     }
     if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
         return Some(
@@ -77,9 +84,7 @@ impl LocalBackend {
                 .into(),
         })?;
         // SAFETY: geteuid/getuid/getgid have no preconditions.
-        let rootless = unsafe {
-            (libc::geteuid() != 0).then(|| (libc::getuid(), libc::getgid()))
-        };
+        let rootless = unsafe { (libc::geteuid() != 0).then(|| (libc::getuid(), libc::getgid())) };
         if rootless.is_some() {
             if let Some(problem) = userns_problem() {
                 return Err(SandboxError::Unavailable {

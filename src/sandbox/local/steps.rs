@@ -68,7 +68,11 @@ pub fn build_script(
     rootless: bool,
 ) -> (String, Vec<(String, String)>) {
     let mut s = String::from("#!/bin/bash\n__u=root\ncd /\n");
-    s.push_str(if rootless { "__rootless=1\n" } else { "__rootless=\n" });
+    s.push_str(if rootless {
+        "__rootless=1\n"
+    } else {
+        "__rootless=\n"
+    });
     s.push_str("__chown() { if [ -n \"$__rootless\" ]; then return 0; fi; chown \"$@\"; }\n");
     let mut files = Vec::new();
     let fail = |n: usize| {
