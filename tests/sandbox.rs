@@ -120,6 +120,9 @@ fn exec_heredoc_multiline_stdin_binary_and_fake_markers() {
         .exec("head -c 3000 /dev/urandom; echo; echo done", T)
         .unwrap();
     assert!(r.output.trim_end().ends_with("done"));
+    // The agent turning echo back on must not leak typed commands into output.
+    s.exec("stty echo </dev/tty", T).unwrap();
+    assert_eq!(s.exec("echo quiet", T).unwrap().output.trim_end(), "quiet");
     let r = s.exec("echo 'unterminated", T).unwrap();
     assert_ne!(r.exit_code, Some(0));
     assert_eq!(

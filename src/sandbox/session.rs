@@ -239,6 +239,9 @@ impl Session {
         let left = self.wall_clock.saturating_sub(self.started.elapsed());
         let deadline = start + timeout.min(left);
         self.drain();
+        if let Some(fd) = self.master.as_raw_fd() {
+            disable_echo(fd);
+        }
         self.seq += 1;
         let tag = format!("{}_{}", self.token, self.seq);
         let prefix = marker::marker_prefix(&tag);
@@ -538,13 +541,20 @@ fn strip_recovery_noise(mut text: String) -> String {
     text
 }
 
+/// Put the line discipline in the state the exec protocol needs: no echo
+/// (typed commands must not show up in the output), signals on (Ctrl-C
+/// interrupts), line mode. Only writes when something changed, e.g. after
+/// the agent ran `stty echo` or `stty raw`.
 fn disable_echo(fd: i32) {
     // SAFETY: tcgetattr/tcsetattr on a PTY master we own.
     unsafe {
         let mut t: libc::termios = std::mem::zeroed();
         if libc::tcgetattr(fd, &mut t) == 0 {
-            t.c_lflag &= !(libc::ECHO | libc::ECHONL);
-            libc::tcsetattr(fd, libc::TCSANOW, &t);
+            let want = (t.c_lflag & !(libc::ECHO | libc::ECHONL)) | libc::ISIG | libc::ICANON;
+            if want != t.c_lflag {
+                t.c_lflag = want;
+                libc::tcsetattr(fd, libc::TCSANOW, &t);
+            }
         }
     }
 }
@@ -730,4 +740,13 @@ pub fn run_capturing(
         },
         side,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn session_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<super::Session>();
+    }
 }
