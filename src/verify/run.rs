@@ -32,7 +32,9 @@ pub enum TestSet {
 /// One test's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TestCase {
+    /// `module::test` (or `module.Class::test`).
     pub name: String,
+    /// It passed (or was skipped).
     pub passed: bool,
     /// Failure message and traceback (empty when it passed).
     pub message: String,
@@ -41,6 +43,7 @@ pub struct TestCase {
 /// The outcome of a verification run.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TestReport {
+    /// Per-test outcomes, in run order.
     pub tests: Vec<TestCase>,
     /// All tests passed and at least one ran.
     pub passed: bool,
@@ -48,6 +51,7 @@ pub struct TestReport {
     pub junit_xml: String,
     /// The test runner's console output.
     pub output: String,
+    /// Wall-clock time of the verification, including pytest's start-up.
     pub duration: Duration,
 }
 

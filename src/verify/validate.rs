@@ -11,18 +11,25 @@ use crate::task::{write_tree, Task};
 /// What validation found.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Validation {
+    /// The task validated.
     pub task_id: String,
     /// The image built (its hash), if it did.
     pub image: Option<String>,
+    /// The initial tests pass on the built environment.
     pub initial_passes: bool,
+    /// The final tests fail on the untouched environment.
     pub final_fails_initially: bool,
     /// `None` when the task has no oracle solution.
     pub oracle_passes: Option<bool>,
     /// Human-readable problems; empty when the task is valid.
     pub problems: Vec<String>,
+    /// The initial tests' report.
     pub initial: Option<TestReport>,
+    /// The final tests' report on the initial state.
     pub final_on_initial: Option<TestReport>,
+    /// The final tests' report after the oracle solution.
     pub oracle: Option<TestReport>,
+    /// Wall-clock time of the whole validation.
     pub duration: Duration,
 }
 
