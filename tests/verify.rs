@@ -12,15 +12,16 @@ use endless::verify::{validate_task, verify, TestSet};
 
 const T: Duration = Duration::from_secs(20);
 
+/// A cache reused across runs (images are keyed by content), one per user.
 fn cache() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        tempfile::Builder::new()
-            .prefix("endless-vfy-")
-            .tempdir_in("/var/tmp")
-            .unwrap()
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let dir = std::path::PathBuf::from(format!("/var/tmp/endless-tests-{uid}/verify"));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     })
-    .path()
 }
 
 fn backend() -> Option<LocalBackend> {

@@ -49,13 +49,13 @@ impl LocalBackend {
         let image = match result {
             Ok(image) => image,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&build);
+                super::layout::remove_tree(&build);
                 return Err(e);
             }
         };
         if std::fs::rename(&build, &dir).is_err() {
             // Another build of the same hash finished first; use it.
-            let _ = std::fs::remove_dir_all(&build);
+            super::layout::remove_tree(&build);
         }
         Ok(load_meta(&dir).unwrap_or(image))
     }
@@ -156,7 +156,7 @@ impl LocalBackend {
         };
         // Remove what only the build needed.
         for p in [build.join("work"), build.join("ctx"), build.join("steps")] {
-            let _ = std::fs::remove_dir_all(&p);
+            super::layout::remove_tree(&p);
         }
         let _ = std::fs::remove_dir(root_up.join("run/endless-build/ctx"));
         let _ = std::fs::remove_dir(root_up.join("run/endless-build/steps"));

@@ -140,3 +140,23 @@ impl Layout {
         Ok(())
     }
 }
+
+/// Remove a tree, first making its directories accessible: overlayfs leaves
+/// `work/work` with mode 000, which an unprivileged owner cannot enter.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+        if entry.file_type().is_dir() {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    // Entries walkdir could not enter the first time are reachable now.
+    for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+        if entry.file_type().is_dir() {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    let _ = std::fs::remove_dir_all(path);
+}
