@@ -155,6 +155,16 @@ fn timeout_interrupts_then_kills_and_session_survives() {
     assert!(r.timed_out);
     assert_eq!(r.exit_code, None);
     assert!(r.output.starts_with("before"));
+    assert!(!r.output.contains("__ENDLESS_"), "{}", r.output);
+    // Marker-like output of a command that times out is kept.
+    let r = s
+        .exec(
+            "echo __ENDLESS_lookalike__; sleep 100",
+            Duration::from_millis(300),
+        )
+        .unwrap();
+    assert!(r.timed_out);
+    assert_eq!(r.output.trim_end(), "__ENDLESS_lookalike__");
     assert_eq!(s.exec("echo alive", T).unwrap().output.trim_end(), "alive");
     // A program that ignores SIGINT is killed.
     let r = s
@@ -622,4 +632,24 @@ fn container_backends_run_when_present() {
         assert_eq!(s.exec("cat ~/f", T).unwrap().output.trim_end(), "hi");
         s.close();
     }
+}
+
+#[test]
+fn leftovers_of_dead_processes_are_removed() {
+    if backend().is_none() {
+        return;
+    }
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    dead.wait().unwrap();
+    let session = cache().join(format!("local/sessions/{pid}-deadbeef"));
+    let build = cache().join(format!("local/images/.build-{pid}-abc-def"));
+    let mine = cache().join(format!("local/sessions/{}-alive", std::process::id()));
+    for d in [&session, &build, &mine] {
+        std::fs::create_dir_all(d.join("x")).unwrap();
+    }
+    let _ = LocalBackend::new(cache()).unwrap();
+    assert!(!session.exists() && !build.exists());
+    assert!(mine.exists(), "a live process's directory was removed");
+    std::fs::remove_dir_all(&mine).unwrap();
 }

@@ -248,7 +248,7 @@ impl Session {
         self.write_raw(marker::wrap_command(cmd, &tag).as_bytes())?;
         let mut got = Collected::default();
         if let Some(code) = self.read_until(&prefix, deadline, &mut got)? {
-            return Ok(finish(got, Some(code), false, start));
+            return Ok(finish(got, Some(code), false, start, &prefix));
         }
         // Timed out: interrupt, then kill, and wait for a fresh marker.
         let rtag = format!("{}_{}r", self.token, self.seq);
@@ -276,7 +276,7 @@ impl Session {
             self.teardown();
             return Err(SandboxError::WallClock(self.wall_clock));
         }
-        Ok(finish(got, None, true, start))
+        Ok(finish(got, None, true, start, &prefix))
     }
 
     /// Subscribe to the raw output stream (for live panes). Works without a
@@ -503,23 +503,29 @@ impl Collected {
     }
 }
 
-fn finish(mut got: Collected, code: Option<i32>, timed_out: bool, start: Instant) -> ExecResult {
-    let raw_len = match got.marker_at {
-        Some(at) if code.is_some() => {
-            if at <= got.kept.len() {
-                got.kept.truncate(at);
-                marker::trim_marker_newline(&mut got.kept);
-            }
-            at
+fn finish(
+    mut got: Collected,
+    code: Option<i32>,
+    timed_out: bool,
+    start: Instant,
+    main_prefix: &[u8],
+) -> ExecResult {
+    // The output ends where the marker (or, after a timeout, the recovery
+    // marker) begins.
+    let mut raw_len = got.marker_at.unwrap_or(got.total);
+    if timed_out {
+        // The command may have finished just as it was interrupted.
+        if let Some((at, _, _)) = marker::find_marker(&got.kept, main_prefix, 0) {
+            raw_len = raw_len.min(at);
         }
-        _ => got.total,
-    };
+    }
+    if raw_len <= got.kept.len() {
+        got.kept.truncate(raw_len);
+        if got.marker_at.is_some() {
+            marker::trim_marker_newline(&mut got.kept);
+        }
+    }
     let text = marker::clean_output(&got.kept);
-    let text = if timed_out {
-        strip_recovery_noise(text)
-    } else {
-        text
-    };
     let (output, truncated) = marker::cap_output(text, raw_len);
     ExecResult {
         output,
@@ -528,17 +534,6 @@ fn finish(mut got: Collected, code: Option<i32>, timed_out: bool, start: Instant
         truncated,
         duration: start.elapsed(),
     }
-}
-
-/// After an interrupt the recovery marker ends the output; drop it and what follows.
-fn strip_recovery_noise(mut text: String) -> String {
-    if let Some(pos) = text.find("__ENDLESS_") {
-        text.truncate(pos);
-        while text.ends_with('\n') {
-            text.pop();
-        }
-    }
-    text
 }
 
 /// Put the line discipline in the state the exec protocol needs: no echo

@@ -42,9 +42,11 @@ impl LocalBackend {
         }
         let mut rnd = [0u8; 6];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
-        let build = layout
-            .images()
-            .join(format!(".build-{hash}-{}", hex::encode(rnd)));
+        let build = layout.images().join(format!(
+            ".build-{}-{hash}-{}",
+            std::process::id(),
+            hex::encode(rnd)
+        ));
         let result = self.build_into(task, &def, &hash, &build);
         let image = match result {
             Ok(image) => image,

@@ -105,8 +105,11 @@ impl LocalBackend {
             std::env::var("ENDLESS_SANDBOX_NETWORK").as_deref(),
             Ok("deny") | Ok("0") | Ok("false")
         );
+        let layout = Layout::new(cache_dir);
+        layout.remove_stale();
+        limits::remove_stale_cgroups();
         Ok(LocalBackend {
-            layout: Layout::new(cache_dir),
+            layout,
             bwrap,
             limits: Limits::default(),
             cgroups: cgroups_available(),
@@ -161,7 +164,7 @@ impl LocalBackend {
         layout.ensure()?;
         let mut rnd = [0u8; 8];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
-        let sid = hex::encode(rnd);
+        let sid = format!("{}-{}", std::process::id(), hex::encode(rnd));
         let session_dir = layout.sessions().join(&sid);
         let exchange = session_dir.join("x");
         std::fs::create_dir_all(&exchange)
