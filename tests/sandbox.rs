@@ -653,3 +653,26 @@ fn leftovers_of_dead_processes_are_removed() {
     assert!(mine.exists(), "a live process's directory was removed");
     std::fs::remove_dir_all(&mine).unwrap();
 }
+
+#[test]
+fn runaway_setup_is_limited_and_cleaned_up() {
+    let Some(b) = backend() else { return };
+    let b = b
+        .with_limits(endless::sandbox::local::Limits {
+            pids: 64,
+            ..Default::default()
+        })
+        .with_build_timeout(Duration::from_secs(3));
+    let mut t = task("runaway", "");
+    t.environment = FileTree::default();
+    t.environment
+        .insert_text("endless_rs_5521.sh", "b() { b | b & }; b\nsleep 1000\n");
+    t.environment
+        .insert_text("setup.sh", "bash ./endless_rs_5521.sh\n");
+    let t0 = Instant::now();
+    let err = b.prepare(&t).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert!(err.to_string().contains("timed out"), "{err}");
+    let left = host_processes_with("endless_rs_5521.sh");
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::bwrap::{self, Spec};
+use super::limits::{self, Cgroups};
 use super::overlay::{Layer, MountPlan};
 use super::steps;
 use super::LocalBackend;
@@ -113,7 +114,21 @@ impl LocalBackend {
                 work: build.join("work").join(d),
             });
         }
-        let plan = MountPlan::new(None, &[], &layers, &[], Vec::new(), self.rootless)?;
+        // The setup runs under the same limits as sessions (a runaway setup
+        // must not take the host down either).
+        let mut rnd = [0u8; 6];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let cg_name = format!("{}-build-{}", std::process::id(), hex::encode(rnd));
+        let mut cgroups = if self.cgroups {
+            Cgroups::create(&cg_name, &self.limits)
+        } else {
+            None
+        };
+        let (procs, rlimits) = match &cgroups {
+            Some(cg) => (cg.procs_files(), Vec::new()),
+            None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
+        };
+        let plan = MountPlan::new(None, &[], &layers, &procs, rlimits, self.rootless)?;
         let bwrap_bin = self.bwrap.clone();
         let env = vec![
             ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
@@ -141,7 +156,11 @@ impl LocalBackend {
         unsafe {
             cmd.pre_exec(move || plan.apply());
         }
-        let out = run_with_timeout(cmd, self.build_timeout)?;
+        let out = run_with_timeout(cmd, self.build_timeout);
+        if let Some(cg) = &mut cgroups {
+            cg.kill_all_and_remove(Duration::from_secs(5));
+        }
+        let out = out?;
         if out.code != Some(0) {
             return Err(step_error(
                 def,
