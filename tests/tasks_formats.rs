@@ -325,6 +325,7 @@ fn endless(ws: &Path, args: &[&str]) -> std::process::Output {
         .args(args)
         .env("XDG_STATE_HOME", ws.join(".state"))
         .env("XDG_CONFIG_HOME", ws.join(".config"))
+        .env("XDG_CACHE_HOME", ws.join(".cache"))
         .output()
         .unwrap()
 }
@@ -468,4 +469,31 @@ proptest! {
             prop_assert_eq!(&back, &task, "via {:?}", via);
         }
     }
+}
+
+#[test]
+fn cli_validates_every_imported_format_in_the_sandbox() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = endless(
+        ws.path(),
+        &["tasks", "import", fixtures().to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = endless(ws.path(), &["tasks", "validate", "--all", "--json"]);
+    let verdicts: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdicts.len(), 5);
+    for v in &verdicts {
+        assert_eq!(v["ok"], true, "{v:#}");
+    }
+    assert!(out.status.success());
+    // The Harbor task's oracle ran as root in /app; the reference task's had an oracle too.
+    let oracle_ran = verdicts
+        .iter()
+        .filter(|v| v["validation"]["oracle_passes"] == true)
+        .count();
+    assert_eq!(oracle_ran, 4);
 }

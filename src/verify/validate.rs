@@ -104,8 +104,17 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         ..SessionOptions::default()
     };
     let mut session = backend.start(&image, &opts)?;
-    match verify(&mut session, task, TestSet::Initial) {
-        Ok(r) => {
+    // Foreign tasks (Harbor, Terminal-Bench) often ship no initial-state
+    // tests: there is then nothing to check before the agent starts.
+    let initial = if task.meta.verifier.initial_tests.is_empty() {
+        v.initial_passes = true;
+        None
+    } else {
+        Some(verify(&mut session, task, TestSet::Initial))
+    };
+    match initial {
+        None => {}
+        Some(Ok(r)) => {
             v.initial_passes = r.passed;
             if !r.passed {
                 v.problems.push(format!(
@@ -115,7 +124,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
             }
             v.initial = Some(r);
         }
-        Err(e) => v.problems.push(format!("initial tests could not run: {e}")),
+        Some(Err(e)) => v.problems.push(format!("initial tests could not run: {e}")),
     }
     match verify(&mut session, task, TestSet::Final) {
         Ok(r) => {
