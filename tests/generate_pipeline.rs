@@ -245,3 +245,39 @@ fn server_errors_are_retried_and_a_killed_run_resumes_without_duplicates() {
         task_id: String::new(),
     };
 }
+
+#[test]
+fn cli_generate_prints_the_funnel() {
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let ws = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws.path())
+        .args([
+            "generate",
+            "--count",
+            "2",
+            "--seed",
+            "5",
+            "--llm",
+            &server.url(),
+            "--model",
+            "fixture",
+            "--solutions",
+            "2",
+            "--json",
+        ])
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
+        .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let funnel: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(funnel["sampled"], 2);
+    assert_eq!(funnel["passed"]["solvability"], 2, "{funnel:#}");
+}
