@@ -831,7 +831,7 @@ impl App {
             View::Tasks => self.tasks.draw(frame, body, &theme),
             View::Live => self.live.draw(frame, body, &theme),
             View::Episodes => match self.inspector.as_mut() {
-                Some(insp) => insp.draw(frame, body, &theme, &self.keymap),
+                Some(insp) => insp.draw(frame, body, &theme),
                 None => self.episodes.draw(frame, body, &theme),
             },
             View::Jobs => self.jobs.draw(frame, body, &theme, &self.keymap),
@@ -930,6 +930,16 @@ impl App {
                         (k(Command::Back), "unzoom"),
                         (k(Command::PageUp), "scroll back"),
                         (k(Command::Quit), "quit"),
+                    ],
+                    View::Episodes if self.inspector.is_some() => vec![
+                        (k(Command::NextTab), "tab"),
+                        (k(Command::Rate1) + "-5", "rate"),
+                        (k(Command::Label), "label"),
+                        (k(Command::Note), "note"),
+                        (k(Command::Compare), "side by side"),
+                        (k(Command::PlayPause), "play"),
+                        (k(Command::ExportRatings), "export"),
+                        (k(Command::Back), "close"),
                     ],
                     View::Episodes => vec![
                         (k(Command::Select), "inspect"),

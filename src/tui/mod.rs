@@ -24,6 +24,8 @@ pub mod worker;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests2;
 
 use std::io::stdout;
 use std::path::Path;

@@ -12,7 +12,7 @@ use tui_term::widget::PseudoTerminal;
 
 use crate::agent::EpisodeResult;
 use crate::store::EpisodeRow;
-use crate::tui::keymap::{Command, Keymap};
+use crate::tui::keymap::Command;
 use crate::tui::replay::{Cast, Replay};
 use crate::tui::theme::Theme;
 
@@ -134,12 +134,11 @@ impl Inspector {
     }
 
     /// Draw into `area`.
-    pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme, keys: &Keymap) {
-        let [head, tabs, body, foot] = Layout::vertical([
+    pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        let [head, tabs, body] = Layout::vertical([
             Constraint::Length(2),
             Constraint::Length(1),
             Constraint::Fill(1),
-            Constraint::Length(1),
         ])
         .areas(area);
         frame.render_widget(Paragraph::new(header(&self.episode, theme)), head);
@@ -188,22 +187,6 @@ impl Inspector {
                 }
             }
         }
-        let k = |c| keys.hint(c);
-        let hints = [
-            (k(Command::NextTab), "tab"),
-            (k(Command::Rate1) + "-5", "rate"),
-            (k(Command::Label), "label"),
-            (k(Command::Note), "note"),
-            (k(Command::Compare), "side by side"),
-            (k(Command::ExportRatings), "export ratings"),
-            (k(Command::Back), "close"),
-        ];
-        let mut spans = Vec::new();
-        for (key, what) in hints {
-            spans.push(Span::styled(key, theme.accent()));
-            spans.push(Span::styled(format!(" {what}  "), theme.muted()));
-        }
-        frame.render_widget(Paragraph::new(Line::from(spans)), foot);
     }
 
     fn draw_replay(&self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {

@@ -200,7 +200,7 @@ impl JobsView {
         self.table_area = table_area;
         let k = |c| keys.hint(c);
         let launch = format!(
-            " {} eval · {} validate · {} LLM generate · {} offline generate · {} train · {} cancel ",
+            " {} eval · {} validate · {} LLM gen · {} offline gen · {} train · {} cancel ",
             k(Command::JobEval),
             k(Command::JobValidate),
             k(Command::JobGenerate),
@@ -254,7 +254,7 @@ impl JobsView {
             let table = Table::new(
                 rows,
                 [
-                    Constraint::Length(32),
+                    Constraint::Length(26),
                     Constraint::Length(11),
                     Constraint::Length(bar_w as u16 + 8),
                     Constraint::Fill(1),
