@@ -340,8 +340,9 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
             } else {
                 theme.accent()
             };
-            for l in cmd.lines() {
-                out.push(Line::from(Span::styled(format!("  $ {l}"), style)));
+            for (n, l) in cmd.lines().enumerate() {
+                let prompt = if n == 0 { "$" } else { ">" };
+                out.push(Line::from(Span::styled(format!("  {prompt} {l}"), style)));
             }
         }
         let lines: Vec<&str> = s.output.trim_end().lines().collect();

@@ -117,13 +117,16 @@ impl LivePane {
             spans.push(Span::styled(format!("[-{back}] "), theme.warning()));
         }
         if !self.last_command.is_empty() {
+            // Multi-line commands (heredocs) read better joined.
             let cmd: String = self
                 .last_command
                 .lines()
-                .next()
-                .unwrap_or("")
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ")
                 .chars()
-                .take(60)
+                .take(80)
                 .collect();
             spans.push(Span::styled(
                 format!("$ {cmd} "),
@@ -193,7 +196,10 @@ impl LiveView {
             LiveEvent::Step { key, turn, command } => {
                 if let Some(p) = self.by_key(&key) {
                     p.turn = turn;
-                    p.last_command = command;
+                    // A `done` step has no command: keep the last one.
+                    if !command.is_empty() {
+                        p.last_command = command;
+                    }
                 }
             }
             LiveEvent::Finished { key, passed } => {
