@@ -425,3 +425,54 @@ fn inspector_without_files_says_why() {
     cmd(&mut app, &ws, Command::NextTab);
     assert!(render(&mut app, 80, 24).contains("No replay"));
 }
+
+#[test]
+fn launcher_runs_a_validation_job_and_forwards_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let _ws = fixture(dir.path());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let launcher = super::launcher::Launcher::new(dir.path(), tx).unwrap();
+    let id = launcher
+        .launch(JobSpec::Validate {
+            tasks: vec!["fix-perms".into()],
+        })
+        .unwrap();
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let outcome = loop {
+        let msg = rx
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .expect("the job finishes");
+        if let super::event::Msg::Action(a) = msg {
+            if let Action::Job(JobEvent::Finished { outcome, .. }) = &a {
+                let o = outcome.clone();
+                app.update(a);
+                break o;
+            }
+            app.update(a);
+        }
+    };
+    // Valid where the sandbox runs, invalid (with the reason) where it does not.
+    match &outcome {
+        JobOutcome::Succeeded(m) => assert!(m.ends_with("/1 valid"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let log = app.jobs.logs.get(&id.0).expect("log lines arrived");
+    assert!(log.iter().any(|l| l.starts_with("fix-perms: ")), "{log:?}");
+    assert_eq!(app.jobs.items[0].status, "succeeded");
+    // Cancelling a finished job is refused.
+    assert!(!launcher.cancel("no-such-job"));
+}
+
+#[test]
+fn forms_fit_tiny_terminals() {
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    app.view = View::Jobs;
+    for c in [Command::JobEval, Command::JobTrain] {
+        app.update(Action::Command(c));
+        for (w, h) in [(1, 1), (12, 4), (30, 8)] {
+            render(&mut app, w, h);
+        }
+        press(&mut app, KeyCode::Esc);
+    }
+}

@@ -96,7 +96,7 @@ impl Form {
     /// Draw centred over `area`.
     pub fn draw(&self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
         let label_w = self.fields.iter().map(|f| f.label.len()).max().unwrap_or(0) as u16 + 2;
-        let w = area.width.min(72).max(20);
+        let w = area.width.min(72);
         let note_lines = if self.note.is_empty() {
             0
         } else {
