@@ -711,8 +711,11 @@ impl App {
                 self.outbox.push(Request::OpenEditor { id: id_s, file });
             }
             Command::Validate => {
-                self.info(format!("validating {id_s}..."));
-                self.outbox.push(Request::Validate(id_s));
+                // A background job: the store worker stays free while the
+                // environment builds.
+                self.info(format!("validating {id_s} (a job: see the Jobs view)..."));
+                self.outbox
+                    .push(Request::Launch(JobSpec::Validate { tasks: vec![id_s] }));
             }
             other => {
                 let sel = self.tasks.command(other);

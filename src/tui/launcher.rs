@@ -188,19 +188,26 @@ fn validate_job(ctx: &JobContext, root: &Path, tasks: Vec<String>) -> anyhow::Re
     };
     let total = ids.len() as u64;
     let mut valid = 0;
+    let mut last = String::new();
     for (i, id) in ids.iter().enumerate() {
         ctx.check()?;
         ctx.progress(i as u64, total, id);
-        match super::validate::validate_task(&ws, id) {
+        last = match super::validate::validate_task(&ws, id) {
             Ok(s) => {
                 valid += 1;
-                ctx.log(format!("{id}: {s}"));
+                format!("{id}: {s}")
             }
-            Err(e) => ctx.log(format!("{id}: INVALID: {e}")),
-        }
+            Err(e) => format!("{id}: INVALID: {e}"),
+        };
+        ctx.log(last.clone());
     }
     ctx.progress(total, total, "done");
-    Ok(format!("{valid}/{total} valid"))
+    // One task: its verdict says more than a count.
+    Ok(if total == 1 {
+        last
+    } else {
+        format!("{valid}/{total} valid")
+    })
 }
 
 /// Run `endless <args> --workspace <root>` as a child process: its stderr
