@@ -265,3 +265,78 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
     let jobs = ws.list_jobs().unwrap();
     assert_eq!(jobs[0].status, "succeeded", "{jobs:?}");
 }
+
+/// Take over a running episode: a slow scripted agent waits while the user
+/// solves the task by typing into the zoomed session; the episode passes.
+#[test]
+fn take_over_a_live_session_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::Builder::new()
+        .prefix("endless-e2e-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("agent.txt");
+    std::fs::write(&script, "sleep 3\ntrue\n").unwrap();
+    let bin = env!("CARGO_BIN_EXE_endless");
+    let session = Session(format!("endless-e2e-take-{}", std::process::id()));
+    let h = home.path();
+    let cmd = format!(
+        "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} {} --workspace {}",
+        shell_quote(&h.join("cache")),
+        shell_quote(&h.join("config")),
+        shell_quote(&h.join("state")),
+        shell_quote(Path::new(bin)),
+        shell_quote(dir.path())
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session.0,
+        "-x",
+        "160",
+        "-y",
+        "48",
+        &cmd,
+    ]);
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F4"]);
+    wait_for(s, "No jobs yet");
+    tmux(&["send-keys", "-t", s, "E"]);
+    wait_for(s, "Evaluate a policy");
+    // Replace the policy (oracle) with the slow script.
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for_up_to(s, "upper#0", Duration::from_secs(120));
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    tmux(&["send-keys", "-t", s, "C-t"]);
+    wait_for(s, "YOU HAVE THE SESSION");
+    tmux(&[
+        "send-keys",
+        "-t",
+        s,
+        "-l",
+        "tr a-z A-Z < ~/data/a.txt > ~/out.txt; echo DONE_$((6*7))",
+    ]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for_up_to(s, "DONE_42", Duration::from_secs(30));
+    tmux(&["send-keys", "-t", s, "C-]"]);
+    wait_for(s, "given back");
+    let screen = wait_for_up_to(s, "PASSED", Duration::from_secs(60));
+    assert!(!screen.contains("YOU HAVE THE SESSION"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+    let ws = Workspace::open(dir.path()).unwrap();
+    let eps = ws.list_episodes(None).unwrap();
+    assert!(eps.len() == 1 && eps[0].passed, "{eps:?}");
+}

@@ -119,6 +119,8 @@ pub enum Action {
     },
     /// A key while a launch form is open.
     FormKey(KeyEvent),
+    /// A key while the user has taken over a live session.
+    TakeoverKey(KeyEvent),
     /// Time passed (seconds): replay playback, elapsed clocks.
     Tick(f64),
     /// An informational message for the status line.
@@ -137,6 +139,8 @@ pub enum LiveEvent {
         policy: String,
         rows: u16,
         cols: u16,
+        /// Lets the user type into the session ("take over").
+        input: Option<super::takeover::TakeoverHandle>,
     },
     Feed {
         key: String,
@@ -288,6 +292,9 @@ impl App {
         if self.form.is_some() && !self.help.visible {
             return Some(Action::FormKey(key));
         }
+        if self.view == View::Live && self.live.taken().is_some() {
+            return Some(Action::TakeoverKey(key));
+        }
         self.keymap.lookup(&key).map(Action::Command)
     }
 
@@ -358,6 +365,14 @@ impl App {
                 (_, _) => self.inspector = Some(Inspector::new(*episode)),
             },
             Action::FormKey(key) => self.form_key(key),
+            Action::TakeoverKey(key) => {
+                if super::takeover::is_release(&key) {
+                    self.live.release();
+                    self.info("session given back to the agent".into());
+                } else if let Some(bytes) = super::takeover::key_bytes(&key) {
+                    self.live.type_bytes(bytes);
+                }
+            }
             Action::Tick(dt) => {
                 if let Some(r) = self.inspector.as_mut().and_then(|i| i.replay.as_mut()) {
                     r.tick(dt);
@@ -423,6 +438,12 @@ impl App {
             }
             _ => match self.view {
                 View::Tasks => self.tasks_command(cmd),
+                View::Live if cmd == Command::TakeOver => match self.live.take_over() {
+                    Ok(()) => self.info(
+                        "you have the session: type; ctrl-] gives it back (the agent waits)".into(),
+                    ),
+                    Err(e) => self.error(e),
+                },
                 View::Live => self.live.command(cmd),
                 View::Episodes => self.episodes_command(cmd),
                 View::Jobs => self.jobs_command(cmd),
@@ -932,6 +953,7 @@ impl App {
                         (k(Command::Select), "zoom"),
                         (k(Command::Back), "unzoom"),
                         (k(Command::PageUp), "scroll back"),
+                        (k(Command::TakeOver), "take over"),
                         (k(Command::Quit), "quit"),
                     ],
                     View::Episodes if self.inspector.is_some() => vec![

@@ -13,6 +13,7 @@ use anyhow::{bail, Context as _};
 
 use super::app::{Action, LiveEvent};
 use super::event::Msg;
+use super::takeover::TakeoverProvider;
 use crate::agent::{run_rollouts, BackendProvider, PolicyFactory, RolloutConfig, RolloutEvent};
 use crate::commands::rollout_cmd::{
     index_episodes, policy_options, record_pass_at_k, run_id, select_tasks,
@@ -81,12 +82,15 @@ pub fn run(
         &opts.policy,
         &serde_json::json!({ "samples": opts.samples, "max_turns": opts.max_turns, "tasks": tasks.len() }),
     )?;
-    let provider = Arc::new(BackendProvider::new(backend));
+    let provider = Arc::new(TakeoverProvider::new(
+        BackendProvider::new(backend),
+        cancel.clone(),
+    ));
     let (rows, cols) = (48u16, 160u16);
     let rt = tokio::runtime::Runtime::new()?;
     let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
     let summary = rt.block_on(async {
-        let run = run_rollouts(config, tasks, policy, provider, Some(etx));
+        let run = run_rollouts(config, tasks, policy, provider.clone(), Some(etx));
         tokio::pin!(run);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let (mut done, mut total, mut passed) = (0u64, 0u64, 0u64);
@@ -110,6 +114,7 @@ pub fn run(
                         policy: opts.policy.clone(),
                         rows,
                         cols,
+                        input: provider.handle(&task, sample),
                     },
                 );
                 if let Some(mut stream) = stream {

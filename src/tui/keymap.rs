@@ -87,6 +87,7 @@ commands! {
     ExportRatings => "export_ratings", ["X"], "Episodes: export ratings to ratings.jsonl";
     GotoTask => "goto_task", ["T"], "Episodes: open the episode's task";
     PlayPause => "play_pause", ["space"], "Replay: play / pause";
+    TakeOver => "take_over", ["ctrl-t"], "Live: type into the zoomed session (ctrl-] gives it back)";
     Faster => "faster", ["+"], "Replay: faster";
     Slower => "slower", ["-"], "Replay: slower";
 }

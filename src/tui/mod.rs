@@ -16,6 +16,7 @@ pub mod keymap;
 pub mod launcher;
 pub mod replay;
 pub mod store_ext;
+pub mod takeover;
 pub mod theme;
 pub mod validate;
 pub mod views;

@@ -197,6 +197,7 @@ fn keyed_live_app() -> App {
             policy: "oracle".into(),
             rows: 6,
             cols: 30,
+            input: None,
         }));
         app.update(Action::Live(LiveEvent::Feed {
             key: key.clone(),
@@ -251,6 +252,7 @@ fn live_panes_follow_episodes_and_scroll_back() {
             policy: "oracle".into(),
             rows: 6,
             cols: 30,
+            input: None,
         }));
     }
     assert!(app.live.panes.len() <= super::views::live::MAX_PANES + 1);
@@ -475,4 +477,81 @@ fn forms_fit_tiny_terminals() {
         }
         press(&mut app, KeyCode::Esc);
     }
+}
+
+/// A shell stand-in that logs what it is asked to do.
+#[derive(Default)]
+struct LogTerm(Vec<String>);
+
+impl crate::agent::Terminal for LogTerm {
+    fn exec(
+        &mut self,
+        command: &str,
+        _: std::time::Duration,
+    ) -> Result<crate::sandbox::ExecResult, crate::agent::TerminalError> {
+        self.0.push(format!("exec {command}"));
+        Ok(crate::sandbox::ExecResult {
+            output: String::new(),
+            exit_code: Some(0),
+            timed_out: false,
+            truncated: false,
+            duration: std::time::Duration::ZERO,
+        })
+    }
+}
+
+impl super::takeover::HumanInput for LogTerm {
+    fn write_input(&mut self, bytes: &[u8]) -> Result<(), crate::agent::TerminalError> {
+        self.0
+            .push(format!("human {}", String::from_utf8_lossy(bytes)));
+        Ok(())
+    }
+}
+
+#[test]
+fn take_over_routes_keys_to_the_session_until_given_back() {
+    use crate::agent::Terminal as _;
+    let (mut term, handle) =
+        super::takeover::TakeoverTerm::new(LogTerm::default(), Default::default());
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    app.view = View::Live;
+    app.update(Action::Live(LiveEvent::Open {
+        key: "r/upper/0".into(),
+        title: "upper#0".into(),
+        policy: "script:slow".into(),
+        rows: 6,
+        cols: 40,
+        input: Some(handle.clone()),
+    }));
+    app.update(Action::Command(Command::TakeOver));
+    assert!(app.status.as_ref().unwrap().error, "zoom first");
+    app.update(Action::Command(Command::Select));
+    app.update(Action::Command(Command::TakeOver));
+    assert!(handle.is_taken());
+    snap!("live_takeover_80x24", &mut app, 80, 24);
+    // Every key goes to the session, q included.
+    for c in "ls".chars() {
+        press(&mut app, KeyCode::Char(c));
+    }
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::Char('q'));
+    assert!(!app.should_quit);
+    if let Some(a) = app.handle_key(KeyEvent::new(KeyCode::Char(']'), KeyModifiers::CONTROL)) {
+        app.update(a);
+    }
+    assert!(!handle.is_taken());
+    assert!(app.live.taken().is_none());
+    term.exec("true", std::time::Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(
+        term.inner.0,
+        [
+            "human l",
+            "human s",
+            "human \r",
+            "human q",
+            "human \u{15}",
+            "exec true"
+        ]
+    );
 }

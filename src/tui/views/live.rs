@@ -13,6 +13,7 @@ use tui_term::widget::PseudoTerminal;
 
 use crate::tui::app::LiveEvent;
 use crate::tui::keymap::Command;
+use crate::tui::takeover::TakeoverHandle;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
 
@@ -37,6 +38,8 @@ pub struct LivePane {
     pub outcome: Option<bool>,
     /// How long it ran, frozen when it finished.
     pub finished_after: Option<Duration>,
+    /// Lets the user type into the session.
+    pub input: Option<TakeoverHandle>,
 }
 
 impl std::fmt::Debug for LivePane {
@@ -63,6 +66,7 @@ impl LivePane {
             key: None,
             outcome: None,
             finished_after: None,
+            input: None,
         }
     }
 
@@ -111,6 +115,12 @@ impl LivePane {
             Some(true) => spans.push(Span::styled("PASSED ", theme.success())),
             Some(false) => spans.push(Span::styled("FAILED ", theme.failure())),
             None => {}
+        }
+        if self.input.as_ref().is_some_and(|h| h.is_taken()) {
+            spans.push(Span::styled(
+                "YOU HAVE THE SESSION (ctrl-] gives it back) ",
+                theme.failure(),
+            ));
         }
         let back = self.parser.screen().scrollback();
         if back > 0 {
@@ -172,6 +182,7 @@ impl LiveView {
                 policy,
                 rows,
                 cols,
+                input,
             } => {
                 // Keep the grid readable: drop the oldest finished episode panes.
                 while self.panes.len() >= MAX_PANES {
@@ -187,6 +198,7 @@ impl LiveView {
                 }
                 let i = self.open(title, policy, rows, cols);
                 self.panes[i].key = Some(key);
+                self.panes[i].input = input;
             }
             LiveEvent::Feed { key, bytes } => {
                 if let Some(p) = self.by_key(&key) {
@@ -204,10 +216,61 @@ impl LiveView {
             }
             LiveEvent::Finished { key, passed } => {
                 if let Some(p) = self.by_key(&key) {
+                    if let Some(h) = &p.input {
+                        h.set_taken(false);
+                    }
                     p.outcome = Some(passed);
                     p.finished_after = Some(p.started.elapsed());
                 }
             }
+        }
+    }
+
+    /// The pane the user has taken over, if any.
+    pub fn taken(&self) -> Option<usize> {
+        self.panes
+            .iter()
+            .position(|p| p.input.as_ref().is_some_and(|h| h.is_taken()))
+    }
+
+    /// Take over the zoomed pane's session.
+    pub fn take_over(&mut self) -> Result<(), String> {
+        if !self.zoomed {
+            return Err("zoom a pane first (enter), then take it over".into());
+        }
+        let Some(p) = self.panes.get(self.selected) else {
+            return Err("no live session".into());
+        };
+        match (&p.input, p.outcome) {
+            (_, Some(_)) => Err("this episode has finished".into()),
+            (None, _) => {
+                Err("this session cannot be taken over (not started by a job here)".into())
+            }
+            (Some(h), None) => {
+                h.set_taken(true);
+                Ok(())
+            }
+        }
+    }
+
+    /// Give the taken-over session back to the agent.
+    pub fn release(&mut self) {
+        for p in &self.panes {
+            if let Some(h) = &p.input {
+                h.set_taken(false);
+            }
+        }
+    }
+
+    /// Type into the taken-over session.
+    pub fn type_bytes(&mut self, bytes: Vec<u8>) {
+        if let Some(h) = self
+            .panes
+            .iter()
+            .filter_map(|p| p.input.as_ref())
+            .find(|h| h.is_taken())
+        {
+            h.send(bytes);
         }
     }
 
