@@ -133,6 +133,7 @@ pub enum Action {
 /// `run/task/sample` (so panes can come and go).
 #[derive(Debug, Clone, PartialEq)]
 pub enum LiveEvent {
+    /// The episode's sandbox is up: open a pane emulating `rows` x `cols`.
     Open {
         key: String,
         title: String,
@@ -142,28 +143,30 @@ pub enum LiveEvent {
         /// Lets the user type into the session ("take over").
         input: Option<super::takeover::TakeoverHandle>,
     },
-    Feed {
-        key: String,
-        bytes: Vec<u8>,
-    },
+    /// Raw bytes from the session.
+    Feed { key: String, bytes: Vec<u8> },
+    /// A turn finished (`command` is empty for a `done` turn).
     Step {
         key: String,
         turn: u32,
         command: String,
     },
-    Finished {
-        key: String,
-        passed: bool,
-    },
+    /// The episode finished and was verified.
+    Finished { key: String, passed: bool },
 }
 
 /// Which launch form is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FormKind {
+    /// Evaluate a policy.
     Eval,
+    /// Validate tasks.
     Validate,
+    /// LLM generation.
     Generate,
+    /// Offline (procedural) generation.
     Offline,
+    /// Training (not built yet: issue 8).
     Train,
 }
 
