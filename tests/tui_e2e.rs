@@ -340,3 +340,56 @@ fn take_over_a_live_session_in_tmux() {
     let eps = ws.list_episodes(None).unwrap();
     assert!(eps.len() == 1 && eps[0].passed, "{eps:?}");
 }
+
+/// Offline generation runs `endless generate --offline` as a job: its output
+/// becomes the job's log and its verdict the job's outcome.
+#[test]
+fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
+    if !have_tmux() {
+        eprintln!("skipping: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    Workspace::open(dir.path()).unwrap();
+    let bin = env!("CARGO_BIN_EXE_endless");
+    let session = Session(format!("endless-e2e-gen-{}", std::process::id()));
+    let cmd = format!(
+        "{} --workspace {}",
+        shell_quote(Path::new(bin)),
+        shell_quote(dir.path())
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session.0,
+        "-x",
+        "160",
+        "-y",
+        "48",
+        &cmd,
+    ]);
+    let s = &session.0;
+    wait_for(s, "Tasks");
+    tmux(&["send-keys", "-t", s, "F4"]);
+    wait_for(s, "No jobs yet");
+    tmux(&["send-keys", "-t", s, "P"]);
+    wait_for(s, "Generate tasks offline");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let start = Instant::now();
+    let screen = loop {
+        let screen = tmux(&["capture-pane", "-p", "-t", s]);
+        if screen.contains("succeeded") || screen.contains("failed") {
+            break screen;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "{screen}");
+        sleep(Duration::from_millis(200));
+    };
+    // Until procgen is merged the CLI says it is not built yet; after, it generates.
+    assert!(
+        screen.contains("succeeded") || screen.contains("not built yet"),
+        "{screen}"
+    );
+    assert!(screen.contains("generate-offline"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+}
