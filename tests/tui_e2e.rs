@@ -130,6 +130,14 @@ fn browse_search_and_curate_in_tmux() {
     tmux(&["send-keys", "-t", s, "?"]);
     wait_for(s, "view_training");
     tmux(&["send-keys", "-t", s, "Escape"]);
+    // Let the lone Escape be read before the next key's escape sequence
+    // (otherwise the two can arrive as one, under load).
+    let start = Instant::now();
+    while tmux(&["capture-pane", "-p", "-t", s]).contains("view_training")
+        && start.elapsed() < Duration::from_secs(10)
+    {
+        sleep(Duration::from_millis(100));
+    }
     tmux(&["send-keys", "-t", s, "F3"]);
     wait_for(s, "No episodes yet");
 
