@@ -401,3 +401,65 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
     assert!(screen.contains("generate-offline"), "{screen}");
     tmux(&["send-keys", "-t", s, "q"]);
 }
+
+/// Cancelling an evaluation stops its running episode at the next command;
+/// the cut-short episode is not indexed as a result.
+#[test]
+fn cancel_an_evaluation_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::Builder::new()
+        .prefix("endless-e2e-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("slow.txt");
+    std::fs::write(&script, "sleep 1\n".repeat(60)).unwrap();
+    let bin = env!("CARGO_BIN_EXE_endless");
+    let session = Session(format!("endless-e2e-cancel-{}", std::process::id()));
+    let h = home.path();
+    let cmd = format!(
+        "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} {} --workspace {}",
+        shell_quote(&h.join("cache")),
+        shell_quote(&h.join("config")),
+        shell_quote(&h.join("state")),
+        shell_quote(Path::new(bin)),
+        shell_quote(dir.path())
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session.0,
+        "-x",
+        "160",
+        "-y",
+        "48",
+        &cmd,
+    ]);
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F4"]);
+    wait_for(s, "No jobs yet");
+    tmux(&["send-keys", "-t", s, "E"]);
+    wait_for(s, "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for_up_to(s, "turn 2", Duration::from_secs(120));
+    let started = Instant::now();
+    tmux(&["send-keys", "-t", s, "C"]);
+    wait_for_up_to(s, "cancelled", Duration::from_secs(30));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    tmux(&["send-keys", "-t", s, "q"]);
+    let ws = Workspace::open(dir.path()).unwrap();
+    assert!(ws.list_episodes(None).unwrap().is_empty());
+    let jobs = ws.list_jobs().unwrap();
+    assert_eq!(jobs[0].status, "cancelled", "{jobs:?}");
+}

@@ -186,8 +186,21 @@ pub fn run(
         }
         out
     })?;
-    index_episodes(&ws, &run_id, ws.root(), &summary.episodes)?;
-    let report = crate::eval::evaluate(&summary.episodes);
+    // Episodes cut short by a cancel are not results: leave them out (a
+    // re-run of the same evaluation retries them).
+    let (episodes, cut): (Vec<_>, Vec<_>) = summary.episodes.into_iter().partition(|e| {
+        !e.error
+            .as_deref()
+            .is_some_and(|m| m.contains(super::takeover::CANCELLED))
+    });
+    if !cut.is_empty() {
+        ctx.log(format!(
+            "{} episodes cut short by the cancel are not indexed; re-running this evaluation retries them",
+            cut.len()
+        ));
+    }
+    index_episodes(&ws, &run_id, ws.root(), &episodes)?;
+    let report = crate::eval::evaluate(&episodes);
     record_pass_at_k(&ws, &report)?;
     crate::eval::write_markdown_report(
         &report,
@@ -197,9 +210,9 @@ pub fn run(
     .context("writing the report")?;
     ws.finish_run(&run_id, &serde_json::to_value(&report)?)?;
     ctx.check()?;
-    let passed = summary.episodes.iter().filter(|e| e.passed).count();
+    let passed = episodes.iter().filter(|e| e.passed).count();
     Ok(format!(
         "{passed}/{} episodes passed (run {run_id})",
-        summary.episodes.len()
+        episodes.len()
     ))
 }

@@ -127,9 +127,16 @@ impl<T: Terminal + HumanInput> TakeoverTerm<T> {
     }
 }
 
+/// The error that ends an episode cut short by cancelling its job.
+pub const CANCELLED: &str = "cancelled from the TUI";
+
 impl<T: Terminal + HumanInput> Terminal for TakeoverTerm<T> {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
         self.serve_human()?;
+        // A cancelled job does not wait for its episodes to run out of turns.
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(TerminalError(CANCELLED.into()));
+        }
         self.inner.exec(command, timeout)
     }
 }
@@ -281,6 +288,11 @@ mod tests {
                 "exec echo agent"
             ]
         );
+        let stop = Arc::new(AtomicBool::new(true));
+        let (mut term, _) = TakeoverTerm::new(Fake::default(), stop);
+        let err = term.exec("ls", Duration::from_secs(1)).unwrap_err();
+        assert_eq!(err.0, CANCELLED);
+        assert!(term.inner.log.is_empty());
         assert_eq!(
             episode_of(Path::new("/r/episodes/upper/3.cast")),
             Some(("upper".into(), 3))
