@@ -2,5 +2,6 @@
 //! procedurally generated, verifiable tasks.
 
 pub mod fsutil;
+pub mod procgen;
 pub mod sandbox;
 pub mod task;

@@ -1,0 +1,5 @@
+//! stub
+
+use crate::procgen::Def;
+
+pub(crate) const FAMILIES: &[Def] = &[];
