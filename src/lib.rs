@@ -1,7 +1,16 @@
 //! Endless Terminals: generate, run, evaluate and train terminal agents on
 //! procedurally generated, verifiable tasks.
 
+pub mod cli;
+pub mod commands;
+pub mod config;
 pub mod fsutil;
+pub mod generate;
+pub mod jobs;
+pub mod logging;
 pub mod procgen;
 pub mod sandbox;
+pub mod store;
 pub mod task;
+pub mod tui;
+pub mod verify;

@@ -1,1 +1,17 @@
-fn main() {}
+//! The `endless` binary: parse the command line, set up logging, dispatch.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = endless::cli::Cli::parse();
+    let _log_guard = endless::logging::init(&endless::config::Paths::detect().log_dir);
+    match endless::commands::dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("endless: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 /// Write `bytes` to `path` atomically: a temporary file in the same directory
 /// is written, flushed to disk and renamed over the target.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -30,7 +31,9 @@ impl AtomicDir {
     pub fn new(target: &Path) -> io::Result<Self> {
         let parent = target.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(parent)?;
-        let tmp = tempfile::Builder::new().prefix(".tmp-").tempdir_in(parent)?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .tempdir_in(parent)?;
         Ok(Self {
             tmp: Some(tmp),
             target: target.to_path_buf(),
@@ -65,7 +68,10 @@ impl AtomicDir {
 pub fn replace_dir_atomic(new_dir: &Path, target: &Path) -> io::Result<()> {
     if target.exists() {
         let parent = target.parent().unwrap_or(Path::new("."));
-        let trash = tempfile::Builder::new().prefix(".old-").tempdir_in(parent)?.keep();
+        let trash = tempfile::Builder::new()
+            .prefix(".old-")
+            .tempdir_in(parent)?
+            .keep();
         fs::remove_dir(&trash)?;
         fs::rename(target, &trash)?;
         if let Err(e) = fs::rename(new_dir, target) {

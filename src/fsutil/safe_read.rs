@@ -31,10 +31,16 @@ impl Default for ReadLimits {
 /// Why a tree could not be read; always names the offending path.
 #[derive(Debug, thiserror::Error)]
 pub enum SafeReadError {
-    #[error("{path}: symbolic link points outside the task directory ({target}); refusing to read it")]
+    #[error(
+        "{path}: symbolic link points outside the task directory ({target}); refusing to read it"
+    )]
     EscapingLink { path: PathBuf, target: PathBuf },
     #[error("{path}: file is {size} bytes, over the limit of {limit} bytes")]
-    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("{path}: the task holds more than {limit} files or bytes")]
     TooMany { path: PathBuf, limit: u64 },
     #[error("{path}: {source}")]
@@ -68,10 +74,15 @@ pub fn read_tree_bounded(
     let root_real = fs::canonicalize(root).map_err(io_err(root))?;
     for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
         let entry = entry.map_err(|e| {
-            let path = e.path().map(Path::to_path_buf).unwrap_or_else(|| dir.to_path_buf());
+            let path = e
+                .path()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| dir.to_path_buf());
             SafeReadError::Io {
                 path,
-                source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("walk failed")),
+                source: e
+                    .into_io_error()
+                    .unwrap_or_else(|| std::io::Error::other("walk failed")),
             }
         })?;
         let path = entry.path();
@@ -87,7 +98,9 @@ pub fn read_tree_bounded(
         } else {
             entry.metadata().map_err(|e| SafeReadError::Io {
                 path: path.to_path_buf(),
-                source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("stat failed")),
+                source: e
+                    .into_io_error()
+                    .unwrap_or_else(|| std::io::Error::other("stat failed")),
             })?
         };
         if !meta.is_file() {
@@ -132,17 +145,34 @@ mod tests {
         fs::write(root.path().join("env/a.txt"), "a").unwrap();
         std::os::unix::fs::symlink("a.txt", root.path().join("env/inside")).unwrap();
         let mut total = 0;
-        let tree = read_tree_bounded(root.path(), &root.path().join("env"), &ReadLimits::default(), &mut total).unwrap();
+        let tree = read_tree_bounded(
+            root.path(),
+            &root.path().join("env"),
+            &ReadLimits::default(),
+            &mut total,
+        )
+        .unwrap();
         assert_eq!(tree.text("inside"), Some("a"));
 
-        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("env/leak")).unwrap();
-        let err = read_tree_bounded(root.path(), &root.path().join("env"), &ReadLimits::default(), &mut 0).unwrap_err();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("env/leak"))
+            .unwrap();
+        let err = read_tree_bounded(
+            root.path(),
+            &root.path().join("env"),
+            &ReadLimits::default(),
+            &mut 0,
+        )
+        .unwrap_err();
         assert!(matches!(err, SafeReadError::EscapingLink { .. }), "{err}");
         assert!(err.to_string().contains("leak"));
         fs::remove_file(root.path().join("env/leak")).unwrap();
 
-        let limits = ReadLimits { max_file_bytes: 0, ..Default::default() };
-        let err = read_tree_bounded(root.path(), &root.path().join("env"), &limits, &mut 0).unwrap_err();
+        let limits = ReadLimits {
+            max_file_bytes: 0,
+            ..Default::default()
+        };
+        let err =
+            read_tree_bounded(root.path(), &root.path().join("env"), &limits, &mut 0).unwrap_err();
         assert!(matches!(err, SafeReadError::TooLarge { .. }));
     }
 }

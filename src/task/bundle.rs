@@ -47,7 +47,11 @@ pub fn write_native(task: &Task, dir: &Path) -> Result<(), BundleError> {
     let meta = toml::to_string(&task.meta)
         .map_err(|e| BundleError::invalid(dir.join("task.toml"), None, e.to_string()))?;
     write_file(&dir.join("task.toml"), meta.as_bytes(), false)?;
-    write_file(&dir.join("instruction.md"), task.instruction.as_bytes(), false)?;
+    write_file(
+        &dir.join("instruction.md"),
+        task.instruction.as_bytes(),
+        false,
+    )?;
     if !task.truth.is_empty() {
         write_file(&dir.join("truth.md"), task.truth.as_bytes(), false)?;
     }

@@ -29,7 +29,11 @@ pub enum BundleError {
 
 impl BundleError {
     /// A content error about `file` (and optionally `field`).
-    pub fn invalid(file: impl Into<PathBuf>, field: Option<&str>, message: impl Into<String>) -> Self {
+    pub fn invalid(
+        file: impl Into<PathBuf>,
+        field: Option<&str>,
+        message: impl Into<String>,
+    ) -> Self {
         BundleError::Invalid {
             file: file.into(),
             field: field.map(str::to_owned),

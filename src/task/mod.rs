@@ -3,7 +3,7 @@
 mod bundle;
 pub mod envdef;
 mod error;
-// pub mod formats;
+pub mod formats;
 mod model;
 pub mod text;
 mod validate;

@@ -45,9 +45,11 @@ impl Task {
 
     /// The environment definition this task uses, if any.
     pub fn environment_definition(&self) -> Option<(EnvKind, &str)> {
-        EnvKind::ALL
-            .iter()
-            .find_map(|kind| self.environment.text(kind.file_name()).map(|text| (*kind, text)))
+        EnvKind::ALL.iter().find_map(|kind| {
+            self.environment
+                .text(kind.file_name())
+                .map(|text| (*kind, text))
+        })
     }
 }
 
@@ -365,7 +367,8 @@ mod tests {
         let err = toml::from_str::<TaskMeta>(text);
         // `version` at top level is unknown to the native schema: it must be under [extra].
         assert!(err.is_err());
-        let text = "[task]\nid = \"t\"\nfoo = 3\n[agent]\nbar = \"x\"\n[extra]\nversion = \"1.0\"\n";
+        let text =
+            "[task]\nid = \"t\"\nfoo = 3\n[agent]\nbar = \"x\"\n[extra]\nversion = \"1.0\"\n";
         let meta: TaskMeta = toml::from_str(text).unwrap();
         assert_eq!(meta.task.extra["foo"].as_integer(), Some(3));
         assert_eq!(meta.agent.extra["bar"].as_str(), Some("x"));

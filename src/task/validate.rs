@@ -14,24 +14,48 @@ pub fn validate(task: &Task) -> Vec<Problem> {
     };
     let meta = &task.meta;
     if !is_valid_id(&meta.task.id) {
-        problem("task.toml", Some("task.id"), format!("{:?} is not a valid id", meta.task.id));
+        problem(
+            "task.toml",
+            Some("task.id"),
+            format!("{:?} is not a valid id", meta.task.id),
+        );
     }
     if let Some(c) = meta.task.complexity {
         if !(1..=6).contains(&c) {
-            problem("task.toml", Some("task.complexity"), format!("{c} is outside 1..=6"));
+            problem(
+                "task.toml",
+                Some("task.complexity"),
+                format!("{c} is outside 1..=6"),
+            );
         }
     }
     if meta.agent.max_turns == 0 {
-        problem("task.toml", Some("agent.max_turns"), "must be at least 1".into());
+        problem(
+            "task.toml",
+            Some("agent.max_turns"),
+            "must be at least 1".into(),
+        );
     }
     if !(meta.agent.timeout_sec > 0.0) {
-        problem("task.toml", Some("agent.timeout_sec"), "must be positive".into());
+        problem(
+            "task.toml",
+            Some("agent.timeout_sec"),
+            "must be positive".into(),
+        );
     }
     if !(meta.verifier.timeout_sec > 0.0) {
-        problem("task.toml", Some("verifier.timeout_sec"), "must be positive".into());
+        problem(
+            "task.toml",
+            Some("verifier.timeout_sec"),
+            "must be positive".into(),
+        );
     }
     if !meta.environment.workdir.starts_with('/') {
-        problem("task.toml", Some("environment.workdir"), "must be an absolute path".into());
+        problem(
+            "task.toml",
+            Some("environment.workdir"),
+            "must be an absolute path".into(),
+        );
     }
     if task.instruction.trim().is_empty() {
         problem("instruction.md", None, "is empty".into());
@@ -39,12 +63,20 @@ pub fn validate(task: &Task) -> Vec<Problem> {
     match &meta.verifier.script {
         Some(script) => {
             if !task.tests.contains(script) {
-                problem("task.toml", Some("verifier.script"), format!("tests/{script} does not exist"));
+                problem(
+                    "task.toml",
+                    Some("verifier.script"),
+                    format!("tests/{script} does not exist"),
+                );
             }
         }
         None => {
             if meta.verifier.final_tests.is_empty() {
-                problem("task.toml", Some("verifier.final_tests"), "names no test file".into());
+                problem(
+                    "task.toml",
+                    Some("verifier.final_tests"),
+                    "names no test file".into(),
+                );
             }
         }
     }
@@ -54,7 +86,11 @@ pub fn validate(task: &Task) -> Vec<Problem> {
     ] {
         for f in files {
             match task.tests.0.get(f) {
-                None => problem("task.toml", Some(field), format!("tests/{f} does not exist")),
+                None => problem(
+                    "task.toml",
+                    Some(field),
+                    format!("tests/{f} does not exist"),
+                ),
                 Some(entry) if std::str::from_utf8(&entry.bytes).is_err() => {
                     problem(&format!("tests/{f}"), None, "is not valid UTF-8".into())
                 }

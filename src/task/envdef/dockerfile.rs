@@ -20,9 +20,14 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
         match upper.as_str() {
             "FROM" => {
                 if def.base.is_some() {
-                    return Err(err("multi-stage builds (a second FROM) are not supported".into()));
+                    return Err(err(
+                        "multi-stage builds (a second FROM) are not supported".into()
+                    ));
                 }
-                let image = rest.split_whitespace().find(|t| !t.starts_with("--")).unwrap_or("");
+                let image = rest
+                    .split_whitespace()
+                    .find(|t| !t.starts_with("--"))
+                    .unwrap_or("");
                 def.base = Some(substitute(image, &vars));
             }
             "ARG" => {
@@ -42,7 +47,11 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     return Err(err("RUN with a heredoc is not supported".into()));
                 }
                 let script = match json_array(rest) {
-                    Some(args) => args.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
+                    Some(args) => args
+                        .iter()
+                        .map(|a| shell_quote(a))
+                        .collect::<Vec<_>>()
+                        .join(" "),
                     None => rest.to_string(),
                 };
                 let script = strip_run_flags(&script);
@@ -54,7 +63,9 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     None => rest.split_whitespace().map(str::to_owned).collect(),
                 };
                 if args.iter().any(|a| a.starts_with("--from")) {
-                    return Err(err(format!("{upper} --from (multi-stage) is not supported")));
+                    return Err(err(format!(
+                        "{upper} --from (multi-stage) is not supported"
+                    )));
                 }
                 args.retain(|a| !a.starts_with("--"));
                 if args.len() < 2 {
@@ -65,13 +76,24 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                 for src in args {
                     let src = substitute(&src, &vars);
                     if src.contains("://") {
-                        return Err(err(format!("{upper} of a URL ({src}) is not supported: only local files")));
+                        return Err(err(format!(
+                            "{upper} of a URL ({src}) is not supported: only local files"
+                        )));
                     }
                     if src.starts_with('/') || src.split('/').any(|c| c == "..") {
-                        return Err(err(format!("{upper} source {src:?} leaves the build context")));
+                        return Err(err(format!(
+                            "{upper} source {src:?} leaves the build context"
+                        )));
                     }
-                    let dst = if multiple && !dst.ends_with('/') { format!("{dst}/") } else { dst.clone() };
-                    def.steps.push(Step::Copy { src: src.trim_start_matches("./").to_string(), dst });
+                    let dst = if multiple && !dst.ends_with('/') {
+                        format!("{dst}/")
+                    } else {
+                        dst.clone()
+                    };
+                    def.steps.push(Step::Copy {
+                        src: src.trim_start_matches("./").to_string(),
+                        dst,
+                    });
                 }
             }
             "WORKDIR" => def.steps.push(Step::Workdir(substitute(rest, &vars))),
@@ -140,7 +162,9 @@ fn strip_run_flags(script: &str) -> String {
 
 fn unquote(v: &str) -> String {
     let v = v.trim();
-    if v.len() >= 2 && ((v.starts_with('"') && v.ends_with('"')) || (v.starts_with('\'') && v.ends_with('\''))) {
+    if v.len() >= 2
+        && ((v.starts_with('"') && v.ends_with('"')) || (v.starts_with('\'') && v.ends_with('\'')))
+    {
         v[1..v.len() - 1].to_string()
     } else {
         v.to_string()
@@ -215,7 +239,9 @@ fn substitute(s: &str, vars: &HashMap<String, String>) -> String {
 }
 
 fn shell_quote(s: &str) -> String {
-    if s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:".contains(c)) {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./=:".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -234,10 +260,19 @@ mod tests {
         assert_eq!(
             def.steps,
             vec![
-                Step::Env { key: "A".into(), value: "1".into() },
-                Step::Env { key: "B".into(), value: "two words".into() },
+                Step::Env {
+                    key: "A".into(),
+                    value: "1".into()
+                },
+                Step::Env {
+                    key: "B".into(),
+                    value: "two words".into()
+                },
                 Step::Workdir("/app".into()),
-                Step::Copy { src: "data/".into(), dst: "/app/data/".into() },
+                Step::Copy {
+                    src: "data/".into(),
+                    dst: "/app/data/".into()
+                },
                 Step::Run("apt-get update &&  echo hi".into()),
                 Step::User("user".into()),
             ]
@@ -246,20 +281,38 @@ mod tests {
 
     #[test]
     fn unsupported_instructions_name_the_line() {
-        let err = parse("FROM x\nONBUILD RUN true\n", "environment/Dockerfile").unwrap_err().to_string();
+        let err = parse("FROM x\nONBUILD RUN true\n", "environment/Dockerfile")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 2") && err.contains("ONBUILD"), "{err}");
-        let err = parse("FROM x\nADD https://e.com/f /f\n", "Dockerfile").unwrap_err().to_string();
+        let err = parse("FROM x\nADD https://e.com/f /f\n", "Dockerfile")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("URL"), "{err}");
-        let err = parse("FROM a AS b\nFROM c\nCOPY --from=b /x /y\n", "Dockerfile").unwrap_err().to_string();
+        let err = parse("FROM a AS b\nFROM c\nCOPY --from=b /x /y\n", "Dockerfile")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 2"), "{err}");
-        let err = parse("FROM x\nCOPY ../secret /s\n", "Dockerfile").unwrap_err().to_string();
+        let err = parse("FROM x\nCOPY ../secret /s\n", "Dockerfile")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("leaves the build context"), "{err}");
     }
 
     #[test]
     fn env_legacy_form_and_json_run() {
-        let def = parse("ENV PATH /opt/bin:$PATH\nRUN [\"echo\", \"a b\"]\n", "Dockerfile").unwrap();
-        assert_eq!(def.steps[0], Step::Env { key: "PATH".into(), value: "/opt/bin:$PATH".into() });
+        let def = parse(
+            "ENV PATH /opt/bin:$PATH\nRUN [\"echo\", \"a b\"]\n",
+            "Dockerfile",
+        )
+        .unwrap();
+        assert_eq!(
+            def.steps[0],
+            Step::Env {
+                key: "PATH".into(),
+                value: "/opt/bin:$PATH".into()
+            }
+        );
         assert_eq!(def.steps[1], Step::Run("echo 'a b'".into()));
     }
 }

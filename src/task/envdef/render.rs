@@ -12,7 +12,10 @@ const CONTEXT: &str = "/tmp/endless-env";
 
 /// Render as a Dockerfile. Native tasks run as the unprivileged `user`.
 pub fn render_dockerfile(def: &EnvDefinition, agent_user: &str, workdir: &str) -> String {
-    let mut out = format!("{GENERATED_MARKER}\nFROM {}\n", def.base.as_deref().unwrap_or("ubuntu:24.04"));
+    let mut out = format!(
+        "{GENERATED_MARKER}\nFROM {}\n",
+        def.base.as_deref().unwrap_or("ubuntu:24.04")
+    );
     out.push_str("RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pytest sqlite3 git && rm -rf /var/lib/apt/lists/*\n");
     if agent_user != "root" {
         out.push_str(&format!("RUN id -u {agent_user} >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/bash {agent_user}\n"));
@@ -30,7 +33,9 @@ pub fn render_dockerfile(def: &EnvDefinition, agent_user: &str, workdir: &str) -
                 out.push_str(&format!("RUN {one_line}\n"));
             }
             Step::Script(file) => {
-                out.push_str(&format!("COPY . {CONTEXT}/\nRUN cd {CONTEXT} && bash {file}\n"));
+                out.push_str(&format!(
+                    "COPY . {CONTEXT}/\nRUN cd {CONTEXT} && bash {file}\n"
+                ));
             }
             Step::Env { key, value } => out.push_str(&format!("ENV {key}={}\n", quote(value))),
             Step::Workdir(w) => out.push_str(&format!("WORKDIR {w}\n")),
@@ -92,7 +97,10 @@ pub fn render_apptainer(def: &EnvDefinition, agent_user: &str, context_files: &[
 }
 
 fn quote(v: &str) -> String {
-    if v.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:$".contains(c)) && !v.is_empty() {
+    if v.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:$".contains(c))
+        && !v.is_empty()
+    {
         v.to_string()
     } else {
         format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
@@ -101,7 +109,7 @@ fn quote(v: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{dockerfile, apptainer};
+    use super::super::{apptainer, dockerfile};
     use super::*;
 
     #[test]
@@ -109,18 +117,30 @@ mod tests {
         let def = EnvDefinition {
             base: None,
             steps: vec![
-                Step::Env { key: "A".into(), value: "x y".into() },
+                Step::Env {
+                    key: "A".into(),
+                    value: "x y".into(),
+                },
                 Step::Script("setup.sh".into()),
-                Step::Copy { src: "files/a.txt".into(), dst: "/home/user/a.txt".into() },
+                Step::Copy {
+                    src: "files/a.txt".into(),
+                    dst: "/home/user/a.txt".into(),
+                },
             ],
             session_script: String::new(),
         };
         let docker = render_dockerfile(&def, "user", "/home/user");
         let back = dockerfile::parse(&docker, "Dockerfile").unwrap();
-        assert!(back.steps.contains(&Step::Env { key: "A".into(), value: "x y".into() }));
+        assert!(back.steps.contains(&Step::Env {
+            key: "A".into(),
+            value: "x y".into()
+        }));
         assert_eq!(back.workdir(), Some("/home/user"));
         let app = render_apptainer(&def, "user", &["setup.sh", "files/a.txt"]);
         let back = apptainer::parse(&app, "container.def").unwrap();
-        assert!(back.steps.iter().any(|s| matches!(s, Step::Copy { dst, .. } if dst == "/home/user/a.txt")));
+        assert!(back
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Copy { dst, .. } if dst == "/home/user/a.txt")));
     }
 }

@@ -49,7 +49,11 @@ impl Format {
                 .ok()
                 .and_then(|t| t.parse::<toml::Table>().ok())
                 .is_some_and(|t| t.get("task").and_then(|s| s.get("id")).is_some());
-            return Some(if is_native { Format::Native } else { Format::Harbor });
+            return Some(if is_native {
+                Format::Native
+            } else {
+                Format::Harbor
+            });
         }
         if dir.join("task.json").is_file() {
             return Some(Format::Reference);
@@ -62,14 +66,12 @@ impl Format {
 
     /// Read the task in `dir` in this format.
     pub fn read(self, dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
-        let mut task = match self {
-            Format::Native => return read_native(dir, limits),
-            Format::Reference => reference::read(dir, limits)?,
-            Format::Harbor => harbor::read(dir, limits)?,
-            Format::Tb1 => tb1::read(dir, limits)?,
-        };
-        task.meta.task.source_format = self.name().into();
-        Ok(task)
+        match self {
+            Format::Native => read_native(dir, limits),
+            Format::Reference => reference::read(dir, limits),
+            Format::Harbor => harbor::read(dir, limits),
+            Format::Tb1 => tb1::read(dir, limits),
+        }
     }
 
     /// Write `task` into the existing, empty directory `dir` in this format.

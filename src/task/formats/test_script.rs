@@ -16,9 +16,18 @@ pub enum TestScript {
 pub fn classify(script: &str, test_files: &[String]) -> TestScript {
     let mut files = Vec::new();
     let mut saw_pytest = false;
-    for raw in script.lines() {
-        let line = raw.trim();
+    let joined = script.replace("\\\n", " ");
+    for raw in joined.lines() {
+        let line = raw.trim().trim_start_matches(['(', '{', ' ']);
         if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.contains("setup-uv-pytest.sh") {
+            continue;
+        }
+        // Terminal-Bench 1's harness script runs pytest on $TEST_DIR's tests.
+        if line.contains("run-uv-pytest.sh") {
+            saw_pytest = true;
             continue;
         }
         if line.contains("pytest") && !is_install(line) {
@@ -63,9 +72,36 @@ fn is_install(line: &str) -> bool {
 fn is_boilerplate(line: &str) -> bool {
     let first = line.split_whitespace().next().unwrap_or("");
     const WORDS: &[&str] = &[
-        "apt-get", "apt", "curl", "wget", "pip", "pip3", "uv", "uvx", "source", ".", "export",
-        "if", "then", "else", "elif", "fi", "cd", "mkdir", "set", "exit", "echo", "[", "[[",
-        "true", "fi;", "else;", "}", "{", "PATH=", "DEBIAN_FRONTEND=noninteractive",
+        "apt-get",
+        "apt",
+        "curl",
+        "wget",
+        "pip",
+        "pip3",
+        "uv",
+        "uvx",
+        "source",
+        ".",
+        "export",
+        "if",
+        "then",
+        "else",
+        "elif",
+        "fi",
+        "cd",
+        "mkdir",
+        "set",
+        "exit",
+        "echo",
+        "[",
+        "[[",
+        "true",
+        "fi;",
+        "else;",
+        "}",
+        "{",
+        "PATH=",
+        "DEBIAN_FRONTEND=noninteractive",
     ];
     if WORDS.contains(&first) || first.starts_with("export") {
         // `echo` is boilerplate only when it reports or writes the reward.
@@ -75,7 +111,9 @@ fn is_boilerplate(line: &str) -> bool {
         return true;
     }
     // `VAR=value` assignments and `... | sh` installers.
-    (first.contains('=') && !first.starts_with('=')) || line.ends_with("| sh") || line.ends_with("| bash")
+    (first.contains('=') && !first.starts_with('='))
+        || line.ends_with("| sh")
+        || line.ends_with("| bash")
 }
 
 /// The `test.sh` that endless writes for Harbor: run the final tests with the
@@ -121,21 +159,46 @@ else
   echo 0 > /logs/verifier/reward.txt
 fi
 "#;
-        assert_eq!(classify(script, &files()), TestScript::Pytest(vec!["test_outputs.py".into()]));
+        assert_eq!(
+            classify(script, &files()),
+            TestScript::Pytest(vec!["test_outputs.py".into()])
+        );
     }
 
     #[test]
     fn recognises_own_output_and_bare_pytest() {
         let ours = harbor_test_sh(&["test_outputs.py".into()], "/tests");
-        assert_eq!(classify(&ours, &files()), TestScript::Pytest(vec!["test_outputs.py".into()]));
+        assert_eq!(
+            classify(&ours, &files()),
+            TestScript::Pytest(vec!["test_outputs.py".into()])
+        );
         let bare = "pip install pytest\ncd $TEST_DIR\npytest -rA\n";
-        assert_eq!(classify(bare, &files()), TestScript::Pytest(vec!["test_outputs.py".into()]));
+        assert_eq!(
+            classify(bare, &files()),
+            TestScript::Pytest(vec!["test_outputs.py".into()])
+        );
+    }
+
+    #[test]
+    fn recognises_terminal_bench_1_harness() {
+        let tb1 =
+            "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash $TEST_DIR/run-uv-pytest.sh\n";
+        assert_eq!(
+            classify(tb1, &files()),
+            TestScript::Pytest(vec!["test_outputs.py".into()])
+        );
     }
 
     #[test]
     fn custom_scripts_are_kept() {
-        assert_eq!(classify("./check.sh && echo ok\n", &files()), TestScript::Custom);
-        assert_eq!(classify("python3 /tests/verify.py\n", &files()), TestScript::Custom);
+        assert_eq!(
+            classify("./check.sh && echo ok\n", &files()),
+            TestScript::Custom
+        );
+        assert_eq!(
+            classify("python3 /tests/verify.py\n", &files()),
+            TestScript::Custom
+        );
         let extra = "pytest /tests/test_outputs.py\nrm -rf /app/cache\n";
         assert_eq!(classify(extra, &files()), TestScript::Custom);
         let missing = "pytest /tests/test_other.py\n";

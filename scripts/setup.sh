@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what endless needs on a fresh Debian/Ubuntu machine: the sandbox
+# (bubblewrap), the verifier (python3 + pytest), the tools offline tasks use,
+# tmux for the end-to-end TUI test, and a Rust toolchain if there is none.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+PKGS="bubblewrap python3 python3-pytest tmux sqlite3 git jq bc zip unzip xz-utils file procps util-linux ca-certificates curl build-essential pkg-config"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: installing the Rust toolchain with rustup"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi

@@ -1,0 +1,257 @@
+//! Command-line interface (clap). Every TUI action has a twin here.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::store::{OnConflict, TaskStatus};
+use crate::task::formats::Format;
+
+/// Generate, run, evaluate and train terminal agents on verifiable tasks.
+/// With no command, opens the TUI on the workspace.
+#[derive(Debug, Parser)]
+#[command(name = "endless", version, about, long_about = None)]
+pub struct Cli {
+    /// Workspace directory (default: the platform data dir; env ENDLESS_WORKSPACE).
+    #[arg(long, global = true, env = "ENDLESS_WORKSPACE", value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Browse, import, export and curate tasks.
+    #[command(subcommand)]
+    Tasks(TasksCommand),
+    /// Generate tasks: offline (procedural, no LLM) or with the four-stage LLM pipeline.
+    Generate(GenerateArgs),
+    /// Run one episode of a policy on a task.
+    Run(RunArgs),
+    /// Evaluate a policy over tasks: pass rate, pass@k, failure modes.
+    Eval(EvalArgs),
+    /// Train a policy with PPO.
+    Train(TrainArgs),
+    /// Benchmarks: sandbox, rollout, import, tui.
+    Bench(BenchArgs),
+    /// Sandbox backends.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+    /// Configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `endless tasks ...`
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// One line (or object) per task: id, category, status, pass@k.
+    List {
+        #[arg(long)]
+        status: Option<TaskStatus>,
+        #[arg(long)]
+        category: Option<String>,
+        /// Case-insensitive text to find in id, name or instruction.
+        #[arg(long)]
+        search: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Everything about one task, including the privileged truth.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import task directories (one task, or a directory of them; mixed formats).
+    Import {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Format of the tasks; `auto` detects each one.
+        #[arg(long, default_value = "auto")]
+        format: FormatArg,
+        /// What to do when a task id already exists with other content.
+        #[arg(long, value_enum, default_value = "fail")]
+        on_conflict: OnConflict,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export tasks in another format.
+    Export {
+        ids: Vec<String>,
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        #[arg(long, value_enum)]
+        format: Format,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Build each environment; initial tests must pass, final tests must fail on the
+    /// initial state, the oracle (if any) must pass. Non-zero exit if any fails.
+    Validate {
+        ids: Vec<String>,
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Curate: set status, rating, notes or tags of tasks.
+    Set {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[arg(long, value_enum)]
+        status: Option<TaskStatus>,
+        /// 1-5; 0 clears it.
+        #[arg(long)]
+        rating: Option<u8>,
+        #[arg(long)]
+        notes: Option<String>,
+        /// Comma-separated tags (replaces the index's tags).
+        #[arg(long, value_delimiter = ',')]
+        tags: Option<Vec<String>>,
+    },
+}
+
+/// `--format auto|native|reference|harbor|tb1`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    Auto,
+    Native,
+    Reference,
+    Harbor,
+    Tb1,
+}
+
+impl FormatArg {
+    /// `None` for auto-detection.
+    pub fn forced(self) -> Option<Format> {
+        match self {
+            FormatArg::Auto => None,
+            FormatArg::Native => Some(Format::Native),
+            FormatArg::Reference => Some(Format::Reference),
+            FormatArg::Harbor => Some(Format::Harbor),
+            FormatArg::Tb1 => Some(Format::Tb1),
+        }
+    }
+}
+
+/// `endless generate`
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Use the offline procedural families (no LLM).
+    #[arg(long)]
+    pub offline: bool,
+    #[arg(long, default_value_t = 10)]
+    pub count: usize,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// OpenAI-compatible server of the generator model.
+    #[arg(long, value_name = "URL")]
+    pub llm: Option<String>,
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    #[arg(long, value_name = "URL")]
+    pub solver_llm: Option<String>,
+    #[arg(long, value_name = "M")]
+    pub solver_model: Option<String>,
+    #[arg(long)]
+    pub solutions: Option<u32>,
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    #[arg(long)]
+    pub max_env_attempts: Option<u32>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `endless run`
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    pub task: String,
+    /// oracle | human | script:FILE | openai:MODEL@URL | local:DIR | replay:EPISODE
+    #[arg(long)]
+    pub policy: String,
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `endless eval`
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Task selection: ids or globs, comma-separated (default: all).
+    #[arg(long)]
+    pub tasks: Option<String>,
+    #[arg(long)]
+    pub policy: String,
+    #[arg(long, default_value_t = 1)]
+    pub samples: u32,
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `endless train`
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[arg(long)]
+    pub tasks: Option<String>,
+    #[arg(long)]
+    pub policy: Option<String>,
+    #[arg(long)]
+    pub init: Option<String>,
+    #[arg(long, default_value_t = 10)]
+    pub steps: u32,
+    #[arg(long, default_value_t = 16)]
+    pub samples: u32,
+    #[arg(long, default_value_t = 16)]
+    pub max_turns: u32,
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `endless bench`
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[arg(value_enum)]
+    pub what: BenchTarget,
+    /// How many items (tasks to import, runs, ...); each bench has a default.
+    #[arg(long)]
+    pub n: Option<usize>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `endless bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchTarget {
+    Import,
+    Sandbox,
+    Rollout,
+    Tui,
+}
+
+/// `endless sandbox ...`
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Which backends work here, what is missing, how to fix it.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `endless config ...`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration and the paths in use.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+}

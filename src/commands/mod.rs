@@ -1,0 +1,92 @@
+//! The CLI commands: each turns parsed arguments into library calls and
+//! prints the result (text, or one JSON document with `--json`).
+
+pub mod bench;
+mod config_cmd;
+mod sandbox_cmd;
+mod tasks;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+
+use crate::cli::{Cli, Command};
+use crate::config::{Config, Paths};
+use crate::store::Workspace;
+
+/// What every command needs: paths, the workspace location, the config.
+pub struct Context {
+    pub paths: Paths,
+    pub workspace_root: PathBuf,
+    pub config: Config,
+}
+
+impl Context {
+    /// Resolve paths and load the configuration layers.
+    pub fn new(workspace: Option<PathBuf>) -> Result<Context> {
+        let paths = Paths::detect();
+        let workspace_root = workspace.unwrap_or_else(|| paths.default_workspace.clone());
+        let config = Config::load(&paths.config_file, Some(&workspace_root))?;
+        Ok(Context {
+            paths,
+            workspace_root,
+            config,
+        })
+    }
+
+    /// The configured sandbox backend, caching images under the cache dir.
+    pub fn backend(&self) -> Result<Box<dyn crate::sandbox::Backend>> {
+        crate::sandbox::backend_by_name(
+            &self.config.sandbox.backend,
+            &self.paths.cache_dir.join("sandbox"),
+        )
+        .with_context(|| {
+            format!(
+                "starting the `{}` sandbox backend (see `endless sandbox doctor`)",
+                self.config.sandbox.backend
+            )
+        })
+    }
+
+    /// Open (creating if needed) the workspace.
+    pub fn workspace(&self) -> Result<Workspace> {
+        Workspace::open(&self.workspace_root)
+            .with_context(|| format!("opening workspace {}", self.workspace_root.display()))
+    }
+}
+
+/// Run the parsed command line.
+pub fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let ctx = Context::new(cli.workspace)?;
+    match cli.command {
+        None => {
+            ctx.workspace()?;
+            crate::tui::run(
+                &ctx.workspace_root,
+                &ctx.config.tui.theme,
+                &ctx.config.tui.keys,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Tasks(cmd)) => tasks::run(&ctx, cmd),
+        Some(Command::Config(cmd)) => config_cmd::run(&ctx, cmd),
+        Some(Command::Bench(args)) => bench::run(&ctx, args),
+        Some(Command::Generate(_)) => not_built("`endless generate`", "issues 4 and 6"),
+        Some(Command::Run(_)) => not_built("`endless run`", "issue 5"),
+        Some(Command::Eval(_)) => not_built("`endless eval`", "issue 5"),
+        Some(Command::Train(_)) => not_built("`endless train`", "issue 8"),
+        Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
+    }
+}
+
+fn not_built(what: &str, issue: &str) -> Result<ExitCode> {
+    eprintln!("endless: {what} is not built yet in this version (it lands with {issue}).");
+    Ok(ExitCode::from(2))
+}
+
+/// Print `value` as pretty JSON on stdout.
+pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

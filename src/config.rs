@@ -1,0 +1,249 @@
+//! Settings: built-in defaults (`assets/config.toml`), then the user's
+//! config file, then the workspace's `endless.toml`, then `ENDLESS_*`
+//! environment variables. Paths come from the `directories` crate.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::task::text::parse_toml;
+use crate::task::BundleError;
+
+/// The built-in defaults, documented.
+pub const DEFAULTS: &str = include_str!("../assets/config.toml");
+
+/// The effective configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub sandbox: SandboxConfig,
+    pub agent: AgentConfig,
+    pub llm: LlmConfig,
+    pub generate: GenerateConfig,
+    pub tui: TuiConfig,
+}
+
+/// `[sandbox]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub backend: String,
+}
+
+/// `[agent]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub max_turns: u32,
+    pub train_max_turns: u32,
+    pub command_timeout_sec: f64,
+}
+
+/// `[llm]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    pub url: String,
+    pub model: String,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub max_tokens: u32,
+    pub concurrency: usize,
+    pub timeout_sec: f64,
+    pub retries: u32,
+}
+
+/// `[generate]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateConfig {
+    pub solutions: u32,
+    pub max_env_attempts: u32,
+    pub concurrency: usize,
+    pub seed_tasks: usize,
+}
+
+/// `[tui]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuiConfig {
+    pub theme: String,
+    #[serde(default)]
+    pub keys: toml::Table,
+}
+
+/// Where things live on this machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Paths {
+    /// The user's config file (may not exist).
+    pub config_file: PathBuf,
+    /// Default workspace when none is given.
+    pub default_workspace: PathBuf,
+    /// Caches: sandbox images, downloaded models.
+    pub cache_dir: PathBuf,
+    /// Logs.
+    pub log_dir: PathBuf,
+}
+
+impl Paths {
+    /// Platform paths from `directories` (XDG on Linux).
+    pub fn detect() -> Paths {
+        match directories::ProjectDirs::from("", "", "endless") {
+            Some(d) => Paths {
+                config_file: d.config_dir().join("config.toml"),
+                default_workspace: d.data_dir().join("workspace"),
+                cache_dir: d.cache_dir().to_path_buf(),
+                log_dir: d.state_dir().unwrap_or(d.data_local_dir()).join("logs"),
+            },
+            None => {
+                let base = std::env::temp_dir().join("endless");
+                Paths {
+                    config_file: base.join("config.toml"),
+                    default_workspace: base.join("workspace"),
+                    cache_dir: base.join("cache"),
+                    log_dir: base.join("logs"),
+                }
+            }
+        }
+    }
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    File(#[from] BundleError),
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+}
+
+impl Config {
+    /// Load the layers: defaults, `user_file`, `<workspace>/endless.toml`, environment.
+    pub fn load(user_file: &Path, workspace: Option<&Path>) -> Result<Config, ConfigError> {
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        Self::load_with_env(user_file, workspace, &vars)
+    }
+
+    /// [`Config::load`] with explicit environment variables (for tests).
+    pub fn load_with_env(
+        user_file: &Path,
+        workspace: Option<&Path>,
+        vars: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let mut merged: toml::Table = parse_toml(Path::new("assets/config.toml"), DEFAULTS)?;
+        let ws_file = workspace.map(|w| w.join("endless.toml"));
+        for file in std::iter::once(user_file).chain(ws_file.as_deref()) {
+            if file.is_file() {
+                let text = crate::task::text::read_text(file)?;
+                let layer: toml::Table = parse_toml(file, &text)?;
+                merge(&mut merged, layer);
+                // Check each file on its own so errors name the file that has them.
+                let check = merged.clone();
+                let text = toml::to_string(&check).unwrap_or_default();
+                parse_toml::<Config>(file, &text)?;
+            }
+        }
+        for (var, value) in vars {
+            let Some(rest) = var.strip_prefix("ENDLESS_") else {
+                continue;
+            };
+            let Some((section, key)) = rest
+                .to_ascii_lowercase()
+                .split_once('_')
+                .map(|(s, k)| (s.to_string(), k.to_string()))
+            else {
+                continue;
+            };
+            let Some(toml::Value::Table(table)) = merged.get_mut(&section) else {
+                continue;
+            };
+            let Some(old) = table.get(&key) else { continue };
+            let new = coerce(old, value).map_err(|message| ConfigError::Env {
+                var: var.clone(),
+                message,
+            })?;
+            table.insert(key, new);
+        }
+        let text = toml::to_string(&merged).unwrap_or_default();
+        Ok(parse_toml(Path::new("<effective config>"), &text)?)
+    }
+}
+
+fn merge(into: &mut toml::Table, layer: toml::Table) {
+    for (k, v) in layer {
+        match (into.get_mut(&k), v) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+fn coerce(old: &toml::Value, value: &str) -> Result<toml::Value, String> {
+    Ok(match old {
+        toml::Value::Integer(_) => toml::Value::Integer(
+            value
+                .trim()
+                .parse()
+                .map_err(|_| format!("expected an integer, got {value:?}"))?,
+        ),
+        toml::Value::Float(_) => toml::Value::Float(
+            value
+                .trim()
+                .parse()
+                .map_err(|_| format!("expected a number, got {value:?}"))?,
+        ),
+        toml::Value::Boolean(_) => toml::Value::Boolean(
+            value
+                .trim()
+                .parse()
+                .map_err(|_| format!("expected true or false, got {value:?}"))?,
+        ),
+        _ => toml::Value::String(value.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_load_and_layers_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = dir.path().join("none.toml");
+        let c = Config::load_with_env(&none, None, &[]).unwrap();
+        assert_eq!(c.agent.max_turns, 64);
+        assert_eq!(c.generate.solutions, 16);
+        std::fs::write(dir.path().join("endless.toml"), "[llm]\nmodel = \"m1\"\n").unwrap();
+        let vars = vec![("ENDLESS_LLM_TEMPERATURE".to_string(), "0.5".to_string())];
+        let c = Config::load_with_env(&none, Some(dir.path()), &vars).unwrap();
+        assert_eq!(c.llm.model, "m1");
+        assert_eq!(c.llm.temperature, 0.5);
+    }
+
+    #[test]
+    fn bad_values_name_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("config.toml");
+        std::fs::write(&user, "[agent]\nmax_turns = \"many\"\n").unwrap();
+        let err = Config::load_with_env(&user, None, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config.toml") && err.contains("agent.max_turns"),
+            "{err}"
+        );
+        std::fs::write(&user, "[agnet]\nmax_turns = 3\n").unwrap();
+        let err = Config::load_with_env(&user, None, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("agnet"), "{err}");
+        let none = dir.path().join("none.toml");
+        let vars = vec![("ENDLESS_AGENT_MAX_TURNS".to_string(), "x".to_string())];
+        let err = Config::load_with_env(&none, None, &vars)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ENDLESS_AGENT_MAX_TURNS"), "{err}");
+    }
+}

@@ -1,0 +1,241 @@
+//! Importing task directories of any supported format, in parallel, with
+//! per-task failures reported and never a half-imported task visible.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::tasks::index_task_in;
+use super::{StoreError, TaskStatus, Workspace};
+use crate::fsutil::{replace_dir_atomic, AtomicDir, ReadLimits};
+use crate::task::formats::Format;
+use crate::task::{save_native_atomic, validate, write_native, Task};
+
+/// What to do when an imported task's id already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OnConflict {
+    /// Report the task as failed (identical content counts as unchanged).
+    #[default]
+    Fail,
+    /// Leave the existing task alone.
+    Skip,
+    /// Keep both: the new one gets a `-2`, `-3`, ... suffix.
+    Rename,
+    /// Replace the existing bundle.
+    Replace,
+}
+
+/// The outcome for one discovered task directory.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ImportOutcome {
+    Imported {
+        path: PathBuf,
+        id: String,
+        format: Format,
+    },
+    Unchanged {
+        path: PathBuf,
+        id: String,
+    },
+    Skipped {
+        path: PathBuf,
+        id: String,
+        reason: String,
+    },
+    Failed {
+        path: PathBuf,
+        error: String,
+    },
+}
+
+/// All outcomes, in discovery order.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImportReport {
+    pub outcomes: Vec<ImportOutcome>,
+}
+
+impl ImportReport {
+    /// Number of tasks written.
+    pub fn imported(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|o| matches!(o, ImportOutcome::Imported { .. }))
+            .count()
+    }
+
+    /// Number of failures.
+    pub fn failed(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|o| matches!(o, ImportOutcome::Failed { .. }))
+            .count()
+    }
+}
+
+/// Find task directories under `paths`: a path that is a task is taken as
+/// is; otherwise its subdirectories are searched (up to 4 levels deep).
+pub fn discover(paths: &[PathBuf], forced: Option<Format>) -> Vec<(PathBuf, Option<Format>)> {
+    fn walk(
+        dir: &Path,
+        depth: usize,
+        forced: Option<Format>,
+        out: &mut Vec<(PathBuf, Option<Format>)>,
+    ) {
+        if let Some(format) = Format::detect(dir) {
+            out.push((dir.to_path_buf(), Some(forced.unwrap_or(format))));
+            return;
+        }
+        if depth == 0 {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut children: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        children.sort();
+        for child in children {
+            walk(&child, depth - 1, forced, out);
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let before = out.len();
+        walk(p, 4, forced, &mut out);
+        if out.len() == before {
+            out.push((p.clone(), None));
+        }
+    }
+    out
+}
+
+/// Import every task found under `paths` into `ws`.
+pub fn import_paths(
+    ws: &mut Workspace,
+    paths: &[PathBuf],
+    forced: Option<Format>,
+    on_conflict: OnConflict,
+) -> Result<ImportReport, StoreError> {
+    let found = discover(paths, forced);
+    let limits = ReadLimits::default();
+    let read: Vec<(PathBuf, Result<(Task, Format), String>)> = found
+        .into_par_iter()
+        .map(|(path, format)| {
+            let result = match format {
+                None => Err(format!(
+                    "{}: no task found (expected task.toml, task.json or task.yaml)",
+                    path.display()
+                )),
+                Some(format) => format
+                    .read(&path, &limits)
+                    .map_err(|e| e.to_string())
+                    .and_then(|task| {
+                        let problems = validate(&task);
+                        match problems.first() {
+                            Some(p) => Err(format!("{}: {p}", path.display())),
+                            None => Ok((task, format)),
+                        }
+                    }),
+            };
+            (path, result)
+        })
+        .collect();
+
+    // Resolve ids one by one (cheap), then write bundles in parallel.
+    let mut taken: BTreeSet<String> = ws.task_ids()?.into_iter().collect();
+    let mut outcomes = Vec::with_capacity(read.len());
+    let mut to_write: Vec<(usize, Task, bool)> = Vec::new();
+    for (path, result) in read {
+        let (mut task, format) = match result {
+            Ok(ok) => ok,
+            Err(error) => {
+                outcomes.push(ImportOutcome::Failed { path, error });
+                continue;
+            }
+        };
+        let id = task.id().to_string();
+        let mut replace = false;
+        if taken.contains(&id) {
+            let existing = ws.has_task(&id).then(|| ws.load_task(&id).ok()).flatten();
+            if existing.as_ref() == Some(&task) {
+                outcomes.push(ImportOutcome::Unchanged { path, id });
+                continue;
+            }
+            match on_conflict {
+                OnConflict::Fail => {
+                    outcomes.push(ImportOutcome::Failed {
+                        path,
+                        error: format!(
+                            "task id {id:?} already exists with different content; use --on-conflict rename|skip|replace"
+                        ),
+                    });
+                    continue;
+                }
+                OnConflict::Skip => {
+                    outcomes.push(ImportOutcome::Skipped {
+                        path,
+                        id,
+                        reason: "id exists".into(),
+                    });
+                    continue;
+                }
+                OnConflict::Rename => {
+                    let new_id = (2..)
+                        .map(|n| format!("{id}-{n}"))
+                        .find(|c| !taken.contains(c))
+                        .unwrap_or(id);
+                    task.meta.task.id = new_id;
+                }
+                OnConflict::Replace => replace = ws.has_task(&id),
+            }
+        }
+        taken.insert(task.id().to_string());
+        outcomes.push(ImportOutcome::Imported {
+            path,
+            id: task.id().to_string(),
+            format,
+        });
+        to_write.push((outcomes.len() - 1, task, replace));
+    }
+
+    let tasks_dir = ws.tasks_dir();
+    let written: Vec<(usize, Result<(), String>)> = to_write
+        .par_iter()
+        .map(|(i, task, replace)| {
+            let target = tasks_dir.join(task.id());
+            let result = if *replace {
+                AtomicDir::new(&tasks_dir.join(format!(".new-{}", task.id())))
+                    .map_err(|e| e.to_string())
+                    .and_then(|staging| {
+                        write_native(task, staging.path()).map_err(|e| e.to_string())?;
+                        replace_dir_atomic(staging.path(), &target).map_err(|e| e.to_string())
+                    })
+            } else {
+                save_native_atomic(task, &target).map_err(|e| e.to_string())
+            };
+            (*i, result)
+        })
+        .collect();
+    ws.transaction(|tx| {
+        for ((i, result), (_, task, _)) in written.into_iter().zip(&to_write) {
+            match result {
+                Ok(()) => index_task_in(tx, task, TaskStatus::Candidate)?,
+                Err(error) => {
+                    let path = match &outcomes[i] {
+                        ImportOutcome::Imported { path, .. } => path.clone(),
+                        _ => PathBuf::new(),
+                    };
+                    outcomes[i] = ImportOutcome::Failed { path, error };
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(ImportReport { outcomes })
+}

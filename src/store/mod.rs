@@ -1,0 +1,51 @@
+//! The workspace: task bundles and trajectories on disk (the source of
+//! truth) indexed in SQLite (WAL), which also holds curation data.
+
+mod import;
+mod jobs;
+mod migrations;
+mod runs;
+mod tasks;
+mod workspace;
+
+use std::path::PathBuf;
+
+pub use import::{discover, import_paths, ImportOutcome, ImportReport, OnConflict};
+pub use jobs::JobRow;
+pub use migrations::SCHEMA_VERSION;
+pub use runs::{EpisodeRow, RunRow};
+pub use tasks::{TaskFilter, TaskRow, TaskStatus};
+pub use workspace::Workspace;
+
+/// Errors from the workspace and its database.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("the workspace database has schema version {found}, newer than this build supports ({supported}); upgrade endless")]
+    TooNew { found: usize, supported: usize },
+    #[error("no task with id {0:?}")]
+    NoSuchTask(String),
+    #[error(transparent)]
+    Bundle(#[from] crate::task::BundleError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl StoreError {
+    fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| StoreError::Io { path, source }
+    }
+}
+
+/// The current time as RFC 3339 (UTC, seconds).
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

@@ -1,0 +1,152 @@
+//! Runs (an evaluation, a generation, a training job) and their episodes.
+
+use rusqlite::{params, Row};
+use serde::Serialize;
+
+use super::{now, StoreError, Workspace};
+
+/// One run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRow {
+    pub id: String,
+    pub kind: String,
+    pub policy: String,
+    pub config: serde_json::Value,
+    pub summary: serde_json::Value,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+}
+
+/// One indexed episode (its files live under `runs/<run>/episodes/<task>/`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EpisodeRow {
+    pub run_id: String,
+    pub task_id: String,
+    pub sample: u32,
+    pub passed: bool,
+    pub reward: f64,
+    pub turns: u32,
+    pub end_reason: String,
+    pub failure_mode: Option<String>,
+    /// Path of the result JSON, relative to the workspace root.
+    pub path: String,
+    pub rating: Option<u8>,
+    pub label: Option<String>,
+    pub notes: String,
+}
+
+fn run_from_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
+    let config: String = r.get(3)?;
+    let summary: String = r.get(4)?;
+    Ok(RunRow {
+        id: r.get(0)?,
+        kind: r.get(1)?,
+        policy: r.get(2)?,
+        config: serde_json::from_str(&config).unwrap_or_default(),
+        summary: serde_json::from_str(&summary).unwrap_or_default(),
+        created_at: r.get(5)?,
+        finished_at: r.get(6)?,
+    })
+}
+
+fn episode_from_row(r: &Row<'_>) -> rusqlite::Result<EpisodeRow> {
+    Ok(EpisodeRow {
+        run_id: r.get(0)?,
+        task_id: r.get(1)?,
+        sample: r.get::<_, i64>(2)?.max(0) as u32,
+        passed: r.get(3)?,
+        reward: r.get(4)?,
+        turns: r.get::<_, i64>(5)?.max(0) as u32,
+        end_reason: r.get(6)?,
+        failure_mode: r.get(7)?,
+        path: r.get(8)?,
+        rating: r.get::<_, Option<i64>>(9)?.map(|v| v.clamp(0, 5) as u8),
+        label: r.get(10)?,
+        notes: r.get(11)?,
+    })
+}
+
+impl Workspace {
+    /// Create a run row (or keep the existing one when resuming).
+    pub fn upsert_run(
+        &self,
+        id: &str,
+        kind: &str,
+        policy: &str,
+        config: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO runs (id, kind, policy, config, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (id) DO NOTHING",
+            params![id, kind, policy, config.to_string(), now()],
+        )?;
+        Ok(())
+    }
+
+    /// Mark a run finished with its summary.
+    pub fn finish_run(&self, id: &str, summary: &serde_json::Value) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET summary = ?1, finished_at = ?2 WHERE id = ?3",
+            params![summary.to_string(), now(), id],
+        )?;
+        Ok(())
+    }
+
+    /// All runs, newest first.
+    pub fn list_runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, kind, policy, config, summary, created_at, finished_at FROM runs ORDER BY created_at DESC, id DESC",
+        )?;
+        let rows = stmt.query_map([], run_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Index one finished episode (replacing an earlier row for the same sample).
+    pub fn index_episode(&self, e: &EpisodeRow) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (run_id, task_id, sample) DO UPDATE SET passed = excluded.passed,
+                 reward = excluded.reward, turns = excluded.turns, end_reason = excluded.end_reason,
+                 failure_mode = excluded.failure_mode, path = excluded.path",
+            params![e.run_id, e.task_id, e.sample, e.passed, e.reward, e.turns, e.end_reason, e.failure_mode, e.path, now()],
+        )?;
+        Ok(())
+    }
+
+    /// Episodes of a run (or of every run when `run_id` is `None`).
+    pub fn list_episodes(&self, run_id: Option<&str>) -> Result<Vec<EpisodeRow>, StoreError> {
+        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes
+                   FROM episodes WHERE (?1 IS NULL OR run_id = ?1) ORDER BY run_id, task_id, sample";
+        let mut stmt = self.conn.prepare(sql)?;
+        let rows = stmt.query_map([run_id], episode_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Rate an episode 1-5 with an optional label and notes.
+    pub fn rate_episode(
+        &self,
+        run_id: &str,
+        task_id: &str,
+        sample: u32,
+        rating: Option<u8>,
+        label: Option<&str>,
+        notes: &str,
+    ) -> Result<(), StoreError> {
+        if let Some(r) = rating {
+            if !(1..=5).contains(&r) {
+                return Err(StoreError::Invalid(format!("rating {r} is outside 1..=5")));
+            }
+        }
+        let n = self.conn.execute(
+            "UPDATE episodes SET rating = ?1, label = ?2, notes = ?3 WHERE run_id = ?4 AND task_id = ?5 AND sample = ?6",
+            params![rating.map(i64::from), label, notes, run_id, task_id, sample],
+        )?;
+        if n == 0 {
+            return Err(StoreError::Invalid(format!(
+                "no episode {run_id}/{task_id}/{sample}"
+            )));
+        }
+        Ok(())
+    }
+}

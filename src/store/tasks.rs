@@ -1,0 +1,235 @@
+//! The task index: one row per accepted bundle under `tasks/`, plus
+//! curation data (status, rating, notes, tags, pass@k).
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, OptionalExtension, Row};
+use serde::{Deserialize, Serialize};
+
+use super::{now, StoreError, Workspace};
+use crate::task::Task;
+
+/// Curation status of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    Candidate,
+    Accepted,
+    Rejected,
+    Archived,
+}
+
+impl TaskStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Candidate => "candidate",
+            TaskStatus::Accepted => "accepted",
+            TaskStatus::Rejected => "rejected",
+            TaskStatus::Archived => "archived",
+        }
+    }
+
+    fn parse(s: &str) -> TaskStatus {
+        match s {
+            "accepted" => TaskStatus::Accepted,
+            "rejected" => TaskStatus::Rejected,
+            "archived" => TaskStatus::Archived,
+            _ => TaskStatus::Candidate,
+        }
+    }
+}
+
+/// One indexed task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskRow {
+    pub id: String,
+    pub name: String,
+    pub category: String,
+    pub complexity: Option<u8>,
+    pub scenario: String,
+    pub tags: Vec<String>,
+    pub status: TaskStatus,
+    pub source_format: String,
+    /// pass@k keyed by k, from the latest evaluation or solvability filter.
+    pub pass_at_k: BTreeMap<String, f64>,
+    pub rating: Option<u8>,
+    pub notes: String,
+    #[serde(skip)]
+    pub instruction: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// Which tasks to list.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub status: Option<TaskStatus>,
+    pub category: Option<String>,
+    /// Case-insensitive substring of id, name or instruction.
+    pub search: Option<String>,
+}
+
+const COLUMNS: &str = "id, name, category, complexity, scenario, tags, status, source_format, pass_at_k, rating, notes, instruction, created_at, updated_at";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<TaskRow> {
+    let tags: String = r.get(5)?;
+    let status: String = r.get(6)?;
+    let pass: String = r.get(8)?;
+    Ok(TaskRow {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        category: r.get(2)?,
+        complexity: r.get::<_, Option<i64>>(3)?.map(|c| c.clamp(0, 255) as u8),
+        scenario: r.get(4)?,
+        tags: serde_json::from_str(&tags).unwrap_or_default(),
+        status: TaskStatus::parse(&status),
+        source_format: r.get(7)?,
+        pass_at_k: serde_json::from_str(&pass).unwrap_or_default(),
+        rating: r.get::<_, Option<i64>>(9)?.map(|c| c.clamp(0, 5) as u8),
+        notes: r.get(10)?,
+        instruction: r.get(11)?,
+        created_at: r.get(12)?,
+        updated_at: r.get(13)?,
+    })
+}
+
+impl Workspace {
+    /// Insert or refresh the index row of `task` (curation data is kept).
+    pub fn index_task(&self, task: &Task, status: TaskStatus) -> Result<(), StoreError> {
+        index_task_in(&self.conn, task, status)
+    }
+
+    /// One task's row.
+    pub fn task_row(&self, id: &str) -> Result<TaskRow, StoreError> {
+        self.conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
+                [id],
+                from_row,
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NoSuchTask(id.into()))
+    }
+
+    /// Rows matching `filter`, ordered by id.
+    pub fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskRow>, StoreError> {
+        let mut sql = format!("SELECT {COLUMNS} FROM tasks WHERE 1 = 1");
+        let mut args: Vec<String> = Vec::new();
+        if let Some(s) = filter.status {
+            args.push(s.as_str().into());
+            sql.push_str(&format!(" AND status = ?{}", args.len()));
+        }
+        if let Some(c) = &filter.category {
+            args.push(c.clone());
+            sql.push_str(&format!(" AND category = ?{}", args.len()));
+        }
+        if let Some(q) = &filter.search {
+            args.push(format!("%{}%", q.to_lowercase()));
+            let n = args.len();
+            sql.push_str(&format!(
+                " AND (lower(id) LIKE ?{n} OR lower(name) LIKE ?{n} OR lower(instruction) LIKE ?{n})"
+            ));
+        }
+        sql.push_str(" ORDER BY id");
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Set the curation status.
+    pub fn set_status(&self, id: &str, status: TaskStatus) -> Result<(), StoreError> {
+        self.update(id, "status", &status.as_str())
+    }
+
+    /// Set (or clear) the 1-5 rating.
+    pub fn set_rating(&self, id: &str, rating: Option<u8>) -> Result<(), StoreError> {
+        if let Some(r) = rating {
+            if !(1..=5).contains(&r) {
+                return Err(StoreError::Invalid(format!("rating {r} is outside 1..=5")));
+            }
+        }
+        self.update(id, "rating", &rating.map(i64::from))
+    }
+
+    /// Replace the notes.
+    pub fn set_notes(&self, id: &str, notes: &str) -> Result<(), StoreError> {
+        self.update(id, "notes", &notes)
+    }
+
+    /// Replace the tags in the index (the bundle's own tags are not touched).
+    pub fn set_tags(&self, id: &str, tags: &[String]) -> Result<(), StoreError> {
+        let json = serde_json::to_string(tags).unwrap_or_else(|_| "[]".into());
+        self.update(id, "tags", &json)
+    }
+
+    /// Record pass@k (keyed by k) for a task.
+    pub fn set_pass_at_k(
+        &self,
+        id: &str,
+        pass_at_k: &BTreeMap<String, f64>,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(pass_at_k).unwrap_or_else(|_| "{}".into());
+        self.update(id, "pass_at_k", &json)
+    }
+
+    fn update(
+        &self,
+        id: &str,
+        column: &str,
+        value: &dyn rusqlite::ToSql,
+    ) -> Result<(), StoreError> {
+        let n = self.conn.execute(
+            &format!("UPDATE tasks SET {column} = ?1, updated_at = ?2 WHERE id = ?3"),
+            params![value, now(), id],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NoSuchTask(id.into()));
+        }
+        Ok(())
+    }
+
+    /// Ids of all indexed tasks.
+    pub fn task_ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT id FROM tasks ORDER BY id")?;
+        let ids = stmt.query_map([], |r| r.get(0))?;
+        Ok(ids.collect::<Result<_, _>>()?)
+    }
+
+    /// Remove a task's index row (not its files).
+    pub(crate) fn unindex_task(&self, id: &str) -> Result<(), StoreError> {
+        self.conn.execute("DELETE FROM tasks WHERE id = ?1", [id])?;
+        Ok(())
+    }
+}
+
+/// Index `task` through any connection or transaction.
+pub(crate) fn index_task_in(
+    conn: &rusqlite::Connection,
+    task: &Task,
+    status: TaskStatus,
+) -> Result<(), StoreError> {
+    let t = &task.meta.task;
+    let ts = now();
+    conn.execute(
+        "INSERT INTO tasks (id, name, category, complexity, scenario, tags, status, source_format, instruction, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)
+         ON CONFLICT (id) DO UPDATE SET name = excluded.name, category = excluded.category,
+             complexity = excluded.complexity, scenario = excluded.scenario,
+             source_format = excluded.source_format, instruction = excluded.instruction,
+             updated_at = excluded.updated_at",
+        params![
+            t.id,
+            t.name,
+            t.category,
+            t.complexity.map(i64::from),
+            t.scenario,
+            serde_json::to_string(&t.tags).unwrap_or_else(|_| "[]".into()),
+            status.as_str(),
+            t.source_format,
+            task.instruction,
+            ts
+        ],
+    )?;
+    Ok(())
+}

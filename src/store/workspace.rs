@@ -1,0 +1,159 @@
+//! A workspace directory: `endless.db`, `tasks/`, `rejected/`, `runs/`,
+//! `checkpoints/`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+use super::migrations::migrate;
+use super::tasks::index_task_in;
+use super::{StoreError, TaskStatus};
+use crate::fsutil::{replace_dir_atomic, AtomicDir, ReadLimits};
+use crate::task::{read_native, write_native, Task};
+
+/// An open workspace. Each thread opens its own (SQLite WAL allows one
+/// writer and many readers at once).
+pub struct Workspace {
+    root: PathBuf,
+    pub(crate) conn: Connection,
+}
+
+impl Workspace {
+    /// Open (creating and migrating as needed) the workspace at `root`, then
+    /// reconcile the index with the bundles on disk.
+    pub fn open(root: &Path) -> Result<Self, StoreError> {
+        for sub in ["tasks", "rejected", "runs", "checkpoints"] {
+            let dir = root.join(sub);
+            fs::create_dir_all(&dir).map_err(StoreError::io(&dir))?;
+        }
+        let db = root.join("endless.db");
+        let mut conn = Connection::open(&db)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        migrate(&mut conn)?;
+        let ws = Workspace {
+            root: root.to_path_buf(),
+            conn,
+        };
+        ws.reconcile()?;
+        Ok(ws)
+    }
+
+    /// The workspace directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `tasks/`: accepted bundles.
+    pub fn tasks_dir(&self) -> PathBuf {
+        self.root.join("tasks")
+    }
+
+    /// `rejected/`: pipeline rejects with their reasons.
+    pub fn rejected_dir(&self) -> PathBuf {
+        self.root.join("rejected")
+    }
+
+    /// `runs/`: evaluation and generation runs.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
+    /// `checkpoints/`: training output.
+    pub fn checkpoints_dir(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+
+    /// The bundle directory of task `id`.
+    pub fn task_dir(&self, id: &str) -> PathBuf {
+        self.tasks_dir().join(id)
+    }
+
+    /// Load task `id` from its bundle.
+    pub fn load_task(&self, id: &str) -> Result<Task, StoreError> {
+        let dir = self.task_dir(id);
+        if !crate::task::is_valid_id(id) || !dir.join("task.toml").is_file() {
+            return Err(StoreError::NoSuchTask(id.into()));
+        }
+        Ok(read_native(&dir, &ReadLimits::default())?)
+    }
+
+    /// Whether a bundle with this id exists.
+    pub fn has_task(&self, id: &str) -> bool {
+        crate::task::is_valid_id(id) && self.task_dir(id).join("task.toml").is_file()
+    }
+
+    /// Write a new task bundle atomically and index it. Fails if the id exists.
+    pub fn add_task(&self, task: &Task, status: TaskStatus) -> Result<(), StoreError> {
+        let dir = self.task_dir(task.id());
+        crate::task::save_native_atomic(task, &dir)?;
+        index_task_in(&self.conn, task, status)
+    }
+
+    /// Replace an existing task's bundle atomically (readers see old or new).
+    pub fn replace_task(&self, task: &Task) -> Result<(), StoreError> {
+        let target = self.task_dir(task.id());
+        let staging = AtomicDir::new(&self.tasks_dir().join(format!(".new-{}", task.id())))
+            .map_err(StoreError::io(&target))?;
+        write_native(task, staging.path())?;
+        replace_dir_atomic(staging.path(), &target).map_err(StoreError::io(&target))?;
+        index_task_in(&self.conn, task, TaskStatus::Candidate)
+    }
+
+    /// Delete a task's bundle and index row.
+    pub fn remove_task(&self, id: &str) -> Result<(), StoreError> {
+        let dir = self.task_dir(id);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(StoreError::io(&dir))?;
+        }
+        self.unindex_task(id)
+    }
+
+    /// Make the index agree with the files: drop leftovers of interrupted
+    /// writes, index complete bundles that have no row, drop rows whose
+    /// bundle is gone. Returns how many rows changed.
+    pub fn reconcile(&self) -> Result<usize, StoreError> {
+        let tasks_dir = self.tasks_dir();
+        let mut on_disk = std::collections::BTreeSet::new();
+        for entry in fs::read_dir(&tasks_dir).map_err(StoreError::io(&tasks_dir))? {
+            let entry = entry.map_err(StoreError::io(&tasks_dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                // An interrupted atomic write: never visible, safe to drop.
+                let _ = fs::remove_dir_all(entry.path());
+                continue;
+            }
+            on_disk.insert(name);
+        }
+        let indexed: std::collections::BTreeSet<String> = self.task_ids()?.into_iter().collect();
+        let mut changed = 0;
+        for id in on_disk.difference(&indexed) {
+            match read_native(&tasks_dir.join(id), &ReadLimits::default()) {
+                Ok(task) => {
+                    index_task_in(&self.conn, &task, TaskStatus::Candidate)?;
+                    changed += 1;
+                }
+                Err(e) => tracing::warn!("not indexing {}: {e}", tasks_dir.join(id).display()),
+            }
+        }
+        for id in indexed.difference(&on_disk) {
+            self.unindex_task(id)?;
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
+    /// Run `f` inside one database transaction.
+    pub(crate) fn transaction<T>(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.conn.transaction()?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,471 @@
+//! Task bundles, foreign formats, the workspace store and the `tasks` CLI.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use endless::fsutil::ReadLimits;
+use endless::store::{import_paths, ImportOutcome, OnConflict, TaskFilter, TaskStatus, Workspace};
+use endless::task::formats::Format;
+use endless::task::{read_native, write_native, FileTree, Task, TaskMeta};
+use proptest::prelude::*;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mixed")
+}
+
+fn read(format: Format, dir: &Path) -> Task {
+    format
+        .read(dir, &ReadLimits::default())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn round_trip(task: &Task, via: Format) -> Task {
+    let dir = tempfile::tempdir().unwrap();
+    via.write(task, dir.path())
+        .unwrap_or_else(|e| panic!("write {via:?}: {e}"));
+    assert_eq!(Format::detect(dir.path()), Some(via));
+    read(via, dir.path())
+}
+
+#[test]
+fn native_round_trips_through_every_format() {
+    let native = read(Format::Native, &fixtures().join("native-error-count"));
+    assert_eq!(native.meta.task.complexity, Some(2));
+    assert!(native.truth.contains("3 ERROR lines"));
+    for via in [
+        Format::Reference,
+        Format::Harbor,
+        Format::Tb1,
+        Format::Native,
+    ] {
+        let back = round_trip(&native, via);
+        assert_eq!(back, native, "native -> {via:?} -> native changed the task");
+    }
+}
+
+#[test]
+fn harbor_import_keeps_unknown_keys_and_maps_boilerplate() {
+    let task = read(Format::Harbor, &fixtures().join("harbor-word-count"));
+    assert_eq!(task.meta.task.source_format, "harbor");
+    assert_eq!(task.meta.task.category, "text-processing");
+    assert_eq!(task.meta.task.tags, vec!["wc", "files"]);
+    assert_eq!(task.meta.agent.user, "root");
+    assert_eq!(task.meta.environment.workdir, "/app");
+    assert_eq!(task.meta.verifier.final_tests, vec!["test_outputs.py"]);
+    assert_eq!(
+        task.meta.verifier.script, None,
+        "the uv/pytest boilerplate is mapped to pytest"
+    );
+    assert!(!task.tests.contains("test.sh"));
+    assert_eq!(
+        task.meta.environment.extra["memory_mb"].as_integer(),
+        Some(1024)
+    );
+    let metadata = task.meta.extra["metadata"].as_table().unwrap();
+    assert_eq!(metadata["custom_rank"].as_integer(), Some(7));
+    assert_eq!(metadata["author_name"].as_str(), Some("Endless Fixtures"));
+    assert!(task.environment.contains("data/poem.txt"));
+    assert!(task.solve_script().unwrap().contains("wc -w"));
+
+    // Export writes a working test.sh that writes the reward file, and keeps the keys.
+    let dir = tempfile::tempdir().unwrap();
+    Format::Harbor.write(&task, dir.path()).unwrap();
+    let test_sh = fs::read_to_string(dir.path().join("tests/test.sh")).unwrap();
+    assert!(test_sh.contains("python3 -m pytest") && test_sh.contains("/tests/test_outputs.py"));
+    assert!(test_sh.contains("/logs/verifier/reward.txt"));
+    let toml_text = fs::read_to_string(dir.path().join("task.toml")).unwrap();
+    assert!(toml_text.contains("custom_rank = 7") && toml_text.contains("build_timeout_sec = 300"));
+    assert_eq!(read(Format::Harbor, dir.path()), task);
+}
+
+#[test]
+fn custom_harbor_verifier_is_kept_as_is() {
+    let task = read(Format::Harbor, &fixtures().join("harbor-custom-verifier"));
+    assert_eq!(task.meta.verifier.script.as_deref(), Some("test.sh"));
+    assert!(task.tests.text("test.sh").unwrap().contains("stat -c %a"));
+    assert_eq!(task.meta.environment.workdir, "/srv");
+    assert_eq!(round_trip(&task, Format::Harbor), task);
+    assert_eq!(round_trip(&task, Format::Native), task);
+}
+
+#[test]
+fn reference_and_tb1_import() {
+    let r = read(Format::Reference, &fixtures().join("reference-backup"));
+    assert_eq!(r.meta.task.id, "archive-the-reports-folder");
+    assert!(r.truth.contains("reports.tar.gz"));
+    assert!(r.environment.contains("container.def") && r.environment.contains("reports/jan.csv"));
+    assert!(r.tests.contains("test_initial_state.py") && r.tests.contains("test_final_state.py"));
+    assert!(r.solve_script().is_some());
+    assert_eq!(r.meta.extra["reference"]["seed"].as_integer(), Some(42));
+    assert_eq!(round_trip(&r, Format::Reference), r);
+    assert_eq!(round_trip(&r, Format::Harbor), r);
+
+    let t = read(Format::Tb1, &fixtures().join("tb1-env-file"));
+    assert!(t.instruction.contains("PORT to 8080"));
+    assert_eq!(t.meta.agent.timeout_sec, 360.0);
+    assert_eq!(t.meta.verifier.final_tests, vec!["test_outputs.py"]);
+    assert!(t.environment.contains("docker-compose.yaml"));
+    assert_eq!(t.meta.extra["tb1"]["parser_name"].as_str(), Some("pytest"));
+    assert!(t.solve_script().unwrap().contains("DEBUG=false"));
+    assert_eq!(round_trip(&t, Format::Tb1), t);
+    assert_eq!(round_trip(&t, Format::Harbor), t);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.unwrap();
+        let rel = entry.path().strip_prefix(from).unwrap();
+        let dest = to.join(rel);
+        if entry.file_type().is_dir() {
+            fs::create_dir_all(&dest).unwrap();
+        } else {
+            fs::copy(entry.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn error_of(dir: &Path) -> String {
+    let format = Format::detect(dir).expect("detected");
+    format
+        .read(dir, &ReadLimits::default())
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn bad_bundles_get_errors_naming_file_and_field() {
+    let base = fixtures().join("native-error-count");
+    let tmp = tempfile::tempdir().unwrap();
+    let case = |name: &str| {
+        let d = tmp.path().join(name);
+        copy_dir(&base, &d);
+        d
+    };
+
+    let d = case("no-instruction");
+    fs::remove_file(d.join("instruction.md")).unwrap();
+    let e = error_of(&d);
+    assert!(e.contains("instruction.md") && e.contains("missing"), "{e}");
+
+    let d = case("wrong-type");
+    let t = fs::read_to_string(d.join("task.toml"))
+        .unwrap()
+        .replace("complexity = 2", "complexity = \"high\"");
+    fs::write(d.join("task.toml"), t).unwrap();
+    let e = error_of(&d);
+    assert!(
+        e.contains("task.toml") && e.contains("task.complexity"),
+        "{e}"
+    );
+
+    let d = case("bad-utf8");
+    fs::write(d.join("instruction.md"), b"count \xff\xfe lines").unwrap();
+    let e = error_of(&d);
+    assert!(
+        e.contains("instruction.md") && e.contains("UTF-8") && e.contains("offset 6"),
+        "{e}"
+    );
+
+    let d = case("escaping-link");
+    let secret = tmp.path().join("secret.txt");
+    fs::write(&secret, "host secret").unwrap();
+    std::os::unix::fs::symlink(&secret, d.join("environment/files/leak.txt")).unwrap();
+    let e = error_of(&d);
+    assert!(
+        e.contains("leak.txt") && e.contains("outside the task directory"),
+        "{e}"
+    );
+
+    let d = case("too-big");
+    let limits = ReadLimits {
+        max_file_bytes: 64,
+        ..Default::default()
+    };
+    let e = read_native(&d, &limits).unwrap_err().to_string();
+    assert!(e.contains("over the limit"), "{e}");
+
+    let d = case("bad-id");
+    let t = fs::read_to_string(d.join("task.toml"))
+        .unwrap()
+        .replace("id = \"native-error-count\"", "id = \"../evil\"");
+    fs::write(d.join("task.toml"), t).unwrap();
+    let e = error_of(&d);
+    assert!(e.contains("task.id"), "{e}");
+
+    let d = tmp.path().join("harbor-bad-json");
+    fs::create_dir_all(&d).unwrap();
+    fs::write(d.join("task.json"), "{\"description\": 3}").unwrap();
+    let e = error_of(&d);
+    assert!(e.contains("task.json") && e.contains("description"), "{e}");
+}
+
+#[test]
+fn import_reports_failures_and_never_overwrites_silently() {
+    let ws_dir = tempfile::tempdir().unwrap();
+    let mut ws = Workspace::open(ws_dir.path()).unwrap();
+    let src = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures(), src.path());
+    fs::create_dir_all(src.path().join("not-a-task")).unwrap();
+    fs::write(src.path().join("not-a-task/readme.txt"), "hi").unwrap();
+    fs::remove_file(src.path().join("tb1-env-file/task.yaml")).unwrap();
+    fs::write(
+        src.path().join("tb1-env-file/task.yaml"),
+        "instruction: [unclosed",
+    )
+    .unwrap();
+
+    let report =
+        import_paths(&mut ws, &[src.path().to_path_buf()], None, OnConflict::Fail).unwrap();
+    assert_eq!(report.imported(), 4, "{report:#?}");
+    assert_eq!(report.failed(), 1, "{report:#?}");
+    assert!(report
+        .outcomes
+        .iter()
+        .any(|o| matches!(o, ImportOutcome::Failed { error, .. } if error.contains("task.yaml"))));
+
+    // Same content again: unchanged. Changed content with the same id: refused, then renamed.
+    let again = import_paths(
+        &mut ws,
+        &[src.path().join("native-error-count")],
+        None,
+        OnConflict::Fail,
+    )
+    .unwrap();
+    assert!(matches!(again.outcomes[0], ImportOutcome::Unchanged { .. }));
+    fs::write(
+        src.path().join("native-error-count/instruction.md"),
+        "A different instruction.",
+    )
+    .unwrap();
+    let clash = import_paths(
+        &mut ws,
+        &[src.path().join("native-error-count")],
+        None,
+        OnConflict::Fail,
+    )
+    .unwrap();
+    assert!(
+        matches!(&clash.outcomes[0], ImportOutcome::Failed { error, .. } if error.contains("already exists"))
+    );
+    assert!(ws
+        .load_task("native-error-count")
+        .unwrap()
+        .instruction
+        .contains("incident"));
+    let renamed = import_paths(
+        &mut ws,
+        &[src.path().join("native-error-count")],
+        None,
+        OnConflict::Rename,
+    )
+    .unwrap();
+    assert!(
+        matches!(&renamed.outcomes[0], ImportOutcome::Imported { id, .. } if id == "native-error-count-2")
+    );
+    assert_eq!(ws.list_tasks(&TaskFilter::default()).unwrap().len(), 5);
+}
+
+#[test]
+fn interrupted_writes_are_never_visible_and_curation_persists() {
+    let ws_dir = tempfile::tempdir().unwrap();
+    {
+        let ws = Workspace::open(ws_dir.path()).unwrap();
+        let task = read(Format::Native, &fixtures().join("native-error-count"));
+        ws.add_task(&task, TaskStatus::Candidate).unwrap();
+        ws.set_status(task.id(), TaskStatus::Accepted).unwrap();
+        ws.set_rating(task.id(), Some(4)).unwrap();
+        assert!(ws.set_rating(task.id(), Some(9)).is_err());
+    }
+    // A half-written bundle left by a killed import, and a bundle written but not indexed.
+    let half = ws_dir.path().join("tasks/.tmp-abc123");
+    fs::create_dir_all(half.join("environment")).unwrap();
+    fs::write(half.join("task.toml"), "[task]\nid = \"half\"\n").unwrap();
+    let orphan = ws_dir.path().join("tasks/orphan-task");
+    let mut t = read(Format::Native, &fixtures().join("native-error-count"));
+    t.meta.task.id = "orphan-task".into();
+    fs::create_dir_all(&orphan).unwrap();
+    write_native(&t, &orphan).unwrap();
+
+    let ws = Workspace::open(ws_dir.path()).unwrap();
+    let ids = ws.task_ids().unwrap();
+    assert_eq!(ids, vec!["native-error-count", "orphan-task"]);
+    assert!(!half.exists());
+    let row = ws.task_row("native-error-count").unwrap();
+    assert_eq!((row.status, row.rating), (TaskStatus::Accepted, Some(4)));
+    let found = ws
+        .list_tasks(&TaskFilter {
+            search: Some("INCIDENT".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(found.len(), 2);
+}
+
+#[test]
+fn older_workspace_schema_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("endless.db")).unwrap();
+        conn.execute_batch("PRAGMA user_version = 0;").unwrap();
+    }
+    let ws = Workspace::open(dir.path()).unwrap();
+    assert!(ws.task_ids().unwrap().is_empty());
+    let conn = rusqlite::Connection::open(dir.path().join("endless.db")).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v as usize, endless::store::SCHEMA_VERSION);
+}
+
+fn endless(ws: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .env("XDG_STATE_HOME", ws.join(".state"))
+        .env("XDG_CONFIG_HOME", ws.join(".config"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cli_import_export_harbor_reimport_is_identical() {
+    let a = tempfile::tempdir().unwrap();
+    let out = endless(a.path(), &["tasks", "import", fixtures().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = endless(a.path(), &["tasks", "list", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(rows.len(), 5);
+    for key in [
+        "id",
+        "name",
+        "category",
+        "complexity",
+        "status",
+        "pass_at_k",
+    ] {
+        assert!(rows[0].get(key).is_some(), "tasks list --json lacks {key}");
+    }
+    let show = endless(a.path(), &["tasks", "show", "native-error-count", "--json"]);
+    let obj: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    for key in [
+        "id",
+        "name",
+        "instruction",
+        "truth",
+        "category",
+        "complexity",
+        "status",
+        "source_format",
+        "provenance",
+    ] {
+        assert!(obj.get(key).is_some(), "tasks show --json lacks {key}");
+    }
+
+    let exported = tempfile::tempdir().unwrap();
+    let out = endless(
+        a.path(),
+        &[
+            "tasks",
+            "export",
+            "--all",
+            "--format",
+            "harbor",
+            "--out",
+            exported.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = tempfile::tempdir().unwrap();
+    let out = endless(
+        b.path(),
+        &[
+            "tasks",
+            "import",
+            "--format",
+            "harbor",
+            exported.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wa = Workspace::open(a.path()).unwrap();
+    let wb = Workspace::open(b.path()).unwrap();
+    let ids = wa.task_ids().unwrap();
+    assert_eq!(ids, wb.task_ids().unwrap());
+    for id in ids {
+        assert_eq!(
+            wa.load_task(&id).unwrap(),
+            wb.load_task(&id).unwrap(),
+            "{id} changed through Harbor"
+        );
+    }
+
+    let bad = endless(a.path(), &["tasks", "show", "nope"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("nope"));
+}
+
+fn arb_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-zA-Z0-9 ,.!?\\n]{0,60}",
+        any::<String>().prop_map(|s| s.chars().filter(|c| *c != '\r' && *c != '\0').collect()),
+    ]
+}
+
+prop_compose! {
+    fn arb_task()(
+        id in "[a-z][a-z0-9-]{0,20}",
+        name in arb_text(),
+        category in "[a-z ]{0,16}",
+        complexity in proptest::option::of(1u8..=6),
+        tags in proptest::collection::vec("[a-z]{1,8}", 0..4),
+        instruction in arb_text().prop_filter("non-empty", |s| !s.trim().is_empty()),
+        truth in arb_text(),
+        setup in arb_text(),
+        data in proptest::collection::vec(any::<u8>(), 0..64),
+        max_turns in 1u32..200,
+        seed in proptest::option::of(any::<u32>()),
+    ) -> Task {
+        let mut meta = TaskMeta::default();
+        meta.task.id = id;
+        meta.task.name = name;
+        meta.task.category = category;
+        meta.task.complexity = complexity;
+        meta.task.tags = tags;
+        meta.agent.max_turns = max_turns;
+        meta.provenance.seed = seed.map(u64::from);
+        let mut environment = FileTree::default();
+        environment.insert("setup.sh", setup.into_bytes(), true);
+        environment.insert("files/blob.bin", data, false);
+        let mut tests = FileTree::default();
+        tests.insert_text("test_initial_state.py", "def test_a():\n    pass\n");
+        tests.insert_text("test_final_state.py", "def test_b():\n    assert False\n");
+        let mut solution = FileTree::default();
+        solution.insert("solve.sh", b"true\n".to_vec(), true);
+        Task { meta, instruction, truth, environment, tests, solution }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn serialisers_round_trip(task in arb_task()) {
+        for via in [Format::Native, Format::Reference, Format::Harbor, Format::Tb1] {
+            let back = round_trip(&task, via);
+            prop_assert_eq!(&back, &task, "via {:?}", via);
+        }
+    }
+}
