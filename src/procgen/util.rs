@@ -113,6 +113,15 @@ pub fn parent(path: &str) -> &str {
     }
 }
 
+/// An oracle step running `script` with `python3` from a heredoc, after creating
+/// the parent directory of `output` when given.
+pub fn python_step(output: Option<&str>, script: &str) -> String {
+    let mkdir = output
+        .map(|o| format!("mkdir -p {}\n", sq(parent(o))))
+        .unwrap_or_default();
+    format!("{mkdir}python3 - <<'PY'\n{script}PY")
+}
+
 /// Last component of a path.
 pub fn base(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -125,15 +134,6 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// An empty script.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// `mkdir -p`.
-    pub fn dir(&mut self, path: &str) -> &mut Self {
-        self.lines.push(format!("mkdir -p {}", sq(path)));
-        self
-    }
     /// Write a file, creating its directory.
     pub fn file(&mut self, path: &str, content: &str) -> &mut Self {
         self.lines.push(format!("mkdir -p {}", sq(parent(path))));
@@ -169,12 +169,6 @@ impl Setup {
         s.push_str("chown -R user:user /home/user\n");
         s
     }
-}
-
-/// Format a number with `d` decimals, rounding half away from zero on the
-/// decimal representation (what Python's `round` on a `Decimal` string does).
-pub fn fixed(x: f64, d: usize) -> String {
-    format!("{:.*}", d, x)
 }
 
 #[cfg(test)]

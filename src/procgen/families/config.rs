@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 use super::home;
 use crate::procgen::data::{self, distinct, text, PROJECTS};
 use crate::procgen::pytest::Check;
-use crate::procgen::util::{py, sq, Pick};
+use crate::procgen::util::{py, python_step, sq, Pick};
 use crate::procgen::{Def, Spec};
 
 pub(crate) const FAMILIES: &[Def] = &[
@@ -206,32 +206,24 @@ fn ini_set(rng: &mut ChaCha8Rng, c: u8) -> Spec {
             j = py(&json_sections(&expected))
         ),
     });
-    let mut script = format!(
-        "import configparser\ncp = configparser.ConfigParser(interpolation=None)\ncp.read({})\n",
-        py(&path)
-    );
-    for (sec, k, v) in &edits {
-        script.push_str(&format!("cp[{}][{}] = {}\n", py(sec), py(k), py(v)));
-    }
-    script.push_str(&format!(
-        "with open({}, 'w') as f:\n    cp.write(f)\n",
-        py(&path)
-    ));
-    s.solve.push(format!("python3 - <<'PY'\n{script}PY"));
+    let script = |edits: &[(String, String, String)]| {
+        let mut script = format!(
+            "import configparser\ncp = configparser.ConfigParser(interpolation=None)\ncp.read({})\n",
+            py(&path)
+        );
+        for (sec, k, v) in edits {
+            script.push_str(&format!("cp[{}][{}] = {}\n", py(sec), py(k), py(v)));
+        }
+        script.push_str(&format!(
+            "with open({}, 'w') as f:\n    cp.write(f)\n",
+            py(&path)
+        ));
+        python_step(None, &script)
+    };
+    s.solve.push(script(&edits));
     let mut bad = edits.clone();
     bad[0].0 = "server".into();
-    let mut nm_script = format!(
-        "import configparser\ncp = configparser.ConfigParser(interpolation=None)\ncp.read({})\n",
-        py(&path)
-    );
-    for (sec, k, v) in &bad {
-        nm_script.push_str(&format!("cp[{}][{}] = {}\n", py(sec), py(k), py(v)));
-    }
-    nm_script.push_str(&format!(
-        "with open({}, 'w') as f:\n    cp.write(f)\n",
-        py(&path)
-    ));
-    s.near_miss = Some(vec![format!("python3 - <<'PY'\n{nm_script}PY")]);
+    s.near_miss = Some(vec![script(&bad)]);
     s
 }
 

@@ -58,6 +58,15 @@ fn git_commit(s: &mut Spec, repo: &str, files: &[(String, String)], msg: &str, d
     ));
 }
 
+/// `git <args>` (space-separated) in `repo` prints `expected`.
+fn git_check(repo: &str, args: &str, expected: impl Into<String>) -> Check {
+    Check::Git(
+        repo.into(),
+        args.split_whitespace().map(String::from).collect(),
+        expected.into(),
+    )
+}
+
 fn module(rng: &mut ChaCha8Rng, name: &str) -> String {
     format!(
         "\"\"\"{name} helpers.\"\"\"\n\n\ndef {name}_value(x):\n    return x * {}\n\n\nLIMIT = {}\n",
@@ -152,11 +161,8 @@ fn commit_changes(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     let notes = format!("# Changelog\n\n- {}\n", data::prose(rng, 1));
     s.setup
         .raw(write_cmd(&format!("{repo}/CHANGELOG.md"), &notes));
-    s.initial.push(Check::Git(
-        repo.clone(),
-        vec!["rev-list".into(), "--count".into(), "HEAD".into()],
-        n.to_string(),
-    ));
+    s.initial
+        .push(git_check(&repo, "rev-list --count HEAD", n.to_string()));
     let expect_count = n + 1;
     let mut steps = Vec::new();
     let g = format!("git -C {repo}");
@@ -166,16 +172,13 @@ fn commit_changes(rng: &mut ChaCha8Rng, c: u8) -> Spec {
             rng.pick(&["retries", "staging", "limits", "docs"])
         );
         s.reqs.push(format!("Make the commit on a new branch `{branch}` created from the current `main`; `main` itself must not move."));
-        s.checks.push(Check::Git(
-            repo.clone(),
-            vec!["rev-parse".into(), "--abbrev-ref".into(), "HEAD".into()],
+        s.checks.push(git_check(
+            &repo,
+            "rev-parse --abbrev-ref HEAD",
             branch.clone(),
         ));
-        s.checks.push(Check::Git(
-            repo.clone(),
-            vec!["rev-list".into(), "--count".into(), "main".into()],
-            n.to_string(),
-        ));
+        s.checks
+            .push(git_check(&repo, "rev-list --count main", n.to_string()));
         steps.push(format!("{g} checkout -q -b {branch}"));
     }
     if c >= 4 {
@@ -192,41 +195,32 @@ fn commit_changes(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         steps.push(format!("rm {repo}/{gone}"));
     }
     steps.push(format!("{g} add -A\n{g} commit -q -m {}", sq(&msg)));
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["log".into(), "-1".into(), "--format=%s".into()],
-        msg.clone(),
-    ));
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["status".into(), "--porcelain".into()],
-        String::new(),
-    ));
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["show".into(), "HEAD:CHANGELOG.md".into()],
+    s.checks
+        .push(git_check(&repo, "log -1 --format=%s", msg.clone()));
+    s.checks
+        .push(git_check(&repo, "status --porcelain", String::new()));
+    s.checks.push(git_check(
+        &repo,
+        "show HEAD:CHANGELOG.md",
         notes.trim().to_string(),
     ));
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["show".into(), format!("HEAD:{changed}")],
-        new_content.trim().to_string(),
+    s.checks.push(git_check(
+        &repo,
+        &format!("show HEAD:{changed}"),
+        new_content.trim(),
     ));
     if c >= 5 {
         let tag = format!("v0.{}.0", rng.int(2, 9));
         s.reqs.push(format!(
             "Tag the new commit `{tag}` (a lightweight tag is fine)."
         ));
-        s.checks.push(Check::Git(
-            repo.clone(),
-            vec!["tag".into(), "--points-at".into(), "HEAD".into()],
-            tag.clone(),
-        ));
+        s.checks
+            .push(git_check(&repo, "tag --points-at HEAD", tag.clone()));
         steps.push(format!("{g} tag {tag}"));
     }
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["rev-list".into(), "--count".into(), "HEAD".into()],
+    s.checks.push(git_check(
+        &repo,
+        "rev-list --count HEAD",
         expect_count.to_string(),
     ));
     s.solve = steps;
@@ -306,11 +300,8 @@ fn find_commit(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         describe: format!("`{out}` names the commit `{subject}` (dated {date})"),
         body,
     });
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["status".into(), "--porcelain".into()],
-        String::new(),
-    ));
+    s.checks
+        .push(git_check(&repo, "status --porcelain", String::new()));
     let fmt = if with_date { "%H%n%ad" } else { "%H" };
     s.solve.push(format!(
         "git -C {repo} log -S {flag} --reverse --date=short --format={} -- settings.py | head -n {} > {out}",
@@ -373,39 +364,27 @@ fn restore_file(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     ];
     s.reqs
         .push("Other files must stay as they are in the latest commit.".into());
-    s.initial.push(Check::Git(
-        repo.clone(),
-        vec!["rev-list".into(), "--count".into(), "HEAD".into()],
-        total.to_string(),
-    ));
+    s.initial
+        .push(git_check(&repo, "rev-list --count HEAD", total.to_string()));
     s.checks
         .push(Check::Content(format!("{repo}/{file}"), good.clone()));
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["log".into(), "-1".into(), "--format=%s".into()],
-        msg.clone(),
-    ));
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["rev-list".into(), "--count".into(), "HEAD".into()],
+    s.checks
+        .push(git_check(&repo, "log -1 --format=%s", msg.clone()));
+    s.checks.push(git_check(
+        &repo,
+        "rev-list --count HEAD",
         (total + 1).to_string(),
     ));
-    s.checks.push(Check::Git(
-        repo.clone(),
-        vec!["status".into(), "--porcelain".into()],
-        String::new(),
-    ));
+    s.checks
+        .push(git_check(&repo, "status --porcelain", String::new()));
     let g = format!("git -C {repo}");
     s.solve.push(format!("{g} checkout {tag} -- {file}"));
     if c >= 3 {
         let note = format!("{repo}/RESTORED.md");
         let line = format!("{file} restored from {tag}");
         s.reqs.push(format!("In the same commit, add a file `RESTORED.md` at the repository root containing the single line `{line}`."));
-        s.checks.push(Check::Git(
-            repo.clone(),
-            vec!["show".into(), "HEAD:RESTORED.md".into()],
-            line.clone(),
-        ));
+        s.checks
+            .push(git_check(&repo, "show HEAD:RESTORED.md", line.clone()));
         s.solve.push(format!("echo {} > {note}", sq(&line)));
     }
     s.solve

@@ -65,7 +65,10 @@ fn error_count(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     s.reqs.push("One line per service that has at least one such entry, formatted `<service> <count>`, highest count first, ties broken alphabetically.".into());
     let mut counts: Vec<(String, i64)> = services.iter().map(|x| (x.to_string(), 0)).collect();
     for (i, f) in files.iter().enumerate() {
-        let lines = data::log_lines(rng, 20 + 8 * c as usize, 100 + i as i64, &services);
+        let mut lines = data::log_lines(rng, 20 + 8 * c as usize, 100 + i as i64, &services);
+        // Every file has at least one matching line, so skipping a file is caught.
+        lines[2].level = level.into();
+        lines[2].msg = data::message(rng, level);
         for l in &lines {
             if l.level == level {
                 if let Some(e) = counts.iter_mut().find(|e| e.0 == l.service) {

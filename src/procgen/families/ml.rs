@@ -6,7 +6,7 @@ use rand_chacha::ChaCha8Rng;
 use super::home;
 use crate::procgen::data::{distinct, text};
 use crate::procgen::pytest::Check;
-use crate::procgen::util::{py, Pick};
+use crate::procgen::util::{py, python_step, Pick};
 use crate::procgen::{Def, Spec};
 
 pub(crate) const FAMILIES: &[Def] = &[
@@ -223,12 +223,12 @@ fn metrics(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         "json.dump(m, open({}, 'w'), indent=2)\n",
         py(&out)
     ));
-    s.solve.push(format!("python3 - <<'PY'\n{script}PY"));
+    s.solve.push(python_step(None, &script));
     let bad = script.replace(
         "m = {'accuracy': (tp + tn) / len(rows)}",
         "m = {'accuracy': tp / len(rows)}",
     );
-    s.near_miss = Some(vec![format!("python3 - <<'PY'\n{bad}PY")]);
+    s.near_miss = Some(vec![python_step(None, &bad)]);
     s
 }
 
@@ -310,9 +310,9 @@ fn normalize(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         o = py(&out),
         nc = ncols
     );
-    s.solve.push(format!("python3 - <<'PY'\n{script}PY"));
+    s.solve.push(python_step(None, &script));
     let bad = script.replace("(float(r[j]) - lo) / (hi - lo)", "float(r[j]) / hi");
-    s.near_miss = Some(vec![format!("python3 - <<'PY'\n{bad}PY")]);
+    s.near_miss = Some(vec![python_step(None, &bad)]);
     s
 }
 

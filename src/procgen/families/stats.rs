@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 use super::home;
 use crate::procgen::data::{self, distinct, text, CITIES};
 use crate::procgen::pytest::Check;
-use crate::procgen::util::{py, Pick};
+use crate::procgen::util::{py, python_step, Pick};
 use crate::procgen::{Def, Spec};
 
 pub(crate) const FAMILIES: &[Def] = &[
@@ -142,15 +142,9 @@ fn column_stats(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         "json.dump(out, open({}, 'w'), indent=2)\n",
         py(&out)
     ));
-    s.solve.push(format!(
-        "mkdir -p {}\npython3 - <<'PY'\n{script}PY",
-        crate::procgen::util::parent(&out)
-    ));
+    s.solve.push(python_step(Some(&out), &script));
     let bad = script.replace("'min': round(min(v), 2)", "'min': round(sorted(v)[1], 2)");
-    s.near_miss = Some(vec![format!(
-        "mkdir -p {}\npython3 - <<'PY'\n{bad}PY",
-        crate::procgen::util::parent(&out)
-    )]);
+    s.near_miss = Some(vec![python_step(Some(&out), &bad)]);
     s
 }
 

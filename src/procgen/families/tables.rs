@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 use super::home;
 use crate::procgen::data::{self, distinct, text, CITIES, DEPARTMENTS, PRODUCTS};
 use crate::procgen::pytest::Check;
-use crate::procgen::util::{py, sq, Pick};
+use crate::procgen::util::{py, python_step, sq, Pick};
 use crate::procgen::{Def, Spec};
 
 pub(crate) const FAMILIES: &[Def] = &[
@@ -191,14 +191,10 @@ fn csv_to_json(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         s = py(&src),
         o = py(&out)
     );
-    s.solve.push(format!(
-        "mkdir -p {}\npython3 - <<'PY'\n{script}PY",
-        sq(crate::procgen::util::parent(&out))
-    ));
-    s.near_miss = Some(vec![format!(
-        "mkdir -p {}\npython3 - <<'PY'\n{}PY",
-        sq(crate::procgen::util::parent(&out)),
-        script.replace("'stock': int(r['stock'])", "'stock': r['stock']")
+    s.solve.push(python_step(Some(&out), &script));
+    s.near_miss = Some(vec![python_step(
+        Some(&out),
+        &script.replace("'stock': int(r['stock'])", "'stock': r['stock']"),
     )]);
     s
 }
@@ -275,14 +271,10 @@ fn json_summary(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         s = py(&src),
         o = py(&out)
     );
-    s.solve.push(format!(
-        "mkdir -p {}\npython3 - <<'PY'\n{script}PY",
-        sq(crate::procgen::util::parent(&out))
-    ));
-    s.near_miss = Some(vec![format!(
-        "mkdir -p {}\npython3 - <<'PY'\n{}PY",
-        sq(crate::procgen::util::parent(&out)),
-        script.replace("i['qty'] * i['unit_price']", "i['unit_price']")
+    s.solve.push(python_step(Some(&out), &script));
+    s.near_miss = Some(vec![python_step(
+        Some(&out),
+        &script.replace("i['qty'] * i['unit_price']", "i['unit_price']"),
     )]);
     s
 }
