@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use std::time::Duration;
 
-use endless::procgen::{families, scenarios, Family};
+use endless::procgen::{families, scenarios, tool_available, Family};
 use endless::sandbox::local::LocalBackend;
 use endless::sandbox::{Backend, SessionOptions};
 use endless::task::{write_tree, FileTree, Task};
@@ -43,26 +43,21 @@ fn backend() -> Option<LocalBackend> {
     }
 }
 
-fn have_tool(tool: &str) -> bool {
-    std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool} >/dev/null"))
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// Gate one (family, seed, complexity); `Err` describes every problem.
 fn gate(backend: &LocalBackend, fam: &dyn Family, seed: u64, c: u8) -> Result<(), String> {
     let sc = &scenarios()[seed as usize % scenarios().len()];
     let task = fam.generate(seed, c, sc);
-    let v = validate_task(backend, &task).map_err(|e| format!("{}: sandbox error: {e}", task.id()))?;
+    let v =
+        validate_task(backend, &task).map_err(|e| format!("{}: sandbox error: {e}", task.id()))?;
     if !v.ok() {
         return Err(format!("{}: {}", task.id(), v.problems.join("; ")));
     }
     match near_miss_passes(backend, &task, &fam.near_miss(&task)) {
         Ok(false) => Ok(()),
-        Ok(true) => Err(format!("{}: the near miss passes the final tests", task.id())),
+        Ok(true) => Err(format!(
+            "{}: the near miss passes the final tests",
+            task.id()
+        )),
         Err(e) => Err(format!("{}: near miss: {e}", task.id())),
     }
 }
@@ -81,7 +76,10 @@ fn near_miss_passes(backend: &LocalBackend, task: &Task, script: &str) -> Result
     let user = session.info().user.clone();
     let copy = format!("cp -a {inside}/near /tmp/near && chown -R {user}: /tmp/near");
     session
-        .run_as_root(&["/bin/sh".into(), "-c".into(), copy], Duration::from_secs(60))
+        .run_as_root(
+            &["/bin/sh".into(), "-c".into(), copy],
+            Duration::from_secs(60),
+        )
         .map_err(|e| e.to_string())?;
     session
         .exec("bash /tmp/near/near_miss.sh", Duration::from_secs(300))
@@ -95,8 +93,11 @@ fn run_gate(seeds: u64) {
     let Some(backend) = backend() else { return };
     let mut jobs = Vec::new();
     for (i, fam) in families().into_iter().enumerate() {
-        if let Some(missing) = fam.required_tools().iter().find(|t| !have_tool(t)) {
-            eprintln!("SKIP {}: needs `{missing}`, which is not installed", fam.name());
+        if let Some(missing) = fam.required_tools().iter().find(|t| !tool_available(t)) {
+            eprintln!(
+                "SKIP {}: needs `{missing}`, which is not installed",
+                fam.name()
+            );
             continue;
         }
         for k in 0..seeds {
@@ -106,14 +107,18 @@ fn run_gate(seeds: u64) {
         }
     }
     // Sandboxes mostly wait on process start-up: a few workers overlap that.
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 4);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((fam, seed, c)) = jobs.get(i) else { break };
+                let Some((fam, seed, c)) = jobs.get(i) else {
+                    break;
+                };
                 if let Err(e) = gate(&backend, *fam, *seed, *c) {
                     failures.lock().unwrap_or_else(|p| p.into_inner()).push(e);
                 }
@@ -121,8 +126,16 @@ fn run_gate(seeds: u64) {
         }
     });
     let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
-    eprintln!("procgen gate: {} tasks checked, {} failed", jobs.len(), failures.len());
-    assert!(failures.is_empty(), "procgen gate failures:\n{}", failures.join("\n"));
+    eprintln!(
+        "procgen gate: {} tasks checked, {} failed",
+        jobs.len(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "procgen gate failures:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]

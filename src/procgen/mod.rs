@@ -160,6 +160,31 @@ pub fn families() -> Vec<&'static dyn Family> {
         .collect()
 }
 
+/// Whether `tool` is an executable file on this machine's `PATH`.
+pub fn tool_available(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| {
+        std::fs::metadata(dir.join(tool))
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    })
+}
+
+/// Families whose required tools are all available here, and the skipped ones
+/// with the first missing tool (for a "skipped: needs jq" message).
+pub fn usable_families() -> (Vec<&'static dyn Family>, Vec<(&'static str, &'static str)>) {
+    let mut ok = Vec::new();
+    let mut skipped = Vec::new();
+    for f in families() {
+        match f.required_tools().iter().find(|t| !tool_available(t)) {
+            Some(t) => skipped.push((f.name(), *t)),
+            None => ok.push(f),
+        }
+    }
+    (ok, skipped)
+}
+
 /// The family called `name`.
 pub fn family(name: &str) -> Option<&'static dyn Family> {
     families().into_iter().find(|f| f.name() == name)
@@ -170,16 +195,31 @@ pub fn task_id(family: &str, seed: u64, complexity: u8) -> String {
     format!("{family}-{seed}-c{complexity}")
 }
 
-/// `count` tasks balanced over families, complexities and scenarios. Ids are
+/// `count` tasks balanced over all families, complexities and scenarios. Ids are
 /// unique within the batch and stable: the same arguments give the same tasks.
 pub fn generate_batch(count: usize, seed: u64, split: Option<Split>) -> Vec<Task> {
-    let fams: Vec<&'static dyn Family> = families()
-        .into_iter()
+    generate_batch_from(&families(), count, seed, split)
+}
+
+/// Like [`generate_batch`], over the given families only (e.g. those whose
+/// [`Family::required_tools`] are available, see [`usable_families`]).
+pub fn generate_batch_from(
+    families: &[&'static dyn Family],
+    count: usize,
+    seed: u64,
+    split: Option<Split>,
+) -> Vec<Task> {
+    let fams: Vec<&'static dyn Family> = families
+        .iter()
+        .copied()
         .filter(|f| match split {
             Some(Split::Train) => !DEV_FAMILIES.contains(&f.name()),
             _ => true,
         })
         .collect();
+    if fams.is_empty() {
+        return Vec::new();
+    }
     let n = fams.len().max(1);
     let scen = scenarios();
     let mut next_seed: Vec<u64> = vec![seed; n];

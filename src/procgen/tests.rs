@@ -199,3 +199,15 @@ fn split_is_respected() {
     assert_eq!(split_of("dataset-split", 10), Split::Train);
     assert_eq!(split_of(DEV_FAMILIES[0], 10), Split::Dev);
 }
+
+#[test]
+fn tools_are_detected_on_path() {
+    assert!(tool_available("sh"));
+    assert!(!tool_available("endless-no-such-tool"));
+    let (ok, skipped) = usable_families();
+    assert_eq!(ok.len() + skipped.len(), families().len());
+    let jq = families()
+        .into_iter()
+        .find(|f| f.required_tools().contains(&"jq"));
+    assert!(jq.is_some(), "the jq family declares its tool");
+}
