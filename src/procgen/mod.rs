@@ -380,6 +380,19 @@ fn near_miss_steps(spec: &Spec) -> Vec<String> {
 }
 
 impl Spec {
+    /// Whether setup already writes `path` (families avoid duplicate paths).
+    pub(crate) fn setup_has(&self, path: &str) -> bool {
+        self.checks
+            .iter()
+            .chain(self.initial.iter())
+            .any(|c| match c {
+                Check::Content(p, _) | Check::File(p) => p == path,
+                _ => false,
+            })
+    }
+}
+
+impl Spec {
     fn followups(&self) -> usize {
         self.solve
             .iter()

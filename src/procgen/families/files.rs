@@ -318,19 +318,6 @@ fn base_name(p: &str) -> &str {
     crate::procgen::util::base(p).trim_end_matches(".conf")
 }
 
-impl Spec {
-    /// Whether setup already writes `path` (families avoid duplicate paths).
-    pub(crate) fn setup_has(&self, path: &str) -> bool {
-        self.checks
-            .iter()
-            .chain(self.initial.iter())
-            .any(|c| match c {
-                Check::Content(p, _) | Check::File(p) => p == path,
-                _ => false,
-            })
-    }
-}
-
 fn fix_permissions(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     let root = home(&format!("deploy/{}", rng.pick(PROJECTS)));
     let mut s = Spec {
