@@ -75,7 +75,7 @@ fn project_tree(rng: &mut ChaCha8Rng, n: usize) -> Vec<(String, String)> {
 
 fn tar_backup(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     let name = rng.pick(PROJECTS);
-    let proj = home(&name);
+    let proj = home(name);
     let out = home(&format!("backups/{name}-backup.tar.gz"));
     let files = project_tree(rng, 4 + c as usize);
     let mut s = Spec {
@@ -134,12 +134,12 @@ fn tar_backup(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn extract_subset(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let arch = home(&rng.pick(&[
+    let arch = home(rng.pick(&[
         "incoming/export.tar.gz",
         "downloads/dataset.tar.gz",
         "inbox/bundle.tar.gz",
     ]));
-    let dest = home(&rng.pick(&["extracted", "restore", "unpacked"]));
+    let dest = home(rng.pick(&["extracted", "restore", "unpacked"]));
     let want = rng.pick(&["csv", "json", "md"]);
     let mut s = Spec {
         title: format!("Extract only the .{want} files from {arch}"),
@@ -191,7 +191,7 @@ fn extract_subset(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn compress_logs(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let dir = home(&rng.pick(&["logs", "var/log/app", "service/logs"]));
+    let dir = home(rng.pick(&["logs", "var/log/app", "service/logs"]));
     let svc = rng.pick(SERVICES);
     let days: Vec<i64> = {
         let start = rng.int(50, 200);
@@ -237,7 +237,7 @@ fn compress_logs(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn zip_xz(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let rep = home(&rng.pick(&["reports", "deliverables", "handover"]));
+    let rep = home(rng.pick(&["reports", "deliverables", "handover"]));
     let zip = home(&format!("{}.zip", crate::procgen::util::base(&rep)));
     let mut s = Spec {
         title: format!("Zip the Markdown files of {rep}"),
@@ -296,8 +296,8 @@ fn zip_xz(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn verify_checksums(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let dir = home(&rng.pick(&["downloads/release", "mirror/files", "transfer/batch"]));
-    let out = home(&rng.pick(&["corrupted.txt", "bad_files.txt", "checksum_failures.txt"]));
+    let dir = home(rng.pick(&["downloads/release", "mirror/files", "transfer/batch"]));
+    let out = home(rng.pick(&["corrupted.txt", "bad_files.txt", "checksum_failures.txt"]));
     let n = 5 + 2 * c as usize;
     let names = distinct(rng, n, |r| {
         format!(

@@ -477,7 +477,7 @@ fn cron_schedule(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     } else {
         s.reqs.push("Keep the existing entries.".into());
     }
-    let mut body = format!("# crontab for user\nMAILTO=\"\"\n");
+    let mut body = "# crontab for user\nMAILTO=\"\"\n".to_string();
     for (sch, cmd) in &existing {
         body.push_str(&format!("{sch} {cmd}\n"));
     }

@@ -58,7 +58,7 @@ fn file_stem(rng: &mut ChaCha8Rng) -> String {
 }
 
 fn sort_by_extension(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let dir = home(&rng.pick(&["inbox", "downloads", "unsorted", "scans"]));
+    let dir = home(rng.pick(&["inbox", "downloads", "unsorted", "scans"]));
     let exts = rng.sample(
         &["pdf", "txt", "csv", "jpg", "png", "md", "log", "json"],
         2 + c as usize / 2,
@@ -174,14 +174,14 @@ fn cleanup_temp(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn find_large(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let root = home(&rng.pick(&["data", "media", "archive", "shared"]));
+    let root = home(rng.pick(&["data", "media", "archive", "shared"]));
     let k = rng.pick(&[64i64, 100, 128, 200, 256]);
     let ext = if c >= 3 {
         Some(rng.pick(&["log", "bin", "dat"]))
     } else {
         None
     };
-    let out = home(&rng.pick(&["large_files.txt", "big_files.txt", "space_hogs.txt"]));
+    let out = home(rng.pick(&["large_files.txt", "big_files.txt", "space_hogs.txt"]));
     let mut s = Spec {
         title: format!("List files over {k} KiB under {root}"),
         goals: vec![
@@ -444,7 +444,7 @@ fn release_symlinks(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn symlink_repair(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let dir = home(&rng.pick(&["links", "shortcuts", "quick"]));
+    let dir = home(rng.pick(&["links", "shortcuts", "quick"]));
     let targets_dir = home("documents");
     let out = home("broken_links.txt");
     let mut s = Spec {

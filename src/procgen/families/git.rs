@@ -271,7 +271,7 @@ fn find_commit(rng: &mut ChaCha8Rng, c: u8) -> Spec {
             target_day + 2 + k,
         );
     }
-    let out = home(&rng.pick(&["answer.txt", "culprit_commit.txt", "flag_commit.txt"]));
+    let out = home(rng.pick(&["answer.txt", "culprit_commit.txt", "flag_commit.txt"]));
     s.title = format!("Find the commit that introduced {flag}");
     s.goals = vec![
         format!("In the git repository `{repo}`, find the commit that introduced the setting `{flag}` and write its full 40-character hash to `{out}`."),

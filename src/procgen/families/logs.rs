@@ -39,8 +39,8 @@ fn put_log(s: &mut Spec, path: &str, lines: &[LogLine]) -> String {
 }
 
 fn error_count(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let dir = home(&rng.pick(&["logs", "var/log/app", "incident/logs"]));
-    let out = home(&rng.pick(&[
+    let dir = home(rng.pick(&["logs", "var/log/app", "incident/logs"]));
+    let out = home(rng.pick(&[
         "error_counts.txt",
         "errors_by_service.txt",
         "incident/error_summary.txt",
@@ -112,8 +112,8 @@ fn error_count(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn time_window(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let log = home(&rng.pick(&["logs/service.log", "logs/api.log", "app/logs/server.log"]));
-    let out = home(&rng.pick(&[
+    let log = home(rng.pick(&["logs/service.log", "logs/api.log", "app/logs/server.log"]));
+    let out = home(rng.pick(&[
         "incident_window.log",
         "outage_excerpt.log",
         "logs/window.log",
@@ -185,7 +185,7 @@ fn time_window(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn level_filter(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let log = home(&rng.pick(&["logs/combined.log", "logs/app.log", "srv/logs/all.log"]));
+    let log = home(rng.pick(&["logs/combined.log", "logs/app.log", "srv/logs/all.log"]));
     let services = rng.sample(SERVICES, 4);
     let target = services[0];
     let out = home(&format!("reports/{target}_problems.log"));

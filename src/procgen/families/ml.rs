@@ -321,7 +321,7 @@ fn best_run(rng: &mut ChaCha8Rng, c: u8) -> Spec {
         "experiments/{}",
         rng.pick(&["resnet-sweep", "lr-search", "bert-finetune", "xgb-grid"])
     ));
-    let out = home(&rng.pick(&["best_run.txt", "experiments/best.txt", "winner.txt"]));
+    let out = home(rng.pick(&["best_run.txt", "experiments/best.txt", "winner.txt"]));
     let runs = distinct(rng, 3 + c as usize, |r| format!("run-{:02}", r.int(1, 40)));
     let metric_is_loss = c >= 4;
     let mut s = Spec {

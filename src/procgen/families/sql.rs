@@ -74,8 +74,8 @@ fn create_orders_db(s: &mut Spec, db: &str, rows: &[Order]) {
 }
 
 fn sqlite_report(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let db = home(&rng.pick(&["shop/shop.db", "data/sales.sqlite", "db/orders.db"]));
-    let out = home(&rng.pick(&[
+    let db = home(rng.pick(&["shop/shop.db", "data/sales.sqlite", "db/orders.db"]));
+    let out = home(rng.pick(&[
         "customer_revenue.csv",
         "reports/revenue.csv",
         "top_customers.csv",
@@ -145,7 +145,7 @@ fn sqlite_report(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn sqlite_update(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let db = home(&rng.pick(&["shop/shop.db", "data/orders.sqlite", "crm/crm.db"]));
+    let db = home(rng.pick(&["shop/shop.db", "data/orders.sqlite", "crm/crm.db"]));
     let customers = distinct(rng, 4, data::user);
     let mut rows = orders(rng, 12 + 3 * c as usize, &customers);
     // One open order after any cutoff, so archiving everything is caught.
@@ -215,12 +215,12 @@ fn sqlite_update(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn csv_import(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let csv = home(&rng.pick(&[
+    let csv = home(rng.pick(&[
         "imports/readings.csv",
         "lab/measurements.csv",
         "sensors/readings.csv",
     ]));
-    let db = home(&rng.pick(&["lab/lab.db", "sensors.db", "data/readings.sqlite"]));
+    let db = home(rng.pick(&["lab/lab.db", "sensors.db", "data/readings.sqlite"]));
     let table = rng.pick(&["readings", "measurements", "samples"]);
     let sensors = distinct(rng, 3 + c as usize / 2, |r| {
         format!(

@@ -56,12 +56,12 @@ fn stdev(v: &[f64]) -> f64 {
 }
 
 fn column_stats(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&[
+    let src = home(rng.pick(&[
         "lab/measurements.csv",
         "data/sensor_log.csv",
         "experiments/readings.csv",
     ]));
-    let out = home(&rng.pick(&["stats.json", "lab/summary.json", "column_stats.json"]));
+    let out = home(rng.pick(&["stats.json", "lab/summary.json", "column_stats.json"]));
     let col = rng.pick(&["temperature", "pressure", "voltage", "humidity"]);
     let n = 12 + 3 * c as usize;
     let base = rng.int(10, 200) as f64;
@@ -167,8 +167,8 @@ fn csv_numbers_check(path: &str, header: &str, expected: &[(String, f64)], tol: 
 }
 
 fn group_means(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&["survey/responses.csv", "hr/ratings.csv", "data/scores.csv"]));
-    let out = home(&rng.pick(&["group_means.csv", "survey/means.csv", "mean_by_team.csv"]));
+    let src = home(rng.pick(&["survey/responses.csv", "hr/ratings.csv", "data/scores.csv"]));
+    let out = home(rng.pick(&["group_means.csv", "survey/means.csv", "mean_by_team.csv"]));
     let groups = distinct(rng, 2 + c as usize / 2, |r| {
         r.pick(&["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"])
             .to_string()
@@ -224,8 +224,8 @@ fn group_means(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn percentiles(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let log = home(&rng.pick(&["logs/requests.log", "perf/latency.log", "api/timings.log"]));
-    let out = home(&rng.pick(&["latency_report.txt", "perf/percentiles.txt", "p_report.txt"]));
+    let log = home(rng.pick(&["logs/requests.log", "perf/latency.log", "api/timings.log"]));
+    let out = home(rng.pick(&["latency_report.txt", "perf/percentiles.txt", "p_report.txt"]));
     let n = 20 + 10 * c as usize;
     let mut lat: Vec<i64> = (0..n).map(|_| rng.int(5, 400)).collect();
     let mut lines = Vec::new();

@@ -79,7 +79,7 @@ fn cap(s: &str) -> String {
 }
 
 fn csv_filter(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&["hr/employees.csv", "data/staff.csv", "exports/people.csv"]));
+    let src = home(rng.pick(&["hr/employees.csv", "data/staff.csv", "exports/people.csv"]));
     let depts = rng.sample(DEPARTMENTS, 3);
     let emps = employees(rng, 10 + 3 * c as usize, &depts);
     let dept = emps[0].dept.clone();
@@ -113,7 +113,7 @@ fn csv_filter(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     s.initial.push(Check::Content(src.clone(), body));
     let mut sel: Vec<&Emp> = emps.iter().filter(|e| e.dept == dept).collect();
     if sorted {
-        sel.sort_by(|a, b| b.salary.cmp(&a.salary));
+        sel.sort_by_key(|e| std::cmp::Reverse(e.salary));
     }
     let mut expected = vec!["name,salary".to_string()];
     expected.extend(sel.iter().map(|e| format!("{},{}", e.name, e.salary)));
@@ -131,12 +131,12 @@ fn csv_filter(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn csv_to_json(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&[
+    let src = home(rng.pick(&[
         "catalog/products.csv",
         "shop/inventory.csv",
         "data/items.csv",
     ]));
-    let out = home(&rng.pick(&["catalog/products.json", "inventory.json", "data/items.json"]));
+    let out = home(rng.pick(&["catalog/products.json", "inventory.json", "data/items.json"]));
     let names = distinct(rng, 4 + 2 * c as usize, |r| {
         format!("{}-{}", r.pick(PRODUCTS), r.int(100, 999))
     });
@@ -200,12 +200,12 @@ fn csv_to_json(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn json_summary(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&[
+    let src = home(rng.pick(&[
         "orders/orders.json",
         "exports/orders.json",
         "shop/orders.json",
     ]));
-    let out = home(&rng.pick(&[
+    let out = home(rng.pick(&[
         "customer_totals.json",
         "orders/summary.json",
         "revenue_by_customer.json",
@@ -280,7 +280,7 @@ fn json_summary(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn jq_select(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&[
+    let src = home(rng.pick(&[
         "admin/users.json",
         "exports/accounts.json",
         "iam/users.json",

@@ -54,7 +54,7 @@ fn todo_extract(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     } else {
         "TODO"
     };
-    let out = home(&rng.pick(&["todo_report.txt", "open_items.txt", "todos.txt"]));
+    let out = home(rng.pick(&["todo_report.txt", "open_items.txt", "todos.txt"]));
     let mut s = Spec {
         title: format!("Collect {marker} comments from {root}"),
         goals: vec![
@@ -146,12 +146,12 @@ fn todo_extract(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn dedupe_lines(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&[
+    let src = home(rng.pick(&[
         "contacts/emails.txt",
         "lists/subscribers.txt",
         "exports/recipients.txt",
     ]));
-    let out = home(&rng.pick(&["contacts/unique.txt", "unique_emails.txt", "clean_list.txt"]));
+    let out = home(rng.pick(&["contacts/unique.txt", "unique_emails.txt", "clean_list.txt"]));
     let fold = c >= 3;
     let mut s = Spec {
         title: format!("Deduplicate {src}"),
@@ -208,12 +208,12 @@ fn dedupe_lines(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn word_frequency(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&[
+    let src = home(rng.pick(&[
         "corpus/speech.txt",
         "docs/transcript.txt",
         "notes/meeting.txt",
     ]));
-    let out = home(&rng.pick(&["word_counts.txt", "top_words.txt", "frequency.txt"]));
+    let out = home(rng.pick(&["word_counts.txt", "top_words.txt", "frequency.txt"]));
     let top = 3 + c as usize;
     let words = distinct(rng, top + 4, |r| {
         r.pick(&[
@@ -283,7 +283,7 @@ fn s_word_freq(
 }
 
 fn sed_date_format(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let path = home(&rng.pick(&[
+    let path = home(rng.pick(&[
         "finance/payments.txt",
         "records/shipments.txt",
         "hr/leave_log.txt",
@@ -340,12 +340,12 @@ fn sed_date_format(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn awk_group_sum(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let src = home(&rng.pick(&[
+    let src = home(rng.pick(&[
         "sales/q3.csv",
         "reports/orders.csv",
         "data/transactions.csv",
     ]));
-    let out = home(&rng.pick(&["region_totals.csv", "totals_by_region.csv", "summary.csv"]));
+    let out = home(rng.pick(&["region_totals.csv", "totals_by_region.csv", "summary.csv"]));
     let regions = rng.sample(
         &["north", "south", "east", "west", "central", "coastal"],
         2 + (c as usize).min(4),
@@ -428,8 +428,8 @@ fn awk_group_sum(rng: &mut ChaCha8Rng, c: u8) -> Spec {
 }
 
 fn top_ips(rng: &mut ChaCha8Rng, c: u8) -> Spec {
-    let log = home(&rng.pick(&["logs/access.log", "nginx/access.log", "web/access_log"]));
-    let out = home(&rng.pick(&["top_ips.txt", "heavy_hitters.txt", "ip_report.txt"]));
+    let log = home(rng.pick(&["logs/access.log", "nginx/access.log", "web/access_log"]));
+    let out = home(rng.pick(&["top_ips.txt", "heavy_hitters.txt", "ip_report.txt"]));
     let top = 2 + c as usize / 2;
     let ips = distinct(rng, top + 3, data::ip);
     let mut counts = Vec::new();
