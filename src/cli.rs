@@ -146,6 +146,9 @@ pub struct GenerateArgs {
     pub count: usize,
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Offline only: draw from the train or the held-out dev split.
+    #[arg(long, value_enum, requires = "offline")]
+    pub split: Option<SplitArg>,
     /// OpenAI-compatible server of the generator model.
     #[arg(long, value_name = "URL")]
     pub llm: Option<String>,
@@ -163,6 +166,13 @@ pub struct GenerateArgs {
     pub max_env_attempts: Option<u32>,
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--split train|dev`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SplitArg {
+    Train,
+    Dev,
 }
 
 /// `endless run`

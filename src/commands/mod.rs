@@ -4,7 +4,7 @@
 pub mod bench;
 mod config_cmd;
 mod generate_cmd;
-mod offline;
+pub mod offline;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod tasks;
@@ -64,7 +64,9 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let ctx = Context::new(cli.workspace)?;
     match cli.command {
         None => {
-            ctx.workspace()?;
+            let mut ws = ctx.workspace()?;
+            seed_if_fresh(&ctx, &mut ws)?;
+            drop(ws);
             crate::tui::run(
                 &ctx.workspace_root,
                 &ctx.config.tui.theme,
@@ -81,6 +83,21 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Train(_)) => not_built("`endless train`", "issue 8"),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
     }
+}
+
+/// A workspace with no tasks and no runs gets offline tasks, so that the
+/// TUI opens on something to explore.
+fn seed_if_fresh(ctx: &Context, ws: &mut Workspace) -> Result<()> {
+    if !ws.task_ids()?.is_empty() || !ws.list_runs()?.is_empty() {
+        return Ok(());
+    }
+    let n = ctx.config.generate.seed_tasks;
+    eprintln!(
+        "endless: new workspace at {}: adding {n} offline tasks",
+        ws.root().display()
+    );
+    offline::generate_offline(ws, n, 1, None, false)?;
+    Ok(())
 }
 
 fn not_built(what: &str, issue: &str) -> Result<ExitCode> {

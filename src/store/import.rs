@@ -75,6 +75,42 @@ impl ImportReport {
     }
 }
 
+impl Workspace {
+    /// Write bundles in parallel (each atomically; `true` replaces an existing
+    /// one), then index the written ones in one transaction. Returns one result
+    /// per item.
+    pub fn write_and_index(
+        &mut self,
+        items: &[(&Task, bool)],
+        status: TaskStatus,
+    ) -> Result<Vec<Result<(), String>>, StoreError> {
+        let tasks_dir = self.tasks_dir();
+        let results: Vec<Result<(), String>> = items
+            .par_iter()
+            .map(|(task, replace)| {
+                let target = tasks_dir.join(task.id());
+                if *replace {
+                    let staging = AtomicDir::new(&tasks_dir.join(format!(".new-{}", task.id())))
+                        .map_err(|e| e.to_string())?;
+                    write_native(task, staging.path()).map_err(|e| e.to_string())?;
+                    replace_dir_atomic(staging.path(), &target).map_err(|e| e.to_string())
+                } else {
+                    save_native_atomic(task, &target).map_err(|e| e.to_string())
+                }
+            })
+            .collect();
+        self.transaction(|tx| {
+            for ((task, _), result) in items.iter().zip(&results) {
+                if result.is_ok() {
+                    index_task_in(tx, task, status)?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(results)
+    }
+}
+
 /// Find task directories under `paths`: a path that is a task is taken as
 /// is; otherwise its subdirectories are searched (up to 4 levels deep).
 pub fn discover(paths: &[PathBuf], forced: Option<Format>) -> Vec<(PathBuf, Option<Format>)> {
@@ -204,38 +240,16 @@ pub fn import_paths(
         to_write.push((outcomes.len() - 1, task, replace));
     }
 
-    let tasks_dir = ws.tasks_dir();
-    let written: Vec<(usize, Result<(), String>)> = to_write
-        .par_iter()
-        .map(|(i, task, replace)| {
-            let target = tasks_dir.join(task.id());
-            let result = if *replace {
-                AtomicDir::new(&tasks_dir.join(format!(".new-{}", task.id())))
-                    .map_err(|e| e.to_string())
-                    .and_then(|staging| {
-                        write_native(task, staging.path()).map_err(|e| e.to_string())?;
-                        replace_dir_atomic(staging.path(), &target).map_err(|e| e.to_string())
-                    })
-            } else {
-                save_native_atomic(task, &target).map_err(|e| e.to_string())
+    let items: Vec<(&Task, bool)> = to_write.iter().map(|(_, t, r)| (t, *r)).collect();
+    let results = ws.write_and_index(&items, TaskStatus::Candidate)?;
+    for ((i, _, _), result) in to_write.iter().zip(results) {
+        if let Err(error) = result {
+            let path = match &outcomes[*i] {
+                ImportOutcome::Imported { path, .. } => path.clone(),
+                _ => PathBuf::new(),
             };
-            (*i, result)
-        })
-        .collect();
-    ws.transaction(|tx| {
-        for ((i, result), (_, task, _)) in written.into_iter().zip(&to_write) {
-            match result {
-                Ok(()) => index_task_in(tx, task, TaskStatus::Candidate)?,
-                Err(error) => {
-                    let path = match &outcomes[i] {
-                        ImportOutcome::Imported { path, .. } => path.clone(),
-                        _ => PathBuf::new(),
-                    };
-                    outcomes[i] = ImportOutcome::Failed { path, error };
-                }
-            }
+            outcomes[*i] = ImportOutcome::Failed { path, error };
         }
-        Ok(())
-    })?;
+    }
     Ok(ImportReport { outcomes })
 }

@@ -1,0 +1,183 @@
+//! The CLI end to end on offline tasks in the real sandbox: generation,
+//! oracle evaluation, and the failure modes of scripted policies.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn endless(ws: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .env("XDG_CACHE_HOME", ws.join(".cache"))
+        .env("XDG_STATE_HOME", ws.join(".state"))
+        .env("XDG_CONFIG_HOME", ws.join(".config"))
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn offline_generation_is_deterministic_and_resumable() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let ra = json(&endless(
+        a.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "40",
+            "--seed",
+            "3",
+            "--json",
+        ],
+    ));
+    assert_eq!(ra["written"], 40);
+    json(&endless(
+        b.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "40",
+            "--seed",
+            "3",
+            "--json",
+        ],
+    ));
+    let again = json(&endless(
+        a.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "40",
+            "--seed",
+            "3",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        (again["written"].as_u64(), again["existing"].as_u64()),
+        (Some(0), Some(40))
+    );
+    let list = json(&endless(a.path(), &["tasks", "list", "--json"]));
+    let categories: std::collections::BTreeSet<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["category"].as_str().unwrap())
+        .collect();
+    assert!(categories.len() >= 12, "{categories:?}");
+    for row in list.as_array().unwrap() {
+        let id = row["id"].as_str().unwrap();
+        let da = std::fs::read_dir(a.path().join("tasks").join(id))
+            .unwrap()
+            .count();
+        assert!(da >= 5, "{id} is missing files");
+        let ta = std::fs::read(
+            a.path()
+                .join("tasks")
+                .join(id)
+                .join("tests/test_final_state.py"),
+        )
+        .unwrap();
+        let tb = std::fs::read(
+            b.path()
+                .join("tasks")
+                .join(id)
+                .join("tests/test_final_state.py"),
+        )
+        .unwrap();
+        assert_eq!(ta, tb, "{id} differs between two runs with the same seed");
+    }
+}
+
+#[test]
+fn oracle_passes_and_scripted_failures_are_classified() {
+    let ws = tempfile::tempdir().unwrap();
+    json(&endless(
+        ws.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "4",
+            "--seed",
+            "11",
+            "--json",
+        ],
+    ));
+    let report = json(&endless(
+        ws.path(),
+        &["eval", "--policy", "oracle", "--samples", "2", "--json"],
+    ));
+    assert_eq!(report["episodes"], 8);
+    assert_eq!(report["pass_rate"], 1.0, "{report:#}");
+    assert_eq!(report["pass_at_k"]["2"], 1.0);
+    for key in [
+        "episodes",
+        "pass_rate",
+        "pass_at_k",
+        "failure_modes",
+        "per_category",
+    ] {
+        assert!(report.get(key).is_some(), "eval --json lacks {key}");
+    }
+    // Re-running the same evaluation resumes: nothing runs again.
+    let again = json(&endless(
+        ws.path(),
+        &["eval", "--policy", "oracle", "--samples", "2", "--json"],
+    ));
+    assert_eq!(again["episodes"], 8);
+    assert_eq!(again["run"], report["run"]);
+
+    let looping = ws.path().join("loop.txt");
+    std::fs::write(&looping, "ls -la\n".repeat(12)).unwrap();
+    let spec = format!("script:{}", looping.display());
+    let report = json(&endless(
+        ws.path(),
+        &["eval", "--policy", &spec, "--max-turns", "8", "--json"],
+    ));
+    assert_eq!(report["failure_modes"]["loop"], 4, "{report:#}");
+
+    let done_only = ws.path().join("done.txt");
+    std::fs::write(&done_only, "").unwrap();
+    let spec = format!("script:{}", done_only.display());
+    let report = json(&endless(ws.path(), &["eval", "--policy", &spec, "--json"]));
+    assert_eq!(report["failure_modes"]["premature_done"], 4, "{report:#}");
+
+    let id = endless(ws.path(), &["tasks", "list", "--json"]);
+    let first = json(&id)[0]["id"].as_str().unwrap().to_string();
+    let run = json(&endless(
+        ws.path(),
+        &["run", &first, "--policy", "oracle", "--json"],
+    ));
+    for key in [
+        "task",
+        "passed",
+        "turns",
+        "end_reason",
+        "failure_mode",
+        "tests",
+        "steps",
+    ] {
+        assert!(run.get(key).is_some(), "run --json lacks {key}");
+    }
+    assert_eq!(run["passed"], true);
+    assert_eq!(run["end_reason"], "done");
+    assert!(run["steps"][0]["command"]
+        .as_str()
+        .unwrap()
+        .contains("ENDLESS_SOLVE_EOF"));
+}
