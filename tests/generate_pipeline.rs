@@ -245,3 +245,116 @@ fn server_errors_are_retried_and_a_killed_run_resumes_without_duplicates() {
         task_id: String::new(),
     };
 }
+
+#[test]
+fn cli_generate_prints_the_funnel() {
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let ws = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws.path())
+        .args([
+            "generate",
+            "--count",
+            "2",
+            "--seed",
+            "5",
+            "--llm",
+            &server.url(),
+            "--model",
+            "fixture",
+            "--solutions",
+            "2",
+            "--json",
+        ])
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
+        .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let funnel: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(funnel["sampled"], 2);
+    assert_eq!(funnel["passed"]["solvability"], 2, "{funnel:#}");
+}
+
+/// Benchmark (run with `cargo test --release --test generate_pipeline bench_ -- --ignored --nocapture`):
+/// 50 candidates at concurrency 16 with 200 ms of model latency per call,
+/// side by side with the same run at zero latency. The critical-path ideal is
+/// the larger of the latency-only path (each candidate needs 3 generator
+/// calls and, its solution episodes running in parallel, 2 solver turns; 50
+/// candidates at 16 in flight make 4 waves) and the sandbox-bound time (the
+/// zero-latency run); the overhead ratio is wall time over that ideal.
+#[test]
+#[ignore]
+fn bench_pipeline_overhead() {
+    let (count, concurrency, solutions) = (50usize, 16usize, 4u32);
+    let timed = |latency: Duration| -> (f64, usize) {
+        let inner = scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves);
+        let server =
+            FixtureLlm::start(move |req: &Request| Reply::Slow(latency, Box::new(inner(req))));
+        let ws = tempfile::tempdir().unwrap();
+        let cache = ws.path().join(".cache");
+        let backend: Arc<dyn endless::sandbox::Backend> =
+            endless::sandbox::backend_by_name("local", &cache)
+                .unwrap()
+                .into();
+        let mut cfg = OpenAiConfig::new("fixture-gen", server.url());
+        cfg.max_concurrency = 64;
+        let generator = Arc::new(OpenAiChat::new(cfg).unwrap());
+        let options = PolicyOptions {
+            max_concurrency: 64,
+            ..PolicyOptions::default()
+        };
+        let solver = PolicyFactory::from_spec(&server.spec("fixture-solver"), &options).unwrap();
+        let config = PipelineConfig {
+            count,
+            seed: 3,
+            run_dir: ws.path().join("runs/bench"),
+            definition: EnvKind::SetupSh,
+            max_env_attempts: 3,
+            solutions,
+            solve_max_turns: 4,
+            solve_concurrency: solutions as usize,
+            command_timeout: Duration::from_secs(60),
+            concurrency,
+            sandbox_concurrency: 4,
+            task_sampling: SamplingParams::default(),
+            test_sampling: SamplingParams::default(),
+            generator_name: "fixture-gen".into(),
+            solver_name: "fixture-solver".into(),
+        };
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let t0 = std::time::Instant::now();
+        let funnel = rt
+            .block_on(run_pipeline(
+                ws.path().to_path_buf(),
+                config,
+                generator,
+                solver,
+                backend,
+                None,
+            ))
+            .unwrap();
+        assert_eq!(funnel.accepted(), count, "{funnel}");
+        (t0.elapsed().as_secs_f64(), server.requests().len())
+    };
+    let latency = Duration::from_millis(200);
+    let (sandbox_bound, _) = timed(Duration::ZERO);
+    let (wall, calls) = timed(latency);
+    let latency_path = count.div_ceil(concurrency) as f64 * 5.0 * latency.as_secs_f64();
+    let ideal = latency_path.max(sandbox_bound);
+    println!(
+        "{}",
+        serde_json::json!({
+            "candidates": count, "concurrency": concurrency, "solutions": solutions,
+            "latency_ms": 200, "model_calls": calls, "wall_secs": wall,
+            "zero_latency_wall_secs": sandbox_bound, "latency_only_path_secs": latency_path,
+            "critical_path_ideal_secs": ideal, "overhead_ratio": wall / ideal,
+        })
+    );
+}

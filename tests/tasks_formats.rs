@@ -281,6 +281,14 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
     let half = ws_dir.path().join("tasks/.tmp-abc123");
     fs::create_dir_all(half.join("environment")).unwrap();
     fs::write(half.join("task.toml"), "[task]\nid = \"half\"\n").unwrap();
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    fs::File::open(&half)
+        .unwrap()
+        .set_modified(day_ago)
+        .unwrap();
+    // A staging directory being written right now by another thread stays.
+    let live = ws_dir.path().join("tasks/.tmp-live");
+    fs::create_dir_all(&live).unwrap();
     let orphan = ws_dir.path().join("tasks/orphan-task");
     let mut t = read(Format::Native, &fixtures().join("native-error-count"));
     t.meta.task.id = "orphan-task".into();
@@ -291,6 +299,7 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
     let ids = ws.task_ids().unwrap();
     assert_eq!(ids, vec!["native-error-count", "orphan-task"]);
     assert!(!half.exists());
+    assert!(live.exists());
     let row = ws.task_row("native-error-count").unwrap();
     assert_eq!((row.status, row.rating), (TaskStatus::Accepted, Some(4)));
     let found = ws

@@ -3,6 +3,8 @@
 
 pub mod bench;
 mod config_cmd;
+mod generate_cmd;
+mod offline;
 mod rollout_cmd;
 mod sandbox_cmd;
 mod tasks;
@@ -73,7 +75,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Tasks(cmd)) => tasks::run(&ctx, cmd),
         Some(Command::Config(cmd)) => config_cmd::run(&ctx, cmd),
         Some(Command::Bench(args)) => bench::run(&ctx, args),
-        Some(Command::Generate(_)) => not_built("`endless generate`", "issues 4 and 6"),
+        Some(Command::Generate(args)) => generate_cmd::run(&ctx, args),
         Some(Command::Run(args)) => rollout_cmd::run(&ctx, args),
         Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
         Some(Command::Train(_)) => not_built("`endless train`", "issue 8"),
