@@ -5,7 +5,7 @@ pub mod bench;
 mod config_cmd;
 mod generate_cmd;
 mod offline;
-mod rollout_cmd;
+pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod tasks;
 

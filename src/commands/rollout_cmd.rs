@@ -139,7 +139,7 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
 }
 
 /// A run id stable for the same inputs, so a re-run resumes: `<kind>-<hash>`.
-fn run_id(kind: &str, parts: &[&str]) -> String {
+pub(crate) fn run_id(kind: &str, parts: &[&str]) -> String {
     let mut h = Sha256::new();
     for p in parts {
         h.update(p.as_bytes());
@@ -149,7 +149,7 @@ fn run_id(kind: &str, parts: &[&str]) -> String {
 }
 
 /// Tasks by comma-separated ids or `*` globs; default: all but rejected and archived.
-fn select_tasks(ws: &Workspace, selection: Option<&str>) -> Result<Vec<Task>> {
+pub(crate) fn select_tasks(ws: &Workspace, selection: Option<&str>) -> Result<Vec<Task>> {
     let rows = ws.list_tasks(&Default::default())?;
     let chosen: Vec<String> = match selection {
         None => rows
@@ -288,7 +288,7 @@ fn rollouts(
     Ok(summary.episodes)
 }
 
-fn index_episodes(
+pub(crate) fn index_episodes(
     ws: &Workspace,
     run_id: &str,
     root: &Path,
@@ -329,7 +329,7 @@ fn index_episodes(
 }
 
 /// Store each task's pass@k from this evaluation in the index.
-fn record_pass_at_k(ws: &Workspace, report: &EvalReport) -> Result<()> {
+pub(crate) fn record_pass_at_k(ws: &Workspace, report: &EvalReport) -> Result<()> {
     for t in &report.tasks {
         let n = t.samples.saturating_sub(t.errors);
         if n == 0 {
