@@ -446,4 +446,23 @@ async fn bench_oracle_rollouts_on_local_sandbox() {
         eprintln!("{}", b.summary());
         assert_eq!(b.passed, 32);
     }
+    let cache2 = tempfile::Builder::new()
+        .prefix("endless-bench-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let backend = Arc::new(endless::sandbox::local::LocalBackend::new(cache2.path()).unwrap());
+    for concurrency in [1, 4] {
+        let b = endless::agent::bench_rollout_offline(
+            backend.clone(),
+            8,
+            4,
+            concurrency,
+            7,
+            work.path(),
+        )
+        .await
+        .unwrap();
+        eprintln!("offline: {}", b.summary());
+        assert_eq!(b.errors, 0);
+    }
 }
