@@ -416,3 +416,53 @@ async fn real_sandbox_oracle_and_model_episodes() {
         .last_message()
         .starts_with("Command executed successfully. Output: hello"));
 }
+
+/// Throughput of oracle episodes on the real sandbox; run with
+/// `cargo test --test rollout_eval bench_ -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_oracle_rollouts_on_local_sandbox() {
+    let cache = tempfile::Builder::new()
+        .prefix("endless-bench-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let Ok(backend) = endless::sandbox::local::LocalBackend::new(cache.path()) else {
+        eprintln!("SKIP: local backend unavailable");
+        return;
+    };
+    let provider = Arc::new(endless::agent::BackendProvider::new(Arc::new(backend)));
+    let tasks: Vec<_> = (0..8).map(|i| upper_task(&format!("upper-{i}"))).collect();
+    let work = tempfile::tempdir().unwrap();
+    for concurrency in [1, 4] {
+        let b = endless::agent::bench_rollout(
+            provider.clone(),
+            tasks.clone(),
+            4,
+            concurrency,
+            work.path(),
+        )
+        .await
+        .unwrap();
+        eprintln!("{}", b.summary());
+        assert_eq!(b.passed, 32);
+    }
+    let cache2 = tempfile::Builder::new()
+        .prefix("endless-bench-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let backend = Arc::new(endless::sandbox::local::LocalBackend::new(cache2.path()).unwrap());
+    for concurrency in [1, 4] {
+        let b = endless::agent::bench_rollout_offline(
+            backend.clone(),
+            8,
+            4,
+            concurrency,
+            7,
+            work.path(),
+        )
+        .await
+        .unwrap();
+        eprintln!("offline: {}", b.summary());
+        assert_eq!(b.errors, 0);
+    }
+}

@@ -110,3 +110,19 @@ impl RolloutBench {
         )
     }
 }
+
+/// [`bench_rollout`] over `n_tasks` offline procedural tasks (families whose
+/// tools this machine has), `samples` oracle episodes each, on `backend`.
+pub async fn bench_rollout_offline(
+    backend: Arc<dyn crate::sandbox::Backend>,
+    n_tasks: usize,
+    samples: u32,
+    concurrency: usize,
+    seed: u64,
+    work_dir: &Path,
+) -> Result<RolloutBench, RolloutError> {
+    let (families, _missing) = crate::procgen::usable_families();
+    let tasks = crate::procgen::generate_batch_from(&families, n_tasks, seed, None);
+    let provider = Arc::new(super::BackendProvider::new(backend));
+    bench_rollout(provider, tasks, samples, concurrency, work_dir).await
+}

@@ -10,7 +10,7 @@ pub mod rollout;
 mod sandboxed;
 mod terminal;
 
-pub use bench::{bench_rollout, RolloutBench};
+pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, NoObserver, Step, StepKind, Trajectory,
 };
