@@ -123,6 +123,15 @@ impl Workspace {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Episodes of one task across all runs (uses the `episodes_task` index).
+    pub fn task_episodes(&self, task_id: &str) -> Result<Vec<EpisodeRow>, StoreError> {
+        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes
+                   FROM episodes WHERE task_id = ?1 ORDER BY run_id, task_id, sample";
+        let mut stmt = self.conn.prepare(sql)?;
+        let rows = stmt.query_map([task_id], episode_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Rate an episode 1-5 with an optional label and notes.
     pub fn rate_episode(
         &self,

@@ -3,30 +3,9 @@
 
 use crate::store::{EpisodeRow, StoreError, Workspace};
 
-/// Episodes of one task across all runs (uses the `episodes_task` index),
-/// ordered like `Workspace::list_episodes`.
+/// Episodes of one task across all runs.
 pub fn task_episodes(ws: &Workspace, task_id: &str) -> Result<Vec<EpisodeRow>, StoreError> {
-    let mut stmt = ws.conn.prepare(
-        "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes
-         FROM episodes WHERE task_id = ?1 ORDER BY run_id, task_id, sample",
-    )?;
-    let rows = stmt.query_map([task_id], |r| {
-        Ok(EpisodeRow {
-            run_id: r.get(0)?,
-            task_id: r.get(1)?,
-            sample: r.get::<_, i64>(2)?.max(0) as u32,
-            passed: r.get(3)?,
-            reward: r.get(4)?,
-            turns: r.get::<_, i64>(5)?.max(0) as u32,
-            end_reason: r.get(6)?,
-            failure_mode: r.get(7)?,
-            path: r.get(8)?,
-            rating: r.get::<_, Option<i64>>(9)?.map(|v| v.clamp(0, 5) as u8),
-            label: r.get(10)?,
-            notes: r.get(11)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    ws.task_episodes(task_id)
 }
 
 #[cfg(test)]

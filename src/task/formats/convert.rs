@@ -99,3 +99,24 @@ pub fn json_to_toml(value: serde_json::Value) -> Option<toml::Value> {
 pub fn toml_to_json(value: &toml::Value) -> serde_json::Value {
     serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
 }
+
+/// Defaults for a Harbor or Terminal-Bench task that carries no native
+/// metadata: id from the directory, the agent as root in the Dockerfile's
+/// WORKDIR (`/app` if none), no initial-state tests.
+pub fn foreign_defaults(
+    meta: &mut TaskMeta,
+    dir: &std::path::Path,
+    environment: &FileTree,
+    format: &str,
+) {
+    meta.task.id = super::id_from_dir(dir);
+    meta.task.name = meta.task.id.clone();
+    meta.task.source_format = format.into();
+    meta.agent.user = "root".into();
+    meta.environment.workdir = environment
+        .text(EnvKind::Dockerfile.file_name())
+        .and_then(|t| envdef::parse(EnvKind::Dockerfile, t).ok())
+        .and_then(|d| d.workdir().map(str::to_owned))
+        .unwrap_or_else(|| "/app".into());
+    meta.verifier.initial_tests.clear();
+}

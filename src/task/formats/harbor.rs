@@ -7,11 +7,12 @@
 
 use std::path::Path;
 
-use super::convert::{dockerfile_for, drop_generated, meta_from_value, meta_to_table};
+use super::convert::{
+    dockerfile_for, drop_generated, foreign_defaults, meta_from_value, meta_to_table,
+};
 use super::test_script::{classify, harbor_test_sh, TestScript};
-use super::{id_from_dir, BundleError, Task};
+use super::{BundleError, Task};
 use crate::fsutil::{read_tree_bounded, ReadLimits};
-use crate::task::envdef;
 use crate::task::text::{parse_toml, read_text};
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
@@ -46,17 +47,7 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
         None => TaskMeta::default(),
     };
     if !has_native {
-        meta.task.id = id_from_dir(dir);
-        meta.task.name = meta.task.id.clone();
-        meta.task.source_format = "harbor".into();
-        // Harbor tasks run as root in the Dockerfile's WORKDIR.
-        meta.agent.user = "root".into();
-        meta.environment.workdir = environment
-            .text(EnvKind::Dockerfile.file_name())
-            .and_then(|t| envdef::parse(EnvKind::Dockerfile, t).ok())
-            .and_then(|d| d.workdir().map(str::to_owned))
-            .unwrap_or_else(|| "/app".into());
-        meta.verifier.initial_tests.clear();
+        foreign_defaults(&mut meta, dir, &environment, "harbor");
     }
     let section = |table: &mut toml::Table, name: &str| -> toml::Table {
         match table.remove(name) {

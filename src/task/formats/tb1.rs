@@ -8,13 +8,14 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::convert::{
-    dockerfile_for, drop_generated, json_to_toml, meta_from_value, meta_to_table, toml_to_json,
+    dockerfile_for, drop_generated, foreign_defaults, json_to_toml, meta_from_value, meta_to_table,
+    toml_to_json,
 };
 use super::test_script::{classify, harbor_test_sh, TestScript};
-use super::{id_from_dir, BundleError, Task};
+use super::{BundleError, Task};
 use crate::fsutil::{read_tree_bounded, ReadLimits};
 use crate::task::text::{parse_yaml, read_text};
-use crate::task::{envdef, write_tree, EnvKind, FileTree, TaskMeta};
+use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
 const RUN_TESTS: &str = "run-tests.sh";
 const SOLUTION: &str = "solution.sh";
@@ -68,16 +69,7 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
     }
     drop_generated(&mut environment);
     if !has_native {
-        meta.task.id = id_from_dir(dir);
-        meta.task.name = meta.task.id.clone();
-        meta.task.source_format = "tb1".into();
-        meta.agent.user = "root".into();
-        meta.environment.workdir = environment
-            .text(EnvKind::Dockerfile.file_name())
-            .and_then(|t| envdef::parse(EnvKind::Dockerfile, t).ok())
-            .and_then(|d| d.workdir().map(str::to_owned))
-            .unwrap_or_else(|| "/app".into());
-        meta.verifier.initial_tests.clear();
+        foreign_defaults(&mut meta, dir, &environment, "tb1");
     }
     if let Some(Value::String(c)) = doc.remove("category") {
         meta.task.category = c;
