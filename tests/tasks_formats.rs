@@ -315,11 +315,30 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
 fn older_workspace_schema_is_migrated() {
     let dir = tempfile::tempdir().unwrap();
     {
+        // A workspace written by version 1 of the schema, with a job in it.
         let conn = rusqlite::Connection::open(dir.path().join("endless.db")).unwrap();
-        conn.execute_batch("PRAGMA user_version = 0;").unwrap();
+        conn.execute_batch(
+            "CREATE TABLE tasks (id TEXT PRIMARY KEY, name TEXT NOT NULL DEFAULT '', category TEXT NOT NULL DEFAULT '', complexity INTEGER, scenario TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL DEFAULT 'candidate', source_format TEXT NOT NULL DEFAULT 'native', instruction TEXT NOT NULL DEFAULT '', pass_at_k TEXT NOT NULL DEFAULT '{}', rating INTEGER, notes TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+             CREATE INDEX tasks_category ON tasks (category);
+             CREATE INDEX tasks_status ON tasks (status);
+             CREATE TABLE runs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, policy TEXT NOT NULL DEFAULT '', config TEXT NOT NULL DEFAULT '{}', summary TEXT NOT NULL DEFAULT '{}', created_at TEXT NOT NULL, finished_at TEXT);
+             CREATE TABLE episodes (run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, task_id TEXT NOT NULL, sample INTEGER NOT NULL, passed INTEGER NOT NULL, reward REAL NOT NULL DEFAULT 0, turns INTEGER NOT NULL DEFAULT 0, end_reason TEXT NOT NULL DEFAULT '', failure_mode TEXT, path TEXT NOT NULL DEFAULT '', rating INTEGER, label TEXT, notes TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, PRIMARY KEY (run_id, task_id, sample));
+             CREATE INDEX episodes_task ON episodes (task_id);
+             CREATE TABLE jobs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, params TEXT NOT NULL DEFAULT '{}', status TEXT NOT NULL, progress REAL NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+             INSERT INTO jobs (id, kind, status, created_at, updated_at) VALUES ('eval-old', 'eval', 'running', 'x', 'x');
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
     }
     let ws = Workspace::open(dir.path()).unwrap();
     assert!(ws.task_ids().unwrap().is_empty());
+    assert_eq!(ws.list_jobs().unwrap()[0].id, "eval-old");
+    let jobs = endless::jobs::JobManager::new(Some(dir.path())).unwrap();
+    let id = jobs
+        .spawn("noop", serde_json::json!({}), |_| Ok("done".into()))
+        .unwrap();
+    jobs.wait(&id);
+    assert_eq!(ws.list_jobs().unwrap().len(), 2);
     let conn = rusqlite::Connection::open(dir.path().join("endless.db")).unwrap();
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))

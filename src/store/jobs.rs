@@ -47,8 +47,8 @@ impl Workspace {
     ) -> Result<(), StoreError> {
         let ts = now();
         self.conn.execute(
-            "INSERT INTO jobs (id, kind, params, status, created_at, updated_at) VALUES (?1, ?2, ?3, 'running', ?4, ?4)",
-            params![id, kind, params.to_string(), ts],
+            "INSERT INTO jobs (id, kind, params, status, created_at, updated_at, owner_pid) VALUES (?1, ?2, ?3, 'running', ?4, ?4, ?5)",
+            params![id, kind, params.to_string(), ts, std::process::id()],
         )?;
         Ok(())
     }
@@ -78,11 +78,28 @@ impl Workspace {
     }
 
     /// Mark jobs journalled as running by a process that is gone as
-    /// interrupted; returns how many.
+    /// interrupted (jobs of live processes, e.g. another TUI, are left
+    /// alone); returns how many.
     pub fn mark_interrupted_jobs(&self) -> Result<usize, StoreError> {
-        Ok(self.conn.execute(
-            "UPDATE jobs SET status = 'interrupted', updated_at = ?1 WHERE status IN ('queued', 'running')",
-            [now()],
-        )?)
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, owner_pid FROM jobs WHERE status IN ('queued', 'running')")?;
+        let open: Vec<(String, Option<i64>)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut n = 0;
+        for (id, pid) in open {
+            let alive = pid.is_some_and(|p| {
+                p as u32 != std::process::id()
+                    && std::path::Path::new(&format!("/proc/{p}")).exists()
+            });
+            if !alive {
+                n += self.conn.execute(
+                    "UPDATE jobs SET status = 'interrupted', updated_at = ?1 WHERE id = ?2",
+                    params![now(), id],
+                )?;
+            }
+        }
+        Ok(n)
     }
 }

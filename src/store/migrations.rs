@@ -64,6 +64,11 @@ const MIGRATIONS: &[&str] = &[
         updated_at  TEXT NOT NULL
     );
     "#,
+    // 2: which process runs a job, so that another process opening the
+    // workspace only marks the jobs of dead processes as interrupted.
+    r#"
+    ALTER TABLE jobs ADD COLUMN owner_pid INTEGER;
+    "#,
 ];
 
 /// The schema version this build writes.
