@@ -1,0 +1,2 @@
+//! Language models.
+pub mod local;
