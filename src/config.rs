@@ -125,7 +125,11 @@ impl Config {
     }
 
     /// [`Config::load`] with explicit environment variables (for tests).
-    pub fn load_with_env(user_file: &Path, workspace: Option<&Path>, vars: &[(String, String)]) -> Result<Config, ConfigError> {
+    pub fn load_with_env(
+        user_file: &Path,
+        workspace: Option<&Path>,
+        vars: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
         let mut merged: toml::Table = parse_toml(Path::new("assets/config.toml"), DEFAULTS)?;
         let ws_file = workspace.map(|w| w.join("endless.toml"));
         for file in std::iter::once(user_file).chain(ws_file.as_deref()) {
@@ -140,11 +144,24 @@ impl Config {
             }
         }
         for (var, value) in vars {
-            let Some(rest) = var.strip_prefix("ENDLESS_") else { continue };
-            let Some((section, key)) = rest.to_ascii_lowercase().split_once('_').map(|(s, k)| (s.to_string(), k.to_string())) else { continue };
-            let Some(toml::Value::Table(table)) = merged.get_mut(&section) else { continue };
+            let Some(rest) = var.strip_prefix("ENDLESS_") else {
+                continue;
+            };
+            let Some((section, key)) = rest
+                .to_ascii_lowercase()
+                .split_once('_')
+                .map(|(s, k)| (s.to_string(), k.to_string()))
+            else {
+                continue;
+            };
+            let Some(toml::Value::Table(table)) = merged.get_mut(&section) else {
+                continue;
+            };
             let Some(old) = table.get(&key) else { continue };
-            let new = coerce(old, value).map_err(|message| ConfigError::Env { var: var.clone(), message })?;
+            let new = coerce(old, value).map_err(|message| ConfigError::Env {
+                var: var.clone(),
+                message,
+            })?;
             table.insert(key, new);
         }
         let text = toml::to_string(&merged).unwrap_or_default();
@@ -165,9 +182,24 @@ fn merge(into: &mut toml::Table, layer: toml::Table) {
 
 fn coerce(old: &toml::Value, value: &str) -> Result<toml::Value, String> {
     Ok(match old {
-        toml::Value::Integer(_) => toml::Value::Integer(value.trim().parse().map_err(|_| format!("expected an integer, got {value:?}"))?),
-        toml::Value::Float(_) => toml::Value::Float(value.trim().parse().map_err(|_| format!("expected a number, got {value:?}"))?),
-        toml::Value::Boolean(_) => toml::Value::Boolean(value.trim().parse().map_err(|_| format!("expected true or false, got {value:?}"))?),
+        toml::Value::Integer(_) => toml::Value::Integer(
+            value
+                .trim()
+                .parse()
+                .map_err(|_| format!("expected an integer, got {value:?}"))?,
+        ),
+        toml::Value::Float(_) => toml::Value::Float(
+            value
+                .trim()
+                .parse()
+                .map_err(|_| format!("expected a number, got {value:?}"))?,
+        ),
+        toml::Value::Boolean(_) => toml::Value::Boolean(
+            value
+                .trim()
+                .parse()
+                .map_err(|_| format!("expected true or false, got {value:?}"))?,
+        ),
         _ => toml::Value::String(value.to_string()),
     })
 }
@@ -195,14 +227,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let user = dir.path().join("config.toml");
         std::fs::write(&user, "[agent]\nmax_turns = \"many\"\n").unwrap();
-        let err = Config::load_with_env(&user, None, &[]).unwrap_err().to_string();
-        assert!(err.contains("config.toml") && err.contains("agent.max_turns"), "{err}");
+        let err = Config::load_with_env(&user, None, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config.toml") && err.contains("agent.max_turns"),
+            "{err}"
+        );
         std::fs::write(&user, "[agnet]\nmax_turns = 3\n").unwrap();
-        let err = Config::load_with_env(&user, None, &[]).unwrap_err().to_string();
+        let err = Config::load_with_env(&user, None, &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("agnet"), "{err}");
         let none = dir.path().join("none.toml");
         let vars = vec![("ENDLESS_AGENT_MAX_TURNS".to_string(), "x".to_string())];
-        let err = Config::load_with_env(&none, None, &vars).unwrap_err().to_string();
+        let err = Config::load_with_env(&none, None, &vars)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ENDLESS_AGENT_MAX_TURNS"), "{err}");
     }
 }

@@ -1,13 +1,19 @@
 //! Endless Terminals: generate, run, evaluate and train terminal agents on
 //! procedurally generated, verifiable tasks.
 
+pub mod agent;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod eval;
 pub mod fsutil;
+pub mod generate;
+pub mod jobs;
 pub mod llm;
 pub mod logging;
 pub mod rl;
 pub mod sandbox;
 pub mod store;
 pub mod task;
+pub mod tui;
+pub mod verify;

@@ -15,12 +15,15 @@ fn fixtures() -> PathBuf {
 }
 
 fn read(format: Format, dir: &Path) -> Task {
-    format.read(dir, &ReadLimits::default()).unwrap_or_else(|e| panic!("{e}"))
+    format
+        .read(dir, &ReadLimits::default())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn round_trip(task: &Task, via: Format) -> Task {
     let dir = tempfile::tempdir().unwrap();
-    via.write(task, dir.path()).unwrap_or_else(|e| panic!("write {via:?}: {e}"));
+    via.write(task, dir.path())
+        .unwrap_or_else(|e| panic!("write {via:?}: {e}"));
     assert_eq!(Format::detect(dir.path()), Some(via));
     read(via, dir.path())
 }
@@ -30,7 +33,12 @@ fn native_round_trips_through_every_format() {
     let native = read(Format::Native, &fixtures().join("native-error-count"));
     assert_eq!(native.meta.task.complexity, Some(2));
     assert!(native.truth.contains("3 ERROR lines"));
-    for via in [Format::Reference, Format::Harbor, Format::Tb1, Format::Native] {
+    for via in [
+        Format::Reference,
+        Format::Harbor,
+        Format::Tb1,
+        Format::Native,
+    ] {
         let back = round_trip(&native, via);
         assert_eq!(back, native, "native -> {via:?} -> native changed the task");
     }
@@ -45,9 +53,15 @@ fn harbor_import_keeps_unknown_keys_and_maps_boilerplate() {
     assert_eq!(task.meta.agent.user, "root");
     assert_eq!(task.meta.environment.workdir, "/app");
     assert_eq!(task.meta.verifier.final_tests, vec!["test_outputs.py"]);
-    assert_eq!(task.meta.verifier.script, None, "the uv/pytest boilerplate is mapped to pytest");
+    assert_eq!(
+        task.meta.verifier.script, None,
+        "the uv/pytest boilerplate is mapped to pytest"
+    );
     assert!(!task.tests.contains("test.sh"));
-    assert_eq!(task.meta.environment.extra["memory_mb"].as_integer(), Some(1024));
+    assert_eq!(
+        task.meta.environment.extra["memory_mb"].as_integer(),
+        Some(1024)
+    );
     let metadata = task.meta.extra["metadata"].as_table().unwrap();
     assert_eq!(metadata["custom_rank"].as_integer(), Some(7));
     assert_eq!(metadata["author_name"].as_str(), Some("Endless Fixtures"));
@@ -113,7 +127,10 @@ fn copy_dir(from: &Path, to: &Path) {
 
 fn error_of(dir: &Path) -> String {
     let format = Format::detect(dir).expect("detected");
-    format.read(dir, &ReadLimits::default()).unwrap_err().to_string()
+    format
+        .read(dir, &ReadLimits::default())
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -132,30 +149,46 @@ fn bad_bundles_get_errors_naming_file_and_field() {
     assert!(e.contains("instruction.md") && e.contains("missing"), "{e}");
 
     let d = case("wrong-type");
-    let t = fs::read_to_string(d.join("task.toml")).unwrap().replace("complexity = 2", "complexity = \"high\"");
+    let t = fs::read_to_string(d.join("task.toml"))
+        .unwrap()
+        .replace("complexity = 2", "complexity = \"high\"");
     fs::write(d.join("task.toml"), t).unwrap();
     let e = error_of(&d);
-    assert!(e.contains("task.toml") && e.contains("task.complexity"), "{e}");
+    assert!(
+        e.contains("task.toml") && e.contains("task.complexity"),
+        "{e}"
+    );
 
     let d = case("bad-utf8");
     fs::write(d.join("instruction.md"), b"count \xff\xfe lines").unwrap();
     let e = error_of(&d);
-    assert!(e.contains("instruction.md") && e.contains("UTF-8") && e.contains("offset 6"), "{e}");
+    assert!(
+        e.contains("instruction.md") && e.contains("UTF-8") && e.contains("offset 6"),
+        "{e}"
+    );
 
     let d = case("escaping-link");
     let secret = tmp.path().join("secret.txt");
     fs::write(&secret, "host secret").unwrap();
     std::os::unix::fs::symlink(&secret, d.join("environment/files/leak.txt")).unwrap();
     let e = error_of(&d);
-    assert!(e.contains("leak.txt") && e.contains("outside the task directory"), "{e}");
+    assert!(
+        e.contains("leak.txt") && e.contains("outside the task directory"),
+        "{e}"
+    );
 
     let d = case("too-big");
-    let limits = ReadLimits { max_file_bytes: 64, ..Default::default() };
+    let limits = ReadLimits {
+        max_file_bytes: 64,
+        ..Default::default()
+    };
     let e = read_native(&d, &limits).unwrap_err().to_string();
     assert!(e.contains("over the limit"), "{e}");
 
     let d = case("bad-id");
-    let t = fs::read_to_string(d.join("task.toml")).unwrap().replace("id = \"native-error-count\"", "id = \"../evil\"");
+    let t = fs::read_to_string(d.join("task.toml"))
+        .unwrap()
+        .replace("id = \"native-error-count\"", "id = \"../evil\"");
     fs::write(d.join("task.toml"), t).unwrap();
     let e = error_of(&d);
     assert!(e.contains("task.id"), "{e}");
@@ -176,22 +209,60 @@ fn import_reports_failures_and_never_overwrites_silently() {
     fs::create_dir_all(src.path().join("not-a-task")).unwrap();
     fs::write(src.path().join("not-a-task/readme.txt"), "hi").unwrap();
     fs::remove_file(src.path().join("tb1-env-file/task.yaml")).unwrap();
-    fs::write(src.path().join("tb1-env-file/task.yaml"), "instruction: [unclosed").unwrap();
+    fs::write(
+        src.path().join("tb1-env-file/task.yaml"),
+        "instruction: [unclosed",
+    )
+    .unwrap();
 
-    let report = import_paths(&mut ws, &[src.path().to_path_buf()], None, OnConflict::Fail).unwrap();
+    let report =
+        import_paths(&mut ws, &[src.path().to_path_buf()], None, OnConflict::Fail).unwrap();
     assert_eq!(report.imported(), 4, "{report:#?}");
     assert_eq!(report.failed(), 1, "{report:#?}");
-    assert!(report.outcomes.iter().any(|o| matches!(o, ImportOutcome::Failed { error, .. } if error.contains("task.yaml"))));
+    assert!(report
+        .outcomes
+        .iter()
+        .any(|o| matches!(o, ImportOutcome::Failed { error, .. } if error.contains("task.yaml"))));
 
     // Same content again: unchanged. Changed content with the same id: refused, then renamed.
-    let again = import_paths(&mut ws, &[src.path().join("native-error-count")], None, OnConflict::Fail).unwrap();
+    let again = import_paths(
+        &mut ws,
+        &[src.path().join("native-error-count")],
+        None,
+        OnConflict::Fail,
+    )
+    .unwrap();
     assert!(matches!(again.outcomes[0], ImportOutcome::Unchanged { .. }));
-    fs::write(src.path().join("native-error-count/instruction.md"), "A different instruction.").unwrap();
-    let clash = import_paths(&mut ws, &[src.path().join("native-error-count")], None, OnConflict::Fail).unwrap();
-    assert!(matches!(&clash.outcomes[0], ImportOutcome::Failed { error, .. } if error.contains("already exists")));
-    assert!(ws.load_task("native-error-count").unwrap().instruction.contains("incident"));
-    let renamed = import_paths(&mut ws, &[src.path().join("native-error-count")], None, OnConflict::Rename).unwrap();
-    assert!(matches!(&renamed.outcomes[0], ImportOutcome::Imported { id, .. } if id == "native-error-count-2"));
+    fs::write(
+        src.path().join("native-error-count/instruction.md"),
+        "A different instruction.",
+    )
+    .unwrap();
+    let clash = import_paths(
+        &mut ws,
+        &[src.path().join("native-error-count")],
+        None,
+        OnConflict::Fail,
+    )
+    .unwrap();
+    assert!(
+        matches!(&clash.outcomes[0], ImportOutcome::Failed { error, .. } if error.contains("already exists"))
+    );
+    assert!(ws
+        .load_task("native-error-count")
+        .unwrap()
+        .instruction
+        .contains("incident"));
+    let renamed = import_paths(
+        &mut ws,
+        &[src.path().join("native-error-count")],
+        None,
+        OnConflict::Rename,
+    )
+    .unwrap();
+    assert!(
+        matches!(&renamed.outcomes[0], ImportOutcome::Imported { id, .. } if id == "native-error-count-2")
+    );
     assert_eq!(ws.list_tasks(&TaskFilter::default()).unwrap().len(), 5);
 }
 
@@ -222,7 +293,12 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
     assert!(!half.exists());
     let row = ws.task_row("native-error-count").unwrap();
     assert_eq!((row.status, row.rating), (TaskStatus::Accepted, Some(4)));
-    let found = ws.list_tasks(&TaskFilter { search: Some("INCIDENT".into()), ..Default::default() }).unwrap();
+    let found = ws
+        .list_tasks(&TaskFilter {
+            search: Some("INCIDENT".into()),
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!(found.len(), 2);
 }
 
@@ -236,7 +312,9 @@ fn older_workspace_schema_is_migrated() {
     let ws = Workspace::open(dir.path()).unwrap();
     assert!(ws.task_ids().unwrap().is_empty());
     let conn = rusqlite::Connection::open(dir.path().join("endless.db")).unwrap();
-    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(v as usize, endless::store::SCHEMA_VERSION);
 }
 
@@ -255,31 +333,84 @@ fn endless(ws: &Path, args: &[&str]) -> std::process::Output {
 fn cli_import_export_harbor_reimport_is_identical() {
     let a = tempfile::tempdir().unwrap();
     let out = endless(a.path(), &["tasks", "import", fixtures().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let list = endless(a.path(), &["tasks", "list", "--json"]);
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(rows.len(), 5);
-    for key in ["id", "name", "category", "complexity", "status", "pass_at_k"] {
+    for key in [
+        "id",
+        "name",
+        "category",
+        "complexity",
+        "status",
+        "pass_at_k",
+    ] {
         assert!(rows[0].get(key).is_some(), "tasks list --json lacks {key}");
     }
     let show = endless(a.path(), &["tasks", "show", "native-error-count", "--json"]);
     let obj: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
-    for key in ["id", "name", "instruction", "truth", "category", "complexity", "status", "source_format", "provenance"] {
+    for key in [
+        "id",
+        "name",
+        "instruction",
+        "truth",
+        "category",
+        "complexity",
+        "status",
+        "source_format",
+        "provenance",
+    ] {
         assert!(obj.get(key).is_some(), "tasks show --json lacks {key}");
     }
 
     let exported = tempfile::tempdir().unwrap();
-    let out = endless(a.path(), &["tasks", "export", "--all", "--format", "harbor", "--out", exported.path().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = endless(
+        a.path(),
+        &[
+            "tasks",
+            "export",
+            "--all",
+            "--format",
+            "harbor",
+            "--out",
+            exported.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let b = tempfile::tempdir().unwrap();
-    let out = endless(b.path(), &["tasks", "import", "--format", "harbor", exported.path().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = endless(
+        b.path(),
+        &[
+            "tasks",
+            "import",
+            "--format",
+            "harbor",
+            exported.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let wa = Workspace::open(a.path()).unwrap();
     let wb = Workspace::open(b.path()).unwrap();
     let ids = wa.task_ids().unwrap();
     assert_eq!(ids, wb.task_ids().unwrap());
     for id in ids {
-        assert_eq!(wa.load_task(&id).unwrap(), wb.load_task(&id).unwrap(), "{id} changed through Harbor");
+        assert_eq!(
+            wa.load_task(&id).unwrap(),
+            wb.load_task(&id).unwrap(),
+            "{id} changed through Harbor"
+        );
     }
 
     let bad = endless(a.path(), &["tasks", "show", "nope"]);

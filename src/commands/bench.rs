@@ -13,7 +13,7 @@ use crate::store::{import_paths, OnConflict, Workspace};
 use crate::task::formats::Format;
 use crate::task::{FileTree, Task, TaskMeta};
 
-pub fn run(_ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
+pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
     match args.what {
         BenchTarget::Import => {
             let report = bench_import(args.n.unwrap_or(2000))?;
@@ -24,8 +24,21 @@ pub fn run(_ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchTarget::Sandbox => {
+            let report =
+                crate::sandbox::bench(args.n.unwrap_or(200), &ctx.paths.cache_dir.join("sandbox"));
+            if args.json {
+                print_json(&report)?;
+            } else {
+                println!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         other => {
-            eprintln!("endless: `bench {}` is not built yet in this version.", format!("{other:?}").to_lowercase());
+            eprintln!(
+                "endless: `bench {}` is not built yet in this version.",
+                format!("{other:?}").to_lowercase()
+            );
             Ok(ExitCode::from(2))
         }
     }
@@ -44,16 +57,33 @@ pub struct ImportBench {
 
 impl std::fmt::Display for ImportBench {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "import of {} small mixed-format tasks (native, reference, harbor, tb1)", self.tasks)?;
-        writeln!(f, "  parallel ({} threads): {:>8.0} tasks/s", self.threads, self.parallel_tasks_per_sec)?;
-        writeln!(f, "  sequential (1 thread): {:>8.0} tasks/s", self.sequential_tasks_per_sec)?;
+        writeln!(
+            f,
+            "import of {} small mixed-format tasks (native, reference, harbor, tb1)",
+            self.tasks
+        )?;
+        writeln!(
+            f,
+            "  parallel ({} threads): {:>8.0} tasks/s",
+            self.threads, self.parallel_tasks_per_sec
+        )?;
+        writeln!(
+            f,
+            "  sequential (1 thread): {:>8.0} tasks/s",
+            self.sequential_tasks_per_sec
+        )?;
         write!(f, "  speedup: {:.2}x", self.speedup)
     }
 }
 
 /// Build `n` small tasks in four formats under `dir`.
 pub fn write_corpus(dir: &Path, n: usize) -> Result<()> {
-    let formats = [Format::Native, Format::Reference, Format::Harbor, Format::Tb1];
+    let formats = [
+        Format::Native,
+        Format::Reference,
+        Format::Harbor,
+        Format::Tb1,
+    ];
     for i in 0..n {
         let task = sample_task(i);
         let target = dir.join(format!("task-{i:05}"));
@@ -74,9 +104,16 @@ pub fn sample_task(i: usize) -> Task {
     environment.insert("setup.sh", format!("mkdir -p /home/user/logs\nprintf 'ERROR a\\nINFO b\\n' > /home/user/logs/app{i}.log\nchown -R user:user /home/user\n").into_bytes(), true);
     let mut tests = FileTree::default();
     tests.insert_text("test_initial_state.py", format!("import os\n\ndef test_log_exists():\n    assert os.path.exists('/home/user/logs/app{i}.log')\n"));
-    tests.insert_text("test_final_state.py", "def test_count():\n    assert open('/home/user/count.txt').read().strip() == '1'\n");
+    tests.insert_text(
+        "test_final_state.py",
+        "def test_count():\n    assert open('/home/user/count.txt').read().strip() == '1'\n",
+    );
     let mut solution = FileTree::default();
-    solution.insert("solve.sh", format!("grep -c ERROR /home/user/logs/app{i}.log > /home/user/count.txt\n").into_bytes(), true);
+    solution.insert(
+        "solve.sh",
+        format!("grep -c ERROR /home/user/logs/app{i}.log > /home/user/count.txt\n").into_bytes(),
+        true,
+    );
     Task {
         meta,
         instruction: format!("Count the ERROR lines in ~/logs/app{i}.log and write the number to ~/count.txt."),
@@ -93,11 +130,28 @@ fn bench_import(n: usize) -> Result<ImportBench> {
     let measure = |threads: usize| -> Result<f64> {
         let ws_dir = tempfile::tempdir()?;
         let mut ws = Workspace::open(ws_dir.path())?;
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()?;
         let start = Instant::now();
-        let report = pool.install(|| import_paths(&mut ws, &[corpus.path().to_path_buf()], None, OnConflict::Fail))?;
+        let report = pool.install(|| {
+            import_paths(
+                &mut ws,
+                &[corpus.path().to_path_buf()],
+                None,
+                OnConflict::Fail,
+            )
+        })?;
         let secs = start.elapsed().as_secs_f64();
-        anyhow::ensure!(report.imported() == n, "imported {} of {n}: {:?}", report.imported(), report.outcomes.iter().find(|o| matches!(o, crate::store::ImportOutcome::Failed { .. })));
+        anyhow::ensure!(
+            report.imported() == n,
+            "imported {} of {n}: {:?}",
+            report.imported(),
+            report
+                .outcomes
+                .iter()
+                .find(|o| matches!(o, crate::store::ImportOutcome::Failed { .. }))
+        );
         Ok(n as f64 / secs)
     };
     let threads = rayon::current_num_threads();

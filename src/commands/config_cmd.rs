@@ -19,7 +19,10 @@ pub fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
         println!("# paths");
         println!("# workspace:   {}", ctx.workspace_root.display());
         println!("# config file: {}", ctx.paths.config_file.display());
-        println!("# workspace config: {}", ctx.workspace_root.join("endless.toml").display());
+        println!(
+            "# workspace config: {}",
+            ctx.workspace_root.join("endless.toml").display()
+        );
         println!("# cache:       {}", ctx.paths.cache_dir.display());
         println!("# logs:        {}", ctx.paths.log_dir.display());
         println!();

@@ -1,8 +1,9 @@
 //! The CLI commands: each turns parsed arguments into library calls and
 //! prints the result (text, or one JSON document with `--json`).
 
-mod bench;
+pub mod bench;
 mod config_cmd;
+mod sandbox_cmd;
 mod tasks;
 
 use std::path::PathBuf;
@@ -34,6 +35,20 @@ impl Context {
         })
     }
 
+    /// The configured sandbox backend, caching images under the cache dir.
+    pub fn backend(&self) -> Result<Box<dyn crate::sandbox::Backend>> {
+        crate::sandbox::backend_by_name(
+            &self.config.sandbox.backend,
+            &self.paths.cache_dir.join("sandbox"),
+        )
+        .with_context(|| {
+            format!(
+                "starting the `{}` sandbox backend (see `endless sandbox doctor`)",
+                self.config.sandbox.backend
+            )
+        })
+    }
+
     /// Open (creating if needed) the workspace.
     pub fn workspace(&self) -> Result<Workspace> {
         Workspace::open(&self.workspace_root)
@@ -45,7 +60,15 @@ impl Context {
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let ctx = Context::new(cli.workspace)?;
     match cli.command {
-        None => not_built("the TUI", "issue 7"),
+        None => {
+            ctx.workspace()?;
+            crate::tui::run(
+                &ctx.workspace_root,
+                &ctx.config.tui.theme,
+                &ctx.config.tui.keys,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Tasks(cmd)) => tasks::run(&ctx, cmd),
         Some(Command::Config(cmd)) => config_cmd::run(&ctx, cmd),
         Some(Command::Bench(args)) => bench::run(&ctx, args),
@@ -53,7 +76,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Run(_)) => not_built("`endless run`", "issue 5"),
         Some(Command::Eval(_)) => not_built("`endless eval`", "issue 5"),
         Some(Command::Train(_)) => not_built("`endless train`", "issue 8"),
-        Some(Command::Sandbox(_)) => not_built("`endless sandbox`", "issue 3"),
+        Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
     }
 }
 

@@ -16,8 +16,17 @@ use crate::task::{validate, Task};
 pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
     let mut ws = ctx.workspace()?;
     match cmd {
-        TasksCommand::List { status, category, search, json } => {
-            let rows = ws.list_tasks(&TaskFilter { status, category, search })?;
+        TasksCommand::List {
+            status,
+            category,
+            search,
+            json,
+        } => {
+            let rows = ws.list_tasks(&TaskFilter {
+                status,
+                category,
+                search,
+            })?;
             if json {
                 print_json(&rows)?;
             } else {
@@ -33,65 +42,81 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
                 print_show(&row, &task);
             }
         }
-        TasksCommand::Import { paths, format, on_conflict, json } => {
+        TasksCommand::Import {
+            paths,
+            format,
+            on_conflict,
+            json,
+        } => {
             let report = import_paths(&mut ws, &paths, format.forced(), on_conflict)?;
             if json {
                 print_json(&report)?;
             } else {
                 for o in &report.outcomes {
                     match o {
-                        ImportOutcome::Imported { id, format, .. } => println!("imported  {id} ({})", format.name()),
+                        ImportOutcome::Imported { id, format, .. } => {
+                            println!("imported  {id} ({})", format.name())
+                        }
                         ImportOutcome::Unchanged { id, .. } => println!("unchanged {id}"),
-                        ImportOutcome::Skipped { id, reason, .. } => println!("skipped   {id}: {reason}"),
+                        ImportOutcome::Skipped { id, reason, .. } => {
+                            println!("skipped   {id}: {reason}")
+                        }
                         ImportOutcome::Failed { error, .. } => eprintln!("failed    {error}"),
                     }
                 }
-                eprintln!("{} imported, {} failed, {} found", report.imported(), report.failed(), report.outcomes.len());
+                eprintln!(
+                    "{} imported, {} failed, {} found",
+                    report.imported(),
+                    report.failed(),
+                    report.outcomes.len()
+                );
             }
             if report.failed() > 0 {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        TasksCommand::Export { ids, all, format, out } => {
+        TasksCommand::Export {
+            ids,
+            all,
+            format,
+            out,
+        } => {
             let ids = select(&ws, ids, all)?;
             let failed = export(&ws, &ids, format, &out);
             for (id, e) in &failed {
                 eprintln!("failed {id}: {e}");
             }
-            eprintln!("{} exported as {} to {}, {} failed", ids.len() - failed.len(), format.name(), out.display(), failed.len());
+            eprintln!(
+                "{} exported as {} to {}, {} failed",
+                ids.len() - failed.len(),
+                format.name(),
+                out.display(),
+                failed.len()
+            );
             if !failed.is_empty() {
                 return Ok(ExitCode::FAILURE);
             }
         }
         TasksCommand::Validate { ids, all, json } => {
             let ids = select(&ws, ids, all)?;
-            let mut results = Vec::new();
-            let mut bad = 0;
-            for id in &ids {
-                let problems: Vec<String> = match ws.load_task(id) {
-                    Ok(task) => validate(&task).iter().map(ToString::to_string).collect(),
-                    Err(e) => vec![e.to_string()],
-                };
-                if !problems.is_empty() {
-                    bad += 1;
-                }
-                if !json {
-                    match problems.is_empty() {
-                        true => println!("ok      {id}"),
-                        false => println!("invalid {id}: {}", problems.join("; ")),
-                    }
-                }
-                results.push(serde_json::json!({ "id": id, "valid": problems.is_empty(), "problems": problems }));
-            }
+            let backend = ctx.backend()?;
+            let results = validate_all(&ws, backend.as_ref(), &ids, json);
+            let bad = results.iter().filter(|r| !r.ok).count();
             if json {
                 print_json(&results)?;
             }
-            eprintln!("{} of {} tasks valid (structure only: sandbox checks land with issue 3)", ids.len() - bad, ids.len());
+            eprintln!("{} of {} tasks valid", ids.len() - bad, ids.len());
             if bad > 0 {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        TasksCommand::Set { ids, status, rating, notes, tags } => {
+        TasksCommand::Set {
+            ids,
+            status,
+            rating,
+            notes,
+            tags,
+        } => {
             for id in &ids {
                 if let Some(s) = status {
                     ws.set_status(id, s)?;
@@ -127,10 +152,93 @@ fn select(ws: &Workspace, ids: Vec<String>, all: bool) -> Result<Vec<String>> {
     Ok(ids)
 }
 
+/// One task's validation verdict, for `tasks validate --json`.
+#[derive(serde::Serialize)]
+struct Verdict {
+    id: String,
+    ok: bool,
+    problems: Vec<String>,
+    validation: Option<crate::verify::Validation>,
+}
+
+/// Structural checks, then the sandbox checks, several tasks at a time;
+/// prints one line per task as it finishes unless `quiet`.
+fn validate_all(
+    ws: &Workspace,
+    backend: &dyn crate::sandbox::Backend,
+    ids: &[String],
+    quiet: bool,
+) -> Vec<Verdict> {
+    let tasks_dir = ws.tasks_dir();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .max(2),
+        )
+        .build();
+    let run = || {
+        ids.par_iter()
+            .map(|id| {
+                let verdict =
+                    match crate::task::read_native(&tasks_dir.join(id), &Default::default()) {
+                        Err(e) => Verdict {
+                            id: id.clone(),
+                            ok: false,
+                            problems: vec![e.to_string()],
+                            validation: None,
+                        },
+                        Ok(task) => {
+                            let structural: Vec<String> =
+                                validate(&task).iter().map(ToString::to_string).collect();
+                            if !structural.is_empty() {
+                                Verdict {
+                                    id: id.clone(),
+                                    ok: false,
+                                    problems: structural,
+                                    validation: None,
+                                }
+                            } else {
+                                match crate::verify::validate_task(backend, &task) {
+                                    Ok(v) => Verdict {
+                                        id: id.clone(),
+                                        ok: v.ok(),
+                                        problems: v.problems.clone(),
+                                        validation: Some(v),
+                                    },
+                                    Err(e) => Verdict {
+                                        id: id.clone(),
+                                        ok: false,
+                                        problems: vec![e.to_string()],
+                                        validation: None,
+                                    },
+                                }
+                            }
+                        }
+                    };
+                if !quiet {
+                    match verdict.ok {
+                        true => println!("ok      {id}"),
+                        false => println!("invalid {id}: {}", verdict.problems.join("; ")),
+                    }
+                }
+                verdict
+            })
+            .collect::<Vec<_>>()
+    };
+    match pool {
+        Ok(pool) => pool.install(run),
+        Err(_) => run(),
+    }
+}
+
 /// Export each task to `out/<id>` atomically; returns the failures.
 pub fn export(ws: &Workspace, ids: &[String], format: Format, out: &Path) -> Vec<(String, String)> {
     if let Err(e) = std::fs::create_dir_all(out) {
-        return ids.iter().map(|id| (id.clone(), format!("{}: {e}", out.display()))).collect();
+        return ids
+            .iter()
+            .map(|id| (id.clone(), format!("{}: {e}", out.display())))
+            .collect();
     }
     let tasks_dir = ws.tasks_dir();
     ids.par_iter()
@@ -139,7 +247,9 @@ pub fn export(ws: &Workspace, ids: &[String], format: Format, out: &Path) -> Vec
                 .map_err(|e| e.to_string())
                 .and_then(|task| {
                     let staging = AtomicDir::new(&out.join(id)).map_err(|e| e.to_string())?;
-                    format.write(&task, staging.path()).map_err(|e| e.to_string())?;
+                    format
+                        .write(&task, staging.path())
+                        .map_err(|e| e.to_string())?;
                     staging.commit().map(|_| ()).map_err(|e| e.to_string())
                 });
             result.err().map(|e| (id.clone(), e))
@@ -148,16 +258,42 @@ pub fn export(ws: &Workspace, ids: &[String], format: Format, out: &Path) -> Vec
 }
 
 fn pass1(row: &TaskRow) -> String {
-    row.pass_at_k.get("1").map(|p| format!("{p:.2}")).unwrap_or_else(|| "-".into())
+    row.pass_at_k
+        .get("1")
+        .map(|p| format!("{p:.2}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 fn print_table(rows: &[TaskRow]) {
-    let w = rows.iter().map(|r| r.id.len()).max().unwrap_or(2).clamp(2, 48);
-    let c = rows.iter().map(|r| r.category.len()).max().unwrap_or(8).clamp(8, 32);
-    println!("{:<w$}  {:<c$}  {:>3}  {:<9}  {:>6}", "ID", "CATEGORY", "CX", "STATUS", "PASS@1");
+    let w = rows
+        .iter()
+        .map(|r| r.id.len())
+        .max()
+        .unwrap_or(2)
+        .clamp(2, 48);
+    let c = rows
+        .iter()
+        .map(|r| r.category.len())
+        .max()
+        .unwrap_or(8)
+        .clamp(8, 32);
+    println!(
+        "{:<w$}  {:<c$}  {:>3}  {:<9}  {:>6}",
+        "ID", "CATEGORY", "CX", "STATUS", "PASS@1"
+    );
     for r in rows {
-        let cx = r.complexity.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-        println!("{:<w$}  {:<c$}  {:>3}  {:<9}  {:>6}", r.id, r.category, cx, r.status.as_str(), pass1(r));
+        let cx = r
+            .complexity
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<w$}  {:<c$}  {:>3}  {:<9}  {:>6}",
+            r.id,
+            r.category,
+            cx,
+            r.status.as_str(),
+            pass1(r)
+        );
     }
 }
 
@@ -189,13 +325,37 @@ fn show_json(row: &TaskRow, task: &Task) -> serde_json::Value {
 
 fn print_show(row: &TaskRow, task: &Task) {
     println!("{}  ({})", row.id, row.name);
-    println!("category: {}  complexity: {}  status: {}  format: {}", row.category, row.complexity.map(|c| c.to_string()).unwrap_or_else(|| "-".into()), row.status.as_str(), row.source_format);
+    println!(
+        "category: {}  complexity: {}  status: {}  format: {}",
+        row.category,
+        row.complexity
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into()),
+        row.status.as_str(),
+        row.source_format
+    );
     if !row.tags.is_empty() {
         println!("tags: {}", row.tags.join(", "));
     }
-    println!("agent: user {} in {}, {} turns max", task.meta.agent.user, task.meta.environment.workdir, task.meta.agent.max_turns);
+    println!(
+        "agent: user {} in {}, {} turns max",
+        task.meta.agent.user, task.meta.environment.workdir, task.meta.agent.max_turns
+    );
     println!("\n## Instruction\n{}", task.instruction.trim_end());
-    println!("\n## Truth (privileged: never shown to the agent)\n{}", task.truth.trim_end());
-    let files = |t: &crate::task::FileTree| t.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ");
-    println!("\nenvironment: {}\ntests: {}\nsolution: {}", files(&task.environment), files(&task.tests), files(&task.solution));
+    println!(
+        "\n## Truth (privileged: never shown to the agent)\n{}",
+        task.truth.trim_end()
+    );
+    let files = |t: &crate::task::FileTree| {
+        t.iter()
+            .map(|(p, _)| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "\nenvironment: {}\ntests: {}\nsolution: {}",
+        files(&task.environment),
+        files(&task.tests),
+        files(&task.solution)
+    );
 }

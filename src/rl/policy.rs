@@ -124,6 +124,17 @@ impl Policy {
         Ok((logits, values))
     }
 
+    /// Differentiable forward evaluated only at `positions` `(n,)`, flat indices
+    /// into `b * t`: logits `(n, vocab)` and values `(n,)`.
+    pub fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<(Tensor, Tensor)> {
+        let h = self.model.hidden_states(ids)?;
+        let (b, t, d) = h.dims3()?;
+        let h = h.reshape((b * t, d))?.index_select(positions, 0)?;
+        let logits = self.model.logits(&h)?;
+        let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
+        Ok((logits, values))
+    }
+
     /// Save every variable (decoder and value head) as safetensors.
     pub fn save_weights(&self, path: &Path) -> Result<()> {
         self.varmap.save(path).map_err(|e| {

@@ -53,34 +53,36 @@ pub fn is_clipped(ratio: f64, adv: f64, eps_low: f64, eps_high: f64) -> bool {
     (adv > 0.0 && ratio > 1.0 + eps_high) || (adv < 0.0 && ratio < 1.0 - eps_low)
 }
 
-/// A batch as tensors: inputs are `tokens[..-1]`, targets `tokens[1..]`.
+/// A batch as tensors. Inputs are `tokens[..-1]` (right-padded); everything
+/// else is listed per agent token, in sequence order: only agent positions
+/// reach the LM head, so prompts and observations cost no vocabulary-sized work.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// Input ids `(b, t)`, right-padded.
     pub inputs: Tensor,
-    /// Target ids `(b, t)`.
+    /// Flat index into `b * t` of the position that predicts each agent token `(n,)`.
+    pub positions: Tensor,
+    /// The agent tokens `(n,)`.
     pub targets: Tensor,
-    /// Old log-probs of the targets `(b, t)`.
+    /// Their log-probs at sampling time `(n,)`.
     pub old_logprobs: Tensor,
-    /// Sequence-level averaging weights `(b, t)`: `mask / n_agent(seq) / n_seqs`.
+    /// Sequence-level averaging weights `(n,)`: `1 / n_agent(seq) / n_seqs`.
     pub weights: Tensor,
-    /// Agent mask of the targets, row by row.
-    pub mask: Vec<Vec<bool>>,
+    /// The sequence of each agent token.
+    pub seq_of: Vec<usize>,
     /// Rewards per sequence.
     pub rewards: Vec<f32>,
 }
 
 /// Pad and shift a batch (padding id 0; right padding never affects the
-/// positions before it).
+/// positions before it) and list its agent tokens.
 pub fn prepare(batch: &RolloutBatch, device: &Device) -> Result<Prepared> {
     batch.validate()?;
     let b = batch.sequences.len();
     let t = batch.max_len().saturating_sub(1).max(1);
     let mut inputs = vec![0u32; b * t];
-    let mut targets = vec![0u32; b * t];
-    let mut old = vec![0f32; b * t];
-    let mut weights = vec![0f32; b * t];
-    let mut mask = vec![vec![false; t]; b];
+    let (mut positions, mut targets, mut old, mut weights, mut seq_of) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let live = batch
         .sequences
         .iter()
@@ -90,54 +92,64 @@ pub fn prepare(batch: &RolloutBatch, device: &Device) -> Result<Prepared> {
         let n = s.agent_tokens() as f32;
         for j in 0..s.tokens.len().saturating_sub(1) {
             inputs[i * t + j] = s.tokens[j];
-            targets[i * t + j] = s.tokens[j + 1];
             if s.agent_mask[j + 1] {
-                mask[i][j] = true;
-                old[i * t + j] = s.old_logprobs[j + 1];
-                weights[i * t + j] = 1.0 / n / live;
+                positions.push((i * t + j) as u32);
+                targets.push(s.tokens[j + 1]);
+                old.push(s.old_logprobs[j + 1]);
+                weights.push(1.0 / n / live);
+                seq_of.push(i);
             }
         }
     }
+    let n = positions.len();
     Ok(Prepared {
         inputs: Tensor::from_vec(inputs, (b, t), device)?,
-        targets: Tensor::from_vec(targets, (b, t), device)?,
-        old_logprobs: Tensor::from_vec(old, (b, t), device)?,
-        weights: Tensor::from_vec(weights, (b, t), device)?,
-        mask,
+        positions: Tensor::from_vec(positions, n, device)?,
+        targets: Tensor::from_vec(targets, n, device)?,
+        old_logprobs: Tensor::from_vec(old, n, device)?,
+        weights: Tensor::from_vec(weights, n, device)?,
+        seq_of,
         rewards: batch.sequences.iter().map(|s| s.reward).collect(),
     })
 }
 
-/// Advantages and returns `(b, t)` by GAE over each row's agent tokens, from
-/// (detached) values `(b, t)`. Zero where the mask is false.
+/// Hidden states `(b, t, h)` at the agent positions: `(n, h)`.
+pub fn select_agent_positions(prep: &Prepared, hidden: &Tensor) -> Result<Tensor> {
+    let (b, t, h) = hidden.dims3()?;
+    Ok(hidden
+        .reshape((b * t, h))?
+        .index_select(&prep.positions, 0)?)
+}
+
+/// Advantages and returns `(n,)` by GAE over each sequence's agent tokens,
+/// from (detached) values `(n,)`.
 pub fn advantages(
     prep: &Prepared,
     values: &Tensor,
     gamma: f32,
     lambda: f32,
 ) -> Result<(Tensor, Tensor)> {
-    let vals: Vec<Vec<f32>> = values.detach().to_dtype(DType::F32)?.to_vec2()?;
-    let (b, t) = (prep.mask.len(), prep.mask.first().map_or(0, Vec::len));
-    let mut adv = vec![0f32; b * t];
-    let mut ret = vec![0f32; b * t];
-    for i in 0..b {
-        let pos: Vec<usize> = (0..t).filter(|&j| prep.mask[i][j]).collect();
-        let v: Vec<f32> = pos.iter().map(|&j| vals[i][j]).collect();
+    let vals: Vec<f32> = values.detach().to_dtype(DType::F32)?.to_vec1()?;
+    let n = vals.len();
+    let (mut adv, mut ret) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut k = 0;
+    while k < n {
+        let seq = prep.seq_of[k];
+        let end = (k..n).find(|&e| prep.seq_of[e] != seq).unwrap_or(n);
         let (a, r) = gae(
-            &terminal_rewards(pos.len(), prep.rewards[i]),
-            &v,
+            &terminal_rewards(end - k, prep.rewards[seq]),
+            &vals[k..end],
             gamma,
             lambda,
         );
-        for (k, &j) in pos.iter().enumerate() {
-            adv[i * t + j] = a[k];
-            ret[i * t + j] = r[k];
-        }
+        adv.extend(a);
+        ret.extend(r);
+        k = end;
     }
     let dev = values.device();
     Ok((
-        Tensor::from_vec(adv, (b, t), dev)?,
-        Tensor::from_vec(ret, (b, t), dev)?,
+        Tensor::from_vec(adv, n, dev)?,
+        Tensor::from_vec(ret, n, dev)?,
     ))
 }
 
@@ -156,8 +168,8 @@ pub struct PpoLoss {
     pub approx_kl: f64,
 }
 
-/// Compute the PPO loss from the policy's logits `(b, t, vocab)` (not yet
-/// divided by the temperature) and values `(b, t)`.
+/// Compute the PPO loss from the policy's logits `(n, vocab)` at the agent
+/// positions (not yet divided by the temperature) and values `(n,)`.
 pub fn ppo_loss(
     prep: &Prepared,
     logits: &Tensor,
@@ -176,13 +188,8 @@ pub fn ppo_loss(
     let w = &prep.weights.to_dtype(dt)?;
     let old = prep.old_logprobs.to_dtype(dt)?;
     let lp_all = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-    let lp = lp_all.gather(&prep.targets.unsqueeze(2)?, 2)?.squeeze(2)?;
-    // Masked positions: log r = 0 there (old_logprobs is 0, lp is whatever;
-    // their weight is 0, but keep exp() finite).
-    let log_ratio = (&lp - &old)?;
-    let mask_t = w.gt(0f64)?.to_dtype(dt)?;
-    let log_ratio = (log_ratio * &mask_t)?;
-    let ratio = log_ratio.exp()?;
+    let lp = lp_all.gather(&prep.targets.unsqueeze(1)?, 1)?.squeeze(1)?;
+    let ratio = (&lp - &old)?.exp()?;
     let clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)?;
     let neg_adv = adv.neg()?;
     let pg_tok = (&neg_adv * &ratio)?.maximum(&(&neg_adv * &clipped)?)?;
@@ -197,19 +204,15 @@ pub fn ppo_loss(
         loss = (loss - (&entropy * cfg.entropy_coef)?)?;
     }
     // Diagnostics on the CPU.
-    let r: Vec<Vec<f32>> = ratio.detach().to_dtype(DType::F32)?.to_vec2()?;
-    let a: Vec<Vec<f32>> = adv.to_dtype(DType::F32)?.to_vec2()?;
-    let (mut n, mut clipped_n, mut kl) = (0usize, 0usize, 0f64);
-    for (i, row) in prep.mask.iter().enumerate() {
-        for (j, &m) in row.iter().enumerate() {
-            if m {
-                let (ri, ai) = (r[i][j] as f64, a[i][j] as f64);
-                n += 1;
-                clipped_n += usize::from(is_clipped(ri, ai, cfg.eps_low, cfg.eps_high));
-                kl += (ri - 1.0) - ri.ln();
-            }
-        }
-    }
+    let r: Vec<f32> = ratio.detach().to_dtype(DType::F32)?.to_vec1()?;
+    let a: Vec<f32> = adv.to_dtype(DType::F32)?.to_vec1()?;
+    let n = r.len();
+    let clipped_n = r
+        .iter()
+        .zip(&a)
+        .filter(|(r, a)| is_clipped(**r as f64, **a as f64, cfg.eps_low, cfg.eps_high))
+        .count();
+    let kl: f64 = r.iter().map(|&r| (r as f64 - 1.0) - (r as f64).ln()).sum();
     let scalar = |t: &Tensor| -> Result<f64> { Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
     Ok(PpoLoss {
         policy_loss: scalar(&policy_loss)?,
@@ -270,21 +273,21 @@ mod tests {
             ],
         };
         let prep = prepare(&batch, &dev).unwrap();
-        let logits = Tensor::new(
-            &[[[0.0f32, 0.0], [1.0, 0.0]], [[0.0, 2.0], [0.0, 0.0]]],
-            &dev,
-        )
-        .unwrap();
-        let values = Tensor::new(&[[0.1f32, 0.3], [0.2, 0.0]], &dev).unwrap();
+        // Agent tokens: row 0 positions 0 and 1, row 1 position 0.
+        assert_eq!(prep.positions.to_vec1::<u32>().unwrap(), vec![0, 1, 2]);
+        assert_eq!(prep.seq_of, vec![0, 0, 1]);
+        let logits = Tensor::new(&[[0.0f32, 0.0], [1.0, 0.0], [0.0, 2.0]], &dev).unwrap();
+        let values = Tensor::new(&[0.1f32, 0.3, 0.2], &dev).unwrap();
         let (adv, ret) = advantages(&prep, &values, 1.0, 1.0).unwrap();
-        assert_eq!(
-            adv.to_vec2::<f32>().unwrap(),
-            vec![vec![0.9, 0.7], vec![-0.2, 0.0]]
-        );
-        assert_eq!(
-            ret.to_vec2::<f32>().unwrap(),
-            vec![vec![1.0, 1.0], vec![0.0, 0.0]]
-        );
+        let close = |t: &Tensor, want: [f32; 3]| {
+            let got = t.to_vec1::<f32>().unwrap();
+            assert!(
+                got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6),
+                "{got:?}"
+            );
+        };
+        close(&adv, [0.9, 0.7, -0.2]);
+        close(&ret, [1.0, 1.0, 0.0]);
         let cfg = PpoConfig::default();
         let out = ppo_loss(&prep, &logits, &values, &adv, &ret, &cfg).unwrap();
         // By hand: log-softmax picks.

@@ -1,6 +1,6 @@
 //! Tests of the PPO pieces on tiny models (debug-build friendly).
 
-use super::ppo::{advantages, ppo_loss, prepare};
+use super::ppo::{advantages, ppo_loss, prepare, select_agent_positions};
 use super::*;
 use crate::llm::local::sampling::{Sampler, SamplingConfig};
 use crate::llm::local::tiny::{reinit_seeded, tiny_config};
@@ -49,6 +49,7 @@ fn ppo_loss_gradient_matches_finite_differences() {
     let loss_of = |batch: &RolloutBatch, adv: Option<(&Tensor, &Tensor)>| {
         let prep = prepare(batch, &dev).unwrap();
         let h = model.hidden_states(&prep.inputs).unwrap();
+        let h = select_agent_positions(&prep, &h).unwrap();
         let logits = model.logits(&h).unwrap();
         let values = vh.forward(&h).unwrap().squeeze(D::Minus1).unwrap();
         let (a, r) = match adv {
@@ -63,24 +64,23 @@ fn ppo_loss_gradient_matches_finite_differences() {
     // the rest are not (ratio e^-0.1).
     let (_, logits, adv0, _) = loss_of(&batch, None);
     let lp = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
-    let lp: Vec<Vec<Vec<f64>>> = lp.to_vec3().unwrap();
-    let adv0: Vec<Vec<f32>> = adv0.to_vec2().unwrap();
+    let lp: Vec<Vec<f64>> = lp.to_vec2().unwrap();
+    let adv0: Vec<f32> = adv0.to_vec1().unwrap();
     let mut k = 0;
-    for (i, s) in batch.sequences.iter_mut().enumerate() {
+    for s in batch.sequences.iter_mut() {
         for j in 1..s.tokens.len() {
-            let shift = if !s.agent_mask[j] {
-                0.0
+            if !s.agent_mask[j] {
+                continue;
+            }
+            let shift = if k % 2 == 1 {
+                0.1
+            } else if adv0[k] > 0.0 {
+                -0.6
             } else {
-                k += 1;
-                if k % 2 == 0 {
-                    0.1
-                } else if adv0[i][j - 1] > 0.0 {
-                    -0.6
-                } else {
-                    0.6
-                }
+                0.6
             };
-            s.old_logprobs[j] = (lp[i][j - 1][s.tokens[j] as usize] + shift) as f32;
+            s.old_logprobs[j] = (lp[k][s.tokens[j] as usize] + shift) as f32;
+            k += 1;
         }
     }
     let (out, _, adv, ret) = loss_of(&batch, None);

@@ -116,7 +116,7 @@ impl Trainer {
     pub fn ppo_step(&mut self, batch: &RolloutBatch) -> Result<StepMetrics> {
         let start = Instant::now();
         let prep = prepare(batch, self.policy.device())?;
-        let (logits, values) = self.policy.forward(&prep.inputs)?;
+        let (logits, values) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
         let (adv, ret) = advantages(&prep, &values, self.cfg.ppo.gamma, self.cfg.ppo.lambda)?;
         let out = ppo_loss(&prep, &logits, &values, &adv, &ret, &self.cfg.ppo)?;
         let loss_val = out.policy_loss + self.cfg.ppo.value_coef * out.value_loss;

@@ -4,6 +4,48 @@
 //! environment definition) and starts [`Session`]s from it; every session
 //! starts from an identical fresh copy of the initial state.
 
+pub mod apptainer;
+mod asciicast;
+pub mod bench;
+mod container;
+pub mod doctor;
+mod error;
+mod image;
+pub mod local;
+mod marker;
+pub mod oci;
+mod session;
 mod types;
 
+use std::path::Path;
+
+pub use asciicast::Recorder;
+pub use bench::{bench, BenchReport};
+pub use doctor::{doctor, DoctorReport};
+pub use error::SandboxError;
+pub use image::{home_of, image_hash, Image};
+pub use marker::clean_output;
+pub use session::{run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo};
 pub use types::*;
+
+use crate::task::Task;
+
+/// A way to build task images and run sessions from them.
+pub trait Backend: Send + Sync {
+    /// `local`, `apptainer` or `oci`.
+    fn name(&self) -> &'static str;
+    /// Build the task's image once; later calls return the cached image.
+    fn prepare(&self, task: &Task) -> Result<Image, SandboxError>;
+    /// Start a session from a fresh copy of `image`.
+    fn start(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError>;
+}
+
+/// The backend called `name` (`local`, `apptainer` or `oci`), caching under `cache_dir`.
+pub fn backend_by_name(name: &str, cache_dir: &Path) -> Result<Box<dyn Backend>, SandboxError> {
+    match name {
+        "local" => Ok(Box::new(local::LocalBackend::new(cache_dir)?)),
+        "apptainer" => Ok(Box::new(apptainer::ApptainerBackend::new(cache_dir)?)),
+        "oci" => Ok(Box::new(oci::OciBackend::new(cache_dir)?)),
+        other => Err(SandboxError::UnknownBackend(other.to_string())),
+    }
+}

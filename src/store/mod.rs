@@ -2,6 +2,7 @@
 //! truth) indexed in SQLite (WAL), which also holds curation data.
 
 mod import;
+mod jobs;
 mod migrations;
 mod runs;
 mod tasks;
@@ -10,6 +11,7 @@ mod workspace;
 use std::path::PathBuf;
 
 pub use import::{discover, import_paths, ImportOutcome, ImportReport, OnConflict};
+pub use jobs::JobRow;
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{EpisodeRow, RunRow};
 pub use tasks::{TaskFilter, TaskRow, TaskStatus};

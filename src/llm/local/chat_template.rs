@@ -31,6 +31,19 @@ fn raise_exception(msg: String) -> std::result::Result<String, minijinja::Error>
     ))
 }
 
+/// `strftime_now(format)`, which Llama 3 templates call for the current date.
+fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format(&format)).map_err(|_| {
+        minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("strftime_now: bad format `{format}`"),
+        )
+    })?;
+    Ok(out)
+}
+
 impl ChatTemplate {
     /// Compile `source`; fails on a syntax error.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
@@ -62,6 +75,7 @@ impl ChatTemplate {
         let mut env = minijinja::Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
         env.add_template("chat", &self.source)
             .map_err(|e| LocalError::Template(e.to_string()))?;
         Ok(env)
@@ -127,6 +141,8 @@ mod tests {
     #[test]
     fn python_methods_and_raise_exception_work() {
         // The shape of Qwen/Llama templates: string methods, namespace, loop vars.
+        let dated = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "").unwrap();
+        assert_eq!(dated.render(&msgs(), false).unwrap().len(), 4);
         let src = "{%- set ns = namespace(n=0) -%}{%- for m in messages -%}{%- if m.content.startswith('Be') -%}{%- set ns.n = ns.n + 1 -%}{%- endif -%}[{{ m.role | upper }}:{{ m.content.strip() }}]{%- if loop.last and ns.n == 0 -%}{{ raise_exception('no system') }}{%- endif -%}{%- endfor -%}{{ bos_token }}";
         let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
         assert_eq!(

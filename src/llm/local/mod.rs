@@ -5,6 +5,7 @@
 //! and records each sampled token's log-probability (for PPO).
 //! [`Transformer`] is the project's own decoder, differentiable for training.
 
+pub mod chat;
 pub mod chat_template;
 pub mod config;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
 
+pub use chat::LocalChat;
 pub use chat_template::{ChatTemplate, TemplateMessage};
 pub use config::{Arch, ModelConfig};
 pub use error::LocalError;

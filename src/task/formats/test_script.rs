@@ -181,8 +181,12 @@ fi
 
     #[test]
     fn recognises_terminal_bench_1_harness() {
-        let tb1 = "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash $TEST_DIR/run-uv-pytest.sh\n";
-        assert_eq!(classify(tb1, &files()), TestScript::Pytest(vec!["test_outputs.py".into()]));
+        let tb1 =
+            "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash $TEST_DIR/run-uv-pytest.sh\n";
+        assert_eq!(
+            classify(tb1, &files()),
+            TestScript::Pytest(vec!["test_outputs.py".into()])
+        );
     }
 
     #[test]

@@ -1,0 +1,112 @@
+//! Rollout benchmark: oracle-policy episodes over a set of tasks, reporting
+//! throughput and where the time goes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::policy::PolicyFactory;
+use super::rollout::{run_rollouts, RolloutConfig, RolloutError, SandboxProvider};
+use crate::task::Task;
+
+/// What [`bench_rollout`] measured. Times are sums over episodes, in
+/// seconds, except `wall_secs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutBench {
+    pub tasks: usize,
+    pub samples: u32,
+    pub concurrency: usize,
+    pub episodes: usize,
+    pub passed: usize,
+    pub errors: usize,
+    /// Seconds spent building task images before the timed run.
+    pub prepare_secs: f64,
+    pub wall_secs: f64,
+    pub episodes_per_minute: f64,
+    /// Mean seconds per episode spent starting the sandbox.
+    pub mean_sandbox_start_secs: f64,
+    /// Mean seconds per episode running the agent's commands.
+    pub mean_exec_secs: f64,
+    /// Mean seconds per episode running the final tests.
+    pub mean_verify_secs: f64,
+    /// Mean seconds per episode, start to result file.
+    pub mean_total_secs: f64,
+}
+
+/// Run `samples` oracle episodes of every task, `concurrency` at a time,
+/// into a fresh run directory under `work_dir`, and report throughput.
+pub async fn bench_rollout<P: SandboxProvider>(
+    provider: Arc<P>,
+    tasks: Vec<Task>,
+    samples: u32,
+    concurrency: usize,
+    work_dir: &Path,
+) -> Result<RolloutBench, RolloutError> {
+    let run_dir = work_dir.join(format!("bench-rollout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let mut config = RolloutConfig::new(&run_dir);
+    config.samples = samples;
+    config.concurrency = concurrency;
+    config.command_timeout = Duration::from_secs(120);
+    config.record_cast = false;
+    let n_tasks = tasks.len();
+    let prep = std::time::Instant::now();
+    for task in &tasks {
+        if let Err(e) = provider.prepare(task) {
+            tracing::warn!(task = task.id(), %e, "image build failed");
+        }
+    }
+    let prepare_secs = prep.elapsed().as_secs_f64();
+    let summary = run_rollouts(config, tasks, PolicyFactory::Oracle, provider, None).await?;
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let eps = &summary.episodes;
+    let n = eps.len().max(1) as f64;
+    let mean = |f: fn(&super::Timings) -> f64| eps.iter().map(|e| f(&e.timings)).sum::<f64>() / n;
+    Ok(RolloutBench {
+        tasks: n_tasks,
+        samples,
+        concurrency,
+        episodes: eps.len(),
+        passed: eps.iter().filter(|e| e.passed).count(),
+        errors: eps
+            .iter()
+            .filter(|e| e.end_reason == super::EndReason::Error)
+            .count(),
+        prepare_secs,
+        wall_secs: summary.wall_secs,
+        episodes_per_minute: if summary.wall_secs > 0.0 {
+            eps.len() as f64 * 60.0 / summary.wall_secs
+        } else {
+            0.0
+        },
+        mean_sandbox_start_secs: mean(|t| t.sandbox_start_secs),
+        mean_exec_secs: mean(|t| t.exec_secs),
+        mean_verify_secs: mean(|t| t.verify_secs),
+        mean_total_secs: mean(|t| t.total_secs),
+    })
+}
+
+impl RolloutBench {
+    /// A short human-readable summary.
+    pub fn summary(&self) -> String {
+        format!(
+            "images built in {:.1}s; {} episodes ({} tasks x {} samples, {} at once) in {:.1}s: {:.1} episodes/min; {} passed, {} errors\n\
+             per episode: sandbox start {:.3}s, commands {:.3}s, tests {:.3}s, total {:.3}s",
+            self.prepare_secs,
+            self.episodes,
+            self.tasks,
+            self.samples,
+            self.concurrency,
+            self.wall_secs,
+            self.episodes_per_minute,
+            self.passed,
+            self.errors,
+            self.mean_sandbox_start_secs,
+            self.mean_exec_secs,
+            self.mean_verify_secs,
+            self.mean_total_secs
+        )
+    }
+}

@@ -1,0 +1,25 @@
+//! The agent: the paper's minimal protocol, the episode loop, policies and
+//! the rollout engine.
+
+mod bench;
+mod episode;
+pub mod policy;
+pub mod protocol;
+mod result;
+pub mod rollout;
+mod sandboxed;
+mod terminal;
+
+pub use bench::{bench_rollout, RolloutBench};
+pub use episode::{
+    run_episode, EndReason, EpisodeConfig, EpisodeObserver, NoObserver, Step, StepKind, Trajectory,
+};
+pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply};
+pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
+pub use rollout::{
+    load_result, load_run, run_rollouts, run_sandboxed_episode, EpisodePaths, LiveStream,
+    RolloutConfig, RolloutError, RolloutEvent, RunSummary, SandboxProvider, StartOptions,
+    Verification,
+};
+pub use sandboxed::BackendProvider;
+pub use terminal::{Terminal, TerminalError};

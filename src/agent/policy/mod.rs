@@ -1,0 +1,244 @@
+//! Policies: who writes the agent's replies.
+//!
+//! A [`PolicyFactory`] is parsed once from a spec string (`openai:MODEL@URL`,
+//! `oracle`, `script:FILE`, `replay:EPISODE`, `human`) and shared by all
+//! episodes of a run; [`PolicyFactory::start`] makes a fresh [`Policy`] for
+//! one episode. Policies are synchronous: the episode loop runs on a blocking
+//! thread, so many episodes run at once (see `agent::rollout`), and a local
+//! model policy can run its forward pass in place.
+
+mod human;
+mod openai;
+mod scripted;
+
+pub use human::HumanPolicy;
+pub use openai::ChatPolicy;
+pub use scripted::{load_replay_commands, oracle_command, ScriptedPolicy};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::llm::{
+    ChatMessage, ChatModel, LlmError, OpenAiChat, OpenAiConfig, SamplingParams, TokenUsage,
+};
+use crate::task::Task;
+
+/// One reply of a policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyReply {
+    /// The assistant text, in the protocol's format.
+    pub text: String,
+    /// Tokens the reply cost (zero for non-model policies).
+    pub usage: TokenUsage,
+}
+
+impl PolicyReply {
+    /// A reply that costs no tokens.
+    pub fn free(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            usage: TokenUsage::default(),
+        }
+    }
+}
+
+/// Why a policy could not be built or could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("bad policy spec {spec:?}: {message}")]
+    Spec { spec: String, message: String },
+    #[error("cannot read {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("task {task} has no solution/solve.sh, so the oracle policy cannot run it")]
+    NoSolution { task: String },
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Writes the agent's replies in one episode.
+pub trait Policy: Send {
+    /// The next assistant message, given the conversation so far (system
+    /// prompt, instruction, then alternating replies and observations).
+    fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError>;
+}
+
+/// Options used when building policies from specs.
+#[derive(Debug, Clone)]
+pub struct PolicyOptions {
+    pub sampling: SamplingParams,
+    /// Requests in flight at once for model policies.
+    pub max_concurrency: usize,
+    /// Retry settings for model policies.
+    pub retry: crate::llm::RetryPolicy,
+    /// Limit of one model request attempt.
+    pub request_timeout: std::time::Duration,
+}
+
+impl Default for PolicyOptions {
+    fn default() -> Self {
+        Self {
+            sampling: SamplingParams::default(),
+            max_concurrency: 64,
+            retry: crate::llm::RetryPolicy::default(),
+            request_timeout: std::time::Duration::from_secs(600),
+        }
+    }
+}
+
+/// A parsed policy spec, ready to start one policy per episode.
+#[derive(Clone)]
+pub enum PolicyFactory {
+    /// A chat model (`openai:MODEL@URL`, or any [`ChatModel`]).
+    Chat {
+        name: String,
+        model: Arc<dyn ChatModel>,
+        sampling: SamplingParams,
+    },
+    /// The task's own `solution/solve.sh`, run as one command.
+    Oracle,
+    /// Fixed commands, one per turn (`script:FILE` or `replay:EPISODE`).
+    Commands {
+        name: String,
+        commands: Arc<Vec<String>>,
+    },
+    /// A person at the terminal.
+    Human,
+}
+
+impl std::fmt::Debug for PolicyFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl PolicyFactory {
+    /// Parse a spec: `openai:MODEL@URL`, `oracle`, `script:FILE`,
+    /// `replay:EPISODE` (a trajectory `.jsonl` or result `.json`), `human`.
+    pub fn from_spec(spec: &str, options: &PolicyOptions) -> Result<Self, PolicyError> {
+        let bad = |message: &str| PolicyError::Spec {
+            spec: spec.to_string(),
+            message: message.to_string(),
+        };
+        let (kind, rest) = match spec.split_once(':') {
+            Some((k, r)) => (k, Some(r)),
+            None => (spec, None),
+        };
+        match (kind.trim(), rest) {
+            ("oracle", None) => Ok(Self::Oracle),
+            ("human", None) => Ok(Self::Human),
+            ("openai", Some(rest)) => {
+                let (model, url) = rest
+                    .rsplit_once('@')
+                    .ok_or_else(|| bad("expected openai:MODEL@URL, e.g. openai:gpt-4o@http://127.0.0.1:8000/v1"))?;
+                if model.is_empty() {
+                    return Err(bad("the model name is empty"));
+                }
+                if url.is_empty() {
+                    return Err(bad("the server URL is empty"));
+                }
+                let mut config = OpenAiConfig::new(model, url);
+                config.max_concurrency = options.max_concurrency;
+                config.retry = options.retry.clone();
+                config.request_timeout = options.request_timeout;
+                let client = OpenAiChat::new(config).map_err(|e| bad(&e.to_string()))?;
+                Ok(Self::Chat { name: spec.to_string(), model: Arc::new(client), sampling: options.sampling.clone() })
+            }
+            ("script", Some(path)) if !path.is_empty() => {
+                let path = PathBuf::from(path);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| PolicyError::File { path: path.clone(), message: e.to_string() })?;
+                let commands = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(String::from)
+                    .collect();
+                Ok(Self::Commands { name: spec.to_string(), commands: Arc::new(commands) })
+            }
+            ("replay", Some(path)) if !path.is_empty() => {
+                let commands = load_replay_commands(std::path::Path::new(path))?;
+                Ok(Self::Commands { name: spec.to_string(), commands: Arc::new(commands) })
+            }
+            ("oracle" | "human", Some(_)) => Err(bad("this policy takes no argument")),
+            ("script" | "replay", _) => Err(bad("expected a file path after the colon")),
+            ("openai", None) => Err(bad("expected openai:MODEL@URL")),
+            ("local", _) => Err(bad("local candle models are not supported yet")),
+            _ => Err(bad("unknown policy; expected openai:MODEL@URL, oracle, script:FILE, replay:EPISODE or human")),
+        }
+    }
+
+    /// A chat-model policy over any [`ChatModel`].
+    pub fn chat(model: Arc<dyn ChatModel>, sampling: SamplingParams) -> Self {
+        Self::Chat {
+            name: format!("model:{}", model.name()),
+            model,
+            sampling,
+        }
+    }
+
+    /// The name recorded in results.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Chat { name, .. } | Self::Commands { name, .. } => name.clone(),
+            Self::Oracle => "oracle".into(),
+            Self::Human => "human".into(),
+        }
+    }
+
+    /// A fresh policy for one episode of `task`.
+    pub fn start(&self, task: &Task) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(match self {
+            Self::Chat {
+                model, sampling, ..
+            } => Box::new(ChatPolicy::new(model.clone(), sampling.clone())?),
+            Self::Oracle => {
+                let script = task.solve_script().ok_or_else(|| PolicyError::NoSolution {
+                    task: task.id().to_string(),
+                })?;
+                Box::new(ScriptedPolicy::new(vec![oracle_command(script)]))
+            }
+            Self::Commands { commands, .. } => {
+                Box::new(ScriptedPolicy::new(commands.as_ref().clone()))
+            }
+            Self::Human => Box::new(HumanPolicy::new()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_errors_are_clear() {
+        let o = PolicyOptions::default();
+        let e = PolicyFactory::from_spec("openai:gpt-4o", &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("openai:MODEL@URL"), "{e}");
+        let e = PolicyFactory::from_spec("bogus", &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown policy"), "{e}");
+        let e = PolicyFactory::from_spec("replay:/nonexistent/ep.jsonl", &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/ep.jsonl"), "{e}");
+        let e = PolicyFactory::from_spec("openai:m@ftp://x", &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http://"), "{e}");
+        assert!(matches!(
+            PolicyFactory::from_spec("oracle", &o),
+            Ok(PolicyFactory::Oracle)
+        ));
+        assert!(matches!(
+            PolicyFactory::from_spec("human", &o),
+            Ok(PolicyFactory::Human)
+        ));
+        let f = PolicyFactory::from_spec("openai:gpt-4o@http://127.0.0.1:8000/v1", &o).unwrap();
+        assert_eq!(f.name(), "openai:gpt-4o@http://127.0.0.1:8000/v1");
+    }
+}

@@ -1,0 +1,458 @@
+//! The rollout engine: tasks x samples, many episodes at once, each written
+//! to disk as it happens and resumable after a crash.
+//!
+//! Layout under the run directory:
+//! `episodes/<task-id>/<sample>.jsonl` (trajectory, one event per line),
+//! `.cast` (asciicast, when the sandbox records), `.junit.xml` (final
+//! tests) and `.json` (the [`EpisodeResult`], written atomically last: its
+//! presence means the episode is finished).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::episode::{run_episode, EndReason, EpisodeConfig, EpisodeObserver, Step};
+use super::policy::PolicyFactory;
+use super::result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
+use super::terminal::{Terminal, TerminalError};
+use crate::llm::ChatMessage;
+use crate::task::Task;
+
+/// A live copy of a session's raw byte stream (for TUI panes).
+pub type LiveStream = tokio::sync::broadcast::Receiver<Arc<[u8]>>;
+
+/// How a sandbox is started for an episode.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Record an asciicast of the session here.
+    pub record: Option<PathBuf>,
+}
+
+/// What the final tests said.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verification {
+    pub tests: Vec<TestOutcome>,
+    /// The JUnit XML report, when the runner wrote one.
+    pub junit_xml: Option<String>,
+    /// The test runner's output.
+    pub output: String,
+}
+
+/// Starts terminals for tasks and checks their final state. Implemented for
+/// the real sandbox backend; tests use a plain `bash` in a temp dir.
+pub trait SandboxProvider: Send + Sync + 'static {
+    /// The session type.
+    type Term: Terminal + Send;
+    /// Build or fetch `task`'s image ahead of time (optional: `start` must
+    /// also work without it).
+    fn prepare(&self, _task: &Task) -> Result<(), TerminalError> {
+        Ok(())
+    }
+    /// Start a fresh copy of `task`'s initial state.
+    fn start(&self, task: &Task, options: &StartOptions) -> Result<Self::Term, TerminalError>;
+    /// Run `task`'s final tests in `term` after the agent stopped.
+    fn verify(&self, term: &mut Self::Term, task: &Task) -> Result<Verification, TerminalError>;
+    /// A live copy of the session's byte stream, when the backend has one.
+    fn stream(&self, _term: &Self::Term) -> Option<LiveStream> {
+        None
+    }
+}
+
+/// Settings of a rollout run.
+#[derive(Debug, Clone)]
+pub struct RolloutConfig {
+    /// `runs/<run-id>`; episodes go under `episodes/`.
+    pub run_dir: PathBuf,
+    /// Samples per task.
+    pub samples: u32,
+    /// Episodes in flight at once.
+    pub concurrency: usize,
+    /// Turn limit; `None`: each task's `[agent] max_turns`.
+    pub max_turns: Option<u32>,
+    /// Limit of one command.
+    pub command_timeout: Duration,
+    /// Ask the sandbox to record an asciicast per episode.
+    pub record_cast: bool,
+    /// Re-run episodes whose saved result is an error when resuming.
+    pub retry_errors: bool,
+    /// Set to stop starting new episodes (running ones finish).
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl RolloutConfig {
+    /// Defaults: 1 sample, 4 at once, task turn limits, 60 s per command.
+    pub fn new(run_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            run_dir: run_dir.into(),
+            samples: 1,
+            concurrency: 4,
+            max_turns: None,
+            command_timeout: Duration::from_secs(60),
+            record_cast: true,
+            retry_errors: true,
+            cancel: None,
+        }
+    }
+}
+
+/// Progress of a run, for progress bars and the TUI.
+#[derive(Debug)]
+pub enum RolloutEvent {
+    /// The run is planned: `total` episodes, of which `finished` were already done.
+    Planned { total: usize, finished: usize },
+    /// An episode's sandbox is up; `stream` carries its raw bytes if available.
+    Started {
+        task: String,
+        sample: u32,
+        stream: Option<LiveStream>,
+    },
+    /// A turn finished.
+    Step {
+        task: String,
+        sample: u32,
+        step: Box<Step>,
+    },
+    /// An episode finished (its files are on disk).
+    Finished { result: Box<EpisodeResult> },
+}
+
+/// Why a run stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("cannot write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("an episode worker crashed: {0}")]
+    Worker(String),
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub run_dir: PathBuf,
+    /// All finished episodes (resumed ones included), sorted by task and sample.
+    pub episodes: Vec<EpisodeResult>,
+    /// Episodes taken from an earlier, interrupted run.
+    pub resumed: usize,
+    /// Episodes run now.
+    pub ran: usize,
+    /// The run was cancelled before every episode started.
+    pub cancelled: bool,
+    pub wall_secs: f64,
+}
+
+/// The files of one episode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpisodePaths {
+    pub trajectory: PathBuf,
+    pub cast: PathBuf,
+    pub junit: PathBuf,
+    pub result: PathBuf,
+}
+
+impl EpisodePaths {
+    /// Paths of sample `sample` of task `task_id` under `run_dir`.
+    pub fn new(run_dir: &Path, task_id: &str, sample: u32) -> Self {
+        let dir = run_dir.join("episodes").join(task_id);
+        Self {
+            trajectory: dir.join(format!("{sample}.jsonl")),
+            cast: dir.join(format!("{sample}.cast")),
+            junit: dir.join(format!("{sample}.junit.xml")),
+            result: dir.join(format!("{sample}.json")),
+        }
+    }
+}
+
+/// Read a finished episode's result file, if it exists and parses.
+pub fn load_result(path: &Path) -> Option<EpisodeResult> {
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Every finished episode under a run directory.
+pub fn load_run(run_dir: &Path) -> Vec<EpisodeResult> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(run_dir.join("episodes")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let Ok(files) = std::fs::read_dir(t.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let p = f.path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.ends_with(".json") && !name.starts_with('.') {
+                out.extend(load_result(&p));
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.task, a.sample).cmp(&(&b.task, b.sample)));
+    out
+}
+
+/// Writes the trajectory as JSON lines and forwards steps as events.
+struct JsonlObserver<'a> {
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    task: &'a str,
+    sample: u32,
+    events: Option<&'a UnboundedSender<RolloutEvent>>,
+}
+
+impl JsonlObserver<'_> {
+    fn line(&mut self, value: serde_json::Value) {
+        if let Some(f) = &mut self.file {
+            let ok = serde_json::to_writer(&mut *f, &value).is_ok()
+                && f.write_all(b"\n").is_ok()
+                && f.flush().is_ok();
+            if !ok {
+                tracing::warn!(
+                    task = self.task,
+                    sample = self.sample,
+                    "cannot write trajectory line"
+                );
+            }
+        }
+    }
+}
+
+impl EpisodeObserver for JsonlObserver<'_> {
+    fn on_message(&mut self, message: &ChatMessage) {
+        self.line(serde_json::json!({"type": "message", "message": message}));
+    }
+    fn on_step(&mut self, step: &Step) {
+        self.line(serde_json::json!({"type": "step", "step": step}));
+        if let Some(tx) = self.events {
+            let _ = tx.send(RolloutEvent::Step {
+                task: self.task.to_string(),
+                sample: self.sample,
+                step: Box::new(step.clone()),
+            });
+        }
+    }
+}
+
+/// Run one episode of `task` in a fresh sandbox and write its files.
+/// Call from a thread that may block. Returns the result, also saved to
+/// `paths.result`; fails only when the result cannot be saved.
+#[allow(clippy::too_many_arguments)]
+pub fn run_sandboxed_episode<P: SandboxProvider>(
+    provider: &P,
+    task: &Task,
+    sample: u32,
+    policy: &PolicyFactory,
+    config: &EpisodeConfig,
+    paths: &EpisodePaths,
+    record_cast: bool,
+    events: Option<&UnboundedSender<RolloutEvent>>,
+) -> Result<EpisodeResult, RolloutError> {
+    let t0 = Instant::now();
+    let id = EpisodeId::new(task, sample, policy.name());
+    for p in [&paths.trajectory, &paths.cast, &paths.junit, &paths.result] {
+        let _ = std::fs::remove_file(p);
+    }
+    let dir = paths.result.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|source| RolloutError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut timings = Timings::default();
+    let result = 'episode: {
+        let mut agent = match policy.start(task) {
+            Ok(p) => p,
+            Err(e) => break 'episode EpisodeResult::failed_to_start(id, e.to_string(), timings),
+        };
+        let options = StartOptions {
+            record: record_cast.then(|| paths.cast.clone()),
+        };
+        let started = Instant::now();
+        let mut term = match provider.start(task, &options) {
+            Ok(t) => t,
+            Err(e) => {
+                timings.sandbox_start_secs = started.elapsed().as_secs_f64();
+                break 'episode EpisodeResult::failed_to_start(
+                    id,
+                    format!("sandbox failed to start: {e}"),
+                    timings,
+                );
+            }
+        };
+        timings.sandbox_start_secs = started.elapsed().as_secs_f64();
+        if let Some(tx) = events {
+            let _ = tx.send(RolloutEvent::Started {
+                task: id.task.clone(),
+                sample,
+                stream: provider.stream(&term),
+            });
+        }
+        let file = std::fs::File::create(&paths.trajectory).map_err(|source| RolloutError::Io {
+            path: paths.trajectory.clone(),
+            source,
+        })?;
+        let task_id = id.task.clone();
+        let mut observer = JsonlObserver {
+            file: Some(std::io::BufWriter::new(file)),
+            task: &task_id,
+            sample,
+            events,
+        };
+        observer.line(serde_json::json!({"type": "start", "task": id.task, "sample": sample, "policy": id.policy}));
+        let trajectory = run_episode(
+            &task.instruction,
+            agent.as_mut(),
+            &mut term,
+            config,
+            &mut observer,
+        );
+        let verification = if trajectory.end_reason == EndReason::Error {
+            Ok(Vec::new())
+        } else {
+            let v0 = Instant::now();
+            let v = provider.verify(&mut term, task);
+            timings.verify_secs = v0.elapsed().as_secs_f64();
+            v.map(|v| {
+                if let Some(xml) = &v.junit_xml {
+                    if let Err(e) = crate::fsutil::write_atomic(&paths.junit, xml.as_bytes()) {
+                        tracing::warn!(path = %paths.junit.display(), %e, "cannot write junit report");
+                    }
+                }
+                v.tests
+            })
+            .map_err(|e| e.to_string())
+        };
+        drop(term);
+        timings.total_secs = t0.elapsed().as_secs_f64();
+        let result = EpisodeResult::new(id, &trajectory, verification, timings);
+        observer.line(serde_json::json!({
+            "type": "end", "end_reason": result.end_reason, "passed": result.passed,
+            "failure_mode": result.failure_mode, "error": result.error,
+        }));
+        result
+    };
+    let mut result = result;
+    result.timings.total_secs = t0.elapsed().as_secs_f64();
+    let json = serde_json::to_vec_pretty(&result).map_err(|e| RolloutError::Io {
+        path: paths.result.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    crate::fsutil::write_atomic(&paths.result, &json).map_err(|source| RolloutError::Io {
+        path: paths.result.clone(),
+        source,
+    })?;
+    if let Some(tx) = events {
+        let _ = tx.send(RolloutEvent::Finished {
+            result: Box::new(result.clone()),
+        });
+    }
+    Ok(result)
+}
+
+/// Run `config.samples` episodes of every task, `config.concurrency` at a
+/// time, skipping those already finished under `config.run_dir`.
+pub async fn run_rollouts<P: SandboxProvider>(
+    config: RolloutConfig,
+    tasks: Vec<Task>,
+    policy: PolicyFactory,
+    provider: Arc<P>,
+    events: Option<UnboundedSender<RolloutEvent>>,
+) -> Result<RunSummary, RolloutError> {
+    let t0 = Instant::now();
+    let policy = Arc::new(policy);
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(config.concurrency.max(1)));
+    let mut summary = RunSummary {
+        run_dir: config.run_dir.clone(),
+        episodes: Vec::new(),
+        resumed: 0,
+        ran: 0,
+        cancelled: false,
+        wall_secs: 0.0,
+    };
+    let mut todo = Vec::new();
+    for task in tasks.into_iter().map(Arc::new) {
+        for sample in 0..config.samples {
+            let paths = EpisodePaths::new(&config.run_dir, task.id(), sample);
+            match load_result(&paths.result) {
+                Some(r) if !(config.retry_errors && r.end_reason == EndReason::Error) => {
+                    summary.episodes.push(r);
+                    summary.resumed += 1;
+                }
+                _ => todo.push((task.clone(), sample, paths)),
+            }
+        }
+    }
+    if let Some(tx) = &events {
+        let _ = tx.send(RolloutEvent::Planned {
+            total: summary.resumed + todo.len(),
+            finished: summary.resumed,
+        });
+    }
+    let mut set = tokio::task::JoinSet::new();
+    let mut first_error: Option<RolloutError> = None;
+    let mut collect =
+        |joined: Result<Result<EpisodeResult, RolloutError>, tokio::task::JoinError>,
+         summary: &mut RunSummary| match joined {
+            Ok(Ok(r)) => {
+                summary.episodes.push(r);
+                summary.ran += 1;
+            }
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(RolloutError::Worker(e.to_string()));
+            }
+        };
+    for (task, sample, paths) in todo {
+        let Ok(permit) = semaphore.clone().acquire_owned().await else {
+            break;
+        };
+        if config
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            summary.cancelled = true;
+            break;
+        }
+        let episode = EpisodeConfig::for_task(&task, config.max_turns, config.command_timeout);
+        let (provider, policy, events, record) = (
+            provider.clone(),
+            policy.clone(),
+            events.clone(),
+            config.record_cast,
+        );
+        set.spawn_blocking(move || {
+            let _permit = permit;
+            run_sandboxed_episode(
+                provider.as_ref(),
+                &task,
+                sample,
+                &policy,
+                &episode,
+                &paths,
+                record,
+                events.as_ref(),
+            )
+        });
+        while let Some(joined) = set.try_join_next() {
+            collect(joined, &mut summary);
+        }
+    }
+    while let Some(joined) = set.join_next().await {
+        collect(joined, &mut summary);
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    summary
+        .episodes
+        .sort_by(|a, b| (&a.task, a.sample).cmp(&(&b.task, b.sample)));
+    summary.wall_secs = t0.elapsed().as_secs_f64();
+    Ok(summary)
+}

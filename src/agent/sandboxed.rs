@@ -1,0 +1,101 @@
+//! The rollout engine on the real sandbox: [`Terminal`] for
+//! [`Session`](crate::sandbox::Session) and a [`SandboxProvider`] over any
+//! [`Backend`](crate::sandbox::Backend).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::result::TestOutcome;
+use super::rollout::{LiveStream, SandboxProvider, StartOptions, Verification};
+use super::terminal::{Terminal, TerminalError};
+use crate::sandbox::{Backend, ExecResult, Session, SessionOptions};
+use crate::task::Task;
+use crate::verify::{verify, TestSet};
+
+impl Terminal for Session {
+    fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
+        Session::exec(self, command, timeout).map_err(|e| TerminalError(e.to_string()))
+    }
+}
+
+/// Starts sandbox sessions from a [`Backend`] and verifies with the task's
+/// final tests.
+#[derive(Clone)]
+pub struct BackendProvider {
+    backend: Arc<dyn Backend>,
+    /// Options of every session (its `record` is set per episode).
+    pub session: SessionOptions,
+}
+
+impl BackendProvider {
+    /// A provider over `backend` with default session options.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Self {
+            backend,
+            session: SessionOptions::default(),
+        }
+    }
+}
+
+impl SandboxProvider for BackendProvider {
+    type Term = Session;
+
+    fn prepare(&self, task: &Task) -> Result<(), TerminalError> {
+        self.backend
+            .prepare(task)
+            .map(|_| ())
+            .map_err(|e| TerminalError(format!("cannot build the image of {}: {e}", task.id())))
+    }
+
+    fn start(&self, task: &Task, options: &StartOptions) -> Result<Session, TerminalError> {
+        let image = self
+            .backend
+            .prepare(task)
+            .map_err(|e| TerminalError(format!("cannot build the image of {}: {e}", task.id())))?;
+        let mut opts = self.session.clone();
+        opts.record = options.record.clone();
+        if task.meta.agent.timeout_sec.is_finite() && task.meta.agent.timeout_sec > 0.0 {
+            // Leave room for the final tests after the agent's time.
+            let limit =
+                task.meta.agent.timeout_sec + task.meta.verifier.timeout_sec.max(0.0) + 60.0;
+            opts.wall_clock = opts.wall_clock.max(Duration::from_secs_f64(limit));
+        }
+        self.backend.start(&image, &opts).map_err(|e| {
+            TerminalError(format!(
+                "cannot start a {} session: {e}",
+                self.backend.name()
+            ))
+        })
+    }
+
+    fn verify(&self, term: &mut Session, task: &Task) -> Result<Verification, TerminalError> {
+        let report =
+            verify(term, task, TestSet::Final).map_err(|e| TerminalError(e.to_string()))?;
+        let mut tests: Vec<TestOutcome> = report
+            .tests
+            .iter()
+            .map(|t| TestOutcome {
+                name: t.name.clone(),
+                passed: t.passed,
+                message: (!t.message.is_empty()).then(|| t.message.clone()),
+            })
+            .collect();
+        if tests.is_empty() {
+            // A custom verifier script reports one verdict, not test cases.
+            tests.push(TestOutcome {
+                name: "verifier".into(),
+                passed: report.passed,
+                message: (!report.passed).then(|| report.output.chars().take(2000).collect()),
+            });
+        }
+        Ok(Verification {
+            tests,
+            junit_xml: (!report.junit_xml.is_empty()).then(|| report.junit_xml.clone()),
+            output: report.output,
+        })
+    }
+
+    fn stream(&self, term: &Session) -> Option<LiveStream> {
+        Some(term.subscribe())
+    }
+}

@@ -1,0 +1,19 @@
+//! `endless sandbox doctor`
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::{print_json, Context};
+use crate::cli::SandboxCommand;
+
+pub fn run(_ctx: &Context, cmd: SandboxCommand) -> Result<ExitCode> {
+    let SandboxCommand::Doctor { json } = cmd;
+    let report = crate::sandbox::doctor();
+    if json {
+        print_json(&report)?;
+    } else {
+        println!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,200 @@
+//! Failure classification: why a failed episode failed, and where.
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{EndReason, Step, StepKind};
+
+/// Why an episode failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// The same command, or the same 2-3 command sequence, repeated at least
+    /// 3 times in a row.
+    Loop,
+    /// The turn limit was reached.
+    TurnExhaustion,
+    /// The agent said done but the final tests fail.
+    PrematureDone,
+    /// At least half of the turns were malformed.
+    FormatError,
+    /// The episode's wall-clock limit was reached.
+    Timeout,
+    /// The policy, model server or sandbox failed: an error, not a failure of the agent.
+    Error,
+}
+
+impl FailureMode {
+    /// All modes, in report order.
+    pub const ALL: [FailureMode; 6] = [
+        FailureMode::Loop,
+        FailureMode::TurnExhaustion,
+        FailureMode::PrematureDone,
+        FailureMode::FormatError,
+        FailureMode::Timeout,
+        FailureMode::Error,
+    ];
+
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Loop => "loop",
+            FailureMode::TurnExhaustion => "turn_exhaustion",
+            FailureMode::PrematureDone => "premature_done",
+            FailureMode::FormatError => "format_error",
+            FailureMode::Timeout => "timeout",
+            FailureMode::Error => "error",
+        }
+    }
+}
+
+/// Smallest number of repetitions that makes a loop.
+pub const LOOP_REPEATS: usize = 3;
+/// Longest repeated command sequence looked for.
+pub const LOOP_MAX_PERIOD: usize = 3;
+
+/// Classify a failed episode. Precedence: error, timeout, format error, loop,
+/// premature done, turn exhaustion. Returns the mode and the index (into
+/// `steps`) of the earliest failing step:
+/// loop: first step of the repeated run; format error: first malformed step;
+/// timeout: first timed-out command (else the last step); premature done and
+/// turn exhaustion: first command with a non-zero exit (else the done step /
+/// the last step); error: the last step.
+pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, Option<u32>) {
+    let last = steps.len().checked_sub(1).map(|i| i as u32);
+    let first = |pred: &dyn Fn(&Step) -> bool| steps.iter().position(pred).map(|i| i as u32);
+    match end_reason {
+        EndReason::Error => return (FailureMode::Error, last),
+        EndReason::Timeout => return (FailureMode::Timeout, first(&|s| s.timed_out).or(last)),
+        _ => {}
+    }
+    let malformed = steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Malformed)
+        .count();
+    if !steps.is_empty() && malformed * 2 >= steps.len() {
+        return (
+            FailureMode::FormatError,
+            first(&|s| s.kind == StepKind::Malformed),
+        );
+    }
+    if let Some(start) = find_loop(steps) {
+        return (FailureMode::Loop, Some(start as u32));
+    }
+    let first_bad = first(&|s| s.kind == StepKind::Command && s.exit_code != Some(0));
+    match end_reason {
+        EndReason::Done => (FailureMode::PrematureDone, first_bad.or(last)),
+        _ => (FailureMode::TurnExhaustion, first_bad.or(last)),
+    }
+}
+
+/// The step index where a loop starts, if the commands contain one.
+pub fn find_loop(steps: &[Step]) -> Option<usize> {
+    let cmds: Vec<(usize, &str)> = steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.command.as_deref().map(|c| (i, c.trim())))
+        .collect();
+    let mut best: Option<usize> = None;
+    for period in 1..=LOOP_MAX_PERIOD {
+        let span = period * LOOP_REPEATS;
+        if cmds.len() < span {
+            break;
+        }
+        for start in 0..=cmds.len() - span {
+            let unit = &cmds[start..start + period];
+            let repeats = (1..LOOP_REPEATS).all(|r| {
+                let other = &cmds[start + r * period..start + (r + 1) * period];
+                unit.iter().zip(other).all(|(a, b)| a.1 == b.1)
+            });
+            if repeats {
+                let at = cmds[start].0;
+                best = Some(best.map_or(at, |b: usize| b.min(at)));
+                break;
+            }
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::TokenUsage;
+
+    fn cmd(c: &str, code: i32) -> Step {
+        Step {
+            turn: 0,
+            kind: StepKind::Command,
+            command: Some(c.into()),
+            think: None,
+            exit_code: Some(code),
+            timed_out: false,
+            output: String::new(),
+            error: None,
+            reply: String::new(),
+            policy_secs: 0.0,
+            exec_secs: 0.0,
+            tokens: TokenUsage::default(),
+        }
+    }
+
+    fn kind(k: StepKind) -> Step {
+        Step {
+            kind: k,
+            command: None,
+            exit_code: None,
+            ..cmd("", 0)
+        }
+    }
+
+    #[test]
+    fn loops_of_one_two_three() {
+        let s: Vec<_> = ["a", "b", "b", "b"].iter().map(|c| cmd(c, 0)).collect();
+        assert_eq!(find_loop(&s), Some(1));
+        let s: Vec<_> = ["x", "a", "b", "a", "b", "a", "b"]
+            .iter()
+            .map(|c| cmd(c, 0))
+            .collect();
+        assert_eq!(find_loop(&s), Some(1));
+        let s: Vec<_> = ["a", "b", "c", "a", "b", "c", "a", "b", "c"]
+            .iter()
+            .map(|c| cmd(c, 0))
+            .collect();
+        assert_eq!(find_loop(&s), Some(0));
+        let s: Vec<_> = ["a", "b", "a", "b", "c"]
+            .iter()
+            .map(|c| cmd(c, 0))
+            .collect();
+        assert_eq!(find_loop(&s), None);
+        let s: Vec<_> = ["a", "a"].iter().map(|c| cmd(c, 0)).collect();
+        assert_eq!(find_loop(&s), None);
+    }
+
+    #[test]
+    fn precedence() {
+        let loopy: Vec<_> = ["ls", "ls", "ls"].iter().map(|c| cmd(c, 0)).collect();
+        assert_eq!(
+            classify_failure(&loopy, EndReason::MaxTurns),
+            (FailureMode::Loop, Some(0))
+        );
+        assert_eq!(
+            classify_failure(&loopy, EndReason::Error).0,
+            FailureMode::Error
+        );
+        let mut s = vec![cmd("ls", 0), cmd("cat x", 1), kind(StepKind::Done)];
+        assert_eq!(
+            classify_failure(&s, EndReason::Done),
+            (FailureMode::PrematureDone, Some(1))
+        );
+        s = vec![kind(StepKind::Malformed), cmd("ls", 0)];
+        assert_eq!(
+            classify_failure(&s, EndReason::MaxTurns),
+            (FailureMode::FormatError, Some(0))
+        );
+        s = vec![cmd("a", 0), cmd("b", 0), kind(StepKind::Malformed)];
+        assert_eq!(
+            classify_failure(&s, EndReason::MaxTurns),
+            (FailureMode::TurnExhaustion, Some(2))
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! The evaluation report: numbers, a terminal table and a Markdown file.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::charts::{draw_failure_mix, draw_pass_rate_chart};
+use super::{pass_at_k_table, FailureMode};
+use crate::agent::{EndReason, EpisodeResult};
+use crate::llm::TokenUsage;
+
+/// Pass rate and failure modes of a group of episodes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupStats {
+    pub episodes: usize,
+    /// Episodes marked error (excluded from the pass rate).
+    pub errors: usize,
+    pub passed: usize,
+    /// `passed / (episodes - errors)`; 0 when nothing counted.
+    pub pass_rate: f64,
+    pub failure_modes: BTreeMap<FailureMode, usize>,
+}
+
+impl GroupStats {
+    fn add(&mut self, e: &EpisodeResult) {
+        self.episodes += 1;
+        if e.end_reason == EndReason::Error {
+            self.errors += 1;
+        }
+        self.passed += e.passed as usize;
+        if let Some(m) = e.failure_mode {
+            *self.failure_modes.entry(m).or_default() += 1;
+        }
+        let counted = self.episodes - self.errors;
+        self.pass_rate = if counted == 0 {
+            0.0
+        } else {
+            self.passed as f64 / counted as f64
+        };
+    }
+}
+
+/// One task's samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStats {
+    pub task: String,
+    pub category: String,
+    pub complexity: Option<u8>,
+    /// Non-error samples.
+    pub samples: usize,
+    pub passed: usize,
+    pub errors: usize,
+}
+
+/// Everything `eval --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    pub episodes: usize,
+    pub errors: usize,
+    pub passed: usize,
+    /// Passed over non-error episodes.
+    pub pass_rate: f64,
+    /// Mean unbiased pass@k over tasks, keyed by k.
+    pub pass_at_k: BTreeMap<u32, f64>,
+    /// Counts of every failure mode (all keys present).
+    pub failure_modes: BTreeMap<FailureMode, usize>,
+    pub per_category: BTreeMap<String, GroupStats>,
+    /// Keyed by complexity level (`"unknown"` when unset).
+    pub per_complexity: BTreeMap<String, GroupStats>,
+    pub tasks: Vec<TaskStats>,
+    pub mean_turns: f64,
+    pub tokens: TokenUsage,
+}
+
+/// Evaluate a set of episodes.
+pub fn evaluate(episodes: &[EpisodeResult]) -> EvalReport {
+    let mut all = GroupStats::default();
+    let mut per_category: BTreeMap<String, GroupStats> = BTreeMap::new();
+    let mut per_complexity: BTreeMap<String, GroupStats> = BTreeMap::new();
+    let mut tasks: BTreeMap<String, TaskStats> = BTreeMap::new();
+    let mut tokens = TokenUsage::default();
+    let mut turns = 0u64;
+    for e in episodes {
+        all.add(e);
+        let cat = if e.category.is_empty() {
+            "uncategorized".to_string()
+        } else {
+            e.category.clone()
+        };
+        per_category.entry(cat).or_default().add(e);
+        let cx = e
+            .complexity
+            .map_or_else(|| "unknown".to_string(), |c| c.to_string());
+        per_complexity.entry(cx).or_default().add(e);
+        let t = tasks.entry(e.task.clone()).or_insert_with(|| TaskStats {
+            task: e.task.clone(),
+            category: e.category.clone(),
+            complexity: e.complexity,
+            samples: 0,
+            passed: 0,
+            errors: 0,
+        });
+        if e.end_reason == EndReason::Error {
+            t.errors += 1;
+        } else {
+            t.samples += 1;
+            t.passed += e.passed as usize;
+        }
+        tokens.add(e.tokens);
+        turns += e.turns as u64;
+    }
+    let mut failure_modes: BTreeMap<FailureMode, usize> =
+        FailureMode::ALL.iter().map(|m| (*m, 0)).collect();
+    for (m, n) in &all.failure_modes {
+        failure_modes.insert(*m, *n);
+    }
+    let counts: Vec<(usize, usize)> = tasks.values().map(|t| (t.samples, t.passed)).collect();
+    EvalReport {
+        episodes: all.episodes,
+        errors: all.errors,
+        passed: all.passed,
+        pass_rate: all.pass_rate,
+        pass_at_k: pass_at_k_table(&counts),
+        failure_modes,
+        per_category,
+        per_complexity,
+        tasks: tasks.into_values().collect(),
+        mean_turns: if episodes.is_empty() {
+            0.0
+        } else {
+            turns as f64 / episodes.len() as f64
+        },
+        tokens,
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn group_rows(out: &mut String, title: &str, groups: &BTreeMap<String, GroupStats>) {
+    let width = groups
+        .keys()
+        .map(|k| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(title.len());
+    let _ = writeln!(
+        out,
+        "{title:<width$}  episodes  errors  passed  pass rate  top failure"
+    );
+    for (name, g) in groups {
+        let top = g
+            .failure_modes
+            .iter()
+            .max_by_key(|(m, n)| (**n, std::cmp::Reverse(**m)))
+            .map_or("-".to_string(), |(m, n)| format!("{} ({n})", m.as_str()));
+        let _ = writeln!(
+            out,
+            "{name:<width$}  {:>8}  {:>6}  {:>6}  {:>9}  {top}",
+            g.episodes,
+            g.errors,
+            g.passed,
+            pct(g.pass_rate)
+        );
+    }
+}
+
+/// The report as a plain-text table for the terminal.
+pub fn format_table(r: &EvalReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "episodes {}  passed {}  errors {}  pass rate {}  mean turns {:.1}  tokens {}",
+        r.episodes,
+        r.passed,
+        r.errors,
+        pct(r.pass_rate),
+        r.mean_turns,
+        r.tokens.total()
+    );
+    let ks: Vec<String> = r
+        .pass_at_k
+        .iter()
+        .map(|(k, v)| format!("pass@{k} {}", pct(*v)))
+        .collect();
+    let _ = writeln!(out, "{}", ks.join("  "));
+    let modes: Vec<String> = r
+        .failure_modes
+        .iter()
+        .map(|(m, n)| format!("{} {n}", m.as_str()))
+        .collect();
+    let _ = writeln!(out, "failure modes: {}\n", modes.join("  "));
+    group_rows(&mut out, "category", &r.per_category);
+    out.push('\n');
+    group_rows(&mut out, "complexity", &r.per_complexity);
+    out
+}
+
+/// Colours of the failure-mode chart, in [`FailureMode::ALL`] order (RGB).
+pub const CHART_COLORS: [(u8, u8, u8); 6] = [
+    (214, 39, 40),
+    (255, 127, 14),
+    (148, 103, 189),
+    (140, 86, 75),
+    (31, 119, 180),
+    (127, 127, 127),
+];
+
+/// Write `report.md`, `pass_rate_by_category.png` and `failure_modes.png`
+/// into `dir`. Charts carry no text (fonts may be missing); the Markdown
+/// holds the numbers and the legend. Returns the Markdown path.
+pub fn write_markdown_report(r: &EvalReport, title: &str, dir: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let cats: Vec<(String, f64)> = r
+        .per_category
+        .iter()
+        .map(|(k, g)| (k.clone(), g.pass_rate))
+        .collect();
+    let modes: Vec<usize> = FailureMode::ALL
+        .iter()
+        .map(|m| r.failure_modes.get(m).copied().unwrap_or(0))
+        .collect();
+    let chart_err = |e: super::ChartError| std::io::Error::other(e.to_string());
+    draw_pass_rate_chart(&cats, &dir.join("pass_rate_by_category.png")).map_err(chart_err)?;
+    draw_failure_mix(&modes, &CHART_COLORS, &dir.join("failure_modes.png")).map_err(chart_err)?;
+
+    let mut md = String::new();
+    let _ = writeln!(md, "# {title}\n");
+    let _ = writeln!(
+        md,
+        "{} episodes, {} passed, {} errors (not counted as failures). Pass rate **{}**, mean turns {:.1}, tokens {}.\n",
+        r.episodes,
+        r.passed,
+        r.errors,
+        pct(r.pass_rate),
+        r.mean_turns,
+        r.tokens.total()
+    );
+    let _ = writeln!(md, "| k | pass@k |\n|---|---|");
+    for (k, v) in &r.pass_at_k {
+        let _ = writeln!(md, "| {k} | {} |", pct(*v));
+    }
+    let _ = writeln!(
+        md,
+        "\n## Pass rate per category\n\n![pass rate per category](pass_rate_by_category.png)\n"
+    );
+    let _ = writeln!(md, "Bars left to right; grid lines at 25/50/75%.\n");
+    let _ = writeln!(
+        md,
+        "| category | episodes | errors | passed | pass rate |\n|---|---|---|---|---|"
+    );
+    for (k, g) in &r.per_category {
+        let _ = writeln!(
+            md,
+            "| {k} | {} | {} | {} | {} |",
+            g.episodes,
+            g.errors,
+            g.passed,
+            pct(g.pass_rate)
+        );
+    }
+    let _ = writeln!(md, "\n## Per complexity\n\n| complexity | episodes | errors | passed | pass rate |\n|---|---|---|---|---|");
+    for (k, g) in &r.per_complexity {
+        let _ = writeln!(
+            md,
+            "| {k} | {} | {} | {} | {} |",
+            g.episodes,
+            g.errors,
+            g.passed,
+            pct(g.pass_rate)
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n## Failure modes\n\n![failure-mode mix](failure_modes.png)\n"
+    );
+    let _ = writeln!(md, "| colour | mode | episodes |\n|---|---|---|");
+    for (i, m) in FailureMode::ALL.iter().enumerate() {
+        let (cr, cg, cb) = CHART_COLORS[i];
+        let _ = writeln!(
+            md,
+            "| #{cr:02x}{cg:02x}{cb:02x} | {} | {} |",
+            m.as_str(),
+            modes[i]
+        );
+    }
+    let path = dir.join("report.md");
+    crate::fsutil::write_atomic(&path, md.as_bytes())?;
+    Ok(path)
+}

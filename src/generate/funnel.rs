@@ -1,0 +1,178 @@
+//! The generation funnel: how many candidates reached each stage, and why
+//! the others were rejected.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The pipeline's stages, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Stage 1: the task and its privileged truth.
+    Task,
+    /// Stage 2: the environment and its initial-state tests.
+    Environment,
+    /// Stage 3: completion tests that fail on the initial state.
+    CompletionTests,
+    /// Stage 4: pass@n > 0 with the solver.
+    Solvability,
+}
+
+impl Stage {
+    /// All stages in order.
+    pub const ALL: [Stage; 4] = [
+        Stage::Task,
+        Stage::Environment,
+        Stage::CompletionTests,
+        Stage::Solvability,
+    ];
+
+    /// The funnel row a candidate reaches when it passes this stage.
+    pub fn passed_label(self) -> &'static str {
+        match self {
+            Stage::Task => "parsed",
+            Stage::Environment => "environment built",
+            Stage::CompletionTests => "completion tests valid",
+            Stage::Solvability => "solvable",
+        }
+    }
+}
+
+/// How one candidate ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CandidateOutcome {
+    Accepted { task_id: String },
+    Rejected { stage: Stage, reason: String },
+}
+
+/// Counts per stage and reject reasons per stage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Funnel {
+    pub sampled: usize,
+    /// Candidates that passed each stage.
+    pub passed: BTreeMap<Stage, usize>,
+    /// Reject reasons per stage, with counts.
+    pub rejects: BTreeMap<Stage, BTreeMap<String, usize>>,
+}
+
+impl Funnel {
+    /// Count one finished candidate.
+    pub fn record(&mut self, outcome: &CandidateOutcome) {
+        self.sampled += 1;
+        let reached = match outcome {
+            CandidateOutcome::Accepted { .. } => Stage::ALL.len(),
+            CandidateOutcome::Rejected { stage, reason } => {
+                *self
+                    .rejects
+                    .entry(*stage)
+                    .or_default()
+                    .entry(reason_class(reason))
+                    .or_default() += 1;
+                Stage::ALL.iter().position(|s| s == stage).unwrap_or(0)
+            }
+        };
+        for stage in &Stage::ALL[..reached] {
+            *self.passed.entry(*stage).or_default() += 1;
+        }
+    }
+
+    /// Candidates accepted.
+    pub fn accepted(&self) -> usize {
+        self.passed.get(&Stage::Solvability).copied().unwrap_or(0)
+    }
+}
+
+/// Group similar reasons: the first line, with numbers and quoted text elided.
+fn reason_class(reason: &str) -> String {
+    let first = reason.lines().next().unwrap_or("").trim();
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    for c in first.chars().take(100) {
+        match (quote, c) {
+            (None, '"' | '`') => {
+                quote = Some(c);
+                out.push_str("\"…\"");
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, c) => out.push(c),
+        }
+    }
+    out
+}
+
+impl fmt::Display for Funnel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pct = |n: usize| {
+            if self.sampled == 0 {
+                0.0
+            } else {
+                100.0 * n as f64 / self.sampled as f64
+            }
+        };
+        writeln!(f, "{:<26} {:>6} {:>7}", "stage", "count", "share")?;
+        writeln!(f, "{:<26} {:>6} {:>6.1}%", "sampled", self.sampled, 100.0)?;
+        for stage in Stage::ALL {
+            let n = self.passed.get(&stage).copied().unwrap_or(0);
+            writeln!(
+                f,
+                "{:<26} {:>6} {:>6.1}%",
+                format!("-> {}", stage.passed_label()),
+                n,
+                pct(n)
+            )?;
+        }
+        for (stage, reasons) in &self.rejects {
+            writeln!(f, "rejected at {stage:?}:")?;
+            let mut sorted: Vec<_> = reasons.iter().collect();
+            sorted.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            for (reason, n) in sorted {
+                writeln!(f, "  {n:>4}  {reason}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_each_stage_and_groups_reasons() {
+        let mut f = Funnel::default();
+        f.record(&CandidateOutcome::Accepted {
+            task_id: "a".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Task,
+            reason: "the reply has no <truth> section".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::CompletionTests,
+            reason: "final tests pass on the initial state".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Environment,
+            reason: "setup failed: step `cp \"x\"`\nlog".into(),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Environment,
+            reason: "setup failed: step `cp \"y\"`".into(),
+        });
+        assert_eq!(f.sampled, 5);
+        assert_eq!(f.passed[&Stage::Task], 4);
+        assert_eq!(f.passed[&Stage::Environment], 2);
+        assert_eq!(f.passed[&Stage::CompletionTests], 1);
+        assert_eq!(f.accepted(), 1);
+        assert_eq!(f.rejects[&Stage::Environment].len(), 1, "{:?}", f.rejects);
+        let table = f.to_string();
+        assert!(
+            table.contains("-> solvable") && table.contains("20.0%"),
+            "{table}"
+        );
+    }
+}

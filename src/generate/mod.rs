@@ -1,0 +1,10 @@
+//! The paper's four-stage generation pipeline: (1) task + privileged truth,
+//! (2) environment + initial-state tests with up to k repair rounds,
+//! (3) completion tests that must fail on the initial state, (4) a pass@n
+//! solvability filter.
+
+pub mod funnel;
+pub mod prompts;
+pub mod record;
+pub mod reply;
+pub mod taxonomy;

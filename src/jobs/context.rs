@@ -1,0 +1,82 @@
+//! What a running job sees: its id, progress and log reporting, and the
+//! cancellation flag it must poll.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+
+use super::manager::{JobEvent, JobId};
+use crate::store::Workspace;
+
+/// The error a job returns when it stopped because it was cancelled.
+#[derive(Debug, thiserror::Error)]
+#[error("cancelled")]
+pub struct Cancelled;
+
+/// Handed to a job's body.
+pub struct JobContext {
+    pub(super) id: JobId,
+    pub(super) cancel: Arc<AtomicBool>,
+    pub(super) events: broadcast::Sender<JobEvent>,
+    pub(super) journal: Option<Mutex<Workspace>>,
+    pub(super) last_journal: Mutex<Option<Instant>>,
+}
+
+/// How often progress is written to the journal at most.
+const JOURNAL_EVERY: Duration = Duration::from_millis(500);
+
+impl JobContext {
+    /// This job's id.
+    pub fn id(&self) -> &JobId {
+        &self.id
+    }
+
+    /// Whether cancellation was requested.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// `Err(Cancelled)` once cancellation was requested: `ctx.check()?` in loops.
+    pub fn check(&self) -> Result<(), Cancelled> {
+        if self.is_cancelled() {
+            Err(Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Report progress: `done` of `total` items in `stage`.
+    pub fn progress(&self, done: u64, total: u64, stage: &str) {
+        let _ = self.events.send(JobEvent::Progress {
+            id: self.id.clone(),
+            done,
+            total,
+            stage: stage.to_string(),
+        });
+        let mut last = self.last_journal.lock();
+        if last.is_none_or(|t| t.elapsed() >= JOURNAL_EVERY) || done == total {
+            *last = Some(Instant::now());
+            if let Some(ws) = &self.journal {
+                let fraction = if total == 0 {
+                    0.0
+                } else {
+                    done as f64 / total as f64
+                };
+                let _ = ws.lock().update_job(&self.id.0, "running", fraction, stage);
+            }
+        }
+    }
+
+    /// Report one log line.
+    pub fn log(&self, line: impl Into<String>) {
+        let line = line.into();
+        tracing::info!(job = %self.id.0, "{line}");
+        let _ = self.events.send(JobEvent::Log {
+            id: self.id.clone(),
+            line,
+        });
+    }
+}

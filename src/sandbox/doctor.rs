@@ -1,0 +1,292 @@
+//! `sandbox doctor`: which backends work here, and what to install or
+//! enable where they do not.
+
+use std::fmt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use super::session::run_with_timeout;
+use super::{apptainer, local, oci, Backend, SessionOptions};
+use crate::task::{FileTree, Task, TaskMeta};
+
+/// One finding.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// Whether it is fine.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+    /// What to do when it is not fine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// The verdict on one backend.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendStatus {
+    /// `local`, `apptainer` or `oci`.
+    pub name: String,
+    /// Whether sessions can run here.
+    pub works: bool,
+    /// The checks behind the verdict.
+    pub checks: Vec<Check>,
+}
+
+/// What `sandbox doctor` found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DoctorReport {
+    /// One entry per backend.
+    pub backends: Vec<BackendStatus>,
+    /// The verifier's interpreter (`/usr/bin/python3` with pytest).
+    pub verifier: Check,
+}
+
+fn check(name: &str, ok: bool, detail: impl Into<String>, fix: &str) -> Check {
+    Check {
+        name: name.into(),
+        ok,
+        detail: detail.into(),
+        fix: (!ok).then(|| fix.to_string()),
+    }
+}
+
+fn output_of(argv: &[&str]) -> Option<(bool, String)> {
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..]);
+    let out = run_with_timeout(cmd, Duration::from_secs(15)).ok()?;
+    Some((
+        out.code == Some(0),
+        out.output.trim().lines().next().unwrap_or("").to_string(),
+    ))
+}
+
+/// Inspect this machine.
+pub fn doctor() -> DoctorReport {
+    DoctorReport {
+        backends: vec![doctor_local(), doctor_apptainer(), doctor_oci()],
+        verifier: {
+            let found = output_of(&[
+                super::super::verify::PYTHON,
+                "-c",
+                "import pytest; print(pytest.__version__)",
+            ]);
+            let (ok, detail) =
+                found.unwrap_or((false, format!("{} not found", super::super::verify::PYTHON)));
+            check(
+                "pytest for the verifier",
+                ok,
+                format!("{}: pytest {detail}", super::super::verify::PYTHON),
+                "install pytest for the system interpreter (Debian/Ubuntu: `apt-get install python3-pytest`)",
+            )
+        },
+    }
+}
+
+fn doctor_local() -> BackendStatus {
+    let mut checks = Vec::new();
+    let bwrap = local::bwrap_path();
+    let version = bwrap
+        .as_ref()
+        .and_then(|b| output_of(&[&b.display().to_string(), "--version"]))
+        .map(|(_, v)| v)
+        .unwrap_or_default();
+    checks.push(check(
+        "bubblewrap",
+        bwrap.is_some(),
+        bwrap.as_ref().map(|b| format!("{} ({version})", b.display())).unwrap_or_else(|| "not found".into()),
+        "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)",
+    ));
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    checks.push(check(
+        "root",
+        root,
+        if root {
+            "running as root"
+        } else {
+            "running as an ordinary user"
+        },
+        "run as root (in a container or VM); the rootless path is not implemented yet",
+    ));
+    let overlay = std::fs::read_to_string("/proc/filesystems")
+        .unwrap_or_default()
+        .contains("overlay");
+    checks.push(check(
+        "overlayfs",
+        overlay,
+        if overlay {
+            "overlay is in /proc/filesystems"
+        } else {
+            "overlay filesystem not available"
+        },
+        "load the overlay module (`modprobe overlay`) or use a kernel with CONFIG_OVERLAY_FS",
+    ));
+    for tool in ["nsenter", "setpriv"] {
+        let found = local::which(tool)
+            .or_else(|| Some(Path::new("/usr/bin").join(tool)).filter(|p| p.exists()));
+        checks.push(check(
+            tool,
+            found.is_some(),
+            found
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "not found".into()),
+            "install util-linux",
+        ));
+    }
+    let cg = local::cgroups_available();
+    checks.push(Check {
+        name: "cgroups (pids, memory)".into(),
+        ok: true,
+        detail: if cg {
+            "cgroup v1 pids and memory are writable: limits use cgroups".into()
+        } else {
+            "not writable: limits fall back to rlimits (RLIMIT_NPROC, RLIMIT_AS), which are per user and coarser".into()
+        },
+        fix: None,
+    });
+    let prerequisites = checks.iter().all(|c| c.ok);
+    if prerequisites {
+        checks.push(smoke_test());
+    }
+    let works = checks.iter().all(|c| c.ok);
+    BackendStatus {
+        name: "local".into(),
+        works,
+        checks,
+    }
+}
+
+/// Build an empty task and run `echo` in it.
+fn smoke_test() -> Check {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            return check(
+                "smoke test",
+                false,
+                e.to_string(),
+                "make the temp directory writable",
+            )
+        }
+    };
+    let result = (|| {
+        let backend = local::LocalBackend::new(dir.path())?;
+        let mut task = Task {
+            meta: TaskMeta::default(),
+            instruction: String::new(),
+            truth: String::new(),
+            environment: FileTree::default(),
+            tests: FileTree::default(),
+            solution: FileTree::default(),
+        };
+        task.meta.task.id = "doctor".into();
+        let image = backend.prepare(&task)?;
+        let mut s = backend.start(&image, &SessionOptions::default())?;
+        let r = s.exec("echo ok-$((40+2))", Duration::from_secs(10))?;
+        s.close();
+        Ok::<_, super::SandboxError>(r.output)
+    })();
+    match result {
+        Ok(out) if out.trim() == "ok-42" => check(
+            "smoke test",
+            true,
+            "built an image, started a session, ran a command",
+            "",
+        ),
+        Ok(out) => check(
+            "smoke test",
+            false,
+            format!("unexpected output {out:?}"),
+            "report this as a bug",
+        ),
+        Err(e) => check("smoke test", false, e.to_string(), "see the error above"),
+    }
+}
+
+fn doctor_apptainer() -> BackendStatus {
+    let bin = apptainer::apptainer_path();
+    let version = bin
+        .as_ref()
+        .and_then(|b| output_of(&[&b.display().to_string(), "--version"]))
+        .map(|(_, v)| v)
+        .unwrap_or_default();
+    let c = check(
+        "apptainer",
+        bin.is_some(),
+        bin.map(|b| format!("{} ({version})", b.display()))
+            .unwrap_or_else(|| "not found".into()),
+        "install Apptainer: https://apptainer.org/docs/admin/main/installation.html \
+         (Ubuntu: `add-apt-repository ppa:apptainer/ppa && apt-get install apptainer`); \
+         rootless use needs unprivileged user namespaces",
+    );
+    BackendStatus {
+        name: "apptainer".into(),
+        works: c.ok,
+        checks: vec![c],
+    }
+}
+
+fn doctor_oci() -> BackendStatus {
+    let mut checks = Vec::new();
+    let engine = oci::engine_path();
+    checks.push(check(
+        "podman or docker",
+        engine.is_some(),
+        engine
+            .as_ref()
+            .map(|e| e.display().to_string())
+            .unwrap_or_else(|| "neither found".into()),
+        "install podman (`apt-get install podman`) or docker",
+    ));
+    if let Some(e) = &engine {
+        let (ok, detail) =
+            output_of(&[&e.display().to_string(), "info"]).unwrap_or((false, "did not run".into()));
+        checks.push(check(
+            "engine answers",
+            ok,
+            format!("`{} info`: {detail}", e.display()),
+            "start the engine (docker: `dockerd`, or use podman); in a container, podman needs \
+             user namespaces, a writable /sys/fs/cgroup and fuse-overlayfs",
+        ));
+    }
+    BackendStatus {
+        name: "oci".into(),
+        works: checks.iter().all(|c| c.ok),
+        checks,
+    }
+}
+
+impl fmt::Display for DoctorReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.backends {
+            writeln!(
+                f,
+                "{:<10} {}",
+                b.name,
+                if b.works { "works" } else { "unavailable" }
+            )?;
+            for c in &b.checks {
+                write_check(f, c)?;
+            }
+        }
+        writeln!(f, "verifier")?;
+        write_check(f, &self.verifier)
+    }
+}
+
+fn write_check(f: &mut fmt::Formatter<'_>, c: &Check) -> fmt::Result {
+    writeln!(
+        f,
+        "  [{}] {}: {}",
+        if c.ok { "ok" } else { "!!" },
+        c.name,
+        c.detail
+    )?;
+    if let Some(fix) = &c.fix {
+        writeln!(f, "       fix: {fix}")?;
+    }
+    Ok(())
+}

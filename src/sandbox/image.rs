@@ -1,0 +1,102 @@
+//! A built task image, as returned by [`Backend::prepare`](super::Backend::prepare).
+
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+
+use crate::task::Task;
+
+/// A task's environment, built once and cached; sessions start from it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Image {
+    /// Backend that built it.
+    pub backend: String,
+    /// Content hash of the environment definition, its files and the
+    /// settings that shape the image.
+    pub hash: String,
+    /// Where it lives: the layer directory (`local`), the `.sif` file
+    /// (`apptainer`) or the build context (`oci`).
+    pub path: PathBuf,
+    /// Image reference for container engines (`oci`), if any.
+    pub reference: Option<String>,
+    /// Task it was built for.
+    pub task_id: String,
+    /// Account the agent's shell runs as.
+    pub user: String,
+    /// Its uid and gid inside the sandbox.
+    pub uid: u32,
+    pub gid: u32,
+    /// Its home directory.
+    pub home: String,
+    /// Where the shell starts.
+    pub workdir: String,
+    /// Whether sessions get network access.
+    pub network: bool,
+}
+
+/// The content hash of what shapes a task's image on `backend`: every file
+/// under `environment/`, the agent account, the workdir and network flag.
+pub fn image_hash(task: &Task, backend: &str, extra: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"endless-image-v1\0");
+    h.update(backend.as_bytes());
+    h.update(b"\0");
+    h.update(extra.as_bytes());
+    h.update(b"\0");
+    h.update(task.meta.agent.user.as_bytes());
+    h.update(b"\0");
+    h.update(task.meta.environment.workdir.as_bytes());
+    h.update([task.meta.environment.network as u8]);
+    for (path, entry) in task.environment.iter() {
+        h.update((path.len() as u64).to_le_bytes());
+        h.update(path.as_bytes());
+        h.update([entry.executable as u8]);
+        h.update((entry.bytes.len() as u64).to_le_bytes());
+        h.update(&entry.bytes);
+    }
+    hex::encode(h.finalize())
+}
+
+/// The home directory of `user`.
+pub fn home_of(user: &str) -> String {
+    if user == "root" {
+        "/root".into()
+    } else {
+        format!("/home/{user}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::{FileTree, TaskMeta};
+
+    fn task() -> Task {
+        let mut t = Task {
+            meta: TaskMeta::default(),
+            instruction: String::new(),
+            truth: String::new(),
+            environment: FileTree::default(),
+            tests: FileTree::default(),
+            solution: FileTree::default(),
+        };
+        t.meta.agent.user = "user".into();
+        t.environment.insert_text("setup.sh", "echo hi");
+        t
+    }
+
+    #[test]
+    fn hash_follows_environment_only() {
+        let a = task();
+        let mut b = task();
+        b.instruction = "changed".into();
+        b.tests.insert_text("test_final_state.py", "x");
+        assert_eq!(image_hash(&a, "local", ""), image_hash(&b, "local", ""));
+        b.environment.insert_text("files/a", "1");
+        assert_ne!(image_hash(&a, "local", ""), image_hash(&b, "local", ""));
+        assert_ne!(image_hash(&a, "local", ""), image_hash(&a, "oci", ""));
+        let mut c = task();
+        c.meta.environment.network = true;
+        assert_ne!(image_hash(&a, "local", ""), image_hash(&c, "local", ""));
+    }
+}

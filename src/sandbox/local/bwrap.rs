@@ -1,0 +1,187 @@
+//! bubblewrap command lines for image builds and agent sessions.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Path of the bubblewrap binary, if installed.
+pub fn bwrap_path() -> Option<PathBuf> {
+    ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| which("bwrap"))
+}
+
+/// Find `tool` on the host PATH.
+pub fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// PATH inside the sandbox.
+pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Capabilities root keeps while building an image (Docker's default set,
+/// without `mknod` and raw sockets).
+pub const BUILD_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_SETFCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE",
+];
+
+/// What a bubblewrap sandbox looks like.
+pub struct Spec<'a> {
+    /// The merged root tree (already mounted in the child's namespace).
+    pub root: &'a Path,
+    /// Share the host network.
+    pub network: bool,
+    /// Extra bind mounts: host path, path inside, read-only.
+    pub binds: Vec<(PathBuf, String, bool)>,
+    /// Environment (everything else is cleared).
+    pub env: Vec<(String, String)>,
+    /// Capabilities to keep.
+    pub caps: Vec<&'a str>,
+    /// Working directory inside.
+    pub chdir: &'a str,
+    /// The command to run inside.
+    pub argv: Vec<String>,
+}
+
+/// The bubblewrap arguments for `spec`.
+pub fn args(spec: &Spec) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |s: &str| a.push(s.into());
+    for s in [
+        "--die-with-parent",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+    ] {
+        push(s);
+    }
+    if !spec.network {
+        push("--unshare-net");
+    }
+    a.push("--bind".into());
+    a.push(spec.root.into());
+    a.push("/".into());
+    for s in ["--proc", "/proc", "--dev", "/dev"] {
+        a.push(s.into());
+    }
+    for (host, inside, ro) in &spec.binds {
+        a.push(if *ro { "--ro-bind" } else { "--bind" }.into());
+        a.push(host.into());
+        a.push(inside.into());
+    }
+    a.push("--clearenv".into());
+    for (k, v) in &spec.env {
+        a.push("--setenv".into());
+        a.push(k.into());
+        a.push(v.into());
+    }
+    for cap in &spec.caps {
+        a.push("--cap-add".into());
+        a.push(cap.into());
+    }
+    a.push("--chdir".into());
+    a.push(spec.chdir.into());
+    a.push("--".into());
+    a.extend(spec.argv.iter().map(OsString::from));
+    a
+}
+
+/// The agent shell's command: bash as `uid`, dropping every capability
+/// and forbidding privilege gain when not root.
+pub fn shell_argv(uid: u32, gid: u32) -> (Vec<String>, Vec<&'static str>) {
+    let bash = ["/bin/bash", "--noediting", "--noprofile", "--norc", "-i"].map(String::from);
+    if uid == 0 {
+        return (bash.to_vec(), Vec::new());
+    }
+    let mut argv: Vec<String> = [
+        "/usr/bin/setpriv",
+        &format!("--reuid={uid}"),
+        &format!("--regid={gid}"),
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(bash);
+    (argv, vec!["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"])
+}
+
+/// The shell environment of an agent account.
+pub fn agent_env(user: &str, home: &str) -> Vec<(String, String)> {
+    [
+        ("PATH", SANDBOX_PATH),
+        ("HOME", home),
+        ("USER", user),
+        ("LOGNAME", user),
+        ("SHELL", "/bin/bash"),
+        ("TERM", "xterm-256color"),
+        ("LANG", "C.UTF-8"),
+        ("PS1", ""),
+        ("HISTFILE", "/dev/null"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_args_isolate_and_drop_privileges() {
+        let (argv, caps) = shell_argv(1000, 1000);
+        let spec = Spec {
+            root: Path::new("/c/merged"),
+            network: false,
+            binds: vec![(PathBuf::from("/c/x"), "/run/endless-verifier".into(), false)],
+            env: agent_env("user", "/home/user"),
+            caps,
+            chdir: "/",
+            argv,
+        };
+        let a: Vec<String> = args(&spec)
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        let joined = a.join(" ");
+        for want in [
+            "--unshare-pid",
+            "--unshare-net",
+            "--die-with-parent",
+            "--bind /c/merged /",
+            "--clearenv",
+            "--setenv HOME /home/user",
+            "--bind /c/x /run/endless-verifier",
+            "-- /usr/bin/setpriv --reuid=1000 --regid=1000",
+            "--no-new-privs -- /bin/bash --noediting --noprofile --norc -i",
+        ] {
+            assert!(joined.contains(want), "missing `{want}` in {joined}");
+        }
+        let (root_argv, root_caps) = shell_argv(0, 0);
+        assert_eq!(root_argv[0], "/bin/bash");
+        assert!(root_caps.is_empty());
+    }
+}

@@ -1,0 +1,120 @@
+//! Control of a running local sandbox: stray-process killing, root
+//! commands beside the shell (through `nsenter`), teardown.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use super::limits::Cgroups;
+use crate::sandbox::session::SessionControl;
+use crate::sandbox::SandboxError;
+
+/// Where the verifier's exchange directory appears inside the sandbox.
+pub const EXCHANGE_INSIDE: &str = "/run/endless-verifier";
+
+/// A running local sandbox.
+pub struct LocalControl {
+    /// The session's host directory (holds the exchange directory).
+    pub session_dir: PathBuf,
+    /// Its cgroups, when available.
+    pub cgroups: Option<Cgroups>,
+    /// Pid of bubblewrap (our child).
+    pub outer: i32,
+    /// Pid of the sandbox's init (bubblewrap's child, pid 1 inside).
+    pub init: Option<i32>,
+}
+
+/// Children of `pid`, from `/proc/*/stat`.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if parent_of(child) == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// The parent of `pid`.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+impl LocalControl {
+    fn init_pid(&mut self) -> Option<i32> {
+        if self.init.is_none() {
+            self.init = children_of(self.outer).first().copied();
+        }
+        self.init
+    }
+}
+
+impl SessionControl for LocalControl {
+    fn kill_strays(&mut self, shell_pgid: Option<i32>) {
+        let init = self.init_pid();
+        if let Some(cg) = &self.cgroups {
+            let mut keep = vec![self.outer];
+            keep.extend(init);
+            keep.extend(shell_pgid);
+            cg.kill_except(&keep);
+        }
+    }
+
+    fn root_command(&mut self, argv: &[String]) -> Result<Command, SandboxError> {
+        let init = self
+            .init_pid()
+            .ok_or_else(|| SandboxError::Verify("the sandbox's init process is gone".into()))?;
+        let mut cmd = Command::new("nsenter");
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .arg(format!("--target={init}"))
+            .args([
+                "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--",
+            ])
+            .args([
+                "/usr/bin/setpriv",
+                "--bounding-set=-all,+dac_override,+dac_read_search,+fowner,+chown,+kill",
+                "--inh-caps=-all",
+                "--no-new-privs",
+                "--",
+            ])
+            .args(argv);
+        Ok(cmd)
+    }
+
+    fn exchange_dir(&self) -> Option<(PathBuf, String)> {
+        Some((self.session_dir.join("x"), EXCHANGE_INSIDE.to_string()))
+    }
+
+    fn teardown(&mut self, child: &mut Child) {
+        let init = self.init;
+        // SAFETY: kill(2) on our own child; the sandbox's init dies with it
+        // (--die-with-parent) and takes its whole pid namespace along.
+        unsafe {
+            libc::kill(self.outer, libc::SIGKILL);
+        }
+        let _ = child.wait();
+        if let Some(cg) = &mut self.cgroups {
+            cg.kill_all_and_remove(Duration::from_secs(5));
+        } else if let Some(init) = init {
+            let until = Instant::now() + Duration::from_secs(5);
+            while std::path::Path::new(&format!("/proc/{init}")).exists() && Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.session_dir);
+    }
+}

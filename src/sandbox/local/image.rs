@@ -1,0 +1,224 @@
+//! Building a task's image layer: run its setup steps once, as root, in an
+//! overlay whose upper directories become the image.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::bwrap::{self, Spec};
+use super::overlay::{Layer, MountPlan};
+use super::steps;
+use super::LocalBackend;
+use crate::sandbox::image::{home_of, image_hash, Image};
+use crate::sandbox::session::run_with_timeout;
+use crate::sandbox::SandboxError;
+use crate::task::envdef::parse_task;
+use crate::task::{write_tree, Task};
+
+const IMAGE_META: &str = "image.json";
+
+impl LocalBackend {
+    /// Build (or find in the cache) the image of `task`.
+    pub(super) fn build_image(&self, task: &Task) -> Result<Image, SandboxError> {
+        if task.meta.environment.network && !self.allow_network {
+            return Err(SandboxError::NetworkNotAllowed {
+                task: task.id().to_string(),
+            });
+        }
+        let def = parse_task(task)?;
+        let layout = &self.layout;
+        layout.ensure()?;
+        let hash = image_hash(task, "local", &layout.base_id());
+        let dir = layout.images().join(&hash);
+        if let Some(image) = load_meta(&dir) {
+            return Ok(image);
+        }
+        let mut rnd = [0u8; 6];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let build = layout
+            .images()
+            .join(format!(".build-{hash}-{}", hex::encode(rnd)));
+        let result = self.build_into(task, &def, &hash, &build);
+        let image = match result {
+            Ok(image) => image,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&build);
+                return Err(e);
+            }
+        };
+        if std::fs::rename(&build, &dir).is_err() {
+            // Another build of the same hash finished first; use it.
+            let _ = std::fs::remove_dir_all(&build);
+        }
+        Ok(load_meta(&dir).unwrap_or(image))
+    }
+
+    fn build_into(
+        &self,
+        task: &Task,
+        def: &crate::task::envdef::EnvDefinition,
+        hash: &str,
+        build: &Path,
+    ) -> Result<Image, SandboxError> {
+        let layout = &self.layout;
+        let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
+        let user = task.meta.agent.user.clone();
+        let home = home_of(&user);
+        let workdir = task.meta.environment.workdir.clone();
+        let root_up = build.join("root");
+        let mut mkdir = vec![
+            root_up.clone(),
+            build.join("work/root"),
+            build.join("ctx"),
+            build.join("steps"),
+        ];
+        for d in &layout.system_dirs {
+            mkdir.push(build.join("sys").join(d));
+            mkdir.push(build.join("work").join(d));
+        }
+        for d in &mkdir {
+            std::fs::create_dir_all(d).map_err(io("create build directory", d))?;
+        }
+        std::fs::set_permissions(&root_up, std::fs::Permissions::from_mode(0o755))
+            .map_err(io("chmod build directory", &root_up))?;
+        write_tree(&build.join("ctx"), &task.environment)?;
+        let (script, files) = steps::build_script(def, &user, &home, &workdir);
+        std::fs::write(build.join("steps/build.sh"), script)
+            .map_err(io("write build script", build))?;
+        for (name, content) in files {
+            let p = build.join("steps").join(name);
+            std::fs::write(&p, content).map_err(io("write step script", &p))?;
+        }
+        let mut layers = vec![Layer {
+            target: layout.merged(),
+            lower: vec![layout.skeleton()],
+            upper: root_up.clone(),
+            work: build.join("work/root"),
+        }];
+        for d in &layout.system_dirs {
+            layers.push(Layer {
+                target: layout.merged().join(d),
+                lower: vec![PathBuf::from("/").join(d)],
+                upper: build.join("sys").join(d),
+                work: build.join("work").join(d),
+            });
+        }
+        let plan = MountPlan::new(None, &[], &layers, &[], Vec::new())?;
+        let bwrap_bin = self.bwrap.clone();
+        let env = vec![
+            ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
+            ("HOME".into(), "/root".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("DEBIAN_FRONTEND".into(), "noninteractive".into()),
+        ];
+        let merged = layout.merged();
+        let spec = Spec {
+            root: &merged,
+            network: task.meta.environment.network,
+            binds: vec![
+                (build.join("ctx"), steps::CTX.into(), true),
+                (build.join("steps"), steps::STEPS.into(), true),
+            ],
+            env,
+            caps: bwrap::BUILD_CAPS.to_vec(),
+            chdir: "/",
+            argv: vec!["/bin/bash".into(), format!("{}/build.sh", steps::STEPS)],
+        };
+        let mut cmd = Command::new(&bwrap_bin);
+        cmd.args(bwrap::args(&spec)).env_clear();
+        // SAFETY: MountPlan::apply only makes async-signal-safe system calls.
+        unsafe {
+            cmd.pre_exec(move || plan.apply());
+        }
+        let out = run_with_timeout(cmd, self.build_timeout)?;
+        if out.code != Some(0) {
+            return Err(step_error(
+                def,
+                &out.output,
+                out.code,
+                out.timed_out,
+                self.build_timeout,
+            ));
+        }
+        let (uid, gid) = if user == "root" {
+            (0, 0)
+        } else {
+            steps::user_ids(&out.output).unwrap_or((1000, 1000))
+        };
+        // Remove what only the build needed.
+        for p in [build.join("work"), build.join("ctx"), build.join("steps")] {
+            let _ = std::fs::remove_dir_all(&p);
+        }
+        let _ = std::fs::remove_dir(root_up.join("run/endless-build/ctx"));
+        let _ = std::fs::remove_dir(root_up.join("run/endless-build/steps"));
+        let _ = std::fs::remove_dir(root_up.join("run/endless-build"));
+        let env_dir = root_up.join(".endless");
+        std::fs::create_dir_all(&env_dir).map_err(io("create", &env_dir))?;
+        std::fs::write(env_dir.join("env.sh"), steps::env_file(def))
+            .map_err(io("write env.sh", &env_dir))?;
+        let image = Image {
+            backend: "local".into(),
+            hash: hash.to_string(),
+            path: layout.images().join(hash),
+            reference: None,
+            task_id: task.id().to_string(),
+            user,
+            uid,
+            gid,
+            home,
+            workdir,
+            network: task.meta.environment.network,
+        };
+        let meta =
+            serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;
+        std::fs::write(build.join(IMAGE_META), meta).map_err(io("write image metadata", build))?;
+        Ok(image)
+    }
+}
+
+fn step_error(
+    def: &crate::task::envdef::EnvDefinition,
+    output: &str,
+    code: Option<i32>,
+    timed_out: bool,
+    limit: Duration,
+) -> SandboxError {
+    let describe = |n: usize| -> String {
+        if n == 0 {
+            "create the agent account".into()
+        } else if n > def.steps.len() {
+            "finish the image (workdir, home ownership)".into()
+        } else {
+            steps::describe(&def.steps[n - 1])
+        }
+    };
+    if let Some((n, code, text)) = steps::failed_step(output) {
+        return SandboxError::SetupStep {
+            index: n,
+            step: describe(n),
+            code,
+            output: text,
+        };
+    }
+    let (n, text) = steps::last_step(output).unwrap_or((0, output.to_string()));
+    let text = steps::without_markers(&text);
+    SandboxError::SetupStep {
+        index: n,
+        step: if timed_out {
+            format!("{} (timed out after {limit:?})", describe(n))
+        } else {
+            describe(n)
+        },
+        code,
+        output: text,
+    }
+}
+
+fn load_meta(dir: &Path) -> Option<Image> {
+    let bytes = std::fs::read(dir.join(IMAGE_META)).ok()?;
+    let mut image: Image = serde_json::from_slice(&bytes).ok()?;
+    image.path = dir.to_path_buf();
+    Some(image)
+}

@@ -1,0 +1,651 @@
+//! One interactive bash on a PTY inside a sandbox, and the exec protocol.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use portable_pty::{MasterPty, PtySize};
+use tokio::sync::broadcast;
+
+use super::asciicast::Recorder;
+use super::marker;
+use super::{ExecResult, SandboxError, SessionOptions};
+
+/// Raw bytes kept per command before cleaning (enough for the character cap).
+pub const MAX_KEPT_BYTES: usize = 4 * super::MAX_OUTPUT_CHARS + 4096;
+/// How long a fresh shell may take to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long an interrupted command gets to stop before it is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_millis(1500);
+/// Capacity of the live broadcast channel (chunks).
+const BROADCAST_CAPACITY: usize = 4096;
+
+/// A chunk of raw PTY output, shared with every subscriber.
+pub type Chunk = Arc<[u8]>;
+
+/// Backend-specific control over a running sandbox.
+pub trait SessionControl: Send {
+    /// Kill every process of the sandbox except its init and the shell
+    /// (whose process group is `shell_pgid`); used after a timeout.
+    fn kill_strays(&mut self, shell_pgid: Option<i32>);
+    /// A command that runs `argv` as root inside the sandbox, in the same
+    /// filesystem, process and network namespaces as the shell.
+    fn root_command(&mut self, argv: &[String]) -> Result<Command, SandboxError>;
+    /// A directory shared with the sandbox for the verifier: the host path
+    /// (writable only by root on the host) and its path inside the sandbox.
+    fn exchange_dir(&self) -> Option<(PathBuf, String)>;
+    /// Kill everything and release resources (cgroups, directories).
+    fn teardown(&mut self, child: &mut Child);
+}
+
+/// What a session runs as and where.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SessionInfo {
+    /// Backend name.
+    pub backend: &'static str,
+    /// Account of the shell.
+    pub user: String,
+    /// Working directory the shell starts in.
+    pub workdir: String,
+    /// Image hash the session started from.
+    pub image: String,
+}
+
+/// Output of a command run beside the shell (see [`Session::run_as_root`]).
+#[derive(Debug, Clone)]
+pub struct CommandOutput {
+    /// stdout and stderr, interleaved as they arrived (lossy UTF-8).
+    pub output: String,
+    /// Exit code; `None` when killed or timed out.
+    pub code: Option<i32>,
+    /// The command ran past its timeout and was killed.
+    pub timed_out: bool,
+}
+
+enum Event {
+    Data(Chunk),
+    Closed,
+}
+
+/// An interactive shell in a sandbox. Dropping it kills every process it started.
+pub struct Session {
+    master: Box<dyn MasterPty + Send>,
+    writer: Box<dyn Write + Send>,
+    events: Receiver<Event>,
+    live: broadcast::Sender<Chunk>,
+    recorder: Arc<Mutex<Option<Recorder>>>,
+    child: Child,
+    control: Box<dyn SessionControl>,
+    token: String,
+    seq: u64,
+    shell_pgid: Option<i32>,
+    ended: Option<String>,
+    started: Instant,
+    wall_clock: Duration,
+    watchdog: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+    torn_down: bool,
+    info: SessionInfo,
+}
+
+impl Session {
+    /// Start `cmd` (which must end in an interactive bash) on a fresh PTY,
+    /// type `init` (shell setup; must not print) and wait until the shell answers.
+    ///
+    /// `control` is made from the child's pid once it runs.
+    pub fn spawn_with(
+        mut cmd: Command,
+        init: &str,
+        opts: &SessionOptions,
+        info: SessionInfo,
+        control: impl FnOnce(u32) -> Box<dyn SessionControl>,
+    ) -> Result<Session, SandboxError> {
+        let (cols, rows) = opts.size;
+        let pair = portable_pty::native_pty_system()
+            .openpty(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .map_err(|e| SandboxError::Start(format!("open a PTY: {e}")))?;
+        let master = pair.master;
+        let master_fd = master
+            .as_raw_fd()
+            .ok_or_else(|| SandboxError::Start("PTY has no file descriptor".into()))?;
+        disable_echo(master_fd);
+        let tty = master
+            .tty_name()
+            .ok_or_else(|| SandboxError::Start("PTY has no name".into()))?;
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(&tty)
+            .map_err(SandboxError::io("open PTY slave", &tty))?;
+        drop(pair.slave);
+        let stdio = |f: &std::fs::File| -> Result<Stdio, SandboxError> {
+            Ok(Stdio::from(
+                f.try_clone()
+                    .map_err(SandboxError::io("dup PTY slave", &tty))?,
+            ))
+        };
+        cmd.stdin(stdio(&slave)?)
+            .stdout(stdio(&slave)?)
+            .stderr(stdio(&slave)?);
+        // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program())))?;
+        drop(slave);
+        let control = control(child.id());
+        let reader = master
+            .try_clone_reader()
+            .map_err(|e| SandboxError::Start(format!("PTY reader: {e}")))?;
+        let writer = master
+            .take_writer()
+            .map_err(|e| SandboxError::Start(format!("PTY writer: {e}")))?;
+        let recorder = match &opts.record {
+            Some(path) => Some(Recorder::create(path, cols, rows)?),
+            None => None,
+        };
+        let recorder = Arc::new(Mutex::new(recorder));
+        let (live, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let (tx, events) = mpsc::channel();
+        spawn_reader(reader, tx, live.clone(), recorder.clone());
+        let watchdog = spawn_watchdog(child.id(), opts.wall_clock);
+        let mut token = [0u8; 8];
+        rand::Rng::fill(&mut rand::rng(), &mut token);
+        let mut session = Session {
+            master,
+            writer,
+            events,
+            live,
+            recorder,
+            child,
+            control,
+            token: hex::encode(token),
+            seq: 0,
+            shell_pgid: None,
+            ended: None,
+            started: Instant::now(),
+            wall_clock: opts.wall_clock,
+            watchdog: Some(watchdog),
+            torn_down: false,
+            info,
+        };
+        let tag = format!("{}_ready", session.token);
+        let line = format!("{init}\n{}", marker::marker_printf(&tag, "0"));
+        session.write_raw(line.as_bytes())?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut got = Collected::default();
+        match session.read_until(&marker::marker_prefix(&tag), deadline, &mut got) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                session.teardown();
+                return Err(SandboxError::Start(format!(
+                    "the shell did not answer within {READY_TIMEOUT:?}; output:\n{}",
+                    marker::clean_output(&got.kept)
+                )));
+            }
+            Err(_) => {
+                let status = session.child.try_wait().ok().flatten();
+                session.teardown();
+                return Err(SandboxError::Start(format!(
+                    "the sandbox exited ({}) before its shell was ready; output:\n{}",
+                    status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "killed".into()),
+                    marker::clean_output(&got.kept)
+                )));
+            }
+        }
+        session.shell_pgid = session.master.process_group_leader();
+        Ok(session)
+    }
+
+    /// What the session runs as and where.
+    pub fn info(&self) -> &SessionInfo {
+        &self.info
+    }
+
+    /// Whether the shell is still running.
+    pub fn is_alive(&mut self) -> bool {
+        self.ended.is_none() && matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Run `cmd` in the shell and wait for it, at most `timeout` (and never
+    /// past the session's wall-clock limit). On timeout the command is
+    /// interrupted (Ctrl-C), then killed; the session stays usable.
+    pub fn exec(&mut self, cmd: &str, timeout: Duration) -> Result<ExecResult, SandboxError> {
+        let start = Instant::now();
+        self.check_usable()?;
+        let left = self.wall_clock.saturating_sub(self.started.elapsed());
+        let deadline = start + timeout.min(left);
+        self.drain();
+        self.seq += 1;
+        let tag = format!("{}_{}", self.token, self.seq);
+        let prefix = marker::marker_prefix(&tag);
+        self.write_raw(marker::wrap_command(cmd, &tag).as_bytes())?;
+        let mut got = Collected::default();
+        if let Some(code) = self.read_until(&prefix, deadline, &mut got)? {
+            return Ok(finish(got, Some(code), false, start));
+        }
+        // Timed out: interrupt, then kill, and wait for a fresh marker.
+        let rtag = format!("{}_{}r", self.token, self.seq);
+        let rprefix = marker::marker_prefix(&rtag);
+        self.write_raw(b"\x03")?;
+        std::thread::sleep(Duration::from_millis(20));
+        self.write_raw(marker::marker_printf(&rtag, "130").as_bytes())?;
+        if self
+            .read_until(&rprefix, Instant::now() + INTERRUPT_GRACE, &mut got)?
+            .is_none()
+        {
+            self.kill_foreground();
+            if self
+                .read_until(&rprefix, Instant::now() + INTERRUPT_GRACE * 2, &mut got)?
+                .is_none()
+            {
+                self.teardown();
+                if self.wall_clock_passed() {
+                    return Err(SandboxError::WallClock(self.wall_clock));
+                }
+                return Err(SandboxError::Unresponsive);
+            }
+        }
+        if self.wall_clock_passed() {
+            self.teardown();
+            return Err(SandboxError::WallClock(self.wall_clock));
+        }
+        Ok(finish(got, None, true, start))
+    }
+
+    /// Subscribe to the raw output stream (for live panes). Works without a
+    /// runtime through `try_recv` / `blocking_recv`.
+    pub fn subscribe(&self) -> broadcast::Receiver<Chunk> {
+        self.live.subscribe()
+    }
+
+    /// Type raw bytes into the terminal, as a human at the keyboard would.
+    pub fn write_input(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
+        if let Ok(mut rec) = self.recorder.lock() {
+            if let Some(r) = rec.as_mut() {
+                r.input(bytes);
+            }
+        }
+        self.write_raw(bytes)
+    }
+
+    /// Resize the terminal.
+    pub fn resize(&mut self, cols: u16, rows: u16) -> Result<(), SandboxError> {
+        self.master
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .map_err(|e| SandboxError::Start(format!("resize PTY: {e}")))?;
+        if let Ok(mut rec) = self.recorder.lock() {
+            if let Some(r) = rec.as_mut() {
+                r.resize(cols, rows);
+            }
+        }
+        Ok(())
+    }
+
+    /// Run `argv` as root inside the sandbox beside the shell (not through
+    /// it), with output captured, killed after `timeout`.
+    pub fn run_as_root(
+        &mut self,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<CommandOutput, SandboxError> {
+        self.check_usable()?;
+        let cmd = self.control.root_command(argv)?;
+        run_with_timeout(cmd, timeout)
+    }
+
+    /// The verifier's exchange directory: host path and path inside.
+    pub fn exchange_dir(&self) -> Option<(PathBuf, String)> {
+        self.control.exchange_dir()
+    }
+
+    /// End the session: every process it started is killed and reaped.
+    pub fn close(mut self) {
+        self.teardown();
+    }
+
+    fn check_usable(&mut self) -> Result<(), SandboxError> {
+        if self.wall_clock_passed() {
+            self.teardown();
+            return Err(SandboxError::WallClock(self.wall_clock));
+        }
+        if let Some(reason) = &self.ended {
+            return Err(SandboxError::SessionEnded {
+                reason: Some(reason.clone()),
+                output: String::new(),
+            });
+        }
+        Ok(())
+    }
+
+    fn wall_clock_passed(&self) -> bool {
+        self.started.elapsed() >= self.wall_clock
+    }
+
+    fn write_raw(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
+        let res = self
+            .writer
+            .write_all(bytes)
+            .and_then(|_| self.writer.flush());
+        res.map_err(|e| {
+            self.ended
+                .get_or_insert_with(|| format!("PTY write failed: {e}"));
+            SandboxError::SessionEnded {
+                reason: Some(format!("PTY write failed: {e}")),
+                output: String::new(),
+            }
+        })
+    }
+
+    fn drain(&mut self) {
+        while let Ok(ev) = self.events.try_recv() {
+            if let Event::Closed = ev {
+                self.ended.get_or_insert_with(|| "the PTY closed".into());
+            }
+        }
+    }
+
+    /// Read until the marker with `prefix` arrives (returns its status),
+    /// or `deadline` passes (returns `None`); errors when the shell ends.
+    fn read_until(
+        &mut self,
+        prefix: &[u8],
+        deadline: Instant,
+        got: &mut Collected,
+    ) -> Result<Option<i32>, SandboxError> {
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let slice = (deadline - now).min(Duration::from_millis(200));
+            match self.events.recv_timeout(slice) {
+                Ok(Event::Data(chunk)) => {
+                    if let Some(code) = got.push(&chunk, prefix) {
+                        return Ok(Some(code));
+                    }
+                }
+                Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => {
+                    return Err(self.ended_error("the PTY closed", got));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        return Err(self.ended_error(&format!("the sandbox exited: {status}"), got));
+                    }
+                }
+            }
+        }
+    }
+
+    fn ended_error(&mut self, reason: &str, got: &Collected) -> SandboxError {
+        let reason = if self.wall_clock_passed() {
+            format!("wall-clock limit of {:?} passed", self.wall_clock)
+        } else {
+            reason.to_string()
+        };
+        self.ended.get_or_insert_with(|| reason.clone());
+        self.teardown();
+        SandboxError::SessionEnded {
+            reason: Some(reason),
+            output: marker::clean_output(&got.kept),
+        }
+    }
+
+    fn kill_foreground(&mut self) {
+        if let Some(pgid) = self.master.process_group_leader() {
+            if Some(pgid) != self.shell_pgid && pgid > 1 {
+                // SAFETY: plain kill(2) on a process group of our own sandbox.
+                unsafe {
+                    libc::kill(-pgid, libc::SIGKILL);
+                }
+            }
+        }
+        self.control.kill_strays(self.shell_pgid);
+    }
+
+    fn teardown(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        self.torn_down = true;
+        self.ended
+            .get_or_insert_with(|| "the session was closed".into());
+        if let Some((cancel, handle)) = self.watchdog.take() {
+            drop(cancel);
+            let _ = handle.join();
+        }
+        self.control.teardown(&mut self.child);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Ok(mut rec) = self.recorder.lock() {
+            if let Some(r) = rec.as_mut() {
+                r.flush();
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// Bytes collected for one command.
+#[derive(Default)]
+struct Collected {
+    kept: Vec<u8>,
+    total: usize,
+    window: Vec<u8>,
+    window_start: usize,
+    marker_at: Option<usize>,
+}
+
+impl Collected {
+    fn push(&mut self, chunk: &[u8], prefix: &[u8]) -> Option<i32> {
+        let room = MAX_KEPT_BYTES.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        self.window.extend_from_slice(chunk);
+        self.total += chunk.len();
+        if let Some((s, _e, code)) = marker::find_marker(&self.window, prefix, 0) {
+            self.marker_at = Some(self.window_start + s);
+            return Some(code);
+        }
+        if self.window.len() > 4096 {
+            let cut = self.window.len() - 512;
+            self.window.drain(..cut);
+            self.window_start += cut;
+        }
+        None
+    }
+}
+
+fn finish(mut got: Collected, code: Option<i32>, timed_out: bool, start: Instant) -> ExecResult {
+    let raw_len = match got.marker_at {
+        Some(at) if code.is_some() => {
+            if at <= got.kept.len() {
+                got.kept.truncate(at);
+                marker::trim_marker_newline(&mut got.kept);
+            }
+            at
+        }
+        _ => got.total,
+    };
+    let text = marker::clean_output(&got.kept);
+    let text = if timed_out {
+        strip_recovery_noise(text)
+    } else {
+        text
+    };
+    let (output, truncated) = marker::cap_output(text, raw_len);
+    ExecResult {
+        output,
+        exit_code: code,
+        timed_out,
+        truncated,
+        duration: start.elapsed(),
+    }
+}
+
+/// After an interrupt the recovery marker ends the output; drop it and what follows.
+fn strip_recovery_noise(mut text: String) -> String {
+    if let Some(pos) = text.find("__ENDLESS_") {
+        text.truncate(pos);
+        while text.ends_with('\n') {
+            text.pop();
+        }
+    }
+    text
+}
+
+fn disable_echo(fd: i32) {
+    // SAFETY: tcgetattr/tcsetattr on a PTY master we own.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        if libc::tcgetattr(fd, &mut t) == 0 {
+            t.c_lflag &= !(libc::ECHO | libc::ECHONL);
+            libc::tcsetattr(fd, libc::TCSANOW, &t);
+        }
+    }
+}
+
+fn spawn_reader(
+    mut reader: Box<dyn Read + Send>,
+    tx: mpsc::Sender<Event>,
+    live: broadcast::Sender<Chunk>,
+    recorder: Arc<Mutex<Option<Recorder>>>,
+) {
+    std::thread::Builder::new()
+        .name("endless-pty-reader".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match reader.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let chunk: Chunk = Arc::from(&buf[..n]);
+                        if let Ok(mut rec) = recorder.lock() {
+                            if let Some(r) = rec.as_mut() {
+                                r.output(&chunk);
+                            }
+                        }
+                        let _ = live.send(chunk.clone());
+                        if tx.send(Event::Data(chunk)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(Event::Closed);
+        })
+        .ok();
+}
+
+fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()>) {
+    let (cancel, wait) = mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
+            // The session outlived its wall clock: kill the sandbox. The
+            // child is only reaped after this thread was joined, so the pid
+            // still names it.
+            // SAFETY: plain kill(2).
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+    });
+    (cancel, handle)
+}
+
+/// Run `cmd` with stdout and stderr captured (interleaved) in its own process
+/// group; kill the group after `timeout`.
+pub fn run_with_timeout(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<CommandOutput, SandboxError> {
+    let (mut reader, writer) = std::io::pipe().map_err(SandboxError::io("create pipe", "pipe"))?;
+    let writer2 = writer
+        .try_clone()
+        .map_err(SandboxError::io("dup pipe", "pipe"))?;
+    cmd.stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer2)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program())))?;
+    drop(cmd);
+    let pid = child.id() as i32;
+    let collector = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 16384];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if out.len() < 16 * 1024 * 1024 {
+                out.extend_from_slice(&buf[..n]);
+            }
+        }
+        out
+    });
+    let deadline = Instant::now() + timeout;
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => {
+                timed_out = true;
+                // SAFETY: kill(2) on the process group we created.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => break None,
+        }
+    };
+    // Kill leftovers of the group so the pipe closes.
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
+    }
+    let out = collector.join().unwrap_or_default();
+    Ok(CommandOutput {
+        output: String::from_utf8_lossy(&out).into_owned(),
+        code: status.and_then(|s| s.code()),
+        timed_out,
+    })
+}

@@ -1,0 +1,157 @@
+//! Frame-time benchmark hook (`endless bench tui`): render frames of the
+//! Tasks view over many rows and of the Live view with streaming panes on a
+//! `TestBackend`, and report percentiles.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use serde::Serialize;
+
+use super::app::{Action, App, View};
+use super::keymap::{Command, Keymap};
+use super::theme::Theme;
+use crate::store::{TaskRow, TaskStatus};
+
+/// Frames rendered per view.
+pub const FRAMES_PER_VIEW: usize = 100;
+
+/// Frame-time percentiles.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: Duration,
+    pub p95: Duration,
+    pub max: Duration,
+}
+
+/// Result of [`bench_frames`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FrameBench {
+    pub tasks: usize,
+    pub panes: usize,
+    /// Frames rendered in all.
+    pub frames: usize,
+    /// Over all frames.
+    pub p50: Duration,
+    pub p95: Duration,
+    /// Tasks view frames (selection moving through the rows).
+    pub tasks_view: Percentiles,
+    /// Live view frames (every pane fed a chunk of bytes before each frame).
+    pub live_view: Percentiles,
+}
+
+/// Rows for benchmarks and tests: `n` tasks over a few categories.
+pub fn synthetic_rows(n: usize) -> Vec<TaskRow> {
+    let cats = [
+        "file-ops",
+        "text-processing",
+        "git",
+        "archives",
+        "permissions",
+    ];
+    let statuses = [
+        TaskStatus::Candidate,
+        TaskStatus::Accepted,
+        TaskStatus::Rejected,
+        TaskStatus::Archived,
+    ];
+    (0..n)
+        .map(|i| {
+            let mut pass = BTreeMap::new();
+            if i % 3 != 0 {
+                pass.insert("1".to_string(), (i % 17) as f64 / 16.0);
+            }
+            TaskRow {
+                id: format!("task-{i:06}"),
+                name: format!("synthetic task number {i}"),
+                category: cats[i % cats.len()].into(),
+                complexity: Some((i % 6 + 1) as u8),
+                scenario: "bench".into(),
+                tags: vec![],
+                status: statuses[i % statuses.len()],
+                source_format: "native".into(),
+                pass_at_k: pass,
+                rating: (i % 7 < 5).then_some((i % 5 + 1) as u8),
+                notes: String::new(),
+                instruction: format!("Do the thing number {i} in /home/user/work."),
+                created_at: String::new(),
+                updated_at: String::new(),
+            }
+        })
+        .collect()
+}
+
+fn percentiles(mut v: Vec<Duration>) -> Percentiles {
+    v.sort();
+    let at = |q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    Percentiles {
+        p50: at(0.5),
+        p95: at(0.95),
+        max: v.last().copied().unwrap_or_default(),
+    }
+}
+
+/// Render [`FRAMES_PER_VIEW`] frames of each of the Tasks view (with
+/// `tasks` rows) and the Live view (with `panes` panes streaming shell
+/// output) on a 160x48 `TestBackend`.
+pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
+    let mut app = App::new(Theme::default(), Keymap::default(), "bench");
+    app.outbox.clear();
+    app.update(Action::TasksLoaded(synthetic_rows(tasks)));
+    for p in 0..panes {
+        app.update(Action::LiveOpen {
+            title: format!("task-{p:06}#0"),
+            policy: "oracle".into(),
+            rows: 24,
+            cols: 80,
+        });
+    }
+    let mut terminal = match Terminal::new(TestBackend::new(160, 48)) {
+        Ok(t) => t,
+        Err(never) => match never {},
+    };
+    let mut time_frame = |app: &mut App| {
+        let t0 = Instant::now();
+        let _ = terminal.draw(|f| app.draw(f));
+        t0.elapsed()
+    };
+    app.view = View::Tasks;
+    let mut task_times = Vec::with_capacity(FRAMES_PER_VIEW);
+    for _ in 0..FRAMES_PER_VIEW {
+        app.update(Action::Command(Command::PageDown));
+        task_times.push(time_frame(&mut app));
+    }
+    app.view = View::Live;
+    let mut live_times = Vec::with_capacity(FRAMES_PER_VIEW);
+    for frame in 0..FRAMES_PER_VIEW {
+        let t0 = Instant::now();
+        for p in 0..panes {
+            let chunk = format!(
+                "\x1b[32muser@sandbox\x1b[0m:~$ ls -la /home/user/work/{frame}\r\n-rw-r--r-- 1 user user {} Jan  1 00:00 file-{p}.txt\r\n",
+                frame * 37 + p
+            );
+            app.update(Action::LiveFeed {
+                pane: p,
+                bytes: chunk.into_bytes(),
+            });
+        }
+        let feed = t0.elapsed();
+        live_times.push(feed + time_frame(&mut app));
+    }
+    let all: Vec<Duration> = task_times.iter().chain(&live_times).copied().collect();
+    let overall = percentiles(all);
+    FrameBench {
+        tasks,
+        panes,
+        frames: 2 * FRAMES_PER_VIEW,
+        p50: overall.p50,
+        p95: overall.p95,
+        tasks_view: percentiles(task_times),
+        live_view: percentiles(live_times),
+    }
+}

@@ -1,0 +1,564 @@
+//! The task detail pane: tabs over a task bundle, with the truth visibly
+//! marked PRIVILEGED and tests / scripts syntax-highlighted.
+
+use std::path::PathBuf;
+
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
+use ratatui::Frame;
+
+use super::tasks::{stars, status_style};
+use crate::store::{EpisodeRow, TaskRow};
+use crate::task::Task;
+use crate::tui::theme::Theme;
+use crate::tui::widgets::highlight::{highlight_line, Lang};
+
+/// The detail tabs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DetailTab {
+    #[default]
+    Instruction,
+    Truth,
+    Environment,
+    InitialTests,
+    FinalTests,
+    Solution,
+    Provenance,
+    Episodes,
+}
+
+impl DetailTab {
+    /// All tabs in order.
+    pub const ALL: [DetailTab; 8] = [
+        DetailTab::Instruction,
+        DetailTab::Truth,
+        DetailTab::Environment,
+        DetailTab::InitialTests,
+        DetailTab::FinalTests,
+        DetailTab::Solution,
+        DetailTab::Provenance,
+        DetailTab::Episodes,
+    ];
+
+    /// Tab title; `short` for narrow terminals.
+    pub fn title(self, short: bool) -> &'static str {
+        match (self, short) {
+            (DetailTab::Instruction, false) => "Instruction",
+            (DetailTab::Instruction, true) => "Instr",
+            (DetailTab::Truth, false) => "Truth (PRIVILEGED)",
+            (DetailTab::Truth, true) => "Truth!",
+            (DetailTab::Environment, false) => "Environment",
+            (DetailTab::Environment, true) => "Env",
+            (DetailTab::InitialTests, false) => "Initial tests",
+            (DetailTab::InitialTests, true) => "Init",
+            (DetailTab::FinalTests, false) => "Final tests",
+            (DetailTab::FinalTests, true) => "Final",
+            (DetailTab::Solution, false) => "Solution",
+            (DetailTab::Solution, true) => "Sol",
+            (DetailTab::Provenance, false) => "Provenance",
+            (DetailTab::Provenance, true) => "Prov",
+            (DetailTab::Episodes, false) => "Episodes",
+            (DetailTab::Episodes, true) => "Eps",
+        }
+    }
+
+    /// The bundle file `$EDITOR` opens for this tab (relative to the bundle).
+    pub fn bundle_file(self, task: Option<&Task>) -> PathBuf {
+        let first = |v: Option<&Vec<String>>, default: &str| {
+            v.and_then(|v| v.first().cloned())
+                .unwrap_or_else(|| default.to_string())
+        };
+        match self {
+            DetailTab::Instruction => "instruction.md".into(),
+            DetailTab::Truth => "truth.md".into(),
+            DetailTab::Environment => match task.and_then(|t| t.environment_definition()) {
+                Some((kind, _)) => PathBuf::from("environment").join(kind.file_name()),
+                None => "environment/setup.sh".into(),
+            },
+            DetailTab::InitialTests => PathBuf::from("tests").join(first(
+                task.map(|t| &t.meta.verifier.initial_tests),
+                crate::task::INITIAL_TESTS,
+            )),
+            DetailTab::FinalTests => PathBuf::from("tests").join(first(
+                task.map(|t| &t.meta.verifier.final_tests),
+                crate::task::FINAL_TESTS,
+            )),
+            DetailTab::Solution => "solution/solve.sh".into(),
+            DetailTab::Provenance | DetailTab::Episodes => "task.toml".into(),
+        }
+    }
+}
+
+/// One line of tab content before styling.
+enum Src<'a> {
+    /// A file header.
+    Header(String),
+    /// A code line in a language.
+    Code(Lang, &'a str, usize, usize),
+    /// Plain text.
+    Text(String),
+}
+
+/// State of the detail pane.
+#[derive(Debug, Default)]
+pub struct DetailState {
+    /// The loaded bundle (matches `requested` once it arrives).
+    pub task: Option<Task>,
+    /// Episodes of that task.
+    pub episodes: Vec<EpisodeRow>,
+    pub tab: DetailTab,
+    scroll: u16,
+    requested: Option<String>,
+    area: Rect,
+    tab_areas: Vec<(Rect, DetailTab)>,
+}
+
+impl DetailState {
+    /// Record that `id` should be shown; true if it needs loading.
+    pub fn wants(&mut self, id: &str) -> bool {
+        if self.requested.as_deref() == Some(id) {
+            return false;
+        }
+        self.requested = Some(id.to_string());
+        true
+    }
+
+    /// Force the next `wants(id)` to load again (after an edit).
+    pub fn invalidate(&mut self) {
+        self.requested = None;
+    }
+
+    /// A bundle arrived; stale ones (the user moved on) are dropped.
+    pub fn set_task(&mut self, task: Task, episodes: Vec<EpisodeRow>) {
+        if self.requested.as_deref().is_some_and(|r| r != task.id()) {
+            return;
+        }
+        if self.task.as_ref().map(|t| t.id()) != Some(task.id()) {
+            self.scroll = 0;
+        }
+        self.requested = Some(task.id().to_string());
+        self.task = Some(task);
+        self.episodes = episodes;
+    }
+
+    /// The pane's last drawn area (for the mouse).
+    pub fn area(&self) -> Rect {
+        self.area
+    }
+
+    /// Scroll by `delta` lines.
+    pub fn scroll_by(&mut self, delta: i32) {
+        self.scroll = (self.scroll as i32 + delta).clamp(0, u16::MAX as i32) as u16;
+    }
+
+    /// Scroll to a line.
+    pub fn scroll_to(&mut self, line: u16) {
+        self.scroll = line;
+    }
+
+    /// Move `delta` tabs (wrapping).
+    pub fn next_tab(&mut self, delta: isize) {
+        let n = DetailTab::ALL.len() as isize;
+        let i = DetailTab::ALL
+            .iter()
+            .position(|t| *t == self.tab)
+            .unwrap_or(0) as isize;
+        self.tab = DetailTab::ALL[((i + delta).rem_euclid(n)) as usize];
+        self.scroll = 0;
+    }
+
+    /// A click: switch tab if it hit one.
+    pub fn click(&mut self, pos: Position) {
+        if let Some((_, t)) = self.tab_areas.iter().find(|(r, _)| r.contains(pos)) {
+            self.tab = *t;
+            self.scroll = 0;
+        }
+    }
+
+    /// Draw the pane for `row` (the selected row).
+    pub fn draw(
+        &mut self,
+        frame: &mut Frame<'_>,
+        area: Rect,
+        theme: &Theme,
+        row: Option<&TaskRow>,
+        focused: bool,
+    ) {
+        self.area = area;
+        let privileged = self.tab == DetailTab::Truth;
+        let border = if privileged {
+            theme.privileged()
+        } else if focused {
+            Style::new().fg(theme.accent)
+        } else {
+            theme.muted()
+        };
+        let title = match row {
+            Some(r) if r.name.is_empty() || r.name == r.id => format!(" {} ", r.id),
+            Some(r) => format!(" {} — {} ", r.id, r.name),
+            None => " no task selected ".into(),
+        };
+        let mut block = Block::default()
+            .borders(Borders::ALL)
+            .border_style(border)
+            .title(Span::styled(title, theme.accent()));
+        if privileged {
+            block = block.title_top(
+                Line::from(Span::styled(
+                    " PRIVILEGED ",
+                    theme.privileged().add_modifier(Modifier::REVERSED),
+                ))
+                .right_aligned(),
+            );
+        }
+        let inner = block.inner(area);
+        frame.render_widget(block, area);
+        let Some(row) = row else {
+            return;
+        };
+        let [tabs, summary, body] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Length(1),
+            Constraint::Fill(1),
+        ])
+        .areas(inner);
+        self.draw_tabs(frame, tabs, theme);
+        frame.render_widget(Paragraph::new(summary_line(row, theme)), summary);
+        let Some(owned) = self.task.take().filter(|t| t.id() == row.id) else {
+            frame.render_widget(
+                Paragraph::new(Span::styled("loading…", theme.muted())),
+                body,
+            );
+            return;
+        };
+        let task = &owned;
+        match self.tab {
+            DetailTab::Instruction => self.draw_prose(
+                frame,
+                body,
+                &task.instruction,
+                Style::new().fg(theme.foreground),
+                None,
+                theme,
+            ),
+            DetailTab::Truth => self.draw_prose(
+                frame,
+                body,
+                &task.truth,
+                Style::new().fg(theme.foreground),
+                Some("PRIVILEGED: ground truth for tests and review; never shown to the agent."),
+                theme,
+            ),
+            DetailTab::Episodes => self.draw_episodes(frame, body, theme),
+            DetailTab::Provenance => {
+                let text = provenance_text(task, row);
+                self.draw_prose(
+                    frame,
+                    body,
+                    &text,
+                    Style::new().fg(theme.foreground),
+                    None,
+                    theme,
+                )
+            }
+            tab => {
+                let lines = code_lines(task, tab);
+                self.draw_code(frame, body, &lines, theme);
+            }
+        }
+        self.task = Some(owned);
+    }
+
+    fn draw_tabs(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        let long: u16 = DetailTab::ALL
+            .iter()
+            .map(|t| t.title(false).len() as u16 + 3)
+            .sum();
+        let short = long > area.width;
+        self.tab_areas.clear();
+        let mut spans = Vec::new();
+        let mut x = area.x;
+        for t in DetailTab::ALL {
+            let label = format!(" {} ", t.title(short));
+            let w = label.chars().count() as u16;
+            self.tab_areas.push((Rect::new(x, area.y, w, 1), t));
+            x = x.saturating_add(w + 1);
+            let style = if t == self.tab {
+                if t == DetailTab::Truth {
+                    theme.privileged().add_modifier(Modifier::REVERSED)
+                } else {
+                    theme.accent().bg(theme.selection)
+                }
+            } else if t == DetailTab::Truth {
+                Style::new().fg(theme.privileged)
+            } else {
+                theme.muted()
+            };
+            spans.push(Span::styled(label, style));
+            spans.push(Span::raw(" "));
+        }
+        frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    }
+
+    fn draw_prose(
+        &mut self,
+        frame: &mut Frame<'_>,
+        area: Rect,
+        text: &str,
+        style: Style,
+        banner: Option<&str>,
+        theme: &Theme,
+    ) {
+        let mut lines = Vec::new();
+        if let Some(b) = banner {
+            lines.push(Line::from(Span::styled(b.to_string(), theme.privileged())));
+            lines.push(Line::from(""));
+        }
+        if text.trim().is_empty() {
+            lines.push(Line::from(Span::styled("(empty)", theme.muted())));
+        }
+        lines.extend(
+            text.lines()
+                .map(|l| Line::from(Span::styled(l.to_string(), style))),
+        );
+        frame.render_widget(
+            Paragraph::new(lines)
+                .wrap(Wrap { trim: false })
+                .scroll((self.scroll, 0)),
+            area,
+        );
+    }
+
+    fn draw_code(&mut self, frame: &mut Frame<'_>, area: Rect, lines: &[Src<'_>], theme: &Theme) {
+        let max = lines.len().saturating_sub(1) as u16;
+        self.scroll = self.scroll.min(max);
+        let from = self.scroll as usize;
+        let out: Vec<Line<'static>> = lines
+            .iter()
+            .skip(from)
+            .take(area.height as usize)
+            .map(|l| match l {
+                Src::Header(h) => Line::from(Span::styled(h.clone(), theme.accent())),
+                Src::Text(t) => Line::from(Span::styled(t.clone(), theme.muted())),
+                Src::Code(lang, text, n, total) => {
+                    let width = total.to_string().len();
+                    let mut spans = vec![Span::styled(format!("{n:>width$} "), theme.muted())];
+                    spans.extend(highlight_line(&text.replace('\t', "    "), *lang, theme));
+                    Line::from(spans)
+                }
+            })
+            .collect();
+        frame.render_widget(Paragraph::new(out), area);
+    }
+
+    fn draw_episodes(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        if self.episodes.is_empty() {
+            frame.render_widget(
+                Paragraph::new(vec![
+                    Line::from(Span::styled("No episodes of this task yet.", theme.muted())),
+                    Line::from(Span::styled(
+                        "Run `endless run TASK --policy oracle` or `endless eval` to record some.",
+                        theme.muted(),
+                    )),
+                ]),
+                area,
+            );
+            return;
+        }
+        let rows = self.episodes.iter().skip(self.scroll as usize).map(|e| {
+            Row::new(vec![
+                Cell::from(e.run_id.clone()),
+                Cell::from(e.sample.to_string()),
+                pass_cell(e.passed, theme),
+                Cell::from(format!("{:.2}", e.reward)),
+                Cell::from(e.turns.to_string()),
+                Cell::from(e.end_reason.clone()),
+                Cell::from(e.failure_mode.clone().unwrap_or_else(|| "-".into())),
+            ])
+        });
+        let table = Table::new(
+            rows,
+            [
+                Constraint::Fill(2),
+                Constraint::Length(3),
+                Constraint::Length(4),
+                Constraint::Length(6),
+                Constraint::Length(5),
+                Constraint::Fill(1),
+                Constraint::Fill(1),
+            ],
+        )
+        .header(
+            Row::new(vec!["Run", "#", "Res", "Reward", "Turns", "End", "Failure"])
+                .style(theme.muted()),
+        )
+        .style(Style::new().fg(theme.foreground));
+        frame.render_widget(table, area);
+    }
+}
+
+/// PASS / FAIL, coloured.
+pub fn pass_cell(passed: bool, theme: &Theme) -> Cell<'static> {
+    if passed {
+        Cell::from(Span::styled("PASS", theme.success()))
+    } else {
+        Cell::from(Span::styled("FAIL", theme.failure()))
+    }
+}
+
+fn summary_line<'a>(row: &TaskRow, theme: &Theme) -> Line<'a> {
+    let mut spans = vec![
+        Span::styled(
+            row.status.as_str().to_string(),
+            status_style(row.status, theme),
+        ),
+        Span::styled("  rating ", theme.muted()),
+        Span::styled(stars(row.rating), Style::new().fg(theme.warning)),
+    ];
+    if !row.tags.is_empty() {
+        spans.push(Span::styled("  tags ", theme.muted()));
+        spans.push(Span::raw(row.tags.join(", ")));
+    }
+    if !row.notes.is_empty() {
+        spans.push(Span::styled("  note ", theme.muted()));
+        spans.push(Span::raw(
+            row.notes.lines().next().unwrap_or("").to_string(),
+        ));
+    }
+    Line::from(spans)
+}
+
+fn provenance_text(task: &Task, row: &TaskRow) -> String {
+    let p = &task.meta.provenance;
+    let t = &task.meta.task;
+    let mut out = String::new();
+    let mut kv = |k: &str, v: String| {
+        if !v.is_empty() {
+            out.push_str(&format!("{k:<14} {v}\n"));
+        }
+    };
+    kv("category", t.category.clone());
+    kv(
+        "complexity",
+        t.complexity.map(|c| c.to_string()).unwrap_or_default(),
+    );
+    kv("scenario", t.scenario.clone());
+    kv("difficulty", t.difficulty.clone());
+    kv("format", t.source_format.clone());
+    kv("generator", p.generator.clone());
+    kv("model", p.model.clone());
+    kv("seed", p.seed.map(|s| s.to_string()).unwrap_or_default());
+    kv("created", p.created.clone());
+    for (stage, n) in &p.attempts {
+        kv(&format!("attempts.{stage}"), n.to_string());
+    }
+    for (k, v) in &p.extra {
+        kv(k, v.to_string());
+    }
+    kv(
+        "pass@k",
+        row.pass_at_k
+            .iter()
+            .map(|(k, v)| format!("pass@{k}={v:.2}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    kv("max turns", task.meta.agent.max_turns.to_string());
+    kv("notes", row.notes.clone());
+    if out.is_empty() {
+        out.push_str("(no provenance recorded)");
+    }
+    out
+}
+
+fn push_file<'a>(out: &mut Vec<Src<'a>>, header: String, text: &'a str, lang: Lang) {
+    out.push(Src::Header(format!("── {header} ──")));
+    let total = text.lines().count();
+    for (i, l) in text.lines().enumerate() {
+        out.push(Src::Code(lang, l, i + 1, total));
+    }
+    out.push(Src::Text(String::new()));
+}
+
+fn code_lines(task: &Task, tab: DetailTab) -> Vec<Src<'_>> {
+    let mut out = Vec::new();
+    match tab {
+        DetailTab::Environment => {
+            if let Some((kind, text)) = task.environment_definition() {
+                let name = format!("environment/{}", kind.file_name());
+                push_file(&mut out, name.clone(), text, Lang::from_path(&name));
+            }
+            let others: Vec<&String> = task
+                .environment
+                .iter()
+                .map(|(p, _)| p)
+                .filter(|p| {
+                    task.environment_definition()
+                        .is_none_or(|(k, _)| k.file_name() != p.as_str())
+                })
+                .collect();
+            if !others.is_empty() {
+                out.push(Src::Header("── other files ──".into()));
+                out.extend(
+                    others
+                        .into_iter()
+                        .map(|p| Src::Text(format!("environment/{p}"))),
+                );
+            }
+            if out.is_empty() {
+                out.push(Src::Text("No environment definition.".into()));
+            }
+        }
+        DetailTab::InitialTests | DetailTab::FinalTests => {
+            let v = &task.meta.verifier;
+            let files = if tab == DetailTab::InitialTests {
+                &v.initial_tests
+            } else {
+                &v.final_tests
+            };
+            for f in files {
+                match task.tests.text(f) {
+                    Some(text) => {
+                        push_file(&mut out, format!("tests/{f}"), text, Lang::from_path(f))
+                    }
+                    None => out.push(Src::Text(format!("tests/{f} is missing"))),
+                }
+            }
+            if tab == DetailTab::FinalTests {
+                if let Some(s) = &v.script {
+                    if let Some(text) = task.tests.text(s) {
+                        push_file(
+                            &mut out,
+                            format!("tests/{s} (verifier script)"),
+                            text,
+                            Lang::Shell,
+                        );
+                    }
+                }
+            }
+            if out.is_empty() {
+                out.push(Src::Text("No tests.".into()));
+            }
+        }
+        DetailTab::Solution => {
+            for (path, entry) in task.solution.iter() {
+                match std::str::from_utf8(&entry.bytes) {
+                    Ok(text) => push_file(
+                        &mut out,
+                        format!("solution/{path}"),
+                        text,
+                        Lang::from_path(path),
+                    ),
+                    Err(_) => out.push(Src::Text(format!("solution/{path} (binary)"))),
+                }
+            }
+            if out.is_empty() {
+                out.push(Src::Text("No oracle solution (solution/solve.sh).".into()));
+            }
+        }
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,230 @@
+//! The Episodes view: every recorded episode with pass/fail and failure
+//! mode, filterable by failure mode.
+
+use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
+use ratatui::Frame;
+
+use super::detail::pass_cell;
+use super::tasks::stars;
+use crate::store::EpisodeRow;
+use crate::tui::keymap::Command;
+use crate::tui::theme::Theme;
+use crate::tui::widgets::empty::draw_empty;
+
+/// Label used for episodes without a failure mode in the filter.
+pub const NO_FAILURE: &str = "none";
+
+/// State of the Episodes view.
+#[derive(Debug, Default)]
+pub struct EpisodesView {
+    rows: Vec<EpisodeRow>,
+    pub loaded: bool,
+    visible: Vec<usize>,
+    selected: usize,
+    offset: usize,
+    /// Failure-mode filter (`none` = passed / no failure mode).
+    pub failure: Option<String>,
+    table_area: Rect,
+}
+
+impl EpisodesView {
+    /// Replace all rows.
+    pub fn set_rows(&mut self, rows: Vec<EpisodeRow>) {
+        self.rows = rows;
+        self.loaded = true;
+        self.refresh();
+    }
+
+    fn modes(&self) -> Vec<String> {
+        let mut m: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| r.failure_mode.clone().unwrap_or_else(|| NO_FAILURE.into()))
+            .collect();
+        m.sort();
+        m.dedup();
+        m
+    }
+
+    fn refresh(&mut self) {
+        let f = self.failure.as_deref();
+        self.visible = (0..self.rows.len())
+            .filter(|&i| {
+                f.is_none_or(|f| self.rows[i].failure_mode.as_deref().unwrap_or(NO_FAILURE) == f)
+            })
+            .collect();
+        self.selected = self.selected.min(self.visible.len().saturating_sub(1));
+    }
+
+    /// The selected episode.
+    pub fn selected_row(&self) -> Option<&EpisodeRow> {
+        self.visible.get(self.selected).map(|&i| &self.rows[i])
+    }
+
+    fn move_by(&mut self, d: isize) {
+        if !self.visible.is_empty() {
+            let max = self.visible.len() as isize - 1;
+            self.selected = (self.selected as isize + d).clamp(0, max) as usize;
+        }
+    }
+
+    /// Apply a command.
+    pub fn command(&mut self, cmd: Command) {
+        let page = self.table_area.height.saturating_sub(1).max(1) as isize;
+        match cmd {
+            Command::Up => self.move_by(-1),
+            Command::Down => self.move_by(1),
+            Command::PageUp => self.move_by(-page),
+            Command::PageDown => self.move_by(page),
+            Command::Top => self.move_by(isize::MIN / 2),
+            Command::Bottom => self.move_by(isize::MAX / 2),
+            Command::FilterFailure => {
+                let modes = self.modes();
+                self.failure = match &self.failure {
+                    None => modes.first().cloned(),
+                    Some(m) => modes
+                        .iter()
+                        .position(|x| x == m)
+                        .and_then(|i| modes.get(i + 1).cloned()),
+                };
+                self.refresh();
+            }
+            Command::ClearFilters | Command::Back => {
+                self.failure = None;
+                self.refresh();
+            }
+            _ => {}
+        }
+    }
+
+    /// Click selects, wheel scrolls.
+    pub fn mouse(&mut self, m: MouseEvent) {
+        let pos = Position::new(m.column, m.row);
+        if !self.table_area.contains(pos) {
+            return;
+        }
+        match m.kind {
+            MouseEventKind::ScrollDown => self.move_by(3),
+            MouseEventKind::ScrollUp => self.move_by(-3),
+            MouseEventKind::Down(MouseButton::Left) => {
+                if let Some(r) = m.row.checked_sub(self.table_area.y + 1) {
+                    let idx = self.offset + r as usize;
+                    if idx < self.visible.len() {
+                        self.selected = idx;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Draw the filter line and the table.
+    pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        if self.loaded && self.rows.is_empty() {
+            self.table_area = Rect::default();
+            draw_empty(
+                frame,
+                area,
+                theme,
+                "No episodes yet",
+                &[
+                    "Every episode an agent plays is recorded under runs/<run-id>/ and",
+                    "listed here with its result, reward, turns and failure mode (loop,",
+                    "turn exhaustion, premature done, malformed output, timeout).",
+                    "",
+                    "Record some with `endless eval --policy oracle` or `endless run TASK`.",
+                ],
+            );
+            return;
+        }
+        let [bar, table] =
+            Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
+        let passed = self
+            .visible
+            .iter()
+            .filter(|&&i| self.rows[i].passed)
+            .count();
+        let line = Line::from(vec![
+            Span::styled("failure mode ", theme.muted()),
+            Span::styled(
+                self.failure.clone().unwrap_or_else(|| "any".into()),
+                theme.accent(),
+            ),
+            Span::styled(
+                format!(
+                    "  {}/{} shown, {passed} passed",
+                    self.visible.len(),
+                    self.rows.len()
+                ),
+                theme.muted(),
+            ),
+        ]);
+        frame.render_widget(Paragraph::new(line), bar);
+        self.table_area = table;
+        let height = table.height.saturating_sub(1) as usize;
+        if self.selected < self.offset {
+            self.offset = self.selected;
+        } else if height > 0 && self.selected >= self.offset + height {
+            self.offset = self.selected + 1 - height;
+        }
+        self.offset = self
+            .offset
+            .min(self.visible.len().saturating_sub(height.max(1)));
+        let end = (self.offset + height).min(self.visible.len());
+        let rows: Vec<Row<'_>> = self.visible[self.offset..end]
+            .iter()
+            .map(|&i| {
+                let e = &self.rows[i];
+                Row::new(vec![
+                    Cell::from(e.run_id.as_str()),
+                    Cell::from(e.task_id.as_str()),
+                    Cell::from(e.sample.to_string()),
+                    pass_cell(e.passed, theme),
+                    Cell::from(format!("{:.2}", e.reward)),
+                    Cell::from(e.turns.to_string()),
+                    Cell::from(e.end_reason.as_str()),
+                    Cell::from(Span::styled(
+                        e.failure_mode.clone().unwrap_or_else(|| "-".into()),
+                        if e.failure_mode.is_some() {
+                            theme.warning()
+                        } else {
+                            theme.muted()
+                        },
+                    )),
+                    Cell::from(stars(e.rating)),
+                ])
+            })
+            .collect();
+        let t = Table::new(
+            rows,
+            [
+                Constraint::Fill(2),
+                Constraint::Fill(3),
+                Constraint::Length(3),
+                Constraint::Length(4),
+                Constraint::Length(6),
+                Constraint::Length(5),
+                Constraint::Fill(2),
+                Constraint::Fill(2),
+                Constraint::Length(6),
+            ],
+        )
+        .header(
+            Row::new(vec![
+                "Run", "Task", "#", "Res", "Reward", "Turns", "End", "Failure", "Rating",
+            ])
+            .style(theme.muted()),
+        )
+        .row_highlight_style(theme.selected())
+        .highlight_symbol("▶ ")
+        .highlight_spacing(HighlightSpacing::Always)
+        .style(Style::new().fg(theme.foreground));
+        let mut state = TableState::default()
+            .with_selected((!self.visible.is_empty()).then(|| self.selected - self.offset));
+        frame.render_stateful_widget(t, table, &mut state);
+    }
+}

@@ -1,0 +1,65 @@
+//! The help overlay: every command and its keys, generated from the keymap.
+
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use ratatui::Frame;
+
+use crate::tui::keymap::{Command, Keymap};
+use crate::tui::theme::Theme;
+
+/// Whether the overlay is open and how far it is scrolled.
+#[derive(Debug, Default)]
+pub struct HelpView {
+    pub visible: bool,
+    pub scroll: u16,
+}
+
+impl HelpView {
+    /// Draw the overlay centred over `area`.
+    pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme, keymap: &Keymap) {
+        let rows = keymap.help_rows();
+        let key_w = rows
+            .iter()
+            .map(|r| r.0.chars().count())
+            .max()
+            .unwrap_or(4)
+            .min(20);
+        let name_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(4);
+        let lines: Vec<Line<'static>> = rows
+            .into_iter()
+            .map(|(keys, name, desc)| {
+                Line::from(vec![
+                    Span::styled(format!("{keys:>key_w$}  "), theme.accent()),
+                    Span::styled(format!("{name:<name_w$}  "), theme.muted()),
+                    Span::styled(desc.to_string(), Style::new().fg(theme.foreground)),
+                ])
+            })
+            .collect();
+        let width = area.width.saturating_sub(4).min(100);
+        let height = area.height.saturating_sub(2).min(lines.len() as u16 + 2);
+        let popup = area.centered(Constraint::Length(width), Constraint::Length(height));
+        let max = (lines.len() as u16).saturating_sub(height.saturating_sub(2));
+        self.scroll = self.scroll.min(max);
+        frame.render_widget(Clear, popup);
+        let hint = format!(
+            " {}/{} scroll · any other key closes ",
+            keymap.hint(Command::Down),
+            keymap.hint(Command::Up)
+        );
+        let block = Block::default()
+            .borders(Borders::ALL)
+            .border_style(Style::new().fg(theme.accent))
+            .title(Span::styled(
+                " Keys ([tui.keys] in config.toml) ",
+                theme.accent(),
+            ))
+            .title_bottom(Line::from(Span::styled(hint, theme.muted())).right_aligned())
+            .style(theme.base());
+        frame.render_widget(
+            Paragraph::new(lines).block(block).scroll((self.scroll, 0)),
+            popup,
+        );
+    }
+}

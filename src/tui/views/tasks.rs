@@ -1,0 +1,551 @@
+//! The Tasks view: a sortable, filterable table over the workspace's tasks
+//! with a detail pane below it.
+
+use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
+use ratatui::Frame;
+
+use super::detail::DetailState;
+use crate::store::{TaskRow, TaskStatus};
+use crate::tui::keymap::Command;
+use crate::tui::theme::Theme;
+use crate::tui::widgets::empty::draw_empty;
+
+/// Sortable columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SortKey {
+    #[default]
+    Id,
+    Category,
+    Complexity,
+    Status,
+    PassAt1,
+    Rating,
+}
+
+impl SortKey {
+    const ALL: [SortKey; 6] = [
+        SortKey::Id,
+        SortKey::Category,
+        SortKey::Complexity,
+        SortKey::Status,
+        SortKey::PassAt1,
+        SortKey::Rating,
+    ];
+
+    /// Column label.
+    pub fn label(self) -> &'static str {
+        match self {
+            SortKey::Id => "id",
+            SortKey::Category => "category",
+            SortKey::Complexity => "complexity",
+            SortKey::Status => "status",
+            SortKey::PassAt1 => "pass@1",
+            SortKey::Rating => "rating",
+        }
+    }
+
+    fn next(self) -> SortKey {
+        let i = SortKey::ALL.iter().position(|k| *k == self).unwrap_or(0);
+        SortKey::ALL[(i + 1) % SortKey::ALL.len()]
+    }
+}
+
+/// Which rows are shown.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    pub status: Option<TaskStatus>,
+    pub category: Option<String>,
+    /// Case-insensitive substring of id, name or instruction.
+    pub search: String,
+}
+
+/// Where keys go inside the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Focus {
+    #[default]
+    Table,
+    Detail,
+}
+
+/// State of the Tasks view.
+#[derive(Debug, Default)]
+pub struct TasksView {
+    rows: Vec<TaskRow>,
+    /// Lowercased id + name + instruction, aligned with `rows`.
+    haystacks: Vec<String>,
+    /// Whether the first load has arrived.
+    pub loaded: bool,
+    /// Indices into `rows` that pass the filter, in sort order.
+    visible: Vec<usize>,
+    selected: usize,
+    offset: usize,
+    pub sort: SortKey,
+    pub reverse: bool,
+    pub filter: Filter,
+    pub focus: Focus,
+    pub detail: DetailState,
+    table_area: Rect,
+}
+
+fn pass1(r: &TaskRow) -> f64 {
+    r.pass_at_k.get("1").copied().unwrap_or(-1.0)
+}
+
+fn status_rank(s: TaskStatus) -> u8 {
+    match s {
+        TaskStatus::Candidate => 0,
+        TaskStatus::Accepted => 1,
+        TaskStatus::Rejected => 2,
+        TaskStatus::Archived => 3,
+    }
+}
+
+/// Style of a status cell.
+pub fn status_style(s: TaskStatus, theme: &Theme) -> Style {
+    match s {
+        TaskStatus::Candidate => theme.warning(),
+        TaskStatus::Accepted => theme.success(),
+        TaskStatus::Rejected => theme.failure(),
+        TaskStatus::Archived => theme.muted(),
+    }
+}
+
+/// `★★★··` for a 1-5 rating.
+pub fn stars(r: Option<u8>) -> String {
+    match r {
+        Some(n) => (1..=5).map(|i| if i <= n { '★' } else { '·' }).collect(),
+        None => "-".into(),
+    }
+}
+
+impl TasksView {
+    /// Replace all rows, keeping the selection on the same id when possible.
+    /// Returns the id now selected.
+    pub fn set_rows(&mut self, rows: Vec<TaskRow>) -> Option<String> {
+        let keep = self.selected_id();
+        self.haystacks = rows
+            .iter()
+            .map(|r| format!("{}\n{}\n{}", r.id, r.name, r.instruction).to_lowercase())
+            .collect();
+        self.rows = rows;
+        self.loaded = true;
+        self.refresh(keep)
+    }
+
+    /// Replace one row (after curation), re-applying filter and sort.
+    pub fn update_row(&mut self, row: TaskRow) {
+        let keep = self.selected_id();
+        if let Some(i) = self.rows.iter().position(|r| r.id == row.id) {
+            self.haystacks[i] =
+                format!("{}\n{}\n{}", row.id, row.name, row.instruction).to_lowercase();
+            self.rows[i] = row;
+        }
+        self.refresh(keep);
+    }
+
+    /// Total rows, and rows passing the filter.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.rows.len(), self.visible.len())
+    }
+
+    /// The selected row.
+    pub fn selected_row(&self) -> Option<&TaskRow> {
+        self.visible.get(self.selected).map(|&i| &self.rows[i])
+    }
+
+    /// The selected task id.
+    pub fn selected_id(&self) -> Option<String> {
+        self.selected_row().map(|r| r.id.clone())
+    }
+
+    /// Show and select task `id`, clearing filters that hide it. Returns
+    /// the id now selected.
+    pub fn select_id(&mut self, id: &str) -> Option<String> {
+        if !self.rows.iter().any(|r| r.id == id) {
+            return self.selected_id();
+        }
+        if !self.visible.iter().any(|&i| self.rows[i].id == id) {
+            self.filter = Filter::default();
+        }
+        self.refresh(Some(id.to_string()))
+    }
+
+    /// Set the search text. Returns the id now selected.
+    pub fn set_search(&mut self, search: String) -> Option<String> {
+        let keep = self.selected_id();
+        self.filter.search = search;
+        self.refresh(keep)
+    }
+
+    /// Recompute `visible`; keep `keep` selected if it is still shown.
+    fn refresh(&mut self, keep: Option<String>) -> Option<String> {
+        let needle = self.filter.search.to_lowercase();
+        let f = &self.filter;
+        let mut visible: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| {
+                let r = &self.rows[i];
+                f.status.is_none_or(|s| r.status == s)
+                    && f.category.as_ref().is_none_or(|c| &r.category == c)
+                    && (needle.is_empty() || self.haystacks[i].contains(&needle))
+            })
+            .collect();
+        let rows = &self.rows;
+        visible.sort_by(|&a, &b| {
+            let (x, y) = (&rows[a], &rows[b]);
+            let ord = match self.sort {
+                SortKey::Id => std::cmp::Ordering::Equal,
+                SortKey::Category => x.category.cmp(&y.category),
+                SortKey::Complexity => x.complexity.cmp(&y.complexity),
+                SortKey::Status => status_rank(x.status).cmp(&status_rank(y.status)),
+                SortKey::PassAt1 => pass1(x).total_cmp(&pass1(y)),
+                SortKey::Rating => x.rating.cmp(&y.rating),
+            };
+            ord.then_with(|| x.id.cmp(&y.id))
+        });
+        if self.reverse {
+            visible.reverse();
+        }
+        self.visible = visible;
+        self.selected = keep
+            .and_then(|id| self.visible.iter().position(|&i| self.rows[i].id == id))
+            .unwrap_or(0);
+        self.selected_id()
+    }
+
+    fn categories(&self) -> Vec<String> {
+        let mut c: Vec<String> = self.rows.iter().map(|r| r.category.clone()).collect();
+        c.sort();
+        c.dedup();
+        c
+    }
+
+    fn move_by(&mut self, delta: isize) -> Option<String> {
+        if self.visible.is_empty() {
+            return None;
+        }
+        let max = self.visible.len() as isize - 1;
+        self.selected = (self.selected as isize + delta).clamp(0, max) as usize;
+        self.selected_id()
+    }
+
+    fn page(&self) -> isize {
+        (self.table_area.height.saturating_sub(1)).max(1) as isize
+    }
+
+    /// Apply a view-level command. Returns the id to load if the selection
+    /// may have changed.
+    pub fn command(&mut self, cmd: Command) -> Option<String> {
+        if self.focus == Focus::Detail {
+            match cmd {
+                Command::Up => {
+                    self.detail.scroll_by(-1);
+                    return None;
+                }
+                Command::Down => {
+                    self.detail.scroll_by(1);
+                    return None;
+                }
+                Command::PageUp => {
+                    self.detail.scroll_by(-10);
+                    return None;
+                }
+                Command::PageDown => {
+                    self.detail.scroll_by(10);
+                    return None;
+                }
+                Command::Top => {
+                    self.detail.scroll_to(0);
+                    return None;
+                }
+                Command::Back | Command::Select => {
+                    self.focus = Focus::Table;
+                    return None;
+                }
+                _ => {}
+            }
+        }
+        let keep = self.selected_id();
+        match cmd {
+            Command::Up => self.move_by(-1),
+            Command::Down => self.move_by(1),
+            Command::PageUp => self.move_by(-self.page()),
+            Command::PageDown => self.move_by(self.page()),
+            Command::Top => self.move_by(isize::MIN / 2),
+            Command::Bottom => self.move_by(isize::MAX / 2),
+            Command::Select => {
+                if self.selected_row().is_some() {
+                    self.focus = Focus::Detail;
+                }
+                None
+            }
+            Command::Back => {
+                if self.filter.search.is_empty() {
+                    None
+                } else {
+                    self.set_search(String::new())
+                }
+            }
+            Command::NextTab => {
+                self.detail.next_tab(1);
+                None
+            }
+            Command::PrevTab => {
+                self.detail.next_tab(-1);
+                None
+            }
+            Command::SortNext => {
+                self.sort = self.sort.next();
+                self.refresh(keep)
+            }
+            Command::SortReverse => {
+                self.reverse = !self.reverse;
+                self.refresh(keep)
+            }
+            Command::FilterStatus => {
+                self.filter.status = match self.filter.status {
+                    None => Some(TaskStatus::Candidate),
+                    Some(TaskStatus::Candidate) => Some(TaskStatus::Accepted),
+                    Some(TaskStatus::Accepted) => Some(TaskStatus::Rejected),
+                    Some(TaskStatus::Rejected) => Some(TaskStatus::Archived),
+                    Some(TaskStatus::Archived) => None,
+                };
+                self.refresh(keep)
+            }
+            Command::FilterCategory => {
+                let cats = self.categories();
+                self.filter.category = match &self.filter.category {
+                    None => cats.first().cloned(),
+                    Some(c) => cats
+                        .iter()
+                        .position(|x| x == c)
+                        .and_then(|i| cats.get(i + 1).cloned()),
+                };
+                self.refresh(keep)
+            }
+            Command::ClearFilters => {
+                self.filter = Filter::default();
+                self.refresh(keep)
+            }
+            _ => None,
+        }
+    }
+
+    /// Handle a mouse event. Returns the id to load if the selection changed.
+    pub fn mouse(&mut self, m: MouseEvent) -> Option<String> {
+        let pos = Position::new(m.column, m.row);
+        if self.detail.area().contains(pos) {
+            match m.kind {
+                MouseEventKind::ScrollDown => {
+                    self.detail.scroll_by(3);
+                }
+                MouseEventKind::ScrollUp => {
+                    self.detail.scroll_by(-3);
+                }
+                MouseEventKind::Down(MouseButton::Left) => {
+                    self.focus = Focus::Detail;
+                    self.detail.click(pos);
+                }
+                _ => {}
+            }
+            return None;
+        }
+        if !self.table_area.contains(pos) {
+            return None;
+        }
+        match m.kind {
+            MouseEventKind::ScrollDown => self.move_by(3),
+            MouseEventKind::ScrollUp => self.move_by(-3),
+            MouseEventKind::Down(MouseButton::Left) => {
+                self.focus = Focus::Table;
+                let row = m.row.checked_sub(self.table_area.y + 1)? as usize;
+                let idx = self.offset + row;
+                if idx < self.visible.len() {
+                    self.selected = idx;
+                }
+                self.selected_id()
+            }
+            _ => None,
+        }
+    }
+
+    /// Draw the filter line, the table and the detail pane.
+    pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        if self.loaded && self.rows.is_empty() {
+            self.table_area = Rect::default();
+            draw_empty(
+                frame,
+                area,
+                theme,
+                "No tasks in this workspace yet",
+                &[
+                    "Tasks appear here once they are generated or imported:",
+                    "",
+                    "  endless generate --offline --count 20     offline task families, no LLM",
+                    "  endless generate --count N --llm URL --model M",
+                    "  endless tasks import PATH                 native, reference, Harbor, TB1",
+                    "",
+                    "Then press ctrl-r here to reload.",
+                ],
+            );
+            return;
+        }
+        let [bar, table, detail] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Percentage(40),
+            Constraint::Fill(1),
+        ])
+        .areas(area);
+        self.draw_filter_bar(frame, bar, theme);
+        self.draw_table(frame, table, theme);
+        let row = self.selected_row().cloned();
+        self.detail.draw(
+            frame,
+            detail,
+            theme,
+            row.as_ref(),
+            self.focus == Focus::Detail,
+        );
+    }
+
+    fn draw_filter_bar(&self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        let f = &self.filter;
+        let val = |s: Option<&str>| s.unwrap_or("any").to_string();
+        let mut spans = vec![
+            Span::styled("status ", theme.muted()),
+            Span::styled(val(f.status.map(|s| s.as_str())), theme.accent()),
+            Span::styled("  category ", theme.muted()),
+            Span::styled(val(f.category.as_deref()), theme.accent()),
+        ];
+        if !f.search.is_empty() {
+            spans.push(Span::styled("  search ", theme.muted()));
+            spans.push(Span::styled(format!("{:?}", f.search), theme.accent()));
+        }
+        spans.push(Span::styled("  sort ", theme.muted()));
+        spans.push(Span::styled(
+            format!(
+                "{}{}",
+                self.sort.label(),
+                if self.reverse { "↓" } else { "↑" }
+            ),
+            theme.accent(),
+        ));
+        let (total, shown) = self.counts();
+        let count = format!("{shown}/{total} ");
+        let [left, right] =
+            Layout::horizontal([Constraint::Fill(1), Constraint::Length(count.len() as u16)])
+                .areas(area);
+        frame.render_widget(Paragraph::new(Line::from(spans)), left);
+        frame.render_widget(
+            Paragraph::new(Span::styled(count, theme.muted())).right_aligned(),
+            right,
+        );
+    }
+
+    fn draw_table(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        self.table_area = area;
+        if !self.loaded {
+            frame.render_widget(
+                Paragraph::new(Span::styled(" loading tasks…", theme.muted())),
+                area,
+            );
+            return;
+        }
+        if self.visible.is_empty() {
+            frame.render_widget(
+                Paragraph::new(vec![
+                    Line::from(Span::styled(" No tasks match the filter.", theme.warning())),
+                    Line::from(Span::styled(
+                        " Clear the filters (x) or the search (esc).",
+                        theme.muted(),
+                    )),
+                ]),
+                area,
+            );
+            return;
+        }
+        let height = area.height.saturating_sub(1) as usize;
+        // Only the visible window becomes widgets: 10,000 rows stay cheap.
+        if self.selected < self.offset {
+            self.offset = self.selected;
+        } else if height > 0 && self.selected >= self.offset + height {
+            self.offset = self.selected + 1 - height;
+        }
+        self.offset = self
+            .offset
+            .min(self.visible.len().saturating_sub(height.max(1)));
+        let wide = area.width >= 100;
+        let window = &self.visible[self.offset..(self.offset + height).min(self.visible.len())];
+        let rows: Vec<Row<'_>> = window
+            .iter()
+            .map(|&i| {
+                let r = &self.rows[i];
+                let mut cells = vec![Cell::from(r.id.as_str())];
+                if wide {
+                    cells.push(Cell::from(r.name.as_str()));
+                }
+                cells.extend([
+                    Cell::from(r.category.as_str()),
+                    Cell::from(r.complexity.map(|c| c.to_string()).unwrap_or_default()),
+                    Cell::from(Span::styled(
+                        r.status.as_str(),
+                        status_style(r.status, theme),
+                    )),
+                    Cell::from(
+                        r.pass_at_k
+                            .get("1")
+                            .map(|p| format!("{p:.2}"))
+                            .unwrap_or_else(|| "-".into()),
+                    ),
+                    Cell::from(stars(r.rating)),
+                ]);
+                Row::new(cells)
+            })
+            .collect();
+        let sort_mark = |k: SortKey, label: &'static str| -> Cell<'static> {
+            if self.sort == k {
+                Cell::from(Span::styled(
+                    format!("{label}{}", if self.reverse { "↓" } else { "↑" }),
+                    theme.accent(),
+                ))
+            } else {
+                Cell::from(label)
+            }
+        };
+        let mut header = vec![sort_mark(SortKey::Id, "ID")];
+        let mut widths = vec![Constraint::Fill(2)];
+        if wide {
+            header.push(Cell::from("Name"));
+            widths.push(Constraint::Fill(3));
+        }
+        header.extend([
+            sort_mark(SortKey::Category, "Category"),
+            sort_mark(SortKey::Complexity, "Cx"),
+            sort_mark(SortKey::Status, "Status"),
+            sort_mark(SortKey::PassAt1, "pass@1"),
+            sort_mark(SortKey::Rating, "Rating"),
+        ]);
+        widths.extend([
+            Constraint::Length(15),
+            Constraint::Length(3),
+            Constraint::Length(9),
+            Constraint::Length(7),
+            Constraint::Length(6),
+        ]);
+        let table = Table::new(rows, widths)
+            .header(Row::new(header).style(theme.muted()))
+            .row_highlight_style(if self.focus == Focus::Table {
+                theme.selected()
+            } else {
+                Style::new().bg(theme.selection)
+            })
+            .highlight_symbol("▶ ")
+            .highlight_spacing(HighlightSpacing::Always)
+            .style(Style::new().fg(theme.foreground));
+        let mut state = TableState::default().with_selected(Some(self.selected - self.offset));
+        frame.render_stateful_widget(table, area, &mut state);
+    }
+}

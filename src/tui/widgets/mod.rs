@@ -1,0 +1,5 @@
+//! Small reusable widgets.
+
+pub mod empty;
+pub mod highlight;
+pub mod input;

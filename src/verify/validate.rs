@@ -1,0 +1,183 @@
+//! Task validation: the environment builds, the initial tests pass, the
+//! final tests fail on the untouched initial state, and the oracle solution
+//! (if any) makes the final tests pass.
+
+use std::time::{Duration, Instant};
+
+use super::{verify, TestReport, TestSet};
+use crate::sandbox::{Backend, SandboxError, Session, SessionOptions};
+use crate::task::{write_tree, Task};
+
+/// What validation found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Validation {
+    pub task_id: String,
+    /// The image built (its hash), if it did.
+    pub image: Option<String>,
+    pub initial_passes: bool,
+    pub final_fails_initially: bool,
+    /// `None` when the task has no oracle solution.
+    pub oracle_passes: Option<bool>,
+    /// Human-readable problems; empty when the task is valid.
+    pub problems: Vec<String>,
+    pub initial: Option<TestReport>,
+    pub final_on_initial: Option<TestReport>,
+    pub oracle: Option<TestReport>,
+    pub duration: Duration,
+}
+
+impl Validation {
+    /// Whether the task passed every check.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+fn failing(report: &TestReport) -> String {
+    let names: Vec<&str> = report
+        .tests
+        .iter()
+        .filter(|t| !t.passed)
+        .map(|t| t.name.as_str())
+        .collect();
+    if names.is_empty() {
+        let tail: String = report
+            .output
+            .chars()
+            .rev()
+            .take(600)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("no test results; output ends with:\n{tail}")
+    } else {
+        format!("failing: {}", names.join(", "))
+    }
+}
+
+/// Validate `task` on `backend`. Build and test failures are reported in the
+/// result; only infrastructure failures are errors.
+pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, SandboxError> {
+    let start = Instant::now();
+    let mut v = Validation {
+        task_id: task.id().to_string(),
+        image: None,
+        initial_passes: false,
+        final_fails_initially: false,
+        oracle_passes: None,
+        problems: Vec::new(),
+        initial: None,
+        final_on_initial: None,
+        oracle: None,
+        duration: Duration::ZERO,
+    };
+    let image = match backend.prepare(task) {
+        Ok(image) => image,
+        Err(
+            e @ (SandboxError::SetupStep { .. }
+            | SandboxError::Definition(_)
+            | SandboxError::NetworkNotAllowed { .. }),
+        ) => {
+            v.problems
+                .push(format!("the environment did not build: {e}"));
+            v.duration = start.elapsed();
+            return Ok(v);
+        }
+        Err(e) => return Err(e),
+    };
+    v.image = Some(image.hash.clone());
+    let wall = Duration::from_secs_f64(
+        task.meta.agent.timeout_sec.clamp(1.0, 86_400.0)
+            + task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0) * 2.0
+            + 60.0,
+    );
+    let opts = SessionOptions {
+        wall_clock: wall,
+        ..SessionOptions::default()
+    };
+    let mut session = backend.start(&image, &opts)?;
+    match verify(&mut session, task, TestSet::Initial) {
+        Ok(r) => {
+            v.initial_passes = r.passed;
+            if !r.passed {
+                v.problems.push(format!(
+                    "initial tests fail on the initial state ({})",
+                    failing(&r)
+                ));
+            }
+            v.initial = Some(r);
+        }
+        Err(e) => v.problems.push(format!("initial tests could not run: {e}")),
+    }
+    match verify(&mut session, task, TestSet::Final) {
+        Ok(r) => {
+            v.final_fails_initially = !r.passed;
+            if r.passed {
+                v.problems
+                    .push("final tests already pass on the initial state".into());
+            }
+            v.final_on_initial = Some(r);
+        }
+        Err(e) => v.problems.push(format!("final tests could not run: {e}")),
+    }
+    session.close();
+    if task.solve_script().is_some() {
+        let mut session = backend.start(&image, &opts)?;
+        match run_oracle(&mut session, task)
+            .and_then(|_| verify(&mut session, task, TestSet::Final))
+        {
+            Ok(r) => {
+                v.oracle_passes = Some(r.passed);
+                if !r.passed {
+                    v.problems.push(format!(
+                        "the oracle solution does not pass the final tests ({})",
+                        failing(&r)
+                    ));
+                }
+                v.oracle = Some(r);
+            }
+            Err(e) => {
+                v.oracle_passes = Some(false);
+                v.problems
+                    .push(format!("the oracle solution could not run: {e}"));
+            }
+        }
+        session.close();
+    }
+    v.duration = start.elapsed();
+    Ok(v)
+}
+
+/// Copy `solution/` into the sandbox and run `solve.sh` in the agent's shell.
+fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
+    let (host, inside) = session
+        .exchange_dir()
+        .ok_or_else(|| SandboxError::Verify("this session has no exchange directory".into()))?;
+    let host_sol = host.join("solution");
+    write_tree(&host_sol, &task.solution)?;
+    let user = session.info().user.clone();
+    let copy = format!(
+        "rm -rf /tmp/endless-solution && cp -a {inside}/solution /tmp/endless-solution && chown -R {user}: /tmp/endless-solution"
+    );
+    let out = session.run_as_root(
+        &["/bin/sh".into(), "-c".into(), copy],
+        Duration::from_secs(60),
+    )?;
+    let _ = std::fs::remove_dir_all(&host_sol);
+    if out.code != Some(0) {
+        return Err(SandboxError::Verify(format!(
+            "copying the solution failed: {}",
+            out.output
+        )));
+    }
+    let timeout = Duration::from_secs_f64(task.meta.agent.timeout_sec.clamp(1.0, 86_400.0));
+    let r = session.exec("bash /tmp/endless-solution/solve.sh", timeout)?;
+    if r.timed_out {
+        return Err(SandboxError::Verify(format!(
+            "solve.sh timed out after {timeout:?}"
+        )));
+    }
+    let _ = session.exec("rm -rf /tmp/endless-solution", Duration::from_secs(30));
+    Ok(())
+}

@@ -1,0 +1,562 @@
+//! Integration tests of the local sandbox backend: exec protocol, isolation,
+//! limits, cleanup. They skip (with the reason) where the local backend
+//! cannot run, e.g. without bubblewrap or root.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use endless::sandbox::local::LocalBackend;
+use endless::sandbox::{Backend, Image, SandboxError, Session, SessionOptions, MAX_OUTPUT_CHARS};
+use endless::task::{FileTree, Task, TaskMeta};
+
+const T: Duration = Duration::from_secs(10);
+
+fn cache() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("endless-sbx-")
+            .tempdir_in("/var/tmp")
+            .unwrap()
+    })
+    .path()
+}
+
+fn backend() -> Option<LocalBackend> {
+    match LocalBackend::new(cache()) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("SKIP: local backend unavailable here: {e}");
+            None
+        }
+    }
+}
+
+fn task(id: &str, setup: &str) -> Task {
+    let mut t = Task {
+        meta: TaskMeta::default(),
+        instruction: "do it".into(),
+        truth: "secret truth".into(),
+        environment: FileTree::default(),
+        tests: FileTree::default(),
+        solution: FileTree::default(),
+    };
+    t.meta.task.id = id.into();
+    t.environment.insert_text("setup.sh", setup);
+    t
+}
+
+fn basic_image(b: &LocalBackend) -> Image {
+    b.prepare(&task(
+        "basic",
+        "mkdir -p /home/user/data\necho hello > /home/user/data/greeting.txt\necho sys > /etc/endless-test\n",
+    ))
+    .unwrap()
+}
+
+fn start(b: &LocalBackend) -> Session {
+    let image = basic_image(b);
+    b.start(&image, &SessionOptions::default()).unwrap()
+}
+
+#[test]
+fn exec_basics_and_state_persist() {
+    let Some(b) = backend() else { return };
+    let mut s = start(&b);
+    let r = s.exec("echo hi; cat ~/data/greeting.txt", T).unwrap();
+    assert_eq!(r.output.trim_end(), "hi\nhello");
+    assert_eq!(r.exit_code, Some(0));
+    assert!(!r.timed_out && !r.truncated);
+    assert_eq!(s.exec("false", T).unwrap().exit_code, Some(1));
+    assert_eq!(
+        s.exec("exit_code_of() { return $1; }; exit_code_of 7", T)
+            .unwrap()
+            .exit_code,
+        Some(7)
+    );
+    s.exec("cd /tmp && export FOO=bar", T).unwrap();
+    assert_eq!(
+        s.exec("pwd; echo $FOO", T).unwrap().output.trim_end(),
+        "/tmp\nbar"
+    );
+    let who = s
+        .exec("id -un; id -u; echo $HOME; cat /etc/endless-test", T)
+        .unwrap();
+    assert_eq!(who.output.trim_end(), "user\n1000\n/home/user\nsys");
+    s.close();
+}
+
+#[test]
+fn exec_heredoc_multiline_stdin_binary_and_fake_markers() {
+    let Some(b) = backend() else { return };
+    let mut s = start(&b);
+    let r = s
+        .exec(
+            "cat > /tmp/h.txt <<'EOF'\nline 1\n$HOME stays\nEOF\ncat /tmp/h.txt",
+            T,
+        )
+        .unwrap();
+    assert_eq!(r.output.trim_end(), "line 1\n$HOME stays");
+    let r = s.exec("for i in 1 2 3; do\n  echo n$i\ndone", T).unwrap();
+    assert_eq!(r.output.trim_end(), "n1\nn2\nn3");
+    // Reads stdin: must not hang.
+    let t0 = Instant::now();
+    let r = s.exec("cat; read x; echo got:$x", T).unwrap();
+    assert_eq!(r.output.trim_end(), "got:");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    // Marker-like text in the output.
+    let r = s
+        .exec(
+            "echo '__ENDLESS_deadbeef_1_0__'; printf '\\n__ENDLESS_x_2_5__\\n'; echo after",
+            T,
+        )
+        .unwrap();
+    assert!(r.output.contains("__ENDLESS_deadbeef_1_0__"));
+    assert!(r.output.trim_end().ends_with("after"));
+    assert_eq!(r.exit_code, Some(0));
+    // Binary output and unbalanced quotes.
+    let r = s
+        .exec("head -c 3000 /dev/urandom; echo; echo done", T)
+        .unwrap();
+    assert!(r.output.trim_end().ends_with("done"));
+    let r = s.exec("echo 'unterminated", T).unwrap();
+    assert_ne!(r.exit_code, Some(0));
+    assert_eq!(
+        s.exec("echo still-fine", T).unwrap().output.trim_end(),
+        "still-fine"
+    );
+    s.close();
+}
+
+#[test]
+fn output_is_capped() {
+    let Some(b) = backend() else { return };
+    let mut s = start(&b);
+    let r = s.exec("yes abcdefghij | head -c 300000", T).unwrap();
+    assert!(r.truncated);
+    assert!(r.output.contains("[output truncated"));
+    assert!(r.output.chars().count() < MAX_OUTPUT_CHARS + 200);
+    assert_eq!(r.exit_code, Some(0));
+    s.close();
+}
+
+#[test]
+fn timeout_interrupts_then_kills_and_session_survives() {
+    let Some(b) = backend() else { return };
+    let mut s = start(&b);
+    let r = s
+        .exec("echo before; sleep 100", Duration::from_millis(500))
+        .unwrap();
+    assert!(r.timed_out);
+    assert_eq!(r.exit_code, None);
+    assert!(r.output.starts_with("before"));
+    assert_eq!(s.exec("echo alive", T).unwrap().output.trim_end(), "alive");
+    // A program that ignores SIGINT is killed.
+    let r = s
+        .exec(
+            "bash -c \"trap '' INT; sleep 100\"",
+            Duration::from_millis(300),
+        )
+        .unwrap();
+    assert!(r.timed_out);
+    assert_eq!(
+        s.exec("echo alive2", T).unwrap().output.trim_end(),
+        "alive2"
+    );
+    s.close();
+}
+
+#[test]
+fn wall_clock_ends_the_session() {
+    let Some(b) = backend() else { return };
+    let image = basic_image(&b);
+    let opts = SessionOptions {
+        wall_clock: Duration::from_secs(2),
+        ..SessionOptions::default()
+    };
+    let mut s = b.start(&image, &opts).unwrap();
+    let err = s.exec("sleep 30", Duration::from_secs(20)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SandboxError::WallClock(_) | SandboxError::SessionEnded { .. }
+        ),
+        "{err}"
+    );
+    assert!(s.exec("true", T).is_err());
+}
+
+fn visible(s: &mut Session, path: &str) -> bool {
+    let r = s
+        .exec(
+            &format!("test -e '{path}' && echo VISIBLE || echo hidden"),
+            T,
+        )
+        .unwrap();
+    r.output.trim() == "VISIBLE"
+}
+
+#[test]
+fn isolation_no_host_paths_outside_system_dirs() {
+    let Some(b) = backend() else { return };
+    let probe = tempfile::Builder::new()
+        .prefix("endless-probe-")
+        .tempfile_in("/tmp")
+        .unwrap();
+    let mut s = start(&b);
+    let repo = env!("CARGO_MANIFEST_DIR");
+    for p in [
+        probe.path().to_str().unwrap(),
+        repo,
+        "/work",
+        "/root/.cargo",
+        cache().to_str().unwrap(),
+        "/opt/skills",
+        "/sys/fs/cgroup",
+    ] {
+        if Path::new(p).exists() {
+            assert!(
+                !visible(&mut s, p),
+                "host path {p} is visible in the sandbox"
+            );
+        }
+    }
+    assert_eq!(s.exec("ls /home", T).unwrap().output.trim_end(), "user");
+    assert!(visible(&mut s, "/usr/bin/python3"));
+    // Privileged info is not reachable either.
+    assert_ne!(s.exec("cat /etc/shadow", T).unwrap().exit_code, Some(0));
+    s.close();
+}
+
+#[test]
+fn isolation_writes_never_reach_the_host_and_episodes_are_fresh() {
+    let Some(b) = backend() else { return };
+    let mut s = start(&b);
+    assert_ne!(
+        s.exec("touch /usr/bin/endless-probe", T).unwrap().exit_code,
+        Some(0)
+    );
+    s.exec(
+        "echo changed > ~/data/greeting.txt; echo new > ~/new.txt; rm -f /tmp/*",
+        T,
+    )
+    .unwrap();
+    s.close();
+    assert!(
+        !Path::new("/etc/endless-test").exists(),
+        "setup wrote into the host's /etc"
+    );
+    let mut s = start(&b);
+    assert_eq!(
+        s.exec("cat ~/data/greeting.txt", T)
+            .unwrap()
+            .output
+            .trim_end(),
+        "hello"
+    );
+    assert!(!visible(&mut s, "/home/user/new.txt"));
+    s.close();
+    // Even root (Harbor-style tasks) writes only into the episode layer.
+    let mut t = task("rooted", "mkdir -p /app && echo app > /app/a\n");
+    t.meta.agent.user = "root".into();
+    t.meta.environment.workdir = "/app".into();
+    let image = b.prepare(&t).unwrap();
+    let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+    assert_eq!(
+        s.exec("id -u; pwd; cat a", T).unwrap().output.trim_end(),
+        "0\n/app\napp"
+    );
+    let r = s.exec("echo x > /usr/bin/endless-root-probe && echo y > /etc/endless-root-probe && echo wrote", T).unwrap();
+    assert_eq!(r.output.trim_end(), "wrote");
+    s.close();
+    assert!(!Path::new("/usr/bin/endless-root-probe").exists());
+    assert!(!Path::new("/etc/endless-root-probe").exists());
+}
+
+#[test]
+fn isolation_no_network_by_default() {
+    let Some(b) = backend() else { return };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut s = start(&b);
+    let r = s
+        .exec(
+            &format!("echo leak > /dev/tcp/127.0.0.1/{port} && echo CONNECTED"),
+            T,
+        )
+        .unwrap();
+    assert!(!r.output.contains("CONNECTED"), "{}", r.output);
+    let ifaces = s
+        .exec(
+            "ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1",
+            T,
+        )
+        .unwrap();
+    assert!(!ifaces.output.contains("eth"), "{}", ifaces.output);
+    s.close();
+    assert!(
+        listener.accept().is_err(),
+        "the host listener received a connection"
+    );
+}
+
+#[test]
+fn isolation_own_pid_namespace() {
+    let Some(b) = backend() else { return };
+    let mut host_child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let hp = host_child.id();
+    let mut s = start(&b);
+    let r = s
+        .exec(
+            &format!("kill -9 {hp}; kill -9 1; ls /proc | grep -c '^[0-9]'"),
+            T,
+        )
+        .unwrap();
+    let count: u32 = r
+        .output
+        .lines()
+        .last()
+        .unwrap_or("999")
+        .trim()
+        .parse()
+        .unwrap_or(999);
+    assert!(count < 10, "sandbox sees {count} processes");
+    assert!(!visible(&mut s, &format!("/proc/{}", std::process::id())));
+    assert!(
+        host_child.try_wait().unwrap().is_none(),
+        "a host process was killed from inside"
+    );
+    assert_eq!(s.exec("echo ok", T).unwrap().output.trim_end(), "ok");
+    s.close();
+    host_child.kill().unwrap();
+    let _ = host_child.wait();
+}
+
+fn host_processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+fn leaves_no_process(b: &LocalBackend, tag: &str) {
+    let mut s = start(b);
+    s.exec(
+        &format!("sleep {tag}1 & nohup sleep {tag}2 >/dev/null 2>&1 & setsid sleep {tag}3 & disown -a; echo started"),
+        T,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    while host_processes_with(&format!("sleep {tag}")).len() < 3
+        && t0.elapsed() < Duration::from_secs(3)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(host_processes_with(&format!("sleep {tag}")).len(), 3);
+    s.close();
+    let left = host_processes_with(&format!("sleep {tag}"));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn closing_leaves_no_process_behind() {
+    let Some(b) = backend() else { return };
+    leaves_no_process(&b, "4242.");
+    leaves_no_process(&b.without_cgroups(), "4343.");
+}
+
+#[test]
+fn limits_fork_bomb_is_contained() {
+    let Some(b) = backend() else { return };
+    let b = b.with_limits(endless::sandbox::local::Limits {
+        pids: 64,
+        ..Default::default()
+    });
+    let mut s = start(&b);
+    let r = s.exec(
+        "bomb() { bomb | bomb & }; bomb; sleep 5",
+        Duration::from_secs(2),
+    );
+    match r {
+        Ok(r) => {
+            // Recovered: the shell answers again.
+            let _ = r;
+            let again = s.exec("echo recovered", T);
+            if let Ok(a) = again {
+                assert_eq!(a.output.trim_end(), "recovered");
+            }
+        }
+        Err(e) => assert!(
+            matches!(
+                e,
+                SandboxError::Unresponsive | SandboxError::SessionEnded { .. }
+            ),
+            "{e}"
+        ),
+    }
+    s.close();
+    assert!(host_processes_with("bomb").is_empty());
+}
+
+#[test]
+fn limits_memory() {
+    let Some(b) = backend() else { return };
+    let b = b.with_limits(endless::sandbox::local::Limits {
+        memory_bytes: 256 << 20,
+        ..Default::default()
+    });
+    let mut s = start(&b);
+    let r = s
+        .exec("/usr/bin/python3 -c 'x = bytearray(1 << 30); x[::4096] = b\"a\" * len(x[::4096]); print(\"ALLOCATED\")'", T)
+        .unwrap();
+    assert!(!r.output.contains("ALLOCATED"), "{}", r.output);
+    assert_ne!(r.exit_code, Some(0));
+    assert_eq!(s.exec("echo alive", T).unwrap().output.trim_end(), "alive");
+    s.close();
+}
+
+#[test]
+fn live_stream_recording_input_and_resize() {
+    let Some(b) = backend() else { return };
+    let image = basic_image(&b);
+    let dir = tempfile::tempdir().unwrap();
+    let cast = dir.path().join("ep.cast");
+    let opts = SessionOptions {
+        record: Some(cast.clone()),
+        ..SessionOptions::default()
+    };
+    let mut s = b.start(&image, &opts).unwrap();
+    let mut rx1 = s.subscribe();
+    let mut rx2 = s.subscribe();
+    s.exec("echo live-xyz", T).unwrap();
+    for rx in [&mut rx1, &mut rx2] {
+        let mut seen = Vec::new();
+        while let Ok(chunk) = rx.try_recv() {
+            seen.extend_from_slice(&chunk);
+        }
+        assert!(String::from_utf8_lossy(&seen).contains("live-xyz"));
+    }
+    s.resize(100, 40).unwrap();
+    assert_eq!(
+        s.exec("stty size </dev/tty", T).unwrap().output.trim_end(),
+        "40 100"
+    );
+    s.write_input(b"echo typed-by-human > /tmp/typed\n")
+        .unwrap();
+    assert_eq!(
+        s.exec("cat /tmp/typed", T).unwrap().output.trim_end(),
+        "typed-by-human"
+    );
+    s.close();
+    let text = std::fs::read_to_string(&cast).unwrap();
+    let mut lines = text.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["version"], 2);
+    assert!(text.contains("live-xyz"));
+    assert!(lines.all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+}
+
+#[test]
+fn shell_death_is_reported_and_nothing_hangs() {
+    let Some(b) = backend() else { return };
+    let mut s = start(&b);
+    let t0 = Instant::now();
+    let err = s.exec("echo bye; kill -9 $$", T).unwrap_err();
+    assert!(matches!(err, SandboxError::SessionEnded { .. }), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(s.exec("true", T).is_err());
+    let mut s = start(&b);
+    assert!(matches!(
+        s.exec("exit 3", T),
+        Err(SandboxError::SessionEnded { .. })
+    ));
+}
+
+#[test]
+fn bad_setup_steps_are_named_with_their_output() {
+    let Some(b) = backend() else { return };
+    let mut t = task("bad-docker", "");
+    t.environment = FileTree::default();
+    t.environment.insert_text(
+        "Dockerfile",
+        "FROM ubuntu:24.04\nRUN echo fine\nRUN echo boom-output && false\nRUN echo never\n",
+    );
+    match b.prepare(&t).unwrap_err() {
+        SandboxError::SetupStep {
+            index,
+            step,
+            output,
+            ..
+        } => {
+            assert_eq!(index, 2);
+            assert!(step.contains("RUN echo boom-output"), "{step}");
+            assert!(
+                output.contains("boom-output") && !output.contains("never"),
+                "{output}"
+            );
+        }
+        e => panic!("unexpected {e}"),
+    }
+    let err = b
+        .prepare(&task("bad-setup", "echo partial\nexit 3\n"))
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("environment/setup.sh") && msg.contains("partial") && msg.contains("3"),
+        "{msg}"
+    );
+    let mut t = task("bad-instr", "");
+    t.environment = FileTree::default();
+    t.environment
+        .insert_text("Dockerfile", "FROM x\nONBUILD RUN true\n");
+    let msg = b.prepare(&t).unwrap_err().to_string();
+    assert!(msg.contains("line 2") && msg.contains("ONBUILD"), "{msg}");
+    let mut t = task("bad-def", "");
+    t.environment = FileTree::default();
+    t.environment
+        .insert_text("container.def", "Bootstrap: docker\nFrom: ubuntu\n%bogus\n");
+    let msg = b.prepare(&t).unwrap_err().to_string();
+    assert!(msg.contains("line 3") && msg.contains("%bogus"), "{msg}");
+}
+
+#[test]
+fn network_requests_can_be_denied() {
+    let Some(b) = backend() else { return };
+    let mut t = task("wants-net", "true\n");
+    t.meta.environment.network = true;
+    let err = b.with_network_allowed(false).prepare(&t).unwrap_err();
+    assert!(
+        matches!(err, SandboxError::NetworkNotAllowed { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn dockerfile_steps_env_workdir_copy() {
+    let Some(b) = backend() else { return };
+    let mut t = task("docker", "");
+    t.environment = FileTree::default();
+    t.environment.insert_text(
+        "Dockerfile",
+        "FROM ubuntu:24.04\nENV GREETING=hey\nWORKDIR /srv/app\nCOPY files/ /srv/app/\nRUN echo \"$GREETING\" > made.txt\n",
+    );
+    t.environment.insert_text("files/conf.ini", "k=v\n");
+    let image = b.prepare(&t).unwrap();
+    let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+    let r = s
+        .exec("echo $GREETING; cat /srv/app/conf.ini /srv/app/made.txt", T)
+        .unwrap();
+    assert_eq!(r.output.trim_end(), "hey\nk=v\nhey");
+    s.close();
+}

@@ -1,0 +1,283 @@
+//! A fixture OpenAI-compatible chat server on 127.0.0.1 (random port),
+//! scripted per request, that records every request it receives.
+//!
+//! ```ignore
+//! let server = FixtureLlm::start(|req: &Request| Reply::text(format!("<command>echo {}</command>", req.turn())));
+//! let url = server.url(); // http://127.0.0.1:PORT/v1
+//! ```
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON (`Null` when it was not JSON).
+    pub body: serde_json::Value,
+}
+
+impl Request {
+    /// The chat messages sent.
+    pub fn messages(&self) -> Vec<(String, String)> {
+        self.body["messages"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|m| {
+                        (
+                            m["role"].as_str().unwrap_or("").to_string(),
+                            m["content"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    /// How many assistant replies the conversation already has (0 on the first turn).
+    pub fn turn(&self) -> usize {
+        self.messages()
+            .iter()
+            .filter(|(r, _)| r == "assistant")
+            .count()
+    }
+    /// The first user message (the task instruction).
+    pub fn instruction(&self) -> String {
+        self.messages()
+            .into_iter()
+            .find(|(r, _)| r == "user")
+            .map(|m| m.1)
+            .unwrap_or_default()
+    }
+    /// The last message's content (the latest observation).
+    pub fn last_message(&self) -> String {
+        self.messages()
+            .last()
+            .map(|m| m.1.clone())
+            .unwrap_or_default()
+    }
+    /// A header's value (name compared case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the server answers to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A chat completion whose message content is this text.
+    Text(String),
+    /// A chat completion whose content is `null`.
+    NullContent,
+    /// An HTTP error status with a body (and an optional `Retry-After` in seconds).
+    Status {
+        code: u16,
+        body: String,
+        retry_after: Option<u32>,
+    },
+    /// A 200 response whose body is these raw bytes (garbage, not UTF-8, ...).
+    RawBody(Vec<u8>),
+    /// Wait, then answer.
+    Slow(Duration, Box<Reply>),
+    /// Close the connection without answering.
+    Hangup,
+}
+
+impl Reply {
+    /// A chat completion with this text.
+    pub fn text(t: impl Into<String>) -> Self {
+        Reply::Text(t.into())
+    }
+    /// A well-formed command reply.
+    pub fn command(cmd: &str) -> Self {
+        Reply::Text(format!(
+            "<think>I will run a command.</think>\n<command>{cmd}</command>"
+        ))
+    }
+    /// A well-formed done reply.
+    pub fn done() -> Self {
+        Reply::Text("<think>The task is complete.</think>\n<action>done</action>".into())
+    }
+    /// An HTTP error.
+    pub fn status(code: u16) -> Self {
+        Reply::Status {
+            code,
+            body: format!("{{\"error\":\"fixture status {code}\"}}"),
+            retry_after: None,
+        }
+    }
+}
+
+type Responder = dyn Fn(&Request) -> Reply + Send + Sync;
+
+/// The running fixture server; stops when dropped.
+pub struct FixtureLlm {
+    port: u16,
+    requests: Arc<Mutex<Vec<Request>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl FixtureLlm {
+    /// Start a server that answers each request with `responder(request)`.
+    pub fn start(responder: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let responder: Arc<Responder> = Arc::new(responder);
+        let (reqs, stop2) = (requests.clone(), stop.clone());
+        thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(600);
+            while !stop2.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let (reqs, responder) = (reqs.clone(), responder.clone());
+                        thread::spawn(move || handle(stream, &reqs, responder.as_ref()));
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Self {
+            port,
+            requests,
+            stop,
+        }
+    }
+
+    /// A server that answers with `replies` in order, then with `fallback`.
+    pub fn queue(replies: Vec<Reply>, fallback: Reply) -> Self {
+        let q = Mutex::new(VecDeque::from(replies));
+        Self::start(move |_| {
+            q.lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| fallback.clone())
+        })
+    }
+
+    /// Base URL, ending in `/v1`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// The `openai:` policy spec for `model` on this server.
+    pub fn spec(&self, model: &str) -> String {
+        format!("openai:{model}@{}", self.url())
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FixtureLlm {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn handle(stream: TcpStream, requests: &Mutex<Vec<Request>>, responder: &Responder) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut reader = BufReader::new(match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return,
+    });
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let path = parts.next().unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    let mut length = 0usize;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).is_err() || h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.trim_end().split_once(':') {
+            let (k, v) = (k.trim().to_string(), v.trim().to_string());
+            if k.eq_ignore_ascii_case("content-length") {
+                length = v.parse().unwrap_or(0);
+            }
+            headers.push((k, v));
+        }
+    }
+    let mut body = vec![0u8; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let request = Request {
+        method,
+        path,
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    };
+    requests.lock().unwrap().push(request.clone());
+    let mut reply = responder(&request);
+    while let Reply::Slow(d, inner) = reply {
+        thread::sleep(d);
+        reply = *inner;
+    }
+    let mut stream = stream;
+    let (status, extra, body): (u16, String, Vec<u8>) = match reply {
+        Reply::Text(t) => (
+            200,
+            String::new(),
+            completion(&request, serde_json::Value::String(t)),
+        ),
+        Reply::NullContent => (
+            200,
+            String::new(),
+            completion(&request, serde_json::Value::Null),
+        ),
+        Reply::Status {
+            code,
+            body,
+            retry_after,
+        } => (
+            code,
+            retry_after
+                .map(|s| format!("Retry-After: {s}\r\n"))
+                .unwrap_or_default(),
+            body.into_bytes(),
+        ),
+        Reply::RawBody(b) => (200, String::new(), b),
+        Reply::Hangup | Reply::Slow(..) => return,
+    };
+    let head = format!(
+        "HTTP/1.1 {status} Fixture\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(&body);
+    let _ = stream.flush();
+}
+
+fn completion(request: &Request, content: serde_json::Value) -> Vec<u8> {
+    let prompt: usize = request.messages().iter().map(|m| m.1.len()).sum();
+    let completion = content.as_str().map_or(0, str::len);
+    serde_json::to_vec(&serde_json::json!({
+        "id": "fixture",
+        "object": "chat.completion",
+        "model": request.body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt / 4 + 1, "completion_tokens": completion / 4 + 1},
+    }))
+    .unwrap()
+}

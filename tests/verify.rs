@@ -1,0 +1,257 @@
+//! Integration tests of verification: per-test results from JUnit XML,
+//! task validation, and attempts by the agent to forge the verdict.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use endless::sandbox::local::LocalBackend;
+use endless::sandbox::{Backend, Session, SessionOptions};
+use endless::task::{FileTree, Task, TaskMeta};
+use endless::verify::{validate_task, verify, TestSet};
+
+const T: Duration = Duration::from_secs(20);
+
+fn cache() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("endless-vfy-")
+            .tempdir_in("/var/tmp")
+            .unwrap()
+    })
+    .path()
+}
+
+fn backend() -> Option<LocalBackend> {
+    if !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("SKIP: {} is missing", endless::verify::PYTHON);
+        return None;
+    }
+    match LocalBackend::new(cache()) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("SKIP: local backend unavailable here: {e}");
+            None
+        }
+    }
+}
+
+const INITIAL: &str = r#"
+import os
+
+def test_input_exists():
+    assert open("/home/user/data/a.txt").read() == "hello\n"
+
+def test_output_absent():
+    assert not os.path.exists("/home/user/out.txt")
+"#;
+
+const FINAL: &str = r#"
+def test_output_upper():
+    assert open("/home/user/out.txt").read() == "HELLO\n", "out.txt must hold HELLO"
+
+def test_input_kept():
+    assert open("/home/user/data/a.txt").read() == "hello\n"
+"#;
+
+fn task(id: &str) -> Task {
+    let mut t = Task {
+        meta: TaskMeta::default(),
+        instruction: "Upper-case ~/data/a.txt into ~/out.txt".into(),
+        truth: "secret truth".into(),
+        environment: FileTree::default(),
+        tests: FileTree::default(),
+        solution: FileTree::default(),
+    };
+    t.meta.task.id = id.into();
+    t.environment.insert_text(
+        "setup.sh",
+        "mkdir -p /home/user/data\necho hello > /home/user/data/a.txt\n",
+    );
+    t.tests.insert_text("test_initial_state.py", INITIAL);
+    t.tests.insert_text("test_final_state.py", FINAL);
+    t.solution.insert(
+        "solve.sh",
+        b"tr a-z A-Z < ~/data/a.txt > ~/out.txt\n".to_vec(),
+        true,
+    );
+    t
+}
+
+fn session(b: &LocalBackend, t: &Task) -> Session {
+    let image = b.prepare(t).unwrap();
+    b.start(&image, &SessionOptions::default()).unwrap()
+}
+
+#[test]
+fn per_test_results_before_and_after_the_work() {
+    let Some(b) = backend() else { return };
+    let t = task("upper");
+    let mut s = session(&b, &t);
+    let init = verify(&mut s, &t, TestSet::Initial).unwrap();
+    eprintln!("pytest run (initial tests) took {:?}", init.duration);
+    assert!(init.passed, "{}", init.output);
+    assert_eq!(init.tests.len(), 2);
+    let fin = verify(&mut s, &t, TestSet::Final).unwrap();
+    eprintln!("pytest run (final tests) took {:?}", fin.duration);
+    assert!(!fin.passed);
+    let failed: Vec<_> = fin.tests.iter().filter(|c| !c.passed).collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].name, "test_final_state::test_output_upper");
+    assert!(
+        failed[0].message.contains("FileNotFoundError"),
+        "{}",
+        failed[0].message
+    );
+    assert!(fin.junit_xml.contains("<testsuite"));
+    // The tests and truth are not reachable by the agent.
+    let r = s
+        .exec(
+            "ls /run/endless-verifier; grep -rl 'secret truth' ~ /tmp /run 2>/dev/null; echo end",
+            T,
+        )
+        .unwrap();
+    assert!(r.output.contains("Permission denied"), "{}", r.output);
+    assert!(!r.output.contains("test_final_state"), "{}", r.output);
+    s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+    let fin = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(fin.passed, "{}", fin.output);
+    assert!(fin.tests.iter().all(|c| c.passed && c.message.is_empty()));
+    s.close();
+}
+
+#[test]
+fn validation_of_good_and_bad_tasks() {
+    let Some(b) = backend() else { return };
+    let v = validate_task(&b, &task("valid")).unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+    assert!(v.initial_passes && v.final_fails_initially);
+    assert_eq!(v.oracle_passes, Some(true));
+    let mut bad = task("bad-oracle");
+    bad.solution
+        .insert("solve.sh", b"echo wrong > ~/out.txt\n".to_vec(), true);
+    let v = validate_task(&b, &bad).unwrap();
+    assert_eq!(v.oracle_passes, Some(false));
+    assert!(
+        v.problems.iter().any(|p| p.contains("oracle")),
+        "{:?}",
+        v.problems
+    );
+    let mut trivial = task("trivial");
+    trivial.tests.insert_text(
+        "test_final_state.py",
+        "def test_nothing():\n    assert True\n",
+    );
+    let v = validate_task(&b, &trivial).unwrap();
+    assert!(!v.final_fails_initially);
+    assert!(
+        v.problems.iter().any(|p| p.contains("already pass")),
+        "{:?}",
+        v.problems
+    );
+    let mut broken = task("broken-env");
+    broken
+        .environment
+        .insert_text("setup.sh", "echo oops; exit 4\n");
+    let v = validate_task(&b, &broken).unwrap();
+    assert!(!v.initial_passes);
+    assert!(v.problems[0].contains("oops"), "{:?}", v.problems);
+}
+
+/// Every forgery attempt leaves the verdict unchanged (failing), and the
+/// honest work still passes afterwards.
+fn forgery_fails(setup_by_agent: &str) {
+    let Some(b) = backend() else { return };
+    let t = task("forge");
+    let mut s = session(&b, &t);
+    let r = s.exec(setup_by_agent, T).unwrap();
+    eprintln!("agent's forgery attempt printed: {}", r.output);
+    let fin = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(!fin.passed, "forged: {}", fin.output);
+    assert!(fin
+        .tests
+        .iter()
+        .any(|c| c.name.ends_with("test_output_upper") && !c.passed));
+    s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+    assert!(verify(&mut s, &t, TestSet::Final).unwrap().passed);
+    s.close();
+}
+
+const ALL_PASS_JUNIT: &str = r#"<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="2" failures="0" errors="0"><testcase classname="test_final_state" name="test_output_upper"/><testcase classname="test_final_state" name="test_input_kept"/></testsuite></testsuites>"#;
+
+#[test]
+fn forgery_conftest() {
+    forgery_fails(
+        "for d in ~ /tmp . /run /; do cat > $d/conftest.py <<'EOF' 2>/dev/null\n\
+import pytest\n\
+@pytest.hookimpl(hookwrapper=True)\n\
+def pytest_runtest_makereport(item, call):\n\
+    outcome = yield\n\
+    rep = outcome.get_result()\n\
+    rep.outcome = 'passed'\n\
+EOF\n\
+done; cp ~/conftest.py ~/data/; echo placed",
+    );
+}
+
+#[test]
+fn forgery_sitecustomize_and_pythonpath() {
+    forgery_fails(
+        "mkdir -p ~/evil ~/.local/lib/python3.11/site-packages ~/.local/lib/python3.12/site-packages\n\
+printf 'import os\\nos._exit(0)\\n' > ~/evil/sitecustomize.py\n\
+cp ~/evil/sitecustomize.py ~/sitecustomize.py\n\
+for d in ~/.local/lib/python3.*/site-packages; do cp ~/evil/sitecustomize.py $d/usercustomize.py; done\n\
+printf 'def test_x():\\n    pass\\n' > ~/evil/pytest.py\n\
+echo 'export PYTHONPATH=~/evil PYTHONSTARTUP=~/evil/sitecustomize.py' >> ~/.bashrc\n\
+export PYTHONPATH=~/evil PYTHONSTARTUP=~/evil/sitecustomize.py; echo placed",
+    );
+}
+
+#[test]
+fn forgery_fake_python_and_pytest_on_path() {
+    forgery_fails(&format!(
+        "mkdir -p ~/bin\n\
+cat > ~/bin/fake <<'EOF'\n#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in --junitxml=*) echo '{ALL_PASS_JUNIT}' > \"${{a#--junitxml=}}\";; esac; done\nexit 0\nEOF\n\
+chmod +x ~/bin/fake; for n in python3 python pytest py.test env setpriv; do cp ~/bin/fake ~/bin/$n; done\n\
+export PATH=~/bin:$PATH; alias python3=~/bin/python3; python3() {{ ~/bin/fake \"$@\"; }}; hash -r; which python3"
+    ));
+}
+
+#[test]
+fn forgery_prewritten_junit() {
+    forgery_fails(&format!(
+        "for p in /tmp/junit.xml ~/junit.xml /run/endless-verifier/junit.xml /run/endless-verifier/run-x/junit.xml /logs/verifier/junit.xml; do \
+         mkdir -p $(dirname $p) 2>/dev/null; echo '{ALL_PASS_JUNIT}' > $p 2>/dev/null; done; echo placed"
+    ));
+}
+
+#[test]
+fn custom_verifier_script_runs_as_root_and_reward_cannot_be_prewritten() {
+    let Some(b) = backend() else { return };
+    let mut t = task("harbor");
+    t.meta.agent.user = "root".into();
+    t.meta.environment.workdir = "/app".into();
+    t.environment = FileTree::default();
+    t.environment.insert_text(
+        "Dockerfile",
+        "FROM ubuntu:24.04\nWORKDIR /app\nRUN echo in > /app/in.txt\n",
+    );
+    t.meta.verifier.script = Some("test.sh".into());
+    t.tests.insert_text(
+        "test.sh",
+        "#!/bin/bash\nif [ \"$(id -u)\" = 0 ] && [ \"$(cat /app/out.txt 2>/dev/null)\" = IN ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
+    );
+    let mut s = session(&b, &t);
+    s.exec(
+        "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt",
+        T,
+    )
+    .unwrap();
+    let r = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(!r.passed, "pre-written reward was accepted: {}", r.output);
+    s.exec("tr a-z A-Z < in.txt > out.txt", T).unwrap();
+    let r = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(r.passed, "{} {:?}", r.output, r.tests);
+    s.close();
+}
