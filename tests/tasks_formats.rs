@@ -281,6 +281,14 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
     let half = ws_dir.path().join("tasks/.tmp-abc123");
     fs::create_dir_all(half.join("environment")).unwrap();
     fs::write(half.join("task.toml"), "[task]\nid = \"half\"\n").unwrap();
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    fs::File::open(&half)
+        .unwrap()
+        .set_modified(day_ago)
+        .unwrap();
+    // A staging directory being written right now by another thread stays.
+    let live = ws_dir.path().join("tasks/.tmp-live");
+    fs::create_dir_all(&live).unwrap();
     let orphan = ws_dir.path().join("tasks/orphan-task");
     let mut t = read(Format::Native, &fixtures().join("native-error-count"));
     t.meta.task.id = "orphan-task".into();
@@ -291,6 +299,7 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
     let ids = ws.task_ids().unwrap();
     assert_eq!(ids, vec!["native-error-count", "orphan-task"]);
     assert!(!half.exists());
+    assert!(live.exists());
     let row = ws.task_row("native-error-count").unwrap();
     assert_eq!((row.status, row.rating), (TaskStatus::Accepted, Some(4)));
     let found = ws
@@ -325,6 +334,7 @@ fn endless(ws: &Path, args: &[&str]) -> std::process::Output {
         .args(args)
         .env("XDG_STATE_HOME", ws.join(".state"))
         .env("XDG_CONFIG_HOME", ws.join(".config"))
+        .env("XDG_CACHE_HOME", ws.join(".cache"))
         .output()
         .unwrap()
 }
@@ -468,4 +478,31 @@ proptest! {
             prop_assert_eq!(&back, &task, "via {:?}", via);
         }
     }
+}
+
+#[test]
+fn cli_validates_every_imported_format_in_the_sandbox() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = endless(
+        ws.path(),
+        &["tasks", "import", fixtures().to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = endless(ws.path(), &["tasks", "validate", "--all", "--json"]);
+    let verdicts: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdicts.len(), 5);
+    for v in &verdicts {
+        assert_eq!(v["ok"], true, "{v:#}");
+    }
+    assert!(out.status.success());
+    // The Harbor task's oracle ran as root in /app; the reference task's had an oracle too.
+    let oracle_ran = verdicts
+        .iter()
+        .filter(|v| v["validation"]["oracle_passes"] == true)
+        .count();
+    assert_eq!(oracle_ran, 4);
 }

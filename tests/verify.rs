@@ -12,15 +12,16 @@ use endless::verify::{validate_task, verify, TestSet};
 
 const T: Duration = Duration::from_secs(20);
 
+/// A cache reused across runs (images are keyed by content), one per user.
 fn cache() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        tempfile::Builder::new()
-            .prefix("endless-vfy-")
-            .tempdir_in("/var/tmp")
-            .unwrap()
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let dir = std::path::PathBuf::from(format!("/var/tmp/endless-tests-{uid}/verify"));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     })
-    .path()
 }
 
 fn backend() -> Option<LocalBackend> {
@@ -112,8 +113,10 @@ fn per_test_results_before_and_after_the_work() {
             T,
         )
         .unwrap();
-    assert!(r.output.contains("Permission denied"), "{}", r.output);
+    // Root mode: not even listable; rootless: an empty read-only directory.
     assert!(!r.output.contains("test_final_state"), "{}", r.output);
+    assert!(!r.output.contains("test_initial_state"), "{}", r.output);
+    assert_eq!(r.output.trim_end().lines().last(), Some("end"));
     s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
     let fin = verify(&mut s, &t, TestSet::Final).unwrap();
     assert!(fin.passed, "{}", fin.output);

@@ -3,6 +3,9 @@
 
 pub mod bench;
 mod config_cmd;
+mod generate_cmd;
+mod offline;
+pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod tasks;
 
@@ -72,9 +75,9 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Tasks(cmd)) => tasks::run(&ctx, cmd),
         Some(Command::Config(cmd)) => config_cmd::run(&ctx, cmd),
         Some(Command::Bench(args)) => bench::run(&ctx, args),
-        Some(Command::Generate(_)) => not_built("`endless generate`", "issues 4 and 6"),
-        Some(Command::Run(_)) => not_built("`endless run`", "issue 5"),
-        Some(Command::Eval(_)) => not_built("`endless eval`", "issue 5"),
+        Some(Command::Generate(args)) => generate_cmd::run(&ctx, args),
+        Some(Command::Run(args)) => rollout_cmd::run(&ctx, args),
+        Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
         Some(Command::Train(_)) => not_built("`endless train`", "issue 8"),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
     }

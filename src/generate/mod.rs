@@ -3,8 +3,11 @@
 //! (3) completion tests that must fail on the initial state, (4) a pass@n
 //! solvability filter.
 
+mod candidate;
 pub mod funnel;
+pub mod pipeline;
 pub mod prompts;
 pub mod record;
 pub mod reply;
+mod stages;
 pub mod taxonomy;

@@ -75,7 +75,7 @@ pub fn instance_start_argv(
     a.push("--pwd".into());
     a.push(image.workdir.clone());
     a.push("--bind".into());
-    a.push(format!("{}:{EXCHANGE_INSIDE}", exchange.display()));
+    a.push(format!("{}:{EXCHANGE_INSIDE}:ro", exchange.display()));
     if !image.network {
         a.extend(strings(&["--net", "--network", "none"]));
     }
@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(
             start,
             "/usr/bin/apptainer instance start --containall --writable-tmpfs --cleanenv --pwd /home/user \
-             --bind /c/x:/run/endless-verifier --net --network none /c/i.sif endless-1"
+             --bind /c/x:/run/endless-verifier:ro --net --network none /c/i.sif endless-1"
         );
         let mut net = image();
         net.network = true;

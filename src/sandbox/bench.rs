@@ -11,10 +11,15 @@ use crate::task::{FileTree, Task, TaskMeta};
 /// Summary of one timed operation, in milliseconds.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Stats {
+    /// Number of samples.
     pub runs: usize,
+    /// Median.
     pub median_ms: f64,
+    /// 95th percentile.
     pub p95_ms: f64,
+    /// Fastest sample.
     pub min_ms: f64,
+    /// Slowest sample.
     pub max_ms: f64,
 }
 
@@ -40,6 +45,7 @@ impl Stats {
 /// Results for one backend.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BackendBench {
+    /// Backend name.
     pub backend: String,
     /// Episode start: fresh environment, shell ready.
     pub start: Option<Stats>,
@@ -52,9 +58,11 @@ pub struct BackendBench {
 /// The whole benchmark.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BenchReport {
+    /// Samples per measurement.
     pub runs: usize,
     /// `debug` or `release`.
     pub profile: &'static str,
+    /// One entry per backend, measured or skipped with the reason.
     pub backends: Vec<BackendBench>,
 }
 

@@ -57,10 +57,14 @@ fn output_of(argv: &[&str]) -> Option<(bool, String)> {
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..]);
     let out = run_with_timeout(cmd, Duration::from_secs(15)).ok()?;
-    Some((
-        out.code == Some(0),
-        out.output.trim().lines().next().unwrap_or("").to_string(),
-    ))
+    let text = out.output.trim();
+    // On failure the last line says why; on success the first line is the answer.
+    let line = if out.code == Some(0) {
+        text.lines().next()
+    } else {
+        text.lines().last()
+    };
+    Some((out.code == Some(0), line.unwrap_or("").to_string()))
 }
 
 /// Inspect this machine.
@@ -101,15 +105,19 @@ fn doctor_local() -> BackendStatus {
     ));
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    let userns = local::userns_problem();
     checks.push(check(
-        "root",
-        root,
+        "privileges",
+        root || userns.is_none(),
         if root {
-            "running as root"
+            "running as root: overlays mounted directly, the agent runs as a real unprivileged uid".to_string()
+        } else if userns.is_none() {
+            "rootless: overlays and ids through unprivileged user namespaces (the verifier then runs as the agent's uid)"
+                .to_string()
         } else {
-            "running as an ordinary user"
+            "not root and unprivileged user namespaces are unavailable".to_string()
         },
-        "run as root (in a container or VM); the rootless path is not implemented yet",
+        userns.as_deref().unwrap_or("run as root"),
     ));
     let overlay = std::fs::read_to_string("/proc/filesystems")
         .unwrap_or_default()

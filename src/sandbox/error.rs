@@ -13,31 +13,56 @@ pub enum SandboxError {
     /// A setup step failed while building the image.
     #[error("setup step {index} ({step}) failed with exit code {code:?}; its output:\n{output}")]
     SetupStep {
+        /// Step number (0 = creating the agent account; last = finishing touches).
         index: usize,
+        /// The step, as written in the definition.
         step: String,
+        /// Its exit status.
         code: Option<i32>,
+        /// Its output.
         output: String,
     },
     /// A required tool is missing.
     #[error("`{tool}` is not available: {hint} (run `endless sandbox doctor`)")]
-    ToolMissing { tool: String, hint: String },
+    ToolMissing {
+        /// The missing program.
+        tool: String,
+        /// How to install it.
+        hint: String,
+    },
     /// The backend cannot run on this machine.
     #[error("backend `{backend}` is unavailable here: {reason} (run `endless sandbox doctor`)")]
-    Unavailable { backend: String, reason: String },
+    Unavailable {
+        /// Backend name.
+        backend: String,
+        /// Why, and how to fix it.
+        reason: String,
+    },
     /// Unknown backend name.
     #[error("unknown sandbox backend `{0}`: expected `local`, `apptainer` or `oci`")]
     UnknownBackend(String),
     /// The task asks for network access but the backend's policy denies it.
     #[error("task `{task}` asks for network access ([environment] network = true) but this sandbox denies network; allow it with ENDLESS_SANDBOX_NETWORK=allow or set network = false")]
-    NetworkNotAllowed { task: String },
+    NetworkNotAllowed {
+        /// The task id.
+        task: String,
+    },
     /// The image was built by another backend.
     #[error("image was built by backend `{image}`, not `{backend}`")]
-    WrongBackend { image: String, backend: String },
+    WrongBackend {
+        /// Backend that built the image.
+        image: String,
+        /// Backend asked to start it.
+        backend: String,
+    },
     /// A system call or filesystem operation failed.
     #[error("{what} ({path}): {source}")]
     Io {
+        /// What was being done.
         what: String,
+        /// On which path.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -47,7 +72,9 @@ pub enum SandboxError {
     /// The shell ended (exited, was killed, or its PTY closed).
     #[error("the session's shell ended{}: output so far:\n{output}", .reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
     SessionEnded {
+        /// Why, where known.
         reason: Option<String>,
+        /// Output of the command in flight, if any.
         output: String,
     },
     /// The shell stopped answering even after interrupt and kill; the session was closed.

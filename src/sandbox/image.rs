@@ -23,8 +23,9 @@ pub struct Image {
     pub task_id: String,
     /// Account the agent's shell runs as.
     pub user: String,
-    /// Its uid and gid inside the sandbox.
+    /// Its uid inside the sandbox.
     pub uid: u32,
+    /// Its gid inside the sandbox.
     pub gid: u32,
     /// Its home directory.
     pub home: String,

@@ -36,6 +36,18 @@ impl OciBackend {
             hint: "install podman (`apt-get install podman`) or docker with a running engine"
                 .into(),
         })?;
+        let info = command(&[engine.display().to_string(), "info".into()])?;
+        let out = run_with_timeout(info, Duration::from_secs(15))?;
+        if out.code != Some(0) {
+            return Err(SandboxError::Unavailable {
+                backend: "oci".into(),
+                reason: format!(
+                    "`{} info` failed (is the engine running?): {}",
+                    engine.display(),
+                    out.output.trim().lines().last().unwrap_or("")
+                ),
+            });
+        }
         Ok(Self {
             engine,
             cache: cache_dir.join("oci"),
@@ -91,7 +103,10 @@ pub fn run_argv(
     a.push(format!("--memory={}", limits.memory_bytes));
     a.push("--cap-drop=ALL".into());
     a.push("--security-opt=no-new-privileges".into());
-    a.push(format!("--volume={}:{EXCHANGE_INSIDE}", exchange.display()));
+    a.push(format!(
+        "--volume={}:{EXCHANGE_INSIDE}:ro",
+        exchange.display()
+    ));
     a.push(image.reference.clone().unwrap_or_else(|| tag(&image.hash)));
     a.extend(strings(&["sleep", "infinity"]));
     a
@@ -290,7 +305,7 @@ mod tests {
             run,
             "/usr/bin/podman run -d --rm --init --name=endless-1 --network=none --pids-limit=512 \
              --memory=4294967296 --cap-drop=ALL --security-opt=no-new-privileges \
-             --volume=/c/x:/run/endless-verifier localhost/endless-task:0123456789abcdef sleep infinity"
+             --volume=/c/x:/run/endless-verifier:ro localhost/endless-task:0123456789abcdef sleep infinity"
         );
         assert_eq!(
             shell_argv(e, "endless-1", &image()).join(" "),

@@ -239,13 +239,16 @@ impl Session {
         let left = self.wall_clock.saturating_sub(self.started.elapsed());
         let deadline = start + timeout.min(left);
         self.drain();
+        if let Some(fd) = self.master.as_raw_fd() {
+            disable_echo(fd);
+        }
         self.seq += 1;
         let tag = format!("{}_{}", self.token, self.seq);
         let prefix = marker::marker_prefix(&tag);
         self.write_raw(marker::wrap_command(cmd, &tag).as_bytes())?;
         let mut got = Collected::default();
         if let Some(code) = self.read_until(&prefix, deadline, &mut got)? {
-            return Ok(finish(got, Some(code), false, start));
+            return Ok(finish(got, Some(code), false, start, &prefix));
         }
         // Timed out: interrupt, then kill, and wait for a fresh marker.
         let rtag = format!("{}_{}r", self.token, self.seq);
@@ -273,7 +276,7 @@ impl Session {
             self.teardown();
             return Err(SandboxError::WallClock(self.wall_clock));
         }
-        Ok(finish(got, None, true, start))
+        Ok(finish(got, None, true, start, &prefix))
     }
 
     /// Subscribe to the raw output stream (for live panes). Works without a
@@ -320,6 +323,18 @@ impl Session {
         self.check_usable()?;
         let cmd = self.control.root_command(argv)?;
         run_with_timeout(cmd, timeout)
+    }
+
+    /// Like [`Session::run_as_root`], also returning what the command wrote
+    /// to file descriptor 3 (a pipe only this process holds).
+    pub fn run_as_root_fd3(
+        &mut self,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
+        self.check_usable()?;
+        let cmd = self.control.root_command(argv)?;
+        run_capturing(cmd, timeout, true)
     }
 
     /// The verifier's exchange directory: host path and path inside.
@@ -488,23 +503,29 @@ impl Collected {
     }
 }
 
-fn finish(mut got: Collected, code: Option<i32>, timed_out: bool, start: Instant) -> ExecResult {
-    let raw_len = match got.marker_at {
-        Some(at) if code.is_some() => {
-            if at <= got.kept.len() {
-                got.kept.truncate(at);
-                marker::trim_marker_newline(&mut got.kept);
-            }
-            at
+fn finish(
+    mut got: Collected,
+    code: Option<i32>,
+    timed_out: bool,
+    start: Instant,
+    main_prefix: &[u8],
+) -> ExecResult {
+    // The output ends where the marker (or, after a timeout, the recovery
+    // marker) begins.
+    let mut raw_len = got.marker_at.unwrap_or(got.total);
+    if timed_out {
+        // The command may have finished just as it was interrupted.
+        if let Some((at, _, _)) = marker::find_marker(&got.kept, main_prefix, 0) {
+            raw_len = raw_len.min(at);
         }
-        _ => got.total,
-    };
+    }
+    if raw_len <= got.kept.len() {
+        got.kept.truncate(raw_len);
+        if got.marker_at.is_some() {
+            marker::trim_marker_newline(&mut got.kept);
+        }
+    }
     let text = marker::clean_output(&got.kept);
-    let text = if timed_out {
-        strip_recovery_noise(text)
-    } else {
-        text
-    };
     let (output, truncated) = marker::cap_output(text, raw_len);
     ExecResult {
         output,
@@ -515,24 +536,20 @@ fn finish(mut got: Collected, code: Option<i32>, timed_out: bool, start: Instant
     }
 }
 
-/// After an interrupt the recovery marker ends the output; drop it and what follows.
-fn strip_recovery_noise(mut text: String) -> String {
-    if let Some(pos) = text.find("__ENDLESS_") {
-        text.truncate(pos);
-        while text.ends_with('\n') {
-            text.pop();
-        }
-    }
-    text
-}
-
+/// Put the line discipline in the state the exec protocol needs: no echo
+/// (typed commands must not show up in the output), signals on (Ctrl-C
+/// interrupts), line mode. Only writes when something changed, e.g. after
+/// the agent ran `stty echo` or `stty raw`.
 fn disable_echo(fd: i32) {
     // SAFETY: tcgetattr/tcsetattr on a PTY master we own.
     unsafe {
         let mut t: libc::termios = std::mem::zeroed();
         if libc::tcgetattr(fd, &mut t) == 0 {
-            t.c_lflag &= !(libc::ECHO | libc::ECHONL);
-            libc::tcsetattr(fd, libc::TCSANOW, &t);
+            let want = (t.c_lflag & !(libc::ECHO | libc::ECHONL)) | libc::ISIG | libc::ICANON;
+            if want != t.c_lflag {
+                t.c_lflag = want;
+                libc::tcsetattr(fd, libc::TCSANOW, &t);
+            }
         }
     }
 }
@@ -587,13 +604,42 @@ fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()
     (cancel, handle)
 }
 
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors that we then own.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if rc < 0 {
+        return Err(SandboxError::io("create pipe", "pipe")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: the descriptors are valid and owned by nobody else.
+    unsafe {
+        use std::os::fd::FromRawFd;
+        Ok((
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        ))
+    }
+}
+
 /// Run `cmd` with stdout and stderr captured (interleaved) in its own process
 /// group; kill the group after `timeout`.
-pub fn run_with_timeout(
+pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput, SandboxError> {
+    run_capturing(cmd, timeout, false).map(|(out, _)| out)
+}
+
+/// Like [`run_with_timeout`]; with `fd3`, the command also gets a pipe on
+/// file descriptor 3 whose content is returned (capped at 16 MiB). The
+/// verifier writes its results there, so no file the agent could touch
+/// is involved.
+pub fn run_capturing(
     mut cmd: Command,
     timeout: Duration,
-) -> Result<CommandOutput, SandboxError> {
-    let (mut reader, writer) = std::io::pipe().map_err(SandboxError::io("create pipe", "pipe"))?;
+    fd3: bool,
+) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
+    let (mut reader, writer) = pipe()?;
     let writer2 = writer
         .try_clone()
         .map_err(SandboxError::io("dup pipe", "pipe"))?;
@@ -601,10 +647,45 @@ pub fn run_with_timeout(
         .stdout(writer)
         .stderr(writer2)
         .process_group(0);
+    let mut side = None;
+    if fd3 {
+        let (r3, w3) = pipe()?;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&w3);
+        // SAFETY: dup2/fcntl are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if raw == 3 {
+                    if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        side = Some((r3, w3));
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program())))?;
     drop(cmd);
+    let side_reader = side.map(|(mut r3, w3)| {
+        drop(w3);
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut buf = [0u8; 16384];
+            while let Ok(n) = r3.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if out.len() < 16 * 1024 * 1024 {
+                    out.extend_from_slice(&buf[..n]);
+                }
+            }
+            out
+        })
+    });
     let pid = child.id() as i32;
     let collector = std::thread::spawn(move || {
         let mut out = Vec::new();
@@ -643,9 +724,24 @@ pub fn run_with_timeout(
         libc::kill(-pid, libc::SIGKILL);
     }
     let out = collector.join().unwrap_or_default();
-    Ok(CommandOutput {
-        output: String::from_utf8_lossy(&out).into_owned(),
-        code: status.and_then(|s| s.code()),
-        timed_out,
-    })
+    let side = side_reader
+        .map(|h| h.join().unwrap_or_default())
+        .unwrap_or_default();
+    Ok((
+        CommandOutput {
+            output: String::from_utf8_lossy(&out).into_owned(),
+            code: status.and_then(|s| s.code()),
+            timed_out,
+        },
+        side,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn session_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<super::Session>();
+    }
 }

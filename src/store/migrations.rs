@@ -69,21 +69,49 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
-/// Bring `conn` up to [`SCHEMA_VERSION`], each step in its own transaction.
+/// Bring `conn` up to [`SCHEMA_VERSION`], each step in its own immediate
+/// transaction that re-reads the version, so that processes or threads
+/// opening a new workspace at once never apply a step twice.
 pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    let current: usize =
-        conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
-    if current > SCHEMA_VERSION {
-        return Err(StoreError::TooNew {
-            found: current,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    loop {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let current = tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+        if current > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                found: current,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if current == SCHEMA_VERSION {
+            return Ok(());
+        }
+        tx.execute_batch(MIGRATIONS[current])?;
+        tx.pragma_update(None, "user_version", (current + 1) as i64)?;
         tx.commit()?;
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_first_opens_migrate_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("endless.db");
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    let mut conn = Connection::open(&db).unwrap();
+                    conn.busy_timeout(std::time::Duration::from_secs(10))
+                        .unwrap();
+                    migrate(&mut conn)
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+    }
 }

@@ -12,6 +12,9 @@ use super::{StoreError, TaskStatus};
 use crate::fsutil::{replace_dir_atomic, AtomicDir, ReadLimits};
 use crate::task::{read_native, write_native, Task};
 
+/// Staging directories older than this are leftovers of a dead process.
+const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// An open workspace. Each thread opens its own (SQLite WAL allows one
 /// writer and many readers at once).
 pub struct Workspace {
@@ -29,10 +32,10 @@ impl Workspace {
         }
         let db = root.join("endless.db");
         let mut conn = Connection::open(&db)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
         migrate(&mut conn)?;
         let ws = Workspace {
             root: root.to_path_buf(),
@@ -122,8 +125,17 @@ impl Workspace {
             let entry = entry.map_err(StoreError::io(&tasks_dir))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {
-                // An interrupted atomic write: never visible, safe to drop.
-                let _ = fs::remove_dir_all(entry.path());
+                // A staging directory: never visible. One left by a write that
+                // died long ago is dropped; a recent one may still be in use.
+                let stale = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > STALE_STAGING);
+                if stale {
+                    let _ = fs::remove_dir_all(entry.path());
+                }
                 continue;
             }
             on_disk.insert(name);

@@ -15,14 +15,19 @@ use ratatui::widgets::{Paragraph, Tabs};
 use ratatui::Frame;
 
 use super::keymap::{Command, Keymap};
+use super::launcher::{JobDefaults, JobSpec};
 use super::theme::Theme;
 use super::views::episodes::EpisodesView;
 use super::views::help::HelpView;
+use super::views::inspector::{Inspector, LoadedEpisode};
+use super::views::jobs::JobsView;
 use super::views::live::LiveView;
 use super::views::tasks::TasksView;
-use super::views::{jobs, training};
+use super::views::training;
+use super::widgets::form::{Form, FormOutcome};
 use super::widgets::input::{InputOutcome, TextInput};
-use crate::store::{EpisodeRow, TaskRow, TaskStatus};
+use crate::jobs::JobEvent;
+use crate::store::{EpisodeRow, JobRow, TaskRow, TaskStatus};
 use crate::task::Task;
 
 /// The top-level views, shown as tabs.
@@ -101,10 +106,68 @@ pub enum Action {
         id: String,
         result: Result<String, String>,
     },
+    /// A keyed event of a running episode (from an evaluation job).
+    Live(LiveEvent),
+    /// A job event from the job manager.
+    Job(JobEvent),
+    /// The jobs journal.
+    JobsLoaded(Vec<JobRow>),
+    /// An episode read from disk for the inspector (`compare`: the side-by-side one).
+    EpisodeLoaded {
+        episode: Box<LoadedEpisode>,
+        compare: bool,
+    },
+    /// A key while a launch form is open.
+    FormKey(KeyEvent),
+    /// A key while the user has taken over a live session.
+    TakeoverKey(KeyEvent),
+    /// Time passed (seconds): replay playback, elapsed clocks.
+    Tick(f64),
     /// An informational message for the status line.
     Info(String),
     /// An error for the status line.
     Error(String),
+}
+
+/// What a running episode reports to its live pane, keyed by
+/// `run/task/sample` (so panes can come and go).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LiveEvent {
+    /// The episode's sandbox is up: open a pane emulating `rows` x `cols`.
+    Open {
+        key: String,
+        title: String,
+        policy: String,
+        rows: u16,
+        cols: u16,
+        /// Lets the user type into the session ("take over").
+        input: Option<super::takeover::TakeoverHandle>,
+    },
+    /// Raw bytes from the session.
+    Feed { key: String, bytes: Vec<u8> },
+    /// A turn finished (`command` is empty for a `done` turn).
+    Step {
+        key: String,
+        turn: u32,
+        command: String,
+    },
+    /// The episode finished and was verified.
+    Finished { key: String, passed: bool },
+}
+
+/// Which launch form is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FormKind {
+    /// Evaluate a policy.
+    Eval,
+    /// Validate tasks.
+    Validate,
+    /// LLM generation.
+    Generate,
+    /// Offline (procedural) generation.
+    Offline,
+    /// Training (not built yet: issue 8).
+    Train,
 }
 
 /// Work for the event loop / store worker.
@@ -124,6 +187,28 @@ pub enum Request {
         id: String,
         file: PathBuf,
     },
+    /// The jobs journal.
+    LoadJobs,
+    /// Read an episode's result and recording for the inspector.
+    LoadEpisode {
+        row: EpisodeRow,
+        compare: bool,
+    },
+    /// Rate / label / annotate an episode.
+    RateEpisode {
+        run: String,
+        task: String,
+        sample: u32,
+        rating: Option<u8>,
+        label: Option<String>,
+        notes: String,
+    },
+    /// Write every rated / labelled / annotated episode to `<workspace>/ratings.jsonl`.
+    ExportRatings,
+    /// Start a background job (the event loop's launcher serves it).
+    Launch(JobSpec),
+    /// Cancel a job (the event loop's launcher serves it).
+    CancelJob(String),
 }
 
 /// What an open prompt edits.
@@ -132,6 +217,7 @@ pub enum PromptKind {
     Search,
     Tags,
     Note,
+    EpisodeNote,
 }
 
 /// An open one-line prompt.
@@ -158,6 +244,13 @@ pub struct App {
     pub tasks: TasksView,
     pub live: LiveView,
     pub episodes: EpisodesView,
+    pub jobs: JobsView,
+    /// The episode inspector, open over the Episodes view.
+    pub inspector: Option<Inspector>,
+    /// The open launch form.
+    pub form: Option<(FormKind, Form)>,
+    /// Defaults of the launch forms.
+    pub defaults: JobDefaults,
     pub help: HelpView,
     pub prompt: Option<Prompt>,
     pub status: Option<StatusMsg>,
@@ -179,11 +272,15 @@ impl App {
             tasks: TasksView::default(),
             live: LiveView::default(),
             episodes: EpisodesView::default(),
+            jobs: JobsView::default(),
+            inspector: None,
+            form: None,
+            defaults: JobDefaults::default(),
             help: HelpView::default(),
             prompt: None,
             status: None,
             workspace_label: workspace_label.into(),
-            outbox: vec![Request::LoadTasks, Request::LoadEpisodes],
+            outbox: vec![Request::LoadTasks, Request::LoadEpisodes, Request::LoadJobs],
             should_quit: false,
             tab_areas: Vec::new(),
         }
@@ -194,6 +291,12 @@ impl App {
     pub fn handle_key(&self, key: KeyEvent) -> Option<Action> {
         if self.prompt.is_some() {
             return Some(Action::PromptKey(key));
+        }
+        if self.form.is_some() && !self.help.visible {
+            return Some(Action::FormKey(key));
+        }
+        if self.view == View::Live && self.live.taken().is_some() {
+            return Some(Action::TakeoverKey(key));
         }
         self.keymap.lookup(&key).map(Action::Command)
     }
@@ -239,6 +342,45 @@ impl App {
                 Ok(s) => self.info(format!("{id}: {s}")),
                 Err(e) => self.error(format!("{id}: {e}")),
             },
+            Action::Live(ev) => self.live.live_event(ev),
+            Action::Job(ev) => {
+                if let JobEvent::Finished { id, outcome } = &ev {
+                    match outcome {
+                        crate::jobs::JobOutcome::Succeeded(m) => {
+                            self.info(format!("{}: {m}", id.0))
+                        }
+                        crate::jobs::JobOutcome::Failed(m) => self.error(format!("{}: {m}", id.0)),
+                        crate::jobs::JobOutcome::Cancelled => {
+                            self.info(format!("{}: cancelled", id.0))
+                        }
+                    }
+                    self.outbox.extend([
+                        Request::LoadEpisodes,
+                        Request::LoadTasks,
+                        Request::LoadJobs,
+                    ]);
+                }
+                self.jobs.event(ev);
+            }
+            Action::JobsLoaded(rows) => self.jobs.set_rows(rows),
+            Action::EpisodeLoaded { episode, compare } => match (&mut self.inspector, compare) {
+                (Some(insp), true) => insp.other = Some(*episode),
+                (_, _) => self.inspector = Some(Inspector::new(*episode)),
+            },
+            Action::FormKey(key) => self.form_key(key),
+            Action::TakeoverKey(key) => {
+                if super::takeover::is_release(&key) {
+                    self.live.release();
+                    self.info("session given back to the agent".into());
+                } else if let Some(bytes) = super::takeover::key_bytes(&key) {
+                    self.live.type_bytes(bytes);
+                }
+            }
+            Action::Tick(dt) => {
+                if let Some(r) = self.inspector.as_mut().and_then(|i| i.replay.as_mut()) {
+                    r.tick(dt);
+                }
+            }
             Action::Info(s) => self.info(s),
             Action::Error(s) => self.error(s),
         }
@@ -284,7 +426,6 @@ impl App {
             Command::ViewTasks => self.view = View::Tasks,
             Command::ViewLive => self.view = View::Live,
             Command::ViewEpisodes => self.view = View::Episodes,
-            Command::ViewJobs => self.view = View::Jobs,
             Command::ViewTraining => self.view = View::Training,
             Command::Reload => {
                 self.outbox.push(Request::LoadTasks);
@@ -294,19 +435,50 @@ impl App {
                 }
                 self.info("reloading".into());
             }
+            Command::ViewJobs => {
+                self.view = View::Jobs;
+                self.outbox.push(Request::LoadJobs);
+            }
             _ => match self.view {
                 View::Tasks => self.tasks_command(cmd),
+                View::Live if cmd == Command::TakeOver => match self.live.take_over() {
+                    Ok(()) => self.info(
+                        "you have the session: type; ctrl-] gives it back (the agent waits)".into(),
+                    ),
+                    Err(e) => self.error(e),
+                },
                 View::Live => self.live.command(cmd),
                 View::Episodes => self.episodes_command(cmd),
-                View::Jobs | View::Training => {}
+                View::Jobs => self.jobs_command(cmd),
+                View::Training => {}
             },
         }
     }
 
     fn episodes_command(&mut self, cmd: Command) {
-        if cmd != Command::Select {
-            self.episodes.command(cmd);
+        if self.inspector.is_some() {
+            self.inspector_command(cmd);
             return;
+        }
+        match cmd {
+            Command::Select => {
+                if let Some(row) = self.episodes.selected_row().cloned() {
+                    self.outbox.push(Request::LoadEpisode {
+                        row,
+                        compare: false,
+                    });
+                }
+                return;
+            }
+            Command::ExportRatings => {
+                self.outbox.push(Request::ExportRatings);
+                return;
+            }
+            Command::GotoTask => {}
+            other => {
+                self.episodes.command(other);
+                return;
+            }
         }
         // Enter on an episode opens its task's Episodes tab.
         let Some(task) = self.episodes.selected_row().map(|e| e.task_id.clone()) else {
@@ -319,6 +491,176 @@ impl App {
             self.load_selected(sel);
         } else {
             self.error(format!("task {task} is not in the workspace"));
+        }
+    }
+
+    fn inspector_command(&mut self, cmd: Command) {
+        let Some(insp) = self.inspector.as_mut() else {
+            return;
+        };
+        let row = insp.episode.row.clone();
+        let rate =
+            |rating: Option<u8>, label: Option<String>, notes: String| Request::RateEpisode {
+                run: row.run_id.clone(),
+                task: row.task_id.clone(),
+                sample: row.sample,
+                rating,
+                label,
+                notes,
+            };
+        let rating = match cmd {
+            Command::Rate1 => Some(Some(1)),
+            Command::Rate2 => Some(Some(2)),
+            Command::Rate3 => Some(Some(3)),
+            Command::Rate4 => Some(Some(4)),
+            Command::Rate5 => Some(Some(5)),
+            Command::RateClear => Some(None),
+            _ => None,
+        };
+        if let Some(r) = rating {
+            insp.episode.row.rating = r;
+            self.outbox
+                .push(rate(r, row.label.clone(), row.notes.clone()));
+            return;
+        }
+        match cmd {
+            Command::Back => self.inspector = None,
+            Command::Label => {
+                let label = insp.next_label();
+                insp.episode.row.label = label.clone();
+                self.outbox.push(rate(row.rating, label, row.notes.clone()));
+            }
+            Command::Note => {
+                self.prompt = Some(Prompt {
+                    kind: PromptKind::EpisodeNote,
+                    input: TextInput::new(row.notes.clone()),
+                    task: None,
+                });
+            }
+            Command::ExportRatings => self.outbox.push(Request::ExportRatings),
+            Command::Compare => {
+                if insp.other.take().is_some() {
+                    return;
+                }
+                let same = |r: &&EpisodeRow| {
+                    r.task_id == row.task_id && (r.run_id != row.run_id || r.sample != row.sample)
+                };
+                match self.episodes.rows().iter().find(same).cloned() {
+                    Some(other) => self.outbox.push(Request::LoadEpisode {
+                        row: other,
+                        compare: true,
+                    }),
+                    None => self.error(format!(
+                        "{} has no other episode to compare with",
+                        row.task_id
+                    )),
+                }
+            }
+            other => {
+                insp.command(other);
+            }
+        }
+    }
+
+    fn jobs_command(&mut self, cmd: Command) {
+        let d = &self.defaults;
+        let form = match cmd {
+            Command::JobEval => Some((
+                FormKind::Eval,
+                Form::new(
+                    "Evaluate a policy",
+                    &[
+                        ("policy", d.policy.clone()),
+                        ("tasks", String::new()),
+                        ("samples", d.samples.to_string()),
+                        ("max turns", String::new()),
+                        ("concurrency", d.concurrency.to_string()),
+                    ],
+                )
+                .with_note("tasks: ids or * globs, comma-separated (empty: all but rejected/archived); max turns empty: each task's own"),
+            )),
+            Command::JobValidate => Some((
+                FormKind::Validate,
+                Form::new(
+                    "Validate tasks",
+                    &[(
+                        "tasks",
+                        self.tasks.selected_id().unwrap_or_else(|| "all".into()),
+                    )],
+                )
+                .with_note("task ids, comma-separated, or `all`"),
+            )),
+            Command::JobGenerate => Some((
+                FormKind::Generate,
+                Form::new(
+                    "Generate tasks with an LLM",
+                    &[
+                        ("url", d.llm_url.clone()),
+                        ("model", d.llm_model.clone()),
+                        ("count", d.count.to_string()),
+                        ("solutions", d.solutions.to_string()),
+                    ],
+                )
+                .with_note("runs `endless generate --llm URL --model M` as a job"),
+            )),
+            Command::JobOffline => Some((
+                FormKind::Offline,
+                Form::new(
+                    "Generate tasks offline (procedural)",
+                    &[("count", d.count.to_string()), ("seed", "1".into())],
+                )
+                .with_note("runs `endless generate --offline` as a job; until procgen (issue 4) is merged it answers that it is not built yet"),
+            )),
+            Command::JobTrain => Some((
+                FormKind::Train,
+                Form::new("Training", &[]).with_note(
+                    "Training is not built yet (issue 8). Nothing will be started.",
+                ),
+            )),
+            Command::JobCancel => {
+                match self.jobs.selected_item() {
+                    Some(j) if j.status == "running" => {
+                        let id = j.id.clone();
+                        self.info(format!("cancelling {id}..."));
+                        self.outbox.push(Request::CancelJob(id));
+                    }
+                    Some(j) => self.error(format!("{} is not running", j.id)),
+                    None => self.error("no job selected".into()),
+                }
+                None
+            }
+            other => {
+                self.jobs.command(other);
+                None
+            }
+        };
+        if form.is_some() {
+            self.form = form;
+        }
+    }
+
+    fn form_key(&mut self, key: KeyEvent) {
+        let Some((kind, form)) = self.form.as_mut() else {
+            return;
+        };
+        match form.handle_key(&key) {
+            FormOutcome::Editing => {}
+            FormOutcome::Cancel => self.form = None,
+            FormOutcome::Submit => {
+                let kind = *kind;
+                match job_spec(kind, form) {
+                    Ok(Some(spec)) => {
+                        self.form = None;
+                        self.info(format!("starting {}...", spec.kind()));
+                        self.outbox.push(Request::Launch(spec));
+                    }
+                    Ok(None) => {
+                        self.form = None;
+                        self.error("training is not built yet (issue 8)".into());
+                    }
+                    Err(e) => self.error(e),
+                }
+            }
         }
     }
 
@@ -393,8 +735,11 @@ impl App {
                 self.outbox.push(Request::OpenEditor { id: id_s, file });
             }
             Command::Validate => {
-                self.info(format!("validating {id_s}..."));
-                self.outbox.push(Request::Validate(id_s));
+                // A background job: the store worker stays free while the
+                // environment builds.
+                self.info(format!("validating {id_s} (a job: see the Jobs view)..."));
+                self.outbox
+                    .push(Request::Launch(JobSpec::Validate { tasks: vec![id_s] }));
             }
             other => {
                 let sel = self.tasks.command(other);
@@ -441,6 +786,21 @@ impl App {
                     self.outbox.push(Request::SetNotes(id, value));
                 }
             }
+            (InputOutcome::Submit, PromptKind::EpisodeNote) => {
+                self.prompt = None;
+                if let Some(insp) = self.inspector.as_mut() {
+                    let row = &mut insp.episode.row;
+                    row.notes = value.clone();
+                    self.outbox.push(Request::RateEpisode {
+                        run: row.run_id.clone(),
+                        task: row.task_id.clone(),
+                        sample: row.sample,
+                        rating: row.rating,
+                        label: row.label.clone(),
+                        notes: value,
+                    });
+                }
+            }
         }
     }
 
@@ -467,8 +827,18 @@ impl App {
                 self.load_selected(sel);
             }
             View::Live => self.live.mouse(m),
-            View::Episodes => self.episodes.mouse(m),
-            View::Jobs | View::Training => {}
+            View::Episodes => match self.inspector.as_mut() {
+                Some(insp) => {
+                    match m.kind {
+                        MouseEventKind::ScrollDown => insp.command(Command::Down),
+                        MouseEventKind::ScrollUp => insp.command(Command::Up),
+                        _ => false,
+                    };
+                }
+                None => self.episodes.mouse(m),
+            },
+            View::Jobs => self.jobs.mouse(m),
+            View::Training => {}
         }
     }
 
@@ -487,11 +857,17 @@ impl App {
         match self.view {
             View::Tasks => self.tasks.draw(frame, body, &theme),
             View::Live => self.live.draw(frame, body, &theme),
-            View::Episodes => self.episodes.draw(frame, body, &theme),
-            View::Jobs => jobs::draw(frame, body, &theme),
+            View::Episodes => match self.inspector.as_mut() {
+                Some(insp) => insp.draw(frame, body, &theme),
+                None => self.episodes.draw(frame, body, &theme),
+            },
+            View::Jobs => self.jobs.draw(frame, body, &theme, &self.keymap),
             View::Training => training::draw(frame, body, &theme),
         }
         self.draw_status(frame, bottom);
+        if let Some((_, form)) = &self.form {
+            form.draw(frame, body, &theme);
+        }
         if self.help.visible {
             self.help.draw(frame, area, &theme, &self.keymap);
         }
@@ -544,6 +920,7 @@ impl App {
                 PromptKind::Search => "search: ",
                 PromptKind::Tags => "tags (comma-separated): ",
                 PromptKind::Note => "note: ",
+                PromptKind::EpisodeNote => "episode note: ",
             };
             let line = Line::from(vec![
                 Span::styled(label, t.accent()),
@@ -578,14 +955,35 @@ impl App {
                     View::Live => vec![
                         (k(Command::Select), "zoom"),
                         (k(Command::Back), "unzoom"),
+                        (k(Command::PageUp), "scroll back"),
+                        (k(Command::TakeOver), "take over"),
                         (k(Command::Quit), "quit"),
+                    ],
+                    View::Episodes if self.inspector.is_some() => vec![
+                        (k(Command::NextTab), "tab"),
+                        (k(Command::Rate1) + "-5", "rate"),
+                        (k(Command::Label), "label"),
+                        (k(Command::Note), "note"),
+                        (k(Command::Compare), "side by side"),
+                        (k(Command::PlayPause), "play"),
+                        (k(Command::ExportRatings), "export"),
+                        (k(Command::Back), "close"),
                     ],
                     View::Episodes => vec![
+                        (k(Command::Select), "inspect"),
+                        (k(Command::GotoTask), "task"),
                         (k(Command::FilterFailure), "failure mode"),
                         (k(Command::ClearFilters), "clear"),
+                        (k(Command::ExportRatings), "export ratings"),
                         (k(Command::Quit), "quit"),
                     ],
-                    View::Jobs | View::Training => vec![
+                    View::Jobs => vec![
+                        (k(Command::JobEval), "evaluate"),
+                        (k(Command::JobValidate), "validate"),
+                        (k(Command::JobCancel), "cancel"),
+                        (k(Command::Quit), "quit"),
+                    ],
+                    View::Training => vec![
                         (k(Command::NextView), "next view"),
                         (k(Command::Quit), "quit"),
                     ],
@@ -613,4 +1011,60 @@ fn truncate_left(s: &str, max: usize) -> String {
     }
     let keep: String = s.chars().skip(n + 1 - max).collect();
     format!("…{keep}")
+}
+
+/// The job a submitted form asks for; `Ok(None)`: nothing to start (training).
+fn job_spec(kind: FormKind, form: &Form) -> Result<Option<JobSpec>, String> {
+    fn num<T: std::str::FromStr>(form: &Form, field: &str) -> Result<T, String> {
+        form.value(field).parse().map_err(|_| {
+            format!(
+                "{field}: expected a whole number, got {:?}",
+                form.value(field)
+            )
+        })
+    }
+    Ok(Some(match kind {
+        FormKind::Eval => {
+            let policy = form.value("policy").to_string();
+            if policy.is_empty() {
+                return Err("policy: expected a spec such as oracle or openai:MODEL@URL".into());
+            }
+            JobSpec::Eval {
+                policy,
+                tasks: form.value("tasks").to_string(),
+                samples: num(form, "samples")?,
+                max_turns: match form.value("max turns") {
+                    "" => None,
+                    _ => Some(num(form, "max turns")?),
+                },
+                concurrency: num(form, "concurrency")?,
+            }
+        }
+        FormKind::Validate => {
+            let tasks: Vec<String> = form
+                .value("tasks")
+                .split(',')
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty() && t != "all")
+                .collect();
+            JobSpec::Validate { tasks }
+        }
+        FormKind::Generate => {
+            let model = form.value("model").to_string();
+            if model.is_empty() {
+                return Err("model: name the generator model".into());
+            }
+            JobSpec::Generate {
+                url: form.value("url").to_string(),
+                model,
+                count: num(form, "count")?,
+                solutions: num(form, "solutions")?,
+            }
+        }
+        FormKind::Offline => JobSpec::Offline {
+            count: num(form, "count")?,
+            seed: num(form, "seed")?,
+        },
+        FormKind::Train => return Ok(None),
+    }))
 }

@@ -47,11 +47,11 @@ commands! {
     Down => "down", ["down", "j"], "Move down / scroll down";
     Left => "left", ["left", "h"], "Move left (live grid)";
     Right => "right", ["right", "l"], "Move right (live grid)";
-    PageUp => "page_up", ["pageup", "ctrl-u"], "Page up";
-    PageDown => "page_down", ["pagedown", "ctrl-d"], "Page down";
+    PageUp => "page_up", ["pageup", "ctrl-u"], "Page up / scroll a live pane back";
+    PageDown => "page_down", ["pagedown", "ctrl-d"], "Page down / scroll a live pane forward";
     Top => "top", ["home", "g"], "First row";
     Bottom => "bottom", ["end", "G"], "Last row";
-    Select => "select", ["enter"], "Focus the detail pane / zoom a live pane / open an episode's task";
+    Select => "select", ["enter"], "Focus the detail pane / zoom a live pane / inspect an episode";
     Back => "back", ["esc"], "Back: unfocus, unzoom, close";
     NextTab => "next_tab", ["]"], "Next detail tab";
     PrevTab => "prev_tab", ["["], "Previous detail tab";
@@ -76,6 +76,20 @@ commands! {
     Edit => "edit", ["e"], "Open the bundle file in $EDITOR";
     Validate => "validate", ["v"], "Validate the task now";
     Reload => "reload", ["ctrl-r"], "Reload from the workspace";
+    JobEval => "job_eval", ["E"], "Jobs: start an evaluation (form)";
+    JobValidate => "job_validate", ["V"], "Jobs: validate the selected task / all tasks (form)";
+    JobGenerate => "job_generate", ["L"], "Jobs: LLM task generation (form)";
+    JobOffline => "job_offline", ["P"], "Jobs: offline (procedural) task generation (form)";
+    JobTrain => "job_train", ["M"], "Jobs: training (not built yet, issue 8)";
+    JobCancel => "job_cancel", ["C"], "Jobs: cancel the selected job";
+    Label => "label", ["b"], "Episode: cycle the failure label";
+    Compare => "compare", ["m"], "Episode: side by side with another episode of the task";
+    ExportRatings => "export_ratings", ["X"], "Episodes: export ratings to ratings.jsonl";
+    GotoTask => "goto_task", ["T"], "Episodes: open the episode's task";
+    PlayPause => "play_pause", ["space"], "Replay: play / pause";
+    TakeOver => "take_over", ["ctrl-t"], "Live: type into the zoomed session (ctrl-] gives it back)";
+    Faster => "faster", ["+"], "Replay: faster";
+    Slower => "slower", ["-"], "Replay: slower";
 }
 
 impl Command {

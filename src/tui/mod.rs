@@ -9,9 +9,14 @@
 
 pub mod app;
 pub mod bench;
+pub mod episode_io;
+pub mod eval_job;
 pub mod event;
 pub mod keymap;
+pub mod launcher;
+pub mod replay;
 pub mod store_ext;
+pub mod takeover;
 pub mod theme;
 pub mod validate;
 pub mod views;
@@ -20,11 +25,14 @@ pub mod worker;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests2;
 
 use std::io::stdout;
 use std::path::Path;
 use std::process::Command as Process;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture, Event, KeyEventKind};
@@ -67,14 +75,21 @@ pub fn run_with_channel(
             .with_context(|| format!("opening workspace {}", workspace_root.display()))?,
     );
     let mut app = App::new(theme, keymap, workspace_root.display().to_string());
+    let paths = crate::config::Paths::detect();
+    if let Ok(config) = crate::config::Config::load(&paths.config_file, Some(workspace_root)) {
+        app.defaults = launcher::JobDefaults::from_config(&config);
+    }
+    let launcher =
+        launcher::Launcher::new(workspace_root, tx.clone()).context("starting the job manager")?;
 
     let mut terminal = TerminalGuard::enter()?;
     let (req_tx, req_rx) = mpsc::channel::<Request>();
     let _worker = worker::spawn(workspace_root.to_path_buf(), req_rx, tx.clone());
     let input = InputThread::spawn(tx);
+    let mut last_tick = Instant::now();
 
     loop {
-        for req in app.outbox.drain(..) {
+        for req in std::mem::take(&mut app.outbox) {
             match req {
                 Request::OpenEditor { id, file } => {
                     let dir = workspace_root.join("tasks").join(&id);
@@ -89,6 +104,15 @@ pub fn run_with_channel(
                         let _ = req_tx.send(Request::OpenEditor { id, file });
                     }
                 }
+                Request::Launch(spec) => match launcher.launch(spec) {
+                    Ok(id) => app.update(Action::Info(format!("started {}", id.0))),
+                    Err(e) => app.update(Action::Error(format!("cannot start the job: {e:#}"))),
+                },
+                Request::CancelJob(id) => {
+                    if !launcher.cancel(&id) {
+                        app.update(Action::Error(format!("{id} is not running here")));
+                    }
+                }
                 other => {
                     if req_tx.send(other).is_err() {
                         anyhow::bail!("the store worker stopped");
@@ -100,7 +124,21 @@ pub fn run_with_channel(
             break;
         }
         terminal.get().draw(|f| app.draw(f))?;
-        let Ok(first) = rx.recv() else { break };
+        // Wake up regularly for replay playback and the elapsed clocks.
+        let playing = app
+            .inspector
+            .as_ref()
+            .and_then(|i| i.replay.as_ref())
+            .is_some_and(|r| r.playing);
+        let wait = Duration::from_millis(if playing { 50 } else { 500 });
+        let first = match rx.recv_timeout(wait) {
+            Ok(m) => m,
+            Err(mpsc::RecvTimeoutError::Timeout) => Msg::Action(Action::Tick(0.0)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let now = Instant::now();
+        app.update(Action::Tick(now.duration_since(last_tick).as_secs_f64()));
+        last_tick = now;
         let mut pending = vec![first];
         pending.extend(rx.try_iter());
         for msg in pending {

@@ -83,6 +83,40 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
         // The event loop handles the editor itself; afterwards it asks for
         // a reload, which re-indexes the edited bundle.
         Request::OpenEditor { id, .. } => reload_task(ws, &id),
+        Request::LoadJobs => match ws.list_jobs() {
+            Ok(rows) => vec![Action::JobsLoaded(rows)],
+            Err(e) => vec![err(e)],
+        },
+        Request::LoadEpisode { row, compare } => vec![Action::EpisodeLoaded {
+            episode: Box::new(super::episode_io::load_episode(ws, row)),
+            compare,
+        }],
+        Request::RateEpisode {
+            run,
+            task,
+            sample,
+            rating,
+            label,
+            notes,
+        } => match ws.rate_episode(&run, &task, sample, rating, label.as_deref(), &notes) {
+            Ok(()) => match ws.list_episodes(None) {
+                Ok(rows) => vec![
+                    Action::EpisodesLoaded(rows),
+                    Action::Info(format!("{task}#{sample}: saved")),
+                ],
+                Err(e) => vec![err(e)],
+            },
+            Err(e) => vec![err(e)],
+        },
+        Request::ExportRatings => match super::episode_io::export_ratings(ws) {
+            Ok((n, path)) => vec![Action::Info(format!(
+                "exported {n} rated episodes to {}",
+                path.display()
+            ))],
+            Err(e) => vec![Action::Error(format!("export: {e}"))],
+        },
+        // The event loop's launcher serves these.
+        Request::Launch(_) | Request::CancelJob(_) => Vec::new(),
     }
 }
 

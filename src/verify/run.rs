@@ -32,7 +32,9 @@ pub enum TestSet {
 /// One test's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TestCase {
+    /// `module::test` (or `module.Class::test`).
     pub name: String,
+    /// It passed (or was skipped).
     pub passed: bool,
     /// Failure message and traceback (empty when it passed).
     pub message: String,
@@ -41,6 +43,7 @@ pub struct TestCase {
 /// The outcome of a verification run.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TestReport {
+    /// Per-test outcomes, in run order.
     pub tests: Vec<TestCase>,
     /// All tests passed and at least one ran.
     pub passed: bool,
@@ -48,6 +51,7 @@ pub struct TestReport {
     pub junit_xml: String,
     /// The test runner's console output.
     pub output: String,
+    /// Wall-clock time of the verification, including pytest's start-up.
     pub duration: Duration,
 }
 
@@ -115,7 +119,7 @@ fn run_tests(
     write_tree(&host_run.join("tests"), &task.tests)?;
     let timeout = Duration::from_secs_f64(task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0));
     if let (TestSet::Final, Some(script)) = (which, &task.meta.verifier.script) {
-        return run_script(session, task, script, host_run, inside_run, timeout, start);
+        return run_script(session, task, script, inside_run, timeout, start);
     }
     let files = match which {
         TestSet::Initial => &task.meta.verifier.initial_tests,
@@ -155,11 +159,11 @@ fn run_tests(
     );
     argv.push(format!("--rootdir={inside_run}/tests"));
     argv.push(format!("-c={inside_run}/pytest.ini"));
-    argv.push(format!("--junitxml={inside_run}/junit.xml"));
+    // The JUnit XML goes to a pipe only the verifier holds, never to a file.
+    argv.push("--junitxml=/dev/fd/3".to_string());
     argv.extend(files.iter().map(|f| format!("{inside_run}/tests/{f}")));
-    let out = session.run_as_root(&argv, timeout)?;
-    let junit_path = host_run.join("junit.xml");
-    let junit_xml = std::fs::read_to_string(&junit_path).unwrap_or_default();
+    let (out, junit) = session.run_as_root_fd3(&argv, timeout)?;
+    let junit_xml = String::from_utf8_lossy(&junit).into_owned();
     let tests = if junit_xml.is_empty() {
         Vec::new()
     } else {
@@ -183,7 +187,6 @@ fn run_script(
     session: &mut Session,
     task: &Task,
     script: &str,
-    host_run: &std::path::Path,
     inside_run: &str,
     timeout: Duration,
     start: Instant,
@@ -197,21 +200,21 @@ fn run_script(
     let body = format!(
         "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests && cd /tests && \
          bash /tests/{script}; st=$?; \
-         if [ -f /logs/verifier/reward.txt ] && [ ! -L /logs/verifier/reward.txt ]; then head -c 64 /logs/verifier/reward.txt > {run}/reward.txt; fi; \
-         for f in /logs/verifier/*.xml; do [ -f \"$f\" ] && [ ! -L \"$f\" ] && cp \"$f\" {run}/junit.xml && break; done; exit $st",
+         if [ -f /logs/verifier/reward.txt ] && [ ! -L /logs/verifier/reward.txt ]; then head -c 64 /logs/verifier/reward.txt >&3; fi; \
+         rm -rf /tests; exit $st",
         run = q(inside_run),
         script = q(script).trim_matches('\'')
     );
     let mut argv = clean_env(inside_run);
     argv.extend(["/bin/bash".to_string(), "-c".to_string(), body]);
-    let out = session.run_as_root(&argv, timeout)?;
-    let reward = std::fs::read_to_string(host_run.join("reward.txt")).unwrap_or_default();
+    let (out, reward) = session.run_as_root_fd3(&argv, timeout)?;
+    let reward = String::from_utf8_lossy(&reward).into_owned();
     let passed = reward
         .trim()
         .parse::<f64>()
         .map(|r| r >= 1.0)
         .unwrap_or(false);
-    let junit_xml = std::fs::read_to_string(host_run.join("junit.xml")).unwrap_or_default();
+    let junit_xml = String::new();
     let message = if reward.is_empty() {
         "the verifier script wrote no /logs/verifier/reward.txt".to_string()
     } else {

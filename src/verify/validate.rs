@@ -11,18 +11,25 @@ use crate::task::{write_tree, Task};
 /// What validation found.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Validation {
+    /// The task validated.
     pub task_id: String,
     /// The image built (its hash), if it did.
     pub image: Option<String>,
+    /// The initial tests pass on the built environment.
     pub initial_passes: bool,
+    /// The final tests fail on the untouched environment.
     pub final_fails_initially: bool,
     /// `None` when the task has no oracle solution.
     pub oracle_passes: Option<bool>,
     /// Human-readable problems; empty when the task is valid.
     pub problems: Vec<String>,
+    /// The initial tests' report.
     pub initial: Option<TestReport>,
+    /// The final tests' report on the initial state.
     pub final_on_initial: Option<TestReport>,
+    /// The final tests' report after the oracle solution.
     pub oracle: Option<TestReport>,
+    /// Wall-clock time of the whole validation.
     pub duration: Duration,
 }
 
@@ -97,8 +104,17 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         ..SessionOptions::default()
     };
     let mut session = backend.start(&image, &opts)?;
-    match verify(&mut session, task, TestSet::Initial) {
-        Ok(r) => {
+    // Foreign tasks (Harbor, Terminal-Bench) often ship no initial-state
+    // tests: there is then nothing to check before the agent starts.
+    let initial = if task.meta.verifier.initial_tests.is_empty() {
+        v.initial_passes = true;
+        None
+    } else {
+        Some(verify(&mut session, task, TestSet::Initial))
+    };
+    match initial {
+        None => {}
+        Some(Ok(r)) => {
             v.initial_passes = r.passed;
             if !r.passed {
                 v.problems.push(format!(
@@ -108,7 +124,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
             }
             v.initial = Some(r);
         }
-        Err(e) => v.problems.push(format!("initial tests could not run: {e}")),
+        Some(Err(e)) => v.problems.push(format!("initial tests could not run: {e}")),
     }
     match verify(&mut session, task, TestSet::Final) {
         Ok(r) => {
@@ -158,10 +174,19 @@ fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
     write_tree(&host_sol, &task.solution)?;
     let user = session.info().user.clone();
     let copy = format!(
-        "rm -rf /tmp/endless-solution && cp -a {inside}/solution /tmp/endless-solution && chown -R {user}: /tmp/endless-solution"
+        "rm -rf /tmp/endless-solution && cp -a {inside}/solution /tmp/endless-solution && \
+         {{ chown -R {user}: /tmp/endless-solution 2>/dev/null || chmod -R a+rwX /tmp/endless-solution; }}"
     );
+    // (Rootless sandboxes cannot chown; there the copy already belongs to the agent.)
     let out = session.run_as_root(
-        &["/bin/sh".into(), "-c".into(), copy],
+        &[
+            "/usr/bin/env".into(),
+            "-C".into(),
+            "/".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            copy,
+        ],
         Duration::from_secs(60),
     )?;
     let _ = std::fs::remove_dir_all(&host_sol);

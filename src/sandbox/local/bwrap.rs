@@ -56,6 +56,8 @@ pub struct Spec<'a> {
     pub chdir: &'a str,
     /// The command to run inside.
     pub argv: Vec<String>,
+    /// Rootless sessions: a nested user namespace where the command runs as this uid and gid.
+    pub user_ns: Option<(u32, u32)>,
 }
 
 /// The bubblewrap arguments for `spec`.
@@ -75,6 +77,13 @@ pub fn args(spec: &Spec) -> Vec<OsString> {
     }
     if !spec.network {
         push("--unshare-net");
+    }
+    if let Some((uid, gid)) = spec.user_ns {
+        a.push("--unshare-user".into());
+        a.push("--uid".into());
+        a.push(uid.to_string().into());
+        a.push("--gid".into());
+        a.push(gid.to_string().into());
     }
     a.push("--bind".into());
     a.push(spec.root.into());
@@ -105,10 +114,11 @@ pub fn args(spec: &Spec) -> Vec<OsString> {
 }
 
 /// The agent shell's command: bash as `uid`, dropping every capability
-/// and forbidding privilege gain when not root.
-pub fn shell_argv(uid: u32, gid: u32) -> (Vec<String>, Vec<&'static str>) {
+/// and forbidding privilege gain when not root. `rootless` sessions switch
+/// ids through bubblewrap's own user namespace instead.
+pub fn shell_argv(uid: u32, gid: u32, rootless: bool) -> (Vec<String>, Vec<&'static str>) {
     let bash = ["/bin/bash", "--noediting", "--noprofile", "--norc", "-i"].map(String::from);
-    if uid == 0 {
+    if uid == 0 || rootless {
         return (bash.to_vec(), Vec::new());
     }
     let mut argv: Vec<String> = [
@@ -152,7 +162,7 @@ mod tests {
 
     #[test]
     fn session_args_isolate_and_drop_privileges() {
-        let (argv, caps) = shell_argv(1000, 1000);
+        let (argv, caps) = shell_argv(1000, 1000, false);
         let spec = Spec {
             root: Path::new("/c/merged"),
             network: false,
@@ -161,6 +171,7 @@ mod tests {
             caps,
             chdir: "/",
             argv,
+            user_ns: None,
         };
         let a: Vec<String> = args(&spec)
             .iter()
@@ -180,7 +191,7 @@ mod tests {
         ] {
             assert!(joined.contains(want), "missing `{want}` in {joined}");
         }
-        let (root_argv, root_caps) = shell_argv(0, 0);
+        let (root_argv, root_caps) = shell_argv(0, 0, false);
         assert_eq!(root_argv[0], "/bin/bash");
         assert!(root_caps.is_empty());
     }

@@ -22,6 +22,8 @@ pub struct LocalControl {
     pub outer: i32,
     /// Pid of the sandbox's init (bubblewrap's child, pid 1 inside).
     pub init: Option<i32>,
+    /// The sandbox lives in user namespaces we own (no root on the host).
+    pub rootless: bool,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -43,6 +45,17 @@ pub fn children_of(pid: i32) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn is_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
 }
 
 /// The parent of `pid`.
@@ -80,6 +93,17 @@ impl SessionControl for LocalControl {
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .arg(format!("--target={init}"))
+            // Rootless: enter the user namespace we created (where we are
+            // root and own every namespace below it), not bubblewrap's
+            // innermost one, which owns none of the others.
+            .args(if self.rootless {
+                vec![
+                    format!("--user=/proc/{}/ns/user", self.outer),
+                    "--preserve-credentials".into(),
+                ]
+            } else {
+                Vec::new()
+            })
             .args([
                 "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--",
             ])
@@ -99,7 +123,12 @@ impl SessionControl for LocalControl {
     }
 
     fn teardown(&mut self, child: &mut Child) {
-        let init = self.init;
+        // Without cgroups, the sandbox's init tells when its pid namespace is gone.
+        let init = if self.cgroups.is_none() {
+            self.init_pid()
+        } else {
+            self.init
+        };
         // SAFETY: kill(2) on our own child; the sandbox's init dies with it
         // (--die-with-parent) and takes its whole pid namespace along.
         unsafe {
@@ -110,8 +139,7 @@ impl SessionControl for LocalControl {
             cg.kill_all_and_remove(Duration::from_secs(5));
         } else if let Some(init) = init {
             let until = Instant::now() + Duration::from_secs(5);
-            while std::path::Path::new(&format!("/proc/{init}")).exists() && Instant::now() < until
-            {
+            while is_running(init) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }

@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::bwrap::{self, Spec};
+use super::limits::{self, Cgroups};
 use super::overlay::{Layer, MountPlan};
 use super::steps;
 use super::LocalBackend;
@@ -30,27 +31,34 @@ impl LocalBackend {
         let def = parse_task(task)?;
         let layout = &self.layout;
         layout.ensure()?;
-        let hash = image_hash(task, "local", &layout.base_id());
+        let mode = if self.rootless.is_some() {
+            "|rootless"
+        } else {
+            ""
+        };
+        let hash = image_hash(task, "local", &format!("{}{mode}", layout.base_id()));
         let dir = layout.images().join(&hash);
         if let Some(image) = load_meta(&dir) {
             return Ok(image);
         }
         let mut rnd = [0u8; 6];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
-        let build = layout
-            .images()
-            .join(format!(".build-{hash}-{}", hex::encode(rnd)));
+        let build = layout.images().join(format!(
+            ".build-{}-{hash}-{}",
+            std::process::id(),
+            hex::encode(rnd)
+        ));
         let result = self.build_into(task, &def, &hash, &build);
         let image = match result {
             Ok(image) => image,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&build);
+                super::layout::remove_tree(&build);
                 return Err(e);
             }
         };
         if std::fs::rename(&build, &dir).is_err() {
             // Another build of the same hash finished first; use it.
-            let _ = std::fs::remove_dir_all(&build);
+            super::layout::remove_tree(&build);
         }
         Ok(load_meta(&dir).unwrap_or(image))
     }
@@ -84,7 +92,8 @@ impl LocalBackend {
         std::fs::set_permissions(&root_up, std::fs::Permissions::from_mode(0o755))
             .map_err(io("chmod build directory", &root_up))?;
         write_tree(&build.join("ctx"), &task.environment)?;
-        let (script, files) = steps::build_script(def, &user, &home, &workdir);
+        let (script, files) =
+            steps::build_script(def, &user, &home, &workdir, self.rootless.is_some());
         std::fs::write(build.join("steps/build.sh"), script)
             .map_err(io("write build script", build))?;
         for (name, content) in files {
@@ -105,7 +114,21 @@ impl LocalBackend {
                 work: build.join("work").join(d),
             });
         }
-        let plan = MountPlan::new(None, &[], &layers, &[], Vec::new())?;
+        // The setup runs under the same limits as sessions (a runaway setup
+        // must not take the host down either).
+        let mut rnd = [0u8; 6];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let cg_name = format!("{}-build-{}", std::process::id(), hex::encode(rnd));
+        let mut cgroups = if self.cgroups {
+            Cgroups::create(&cg_name, &self.limits)
+        } else {
+            None
+        };
+        let (procs, rlimits) = match &cgroups {
+            Some(cg) => (cg.procs_files(), Vec::new()),
+            None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
+        };
+        let plan = MountPlan::new(None, &[], &layers, &procs, rlimits, self.rootless)?;
         let bwrap_bin = self.bwrap.clone();
         let env = vec![
             ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
@@ -125,6 +148,7 @@ impl LocalBackend {
             caps: bwrap::BUILD_CAPS.to_vec(),
             chdir: "/",
             argv: vec!["/bin/bash".into(), format!("{}/build.sh", steps::STEPS)],
+            user_ns: None,
         };
         let mut cmd = Command::new(&bwrap_bin);
         cmd.args(bwrap::args(&spec)).env_clear();
@@ -132,7 +156,11 @@ impl LocalBackend {
         unsafe {
             cmd.pre_exec(move || plan.apply());
         }
-        let out = run_with_timeout(cmd, self.build_timeout)?;
+        let out = run_with_timeout(cmd, self.build_timeout);
+        if let Some(cg) = &mut cgroups {
+            cg.kill_all_and_remove(Duration::from_secs(5));
+        }
+        let out = out?;
         if out.code != Some(0) {
             return Err(step_error(
                 def,
@@ -149,7 +177,7 @@ impl LocalBackend {
         };
         // Remove what only the build needed.
         for p in [build.join("work"), build.join("ctx"), build.join("steps")] {
-            let _ = std::fs::remove_dir_all(&p);
+            super::layout::remove_tree(&p);
         }
         let _ = std::fs::remove_dir(root_up.join("run/endless-build/ctx"));
         let _ = std::fs::remove_dir(root_up.join("run/endless-build/steps"));

@@ -98,6 +98,28 @@ impl Layout {
         self.root.join("sessions")
     }
 
+    /// Remove session and build directories left by processes that died
+    /// (their names start with the owner's pid).
+    pub fn remove_stale(&self) {
+        let dirs = [(self.sessions(), ""), (self.images(), ".build-")];
+        for (dir, prefix) in dirs {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(rest) = name.strip_prefix(prefix) else {
+                    continue;
+                };
+                if let Some(pid) = owner_pid(rest) {
+                    if !pid_alive(pid) {
+                        remove_tree(&entry.path());
+                    }
+                }
+            }
+        }
+    }
+
     /// Create the skeleton and mount points if missing.
     pub fn ensure(&self) -> Result<(), SandboxError> {
         for dir in [
@@ -139,4 +161,34 @@ impl Layout {
         }
         Ok(())
     }
+}
+
+/// The pid at the start of a `<pid>-...` name.
+pub fn owner_pid(name: &str) -> Option<i32> {
+    name.split('-').next()?.parse().ok()
+}
+
+/// Whether a process with this pid exists.
+pub fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Remove a tree, first making its directories accessible: overlayfs leaves
+/// `work/work` with mode 000, which an unprivileged owner cannot enter.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+        if entry.file_type().is_dir() {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    // Entries walkdir could not enter the first time are reachable now.
+    for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+        if entry.file_type().is_dir() {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    let _ = std::fs::remove_dir_all(path);
 }

@@ -135,6 +135,31 @@ impl Drop for Cgroups {
     }
 }
 
+/// Kill what is left in cgroups of sessions whose owner process died, and
+/// remove those cgroups.
+pub fn remove_stale_cgroups() {
+    let base = Path::new(CGROUP_ROOT).join("pids/endless");
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = super::layout::owner_pid(&name) else {
+            continue;
+        };
+        if super::layout::pid_alive(pid) {
+            continue;
+        }
+        let mut stale = Cgroups {
+            dirs: vec![
+                entry.path(),
+                Path::new(CGROUP_ROOT).join("memory/endless").join(&name),
+            ],
+        };
+        stale.kill_all_and_remove(Duration::from_secs(2));
+    }
+}
+
 /// rlimits used when cgroups are not available.
 pub fn fallback_rlimits(limits: &Limits) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
     vec![

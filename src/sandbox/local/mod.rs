@@ -40,25 +40,58 @@ pub struct LocalBackend {
     cgroups: bool,
     allow_network: bool,
     build_timeout: Duration,
+    /// Rootless mode: our uid and gid, mapped to root in a user namespace.
+    rootless: Option<(u32, u32)>,
+}
+
+/// Why unprivileged user namespaces are unusable here, if they are.
+pub fn userns_problem() -> Option<String> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        return Some(
+            "user namespaces are disabled; enable them: `sysctl -w user.max_user_namespaces=15000`"
+                .into(),
+        );
+    }
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return Some(
+            "unprivileged user namespaces are disabled; enable them: `sysctl -w kernel.unprivileged_userns_clone=1`"
+                .into(),
+        );
+    }
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        return Some(
+            "AppArmor restricts unprivileged user namespaces; allow them: \
+             `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (or add an AppArmor profile for bwrap)"
+                .into(),
+        );
+    }
+    None
 }
 
 impl LocalBackend {
     /// A backend caching images under `cache_dir/local`. Fails when
-    /// bubblewrap is missing or the process is not root.
+    /// bubblewrap or util-linux is missing, or (not running as root) when
+    /// unprivileged user namespaces are disabled.
     pub fn new(cache_dir: &Path) -> Result<LocalBackend, SandboxError> {
         let bwrap = bwrap_path().ok_or_else(|| SandboxError::ToolMissing {
             tool: "bwrap".into(),
             hint: "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)"
                 .into(),
         })?;
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(SandboxError::Unavailable {
-                backend: "local".into(),
-                reason: "this build of the local backend mounts overlays and switches to the agent account itself, \
-                         which needs root; run as root (e.g. in a container or VM)"
-                    .into(),
-            });
+        // SAFETY: geteuid/getuid/getgid have no preconditions.
+        let rootless = unsafe { (libc::geteuid() != 0).then(|| (libc::getuid(), libc::getgid())) };
+        if rootless.is_some() {
+            if let Some(problem) = userns_problem() {
+                return Err(SandboxError::Unavailable {
+                    backend: "local".into(),
+                    reason: format!("not running as root, and {problem}"),
+                });
+            }
         }
         for tool in ["nsenter", "setpriv"] {
             if which(tool).is_none() && !Path::new("/usr/bin").join(tool).exists() {
@@ -72,13 +105,17 @@ impl LocalBackend {
             std::env::var("ENDLESS_SANDBOX_NETWORK").as_deref(),
             Ok("deny") | Ok("0") | Ok("false")
         );
+        let layout = Layout::new(cache_dir);
+        layout.remove_stale();
+        limits::remove_stale_cgroups();
         Ok(LocalBackend {
-            layout: Layout::new(cache_dir),
+            layout,
             bwrap,
             limits: Limits::default(),
             cgroups: cgroups_available(),
             allow_network,
             build_timeout: Duration::from_secs(1800),
+            rootless,
         })
     }
 
@@ -106,6 +143,11 @@ impl LocalBackend {
         self
     }
 
+    /// Whether this backend runs without root (in user namespaces).
+    pub fn is_rootless(&self) -> bool {
+        self.rootless.is_some()
+    }
+
     /// Whether sessions are limited through cgroups (else rlimits).
     pub fn uses_cgroups(&self) -> bool {
         self.cgroups
@@ -122,7 +164,7 @@ impl LocalBackend {
         layout.ensure()?;
         let mut rnd = [0u8; 8];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
-        let sid = hex::encode(rnd);
+        let sid = format!("{}-{}", std::process::id(), hex::encode(rnd));
         let session_dir = layout.sessions().join(&sid);
         let exchange = session_dir.join("x");
         std::fs::create_dir_all(&exchange)
@@ -166,17 +208,19 @@ impl LocalBackend {
             &layers,
             &procs,
             rlimits,
+            self.rootless,
         )?;
-        let (argv, caps) = bwrap::shell_argv(image.uid, image.gid);
+        let (argv, caps) = bwrap::shell_argv(image.uid, image.gid, self.rootless.is_some());
         let merged = layout.merged();
         let spec = bwrap::Spec {
             root: &merged,
             network: image.network && self.allow_network,
-            binds: vec![(exchange.clone(), EXCHANGE_INSIDE.into(), false)],
+            binds: vec![(exchange.clone(), EXCHANGE_INSIDE.into(), true)],
             env: bwrap::agent_env(&image.user, &image.home),
             caps,
             chdir: "/",
             argv,
+            user_ns: self.rootless.map(|_| (image.uid, image.gid)),
         };
         let mut cmd = Command::new(&self.bwrap);
         cmd.args(bwrap::args(&spec)).env_clear();
@@ -195,6 +239,7 @@ impl LocalBackend {
             cgroups,
             outer: 0,
             init: None,
+            rootless: self.rootless.is_some(),
         };
         let info = SessionInfo {
             backend: "local",

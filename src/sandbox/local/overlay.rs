@@ -28,6 +28,9 @@ pub struct MountPlan {
     cgroup_procs: Vec<CString>,
     /// Resource limits to set (fallback when there are no cgroups).
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    /// For rootless use: the contents of `uid_map` and `gid_map` of a new
+    /// user namespace (our ids mapped to root).
+    userns: Option<(CString, CString)>,
 }
 
 /// One overlay layer stack: where it is mounted and what it is made of.
@@ -67,7 +70,9 @@ impl MountPlan {
         layers: &[Layer],
         cgroup_procs: &[PathBuf],
         rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+        userns: Option<(u32, u32)>,
     ) -> Result<MountPlan, SandboxError> {
+        let userxattr = if userns.is_some() { ",userxattr" } else { "" };
         let tmpfs = match tmpfs {
             Some((at, size)) => Some(MountCall {
                 source: c"tmpfs".to_owned(),
@@ -82,7 +87,7 @@ impl MountPlan {
             let lower: Result<Vec<String>, _> =
                 layer.lower.iter().map(|p| check_option_path(p)).collect();
             let data = format!(
-                "lowerdir={},upperdir={},workdir={}",
+                "lowerdir={},upperdir={},workdir={}{userxattr}",
                 lower?.join(":"),
                 check_option_path(&layer.upper)?,
                 check_option_path(&layer.work)?
@@ -104,6 +109,12 @@ impl MountPlan {
                 .map(|p| cstr(p))
                 .collect::<Result<_, _>>()?,
             rlimits,
+            userns: userns.map(|(uid, gid)| {
+                (
+                    CString::new(format!("0 {uid} 1")).unwrap_or_default(),
+                    CString::new(format!("0 {gid} 1")).unwrap_or_default(),
+                )
+            }),
         })
     }
 
@@ -134,7 +145,14 @@ impl MountPlan {
             };
             libc::setrlimit(*resource, &lim);
         }
-        check(libc::unshare(libc::CLONE_NEWNS))?;
+        if let Some((uid_map, gid_map)) = &self.userns {
+            check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
+            write_file(c"/proc/self/setgroups", c"deny")?;
+            write_file(c"/proc/self/uid_map", uid_map)?;
+            write_file(c"/proc/self/gid_map", gid_map)?;
+        } else {
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+        }
         check(libc::mount(
             c"none".as_ptr(),
             c"/".as_ptr(),
@@ -156,6 +174,21 @@ impl MountPlan {
         }
         Ok(())
     }
+}
+
+unsafe fn write_file(path: &std::ffi::CStr, content: &std::ffi::CStr) -> io::Result<()> {
+    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let bytes = content.to_bytes();
+    let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+    let err = io::Error::last_os_error();
+    libc::close(fd);
+    if n < 0 {
+        return Err(err);
+    }
+    Ok(())
 }
 
 unsafe fn mount(m: &MountCall, flags: libc::c_ulong) -> libc::c_int {

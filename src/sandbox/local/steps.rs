@@ -58,14 +58,22 @@ pub fn describe(step: &Step) -> String {
 }
 
 /// The build script plus the step files it runs (`name`, `content`), to be
-/// placed in [`STEPS`].
+/// placed in [`STEPS`]. `rootless` builds (in a user namespace with one
+/// mapped id) cannot change owners or switch users: those steps are skipped.
 pub fn build_script(
     def: &EnvDefinition,
     user: &str,
     home: &str,
     workdir: &str,
+    rootless: bool,
 ) -> (String, Vec<(String, String)>) {
     let mut s = String::from("#!/bin/bash\n__u=root\ncd /\n");
+    s.push_str(if rootless {
+        "__rootless=1\n"
+    } else {
+        "__rootless=\n"
+    });
+    s.push_str("__chown() { if [ -n \"$__rootless\" ]; then return 0; fi; chown \"$@\"; }\n");
     let mut files = Vec::new();
     let fail = |n: usize| {
         format!("__st=$?; if [ $__st -ne 0 ]; then printf '\\n{FAIL_MARK}{n} %s@@\\n' $__st; exit 97; fi\n")
@@ -80,7 +88,7 @@ pub fn build_script(
              echo {u}':x:1000:1000::'{h}':/bin/bash' >> /etc/passwd; \
              echo {u}':x:1000:' >> /etc/group; \
              [ -f /etc/shadow ] && echo {u}':!:19000::::::' >> /etc/shadow; true; fi \
-             && mkdir -p {h} && chown \"$(id -u {u}):$(id -g {u})\" {h} )\n"
+             && mkdir -p {h} && __chown \"$(id -u {u}):$(id -g {u})\" {h} )\n"
         ));
         s.push_str(&fail(0));
     }
@@ -117,7 +125,10 @@ pub fn build_script(
                 s.push_str(&format!("mkdir -p {d} && cd {d}\n", d = sq(dir)));
             }
             Step::User(u) => {
-                s.push_str(&format!("id -u {u} >/dev/null && __u={u}\n", u = sq(u)));
+                s.push_str(&format!(
+                    "id -u {u} >/dev/null && {{ [ -n \"$__rootless\" ] || __u={u}; }}\n",
+                    u = sq(u)
+                ));
             }
         }
         s.push_str(&fail(n));
@@ -127,9 +138,9 @@ pub fn build_script(
     let (w, h, u) = (sq(workdir), sq(home), sq(user));
     s.push_str(&format!("mkdir -p {w} {h}\n"));
     if user != "root" {
-        s.push_str(&format!("chown -R \"$(id -u {u}):$(id -g {u})\" {h}\n"));
+        s.push_str(&format!("__chown -R \"$(id -u {u}):$(id -g {u})\" {h}\n"));
         s.push_str(&format!(
-            "case {w} in {h}|{h}/*) chown -R \"$(id -u {u}):$(id -g {u})\" {w};; esac\n"
+            "case {w} in {h}|{h}/*) __chown -R \"$(id -u {u}):$(id -g {u})\" {w};; esac\n"
         ));
     }
     s.push_str(&fail(done));
@@ -232,7 +243,7 @@ mod tests {
             ],
             session_script: "export B=2".into(),
         };
-        let (s, files) = build_script(&def, "user", "/home/user", "/home/user");
+        let (s, files) = build_script(&def, "user", "/home/user", "/home/user", false);
         assert!(s.contains("export A=\"it's \\\"$PATH\\\"\""), "{s}");
         assert!(s.contains("@@ENDLESS-STEP 5@@"));
         assert_eq!(files, vec![("2.sh".to_string(), "echo $A".to_string())]);

@@ -60,6 +60,11 @@ impl EpisodesView {
         self.selected = self.selected.min(self.visible.len().saturating_sub(1));
     }
 
+    /// All rows.
+    pub fn rows(&self) -> &[EpisodeRow] {
+        &self.rows
+    }
+
     /// The selected episode.
     pub fn selected_row(&self) -> Option<&EpisodeRow> {
         self.visible.get(self.selected).map(|&i| &self.rows[i])

@@ -1,27 +1,296 @@
-//! The Jobs view. Background jobs (generation, evaluation, training, image
-//! builds) are not wired into the TUI yet: this shows an honest empty state.
+//! The Jobs view: current and past jobs (the journal plus live events) with
+//! progress bars and status, the selected job's log lines, and forms that
+//! launch new jobs.
 
-use ratatui::layout::Rect;
+use std::collections::{BTreeMap, VecDeque};
+
+use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
+use crate::jobs::{JobEvent, JobOutcome};
+use crate::store::JobRow;
+use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
-use crate::tui::widgets::empty::draw_empty;
 
-/// Draw the Jobs view.
-pub fn draw(frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
-    draw_empty(
-        frame,
-        area,
-        theme,
-        "Jobs: not connected in this build",
-        &[
-            "Long work runs as background jobs: task generation (the four pipeline",
-            "stages), evaluation, training and sandbox image builds. Each job will",
-            "appear here with its progress, its latest log lines and its outcome, and",
-            "can be cancelled; jobs are journaled, so they survive a restart.",
-            "",
-            "Until the job manager is connected, run them from the command line:",
-            "  endless generate ...   endless eval ...   endless train ...",
-        ],
-    );
+/// Log lines kept per job.
+const LOG_LINES: usize = 500;
+
+/// One job as the view shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobItem {
+    pub id: String,
+    pub kind: String,
+    /// queued | running | succeeded | failed | cancelled | interrupted
+    pub status: String,
+    pub done: u64,
+    pub total: u64,
+    /// Stage, result or error.
+    pub message: String,
+    pub created_at: String,
+}
+
+impl JobItem {
+    fn fraction(&self) -> f64 {
+        if self.total == 0 {
+            if self.status == "succeeded" {
+                1.0
+            } else {
+                0.0
+            }
+        } else {
+            (self.done as f64 / self.total as f64).clamp(0.0, 1.0)
+        }
+    }
+}
+
+/// State of the Jobs view.
+#[derive(Debug, Default)]
+pub struct JobsView {
+    /// Newest first.
+    pub items: Vec<JobItem>,
+    pub logs: BTreeMap<String, VecDeque<String>>,
+    pub selected: usize,
+    table_area: Rect,
+}
+
+/// A text progress bar `[#####-----]` of `width` cells.
+pub fn bar(fraction: f64, width: usize) -> String {
+    let filled = ((fraction.clamp(0.0, 1.0) * width as f64).round() as usize).min(width);
+    format!("{}{}", "█".repeat(filled), "░".repeat(width - filled))
+}
+
+impl JobsView {
+    /// Merge the journal: rows not seen live are added, live ones kept.
+    pub fn set_rows(&mut self, rows: Vec<JobRow>) {
+        for r in rows {
+            let total = 1000;
+            let item = JobItem {
+                done: (r.progress * total as f64).round() as u64,
+                total,
+                id: r.id,
+                kind: r.kind,
+                status: r.status,
+                message: r.message,
+                created_at: r.created_at,
+            };
+            match self.items.iter_mut().find(|i| i.id == item.id) {
+                // A live job knows more than the journal (which lags).
+                Some(i) if i.status == "running" && item.status == "running" => {}
+                Some(i) => *i = item,
+                None => self.items.push(item),
+            }
+        }
+        self.items
+            .sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        self.clamp();
+    }
+
+    /// Apply a job event.
+    pub fn event(&mut self, ev: JobEvent) {
+        match ev {
+            JobEvent::Started { id, kind } => {
+                if !self.items.iter().any(|i| i.id == id.0) {
+                    self.items.insert(
+                        0,
+                        JobItem {
+                            id: id.0,
+                            kind,
+                            status: "running".into(),
+                            done: 0,
+                            total: 0,
+                            message: "starting".into(),
+                            created_at: crate::store::now(),
+                        },
+                    );
+                    self.selected = 0;
+                }
+            }
+            JobEvent::Progress {
+                id,
+                done,
+                total,
+                stage,
+            } => {
+                if let Some(i) = self.item(&id.0) {
+                    i.done = done;
+                    i.total = total;
+                    i.message = stage;
+                    i.status = "running".into();
+                }
+            }
+            JobEvent::Log { id, line } => {
+                let log = self.logs.entry(id.0).or_default();
+                log.push_back(line);
+                while log.len() > LOG_LINES {
+                    log.pop_front();
+                }
+            }
+            JobEvent::Finished { id, outcome } => {
+                if let Some(i) = self.item(&id.0) {
+                    let (status, msg) = match outcome {
+                        JobOutcome::Succeeded(m) => ("succeeded", m),
+                        JobOutcome::Failed(m) => ("failed", m),
+                        JobOutcome::Cancelled => ("cancelled", String::new()),
+                    };
+                    i.status = status.into();
+                    if status == "succeeded" && i.total == 0 {
+                        i.total = 1;
+                        i.done = 1;
+                    }
+                    i.message = msg;
+                }
+            }
+        }
+        self.clamp();
+    }
+
+    fn item(&mut self, id: &str) -> Option<&mut JobItem> {
+        self.items.iter_mut().find(|i| i.id == id)
+    }
+
+    fn clamp(&mut self) {
+        self.selected = self.selected.min(self.items.len().saturating_sub(1));
+    }
+
+    /// The selected job.
+    pub fn selected_item(&self) -> Option<&JobItem> {
+        self.items.get(self.selected)
+    }
+
+    /// Move the selection.
+    pub fn command(&mut self, cmd: Command) {
+        let n = self.items.len();
+        if n == 0 {
+            return;
+        }
+        match cmd {
+            Command::Up => self.selected = self.selected.saturating_sub(1),
+            Command::Down => self.selected = (self.selected + 1).min(n - 1),
+            Command::Top => self.selected = 0,
+            Command::Bottom => self.selected = n - 1,
+            _ => {}
+        }
+    }
+
+    /// Click selects a row; the wheel moves.
+    pub fn mouse(&mut self, m: MouseEvent) {
+        match m.kind {
+            MouseEventKind::ScrollDown => self.command(Command::Down),
+            MouseEventKind::ScrollUp => self.command(Command::Up),
+            MouseEventKind::Down(MouseButton::Left) => {
+                let a = self.table_area;
+                if a.contains(Position::new(m.column, m.row)) && m.row > a.y + 1 {
+                    let i = (m.row - a.y - 2) as usize;
+                    if i < self.items.len() {
+                        self.selected = i;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Draw the job table and the selected job's log.
+    pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme, keys: &Keymap) {
+        let [table_area, log_area] =
+            Layout::vertical([Constraint::Percentage(45), Constraint::Fill(1)]).areas(area);
+        self.table_area = table_area;
+        let k = |c| keys.hint(c);
+        let launch = format!(
+            " {} eval · {} validate · {} LLM gen · {} offline gen · {} train · {} cancel ",
+            k(Command::JobEval),
+            k(Command::JobValidate),
+            k(Command::JobGenerate),
+            k(Command::JobOffline),
+            k(Command::JobTrain),
+            k(Command::JobCancel),
+        );
+        let block = Block::default()
+            .borders(Borders::ALL)
+            .border_style(theme.muted())
+            .title(Span::styled(" Jobs ", theme.accent()))
+            .title_bottom(Span::styled(launch, theme.muted()));
+        if self.items.is_empty() {
+            let p = Paragraph::new(vec![
+                Line::from(Span::styled("No jobs yet", theme.accent())),
+                Line::from(""),
+                Line::from("Start evaluation, validation or generation with the keys below;"),
+                Line::from("jobs run in the background, are journaled, and can be cancelled."),
+            ])
+            .block(block)
+            .style(theme.base());
+            frame.render_widget(p, table_area);
+        } else {
+            let bar_w = 12;
+            let rows: Vec<Row<'_>> = self
+                .items
+                .iter()
+                .map(|j| {
+                    let status_style = match j.status.as_str() {
+                        "succeeded" => theme.success(),
+                        "failed" | "interrupted" => theme.failure(),
+                        "running" => theme.warning(),
+                        _ => theme.muted(),
+                    };
+                    let count = if j.total > 0 && j.total != 1000 {
+                        format!(" {}/{}", j.done, j.total)
+                    } else {
+                        format!(" {:>3.0}%", j.fraction() * 100.0)
+                    };
+                    Row::new(vec![
+                        Cell::from(j.id.clone()),
+                        Cell::from(Span::styled(j.status.clone(), status_style)),
+                        Cell::from(Line::from(vec![
+                            Span::styled(bar(j.fraction(), bar_w), theme.accent()),
+                            Span::raw(count),
+                        ])),
+                        Cell::from(j.message.lines().next().unwrap_or("").to_string()),
+                    ])
+                })
+                .collect();
+            let table = Table::new(
+                rows,
+                [
+                    Constraint::Length(26),
+                    Constraint::Length(11),
+                    Constraint::Length(bar_w as u16 + 8),
+                    Constraint::Fill(1),
+                ],
+            )
+            .header(Row::new(["job", "status", "progress", "stage / result"]).style(theme.muted()))
+            .row_highlight_style(theme.selected())
+            .block(block)
+            .style(theme.base());
+            let mut state = TableState::default().with_selected(Some(self.selected));
+            frame.render_stateful_widget(table, table_area, &mut state);
+        }
+        let title = match self.selected_item() {
+            Some(j) => format!(" log: {} ", j.id),
+            None => " log ".into(),
+        };
+        let lines: Vec<Line<'_>> = self
+            .selected_item()
+            .and_then(|j| self.logs.get(&j.id))
+            .map(|log| {
+                let room = log_area.height.saturating_sub(2) as usize;
+                log.iter()
+                    .skip(log.len().saturating_sub(room))
+                    .map(|l| Line::from(l.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let p = Paragraph::new(lines)
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .border_style(theme.muted())
+                    .title(Span::styled(title, theme.accent())),
+            )
+            .style(theme.base())
+            .wrap(Wrap { trim: false });
+        frame.render_widget(p, log_area);
+    }
 }

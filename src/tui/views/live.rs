@@ -1,7 +1,7 @@
 //! The Live view: a grid of terminal panes (tui-term `PseudoTerminal` over
 //! `vt100::Parser`s) fed with the byte stream of running sessions.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
@@ -11,12 +11,17 @@ use ratatui::widgets::{Block, Borders};
 use ratatui::Frame;
 use tui_term::widget::PseudoTerminal;
 
+use crate::tui::app::LiveEvent;
 use crate::tui::keymap::Command;
+use crate::tui::takeover::TakeoverHandle;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
 
 /// Scrollback kept per pane.
 const SCROLLBACK: usize = 1000;
+
+/// Panes kept before the oldest finished episode panes are dropped.
+pub const MAX_PANES: usize = 16;
 
 /// One live session.
 pub struct LivePane {
@@ -27,6 +32,14 @@ pub struct LivePane {
     pub last_command: String,
     pub started: Instant,
     pub policy: String,
+    /// The episode this pane shows (`run/task/sample`), for keyed events.
+    pub key: Option<String>,
+    /// `Some(passed)` once the episode finished.
+    pub outcome: Option<bool>,
+    /// How long it ran, frozen when it finished.
+    pub finished_after: Option<Duration>,
+    /// Lets the user type into the session.
+    pub input: Option<TakeoverHandle>,
 }
 
 impl std::fmt::Debug for LivePane {
@@ -50,6 +63,10 @@ impl LivePane {
             last_command: String::new(),
             started: Instant::now(),
             policy: policy.into(),
+            key: None,
+            outcome: None,
+            finished_after: None,
+            input: None,
         }
     }
 
@@ -63,6 +80,19 @@ impl LivePane {
         self.parser.screen_mut().set_size(rows.max(1), cols.max(1));
     }
 
+    /// Scroll back (`up`) or forward by `rows` through the scrollback.
+    pub fn scroll(&mut self, rows: isize) {
+        let cur = self.parser.screen().scrollback() as isize;
+        let next = (cur + rows).max(0) as usize;
+        self.parser.screen_mut().set_scrollback(next);
+    }
+
+    /// Seconds since the session started (frozen once finished).
+    pub fn elapsed(&self) -> Duration {
+        self.finished_after
+            .unwrap_or_else(|| self.started.elapsed())
+    }
+
     /// The visible screen as text (for tests and logs).
     pub fn contents(&self) -> String {
         self.parser.screen().contents()
@@ -74,14 +104,39 @@ impl LivePane {
             Span::styled(format!("turn {} ", self.turn), theme.muted()),
             Span::styled(format!("{} ", self.policy), Style::new().fg(theme.warning)),
         ];
+        let secs = self.elapsed().as_secs();
+        if self.key.is_some() {
+            spans.push(Span::styled(
+                format!("{}:{:02} ", secs / 60, secs % 60),
+                theme.muted(),
+            ));
+        }
+        match self.outcome {
+            Some(true) => spans.push(Span::styled("PASSED ", theme.success())),
+            Some(false) => spans.push(Span::styled("FAILED ", theme.failure())),
+            None => {}
+        }
+        if self.input.as_ref().is_some_and(|h| h.is_taken()) {
+            spans.push(Span::styled(
+                "YOU HAVE THE SESSION (ctrl-] gives it back) ",
+                theme.failure(),
+            ));
+        }
+        let back = self.parser.screen().scrollback();
+        if back > 0 {
+            spans.push(Span::styled(format!("[-{back}] "), theme.warning()));
+        }
         if !self.last_command.is_empty() {
+            // Multi-line commands (heredocs) read better joined.
             let cmd: String = self
                 .last_command
                 .lines()
-                .next()
-                .unwrap_or("")
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ")
                 .chars()
-                .take(60)
+                .take(80)
                 .collect();
             spans.push(Span::styled(
                 format!("$ {cmd} "),
@@ -118,12 +173,124 @@ impl LiveView {
         self.panes.len() - 1
     }
 
+    /// Apply a keyed event from a running episode.
+    pub fn live_event(&mut self, ev: LiveEvent) {
+        match ev {
+            LiveEvent::Open {
+                key,
+                title,
+                policy,
+                rows,
+                cols,
+                input,
+            } => {
+                // Keep the grid readable: drop the oldest finished episode panes.
+                while self.panes.len() >= MAX_PANES {
+                    match self.panes.iter().position(|p| p.outcome.is_some()) {
+                        Some(i) => {
+                            self.panes.remove(i);
+                            if self.selected > i {
+                                self.selected -= 1;
+                            }
+                        }
+                        None => break,
+                    }
+                }
+                let i = self.open(title, policy, rows, cols);
+                self.panes[i].key = Some(key);
+                self.panes[i].input = input;
+            }
+            LiveEvent::Feed { key, bytes } => {
+                if let Some(p) = self.by_key(&key) {
+                    p.feed(&bytes);
+                }
+            }
+            LiveEvent::Step { key, turn, command } => {
+                if let Some(p) = self.by_key(&key) {
+                    p.turn = turn;
+                    // A `done` step has no command: keep the last one.
+                    if !command.is_empty() {
+                        p.last_command = command;
+                    }
+                }
+            }
+            LiveEvent::Finished { key, passed } => {
+                if let Some(p) = self.by_key(&key) {
+                    if let Some(h) = &p.input {
+                        h.set_taken(false);
+                    }
+                    p.outcome = Some(passed);
+                    p.finished_after = Some(p.started.elapsed());
+                }
+            }
+        }
+    }
+
+    /// The pane the user has taken over, if any.
+    pub fn taken(&self) -> Option<usize> {
+        self.panes
+            .iter()
+            .position(|p| p.input.as_ref().is_some_and(|h| h.is_taken()))
+    }
+
+    /// Take over the zoomed pane's session.
+    pub fn take_over(&mut self) -> Result<(), String> {
+        if !self.zoomed {
+            return Err("zoom a pane first (enter), then take it over".into());
+        }
+        let Some(p) = self.panes.get(self.selected) else {
+            return Err("no live session".into());
+        };
+        match (&p.input, p.outcome) {
+            (_, Some(_)) => Err("this episode has finished".into()),
+            (None, _) => {
+                Err("this session cannot be taken over (not started by a job here)".into())
+            }
+            (Some(h), None) => {
+                h.set_taken(true);
+                Ok(())
+            }
+        }
+    }
+
+    /// Give the taken-over session back to the agent.
+    pub fn release(&mut self) {
+        for p in &self.panes {
+            if let Some(h) = &p.input {
+                h.set_taken(false);
+            }
+        }
+    }
+
+    /// Type into the taken-over session.
+    pub fn type_bytes(&mut self, bytes: Vec<u8>) {
+        if let Some(h) = self
+            .panes
+            .iter()
+            .filter_map(|p| p.input.as_ref())
+            .find(|h| h.is_taken())
+        {
+            h.send(bytes);
+        }
+    }
+
+    fn by_key(&mut self, key: &str) -> Option<&mut LivePane> {
+        self.panes
+            .iter_mut()
+            .rev()
+            .find(|p| p.key.as_deref() == Some(key))
+    }
+
     /// Apply a command.
     pub fn command(&mut self, cmd: Command) {
         let n = self.panes.len();
         if n == 0 {
             return;
         }
+        let page = self
+            .panes
+            .get(self.selected)
+            .map_or(10, |p| (p.parser.screen().size().0 / 2).max(1) as isize);
         let (cols, _) = grid_shape(n);
         match cmd {
             Command::Select => self.zoomed = !self.zoomed,
@@ -134,12 +301,33 @@ impl LiveView {
             Command::Down if self.selected + cols < n => self.selected += cols,
             Command::Top => self.selected = 0,
             Command::Bottom => self.selected = n - 1,
+            Command::PageUp => {
+                if let Some(p) = self.panes.get_mut(self.selected) {
+                    p.scroll(page);
+                }
+            }
+            Command::PageDown => {
+                if let Some(p) = self.panes.get_mut(self.selected) {
+                    p.scroll(-page);
+                }
+            }
             _ => {}
         }
     }
 
     /// Click selects a pane, a second click zooms.
     pub fn mouse(&mut self, m: MouseEvent) {
+        let wheel = match m.kind {
+            MouseEventKind::ScrollUp => 3,
+            MouseEventKind::ScrollDown => -3,
+            _ => 0,
+        };
+        if wheel != 0 {
+            if let Some(p) = self.panes.get_mut(self.selected) {
+                p.scroll(wheel);
+            }
+            return;
+        }
         if let MouseEventKind::Down(MouseButton::Left) = m.kind {
             let pos = Position::new(m.column, m.row);
             if let Some(i) = self.areas.iter().position(|r| r.contains(pos)) {
@@ -168,8 +356,9 @@ impl LiveView {
                     "episode's terminal appears here as a pane: what the agent typed and",
                     "what the shell printed, live, with the turn and the last command.",
                     "",
-                    "Start one with `endless eval --policy oracle` or `endless run TASK`.",
-                    "Enter zooms the selected pane; arrows / hjkl move between panes.",
+                    "Start an evaluation from the Jobs view (F4, then E).",
+                    "Enter zooms the selected pane; arrows / hjkl move between panes;",
+                    "page up / page down scroll back through a pane's output.",
                 ],
             );
             return;

@@ -3,6 +3,7 @@
 pub mod detail;
 pub mod episodes;
 pub mod help;
+pub mod inspector;
 pub mod jobs;
 pub mod live;
 pub mod tasks;

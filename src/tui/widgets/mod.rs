@@ -1,5 +1,6 @@
 //! Small reusable widgets.
 
 pub mod empty;
+pub mod form;
 pub mod highlight;
 pub mod input;

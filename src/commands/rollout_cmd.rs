@@ -1,0 +1,405 @@
+//! `endless run` and `endless eval`: episodes of a policy on tasks in the
+//! sandbox, written under `runs/<run-id>/`, indexed in the workspace, and
+//! summarised (pass rate, pass@k, failure modes). Re-running the same command
+//! resumes the same run and skips finished episodes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use sha2::{Digest, Sha256};
+
+use super::{print_json, Context};
+use crate::agent::{
+    run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, PolicyOptions, RolloutConfig,
+    RolloutEvent,
+};
+use crate::cli::{EvalArgs, RunArgs};
+use crate::eval::{evaluate, format_table, write_markdown_report, EvalReport};
+use crate::llm::{RetryPolicy, SamplingParams};
+use crate::store::{EpisodeRow, TaskStatus, Workspace};
+use crate::task::Task;
+
+/// Policy options from the `[llm]` config.
+pub fn policy_options(ctx: &Context) -> PolicyOptions {
+    let llm = &ctx.config.llm;
+    PolicyOptions {
+        sampling: SamplingParams {
+            temperature: llm.temperature as f32,
+            top_p: llm.top_p as f32,
+            max_tokens: Some(llm.max_tokens),
+        },
+        max_concurrency: llm.concurrency.max(1),
+        retry: RetryPolicy {
+            max_retries: llm.retries,
+            ..RetryPolicy::default()
+        },
+        request_timeout: Duration::from_secs_f64(llm.timeout_sec.max(1.0)),
+    }
+}
+
+/// `endless run TASK --policy P`
+pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
+    let ws = ctx.workspace()?;
+    let task = ws.load_task(&args.task)?;
+    let policy = PolicyFactory::from_spec(&args.policy, &policy_options(ctx))?;
+    let run_id = run_id(
+        "run",
+        &[
+            &args.policy,
+            &args.task,
+            &format!("{:?}", args.max_turns),
+            &crate::store::now(),
+        ],
+    );
+    let quiet = args.json || matches!(policy, PolicyFactory::Human);
+    let summary = rollouts(
+        ctx,
+        &ws,
+        &run_id,
+        "run",
+        &args.policy,
+        vec![task],
+        policy,
+        1,
+        args.max_turns,
+        1,
+        quiet,
+    )?;
+    let episode = summary.first().context("the episode did not run")?;
+    if args.json {
+        print_json(episode)?;
+    } else {
+        print_episode(episode);
+    }
+    Ok(if episode.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `endless eval --policy P`
+pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
+    let ws = ctx.workspace()?;
+    let tasks = select_tasks(&ws, args.tasks.as_deref())?;
+    if tasks.is_empty() {
+        bail!(
+            "no tasks selected in {} (try `endless generate --offline --count 20`)",
+            ws.root().display()
+        );
+    }
+    let policy = PolicyFactory::from_spec(&args.policy, &policy_options(ctx))?;
+    let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
+    let run_id = run_id(
+        "eval",
+        &[
+            &args.policy,
+            &ids.join(","),
+            &args.samples.to_string(),
+            &format!("{:?}", args.max_turns),
+        ],
+    );
+    let concurrency = args.concurrency.unwrap_or(2);
+    let episodes = rollouts(
+        ctx,
+        &ws,
+        &run_id,
+        "eval",
+        &args.policy,
+        tasks,
+        policy,
+        args.samples,
+        args.max_turns,
+        concurrency,
+        args.json,
+    )?;
+    let report = evaluate(&episodes);
+    record_pass_at_k(&ws, &report)?;
+    let run_dir = ws.runs_dir().join(&run_id);
+    let md = write_markdown_report(&report, &format!("Evaluation of {}", args.policy), &run_dir)?;
+    ws.finish_run(&run_id, &serde_json::to_value(&report)?)?;
+    if args.json {
+        let mut value = serde_json::to_value(&report)?;
+        value["run"] = run_id.clone().into();
+        print_json(&value)?;
+    } else {
+        println!("{}", format_table(&report));
+        println!(
+            "run {run_id}: {}\nreport: {}",
+            run_dir.display(),
+            md.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A run id stable for the same inputs, so a re-run resumes: `<kind>-<hash>`.
+pub(crate) fn run_id(kind: &str, parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    format!("{kind}-{}", &hex::encode(h.finalize())[..10])
+}
+
+/// Tasks by comma-separated ids or `*` globs; default: all but rejected and archived.
+pub(crate) fn select_tasks(ws: &Workspace, selection: Option<&str>) -> Result<Vec<Task>> {
+    let rows = ws.list_tasks(&Default::default())?;
+    let chosen: Vec<String> = match selection {
+        None => rows
+            .iter()
+            .filter(|r| !matches!(r.status, TaskStatus::Rejected | TaskStatus::Archived))
+            .map(|r| r.id.clone())
+            .collect(),
+        Some(sel) => {
+            let patterns: Vec<&str> = sel
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            let mut out = Vec::new();
+            for p in &patterns {
+                let matched: Vec<String> = rows
+                    .iter()
+                    .filter(|r| glob_match(p, &r.id))
+                    .map(|r| r.id.clone())
+                    .collect();
+                if matched.is_empty() {
+                    bail!("--tasks: {p:?} matches no task");
+                }
+                out.extend(matched);
+            }
+            out.sort();
+            out.dedup();
+            out
+        }
+    };
+    chosen.iter().map(|id| Ok(ws.load_task(id)?)).collect()
+}
+
+/// `*` matches any run of characters; everything else literally.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let mut rest = text;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            match rest.strip_prefix(part) {
+                Some(r) => rest = r,
+                None => return false,
+            }
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// Run the episodes with a progress bar, index them, return them.
+#[allow(clippy::too_many_arguments)]
+fn rollouts(
+    ctx: &Context,
+    ws: &Workspace,
+    run_id: &str,
+    kind: &str,
+    policy_spec: &str,
+    tasks: Vec<Task>,
+    policy: PolicyFactory,
+    samples: u32,
+    max_turns: Option<u32>,
+    concurrency: usize,
+    quiet: bool,
+) -> Result<Vec<EpisodeResult>> {
+    let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
+    let run_dir = ws.runs_dir().join(run_id);
+    let mut config = RolloutConfig::new(&run_dir);
+    config.samples = samples.max(1);
+    config.concurrency = concurrency.max(1);
+    config.max_turns = max_turns;
+    config.command_timeout = Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0));
+    let cancel = Arc::new(AtomicBool::new(false));
+    config.cancel = Some(cancel.clone());
+    ws.upsert_run(
+        run_id,
+        kind,
+        policy_spec,
+        &serde_json::json!({ "samples": samples, "max_turns": max_turns, "tasks": tasks.len() }),
+    )?;
+    let provider = Arc::new(BackendProvider::new(backend));
+    let rt = tokio::runtime::Runtime::new()?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let bar = (!quiet).then(|| {
+        let bar = indicatif::ProgressBar::new((tasks.len() as u64) * u64::from(samples.max(1)));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let summary = rt.block_on(async {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nendless: stopping after the running episodes (Ctrl-C again to abort)");
+                c.store(true, Ordering::Relaxed);
+                let _ = tokio::signal::ctrl_c().await;
+                std::process::exit(130);
+            }
+        });
+        let bar2 = bar.clone();
+        let watcher = tokio::spawn(async move {
+            let mut passed = 0;
+            while let Some(ev) = rx.recv().await {
+                if let (Some(bar), RolloutEvent::Planned { finished, .. }) = (&bar2, &ev) {
+                    bar.set_position(*finished as u64);
+                }
+                if let RolloutEvent::Finished { result } = ev {
+                    passed += usize::from(result.passed);
+                    if let Some(bar) = &bar2 {
+                        bar.inc(1);
+                        bar.set_message(format!("{passed} passed"));
+                    }
+                }
+            }
+        });
+        let out = run_rollouts(config, tasks, policy, provider, Some(tx)).await;
+        let _ = watcher.await;
+        out
+    })?;
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+    index_episodes(ws, run_id, ws.root(), &summary.episodes)?;
+    Ok(summary.episodes)
+}
+
+pub(crate) fn index_episodes(
+    ws: &Workspace,
+    run_id: &str,
+    root: &Path,
+    episodes: &[EpisodeResult],
+) -> Result<()> {
+    let run_dir = ws.runs_dir().join(run_id);
+    for e in episodes {
+        let path = crate::agent::EpisodePaths::new(&run_dir, &e.task, e.sample).result;
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        ws.index_episode(&EpisodeRow {
+            run_id: run_id.into(),
+            task_id: e.task.clone(),
+            sample: e.sample,
+            passed: e.passed,
+            reward: e.reward,
+            turns: e.turns,
+            end_reason: serde_json::to_value(e.end_reason)?
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            failure_mode: e.failure_mode.map(|m| {
+                serde_json::to_value(m)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            }),
+            path: rel,
+            rating: None,
+            label: None,
+            notes: String::new(),
+        })?;
+    }
+    Ok(())
+}
+
+/// Store each task's pass@k from this evaluation in the index.
+pub(crate) fn record_pass_at_k(ws: &Workspace, report: &EvalReport) -> Result<()> {
+    for t in &report.tasks {
+        let n = t.samples.saturating_sub(t.errors);
+        if n == 0 {
+            continue;
+        }
+        let table: BTreeMap<String, f64> = crate::eval::pass_at_k_table(&[(n, t.passed)])
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        ws.set_pass_at_k(&t.task, &table)?;
+    }
+    Ok(())
+}
+
+fn print_episode(e: &EpisodeResult) {
+    for s in &e.steps {
+        match &s.command {
+            Some(cmd) => {
+                println!("$ {cmd}");
+                let out = s.output.trim_end();
+                if !out.is_empty() {
+                    println!("{out}");
+                }
+                println!(
+                    "(exit_code={})",
+                    s.exit_code
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
+            None => println!("[{:?}] {}", s.kind, s.error.as_deref().unwrap_or("")),
+        }
+    }
+    for t in &e.tests {
+        println!("{} {}", if t.passed { "PASS" } else { "FAIL" }, t.name);
+    }
+    let mode = e
+        .failure_mode
+        .map(|m| format!(", failure mode {m:?}"))
+        .unwrap_or_default();
+    println!(
+        "{}: {} after {} turns (end: {:?}{mode})",
+        e.task,
+        if e.passed { "passed" } else { "failed" },
+        e.turns,
+        e.end_reason
+    );
+    if let Some(err) = &e.error {
+        println!("error: {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_and_run_ids() {
+        assert!(glob_match("csv-*", "csv-sum-3-c2"));
+        assert!(glob_match("*-c2", "csv-sum-3-c2"));
+        assert!(glob_match("a*b*c", "axxbyyc"));
+        assert!(!glob_match("a*b", "ac"));
+        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
+        assert_eq!(
+            run_id("eval", &["oracle", "a,b"]),
+            run_id("eval", &["oracle", "a,b"])
+        );
+        assert_ne!(
+            run_id("eval", &["oracle", "a,b"]),
+            run_id("eval", &["oracle", "ab"])
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! One candidate as it moves through the stages: the task being built, the
+//! spec it came from, its transcript, attempts, timings and token usage.
+
+use std::collections::BTreeMap;
+
+use super::funnel::Stage;
+use super::record::Exchange;
+use super::taxonomy::Spec;
+use crate::llm::TokenUsage;
+use crate::task::{FileTree, Task, TaskMeta};
+
+/// A candidate task under construction.
+pub struct Candidate {
+    pub id: String,
+    pub index: usize,
+    pub spec: Spec,
+    pub task: Task,
+    pub log: Vec<Exchange>,
+    pub attempts: BTreeMap<String, u32>,
+    pub seconds: BTreeMap<String, f64>,
+    pub usage: TokenUsage,
+    pub prompt_hashes: BTreeMap<String, String>,
+}
+
+impl Candidate {
+    /// A fresh candidate for `spec`.
+    pub fn new(id: String, index: usize, spec: Spec) -> Candidate {
+        let mut meta = TaskMeta::default();
+        meta.task.id = id.clone();
+        meta.task.name = id.clone();
+        meta.task.category = spec.category.clone();
+        meta.task.complexity = Some(spec.level.level);
+        meta.task.scenario = spec.scenario.clone();
+        Candidate {
+            id,
+            index,
+            spec,
+            task: Task {
+                meta,
+                instruction: String::new(),
+                truth: String::new(),
+                environment: FileTree::default(),
+                tests: FileTree::default(),
+                solution: FileTree::default(),
+            },
+            log: Vec::new(),
+            attempts: BTreeMap::new(),
+            seconds: BTreeMap::new(),
+            usage: TokenUsage::default(),
+            prompt_hashes: BTreeMap::new(),
+        }
+    }
+
+    /// Count an attempt at `stage`.
+    pub fn attempt(&mut self, stage: Stage) -> u32 {
+        let n = self.attempts.entry(stage_key(stage).into()).or_default();
+        *n += 1;
+        *n
+    }
+
+    /// Add wall time spent in `stage`.
+    pub fn add_time(&mut self, stage: Stage, secs: f64) {
+        *self.seconds.entry(stage_key(stage).into()).or_default() += secs;
+    }
+}
+
+/// The key used for a stage in provenance tables.
+pub fn stage_key(stage: Stage) -> &'static str {
+    match stage {
+        Stage::Task => "task",
+        Stage::Environment => "environment",
+        Stage::CompletionTests => "completion_tests",
+        Stage::Solvability => "solvability",
+    }
+}

@@ -1,0 +1,260 @@
+//! Running many candidates through the four stages at once, with separate
+//! bounds for candidates in flight, model requests (the chat client's own
+//! limit) and sandboxes; accepted tasks go to `tasks/`, rejects to
+//! `rejected/`, and a journal under the run directory makes a killed run
+//! resume without redoing finished candidates.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::SeedableRng;
+use serde::Serialize;
+use tokio::sync::{mpsc::UnboundedSender, Semaphore};
+
+use super::candidate::Candidate;
+use super::funnel::{CandidateOutcome, Funnel, Stage};
+use super::prompts::Prompts;
+use super::record::{save_rejected, Journal, RejectInfo};
+use super::stages;
+use super::taxonomy::Taxonomy;
+use crate::agent::PolicyFactory;
+use crate::llm::{ChatModel, SamplingParams};
+use crate::sandbox::Backend;
+use crate::store::{TaskStatus, Workspace};
+use crate::task::EnvKind;
+
+/// Settings of one generation run.
+#[derive(Clone)]
+pub struct PipelineConfig {
+    /// Candidates to sample.
+    pub count: usize,
+    pub seed: u64,
+    /// `runs/<run-id>`: journal and solution episodes.
+    pub run_dir: PathBuf,
+    /// The environment definition the model writes.
+    pub definition: EnvKind,
+    pub max_env_attempts: u32,
+    /// Solution episodes per candidate (pass@n > 0 keeps it).
+    pub solutions: u32,
+    pub solve_max_turns: u32,
+    pub solve_concurrency: usize,
+    pub command_timeout: Duration,
+    /// Candidates in flight at once.
+    pub concurrency: usize,
+    /// Sandbox builds and test runs in flight at once.
+    pub sandbox_concurrency: usize,
+    pub task_sampling: SamplingParams,
+    pub test_sampling: SamplingParams,
+    /// Names recorded in provenance.
+    pub generator_name: String,
+    pub solver_name: String,
+}
+
+/// What every candidate shares.
+pub struct Shared {
+    pub config: PipelineConfig,
+    pub generator: Arc<dyn ChatModel>,
+    pub solver: PolicyFactory,
+    pub backend: Arc<dyn Backend>,
+    pub prompts: Prompts,
+    pub sandboxes: Semaphore,
+}
+
+/// Progress, for progress bars and the TUI.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum PipelineEvent {
+    Planned {
+        total: usize,
+        already_done: usize,
+    },
+    Entered {
+        candidate: String,
+        stage: Stage,
+    },
+    Finished {
+        candidate: String,
+        outcome: CandidateOutcome,
+    },
+}
+
+/// Run the pipeline into the workspace at `workspace_root`; returns the funnel.
+pub async fn run_pipeline(
+    workspace_root: PathBuf,
+    config: PipelineConfig,
+    generator: Arc<dyn ChatModel>,
+    solver: PolicyFactory,
+    backend: Arc<dyn Backend>,
+    events: Option<UnboundedSender<PipelineEvent>>,
+) -> anyhow::Result<Funnel> {
+    let taxonomy = Taxonomy::load(Some(&workspace_root))?;
+    let journal = Journal::new(&config.run_dir);
+    let done = journal.finished();
+    let mut funnel = Funnel::default();
+    let ids: Vec<String> = (0..config.count)
+        .map(|i| candidate_id(config.seed, i))
+        .collect();
+    for id in &ids {
+        if let Some(outcome) = done.get(id) {
+            funnel.record(outcome);
+        }
+    }
+    let send = |ev: PipelineEvent| {
+        if let Some(tx) = &events {
+            let _ = tx.send(ev);
+        }
+    };
+    send(PipelineEvent::Planned {
+        total: ids.len(),
+        already_done: funnel.sampled,
+    });
+    let shared = Arc::new(Shared {
+        sandboxes: Semaphore::new(config.sandbox_concurrency.max(1)),
+        prompts: Prompts::new(Some(&workspace_root)),
+        config,
+        generator,
+        solver,
+        backend,
+    });
+    let in_flight = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
+    let mut handles = Vec::new();
+    for (index, id) in ids.into_iter().enumerate() {
+        if done.contains_key(&id) {
+            continue;
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+            shared.config.seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        let spec = taxonomy.sample(&mut rng);
+        let shared = shared.clone();
+        let in_flight = in_flight.clone();
+        let events = events.clone();
+        let root = workspace_root.clone();
+        handles.push(tokio::spawn(async move {
+            let _permit = in_flight.acquire_owned().await.expect("never closed");
+            let mut cand = Candidate::new(id.clone(), index, spec);
+            let outcome = run_candidate(&shared, &mut cand, &events).await;
+            let outcome = finish(&shared, &root, &cand, outcome);
+            if let Some(tx) = &events {
+                let _ = tx.send(PipelineEvent::Finished {
+                    candidate: id.clone(),
+                    outcome: outcome.clone(),
+                });
+            }
+            (id, outcome)
+        }));
+    }
+    for h in handles {
+        let (id, outcome) = h
+            .await
+            .map_err(|e| anyhow::anyhow!("a candidate worker crashed: {e}"))?;
+        journal.finish(&id, &outcome)?;
+        funnel.record(&outcome);
+    }
+    Ok(funnel)
+}
+
+/// Ids are stable across resumes: `cand-<seed>-<index>`.
+pub fn candidate_id(seed: u64, index: usize) -> String {
+    format!("cand-{seed}-{index:05}")
+}
+
+async fn run_candidate(
+    shared: &Shared,
+    cand: &mut Candidate,
+    events: &Option<UnboundedSender<PipelineEvent>>,
+) -> Result<std::collections::BTreeMap<String, f64>, stages::Reject> {
+    let id = cand.id.clone();
+    let enter = |stage| {
+        if let Some(tx) = events {
+            let _ = tx.send(PipelineEvent::Entered {
+                candidate: id.clone(),
+                stage,
+            });
+        }
+    };
+    enter(Stage::Task);
+    stages::task(shared, cand).await?;
+    enter(Stage::Environment);
+    stages::environment(shared, cand).await?;
+    enter(Stage::CompletionTests);
+    stages::completion_tests(shared, cand).await?;
+    enter(Stage::Solvability);
+    stages::solvability(shared, cand).await
+}
+
+/// Store an accepted task or a reject; returns the outcome to journal.
+fn finish(
+    shared: &Shared,
+    root: &std::path::Path,
+    cand: &Candidate,
+    result: Result<std::collections::BTreeMap<String, f64>, stages::Reject>,
+) -> CandidateOutcome {
+    let mut task = cand.task.clone();
+    let p = &mut task.meta.provenance;
+    p.generator = "llm-pipeline".into();
+    p.model = shared.config.generator_name.clone();
+    p.seed = Some(shared.config.seed);
+    p.created = crate::store::now();
+    p.attempts = cand.attempts.clone();
+    p.extra
+        .insert("solver".into(), shared.config.solver_name.clone().into());
+    p.extra.insert("candidate".into(), cand.id.clone().into());
+    p.extra.insert(
+        "prompt_hashes".into(),
+        toml::Value::try_from(&cand.prompt_hashes)
+            .unwrap_or(toml::Value::Table(Default::default())),
+    );
+    p.extra.insert(
+        "seconds".into(),
+        toml::Value::try_from(&cand.seconds).unwrap_or(toml::Value::Table(Default::default())),
+    );
+    p.extra.insert(
+        "prompt_tokens".into(),
+        (cand.usage.prompt_tokens as i64).into(),
+    );
+    p.extra.insert(
+        "completion_tokens".into(),
+        (cand.usage.completion_tokens as i64).into(),
+    );
+    let ws = match Workspace::open(root) {
+        Ok(ws) => ws,
+        Err(e) => {
+            return CandidateOutcome::Rejected {
+                stage: Stage::Solvability,
+                reason: format!("cannot open the workspace: {e}"),
+            }
+        }
+    };
+    match result {
+        Ok(pass_at_k) => {
+            let task_id = format!("gen-{}-{:05}", shared.config.seed, cand.index);
+            task.meta.task.id = task_id.clone();
+            let stored = if ws.has_task(&task_id) {
+                Ok(())
+            } else {
+                ws.add_task(&task, TaskStatus::Accepted)
+            };
+            match stored.and_then(|()| ws.set_pass_at_k(&task_id, &pass_at_k)) {
+                Ok(()) => CandidateOutcome::Accepted { task_id },
+                Err(e) => CandidateOutcome::Rejected {
+                    stage: Stage::Solvability,
+                    reason: format!("cannot store the task: {e}"),
+                },
+            }
+        }
+        Err((stage, reason)) => {
+            let info = RejectInfo {
+                candidate: cand.id.clone(),
+                stage,
+                reason: reason.clone(),
+                attempts: cand.attempts.clone(),
+            };
+            if let Err(e) = save_rejected(&ws.rejected_dir(), &task, &info, &cand.log) {
+                tracing::warn!("cannot save rejected candidate {}: {e}", cand.id);
+            }
+            CandidateOutcome::Rejected { stage, reason }
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! The four stages, each a function from a candidate to either the next
+//! stage or a reject reason.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::candidate::{stage_key, Candidate};
+use super::funnel::Stage;
+use super::pipeline::Shared;
+use super::prompts::PromptName;
+use super::record::Exchange;
+use super::reply::section;
+use crate::agent::{run_rollouts, BackendProvider, EndReason, RolloutConfig};
+use crate::llm::{ChatMessage, SamplingParams};
+use crate::sandbox::SessionOptions;
+use crate::task::{EnvKind, FINAL_TESTS, INITIAL_TESTS};
+use crate::verify::{verify, TestReport, TestSet};
+
+/// A candidate was rejected at this stage for this reason.
+pub type Reject = (Stage, String);
+
+/// Ask the generator model, keeping the exchange in the candidate's log.
+async fn ask(
+    shared: &Shared,
+    cand: &mut Candidate,
+    stage: Stage,
+    attempt: u32,
+    messages: &[ChatMessage],
+    params: &SamplingParams,
+) -> Result<String, Reject> {
+    let t0 = Instant::now();
+    let reply = shared
+        .generator
+        .chat(messages, params)
+        .await
+        .map_err(|e| (stage, format!("generator model failed: {e}")))?;
+    let secs = t0.elapsed().as_secs_f64();
+    cand.usage.add(reply.usage);
+    cand.log.push(Exchange {
+        stage,
+        attempt,
+        prompt: messages
+            .last()
+            .map(|m| m.content.clone())
+            .unwrap_or_default(),
+        reply: reply.content.clone(),
+        seconds: secs,
+        prompt_tokens: reply.usage.prompt_tokens,
+        completion_tokens: reply.usage.completion_tokens,
+    });
+    Ok(reply.content)
+}
+
+/// Stage 1: a user-style task in `<task>` and the privileged truth in `<truth>`.
+pub async fn task(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
+    let stage = Stage::Task;
+    let attempt = cand.attempt(stage);
+    let level = cand.spec.level.level.to_string();
+    let prompt = shared
+        .prompts
+        .render(
+            PromptName::Task,
+            &[
+                ("category", &cand.spec.category),
+                ("complexity", &level),
+                ("complexity_name", &cand.spec.level.name),
+                ("complexity_description", &cand.spec.level.description),
+                ("scenario", &cand.spec.scenario),
+                ("home", "/home/user"),
+                ("tools", SANDBOX_TOOLS),
+            ],
+        )
+        .map_err(|e| (stage, e.to_string()))?;
+    cand.prompt_hashes
+        .insert(stage_key(stage).into(), prompt.template_hash);
+    let reply = ask(
+        shared,
+        cand,
+        stage,
+        attempt,
+        &[ChatMessage::user(prompt.text)],
+        &shared.config.task_sampling,
+    )
+    .await?;
+    cand.task.instruction = section(&reply, "task").map_err(|e| (stage, e.to_string()))?;
+    cand.task.truth = section(&reply, "truth").map_err(|e| (stage, e.to_string()))?;
+    cand.task.meta.task.name = cand
+        .task
+        .instruction
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(80)
+        .collect();
+    Ok(())
+}
+
+/// What the sandbox base offers, told to the model so it does not ask for the impossible.
+pub const SANDBOX_TOOLS: &str = "bash, coreutils, findutils, grep, sed, mawk (awk), tar, gzip, bzip2, xz, zip/unzip, sqlite3, git, jq, bc, file, procps, and python3 (standard library only)";
+
+fn sandbox_facts(shared: &Shared) -> String {
+    format!(
+        "a Linux sandbox with no network. The agent works as the unprivileged user `user` (uid 1000) with HOME=/home/user and cannot use sudo. Available tools: {SANDBOX_TOOLS}. Nothing can be installed. The environment definition runs once as root to build the initial state ({}).",
+        match shared.config.definition {
+            EnvKind::SetupSh => "a bash script run with the definition's own directory as the working directory",
+            EnvKind::ApptainerDef => "an Apptainer definition: its %post section runs as root; %files may only copy files you do not have, so write data in %post",
+            EnvKind::Dockerfile => "a Dockerfile: FROM is mapped to the sandbox base; RUN, ENV, WORKDIR and USER are supported",
+        }
+    )
+}
+
+fn definition_instructions(kind: EnvKind) -> (&'static str, &'static str) {
+    match kind {
+        EnvKind::SetupSh => ("setup", "a bash script run as root that creates every initial file (use heredocs or printf), then runs `chown -R user:user /home/user`."),
+        EnvKind::ApptainerDef => ("container_def", "an Apptainer definition (Bootstrap: docker, From: ubuntu:22.04) whose %post section creates every initial file and ends with `chown -R user:user /home/user`."),
+        EnvKind::Dockerfile => ("dockerfile", "a Dockerfile (FROM ubuntu:22.04) whose RUN steps create every initial file and end with `chown -R user:user /home/user`."),
+    }
+}
+
+fn failing_summary(report: &TestReport) -> String {
+    let mut out = String::new();
+    for t in report.tests.iter().filter(|t| !t.passed) {
+        out.push_str(&format!(
+            "FAILED {}: {}\n",
+            t.name,
+            t.message.lines().take(8).collect::<Vec<_>>().join("\n")
+        ));
+    }
+    if report.tests.is_empty() {
+        let tail: Vec<&str> = report.output.lines().rev().take(30).collect();
+        out.push_str("no test ran; pytest said:\n");
+        for l in tail.into_iter().rev() {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Run `f` on a blocking thread under the sandbox bound.
+async fn in_sandbox<T: Send + 'static>(
+    shared: &Shared,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let _permit = shared
+        .sandboxes
+        .acquire()
+        .await
+        .expect("semaphore is never closed");
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("sandbox work does not panic")
+}
+
+/// Build the candidate's image and run its initial tests; `Err` is feedback for the model.
+async fn build_and_check_initial(shared: &Shared, cand: &Candidate) -> Result<(), String> {
+    let backend = shared.backend.clone();
+    let task = cand.task.clone();
+    in_sandbox(shared, move || {
+        let image = backend
+            .prepare(&task)
+            .map_err(|e| format!("building the environment failed:\n{e}"))?;
+        let mut session = backend
+            .start(&image, &SessionOptions::default())
+            .map_err(|e| format!("starting a session failed: {e}"))?;
+        let report = verify(&mut session, &task, TestSet::Initial)
+            .map_err(|e| format!("running the initial tests failed: {e}"))?;
+        if report.passed {
+            Ok(())
+        } else {
+            Err(format!(
+                "the initial-state tests failed on the built environment:\n{}",
+                failing_summary(&report)
+            ))
+        }
+    })
+    .await
+}
+
+/// Stage 2: environment definition + initial tests, built and checked, with
+/// up to `max_env_attempts` attempts fed the previous error.
+pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
+    let stage = Stage::Environment;
+    let kind = shared.config.definition;
+    let (tag, instructions) = definition_instructions(kind);
+    let facts = sandbox_facts(shared);
+    let prompt = shared
+        .prompts
+        .render(
+            PromptName::Environment,
+            &[
+                ("task", &cand.task.instruction),
+                ("truth", &cand.task.truth),
+                ("sandbox_facts", &facts),
+                ("definition_file", kind.file_name()),
+                ("definition_instructions", instructions),
+                ("definition_tag", tag),
+            ],
+        )
+        .map_err(|e| (stage, e.to_string()))?;
+    cand.prompt_hashes
+        .insert(stage_key(stage).into(), prompt.template_hash);
+    let mut messages = vec![ChatMessage::user(prompt.text)];
+    let mut last_error = String::new();
+    for _ in 0..shared.config.max_env_attempts.max(1) {
+        let attempt = cand.attempt(stage);
+        let t0 = Instant::now();
+        let reply = ask(
+            shared,
+            cand,
+            stage,
+            attempt,
+            &messages,
+            &shared.config.test_sampling,
+        )
+        .await?;
+        messages.push(ChatMessage::assistant(reply.clone()));
+        let parsed = section(&reply, tag)
+            .and_then(|d| section(&reply, "test_initial_state").map(|t| (d, t)));
+        let feedback = match parsed {
+            Err(e) => format!("the reply could not be used: {e}"),
+            Ok((definition, tests)) => {
+                cand.task.environment = Default::default();
+                cand.task.environment.insert(
+                    kind.file_name(),
+                    definition.into_bytes(),
+                    kind == EnvKind::SetupSh,
+                );
+                cand.task.tests = Default::default();
+                cand.task.tests.insert_text(INITIAL_TESTS, tests);
+                match build_and_check_initial(shared, cand).await {
+                    Ok(()) => {
+                        cand.add_time(stage, t0.elapsed().as_secs_f64());
+                        return Ok(());
+                    }
+                    Err(e) => e,
+                }
+            }
+        };
+        cand.add_time(stage, t0.elapsed().as_secs_f64());
+        last_error = feedback.clone();
+        let repair = shared
+            .prompts
+            .render(
+                PromptName::EnvironmentRepair,
+                &[
+                    ("stage", "attempt failed"),
+                    ("error", &truncate(&feedback, 6000)),
+                    ("definition_tag", tag),
+                ],
+            )
+            .map_err(|e| (stage, e.to_string()))?;
+        messages.push(ChatMessage::user(repair.text));
+    }
+    Err((
+        stage,
+        format!(
+            "no working environment after {} attempts; last error: {}",
+            shared.config.max_env_attempts.max(1),
+            last_error.lines().next().unwrap_or("")
+        ),
+    ))
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n[... truncated]", &s[..end])
+}
+
+/// Stage 3: completion tests that compile and fail on the initial state.
+pub async fn completion_tests(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
+    let stage = Stage::CompletionTests;
+    let attempt = cand.attempt(stage);
+    let initial = cand
+        .task
+        .tests
+        .text(INITIAL_TESTS)
+        .unwrap_or("")
+        .to_string();
+    let prompt = shared
+        .prompts
+        .render(
+            PromptName::FinalTests,
+            &[
+                ("task", &cand.task.instruction),
+                ("truth", &cand.task.truth),
+                ("initial_tests", &initial),
+            ],
+        )
+        .map_err(|e| (stage, e.to_string()))?;
+    cand.prompt_hashes
+        .insert(stage_key(stage).into(), prompt.template_hash);
+    let t0 = Instant::now();
+    let reply = ask(
+        shared,
+        cand,
+        stage,
+        attempt,
+        &[ChatMessage::user(prompt.text)],
+        &shared.config.test_sampling,
+    )
+    .await?;
+    let tests = section(&reply, "test_final_state").map_err(|e| (stage, e.to_string()))?;
+    compiles(&tests).map_err(|e| (stage, format!("final tests do not compile: {e}")))?;
+    cand.task.tests.insert_text(FINAL_TESTS, tests);
+    let backend = shared.backend.clone();
+    let task = cand.task.clone();
+    let report = in_sandbox(shared, move || -> Result<TestReport, String> {
+        let image = backend.prepare(&task).map_err(|e| e.to_string())?;
+        let mut session = backend
+            .start(&image, &SessionOptions::default())
+            .map_err(|e| e.to_string())?;
+        verify(&mut session, &task, TestSet::Final).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| (stage, format!("running the final tests failed: {e}")))?;
+    cand.add_time(stage, t0.elapsed().as_secs_f64());
+    if report.tests.is_empty() {
+        return Err((
+            stage,
+            format!(
+                "final tests did not run: {}",
+                failing_summary(&report).lines().nth(1).unwrap_or("")
+            ),
+        ));
+    }
+    if report.passed {
+        return Err((stage, "final tests pass on the initial state".into()));
+    }
+    Ok(())
+}
+
+/// Check Python syntax with the host interpreter.
+fn compiles(source: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let file = dir.path().join("test_final_state.py");
+    std::fs::write(&file, source).map_err(|e| e.to_string())?;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])",
+        ])
+        .arg(&file)
+        .output()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(err
+            .lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join(" "))
+    }
+}
+
+/// Stage 4: `solutions` episodes with the solver; keep the task when any passes.
+/// Returns pass@k keyed by k.
+pub async fn solvability(
+    shared: &Shared,
+    cand: &mut Candidate,
+) -> Result<std::collections::BTreeMap<String, f64>, Reject> {
+    let stage = Stage::Solvability;
+    cand.attempt(stage);
+    let n = shared.config.solutions.max(1);
+    let mut config = RolloutConfig::new(shared.config.run_dir.join("solutions").join(&cand.id));
+    config.samples = n;
+    config.concurrency = shared.config.solve_concurrency.max(1);
+    config.max_turns = Some(shared.config.solve_max_turns);
+    config.command_timeout = shared.config.command_timeout;
+    config.record_cast = true;
+    let provider = Arc::new(BackendProvider::new(shared.backend.clone()));
+    let t0 = Instant::now();
+    let summary = run_rollouts(
+        config,
+        vec![cand.task.clone()],
+        shared.solver.clone(),
+        provider,
+        None,
+    )
+    .await
+    .map_err(|e| (stage, format!("solution episodes failed: {e}")))?;
+    cand.add_time(stage, t0.elapsed().as_secs_f64());
+    let passed = summary.episodes.iter().filter(|e| e.passed).count();
+    let errors = summary
+        .episodes
+        .iter()
+        .filter(|e| e.end_reason == EndReason::Error)
+        .count();
+    for e in &summary.episodes {
+        cand.usage.add(e.tokens);
+    }
+    if passed == 0 {
+        let detail = if errors > 0 {
+            format!(" ({errors} ended in an error)")
+        } else {
+            String::new()
+        };
+        return Err((
+            stage,
+            format!("pass@{n} = 0: none of {n} solution episodes passed{detail}"),
+        ));
+    }
+    let table = crate::eval::pass_at_k_table(&[(summary.episodes.len(), passed)]);
+    Ok(table.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}

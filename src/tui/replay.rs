@@ -1,0 +1,169 @@
+//! Replay of an asciicast v2 recording (`<episode>.cast`): the output
+//! events, a position on the timeline, play / pause / step / speed, and the
+//! screen at the position rendered through a vt100 parser.
+
+/// A parsed recording.
+#[derive(Debug, Clone, Default)]
+pub struct Cast {
+    pub width: u16,
+    pub height: u16,
+    /// `(seconds, bytes)` of each output event, in order.
+    pub events: Vec<(f64, Vec<u8>)>,
+}
+
+impl Cast {
+    /// Parse asciicast v2 text; bad lines are reported with their number.
+    pub fn parse(text: &str) -> Result<Cast, String> {
+        let mut lines = text.lines();
+        let header: serde_json::Value = lines
+            .next()
+            .ok_or("empty recording")
+            .and_then(|l| serde_json::from_str(l).map_err(|_| "line 1: not a JSON header"))?;
+        let dim = |k: &str| header.get(k).and_then(|v| v.as_u64()).unwrap_or(80) as u16;
+        let mut cast = Cast {
+            width: dim("width").max(1),
+            height: dim("height").max(1),
+            events: Vec::new(),
+        };
+        for (n, line) in lines.enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| format!("line {}: not a JSON event: {e}", n + 2))?;
+            let (Some(t), Some(kind), Some(data)) = (
+                v.get(0).and_then(|t| t.as_f64()),
+                v.get(1).and_then(|k| k.as_str()),
+                v.get(2).and_then(|d| d.as_str()),
+            ) else {
+                return Err(format!("line {}: expected [time, code, data]", n + 2));
+            };
+            if kind == "o" {
+                cast.events.push((t, data.as_bytes().to_vec()));
+            }
+        }
+        Ok(cast)
+    }
+
+    /// Length in seconds.
+    pub fn duration(&self) -> f64 {
+        self.events.last().map_or(0.0, |e| e.0)
+    }
+}
+
+/// Playback state.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    pub cast: Cast,
+    /// Events shown (a prefix of `cast.events`).
+    pub position: usize,
+    pub playing: bool,
+    /// Playback speed multiplier.
+    pub speed: f64,
+    /// Seconds of recording time played since the current event.
+    clock: f64,
+}
+
+/// Speeds the speed keys step through.
+const SPEEDS: [f64; 6] = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0];
+
+impl Replay {
+    /// Paused at the end (the final screen is the most telling).
+    pub fn new(cast: Cast) -> Replay {
+        let position = cast.events.len();
+        Replay {
+            cast,
+            position,
+            playing: false,
+            speed: 1.0,
+            clock: 0.0,
+        }
+    }
+
+    /// The time of the current position.
+    pub fn time(&self) -> f64 {
+        match self.position {
+            0 => 0.0,
+            p => self.cast.events[p - 1].0,
+        }
+    }
+
+    /// Play or pause; playing at the end restarts.
+    pub fn toggle(&mut self) {
+        if !self.playing && self.position >= self.cast.events.len() {
+            self.position = 0;
+        }
+        self.playing = !self.playing;
+        self.clock = 0.0;
+    }
+
+    /// Step `n` events (negative: back); pauses.
+    pub fn step(&mut self, n: isize) {
+        self.playing = false;
+        let max = self.cast.events.len() as isize;
+        self.position = (self.position as isize + n).clamp(0, max) as usize;
+    }
+
+    /// Next / previous speed.
+    pub fn faster(&mut self, up: bool) {
+        let i = SPEEDS.iter().position(|s| *s >= self.speed).unwrap_or(1);
+        let j = if up {
+            (i + 1).min(SPEEDS.len() - 1)
+        } else {
+            i.saturating_sub(1)
+        };
+        self.speed = SPEEDS[j];
+    }
+
+    /// Advance playback by `dt` wall seconds.
+    pub fn tick(&mut self, dt: f64) {
+        if !self.playing {
+            return;
+        }
+        self.clock += dt * self.speed;
+        while let Some((t, _)) = self.cast.events.get(self.position) {
+            // Long idle gaps are capped at two seconds of recording time.
+            let gap = (t - self.time()).min(2.0);
+            if self.clock < gap {
+                break;
+            }
+            self.clock -= gap;
+            self.position += 1;
+        }
+        if self.position >= self.cast.events.len() {
+            self.playing = false;
+        }
+    }
+
+    /// A parser holding the screen at the current position.
+    pub fn screen(&self) -> vt100::Parser {
+        let mut p = vt100::Parser::new(self.cast.height, self.cast.width, 0);
+        for (_, bytes) in &self.cast.events[..self.position] {
+            p.process(bytes);
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_steps_and_plays() {
+        let text = "{\"version\":2,\"width\":20,\"height\":4}\n[0.1,\"o\",\"$ ls\\r\\n\"]\n[0.2,\"i\",\"x\"]\n[1.0,\"o\",\"a b\\r\\n\"]\n";
+        let cast = Cast::parse(text).unwrap();
+        assert_eq!((cast.width, cast.height, cast.events.len()), (20, 4, 2));
+        let mut r = Replay::new(cast);
+        assert!(r.screen().screen().contents().contains("a b"));
+        r.step(-1);
+        assert!(!r.screen().screen().contents().contains("a b"));
+        r.toggle();
+        r.tick(0.5);
+        assert_eq!(r.position, 1);
+        r.tick(1.0);
+        assert_eq!(r.position, 2);
+        assert!(!r.playing);
+        assert!(Cast::parse("{}\n[1]\n").unwrap_err().contains("line 2"));
+    }
+}

@@ -1,0 +1,406 @@
+//! The episode inspector (Enter on an episode): the step-by-step trajectory
+//! with the loop and the earliest failing step marked, the final tests with
+//! their failure messages, a replay of the `.cast` recording, the rating,
+//! label and notes; and two episodes of one task side by side.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Tabs, Wrap};
+use ratatui::Frame;
+use tui_term::widget::PseudoTerminal;
+
+use crate::agent::EpisodeResult;
+use crate::store::EpisodeRow;
+use crate::tui::keymap::Command;
+use crate::tui::replay::{Cast, Replay};
+use crate::tui::theme::Theme;
+
+/// Failure labels a rater can give, as stored (`label`) and shown.
+pub const LABELS: [(&str, &str); 4] = [
+    ("task_ambiguous", "task ambiguous"),
+    ("test_wrong", "test wrong"),
+    ("environment_broken", "environment broken"),
+    ("agent_error", "agent error"),
+];
+
+/// Output lines shown per step before eliding.
+const OUTPUT_LINES: usize = 12;
+
+/// One episode as loaded from disk by the store worker.
+#[derive(Debug, Clone)]
+pub struct LoadedEpisode {
+    pub row: EpisodeRow,
+    /// The `.json` result, or why it could not be read.
+    pub result: Result<EpisodeResult, String>,
+    /// The `.cast` recording, or why there is none.
+    pub cast: Result<Cast, String>,
+}
+
+/// The inspector's tabs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InspectorTab {
+    Trajectory,
+    Tests,
+    Replay,
+}
+
+impl InspectorTab {
+    const ALL: [InspectorTab; 3] = [
+        InspectorTab::Trajectory,
+        InspectorTab::Tests,
+        InspectorTab::Replay,
+    ];
+
+    fn title(self) -> &'static str {
+        match self {
+            InspectorTab::Trajectory => "Trajectory",
+            InspectorTab::Tests => "Final tests",
+            InspectorTab::Replay => "Replay",
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|t| *t == self).unwrap_or(0)
+    }
+}
+
+/// State of the open inspector.
+#[derive(Debug)]
+pub struct Inspector {
+    pub episode: LoadedEpisode,
+    /// The other episode shown side by side.
+    pub other: Option<LoadedEpisode>,
+    pub tab: InspectorTab,
+    pub scroll: u16,
+    pub replay: Option<Replay>,
+}
+
+impl Inspector {
+    /// Open on a loaded episode.
+    pub fn new(episode: LoadedEpisode) -> Inspector {
+        let replay = episode.cast.as_ref().ok().cloned().map(Replay::new);
+        Inspector {
+            episode,
+            other: None,
+            tab: InspectorTab::Trajectory,
+            scroll: 0,
+            replay,
+        }
+    }
+
+    /// Apply a navigation / replay command; returns false if not handled.
+    pub fn command(&mut self, cmd: Command) -> bool {
+        let n = InspectorTab::ALL.len();
+        match cmd {
+            Command::NextTab => self.tab = InspectorTab::ALL[(self.tab.index() + 1) % n],
+            Command::PrevTab => self.tab = InspectorTab::ALL[(self.tab.index() + n - 1) % n],
+            Command::Up => self.scroll = self.scroll.saturating_sub(1),
+            Command::Down => self.scroll = self.scroll.saturating_add(1),
+            Command::PageUp => self.scroll = self.scroll.saturating_sub(10),
+            Command::PageDown => self.scroll = self.scroll.saturating_add(10),
+            Command::Top => self.scroll = 0,
+            Command::PlayPause
+            | Command::Left
+            | Command::Right
+            | Command::Faster
+            | Command::Slower
+                if self.tab == InspectorTab::Replay =>
+            {
+                if let Some(r) = self.replay.as_mut() {
+                    match cmd {
+                        Command::PlayPause => r.toggle(),
+                        Command::Left => r.step(-1),
+                        Command::Right => r.step(1),
+                        Command::Faster => r.faster(true),
+                        _ => r.faster(false),
+                    }
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The next label after the current one (none after the last).
+    pub fn next_label(&self) -> Option<String> {
+        let cur = self.episode.row.label.as_deref();
+        let i = LABELS.iter().position(|(k, _)| Some(*k) == cur);
+        match i {
+            None => Some(LABELS[0].0.to_string()),
+            Some(i) if i + 1 < LABELS.len() => Some(LABELS[i + 1].0.to_string()),
+            Some(_) => None,
+        }
+    }
+
+    /// Draw into `area`.
+    pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        let [head, tabs, body] = Layout::vertical([
+            Constraint::Length(2),
+            Constraint::Length(1),
+            Constraint::Fill(1),
+        ])
+        .areas(area);
+        frame.render_widget(Paragraph::new(header(&self.episode, theme)), head);
+        let titles: Vec<Line<'_>> = InspectorTab::ALL
+            .iter()
+            .map(|t| Line::from(format!(" {} ", t.title())))
+            .collect();
+        frame.render_widget(
+            Tabs::new(titles)
+                .select(self.tab.index())
+                .style(theme.muted())
+                .highlight_style(theme.accent().bg(theme.selection))
+                .divider("|")
+                .padding("", ""),
+            tabs,
+        );
+        match self.tab {
+            InspectorTab::Replay => self.draw_replay(frame, body, theme),
+            tab => {
+                let panes: Vec<&LoadedEpisode> = std::iter::once(&self.episode)
+                    .chain(self.other.as_ref())
+                    .collect();
+                let areas = Layout::horizontal(vec![Constraint::Fill(1); panes.len()]).split(body);
+                for (ep, a) in panes.iter().zip(areas.iter()) {
+                    let lines = match tab {
+                        InspectorTab::Tests => test_lines(ep, theme),
+                        _ => trajectory_lines(ep, theme),
+                    };
+                    let title = format!(
+                        " {}#{} {} ",
+                        ep.row.task_id,
+                        ep.row.sample,
+                        if ep.row.passed { "PASS" } else { "FAIL" }
+                    );
+                    let p = Paragraph::new(lines)
+                        .block(
+                            Block::default()
+                                .borders(Borders::ALL)
+                                .border_style(theme.muted())
+                                .title(Span::styled(title, theme.accent())),
+                        )
+                        .style(theme.base())
+                        .wrap(Wrap { trim: false })
+                        .scroll((self.scroll, 0));
+                    frame.render_widget(p, *a);
+                }
+            }
+        }
+    }
+
+    fn draw_replay(&self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        let [screen_area, scrub] =
+            Layout::vertical([Constraint::Fill(1), Constraint::Length(1)]).areas(area);
+        let Some(r) = &self.replay else {
+            let why = match &self.episode.cast {
+                Err(e) => e.clone(),
+                Ok(_) => "no recording".into(),
+            };
+            frame.render_widget(
+                Paragraph::new(format!("No replay: {why}")).style(theme.muted()),
+                screen_area,
+            );
+            return;
+        };
+        let parser = r.screen();
+        let term = PseudoTerminal::new(parser.screen())
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .border_style(theme.muted())
+                    .title(Span::styled(" recording ", theme.accent())),
+            )
+            .style(Style::new().fg(theme.foreground).bg(theme.background));
+        frame.render_widget(term, screen_area);
+        let n = r.cast.events.len();
+        let frac = if n == 0 {
+            1.0
+        } else {
+            r.position as f64 / n as f64
+        };
+        let w = (scrub.width as usize).saturating_sub(48).clamp(4, 60);
+        let line = Line::from(vec![
+            Span::styled(
+                if r.playing { " ▶ " } else { " ⏸ " }.to_string(),
+                theme.accent(),
+            ),
+            Span::raw(format!("{:>6.1}s / {:.1}s ", r.time(), r.cast.duration())),
+            Span::styled(super::jobs::bar(frac, w), theme.accent()),
+            Span::raw(format!(" event {}/{n}  speed {}x", r.position, r.speed)),
+        ]);
+        frame.render_widget(Paragraph::new(line), scrub);
+    }
+}
+
+fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
+    let row = &ep.row;
+    let mut first = vec![
+        Span::styled(format!("{}#{} ", row.task_id, row.sample), theme.accent()),
+        if row.passed {
+            Span::styled("PASS ", theme.success())
+        } else {
+            Span::styled("FAIL ", theme.failure())
+        },
+        Span::raw(format!(
+            "run {} · {} turns · end {}",
+            row.run_id, row.turns, row.end_reason
+        )),
+    ];
+    if let Ok(r) = &ep.result {
+        first.push(Span::raw(format!(" · policy {}", r.policy)));
+    }
+    if let Some(m) = &row.failure_mode {
+        first.push(Span::styled(format!(" · {m}"), theme.failure()));
+    }
+    let label = row
+        .label
+        .as_deref()
+        .map(|l| {
+            LABELS
+                .iter()
+                .find(|(k, _)| *k == l)
+                .map_or(l.to_string(), |(_, h)| h.to_string())
+        })
+        .unwrap_or_else(|| "-".into());
+    let rating = row
+        .rating
+        .map(|r| format!("{}{}", "★".repeat(r as usize), "☆".repeat(5 - r as usize)))
+        .unwrap_or_else(|| "unrated".into());
+    let second = vec![
+        Span::styled("rating ", theme.muted()),
+        Span::styled(rating, theme.warning()),
+        Span::styled("  label ", theme.muted()),
+        Span::raw(label),
+        Span::styled("  notes ", theme.muted()),
+        Span::raw(if row.notes.is_empty() {
+            "-".to_string()
+        } else {
+            row.notes.clone()
+        }),
+    ];
+    vec![Line::from(first), Line::from(second)]
+}
+
+/// The trajectory, step by step.
+pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
+    let r = match &ep.result {
+        Ok(r) => r,
+        Err(e) => return vec![Line::from(Span::styled(e.clone(), theme.failure()))],
+    };
+    let loop_start = crate::eval::find_loop(&r.steps);
+    let earliest = r.earliest_failing_step.map(|s| s as usize);
+    let mut out = Vec::new();
+    if let Some(s) = loop_start {
+        out.push(Line::from(Span::styled(
+            format!("↻ the agent loops from step {s}: repeated commands highlighted"),
+            theme.warning(),
+        )));
+    }
+    for (i, s) in r.steps.iter().enumerate() {
+        let in_loop = loop_start.is_some_and(|l| i >= l) && s.command.is_some();
+        let mut head = vec![Span::styled(
+            format!("── step {i} · turn {} · {:?}", s.turn, s.kind),
+            theme.muted(),
+        )];
+        if let Some(c) = s.exit_code {
+            let st = if c == 0 {
+                theme.success()
+            } else {
+                theme.failure()
+            };
+            head.push(Span::styled(format!(" · exit {c}"), st));
+        }
+        if s.timed_out {
+            head.push(Span::styled(" · timed out", theme.failure()));
+        }
+        if earliest == Some(i) {
+            head.push(Span::styled(
+                " ◀ earliest failing step",
+                theme
+                    .failure()
+                    .add_modifier(Modifier::BOLD | Modifier::REVERSED),
+            ));
+        }
+        if in_loop {
+            head.push(Span::styled(" ↻ loop", theme.warning()));
+        }
+        out.push(Line::from(head));
+        if let Some(t) = s.think.as_deref().filter(|t| !t.trim().is_empty()) {
+            for l in t.trim().lines() {
+                out.push(Line::from(Span::styled(
+                    format!("  think: {l}"),
+                    theme.muted(),
+                )));
+            }
+        }
+        if let Some(cmd) = &s.command {
+            let style = if in_loop {
+                theme.warning().add_modifier(Modifier::REVERSED)
+            } else {
+                theme.accent()
+            };
+            for (n, l) in cmd.lines().enumerate() {
+                let prompt = if n == 0 { "$" } else { ">" };
+                out.push(Line::from(Span::styled(format!("  {prompt} {l}"), style)));
+            }
+        }
+        let lines: Vec<&str> = s.output.trim_end().lines().collect();
+        for l in lines.iter().take(OUTPUT_LINES) {
+            out.push(Line::from(format!("    {l}")));
+        }
+        if lines.len() > OUTPUT_LINES {
+            out.push(Line::from(Span::styled(
+                format!("    … {} more lines", lines.len() - OUTPUT_LINES),
+                theme.muted(),
+            )));
+        }
+        if let Some(e) = &s.error {
+            out.push(Line::from(Span::styled(
+                format!("  error: {e}"),
+                theme.failure(),
+            )));
+        }
+    }
+    if let Some(e) = &r.error {
+        out.push(Line::from(Span::styled(
+            format!("episode error: {e}"),
+            theme.failure(),
+        )));
+    }
+    out
+}
+
+/// The final tests with each failing assertion's message.
+pub fn test_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
+    let r = match &ep.result {
+        Ok(r) => r,
+        Err(e) => return vec![Line::from(Span::styled(e.clone(), theme.failure()))],
+    };
+    if r.tests.is_empty() {
+        return vec![Line::from(Span::styled(
+            "The final tests did not run.",
+            theme.muted(),
+        ))];
+    }
+    let mut out = Vec::new();
+    for t in &r.tests {
+        out.push(Line::from(vec![
+            if t.passed {
+                Span::styled("PASS ", theme.success())
+            } else {
+                Span::styled("FAIL ", theme.failure())
+            },
+            Span::raw(t.name.clone()),
+        ]));
+        if let Some(m) = &t.message {
+            for l in m.lines() {
+                out.push(Line::from(Span::styled(
+                    format!("     {l}"),
+                    theme.failure(),
+                )));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,360 @@
+//! The four-stage generation pipeline against the fixture OpenAI-compatible
+//! server playing generator and solver, on the real sandbox.
+
+mod support;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use endless::agent::{PolicyFactory, PolicyOptions};
+use endless::generate::funnel::{CandidateOutcome, Funnel, Stage};
+use endless::generate::pipeline::{run_pipeline, PipelineConfig};
+use endless::llm::{OpenAiChat, OpenAiConfig, RetryPolicy, SamplingParams};
+use endless::store::{TaskFilter, Workspace};
+use endless::task::EnvKind;
+use support::fixture_llm::{FixtureLlm, Reply, Request};
+
+const TASK: &str = "<task>Please write the word hello into ~/out.txt.</task>\n<truth>Initially /home/user exists and /home/user/out.txt does not. Expected: /home/user/out.txt containing hello.</truth>";
+const GOOD_ENV: &str = "<setup>\n```bash\nmkdir -p /home/user/docs\necho notes > /home/user/docs/readme.txt\nchown -R user:user /home/user\n```\n</setup>\n<test_initial_state>\nimport os\n\ndef test_home():\n    assert os.path.isfile('/home/user/docs/readme.txt')\n\ndef test_no_output_yet():\n    assert not os.path.exists('/home/user/out.txt')\n</test_initial_state>";
+const BROKEN_ENV: &str = "<setup>\necho 'cannot find the data' >&2\nexit 3\n</setup>\n<test_initial_state>\ndef test_x():\n    assert True\n</test_initial_state>";
+const GOOD_FINAL: &str = "<test_final_state>\n```python\ndef test_out():\n    assert open('/home/user/out.txt').read().strip() == 'hello', 'out.txt must say hello'\n```\n</test_final_state>";
+const VACUOUS_FINAL: &str =
+    "<test_final_state>\ndef test_nothing():\n    assert 1 + 1 == 2\n</test_final_state>";
+
+#[derive(Clone, Copy)]
+enum Solver {
+    Solves,
+    GivesUp,
+}
+
+/// A generator/solver that answers by the prompt it is sent.
+fn scripted(
+    env: &'static str,
+    final_tests: &'static str,
+    solver: Solver,
+) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
+    move |req: &Request| {
+        let first = req
+            .messages()
+            .first()
+            .map(|m| m.1.clone())
+            .unwrap_or_default();
+        if first.contains("You write realistic tasks") {
+            Reply::text(TASK)
+        } else if first.contains("You build the starting environment") {
+            Reply::text(env)
+        } else if first.contains("You write the completion check") {
+            Reply::text(final_tests)
+        } else {
+            match (solver, req.turn()) {
+                (Solver::Solves, 0) => Reply::command("echo hello > /home/user/out.txt"),
+                _ => Reply::done(),
+            }
+        }
+    }
+}
+
+struct Run {
+    funnel: Funnel,
+    ws: tempfile::TempDir,
+}
+
+fn pipeline(server: &FixtureLlm, ws_root: &Path, count: usize, seed: u64) -> Funnel {
+    let cache = ws_root.join(".cache");
+    let backend: Arc<dyn endless::sandbox::Backend> =
+        endless::sandbox::backend_by_name("local", &cache)
+            .unwrap()
+            .into();
+    let mut cfg = OpenAiConfig::new("fixture-gen", server.url());
+    cfg.retry = RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(50),
+    };
+    cfg.max_concurrency = 8;
+    let generator = Arc::new(OpenAiChat::new(cfg).unwrap());
+    let solver =
+        PolicyFactory::from_spec(&server.spec("fixture-solver"), &PolicyOptions::default())
+            .unwrap();
+    let config = PipelineConfig {
+        count,
+        seed,
+        run_dir: ws_root.join("runs/gen-test"),
+        definition: EnvKind::SetupSh,
+        max_env_attempts: 3,
+        solutions: 2,
+        solve_max_turns: 4,
+        solve_concurrency: 2,
+        command_timeout: Duration::from_secs(20),
+        concurrency: 2,
+        sandbox_concurrency: 2,
+        task_sampling: SamplingParams::default(),
+        test_sampling: SamplingParams::default(),
+        generator_name: "fixture-gen".into(),
+        solver_name: "fixture-solver".into(),
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(run_pipeline(
+        ws_root.to_path_buf(),
+        config,
+        generator,
+        solver,
+        backend,
+        None,
+    ))
+    .unwrap()
+}
+
+fn run(env: &'static str, final_tests: &'static str, solver: Solver) -> (Run, FixtureLlm) {
+    let server = FixtureLlm::start(scripted(env, final_tests, solver));
+    let ws = tempfile::tempdir().unwrap();
+    let funnel = pipeline(&server, ws.path(), 1, 1);
+    (Run { funnel, ws }, server)
+}
+
+fn only_reject(funnel: &Funnel) -> (Stage, String) {
+    assert_eq!(funnel.sampled, 1);
+    let (stage, reasons) = funnel.rejects.iter().next().expect("a reject");
+    (*stage, reasons.keys().next().unwrap().clone())
+}
+
+#[test]
+fn a_good_candidate_is_accepted_with_provenance_and_pass_at_k() {
+    let (r, _server) = run(GOOD_ENV, GOOD_FINAL, Solver::Solves);
+    assert_eq!(r.funnel.accepted(), 1, "{}", r.funnel);
+    let ws = Workspace::open(r.ws.path()).unwrap();
+    let rows = ws.list_tasks(&TaskFilter::default()).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].pass_at_k.get("1"), Some(&1.0));
+    let task = ws.load_task(&rows[0].id).unwrap();
+    assert!(task.instruction.contains("hello"));
+    assert!(task.truth.contains("Expected"));
+    assert!(
+        task.tests.contains("test_initial_state.py") && task.tests.contains("test_final_state.py")
+    );
+    let p = &task.meta.provenance;
+    assert_eq!(p.model, "fixture-gen");
+    assert_eq!(p.attempts.get("environment"), Some(&1));
+    assert!(p.extra.contains_key("prompt_hashes") && p.extra.contains_key("seconds"));
+    // The solution episodes are kept as curation material.
+    assert!(r
+        .ws
+        .path()
+        .join("runs/gen-test/solutions/cand-1-00000/episodes")
+        .is_dir());
+}
+
+#[test]
+fn final_tests_that_pass_initially_are_rejected_at_stage_3() {
+    let (r, _s) = run(GOOD_ENV, VACUOUS_FINAL, Solver::Solves);
+    let (stage, reason) = only_reject(&r.funnel);
+    assert_eq!(stage, Stage::CompletionTests);
+    assert_eq!(reason, "final tests pass on the initial state");
+    let rejected = r.ws.path().join("rejected/cand-1-00000");
+    assert!(rejected.join("reject.toml").is_file() && rejected.join("log.jsonl").is_file());
+    assert!(rejected.join("tests/test_final_state.py").is_file());
+}
+
+#[test]
+fn a_broken_environment_is_rejected_after_exactly_three_attempts_with_feedback() {
+    let (r, server) = run(BROKEN_ENV, GOOD_FINAL, Solver::Solves);
+    let (stage, reason) = only_reject(&r.funnel);
+    assert_eq!(stage, Stage::Environment);
+    assert!(reason.contains("after 3 attempts"), "{reason}");
+    let env_requests: Vec<Request> = server
+        .requests()
+        .into_iter()
+        .filter(|q| {
+            q.messages()
+                .first()
+                .is_some_and(|m| m.1.contains("You build the starting environment"))
+        })
+        .collect();
+    assert_eq!(env_requests.len(), 3);
+    for q in &env_requests[1..] {
+        let last = q.last_message();
+        assert!(
+            last.contains("That attempt failed") && last.contains("cannot find the data"),
+            "{last}"
+        );
+    }
+}
+
+#[test]
+fn an_unsolvable_candidate_is_rejected_at_stage_4() {
+    let (r, _s) = run(GOOD_ENV, GOOD_FINAL, Solver::GivesUp);
+    let (stage, reason) = only_reject(&r.funnel);
+    assert_eq!(stage, Stage::Solvability);
+    assert!(reason.starts_with("pass@2 = 0"), "{reason}");
+}
+
+#[test]
+fn malformed_task_replies_are_rejected_at_stage_1() {
+    let server = FixtureLlm::start(|_req: &Request| {
+        Reply::text("Sure! <task>Do something.</task> (I forgot the truth)")
+    });
+    let ws = tempfile::tempdir().unwrap();
+    let funnel = pipeline(&server, ws.path(), 1, 1);
+    let (stage, reason) = only_reject(&funnel);
+    assert_eq!(stage, Stage::Task);
+    assert!(reason.contains("<truth>"), "{reason}");
+}
+
+#[test]
+fn server_errors_are_retried_and_a_killed_run_resumes_without_duplicates() {
+    let failures = Arc::new(AtomicUsize::new(0));
+    let f = failures.clone();
+    let inner = scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves);
+    let server = FixtureLlm::start(move |req: &Request| {
+        if f.fetch_add(1, Ordering::SeqCst) < 2 {
+            Reply::status(500)
+        } else {
+            inner(req)
+        }
+    });
+    let ws = tempfile::tempdir().unwrap();
+    let first = pipeline(&server, ws.path(), 2, 9);
+    assert_eq!(first.accepted(), 2, "{first}");
+    // A kill after storing a task but before journalling it: the journal entry is lost.
+    std::fs::remove_file(ws.path().join("runs/gen-test/candidates/cand-9-00001.json")).unwrap();
+    let stage1 = |s: &FixtureLlm| {
+        s.requests()
+            .iter()
+            .filter(|q| {
+                q.messages()
+                    .first()
+                    .is_some_and(|m| m.1.contains("You write realistic tasks"))
+            })
+            .count()
+    };
+    let before = stage1(&server);
+    let second = pipeline(&server, ws.path(), 3, 9);
+    assert_eq!(second.sampled, 3);
+    assert_eq!(
+        stage1(&server) - before,
+        2,
+        "only the unfinished candidates run again"
+    );
+    let ws = Workspace::open(ws.path()).unwrap();
+    let ids = ws.task_ids().unwrap();
+    assert_eq!(ids, vec!["gen-9-00000", "gen-9-00001", "gen-9-00002"]);
+    assert!(matches!(second.accepted(), 3));
+    let _ = CandidateOutcome::Accepted {
+        task_id: String::new(),
+    };
+}
+
+#[test]
+fn cli_generate_prints_the_funnel() {
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let ws = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws.path())
+        .args([
+            "generate",
+            "--count",
+            "2",
+            "--seed",
+            "5",
+            "--llm",
+            &server.url(),
+            "--model",
+            "fixture",
+            "--solutions",
+            "2",
+            "--json",
+        ])
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
+        .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let funnel: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(funnel["sampled"], 2);
+    assert_eq!(funnel["passed"]["solvability"], 2, "{funnel:#}");
+}
+
+/// Benchmark (run with `cargo test --release --test generate_pipeline bench_ -- --ignored --nocapture`):
+/// 50 candidates at concurrency 16 with 200 ms of model latency per call,
+/// side by side with the same run at zero latency. The critical-path ideal is
+/// the larger of the latency-only path (each candidate needs 3 generator
+/// calls and, its solution episodes running in parallel, 2 solver turns; 50
+/// candidates at 16 in flight make 4 waves) and the sandbox-bound time (the
+/// zero-latency run); the overhead ratio is wall time over that ideal.
+#[test]
+#[ignore]
+fn bench_pipeline_overhead() {
+    let (count, concurrency, solutions) = (50usize, 16usize, 4u32);
+    let timed = |latency: Duration| -> (f64, usize) {
+        let inner = scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves);
+        let server =
+            FixtureLlm::start(move |req: &Request| Reply::Slow(latency, Box::new(inner(req))));
+        let ws = tempfile::tempdir().unwrap();
+        let cache = ws.path().join(".cache");
+        let backend: Arc<dyn endless::sandbox::Backend> =
+            endless::sandbox::backend_by_name("local", &cache)
+                .unwrap()
+                .into();
+        let mut cfg = OpenAiConfig::new("fixture-gen", server.url());
+        cfg.max_concurrency = 64;
+        let generator = Arc::new(OpenAiChat::new(cfg).unwrap());
+        let options = PolicyOptions {
+            max_concurrency: 64,
+            ..PolicyOptions::default()
+        };
+        let solver = PolicyFactory::from_spec(&server.spec("fixture-solver"), &options).unwrap();
+        let config = PipelineConfig {
+            count,
+            seed: 3,
+            run_dir: ws.path().join("runs/bench"),
+            definition: EnvKind::SetupSh,
+            max_env_attempts: 3,
+            solutions,
+            solve_max_turns: 4,
+            solve_concurrency: solutions as usize,
+            command_timeout: Duration::from_secs(60),
+            concurrency,
+            sandbox_concurrency: 4,
+            task_sampling: SamplingParams::default(),
+            test_sampling: SamplingParams::default(),
+            generator_name: "fixture-gen".into(),
+            solver_name: "fixture-solver".into(),
+        };
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let t0 = std::time::Instant::now();
+        let funnel = rt
+            .block_on(run_pipeline(
+                ws.path().to_path_buf(),
+                config,
+                generator,
+                solver,
+                backend,
+                None,
+            ))
+            .unwrap();
+        assert_eq!(funnel.accepted(), count, "{funnel}");
+        (t0.elapsed().as_secs_f64(), server.requests().len())
+    };
+    let latency = Duration::from_millis(200);
+    let (sandbox_bound, _) = timed(Duration::ZERO);
+    let (wall, calls) = timed(latency);
+    let latency_path = count.div_ceil(concurrency) as f64 * 5.0 * latency.as_secs_f64();
+    let ideal = latency_path.max(sandbox_bound);
+    println!(
+        "{}",
+        serde_json::json!({
+            "candidates": count, "concurrency": concurrency, "solutions": solutions,
+            "latency_ms": 200, "model_calls": calls, "wall_secs": wall,
+            "zero_latency_wall_secs": sandbox_bound, "latency_only_path_secs": latency_path,
+            "critical_path_ideal_secs": ideal, "overhead_ratio": wall / ideal,
+        })
+    );
+}
