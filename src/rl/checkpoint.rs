@@ -173,9 +173,12 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// A verified checkpoint directory and its state.
+pub type Found = (PathBuf, TrainerState);
+
 /// The newest checkpoint under `root` that verifies, with the ones skipped
 /// (newer but broken). `None` when there is none.
-pub fn latest(root: &Path) -> Result<(Option<(PathBuf, TrainerState)>, Vec<Skipped>)> {
+pub fn latest(root: &Path) -> Result<(Option<Found>, Vec<Skipped>)> {
     let mut dirs: Vec<(u64, PathBuf)> = match std::fs::read_dir(root) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())
@@ -188,7 +191,7 @@ pub fn latest(root: &Path) -> Result<(Option<(PathBuf, TrainerState)>, Vec<Skipp
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(RlError::io(root, e)),
     };
-    dirs.sort_by(|a, b| b.0.cmp(&a.0));
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
     let mut skipped = Vec::new();
     for (_, dir) in dirs {
         match verify(&dir) {
