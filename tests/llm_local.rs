@@ -42,4 +42,24 @@ fn smollm2_gguf_fetches_and_answers() {
     assert!(!g.token_ids.is_empty());
     assert_eq!(g.token_ids.len(), g.logprobs.len());
     assert!(g.text.to_lowercase().contains("paris"), "{:?}", g.text);
+    // Throughput on a longer reply (printed, not asserted: timings are not tests).
+    let long = vec![TemplateMessage {
+        role: "user".into(),
+        content: "Write a short poem about the sea.".into(),
+    }];
+    let params = SamplingConfig {
+        temperature: 0.8,
+        top_p: 0.95,
+        max_tokens: 96,
+    };
+    let start = Instant::now();
+    let g = model.generate(&long, &params, 1).expect("generate");
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "SmolLM2: {} prompt + {} generated tokens in {secs:.2}s ({:.1} generated tokens/s)",
+        g.prompt_ids.len(),
+        g.token_ids.len(),
+        g.token_ids.len() as f64 / secs
+    );
+    assert!(g.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
 }
