@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod llm;
 pub mod logging;
 pub mod procgen;
+pub mod rl;
 pub mod sandbox;
 pub mod store;
 pub mod task;

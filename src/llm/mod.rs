@@ -3,6 +3,7 @@
 //! The agent's `openai:` policy and the generation pipeline both talk to
 //! language models through this trait.
 
+pub mod local;
 mod openai;
 
 pub use openai::{api_key_from_env, OpenAiChat, OpenAiConfig, RetryPolicy};

@@ -1,0 +1,102 @@
+//! Learning-side hot paths: one PPO step on a ~1M-parameter policy (batch 8 x
+//! 256 tokens), sampling from it with the KV cache, and SmolLM2-135M (Q4_1
+//! GGUF) decoding when it has been fetched (`ENDLESS_MODEL_CACHE` or
+//! `target/model-cache`). Run with `cargo bench --bench rl`; candle picks SIMD
+//! kernels at compile time, so compare with and without
+//! `RUSTFLAGS="-C target-cpu=native"`.
+
+use candle_core::Device;
+use criterion::{criterion_group, criterion_main, Criterion};
+use endless::llm::local::tiny::{tiny_config, train_tokenizer};
+use endless::llm::local::{
+    Arch, ChatTokenizer, LocalModel, ModelConfig, Sampler, SamplingConfig, TemplateMessage,
+};
+use endless::rl::{Policy, RolloutBatch, RolloutSequence, TrainConfig, Trainer};
+use std::path::PathBuf;
+
+fn one_million() -> ModelConfig {
+    let mut cfg = tiny_config(Arch::Qwen2, 512);
+    cfg.hidden_size = 128;
+    cfg.intermediate_size = 384;
+    cfg.num_hidden_layers = 4;
+    cfg.num_attention_heads = 4;
+    cfg.num_key_value_heads = 2;
+    cfg.head_dim = 32;
+    cfg
+}
+
+fn batch(n: usize, len: usize) -> RolloutBatch {
+    let sequences = (0..n)
+        .map(|i| {
+            let tokens: Vec<u32> = (0..len)
+                .map(|j| ((i * 131 + j * 17) % 509) as u32 + 3)
+                .collect();
+            RolloutSequence {
+                agent_mask: (0..len)
+                    .map(|j| j >= len / 4 && (j / 32) % 2 == 0)
+                    .collect(),
+                old_logprobs: vec![-6.2; len],
+                tokens,
+                reward: (i % 2) as f32,
+                passed: i % 2 == 1,
+            }
+        })
+        .collect();
+    RolloutBatch { sequences }
+}
+
+fn ppo_step(c: &mut Criterion) {
+    let policy = Policy::from_config(&one_million(), &Device::Cpu, 0).unwrap();
+    eprintln!("policy parameters: {}", policy.num_params());
+    let mut trainer = Trainer::new(policy, TrainConfig::default());
+    let b = batch(8, 256);
+    let mut g = c.benchmark_group("rl");
+    g.sample_size(10);
+    g.bench_function("ppo_step_1m_8x256", |bench| {
+        bench.iter(|| trainer.ppo_step(&b).unwrap())
+    });
+    let policy = Policy::from_config(&one_million(), &Device::Cpu, 0).unwrap();
+    let tok = train_tokenizer(["ls -la /tmp", "cat file"].iter(), 300).unwrap();
+    let tok = ChatTokenizer::new(tok, None, "", "", &[]).unwrap();
+    let mut lm = LocalModel::from_parts(policy.model().clone(), tok, "bench");
+    let prompt: Vec<u32> = (0..64).map(|i| i * 7 % 500 + 3).collect();
+    g.bench_function("sample_1m_64_tokens", |bench| {
+        bench.iter(|| {
+            let mut s = Sampler::new(
+                SamplingConfig {
+                    temperature: 1.0,
+                    top_p: 1.0,
+                    max_tokens: 64,
+                },
+                1,
+            );
+            lm.generate_ids(&prompt, &mut s).unwrap()
+        })
+    });
+    let gguf = std::env::var_os("ENDLESS_MODEL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/model-cache"))
+        .join("smollm2")
+        .join(endless::llm::local::fetch::SMOLLM2_FILE);
+    if gguf.is_file() {
+        let mut m = LocalModel::load(&gguf, &Device::Cpu).unwrap();
+        let msgs = [TemplateMessage {
+            role: "user".into(),
+            content: "Write a shell command that lists files.".into(),
+        }];
+        let params = SamplingConfig {
+            temperature: 1.0,
+            top_p: 1.0,
+            max_tokens: 32,
+        };
+        g.bench_function("smollm2_q4_1_32_tokens", |bench| {
+            bench.iter(|| m.generate(&msgs, &params, 3).unwrap())
+        });
+    } else {
+        eprintln!("smollm2 not fetched ({}): skipped", gguf.display());
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ppo_step);
+criterion_main!(benches);

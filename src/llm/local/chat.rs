@@ -1,0 +1,94 @@
+//! [`LocalChat`]: a [`LocalModel`] behind the project's [`ChatModel`] trait.
+//! Requests are served one at a time (the model holds one KV cache), on a
+//! blocking thread.
+
+use super::chat_template::TemplateMessage;
+use super::model::LocalModel;
+use super::sampling::SamplingConfig;
+use crate::llm::{
+    ChatMessage, ChatModel, ChatResponse, LlmError, Role, SamplingParams, TokenUsage,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Default `max_tokens` when a request leaves it open.
+pub const DEFAULT_MAX_TOKENS: usize = 1024;
+
+/// A local model usable wherever a [`ChatModel`] is.
+pub struct LocalChat {
+    model: Arc<Mutex<LocalModel>>,
+    name: String,
+    next_seed: AtomicU64,
+}
+
+impl LocalChat {
+    /// Wrap a loaded model; request `k` samples with seed `seed + k`.
+    pub fn new(model: LocalModel, seed: u64) -> Self {
+        Self {
+            name: format!("local:{}", model.name()),
+            model: Arc::new(Mutex::new(model)),
+            next_seed: AtomicU64::new(seed),
+        }
+    }
+}
+
+fn role(r: Role) -> &'static str {
+    match r {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for LocalChat {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn chat(
+        &self,
+        messages: &[ChatMessage],
+        params: &SamplingParams,
+    ) -> Result<ChatResponse, LlmError> {
+        let msgs: Vec<TemplateMessage> = messages
+            .iter()
+            .map(|m| TemplateMessage {
+                role: role(m.role).to_string(),
+                content: m.content.clone(),
+            })
+            .collect();
+        let cfg = SamplingConfig {
+            temperature: params.temperature,
+            top_p: params.top_p,
+            max_tokens: params
+                .max_tokens
+                .map(|m| m as usize)
+                .unwrap_or(DEFAULT_MAX_TOKENS),
+        };
+        let seed = self.next_seed.fetch_add(1, Ordering::Relaxed);
+        let model = self.model.clone();
+        let name = self.name.clone();
+        let g = tokio::task::spawn_blocking(move || {
+            let mut m = model
+                .lock()
+                .map_err(|_| "model lock poisoned (an earlier request panicked)".to_string())?;
+            m.generate(&msgs, &cfg, seed).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| LlmError::BadReply {
+            url: name.clone(),
+            message: format!("generation task failed: {e}"),
+        })?
+        .map_err(|message| LlmError::BadReply { url: name, message })?;
+        Ok(ChatResponse {
+            content: g.text,
+            usage: TokenUsage {
+                prompt_tokens: g.prompt_ids.len() as u64,
+                completion_tokens: g.token_ids.len() as u64,
+            },
+            finish_reason: Some(g.finish.as_str().to_string()),
+            attempts: 1,
+        })
+    }
+}

@@ -1,0 +1,296 @@
+//! Tests of the local models on tiny in-process models (no downloads).
+
+use super::tiny::{tiny_config, train_tokenizer, write_model_dir};
+use super::*;
+use candle_core::{DType, Device, IndexOp, Tensor, D};
+use candle_nn::{VarBuilder, VarMap};
+
+pub(crate) const CORPUS: &[&str] = &[
+    "ls -la /home/user",
+    "cat notes.txt | grep error",
+    "mkdir -p backup && cp *.log backup/",
+    "find . -name '*.py' | wc -l",
+    "echo done > status.txt",
+    "The quick brown fox jumps over the lazy dog.",
+];
+
+fn tokenizer() -> tokenizers::Tokenizer {
+    train_tokenizer(CORPUS.iter(), 300).unwrap()
+}
+
+fn model(arch: Arch, seed: u64) -> (VarMap, Transformer) {
+    let cfg = tiny_config(arch, 300);
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let m = Transformer::new(&cfg, vb).unwrap();
+    tiny::reinit_seeded(&varmap, seed, 0.3).unwrap();
+    (varmap, m)
+}
+
+fn msgs() -> Vec<TemplateMessage> {
+    vec![TemplateMessage {
+        role: "user".into(),
+        content: "list the files".into(),
+    }]
+}
+
+#[test]
+fn tiny_tokenizer_round_trips_and_has_chatml_specials() {
+    let t = tokenizer();
+    assert!(t.get_vocab_size(true) <= 300);
+    assert_eq!(t.token_to_id("<|im_end|>"), Some(2));
+    let enc = t
+        .encode("<|im_start|>user\nls -la<|im_end|>", false)
+        .unwrap();
+    assert_eq!(enc.get_ids()[0], 1);
+    assert_eq!(
+        t.decode(enc.get_ids(), false).unwrap(),
+        "<|im_start|>user\nls -la<|im_end|>"
+    );
+}
+
+#[test]
+fn sampling_path_matches_training_path() {
+    for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
+        let (_vm, m) = model(arch, 1);
+        let ids: Vec<u32> = (0..12).map(|i| (i * 37 % 290) as u32 + 3).collect();
+        let input = Tensor::new(ids.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let full = m.logits(&m.hidden_states(&input).unwrap()).unwrap();
+        // Prefill 5 tokens, then one at a time.
+        let mut cache = m.new_cache();
+        let mut parts = vec![m
+            .logits(
+                &m.forward_cached(&input.i((.., 0..5)).unwrap(), &mut cache)
+                    .unwrap(),
+            )
+            .unwrap()];
+        for p in 5..12 {
+            let h = m
+                .forward_cached(&input.i((.., p..p + 1)).unwrap(), &mut cache)
+                .unwrap();
+            parts.push(m.logits(&h).unwrap());
+        }
+        assert_eq!(cache.len(), 12);
+        let inc = Tensor::cat(&parts, 1).unwrap();
+        let diff = (full - inc).unwrap().abs().unwrap().max_all().unwrap();
+        let diff = diff.to_scalar::<f32>().unwrap();
+        assert!(diff < 1e-4, "{arch:?}: max |train - sample| = {diff}");
+    }
+}
+
+#[test]
+fn every_weight_gets_a_gradient() {
+    for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
+        let (vm, m) = model(arch, 2);
+        let ids = Tensor::new(
+            &[[5u32, 9, 40, 77, 3, 120, 8], [6, 6, 200, 31, 2, 0, 0]],
+            &Device::Cpu,
+        )
+        .unwrap();
+        let logits = m.logits(&m.hidden_states(&ids).unwrap()).unwrap();
+        let lp = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+        let target = ids
+            .i((.., 1..))
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .unsqueeze(2)
+            .unwrap();
+        let picked = lp
+            .i((.., ..6, ..))
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .gather(&target, 2)
+            .unwrap();
+        let loss = picked.sum_all().unwrap().neg().unwrap();
+        let grads = loss.backward().unwrap();
+        let data = vm.data().lock().unwrap();
+        assert!(data.len() >= 20, "{arch:?}: {} vars", data.len());
+        for (name, var) in data.iter() {
+            let g = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{arch:?}: no gradient for {name}"));
+            let norm = g
+                .sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(
+                norm.is_finite() && norm > 0.0,
+                "{arch:?}: {name} grad norm {norm}"
+            );
+        }
+    }
+}
+
+#[test]
+fn model_dir_loads_and_generates_with_logprobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tokenizer();
+    for (i, arch) in [Arch::Qwen2, Arch::Llama].into_iter().enumerate() {
+        let d = dir.path().join(format!("m{i}"));
+        write_model_dir(&d, &tiny_config(arch, 300), &tok, 7).unwrap();
+        let mut lm = LocalModel::load(&d, &Device::Cpu).unwrap();
+        let params = SamplingConfig {
+            temperature: 1.0,
+            top_p: 0.95,
+            max_tokens: 10,
+        };
+        let a = lm.generate(&msgs(), &params, 42).unwrap();
+        let b = lm.generate(&msgs(), &params, 42).unwrap();
+        assert_eq!(a.token_ids, b.token_ids, "same seed, same reply");
+        assert_eq!(a.token_ids.len(), a.logprobs.len());
+        assert!(!a.token_ids.is_empty() && a.token_ids.len() <= 10);
+        assert!(a.logprobs.iter().all(|l| *l <= 0.0 && l.is_finite()));
+        let prompt = lm.tokenizer().decode(&a.prompt_ids).unwrap();
+        assert!(prompt.contains("list the files"), "{prompt}");
+        // Log-probs recorded at sampling time equal a fresh full forward pass.
+        let Backend::Dense(m) = lm.backend() else {
+            panic!("dense expected")
+        };
+        let all: Vec<u32> = a.prompt_ids.iter().chain(&a.token_ids).copied().collect();
+        let x = Tensor::new(all.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let lp = candle_nn::ops::log_softmax(
+            &m.logits(&m.hidden_states(&x).unwrap()).unwrap(),
+            D::Minus1,
+        )
+        .unwrap()
+        .squeeze(0)
+        .unwrap();
+        let p = a.prompt_ids.len();
+        for (k, (&t, &l)) in a.token_ids.iter().zip(&a.logprobs).enumerate() {
+            let v = lp
+                .i((p + k - 1, t as usize))
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!((v - l).abs() < 1e-4, "token {k}: {v} vs {l}");
+        }
+    }
+}
+
+#[test]
+fn broken_model_dirs_are_refused_with_the_file_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("m");
+    write_model_dir(&d, &tiny_config(Arch::Qwen2, 300), &tokenizer(), 1).unwrap();
+    // Truncated weights.
+    let w = d.join("model.safetensors");
+    let bytes = std::fs::read(&w).unwrap();
+    std::fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
+    let e = LocalModel::load(&d, &Device::Cpu).unwrap_err().to_string();
+    assert!(e.contains("model.safetensors"), "{e}");
+    std::fs::write(&w, &bytes).unwrap();
+    // Config says more layers than the weights hold.
+    let cfg_path = d.join("config.json");
+    let cfg = std::fs::read_to_string(&cfg_path).unwrap();
+    std::fs::write(
+        &cfg_path,
+        cfg.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+    )
+    .unwrap();
+    let e = LocalModel::load(&d, &Device::Cpu).unwrap_err().to_string();
+    assert!(
+        e.contains("model.layers.2.") && e.contains("missing"),
+        "{e}"
+    );
+    std::fs::write(&cfg_path, cfg).unwrap();
+    // No tokenizer.
+    std::fs::remove_file(d.join("tokenizer.json")).unwrap();
+    let e = LocalModel::load(&d, &Device::Cpu).unwrap_err().to_string();
+    assert!(e.contains("tokenizer.json"), "{e}");
+}
+
+#[test]
+fn gguf_metadata_tokenizer_matches_the_original() {
+    use candle_core::quantized::gguf_file::Value;
+    use std::collections::HashMap;
+    let t = tokenizer();
+    let json: serde_json::Value = serde_json::from_str(&t.to_string(false).unwrap()).unwrap();
+    let vocab = json["model"]["vocab"].as_object().unwrap();
+    let mut tokens = vec![String::new(); t.get_vocab_size(true)];
+    for (k, v) in vocab {
+        tokens[v.as_u64().unwrap() as usize] = k.clone();
+    }
+    for s in tiny::TINY_SPECIAL_TOKENS {
+        tokens[t.token_to_id(s).unwrap() as usize] = s.to_string();
+    }
+    let merges: Vec<Value> = json["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| match m {
+            serde_json::Value::String(s) => Value::String(s.clone()),
+            serde_json::Value::Array(p) => Value::String(format!(
+                "{} {}",
+                p[0].as_str().unwrap(),
+                p[1].as_str().unwrap()
+            )),
+            _ => panic!("merge {m}"),
+        })
+        .collect();
+    let types: Vec<Value> = (0..tokens.len())
+        .map(|i| Value::I32(if i < 3 { 3 } else { 1 }))
+        .collect();
+    let mut md = HashMap::new();
+    md.insert(
+        "tokenizer.ggml.model".to_string(),
+        Value::String("gpt2".into()),
+    );
+    md.insert(
+        "tokenizer.ggml.tokens".to_string(),
+        Value::Array(tokens.into_iter().map(Value::String).collect()),
+    );
+    md.insert("tokenizer.ggml.merges".to_string(), Value::Array(merges));
+    md.insert("tokenizer.ggml.token_type".to_string(), Value::Array(types));
+    md.insert("tokenizer.ggml.eos_token_id".to_string(), Value::U32(2));
+    md.insert(
+        "tokenizer.chat_template".to_string(),
+        Value::String(chat_template::CHATML_TEMPLATE.into()),
+    );
+    let ct = gguf::tokenizer_from_gguf(&md, std::path::Path::new("x.gguf")).unwrap();
+    let text = "<|im_start|>user\ncat notes.txt | grep error<|im_end|>";
+    assert_eq!(
+        ct.encode(text).unwrap(),
+        t.encode(text, false).unwrap().get_ids()
+    );
+    assert_eq!(ct.eos_ids(), &[2]);
+    md.insert(
+        "tokenizer.ggml.model".to_string(),
+        Value::String("llama".into()),
+    );
+    let e = gguf::tokenizer_from_gguf(&md, std::path::Path::new("x.gguf")).unwrap_err();
+    assert!(e.to_string().contains("x.gguf") && e.to_string().contains("tokenizer.ggml.model"));
+}
+
+#[tokio::test]
+async fn local_chat_implements_chat_model() {
+    use crate::llm::{ChatMessage, ChatModel, SamplingParams};
+    let dir = tempfile::tempdir().unwrap();
+    write_model_dir(dir.path(), &tiny_config(Arch::Qwen3, 300), &tokenizer(), 3).unwrap();
+    let chat = LocalChat::new(LocalModel::load(dir.path(), &Device::Cpu).unwrap(), 1);
+    assert!(chat.name().starts_with("local:"));
+    let params = SamplingParams {
+        temperature: 0.7,
+        top_p: 0.9,
+        max_tokens: Some(6),
+    };
+    let msgs = [ChatMessage::system("be brief"), ChatMessage::user("ls")];
+    let r = chat.chat(&msgs, &params).await.unwrap();
+    assert!(r.usage.prompt_tokens > 0);
+    assert!(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 6);
+    assert!(matches!(
+        r.finish_reason.as_deref(),
+        Some("stop" | "length")
+    ));
+    assert_eq!(r.attempts, 1);
+}

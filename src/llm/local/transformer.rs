@@ -1,0 +1,410 @@
+//! The project's own Qwen2 / Qwen3 / Llama decoder, with Hugging Face weight
+//! names, usable both for sampling and for training.
+//!
+//! candle-transformers' models use fused ops (`rms_norm`, `softmax_last_dim`,
+//! `rope`) that have no backward pass, so a model built from a `VarMap` only
+//! gets gradients for the embedding and the head. This module runs either
+//! path over the same weights:
+//! - [`Transformer::hidden_states`]: differentiable ops only (`rope_slow`,
+//!   `ops::softmax`, a composed RMS norm), whole sequences, causal mask;
+//! - [`Transformer::forward_cached`]: fused ops plus a [`KvCache`], for sampling.
+
+use super::config::{Arch, ModelConfig};
+use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_nn::{Embedding, Init, Linear, VarBuilder};
+
+/// Standard deviation of freshly initialised weight matrices.
+const INIT_STD: f64 = 0.02;
+
+/// Per-layer key/value cache of the sampling path.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Number of positions cached so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+    input_layernorm: Tensor,
+    post_attention_layernorm: Tensor,
+}
+
+/// A decoder-only transformer of one of the supported families.
+#[derive(Debug, Clone)]
+pub struct Transformer {
+    cfg: ModelConfig,
+    embed_tokens: Embedding,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Linear,
+    cos: Tensor,
+    sin: Tensor,
+    device: Device,
+}
+
+fn weight(vb: &VarBuilder, out_dim: usize, in_dim: usize, name: &str) -> Result<Tensor> {
+    vb.get_with_hints(
+        (out_dim, in_dim),
+        name,
+        Init::Randn {
+            mean: 0.0,
+            stdev: INIT_STD,
+        },
+    )
+}
+
+fn linear(vb: VarBuilder, in_dim: usize, out_dim: usize, bias: bool) -> Result<Linear> {
+    let w = weight(&vb, out_dim, in_dim, "weight")?;
+    let b = if bias {
+        Some(vb.get_with_hints(out_dim, "bias", Init::Const(0.0))?)
+    } else {
+        None
+    };
+    Ok(Linear::new(w, b))
+}
+
+fn norm_weight(vb: VarBuilder, dim: usize) -> Result<Tensor> {
+    vb.get_with_hints(dim, "weight", Init::Const(1.0))
+}
+
+/// Inverse rope frequencies, with Llama 3 scaling when configured.
+fn inv_freqs(cfg: &ModelConfig) -> Vec<f32> {
+    let d = cfg.head_dim;
+    let base: Vec<f32> = (0..d)
+        .step_by(2)
+        .map(|i| 1.0 / cfg.rope_theta.powf(i as f64 / d as f64) as f32)
+        .collect();
+    let Some(s) = &cfg.rope_scaling else {
+        return base;
+    };
+    let orig = s.original_max_position_embeddings as f32;
+    let low_wavelen = orig / s.low_freq_factor;
+    let high_wavelen = orig / s.high_freq_factor;
+    base.into_iter()
+        .map(|f| {
+            let wavelen = 2.0 * std::f32::consts::PI / f;
+            if wavelen < high_wavelen {
+                f
+            } else if wavelen > low_wavelen {
+                f / s.factor
+            } else {
+                let smooth =
+                    (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                (1.0 - smooth) * f / s.factor + smooth * f
+            }
+        })
+        .collect()
+}
+
+/// Longest sequence the rope tables cover.
+const MAX_ROPE_POSITIONS: usize = 32_768;
+
+impl Transformer {
+    /// Build the model; tensor names follow Hugging Face (`model.layers.0.self_attn.q_proj.weight`).
+    /// With a `VarMap`-backed builder, missing weights are created (small random init).
+    pub fn new(cfg: &ModelConfig, vb: VarBuilder) -> Result<Self> {
+        let device = vb.device().clone();
+        let m = vb.pp("model");
+        let h = cfg.hidden_size;
+        let embed = m.get_with_hints(
+            (cfg.vocab_size, h),
+            "embed_tokens.weight",
+            Init::Randn {
+                mean: 0.0,
+                stdev: INIT_STD,
+            },
+        )?;
+        let embed_tokens = Embedding::new(embed.clone(), h);
+        let (nh, nkv, hd) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let l = m.pp("layers").pp(i);
+            let a = l.pp("self_attn");
+            let mlp = l.pp("mlp");
+            let qk_norm = cfg.arch == Arch::Qwen3;
+            layers.push(Layer {
+                q_proj: linear(a.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
+                k_proj: linear(a.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
+                v_proj: linear(a.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
+                o_proj: linear(a.pp("o_proj"), nh * hd, h, false)?,
+                q_norm: if qk_norm {
+                    Some(norm_weight(a.pp("q_norm"), hd)?)
+                } else {
+                    None
+                },
+                k_norm: if qk_norm {
+                    Some(norm_weight(a.pp("k_norm"), hd)?)
+                } else {
+                    None
+                },
+                gate_proj: linear(mlp.pp("gate_proj"), h, cfg.intermediate_size, false)?,
+                up_proj: linear(mlp.pp("up_proj"), h, cfg.intermediate_size, false)?,
+                down_proj: linear(mlp.pp("down_proj"), cfg.intermediate_size, h, false)?,
+                input_layernorm: norm_weight(l.pp("input_layernorm"), h)?,
+                post_attention_layernorm: norm_weight(l.pp("post_attention_layernorm"), h)?,
+            });
+        }
+        let norm = norm_weight(m.pp("norm"), h)?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear::new(embed, None)
+        } else {
+            Linear::new(
+                weight(&vb.pp("lm_head"), cfg.vocab_size, h, "weight")?,
+                None,
+            )
+        };
+        let positions = cfg.max_position_embeddings.clamp(1, MAX_ROPE_POSITIONS);
+        let inv = inv_freqs(cfg);
+        let inv = Tensor::from_vec(inv.clone(), (1, inv.len()), &device)?;
+        let t = Tensor::arange(0u32, positions as u32, &device)?
+            .to_dtype(DType::F32)?
+            .reshape((positions, 1))?;
+        let freqs = t.matmul(&inv)?;
+        let dtype = vb.dtype();
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            cos: freqs.cos()?.to_dtype(dtype)?,
+            sin: freqs.sin()?.to_dtype(dtype)?,
+            device,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// An empty cache for [`Transformer::forward_cached`].
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            layers: vec![None; self.layers.len()],
+            len: 0,
+        }
+    }
+
+    /// Differentiable forward pass over whole sequences: token ids `(batch, time)`
+    /// to final (normed) hidden states `(batch, time, hidden)`. Pad on the right:
+    /// the causal mask keeps padding from affecting earlier positions.
+    pub fn hidden_states(&self, ids: &Tensor) -> Result<Tensor> {
+        self.run(ids, None, false)
+    }
+
+    /// Sampling forward pass with fused ops: appends `ids` `(batch, time)` to the
+    /// cache and returns hidden states `(batch, time, hidden)` for the new positions.
+    pub fn forward_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        self.run(ids, Some(cache), true)
+    }
+
+    /// Project hidden states to vocabulary logits.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(hidden)
+    }
+
+    fn rms(&self, x: &Tensor, w: &Tensor, fused: bool) -> Result<Tensor> {
+        let eps = self.cfg.rms_norm_eps as f32;
+        if fused {
+            candle_nn::ops::rms_norm(&x.contiguous()?, w, eps)
+        } else {
+            candle_nn::ops::rms_norm_slow(x, w, eps)
+        }
+    }
+
+    fn run(&self, ids: &Tensor, mut cache: Option<&mut KvCache>, fused: bool) -> Result<Tensor> {
+        let (_b, t) = ids.dims2()?;
+        let offset = cache.as_ref().map(|c| c.len).unwrap_or(0);
+        if offset + t > self.cos.dim(0)? {
+            candle_core::bail!(
+                "sequence of {} positions exceeds the rope table ({} positions)",
+                offset + t,
+                self.cos.dim(0)?
+            );
+        }
+        let cos = self.cos.narrow(0, offset, t)?;
+        let sin = self.sin.narrow(0, offset, t)?;
+        let mask = if t > 1 {
+            let total = offset + t;
+            let m: Vec<f32> = (0..t)
+                .flat_map(|i| {
+                    (0..total).map(move |j| {
+                        if j > i + offset {
+                            f32::NEG_INFINITY
+                        } else {
+                            0.0
+                        }
+                    })
+                })
+                .collect();
+            Some(Tensor::from_vec(m, (t, total), &self.device)?.to_dtype(self.cos.dtype())?)
+        } else {
+            None
+        };
+        let mut x = self.embed_tokens.forward(ids)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let residual = &x;
+            let h = self.rms(&x, &layer.input_layernorm, fused)?;
+            let past = cache.as_mut().and_then(|c| c.layers[i].take());
+            let (attn, kv) = self.attention(layer, &h, &cos, &sin, mask.as_ref(), past, fused)?;
+            if let Some(c) = cache.as_mut() {
+                c.layers[i] = Some(kv);
+            }
+            x = (attn + residual)?;
+            let residual = &x;
+            let h = self.rms(&x, &layer.post_attention_layernorm, fused)?;
+            let gate = layer.gate_proj.forward(&h)?.silu()?;
+            let up = layer.up_proj.forward(&h)?;
+            let mlp = layer.down_proj.forward(&(gate * up)?)?;
+            x = (mlp + residual)?;
+        }
+        if let Some(c) = cache {
+            c.len += t;
+        }
+        self.rms(&x, &self.norm, fused)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        past: Option<(Tensor, Tensor)>,
+        fused: bool,
+    ) -> Result<(Tensor, (Tensor, Tensor))> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim,
+        );
+        let mut q = layer.q_proj.forward(x)?.reshape((b, t, nh, hd))?;
+        let mut k = layer.k_proj.forward(x)?.reshape((b, t, nkv, hd))?;
+        let v = layer.v_proj.forward(x)?.reshape((b, t, nkv, hd))?;
+        if let Some(w) = &layer.q_norm {
+            q = self.rms(&q, w, fused)?;
+        }
+        if let Some(w) = &layer.k_norm {
+            k = self.rms(&k, w, fused)?;
+        }
+        let q = q.transpose(1, 2)?.contiguous()?;
+        let k = k.transpose(1, 2)?.contiguous()?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        let (q, k) = if fused {
+            (
+                candle_nn::rotary_emb::rope(&q, cos, sin)?,
+                candle_nn::rotary_emb::rope(&k, cos, sin)?,
+            )
+        } else {
+            (
+                candle_nn::rotary_emb::rope_slow(&q, cos, sin)?,
+                candle_nn::rotary_emb::rope_slow(&k, cos, sin)?,
+            )
+        };
+        let (k, v) = match past {
+            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
+            None => (k, v),
+        };
+        let kv = (k.clone(), v.clone());
+        let groups = nh / nkv;
+        let (k, v) = (repeat_kv(&k, groups)?, repeat_kv(&v, groups)?);
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut att = (q.matmul(&k.t()?.contiguous()?)? * scale)?;
+        if let Some(m) = mask {
+            att = att.broadcast_add(m)?;
+        }
+        let att = if fused {
+            candle_nn::ops::softmax_last_dim(&att)?
+        } else {
+            candle_nn::ops::softmax(&att, D::Minus1)?
+        };
+        let out = att
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b, t, nh * hd))?;
+        Ok((layer.o_proj.forward(&out)?, kv))
+    }
+}
+
+/// Repeat key/value heads for grouped-query attention (differentiable).
+fn repeat_kv(x: &Tensor, groups: usize) -> Result<Tensor> {
+    if groups == 1 {
+        return Ok(x.clone());
+    }
+    let (b, h, t, d) = x.dims4()?;
+    x.unsqueeze(2)?
+        .broadcast_as((b, h, groups, t, d))?
+        .contiguous()?
+        .reshape((b, h * groups, t, d))
+}
+
+/// Every weight the model reads, with its shape, in Hugging Face naming.
+pub fn weight_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let (q, kv) = (
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.num_key_value_heads * cfg.head_dim,
+    );
+    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, h])];
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        let mut add = |n: &str, s: Vec<usize>| out.push((format!("{p}.{n}"), s));
+        add("self_attn.q_proj.weight", vec![q, h]);
+        add("self_attn.k_proj.weight", vec![kv, h]);
+        add("self_attn.v_proj.weight", vec![kv, h]);
+        add("self_attn.o_proj.weight", vec![h, q]);
+        if cfg.qkv_bias {
+            add("self_attn.q_proj.bias", vec![q]);
+            add("self_attn.k_proj.bias", vec![kv]);
+            add("self_attn.v_proj.bias", vec![kv]);
+        }
+        if cfg.arch == Arch::Qwen3 {
+            add("self_attn.q_norm.weight", vec![cfg.head_dim]);
+            add("self_attn.k_norm.weight", vec![cfg.head_dim]);
+        }
+        add("mlp.gate_proj.weight", vec![i, h]);
+        add("mlp.up_proj.weight", vec![i, h]);
+        add("mlp.down_proj.weight", vec![h, i]);
+        add("input_layernorm.weight", vec![h]);
+        add("post_attention_layernorm.weight", vec![h]);
+    }
+    out.push(("model.norm.weight".to_string(), vec![h]));
+    if !cfg.tie_word_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![v, h]));
+    }
+    out
+}

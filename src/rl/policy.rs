@@ -1,0 +1,161 @@
+//! The trainable policy: the project's decoder plus a value head (a linear
+//! layer on the final hidden state), all in one `VarMap`.
+
+use super::error::{Result, RlError};
+use crate::llm::local::config::ModelConfig;
+use crate::llm::local::tiny::reinit_seeded;
+use crate::llm::local::transformer::weight_shapes;
+use crate::llm::local::weights::{load_into_varmap, weight_files};
+use crate::llm::local::{ChatTokenizer, LocalError, Transformer};
+use candle_core::{DType, Device, Module, Tensor, Var, D};
+use candle_nn::{Init, Linear, VarBuilder, VarMap};
+use std::path::Path;
+
+/// Prefix of the value head's weights (`value_head.weight`, `value_head.bias`).
+pub const VALUE_HEAD: &str = "value_head";
+
+/// Decoder + value head, trained in f32.
+pub struct Policy {
+    varmap: VarMap,
+    model: Transformer,
+    value_head: Linear,
+    tokenizer: Option<ChatTokenizer>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("config", self.model.config())
+            .finish()
+    }
+}
+
+fn build(cfg: &ModelConfig, device: &Device) -> Result<(VarMap, Transformer)> {
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, device);
+    let model = Transformer::new(cfg, vb)?;
+    Ok((varmap, model))
+}
+
+fn add_value_head(varmap: &VarMap, cfg: &ModelConfig, device: &Device) -> Result<Linear> {
+    let vb = VarBuilder::from_varmap(varmap, DType::F32, device).pp(VALUE_HEAD);
+    let w = vb.get_with_hints((1, cfg.hidden_size), "weight", Init::Const(0.0))?;
+    let b = vb.get_with_hints(1, "bias", Init::Const(0.0))?;
+    Ok(Linear::new(w, Some(b)))
+}
+
+impl Policy {
+    /// A freshly initialised policy (weights N(0, 0.02²) from `seed`, value head 0).
+    pub fn from_config(cfg: &ModelConfig, device: &Device, seed: u64) -> Result<Self> {
+        let (varmap, model) = build(cfg, device)?;
+        reinit_seeded(&varmap, seed, 0.02)?;
+        let value_head = add_value_head(&varmap, cfg, device)?;
+        Ok(Self {
+            varmap,
+            model,
+            value_head,
+            tokenizer: None,
+        })
+    }
+
+    /// Load a Hugging Face-style model directory for training (any dtype on
+    /// disk, f32 in memory); the value head starts at zero.
+    pub fn from_dir(dir: &Path, device: &Device) -> Result<Self> {
+        let cfg_path = dir.join("config.json");
+        let cfg = ModelConfig::from_file(&cfg_path)?;
+        let (varmap, model) = build(&cfg, device)?;
+        let required: Vec<String> = weight_shapes(&cfg).into_iter().map(|(n, _)| n).collect();
+        load_into_varmap(&varmap, &weight_files(dir)?, &required, device)?;
+        let value_head = add_value_head(&varmap, &cfg, device)?;
+        let tokenizer = ChatTokenizer::from_dir(dir, &cfg.eos_token_ids)?;
+        Ok(Self {
+            varmap,
+            model,
+            value_head,
+            tokenizer: Some(tokenizer),
+        })
+    }
+
+    /// Attach a tokenizer (for sampling through [`crate::llm::local::LocalModel`]).
+    pub fn with_tokenizer(mut self, tokenizer: ChatTokenizer) -> Self {
+        self.tokenizer = Some(tokenizer);
+        self
+    }
+
+    /// The tokenizer, when known.
+    pub fn tokenizer(&self) -> Option<&ChatTokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    /// The decoder (shares storage with the trained variables: a clone sees updates).
+    pub fn model(&self) -> &Transformer {
+        &self.model
+    }
+
+    /// The model configuration.
+    pub fn config(&self) -> &ModelConfig {
+        self.model.config()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.model.device()
+    }
+
+    /// Every trainable variable, by name.
+    pub fn vars(&self) -> Vec<(String, Var)> {
+        self.varmap
+            .data()
+            .lock()
+            .map(|d| d.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of trainable parameters.
+    pub fn num_params(&self) -> usize {
+        self.vars().iter().map(|(_, v)| v.elem_count()).sum()
+    }
+
+    /// Differentiable forward: logits `(b, t, vocab)` and values `(b, t)`.
+    pub fn forward(&self, ids: &Tensor) -> Result<(Tensor, Tensor)> {
+        let h = self.model.hidden_states(ids)?;
+        let logits = self.model.logits(&h)?;
+        let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
+        Ok((logits, values))
+    }
+
+    /// Differentiable forward evaluated only at `positions` `(n,)`, flat indices
+    /// into `b * t`: logits `(n, vocab)` and values `(n,)`.
+    pub fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<(Tensor, Tensor)> {
+        let h = self.model.hidden_states(ids)?;
+        let (b, t, d) = h.dims3()?;
+        let h = h.reshape((b * t, d))?.index_select(positions, 0)?;
+        let logits = self.model.logits(&h)?;
+        let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
+        Ok((logits, values))
+    }
+
+    /// Save every variable (decoder and value head) as safetensors.
+    pub fn save_weights(&self, path: &Path) -> Result<()> {
+        self.varmap.save(path).map_err(|e| {
+            RlError::Model(LocalError::Weight {
+                file: path.display().to_string(),
+                name: "*".into(),
+                message: e.to_string(),
+            })
+        })
+    }
+
+    /// Load every variable from a file written by [`Policy::save_weights`];
+    /// all must be present with matching shapes.
+    pub fn load_weights(&self, path: &Path) -> Result<()> {
+        let required: Vec<String> = self.vars().into_iter().map(|(n, _)| n).collect();
+        load_into_varmap(
+            &self.varmap,
+            &[path.to_path_buf()],
+            &required,
+            self.device(),
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,318 @@
+//! The PPO objective of the paper: asymmetric ratio clipping
+//! (eps_low = 0.2, eps_high = 0.28), sequence-level averaging (mean over each
+//! sequence's agent tokens, then over sequences), no KL term; prompt and
+//! observation tokens are masked out. Plus a squared-error value loss.
+
+use super::batch::RolloutBatch;
+use super::error::Result;
+use super::gae::{gae, terminal_rewards};
+use candle_core::{DType, Device, Tensor, D};
+use serde::{Deserialize, Serialize};
+
+/// PPO hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PpoConfig {
+    /// Lower clip: the ratio is not pushed below `1 - eps_low`.
+    pub eps_low: f64,
+    /// Upper clip: the ratio is not pushed above `1 + eps_high`.
+    pub eps_high: f64,
+    /// Weight of the value loss.
+    pub value_coef: f64,
+    /// Weight of an entropy bonus (0 in the paper).
+    pub entropy_coef: f64,
+    /// Temperature the old log-probs were sampled at.
+    pub temperature: f64,
+    /// GAE discount.
+    pub gamma: f32,
+    /// GAE lambda.
+    pub lambda: f32,
+}
+
+impl Default for PpoConfig {
+    fn default() -> Self {
+        Self {
+            eps_low: 0.2,
+            eps_high: 0.28,
+            value_coef: 0.5,
+            entropy_coef: 0.0,
+            temperature: 1.0,
+            gamma: 1.0,
+            lambda: 1.0,
+        }
+    }
+}
+
+/// The per-token clipped surrogate loss `max(-A r, -A clip(r, 1-eps_low, 1+eps_high))`.
+pub fn clipped_token_loss(ratio: f64, adv: f64, eps_low: f64, eps_high: f64) -> f64 {
+    let clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high);
+    (-adv * ratio).max(-adv * clipped)
+}
+
+/// Whether clipping removes the token's gradient.
+pub fn is_clipped(ratio: f64, adv: f64, eps_low: f64, eps_high: f64) -> bool {
+    (adv > 0.0 && ratio > 1.0 + eps_high) || (adv < 0.0 && ratio < 1.0 - eps_low)
+}
+
+/// A batch as tensors. Inputs are `tokens[..-1]` (right-padded); everything
+/// else is listed per agent token, in sequence order: only agent positions
+/// reach the LM head, so prompts and observations cost no vocabulary-sized work.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// Input ids `(b, t)`, right-padded.
+    pub inputs: Tensor,
+    /// Flat index into `b * t` of the position that predicts each agent token `(n,)`.
+    pub positions: Tensor,
+    /// The agent tokens `(n,)`.
+    pub targets: Tensor,
+    /// Their log-probs at sampling time `(n,)`.
+    pub old_logprobs: Tensor,
+    /// Sequence-level averaging weights `(n,)`: `1 / n_agent(seq) / n_seqs`.
+    pub weights: Tensor,
+    /// The sequence of each agent token.
+    pub seq_of: Vec<usize>,
+    /// Rewards per sequence.
+    pub rewards: Vec<f32>,
+}
+
+/// Pad and shift a batch (padding id 0; right padding never affects the
+/// positions before it) and list its agent tokens.
+pub fn prepare(batch: &RolloutBatch, device: &Device) -> Result<Prepared> {
+    batch.validate()?;
+    let b = batch.sequences.len();
+    let t = batch.max_len().saturating_sub(1).max(1);
+    let mut inputs = vec![0u32; b * t];
+    let (mut positions, mut targets, mut old, mut weights, mut seq_of) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let live = batch
+        .sequences
+        .iter()
+        .filter(|s| s.agent_tokens() > 0)
+        .count() as f32;
+    for (i, s) in batch.sequences.iter().enumerate() {
+        let n = s.agent_tokens() as f32;
+        for j in 0..s.tokens.len().saturating_sub(1) {
+            inputs[i * t + j] = s.tokens[j];
+            if s.agent_mask[j + 1] {
+                positions.push((i * t + j) as u32);
+                targets.push(s.tokens[j + 1]);
+                old.push(s.old_logprobs[j + 1]);
+                weights.push(1.0 / n / live);
+                seq_of.push(i);
+            }
+        }
+    }
+    let n = positions.len();
+    Ok(Prepared {
+        inputs: Tensor::from_vec(inputs, (b, t), device)?,
+        positions: Tensor::from_vec(positions, n, device)?,
+        targets: Tensor::from_vec(targets, n, device)?,
+        old_logprobs: Tensor::from_vec(old, n, device)?,
+        weights: Tensor::from_vec(weights, n, device)?,
+        seq_of,
+        rewards: batch.sequences.iter().map(|s| s.reward).collect(),
+    })
+}
+
+/// Hidden states `(b, t, h)` at the agent positions: `(n, h)`.
+pub fn select_agent_positions(prep: &Prepared, hidden: &Tensor) -> Result<Tensor> {
+    let (b, t, h) = hidden.dims3()?;
+    Ok(hidden
+        .reshape((b * t, h))?
+        .index_select(&prep.positions, 0)?)
+}
+
+/// Advantages and returns `(n,)` by GAE over each sequence's agent tokens,
+/// from (detached) values `(n,)`.
+pub fn advantages(
+    prep: &Prepared,
+    values: &Tensor,
+    gamma: f32,
+    lambda: f32,
+) -> Result<(Tensor, Tensor)> {
+    let vals: Vec<f32> = values.detach().to_dtype(DType::F32)?.to_vec1()?;
+    let n = vals.len();
+    let (mut adv, mut ret) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut k = 0;
+    while k < n {
+        let seq = prep.seq_of[k];
+        let end = (k..n).find(|&e| prep.seq_of[e] != seq).unwrap_or(n);
+        let (a, r) = gae(
+            &terminal_rewards(end - k, prep.rewards[seq]),
+            &vals[k..end],
+            gamma,
+            lambda,
+        );
+        adv.extend(a);
+        ret.extend(r);
+        k = end;
+    }
+    let dev = values.device();
+    Ok((
+        Tensor::from_vec(adv, n, dev)?,
+        Tensor::from_vec(ret, n, dev)?,
+    ))
+}
+
+/// The loss and its parts for one batch.
+#[derive(Debug, Clone)]
+pub struct PpoLoss {
+    /// `policy + value_coef * value - entropy_coef * entropy`, differentiable.
+    pub loss: Tensor,
+    pub policy_loss: f64,
+    pub value_loss: f64,
+    /// Mean entropy of the policy at agent tokens (sequence-level average).
+    pub entropy: f64,
+    /// Fraction of agent tokens whose gradient is clipped away.
+    pub clip_frac: f64,
+    /// Approximate KL(old || new), `E[(r - 1) - log r]` over agent tokens.
+    pub approx_kl: f64,
+}
+
+/// Compute the PPO loss from the policy's logits `(n, vocab)` at the agent
+/// positions (not yet divided by the temperature) and values `(n,)`.
+pub fn ppo_loss(
+    prep: &Prepared,
+    logits: &Tensor,
+    values: &Tensor,
+    adv: &Tensor,
+    returns: &Tensor,
+    cfg: &PpoConfig,
+) -> Result<PpoLoss> {
+    let logits = if (cfg.temperature - 1.0).abs() > 1e-12 && cfg.temperature > 0.0 {
+        (logits / cfg.temperature)?
+    } else {
+        logits.clone()
+    };
+    let dt = logits.dtype();
+    let (adv, returns) = (&adv.to_dtype(dt)?, &returns.to_dtype(dt)?);
+    let w = &prep.weights.to_dtype(dt)?;
+    let old = prep.old_logprobs.to_dtype(dt)?;
+    let lp_all = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+    let lp = lp_all.gather(&prep.targets.unsqueeze(1)?, 1)?.squeeze(1)?;
+    let ratio = (&lp - &old)?.exp()?;
+    let clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)?;
+    let neg_adv = adv.neg()?;
+    let pg_tok = (&neg_adv * &ratio)?.maximum(&(&neg_adv * &clipped)?)?;
+    let policy_loss = (&pg_tok * w)?.sum_all()?;
+    let v_err = (values - returns)?;
+    let value_loss = ((v_err.sqr()? * 0.5)? * w)?.sum_all()?;
+    let probs = lp_all.exp()?;
+    let ent_tok = (&probs * &lp_all)?.sum(D::Minus1)?.neg()?;
+    let entropy = (&ent_tok * w)?.sum_all()?;
+    let mut loss = (&policy_loss + (&value_loss * cfg.value_coef)?)?;
+    if cfg.entropy_coef != 0.0 {
+        loss = (loss - (&entropy * cfg.entropy_coef)?)?;
+    }
+    // Diagnostics on the CPU.
+    let r: Vec<f32> = ratio.detach().to_dtype(DType::F32)?.to_vec1()?;
+    let a: Vec<f32> = adv.to_dtype(DType::F32)?.to_vec1()?;
+    let n = r.len();
+    let clipped_n = r
+        .iter()
+        .zip(&a)
+        .filter(|(r, a)| is_clipped(**r as f64, **a as f64, cfg.eps_low, cfg.eps_high))
+        .count();
+    let kl: f64 = r.iter().map(|&r| (r as f64 - 1.0) - (r as f64).ln()).sum();
+    let scalar = |t: &Tensor| -> Result<f64> { Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
+    Ok(PpoLoss {
+        policy_loss: scalar(&policy_loss)?,
+        value_loss: scalar(&value_loss)?,
+        entropy: scalar(&entropy.detach())?,
+        clip_frac: clipped_n as f64 / n.max(1) as f64,
+        approx_kl: kl / n.max(1) as f64,
+        loss,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipping_on_hand_computed_ratios() {
+        let (lo, hi) = (0.2, 0.28);
+        // Positive advantage: gain capped at ratio 1.28.
+        assert!((clipped_token_loss(1.5, 2.0, lo, hi) - (-2.56)).abs() < 1e-12);
+        assert!(is_clipped(1.5, 2.0, lo, hi));
+        assert!((clipped_token_loss(1.1, 2.0, lo, hi) - (-2.2)).abs() < 1e-12);
+        assert!(!is_clipped(1.1, 2.0, lo, hi));
+        // A low ratio with positive advantage is never clipped (pessimistic bound).
+        assert!((clipped_token_loss(0.5, 2.0, lo, hi) - (-1.0)).abs() < 1e-12);
+        assert!(!is_clipped(0.5, 2.0, lo, hi));
+        // Negative advantage: floor at 0.8; a high ratio stays unclipped.
+        assert!((clipped_token_loss(0.5, -1.0, lo, hi) - 0.8).abs() < 1e-12);
+        assert!(is_clipped(0.5, -1.0, lo, hi));
+        assert!((clipped_token_loss(1.5, -1.0, lo, hi) - 1.5).abs() < 1e-12);
+        assert!(!is_clipped(1.5, -1.0, lo, hi));
+        // Asymmetry: 1.25 is inside the upper bound, 0.75 is outside the lower.
+        assert!(!is_clipped(1.25, 1.0, lo, hi));
+        assert!(is_clipped(0.75, -1.0, lo, hi));
+    }
+
+    #[test]
+    fn tensor_loss_matches_scalar_formula_with_sequence_averaging() {
+        use super::super::batch::RolloutSequence;
+        let dev = Device::Cpu;
+        // Two sequences over a vocabulary of 2: the first has 2 agent tokens, the second 1.
+        let seq = |tokens: Vec<u32>, mask: Vec<bool>, old: Vec<f32>, reward| RolloutSequence {
+            tokens,
+            agent_mask: mask,
+            old_logprobs: old,
+            reward,
+            passed: reward > 0.5,
+        };
+        let batch = RolloutBatch {
+            sequences: vec![
+                seq(
+                    vec![0, 1, 0],
+                    vec![false, true, true],
+                    vec![0.0, -1.0, -0.2],
+                    1.0,
+                ),
+                seq(vec![1, 0], vec![false, true], vec![0.0, -0.1], 0.0),
+            ],
+        };
+        let prep = prepare(&batch, &dev).unwrap();
+        // Agent tokens: row 0 positions 0 and 1, row 1 position 0.
+        assert_eq!(prep.positions.to_vec1::<u32>().unwrap(), vec![0, 1, 2]);
+        assert_eq!(prep.seq_of, vec![0, 0, 1]);
+        let logits = Tensor::new(&[[0.0f32, 0.0], [1.0, 0.0], [0.0, 2.0]], &dev).unwrap();
+        let values = Tensor::new(&[0.1f32, 0.3, 0.2], &dev).unwrap();
+        let (adv, ret) = advantages(&prep, &values, 1.0, 1.0).unwrap();
+        let close = |t: &Tensor, want: [f32; 3]| {
+            let got = t.to_vec1::<f32>().unwrap();
+            assert!(
+                got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6),
+                "{got:?}"
+            );
+        };
+        close(&adv, [0.9, 0.7, -0.2]);
+        close(&ret, [1.0, 1.0, 0.0]);
+        let cfg = PpoConfig::default();
+        let out = ppo_loss(&prep, &logits, &values, &adv, &ret, &cfg).unwrap();
+        // By hand: log-softmax picks.
+        let lse = |a: f64, b: f64| (a.exp() + b.exp()).ln();
+        let lp00 = 0.0 - lse(0.0, 0.0); // target 1 at row 0 pos 0
+        let lp01 = 1.0 - lse(1.0, 0.0); // target 0 at row 0 pos 1
+        let lp10 = 0.0 - lse(0.0, 2.0); // target 0 at row 1 pos 0
+        let t = |lp: f64, old: f64, a: f64| clipped_token_loss((lp - old).exp(), a, 0.2, 0.28);
+        let seq0 = (t(lp00, -1.0, 0.9) + t(lp01, -0.2, 0.7)) / 2.0;
+        let seq1 = t(lp10, -0.1, -0.2);
+        let want = (seq0 + seq1) / 2.0;
+        assert!(
+            (out.policy_loss - want).abs() < 1e-5,
+            "{} vs {want}",
+            out.policy_loss
+        );
+        let vl = ((0.5 * 0.81 + 0.5 * 0.49) / 2.0 + 0.5 * 0.04) / 2.0;
+        assert!(
+            (out.value_loss - vl).abs() < 1e-6,
+            "{} vs {vl}",
+            out.value_loss
+        );
+        // Ratios: e^(lp00+1) = 1.36 (clipped, A>0), e^(lp01+0.2)=0.93, e^(lp10+0.1)=0.14 (clipped, A<0).
+        assert!((out.clip_frac - 2.0 / 3.0).abs() < 1e-9);
+        let total = out.loss.to_scalar::<f32>().unwrap() as f64;
+        assert!((total - (want + 0.5 * vl)).abs() < 1e-5);
+    }
+}

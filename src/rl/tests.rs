@@ -1,0 +1,373 @@
+//! Tests of the PPO pieces on tiny models (debug-build friendly).
+
+use super::ppo::{advantages, ppo_loss, prepare, select_agent_positions};
+use super::*;
+use crate::llm::local::sampling::{Sampler, SamplingConfig};
+use crate::llm::local::tiny::{reinit_seeded, tiny_config};
+use crate::llm::local::{Arch, LocalModel, Transformer};
+use candle_core::{DType, Device, Module, Tensor, D};
+use candle_nn::{Init, Linear, VarBuilder, VarMap};
+
+fn seq(tokens: Vec<u32>, agent_from: usize, old: f32, reward: f32) -> RolloutSequence {
+    let n = tokens.len();
+    RolloutSequence {
+        agent_mask: (0..n).map(|i| i >= agent_from).collect(),
+        old_logprobs: vec![old; n],
+        tokens,
+        reward,
+        passed: reward >= 1.0,
+    }
+}
+
+/// The PPO loss's analytic gradient matches central finite differences (f64).
+#[test]
+fn ppo_loss_gradient_matches_finite_differences() {
+    let dev = Device::Cpu;
+    let mut cfg = tiny_config(Arch::Qwen2, 300);
+    cfg.hidden_size = 16;
+    cfg.intermediate_size = 24;
+    cfg.head_dim = 4;
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F64, &dev);
+    let model = Transformer::new(&cfg, vb.clone()).unwrap();
+    let vh = Linear::new(
+        vb.get_with_hints((1, 16), "value_head.weight", Init::Const(0.0))
+            .unwrap(),
+        Some(
+            vb.get_with_hints(1, "value_head.bias", Init::Const(0.0))
+                .unwrap(),
+        ),
+    );
+    reinit_seeded(&varmap, 3, 0.5).unwrap();
+    // Mixed masks: prompt, agent tokens, an observation, more agent tokens.
+    let mut s0 = seq(vec![5, 17, 40, 99, 3, 250, 7], 3, 0.0, 1.0);
+    s0.agent_mask[4] = false;
+    let s1 = seq(vec![8, 8, 120, 61], 2, 0.0, 0.0);
+    let mut batch = RolloutBatch {
+        sequences: vec![s0, s1],
+    };
+    let loss_of = |batch: &RolloutBatch, adv: Option<(&Tensor, &Tensor)>| {
+        let prep = prepare(batch, &dev).unwrap();
+        let h = model.hidden_states(&prep.inputs).unwrap();
+        let h = select_agent_positions(&prep, &h).unwrap();
+        let logits = model.logits(&h).unwrap();
+        let values = vh.forward(&h).unwrap().squeeze(D::Minus1).unwrap();
+        let (a, r) = match adv {
+            Some((a, r)) => (a.clone(), r.clone()),
+            None => advantages(&prep, &values, 1.0, 1.0).unwrap(),
+        };
+        let out = ppo_loss(&prep, &logits, &values, &a, &r, &PpoConfig::default()).unwrap();
+        (out, logits, a, r)
+    };
+    // Old log-probs: current ones shifted so that every other agent token is
+    // clipped (ratio e^0.6 > 1.28 where A > 0, e^-0.6 < 0.8 where A < 0) and
+    // the rest are not (ratio e^-0.1).
+    let (_, logits, adv0, _) = loss_of(&batch, None);
+    let lp = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+    let lp: Vec<Vec<f64>> = lp.to_vec2().unwrap();
+    let adv0: Vec<f32> = adv0.to_vec1().unwrap();
+    let mut k = 0;
+    for s in batch.sequences.iter_mut() {
+        for j in 1..s.tokens.len() {
+            if !s.agent_mask[j] {
+                continue;
+            }
+            let shift = if k % 2 == 1 {
+                0.1
+            } else if adv0[k] > 0.0 {
+                -0.6
+            } else {
+                0.6
+            };
+            s.old_logprobs[j] = (lp[k][s.tokens[j] as usize] + shift) as f32;
+            k += 1;
+        }
+    }
+    let (out, _, adv, ret) = loss_of(&batch, None);
+    assert!(
+        out.clip_frac > 0.0 && out.clip_frac < 1.0,
+        "clip_frac {} adv {} seqs {:?}",
+        out.clip_frac,
+        adv,
+        batch.sequences
+    );
+    let grads = out.loss.backward().unwrap();
+    let fixed = Some((&adv, &ret));
+    let vars: Vec<(String, candle_core::Var)> = {
+        let d = varmap.data().lock().unwrap();
+        let mut v: Vec<_> = d.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let mut checked = 0;
+    for (name, var) in vars.iter().step_by(3) {
+        let g: Vec<f64> = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("no grad for {name}"))
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        // The element with the largest gradient, and the first one.
+        let big = (0..g.len())
+            .max_by(|&a, &b| g[a].abs().total_cmp(&g[b].abs()))
+            .unwrap();
+        for k in [big, 0] {
+            let orig: Vec<f64> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+            let eps = 1e-5;
+            let eval = |delta: f64| {
+                let mut w = orig.clone();
+                w[k] += delta;
+                var.set(&Tensor::from_vec(w, var.shape(), &dev).unwrap())
+                    .unwrap();
+                let (o, ..) = loss_of(&batch, fixed);
+                o.loss.to_scalar::<f64>().unwrap()
+            };
+            let fd = (eval(eps) - eval(-eps)) / (2.0 * eps);
+            var.set(&Tensor::from_vec(orig, var.shape(), &dev).unwrap())
+                .unwrap();
+            let err = (fd - g[k]).abs() / (fd.abs().max(g[k].abs()).max(1e-4));
+            assert!(
+                err < 1e-3,
+                "{name}[{k}]: analytic {} vs finite difference {fd}",
+                g[k]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10);
+    // Only agent tokens count: changing a non-agent token's old log-prob changes nothing.
+    let before = loss_of(&batch, fixed).0.loss.to_scalar::<f64>().unwrap();
+    batch.sequences[0].old_logprobs[4] = -30.0;
+    batch.sequences[0].old_logprobs[1] = -30.0;
+    let after = loss_of(&batch, fixed).0.loss.to_scalar::<f64>().unwrap();
+    assert_eq!(before, after);
+}
+
+const MAGIC_MOD: u32 = 10;
+fn magic(t: u32) -> bool {
+    t % MAGIC_MOD == 7
+}
+
+/// Sample `n` two-token replies to a fixed prompt with the current policy;
+/// reward = fraction of magic tokens (chance is about 0.1).
+fn bandit_batch(trainer: &mut Trainer, n: usize) -> RolloutBatch {
+    use rand::Rng;
+    let prompt = [1u32, 40, 41, 42];
+    let tok = crate::llm::local::tiny::train_tokenizer(["a b"].iter(), 260).unwrap();
+    let tok = crate::llm::local::ChatTokenizer::new(tok, None, "", "", &[]).unwrap();
+    let mut lm = LocalModel::from_parts(trainer.policy().model().clone(), tok, "policy");
+    let mut sequences = Vec::new();
+    for _ in 0..n {
+        let seed = trainer.rng().random::<u64>();
+        let mut sampler = Sampler::new(
+            SamplingConfig {
+                temperature: 1.0,
+                top_p: 1.0,
+                max_tokens: 2,
+            },
+            seed,
+        );
+        let g = lm.generate_ids(&prompt, &mut sampler).unwrap();
+        let r = g.token_ids.iter().filter(|t| magic(**t)).count() as f32 / 2.0;
+        let mut tokens = prompt.to_vec();
+        tokens.extend(&g.token_ids);
+        let mut old = vec![0.0; prompt.len()];
+        old.extend(&g.logprobs);
+        sequences.push(RolloutSequence {
+            agent_mask: (0..tokens.len()).map(|i| i >= prompt.len()).collect(),
+            tokens,
+            old_logprobs: old,
+            reward: r,
+            passed: r >= 1.0,
+        });
+    }
+    RolloutBatch { sequences }
+}
+
+fn bandit_trainer(seed: u64) -> Trainer {
+    let policy = Policy::from_config(&tiny_config(Arch::Qwen2, 300), &Device::Cpu, seed).unwrap();
+    Trainer::new(
+        policy,
+        TrainConfig {
+            lr: 1e-2,
+            warmup_steps: 2,
+            seed,
+            ..Default::default()
+        },
+    )
+}
+
+/// PPO lifts a toy policy's reward from chance (~0.1) to well above it.
+#[test]
+fn ppo_learns_to_say_the_magic_tokens() {
+    let mut trainer = bandit_trainer(11);
+    let dir = tempfile::tempdir().unwrap();
+    let log = MetricsLog::new(&dir.path().join("metrics.jsonl"));
+    trainer = trainer.with_metrics(log.clone());
+    let mut first = None;
+    let mut last = Vec::new();
+    for step in 0..40 {
+        let batch = bandit_batch(&mut trainer, 16);
+        let m = trainer.ppo_step(&batch).unwrap();
+        if step == 0 {
+            // Sampled and trained log-probs agree: ratio 1, nothing clipped.
+            assert!(m.approx_kl.abs() < 1e-5, "kl {}", m.approx_kl);
+            assert_eq!(m.clip_frac, 0.0);
+            first = Some(m.reward);
+        }
+        if step >= 35 {
+            last.push(m.reward);
+        }
+    }
+    let late = last.iter().sum::<f64>() / last.len() as f64;
+    assert!(first.unwrap() < 0.3, "start {first:?}");
+    assert!(
+        late > 0.6,
+        "reward after 40 steps: {late} (started at {first:?})"
+    );
+    let lines = log.read().unwrap();
+    assert_eq!(lines.len(), 40);
+    assert!(lines
+        .iter()
+        .all(|m| m.grad_norm.is_finite() && m.tokens_per_s > 0.0));
+}
+
+fn weights(t: &Trainer) -> Vec<(String, Vec<f32>)> {
+    let mut v: Vec<_> = t
+        .policy()
+        .vars()
+        .into_iter()
+        .map(|(n, v)| (n, v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[test]
+fn checkpoint_round_trip_resume_and_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ckpt");
+    let mut a = bandit_trainer(5);
+    for _ in 0..2 {
+        let b = bandit_batch(&mut a, 4);
+        a.ppo_step(&b).unwrap();
+    }
+    let c2 = a.save_checkpoint(&root).unwrap();
+    assert!(c2.ends_with("step-00000002"));
+    let b = bandit_batch(&mut a, 4);
+    a.ppo_step(&b).unwrap();
+    let c3 = a.save_checkpoint(&root).unwrap();
+    // Resume: same step, weights, optimizer, generator.
+    let r = Trainer::resume(&root, &Device::Cpu).unwrap().unwrap();
+    assert_eq!(r.checkpoint, c3);
+    assert!(r.skipped.is_empty());
+    let mut b_tr = r.trainer;
+    assert_eq!(b_tr.step(), 3);
+    assert_eq!(weights(&a), weights(&b_tr));
+    assert_eq!(b_tr.optimizer().steps(), 3);
+    // The next step is identical in both.
+    let batch_a = bandit_batch(&mut a, 4);
+    let batch_b = bandit_batch(&mut b_tr, 4);
+    assert_eq!(batch_a, batch_b, "restored RNG gives the same rollouts");
+    let ma = a.ppo_step(&batch_a).unwrap();
+    let mb = b_tr.ppo_step(&batch_b).unwrap();
+    assert_eq!(ma.policy_loss, mb.policy_loss);
+    assert_eq!(weights(&a), weights(&b_tr));
+    // The checkpoint is a loadable model directory (config.json + weights).
+    assert!(c3.join("config.json").is_file());
+    // Truncate the newest checkpoint's weights: refused, previous one used.
+    let w = c3.join(checkpoint::WEIGHTS);
+    let bytes = std::fs::read(&w).unwrap();
+    std::fs::write(&w, &bytes[..bytes.len() - 100]).unwrap();
+    let e = Trainer::load_checkpoint(&c3, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("truncated") && e.contains("model.safetensors"),
+        "{e}"
+    );
+    let r = Trainer::resume(&root, &Device::Cpu).unwrap().unwrap();
+    assert_eq!(r.checkpoint, c2);
+    assert_eq!(r.trainer.step(), 2);
+    assert_eq!(r.skipped.len(), 1);
+    assert!(r.skipped[0].reason.contains("truncated"));
+    // Flip a byte (same size): digest mismatch.
+    let mut bad = bytes.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0xff;
+    std::fs::write(&w, &bad).unwrap();
+    let e = Trainer::load_checkpoint(&c3, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("SHA-256"), "{e}");
+    // No manifest: an incomplete checkpoint.
+    std::fs::remove_file(c2.join(checkpoint::MANIFEST)).unwrap();
+    let (found, skipped) = checkpoint::latest(&root).unwrap();
+    assert!(found.is_none());
+    assert_eq!(skipped.len(), 2);
+}
+
+#[test]
+fn nan_loss_stops_training_and_keeps_the_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ckpt");
+    let mut t = bandit_trainer(9);
+    let mut calls = 0;
+    let out = train_loop(&mut t, 10, 2, &root, |tr| {
+        calls += 1;
+        let mut b = bandit_batch(tr, 4);
+        if calls == 4 {
+            b.sequences[0].old_logprobs[5] = f32::NAN;
+        }
+        Ok(b)
+    })
+    .unwrap();
+    assert_eq!(out.steps_done, 3);
+    let why = out.stopped.unwrap();
+    assert!(
+        why.contains("not finite") && why.contains("step-00000002"),
+        "{why}"
+    );
+    assert_eq!(out.last_checkpoint.unwrap(), root.join("step-00000002"));
+    let (latest, _) = checkpoint::latest(&root).unwrap();
+    assert_eq!(latest.unwrap().1.step, 2);
+    // The failed step changed nothing: a fresh step still works.
+    let b = bandit_batch(&mut t, 4);
+    assert!(t.ppo_step(&b).is_ok());
+}
+
+#[test]
+fn policy_loads_a_model_dir_and_adds_a_value_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = crate::llm::local::tiny::train_tokenizer(["ls -la", "cat x"].iter(), 270).unwrap();
+    let cfg = tiny_config(Arch::Llama, 300);
+    crate::llm::local::tiny::write_model_dir(dir.path(), &cfg, &tok, 4).unwrap();
+    let p = Policy::from_dir(dir.path(), &Device::Cpu).unwrap();
+    let names: Vec<String> = p.vars().into_iter().map(|(n, _)| n).collect();
+    assert!(names.iter().any(|n| n == "value_head.weight"));
+    assert!(names.iter().any(|n| n == "lm_head.weight"));
+    let ids = Tensor::new(&[[3u32, 4, 5]], &Device::Cpu).unwrap();
+    let (logits, values) = p.forward(&ids).unwrap();
+    assert_eq!(logits.dims(), &[1, 3, 300]);
+    assert_eq!(values.dims(), &[1, 3]);
+    // Same logits as the inference loader.
+    let mut lm = LocalModel::load(dir.path(), &Device::Cpu).unwrap();
+    let crate::llm::local::Backend::Dense(m) = lm.backend() else {
+        panic!()
+    };
+    let l2 = m.logits(&m.hidden_states(&ids).unwrap()).unwrap();
+    let d = (logits - l2)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(d < 1e-6);
+    let _ = lm.name();
+    let _ = &mut lm;
+}
