@@ -358,3 +358,67 @@ fn bench_pipeline_overhead() {
         })
     );
 }
+
+/// Prints the funnel of a fixture run whose candidates differ by the category
+/// they were sampled with (run with `-- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn funnel_of_a_mixed_fixture_run() {
+    fn kind(req: &Request) -> u64 {
+        let first = req
+            .messages()
+            .first()
+            .map(|m| m.1.clone())
+            .unwrap_or_default();
+        let task = first.split("<task>").nth(1).unwrap_or(&first).to_string();
+        task.bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+            % 5
+    }
+    let server = FixtureLlm::start(|req: &Request| {
+        let first = req
+            .messages()
+            .first()
+            .map(|m| m.1.clone())
+            .unwrap_or_default();
+        if first.contains("You write realistic tasks") {
+            // The category decides what kind of candidate this is.
+            let k = first
+                .bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+                % 5;
+            return Reply::text(match k {
+                0 => "<task>no truth given</task>".to_string(),
+                _ => TASK.replace("hello", &format!("hello{k}")),
+            });
+        }
+        let k = ["hello1", "hello2", "hello3", "hello4"]
+            .iter()
+            .position(|w| first.contains(w))
+            .map(|p| p as u64 + 1)
+            .unwrap_or(kind(req));
+        if first.contains("You build the starting environment") {
+            Reply::text(if k == 1 { BROKEN_ENV } else { GOOD_ENV })
+        } else if first.contains("You write the completion check") {
+            Reply::text(if k == 2 {
+                VACUOUS_FINAL.to_string()
+            } else {
+                GOOD_FINAL.replace("hello", &format!("hello{k}"))
+            })
+        } else {
+            let word = ["hello1", "hello2", "hello3", "hello4"]
+                .iter()
+                .find(|w| req.instruction().contains(*w))
+                .copied()
+                .unwrap_or("hello");
+            match (k, req.turn()) {
+                (3, _) => Reply::done(),
+                (_, 0) => Reply::command(&format!("echo {word} > /home/user/out.txt")),
+                _ => Reply::done(),
+            }
+        }
+    });
+    let ws = tempfile::tempdir().unwrap();
+    let funnel = pipeline(&server, ws.path(), 20, 4);
+    println!("{funnel}");
+}

@@ -114,8 +114,9 @@ fn browse_search_and_curate_in_tmux() {
 
     // Search narrows the table.
     tmux(&["send-keys", "-t", s, "/", "beta", "Enter"]);
-    let screen = wait_for(s, "1/2");
-    assert!(screen.contains("Instruction of beta-task"), "{screen}");
+    // The detail pane loads on the worker thread: wait for it, not just the filter.
+    let screen = wait_for(s, "Instruction of beta-task");
+    assert!(screen.contains("1/2"), "{screen}");
 
     // The truth tab is marked privileged.
     tmux(&["send-keys", "-t", s, "]"]);

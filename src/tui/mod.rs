@@ -84,7 +84,7 @@ pub fn run_with_channel(
 
     let mut terminal = TerminalGuard::enter()?;
     let (req_tx, req_rx) = mpsc::channel::<Request>();
-    let _worker = worker::spawn(workspace_root.to_path_buf(), req_rx, tx.clone());
+    let worker = worker::spawn(workspace_root.to_path_buf(), req_rx, tx.clone());
     let input = InputThread::spawn(tx);
     let mut last_tick = Instant::now();
 
@@ -121,6 +121,10 @@ pub fn run_with_channel(
             }
         }
         if app.should_quit {
+            // Let the store worker finish queued writes (curation, ratings)
+            // before the process exits: quitting must not lose them.
+            drop(req_tx);
+            let _ = worker.join();
             break;
         }
         terminal.get().draw(|f| app.draw(f))?;
