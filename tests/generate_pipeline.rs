@@ -406,12 +406,10 @@ fn funnel_of_a_mixed_fixture_run() {
                 GOOD_FINAL.replace("hello", &format!("hello{k}"))
             })
         } else {
-            let word = ["hello1", "hello2", "hello3", "hello4"]
-                .iter()
-                .find(|w| req.instruction().contains(*w))
-                .copied()
-                .unwrap_or("hello");
-            match (k, req.turn()) {
+            let words = ["hello1", "hello2", "hello3", "hello4"];
+            let found = words.iter().position(|w| req.instruction().contains(*w));
+            let word = found.map_or("hello", |p| words[p]);
+            match (found.map_or(0, |p| p as u64 + 1), req.turn()) {
                 (3, _) => Reply::done(),
                 (_, 0) => Reply::command(&format!("echo {word} > /home/user/out.txt")),
                 _ => Reply::done(),
