@@ -53,12 +53,25 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        other => {
-            eprintln!(
-                "endless: `bench {}` is not built yet in this version.",
-                format!("{other:?}").to_lowercase()
-            );
-            Ok(ExitCode::from(2))
+        BenchTarget::Rollout => {
+            let backend: std::sync::Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
+            let work = tempfile::tempdir()?;
+            let concurrency = std::thread::available_parallelism().map_or(2, |c| c.get()) * 2;
+            let rt = tokio::runtime::Runtime::new()?;
+            let report = rt.block_on(crate::agent::bench_rollout_offline(
+                backend,
+                args.n.unwrap_or(50),
+                4,
+                concurrency,
+                1,
+                work.path(),
+            ))?;
+            if args.json {
+                print_json(&report)?;
+            } else {
+                println!("{}", report.summary());
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
