@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::container::{command, session_id, strings, EngineControl};
+use super::container::{command, session_id, spawn_engine_session, strings, EngineControl};
 use super::image::{home_of, image_hash};
 use super::local::which;
-use super::session::{run_with_timeout, Session, SessionInfo};
+use super::session::{run_with_timeout, Session};
 use super::{Backend, Image, SandboxError, SessionOptions};
 use crate::task::envdef::{parse_task, render_apptainer};
 use crate::task::{write_tree, EnvKind, Task};
@@ -207,15 +207,13 @@ impl Backend for ApptainerBackend {
             exchange: (exchange, EXCHANGE_INSIDE.into()),
             session_dir,
         };
-        let shell = command(&shell_argv(&self.bin, &name, image))?;
-        let info = SessionInfo {
-            backend: "apptainer",
-            user: image.user.clone(),
-            workdir: image.workdir.clone(),
-            image: image.hash.clone(),
-        };
-        let init = "HISTSIZE=0; set +o history; PS1=''; PS2=''; PROMPT_COMMAND=''";
-        Session::spawn_with(shell, init, opts, info, move |_| Box::new(control))
+        spawn_engine_session(
+            "apptainer",
+            &shell_argv(&self.bin, &name, image),
+            image,
+            opts,
+            control,
+        )
     }
 }
 

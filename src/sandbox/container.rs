@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use super::session::{run_with_timeout, SessionControl};
-use super::SandboxError;
+use super::session::{run_with_timeout, Session, SessionControl, SessionInfo};
+use super::{Image, SandboxError, SessionOptions};
 
 /// Control of a session whose shell runs in a container managed by an engine CLI.
 pub struct EngineControl {
@@ -66,4 +66,25 @@ pub fn session_id() -> String {
 /// Strings from string slices.
 pub fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
+}
+
+/// Start the interactive shell of a container session (`shell` is the
+/// engine's exec argv) with `control` tearing the container down.
+pub fn spawn_engine_session(
+    backend: &'static str,
+    shell: &[String],
+    image: &Image,
+    opts: &SessionOptions,
+    control: EngineControl,
+) -> Result<Session, SandboxError> {
+    let info = SessionInfo {
+        backend,
+        user: image.user.clone(),
+        workdir: image.workdir.clone(),
+        image: image.hash.clone(),
+    };
+    let init = "HISTSIZE=0; set +o history; PS1=''; PS2=''; PROMPT_COMMAND=''";
+    Session::spawn_with(command(shell)?, init, opts, info, move |_| {
+        Box::new(control)
+    })
 }

@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::container::{command, session_id, strings, EngineControl};
+use super::container::{command, session_id, spawn_engine_session, strings, EngineControl};
 use super::image::{home_of, image_hash};
 use super::local::{which, Limits};
-use super::session::{run_with_timeout, Session, SessionInfo};
+use super::session::{run_with_timeout, Session};
 use super::{Backend, Image, SandboxError, SessionOptions};
 use crate::task::envdef::{parse_task, render_dockerfile};
 use crate::task::{write_tree, EnvKind, Task};
@@ -247,15 +247,13 @@ impl Backend for OciBackend {
             exchange: (exchange, EXCHANGE_INSIDE.into()),
             session_dir,
         };
-        let shell = command(&shell_argv(&self.engine, &name, image))?;
-        let info = SessionInfo {
-            backend: "oci",
-            user: image.user.clone(),
-            workdir: image.workdir.clone(),
-            image: image.hash.clone(),
-        };
-        let init = "HISTSIZE=0; set +o history; PS1=''; PS2=''; PROMPT_COMMAND=''";
-        Session::spawn_with(shell, init, opts, info, move |_| Box::new(control))
+        spawn_engine_session(
+            "oci",
+            &shell_argv(&self.engine, &name, image),
+            image,
+            opts,
+            control,
+        )
     }
 }
 
