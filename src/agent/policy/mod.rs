@@ -74,6 +74,8 @@ pub struct PolicyOptions {
     pub retry: crate::llm::RetryPolicy,
     /// Limit of one model request attempt.
     pub request_timeout: std::time::Duration,
+    /// Where `local:smollm2` keeps the downloaded model.
+    pub model_cache: PathBuf,
 }
 
 impl Default for PolicyOptions {
@@ -83,6 +85,7 @@ impl Default for PolicyOptions {
             max_concurrency: 64,
             retry: crate::llm::RetryPolicy::default(),
             request_timeout: std::time::Duration::from_secs(600),
+            model_cache: crate::config::Paths::detect().cache_dir.join("models"),
         }
     }
 }
@@ -164,7 +167,22 @@ impl PolicyFactory {
             ("oracle" | "human", Some(_)) => Err(bad("this policy takes no argument")),
             ("script" | "replay", _) => Err(bad("expected a file path after the colon")),
             ("openai", None) => Err(bad("expected openai:MODEL@URL")),
-            ("local", _) => Err(bad("local candle models are not supported yet")),
+            ("local", Some(rest)) if !rest.trim().is_empty() => {
+                let path = match rest.trim() {
+                    "smollm2" => crate::llm::local::fetch_smollm2(&options.model_cache)
+                        .map_err(|e| bad(&format!("cannot fetch SmolLM2: {e}")))?,
+                    dir => PathBuf::from(dir),
+                };
+                let model = crate::llm::local::LocalModel::load(&path, &candle_core::Device::Cpu)
+                    .map_err(|e| bad(&e.to_string()))?;
+                let chat = Arc::new(crate::llm::local::LocalChat::new(model, 0));
+                let mut factory = Self::chat(chat, options.sampling.clone());
+                if let Self::Chat { name, .. } = &mut factory {
+                    *name = spec.to_string();
+                }
+                Ok(factory)
+            }
+            ("local", _) => Err(bad("expected local:DIR (a model directory or .gguf file) or local:smollm2")),
             _ => Err(bad("unknown policy; expected openai:MODEL@URL, oracle, script:FILE, replay:EPISODE or human")),
         }
     }
