@@ -88,24 +88,13 @@ fn browse_search_and_curate_in_tmux() {
         add(&ws, "alpha-task", "file-ops");
         add(&ws, "beta-task", "git");
     }
-    let bin = env!("CARGO_BIN_EXE_endless");
-    let session = Session(format!("endless-e2e-{}", std::process::id()));
-    let cmd = format!(
-        "{} --workspace {}",
-        shell_quote(Path::new(bin)),
-        shell_quote(dir.path())
+    let session = start_tui(
+        format!("endless-e2e-{}", std::process::id()),
+        dir.path(),
+        None,
+        120,
+        40,
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session.0,
-        "-x",
-        "120",
-        "-y",
-        "40",
-        &cmd,
-    ]);
     let s = &session.0;
 
     let screen = wait_for(s, "alpha-task");
@@ -153,6 +142,35 @@ fn browse_search_and_curate_in_tmux() {
         ws.task_row("beta-task").unwrap().status,
         TaskStatus::Accepted
     );
+}
+
+/// Start the real binary on `workspace` in a detached tmux session of the given
+/// size; with `home`, its cache, config and state directories live there.
+fn start_tui(name: String, workspace: &Path, home: Option<&Path>, cols: u16, rows: u16) -> Session {
+    let bin = shell_quote(Path::new(env!("CARGO_BIN_EXE_endless")));
+    let env = home.map_or(String::new(), |h| {
+        format!(
+            "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} ",
+            shell_quote(&h.join("cache")),
+            shell_quote(&h.join("config")),
+            shell_quote(&h.join("state"))
+        )
+    });
+    let cmd = format!("{env}{bin} --workspace {}", shell_quote(workspace));
+    let session = Session(name);
+    let (cols, rows) = (cols.to_string(), rows.to_string());
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session.0,
+        "-x",
+        &cols,
+        "-y",
+        &rows,
+        &cmd,
+    ]);
+    session
 }
 
 fn shell_quote(p: &Path) -> String {
@@ -211,28 +229,13 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
         .tempdir_in("/var/tmp")
         .unwrap();
     add_upper(&Workspace::open(dir.path()).unwrap());
-    let bin = env!("CARGO_BIN_EXE_endless");
-    let session = Session(format!("endless-e2e-eval-{}", std::process::id()));
-    let h = home.path();
-    let cmd = format!(
-        "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} {} --workspace {}",
-        shell_quote(&h.join("cache")),
-        shell_quote(&h.join("config")),
-        shell_quote(&h.join("state")),
-        shell_quote(Path::new(bin)),
-        shell_quote(dir.path())
+    let session = start_tui(
+        format!("endless-e2e-eval-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        160,
+        48,
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session.0,
-        "-x",
-        "160",
-        "-y",
-        "48",
-        &cmd,
-    ]);
     let s = &session.0;
     wait_for(s, "upper");
 
@@ -291,28 +294,13 @@ fn take_over_a_live_session_in_tmux() {
     add_upper(&Workspace::open(dir.path()).unwrap());
     let script = dir.path().join("agent.txt");
     std::fs::write(&script, "sleep 3\ntrue\n").unwrap();
-    let bin = env!("CARGO_BIN_EXE_endless");
-    let session = Session(format!("endless-e2e-take-{}", std::process::id()));
-    let h = home.path();
-    let cmd = format!(
-        "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} {} --workspace {}",
-        shell_quote(&h.join("cache")),
-        shell_quote(&h.join("config")),
-        shell_quote(&h.join("state")),
-        shell_quote(Path::new(bin)),
-        shell_quote(dir.path())
+    let session = start_tui(
+        format!("endless-e2e-take-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        160,
+        48,
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session.0,
-        "-x",
-        "160",
-        "-y",
-        "48",
-        &cmd,
-    ]);
     let s = &session.0;
     wait_for(s, "upper");
     tmux(&["send-keys", "-t", s, "F4"]);
@@ -360,24 +348,13 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
     }
     let dir = tempfile::tempdir().unwrap();
     Workspace::open(dir.path()).unwrap();
-    let bin = env!("CARGO_BIN_EXE_endless");
-    let session = Session(format!("endless-e2e-gen-{}", std::process::id()));
-    let cmd = format!(
-        "{} --workspace {}",
-        shell_quote(Path::new(bin)),
-        shell_quote(dir.path())
+    let session = start_tui(
+        format!("endless-e2e-gen-{}", std::process::id()),
+        dir.path(),
+        None,
+        160,
+        48,
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session.0,
-        "-x",
-        "160",
-        "-y",
-        "48",
-        &cmd,
-    ]);
     let s = &session.0;
     wait_for(s, "Tasks");
     tmux(&["send-keys", "-t", s, "F4"]);
@@ -419,28 +396,13 @@ fn cancel_an_evaluation_in_tmux() {
     add_upper(&Workspace::open(dir.path()).unwrap());
     let script = dir.path().join("slow.txt");
     std::fs::write(&script, "sleep 1\n".repeat(60)).unwrap();
-    let bin = env!("CARGO_BIN_EXE_endless");
-    let session = Session(format!("endless-e2e-cancel-{}", std::process::id()));
-    let h = home.path();
-    let cmd = format!(
-        "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} {} --workspace {}",
-        shell_quote(&h.join("cache")),
-        shell_quote(&h.join("config")),
-        shell_quote(&h.join("state")),
-        shell_quote(Path::new(bin)),
-        shell_quote(dir.path())
+    let session = start_tui(
+        format!("endless-e2e-cancel-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        160,
+        48,
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session.0,
-        "-x",
-        "160",
-        "-y",
-        "48",
-        &cmd,
-    ]);
     let s = &session.0;
     wait_for(s, "upper");
     tmux(&["send-keys", "-t", s, "F4"]);
