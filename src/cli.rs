@@ -221,22 +221,75 @@ pub struct EvalArgs {
 }
 
 /// `endless train`
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
+    /// Training tasks: comma-separated ids or globs (default: every train-split
+    /// task in the workspace).
     #[arg(long)]
     pub tasks: Option<String>,
+    /// Held-out tasks for pass@1 before and after PPO (ids or globs;
+    /// default: none).
     #[arg(long)]
-    pub policy: Option<String>,
+    pub dev: Option<String>,
+    /// Initial policy: `tiny` (trained from scratch, tokenizer from the task
+    /// corpus), a model directory, a `.gguf` file, or `smollm2`.
     #[arg(long)]
     pub init: Option<String>,
+    /// Same as `--init DIR`, spelled as a policy (`local:DIR`, `local:smollm2`).
+    #[arg(long, conflicts_with = "init")]
+    pub policy: Option<String>,
+    /// Warm-start with supervised steps on oracle trajectories of the training tasks.
+    #[arg(long)]
+    pub sft: bool,
+    /// Supervised warm-start steps (with `--sft`).
+    #[arg(long, default_value_t = 300)]
+    pub sft_steps: u64,
+    /// PPO steps.
     #[arg(long, default_value_t = 10)]
-    pub steps: u32,
+    pub steps: u64,
+    /// Stop PPO after this many minutes (checkpointing first).
+    #[arg(long)]
+    pub minutes: Option<f64>,
+    /// Samples per task (the paper's 16).
     #[arg(long, default_value_t = 16)]
     pub samples: u32,
+    /// Tasks per PPO step.
+    #[arg(long, default_value_t = 1)]
+    pub tasks_per_step: usize,
+    /// Turn limit per episode (the paper's 16 in training).
     #[arg(long, default_value_t = 16)]
     pub max_turns: u32,
+    /// Tokens per reply at most.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature of rollouts.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    /// Peak learning rate of PPO.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Reward: `binary` (all final tests pass) or `partial` (fraction passed).
+    #[arg(long, default_value = "binary")]
+    pub reward: String,
+    /// Sample tasks by their current pass rate (favour tasks neither always
+    /// solved nor never solved).
+    #[arg(long)]
+    pub curriculum: bool,
+    /// Episodes in flight at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Write a checkpoint every N PPO steps (and at the end).
+    #[arg(long, default_value_t = 5)]
+    pub checkpoint_every: u64,
+    /// Seed of initialisation, task order and sampling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run directory (default: `<workspace>/checkpoints/<train-id>`); an
+    /// existing run there resumes from its last good checkpoint.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `endless bench`

@@ -25,6 +25,8 @@ pub mod metrics;
 pub mod policy;
 pub mod ppo;
 pub mod reward;
+pub mod run_files;
+pub mod session;
 pub mod trainer;
 
 pub use batch::{RolloutBatch, RolloutSequence, SequenceBuilder};
