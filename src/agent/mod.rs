@@ -14,7 +14,7 @@ pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, NoObserver, Step, StepKind, Trajectory,
 };
-pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply};
+pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
 pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
 pub use rollout::{
     load_result, load_run, run_rollouts, run_sandboxed_episode, EpisodePaths, LiveStream,

@@ -264,7 +264,7 @@ pub fn run_sandboxed_episode<P: SandboxProvider>(
     })?;
     let mut timings = Timings::default();
     let result = 'episode: {
-        let mut agent = match policy.start(task) {
+        let mut agent = match policy.start(task, sample) {
             Ok(p) => p,
             Err(e) => break 'episode EpisodeResult::failed_to_start(id, e.to_string(), timings),
         };

@@ -8,6 +8,7 @@ pub mod offline;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod tasks;
+pub mod train_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -80,7 +81,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Generate(args)) => generate_cmd::run(&ctx, args),
         Some(Command::Run(args)) => rollout_cmd::run(&ctx, args),
         Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
-        Some(Command::Train(_)) => not_built("`endless train`", "issue 8"),
+        Some(Command::Train(args)) => train_cmd::run(&ctx, args),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
         Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {
             let path = crate::llm::local::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
@@ -103,11 +104,6 @@ fn seed_if_fresh(ctx: &Context, ws: &mut Workspace) -> Result<()> {
     );
     offline::generate_offline(ws, n, 1, None, false)?;
     Ok(())
-}
-
-fn not_built(what: &str, issue: &str) -> Result<ExitCode> {
-    eprintln!("endless: {what} is not built yet in this version (it lands with {issue}).");
-    Ok(ExitCode::from(2))
 }
 
 /// Print `value` as pretty JSON on stdout.

@@ -151,6 +151,12 @@ pub fn split_of(family: &str, seed: u64) -> Split {
     }
 }
 
+/// The split of a task made by the offline generator (`None` for other tasks).
+pub fn task_split(task: &crate::task::Task) -> Option<Split> {
+    let family = task.meta.provenance.generator.strip_prefix("procgen/")?;
+    Some(split_of(family, task.meta.provenance.seed?))
+}
+
 /// All families, in a stable order.
 pub fn families() -> Vec<&'static dyn Family> {
     families::ALL

@@ -78,6 +78,11 @@ impl SequenceBuilder {
         self.tokens.len()
     }
 
+    /// The token ids so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
     /// Whether nothing was added.
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()

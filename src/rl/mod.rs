@@ -19,11 +19,14 @@
 pub mod adamw;
 pub mod batch;
 pub mod checkpoint;
+pub mod collect;
 pub mod error;
 pub mod gae;
+pub mod init;
 pub mod metrics;
 pub mod policy;
 pub mod ppo;
+pub mod recorder;
 pub mod reward;
 pub mod run_files;
 pub mod session;

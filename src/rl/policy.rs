@@ -6,9 +6,10 @@ use crate::llm::local::config::ModelConfig;
 use crate::llm::local::tiny::reinit_seeded;
 use crate::llm::local::transformer::weight_shapes;
 use crate::llm::local::weights::{load_into_varmap, weight_files};
-use crate::llm::local::{ChatTokenizer, LocalError, Transformer};
+use crate::llm::local::{ChatTokenizer, LocalError, LocalModel, Transformer};
 use candle_core::{DType, Device, Module, Tensor, Var, D};
 use candle_nn::{Init, Linear, VarBuilder, VarMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Prefix of the value head's weights (`value_head.weight`, `value_head.bias`).
@@ -76,6 +77,14 @@ impl Policy {
         })
     }
 
+    /// Placeholder until GGUF dequantisation lands (replaced on merge).
+    pub fn from_gguf(path: &Path, _device: &Device) -> Result<Self> {
+        Err(RlError::Batch(format!(
+            "{}: training from GGUF is not merged yet",
+            path.display()
+        )))
+    }
+
     /// Attach a tokenizer (for sampling through [`crate::llm::local::LocalModel`]).
     pub fn with_tokenizer(mut self, tokenizer: ChatTokenizer) -> Self {
         self.tokenizer = Some(tokenizer);
@@ -133,6 +142,22 @@ impl Policy {
         let logits = self.model.logits(&h)?;
         let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
         Ok((logits, values))
+    }
+
+    /// A copy of the current decoder weights for sampling (no gradient
+    /// tracking), with the tokenizer; `None` without a tokenizer.
+    pub fn sampling_model(&self, name: &str) -> Result<Option<LocalModel>> {
+        let Some(tok) = &self.tokenizer else {
+            return Ok(None);
+        };
+        let tensors: HashMap<String, Tensor> = self
+            .vars()
+            .into_iter()
+            .map(|(n, v)| Ok((n, v.as_detached_tensor().copy()?)))
+            .collect::<std::result::Result<_, candle_core::Error>>()?;
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, self.device());
+        let model = Transformer::new(self.config(), vb)?;
+        Ok(Some(LocalModel::from_parts(model, tok.clone(), name)))
     }
 
     /// Save every variable (decoder and value head) as safetensors.

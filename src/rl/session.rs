@@ -6,11 +6,32 @@
 //! [`super::run_files`]); a run started again in the same directory resumes
 //! from its last good checkpoint.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::metrics::StepMetrics;
-use super::run_files::{EvalRecord, SftMetrics};
-use super::trainer::TrainConfig;
+use anyhow::{bail, Context as _};
+use candle_core::Device;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use super::batch::RolloutBatch;
+use super::checkpoint::{latest, step_dir_name};
+use super::collect::{
+    collect_rollouts, oracle_conversations, supervised_sequence, Collected, EpisodeSettings,
+};
+use super::error::RlError;
+use super::init::build_policy;
+use super::metrics::{MetricsLog, StepMetrics};
+use super::reward::RewardMode;
+use super::run_files::{
+    append_line, read_info, read_lines, write_info, EvalRecord, RunInfo, RunStatus, SftMetrics,
+    EVALS, PPO_METRICS, ROLLOUTS, RUN_INFO, SFT_METRICS,
+};
+use super::trainer::{TrainConfig, Trainer};
+use crate::agent::{BackendProvider, SandboxProvider};
 use crate::llm::local::SamplingConfig;
 use crate::task::Task;
 
@@ -84,8 +105,15 @@ pub struct TrainOptions {
     pub sampling: SamplingConfig,
     /// Optimisation and loss settings (learning rate, clipping, reward, seed).
     pub train: TrainConfig,
+    /// Peak learning rate of the supervised warm start.
+    pub sft_lr: f64,
+    /// Samples per held-out task in each evaluation.
+    pub eval_samples: u32,
     /// Where `smollm2` is cached.
     pub model_cache: PathBuf,
+    /// The sandbox backend (`local`, `apptainer`, `oci`) and its cache.
+    pub sandbox: String,
+    pub sandbox_cache: PathBuf,
 }
 
 /// What a run reports as it goes.
@@ -96,7 +124,11 @@ pub enum TrainEvent {
     /// A supervised step finished.
     Sft { total: u64, metrics: SftMetrics },
     /// Episodes of the current PPO step: `done` of `total`.
-    Rollouts { step: u64, done: usize, total: usize },
+    Rollouts {
+        step: u64,
+        done: usize,
+        total: usize,
+    },
     /// A PPO step finished.
     Step { total: u64, metrics: StepMetrics },
     /// A held-out evaluation finished.
@@ -118,4 +150,537 @@ pub struct TrainSummary {
     pub before: Option<EvalRecord>,
     pub after: Option<EvalRecord>,
     pub last_checkpoint: Option<PathBuf>,
+}
+
+/// Run training with the sandbox backend named in `opts`.
+pub fn run(
+    opts: TrainOptions,
+    on_event: &mut dyn FnMut(TrainEvent),
+    cancel: &AtomicBool,
+) -> anyhow::Result<TrainSummary> {
+    let backend = crate::sandbox::backend_by_name(&opts.sandbox, &opts.sandbox_cache)
+        .with_context(|| format!("starting the `{}` sandbox backend", opts.sandbox))?;
+    let provider = Arc::new(BackendProvider::new(Arc::from(backend)));
+    run_with(opts, provider, on_event, cancel)
+}
+
+/// Run training on episodes started by `provider`.
+pub fn run_with<P: SandboxProvider>(
+    opts: TrainOptions,
+    provider: Arc<P>,
+    on_event: &mut dyn FnMut(TrainEvent),
+    cancel: &AtomicBool,
+) -> anyhow::Result<TrainSummary> {
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("creating the run directory {}", opts.out.display()))?;
+    let mut run = Run::start(&opts, provider, on_event)?;
+    let result = run.train(cancel);
+    let (status, message) = match &result {
+        Ok((status, message)) => (*status, message.clone()),
+        Err(e) => (RunStatus::Failed, Some(format!("{e:#}"))),
+    };
+    run.set_status(status, message.clone());
+    result?;
+    Ok(TrainSummary {
+        out: opts.out.clone(),
+        status,
+        message,
+        steps_done: run.trainer.step(),
+        before: run.eval_record("before"),
+        after: run.eval_record("after"),
+        last_checkpoint: run.last_checkpoint.clone(),
+    })
+}
+
+/// Sequences per supervised step.
+const SFT_BATCH: usize = 8;
+
+/// One training run in progress.
+struct Run<'a, P: SandboxProvider> {
+    opts: &'a TrainOptions,
+    provider: Arc<P>,
+    on_event: &'a mut dyn FnMut(TrainEvent),
+    rt: tokio::runtime::Runtime,
+    trainer: Trainer,
+    info: RunInfo,
+    /// Whether the trainer came from a checkpoint (SFT already done).
+    resumed: bool,
+    last_checkpoint: Option<PathBuf>,
+    /// Per-task (passes, episodes), for the curriculum.
+    stats: HashMap<String, (u32, u32)>,
+    /// Task order of the current pass (without curriculum).
+    order: Vec<usize>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl<'a, P: SandboxProvider> Run<'a, P> {
+    fn start(
+        opts: &'a TrainOptions,
+        provider: Arc<P>,
+        on_event: &'a mut dyn FnMut(TrainEvent),
+    ) -> anyhow::Result<Self> {
+        if opts.tasks.is_empty() {
+            bail!("no training tasks selected");
+        }
+        let device = Device::Cpu;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let out = &opts.out;
+        let (trainer, resumed) = match Trainer::resume(out, &device)? {
+            Some(r) => {
+                for s in &r.skipped {
+                    on_event(TrainEvent::Log(format!(
+                        "skipped checkpoint {}: {}",
+                        s.dir.display(),
+                        s.reason
+                    )));
+                }
+                on_event(TrainEvent::Log(format!(
+                    "resuming from {} (PPO step {})",
+                    r.checkpoint.display(),
+                    r.trainer.step()
+                )));
+                (r.trainer, true)
+            }
+            None => {
+                on_event(TrainEvent::Phase(format!(
+                    "building the policy ({})",
+                    opts.init.describe()
+                )));
+                let policy = build_policy(
+                    &opts.init,
+                    &opts.tasks,
+                    &opts.model_cache,
+                    &device,
+                    opts.train.seed,
+                )
+                .with_context(|| format!("building the policy `{}`", opts.init.describe()))?;
+                if policy.tokenizer().is_none() {
+                    bail!(
+                        "the policy `{}` has no tokenizer, so it cannot act",
+                        opts.init.describe()
+                    );
+                }
+                (Trainer::new(policy, opts.train.clone()), false)
+            }
+        };
+        truncate_metrics(&out.join(PPO_METRICS), trainer.step())?;
+        let trainer = trainer.with_metrics(MetricsLog::new(&out.join(PPO_METRICS)));
+        let previous = read_info(out).ok().flatten();
+        let info = RunInfo {
+            id: out
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            created: previous.map(|p| p.created).unwrap_or_else(now),
+            updated: now(),
+            init: opts.init.describe(),
+            params: trainer.policy().num_params(),
+            tasks: opts.tasks.len(),
+            eval_tasks: opts.dev_tasks.len(),
+            steps: opts.steps,
+            steps_done: trainer.step(),
+            sft_steps: opts.sft_steps,
+            samples: opts.samples,
+            max_turns: opts.max_turns,
+            status: RunStatus::Running,
+            message: None,
+        };
+        write_info(out, &info)?;
+        let order = Vec::new();
+        Ok(Self {
+            opts,
+            provider,
+            on_event,
+            rt,
+            trainer,
+            info,
+            resumed,
+            last_checkpoint: None,
+            stats: HashMap::new(),
+            order,
+        })
+    }
+
+    fn emit(&mut self, ev: TrainEvent) {
+        (self.on_event)(ev);
+    }
+
+    fn set_status(&mut self, status: RunStatus, message: Option<String>) {
+        self.info.status = status;
+        self.info.message = message;
+        self.info.steps_done = self.trainer.step();
+        self.info.updated = now();
+        if let Err(e) = write_info(&self.opts.out, &self.info) {
+            tracing::warn!("cannot update {}: {e}", RUN_INFO);
+        }
+    }
+
+    fn settings(&self, samples: u32) -> EpisodeSettings {
+        EpisodeSettings {
+            samples,
+            max_turns: self.opts.max_turns,
+            concurrency: self.opts.concurrency,
+            command_timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn checkpoint(&mut self) -> anyhow::Result<()> {
+        let dir = self.trainer.save_checkpoint(&self.opts.out)?;
+        self.emit(TrainEvent::Checkpoint(dir.clone()));
+        self.last_checkpoint = Some(dir);
+        Ok(())
+    }
+
+    fn eval_record(&self, label: &str) -> Option<EvalRecord> {
+        read_lines::<EvalRecord>(&self.opts.out, EVALS)
+            .into_iter()
+            .rev()
+            .find(|e| e.label == label)
+    }
+
+    /// The whole run; returns the final status and message.
+    fn train(&mut self, cancel: &AtomicBool) -> anyhow::Result<(RunStatus, Option<String>)> {
+        if !self.resumed {
+            if self.opts.sft_steps > 0 {
+                self.supervised(cancel)?;
+            }
+            self.checkpoint()?;
+        }
+        if self.eval_record("before").is_none() {
+            self.evaluate("before")?;
+        }
+        let started = Instant::now();
+        let mut stop: Option<(RunStatus, String)> = None;
+        let mut empty = 0;
+        while self.trainer.step() < self.opts.steps {
+            if cancel.load(Ordering::Relaxed) {
+                stop = Some((RunStatus::Stopped, "cancelled".into()));
+                break;
+            }
+            if self
+                .opts
+                .time_budget
+                .is_some_and(|b| started.elapsed() >= b)
+            {
+                self.emit(TrainEvent::Log(format!(
+                    "time budget used up after {} PPO steps",
+                    self.trainer.step()
+                )));
+                break;
+            }
+            let step = self.trainer.step() + 1;
+            self.emit(TrainEvent::Phase(format!("ppo step {step}: rollouts")));
+            let tasks = self.pick_tasks();
+            let collected = self.rollouts(&tasks, step)?;
+            for ep in &collected.episodes {
+                let e = self.stats.entry(ep.task.clone()).or_default();
+                e.0 += u32::from(ep.passed);
+                e.1 += 1;
+            }
+            if collected.batch.sequences.is_empty() {
+                empty += 1;
+                let why = collected
+                    .episodes
+                    .iter()
+                    .find_map(|e| e.error.clone())
+                    .unwrap_or_else(|| "no episode produced tokens".into());
+                if empty >= 3 {
+                    bail!("three PPO steps in a row collected nothing: {why}");
+                }
+                self.emit(TrainEvent::Log(format!("step {step}: no rollouts ({why})")));
+                continue;
+            }
+            empty = 0;
+            self.emit(TrainEvent::Phase(format!("ppo step {step}: update")));
+            match self.trainer.ppo_step(&collected.batch) {
+                Ok(m) => self.emit(TrainEvent::Step {
+                    total: self.opts.steps,
+                    metrics: m,
+                }),
+                Err(e @ RlError::NonFinite { .. }) => {
+                    let last = self
+                        .last_checkpoint
+                        .clone()
+                        .or_else(|| latest(&self.opts.out).ok()?.0.map(|(d, _)| d));
+                    let msg = match last {
+                        Some(d) => format!(
+                            "{e}; training stopped, last good checkpoint {}",
+                            d.display()
+                        ),
+                        None => format!("{e}; training stopped"),
+                    };
+                    self.emit(TrainEvent::Log(msg.clone()));
+                    return Ok((RunStatus::Stopped, Some(msg)));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            self.info.steps_done = self.trainer.step();
+            self.info.updated = now();
+            write_info(&self.opts.out, &self.info)?;
+            if self.opts.checkpoint_every > 0
+                && self.trainer.step() % self.opts.checkpoint_every == 0
+            {
+                self.checkpoint()?;
+            }
+        }
+        let at_last = self
+            .last_checkpoint
+            .as_ref()
+            .is_some_and(|p| p.ends_with(step_dir_name(self.trainer.step())));
+        if !at_last {
+            self.checkpoint()?;
+        }
+        if let Some((status, msg)) = stop {
+            return Ok((status, Some(msg)));
+        }
+        self.evaluate("after")?;
+        Ok((RunStatus::Finished, None))
+    }
+
+    /// Tasks of the next PPO step: in shuffled passes over the training set,
+    /// or, with the curriculum, drawn by `4 p (1 - p) + 0.1` of each task's
+    /// smoothed pass rate `p` (tasks sometimes solved teach most).
+    fn pick_tasks(&mut self) -> Vec<Task> {
+        let n = self.opts.tasks.len();
+        let k = self.opts.tasks_per_step.clamp(1, n);
+        if self.opts.curriculum {
+            let mut weights: Vec<f64> = self
+                .opts
+                .tasks
+                .iter()
+                .map(|t| {
+                    let (pass, tries) = self.stats.get(t.id()).copied().unwrap_or_default();
+                    let p = (pass as f64 + 1.0) / (tries as f64 + 2.0);
+                    4.0 * p * (1.0 - p) + 0.1
+                })
+                .collect();
+            let mut chosen = Vec::new();
+            for _ in 0..k {
+                let total: f64 = weights.iter().sum();
+                let mut u = self.trainer.rng().random::<f64>() * total;
+                let i = weights
+                    .iter()
+                    .position(|w| {
+                        u -= w;
+                        u <= 0.0
+                    })
+                    .unwrap_or(n - 1);
+                weights[i] = 0.0;
+                chosen.push(self.opts.tasks[i].clone());
+            }
+            return chosen;
+        }
+        let mut chosen = Vec::new();
+        while chosen.len() < k {
+            if self.order.is_empty() {
+                self.order = (0..n).collect();
+                self.order.shuffle(self.trainer.rng());
+            }
+            if let Some(i) = self.order.pop() {
+                chosen.push(self.opts.tasks[i].clone());
+            }
+        }
+        chosen
+    }
+
+    fn rollouts(&mut self, tasks: &[Task], step: u64) -> anyhow::Result<Collected> {
+        let model = self
+            .trainer
+            .policy()
+            .sampling_model(&format!("train-step-{step}"))?
+            .context("the policy has no tokenizer")?;
+        let seed = self.trainer.rng().random::<u64>();
+        let dir = self.opts.out.join(ROLLOUTS).join(format!("step-{step:06}"));
+        let settings = self.settings(self.opts.samples);
+        let sampling = self.opts.sampling;
+        let reward = self.opts.train.reward;
+        let provider = self.provider.clone();
+        let on_event = &mut *self.on_event;
+        let mut progress = |done, total| {
+            on_event(TrainEvent::Rollouts { step, done, total });
+        };
+        Ok(collect_rollouts(
+            &self.rt,
+            provider,
+            model,
+            tasks,
+            &settings,
+            sampling,
+            seed,
+            reward,
+            &dir,
+            None,
+            &mut progress,
+        )?)
+    }
+
+    /// pass@1 of the current policy on the held-out tasks, recorded as `label`.
+    fn evaluate(&mut self, label: &str) -> anyhow::Result<()> {
+        if self.opts.dev_tasks.is_empty() {
+            return Ok(());
+        }
+        self.emit(TrainEvent::Phase(format!("eval {label}")));
+        let t0 = Instant::now();
+        let model = self
+            .trainer
+            .policy()
+            .sampling_model(&format!("eval-{label}"))?
+            .context("the policy has no tokenizer")?;
+        let dir = self.opts.out.join("evals").join(label);
+        let settings = self.settings(self.opts.eval_samples.max(1));
+        let step = self.trainer.step();
+        let (provider, sampling) = (self.provider.clone(), self.opts.sampling);
+        let on_event = &mut *self.on_event;
+        let mut progress = |done, total| {
+            on_event(TrainEvent::Rollouts { step, done, total });
+        };
+        let collected = collect_rollouts(
+            &self.rt,
+            provider,
+            model,
+            &self.opts.dev_tasks,
+            &settings,
+            sampling,
+            self.opts.train.seed ^ 0x5eed_e7a1,
+            RewardMode::Binary,
+            &dir,
+            None,
+            &mut progress,
+        )?;
+        let episodes = collected.episodes.len();
+        let passed = collected.episodes.iter().filter(|e| e.passed).count();
+        let record = EvalRecord {
+            label: label.to_string(),
+            step,
+            pass_at_1: if episodes == 0 {
+                0.0
+            } else {
+                passed as f64 / episodes as f64
+            },
+            passed,
+            episodes,
+            run_dir: dir,
+            seconds: t0.elapsed().as_secs_f64(),
+        };
+        append_line(&self.opts.out, EVALS, &record)?;
+        self.emit(TrainEvent::Eval(record));
+        Ok(())
+    }
+
+    /// Supervised warm start on the oracle trajectories of the training tasks.
+    fn supervised(&mut self, cancel: &AtomicBool) -> anyhow::Result<()> {
+        self.emit(TrainEvent::Phase("oracle trajectories".into()));
+        let dir = self.opts.out.join("sft-oracle");
+        let provider = self.provider.clone();
+        let concurrency = self.opts.concurrency;
+        let on_event = &mut *self.on_event;
+        let mut progress = |done, total| {
+            on_event(TrainEvent::Rollouts {
+                step: 0,
+                done,
+                total,
+            });
+        };
+        let conversations = oracle_conversations(
+            &self.rt,
+            provider,
+            &self.opts.tasks,
+            concurrency,
+            &dir,
+            &mut progress,
+        )?;
+        let tok = self
+            .trainer
+            .policy()
+            .tokenizer()
+            .context("the policy has no tokenizer")?
+            .clone();
+        let window = self.trainer.policy().config().max_position_embeddings;
+        let mut sequences = Vec::new();
+        for c in &conversations {
+            if let Some(s) = supervised_sequence(&tok, c)? {
+                if s.tokens.len() <= window {
+                    sequences.push(s);
+                }
+            }
+        }
+        if sequences.is_empty() {
+            bail!(
+                "no oracle trajectory to learn from: none of the {} training tasks' oracle episodes passed (see {})",
+                self.opts.tasks.len(),
+                dir.display()
+            );
+        }
+        self.emit(TrainEvent::Log(format!(
+            "supervised warm start on {} oracle trajectories",
+            sequences.len()
+        )));
+        self.emit(TrainEvent::Phase("sft".into()));
+        let total = self.opts.sft_steps;
+        let mut order: Vec<usize> = Vec::new();
+        for s in 0..total {
+            if cancel.load(Ordering::Relaxed) {
+                bail!("cancelled during the supervised warm start");
+            }
+            let mut batch = RolloutBatch::default();
+            while batch.sequences.len() < SFT_BATCH.min(sequences.len()) {
+                if order.is_empty() {
+                    order = (0..sequences.len()).collect();
+                    order.shuffle(self.trainer.rng());
+                }
+                if let Some(i) = order.pop() {
+                    batch.sequences.push(sequences[i].clone());
+                }
+            }
+            let lr = sft_lr(self.opts.sft_lr, s, total);
+            let m = self.trainer.sft_step(&batch, lr)?;
+            append_line(&self.opts.out, SFT_METRICS, &m)?;
+            self.emit(TrainEvent::Sft { total, metrics: m });
+        }
+        self.trainer.reset_optimizer();
+        Ok(())
+    }
+}
+
+/// Supervised learning rate: linear warmup over the first 5% of steps, then
+/// cosine decay to a tenth.
+pub fn sft_lr(peak: f64, step: u64, total: u64) -> f64 {
+    let warm = (total / 20).max(1);
+    if step < warm {
+        return peak * (step + 1) as f64 / warm as f64;
+    }
+    let t = (step - warm) as f64 / (total - warm).max(1) as f64;
+    peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * t).cos()))
+}
+
+/// Drop metric lines beyond `step` (left by a run killed before its next
+/// checkpoint), so the resumed run does not repeat them.
+fn truncate_metrics(path: &std::path::Path, step: u64) -> anyhow::Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<StepMetrics>(l)
+                .map(|m| m.step <= step)
+                .unwrap_or(false)
+        })
+        .collect();
+    if kept.len() != text.lines().count() {
+        let mut out = kept.join("\n");
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        crate::fsutil::write_atomic(path, out.as_bytes())
+            .with_context(|| format!("rewriting {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@ use super::metrics::{MetricsLog, StepMetrics};
 use super::policy::Policy;
 use super::ppo::{advantages, ppo_loss, prepare, PpoConfig};
 use super::reward::RewardMode;
+use super::run_files::SftMetrics;
 use candle_core::Device;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -31,6 +32,26 @@ pub struct TrainConfig {
     pub reward: RewardMode,
     /// Seed of the trainer's generator (rollout sampling seeds).
     pub seed: u64,
+    /// Passes over each batch.
+    #[serde(default = "one")]
+    pub ppo_epochs: usize,
+    /// Sequences per optimizer update (0: the whole batch).
+    #[serde(default)]
+    pub minibatch: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// What one minibatch update measured.
+struct MinibatchStats {
+    policy_loss: f64,
+    value_loss: f64,
+    clip_frac: f64,
+    entropy: f64,
+    approx_kl: f64,
+    grad_norm: f64,
 }
 
 impl Default for TrainConfig {
@@ -43,6 +64,8 @@ impl Default for TrainConfig {
             adam: AdamWConfig::default(),
             reward: RewardMode::Binary,
             seed: 0,
+            ppo_epochs: 1,
+            minibatch: 0,
         }
     }
 }
@@ -111,10 +134,61 @@ impl Trainer {
         &mut self.rng
     }
 
-    /// One PPO update on `batch`. A NaN/infinite loss or gradient norm returns
-    /// [`RlError::NonFinite`] and leaves weights and optimizer untouched.
+    /// One PPO step on `batch`: `ppo_epochs` passes over it in minibatches of
+    /// `minibatch` sequences (0: the whole batch), one optimizer update per
+    /// minibatch. A NaN/infinite loss or gradient norm returns
+    /// [`RlError::NonFinite`]; the minibatch that produced it is not applied.
     pub fn ppo_step(&mut self, batch: &RolloutBatch) -> Result<StepMetrics> {
+        batch.validate()?;
         let start = Instant::now();
+        let n = batch.sequences.len();
+        let size = match self.cfg.minibatch {
+            0 => n,
+            m => m.min(n),
+        };
+        let lr = warmup_lr(self.cfg.lr, self.step, self.cfg.warmup_steps);
+        let mut parts: Vec<MinibatchStats> = Vec::new();
+        for _ in 0..self.cfg.ppo_epochs.max(1) {
+            for chunk in batch.sequences.chunks(size) {
+                let mb = RolloutBatch {
+                    sequences: chunk.to_vec(),
+                };
+                if mb.agent_tokens() == 0 {
+                    continue;
+                }
+                parts.push(self.update_on(&mb, lr)?);
+            }
+        }
+        self.step += 1;
+        let k = parts.len().max(1) as f64;
+        let mean = |f: fn(&MinibatchStats) -> f64| parts.iter().map(f).sum::<f64>() / k;
+        let nseq = n.max(1) as f64;
+        let tokens: usize = batch.sequences.iter().map(|s| s.tokens.len()).sum();
+        let seconds = start.elapsed().as_secs_f64();
+        let m = StepMetrics {
+            step: self.step,
+            reward: batch.sequences.iter().map(|s| s.reward as f64).sum::<f64>() / nseq,
+            pass_rate: batch.sequences.iter().filter(|s| s.passed).count() as f64 / nseq,
+            policy_loss: mean(|p| p.policy_loss),
+            value_loss: mean(|p| p.value_loss),
+            clip_frac: mean(|p| p.clip_frac),
+            entropy: mean(|p| p.entropy),
+            approx_kl: mean(|p| p.approx_kl),
+            grad_norm: mean(|p| p.grad_norm),
+            lr,
+            agent_tokens: batch.agent_tokens(),
+            tokens,
+            tokens_per_s: (tokens * self.cfg.ppo_epochs.max(1)) as f64 / seconds.max(1e-9),
+            seconds,
+        };
+        if let Some(log) = &self.metrics {
+            log.append(&m)?;
+        }
+        Ok(m)
+    }
+
+    /// Forward, loss, backward and one optimizer update on a minibatch.
+    fn update_on(&mut self, batch: &RolloutBatch, lr: f64) -> Result<MinibatchStats> {
         let prep = prepare(batch, self.policy.device())?;
         let (logits, values) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
         let (adv, ret) = advantages(&prep, &values, self.cfg.ppo.gamma, self.cfg.ppo.lambda)?;
@@ -127,7 +201,21 @@ impl Trainer {
                 value: loss_val,
             });
         }
-        let grads = out.loss.backward()?;
+        let grad_norm = self.apply(&out.loss, lr)?;
+        Ok(MinibatchStats {
+            policy_loss: out.policy_loss,
+            value_loss: out.value_loss,
+            clip_frac: out.clip_frac,
+            entropy: out.entropy,
+            approx_kl: out.approx_kl,
+            grad_norm,
+        })
+    }
+
+    /// Backward `loss`, clip the gradient norm and update; returns the norm
+    /// before clipping. A non-finite norm leaves everything untouched.
+    fn apply(&mut self, loss: &candle_core::Tensor, lr: f64) -> Result<f64> {
+        let grads = loss.backward()?;
         let norm = grad_norm(self.opt.vars(), &grads)?;
         if !norm.is_finite() {
             return Err(RlError::NonFinite {
@@ -136,33 +224,44 @@ impl Trainer {
                 value: norm,
             });
         }
-        let lr = warmup_lr(self.cfg.lr, self.step, self.cfg.warmup_steps);
         self.opt
             .step(&grads, lr, clip_scale(norm, self.cfg.max_grad_norm))?;
-        self.step += 1;
-        let n = batch.sequences.len().max(1) as f64;
-        let tokens: usize = batch.sequences.iter().map(|s| s.tokens.len()).sum();
-        let seconds = start.elapsed().as_secs_f64();
-        let m = StepMetrics {
-            step: self.step,
-            reward: batch.sequences.iter().map(|s| s.reward as f64).sum::<f64>() / n,
-            pass_rate: batch.sequences.iter().filter(|s| s.passed).count() as f64 / n,
-            policy_loss: out.policy_loss,
-            value_loss: out.value_loss,
-            clip_frac: out.clip_frac,
-            entropy: out.entropy,
-            approx_kl: out.approx_kl,
-            grad_norm: norm,
-            lr,
-            agent_tokens: batch.agent_tokens(),
-            tokens,
-            tokens_per_s: tokens as f64 / seconds.max(1e-9),
-            seconds,
-        };
-        if let Some(log) = &self.metrics {
-            log.append(&m)?;
+        Ok(norm)
+    }
+
+    /// One supervised step: cross-entropy of the agent tokens of `batch`
+    /// (sequence-level averaging, as in PPO), at learning rate `lr`. Does not
+    /// count as a PPO step.
+    pub fn sft_step(&mut self, batch: &RolloutBatch, lr: f64) -> Result<SftMetrics> {
+        let start = Instant::now();
+        let prep = prepare(batch, self.policy.device())?;
+        let (logits, _) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
+        let lp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)?;
+        let picked = lp.gather(&prep.targets.unsqueeze(1)?, 1)?.squeeze(1)?;
+        let loss = (picked * &prep.weights)?.sum_all()?.neg()?;
+        let value = loss.to_scalar::<f32>()? as f64;
+        if !value.is_finite() {
+            return Err(RlError::NonFinite {
+                step: self.step,
+                what: "supervised loss",
+                value,
+            });
         }
-        Ok(m)
+        self.apply(&loss, lr)?;
+        let tokens: usize = batch.sequences.iter().map(|s| s.tokens.len()).sum();
+        Ok(SftMetrics {
+            step: self.opt.steps(),
+            loss: value,
+            agent_tokens: batch.agent_tokens(),
+            tokens_per_s: tokens as f64 / start.elapsed().as_secs_f64().max(1e-9),
+            lr,
+        })
+    }
+
+    /// Forget the optimizer's moments and step count (e.g. between the
+    /// supervised warm start and PPO).
+    pub fn reset_optimizer(&mut self) {
+        self.opt = AdamW::new(self.policy.vars(), self.cfg.adam);
     }
 
     fn state(&self) -> TrainerState {

@@ -90,6 +90,15 @@ impl Default for PolicyOptions {
     }
 }
 
+/// Starts policies defined outside this module (e.g. the trainer's policy,
+/// which records the tokens it samples).
+pub trait PolicySource: Send + Sync {
+    /// The name recorded in results.
+    fn name(&self) -> String;
+    /// A fresh policy for episode `sample` of `task`.
+    fn start(&self, task: &Task, sample: u32) -> Result<Box<dyn Policy>, PolicyError>;
+}
+
 /// A parsed policy spec, ready to start one policy per episode.
 #[derive(Clone)]
 pub enum PolicyFactory {
@@ -108,6 +117,8 @@ pub enum PolicyFactory {
     },
     /// A person at the terminal.
     Human,
+    /// Any other source of policies.
+    Custom(Arc<dyn PolicySource>),
 }
 
 impl std::fmt::Debug for PolicyFactory {
@@ -202,11 +213,12 @@ impl PolicyFactory {
             Self::Chat { name, .. } | Self::Commands { name, .. } => name.clone(),
             Self::Oracle => "oracle".into(),
             Self::Human => "human".into(),
+            Self::Custom(source) => source.name(),
         }
     }
 
-    /// A fresh policy for one episode of `task`.
-    pub fn start(&self, task: &Task) -> Result<Box<dyn Policy>, PolicyError> {
+    /// A fresh policy for episode `sample` of `task`.
+    pub fn start(&self, task: &Task, sample: u32) -> Result<Box<dyn Policy>, PolicyError> {
         Ok(match self {
             Self::Chat {
                 model, sampling, ..
@@ -221,6 +233,7 @@ impl PolicyFactory {
                 Box::new(ScriptedPolicy::new(commands.as_ref().clone()))
             }
             Self::Human => Box::new(HumanPolicy::new()),
+            Self::Custom(source) => source.start(task, sample)?,
         })
     }
 }

@@ -185,6 +185,16 @@ impl LocalModel {
         &self.backend
     }
 
+    /// Positions the model can attend over (prompt plus reply). candle's
+    /// quantized models build masks for at most
+    /// `quantized_llama::MAX_SEQ_LEN` positions.
+    pub fn context_window(&self) -> usize {
+        match &self.backend {
+            Backend::Dense(m) => m.config().max_position_embeddings,
+            Backend::Gguf(_) => candle_transformers::models::quantized_llama::MAX_SEQ_LEN,
+        }
+    }
+
     /// Reply to a conversation: apply the chat template, sample with a KV cache.
     pub fn generate(
         &mut self,

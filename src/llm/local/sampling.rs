@@ -65,6 +65,11 @@ impl Sampler {
         &self.cfg
     }
 
+    /// Change the token limit (the generator's state is kept).
+    pub fn set_max_tokens(&mut self, max_tokens: usize) {
+        self.cfg.max_tokens = max_tokens;
+    }
+
     /// Draw a token from `logits`; returns the token and its log-probability
     /// under `softmax(logits / temperature)` (before top-p truncation), which
     /// is the distribution PPO's ratio uses.

@@ -1,0 +1,242 @@
+//! Collecting training data through the real agent loop and sandbox:
+//! rollouts of the policy being trained (token sequences with sampling-time
+//! log-probs and rewards from the final tests), and oracle trajectories for
+//! the supervised warm start.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::batch::{RolloutBatch, RolloutSequence};
+use super::error::{Result, RlError};
+use super::recorder::{template_messages, RecordingSource, TokenTranscript};
+use super::reward::{reward, RewardMode};
+use crate::agent::{
+    run_rollouts, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent, SandboxProvider,
+};
+use crate::llm::local::{ChatTokenizer, FinishReason, Generation, LocalModel, SamplingConfig};
+use crate::llm::{ChatMessage, Role};
+use crate::task::Task;
+
+/// How episodes are run.
+#[derive(Debug, Clone)]
+pub struct EpisodeSettings {
+    pub samples: u32,
+    pub max_turns: u32,
+    pub concurrency: usize,
+    pub command_timeout: Duration,
+}
+
+/// Rollouts of one step: the batch PPO trains on, and the episodes behind it.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    pub batch: RolloutBatch,
+    pub episodes: Vec<EpisodeResult>,
+    /// Episodes that left no token sequence (the sandbox failed to start).
+    pub missing: usize,
+}
+
+fn rollout_error(e: crate::agent::RolloutError) -> RlError {
+    RlError::Batch(format!("rollouts failed: {e}"))
+}
+
+/// Run `settings.samples` episodes of each task with `model` (sampling with
+/// `sampling`), writing them under `run_dir`, and turn them into a batch.
+/// `on_done(done, total)` is called as episodes finish.
+#[allow(clippy::too_many_arguments)]
+pub fn collect_rollouts<P: SandboxProvider>(
+    rt: &tokio::runtime::Runtime,
+    provider: Arc<P>,
+    model: LocalModel,
+    tasks: &[Task],
+    settings: &EpisodeSettings,
+    sampling: SamplingConfig,
+    seed: u64,
+    reward_mode: RewardMode,
+    run_dir: &Path,
+    cancel: Option<Arc<AtomicBool>>,
+    on_done: &mut dyn FnMut(usize, usize),
+) -> Result<Collected> {
+    // A step is collected whole: leftovers of an interrupted attempt go.
+    if run_dir.exists() {
+        std::fs::remove_dir_all(run_dir).map_err(|e| RlError::io(run_dir, e))?;
+    }
+    let source = RecordingSource::new(model, sampling, seed, "train");
+    let transcripts = source.transcripts();
+    let mut config = RolloutConfig::new(run_dir);
+    config.samples = settings.samples;
+    config.concurrency = settings.concurrency;
+    config.max_turns = Some(settings.max_turns);
+    config.command_timeout = settings.command_timeout;
+    config.record_cast = false;
+    config.cancel = cancel;
+    let total = tasks.len() * settings.samples as usize;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let summary = rt.block_on(async {
+        let run = run_rollouts(
+            config,
+            tasks.to_vec(),
+            PolicyFactory::Custom(Arc::new(source)),
+            provider,
+            Some(tx),
+        );
+        tokio::pin!(run);
+        let mut done = 0;
+        loop {
+            tokio::select! {
+                summary = &mut run => break summary,
+                Some(ev) = rx.recv() => {
+                    if let RolloutEvent::Finished { .. } = ev {
+                        done += 1;
+                        on_done(done, total);
+                    }
+                }
+            }
+        }
+    });
+    let summary = summary.map_err(rollout_error)?;
+    let mut transcripts = transcripts
+        .lock()
+        .map_err(|_| RlError::Batch("transcripts lock poisoned".into()))?;
+    let mut batch = RolloutBatch::default();
+    let mut missing = 0;
+    for ep in &summary.episodes {
+        let Some(builder) = transcripts.remove(&(ep.task.clone(), ep.sample)) else {
+            missing += 1;
+            continue;
+        };
+        let seq = builder.finish(episode_reward(ep, reward_mode), ep.passed);
+        if seq.agent_tokens() > 0 {
+            batch.sequences.push(seq);
+        } else {
+            missing += 1;
+        }
+    }
+    Ok(Collected {
+        batch,
+        episodes: summary.episodes,
+        missing,
+    })
+}
+
+/// The reward of a finished episode.
+/// The reward of a finished episode: binary is its `passed` (every final
+/// test passed and nothing failed); partial is the fraction of tests passed.
+pub fn episode_reward(ep: &EpisodeResult, mode: RewardMode) -> f32 {
+    match mode {
+        RewardMode::Binary => f32::from(ep.passed),
+        RewardMode::Partial => {
+            let passed = ep.tests.iter().filter(|t| t.passed).count();
+            reward(mode, passed, ep.tests.len())
+        }
+    }
+}
+
+/// Run the oracle (each task's `solution/solve.sh`) once per task under
+/// `run_dir` (resuming what is there) and return the conversations of the
+/// episodes that passed.
+pub fn oracle_conversations<P: SandboxProvider>(
+    rt: &tokio::runtime::Runtime,
+    provider: Arc<P>,
+    tasks: &[Task],
+    concurrency: usize,
+    run_dir: &Path,
+    on_done: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Vec<ChatMessage>>> {
+    let with_solution: Vec<Task> = tasks
+        .iter()
+        .filter(|t| t.solve_script().is_some())
+        .cloned()
+        .collect();
+    let mut config = RolloutConfig::new(run_dir);
+    config.concurrency = concurrency;
+    config.max_turns = Some(4);
+    config.record_cast = false;
+    let total = with_solution.len();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let summary = rt.block_on(async {
+        let run = run_rollouts(
+            config,
+            with_solution,
+            PolicyFactory::Oracle,
+            provider,
+            Some(tx),
+        );
+        tokio::pin!(run);
+        let mut done = 0;
+        loop {
+            tokio::select! {
+                summary = &mut run => break summary,
+                Some(ev) = rx.recv() => match ev {
+                    RolloutEvent::Planned { finished, .. } => {
+                        done = finished;
+                        on_done(done, total);
+                    }
+                    RolloutEvent::Finished { .. } => {
+                        done += 1;
+                        on_done(done, total);
+                    }
+                    _ => {}
+                },
+            }
+        }
+    });
+    let summary = summary.map_err(rollout_error)?;
+    Ok(summary
+        .episodes
+        .iter()
+        .filter(|e| e.passed)
+        .filter_map(|e| read_conversation(&trajectory_path(run_dir, e)))
+        .collect())
+}
+
+fn trajectory_path(run_dir: &Path, ep: &EpisodeResult) -> PathBuf {
+    crate::agent::EpisodePaths::new(run_dir, &ep.task, ep.sample).trajectory
+}
+
+/// The messages of a trajectory `.jsonl` file.
+pub fn read_conversation(path: &Path) -> Option<Vec<ChatMessage>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let messages: Vec<ChatMessage> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("type").and_then(|t| t.as_str()) == Some("message"))
+        .filter_map(|v| serde_json::from_value(v.get("message")?.clone()).ok())
+        .collect();
+    (!messages.is_empty()).then_some(messages)
+}
+
+/// A conversation as a supervised sequence: the assistant's replies (each
+/// ended by the template's stop token) are the trained tokens, tokenised the
+/// way rollouts tokenise them. `None` if there is no reply.
+pub fn supervised_sequence(
+    tok: &ChatTokenizer,
+    messages: &[ChatMessage],
+) -> Result<Option<RolloutSequence>> {
+    let stop = *tok
+        .eos_ids()
+        .first()
+        .ok_or_else(|| RlError::Batch("the tokenizer has no stop token".into()))?;
+    let mut transcript = TokenTranscript::new();
+    let all = template_messages(messages);
+    let mut replies = 0;
+    for (i, m) in messages.iter().enumerate() {
+        if m.role != Role::Assistant {
+            continue;
+        }
+        transcript.prompt(tok, &all[..i])?;
+        let mut ids = tok.encode(&m.content)?;
+        ids.push(stop);
+        let generation = Generation {
+            text: m.content.clone(),
+            prompt_ids: Vec::new(),
+            logprobs: vec![0.0; ids.len()],
+            token_ids: ids,
+            finish: FinishReason::Stop,
+        };
+        transcript.record(tok, &all[..=i], &m.content, &generation)?;
+        replies += 1;
+    }
+    Ok((replies > 0).then(|| transcript.into_builder().finish(1.0, true)))
+}

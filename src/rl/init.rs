@@ -1,0 +1,83 @@
+//! Building the policy a run starts from: a tiny decoder trained from
+//! scratch (with a tokenizer trained on the task corpus), a model directory,
+//! or a GGUF file dequantised into trainable f32 weights.
+
+use std::path::Path;
+
+use super::error::Result;
+use super::policy::Policy;
+use super::session::InitSpec;
+use crate::agent::policy::oracle_command;
+use crate::agent::protocol::{CORRECTIVE_MESSAGE, SYSTEM_PROMPT};
+use crate::llm::local::tiny::{tiny_config, train_tokenizer};
+use crate::llm::local::{Arch, ChatTokenizer, ModelConfig};
+use crate::task::Task;
+use candle_core::Device;
+
+/// Vocabulary size of `--init tiny` tokenizers.
+pub const TINY_VOCAB: usize = 2048;
+
+/// The `--init tiny` architecture for a vocabulary of `vocab` tokens: a
+/// Qwen2-style decoder of about 2M parameters with a 2048-token context.
+pub fn tiny_policy_config(vocab: usize) -> ModelConfig {
+    let mut cfg = tiny_config(Arch::Qwen2, vocab);
+    cfg.hidden_size = 192;
+    cfg.intermediate_size = 512;
+    cfg.num_hidden_layers = 4;
+    cfg.num_attention_heads = 6;
+    cfg.num_key_value_heads = 2;
+    cfg.head_dim = 32;
+    cfg.max_position_embeddings = 2048;
+    cfg
+}
+
+/// Text a tiny tokenizer is trained on: the agent protocol, and each task's
+/// instruction and oracle command.
+pub fn task_corpus(tasks: &[Task]) -> Vec<String> {
+    let mut corpus = vec![
+        SYSTEM_PROMPT.to_string(),
+        CORRECTIVE_MESSAGE.to_string(),
+        "Command executed successfully. Output: \n\n(exit_code=0)".to_string(),
+        "Command failed. Output: No such file or directory\n\n(exit_code=1)".to_string(),
+        "<think></think><command></command><action>done</action>".to_string(),
+    ];
+    for t in tasks {
+        corpus.push(t.instruction.clone());
+        if let Some(s) = t.solve_script() {
+            corpus.push(format!("<command>{}</command>", oracle_command(s)));
+        }
+    }
+    corpus
+}
+
+/// The ChatML tokenizer of a tiny model, trained on `tasks`.
+pub fn tiny_tokenizer(tasks: &[Task]) -> Result<ChatTokenizer> {
+    let tok = train_tokenizer(task_corpus(tasks).into_iter(), TINY_VOCAB)?;
+    Ok(ChatTokenizer::new(tok, None, "", "<|im_end|>", &[])?)
+}
+
+/// Build the initial policy. `tasks` feed the tiny tokenizer; `model_cache`
+/// is where `smollm2` is fetched to.
+pub fn build_policy(
+    spec: &InitSpec,
+    tasks: &[Task],
+    model_cache: &Path,
+    device: &Device,
+    seed: u64,
+) -> Result<Policy> {
+    match spec {
+        InitSpec::Tiny => {
+            let tok = tiny_tokenizer(tasks)?;
+            let vocab = tok.tokenizer().get_vocab_size(true);
+            let mut cfg = tiny_policy_config(vocab);
+            cfg.eos_token_ids = tok.eos_ids().to_vec();
+            Ok(Policy::from_config(&cfg, device, seed)?.with_tokenizer(tok))
+        }
+        InitSpec::Dir(dir) => Policy::from_dir(dir, device),
+        InitSpec::Gguf(path) => Policy::from_gguf(path, device),
+        InitSpec::SmolLm2 => {
+            let path = crate::llm::local::fetch_smollm2(model_cache)?;
+            Policy::from_gguf(&path, device)
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The trainer's side of the agent loop: a [`Policy`] that samples from the
+//! policy being trained and records, turn by turn, the exact token stream it
+//! saw and produced, with each sampled token's log-probability.
+//!
+//! The conversation is kept as tokens, not re-tokenised text: each turn only
+//! the new part of the chat-template rendering (the observation, the next
+//! assistant header) is encoded and appended, and the model is prompted with
+//! the whole token stream. What PPO later trains on is therefore exactly what
+//! was sampled from.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::batch::SequenceBuilder;
+use crate::agent::{Policy, PolicyError, PolicyReply, PolicySource};
+use crate::llm::local::{
+    ChatTokenizer, FinishReason, Generation, LocalModel, Sampler, SamplingConfig, TemplateMessage,
+};
+use crate::llm::{ChatMessage, Role, TokenUsage};
+use crate::task::Task;
+
+/// Converts chat messages to template messages.
+pub fn template_messages(messages: &[ChatMessage]) -> Vec<TemplateMessage> {
+    messages
+        .iter()
+        .map(|m| TemplateMessage {
+            role: match m.role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            }
+            .to_string(),
+            content: m.content.clone(),
+        })
+        .collect()
+}
+
+/// One episode's conversation as tokens.
+#[derive(Debug, Clone, Default)]
+pub struct TokenTranscript {
+    builder: SequenceBuilder,
+    /// Bytes of the rendered conversation already in `builder`.
+    consumed: usize,
+    /// The text of the stop token the last reply ended with, if any.
+    stop_text: Option<String>,
+}
+
+impl TokenTranscript {
+    /// An empty transcript.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append what the conversation added since the last reply (the whole
+    /// rendering the first time) and return the prompt: every token so far.
+    pub fn prompt(
+        &mut self,
+        tok: &ChatTokenizer,
+        messages: &[TemplateMessage],
+    ) -> crate::llm::local::error::Result<Vec<u32>> {
+        let full = tok.render(messages, true)?;
+        let mut tail = full.get(self.consumed..).unwrap_or("");
+        if let Some(stop) = self.stop_text.take() {
+            tail = tail.strip_prefix(stop.as_str()).unwrap_or(tail);
+        }
+        let ids = tok.encode(tail)?;
+        self.builder.context(&ids);
+        self.consumed = full.len();
+        Ok(self.builder.tokens().to_vec())
+    }
+
+    /// Record a sampled reply. `with_reply` is the conversation including it
+    /// (to find where the reply's text ends in the rendering).
+    pub fn record(
+        &mut self,
+        tok: &ChatTokenizer,
+        with_reply: &[TemplateMessage],
+        reply_text: &str,
+        generation: &Generation,
+    ) -> super::error::Result<()> {
+        self.builder
+            .agent(&generation.token_ids, &generation.logprobs)?;
+        let rendered = tok.render(with_reply, false)?;
+        let needle = reply_text.trim_end();
+        let start = self.consumed.min(rendered.len());
+        self.consumed = match rendered.get(start..).and_then(|r| r.rfind(needle)) {
+            Some(i) if !needle.is_empty() => start + i + needle.len(),
+            _ => rendered.len(),
+        };
+        self.stop_text = match generation.finish {
+            FinishReason::Stop => generation
+                .token_ids
+                .last()
+                .and_then(|id| tok.tokenizer().id_to_token(*id)),
+            FinishReason::Length => None,
+        };
+        Ok(())
+    }
+
+    /// Tokens so far.
+    pub fn len(&self) -> usize {
+        self.builder.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.builder.is_empty()
+    }
+
+    /// The recorded sequence so far.
+    pub fn into_builder(self) -> SequenceBuilder {
+        self.builder
+    }
+}
+
+/// Transcripts of finished episodes, by (task id, sample).
+pub type Transcripts = Arc<Mutex<HashMap<(String, u32), SequenceBuilder>>>;
+
+/// Starts a [`RecordingPolicy`] per episode, all sampling from one model.
+pub struct RecordingSource {
+    model: Arc<Mutex<LocalModel>>,
+    sampling: SamplingConfig,
+    seed: u64,
+    name: String,
+    transcripts: Transcripts,
+}
+
+impl RecordingSource {
+    /// Episodes sample from `model` with `sampling`; episode `(task, sample)`
+    /// uses a seed derived from `seed`, the task and the sample.
+    pub fn new(model: LocalModel, sampling: SamplingConfig, seed: u64, name: &str) -> Self {
+        Self {
+            model: Arc::new(Mutex::new(model)),
+            sampling,
+            seed,
+            name: name.to_string(),
+            transcripts: Arc::default(),
+        }
+    }
+
+    /// Where finished episodes leave their token sequences.
+    pub fn transcripts(&self) -> Transcripts {
+        self.transcripts.clone()
+    }
+}
+
+fn episode_seed(seed: u64, task: &str, sample: u32) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("{seed}/{task}/{sample}").as_bytes());
+    u64::from_le_bytes(d[..8].try_into().unwrap_or_default())
+}
+
+impl PolicySource for RecordingSource {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn start(&self, task: &Task, sample: u32) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(RecordingPolicy {
+            model: self.model.clone(),
+            sampler: Sampler::new(self.sampling, episode_seed(self.seed, task.id(), sample)),
+            transcript: TokenTranscript::new(),
+            key: (task.id().to_string(), sample),
+            sink: self.transcripts.clone(),
+        }))
+    }
+}
+
+/// Samples replies and records them; hands its transcript over when dropped
+/// (at the end of the episode).
+pub struct RecordingPolicy {
+    model: Arc<Mutex<LocalModel>>,
+    sampler: Sampler,
+    transcript: TokenTranscript,
+    key: (String, u32),
+    sink: Transcripts,
+}
+
+impl Policy for RecordingPolicy {
+    fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError> {
+        let mut model = self
+            .model
+            .lock()
+            .map_err(|_| PolicyError::Other("the model lock is poisoned".into()))?;
+        let other = |e: String| PolicyError::Other(e);
+        let mut msgs = template_messages(messages);
+        let prompt = self
+            .transcript
+            .prompt(model.tokenizer(), &msgs)
+            .map_err(|e| other(e.to_string()))?;
+        let window = model.context_window();
+        if prompt.len() + 1 >= window {
+            return Err(other(format!(
+                "the conversation no longer fits the model's context ({} of {window} tokens)",
+                prompt.len()
+            )));
+        }
+        let max_tokens = self.sampler.config().max_tokens;
+        self.sampler
+            .set_max_tokens(max_tokens.min(window - prompt.len()));
+        let generated = model.generate_ids(&prompt, &mut self.sampler);
+        self.sampler.set_max_tokens(max_tokens);
+        let generation = generated.map_err(|e| other(e.to_string()))?;
+        msgs.push(TemplateMessage {
+            role: "assistant".into(),
+            content: generation.text.clone(),
+        });
+        self.transcript
+            .record(model.tokenizer(), &msgs, &generation.text, &generation)
+            .map_err(|e| other(e.to_string()))?;
+        Ok(PolicyReply {
+            text: generation.text,
+            usage: TokenUsage {
+                prompt_tokens: prompt.len() as u64,
+                completion_tokens: generation.token_ids.len() as u64,
+            },
+        })
+    }
+}
+
+impl Drop for RecordingPolicy {
+    fn drop(&mut self) {
+        let transcript = std::mem::take(&mut self.transcript);
+        if let Ok(mut sink) = self.sink.lock() {
+            sink.insert(self.key.clone(), transcript.into_builder());
+        }
+    }
+}
