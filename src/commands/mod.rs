@@ -8,6 +8,8 @@ pub mod offline;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod tasks;
+// PLACEHOLDER (replaced on merge): see train_cmd.rs.
+pub mod train_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -96,7 +96,11 @@ pub enum TrainEvent {
     /// A supervised step finished.
     Sft { total: u64, metrics: SftMetrics },
     /// Episodes of the current PPO step: `done` of `total`.
-    Rollouts { step: u64, done: usize, total: usize },
+    Rollouts {
+        step: u64,
+        done: usize,
+        total: usize,
+    },
     /// A PPO step finished.
     Step { total: u64, metrics: StepMetrics },
     /// A held-out evaluation finished.
@@ -118,4 +122,15 @@ pub struct TrainSummary {
     pub before: Option<EvalRecord>,
     pub after: Option<EvalRecord>,
     pub last_checkpoint: Option<PathBuf>,
+}
+
+// PLACEHOLDER (replaced on merge): the real `run` is being built on main.
+/// Run a whole training run (placeholder: always fails until the real
+/// implementation is merged).
+pub fn run(
+    _opts: TrainOptions,
+    _on_event: &mut dyn FnMut(TrainEvent),
+    _cancel: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<TrainSummary> {
+    anyhow::bail!("training is not merged yet")
 }
