@@ -18,6 +18,7 @@ pub mod replay;
 pub mod store_ext;
 pub mod takeover;
 pub mod theme;
+pub mod train_job;
 pub mod validate;
 pub mod views;
 pub mod widgets;
