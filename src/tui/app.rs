@@ -17,13 +17,14 @@ use ratatui::Frame;
 use super::keymap::{Command, Keymap};
 use super::launcher::{JobDefaults, JobSpec};
 use super::theme::Theme;
+use super::train_job::TrainSpec;
 use super::views::episodes::EpisodesView;
 use super::views::help::HelpView;
 use super::views::inspector::{Inspector, LoadedEpisode};
 use super::views::jobs::JobsView;
 use super::views::live::LiveView;
 use super::views::tasks::TasksView;
-use super::views::training;
+use super::views::training::TrainingView;
 use super::widgets::form::{Form, FormOutcome};
 use super::widgets::input::{InputOutcome, TextInput};
 use crate::jobs::JobEvent;
@@ -112,6 +113,8 @@ pub enum Action {
     Job(JobEvent),
     /// The jobs journal.
     JobsLoaded(Vec<JobRow>),
+    /// The training runs under `<workspace>/checkpoints/`, newest first.
+    TrainingLoaded(Vec<crate::rl::run_files::RunView>),
     /// An episode read from disk for the inspector (`compare`: the side-by-side one).
     EpisodeLoaded {
         episode: Box<LoadedEpisode>,
@@ -166,7 +169,7 @@ pub enum FormKind {
     Generate,
     /// Offline (procedural) generation.
     Offline,
-    /// Training (not built yet: issue 8).
+    /// A training run.
     Train,
 }
 
@@ -245,6 +248,7 @@ pub struct App {
     pub live: LiveView,
     pub episodes: EpisodesView,
     pub jobs: JobsView,
+    pub training: TrainingView,
     /// The episode inspector, open over the Episodes view.
     pub inspector: Option<Inspector>,
     /// The open launch form.
@@ -273,6 +277,7 @@ impl App {
             live: LiveView::default(),
             episodes: EpisodesView::default(),
             jobs: JobsView::default(),
+            training: TrainingView::default(),
             inspector: None,
             form: None,
             defaults: JobDefaults::default(),
@@ -363,6 +368,7 @@ impl App {
                 self.jobs.event(ev);
             }
             Action::JobsLoaded(rows) => self.jobs.set_rows(rows),
+            Action::TrainingLoaded(runs) => self.training.set_runs(runs),
             Action::EpisodeLoaded { episode, compare } => match (&mut self.inspector, compare) {
                 (Some(insp), true) => insp.other = Some(*episode),
                 (_, _) => self.inspector = Some(Inspector::new(*episode)),
@@ -450,7 +456,7 @@ impl App {
                 View::Live => self.live.command(cmd),
                 View::Episodes => self.episodes_command(cmd),
                 View::Jobs => self.jobs_command(cmd),
-                View::Training => {}
+                View::Training => self.training_command(cmd),
             },
         }
     }
@@ -611,12 +617,7 @@ impl App {
                 )
                 .with_note("runs `endless generate --offline` as a job; until procgen (issue 4) is merged it answers that it is not built yet"),
             )),
-            Command::JobTrain => Some((
-                FormKind::Train,
-                Form::new("Training", &[]).with_note(
-                    "Training is not built yet (issue 8). Nothing will be started.",
-                ),
-            )),
+            Command::JobTrain => Some((FormKind::Train, train_form())),
             Command::JobCancel => {
                 match self.jobs.selected_item() {
                     Some(j) if j.status == "running" => {
@@ -649,17 +650,23 @@ impl App {
             FormOutcome::Submit => {
                 let kind = *kind;
                 match job_spec(kind, form) {
-                    Ok(Some(spec)) => {
+                    Ok(spec) => {
                         self.form = None;
                         self.info(format!("starting {}...", spec.kind()));
                         self.outbox.push(Request::Launch(spec));
                     }
-                    Ok(None) => {
-                        self.form = None;
-                        self.error("training is not built yet (issue 8)".into());
-                    }
                     Err(e) => self.error(e),
                 }
+            }
+        }
+    }
+
+    fn training_command(&mut self, cmd: Command) {
+        match cmd {
+            // The training form opens here too (the job shows in the Jobs view).
+            Command::JobTrain => self.form = Some((FormKind::Train, train_form())),
+            other => {
+                self.training.command(other);
             }
         }
     }
@@ -838,7 +845,7 @@ impl App {
                 None => self.episodes.mouse(m),
             },
             View::Jobs => self.jobs.mouse(m),
-            View::Training => {}
+            View::Training => self.training.mouse(m),
         }
     }
 
@@ -862,7 +869,7 @@ impl App {
                 None => self.episodes.draw(frame, body, &theme),
             },
             View::Jobs => self.jobs.draw(frame, body, &theme, &self.keymap),
-            View::Training => training::draw(frame, body, &theme),
+            View::Training => self.training.draw(frame, body, &theme, &self.keymap),
         }
         self.draw_status(frame, bottom);
         if let Some((_, form)) = &self.form {
@@ -984,6 +991,9 @@ impl App {
                         (k(Command::Quit), "quit"),
                     ],
                     View::Training => vec![
+                        (k(Command::Down) + "/" + &k(Command::Up), "run"),
+                        (k(Command::PrevTab) + "/" + &k(Command::NextTab), "chart"),
+                        (k(Command::JobTrain), "train"),
                         (k(Command::NextView), "next view"),
                         (k(Command::Quit), "quit"),
                     ],
@@ -1013,8 +1023,29 @@ fn truncate_left(s: &str, max: usize) -> String {
     format!("…{keep}")
 }
 
-/// The job a submitted form asks for; `Ok(None)`: nothing to start (training).
-fn job_spec(kind: FormKind, form: &Form) -> Result<Option<JobSpec>, String> {
+/// The training form, with the CLI's defaults.
+fn train_form() -> Form {
+    let d = TrainSpec::default();
+    Form::new(
+        "Train a policy (PPO)",
+        &[
+            ("tasks", d.tasks),
+            ("dev", d.dev),
+            ("init", d.init),
+            ("sft", if d.sft { "yes" } else { "no" }.into()),
+            ("sft steps", d.sft_steps.to_string()),
+            ("steps", d.steps.to_string()),
+            ("minutes", String::new()),
+            ("samples", d.samples.to_string()),
+            ("max turns", d.max_turns.to_string()),
+            ("tasks per step", d.tasks_per_step.to_string()),
+        ],
+    )
+    .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no time limit. Follow the run in the Training view.")
+}
+
+/// The job a submitted form asks for.
+fn job_spec(kind: FormKind, form: &Form) -> Result<JobSpec, String> {
     fn num<T: std::str::FromStr>(form: &Form, field: &str) -> Result<T, String> {
         form.value(field).parse().map_err(|_| {
             format!(
@@ -1023,7 +1054,7 @@ fn job_spec(kind: FormKind, form: &Form) -> Result<Option<JobSpec>, String> {
             )
         })
     }
-    Ok(Some(match kind {
+    Ok(match kind {
         FormKind::Eval => {
             let policy = form.value("policy").to_string();
             if policy.is_empty() {
@@ -1065,6 +1096,35 @@ fn job_spec(kind: FormKind, form: &Form) -> Result<Option<JobSpec>, String> {
             count: num(form, "count")?,
             seed: num(form, "seed")?,
         },
-        FormKind::Train => return Ok(None),
-    }))
+        FormKind::Train => {
+            let init = form.value("init").to_string();
+            if init.is_empty() {
+                return Err("init: expected tiny, smollm2, a model directory or a .gguf".into());
+            }
+            let sft = match form.value("sft").to_ascii_lowercase().as_str() {
+                "yes" | "y" | "on" | "true" | "1" => true,
+                "no" | "n" | "off" | "false" | "0" | "" => false,
+                other => return Err(format!("sft: expected yes or no, got {other:?}")),
+            };
+            let minutes = match form.value("minutes") {
+                "" => None,
+                m => match m.parse::<f64>() {
+                    Ok(x) if x > 0.0 && x.is_finite() => Some(x),
+                    _ => return Err(format!("minutes: expected a positive number, got {m:?}")),
+                },
+            };
+            JobSpec::Train(TrainSpec {
+                tasks: form.value("tasks").to_string(),
+                dev: form.value("dev").to_string(),
+                init,
+                sft,
+                sft_steps: num(form, "sft steps")?,
+                steps: num(form, "steps")?,
+                minutes,
+                samples: num(form, "samples")?,
+                max_turns: num(form, "max turns")?,
+                tasks_per_step: num(form, "tasks per step")?,
+            })
+        }
+    })
 }

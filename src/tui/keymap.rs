@@ -80,7 +80,7 @@ commands! {
     JobValidate => "job_validate", ["V"], "Jobs: validate the selected task / all tasks (form)";
     JobGenerate => "job_generate", ["L"], "Jobs: LLM task generation (form)";
     JobOffline => "job_offline", ["P"], "Jobs: offline (procedural) task generation (form)";
-    JobTrain => "job_train", ["M"], "Jobs: training (not built yet, issue 8)";
+    JobTrain => "job_train", ["M"], "Jobs / Training: start a training run (form)";
     JobCancel => "job_cancel", ["C"], "Jobs: cancel the selected job";
     Label => "label", ["b"], "Episode: cycle the failure label";
     Compare => "compare", ["m"], "Episode: side by side with another episode of the task";

@@ -35,6 +35,8 @@ pub enum JobSpec {
     },
     /// Offline (procedural) generation (`endless generate --offline`).
     Offline { count: usize, seed: u64 },
+    /// A training run (`endless train`; see `tui::train_job`).
+    Train(super::train_job::TrainSpec),
 }
 
 impl JobSpec {
@@ -45,6 +47,7 @@ impl JobSpec {
             JobSpec::Validate { .. } => "validate",
             JobSpec::Generate { .. } => "generate",
             JobSpec::Offline { .. } => "generate-offline",
+            JobSpec::Train(_) => "train",
         }
     }
 
@@ -70,6 +73,7 @@ impl JobSpec {
                 "url": url, "model": model, "count": count, "solutions": solutions,
             }),
             JobSpec::Offline { count, seed } => serde_json::json!({ "count": count, "seed": seed }),
+            JobSpec::Train(spec) => spec.params(),
         }
     }
 }
@@ -165,6 +169,9 @@ impl Launcher {
                 self.manager
                     .spawn(kind, params, move |ctx| cli_job(ctx, &root, &args))?
             }
+            JobSpec::Train(spec) => self.manager.spawn(kind, params, move |ctx| {
+                super::train_job::run(ctx, &root, &spec)
+            })?,
         };
         Ok(id)
     }

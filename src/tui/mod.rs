@@ -18,6 +18,8 @@ pub mod replay;
 pub mod store_ext;
 pub mod takeover;
 pub mod theme;
+pub mod train_job;
+pub mod training_runs;
 pub mod validate;
 pub mod views;
 pub mod widgets;
@@ -27,6 +29,8 @@ pub mod worker;
 mod tests;
 #[cfg(test)]
 mod tests2;
+#[cfg(test)]
+mod tests_training;
 
 use std::io::stdout;
 use std::path::Path;
@@ -70,10 +74,9 @@ pub fn run_with_channel(
     let keymap = Keymap::from_config(keys)?;
     let theme = Theme::load(theme, Theme::user_dir().as_deref())?;
     // Open once here so that a broken workspace fails before the screen switches.
-    drop(
-        crate::store::Workspace::open(workspace_root)
-            .with_context(|| format!("opening workspace {}", workspace_root.display()))?,
-    );
+    let checkpoints = crate::store::Workspace::open(workspace_root)
+        .with_context(|| format!("opening workspace {}", workspace_root.display()))?
+        .checkpoints_dir();
     let mut app = App::new(theme, keymap, workspace_root.display().to_string());
     let paths = crate::config::Paths::detect();
     if let Ok(config) = crate::config::Config::load(&paths.config_file, Some(workspace_root)) {
@@ -85,6 +88,8 @@ pub fn run_with_channel(
     let mut terminal = TerminalGuard::enter()?;
     let (req_tx, req_rx) = mpsc::channel::<Request>();
     let worker = worker::spawn(workspace_root.to_path_buf(), req_rx, tx.clone());
+    // Training runs: re-read off the UI thread, about once a second.
+    let _training = training_runs::Watcher::spawn(checkpoints, tx.clone(), Duration::from_secs(1));
     let input = InputThread::spawn(tx);
     let mut last_tick = Instant::now();
 

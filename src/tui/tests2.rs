@@ -36,7 +36,7 @@ fn press(app: &mut App, code: KeyCode) {
 }
 
 #[test]
-fn launch_forms_build_jobs_and_training_is_honest() {
+fn launch_forms_build_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let ws = fixture(dir.path());
     let mut app = app_on(&ws);
@@ -89,18 +89,6 @@ fn launch_forms_build_jobs_and_training_is_honest() {
     assert!(app.status.as_ref().unwrap().text.contains("model"));
     press(&mut app, KeyCode::Esc);
     assert!(app.form.is_none());
-
-    // Training: a clear message, nothing started.
-    cmd(&mut app, &ws, Command::JobTrain);
-    snap!("jobs_train_form_80x24", &mut app, 80, 24);
-    press(&mut app, KeyCode::Enter);
-    assert!(app.form.is_none());
-    assert!(app.outbox.is_empty());
-    let status = app.status.clone().unwrap();
-    assert!(
-        status.error && status.text.contains("issue 8"),
-        "{status:?}"
-    );
 }
 
 #[test]

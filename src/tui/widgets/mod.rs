@@ -4,3 +4,4 @@ pub mod empty;
 pub mod form;
 pub mod highlight;
 pub mod input;
+pub mod num;
