@@ -163,6 +163,9 @@ pub struct GenerateArgs {
     /// Offline only: draw from the train or the held-out dev split.
     #[arg(long, value_enum, requires = "offline")]
     pub split: Option<SplitArg>,
+    /// Offline only: use just these families (comma-separated names).
+    #[arg(long, requires = "offline", value_delimiter = ',')]
+    pub families: Vec<String>,
     /// OpenAI-compatible server of the generator model.
     #[arg(long, value_name = "URL")]
     pub llm: Option<String>,
@@ -244,6 +247,9 @@ pub struct TrainArgs {
     /// Supervised warm-start steps (with `--sft`).
     #[arg(long, default_value_t = 300)]
     pub sft_steps: u64,
+    /// Peak learning rate of the warm start (default: 2e-3 for `tiny`, 2e-5 otherwise).
+    #[arg(long)]
+    pub sft_lr: Option<f64>,
     /// PPO steps.
     #[arg(long, default_value_t = 10)]
     pub steps: u64,
@@ -265,9 +271,18 @@ pub struct TrainArgs {
     /// Sampling temperature of rollouts.
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f32,
-    /// Peak learning rate of PPO.
+    /// Peak learning rate of PPO (default: 5e-5 for `tiny`, 1e-6 otherwise).
     #[arg(long)]
     pub lr: Option<f64>,
+    /// Passes over each PPO batch.
+    #[arg(long, default_value_t = 1)]
+    pub ppo_epochs: usize,
+    /// Sequences per optimizer update (0: the whole batch).
+    #[arg(long, default_value_t = 0)]
+    pub minibatch: usize,
+    /// Samples per held-out task when measuring pass@1.
+    #[arg(long, default_value_t = 1)]
+    pub eval_samples: u32,
     /// Reward: `binary` (all final tests pass) or `partial` (fraction passed).
     #[arg(long, default_value = "binary")]
     pub reward: String,

@@ -102,7 +102,7 @@ fn seed_if_fresh(ctx: &Context, ws: &mut Workspace) -> Result<()> {
         "endless: new workspace at {}: adding {n} offline tasks",
         ws.root().display()
     );
-    offline::generate_offline(ws, n, 1, None, false)?;
+    offline::generate_offline(ws, n, 1, None, &[], false)?;
     Ok(())
 }
 

@@ -38,6 +38,7 @@ pub fn run(ctx: &Context, args: &GenerateArgs) -> Result<ExitCode> {
         args.count,
         args.seed.unwrap_or(1),
         split,
+        &args.families,
         !args.json,
     )?;
     if args.json {
@@ -61,17 +62,36 @@ pub fn run(ctx: &Context, args: &GenerateArgs) -> Result<ExitCode> {
     })
 }
 
-/// Generate `count` tasks balanced over the usable families and write the
-/// new ones into `ws`.
+/// Generate `count` tasks balanced over the usable families (only those
+/// named in `only`, when it is not empty) and write the new ones into `ws`.
 pub fn generate_offline(
     ws: &mut Workspace,
     count: usize,
     seed: u64,
     split: Option<Split>,
+    only: &[String],
     progress: bool,
 ) -> Result<OfflineReport> {
     let start = Instant::now();
-    let (families, skipped) = usable_families();
+    let (mut families, skipped) = usable_families();
+    if !only.is_empty() {
+        for name in only {
+            if crate::procgen::family(name).is_none() {
+                let known: Vec<&str> = crate::procgen::families()
+                    .iter()
+                    .map(|f| f.name())
+                    .collect();
+                anyhow::bail!(
+                    "--families: unknown family {name:?}; known: {}",
+                    known.join(", ")
+                );
+            }
+            if let Some((_, tool)) = skipped.iter().find(|(f, _)| f == name) {
+                anyhow::bail!("--families: {name} needs `{tool}`, which is not installed");
+            }
+        }
+        families.retain(|f| only.iter().any(|n| n == f.name()));
+    }
     let bar = progress.then(|| {
         let bar = indicatif::ProgressBar::new(count as u64);
         bar.set_style(

@@ -56,6 +56,14 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
         .or(args.policy.as_deref())
         .unwrap_or("tiny");
     let init = InitSpec::parse(spec).map_err(|e| anyhow::anyhow!("--init {spec:?}: {e}"))?;
+    if let InitSpec::Dir(p) | InitSpec::Gguf(p) = &init {
+        if !p.exists() {
+            bail!(
+                "--init {}: no such model directory or GGUF file",
+                p.display()
+            );
+        }
+    }
     let reward = match args.reward.as_str() {
         "binary" => RewardMode::Binary,
         "partial" => RewardMode::Partial,
@@ -77,7 +85,7 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
         )),
     };
     let lr = args.lr.unwrap_or(match init {
-        InitSpec::Tiny => 2e-5,
+        InitSpec::Tiny => 5e-5,
         _ => 1e-6,
     });
     Ok(TrainOptions {
@@ -85,10 +93,10 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
         tasks,
         dev_tasks,
         sft_steps: if args.sft { args.sft_steps } else { 0 },
-        sft_lr: match init {
+        sft_lr: args.sft_lr.unwrap_or(match init {
             InitSpec::Tiny => 2e-3,
             _ => 2e-5,
-        },
+        }),
         init,
         steps: args.steps,
         time_budget: args
@@ -113,9 +121,11 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
                 temperature: args.temperature as f64,
                 ..PpoConfig::default()
             },
+            ppo_epochs: args.ppo_epochs.max(1),
+            minibatch: args.minibatch,
             ..TrainConfig::default()
         },
-        eval_samples: 1,
+        eval_samples: args.eval_samples.max(1),
         model_cache: ctx.paths.cache_dir.join("models"),
         sandbox: ctx.config.sandbox.backend.clone(),
         sandbox_cache: ctx.paths.cache_dir.join("sandbox"),

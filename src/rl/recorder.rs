@@ -226,3 +226,109 @@ impl Drop for RecordingPolicy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::local::tiny::train_tokenizer;
+
+    fn tok() -> ChatTokenizer {
+        let corpus = [
+            "You are an agent. Run commands.",
+            "<command>ls -la /home/user</command>",
+            "Command executed successfully. Output: a b c (exit_code=0)",
+            "<action>done</action> list the files please",
+        ];
+        let t = train_tokenizer(corpus.iter(), 400).unwrap();
+        ChatTokenizer::new(t, None, "", "<|im_end|>", &[]).unwrap()
+    }
+
+    fn msg(role: &str, content: &str) -> TemplateMessage {
+        TemplateMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    fn generation(tok: &ChatTokenizer, text: &str, stop: bool) -> Generation {
+        let mut ids = tok.encode(text).unwrap();
+        if stop {
+            ids.push(tok.eos_ids()[0]);
+        }
+        Generation {
+            text: text.into(),
+            prompt_ids: Vec::new(),
+            logprobs: vec![-0.5; ids.len()],
+            token_ids: ids,
+            finish: if stop {
+                FinishReason::Stop
+            } else {
+                FinishReason::Length
+            },
+        }
+    }
+
+    /// Turn by turn, the recorded stream is exactly the tokenised rendering
+    /// of the whole conversation, and only sampled tokens are agent tokens.
+    #[test]
+    fn transcript_matches_the_full_rendering_and_masks_context() {
+        let tok = tok();
+        let mut conv = vec![
+            msg("system", "You are an agent. Run commands."),
+            msg("user", "list the files please"),
+        ];
+        let mut t = TokenTranscript::new();
+        let p1 = t.prompt(&tok, &conv).unwrap();
+        assert_eq!(p1, tok.encode_chat(&conv).unwrap());
+        let a1 = "<command>ls -la /home/user</command>";
+        conv.push(msg("assistant", a1));
+        t.record(&tok, &conv, a1, &generation(&tok, a1, true))
+            .unwrap();
+        conv.push(msg(
+            "user",
+            "Command executed successfully. Output: a b c (exit_code=0)",
+        ));
+        let p2 = t.prompt(&tok, &conv).unwrap();
+        assert_eq!(p2, tok.encode_chat(&conv).unwrap());
+        let a2 = "<action>done</action>";
+        conv.push(msg("assistant", a2));
+        let g2 = generation(&tok, a2, true);
+        t.record(&tok, &conv, a2, &g2).unwrap();
+        let seq = t.into_builder().finish(1.0, true);
+        let agent: Vec<u32> = seq
+            .tokens
+            .iter()
+            .zip(&seq.agent_mask)
+            .filter(|(_, m)| **m)
+            .map(|(t, _)| *t)
+            .collect();
+        let mut want = generation(&tok, a1, true).token_ids;
+        want.extend(&g2.token_ids);
+        assert_eq!(agent, want);
+        assert_eq!(&seq.tokens[..p2.len()], &p2[..]);
+        assert!(seq
+            .old_logprobs
+            .iter()
+            .zip(&seq.agent_mask)
+            .all(|(l, m)| (*l == -0.5) == *m));
+    }
+
+    /// A reply cut by the token limit (no stop token) still leaves a prompt
+    /// that continues the recorded stream.
+    #[test]
+    fn a_reply_cut_by_the_limit_keeps_the_stream_consistent() {
+        let tok = tok();
+        let mut conv = vec![msg("user", "list the files please")];
+        let mut t = TokenTranscript::new();
+        let p1 = t.prompt(&tok, &conv).unwrap();
+        let cut = "<command>ls -la";
+        conv.push(msg("assistant", cut));
+        t.record(&tok, &conv, cut, &generation(&tok, cut, false))
+            .unwrap();
+        conv.push(msg("user", "Your response could not be parsed."));
+        let p2 = t.prompt(&tok, &conv).unwrap();
+        assert!(p2.starts_with(&p1));
+        let tail = tok.decode(&p2[p1.len()..]).unwrap();
+        assert!(tail.contains("could not be parsed"), "{tail}");
+    }
+}

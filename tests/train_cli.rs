@@ -1,0 +1,250 @@
+//! `endless train` end to end on offline tasks in the real sandbox, kept tiny
+//! for CI: a from-scratch tiny policy, a couple of supervised steps on oracle
+//! trajectories, PPO steps with rollouts through the agent loop, held-out
+//! pass@1 before and after, checkpoints, resume, and a corrupt checkpoint.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn endless(ws: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .env("XDG_CACHE_HOME", ws.join(".cache"))
+        .env("XDG_STATE_HOME", ws.join(".state"))
+        .env("XDG_CONFIG_HOME", ws.join(".config"))
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn train(ws: &Path, dev: &str, out: &Path, steps: &str) -> serde_json::Value {
+    json(&endless(
+        ws,
+        &[
+            "train",
+            "--init",
+            "tiny",
+            "--sft",
+            "--sft-steps",
+            "2",
+            "--steps",
+            steps,
+            "--samples",
+            "2",
+            "--max-turns",
+            "2",
+            "--max-tokens",
+            "12",
+            "--concurrency",
+            "2",
+            "--checkpoint-every",
+            "1",
+            "--dev",
+            dev,
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    ))
+}
+
+#[test]
+fn tiny_training_runs_resumes_and_survives_a_corrupt_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let ids = |ws: &Path| -> Vec<String> {
+        json(&endless(ws, &["tasks", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let generate = |count: &str, split: &str| {
+        json(&endless(
+            ws,
+            &[
+                "generate",
+                "--offline",
+                "--count",
+                count,
+                "--seed",
+                "1",
+                "--split",
+                split,
+                "--json",
+            ],
+        ))
+    };
+    generate("3", "train");
+    let train_ids = ids(ws);
+    generate("1", "dev");
+    let dev = ids(ws)
+        .into_iter()
+        .find(|id| !train_ids.contains(id))
+        .unwrap();
+    assert_eq!(train_ids.len(), 3);
+    let out = ws.join("checkpoints").join("t");
+
+    let first = train(ws, &dev, &out, "1");
+    assert_eq!(first["status"], "finished", "{first}");
+    assert_eq!(first["steps_done"], 1);
+    assert!(first["before"]["episodes"].as_u64() == Some(1), "{first}");
+    assert!(first["after"]["episodes"].as_u64() == Some(1), "{first}");
+    let metrics = lines(&out.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 1);
+    let m = &metrics[0];
+    for key in [
+        "reward",
+        "pass_rate",
+        "policy_loss",
+        "value_loss",
+        "clip_frac",
+        "entropy",
+        "approx_kl",
+        "grad_norm",
+        "tokens_per_s",
+    ] {
+        assert!(m[key].as_f64().is_some_and(f64::is_finite), "{key}: {m}");
+    }
+    assert!(m["agent_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(lines(&out.join("sft.jsonl")).len(), 2);
+    // The supervised loss is finite and the trajectories came from passing
+    // oracle episodes of the three training tasks.
+    assert!(lines(&out.join("sft.jsonl"))
+        .iter()
+        .all(|l| l["loss"].as_f64().is_some_and(f64::is_finite)));
+    let oracle = std::fs::read_dir(out.join("sft-oracle").join("episodes"))
+        .unwrap()
+        .count();
+    assert_eq!(oracle, 3);
+    // Each PPO step's episodes are on disk: one task per step, two samples.
+    let step1 = out.join("rollouts").join("step-000001").join("episodes");
+    let results: Vec<_> = walk(&step1)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    for d in ["step-00000000", "step-00000001"] {
+        assert!(out.join(d).join("manifest.json").is_file(), "{d}");
+        assert!(out.join(d).join("tokenizer.json").is_file(), "{d}");
+    }
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
+    assert_eq!(info["status"], "finished");
+    assert_eq!(info["steps_done"], 1);
+
+    // Resume: one more step, no second supervised warm start or "before" eval.
+    let second = train(ws, &dev, &out, "2");
+    assert_eq!(second["steps_done"], 2, "{second}");
+    assert_eq!(lines(&out.join("sft.jsonl")).len(), 2);
+    assert_eq!(lines(&out.join("metrics.jsonl")).len(), 2);
+    let evals = lines(&out.join("eval.jsonl"));
+    let labels: Vec<&str> = evals.iter().map(|e| e["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, vec!["before", "after", "after"]);
+
+    // A truncated newest checkpoint is refused; the run resumes from the one
+    // before it and redoes the lost step.
+    let weights = out.join("step-00000002").join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let third = train(ws, &dev, &out, "3");
+    assert_eq!(third["steps_done"], 3, "{third}");
+    let steps: Vec<u64> = lines(&out.join("metrics.jsonl"))
+        .iter()
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, vec![1, 2, 3]);
+
+    // The checkpoint is a model directory the local policy can run.
+    let ckpt = out.join("step-00000003");
+    let ep = endless(
+        ws,
+        &[
+            "run",
+            &dev,
+            "--policy",
+            &format!("local:{}", ckpt.display()),
+            "--max-turns",
+            "1",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&ep.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&ep.stderr)));
+    assert_eq!(v["turns"], 1, "{v}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn bad_training_input_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let out = endless(ws, &["train", "--init", "tiny", "--steps", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no training tasks"), "{err}");
+    json(&endless(
+        ws,
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "2",
+            "--seed",
+            "1",
+            "--split",
+            "train",
+            "--json",
+        ],
+    ));
+    let cases: [(&[&str], &str); 4] = [
+        (&["--init", "/nonexistent/model"], "/nonexistent/model"),
+        (&["--reward", "bogus"], "--reward"),
+        (&["--temperature", "0"], "--temperature"),
+        (&["--dev", "*"], "overlaps the training tasks"),
+    ];
+    for (args, want) in cases {
+        let mut full = vec!["train", "--steps", "1", "--out"];
+        let o = ws.join("o");
+        let o = o.to_str().unwrap();
+        full.push(o);
+        full.extend_from_slice(args);
+        let out = endless(ws, &full);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
