@@ -34,7 +34,7 @@ mkdir -p "$WS"
 # defaults to every task that is not in the dev split.
 "$E" --workspace "$WS" train \
     --init tiny --sft --sft-steps "$SFT_STEPS" \
-    --dev '*9-c?' --eval-samples "$EVAL_SAMPLES" \
+    --dev '*9-c*' --eval-samples "$EVAL_SAMPLES" \
     --steps 100000 --minutes "$MINUTES" \
     --samples 16 --tasks-per-step 1 --max-turns "$MAX_TURNS" --max-tokens 192 \
     --concurrency 4 --checkpoint-every 10 --seed "$SEED" \

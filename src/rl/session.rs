@@ -624,21 +624,22 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         )));
         self.emit(TrainEvent::Phase("sft".into()));
         let total = self.opts.sft_steps;
-        let mut order: Vec<usize> = Vec::new();
+        let mut batches: Vec<Vec<usize>> = Vec::new();
         for s in 0..total {
             if cancel.load(Ordering::Relaxed) {
                 bail!("cancelled during the supervised warm start");
             }
-            let mut batch = RolloutBatch::default();
-            while batch.sequences.len() < SFT_BATCH.min(sequences.len()) {
-                if order.is_empty() {
-                    order = (0..sequences.len()).collect();
-                    order.shuffle(self.trainer.rng());
-                }
-                if let Some(i) = order.pop() {
-                    batch.sequences.push(sequences[i].clone());
-                }
+            if batches.is_empty() {
+                batches = length_buckets(&sequences, SFT_BATCH, self.trainer.rng());
             }
+            let batch = RolloutBatch {
+                sequences: batches
+                    .pop()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|i| sequences[i].clone())
+                    .collect(),
+            };
             let lr = sft_lr(self.opts.sft_lr, s, total);
             let m = self.trainer.sft_step(&batch, lr)?;
             append_line(&self.opts.out, SFT_METRICS, &m)?;
@@ -647,6 +648,27 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         self.trainer.reset_optimizer();
         Ok(())
     }
+}
+
+/// One shuffled pass over `sequences` in batches of `size` whose members have
+/// similar lengths (sorted within windows of 8 batches), so that little of
+/// each padded batch is padding; the batch order is shuffled too.
+fn length_buckets(
+    sequences: &[super::batch::RolloutSequence],
+    size: usize,
+    rng: &mut impl Rng,
+) -> Vec<Vec<usize>> {
+    let size = size.max(1);
+    let mut order: Vec<usize> = (0..sequences.len()).collect();
+    order.shuffle(rng);
+    let mut batches = Vec::new();
+    for window in order.chunks(size * 8) {
+        let mut w = window.to_vec();
+        w.sort_by_key(|&i| sequences[i].tokens.len());
+        batches.extend(w.chunks(size).map(<[usize]>::to_vec));
+    }
+    batches.shuffle(rng);
+    batches
 }
 
 /// Supervised learning rate: linear warmup over the first 5% of steps, then

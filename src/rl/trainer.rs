@@ -2,7 +2,7 @@
 //! small loop that stops on a non-finite loss and keeps the last good checkpoint.
 
 use super::adamw::{clip_scale, grad_norm, warmup_lr, AdamW, AdamWConfig};
-use super::batch::RolloutBatch;
+use super::batch::{RolloutBatch, RolloutSequence};
 use super::checkpoint::{self, RngState, Skipped, TrainerState, OPTIMIZER, WEIGHTS};
 use super::error::{Result, RlError};
 use super::metrics::{MetricsLog, StepMetrics};
@@ -148,10 +148,14 @@ impl Trainer {
         };
         let lr = warmup_lr(self.cfg.lr, self.step, self.cfg.warmup_steps);
         let mut parts: Vec<MinibatchStats> = Vec::new();
+        // Minibatches of similar lengths: padding wastes little, and attention
+        // cost grows with the square of the padded length.
+        let mut by_len: Vec<&RolloutSequence> = batch.sequences.iter().collect();
+        by_len.sort_by_key(|s| s.tokens.len());
         for _ in 0..self.cfg.ppo_epochs.max(1) {
-            for chunk in batch.sequences.chunks(size) {
+            for chunk in by_len.chunks(size) {
                 let mb = RolloutBatch {
-                    sequences: chunk.to_vec(),
+                    sequences: chunk.iter().map(|s| (*s).clone()).collect(),
                 };
                 if mb.agent_tokens() == 0 {
                     continue;
