@@ -17,6 +17,7 @@ pub mod model;
 pub mod sampling;
 pub mod tiny;
 pub mod tokenizer;
+pub mod train_ops;
 pub mod transformer;
 pub mod weights;
 
