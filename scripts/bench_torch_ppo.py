@@ -251,6 +251,7 @@ def main():
         "seconds_per_step": mean,
         "min_seconds_per_step": min(times) if times else float("nan"),
         "tokens_per_s": tokens / mean if mean > 0 else float("nan"),
+        "tokens_per_s_best": tokens / min(times) if times else float("nan"),
         "losses": losses,
         "policy_loss_first": first["policy_loss"],
         "value_loss_first": first["value_loss"],
@@ -283,7 +284,8 @@ def main():
         )
         print(
             f"  {mean:.3f} s/step (min {report['min_seconds_per_step']:.3f}) over {len(times)} "
-            f"steps after {args.warmup} warmup: {report['tokens_per_s']:.0f} tokens/s"
+            f"steps after {args.warmup} warmup: {report['tokens_per_s']:.0f} tokens/s "
+            f"(best step {report['tokens_per_s_best']:.0f})"
         )
         print(
             f"  first-step loss torch {losses[0]:.6f} (policy {first['policy_loss']:.6f}, "

@@ -91,6 +91,8 @@ pub struct PpoBench {
     pub min_seconds_per_step: f64,
     /// `tokens_per_step / seconds_per_step`.
     pub tokens_per_s: f64,
+    /// `tokens_per_step / min_seconds_per_step` (less sensitive to other load).
+    pub tokens_per_s_best: f64,
     /// Total loss (`policy + value_coef * value`) of every step, warmup included;
     /// the first is computed from the initial (dumped) weights.
     pub losses: Vec<f64>,
@@ -108,12 +110,13 @@ impl std::fmt::Display for PpoBench {
         )?;
         writeln!(
             f,
-            "  {:.3} s/step (min {:.3}) over {} steps after {} warmup: {:.0} tokens/s",
+            "  {:.3} s/step (min {:.3}) over {} steps after {} warmup: {:.0} tokens/s (best step {:.0})",
             self.seconds_per_step,
             self.min_seconds_per_step,
             self.timed_steps,
             self.warmup_steps,
-            self.tokens_per_s
+            self.tokens_per_s,
+            self.tokens_per_s_best
         )?;
         write!(
             f,
@@ -124,6 +127,10 @@ impl std::fmt::Display for PpoBench {
             self.grad_norm_first
         )
     }
+}
+
+fn report_min(times: &[f64]) -> f64 {
+    times.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// Write the initial weights, config, batch and training hyper-parameters to `dir`.
@@ -187,8 +194,9 @@ pub fn bench_ppo(
         warmup_steps: warmup,
         timed_steps: times.len(),
         seconds_per_step: mean,
-        min_seconds_per_step: times.iter().copied().fold(f64::INFINITY, f64::min),
+        min_seconds_per_step: report_min(&times),
         tokens_per_s: tokens as f64 / mean.max(1e-12),
+        tokens_per_s_best: tokens as f64 / report_min(&times).max(1e-12),
         losses,
         policy_loss_first: first.policy_loss,
         value_loss_first: first.value_loss,

@@ -264,9 +264,10 @@ impl Transformer {
             let h = train_ops::rms_norm(&x, &layer.input_layernorm, eps)?;
             x = (self.attention_train(layer, &h, &rope)? + &x)?;
             let h = train_ops::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
-            let gate = linear2d(&layer.gate_proj, &h)?.silu()?;
+            let gate = linear2d(&layer.gate_proj, &h)?;
             let up = linear2d(&layer.up_proj, &h)?;
-            x = (linear2d(&layer.down_proj, &(gate * up)?)? + &x)?;
+            let act = train_ops::swiglu(&gate, &up)?;
+            x = (linear2d(&layer.down_proj, &act)? + &x)?;
         }
         train_ops::rms_norm(&x, &self.norm, eps)
     }
