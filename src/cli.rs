@@ -33,7 +33,7 @@ pub enum Command {
     Eval(EvalArgs),
     /// Train a policy with PPO.
     Train(TrainArgs),
-    /// Benchmarks: sandbox, rollout, import, tui.
+    /// Benchmarks: sandbox, rollout, import, tui, ppo.
     Bench(BenchArgs),
     /// Sandbox backends.
     #[command(subcommand)]
@@ -312,11 +312,43 @@ pub struct TrainArgs {
 pub struct BenchArgs {
     #[arg(value_enum)]
     pub what: BenchTarget,
-    /// How many items (tasks to import, runs, ...); each bench has a default.
+    /// How many items (tasks to import, runs, timed PPO steps, ...); each bench has a default.
     #[arg(long)]
     pub n: Option<usize>,
     #[arg(long)]
     pub json: bool,
+    /// `ppo`: model size (`1m` or `10m` parameters).
+    #[arg(long, value_enum, default_value_t = PpoSize::M1)]
+    pub size: PpoSize,
+    /// `ppo`: untimed steps before the timed ones.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// `ppo`: write the initial model (`config.json`, `model.safetensors`), the
+    /// batch (`batch.json`), the hyper-parameters (`train.json`) and the result
+    /// (`candle.json`) to this directory, for `scripts/bench_torch_ppo.py`.
+    #[arg(long)]
+    pub dump: Option<PathBuf>,
+}
+
+/// Model size of `endless bench ppo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PpoSize {
+    /// ~1M parameters (hidden 128, 4 layers, vocab 512).
+    #[value(name = "1m")]
+    M1,
+    /// ~10M parameters (hidden 256, 10 layers, vocab 8192).
+    #[value(name = "10m")]
+    M10,
+}
+
+impl PpoSize {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PpoSize::M1 => "1m",
+            PpoSize::M10 => "10m",
+        }
+    }
 }
 
 /// What `endless bench` measures.
@@ -326,6 +358,8 @@ pub enum BenchTarget {
     Sandbox,
     Rollout,
     Tui,
+    /// PPO update throughput of the candle trainer (see `scripts/bench_ppo.sh`).
+    Ppo,
 }
 
 /// `endless sandbox ...`

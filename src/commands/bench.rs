@@ -53,6 +53,20 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchTarget::Ppo => {
+            let report = super::bench_ppo::bench_ppo(
+                args.size,
+                args.warmup,
+                args.n.unwrap_or(5),
+                args.dump.as_deref(),
+            )?;
+            if args.json {
+                print_json(&report)?;
+            } else {
+                println!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchTarget::Rollout => {
             let backend: std::sync::Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
             let work = tempfile::tempdir()?;

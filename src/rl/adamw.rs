@@ -3,7 +3,7 @@
 
 use super::error::{Result, RlError};
 use candle_core::backprop::GradStore;
-use candle_core::{Tensor, Var};
+use candle_core::{DType, Tensor, Var};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -98,10 +98,15 @@ impl AdamW {
         let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
         let bc1 = 1.0 - b1.powi(t);
         let bc2 = 1.0 - b2.powi(t);
-        for (name, var) in &self.vars {
+        let vars = self.vars.clone();
+        for (name, var) in &vars {
             let Some(g) = grads.get(var.as_tensor()) else {
                 continue;
             };
+            if var.device().is_cpu() && var.dtype() == DType::F32 && g.dtype() == DType::F32 {
+                self.step_fused(name, var, g, lr, grad_scale, bc1, bc2)?;
+                continue;
+            }
             let g = (g * grad_scale)?;
             let m = match self.m.get(name) {
                 Some(m) => ((m * b1)? + (&g * (1.0 - b1))?)?,
@@ -120,6 +125,68 @@ impl AdamW {
             self.m.insert(name.clone(), m);
             self.v.insert(name.clone(), v);
         }
+        Ok(())
+    }
+
+    /// One variable's update in a single pass over f32 CPU memory (the same
+    /// arithmetic as the tensor-op path below, without a dozen temporaries).
+    #[allow(clippy::too_many_arguments)]
+    fn step_fused(
+        &mut self,
+        name: &str,
+        var: &Var,
+        g: &Tensor,
+        lr: f64,
+        grad_scale: f64,
+        bc1: f64,
+        bc2: f64,
+    ) -> Result<()> {
+        let shape = var.shape().clone();
+        let dev = var.device().clone();
+        let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
+        let g = vec(g)?;
+        let mut w = vec(var.as_tensor())?;
+        let n = w.len();
+        let mut m = match self.m.get(name) {
+            Some(t) => vec(t)?,
+            None => vec![0.0; n],
+        };
+        let mut v = match self.v.get(name) {
+            Some(t) => vec(t)?,
+            None => vec![0.0; n],
+        };
+        let c = self.cfg;
+        let (b1, b2, gs) = (c.beta1 as f32, c.beta2 as f32, grad_scale as f32);
+        let (inv_bc1, inv_bc2) = (1.0 / bc1 as f32, 1.0 / bc2 as f32);
+        let (eps, lr32) = (c.eps as f32, lr as f32);
+        let decay = (1.0 - lr * c.weight_decay) as f32;
+        let update = |(((w, m), v), g): (((&mut f32, &mut f32), &mut f32), &f32)| {
+            let g = g * gs;
+            *m = b1 * *m + (1.0 - b1) * g;
+            *v = b2 * *v + (1.0 - b2) * g * g;
+            let u = (*m * inv_bc1) / ((*v * inv_bc2).sqrt() + eps);
+            *w = *w * decay - lr32 * u;
+        };
+        if n >= 1 << 16 {
+            use rayon::prelude::*;
+            w.par_iter_mut()
+                .zip(m.par_iter_mut())
+                .zip(v.par_iter_mut())
+                .zip(g.par_iter())
+                .with_min_len(1 << 14)
+                .for_each(update);
+        } else {
+            w.iter_mut()
+                .zip(m.iter_mut())
+                .zip(v.iter_mut())
+                .zip(g.iter())
+                .for_each(update);
+        }
+        var.set(&Tensor::from_vec(w, shape.clone(), &dev)?)?;
+        self.m
+            .insert(name.to_string(), Tensor::from_vec(m, shape.clone(), &dev)?);
+        self.v
+            .insert(name.to_string(), Tensor::from_vec(v, shape, &dev)?);
         Ok(())
     }
 
@@ -212,6 +279,59 @@ mod tests {
         other.load_state(state, opt.steps()).unwrap();
         assert_eq!(other.steps(), 1);
         assert_eq!(warmup_lr(1.0, 0, 4), 0.25);
+    }
+
+    /// The fused f32 CPU update and the tensor-op update (taken here by f64) agree.
+    #[test]
+    fn fused_update_matches_tensor_ops() {
+        let init: Vec<f32> = (0..300)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let w32 = Var::from_vec(init.clone(), 300, &Device::Cpu).unwrap();
+        let w64 = Var::from_tensor(
+            &Tensor::from_vec(init, 300, &Device::Cpu)
+                .unwrap()
+                .to_dtype(candle_core::DType::F64)
+                .unwrap(),
+        )
+        .unwrap();
+        let cfg = AdamWConfig {
+            weight_decay: 0.05,
+            ..Default::default()
+        };
+        let mut o32 = AdamW::new(vec![("w".into(), w32.clone())], cfg);
+        let mut o64 = AdamW::new(vec![("w".into(), w64.clone())], cfg);
+        for step in 0..4 {
+            // loss = sum(w^3) / 3 -> grad = w^2, different at each step.
+            let g32 = (w32.as_tensor().sqr().unwrap() * w32.as_tensor())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                / 3.0;
+            let g64 = (w64.as_tensor().sqr().unwrap() * w64.as_tensor())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                / 3.0;
+            let (g32, g64) = (
+                g32.unwrap().backward().unwrap(),
+                g64.unwrap().backward().unwrap(),
+            );
+            o32.step(&g32, 0.01, 0.5 + step as f64 * 0.1).unwrap();
+            o64.step(&g64, 0.01, 0.5 + step as f64 * 0.1).unwrap();
+        }
+        let a = w32.as_tensor().to_vec1::<f32>().unwrap();
+        let b = w64
+            .as_tensor()
+            .to_dtype(candle_core::DType::F32)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+        let m = &o32.state_tensors()["m.w"];
+        assert_eq!(m.dims(), &[300]);
         assert_eq!(warmup_lr(1.0, 9, 4), 1.0);
     }
 }

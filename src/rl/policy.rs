@@ -3,6 +3,7 @@
 
 use super::error::{Result, RlError};
 use crate::llm::local::config::ModelConfig;
+use crate::llm::local::dequant::dequantize_gguf;
 use crate::llm::local::tiny::reinit_seeded;
 use crate::llm::local::transformer::weight_shapes;
 use crate::llm::local::weights::{load_into_varmap, weight_files};
@@ -77,12 +78,29 @@ impl Policy {
         })
     }
 
-    /// Placeholder until GGUF dequantisation lands (replaced on merge).
-    pub fn from_gguf(path: &Path, _device: &Device) -> Result<Self> {
-        Err(RlError::Batch(format!(
-            "{}: training from GGUF is not merged yet",
-            path.display()
-        )))
+    /// Load a GGUF file for training: every weight dequantised to f32 (llama's
+    /// rotary row permutation undone), the configuration from the GGUF
+    /// metadata, the tokenizer from its vocabulary; the value head starts at zero.
+    pub fn from_gguf(path: &Path, device: &Device) -> Result<Self> {
+        let dense = dequantize_gguf(path, device)?;
+        let varmap = VarMap::new();
+        {
+            let mut data = varmap.data().lock().map_err(|_| {
+                RlError::Model(LocalError::Generation("var map lock poisoned".into()))
+            })?;
+            for (name, t) in dense.tensors {
+                data.insert(name, Var::from_tensor(&t)?);
+            }
+        }
+        let vb = VarBuilder::from_varmap(&varmap, DType::F32, device);
+        let model = Transformer::new(&dense.config, vb)?;
+        let value_head = add_value_head(&varmap, &dense.config, device)?;
+        Ok(Self {
+            varmap,
+            model,
+            value_head,
+            tokenizer: Some(dense.tokenizer),
+        })
     }
 
     /// Attach a tokenizer (for sampling through [`crate::llm::local::LocalModel`]).

@@ -1,5 +1,6 @@
 //! Local models run in-process with candle: Qwen2 / Qwen2.5 / Qwen3 / Llama
-//! from Hugging Face-style directories (safetensors), or GGUF files.
+//! from Hugging Face-style directories (safetensors), or GGUF files (run
+//! quantized, or dequantised to f32 for training by [`dequant`]).
 //!
 //! [`LocalModel::generate`] applies the chat template, samples with a KV cache
 //! and records each sampled token's log-probability (for PPO).
@@ -8,6 +9,7 @@
 pub mod chat;
 pub mod chat_template;
 pub mod config;
+pub mod dequant;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
@@ -15,6 +17,7 @@ pub mod model;
 pub mod sampling;
 pub mod tiny;
 pub mod tokenizer;
+pub mod train_ops;
 pub mod transformer;
 pub mod weights;
 

@@ -5,11 +5,14 @@
 //! `rope`) that have no backward pass, so a model built from a `VarMap` only
 //! gets gradients for the embedding and the head. This module runs either
 //! path over the same weights:
-//! - [`Transformer::hidden_states`]: differentiable ops only (`rope_slow`,
-//!   `ops::softmax`, a composed RMS norm), whole sequences, causal mask;
+//! - [`Transformer::hidden_states`]: differentiable ops only (the fused CPU
+//!   kernels with backward passes of [`super::train_ops`], or `rope_slow`,
+//!   `ops::softmax` and a composed RMS norm elsewhere), whole sequences,
+//!   causal mask;
 //! - [`Transformer::forward_cached`]: fused ops plus a [`KvCache`], for sampling.
 
 use super::config::{Arch, ModelConfig};
+use super::train_ops::{self, Rope};
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Embedding, Init, Linear, VarBuilder};
 
@@ -242,7 +245,72 @@ impl Transformer {
         }
     }
 
+    /// The training forward pass with the fused differentiable kernels of
+    /// [`super::train_ops`] (one pass each for RMS norm, rope and the causal
+    /// softmax; grouped-query attention without copying key/value heads;
+    /// projections as single 2-D matrix products).
+    fn run_train(&self, ids: &Tensor) -> Result<Tensor> {
+        let (_b, t) = ids.dims2()?;
+        if t > self.cos.dim(0)? {
+            candle_core::bail!(
+                "sequence of {t} positions exceeds the rope table ({} positions)",
+                self.cos.dim(0)?
+            );
+        }
+        let rope = Rope::new(&self.cos.narrow(0, 0, t)?, &self.sin.narrow(0, 0, t)?)?;
+        let eps = self.cfg.rms_norm_eps;
+        let mut x = self.embed_tokens.forward(ids)?;
+        for layer in &self.layers {
+            let h = train_ops::rms_norm(&x, &layer.input_layernorm, eps)?;
+            x = (self.attention_train(layer, &h, &rope)? + &x)?;
+            let h = train_ops::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
+            let gate = linear2d(&layer.gate_proj, &h)?;
+            let up = linear2d(&layer.up_proj, &h)?;
+            let act = train_ops::swiglu(&gate, &up)?;
+            x = (linear2d(&layer.down_proj, &act)? + &x)?;
+        }
+        train_ops::rms_norm(&x, &self.norm, eps)
+    }
+
+    fn attention_train(&self, layer: &Layer, x: &Tensor, rope: &Rope) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim,
+        );
+        let eps = self.cfg.rms_norm_eps;
+        let mut q = linear2d(&layer.q_proj, x)?.reshape((b, t, nh, hd))?;
+        let mut k = linear2d(&layer.k_proj, x)?.reshape((b, t, nkv, hd))?;
+        let v = linear2d(&layer.v_proj, x)?.reshape((b, t, nkv, hd))?;
+        if let Some(w) = &layer.q_norm {
+            q = train_ops::rms_norm(&q, w, eps)?;
+        }
+        if let Some(w) = &layer.k_norm {
+            k = train_ops::rms_norm(&k, w, eps)?;
+        }
+        let q = rope.apply(&q.transpose(1, 2)?)?;
+        let k = rope.apply(&k.transpose(1, 2)?)?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        // Query heads of one key/value group are adjacent: view them as one
+        // taller matrix per group instead of repeating keys and values.
+        let groups = nh / nkv;
+        let q = q.reshape((b, nkv, groups * t, hd))?;
+        let att = q.matmul(&k.t()?)?;
+        let att = train_ops::causal_softmax(&att, 1.0 / (hd as f64).sqrt(), t, 0)?;
+        let out = att
+            .matmul(&v)?
+            .reshape((b, nh, t, hd))?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b, t, nh * hd))?;
+        linear2d(&layer.o_proj, &out)
+    }
+
     fn run(&self, ids: &Tensor, mut cache: Option<&mut KvCache>, fused: bool) -> Result<Tensor> {
+        if !fused && cache.is_none() && fused_train_ops() {
+            return self.run_train(ids);
+        }
         let (_b, t) = ids.dims2()?;
         let offset = cache.as_ref().map(|c| c.len).unwrap_or(0);
         if offset + t > self.cos.dim(0)? {
@@ -358,6 +426,30 @@ impl Transformer {
             .reshape((b, t, nh * hd))?;
         Ok((layer.o_proj.forward(&out)?, kv))
     }
+}
+
+/// Whether the training path uses [`super::train_ops`] (the default); set
+/// `ENDLESS_COMPOSED_TRAIN_OPS=1` to run it with candle's composed ops instead,
+/// to compare speed or check the kernels.
+fn fused_train_ops() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("ENDLESS_COMPOSED_TRAIN_OPS").is_none())
+}
+
+/// A linear layer on `(.., in)` as one 2-D matrix product (candle's `Linear`
+/// broadcasts the weight over the batch, whose backward pass then runs one
+/// product per batch element and sums them).
+fn linear2d(l: &Linear, x: &Tensor) -> Result<Tensor> {
+    let mut dims = x.dims().to_vec();
+    let in_dim = dims.pop().unwrap_or(1);
+    let rows = x.elem_count() / in_dim.max(1);
+    let y = x.reshape((rows, in_dim))?.matmul(&l.weight().t()?)?;
+    let y = match l.bias() {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    dims.push(y.dim(1)?);
+    y.reshape(dims)
 }
 
 /// Repeat key/value heads for grouped-query attention (differentiable).

@@ -1,0 +1,606 @@
+//! Fused CPU kernels with backward passes, for the training path of
+//! [`super::Transformer`].
+//!
+//! candle's fused `softmax_last_dim`, `rms_norm` and `rope` have no backward
+//! pass, and their composed equivalents cost several full passes over memory
+//! (and build large graphs): the causal-mask add and the softmax of the
+//! attention scores dominated a PPO step. `swiglu` fuses the MLP's
+//! `silu(gate) * up`, whose composed backward takes about ten passes. These ops run one pass forward and
+//! one backward, on f32 CPU tensors; anything else (another dtype, a GPU)
+//! takes the composed, differentiable path.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape};
+use candle_core::{Tensor, D};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Rows per rayon task: below this much work, threads cost more than they save.
+const MIN_PAR_ELEMS: usize = 16 * 1024;
+
+fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    let all = s.as_slice::<f32>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&all[a..b]),
+        None => candle_core::bail!("fused training op: input must be contiguous"),
+    }
+}
+
+fn fused_ok(xs: &[&Tensor]) -> bool {
+    xs.iter()
+        .all(|x| x.device().is_cpu() && x.dtype() == DType::F32)
+}
+
+/// Apply `f(row_index, row_out)` to each `n`-long row of `out`, in parallel when large.
+fn rows_mut(out: &mut [f32], n: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if out.len() >= 2 * MIN_PAR_ELEMS {
+        let per = (MIN_PAR_ELEMS / n.max(1)).max(1);
+        out.par_chunks_mut(n)
+            .with_min_len(per)
+            .enumerate()
+            .for_each(|(i, r)| f(i, r));
+    } else {
+        out.chunks_mut(n).enumerate().for_each(|(i, r)| f(i, r));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Causal softmax of attention scores.
+
+/// `e^x` for `x <= 0` (softmax after subtracting the maximum), written so that
+/// the compiler vectorises it: `2^k * e^r` with `|r| <= ln 2 / 2` and a
+/// degree-6 Taylor polynomial (relative error below 2e-7); 0 below -87.
+#[inline(always)]
+fn exp_nonpositive(x_in: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Round to nearest through the float mantissa (1.5 * 2^23).
+    const MAGIC: f32 = 12_582_912.0;
+    let under = x_in < -87.0;
+    let x = x_in.max(-87.0);
+    let k = (x * LOG2E + MAGIC) - MAGIC;
+    let r = x - k * LN2_HI - k * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let scale = f32::from_bits(((k as i32 + 127) << 23) as u32);
+    if x_in.is_nan() {
+        // Keep NaN visible (the trainer stops on a non-finite loss).
+        f32::NAN
+    } else if under {
+        0.0
+    } else {
+        p * scale
+    }
+}
+
+/// Sum with eight independent accumulators (vectorisable).
+fn lane_sum(v: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = v.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `softmax(scale * x)` over the last dimension (keys) with a causal mask: the
+/// query of row `r` sits at position `r % queries + offset` and sees keys up to
+/// that position. Masked entries are 0.
+struct CausalSoftmax {
+    scale: f32,
+    queries: usize,
+    offset: usize,
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s, l)?;
+        let n = l.dims().last().copied().unwrap_or(1);
+        let mut out = vec![0f32; x.len()];
+        let (scale, q, off) = (self.scale, self.queries, self.offset);
+        rows_mut(&mut out, n, |r, y| {
+            let xr = &x[r * n..(r + 1) * n];
+            let upto = ((r % q) + off + 1).min(n);
+            let mut max = f32::NEG_INFINITY;
+            for &v in &xr[..upto] {
+                max = max.max(v * scale);
+            }
+            for (o, &v) in y[..upto].iter_mut().zip(&xr[..upto]) {
+                *o = exp_nonpositive(v * scale - max);
+            }
+            let inv = 1.0 / lane_sum(&y[..upto]);
+            for o in &mut y[..upto] {
+                *o *= inv;
+            }
+        });
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let g = grad.contiguous()?;
+        Ok(Some(res.apply_op2_no_bwd(
+            &g,
+            &SoftmaxBackward { scale: self.scale },
+        )?))
+    }
+}
+
+/// `scale * y * (g - sum(g * y))` per row.
+struct SoftmaxBackward {
+    scale: f32,
+}
+
+impl CustomOp2 for SoftmaxBackward {
+    fn name(&self) -> &'static str {
+        "softmax-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (y, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        let n = l1.dims().last().copied().unwrap_or(1);
+        let mut out = vec![0f32; y.len()];
+        let scale = self.scale;
+        rows_mut(&mut out, n, |r, o| {
+            let (yr, gr) = (&y[r * n..(r + 1) * n], &g[r * n..(r + 1) * n]);
+            let dot: f32 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+            for ((o, &yv), &gv) in o.iter_mut().zip(yr).zip(gr) {
+                *o = scale * yv * (gv - dot);
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// Differentiable `softmax(scale * x + causal mask)` over the last dimension of
+/// attention scores `(.., rows, keys)`; row `r` is the query at position
+/// `r % queries + offset`.
+pub fn causal_softmax(x: &Tensor, scale: f64, queries: usize, offset: usize) -> Result<Tensor> {
+    let keys = x.dim(D::Minus1)?;
+    if fused_ok(&[x]) {
+        return x.contiguous()?.apply_op1(CausalSoftmax {
+            scale: scale as f32,
+            queries,
+            offset,
+        });
+    }
+    let rows = x.elem_count() / keys;
+    let mask: Vec<f32> = (0..rows)
+        .flat_map(|r| {
+            let pos = r % queries + offset;
+            (0..keys).map(move |j| if j > pos { f32::NEG_INFINITY } else { 0.0 })
+        })
+        .collect();
+    let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+    candle_nn::ops::softmax(&((x * scale)? + mask)?, D::Minus1)
+}
+
+// ---------------------------------------------------------------------------
+// RMS norm.
+
+struct RmsNorm {
+    eps: f32,
+}
+
+fn inv_rms(row: &[f32], eps: f32) -> f32 {
+    let ms = row.iter().map(|v| v * v).sum::<f32>() / row.len() as f32;
+    1.0 / (ms + eps).sqrt()
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "rms-norm-train"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, w) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        let n = w.len();
+        let mut out = vec![0f32; x.len()];
+        rows_mut(&mut out, n, |r, y| {
+            let xr = &x[r * n..(r + 1) * n];
+            let inv = inv_rms(xr, self.eps);
+            for ((o, &xv), &wv) in y.iter_mut().zip(xr).zip(w) {
+                *o = xv * inv * wv;
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = grad.contiguous()?;
+        let gx = x.apply_op3_no_bwd(w, &g, &RmsNormBackwardX { eps: self.eps })?;
+        let gw = x.apply_op2_no_bwd(&g, &RmsNormBackwardW { eps: self.eps })?;
+        Ok((Some(gx), Some(gw)))
+    }
+}
+
+/// `dx = r * (g w) - x r^3 mean((g w) x)` per row, `r = 1 / rms(x)`.
+struct RmsNormBackwardX {
+    eps: f32,
+}
+
+impl CustomOp3 for RmsNormBackwardX {
+    fn name(&self) -> &'static str {
+        "rms-norm-backward-x"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, w, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+        let n = w.len();
+        let mut out = vec![0f32; x.len()];
+        rows_mut(&mut out, n, |r, o| {
+            let (xr, gr) = (&x[r * n..(r + 1) * n], &g[r * n..(r + 1) * n]);
+            let inv = inv_rms(xr, self.eps);
+            let dot: f32 = xr.iter().zip(gr).zip(w).map(|((a, b), c)| a * b * c).sum();
+            let k = inv * inv * inv * dot / n as f32;
+            for (((o, &xv), &gv), &wv) in o.iter_mut().zip(xr).zip(gr).zip(w) {
+                *o = inv * gv * wv - xv * k;
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// `dw = sum over rows of g x r`.
+struct RmsNormBackwardW {
+    eps: f32,
+}
+
+impl CustomOp2 for RmsNormBackwardW {
+    fn name(&self) -> &'static str {
+        "rms-norm-backward-w"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, g) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        let n = l1.dims().last().copied().unwrap_or(1);
+        let mut acc = vec![0f32; n];
+        for (xr, gr) in x.chunks(n).zip(g.chunks(n)) {
+            let inv = inv_rms(xr, self.eps);
+            for ((a, &xv), &gv) in acc.iter_mut().zip(xr).zip(gr) {
+                *a += gv * xv * inv;
+            }
+        }
+        Ok((CpuStorage::F32(acc), Shape::from(n)))
+    }
+}
+
+/// Differentiable RMS norm over the last dimension, weight `w`.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    if fused_ok(&[x, w]) && w.rank() == 1 {
+        return x
+            .contiguous()?
+            .apply_op2(&w.contiguous()?, RmsNorm { eps: eps as f32 });
+    }
+    candle_nn::ops::rms_norm_slow(x, w, eps as f32)
+}
+
+// ---------------------------------------------------------------------------
+// SwiGLU.
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `silu(gate) * up`.
+struct SwiGlu;
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (g, u) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?);
+        if g.len() != u.len() {
+            candle_core::bail!("swiglu: shapes {:?} and {:?} differ", l1.dims(), l2.dims());
+        }
+        let n = l1.dims().last().copied().unwrap_or(1);
+        let mut out = vec![0f32; g.len()];
+        rows_mut(&mut out, n, |r, o| {
+            let (gr, ur) = (&g[r * n..(r + 1) * n], &u[r * n..(r + 1) * n]);
+            for ((o, &gv), &uv) in o.iter_mut().zip(gr).zip(ur) {
+                *o = gv * sigmoid(gv) * uv;
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let dy = grad.contiguous()?;
+        let d_gate = gate.apply_op3_no_bwd(up, &dy, &SwiGluBackward { wrt_gate: true })?;
+        let d_up = gate.apply_op3_no_bwd(up, &dy, &SwiGluBackward { wrt_gate: false })?;
+        Ok((Some(d_gate), Some(d_up)))
+    }
+}
+
+/// `d gate = dy * up * silu'(gate)` or `d up = dy * silu(gate)`.
+struct SwiGluBackward {
+    wrt_gate: bool,
+}
+
+impl CustomOp3 for SwiGluBackward {
+    fn name(&self) -> &'static str {
+        "swiglu-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (g, u, dy) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+        let n = l1.dims().last().copied().unwrap_or(1);
+        let mut out = vec![0f32; g.len()];
+        let wrt_gate = self.wrt_gate;
+        rows_mut(&mut out, n, |r, o| {
+            let span = r * n..(r + 1) * n;
+            let (gr, ur, dr) = (&g[span.clone()], &u[span.clone()], &dy[span]);
+            for (((o, &gv), &uv), &dv) in o.iter_mut().zip(gr).zip(ur).zip(dr) {
+                let s = sigmoid(gv);
+                *o = if wrt_gate {
+                    dv * uv * s * (1.0 + gv * (1.0 - s))
+                } else {
+                    dv * gv * s
+                };
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// Differentiable `silu(gate) * up` (the SwiGLU of the MLP).
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if fused_ok(&[gate, up]) && gate.dims() == up.dims() {
+        return gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu);
+    }
+    gate.silu()? * up
+}
+
+// ---------------------------------------------------------------------------
+// Rotary embeddings (Hugging Face layout: halves, not interleaved).
+
+/// Rotary tables for `positions` positions: `cos`, `sin` of shape `(positions, head_dim / 2)`.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    cos: Arc<Vec<f32>>,
+    sin: Arc<Vec<f32>>,
+    half: usize,
+    /// Rotate by minus the angle (the backward pass).
+    inverse: bool,
+}
+
+impl Rope {
+    /// Tables from `cos`, `sin` `(positions, head_dim / 2)` (f32 CPU copies).
+    pub fn new(cos: &Tensor, sin: &Tensor) -> Result<Self> {
+        let (_, half) = cos.dims2()?;
+        let flat = |t: &Tensor| -> Result<Arc<Vec<f32>>> {
+            Ok(Arc::new(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?))
+        };
+        Ok(Self {
+            cos: flat(cos)?,
+            sin: flat(sin)?,
+            half,
+            inverse: false,
+        })
+    }
+
+    fn positions(&self) -> usize {
+        self.cos.len() / self.half.max(1)
+    }
+
+    /// Differentiable rope of `x` `(batch, heads, time, head_dim)`, positions `0..time`.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let (_, _, t, d) = x.dims4()?;
+        if d != 2 * self.half || t > self.positions() {
+            candle_core::bail!(
+                "rope: input {:?} does not fit tables of {} positions x {}",
+                x.dims(),
+                self.positions(),
+                self.half
+            );
+        }
+        if fused_ok(&[x]) {
+            return x.contiguous()?.apply_op1(self.clone());
+        }
+        let dev = x.device();
+        let table = |v: &Arc<Vec<f32>>| -> Result<Tensor> {
+            Tensor::from_slice(&v[..t * self.half], (t, self.half), dev)?.to_dtype(x.dtype())
+        };
+        candle_nn::rotary_emb::rope_slow(x, &table(&self.cos)?, &table(&self.sin)?)
+    }
+}
+
+impl CustomOp1 for Rope {
+    fn name(&self) -> &'static str {
+        "rope-train"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s, l)?;
+        let dims = l.dims();
+        let (t, d) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+        let h = self.half;
+        let sign = if self.inverse { -1.0 } else { 1.0 };
+        let mut out = vec![0f32; x.len()];
+        rows_mut(&mut out, d, |r, o| {
+            let xr = &x[r * d..(r + 1) * d];
+            let p = r % t;
+            let (c, s) = (&self.cos[p * h..(p + 1) * h], &self.sin[p * h..(p + 1) * h]);
+            for i in 0..h {
+                let (x1, x2) = (xr[i], xr[i + h]);
+                let (ci, si) = (c[i], sign * s[i]);
+                o[i] = x1 * ci - x2 * si;
+                o[i + h] = x1 * si + x2 * ci;
+            }
+        });
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        // A rotation: its transpose rotates by the opposite angle.
+        let inv = Self {
+            inverse: !self.inverse,
+            ..self.clone()
+        };
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&inv)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn close(a: &Tensor, b: &Tensor, tol: f32) {
+        let d = (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(d < tol, "max |diff| {d}");
+    }
+
+    #[test]
+    fn fast_exp_is_accurate() {
+        for i in 0..=20_000 {
+            let x = -(i as f32) * 0.005;
+            let (got, want) = (exp_nonpositive(x), x.exp());
+            assert!(
+                (got - want).abs() <= 3e-7 * want + 1e-30,
+                "exp({x}): {got} vs {want}"
+            );
+        }
+        assert_eq!(exp_nonpositive(-200.0), 0.0);
+        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert!(exp_nonpositive(f32::NAN).is_nan());
+        assert_eq!(lane_sum(&[1.0; 19]), 19.0);
+    }
+
+    /// Values and gradients of the fused ops equal those of the composed ops.
+    #[test]
+    fn fused_ops_match_composed_ops_and_their_gradients() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 3, 5, 8), &dev).unwrap()).unwrap();
+        let w = Var::from_tensor(&Tensor::randn(1f32, 0.3, 8, &dev).unwrap()).unwrap();
+        let probe = Tensor::randn(0f32, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let grads = |y: Tensor| (y * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+
+        // RMS norm.
+        let fused = rms_norm(x.as_tensor(), w.as_tensor(), 1e-6).unwrap();
+        let slow = candle_nn::ops::rms_norm_slow(x.as_tensor(), w.as_tensor(), 1e-6).unwrap();
+        close(&fused, &slow, 1e-5);
+        let (gf, gs) = (grads(fused), grads(slow));
+        close(gf.get(&x).unwrap(), gs.get(&x).unwrap(), 1e-4);
+        close(gf.get(&w).unwrap(), gs.get(&w).unwrap(), 1e-4);
+
+        // Rope.
+        let pos = Tensor::arange(0f32, 5.0, &dev)
+            .unwrap()
+            .reshape((5, 1))
+            .unwrap();
+        let inv = Tensor::new(&[1.0f32, 0.3, 0.1, 0.01], &dev)
+            .unwrap()
+            .reshape((1, 4))
+            .unwrap();
+        let freqs = pos.matmul(&inv).unwrap();
+        let (cos, sin) = (freqs.cos().unwrap(), freqs.sin().unwrap());
+        let rope = Rope::new(&cos, &sin).unwrap();
+        let fused = rope.apply(x.as_tensor()).unwrap();
+        let slow = candle_nn::rotary_emb::rope_slow(x.as_tensor(), &cos, &sin).unwrap();
+        close(&fused, &slow, 1e-5);
+        let (gf, gs) = (grads(fused), grads(slow));
+        close(gf.get(&x).unwrap(), gs.get(&x).unwrap(), 1e-5);
+
+        // SwiGLU.
+        let up = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 3, 5, 8), &dev).unwrap()).unwrap();
+        let fused = swiglu(x.as_tensor(), up.as_tensor()).unwrap();
+        let slow = (x.as_tensor().silu().unwrap() * up.as_tensor()).unwrap();
+        close(&fused, &slow, 1e-5);
+        let (gf, gs) = (grads(fused), grads(slow));
+        close(gf.get(&x).unwrap(), gs.get(&x).unwrap(), 1e-5);
+        close(gf.get(&up).unwrap(), gs.get(&up).unwrap(), 1e-5);
+
+        // Causal softmax: rows are (head, query) pairs over 5 queries; keys = 8
+        // with an offset of 3 cached positions.
+        let scale = 0.35;
+        let fused = causal_softmax(x.as_tensor(), scale, 5, 3).unwrap();
+        let mask: Vec<f32> = (0..5)
+            .flat_map(|i| (0..8).map(move |j| if j > i + 3 { f32::NEG_INFINITY } else { 0.0 }))
+            .collect();
+        let mask = Tensor::from_vec(mask, (5, 8), &dev).unwrap();
+        let slow = candle_nn::ops::softmax(
+            &(x.as_tensor() * scale)
+                .unwrap()
+                .broadcast_add(&mask)
+                .unwrap(),
+            D::Minus1,
+        )
+        .unwrap();
+        close(&fused, &slow, 1e-6);
+        let (gf, gs) = (grads(fused), grads(slow));
+        close(gf.get(&x).unwrap(), gs.get(&x).unwrap(), 1e-5);
+    }
+}
