@@ -7,42 +7,17 @@
 
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion};
-use endless::llm::local::tiny::{tiny_config, train_tokenizer};
+use endless::cli::PpoSize;
+use endless::commands::bench_ppo::{ppo_model_config, synthetic_batch as batch};
+use endless::llm::local::tiny::train_tokenizer;
 use endless::llm::local::{
-    Arch, ChatTokenizer, LocalModel, ModelConfig, Sampler, SamplingConfig, TemplateMessage,
+    ChatTokenizer, LocalModel, ModelConfig, Sampler, SamplingConfig, TemplateMessage,
 };
-use endless::rl::{Policy, RolloutBatch, RolloutSequence, TrainConfig, Trainer};
+use endless::rl::{Policy, TrainConfig, Trainer};
 use std::path::PathBuf;
 
 fn one_million() -> ModelConfig {
-    let mut cfg = tiny_config(Arch::Qwen2, 512);
-    cfg.hidden_size = 128;
-    cfg.intermediate_size = 384;
-    cfg.num_hidden_layers = 4;
-    cfg.num_attention_heads = 4;
-    cfg.num_key_value_heads = 2;
-    cfg.head_dim = 32;
-    cfg
-}
-
-fn batch(n: usize, len: usize) -> RolloutBatch {
-    let sequences = (0..n)
-        .map(|i| {
-            let tokens: Vec<u32> = (0..len)
-                .map(|j| ((i * 131 + j * 17) % 509) as u32 + 3)
-                .collect();
-            RolloutSequence {
-                agent_mask: (0..len)
-                    .map(|j| j >= len / 4 && (j / 32) % 2 == 0)
-                    .collect(),
-                old_logprobs: vec![-6.2; len],
-                tokens,
-                reward: (i % 2) as f32,
-                passed: i % 2 == 1,
-            }
-        })
-        .collect();
-    RolloutBatch { sequences }
+    ppo_model_config(PpoSize::M1)
 }
 
 fn ppo_step(c: &mut Criterion) {

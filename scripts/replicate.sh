@@ -37,5 +37,5 @@ mkdir -p "$WS"
     --dev '*9-c*' --eval-samples "$EVAL_SAMPLES" \
     --steps 100000 --minutes "$MINUTES" \
     --samples 16 --tasks-per-step 1 --max-turns "$MAX_TURNS" --max-tokens 192 \
-    --concurrency 4 --checkpoint-every 10 --seed "$SEED" \
+    --minibatch "${MINIBATCH:-4}" --concurrency 4 --checkpoint-every 10 --seed "$SEED" \
     --out "$WS/checkpoints/replication"

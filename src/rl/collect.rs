@@ -41,6 +41,41 @@ fn rollout_error(e: crate::agent::RolloutError) -> RlError {
     RlError::Batch(format!("rollouts failed: {e}"))
 }
 
+/// Run the rollouts on `rt`, calling `on_done(finished, total)` as episodes
+/// finish (resumed ones included).
+fn drive<P: SandboxProvider>(
+    rt: &tokio::runtime::Runtime,
+    config: RolloutConfig,
+    tasks: Vec<Task>,
+    policy: PolicyFactory,
+    provider: Arc<P>,
+    total: usize,
+    on_done: &mut dyn FnMut(usize, usize),
+) -> std::result::Result<crate::agent::RunSummary, crate::agent::RolloutError> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    rt.block_on(async {
+        let run = run_rollouts(config, tasks, policy, provider, Some(tx));
+        tokio::pin!(run);
+        let mut done = 0;
+        loop {
+            tokio::select! {
+                summary = &mut run => break summary,
+                Some(ev) = rx.recv() => match ev {
+                    RolloutEvent::Planned { finished, .. } => {
+                        done = finished;
+                        on_done(done, total);
+                    }
+                    RolloutEvent::Finished { .. } => {
+                        done += 1;
+                        on_done(done, total);
+                    }
+                    _ => {}
+                },
+            }
+        }
+    })
+}
+
 /// Run `settings.samples` episodes of each task with `model` (sampling with
 /// `sampling`), writing them under `run_dir`, and turn them into a batch.
 /// `on_done(done, total)` is called as episodes finish.
@@ -72,29 +107,15 @@ pub fn collect_rollouts<P: SandboxProvider>(
     config.record_cast = false;
     config.cancel = cancel;
     let total = tasks.len() * settings.samples as usize;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let summary = rt.block_on(async {
-        let run = run_rollouts(
-            config,
-            tasks.to_vec(),
-            PolicyFactory::Custom(Arc::new(source)),
-            provider,
-            Some(tx),
-        );
-        tokio::pin!(run);
-        let mut done = 0;
-        loop {
-            tokio::select! {
-                summary = &mut run => break summary,
-                Some(ev) = rx.recv() => {
-                    if let RolloutEvent::Finished { .. } = ev {
-                        done += 1;
-                        on_done(done, total);
-                    }
-                }
-            }
-        }
-    });
+    let summary = drive(
+        rt,
+        config,
+        tasks.to_vec(),
+        PolicyFactory::Custom(Arc::new(source)),
+        provider,
+        total,
+        on_done,
+    );
     let summary = summary.map_err(rollout_error)?;
     let mut transcripts = transcripts
         .lock()
@@ -154,34 +175,15 @@ pub fn oracle_conversations<P: SandboxProvider>(
     config.max_turns = Some(4);
     config.record_cast = false;
     let total = with_solution.len();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let summary = rt.block_on(async {
-        let run = run_rollouts(
-            config,
-            with_solution,
-            PolicyFactory::Oracle,
-            provider,
-            Some(tx),
-        );
-        tokio::pin!(run);
-        let mut done = 0;
-        loop {
-            tokio::select! {
-                summary = &mut run => break summary,
-                Some(ev) = rx.recv() => match ev {
-                    RolloutEvent::Planned { finished, .. } => {
-                        done = finished;
-                        on_done(done, total);
-                    }
-                    RolloutEvent::Finished { .. } => {
-                        done += 1;
-                        on_done(done, total);
-                    }
-                    _ => {}
-                },
-            }
-        }
-    });
+    let summary = drive(
+        rt,
+        config,
+        with_solution,
+        PolicyFactory::Oracle,
+        provider,
+        total,
+        on_done,
+    );
     let summary = summary.map_err(rollout_error)?;
     Ok(summary
         .episodes

@@ -173,9 +173,9 @@ pub fn read_lines<T: DeserializeOwned>(dir: &Path, name: &str) -> Vec<T> {
         .unwrap_or_default()
 }
 
-/// Load one run directory.
-pub fn load_run(dir: &Path) -> RunView {
-    let mut checkpoints: Vec<String> = std::fs::read_dir(dir)
+/// The checkpoint directory names of a run, oldest first.
+pub fn checkpoint_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -183,14 +183,19 @@ pub fn load_run(dir: &Path) -> RunView {
                 .collect()
         })
         .unwrap_or_default();
-    checkpoints.sort();
+    names.sort();
+    names
+}
+
+/// Load one run directory.
+pub fn load_run(dir: &Path) -> RunView {
     RunView {
         dir: dir.to_path_buf(),
         info: read_info(dir).ok().flatten(),
         sft: read_lines(dir, SFT_METRICS),
         ppo: read_lines(dir, PPO_METRICS),
         evals: read_lines(dir, EVALS),
-        checkpoints,
+        checkpoints: checkpoint_names(dir),
     }
 }
 

@@ -40,20 +40,6 @@ impl Stamps {
     }
 }
 
-/// The checkpoint directories of a run, oldest first (as `load_run` lists them).
-fn checkpoints(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("step-") && !n.contains('.'))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 /// The runs under a checkpoints directory, re-read incrementally.
 #[derive(Debug, Default)]
 pub struct RunCache {
@@ -86,7 +72,7 @@ impl RunCache {
                 Some((old, view)) => {
                     let [d, info, sft, ppo, evals] = &old.0;
                     if *d != now.0[0] {
-                        view.checkpoints = checkpoints(&dir);
+                        view.checkpoints = run_files::checkpoint_names(&dir);
                     }
                     if *info != now.0[1] {
                         view.info = run_files::read_info(&dir).ok().flatten();
