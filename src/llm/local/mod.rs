@@ -5,12 +5,14 @@
 //! and records each sampled token's log-probability (for PPO).
 //! [`Transformer`] is the project's own decoder, differentiable for training.
 
+pub mod bench;
 pub mod chat;
 pub mod chat_template;
 pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod gguf_llama;
 pub mod model;
 pub mod sampling;
 pub mod tiny;
@@ -23,7 +25,7 @@ pub use chat_template::{ChatTemplate, TemplateMessage};
 pub use config::{Arch, ModelConfig};
 pub use error::LocalError;
 pub use fetch::fetch_smollm2;
-pub use model::{Backend, FinishReason, Generation, LocalModel};
+pub use model::{Backend, BatchOptions, FinishReason, GenTimings, Generation, LocalModel};
 pub use sampling::{Sampler, SamplingConfig};
 pub use tokenizer::ChatTokenizer;
 pub use transformer::{KvCache, Transformer};
