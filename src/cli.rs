@@ -33,7 +33,7 @@ pub enum Command {
     Eval(EvalArgs),
     /// Train a policy with PPO.
     Train(TrainArgs),
-    /// Benchmarks: sandbox, rollout, import, tui.
+    /// Benchmarks: sandbox, rollout, import, tui, sample.
     Bench(BenchArgs),
     /// Sandbox backends.
     #[command(subcommand)]
@@ -302,6 +302,10 @@ pub struct BenchArgs {
     pub n: Option<usize>,
     #[arg(long)]
     pub json: bool,
+    /// `bench sample`: the model (a `.gguf` file or a model directory);
+    /// default SmolLM2-135M-Instruct Q4_1, fetched into the cache if needed.
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
 }
 
 /// What `endless bench` measures.
@@ -311,6 +315,8 @@ pub enum BenchTarget {
     Sandbox,
     Rollout,
     Tui,
+    /// Local-model sampling tokens/s, batch 1 and batch 16 (greedy, fixed prompt).
+    Sample,
 }
 
 /// `endless sandbox ...`

@@ -2,6 +2,7 @@
 //! prints the result (text, or one JSON document with `--json`).
 
 pub mod bench;
+mod bench_sample;
 mod config_cmd;
 mod generate_cmd;
 pub mod offline;
