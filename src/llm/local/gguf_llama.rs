@@ -5,6 +5,7 @@
 //! sequences leave it. Attention is grouped-query without copying the keys
 //! and values to every query head, and only last-position logits are computed.
 
+use super::q4_1::Q41Matmul;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};
@@ -13,14 +14,37 @@ use candle_nn::Embedding;
 /// Longest sequence the rope tables cover.
 const MAX_SEQ_LEN: usize = 4096;
 
+/// A quantized weight matrix: `Q4_1` through this crate's SIMD kernel
+/// ([`Q41Matmul`]: candle's is scalar), other types through candle.
+enum Linear {
+    Q41(Q41Matmul),
+    Candle(QMatMul),
+}
+
+impl Linear {
+    fn new(t: QTensor) -> Result<Self> {
+        Ok(match Q41Matmul::from_qtensor(&t)? {
+            Some(q) => Self::Q41(q),
+            None => Self::Candle(QMatMul::from_qtensor(t)?),
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Q41(q) => q.forward(x),
+            Self::Candle(q) => q.forward(x),
+        }
+    }
+}
+
 struct Layer {
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
-    wo: QMatMul,
-    w_gate: QMatMul,
-    w_up: QMatMul,
-    w_down: QMatMul,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
     attn_norm: Tensor,
     ffn_norm: Tensor,
 }
@@ -30,7 +54,7 @@ pub struct LlamaGguf {
     embed: Embedding,
     layers: Vec<Layer>,
     norm: Tensor,
-    output: QMatMul,
+    output: Linear,
     n_head: usize,
     n_kv_head: usize,
     head_dim: usize,
@@ -105,12 +129,8 @@ impl LlamaGguf {
         };
         let mut layers = Vec::with_capacity(n_layer);
         for i in 0..n_layer {
-            let mut q = |name: &str| -> Result<QMatMul> {
-                QMatMul::from_qtensor(ct.tensor(
-                    reader,
-                    &format!("blk.{i}.{name}.weight"),
-                    device,
-                )?)
+            let mut q = |name: &str| -> Result<Linear> {
+                Linear::new(ct.tensor(reader, &format!("blk.{i}.{name}.weight"), device)?)
             };
             let (wq, wk, wv, wo) = (q("attn_q")?, q("attn_k")?, q("attn_v")?, q("attn_output")?);
             let (w_gate, w_up, w_down) = (q("ffn_gate")?, q("ffn_up")?, q("ffn_down")?);
@@ -135,7 +155,7 @@ impl LlamaGguf {
             cache: vec![None; layers.len()],
             layers,
             norm,
-            output: QMatMul::from_qtensor(output)?,
+            output: Linear::new(output)?,
             n_head,
             n_kv_head,
             head_dim,

@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod gguf_llama;
 pub mod model;
+pub mod q4_1;
 pub mod sampling;
 pub mod tiny;
 pub mod tokenizer;
