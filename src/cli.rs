@@ -33,7 +33,7 @@ pub enum Command {
     Eval(EvalArgs),
     /// Train a policy with PPO.
     Train(TrainArgs),
-    /// Benchmarks: sandbox, rollout, import, tui, ppo.
+    /// Benchmarks: sandbox, rollout, import, tui, ppo, sample.
     Bench(BenchArgs),
     /// Sandbox backends.
     #[command(subcommand)]
@@ -328,6 +328,10 @@ pub struct BenchArgs {
     /// (`candle.json`) to this directory, for `scripts/bench_torch_ppo.py`.
     #[arg(long)]
     pub dump: Option<PathBuf>,
+    /// `bench sample`: the model (a `.gguf` file or a model directory);
+    /// default SmolLM2-135M-Instruct Q4_1, fetched into the cache if needed.
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
 }
 
 /// Model size of `endless bench ppo`.
@@ -360,6 +364,8 @@ pub enum BenchTarget {
     Tui,
     /// PPO update throughput of the candle trainer (see `scripts/bench_ppo.sh`).
     Ppo,
+    /// Local-model sampling tokens/s, batch 1 and batch 16 (greedy, fixed prompt).
+    Sample,
 }
 
 /// `endless sandbox ...`

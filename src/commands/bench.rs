@@ -67,6 +67,15 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchTarget::Sample => {
+            let report = super::bench_sample::run(ctx, args.n.unwrap_or(128), args.model)?;
+            if args.json {
+                print_json(&report)?;
+            } else {
+                println!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchTarget::Rollout => {
             let backend: std::sync::Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
             let work = tempfile::tempdir()?;

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_ppo;
+mod bench_sample;
 mod config_cmd;
 mod generate_cmd;
 pub mod offline;

@@ -2,10 +2,11 @@
 //! qwen3 architectures), tokenizer rebuilt from the GGUF metadata.
 
 use super::error::{LocalError, Result};
+use super::gguf_llama::LlamaGguf;
 use super::tokenizer::ChatTokenizer;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
+use candle_transformers::models::{quantized_qwen2, quantized_qwen3};
 use std::collections::HashMap;
 use std::path::Path;
 use tokenizers::models::bpe::BPE;
@@ -17,8 +18,9 @@ use tokenizers::{AddedToken, Tokenizer};
 
 /// A quantized network loaded from GGUF.
 pub enum GgufModel {
-    /// `general.architecture = llama` (Llama, SmolLM, Mistral).
-    Llama(quantized_llama::ModelWeights),
+    /// `general.architecture = llama` (Llama, SmolLM, Mistral): this crate's
+    /// batched runner ([`LlamaGguf`]).
+    Llama(LlamaGguf),
     /// `general.architecture = qwen2`.
     Qwen2(quantized_qwen2::ModelWeights),
     /// `general.architecture = qwen3`.
@@ -173,9 +175,7 @@ impl GgufModel {
             message: format!("cannot load the {arch} weights: {e}"),
         };
         let model = match arch.as_str() {
-            "llama" => Self::Llama(
-                quantized_llama::ModelWeights::from_gguf(ct, &mut file, device).map_err(wrap)?,
-            ),
+            "llama" => Self::Llama(LlamaGguf::from_gguf(ct, &mut file, device).map_err(wrap)?),
             "qwen2" => Self::Qwen2(
                 quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, device).map_err(wrap)?,
             ),
@@ -193,13 +193,43 @@ impl GgufModel {
         Ok((model, tokenizer))
     }
 
-    /// Logits of the last position of `ids` `(1, time)`, placed at `pos`.
+    /// Logits of the last position of `ids` `(batch, time)`, placed at `pos`
+    /// (qwen2/qwen3: batch 1 only).
     pub fn forward(&mut self, ids: &Tensor, pos: usize) -> Result<Tensor> {
         Ok(match self {
-            Self::Llama(m) => m.forward(ids, pos)?,
+            Self::Llama(m) => m.forward(ids)?,
             Self::Qwen2(m) => m.forward(ids, pos)?,
             Self::Qwen3(m) => m.forward(ids, pos)?,
         })
+    }
+
+    /// Whether sequences can be sampled as a batch, sharing one prompt run
+    /// ([`GgufModel::repeat_batch`], [`GgufModel::retain`])
+    /// (llama only: candle-transformers' qwen2/qwen3 keep their KV cache
+    /// private, and take the last position of a batch as a strided tensor
+    /// their output matmul refuses, so they sample a batch one sequence at a time).
+    pub fn can_batch(&self) -> bool {
+        matches!(self, Self::Llama(_))
+    }
+
+    /// Copy a batch-1 KV cache to `n` rows.
+    pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
+        match self {
+            Self::Llama(m) => Ok(m.repeat_batch(n)?),
+            _ => Err(LocalError::Generation(
+                "this GGUF architecture cannot share a prompt across a batch".into(),
+            )),
+        }
+    }
+
+    /// Keep only the batch rows `rows` of the KV cache.
+    pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
+        match self {
+            Self::Llama(m) => Ok(m.retain(rows)?),
+            _ => Err(LocalError::Generation(
+                "this GGUF architecture cannot drop rows from its KV cache".into(),
+            )),
+        }
     }
 
     /// Forget the KV cache.

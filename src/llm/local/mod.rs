@@ -6,6 +6,7 @@
 //! and records each sampled token's log-probability (for PPO).
 //! [`Transformer`] is the project's own decoder, differentiable for training.
 
+pub mod bench;
 pub mod chat;
 pub mod chat_template;
 pub mod config;
@@ -13,7 +14,9 @@ pub mod dequant;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod gguf_llama;
 pub mod model;
+pub mod q4_1;
 pub mod sampling;
 pub mod tiny;
 pub mod tokenizer;
@@ -26,7 +29,7 @@ pub use chat_template::{ChatTemplate, TemplateMessage};
 pub use config::{Arch, ModelConfig};
 pub use error::LocalError;
 pub use fetch::fetch_smollm2;
-pub use model::{Backend, FinishReason, Generation, LocalModel};
+pub use model::{Backend, BatchOptions, FinishReason, GenTimings, Generation, LocalModel};
 pub use sampling::{Sampler, SamplingConfig};
 pub use tokenizer::ChatTokenizer;
 pub use transformer::{KvCache, Transformer};

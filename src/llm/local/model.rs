@@ -12,6 +12,7 @@ use super::weights::{check_weights, mmap, weight_files};
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The network behind a [`LocalModel`].
 pub enum Backend {
@@ -209,48 +210,183 @@ impl LocalModel {
 
     /// Sample a continuation of `prompt` token ids.
     pub fn generate_ids(&mut self, prompt: &[u32], sampler: &mut Sampler) -> Result<Generation> {
+        let (mut out, _) = self.generate_batch_with(
+            prompt,
+            std::slice::from_mut(sampler),
+            BatchOptions::default(),
+        )?;
+        out.pop()
+            .ok_or_else(|| LocalError::Generation("no sequence generated".into()))
+    }
+
+    /// Sample `seeds.len()` continuations of the same `prompt`, one seeded
+    /// sampler each, in lockstep (see [`LocalModel::generate_batch_with`]).
+    pub fn generate_batch(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingConfig,
+        seeds: &[u64],
+    ) -> Result<Vec<Generation>> {
+        let mut samplers: Vec<Sampler> = seeds.iter().map(|&s| Sampler::new(*params, s)).collect();
+        Ok(self
+            .generate_batch_with(prompt, &mut samplers, BatchOptions::default())?
+            .0)
+    }
+
+    /// Sample one continuation of `prompt` per sampler, all in one batch: the
+    /// prompt is run once, then every step feeds the last token of each live
+    /// sequence through one forward pass of batch size = live sequences.
+    /// A sequence leaves the batch when it samples an end-of-sequence token or
+    /// reaches its sampler's `max_tokens`. Each sequence's tokens and
+    /// log-probabilities are those [`LocalModel::generate_ids`] would record
+    /// with the same sampler (up to floating-point summation order).
+    ///
+    /// Dense models and GGUF llama models run the prompt once and copy its
+    /// KV cache to every sequence. GGUF qwen2/qwen3 models (run by
+    /// candle-transformers, which cannot batch them) fall back to sampling
+    /// the sequences one after another.
+    pub fn generate_batch_with(
+        &mut self,
+        prompt: &[u32],
+        samplers: &mut [Sampler],
+        opts: BatchOptions,
+    ) -> Result<(Vec<Generation>, GenTimings)> {
         if prompt.is_empty() {
             return Err(LocalError::Generation("empty prompt".into()));
         }
-        let max_tokens = sampler.config().max_tokens;
-        let mut tokens = Vec::new();
-        let mut logprobs = Vec::new();
-        let mut finish = FinishReason::Length;
-        let mut step = Stepper::new(&mut self.backend);
-        let mut logits = step.feed(prompt, &self.device)?;
-        for _ in 0..max_tokens {
-            let (tok, lp) = sampler.sample(&logits);
-            tokens.push(tok);
-            logprobs.push(lp);
-            if self.tokenizer.eos_ids().contains(&tok) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            if tokens.len() == max_tokens {
-                break;
-            }
-            logits = step.feed(&[tok], &self.device)?;
+        let n = samplers.len();
+        let mut timings = GenTimings {
+            batch: n,
+            prefill_tokens: prompt.len(),
+            ..GenTimings::default()
+        };
+        if n == 0 {
+            return Ok((Vec::new(), timings));
         }
-        let text = self.tokenizer.decode(&tokens)?;
-        Ok(Generation {
-            text,
-            prompt_ids: prompt.to_vec(),
-            token_ids: tokens,
-            logprobs,
-            finish,
-        })
+        if n > 1 && matches!(&self.backend, Backend::Gguf(g) if !g.can_batch()) {
+            let mut out = Vec::with_capacity(n);
+            for s in samplers.iter_mut() {
+                let (mut g, t) = self.generate_batch_with(prompt, std::slice::from_mut(s), opts)?;
+                timings.prefill += t.prefill;
+                timings.decode += t.decode;
+                timings.decode_steps += t.decode_steps;
+                timings.sampled_tokens += t.sampled_tokens;
+                out.append(&mut g);
+            }
+            return Ok((out, timings));
+        }
+        let eos = self.tokenizer.eos_ids().to_vec();
+        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
+        let mut finish = vec![FinishReason::Length; n];
+        let start = Instant::now();
+        let mut step = Stepper::new(&mut self.backend, n);
+        let mut logits = step.prefill(prompt, &self.device)?;
+        timings.prefill = start.elapsed();
+        let decode_start = Instant::now();
+        // Sequences still sampling, in batch-row order.
+        let mut live: Vec<usize> = (0..n)
+            .filter(|&i| samplers[i].config().max_tokens > 0)
+            .collect();
+        if live.len() < n {
+            step.retain(&live)?;
+        }
+        while !live.is_empty() {
+            let vocab = logits.len() / logits.rows;
+            let mut keep = Vec::with_capacity(live.len());
+            let mut feed = Vec::with_capacity(live.len());
+            for (row, &seq) in live.iter().enumerate() {
+                let (tok, lp) = samplers[seq].sample(logits.row(row, vocab));
+                tokens[seq].push(tok);
+                logprobs[seq].push(lp);
+                timings.sampled_tokens += 1;
+                if !opts.ignore_eos && eos.contains(&tok) {
+                    finish[seq] = FinishReason::Stop;
+                } else if tokens[seq].len() < samplers[seq].config().max_tokens {
+                    keep.push(row);
+                    feed.push(tok);
+                }
+            }
+            if keep.is_empty() {
+                break;
+            }
+            if keep.len() < live.len() {
+                step.retain(&keep)?;
+                live = keep.iter().map(|&r| live[r]).collect();
+            }
+            logits = step.feed(&feed, &self.device)?;
+            timings.decode_steps += 1;
+        }
+        timings.decode = decode_start.elapsed();
+        let mut out = Vec::with_capacity(n);
+        for ((tokens, logprobs), finish) in tokens.into_iter().zip(logprobs).zip(finish) {
+            out.push(Generation {
+                text: self.tokenizer.decode(&tokens)?,
+                prompt_ids: prompt.to_vec(),
+                token_ids: tokens,
+                logprobs,
+                finish,
+            });
+        }
+        Ok((out, timings))
     }
 }
 
-/// Feeds tokens through a backend with its KV cache, returning last-position logits.
+/// Options of [`LocalModel::generate_batch_with`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchOptions {
+    /// Keep sampling after end-of-sequence tokens, up to `max_tokens`
+    /// (benchmarks that need a fixed number of tokens).
+    pub ignore_eos: bool,
+}
+
+/// Where the time of one [`LocalModel::generate_batch_with`] call went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GenTimings {
+    /// Sequences sampled together.
+    pub batch: usize,
+    /// Prompt tokens (run once, or once per sequence where the cache cannot be shared).
+    pub prefill_tokens: usize,
+    /// Time to run the prompt, up to its last-position logits.
+    pub prefill: Duration,
+    /// Time of the sampling steps after the prompt (forward passes and sampling).
+    pub decode: Duration,
+    /// Forward passes after the prompt.
+    pub decode_steps: usize,
+    /// Tokens sampled, all sequences together.
+    pub sampled_tokens: usize,
+}
+
+/// Last-position logits of the rows of a batch, row-major.
+struct Logits {
+    data: Vec<f32>,
+    rows: usize,
+}
+
+impl Logits {
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Row `row`; a single row stands for every row (a prompt run once).
+    fn row(&self, row: usize, vocab: usize) -> &[f32] {
+        let row = if self.rows == 1 { 0 } else { row };
+        &self.data[row * vocab..(row + 1) * vocab]
+    }
+}
+
+/// Feeds tokens through a backend with its KV cache, for a batch of sequences
+/// that share a prompt.
 struct Stepper<'a> {
     backend: &'a mut Backend,
     cache: Option<super::transformer::KvCache>,
+    /// Sequences sampled together.
+    batch: usize,
     pos: usize,
 }
 
 impl<'a> Stepper<'a> {
-    fn new(backend: &'a mut Backend) -> Self {
+    fn new(backend: &'a mut Backend, batch: usize) -> Self {
         let cache = match backend {
             Backend::Dense(m) => Some(m.new_cache()),
             Backend::Gguf(g) => {
@@ -261,27 +397,64 @@ impl<'a> Stepper<'a> {
         Self {
             backend,
             cache,
+            batch,
             pos: 0,
         }
     }
 
-    fn feed(&mut self, ids: &[u32], device: &Device) -> Result<Vec<f32>> {
+    /// Run the prompt once; its logits (one row) stand for every sequence,
+    /// whose KV caches start as copies of the prompt's.
+    fn prefill(&mut self, ids: &[u32], device: &Device) -> Result<Logits> {
         let input = Tensor::new(ids, device)?.unsqueeze(0)?;
+        let logits = self.forward(&input)?;
+        if self.batch > 1 {
+            match (&mut *self.backend, self.cache.as_mut()) {
+                (Backend::Dense(_), Some(cache)) => cache.repeat_batch(self.batch)?,
+                (Backend::Gguf(g), _) => g.repeat_batch(self.batch)?,
+                (Backend::Dense(_), None) => {}
+            }
+        }
+        Ok(logits)
+    }
+
+    /// Keep only the batch rows at positions `keep` (ascending, non-empty).
+    fn retain(&mut self, keep: &[usize]) -> Result<()> {
+        if keep.is_empty() {
+            return Ok(());
+        }
+        match (&mut *self.backend, self.cache.as_mut()) {
+            (Backend::Dense(_), Some(cache)) => cache.retain(keep)?,
+            (Backend::Gguf(g), _) => g.retain(keep)?,
+            (Backend::Dense(_), None) => {}
+        }
+        Ok(())
+    }
+
+    /// Append one token per live sequence; logits of each live row.
+    fn feed(&mut self, ids: &[u32], device: &Device) -> Result<Logits> {
+        let input = Tensor::new(ids, device)?.unsqueeze(1)?;
+        self.forward(&input)
+    }
+
+    /// Forward `(rows, time)` ids; logits of the last position of each row.
+    fn forward(&mut self, input: &Tensor) -> Result<Logits> {
+        let (rows, t) = input.dims2()?;
         let logits = match (&mut *self.backend, self.cache.as_mut()) {
             (Backend::Dense(m), Some(cache)) => {
-                let h = m.forward_cached(&input, cache)?;
-                let last = h.i((.., ids.len() - 1..ids.len(), ..))?;
+                let h = m.forward_cached(input, cache)?;
+                let last = h.i((.., t - 1..t, ..))?;
                 m.logits(&last)?
             }
-            (Backend::Gguf(g), _) => g.forward(&input, self.pos)?,
+            (Backend::Gguf(g), _) => g.forward(input, self.pos)?,
             (Backend::Dense(_), None) => {
                 return Err(LocalError::Generation("missing KV cache".into()))
             }
         };
-        self.pos += ids.len();
-        Ok(logits
+        self.pos += t;
+        let data = logits
             .flatten_all()?
             .to_dtype(DType::F32)?
-            .to_vec1::<f32>()?)
+            .to_vec1::<f32>()?;
+        Ok(Logits { data, rows })
     }
 }

@@ -73,46 +73,71 @@ impl Sampler {
     /// Draw a token from `logits`; returns the token and its log-probability
     /// under `softmax(logits / temperature)` (before top-p truncation), which
     /// is the distribution PPO's ratio uses.
+    ///
+    /// One pass finds the maximum and one the normaliser; greedy decoding stops
+    /// there, and nucleus sorting only happens when `top_p < 1` (no per-token
+    /// allocation otherwise: this runs once per token over the whole vocabulary).
     pub fn sample(&mut self, logits: &[f32]) -> (u32, f32) {
-        let lp = log_softmax(logits, self.cfg.temperature);
-        if lp.is_empty() {
+        if logits.is_empty() {
             return (0, 0.0);
         }
-        if self.cfg.temperature <= 0.0 {
-            let (i, v) = lp
-                .iter()
-                .enumerate()
-                .fold(
-                    (0, f64::NEG_INFINITY),
-                    |b, (i, &v)| if v > b.1 { (i, v) } else { b },
-                );
-            return (i as u32, v as f32);
+        let greedy = self.cfg.temperature <= 0.0;
+        let inv_t = if greedy {
+            1.0
+        } else {
+            1.0 / self.cfg.temperature as f64
+        };
+        // First maximum, as `Iterator::max_by` would not guarantee.
+        let mut best = 0;
+        let mut best_v = f32::NEG_INFINITY;
+        for (i, &v) in logits.iter().enumerate() {
+            if v > best_v {
+                best = i;
+                best_v = v;
+            }
         }
-        let mut order: Vec<usize> = (0..lp.len()).collect();
+        let max = best_v as f64 * inv_t;
+        let sum: f64 = logits.iter().map(|&x| (x as f64 * inv_t - max).exp()).sum();
+        let lse = sum.ln() + max;
+        let lp = |i: usize| logits[i] as f64 * inv_t - lse;
+        if greedy {
+            return (best as u32, lp(best) as f32);
+        }
         let top_p = self.cfg.top_p as f64;
         if top_p < 1.0 {
-            order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
+            let mut order: Vec<usize> = (0..logits.len()).collect();
+            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
             let mut mass = 0.0;
             let mut keep = 0;
             for &i in &order {
-                mass += lp[i].exp();
+                mass += lp(i).exp();
                 keep += 1;
                 if mass >= top_p {
                     break;
                 }
             }
             order.truncate(keep.max(1));
+            let total: f64 = order.iter().map(|&i| lp(i).exp()).sum();
+            let mut u = self.rng.random::<f64>() * total;
+            for &i in &order {
+                u -= lp(i).exp();
+                if u <= 0.0 {
+                    return (i as u32, lp(i) as f32);
+                }
+            }
+            let last = *order.last().unwrap_or(&0);
+            return (last as u32, lp(last) as f32);
         }
-        let total: f64 = order.iter().map(|&i| lp[i].exp()).sum();
-        let mut u = self.rng.random::<f64>() * total;
-        for &i in &order {
-            u -= lp[i].exp();
+        // The whole distribution (mass 1 up to rounding): no sort, no copy.
+        let mut u = self.rng.random::<f64>();
+        for i in 0..logits.len() {
+            u -= lp(i).exp();
             if u <= 0.0 {
-                return (i as u32, lp[i] as f32);
+                return (i as u32, lp(i) as f32);
             }
         }
-        let last = *order.last().unwrap_or(&0);
-        (last as u32, lp[last] as f32)
+        let last = logits.len() - 1;
+        (last as u32, lp(last) as f32)
     }
 }
 

@@ -35,6 +35,29 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Copy a batch-1 cache to `n` rows (a prompt run once, sampled `n` times).
+    pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
+        for (k, v) in self.layers.iter_mut().flatten() {
+            *k = k.repeat((n, 1, 1, 1))?;
+            *v = v.repeat((n, 1, 1, 1))?;
+        }
+        Ok(())
+    }
+
+    /// Keep only the batch rows `rows` (finished sequences leave the batch).
+    pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
+        let Some(Some((k, _))) = self.layers.first() else {
+            return Ok(());
+        };
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let idx = Tensor::new(idx.as_slice(), k.device())?;
+        for (k, v) in self.layers.iter_mut().flatten() {
+            *k = k.index_select(&idx, 0)?;
+            *v = v.index_select(&idx, 0)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Sampling tokens/s of `endless bench sample` (candle) beside llama.cpp on the
+# same GGUF file, prompt tokens, greedy decoding and thread count.
+#
+#   scripts/bench_llamacpp.sh [TOKENS]     (default 128)
+#
+# Installs llama-cpp-python into target/llamacpp-venv on first use (pip builds
+# llama.cpp from source: about 15 minutes on 2 cores). Not part of the test
+# suite; the project itself does not need Python. Environment:
+#   THREADS=2          threads for both engines (RAYON_NUM_THREADS for candle)
+#   GGUF=path          model file (default: SmolLM2-135M-Instruct Q4_1, fetched)
+#   ENDLESS=path       the endless binary (default: cargo build --release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOKENS="${1:-128}"
+THREADS="${THREADS:-2}"
+VENV=target/llamacpp-venv
+OUT=target/bench-sample
+mkdir -p "$OUT"
+
+if [ -z "${ENDLESS:-}" ]; then
+    echo "== building endless (release)" >&2
+    cargo build --release --quiet --bin endless
+    ENDLESS=target/release/endless
+fi
+if [ -z "${GGUF:-}" ]; then
+    GGUF="$("$ENDLESS" models fetch smollm2 | tail -n 1)"
+fi
+[ -f "$GGUF" ] || { echo "no GGUF file at $GGUF" >&2; exit 1; }
+
+if ! "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
+    echo "== installing llama-cpp-python into $VENV (builds llama.cpp, ~15 min)" >&2
+    python3 -m venv "$VENV"
+    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+        nice -n 10 "$VENV/bin/pip" install --disable-pip-version-check -q llama-cpp-python
+fi
+
+echo "== candle: endless bench sample --n $TOKENS ($THREADS threads)" >&2
+RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
+    > "$OUT/candle.json"
+
+echo "== llama.cpp: same prompt tokens, greedy, $THREADS threads" >&2
+"$VENV/bin/python" - "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" > "$OUT/llamacpp.json" <<'PY'
+import json, sys, time
+import numpy as np
+import llama_cpp
+from llama_cpp import Llama
+
+gguf, candle_json, threads, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+prompt = json.load(open(candle_json))["prompt_ids"]
+llm = Llama(model_path=gguf, n_ctx=2048, n_batch=512, n_threads=threads,
+            n_threads_batch=threads, logits_all=False, verbose=False)
+n_vocab = llm.n_vocab()
+
+def run(n):
+    """Prefill the prompt, then greedy-decode n tokens (end of sequence ignored)."""
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt)
+    t1 = time.perf_counter()
+    out = []
+    for i in range(n):
+        tok = argmax(llm._ctx.get_logits())  # last position's logits, no copy
+        out.append(tok)
+        if i + 1 < n:
+            llm.eval([tok])
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, out
+
+def argmax(logits):
+    return int(np.argmax(np.ctypeslib.as_array(logits, shape=(n_vocab,))))
+
+run(4)  # warm-up
+best = None
+for _ in range(2):
+    pre, dec, out = run(tokens)
+    if best is None or dec < best[1]:
+        best = (min(pre, best[0]) if best else pre, dec, out)
+    elif pre < best[0]:
+        best = (pre, best[1], best[2])
+pre, dec, out = best
+print(json.dumps({
+    "engine": "llama.cpp",
+    "version": llama_cpp.__version__,
+    "threads": threads,
+    "prompt_tokens": len(prompt),
+    "tokens": tokens,
+    "prefill_tok_s": len(prompt) / pre,
+    "decode_tok_s": (tokens - 1) / dec,
+    "ms_per_step": dec * 1000 / (tokens - 1),
+    "output_ids": out,
+}))
+PY
+
+python3 - "$OUT/candle.json" "$OUT/llamacpp.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+l = json.load(open(sys.argv[2]))
+same = 0
+for a, b in zip(c["output_ids"], l["output_ids"]):
+    if a != b:
+        break
+    same += 1
+rows = [
+    ("prefill tok/s (batch 1)", c["single"]["prefill_tok_s"], l["prefill_tok_s"]),
+    ("decode tok/s, batch 1", c["single"]["decode_tok_s"], l["decode_tok_s"]),
+    (f"decode tok/s, batch {c['batched']['batch']} (aggregate)",
+     c["batched"]["decode_tok_s"], l["decode_tok_s"]),
+]
+print(f"{c['model']}: {len(c['prompt_ids'])}-token prompt, {l['tokens']} greedy tokens, "
+      f"{c['threads']} threads (candle {c['profile']}, llama.cpp {l['version']})")
+print(f"{'':40} {'candle':>10} {'llama.cpp':>10} {'ratio':>7}")
+for name, cv, lv in rows:
+    print(f"{name:40} {cv:10.1f} {lv:10.1f} {cv / lv:6.2f}x")
+print(f"greedy tokens equal for the first {same} of {len(l['output_ids'])} "
+      "(quantized arithmetic differs slightly between the engines)")
+print("(the batched row compares candle's batch against llama.cpp at batch 1)")
+PY

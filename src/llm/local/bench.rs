@@ -1,0 +1,183 @@
+//! `endless bench sample`: sampling throughput of a local model, batch 1 and
+//! batched, on a fixed chat prompt with greedy decoding (the settings
+//! `scripts/bench_llamacpp.sh` gives llama.cpp, for a side-by-side table).
+
+use super::chat_template::TemplateMessage;
+use super::error::Result;
+use super::model::{BatchOptions, GenTimings, LocalModel};
+use super::sampling::{Sampler, SamplingConfig};
+use serde::Serialize;
+
+/// The benchmark's user message (the chat template wraps it).
+pub const BENCH_PROMPT: &str =
+    "Write a short story about a robot who learns to paint. Describe its first painting.";
+
+/// Throughput of one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    /// Sequences sampled together.
+    pub batch: usize,
+    /// Tokens sampled per sequence.
+    pub tokens_per_sequence: usize,
+    /// Prompt tokens per second (the prompt run once, batch 1).
+    pub prefill_tok_s: f64,
+    /// Tokens per second after the prompt, all sequences together.
+    pub decode_tok_s: f64,
+    /// Milliseconds per decoding step (one forward pass for the whole batch, plus sampling).
+    pub ms_per_step: f64,
+}
+
+impl Throughput {
+    fn from_timings(t: &GenTimings, tokens_per_sequence: usize) -> Self {
+        let decode = t.decode.as_secs_f64();
+        let steps = t.decode_steps.max(1) as f64;
+        Self {
+            batch: t.batch,
+            tokens_per_sequence,
+            prefill_tok_s: t.prefill_tokens as f64 / t.prefill.as_secs_f64().max(1e-9),
+            // The first token of each sequence comes from the prompt's logits.
+            decode_tok_s: t.sampled_tokens.saturating_sub(t.batch) as f64 / decode.max(1e-9),
+            ms_per_step: decode * 1000.0 / steps,
+        }
+    }
+}
+
+/// The report of `endless bench sample`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SampleBench {
+    /// Model name (file stem).
+    pub model: String,
+    /// Compute threads candle uses (`RAYON_NUM_THREADS` / `CANDLE_NUM_THREADS`, else the cores).
+    pub threads: usize,
+    /// `release` or `debug` (the crate's own code is unoptimised in debug builds).
+    pub profile: &'static str,
+    /// The user message and its chat-templated token ids.
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    /// Greedy tokens of the batch-1 run (to check another engine decodes the same).
+    pub output_ids: Vec<u32>,
+    /// Batch 1: the best of `repeats` runs.
+    pub single: Throughput,
+    /// Batched: the best of `repeats` runs.
+    pub batched: Throughput,
+    /// Sequences of the batched run whose greedy tokens equal the batch-1 run's.
+    pub batched_equal_single: usize,
+}
+
+impl std::fmt::Display for SampleBench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{}: greedy sampling, {}-token prompt, {} threads, {} build",
+            self.model,
+            self.prompt_ids.len(),
+            self.threads,
+            self.profile
+        )?;
+        writeln!(
+            f,
+            "  prefill:  {:>8.1} tok/s (batch 1)",
+            self.single.prefill_tok_s
+        )?;
+        writeln!(
+            f,
+            "  batch  1: {:>8.1} tok/s ({:.2} ms/step, {} tokens)",
+            self.single.decode_tok_s, self.single.ms_per_step, self.single.tokens_per_sequence
+        )?;
+        write!(
+            f,
+            "  batch {:>2}: {:>8.1} tok/s aggregate ({:.2} ms/step, {} tokens each; {}/{} sequences equal batch 1)",
+            self.batched.batch,
+            self.batched.decode_tok_s,
+            self.batched.ms_per_step,
+            self.batched.tokens_per_sequence,
+            self.batched_equal_single,
+            self.batched.batch
+        )
+    }
+}
+
+/// The fixed prompt as token ids (chat template applied).
+pub fn bench_prompt(model: &LocalModel) -> Result<Vec<u32>> {
+    model.tokenizer().encode_chat(&[TemplateMessage {
+        role: "user".into(),
+        content: BENCH_PROMPT.into(),
+    }])
+}
+
+/// Greedy-sample `tokens` tokens (end-of-sequence ignored) at batch 1 and at
+/// batch `batch`, keeping the fastest of `repeats` runs of each.
+pub fn bench_sample(
+    model: &mut LocalModel,
+    tokens: usize,
+    batch: usize,
+    repeats: usize,
+) -> Result<SampleBench> {
+    let prompt = bench_prompt(model)?;
+    let greedy = SamplingConfig {
+        temperature: 0.0,
+        top_p: 1.0,
+        max_tokens: tokens,
+    };
+    let opts = BatchOptions { ignore_eos: true };
+    let run = |model: &mut LocalModel, n: usize| {
+        let mut samplers: Vec<Sampler> = (0..n).map(|i| Sampler::new(greedy, i as u64)).collect();
+        model.generate_batch_with(&prompt, &mut samplers, opts)
+    };
+    // Warm-up: first-touch of the weights, thread pool start.
+    {
+        let mut s = [Sampler::new(
+            SamplingConfig {
+                max_tokens: 4,
+                ..greedy
+            },
+            0,
+        )];
+        model.generate_batch_with(&prompt, &mut s, opts)?;
+    }
+    let best = |a: Option<GenTimings>, b: GenTimings| match a {
+        Some(a) if a.decode <= b.decode => Some(GenTimings {
+            prefill: a.prefill.min(b.prefill),
+            ..a
+        }),
+        Some(a) => Some(GenTimings {
+            prefill: a.prefill.min(b.prefill),
+            ..b
+        }),
+        None => Some(b),
+    };
+    let mut single = None;
+    let mut output_ids = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let (g, t) = run(model, 1)?;
+        output_ids = g
+            .into_iter()
+            .next()
+            .map(|g| g.token_ids)
+            .unwrap_or_default();
+        single = best(single, t);
+    }
+    let mut batched = None;
+    let mut equal = 0;
+    for _ in 0..repeats.max(1) {
+        let (g, t) = run(model, batch)?;
+        equal = g.iter().filter(|g| g.token_ids == output_ids).count();
+        batched = best(batched, t);
+    }
+    let (single, batched) = (single.unwrap_or_default(), batched.unwrap_or_default());
+    Ok(SampleBench {
+        model: model.name().to_string(),
+        threads: candle_core::utils::get_num_threads(),
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        prompt: BENCH_PROMPT.to_string(),
+        prompt_ids: prompt.clone(),
+        output_ids,
+        single: Throughput::from_timings(&single, tokens),
+        batched: Throughput::from_timings(&batched, tokens),
+        batched_equal_single: equal,
+    })
+}

@@ -1,0 +1,269 @@
+//! The GGUF `llama` architecture (Llama, SmolLM, Mistral) run with candle's
+//! quantized matmuls, batched: the same maths as candle-transformers'
+//! `quantized_llama`, but with a KV cache this crate can reach, so that a
+//! prompt run once is copied to every sequence of a batch and finished
+//! sequences leave it. Attention is grouped-query without copying the keys
+//! and values to every query head, and only last-position logits are computed.
+
+use super::q4_1::Q41Matmul;
+use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};
+use candle_nn::Embedding;
+
+/// Longest sequence the rope tables cover.
+const MAX_SEQ_LEN: usize = 4096;
+
+/// A quantized weight matrix: `Q4_1` through this crate's SIMD kernel
+/// ([`Q41Matmul`]: candle's is scalar), other types through candle.
+enum Linear {
+    Q41(Q41Matmul),
+    Candle(QMatMul),
+}
+
+impl Linear {
+    fn new(t: QTensor) -> Result<Self> {
+        Ok(match Q41Matmul::from_qtensor(&t)? {
+            Some(q) => Self::Q41(q),
+            None => Self::Candle(QMatMul::from_qtensor(t)?),
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Q41(q) => q.forward(x),
+            Self::Candle(q) => q.forward(x),
+        }
+    }
+}
+
+struct Layer {
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
+    attn_norm: Tensor,
+    ffn_norm: Tensor,
+}
+
+/// A quantized llama network with its KV cache.
+pub struct LlamaGguf {
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    output: Linear,
+    n_head: usize,
+    n_kv_head: usize,
+    head_dim: usize,
+    eps: f32,
+    cos: Tensor,
+    sin: Tensor,
+    /// Per layer: keys and values `(batch, kv_heads, positions, head_dim)`.
+    cache: Vec<Option<(Tensor, Tensor)>>,
+    /// Positions cached.
+    len: usize,
+}
+
+fn md_u32(ct: &Content, key: &str) -> Result<usize> {
+    match ct.metadata.get(key) {
+        Some(v) => Ok(v.to_u32()? as usize),
+        None => candle_core::bail!("cannot find {key} in the GGUF metadata"),
+    }
+}
+
+impl LlamaGguf {
+    /// Read the weights of a `general.architecture = llama` GGUF file.
+    pub fn from_gguf<R: std::io::Seek + std::io::Read>(
+        ct: Content,
+        reader: &mut R,
+        device: &Device,
+    ) -> Result<Self> {
+        if ct
+            .metadata
+            .get("llama.expert_count")
+            .and_then(|v| v.to_u32().ok())
+            .unwrap_or(0)
+            > 1
+        {
+            candle_core::bail!("mixture-of-experts llama models are not supported");
+        }
+        let n_head = md_u32(&ct, "llama.attention.head_count")?;
+        let n_kv_head = md_u32(&ct, "llama.attention.head_count_kv")?;
+        let n_layer = md_u32(&ct, "llama.block_count")?;
+        let hidden = md_u32(&ct, "llama.embedding_length")?;
+        let rope_dim = md_u32(&ct, "llama.rope.dimension_count")?;
+        let eps = match ct.metadata.get("llama.attention.layer_norm_rms_epsilon") {
+            Some(v) => v.to_f32()?,
+            None => candle_core::bail!("cannot find llama.attention.layer_norm_rms_epsilon"),
+        };
+        let freq_base = ct
+            .metadata
+            .get("llama.rope.freq_base")
+            .and_then(|v| v.to_f32().ok())
+            .unwrap_or(10_000.0);
+        let head_dim = hidden / n_head;
+        if n_head % n_kv_head != 0 || rope_dim != head_dim {
+            candle_core::bail!(
+                "unsupported attention shape: {n_head} heads, {n_kv_head} kv heads, rope over {rope_dim} of {head_dim}"
+            );
+        }
+        let theta: Vec<f32> = (0..head_dim)
+            .step_by(2)
+            .map(|i| 1.0 / freq_base.powf(i as f32 / head_dim as f32))
+            .collect();
+        let theta = Tensor::new(theta.as_slice(), device)?;
+        let idx = Tensor::arange(0, MAX_SEQ_LEN as u32, device)?
+            .to_dtype(DType::F32)?
+            .reshape((MAX_SEQ_LEN, 1))?
+            .matmul(&theta.reshape((1, theta.elem_count()))?)?;
+        let dense = |t: QTensor| t.dequantize(device);
+        let embed_q = ct.tensor(reader, "token_embd.weight", device)?;
+        let embed = Embedding::new(embed_q.dequantize(device)?, hidden);
+        let norm = dense(ct.tensor(reader, "output_norm.weight", device)?)?;
+        let output = match ct.tensor(reader, "output.weight", device) {
+            Ok(t) => t,
+            Err(_) => embed_q,
+        };
+        let mut layers = Vec::with_capacity(n_layer);
+        for i in 0..n_layer {
+            let mut q = |name: &str| -> Result<Linear> {
+                Linear::new(ct.tensor(reader, &format!("blk.{i}.{name}.weight"), device)?)
+            };
+            let (wq, wk, wv, wo) = (q("attn_q")?, q("attn_k")?, q("attn_v")?, q("attn_output")?);
+            let (w_gate, w_up, w_down) = (q("ffn_gate")?, q("ffn_up")?, q("ffn_down")?);
+            layers.push(Layer {
+                wq,
+                wk,
+                wv,
+                wo,
+                w_gate,
+                w_up,
+                w_down,
+                attn_norm: dense(ct.tensor(
+                    reader,
+                    &format!("blk.{i}.attn_norm.weight"),
+                    device,
+                )?)?,
+                ffn_norm: dense(ct.tensor(reader, &format!("blk.{i}.ffn_norm.weight"), device)?)?,
+            });
+        }
+        Ok(Self {
+            embed,
+            cache: vec![None; layers.len()],
+            layers,
+            norm,
+            output: Linear::new(output)?,
+            n_head,
+            n_kv_head,
+            head_dim,
+            eps,
+            cos: idx.cos()?,
+            sin: idx.sin()?,
+            len: 0,
+        })
+    }
+
+    /// Forget the KV cache.
+    pub fn clear_kv_cache(&mut self) {
+        self.cache.iter_mut().for_each(|c| *c = None);
+        self.len = 0;
+    }
+
+    /// Copy a batch-1 KV cache to `n` rows.
+    pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
+        for (k, v) in self.cache.iter_mut().flatten() {
+            *k = k.repeat((n, 1, 1, 1))?;
+            *v = v.repeat((n, 1, 1, 1))?;
+        }
+        Ok(())
+    }
+
+    /// Keep only the batch rows `rows` of the KV cache.
+    pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
+        let Some(Some((k, _))) = self.cache.first() else {
+            return Ok(());
+        };
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let idx = Tensor::new(idx.as_slice(), k.device())?;
+        for (k, v) in self.cache.iter_mut().flatten() {
+            *k = k.index_select(&idx, 0)?;
+            *v = v.index_select(&idx, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Append `ids` `(batch, time)` after the cached positions; logits of the
+    /// last position of each row, `(batch, vocab)`.
+    pub fn forward(&mut self, ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let offset = self.len;
+        if offset + t > MAX_SEQ_LEN {
+            candle_core::bail!("sequence of {} positions exceeds {MAX_SEQ_LEN}", offset + t);
+        }
+        let cos = self.cos.narrow(0, offset, t)?;
+        let sin = self.sin.narrow(0, offset, t)?;
+        let groups = self.n_head / self.n_kv_head;
+        // Causal mask over (groups * t query rows, offset + t keys): rows are
+        // ordered (group, position) to match the grouped-query layout below.
+        let mask = if t > 1 {
+            let total = offset + t;
+            let m: Vec<f32> = (0..groups * t)
+                .flat_map(|r| {
+                    let i = r % t;
+                    (0..total).map(move |j| {
+                        if j > i + offset {
+                            f32::NEG_INFINITY
+                        } else {
+                            0.0
+                        }
+                    })
+                })
+                .collect();
+            Some(Tensor::from_vec(m, (groups * t, total), ids.device())?)
+        } else {
+            None
+        };
+        let (nh, nkv, hd) = (self.n_head, self.n_kv_head, self.head_dim);
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut x = self.embed.forward(ids)?;
+        for (layer, cache) in self.layers.iter().zip(self.cache.iter_mut()) {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
+            let q = layer.wq.forward(&h)?.reshape((b, t, nh, hd))?;
+            let k = layer.wk.forward(&h)?.reshape((b, t, nkv, hd))?;
+            let v = layer.wv.forward(&h)?.reshape((b, t, nkv, hd))?;
+            let q = candle_nn::rotary_emb::rope_i(&q.transpose(1, 2)?.contiguous()?, &cos, &sin)?;
+            let k = candle_nn::rotary_emb::rope_i(&k.transpose(1, 2)?.contiguous()?, &cos, &sin)?;
+            let v = v.transpose(1, 2)?.contiguous()?;
+            let (k, v) = match cache.take() {
+                Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
+                None => (k, v),
+            };
+            // Grouped-query attention: the query heads sharing a kv head are
+            // stacked as rows, (b, kv_heads, groups * t, head_dim).
+            let q = q.reshape((b, nkv, groups * t, hd))?;
+            let mut att = (q.matmul(&k.t()?)? * scale)?;
+            if let Some(m) = &mask {
+                att = att.broadcast_add(m)?;
+            }
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let y = att
+                .matmul(&v)?
+                .reshape((b, nh, t, hd))?
+                .transpose(1, 2)?
+                .reshape((b, t, nh * hd))?;
+            *cache = Some((k, v));
+            x = (layer.wo.forward(&y)? + x)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
+            let gate = candle_nn::ops::silu(&layer.w_gate.forward(&h)?)?;
+            let up = layer.w_up.forward(&h)?;
+            x = (layer.w_down.forward(&(gate * up)?)? + x)?;
+        }
+        self.len += t;
+        let last = x.i((.., t - 1, ..))?.contiguous()?;
+        let last = candle_nn::ops::rms_norm(&last, &self.norm, self.eps)?;
+        self.output.forward(&last)
+    }
+}
