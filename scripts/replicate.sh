@@ -19,6 +19,11 @@ TRAIN_TASKS=${TRAIN_TASKS:-480}
 DEV_TASKS=${DEV_TASKS:-48}
 EVAL_SAMPLES=${EVAL_SAMPLES:-4}
 MAX_TURNS=${MAX_TURNS:-4}
+# A from-scratch tiny model sampled at temperature 1 makes enough slips in a
+# 100-token command that no episode passes whole, and binary reward then gives
+# PPO nothing to learn from: sample cooler and reward the fraction of tests passed.
+TEMPERATURE=${TEMPERATURE:-0.7}
+REWARD=${REWARD:-partial}
 SEED=${SEED:-1}
 WS=${WS:-target/replication}
 FAMILIES=${FAMILIES:-fix-permissions,cleanup-temp-files,extract-archive-subset,find-replace-config,dedupe-lines,todo-extract,zip-and-xz-bundle,bashrc-environment}
@@ -37,5 +42,6 @@ mkdir -p "$WS"
     --dev '*9-c*' --eval-samples "$EVAL_SAMPLES" \
     --steps 100000 --minutes "$MINUTES" \
     --samples 16 --tasks-per-step 1 --max-turns "$MAX_TURNS" --max-tokens 192 \
+    --temperature "$TEMPERATURE" --reward "$REWARD" \
     --minibatch "${MINIBATCH:-4}" --concurrency 4 --checkpoint-every 10 --seed "$SEED" \
     --out "$WS/checkpoints/replication"

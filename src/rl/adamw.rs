@@ -63,6 +63,11 @@ pub fn clip_scale(norm: f64, max_norm: f64) -> f64 {
 }
 
 impl AdamW {
+    /// Change the hyper-parameters (the moments are kept).
+    pub fn set_config(&mut self, cfg: AdamWConfig) {
+        self.cfg = cfg;
+    }
+
     /// An optimiser over `vars` (name, variable), sorted by name.
     pub fn new(mut vars: Vec<(String, Var)>, cfg: AdamWConfig) -> Self {
         vars.sort_by(|a, b| a.0.cmp(&b.0));

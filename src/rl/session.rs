@@ -246,7 +246,15 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
                     r.checkpoint.display(),
                     r.trainer.step()
                 )));
-                (r.trainer, true)
+                let mut trainer = r.trainer;
+                if trainer.config() != &opts.train {
+                    on_event(TrainEvent::Log(
+                        "the training settings differ from the checkpoint's: using the new ones"
+                            .into(),
+                    ));
+                    trainer.set_config(opts.train.clone());
+                }
+                (trainer, true)
             }
             None => {
                 on_event(TrainEvent::Phase(format!(

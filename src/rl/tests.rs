@@ -273,6 +273,14 @@ fn checkpoint_round_trip_resume_and_corruption() {
     let ma = a.ppo_step(&batch_a).unwrap();
     let mb = b_tr.ppo_step(&batch_b).unwrap();
     assert_eq!(ma.policy_loss, mb.policy_loss);
+    // New settings on a resumed trainer apply to the next steps; the
+    // optimizer's state and the step count stay.
+    let mut changed = b_tr.config().clone();
+    changed.lr *= 2.0;
+    changed.reward = RewardMode::Partial;
+    b_tr.set_config(changed.clone());
+    assert_eq!(b_tr.config(), &changed);
+    assert_eq!((b_tr.step(), b_tr.optimizer().steps()), (4, 4));
     assert_eq!(weights(&a), weights(&b_tr));
     // The checkpoint is a loadable model directory (config.json + weights).
     assert!(c3.join("config.json").is_file());

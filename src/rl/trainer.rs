@@ -146,6 +146,13 @@ impl Trainer {
         &self.cfg
     }
 
+    /// Change the settings of the next steps (learning rate, clipping, reward,
+    /// ...); the optimizer's moments, the step count and the generator stay.
+    pub fn set_config(&mut self, cfg: TrainConfig) {
+        self.opt.set_config(cfg.adam);
+        self.cfg = cfg;
+    }
+
     /// The optimizer.
     pub fn optimizer(&self) -> &AdamW {
         &self.opt
