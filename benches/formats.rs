@@ -27,7 +27,7 @@ fn parse_definitions(c: &mut Criterion) {
     let def = envdef::parse_task(&task).unwrap();
     let rendered = envdef::render_apptainer(&def, "user", &["setup.sh"]);
     c.bench_function("parse_dockerfile", |b| {
-        b.iter(|| envdef::parse(EnvKind::Dockerfile, &dockerfile))
+        b.iter(|| envdef::parse(EnvKind::Dockerfile, dockerfile))
     });
     c.bench_function("parse_apptainer_def", |b| {
         b.iter(|| envdef::parse(EnvKind::ApptainerDef, &rendered).unwrap())

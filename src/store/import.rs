@@ -151,6 +151,9 @@ pub fn discover(paths: &[PathBuf], forced: Option<Format>) -> Vec<(PathBuf, Opti
     out
 }
 
+/// A task read from disk with its format, or why it could not be read.
+type ReadOutcome = Result<(Task, Format), String>;
+
 /// Import every task found under `paths` into `ws`.
 pub fn import_paths(
     ws: &mut Workspace,
@@ -160,7 +163,7 @@ pub fn import_paths(
 ) -> Result<ImportReport, StoreError> {
     let found = discover(paths, forced);
     let limits = ReadLimits::default();
-    let read: Vec<(PathBuf, Result<(Task, Format), String>)> = found
+    let read: Vec<(PathBuf, ReadOutcome)> = found
         .into_par_iter()
         .map(|(path, format)| {
             let result = match format {

@@ -9,7 +9,7 @@ use crate::fsutil::SafeReadError;
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
     /// The content is wrong: a missing file, a bad value, a bad encoding.
-    #[error("{}", Located { file: file, field: field.as_deref(), message })]
+    #[error("{}", Located { file, field: field.as_deref(), message })]
     Invalid {
         file: PathBuf,
         field: Option<String>,

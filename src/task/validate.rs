@@ -36,14 +36,14 @@ pub fn validate(task: &Task) -> Vec<Problem> {
             "must be at least 1".into(),
         );
     }
-    if !(meta.agent.timeout_sec > 0.0) {
+    if meta.agent.timeout_sec.is_nan() || meta.agent.timeout_sec <= 0.0 {
         problem(
             "task.toml",
             Some("agent.timeout_sec"),
             "must be positive".into(),
         );
     }
-    if !(meta.verifier.timeout_sec > 0.0) {
+    if meta.verifier.timeout_sec.is_nan() || meta.verifier.timeout_sec <= 0.0 {
         problem(
             "task.toml",
             Some("verifier.timeout_sec"),

@@ -36,11 +36,8 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
             return Ok(());
         };
         match name.as_str() {
-            "post" => {
-                if !text.trim().is_empty() {
-                    def.steps.push(Step::Run(text));
-                }
-            }
+            "post" if !text.trim().is_empty() => def.steps.push(Step::Run(text)),
+            "post" => {}
             "environment" => def.session_script.push_str(&text),
             "files" => {
                 for (i, l) in text.lines().enumerate() {

@@ -36,7 +36,7 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                 vars.entry(k.trim().to_string()).or_insert(v);
             }
             "ENV" => {
-                for (k, v) in parse_env(rest).map_err(|m| err(m))? {
+                for (k, v) in parse_env(rest).map_err(&err)? {
                     let v = substitute(&v, &vars);
                     vars.insert(k.clone(), v.clone());
                     def.steps.push(Step::Env { key: k, value: v });
