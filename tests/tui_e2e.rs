@@ -371,11 +371,7 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
         assert!(start.elapsed() < Duration::from_secs(120), "{screen}");
         sleep(Duration::from_millis(200));
     };
-    // Until procgen is merged the CLI says it is not built yet; after, it generates.
-    assert!(
-        screen.contains("succeeded") || screen.contains("not built yet"),
-        "{screen}"
-    );
+    assert!(screen.contains("succeeded"), "{screen}");
     assert!(screen.contains("generate-offline"), "{screen}");
     tmux(&["send-keys", "-t", s, "q"]);
 }

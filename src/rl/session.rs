@@ -465,8 +465,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
                 .iter()
                 .map(|t| {
                     let (pass, tries) = self.stats.get(t.id()).copied().unwrap_or_default();
-                    let p = (pass as f64 + 1.0) / (tries as f64 + 2.0);
-                    4.0 * p * (1.0 - p) + 0.1
+                    curriculum_weight(pass, tries)
                 })
                 .collect();
             let mut chosen = Vec::new();
@@ -658,6 +657,15 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
     }
 }
 
+/// How often the curriculum draws a task that passed `pass` of `tries`
+/// episodes: `4 p (1 - p) + 0.1` of the smoothed pass rate
+/// `p = (pass + 1) / (tries + 2)`, highest for tasks solved about half the
+/// time (they carry the most learning signal), never zero.
+pub fn curriculum_weight(pass: u32, tries: u32) -> f64 {
+    let p = (pass as f64 + 1.0) / (tries as f64 + 2.0);
+    4.0 * p * (1.0 - p) + 0.1
+}
+
 /// One shuffled pass over `sequences` in batches of `size` whose members have
 /// similar lengths (sorted within windows of 8 batches), so that little of
 /// each padded batch is padding; the batch order is shuffled too.
@@ -713,4 +721,52 @@ fn truncate_metrics(path: &std::path::Path, step: u64) -> anyhow::Result<()> {
             .with_context(|| format!("rewriting {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn curriculum_prefers_tasks_solved_about_half_the_time() {
+        let unseen = curriculum_weight(0, 0);
+        let half = curriculum_weight(8, 16);
+        let never = curriculum_weight(0, 32);
+        let always = curriculum_weight(32, 32);
+        assert!(half > never && half > always, "{half} {never} {always}");
+        assert!(
+            (unseen - half).abs() < 1e-9,
+            "unseen tasks start at p = 1/2"
+        );
+        assert!(never > 0.0 && always > 0.0);
+    }
+
+    #[test]
+    fn length_buckets_cover_every_sequence_once_with_similar_lengths() {
+        let seqs: Vec<_> = (0..40)
+            .map(|i| {
+                let mut b = super::super::batch::SequenceBuilder::new();
+                b.context(&vec![1; 10 + (i * 37) % 200]);
+                b.finish(0.0, false)
+            })
+            .collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let batches = length_buckets(&seqs, 8, &mut rng);
+        let mut all: Vec<usize> = batches.iter().flatten().copied().collect();
+        all.sort();
+        assert_eq!(all, (0..40).collect::<Vec<_>>());
+        // Within a batch, lengths are neighbours in their window's order.
+        for b in &batches {
+            let lens: Vec<usize> = b.iter().map(|&i| seqs[i].tokens.len()).collect();
+            assert!(lens.windows(2).all(|w| w[0] <= w[1]), "{lens:?}");
+        }
+    }
+
+    #[test]
+    fn sft_learning_rate_warms_up_then_decays_to_a_tenth() {
+        assert!(sft_lr(1.0, 0, 100) < sft_lr(1.0, 4, 100));
+        assert!((sft_lr(1.0, 5, 100) - 1.0).abs() < 1e-9);
+        assert!((sft_lr(1.0, 99, 100) - 0.1).abs() < 1e-3);
+    }
 }

@@ -615,7 +615,7 @@ impl App {
                     "Generate tasks offline (procedural)",
                     &[("count", d.count.to_string()), ("seed", "1".into())],
                 )
-                .with_note("runs `endless generate --offline` as a job; until procgen (issue 4) is merged it answers that it is not built yet"),
+                .with_note("runs `endless generate --offline` as a job"),
             )),
             Command::JobTrain => Some((FormKind::Train, train_form())),
             Command::JobCancel => {
