@@ -4,17 +4,16 @@
 //!
 //! Pieces: [`batch`] (what rollouts hand over), [`gae`], [`ppo`] (loss),
 //! [`adamw`] (optimizer with checkpointable state, clipping, warmup),
-//! [`policy`] (decoder + value head), [`trainer`] (one step, checkpoints,
-//! a loop), [`checkpoint`], [`metrics`], [`reward`].
+//! [`policy`] (decoder + value head), [`trainer`] (PPO and supervised steps,
+//! checkpoints), [`checkpoint`], [`metrics`], [`reward`].
 //!
-//! How a full training run plugs together (the rollout side is not here yet):
-//! 1. `Policy::from_dir` (or `Policy::from_config` + a tokenizer for `--init tiny`);
-//! 2. per step, sample episodes with `LocalModel::from_parts(policy.model().clone(), ..)`
-//!    (a clone shares the trained weights), recording each turn into a
-//!    [`SequenceBuilder`]: context tokens masked, sampled tokens with the
-//!    log-probs `Generation` reports; reward from [`reward::reward`];
-//! 3. [`Trainer::ppo_step`] on the [`RolloutBatch`]; [`train_loop`] adds
-//!    checkpoints, resume and the stop-on-NaN rule.
+//! A training run ([`session`], behind `endless train` and the TUI's job):
+//! 1. [`init`] builds the policy (`--init tiny`, a model directory, a GGUF file);
+//! 2. [`collect`] runs episodes through the real agent loop and sandbox with a
+//!    [`recorder`] policy that keeps the conversation as tokens, with the
+//!    log-prob of every sampled token; rewards come from the final tests;
+//! 3. [`Trainer::ppo_step`] updates on the [`RolloutBatch`]; [`run_files`]
+//!    holds what the run writes (metrics, evaluations, checkpoints).
 
 pub mod adamw;
 pub mod batch;

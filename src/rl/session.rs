@@ -301,7 +301,6 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             message: None,
         };
         write_info(out, &info)?;
-        let order = Vec::new();
         Ok(Self {
             opts,
             provider,
@@ -312,7 +311,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             resumed,
             last_checkpoint: None,
             stats: HashMap::new(),
-            order,
+            order: Vec::new(),
         })
     }
 
