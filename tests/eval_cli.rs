@@ -1,30 +1,9 @@
 //! The CLI end to end on offline tasks in the real sandbox: generation,
 //! oracle evaluation, and the failure modes of scripted policies.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod support;
 
-fn endless(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_endless"))
-        .arg("--workspace")
-        .arg(ws)
-        .args(args)
-        .env("XDG_CACHE_HOME", ws.join(".cache"))
-        .env("XDG_STATE_HOME", ws.join(".state"))
-        .env("XDG_CONFIG_HOME", ws.join(".config"))
-        .output()
-        .unwrap()
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
+use support::cli::{endless, json};
 
 #[test]
 fn offline_generation_is_deterministic_and_resumable() {

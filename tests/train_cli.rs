@@ -3,31 +3,11 @@
 //! trajectories, PPO steps with rollouts through the agent loop, held-out
 //! pass@1 before and after, checkpoints, resume, and a corrupt checkpoint.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn endless(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_endless"))
-        .arg("--workspace")
-        .arg(ws)
-        .args(args)
-        .env("XDG_CACHE_HOME", ws.join(".cache"))
-        .env("XDG_STATE_HOME", ws.join(".state"))
-        .env("XDG_CONFIG_HOME", ws.join(".config"))
-        .output()
-        .unwrap()
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
+use support::cli::{endless, json};
 
 fn lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)

@@ -3,4 +3,5 @@
 #![allow(dead_code)]
 
 pub mod bash_terminal;
+pub mod cli;
 pub mod fixture_llm;

@@ -174,25 +174,12 @@ impl LlamaGguf {
 
     /// Copy a batch-1 KV cache to `n` rows.
     pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
-        for (k, v) in self.cache.iter_mut().flatten() {
-            *k = k.repeat((n, 1, 1, 1))?;
-            *v = v.repeat((n, 1, 1, 1))?;
-        }
-        Ok(())
+        super::transformer::repeat_rows(&mut self.cache, n)
     }
 
     /// Keep only the batch rows `rows` of the KV cache.
     pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
-        let Some(Some((k, _))) = self.cache.first() else {
-            return Ok(());
-        };
-        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let idx = Tensor::new(idx.as_slice(), k.device())?;
-        for (k, v) in self.cache.iter_mut().flatten() {
-            *k = k.index_select(&idx, 0)?;
-            *v = v.index_select(&idx, 0)?;
-        }
-        Ok(())
+        super::transformer::retain_rows(&mut self.cache, rows)
     }
 
     /// Append `ids` `(batch, time)` after the cached positions; logits of the

@@ -19,6 +19,29 @@ use candle_nn::{Embedding, Init, Linear, VarBuilder};
 /// Standard deviation of freshly initialised weight matrices.
 const INIT_STD: f64 = 0.02;
 
+/// Copy per-layer `(keys, values)` of batch 1 to `n` rows.
+pub(crate) fn repeat_rows(layers: &mut [Option<(Tensor, Tensor)>], n: usize) -> Result<()> {
+    for (k, v) in layers.iter_mut().flatten() {
+        *k = k.repeat((n, 1, 1, 1))?;
+        *v = v.repeat((n, 1, 1, 1))?;
+    }
+    Ok(())
+}
+
+/// Keep only the batch rows `rows` of per-layer `(keys, values)`.
+pub(crate) fn retain_rows(layers: &mut [Option<(Tensor, Tensor)>], rows: &[usize]) -> Result<()> {
+    let Some(Some((k, _))) = layers.first() else {
+        return Ok(());
+    };
+    let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+    let idx = Tensor::new(idx.as_slice(), k.device())?;
+    for (k, v) in layers.iter_mut().flatten() {
+        *k = k.index_select(&idx, 0)?;
+        *v = v.index_select(&idx, 0)?;
+    }
+    Ok(())
+}
+
 /// Per-layer key/value cache of the sampling path.
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -38,25 +61,12 @@ impl KvCache {
 
     /// Copy a batch-1 cache to `n` rows (a prompt run once, sampled `n` times).
     pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
-        for (k, v) in self.layers.iter_mut().flatten() {
-            *k = k.repeat((n, 1, 1, 1))?;
-            *v = v.repeat((n, 1, 1, 1))?;
-        }
-        Ok(())
+        repeat_rows(&mut self.layers, n)
     }
 
     /// Keep only the batch rows `rows` (finished sequences leave the batch).
     pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
-        let Some(Some((k, _))) = self.layers.first() else {
-            return Ok(());
-        };
-        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let idx = Tensor::new(idx.as_slice(), k.device())?;
-        for (k, v) in self.layers.iter_mut().flatten() {
-            *k = k.index_select(&idx, 0)?;
-            *v = v.index_select(&idx, 0)?;
-        }
-        Ok(())
+        retain_rows(&mut self.layers, rows)
     }
 }
 
