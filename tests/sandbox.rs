@@ -374,14 +374,23 @@ fn leaves_no_process(b: &LocalBackend, tag: &str) {
         T,
     )
     .unwrap();
+    // The three background processes take a moment to appear on a busy machine. Only
+    // processes that already exec'd `sleep` count: `setsid` forks when it leads its
+    // process group, and for a moment both it and its child carry the same command line.
+    let sleepers = || {
+        host_processes_with(&format!("sleep {tag}"))
+            .iter()
+            .filter(|p| {
+                p.split_once(": ")
+                    .is_some_and(|(_, cmd)| cmd.starts_with("sleep "))
+            })
+            .count()
+    };
     let t0 = Instant::now();
-    // The three background processes take a moment to appear on a busy machine.
-    while host_processes_with(&format!("sleep {tag}")).len() < 3
-        && t0.elapsed() < Duration::from_secs(15)
-    {
+    while sleepers() < 3 && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(host_processes_with(&format!("sleep {tag}")).len(), 3);
+    assert_eq!(sleepers(), 3);
     s.close();
     let left = host_processes_with(&format!("sleep {tag}"));
     assert!(left.is_empty(), "left behind: {left:?}");
