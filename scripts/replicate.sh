@@ -46,5 +46,5 @@ DEV=${DEV:-'*9-c1,*9-c2'}
     --steps 100000 --minutes "$MINUTES" \
     --samples 16 --tasks-per-step 1 --max-turns "$MAX_TURNS" --max-tokens "${MAX_TOKENS:-160}" \
     --temperature "$TEMPERATURE" --reward "$REWARD" \
-    --minibatch "${MINIBATCH:-4}" --concurrency 4 --checkpoint-every 10 --seed "$SEED" \
+    --minibatch "${MINIBATCH:-4}" --concurrency 16 --checkpoint-every 10 --seed "$SEED" \
     --out "$WS/checkpoints/replication"

@@ -290,8 +290,9 @@ pub struct TrainArgs {
     /// solved nor never solved).
     #[arg(long)]
     pub curriculum: bool,
-    /// Episodes in flight at once.
-    #[arg(long, default_value_t = 4)]
+    /// Episodes in flight at once; the policy samples their turns together
+    /// in one batch (default: one task's 16 samples).
+    #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
     /// Write a checkpoint every N PPO steps (and at the end).
     #[arg(long, default_value_t = 5)]

@@ -13,8 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use super::batch::SequenceBuilder;
 use crate::agent::{Policy, PolicyError, PolicyReply, PolicySource};
+use crate::llm::local::shared::DEFAULT_GATHER;
 use crate::llm::local::{
-    ChatTokenizer, FinishReason, Generation, LocalModel, Sampler, SamplingConfig, TemplateMessage,
+    ChatTokenizer, FinishReason, Generation, LocalModel, Sampler, SamplingConfig, Seat,
+    SharedModel, TemplateMessage,
 };
 use crate::llm::{ChatMessage, Role, TokenUsage};
 use crate::task::Task;
@@ -116,9 +118,10 @@ impl TokenTranscript {
 /// Transcripts of finished episodes, by (task id, sample).
 pub type Transcripts = Arc<Mutex<HashMap<(String, u32), SequenceBuilder>>>;
 
-/// Starts a [`RecordingPolicy`] per episode, all sampling from one model.
+/// Starts a [`RecordingPolicy`] per episode, all sampling from one model,
+/// whose concurrent episodes share each batch ([`SharedModel`]).
 pub struct RecordingSource {
-    model: Arc<Mutex<LocalModel>>,
+    model: Arc<SharedModel>,
     sampling: SamplingConfig,
     seed: u64,
     name: String,
@@ -130,7 +133,7 @@ impl RecordingSource {
     /// uses a seed derived from `seed`, the task and the sample.
     pub fn new(model: LocalModel, sampling: SamplingConfig, seed: u64, name: &str) -> Self {
         Self {
-            model: Arc::new(Mutex::new(model)),
+            model: SharedModel::new(model, DEFAULT_GATHER),
             sampling,
             seed,
             name: name.to_string(),
@@ -157,6 +160,7 @@ impl PolicySource for RecordingSource {
 
     fn start(&self, task: &Task, sample: u32) -> Result<Box<dyn Policy>, PolicyError> {
         Ok(Box::new(RecordingPolicy {
+            _seat: self.model.seat(),
             model: self.model.clone(),
             sampler: Sampler::new(self.sampling, episode_seed(self.seed, task.id(), sample)),
             transcript: TokenTranscript::new(),
@@ -169,7 +173,9 @@ impl PolicySource for RecordingSource {
 /// Samples replies and records them; hands its transcript over when dropped
 /// (at the end of the episode).
 pub struct RecordingPolicy {
-    model: Arc<Mutex<LocalModel>>,
+    model: Arc<SharedModel>,
+    /// Held for the episode: batches wait for this episode's next turn.
+    _seat: Seat,
     sampler: Sampler,
     transcript: TokenTranscript,
     key: (String, u32),
@@ -178,27 +184,25 @@ pub struct RecordingPolicy {
 
 impl Policy for RecordingPolicy {
     fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError> {
-        let mut model = self
-            .model
-            .lock()
-            .map_err(|_| PolicyError::Other("the model lock is poisoned".into()))?;
         let other = |e: String| PolicyError::Other(e);
+        let tokenizer = self.model.tokenizer();
         let mut msgs = template_messages(messages);
         let prompt = self
             .transcript
-            .prompt(model.tokenizer(), &msgs)
+            .prompt(tokenizer, &msgs)
             .map_err(|e| other(e.to_string()))?;
-        let window = model.context_window();
+        let window = self.model.context_window();
         if prompt.len() + 1 >= window {
             return Err(other(format!(
                 "the conversation no longer fits the model's context ({} of {window} tokens)",
                 prompt.len()
             )));
         }
+        let prompt_len = prompt.len();
         let max_tokens = self.sampler.config().max_tokens;
         self.sampler
-            .set_max_tokens(max_tokens.min(window - prompt.len()));
-        let generated = model.generate_ids(&prompt, &mut self.sampler);
+            .set_max_tokens(max_tokens.min(window - prompt_len));
+        let generated = self.model.generate(prompt, &mut self.sampler);
         self.sampler.set_max_tokens(max_tokens);
         let generation = generated.map_err(|e| other(e.to_string()))?;
         msgs.push(TemplateMessage {
@@ -206,12 +210,12 @@ impl Policy for RecordingPolicy {
             content: generation.text.clone(),
         });
         self.transcript
-            .record(model.tokenizer(), &msgs, &generation.text, &generation)
+            .record(tokenizer, &msgs, &generation.text, &generation)
             .map_err(|e| other(e.to_string()))?;
         Ok(PolicyReply {
             text: generation.text,
             usage: TokenUsage {
-                prompt_tokens: prompt.len() as u64,
+                prompt_tokens: prompt_len as u64,
                 completion_tokens: generation.token_ids.len() as u64,
             },
         })

@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(args.tasks_per_step, 1);
         assert_eq!(args.minutes, Some(2.5));
         // What the form does not ask for keeps the CLI's default.
-        assert_eq!(args.concurrency, 4);
+        assert_eq!(args.concurrency, 16);
         assert_eq!(args.reward, "binary");
         assert!(args.out.is_none());
         assert_eq!(

@@ -1,22 +1,24 @@
 //! [`LocalChat`]: a [`LocalModel`] behind the project's [`ChatModel`] trait.
-//! Requests are served one at a time (the model holds one KV cache), on a
-//! blocking thread.
+//! Concurrent requests are sampled in batches ([`SharedModel`]), on blocking
+//! threads.
 
 use super::chat_template::TemplateMessage;
 use super::model::LocalModel;
-use super::sampling::SamplingConfig;
+use super::sampling::{Sampler, SamplingConfig};
+use super::shared::SharedModel;
 use crate::llm::{
     ChatMessage, ChatModel, ChatResponse, LlmError, Role, SamplingParams, TokenUsage,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Default `max_tokens` when a request leaves it open.
 pub const DEFAULT_MAX_TOKENS: usize = 1024;
 
 /// A local model usable wherever a [`ChatModel`] is.
 pub struct LocalChat {
-    model: Arc<Mutex<LocalModel>>,
+    model: Arc<SharedModel>,
     name: String,
     next_seed: AtomicU64,
 }
@@ -26,7 +28,9 @@ impl LocalChat {
     pub fn new(model: LocalModel, seed: u64) -> Self {
         Self {
             name: format!("local:{}", model.name()),
-            model: Arc::new(Mutex::new(model)),
+            // Requests are not expected back: no waiting, a batch is
+            // whatever queued while the model was busy.
+            model: SharedModel::new(model, Duration::ZERO),
             next_seed: AtomicU64::new(seed),
         }
     }
@@ -70,17 +74,18 @@ impl ChatModel for LocalChat {
         let model = self.model.clone();
         let name = self.name.clone();
         let g = tokio::task::spawn_blocking(move || {
-            let mut m = model
-                .lock()
-                .map_err(|_| "model lock poisoned (an earlier request panicked)".to_string())?;
-            m.generate(&msgs, &cfg, seed).map_err(|e| e.to_string())
+            let prompt = model.tokenizer().encode_chat(&msgs)?;
+            model.generate(prompt, &mut Sampler::new(cfg, seed))
         })
         .await
         .map_err(|e| LlmError::BadReply {
             url: name.clone(),
             message: format!("generation task failed: {e}"),
         })?
-        .map_err(|message| LlmError::BadReply { url: name, message })?;
+        .map_err(|e| LlmError::BadReply {
+            url: name,
+            message: e.to_string(),
+        })?;
         Ok(ChatResponse {
             content: g.text,
             usage: TokenUsage {

@@ -18,6 +18,7 @@ pub mod gguf_llama;
 pub mod model;
 pub mod q4_1;
 pub mod sampling;
+pub mod shared;
 pub mod tiny;
 pub mod tokenizer;
 pub mod train_ops;
@@ -31,6 +32,7 @@ pub use error::LocalError;
 pub use fetch::fetch_smollm2;
 pub use model::{Backend, BatchOptions, FinishReason, GenTimings, Generation, LocalModel};
 pub use sampling::{Sampler, SamplingConfig};
+pub use shared::{Seat, SharedModel};
 pub use tokenizer::ChatTokenizer;
 pub use transformer::{KvCache, Transformer};
 

@@ -275,51 +275,22 @@ impl LocalModel {
             }
             return Ok((out, timings));
         }
-        let eos = self.tokenizer.eos_ids().to_vec();
-        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
-        let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
-        let mut finish = vec![FinishReason::Length; n];
         let start = Instant::now();
         let mut step = Stepper::new(&mut self.backend, n);
-        let mut logits = step.prefill(prompt, &self.device)?;
+        let logits = step.prefill(prompt, &self.device)?;
         timings.prefill = start.elapsed();
-        let decode_start = Instant::now();
-        // Sequences still sampling, in batch-row order.
-        let mut live: Vec<usize> = (0..n)
-            .filter(|&i| samplers[i].config().max_tokens > 0)
-            .collect();
-        if live.len() < n {
-            step.retain(&live)?;
-        }
-        while !live.is_empty() {
-            let vocab = logits.len() / logits.rows;
-            let mut keep = Vec::with_capacity(live.len());
-            let mut feed = Vec::with_capacity(live.len());
-            for (row, &seq) in live.iter().enumerate() {
-                let (tok, lp) = samplers[seq].sample(logits.row(row, vocab));
-                tokens[seq].push(tok);
-                logprobs[seq].push(lp);
-                timings.sampled_tokens += 1;
-                if !opts.ignore_eos && eos.contains(&tok) {
-                    finish[seq] = FinishReason::Stop;
-                } else if tokens[seq].len() < samplers[seq].config().max_tokens {
-                    keep.push(row);
-                    feed.push(tok);
-                }
-            }
-            if keep.is_empty() {
-                break;
-            }
-            if keep.len() < live.len() {
-                step.retain(&keep)?;
-                live = keep.iter().map(|&r| live[r]).collect();
-            }
-            logits = step.feed(&feed, &self.device)?;
-            timings.decode_steps += 1;
-        }
-        timings.decode = decode_start.elapsed();
+        let eos = self.tokenizer.eos_ids();
+        let sampled = decode(
+            &mut step,
+            logits,
+            samplers,
+            eos,
+            opts,
+            &self.device,
+            &mut timings,
+        )?;
         let mut out = Vec::with_capacity(n);
-        for ((tokens, logprobs), finish) in tokens.into_iter().zip(logprobs).zip(finish) {
+        for (tokens, logprobs, finish) in sampled {
             out.push(Generation {
                 text: self.tokenizer.decode(&tokens)?,
                 prompt_ids: prompt.to_vec(),
@@ -330,6 +301,135 @@ impl LocalModel {
         }
         Ok((out, timings))
     }
+
+    /// Sample one continuation of each `prompts[i]` with `samplers[i]`, as
+    /// one batch where the network allows: dense models pad the prompts on
+    /// the left to a common length (padding is masked, and rotary positions
+    /// are relative, so each sequence is sampled as if alone); identical
+    /// prompts share one prompt pass; otherwise the sequences run one after
+    /// another. This is how concurrent episodes share the model.
+    pub fn generate_many(
+        &mut self,
+        prompts: &[Vec<u32>],
+        samplers: &mut [Sampler],
+    ) -> Result<Vec<Generation>> {
+        if prompts.len() != samplers.len() {
+            return Err(LocalError::Generation(format!(
+                "{} prompts for {} samplers",
+                prompts.len(),
+                samplers.len()
+            )));
+        }
+        let Some(first) = prompts.first() else {
+            return Ok(Vec::new());
+        };
+        let opts = BatchOptions::default();
+        if prompts.iter().all(|p| p == first) {
+            return Ok(self.generate_batch_with(first, samplers, opts)?.0);
+        }
+        let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let longest_reply = samplers.iter().map(|s| s.config().max_tokens).max();
+        let fits = width + longest_reply.unwrap_or(0) <= self.context_window();
+        if !matches!(self.backend, Backend::Dense(_)) || !fits || prompts.iter().any(Vec::is_empty)
+        {
+            let mut out = Vec::with_capacity(prompts.len());
+            for (p, s) in prompts.iter().zip(samplers.iter_mut()) {
+                out.push(self.generate_ids(p, s)?);
+            }
+            return Ok(out);
+        }
+        let mut timings = GenTimings::default();
+        let mut step = Stepper::new(&mut self.backend, prompts.len());
+        let logits = step.prefill_padded(prompts, &self.device)?;
+        let eos = self.tokenizer.eos_ids();
+        let sampled = decode(
+            &mut step,
+            logits,
+            samplers,
+            eos,
+            opts,
+            &self.device,
+            &mut timings,
+        )?;
+        let mut out = Vec::with_capacity(prompts.len());
+        for ((tokens, logprobs, finish), prompt) in sampled.into_iter().zip(prompts) {
+            out.push(Generation {
+                text: self.tokenizer.decode(&tokens)?,
+                prompt_ids: prompt.clone(),
+                token_ids: tokens,
+                logprobs,
+                finish,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Tokens, their log-probabilities and why sampling stopped, per sequence.
+type Sampled = Vec<(Vec<u32>, Vec<f32>, FinishReason)>;
+
+/// Sample every sequence of `step`'s batch from `logits` (the prompt's) on:
+/// each step feeds the last token of each live sequence through one forward
+/// pass; a sequence leaves the batch at an end-of-sequence token or at its
+/// sampler's `max_tokens`.
+fn decode(
+    step: &mut Stepper,
+    mut logits: Logits,
+    samplers: &mut [Sampler],
+    eos: &[u32],
+    opts: BatchOptions,
+    device: &Device,
+    timings: &mut GenTimings,
+) -> Result<Sampled> {
+    let n = samplers.len();
+    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
+    let mut finish = vec![FinishReason::Length; n];
+    let decode_start = Instant::now();
+    // Sequences still sampling, in batch-row order.
+    let mut live: Vec<usize> = (0..n)
+        .filter(|&i| samplers[i].config().max_tokens > 0)
+        .collect();
+    if live.len() < n {
+        step.retain(&live)?;
+    }
+    // The logits row of each live sequence: the prompt pass has a row per
+    // sequence (or one shared row), later passes one per live sequence.
+    let mut logit_rows = live.clone();
+    while !live.is_empty() {
+        let vocab = logits.len() / logits.rows;
+        let mut keep = Vec::with_capacity(live.len());
+        let mut feed = Vec::with_capacity(live.len());
+        for (row, &seq) in live.iter().enumerate() {
+            let (tok, lp) = samplers[seq].sample(logits.row(logit_rows[row], vocab));
+            tokens[seq].push(tok);
+            logprobs[seq].push(lp);
+            timings.sampled_tokens += 1;
+            if !opts.ignore_eos && eos.contains(&tok) {
+                finish[seq] = FinishReason::Stop;
+            } else if tokens[seq].len() < samplers[seq].config().max_tokens {
+                keep.push(row);
+                feed.push(tok);
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() < live.len() {
+            step.retain(&keep)?;
+            live = keep.iter().map(|&r| live[r]).collect();
+        }
+        logits = step.feed(&feed, device)?;
+        logit_rows = (0..live.len()).collect();
+        timings.decode_steps += 1;
+    }
+    timings.decode = decode_start.elapsed();
+    Ok(tokens
+        .into_iter()
+        .zip(logprobs)
+        .zip(finish)
+        .map(|((t, l), f)| (t, l, f))
+        .collect())
 }
 
 /// Options of [`LocalModel::generate_batch_with`].
@@ -415,6 +515,25 @@ impl<'a> Stepper<'a> {
             }
         }
         Ok(logits)
+    }
+
+    /// Run prompts of different lengths as one batch, padded on the left
+    /// (dense models only); logits of each row.
+    fn prefill_padded(&mut self, prompts: &[Vec<u32>], device: &Device) -> Result<Logits> {
+        let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let padding: Vec<usize> = prompts.iter().map(|p| width - p.len()).collect();
+        let Some(cache) = self.cache.as_mut() else {
+            return Err(LocalError::Generation(
+                "padded batches need a dense model".into(),
+            ));
+        };
+        cache.pad_left(&padding, device)?;
+        let ids: Vec<u32> = prompts
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(0, width - p.len()).chain(p.iter().copied()))
+            .collect();
+        let input = Tensor::from_vec(ids, (prompts.len(), width), device)?;
+        self.forward(&input)
     }
 
     /// Keep only the batch rows at positions `keep` (ascending, non-empty).

@@ -367,6 +367,125 @@ fn batched_sampling_equals_one_sequence_at_a_time() {
 }
 
 #[test]
+fn prompts_of_different_lengths_are_sampled_as_one_padded_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tokenizer();
+    for (i, arch) in [Arch::Qwen2, Arch::Qwen3, Arch::Llama]
+        .into_iter()
+        .enumerate()
+    {
+        let d = dir.path().join(format!("m{i}"));
+        write_model_dir(&d, &tiny_config(arch, 300), &tok, 21 + i as u64).unwrap();
+        let mut lm = LocalModel::load(&d, &Device::Cpu).unwrap();
+        let full = lm.tokenizer().encode_chat(&msgs()).unwrap();
+        // Prompts of 4 lengths (one of them twice), each with its own seed
+        // and reply limit, including a sequence that samples nothing.
+        let prompts: Vec<Vec<u32>> = [full.len(), 3, full.len() / 2, 3, 1]
+            .iter()
+            .map(|&n| full[..n].to_vec())
+            .collect();
+        let samplers: Vec<Sampler> = (0..prompts.len())
+            .map(|s| {
+                let cfg = SamplingConfig {
+                    temperature: 1.0,
+                    top_p: 1.0,
+                    max_tokens: [9, 4, 0, 7, 6][s],
+                };
+                Sampler::new(cfg, 300 + s as u64)
+            })
+            .collect();
+        let batch = lm.generate_many(&prompts, &mut samplers.clone()).unwrap();
+        assert_eq!(batch.len(), prompts.len());
+        for ((g, p), mut s) in batch.iter().zip(&prompts).zip(samplers) {
+            let one = lm.generate_ids(p, &mut s).unwrap();
+            assert_eq!(&g.prompt_ids, p);
+            assert_eq!(
+                g.token_ids,
+                one.token_ids,
+                "{arch:?}, prompt of {}",
+                p.len()
+            );
+            assert_eq!(g.finish, one.finish);
+            for (a, b) in g.logprobs.iter().zip(&one.logprobs) {
+                assert!((a - b).abs() < 1e-4, "{arch:?}: {a} vs {b}");
+            }
+        }
+        assert!(batch[2].token_ids.is_empty());
+        // A prompt count that does not match the samplers is refused.
+        let err = lm.generate_many(&prompts, &mut []).unwrap_err();
+        assert!(
+            err.to_string().contains("5 prompts for 0 samplers"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn concurrent_seated_callers_share_batches_and_get_their_own_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tokenizer();
+    write_model_dir(dir.path(), &tiny_config(Arch::Qwen2, 300), &tok, 5).unwrap();
+    let mut lm = LocalModel::load(dir.path(), &Device::Cpu).unwrap();
+    let full = lm.tokenizer().encode_chat(&msgs()).unwrap();
+    let cfg = SamplingConfig {
+        temperature: 1.0,
+        top_p: 1.0,
+        max_tokens: 6,
+    };
+    // Four callers, three turns each, prompts of different lengths.
+    let prompt = |caller: usize, turn: usize| full[..full.len() - caller - turn].to_vec();
+    let mut expected = Vec::new();
+    for caller in 0..4 {
+        let mut s = Sampler::new(cfg, caller as u64);
+        for turn in 0..3 {
+            expected.push(
+                lm.generate_ids(&prompt(caller, turn), &mut s)
+                    .unwrap()
+                    .token_ids,
+            );
+        }
+    }
+    // A long gathering window: the test checks that seated callers are
+    // waited for, not the timing.
+    let shared = SharedModel::new(lm, std::time::Duration::from_secs(30));
+    let seats: Vec<_> = (0..4).map(|_| shared.seat()).collect();
+    let got: Vec<Vec<Vec<u32>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = seats
+            .into_iter()
+            .enumerate()
+            .map(|(caller, seat)| {
+                let shared = &shared;
+                scope.spawn(move || {
+                    let mut s = Sampler::new(cfg, caller as u64);
+                    let out: Vec<Vec<u32>> = (0..3)
+                        .map(|turn| {
+                            shared
+                                .generate(prompt(caller, turn), &mut s)
+                                .unwrap()
+                                .token_ids
+                        })
+                        .collect();
+                    drop(seat);
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(got.concat(), expected);
+    assert_eq!(
+        shared.batches(),
+        3,
+        "one batch per turn of all four callers"
+    );
+    // Unseated callers are not waited for.
+    let mut s = Sampler::new(cfg, 9);
+    let t0 = std::time::Instant::now();
+    shared.generate(prompt(0, 0), &mut s).unwrap();
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[test]
 fn batched_sampling_can_ignore_end_of_sequence() {
     let dir = tempfile::tempdir().unwrap();
     write_model_dir(dir.path(), &tiny_config(Arch::Llama, 300), &tokenizer(), 5).unwrap();

@@ -42,11 +42,18 @@ pub(crate) fn retain_rows(layers: &mut [Option<(Tensor, Tensor)>], rows: &[usize
     Ok(())
 }
 
+/// Additive attention mask of a padding key: finite, so that a padding query
+/// whose keys are all padding still gets a (meaningless) finite softmax.
+const PAD_KEY: f32 = -1e9;
+
 /// Per-layer key/value cache of the sampling path.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+    /// Sequences of different lengths in one batch are padded on the left;
+    /// `(batch, positions)`: [`PAD_KEY`] at padding positions, 0 elsewhere.
+    key_mask: Option<Tensor>,
 }
 
 impl KvCache {
@@ -61,12 +68,51 @@ impl KvCache {
 
     /// Copy a batch-1 cache to `n` rows (a prompt run once, sampled `n` times).
     pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
+        if let Some(m) = &mut self.key_mask {
+            *m = m.repeat((n, 1))?;
+        }
         repeat_rows(&mut self.layers, n)
     }
 
     /// Keep only the batch rows `rows` (finished sequences leave the batch).
     pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
+        if let Some(m) = &mut self.key_mask {
+            let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+            *m = m.index_select(&Tensor::new(idx.as_slice(), m.device())?, 0)?;
+        }
         retain_rows(&mut self.layers, rows)
+    }
+
+    /// Before the first forward pass: row `r` of the batch starts with
+    /// `padding[r]` padding positions, which no later position attends to.
+    /// Rotary embeddings only see relative positions, so a left-padded
+    /// sequence is sampled as if it were alone.
+    pub fn pad_left(&mut self, padding: &[usize], device: &Device) -> Result<()> {
+        let width = padding.iter().copied().max().unwrap_or(0);
+        let mask: Vec<f32> = padding
+            .iter()
+            .flat_map(|&p| (0..width).map(move |j| if j < p { PAD_KEY } else { 0.0 }))
+            .collect();
+        self.key_mask = Some(Tensor::from_vec(mask, (padding.len(), width), device)?);
+        Ok(())
+    }
+
+    /// The key mask over `total` positions as `(batch, 1, 1, total)`, if any
+    /// row is padded; positions past the padding are never masked.
+    fn key_mask(&mut self, total: usize, dtype: DType) -> Result<Option<Tensor>> {
+        let Some(m) = &mut self.key_mask else {
+            return Ok(None);
+        };
+        let (b, width) = m.dims2()?;
+        if width < total {
+            let zeros = Tensor::zeros((b, total - width), m.dtype(), m.device())?;
+            *m = Tensor::cat(&[&*m, &zeros], 1)?;
+        }
+        Ok(Some(
+            m.narrow(1, 0, total)?
+                .reshape((b, 1, 1, total))?
+                .to_dtype(dtype)?,
+        ))
     }
 }
 
@@ -248,6 +294,7 @@ impl Transformer {
         KvCache {
             layers: vec![None; self.layers.len()],
             len: 0,
+            key_mask: None,
         }
     }
 
@@ -355,8 +402,9 @@ impl Transformer {
         }
         let cos = self.cos.narrow(0, offset, t)?;
         let sin = self.sin.narrow(0, offset, t)?;
-        let mask = if t > 1 {
-            let total = offset + t;
+        let total = offset + t;
+        let dtype = self.cos.dtype();
+        let causal = if t > 1 {
             let m: Vec<f32> = (0..t)
                 .flat_map(|i| {
                     (0..total).map(move |j| {
@@ -368,9 +416,17 @@ impl Transformer {
                     })
                 })
                 .collect();
-            Some(Tensor::from_vec(m, (t, total), &self.device)?.to_dtype(self.cos.dtype())?)
+            Some(Tensor::from_vec(m, (t, total), &self.device)?.to_dtype(dtype)?)
         } else {
             None
+        };
+        let keys = match cache.as_mut() {
+            Some(c) => c.key_mask(total, dtype)?,
+            None => None,
+        };
+        let mask = match (causal, keys) {
+            (Some(c), Some(k)) => Some(k.broadcast_add(&c)?),
+            (c, k) => c.or(k),
         };
         let mut x = self.embed_tokens.forward(ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
