@@ -279,26 +279,16 @@ impl LocalModel {
         let mut step = Stepper::new(&mut self.backend, n);
         let logits = step.prefill(prompt, &self.device)?;
         timings.prefill = start.elapsed();
-        let eos = self.tokenizer.eos_ids();
-        let sampled = decode(
+        let out = decode(
             &mut step,
             logits,
             samplers,
-            eos,
+            &self.tokenizer,
+            |_| prompt.to_vec(),
             opts,
             &self.device,
             &mut timings,
         )?;
-        let mut out = Vec::with_capacity(n);
-        for (tokens, logprobs, finish) in sampled {
-            out.push(Generation {
-                text: self.tokenizer.decode(&tokens)?,
-                prompt_ids: prompt.to_vec(),
-                token_ids: tokens,
-                logprobs,
-                finish,
-            });
-        }
         Ok((out, timings))
     }
 
@@ -341,47 +331,36 @@ impl LocalModel {
         let mut timings = GenTimings::default();
         let mut step = Stepper::new(&mut self.backend, prompts.len());
         let logits = step.prefill_padded(prompts, &self.device)?;
-        let eos = self.tokenizer.eos_ids();
-        let sampled = decode(
+        decode(
             &mut step,
             logits,
             samplers,
-            eos,
+            &self.tokenizer,
+            |i| prompts[i].clone(),
             opts,
             &self.device,
             &mut timings,
-        )?;
-        let mut out = Vec::with_capacity(prompts.len());
-        for ((tokens, logprobs, finish), prompt) in sampled.into_iter().zip(prompts) {
-            out.push(Generation {
-                text: self.tokenizer.decode(&tokens)?,
-                prompt_ids: prompt.clone(),
-                token_ids: tokens,
-                logprobs,
-                finish,
-            });
-        }
-        Ok(out)
+        )
     }
 }
-
-/// Tokens, their log-probabilities and why sampling stopped, per sequence.
-type Sampled = Vec<(Vec<u32>, Vec<f32>, FinishReason)>;
 
 /// Sample every sequence of `step`'s batch from `logits` (the prompt's) on:
 /// each step feeds the last token of each live sequence through one forward
 /// pass; a sequence leaves the batch at an end-of-sequence token or at its
 /// sampler's `max_tokens`.
+#[allow(clippy::too_many_arguments)]
 fn decode(
     step: &mut Stepper,
     mut logits: Logits,
     samplers: &mut [Sampler],
-    eos: &[u32],
+    tokenizer: &ChatTokenizer,
+    prompt_of: impl Fn(usize) -> Vec<u32>,
     opts: BatchOptions,
     device: &Device,
     timings: &mut GenTimings,
-) -> Result<Sampled> {
+) -> Result<Vec<Generation>> {
     let n = samplers.len();
+    let eos = tokenizer.eos_ids();
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
     let mut finish = vec![FinishReason::Length; n];
@@ -424,12 +403,19 @@ fn decode(
         timings.decode_steps += 1;
     }
     timings.decode = decode_start.elapsed();
-    Ok(tokens
-        .into_iter()
-        .zip(logprobs)
-        .zip(finish)
-        .map(|((t, l), f)| (t, l, f))
-        .collect())
+    let mut out = Vec::with_capacity(n);
+    for (i, ((token_ids, logprobs), finish)) in
+        tokens.into_iter().zip(logprobs).zip(finish).enumerate()
+    {
+        out.push(Generation {
+            text: tokenizer.decode(&token_ids)?,
+            prompt_ids: prompt_of(i),
+            token_ids,
+            logprobs,
+            finish,
+        });
+    }
+    Ok(out)
 }
 
 /// Options of [`LocalModel::generate_batch_with`].

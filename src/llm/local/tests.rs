@@ -295,17 +295,24 @@ async fn local_chat_implements_chat_model() {
     assert_eq!(r.attempts, 1);
 }
 
+/// A tiny random model of each architecture, saved under `dir` and loaded.
+fn models_of_each_arch(dir: &std::path::Path, seed: u64) -> Vec<(Arch, LocalModel)> {
+    let tok = tokenizer();
+    [Arch::Qwen2, Arch::Qwen3, Arch::Llama]
+        .into_iter()
+        .enumerate()
+        .map(|(i, arch)| {
+            let d = dir.join(format!("m{i}"));
+            write_model_dir(&d, &tiny_config(arch, 300), &tok, seed + i as u64).unwrap();
+            (arch, LocalModel::load(&d, &Device::Cpu).unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn batched_sampling_equals_one_sequence_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = tokenizer();
-    for (i, arch) in [Arch::Qwen2, Arch::Qwen3, Arch::Llama]
-        .into_iter()
-        .enumerate()
-    {
-        let d = dir.path().join(format!("m{i}"));
-        write_model_dir(&d, &tiny_config(arch, 300), &tok, 11 + i as u64).unwrap();
-        let mut lm = LocalModel::load(&d, &Device::Cpu).unwrap();
+    for (arch, mut lm) in models_of_each_arch(dir.path(), 11) {
         let prompt = lm.tokenizer().encode_chat(&msgs()).unwrap();
         // Greedy: every sequence of the batch is the single greedy sequence.
         let greedy = SamplingConfig {
@@ -369,14 +376,7 @@ fn batched_sampling_equals_one_sequence_at_a_time() {
 #[test]
 fn prompts_of_different_lengths_are_sampled_as_one_padded_batch() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = tokenizer();
-    for (i, arch) in [Arch::Qwen2, Arch::Qwen3, Arch::Llama]
-        .into_iter()
-        .enumerate()
-    {
-        let d = dir.path().join(format!("m{i}"));
-        write_model_dir(&d, &tiny_config(arch, 300), &tok, 21 + i as u64).unwrap();
-        let mut lm = LocalModel::load(&d, &Device::Cpu).unwrap();
+    for (arch, mut lm) in models_of_each_arch(dir.path(), 21) {
         let full = lm.tokenizer().encode_chat(&msgs()).unwrap();
         // Prompts of 4 lengths (one of them twice), each with its own seed
         // and reply limit, including a sequence that samples nothing.
