@@ -7,7 +7,7 @@ use super::error::{LocalError, Result};
 use super::gguf::GgufModel;
 use super::sampling::{Sampler, SamplingConfig};
 use super::tokenizer::ChatTokenizer;
-use super::transformer::Transformer;
+use super::transformer::{KvCache, Transformer};
 use super::weights::{check_weights, mmap, weight_files};
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
@@ -503,23 +503,38 @@ impl<'a> Stepper<'a> {
         Ok(logits)
     }
 
-    /// Run prompts of different lengths as one batch, padded on the left
-    /// (dense models only); logits of each row.
+    /// Run prompts of different lengths (dense models only): each alone,
+    /// with its rotary positions shifted by its padding to the longest, then
+    /// their caches joined into one left-padded batch. Each prompt costs its
+    /// own length, not the longest's. Logits of each row.
     fn prefill_padded(&mut self, prompts: &[Vec<u32>], device: &Device) -> Result<Logits> {
-        let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let padding: Vec<usize> = prompts.iter().map(|p| width - p.len()).collect();
-        let Some(cache) = self.cache.as_mut() else {
+        let Backend::Dense(m) = &mut *self.backend else {
             return Err(LocalError::Generation(
                 "padded batches need a dense model".into(),
             ));
         };
-        cache.pad_left(&padding, device)?;
-        let ids: Vec<u32> = prompts
-            .iter()
-            .flat_map(|p| std::iter::repeat_n(0, width - p.len()).chain(p.iter().copied()))
-            .collect();
-        let input = Tensor::from_vec(ids, (prompts.len(), width), device)?;
-        self.forward(&input)
+        let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let mut caches = Vec::with_capacity(prompts.len());
+        let mut data = Vec::new();
+        for p in prompts {
+            let mut cache = m.new_cache_at(width - p.len());
+            let input = Tensor::new(p.as_slice(), device)?.unsqueeze(0)?;
+            let h = m.forward_cached(&input, &mut cache)?;
+            let last = h.i((.., p.len() - 1..p.len(), ..))?;
+            data.extend(
+                m.logits(&last)?
+                    .flatten_all()?
+                    .to_dtype(DType::F32)?
+                    .to_vec1::<f32>()?,
+            );
+            caches.push(cache);
+        }
+        self.cache = Some(KvCache::join_left_padded(caches)?);
+        self.pos = width;
+        Ok(Logits {
+            data,
+            rows: prompts.len(),
+        })
     }
 
     /// Keep only the batch rows at positions `keep` (ascending, non-empty).

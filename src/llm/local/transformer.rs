@@ -51,9 +51,24 @@ const PAD_KEY: f32 = -1e9;
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+    /// Rotary position of the first cached key (0 unless started with
+    /// [`Transformer::new_cache_at`]); `len` counts from position 0.
+    origin: usize,
     /// Sequences of different lengths in one batch are padded on the left;
     /// `(batch, positions)`: [`PAD_KEY`] at padding positions, 0 elsewhere.
     key_mask: Option<Tensor>,
+}
+
+/// `(batch, heads, positions, dim)` with `n` zero positions prepended.
+fn pad_positions_left(x: &Tensor, n: usize) -> Result<Tensor> {
+    if n == 0 {
+        return Ok(x.clone());
+    }
+    let (b, h, _, d) = x.dims4()?;
+    Tensor::cat(
+        &[&Tensor::zeros((b, h, n, d), x.dtype(), x.device())?, x],
+        2,
+    )
 }
 
 impl KvCache {
@@ -83,18 +98,51 @@ impl KvCache {
         retain_rows(&mut self.layers, rows)
     }
 
-    /// Before the first forward pass: row `r` of the batch starts with
-    /// `padding[r]` padding positions, which no later position attends to.
-    /// Rotary embeddings only see relative positions, so a left-padded
-    /// sequence is sampled as if it were alone.
-    pub fn pad_left(&mut self, padding: &[usize], device: &Device) -> Result<()> {
-        let width = padding.iter().copied().max().unwrap_or(0);
-        let mask: Vec<f32> = padding
+    /// Join batch-1 caches of prompts of different lengths into one batch,
+    /// padded on the left to the longest: row `r`'s keys and values move
+    /// right by its padding, and padding positions are masked from then on.
+    /// Each cache must have been started with [`Transformer::new_cache_at`]
+    /// the padding as origin, so that its rotary positions already are those
+    /// of the padded batch (rotary embeddings see only relative positions, so
+    /// each row is sampled as if alone).
+    pub fn join_left_padded(rows: Vec<KvCache>) -> Result<KvCache> {
+        let width = rows.iter().map(|c| c.len).max().unwrap_or(0);
+        if rows.iter().any(|c| c.len != width || c.key_mask.is_some()) {
+            candle_core::bail!("caches to join must end at the same position, unpadded");
+        }
+        let n_layers = rows.first().map_or(0, |c| c.layers.len());
+        let mut layers = Vec::with_capacity(n_layers);
+        for l in 0..n_layers {
+            let mut keys = Vec::with_capacity(rows.len());
+            let mut values = Vec::with_capacity(rows.len());
+            for c in &rows {
+                let Some((k, v)) = &c.layers[l] else {
+                    candle_core::bail!("a cache to join is empty");
+                };
+                keys.push(pad_positions_left(k, c.origin)?);
+                values.push(pad_positions_left(v, c.origin)?);
+            }
+            layers.push(Some((Tensor::cat(&keys, 0)?, Tensor::cat(&values, 0)?)));
+        }
+        let device = match rows.first().and_then(|c| c.layers.first()) {
+            Some(Some((k, _))) => k.device().clone(),
+            _ => Device::Cpu,
+        };
+        let mask: Vec<f32> = rows
             .iter()
-            .flat_map(|&p| (0..width).map(move |j| if j < p { PAD_KEY } else { 0.0 }))
+            .flat_map(|c| (0..width).map(move |j| if j < c.origin { PAD_KEY } else { 0.0 }))
             .collect();
-        self.key_mask = Some(Tensor::from_vec(mask, (padding.len(), width), device)?);
-        Ok(())
+        Ok(KvCache {
+            layers,
+            len: width,
+            origin: 0,
+            key_mask: Some(Tensor::from_vec(mask, (rows.len(), width), &device)?),
+        })
+    }
+
+    /// Keys cached (positions from the origin on).
+    fn stored(&self) -> usize {
+        self.len - self.origin
     }
 
     /// The key mask over `total` positions as `(batch, 1, 1, total)`, if any
@@ -291,9 +339,16 @@ impl Transformer {
 
     /// An empty cache for [`Transformer::forward_cached`].
     pub fn new_cache(&self) -> KvCache {
+        self.new_cache_at(0)
+    }
+
+    /// An empty cache whose first position has rotary position `origin`
+    /// (see [`KvCache::join_left_padded`]).
+    pub fn new_cache_at(&self, origin: usize) -> KvCache {
         KvCache {
             layers: vec![None; self.layers.len()],
-            len: 0,
+            len: origin,
+            origin,
             key_mask: None,
         }
     }
@@ -402,18 +457,15 @@ impl Transformer {
         }
         let cos = self.cos.narrow(0, offset, t)?;
         let sin = self.sin.narrow(0, offset, t)?;
-        let total = offset + t;
+        // Rotary positions start at `offset`; the keys attended over are the
+        // `past` cached ones and the `t` new ones.
+        let past = cache.as_ref().map(|c| c.stored()).unwrap_or(0);
+        let total = past + t;
         let dtype = self.cos.dtype();
         let causal = if t > 1 {
             let m: Vec<f32> = (0..t)
                 .flat_map(|i| {
-                    (0..total).map(move |j| {
-                        if j > i + offset {
-                            f32::NEG_INFINITY
-                        } else {
-                            0.0
-                        }
-                    })
+                    (0..total).map(move |j| if j > i + past { f32::NEG_INFINITY } else { 0.0 })
                 })
                 .collect();
             Some(Tensor::from_vec(m, (t, total), &self.device)?.to_dtype(dtype)?)
