@@ -244,6 +244,11 @@ pub struct TrainArgs {
     /// Warm-start with supervised steps on oracle trajectories of the training tasks.
     #[arg(long)]
     pub sft: bool,
+    /// Tasks whose oracle trajectories the warm start learns from, and whose
+    /// text a `tiny` tokenizer is trained on (ids or globs; default: the
+    /// training tasks). PPO on tasks the warm start never saw gets more signal.
+    #[arg(long, value_name = "GLOBS")]
+    pub sft_tasks: Option<String>,
     /// Supervised warm-start steps (with `--sft`).
     #[arg(long, default_value_t = 300)]
     pub sft_steps: u64,

@@ -227,4 +227,33 @@ fn bad_training_input_is_named() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "{args:?}: {err}");
     }
+    // Warm-start tasks must not include held-out ones either.
+    let mut ids: Vec<String> = std::fs::read_dir(ws.join("tasks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    ids.sort();
+    let o = ws.join("o");
+    let out = endless(
+        ws,
+        &[
+            "train",
+            "--steps",
+            "1",
+            "--out",
+            o.to_str().unwrap(),
+            "--tasks",
+            &ids[0],
+            "--dev",
+            &ids[1],
+            "--sft-tasks",
+            "*",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("overlaps the training tasks") && err.contains(&ids[1]),
+        "{err}"
+    );
 }

@@ -39,14 +39,18 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
         Some(sel) => select_tasks(&ws, Some(sel))?,
         None => Vec::new(),
     };
+    let sft_tasks = match args.sft_tasks.as_deref() {
+        Some(sel) => select_tasks(&ws, Some(sel))?,
+        None => tasks.clone(),
+    };
     let overlap: Vec<&str> = dev_tasks
         .iter()
-        .filter(|d| tasks.iter().any(|t| t.id() == d.id()))
+        .filter(|d| tasks.iter().chain(&sft_tasks).any(|t| t.id() == d.id()))
         .map(Task::id)
         .collect();
     if !overlap.is_empty() {
         bail!(
-            "--dev overlaps the training tasks ({}): held-out tasks must not be trained on",
+            "--dev overlaps the training tasks or --sft-tasks ({}): held-out tasks must not be trained on",
             overlap.join(", ")
         );
     }
@@ -91,6 +95,7 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
     Ok(TrainOptions {
         out,
         tasks,
+        sft_tasks,
         dev_tasks,
         sft_steps: if args.sft { args.sft_steps } else { 0 },
         sft_lr: args.sft_lr.unwrap_or(match init {

@@ -80,6 +80,8 @@ pub struct TrainOptions {
     pub out: PathBuf,
     /// Training tasks.
     pub tasks: Vec<Task>,
+    /// Tasks of the supervised warm start and of a `tiny` tokenizer's corpus.
+    pub sft_tasks: Vec<Task>,
     /// Held-out tasks for pass@1 before and after PPO (may be empty).
     pub dev_tasks: Vec<Task>,
     pub init: InitSpec,
@@ -263,7 +265,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
                 )));
                 let policy = build_policy(
                     &opts.init,
-                    &opts.tasks,
+                    &opts.sft_tasks,
                     &opts.model_cache,
                     &device,
                     opts.train.seed,
@@ -597,7 +599,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         let conversations = oracle_conversations(
             &self.rt,
             provider,
-            &self.opts.tasks,
+            &self.opts.sft_tasks,
             concurrency,
             &dir,
             &mut progress,
@@ -619,8 +621,8 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         }
         if sequences.is_empty() {
             bail!(
-                "no oracle trajectory to learn from: none of the {} training tasks' oracle episodes passed (see {})",
-                self.opts.tasks.len(),
+                "no oracle trajectory to learn from: none of the {} warm-start tasks' oracle episodes passed (see {})",
+                self.opts.sft_tasks.len(),
                 dir.display()
             );
         }
