@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The paper's recipe in miniature, on a CPU: SFT a tiny model from scratch on
 # oracle trajectories of offline training tasks, measure pass@1 on held-out
-# tasks, run PPO on the training tasks for a bounded time, measure again.
+# tasks, run PPO on other training tasks for a bounded time, measure again.
 #
 #   scripts/replicate.sh                 # PPO for 60 minutes
 #   MINUTES=10 SFT_STEPS=200 scripts/replicate.sh
+#
+# On 2 cores: about 5 minutes of oracle episodes, 35-60 of warm start, then
+# the PPO minutes and two evaluations.
 #
 # Held-out tasks are the dev split of the same families (seeds ending in 9,
 # never trained on): a model this small cannot be expected to solve families
@@ -34,8 +37,8 @@ cargo build --release --quiet
 E=target/release/endless
 mkdir -p "$WS"
 # Training tasks (seeds not ending in 9) of complexities 1 and 2 only (no
-# follow-up steps): a 2M-parameter model must
-# write the whole solution without a slip, and longer ones it never does.
+# follow-up steps): a 2M-parameter model must write the whole solution
+# without a slip, and longer ones it never does.
 easy() { ls "$WS/tasks" | grep -E -- '[0-8]-c[12]$' | sort; }
 # The warm start learns from the first pool's oracle solutions; PPO runs on
 # the second pool, tasks the warm start never saw (on the first pool's tasks,
