@@ -160,8 +160,7 @@ impl PolicySource for RecordingSource {
 
     fn start(&self, task: &Task, sample: u32) -> Result<Box<dyn Policy>, PolicyError> {
         Ok(Box::new(RecordingPolicy {
-            _seat: self.model.seat(),
-            model: self.model.clone(),
+            seat: self.model.seat(),
             sampler: Sampler::new(self.sampling, episode_seed(self.seed, task.id(), sample)),
             transcript: TokenTranscript::new(),
             key: (task.id().to_string(), sample),
@@ -173,9 +172,9 @@ impl PolicySource for RecordingSource {
 /// Samples replies and records them; hands its transcript over when dropped
 /// (at the end of the episode).
 pub struct RecordingPolicy {
-    model: Arc<SharedModel>,
-    /// Held for the episode: batches wait for this episode's next turn.
-    _seat: Seat,
+    /// Held for the episode: batches wait for this episode's next turn, and
+    /// its KV cache is kept between turns.
+    seat: Seat,
     sampler: Sampler,
     transcript: TokenTranscript,
     key: (String, u32),
@@ -185,13 +184,13 @@ pub struct RecordingPolicy {
 impl Policy for RecordingPolicy {
     fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError> {
         let other = |e: String| PolicyError::Other(e);
-        let tokenizer = self.model.tokenizer();
+        let tokenizer = self.seat.model().tokenizer();
         let mut msgs = template_messages(messages);
         let prompt = self
             .transcript
             .prompt(tokenizer, &msgs)
             .map_err(|e| other(e.to_string()))?;
-        let window = self.model.context_window();
+        let window = self.seat.model().context_window();
         if prompt.len() + 1 >= window {
             return Err(other(format!(
                 "the conversation no longer fits the model's context ({} of {window} tokens)",
@@ -202,7 +201,7 @@ impl Policy for RecordingPolicy {
         let max_tokens = self.sampler.config().max_tokens;
         self.sampler
             .set_max_tokens(max_tokens.min(window - prompt_len));
-        let generated = self.model.generate(prompt, &mut self.sampler);
+        let generated = self.seat.generate(prompt, &mut self.sampler);
         self.sampler.set_max_tokens(max_tokens);
         let generation = generated.map_err(|e| other(e.to_string()))?;
         msgs.push(TemplateMessage {

@@ -30,7 +30,9 @@ pub use chat_template::{ChatTemplate, TemplateMessage};
 pub use config::{Arch, ModelConfig};
 pub use error::LocalError;
 pub use fetch::fetch_smollm2;
-pub use model::{Backend, BatchOptions, FinishReason, GenTimings, Generation, LocalModel};
+pub use model::{
+    Backend, BatchOptions, FinishReason, GenTimings, Generation, LocalModel, PromptCache,
+};
 pub use sampling::{Sampler, SamplingConfig};
 pub use shared::{Seat, SharedModel};
 pub use tokenizer::ChatTokenizer;

@@ -265,12 +265,10 @@ impl LocalModel {
         }
         if n > 1 && matches!(&self.backend, Backend::Gguf(g) if !g.can_batch()) {
             let mut out = Vec::with_capacity(n);
+            timings.prefill_tokens = 0;
             for s in samplers.iter_mut() {
                 let (mut g, t) = self.generate_batch_with(prompt, std::slice::from_mut(s), opts)?;
-                timings.prefill += t.prefill;
-                timings.decode += t.decode;
-                timings.decode_steps += t.decode_steps;
-                timings.sampled_tokens += t.sampled_tokens;
+                timings.add(&t);
                 out.append(&mut g);
             }
             return Ok((out, timings));
@@ -293,45 +291,72 @@ impl LocalModel {
     }
 
     /// Sample one continuation of each `prompts[i]` with `samplers[i]`, as
-    /// one batch where the network allows: dense models pad the prompts on
-    /// the left to a common length (padding is masked, and rotary positions
-    /// are relative, so each sequence is sampled as if alone); identical
-    /// prompts share one prompt pass; otherwise the sequences run one after
-    /// another. This is how concurrent episodes share the model.
+    /// one batch where the network allows: dense models run each distinct
+    /// prompt alone, then join their KV caches into one batch padded on the
+    /// left and masked (rotary positions are relative, so each sequence is
+    /// sampled as if alone); other models share one prompt pass among
+    /// identical prompts, else run the sequences one after another.
     pub fn generate_many(
         &mut self,
         prompts: &[Vec<u32>],
         samplers: &mut [Sampler],
     ) -> Result<Vec<Generation>> {
-        if prompts.len() != samplers.len() {
+        let mut caches = vec![PromptCache::default(); prompts.len()];
+        Ok(self.generate_many_cached(prompts, samplers, &mut caches)?.0)
+    }
+
+    /// [`LocalModel::generate_many`] for conversations that come back:
+    /// `caches[i]` holds what conversation `i`'s previous prompt left in a
+    /// dense model, so that only the tokens after it are run, and is
+    /// updated to this prompt. The timings count the prompt tokens run.
+    pub fn generate_many_cached(
+        &mut self,
+        prompts: &[Vec<u32>],
+        samplers: &mut [Sampler],
+        caches: &mut [PromptCache],
+    ) -> Result<(Vec<Generation>, GenTimings)> {
+        if prompts.len() != samplers.len() || prompts.len() != caches.len() {
             return Err(LocalError::Generation(format!(
-                "{} prompts for {} samplers",
+                "{} prompts for {} samplers and {} caches",
                 prompts.len(),
-                samplers.len()
+                samplers.len(),
+                caches.len()
             )));
         }
         let Some(first) = prompts.first() else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), GenTimings::default()));
         };
         let opts = BatchOptions::default();
-        if prompts.iter().all(|p| p == first) {
-            return Ok(self.generate_batch_with(first, samplers, opts)?.0);
-        }
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
         let longest_reply = samplers.iter().map(|s| s.config().max_tokens).max();
         let fits = width + longest_reply.unwrap_or(0) <= self.context_window();
         if !matches!(self.backend, Backend::Dense(_)) || !fits || prompts.iter().any(Vec::is_empty)
         {
-            let mut out = Vec::with_capacity(prompts.len());
-            for (p, s) in prompts.iter().zip(samplers.iter_mut()) {
-                out.push(self.generate_ids(p, s)?);
+            if prompts.iter().all(|p| p == first) {
+                return self.generate_batch_with(first, samplers, opts);
             }
-            return Ok(out);
+            let mut out = Vec::with_capacity(prompts.len());
+            let mut timings = GenTimings {
+                batch: prompts.len(),
+                ..GenTimings::default()
+            };
+            for (p, s) in prompts.iter().zip(samplers.iter_mut()) {
+                let (mut g, t) = self.generate_batch_with(p, std::slice::from_mut(s), opts)?;
+                timings.add(&t);
+                out.append(&mut g);
+            }
+            return Ok((out, timings));
         }
-        let mut timings = GenTimings::default();
+        let mut timings = GenTimings {
+            batch: prompts.len(),
+            ..GenTimings::default()
+        };
+        let start = Instant::now();
         let mut step = Stepper::new(&mut self.backend, prompts.len());
-        let logits = step.prefill_padded(prompts, &self.device)?;
-        decode(
+        let (logits, run) = step.prefill_padded(prompts, caches, &self.device)?;
+        timings.prefill = start.elapsed();
+        timings.prefill_tokens = run;
+        let out = decode(
             &mut step,
             logits,
             samplers,
@@ -340,7 +365,35 @@ impl LocalModel {
             opts,
             &self.device,
             &mut timings,
-        )
+        )?;
+        Ok((out, timings))
+    }
+}
+
+/// What a conversation's last prompt left in a dense model (its tokens, and
+/// their keys and values), so that the next turn runs only what is new.
+#[derive(Debug, Clone, Default)]
+pub struct PromptCache {
+    tokens: Vec<u32>,
+    kv: Option<KvCache>,
+}
+
+impl PromptCache {
+    /// The cache to continue `prompt` from, and where the new tokens start:
+    /// the longest cached prefix that leaves at least one token to run.
+    fn resume_for(&mut self, prompt: &[u32]) -> Result<Option<(KvCache, usize)>> {
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len().saturating_sub(1));
+        let Some(mut kv) = self.kv.take().filter(|_| common > 0) else {
+            return Ok(None);
+        };
+        kv.truncate(common)?;
+        Ok(Some((kv, common)))
     }
 }
 
@@ -443,6 +496,17 @@ pub struct GenTimings {
     pub sampled_tokens: usize,
 }
 
+impl GenTimings {
+    /// Add the times and counts of a part run separately (not the batch size).
+    fn add(&mut self, t: &GenTimings) {
+        self.prefill_tokens += t.prefill_tokens;
+        self.prefill += t.prefill;
+        self.decode += t.decode;
+        self.decode_steps += t.decode_steps;
+        self.sampled_tokens += t.sampled_tokens;
+    }
+}
+
 /// Last-position logits of the rows of a batch, row-major.
 struct Logits {
     data: Vec<f32>,
@@ -503,38 +567,62 @@ impl<'a> Stepper<'a> {
         Ok(logits)
     }
 
-    /// Run prompts of different lengths (dense models only): each alone,
-    /// with its rotary positions shifted by its padding to the longest, then
-    /// their caches joined into one left-padded batch. Each prompt costs its
-    /// own length, not the longest's. Logits of each row.
-    fn prefill_padded(&mut self, prompts: &[Vec<u32>], device: &Device) -> Result<Logits> {
+    /// Run prompts of different lengths (dense models only): each distinct
+    /// prompt alone, from what its cache holds on (the cache is updated),
+    /// then their caches moved to their padding as origin and joined into
+    /// one left-padded batch. Logits of each row, and the tokens run.
+    fn prefill_padded(
+        &mut self,
+        prompts: &[Vec<u32>],
+        caches: &mut [PromptCache],
+        device: &Device,
+    ) -> Result<(Logits, usize)> {
         let Backend::Dense(m) = &mut *self.backend else {
             return Err(LocalError::Generation(
                 "padded batches need a dense model".into(),
             ));
         };
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let mut caches = Vec::with_capacity(prompts.len());
-        let mut data = Vec::new();
-        for p in prompts {
-            let mut cache = m.new_cache_at(width - p.len());
-            let input = Tensor::new(p.as_slice(), device)?.unsqueeze(0)?;
-            let h = m.forward_cached(&input, &mut cache)?;
-            let last = h.i((.., p.len() - 1..p.len(), ..))?;
-            data.extend(
-                m.logits(&last)?
-                    .flatten_all()?
-                    .to_dtype(DType::F32)?
-                    .to_vec1::<f32>()?,
-            );
-            caches.push(cache);
+        let mut rows = Vec::with_capacity(prompts.len());
+        let mut data: Vec<f32> = Vec::new();
+        let mut vocab = 0;
+        let mut run = 0;
+        for (r, p) in prompts.iter().enumerate() {
+            if let Some(q) = prompts[..r].iter().position(|o| o == p) {
+                // The same prompt again (samples of one task): run once.
+                caches[r] = caches[q].clone();
+                data.extend_from_within(q * vocab..(q + 1) * vocab);
+                rows.push(m.shift_cache(
+                    caches[q].kv.as_ref().unwrap_or(&m.new_cache()),
+                    width - p.len(),
+                )?);
+                continue;
+            }
+            let (mut kv, start) = caches[r].resume_for(p)?.unwrap_or((m.new_cache(), 0));
+            run += p.len() - start;
+            let input = Tensor::new(&p[start..], device)?.unsqueeze(0)?;
+            let h = m.forward_cached(&input, &mut kv)?;
+            let last = h.i((.., p.len() - start - 1.., ..))?;
+            let logits = m
+                .logits(&last)?
+                .flatten_all()?
+                .to_dtype(DType::F32)?
+                .to_vec1::<f32>()?;
+            vocab = logits.len();
+            data.extend(logits);
+            rows.push(m.shift_cache(&kv, width - p.len())?);
+            caches[r] = PromptCache {
+                tokens: p.clone(),
+                kv: Some(kv),
+            };
         }
-        self.cache = Some(KvCache::join_left_padded(caches)?);
+        self.cache = Some(KvCache::join_left_padded(rows)?);
         self.pos = width;
-        Ok(Logits {
+        let logits = Logits {
             data,
             rows: prompts.len(),
-        })
+        };
+        Ok((logits, run))
     }
 
     /// Keep only the batch rows at positions `keep` (ascending, non-empty).

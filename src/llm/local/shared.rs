@@ -4,13 +4,15 @@
 //!
 //! A caller's request waits in a queue. Whoever finds the model free takes
 //! every waiting request and samples them as one batch
-//! ([`LocalModel::generate_many`]) while new requests queue for the next one.
-//! Callers that hold a [`Seat`] are expected back: a batch waits up to the
-//! gathering window for every seated caller to have a request in, so that
-//! episodes stepping in lockstep share each forward pass.
+//! ([`LocalModel::generate_many_cached`]) while new requests queue for the
+//! next one. Callers that hold a [`Seat`] are conversations that come back: a
+//! batch waits up to the gathering window for every seated caller to have a
+//! request in, so that episodes stepping in lockstep share each forward pass,
+//! and each seat keeps its prompt's KV cache, so that its next turn runs only
+//! the new tokens.
 
 use super::error::{LocalError, Result};
-use super::model::{Generation, LocalModel};
+use super::model::{Generation, LocalModel, PromptCache};
 use super::sampling::Sampler;
 use super::tokenizer::ChatTokenizer;
 use std::collections::HashMap;
@@ -32,7 +34,9 @@ pub struct SharedModel {
 
 #[derive(Default)]
 struct Queue {
-    seated: usize,
+    /// The prompt cache of each seat taken and not given back.
+    seats: HashMap<u64, PromptCache>,
+    next_seat: u64,
     next_id: u64,
     /// Some caller is sampling a batch.
     busy: bool,
@@ -44,21 +48,35 @@ struct Queue {
 
 struct Request {
     id: u64,
+    seat: Option<u64>,
     prompt: Vec<u32>,
     sampler: Sampler,
     since: Instant,
 }
 
-/// A caller that will come back with more requests (an episode); dropping
-/// it says it will not.
+/// A conversation that will come back with more requests (an episode);
+/// dropping it says it will not, and frees its cache.
 pub struct Seat {
     shared: Arc<SharedModel>,
+    id: u64,
+}
+
+impl Seat {
+    /// The model this seat is at.
+    pub fn model(&self) -> &SharedModel {
+        &self.shared
+    }
+
+    /// Like [`SharedModel::generate`], continuing this conversation's cache.
+    pub fn generate(&self, prompt: Vec<u32>, sampler: &mut Sampler) -> Result<Generation> {
+        self.shared.request(Some(self.id), prompt, sampler)
+    }
 }
 
 impl Drop for Seat {
     fn drop(&mut self) {
         if let Ok(mut q) = self.shared.queue.lock() {
-            q.seated = q.seated.saturating_sub(1);
+            q.seats.remove(&self.id);
         }
         self.shared.changed.notify_all();
     }
@@ -98,22 +116,36 @@ impl SharedModel {
 
     /// Take a seat: batches wait (briefly) for this caller's requests.
     pub fn seat(self: &Arc<Self>) -> Seat {
+        let mut id = 0;
         if let Ok(mut q) = self.queue.lock() {
-            q.seated += 1;
+            id = q.next_seat;
+            q.next_seat += 1;
+            q.seats.insert(id, PromptCache::default());
         }
         Seat {
             shared: self.clone(),
+            id,
         }
     }
 
     /// Sample a continuation of `prompt` with `sampler` (whose state moves
     /// on as if it had sampled alone), batched with concurrent requests.
     pub fn generate(&self, prompt: Vec<u32>, sampler: &mut Sampler) -> Result<Generation> {
+        self.request(None, prompt, sampler)
+    }
+
+    fn request(
+        &self,
+        seat: Option<u64>,
+        prompt: Vec<u32>,
+        sampler: &mut Sampler,
+    ) -> Result<Generation> {
         let mut q = self.queue.lock().map_err(poisoned)?;
         let id = q.next_id;
         q.next_id += 1;
         q.waiting.push(Request {
             id,
+            seat,
             prompt,
             sampler: sampler.clone(),
             since: Instant::now(),
@@ -127,7 +159,7 @@ impl SharedModel {
             }
             let oldest = q.waiting.iter().map(|r| r.since).min();
             let left = oldest.map_or(Duration::ZERO, |t| self.gather.saturating_sub(t.elapsed()));
-            let everyone_in = q.waiting.len() >= q.seated.max(1);
+            let everyone_in = q.waiting.len() >= q.seats.len().max(1);
             if !q.busy && !q.waiting.is_empty() && (everyone_in || left.is_zero()) {
                 q = self.run_batch(q)?;
                 continue;
@@ -147,27 +179,39 @@ impl SharedModel {
         q.busy = true;
         q.batches += 1;
         let batch = std::mem::take(&mut q.waiting);
-        drop(q);
         let mut ids = Vec::with_capacity(batch.len());
+        let mut seats = Vec::with_capacity(batch.len());
         let mut prompts = Vec::with_capacity(batch.len());
         let mut samplers = Vec::with_capacity(batch.len());
+        let mut caches = Vec::with_capacity(batch.len());
         for r in batch {
             ids.push(r.id);
+            let cache = r.seat.and_then(|s| q.seats.get_mut(&s)).map(std::mem::take);
+            caches.push(cache.unwrap_or_default());
+            seats.push(r.seat);
             prompts.push(r.prompt);
             samplers.push(r.sampler);
         }
+        drop(q);
         // A panic must not leave the queue busy for ever: it fails this batch.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut m = self
                 .model
                 .lock()
                 .map_err(|_| "the model lock is poisoned".to_string())?;
-            m.generate_many(&prompts, &mut samplers)
+            m.generate_many_cached(&prompts, &mut samplers, &mut caches)
+                .map(|(generations, _)| generations)
                 .map_err(|e| e.to_string())
         }))
         .unwrap_or_else(|_| Err("sampling panicked".to_string()));
         let mut q = self.queue.lock().map_err(poisoned)?;
         q.busy = false;
+        // Caches go back to seats still taken.
+        for (seat, cache) in seats.into_iter().zip(caches) {
+            if let Some(slot) = seat.and_then(|s| q.seats.get_mut(&s)) {
+                *slot = cache;
+            }
+        }
         match result {
             Ok(generations) => {
                 for ((id, g), s) in ids.into_iter().zip(generations).zip(samplers) {

@@ -421,6 +421,61 @@ fn prompts_of_different_lengths_are_sampled_as_one_padded_batch() {
 }
 
 #[test]
+fn conversations_continue_from_their_prompt_caches() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, mut lm) in models_of_each_arch(dir.path(), 41) {
+        let full = lm.tokenizer().encode_chat(&msgs()).unwrap();
+        let cfg = SamplingConfig {
+            temperature: 1.0,
+            top_p: 1.0,
+            max_tokens: 5,
+        };
+        let mut prompts: Vec<Vec<u32>> =
+            vec![full.clone(), full[..full.len() / 2].to_vec(), full.clone()];
+        let mut cached = vec![PromptCache::default(); 3];
+        let mut with: Vec<Sampler> = (0..3).map(|i| Sampler::new(cfg, 50 + i)).collect();
+        let mut alone = with.clone();
+        for turn in 0..3 {
+            let (a, timings) = lm
+                .generate_many_cached(&prompts, &mut with, &mut cached)
+                .unwrap();
+            // Only what the caches did not hold ran: the first turn runs the
+            // two distinct prompts, later ones the new tokens.
+            let distinct = [&prompts[0], &prompts[1]];
+            let full_cost: usize = distinct.iter().map(|p| p.len()).sum();
+            if turn == 0 {
+                assert_eq!(timings.prefill_tokens, full_cost);
+            } else {
+                assert!(
+                    timings.prefill_tokens < full_cost / 2,
+                    "{arch:?}: {timings:?}"
+                );
+            }
+            let b: Vec<Generation> = prompts
+                .iter()
+                .zip(alone.iter_mut())
+                .map(|(p, s)| lm.generate_ids(p, s).unwrap())
+                .collect();
+            for (x, y) in a.iter().zip(&b) {
+                assert_eq!(x.token_ids, y.token_ids, "{arch:?}, turn {turn}");
+                for (p, q) in x.logprobs.iter().zip(&y.logprobs) {
+                    assert!((p - q).abs() < 1e-4, "{arch:?}: {p} vs {q}");
+                }
+            }
+            // The next turn: the reply and an observation appended, except
+            // that conversation 2 is cut back and goes another way.
+            for (i, (p, g)) in prompts.iter_mut().zip(&a).enumerate() {
+                if i == 2 && turn == 1 {
+                    p.truncate(4);
+                }
+                p.extend(&g.token_ids);
+                p.extend(&full[1..4 + turn]);
+            }
+        }
+    }
+}
+
+#[test]
 fn concurrent_seated_callers_share_batches_and_get_their_own_samples() {
     let dir = tempfile::tempdir().unwrap();
     let tok = tokenizer();
@@ -454,13 +509,11 @@ fn concurrent_seated_callers_share_batches_and_get_their_own_samples() {
             .into_iter()
             .enumerate()
             .map(|(caller, seat)| {
-                let shared = &shared;
                 scope.spawn(move || {
                     let mut s = Sampler::new(cfg, caller as u64);
                     let out: Vec<Vec<u32>> = (0..3)
                         .map(|turn| {
-                            shared
-                                .generate(prompt(caller, turn), &mut s)
+                            seat.generate(prompt(caller, turn), &mut s)
                                 .unwrap()
                                 .token_ids
                         })

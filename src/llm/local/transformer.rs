@@ -51,8 +51,8 @@ const PAD_KEY: f32 = -1e9;
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
-    /// Rotary position of the first cached key (0 unless started with
-    /// [`Transformer::new_cache_at`]); `len` counts from position 0.
+    /// Rotary position of the first cached key (0 unless moved by
+    /// [`Transformer::shift_cache`]); `len` counts from position 0.
     origin: usize,
     /// Sequences of different lengths in one batch are padded on the left;
     /// `(batch, positions)`: [`PAD_KEY`] at padding positions, 0 elsewhere.
@@ -101,10 +101,10 @@ impl KvCache {
     /// Join batch-1 caches of prompts of different lengths into one batch,
     /// padded on the left to the longest: row `r`'s keys and values move
     /// right by its padding, and padding positions are masked from then on.
-    /// Each cache must have been started with [`Transformer::new_cache_at`]
-    /// the padding as origin, so that its rotary positions already are those
-    /// of the padded batch (rotary embeddings see only relative positions, so
-    /// each row is sampled as if alone).
+    /// Each cache must have been moved by [`Transformer::shift_cache`] to
+    /// its padding as origin, so that its rotary positions are those of the
+    /// padded batch (rotary embeddings see only relative positions, so each
+    /// row is sampled as if alone).
     pub fn join_left_padded(rows: Vec<KvCache>) -> Result<KvCache> {
         let width = rows.iter().map(|c| c.len).max().unwrap_or(0);
         if rows.iter().any(|c| c.len != width || c.key_mask.is_some()) {
@@ -143,6 +143,23 @@ impl KvCache {
     /// Keys cached (positions from the origin on).
     fn stored(&self) -> usize {
         self.len - self.origin
+    }
+
+    /// Keep only the first `n` positions of an unmoved, unpadded batch-1
+    /// cache (a conversation that went another way after them).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if self.origin != 0 || self.key_mask.is_some() {
+            candle_core::bail!("only an unmoved, unpadded cache can be cut");
+        }
+        if n >= self.len {
+            return Ok(());
+        }
+        for (k, v) in self.layers.iter_mut().flatten() {
+            *k = k.narrow(2, 0, n)?;
+            *v = v.narrow(2, 0, n)?;
+        }
+        self.len = n;
+        Ok(())
     }
 
     /// The key mask over `total` positions as `(batch, 1, 1, total)`, if any
@@ -339,18 +356,38 @@ impl Transformer {
 
     /// An empty cache for [`Transformer::forward_cached`].
     pub fn new_cache(&self) -> KvCache {
-        self.new_cache_at(0)
-    }
-
-    /// An empty cache whose first position has rotary position `origin`
-    /// (see [`KvCache::join_left_padded`]).
-    pub fn new_cache_at(&self, origin: usize) -> KvCache {
         KvCache {
             layers: vec![None; self.layers.len()],
-            len: origin,
-            origin,
+            len: 0,
+            origin: 0,
             key_mask: None,
         }
+    }
+
+    /// A copy of an unmoved, unpadded `cache` whose positions start at
+    /// `origin`: each key turned on by `origin` rotary positions (rotations
+    /// compose, so this equals having run the tokens there).
+    pub fn shift_cache(&self, cache: &KvCache, origin: usize) -> Result<KvCache> {
+        if cache.origin != 0 || cache.key_mask.is_some() {
+            candle_core::bail!("only an unmoved, unpadded cache can be shifted");
+        }
+        let mut out = cache.clone();
+        out.origin = origin;
+        out.len = origin + cache.len;
+        if origin == 0 || cache.len == 0 {
+            return Ok(out);
+        }
+        let half = self.cos.dim(1)?;
+        let cos = self.cos.narrow(0, origin, 1)?;
+        let sin = self.sin.narrow(0, origin, 1)?;
+        let (cos, sin) = (
+            cos.broadcast_as((cache.len, half))?.contiguous()?,
+            sin.broadcast_as((cache.len, half))?.contiguous()?,
+        );
+        for (k, _) in out.layers.iter_mut().flatten() {
+            *k = candle_nn::rotary_emb::rope(&k.contiguous()?, &cos, &sin)?;
+        }
+        Ok(out)
     }
 
     /// Differentiable forward pass over whole sequences: token ids `(batch, time)`
