@@ -185,6 +185,13 @@ impl LlamaGguf {
     /// Append `ids` `(batch, time)` after the cached positions; logits of the
     /// last position of each row, `(batch, vocab)`.
     pub fn forward(&mut self, ids: &Tensor) -> Result<Tensor> {
+        // On one of rayon's workers, which then takes part in every matmul's
+        // parallel loop: from outside the pool each of the ~200 matmuls of a
+        // step would wait for sleeping workers to wake and finish.
+        rayon::scope(|_| self.forward_in_pool(ids))
+    }
+
+    fn forward_in_pool(&mut self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let offset = self.len;
         if offset + t > MAX_SEQ_LEN {
