@@ -19,19 +19,12 @@ const MAX_SEQ_LEN: usize = 4096;
 /// through candle.
 enum Linear {
     Simd(QuantMatmul),
-    /// `Q8_0` (SmolLM2's tied output layer): candle's matmul for one row,
-    /// which measured faster here (45 vs 61 tok/s decoding one sequence with
-    /// ours), ours for several (batch 16: 170 vs 140 tok/s).
-    Q80(QuantMatmul, QMatMul),
     Candle(QMatMul),
 }
 
 impl Linear {
     fn new(t: QTensor) -> Result<Self> {
         Ok(match QuantMatmul::from_qtensor(&t)? {
-            Some(q) if t.dtype() == candle_core::quantized::GgmlDType::Q8_0 => {
-                Self::Q80(q, QMatMul::from_qtensor(t)?)
-            }
             Some(q) => Self::Simd(q),
             None => Self::Candle(QMatMul::from_qtensor(t)?),
         })
@@ -40,13 +33,6 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Simd(q) => q.forward(x),
-            Self::Q80(q, c) => {
-                if x.elem_count() > x.dim(candle_core::D::Minus1)? {
-                    q.forward(x)
-                } else {
-                    c.forward(x)
-                }
-            }
             Self::Candle(q) => q.forward(x),
         }
     }
