@@ -5,7 +5,7 @@
 //! sequences leave it. Attention is grouped-query without copying the keys
 //! and values to every query head, and only last-position logits are computed.
 
-use super::q4_1::Q41Matmul;
+use super::q4_1::QuantMatmul;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};
@@ -14,24 +14,25 @@ use candle_nn::Embedding;
 /// Longest sequence the rope tables cover.
 const MAX_SEQ_LEN: usize = 4096;
 
-/// A quantized weight matrix: `Q4_1` through this crate's SIMD kernel
-/// ([`Q41Matmul`]: candle's is scalar), other types through candle.
+/// A quantized weight matrix: `Q4_1` and `Q8_0` through this crate's SIMD
+/// kernels ([`QuantMatmul`]: candle's `Q4_1` one is scalar), other types
+/// through candle.
 enum Linear {
-    Q41(Q41Matmul),
+    Simd(QuantMatmul),
     Candle(QMatMul),
 }
 
 impl Linear {
     fn new(t: QTensor) -> Result<Self> {
-        Ok(match Q41Matmul::from_qtensor(&t)? {
-            Some(q) => Self::Q41(q),
+        Ok(match QuantMatmul::from_qtensor(&t)? {
+            Some(q) => Self::Simd(q),
             None => Self::Candle(QMatMul::from_qtensor(t)?),
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Self::Q41(q) => q.forward(x),
+            Self::Simd(q) => q.forward(x),
             Self::Candle(q) => q.forward(x),
         }
     }
@@ -185,6 +186,13 @@ impl LlamaGguf {
     /// Append `ids` `(batch, time)` after the cached positions; logits of the
     /// last position of each row, `(batch, vocab)`.
     pub fn forward(&mut self, ids: &Tensor) -> Result<Tensor> {
+        // On one of rayon's workers, which then takes part in every matmul's
+        // parallel loop: from outside the pool each of the ~200 matmuls of a
+        // step would wait for sleeping workers to wake and finish.
+        rayon::scope(|_| self.forward_in_pool(ids))
+    }
+
+    fn forward_in_pool(&mut self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let offset = self.len;
         if offset + t > MAX_SEQ_LEN {
