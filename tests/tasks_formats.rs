@@ -1,14 +1,16 @@
 //! Task bundles, foreign formats, the workspace store and the `tasks` CLI.
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use endless::fsutil::ReadLimits;
 use endless::store::{import_paths, ImportOutcome, OnConflict, TaskFilter, TaskStatus, Workspace};
 use endless::task::formats::Format;
 use endless::task::{read_native, write_native, FileTree, Task, TaskMeta};
 use proptest::prelude::*;
+use support::cli::endless;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mixed")
@@ -344,18 +346,6 @@ fn older_workspace_schema_is_migrated() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(v as usize, endless::store::SCHEMA_VERSION);
-}
-
-fn endless(ws: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_endless"))
-        .arg("--workspace")
-        .arg(ws)
-        .args(args)
-        .env("XDG_STATE_HOME", ws.join(".state"))
-        .env("XDG_CONFIG_HOME", ws.join(".config"))
-        .env("XDG_CACHE_HOME", ws.join(".cache"))
-        .output()
-        .unwrap()
 }
 
 #[test]
