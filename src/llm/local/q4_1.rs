@@ -567,7 +567,9 @@ mod tests {
                     let a = ours.forward(&x).unwrap();
                     let b = theirs.forward(&x).unwrap();
                     assert_eq!(a.dims(), &[m, 1, n]);
-                    let scale = max_abs(&b);
+                    // The typical size of a dot product of 128 unit normals: with
+                    // only 3 outputs the largest can be small next to its terms.
+                    let scale = max_abs(&b).max((128f32).sqrt());
                     // Only the f16 rounding of the activation scales differs.
                     let d = max_abs(&(&a - &b).unwrap());
                     assert!(d < 2e-3 * scale, "{dtype:?} n={n} m={m}: {d} (max {scale})");
