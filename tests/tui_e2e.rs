@@ -248,8 +248,10 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
     wait_for(s, "eval-");
 
     // Live view: the episode's pane with its title and the oracle's command.
+    // A pane's title ("┌ upper#0 turn …") is the Live view's own; the Jobs
+    // log also names "upper#0", so waiting for that alone would race F2.
     tmux(&["send-keys", "-t", s, "F2"]);
-    let screen = wait_for_up_to(s, "upper#0", Duration::from_secs(120));
+    let screen = wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
     assert!(screen.contains("oracle"), "{screen}");
     let screen = wait_for_up_to(s, "PASSED", Duration::from_secs(120));
     assert!(screen.contains("tr a-z A-Z"), "{screen}");
@@ -260,8 +262,10 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
     assert!(screen.contains("1/1 episodes passed"), "{screen}");
 
     // The Episodes view shows it passed; Enter inspects it.
+    // "failure mode" heads the Episodes view; the Live view also says PASSED.
     tmux(&["send-keys", "-t", s, "F3"]);
-    let screen = wait_for(s, "PASS");
+    wait_for(s, "failure mode");
+    let screen = wait_for(s, "PASS ");
     assert!(screen.contains("upper"), "{screen}");
     tmux(&["send-keys", "-t", s, "Enter"]);
     wait_for(s, "Trajectory");
@@ -315,7 +319,7 @@ fn take_over_a_live_session_in_tmux() {
     tmux(&["send-keys", "-t", s, "-l", &policy]);
     tmux(&["send-keys", "-t", s, "Enter"]);
     tmux(&["send-keys", "-t", s, "F2"]);
-    wait_for_up_to(s, "upper#0", Duration::from_secs(120));
+    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
     tmux(&["send-keys", "-t", s, "Enter"]);
     tmux(&["send-keys", "-t", s, "C-t"]);
     wait_for(s, "YOU HAVE THE SESSION");
