@@ -295,6 +295,11 @@ pub struct TrainArgs {
     /// solved nor never solved).
     #[arg(long)]
     pub curriculum: bool,
+    /// Train only on tasks whose samples got different rewards; draw other
+    /// tasks in place of those whose samples all passed or all failed (up to
+    /// 4x --tasks-per-step per step; DAPO's dynamic sampling).
+    #[arg(long)]
+    pub dynamic_sampling: bool,
     /// Episodes in flight at once; the policy samples their turns together
     /// in one batch (default: one task's 16 samples).
     #[arg(long, default_value_t = 16)]

@@ -113,6 +113,7 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
         concurrency: args.concurrency.max(1),
         checkpoint_every: args.checkpoint_every,
         curriculum: args.curriculum,
+        dynamic_sampling: args.dynamic_sampling,
         sampling: SamplingConfig {
             temperature: args.temperature,
             top_p: 1.0,

@@ -3,6 +3,7 @@
 //! log-probs and rewards from the final tests), and oracle trajectories for
 //! the supervised warm start.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub struct EpisodeSettings {
 #[derive(Debug, Clone)]
 pub struct Collected {
     pub batch: RolloutBatch,
+    /// The task of each of `batch.sequences`.
+    pub tasks: Vec<String>,
     pub episodes: Vec<EpisodeResult>,
     /// Episodes that left no token sequence (the sandbox failed to start).
     pub missing: usize,
@@ -121,6 +124,7 @@ pub fn collect_rollouts<P: SandboxProvider>(
         .lock()
         .map_err(|_| RlError::Batch("transcripts lock poisoned".into()))?;
     let mut batch = RolloutBatch::default();
+    let mut batch_tasks = Vec::new();
     let mut missing = 0;
     for ep in &summary.episodes {
         let Some(builder) = transcripts.remove(&(ep.task.clone(), ep.sample)) else {
@@ -130,15 +134,53 @@ pub fn collect_rollouts<P: SandboxProvider>(
         let seq = builder.finish(episode_reward(ep, reward_mode), ep.passed);
         if seq.agent_tokens() > 0 {
             batch.sequences.push(seq);
+            batch_tasks.push(ep.task.clone());
         } else {
             missing += 1;
         }
     }
     Ok(Collected {
         batch,
+        tasks: batch_tasks,
         episodes: summary.episodes,
         missing,
     })
+}
+
+impl Collected {
+    /// Drop the sequences of tasks whose episodes all got the same reward
+    /// (DAPO's dynamic sampling): relative to each other they teach nothing,
+    /// and against the value baseline they only push every sampled token
+    /// down (or up). Returns how many tasks are left.
+    pub fn keep_varied_groups(&mut self) -> usize {
+        let mut rewards: HashMap<&str, (f32, f32)> = HashMap::new();
+        for (task, seq) in self.tasks.iter().zip(&self.batch.sequences) {
+            let r = rewards.entry(task).or_insert((seq.reward, seq.reward));
+            r.0 = r.0.min(seq.reward);
+            r.1 = r.1.max(seq.reward);
+        }
+        let varied: HashSet<String> = rewards
+            .into_iter()
+            .filter(|(_, (lo, hi))| hi > lo)
+            .map(|(t, _)| t.to_string())
+            .collect();
+        let (tasks, sequences) = std::mem::take(&mut self.tasks)
+            .into_iter()
+            .zip(std::mem::take(&mut self.batch.sequences))
+            .filter(|(t, _)| varied.contains(t))
+            .unzip();
+        self.tasks = tasks;
+        self.batch.sequences = sequences;
+        varied.len()
+    }
+
+    /// Add another draw's rollouts.
+    pub fn extend(&mut self, other: Collected) {
+        self.batch.sequences.extend(other.batch.sequences);
+        self.tasks.extend(other.tasks);
+        self.episodes.extend(other.episodes);
+        self.missing += other.missing;
+    }
 }
 
 /// The reward of a finished episode.
@@ -241,4 +283,46 @@ pub fn supervised_sequence(
         replies += 1;
     }
     Ok((replies > 0).then(|| transcript.into_builder().finish(1.0, true)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(reward: f32) -> RolloutSequence {
+        RolloutSequence {
+            tokens: vec![1, 2],
+            agent_mask: vec![false, true],
+            old_logprobs: vec![0.0, -0.5],
+            reward,
+            passed: reward == 1.0,
+        }
+    }
+
+    #[test]
+    fn groups_whose_rewards_all_agree_are_dropped() {
+        let groups = [
+            ("a", [0.0, 0.0, 0.0]),
+            ("b", [0.0, 1.0, 0.0]),
+            ("c", [1.0, 1.0, 1.0]),
+            ("d", [0.5, 0.25, 0.5]),
+        ];
+        let mut c = Collected {
+            batch: RolloutBatch::default(),
+            tasks: Vec::new(),
+            episodes: Vec::new(),
+            missing: 0,
+        };
+        for (task, rewards) in groups {
+            for r in rewards {
+                c.batch.sequences.push(seq(r));
+                c.tasks.push(task.to_string());
+            }
+        }
+        assert_eq!(c.keep_varied_groups(), 2);
+        assert_eq!(c.tasks, ["b", "b", "b", "d", "d", "d"]);
+        let rewards: Vec<f32> = c.batch.sequences.iter().map(|s| s.reward).collect();
+        assert_eq!(rewards, [0.0, 1.0, 0.0, 0.5, 0.25, 0.5]);
+        assert_eq!(c.keep_varied_groups(), 2, "idempotent");
+    }
 }

@@ -103,6 +103,9 @@ pub struct TrainOptions {
     pub checkpoint_every: u64,
     /// Sample tasks by their current pass rate.
     pub curriculum: bool,
+    /// Train only on tasks whose samples got different rewards, drawing
+    /// others in place of the rest ([`MAX_DRAWS`] times `tasks_per_step` at most).
+    pub dynamic_sampling: bool,
     /// Rollout sampling (temperature, top-p, tokens per reply).
     pub sampling: SamplingConfig,
     /// Optimisation and loss settings (learning rate, clipping, reward, seed).
@@ -368,6 +371,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         let started = Instant::now();
         let mut stop: Option<(RunStatus, String)> = None;
         let mut empty = 0;
+        let mut uniform = 0;
         while self.trainer.step() < self.opts.steps {
             if cancel.load(Ordering::Relaxed) {
                 stop = Some((RunStatus::Stopped, "cancelled".into()));
@@ -386,13 +390,25 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             }
             let step = self.trainer.step() + 1;
             self.emit(TrainEvent::Phase(format!("ppo step {step}: rollouts")));
-            let tasks = self.pick_tasks();
-            let collected = self.rollouts(&tasks, step)?;
-            for ep in &collected.episodes {
-                let e = self.stats.entry(ep.task.clone()).or_default();
-                e.0 += u32::from(ep.passed);
-                e.1 += 1;
+            let collected = self.collect_step(step)?;
+            let uniform_only = self.opts.dynamic_sampling
+                && collected.tasks.is_empty()
+                && collected.missing < collected.episodes.len();
+            if uniform_only {
+                uniform += 1;
+                if uniform >= MAX_UNIFORM_STEPS {
+                    bail!(
+                        "{uniform} PPO steps in a row drew only tasks whose samples all got the \
+                         same reward: nothing to learn from (try --reward partial, easier \
+                         tasks, or a warm start)"
+                    );
+                }
+                self.emit(TrainEvent::Log(format!(
+                    "step {step}: every drawn task's samples got the same reward; no update"
+                )));
+                continue;
             }
+            uniform = 0;
             if collected.batch.sequences.is_empty() {
                 empty += 1;
                 let why = collected
@@ -456,9 +472,9 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
     /// Tasks of the next PPO step: in shuffled passes over the training set,
     /// or, with the curriculum, drawn by `4 p (1 - p) + 0.1` of each task's
     /// smoothed pass rate `p` (tasks sometimes solved teach most).
-    fn pick_tasks(&mut self) -> Vec<Task> {
+    fn pick_tasks(&mut self, k: usize) -> Vec<Task> {
         let n = self.opts.tasks.len();
-        let k = self.opts.tasks_per_step.clamp(1, n);
+        let k = k.clamp(1, n);
         if self.opts.curriculum {
             let mut weights: Vec<f64> = self
                 .opts
@@ -498,14 +514,57 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         chosen
     }
 
-    fn rollouts(&mut self, tasks: &[Task], step: u64) -> anyhow::Result<Collected> {
+    /// The rollouts of PPO step `step`. With dynamic sampling, tasks whose
+    /// samples all got the same reward are dropped and others drawn in their
+    /// place, until `tasks_per_step` tasks are left or [`MAX_DRAWS`] times as
+    /// many were tried.
+    fn collect_step(&mut self, step: u64) -> anyhow::Result<Collected> {
+        let tasks = self.pick_tasks(self.opts.tasks_per_step);
+        let mut collected = self.rollouts(&tasks, step, 1)?;
+        self.record_stats(&collected);
+        if !self.opts.dynamic_sampling {
+            return Ok(collected);
+        }
+        let wanted = self.opts.tasks_per_step.clamp(1, self.opts.tasks.len());
+        let mut kept = collected.keep_varied_groups();
+        let mut drawn = tasks.len();
+        let mut draw = 1;
+        while kept < wanted && drawn < MAX_DRAWS * wanted {
+            draw += 1;
+            let tasks = self.pick_tasks(wanted - kept);
+            drawn += tasks.len();
+            let mut more = self.rollouts(&tasks, step, draw)?;
+            self.record_stats(&more);
+            kept += more.keep_varied_groups();
+            collected.extend(more);
+        }
+        self.emit(TrainEvent::Log(format!(
+            "step {step}: {kept} of {drawn} drawn tasks had samples with different rewards"
+        )));
+        Ok(collected)
+    }
+
+    /// Count each episode's pass for the curriculum.
+    fn record_stats(&mut self, collected: &Collected) {
+        for ep in &collected.episodes {
+            let e = self.stats.entry(ep.task.clone()).or_default();
+            e.0 += u32::from(ep.passed);
+            e.1 += 1;
+        }
+    }
+
+    fn rollouts(&mut self, tasks: &[Task], step: u64, draw: usize) -> anyhow::Result<Collected> {
         let model = self
             .trainer
             .policy()
             .sampling_model(&format!("train-step-{step}"))?
             .context("the policy has no tokenizer")?;
         let seed = self.trainer.rng().random::<u64>();
-        let dir = self.opts.out.join(ROLLOUTS).join(format!("step-{step:06}"));
+        let name = match draw {
+            1 => format!("step-{step:06}"),
+            d => format!("step-{step:06}-draw-{d}"),
+        };
+        let dir = self.opts.out.join(ROLLOUTS).join(name);
         let settings = self.settings(self.opts.samples);
         let sampling = self.opts.sampling;
         let reward = self.opts.train.reward;
@@ -657,6 +716,14 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         Ok(())
     }
 }
+
+/// With dynamic sampling, how many times `tasks_per_step` tasks a step may
+/// draw before it settles for fewer.
+pub const MAX_DRAWS: usize = 4;
+
+/// Steps in a row without a task of mixed rewards after which dynamic
+/// sampling gives up.
+const MAX_UNIFORM_STEPS: u32 = 50;
 
 /// How often the curriculum draws a task that passed `pass` of `tries`
 /// episodes: `4 p (1 - p) + 0.1` of the smoothed pass rate
