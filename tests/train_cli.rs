@@ -257,3 +257,75 @@ fn bad_training_input_is_named() {
         "{err}"
     );
 }
+
+/// With dynamic sampling, a step whose drawn tasks all failed every sample
+/// makes no update: it draws up to four tasks in turn, says so, and writes no
+/// metrics. (A from-scratch policy never passes.)
+#[test]
+fn dynamic_sampling_makes_no_update_without_signal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    json(&endless(
+        ws,
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "3",
+            "--seed",
+            "1",
+            "--split",
+            "train",
+            "--json",
+        ],
+    ));
+    let out = ws.join("checkpoints").join("d");
+    let run = endless(
+        ws,
+        &[
+            "train",
+            "--init",
+            "tiny",
+            "--dynamic-sampling",
+            "--steps",
+            "1",
+            "--minutes",
+            "0.01",
+            "--samples",
+            "2",
+            "--max-turns",
+            "1",
+            "--max-tokens",
+            "4",
+            "--concurrency",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(
+        err.contains("step 1: every drawn task's samples got the same reward; no update"),
+        "{err}"
+    );
+    assert!(
+        err.contains("time budget used up after 0 PPO steps"),
+        "{err}"
+    );
+    let mut draws: Vec<String> = std::fs::read_dir(out.join("rollouts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    draws.sort();
+    assert_eq!(
+        draws,
+        [
+            "step-000001",
+            "step-000001-draw-2",
+            "step-000001-draw-3",
+            "step-000001-draw-4"
+        ]
+    );
+    assert!(lines(&out.join("metrics.jsonl")).is_empty());
+}

@@ -426,3 +426,110 @@ fn cancel_an_evaluation_in_tmux() {
     let jobs = ws.list_jobs().unwrap();
     assert_eq!(jobs[0].status, "cancelled", "{jobs:?}");
 }
+
+/// Train a tiny policy from the Jobs view's form (warm start, one PPO step,
+/// pass@1 before and after on a held-out task), then find the finished run
+/// in the Training view. Uses the real sandbox.
+#[test]
+fn training_job_from_the_jobs_view_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::Builder::new()
+        .prefix("endless-e2e-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let task_ids = || -> Vec<String> {
+        std::fs::read_dir(dir.path().join("tasks"))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let generate = |split: &str, count: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_endless"))
+            .args(["--workspace", dir.path().to_str().unwrap()])
+            .args(["generate", "--offline", "--seed", "1", "--split", split])
+            .args(["--count", count])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    generate("train", "2");
+    let train = task_ids();
+    generate("dev", "1");
+    let dev = task_ids().into_iter().find(|t| !train.contains(t)).unwrap();
+
+    let session = start_tui(
+        format!("endless-e2e-train-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        160,
+        48,
+    );
+    let s = &session.0;
+    wait_for(s, "Tasks");
+    tmux(&["send-keys", "-t", s, "F4"]);
+    wait_for(s, "No jobs yet");
+    tmux(&["send-keys", "-t", s, "M"]);
+    wait_for(s, "Train a policy");
+    // Fields: tasks, dev, init, sft, sft steps, steps, minutes, samples,
+    // max turns, tasks per step. Keep it tiny.
+    let field = |erase: usize, value: &str| {
+        tmux(&["send-keys", "-t", s, "Tab"]);
+        for _ in 0..erase {
+            tmux(&["send-keys", "-t", s, "BSpace"]);
+        }
+        if !value.is_empty() {
+            tmux(&["send-keys", "-t", s, "-l", value]);
+        }
+    };
+    field(0, &dev);
+    field(0, "");
+    field(0, "");
+    field("300".len(), "2");
+    field("10".len(), "1");
+    field(0, "");
+    field("16".len(), "2");
+    field("16".len(), "2");
+    wait_for(s, &format!("dev: {dev}"));
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "train-");
+    let start = Instant::now();
+    let screen = loop {
+        let screen = tmux(&["capture-pane", "-p", "-t", s]);
+        if screen.contains("succeeded") || screen.contains("failed") {
+            break screen;
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "{screen}");
+        sleep(Duration::from_millis(250));
+    };
+    assert!(screen.contains("succeeded"), "{screen}");
+
+    // The Training view lists the finished run with its held-out pass@1.
+    tmux(&["send-keys", "-t", s, "F5"]);
+    // It reads the run's files once a second: wait for the final status.
+    let screen = wait_for(s, "finished");
+    assert!(
+        screen.contains("Training runs (1)") && screen.contains("1/1"),
+        "{screen}"
+    );
+    assert!(screen.contains("before"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+
+    let runs: Vec<_> = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let metrics = std::fs::read_to_string(runs[0].join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 1, "{metrics}");
+    let evals = std::fs::read_to_string(runs[0].join("eval.jsonl")).unwrap();
+    assert!(
+        evals.contains("\"before\"") && evals.contains("\"after\""),
+        "{evals}"
+    );
+}

@@ -163,6 +163,15 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
     });
     let mut on_event = |ev: TrainEvent| {
         let Some(bar) = &bar else { return };
+        // A bar drawn nowhere (stderr is not a terminal) drops its printed
+        // lines: write them out plainly then.
+        let println = |line: String| {
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
+        };
         match ev {
             TrainEvent::Phase(p) => {
                 bar.set_prefix(p.split(':').next().unwrap_or("").to_string());
@@ -177,17 +186,17 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
                 bar.set_length(total as u64);
                 bar.set_position(done as u64);
             }
-            TrainEvent::Step { total, metrics: m } => bar.println(format!(
+            TrainEvent::Step { total, metrics: m } => println(format!(
                 "step {:>4}/{total}  reward {:.3}  pass {:.2}  pg {:+.4}  v {:.4}  clip {:.3}  ent {:.3}  kl {:+.4}  |g| {:.3}  {:.0} tok/s",
                 m.step, m.reward, m.pass_rate, m.policy_loss, m.value_loss, m.clip_frac,
                 m.entropy, m.approx_kl, m.grad_norm, m.tokens_per_s
             )),
-            TrainEvent::Eval(e) => bar.println(format!(
+            TrainEvent::Eval(e) => println(format!(
                 "dev pass@1 {}: {:.3} ({}/{})",
                 e.label, e.pass_at_1, e.passed, e.episodes
             )),
-            TrainEvent::Checkpoint(p) => bar.println(format!("checkpoint {}", p.display())),
-            TrainEvent::Log(l) => bar.println(l),
+            TrainEvent::Checkpoint(p) => println(format!("checkpoint {}", p.display())),
+            TrainEvent::Log(l) => println(l),
         }
     };
     let cancel = AtomicBool::new(false);
