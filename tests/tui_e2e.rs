@@ -66,6 +66,22 @@ fn wait_for_up_to(session: &str, needle: &str, limit: Duration) -> String {
     }
 }
 
+/// A fresh home for the TUI's cache, config and state directories.
+fn sandbox_home() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("endless-e2e-")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+/// Switch to the (empty) Jobs view and open the form behind `key`.
+fn open_form(session: &str, key: &str, title: &str) {
+    tmux(&["send-keys", "-t", session, "F4"]);
+    wait_for(session, "No jobs yet");
+    tmux(&["send-keys", "-t", session, key]);
+    wait_for(session, title);
+}
+
 struct Session(String);
 
 impl Drop for Session {
@@ -224,10 +240,7 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::Builder::new()
-        .prefix("endless-e2e-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let home = sandbox_home();
     add_upper(&Workspace::open(dir.path()).unwrap());
     let session = start_tui(
         format!("endless-e2e-eval-{}", std::process::id()),
@@ -240,10 +253,7 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
     wait_for(s, "upper");
 
     // Jobs view: the evaluation form, oracle by default; Enter starts it.
-    tmux(&["send-keys", "-t", s, "F4"]);
-    wait_for(s, "No jobs yet");
-    tmux(&["send-keys", "-t", s, "E"]);
-    wait_for(s, "Evaluate a policy");
+    open_form(s, "E", "Evaluate a policy");
     tmux(&["send-keys", "-t", s, "Enter"]);
     wait_for(s, "eval-");
 
@@ -291,10 +301,7 @@ fn take_over_a_live_session_in_tmux() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::Builder::new()
-        .prefix("endless-e2e-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let home = sandbox_home();
     add_upper(&Workspace::open(dir.path()).unwrap());
     let script = dir.path().join("agent.txt");
     std::fs::write(&script, "sleep 3\ntrue\n").unwrap();
@@ -307,10 +314,7 @@ fn take_over_a_live_session_in_tmux() {
     );
     let s = &session.0;
     wait_for(s, "upper");
-    tmux(&["send-keys", "-t", s, "F4"]);
-    wait_for(s, "No jobs yet");
-    tmux(&["send-keys", "-t", s, "E"]);
-    wait_for(s, "Evaluate a policy");
+    open_form(s, "E", "Evaluate a policy");
     // Replace the policy (oracle) with the slow script.
     for _ in 0.."oracle".len() {
         tmux(&["send-keys", "-t", s, "BSpace"]);
@@ -361,10 +365,7 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
     );
     let s = &session.0;
     wait_for(s, "Tasks");
-    tmux(&["send-keys", "-t", s, "F4"]);
-    wait_for(s, "No jobs yet");
-    tmux(&["send-keys", "-t", s, "P"]);
-    wait_for(s, "Generate tasks offline");
+    open_form(s, "P", "Generate tasks offline");
     tmux(&["send-keys", "-t", s, "Enter"]);
     let start = Instant::now();
     let screen = loop {
@@ -389,10 +390,7 @@ fn cancel_an_evaluation_in_tmux() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::Builder::new()
-        .prefix("endless-e2e-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let home = sandbox_home();
     add_upper(&Workspace::open(dir.path()).unwrap());
     let script = dir.path().join("slow.txt");
     std::fs::write(&script, "sleep 1\n".repeat(60)).unwrap();
@@ -405,10 +403,7 @@ fn cancel_an_evaluation_in_tmux() {
     );
     let s = &session.0;
     wait_for(s, "upper");
-    tmux(&["send-keys", "-t", s, "F4"]);
-    wait_for(s, "No jobs yet");
-    tmux(&["send-keys", "-t", s, "E"]);
-    wait_for(s, "Evaluate a policy");
+    open_form(s, "E", "Evaluate a policy");
     for _ in 0.."oracle".len() {
         tmux(&["send-keys", "-t", s, "BSpace"]);
     }
@@ -437,10 +432,7 @@ fn training_job_from_the_jobs_view_in_tmux() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::Builder::new()
-        .prefix("endless-e2e-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let home = sandbox_home();
     let task_ids = || -> Vec<String> {
         std::fs::read_dir(dir.path().join("tasks"))
             .map(|d| {
@@ -472,10 +464,7 @@ fn training_job_from_the_jobs_view_in_tmux() {
     );
     let s = &session.0;
     wait_for(s, "Tasks");
-    tmux(&["send-keys", "-t", s, "F4"]);
-    wait_for(s, "No jobs yet");
-    tmux(&["send-keys", "-t", s, "M"]);
-    wait_for(s, "Train a policy");
+    open_form(s, "M", "Train a policy");
     // Fields: tasks, dev, init, sft, sft steps, steps, minutes, samples,
     // max turns, tasks per step. Keep it tiny.
     let field = |erase: usize, value: &str| {
