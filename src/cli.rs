@@ -288,7 +288,8 @@ pub struct TrainArgs {
     /// Samples per held-out task when measuring pass@1.
     #[arg(long, default_value_t = 1)]
     pub eval_samples: u32,
-    /// Reward: `binary` (all final tests pass) or `partial` (fraction passed).
+    /// Reward: `binary` (all final tests pass), `partial` (fraction passed) or
+    /// `clean` (binary, if the agent also said done and sent no malformed reply).
     #[arg(long, default_value = "binary")]
     pub reward: String,
     /// Sample tasks by their current pass rate (favour tasks neither always

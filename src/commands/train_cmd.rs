@@ -71,7 +71,8 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
     let reward = match args.reward.as_str() {
         "binary" => RewardMode::Binary,
         "partial" => RewardMode::Partial,
-        other => bail!("--reward {other:?}: expected binary or partial"),
+        "clean" => RewardMode::Clean,
+        other => bail!("--reward {other:?}: expected binary, partial or clean"),
     };
     if args.samples == 0 || args.max_turns == 0 || args.max_tokens == 0 {
         bail!("--samples, --max-turns and --max-tokens must be at least 1");

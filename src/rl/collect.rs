@@ -14,7 +14,8 @@ use super::error::{Result, RlError};
 use super::recorder::{template_messages, RecordingSource, TokenTranscript};
 use super::reward::{reward, RewardMode};
 use crate::agent::{
-    run_rollouts, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent, SandboxProvider,
+    run_rollouts, EndReason, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
+    SandboxProvider, StepKind,
 };
 use crate::llm::local::{ChatTokenizer, FinishReason, Generation, LocalModel, SamplingConfig};
 use crate::llm::{ChatMessage, Role};
@@ -183,12 +184,17 @@ impl Collected {
     }
 }
 
-/// The reward of a finished episode.
 /// The reward of a finished episode: binary is its `passed` (every final
-/// test passed and nothing failed); partial is the fraction of tests passed.
+/// test passed and nothing failed); partial is the fraction of tests passed;
+/// clean is binary for episodes that ended with done and no malformed reply.
 pub fn episode_reward(ep: &EpisodeResult, mode: RewardMode) -> f32 {
     match mode {
         RewardMode::Binary => f32::from(ep.passed),
+        RewardMode::Clean => {
+            let clean = ep.end_reason == EndReason::Done
+                && ep.steps.iter().all(|s| s.kind != StepKind::Malformed);
+            f32::from(ep.passed && clean)
+        }
         RewardMode::Partial => {
             let passed = ep.tests.iter().filter(|t| t.passed).count();
             reward(mode, passed, ep.tests.len())
@@ -297,6 +303,58 @@ mod tests {
             reward,
             passed: reward == 1.0,
         }
+    }
+
+    fn episode(passed: bool, end: EndReason, kinds: &[StepKind]) -> EpisodeResult {
+        let step = |(i, kind): (usize, &StepKind)| crate::agent::Step {
+            turn: i as u32 + 1,
+            kind: *kind,
+            command: None,
+            think: None,
+            exit_code: None,
+            timed_out: false,
+            output: String::new(),
+            error: None,
+            reply: String::new(),
+            policy_secs: 0.0,
+            exec_secs: 0.0,
+            tokens: Default::default(),
+        };
+        EpisodeResult {
+            task: "t".into(),
+            category: "c".into(),
+            complexity: None,
+            sample: 0,
+            policy: "train".into(),
+            passed,
+            reward: 0.0,
+            turns: kinds.len() as u32,
+            end_reason: end,
+            failure_mode: None,
+            earliest_failing_step: None,
+            error: None,
+            tests: Vec::new(),
+            steps: kinds.iter().enumerate().map(step).collect(),
+            tokens: Default::default(),
+            timings: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_clean_reward_wants_a_pass_ended_by_done_without_malformed_replies() {
+        use StepKind::{Command, Done, Malformed};
+        let clean = |e: &EpisodeResult| episode_reward(e, RewardMode::Clean);
+        let binary = |e: &EpisodeResult| episode_reward(e, RewardMode::Binary);
+        let solved = episode(true, EndReason::Done, &[Command, Done]);
+        assert_eq!((binary(&solved), clean(&solved)), (1.0, 1.0));
+        let garbage_after = episode(true, EndReason::MaxTurns, &[Command, Malformed, Malformed]);
+        assert_eq!((binary(&garbage_after), clean(&garbage_after)), (1.0, 0.0));
+        let slip_then_done = episode(true, EndReason::Done, &[Malformed, Command, Done]);
+        assert_eq!(clean(&slip_then_done), 0.0);
+        let no_done = episode(true, EndReason::MaxTurns, &[Command, Command]);
+        assert_eq!(clean(&no_done), 0.0);
+        let failed = episode(false, EndReason::Done, &[Command, Done]);
+        assert_eq!(clean(&failed), 0.0);
     }
 
     #[test]

@@ -11,6 +11,10 @@ pub enum RewardMode {
     Binary,
     /// Fraction of final tests passed.
     Partial,
+    /// Binary, for episodes that also ended with the done action and had no
+    /// malformed reply: outcome rewards credit every turn of a passing
+    /// episode, so a solve followed by garbage turns teaches garbage.
+    Clean,
 }
 
 /// The reward of an episode whose final tests passed `passed` of `total`.
@@ -20,7 +24,7 @@ pub fn reward(mode: RewardMode, passed: usize, total: usize) -> f32 {
         return 0.0;
     }
     match mode {
-        RewardMode::Binary => f32::from(passed >= total),
+        RewardMode::Binary | RewardMode::Clean => f32::from(passed >= total),
         RewardMode::Partial => passed.min(total) as f32 / total as f32,
     }
 }
