@@ -27,7 +27,11 @@ MAX_TURNS=${MAX_TURNS:-4}
 # A from-scratch tiny model sampled at temperature 1 makes enough slips in a
 # 100-token command that few episodes pass whole: sample cooler.
 TEMPERATURE=${TEMPERATURE:-0.7}
-REWARD=${REWARD:-binary}
+# The paper's binary reward credits every turn of a passing episode, garbage
+# turns after the solve too; `clean` pays only passes that end with done and
+# no malformed reply. Dynamic sampling trains only on tasks whose 16 samples
+# got different rewards (at a ~4% pass rate most all fail: no signal).
+REWARD=${REWARD:-clean}
 LR=${LR:-1e-4}
 SEED=${SEED:-1}
 WS=${WS:-target/replication}
@@ -61,4 +65,5 @@ easy | comm -13 "$WS/sft-tasks.txt" - > "$WS/ppo-tasks.txt"
     --samples 16 --tasks-per-step 1 --max-turns "$MAX_TURNS" --max-tokens "${MAX_TOKENS:-160}" \
     --temperature "$TEMPERATURE" --reward "$REWARD" --lr "$LR" \
     --minibatch "${MINIBATCH:-4}" --concurrency 16 --checkpoint-every 10 --seed "$SEED" \
+    --dynamic-sampling \
     --out "$WS/checkpoints/replication"
