@@ -94,6 +94,26 @@ pub struct Step {
     pub tokens: TokenUsage,
 }
 
+impl Step {
+    /// Turn `turn` of kind `kind`, with nothing run, said or timed yet.
+    pub fn new(turn: u32, kind: StepKind) -> Self {
+        Step {
+            turn,
+            kind,
+            command: None,
+            think: None,
+            exit_code: None,
+            timed_out: false,
+            output: String::new(),
+            error: None,
+            reply: String::new(),
+            policy_secs: 0.0,
+            exec_secs: 0.0,
+            tokens: TokenUsage::default(),
+        }
+    }
+}
+
 /// The agent's side of an episode, before verification.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trajectory {
@@ -182,18 +202,11 @@ pub fn run_episode(
         push(&mut t, ChatMessage::assistant(reply.text.clone()), observer);
         let parsed = protocol::parse_reply(&reply.text);
         let mut step = Step {
-            turn,
-            kind: StepKind::Malformed,
-            command: None,
             think: parsed.think,
-            exit_code: None,
-            timed_out: false,
-            output: String::new(),
-            error: None,
             reply: reply.text,
             policy_secs,
-            exec_secs: 0.0,
             tokens: reply.usage,
+            ..Step::new(turn, StepKind::Malformed)
         };
         match parsed.action {
             Action::Done => {

@@ -119,22 +119,12 @@ pub fn find_loop(steps: &[Step]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::TokenUsage;
 
     fn cmd(c: &str, code: i32) -> Step {
         Step {
-            turn: 0,
-            kind: StepKind::Command,
             command: Some(c.into()),
-            think: None,
             exit_code: Some(code),
-            timed_out: false,
-            output: String::new(),
-            error: None,
-            reply: String::new(),
-            policy_secs: 0.0,
-            exec_secs: 0.0,
-            tokens: TokenUsage::default(),
+            ..Step::new(0, StepKind::Command)
         }
     }
 

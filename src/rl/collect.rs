@@ -306,20 +306,7 @@ mod tests {
     }
 
     fn episode(passed: bool, end: EndReason, kinds: &[StepKind]) -> EpisodeResult {
-        let step = |(i, kind): (usize, &StepKind)| crate::agent::Step {
-            turn: i as u32 + 1,
-            kind: *kind,
-            command: None,
-            think: None,
-            exit_code: None,
-            timed_out: false,
-            output: String::new(),
-            error: None,
-            reply: String::new(),
-            policy_secs: 0.0,
-            exec_secs: 0.0,
-            tokens: Default::default(),
-        };
+        let step = |(i, kind): (usize, &StepKind)| crate::agent::Step::new(i as u32 + 1, *kind);
         EpisodeResult {
             task: "t".into(),
             category: "c".into(),

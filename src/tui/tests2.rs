@@ -249,18 +249,11 @@ fn live_panes_follow_episodes_and_scroll_back() {
 
 fn step(turn: u32, command: &str, exit: i32, output: &str) -> Step {
     Step {
-        turn,
-        kind: StepKind::Command,
         command: Some(command.into()),
         think: Some(format!("try {command}")),
         exit_code: Some(exit),
-        timed_out: false,
         output: output.into(),
-        error: None,
-        reply: String::new(),
-        policy_secs: 0.0,
-        exec_secs: 0.0,
-        tokens: Default::default(),
+        ..Step::new(turn, StepKind::Command)
     }
 }
 
