@@ -444,6 +444,7 @@ fn limits_memory() {
     let Some(b) = backend() else { return };
     let b = b.with_limits(endless::sandbox::local::Limits {
         memory_bytes: 256 << 20,
+        disk_bytes: 64 << 20,
         ..Default::default()
     });
     let mut s = start(&b);

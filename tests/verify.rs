@@ -109,14 +109,19 @@ fn per_test_results_before_and_after_the_work() {
     // The tests and truth are not reachable by the agent.
     let r = s
         .exec(
-            "ls /run/endless-verifier; grep -rl 'secret truth' ~ /tmp /run 2>/dev/null; echo end",
+            "ls /run/endless-verifier; grep -rl --exclude-dir=endless-runtime 'secret truth' ~ /tmp /run 2>/dev/null; echo end",
             T,
         )
         .unwrap();
     // Root mode: not even listable; rootless: an empty read-only directory.
     assert!(!r.output.contains("test_final_state"), "{}", r.output);
     assert!(!r.output.contains("test_initial_state"), "{}", r.output);
-    assert_eq!(r.output.trim_end().lines().last(), Some("end"));
+    assert_eq!(
+        r.output.trim_end().lines().last(),
+        Some("end"),
+        "{}",
+        r.output
+    );
     s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
     let fin = verify(&mut s, &t, TestSet::Final).unwrap();
     assert!(fin.passed, "{}", fin.output);

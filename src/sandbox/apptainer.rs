@@ -143,6 +143,7 @@ impl Backend for ApptainerBackend {
             user,
             workdir: task.meta.environment.workdir.clone(),
             network: task.meta.environment.network,
+            cpu_millis: None,
         };
         if sif.exists() {
             return Ok(image);
@@ -234,6 +235,7 @@ mod tests {
             home: "/home/user".into(),
             workdir: "/home/user".into(),
             network: false,
+            cpu_millis: None,
         }
     }
 

@@ -84,7 +84,7 @@ pub fn spawn_engine_session(
         image: image.hash.clone(),
     };
     let init = "HISTSIZE=0; set +o history; PS1=''; PS2=''; PROMPT_COMMAND=''";
-    Session::spawn_with(command(shell)?, init, opts, info, move |_| {
+    Session::spawn_with(command(shell)?, Vec::new(), init, opts, info, move |_| {
         Box::new(control)
     })
 }

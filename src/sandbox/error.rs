@@ -83,6 +83,10 @@ pub enum SandboxError {
     /// The session's wall-clock limit passed; the session was closed.
     #[error("the session's wall-clock limit of {0:?} passed; the session was closed")]
     WallClock(std::time::Duration),
+    /// The agent changed the sandbox so that the verifier refused to run
+    /// there (counted as a failed verification, never as a pass).
+    #[error("the agent tampered with the verifier's environment: {0}")]
+    Tampered(String),
     /// The verifier could not run or its result could not be read.
     #[error("verifier: {0}")]
     Verify(String),

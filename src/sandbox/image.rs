@@ -33,6 +33,10 @@ pub struct Image {
     pub workdir: String,
     /// Whether sessions get network access.
     pub network: bool,
+    /// Thousandths of a CPU core a session may use (the task's
+    /// `[environment] cpus`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u32>,
 }
 
 /// The content hash of what shapes a task's image on `backend`: every file

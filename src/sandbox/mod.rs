@@ -10,6 +10,7 @@ pub mod bench;
 mod container;
 pub mod doctor;
 mod error;
+mod fds;
 mod image;
 pub mod local;
 mod marker;
@@ -23,9 +24,12 @@ pub use asciicast::Recorder;
 pub use bench::{bench, BenchReport};
 pub use doctor::{doctor, DoctorReport};
 pub use error::SandboxError;
+pub use fds::seal_inherited;
 pub use image::{home_of, image_hash, Image};
 pub use marker::clean_output;
-pub use session::{run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo};
+pub use session::{
+    run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo, VerifierCall,
+};
 pub use types::*;
 
 use crate::task::Task;

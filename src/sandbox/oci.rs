@@ -171,6 +171,7 @@ impl Backend for OciBackend {
             user,
             workdir: task.meta.environment.workdir.clone(),
             network: task.meta.environment.network,
+            cpu_millis: None,
         };
         let exists = command(&[
             self.engine.display().to_string(),
@@ -274,6 +275,7 @@ mod tests {
             home: "/home/user".into(),
             workdir: "/home/user".into(),
             network: false,
+            cpu_millis: None,
         }
     }
 

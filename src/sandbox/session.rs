@@ -37,11 +37,40 @@ pub trait SessionControl: Send {
     /// A command that runs `argv` as root inside the sandbox, in the same
     /// filesystem, process and network namespaces as the shell.
     fn root_command(&mut self, argv: &[String]) -> Result<Command, SandboxError>;
-    /// A directory shared with the sandbox for the verifier: the host path
-    /// (writable only by root on the host) and its path inside the sandbox.
+    /// A command that runs the verifier (`call`) beside the shell, where the
+    /// agent cannot reach it. Container engines run it like a root command.
+    fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
+        let mut argv: Vec<String> = vec![
+            "/usr/bin/env".into(),
+            "-i".into(),
+            "-C".into(),
+            call.cwd.clone(),
+        ];
+        argv.extend(call.env.iter().map(|(k, v)| format!("{k}={v}")));
+        argv.extend(call.argv.iter().cloned());
+        self.root_command(&argv)
+    }
+    /// The argv prefix that starts the verifier's Python inside the sandbox.
+    fn verifier_python(&self) -> Vec<String> {
+        vec!["/usr/bin/python3".into()]
+    }
+    /// A directory shared with the sandbox for copying files in: the host
+    /// path and its path inside the sandbox.
     fn exchange_dir(&self) -> Option<(PathBuf, String)>;
     /// Kill everything and release resources (cgroups, directories).
     fn teardown(&mut self, child: &mut Child);
+}
+
+/// One run of the verifier: a trusted program, its environment (nothing
+/// else is inherited) and working directory inside the sandbox.
+#[derive(Debug, Clone)]
+pub struct VerifierCall {
+    /// The command (starting with [`SessionControl::verifier_python`]).
+    pub argv: Vec<String>,
+    /// Its whole environment.
+    pub env: Vec<(String, String)>,
+    /// Its working directory inside (falls back to `/`).
+    pub cwd: String,
 }
 
 /// What a session runs as and where.
@@ -96,10 +125,12 @@ pub struct Session {
 impl Session {
     /// Start `cmd` (which must end in an interactive bash) on a fresh PTY,
     /// type `init` (shell setup; must not print) and wait until the shell answers.
+    /// The child inherits no descriptor beyond its terminal and `keep_fds`.
     ///
     /// `control` is made from the child's pid once it runs.
     pub fn spawn_with(
         mut cmd: Command,
+        keep_fds: Vec<std::os::fd::RawFd>,
         init: &str,
         opts: &SessionOptions,
         info: SessionInfo,
@@ -138,9 +169,10 @@ impl Session {
         cmd.stdin(stdio(&slave)?)
             .stdout(stdio(&slave)?)
             .stderr(stdio(&slave)?);
-        // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
+        // SAFETY: only async-signal-safe calls (fcntl, setsid, ioctl) between fork and exec.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
+                super::fds::close_inherited(&keep_fds)?;
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -334,7 +366,25 @@ impl Session {
     ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
         self.check_usable()?;
         let cmd = self.control.root_command(argv)?;
-        run_capturing(cmd, timeout, true)
+        run_capturing(cmd, timeout, true, None, Vec::new())
+    }
+
+    /// Run the verifier beside the shell (see [`SessionControl::verifier_command`]),
+    /// feeding it `input` on stdin and returning what it wrote to fd 3.
+    pub fn run_verifier(
+        &mut self,
+        call: &VerifierCall,
+        input: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
+        self.check_usable()?;
+        let cmd = self.control.verifier_command(call)?;
+        run_capturing(cmd, timeout, true, Some(input), Vec::new())
+    }
+
+    /// The argv prefix that starts the verifier's Python inside the sandbox.
+    pub fn verifier_python(&self) -> Vec<String> {
+        self.control.verifier_python()
     }
 
     /// The verifier's exchange directory: host path and path inside.
@@ -604,6 +654,18 @@ fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()
     (cancel, handle)
 }
 
+/// The error for a spawn that failed: the child's own refusal (the verifier
+/// found the agent tampered with what it needs) or a plain start failure.
+fn spawn_error(cmd: &Command, e: std::io::Error) -> SandboxError {
+    if e.raw_os_error() == Some(super::local::PRELOAD_REFUSED) {
+        return SandboxError::Tampered(
+            "/etc/ld.so.preload is not a regular file, so it cannot be hidden from the verifier"
+                .into(),
+        );
+    }
+    SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program()))
+}
+
 /// A close-on-exec pipe: (read end, write end).
 fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
     let mut fds = [0; 2];
@@ -627,26 +689,37 @@ fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
 /// Run `cmd` with stdout and stderr captured (interleaved) in its own process
 /// group; kill the group after `timeout`.
 pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput, SandboxError> {
-    run_capturing(cmd, timeout, false).map(|(out, _)| out)
+    run_capturing(cmd, timeout, false, None, Vec::new()).map(|(out, _)| out)
 }
 
 /// Like [`run_with_timeout`]; with `fd3`, the command also gets a pipe on
 /// file descriptor 3 whose content is returned (capped at 16 MiB). The
 /// verifier writes its results there, so no file the agent could touch
-/// is involved.
+/// is involved. `input`, when given, is fed to its stdin. The command
+/// inherits no other descriptor than `keep`.
 pub fn run_capturing(
     mut cmd: Command,
     timeout: Duration,
     fd3: bool,
+    input: Option<Vec<u8>>,
+    keep: Vec<std::os::fd::RawFd>,
 ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
     let (mut reader, writer) = pipe()?;
     let writer2 = writer
         .try_clone()
         .map_err(SandboxError::io("dup pipe", "pipe"))?;
-    cmd.stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(writer2)
-        .process_group(0);
+    let stdin = match &input {
+        Some(_) => {
+            let (r, w) = pipe()?;
+            cmd.stdin(Stdio::from(r));
+            Some(w)
+        }
+        None => {
+            cmd.stdin(Stdio::null());
+            None
+        }
+    };
+    cmd.stdout(writer).stderr(writer2).process_group(0);
     let mut side = None;
     if fd3 {
         let (r3, w3) = pipe()?;
@@ -654,6 +727,7 @@ pub fn run_capturing(
         // SAFETY: dup2/fcntl are async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
+                super::fds::close_inherited(&keep)?;
                 if raw == 3 {
                     if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
                         return Err(std::io::Error::last_os_error());
@@ -665,11 +739,19 @@ pub fn run_capturing(
             });
         }
         side = Some((r3, w3));
+    } else {
+        // SAFETY: fcntl is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || super::fds::close_inherited(&keep));
+        }
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program())))?;
+    let mut child = cmd.spawn().map_err(|e| spawn_error(&cmd, e))?;
     drop(cmd);
+    let feeder = stdin.zip(input).map(|(mut w, bytes)| {
+        std::thread::spawn(move || {
+            let _ = w.write_all(&bytes);
+        })
+    });
     let side_reader = side.map(|(mut r3, w3)| {
         drop(w3);
         std::thread::spawn(move || {
@@ -724,6 +806,9 @@ pub fn run_capturing(
         libc::kill(-pid, libc::SIGKILL);
     }
     let out = collector.join().unwrap_or_default();
+    if let Some(f) = feeder {
+        let _ = f.join();
+    }
     let side = side_reader
         .map(|h| h.join().unwrap_or_default())
         .unwrap_or_default();

@@ -1,24 +1,63 @@
 //! Running a task's tests inside a session, beside the agent's shell.
 //!
-//! The tests are copied into a fresh directory the agent cannot reach (a
-//! root-only host directory bound into the sandbox), run as root through
-//! the backend (not through the agent's shell, whose functions, aliases and
-//! traps the agent controls) with the interpreter by absolute path, a clean
-//! environment, isolated Python (`-I`: no `PYTHON*` variables, no user site,
-//! no script directory on `sys.path`), no conftest files, no plugin
-//! autoloading, no cache, and a fixed rootdir and ini file. The JUnit XML is
-//! read from the host side.
+//! The tests run through the backend, not through the agent's shell (whose
+//! functions, aliases and traps the agent controls), as the task's user with
+//! its home and working directory, like the reference does. The `local`
+//! backend starts them out of the agent's reach (see
+//! `sandbox/local/verifier.rs`): the interpreter, pytest and their libraries
+//! come from a read-only runtime tree outside the episode's overlay, the
+//! test files arrive on stdin and live in a tmpfs only the verifier's mount
+//! namespace has, and the JUnit XML leaves through a pipe on fd 3. Python is
+//! isolated (`-I -S`: no `PYTHON*` variables, no site hooks such as
+//! `sitecustomize` or `.pth` files, no script directory on `sys.path`), with
+//! no conftest files, no plugin autoloading, no cache, and a fixed rootdir
+//! and ini file.
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use crate::sandbox::{SandboxError, Session};
+use crate::sandbox::{home_of, SandboxError, Session, VerifierCall};
 use crate::task::{write_tree, Task};
 
 use super::junit::parse_junit;
 
-/// The interpreter that runs the tests (inside the sandbox).
+/// The host interpreter the verifier's runtime runs (with its pytest).
 pub const PYTHON: &str = "/usr/bin/python3";
+
+/// Where the verifier unpacks the tests (its private tmpfs, see the module docs).
+const PRIVATE_DIR: &str = "/run/endless-verifier";
+
+/// The verifier's own program: unpack the tests from stdin, put the runtime's
+/// site directories on `sys.path` (site hooks stay off), run pytest, and
+/// send the JUnit XML to fd 3.
+const WRAPPER: &str = r#"
+import json, os, sys
+payload = json.loads(sys.stdin.buffer.read())
+root = payload["root"]
+for rel, data in payload["files"].items():
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(bytes.fromhex(data))
+v = "%d.%d" % sys.version_info[:2]
+for d in ("lib/python3/dist-packages", "local/lib/python%s/dist-packages" % v,
+          "lib/python%s/site-packages" % v, "local/lib/python%s/site-packages" % v):
+    d = os.path.join(sys.prefix, d)
+    if os.path.isdir(d):
+        sys.path.append(d)
+import pytest
+junit = os.path.join(root, "junit.xml")
+rc = pytest.main(payload["args"] + ["--junitxml=" + junit])
+sys.stdout.flush()
+sys.stderr.flush()
+try:
+    with open(junit, "rb") as f:
+        view = memoryview(f.read())
+except OSError:
+    view = memoryview(b"")
+while view:
+    view = view[os.write(3, view):]
+os._exit(int(rc))
+"#;
 
 /// Which tests to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -72,54 +111,9 @@ pub fn verify(
     which: TestSet,
 ) -> Result<TestReport, SandboxError> {
     let start = Instant::now();
-    let (host, inside) = session
-        .exchange_dir()
-        .ok_or_else(|| SandboxError::Verify("this session has no verifier directory".into()))?;
-    let mut rnd = [0u8; 8];
-    rand::Rng::fill(&mut rand::rng(), &mut rnd);
-    let run_id = format!("run-{}", hex::encode(rnd));
-    let host_run = host.join(&run_id);
-    let inside_run = format!("{inside}/{run_id}");
-    std::fs::create_dir_all(&host_run)
-        .map_err(SandboxError::io("create verifier directory", &host_run))?;
-    std::fs::set_permissions(&host_run, std::fs::Permissions::from_mode(0o700))
-        .map_err(SandboxError::io("chmod verifier directory", &host_run))?;
-    let result = run_tests(session, task, which, &host_run, &inside_run, start);
-    let _ = std::fs::remove_dir_all(&host_run);
-    result
-}
-
-fn clean_env(cwd: &str) -> Vec<String> {
-    let mut argv: Vec<String> = ["/usr/bin/env", "-i", "-C", cwd]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    argv.extend(
-        [
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME=/root",
-            "LANG=C.UTF-8",
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1",
-            "PYTEST_ADDOPTS=",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
-    argv
-}
-
-fn run_tests(
-    session: &mut Session,
-    task: &Task,
-    which: TestSet,
-    host_run: &std::path::Path,
-    inside_run: &str,
-    start: Instant,
-) -> Result<TestReport, SandboxError> {
-    write_tree(&host_run.join("tests"), &task.tests)?;
     let timeout = Duration::from_secs_f64(task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0));
     if let (TestSet::Final, Some(script)) = (which, &task.meta.verifier.script) {
-        return run_script(session, task, script, inside_run, timeout, start);
+        return run_script(session, task, script, timeout, start);
     }
     let files = match which {
         TestSet::Initial => &task.meta.verifier.initial_tests,
@@ -137,32 +131,42 @@ fn run_tests(
             )));
         }
     }
-    let ini = host_run.join("pytest.ini");
-    std::fs::write(&ini, "[pytest]\n").map_err(SandboxError::io("write pytest.ini", &ini))?;
-    let mut argv = clean_env(inside_run);
+    let mut payload_files = serde_json::Map::new();
+    for (path, file) in task.tests.iter() {
+        payload_files.insert(format!("tests/{path}"), hex::encode(&file.bytes).into());
+    }
+    payload_files.insert("pytest.ini".into(), hex::encode("[pytest]\n").into());
+    let mut args: Vec<String> = [
+        "-p",
+        "no:cacheprovider",
+        "--noconftest",
+        "--color=no",
+        "-q",
+        "-rA",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(format!("--rootdir={PRIVATE_DIR}/tests"));
+    args.push(format!("-c={PRIVATE_DIR}/pytest.ini"));
+    args.extend(files.iter().map(|f| format!("{PRIVATE_DIR}/tests/{f}")));
+    let payload = serde_json::json!({ "root": PRIVATE_DIR, "files": payload_files, "args": args });
+    let mut argv = session.verifier_python();
     argv.extend(
-        [
-            PYTHON,
-            "-I",
-            "-B",
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--noconftest",
-            "--color=no",
-            "-q",
-            "-rA",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
+        ["-I", "-S", "-B", "-c", WRAPPER]
+            .iter()
+            .map(|s| s.to_string()),
     );
-    argv.push(format!("--rootdir={inside_run}/tests"));
-    argv.push(format!("-c={inside_run}/pytest.ini"));
-    // The JUnit XML goes to a pipe only the verifier holds, never to a file.
-    argv.push("--junitxml=/dev/fd/3".to_string());
-    argv.extend(files.iter().map(|f| format!("{inside_run}/tests/{f}")));
-    let (out, junit) = session.run_as_root_fd3(&argv, timeout)?;
+    let call = VerifierCall {
+        argv,
+        env: user_env(session),
+        cwd: session.info().workdir.clone(),
+    };
+    let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
+    let (out, junit) = match run {
+        Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),
+        other => other?,
+    };
     let junit_xml = String::from_utf8_lossy(&junit).into_owned();
     let tests = if junit_xml.is_empty() {
         Vec::new()
@@ -183,11 +187,68 @@ fn run_tests(
     })
 }
 
+/// `env -i -C cwd` with a root environment, for verifier scripts.
+fn clean_env(cwd: &str) -> Vec<String> {
+    let mut argv: Vec<String> = ["/usr/bin/env", "-i", "-C", cwd]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.extend(
+        [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME=/root",
+            "LANG=C.UTF-8",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    argv
+}
+
+/// The environment of the task's user (and nothing the agent set).
+fn user_env(session: &Session) -> Vec<(String, String)> {
+    let user = session.info().user.clone();
+    [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        ),
+        ("HOME", home_of(&user)),
+        ("USER", user.clone()),
+        ("LOGNAME", user),
+        ("LANG", "C.UTF-8".to_string()),
+        ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1".to_string()),
+        ("PYTEST_ADDOPTS", String::new()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The report of a verification the agent made impossible: a failure.
+fn tampered(why: String, start: Instant) -> TestReport {
+    TestReport {
+        tests: vec![TestCase {
+            name: "endless::verifier_environment".into(),
+            passed: false,
+            message: format!("the agent tampered with the verifier's environment: {why}"),
+        }],
+        passed: false,
+        junit_xml: String::new(),
+        output: String::new(),
+        duration: start.elapsed(),
+    }
+}
+
+/// A Harbor-style verifier script (`tests/test.sh` writing
+/// `/logs/verifier/reward.txt`), run as Harbor does: as the sandbox's root
+/// (never host root) in the agent's environment, with the tests copied to
+/// `/tests`. Such scripts use the agent's own tools, so unlike pytest tests
+/// they can be fooled by a root agent; README's threat model says so.
 fn run_script(
     session: &mut Session,
     task: &Task,
     script: &str,
-    inside_run: &str,
     timeout: Duration,
     start: Instant,
 ) -> Result<TestReport, SandboxError> {
@@ -196,6 +257,32 @@ fn run_script(
             "tests/{script} is named by task.toml [verifier] script but missing from the bundle"
         )));
     }
+    let (host, inside) = session
+        .exchange_dir()
+        .ok_or_else(|| SandboxError::Verify("this session has no exchange directory".into()))?;
+    let mut rnd = [0u8; 8];
+    rand::Rng::fill(&mut rand::rng(), &mut rnd);
+    let run_id = format!("run-{}", hex::encode(rnd));
+    let host_run = host.join(&run_id);
+    write_tree(&host_run.join("tests"), &task.tests)?;
+    let result = run_script_in(
+        session,
+        script,
+        &format!("{inside}/{run_id}"),
+        timeout,
+        start,
+    );
+    let _ = std::fs::remove_dir_all(&host_run);
+    result
+}
+
+fn run_script_in(
+    session: &mut Session,
+    script: &str,
+    inside_run: &str,
+    timeout: Duration,
+    start: Instant,
+) -> Result<TestReport, SandboxError> {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let body = format!(
         "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests && cd /tests && \

@@ -1,7 +1,8 @@
 //! bubblewrap command lines for image builds and agent sessions.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::os::fd::RawFd;
+use std::path::PathBuf;
 
 /// Path of the bubblewrap binary, if installed.
 pub fn bwrap_path() -> Option<PathBuf> {
@@ -40,20 +41,41 @@ pub const BUILD_CAPS: &[&str] = &[
     "CAP_AUDIT_WRITE",
 ];
 
+/// One bind mount.
+pub struct Bind {
+    /// The host path (must be reachable by the sandbox's root).
+    pub source: PathBuf,
+    /// Where, inside.
+    pub inside: String,
+    /// Read-only.
+    pub read_only: bool,
+}
+
+/// Which capabilities the sandboxed command keeps.
+pub enum Caps {
+    /// bubblewrap's default (rootless sessions: it drops all but, for uid 0,
+    /// those of its own user namespace).
+    Default,
+    /// Exactly these (bubblewrap runs as root of our user namespace).
+    Only(Vec<&'static str>),
+}
+
 /// What a bubblewrap sandbox looks like.
-pub struct Spec<'a> {
+pub struct Spec {
     /// The merged root tree (already mounted in the child's namespace).
-    pub root: &'a Path,
-    /// Share the host network.
+    pub root: PathBuf,
+    /// Share the network namespace bubblewrap starts in.
     pub network: bool,
-    /// Extra bind mounts: host path, path inside, read-only.
-    pub binds: Vec<(PathBuf, String, bool)>,
+    /// Extra bind mounts.
+    pub binds: Vec<Bind>,
     /// Environment (everything else is cleared).
     pub env: Vec<(String, String)>,
     /// Capabilities to keep.
-    pub caps: Vec<&'a str>,
+    pub caps: Caps,
+    /// Seccomp programs to load before the command (descriptor numbers).
+    pub seccomp: Vec<RawFd>,
     /// Working directory inside.
-    pub chdir: &'a str,
+    pub chdir: String,
     /// The command to run inside.
     pub argv: Vec<String>,
     /// Rootless sessions: a nested user namespace where the command runs as this uid and gid.
@@ -86,15 +108,15 @@ pub fn args(spec: &Spec) -> Vec<OsString> {
         a.push(gid.to_string().into());
     }
     a.push("--bind".into());
-    a.push(spec.root.into());
+    a.push(spec.root.clone().into());
     a.push("/".into());
     for s in ["--proc", "/proc", "--dev", "/dev"] {
         a.push(s.into());
     }
-    for (host, inside, ro) in &spec.binds {
-        a.push(if *ro { "--ro-bind" } else { "--bind" }.into());
-        a.push(host.into());
-        a.push(inside.into());
+    for b in &spec.binds {
+        a.push(if b.read_only { "--ro-bind" } else { "--bind" }.into());
+        a.push(b.source.clone().into());
+        a.push(b.inside.clone().into());
     }
     a.push("--clearenv".into());
     for (k, v) in &spec.env {
@@ -102,24 +124,37 @@ pub fn args(spec: &Spec) -> Vec<OsString> {
         a.push(k.into());
         a.push(v.into());
     }
-    for cap in &spec.caps {
-        a.push("--cap-add".into());
-        a.push(cap.into());
+    if let Caps::Only(caps) = &spec.caps {
+        a.push("--cap-drop".into());
+        a.push("ALL".into());
+        for cap in caps {
+            a.push("--cap-add".into());
+            a.push(cap.into());
+        }
+    }
+    for fd in &spec.seccomp {
+        a.push("--add-seccomp-fd".into());
+        a.push(fd.to_string().into());
     }
     a.push("--chdir".into());
-    a.push(spec.chdir.into());
+    a.push(spec.chdir.clone().into());
     a.push("--".into());
     a.extend(spec.argv.iter().map(OsString::from));
     a
 }
 
-/// The agent shell's command: bash as `uid`, dropping every capability
-/// and forbidding privilege gain when not root. `rootless` sessions switch
-/// ids through bubblewrap's own user namespace instead.
-pub fn shell_argv(uid: u32, gid: u32, rootless: bool) -> (Vec<String>, Vec<&'static str>) {
+/// The agent shell's command and capabilities: bash as `uid`. A non-root
+/// agent drops every capability and may never gain one (`setpriv`); a root
+/// agent keeps Docker's default set (without `mknod` and raw sockets), which
+/// holds only inside its user namespace. `rootless` sessions switch ids
+/// through bubblewrap's own user namespace instead.
+pub fn shell_argv(uid: u32, gid: u32, rootless: bool) -> (Vec<String>, Caps) {
     let bash = ["/bin/bash", "--noediting", "--noprofile", "--norc", "-i"].map(String::from);
-    if uid == 0 || rootless {
-        return (bash.to_vec(), Vec::new());
+    if rootless {
+        return (bash.to_vec(), Caps::Default);
+    }
+    if uid == 0 {
+        return (bash.to_vec(), Caps::Only(BUILD_CAPS.to_vec()));
     }
     let mut argv: Vec<String> = [
         "/usr/bin/setpriv",
@@ -135,7 +170,10 @@ pub fn shell_argv(uid: u32, gid: u32, rootless: bool) -> (Vec<String>, Vec<&'sta
     .map(|s| s.to_string())
     .collect();
     argv.extend(bash);
-    (argv, vec!["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"])
+    (
+        argv,
+        Caps::Only(vec!["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]),
+    )
 }
 
 /// The shell environment of an agent account.
@@ -164,12 +202,17 @@ mod tests {
     fn session_args_isolate_and_drop_privileges() {
         let (argv, caps) = shell_argv(1000, 1000, false);
         let spec = Spec {
-            root: Path::new("/c/merged"),
+            root: PathBuf::from("/run/endless-mnt/merged"),
             network: false,
-            binds: vec![(PathBuf::from("/c/x"), "/run/endless-verifier".into(), false)],
+            binds: vec![Bind {
+                source: PathBuf::from("/run/endless-mnt/x"),
+                inside: "/run/endless-verifier".into(),
+                read_only: true,
+            }],
             env: agent_env("user", "/home/user"),
             caps,
-            chdir: "/",
+            seccomp: vec![8, 9],
+            chdir: "/".into(),
             argv,
             user_ns: None,
         };
@@ -182,10 +225,12 @@ mod tests {
             "--unshare-pid",
             "--unshare-net",
             "--die-with-parent",
-            "--bind /c/merged /",
+            "--bind /run/endless-mnt/merged /",
             "--clearenv",
             "--setenv HOME /home/user",
-            "--bind /c/x /run/endless-verifier",
+            "--ro-bind /run/endless-mnt/x /run/endless-verifier",
+            "--cap-drop ALL --cap-add CAP_SETUID",
+            "--add-seccomp-fd 8 --add-seccomp-fd 9",
             "-- /usr/bin/setpriv --reuid=1000 --regid=1000",
             "--no-new-privs -- /bin/bash --noediting --noprofile --norc -i",
         ] {
@@ -193,6 +238,9 @@ mod tests {
         }
         let (root_argv, root_caps) = shell_argv(0, 0, false);
         assert_eq!(root_argv[0], "/bin/bash");
-        assert!(root_caps.is_empty());
+        match root_caps {
+            Caps::Only(c) => assert!(!c.contains(&"CAP_SYS_ADMIN") && c.contains(&"CAP_CHOWN")),
+            Caps::Default => panic!("a root agent must not keep every capability"),
+        }
     }
 }

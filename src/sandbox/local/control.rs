@@ -1,12 +1,15 @@
 //! Control of a running local sandbox: stray-process killing, root
-//! commands beside the shell (through `nsenter`), teardown.
+//! commands beside the shell (through `nsenter`, as the root of the
+//! sandbox's user namespace, never as host root), the verifier, teardown.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use super::limits::Cgroups;
-use crate::sandbox::session::SessionControl;
+use super::verifier::VerifierPlan;
+use crate::sandbox::session::{SessionControl, VerifierCall};
 use crate::sandbox::SandboxError;
 
 /// Where the verifier's exchange directory appears inside the sandbox.
@@ -24,6 +27,12 @@ pub struct LocalControl {
     pub init: Option<i32>,
     /// The sandbox lives in user namespaces we own (no root on the host).
     pub rootless: bool,
+    /// The task user's uid and gid inside (the verifier runs as them).
+    pub task_ids: (u32, u32),
+    /// The argv prefix of the verifier's trusted Python.
+    pub runtime_python: Vec<String>,
+    /// The seccomp programs every sandboxed process runs under.
+    pub seccomp: Vec<seccompiler::BpfProgram>,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -81,7 +90,7 @@ impl SessionControl for LocalControl {
             let mut keep = vec![self.outer];
             keep.extend(init);
             keep.extend(shell_pgid);
-            cg.kill_except(&keep);
+            cg.kill_except(&keep, Duration::from_secs(2));
         }
     }
 
@@ -95,14 +104,16 @@ impl SessionControl for LocalControl {
             .arg(format!("--target={init}"))
             // Rootless: enter the user namespace we created (where we are
             // root and own every namespace below it), not bubblewrap's
-            // innermost one, which owns none of the others.
+            // innermost one, which owns none of the others. As root: the
+            // sandbox's own user namespace, as its root (an unprivileged
+            // host id).
             .args(if self.rootless {
                 vec![
                     format!("--user=/proc/{}/ns/user", self.outer),
                     "--preserve-credentials".into(),
                 ]
             } else {
-                Vec::new()
+                vec![format!("--user=/proc/{init}/ns/user")]
             })
             .args([
                 "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--",
@@ -116,6 +127,44 @@ impl SessionControl for LocalControl {
             ])
             .args(argv);
         Ok(cmd)
+    }
+
+    fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
+        let init = self
+            .init_pid()
+            .ok_or_else(|| SandboxError::Verify("the sandbox's init process is gone".into()))?;
+        let procs = self
+            .cgroups
+            .as_ref()
+            .map(|c| c.procs_files())
+            .unwrap_or_default();
+        let plan = VerifierPlan::new(
+            init,
+            &format!("/proc/{init}/ns/user"),
+            &procs,
+            self.task_ids,
+            &call.cwd,
+            EXCHANGE_INSIDE,
+            !self.rootless,
+            self.seccomp.clone(),
+        )?;
+        let program = call
+            .argv
+            .first()
+            .ok_or_else(|| SandboxError::Verify("empty verifier command".into()))?;
+        let mut cmd = Command::new(program);
+        cmd.args(&call.argv[1..])
+            .env_clear()
+            .envs(call.env.iter().map(|(k, v)| (k, v)));
+        // SAFETY: VerifierPlan::apply only makes async-signal-safe calls.
+        unsafe {
+            cmd.pre_exec(move || plan.apply());
+        }
+        Ok(cmd)
+    }
+
+    fn verifier_python(&self) -> Vec<String> {
+        self.runtime_python.clone()
     }
 
     fn exchange_dir(&self) -> Option<(PathBuf, String)> {

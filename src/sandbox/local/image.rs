@@ -1,19 +1,20 @@
 //! Building a task's image layer: run its setup steps once, as root, in an
 //! overlay whose upper directories become the image.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::bwrap::{self, Spec};
+use super::bwrap::{self, Bind, Caps, Spec};
 use super::limits::{self, Cgroups};
-use super::overlay::{Layer, MountPlan};
-use super::steps;
-use super::LocalBackend;
+use super::overlay::{Layer, MountPlan, MountSpec};
+use super::{seccomp, steps};
+use super::{HostIdentity, LocalBackend};
 use crate::sandbox::image::{home_of, image_hash, Image};
-use crate::sandbox::session::run_with_timeout;
+use crate::sandbox::session::run_capturing;
 use crate::sandbox::SandboxError;
 use crate::task::envdef::parse_task;
 use crate::task::{write_tree, Task};
@@ -31,12 +32,7 @@ impl LocalBackend {
         let def = parse_task(task)?;
         let layout = &self.layout;
         layout.ensure()?;
-        let mode = if self.rootless.is_some() {
-            "|rootless"
-        } else {
-            ""
-        };
-        let hash = image_hash(task, "local", &format!("{}{mode}", layout.base_id()));
+        let hash = image_hash(task, "local", &self.base_id());
         let dir = layout.images().join(&hash);
         if let Some(image) = load_meta(&dir) {
             return Ok(image);
@@ -92,8 +88,7 @@ impl LocalBackend {
         std::fs::set_permissions(&root_up, std::fs::Permissions::from_mode(0o755))
             .map_err(io("chmod build directory", &root_up))?;
         write_tree(&build.join("ctx"), &task.environment)?;
-        let (script, files) =
-            steps::build_script(def, &user, &home, &workdir, self.rootless.is_some());
+        let (script, files) = steps::build_script(def, &user, &home, &workdir, self.is_rootless());
         std::fs::write(build.join("steps/build.sh"), script)
             .map_err(io("write build script", build))?;
         for (name, content) in files {
@@ -106,13 +101,30 @@ impl LocalBackend {
             upper: root_up.clone(),
             work: build.join("work/root"),
         }];
+        let mut uppers = vec![root_up.clone()];
         for d in &layout.system_dirs {
+            uppers.push(build.join("sys").join(d));
             layers.push(Layer {
                 target: layout.merged().join(d),
-                lower: vec![PathBuf::from("/").join(d)],
+                lower: vec![self.base_dir(d)],
                 upper: build.join("sys").join(d),
                 work: build.join("work").join(d),
             });
+        }
+        // The build's root reads the context and steps as an unprivileged host id.
+        if let HostIdentity::Mapped(m) = self.identity {
+            for dir in [build.join("ctx"), build.join("steps")] {
+                for entry in walkdir::WalkDir::new(&dir).into_iter().flatten() {
+                    let p = entry.path();
+                    let meta = std::fs::symlink_metadata(p).map_err(io("stat build file", p))?;
+                    std::os::unix::fs::lchown(
+                        p,
+                        Some(m.host(meta.uid())),
+                        Some(m.host(meta.gid())),
+                    )
+                    .map_err(io("chown build file", p))?;
+                }
+            }
         }
         // The setup runs under the same limits as sessions (a runaway setup
         // must not take the host down either).
@@ -128,35 +140,57 @@ impl LocalBackend {
             Some(cg) => (cg.procs_files(), Vec::new()),
             None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
         };
-        let plan = MountPlan::new(None, &[], &layers, &procs, rlimits, self.rootless)?;
-        let bwrap_bin = self.bwrap.clone();
+        let userns = self.new_userns()?;
+        let plan = MountPlan::new(MountSpec {
+            tmpfs: None,
+            mkdirs: &[],
+            layers: &layers,
+            cgroup_procs: &procs,
+            rlimits,
+            identity: self.child_identity(&userns, &uppers)?,
+            binds: vec![
+                (build.join("ctx"), layout.staged("ctx")),
+                (build.join("steps"), layout.staged("steps")),
+            ],
+        })?;
         let env = vec![
             ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
             ("HOME".into(), "/root".into()),
             ("LANG".into(), "C.UTF-8".into()),
             ("DEBIAN_FRONTEND".into(), "noninteractive".into()),
         ];
-        let merged = layout.merged();
+        let seccomp = seccomp::program_files()?;
+        let keep = seccomp.iter().map(|f| f.as_raw_fd()).collect();
         let spec = Spec {
-            root: &merged,
+            root: layout.merged(),
             network: task.meta.environment.network,
             binds: vec![
-                (build.join("ctx"), steps::CTX.into(), true),
-                (build.join("steps"), steps::STEPS.into(), true),
+                Bind {
+                    source: layout.staged("ctx"),
+                    inside: steps::CTX.into(),
+                    read_only: true,
+                },
+                Bind {
+                    source: layout.staged("steps"),
+                    inside: steps::STEPS.into(),
+                    read_only: true,
+                },
             ],
             env,
-            caps: bwrap::BUILD_CAPS.to_vec(),
-            chdir: "/",
+            caps: Caps::Only(bwrap::BUILD_CAPS.to_vec()),
+            seccomp: seccomp.iter().map(|f| f.as_raw_fd()).collect(),
+            chdir: "/".into(),
             argv: vec!["/bin/bash".into(), format!("{}/build.sh", steps::STEPS)],
             user_ns: None,
         };
-        let mut cmd = Command::new(&bwrap_bin);
+        let mut cmd = Command::new(&self.bwrap);
         cmd.args(bwrap::args(&spec)).env_clear();
         // SAFETY: MountPlan::apply only makes async-signal-safe system calls.
         unsafe {
             cmd.pre_exec(move || plan.apply());
         }
-        let out = run_with_timeout(cmd, self.build_timeout);
+        let out = run_capturing(cmd, self.build_timeout, false, None, keep).map(|(o, _)| o);
+        drop((userns, seccomp));
         if let Some(cg) = &mut cgroups {
             cg.kill_all_and_remove(Duration::from_secs(5));
         }
@@ -198,6 +232,7 @@ impl LocalBackend {
             home,
             workdir,
             network: task.meta.environment.network,
+            cpu_millis: task_cpu_millis(task),
         };
         let meta =
             serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;
@@ -242,6 +277,14 @@ fn step_error(
         code,
         output: text,
     }
+}
+
+/// The task's `[environment] cpus` (Harbor's key) in thousandths of a
+/// core, when it is a positive number.
+fn task_cpu_millis(task: &Task) -> Option<u32> {
+    let v = task.meta.environment.extra.get("cpus")?;
+    let n = v.as_float().or_else(|| v.as_integer().map(|i| i as f64))?;
+    (n > 0.0 && n.is_finite()).then(|| (n * 1000.0).clamp(10.0, 1e6) as u32)
 }
 
 fn load_meta(dir: &Path) -> Option<Image> {

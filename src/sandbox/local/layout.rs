@@ -33,6 +33,14 @@ const SKELETON_DIRS: &[(&str, u32)] = &[
 pub struct Layout {
     /// `<cache>/local`.
     pub root: PathBuf,
+    /// Host uid and gid of the sandbox's root, owner of the base layer's
+    /// directories (`None`: our own ids, rootless).
+    pub owner: Option<(u32, u32)>,
+    /// Mount points, used in private mount namespaces only. bubblewrap runs
+    /// as the sandbox's root and resolves its bind sources by path, so they
+    /// must be reachable by an unprivileged id: as root this is
+    /// `/run/endless-mnt` (the cache may sit under `/root`, mode 0700).
+    pub stage: PathBuf,
     /// Host directories overlaid at `/<name>`.
     pub system_dirs: Vec<String>,
     /// Host system entries that are symlinks (`/bin -> usr/bin`), recreated in the skeleton.
@@ -40,8 +48,9 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Inspect the host and name the cache paths under `cache_dir`.
-    pub fn new(cache_dir: &Path) -> Layout {
+    /// Inspect the host and name the cache paths under `cache_dir`; base
+    /// directories are owned by `owner` (host ids of the sandbox's root).
+    pub fn new(cache_dir: &Path, owner: Option<(u32, u32)>) -> Layout {
         let mut system_dirs = Vec::new();
         let mut symlinks = Vec::new();
         for name in SYSTEM_DIRS {
@@ -56,8 +65,20 @@ impl Layout {
                 _ => {}
             }
         }
+        let stage = if owner.is_some() {
+            ["/run", "/tmp"]
+                .iter()
+                .map(Path::new)
+                .find(|p| p.is_dir())
+                .map(|p| p.join("endless-mnt"))
+                .unwrap_or_else(|| cache_dir.join("local/mnt"))
+        } else {
+            cache_dir.join("local/mnt")
+        };
         Layout {
             root: cache_dir.join("local"),
+            owner,
+            stage,
             system_dirs,
             symlinks,
         }
@@ -78,19 +99,45 @@ impl Layout {
         self.root.join("images")
     }
 
-    /// The base skeleton (empty top-level directories and symlinks).
+    /// The base skeleton (empty top-level directories and symlinks), one
+    /// per owner.
     pub fn skeleton(&self) -> PathBuf {
-        self.root.join("skeleton")
+        match self.owner {
+            Some((uid, _)) => self.root.join(format!("skeleton-{uid}")),
+            None => self.root.join("skeleton"),
+        }
+    }
+
+    /// The minimal `/etc` copies, by fingerprint.
+    pub fn etc(&self, fingerprint: &str) -> PathBuf {
+        self.root.join("etc").join(fingerprint)
+    }
+
+    /// The verifier's runtime (see `runtime.rs`).
+    pub fn runtime(&self) -> PathBuf {
+        self.root.join("runtime")
+    }
+
+    /// Mount points of idmapped host directories (private mount namespaces only).
+    pub fn idmapped(&self) -> PathBuf {
+        self.stage.join("idmap")
+    }
+
+    /// Mount point of a host directory bound for bubblewrap (`x`: the
+    /// exchange directory, `rt`: the verifier runtime, `ctx` and `steps`:
+    /// a build's context and scripts).
+    pub fn staged(&self, name: &str) -> PathBuf {
+        self.stage.join(name)
     }
 
     /// Mount point of the merged root (used in private mount namespaces only).
     pub fn merged(&self) -> PathBuf {
-        self.root.join("mnt/merged")
+        self.stage.join("merged")
     }
 
     /// Mount point of the episode tmpfs (private mount namespaces only).
     pub fn scratch(&self) -> PathBuf {
-        self.root.join("mnt/scratch")
+        self.stage.join("scratch")
     }
 
     /// Per-session host directories.
@@ -131,6 +178,15 @@ impl Layout {
             std::fs::create_dir_all(&dir)
                 .map_err(SandboxError::io("create cache directory", &dir))?;
         }
+        let staged = ["x", "rt", "ctx", "steps"].map(|n| self.staged(n));
+        let idmapped = self.system_dirs.iter().map(|d| self.idmapped().join(d));
+        for dir in staged.into_iter().chain(idmapped) {
+            std::fs::create_dir_all(&dir).map_err(SandboxError::io("create mount point", &dir))?;
+        }
+        for dir in [&self.stage, &self.idmapped()] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+                .map_err(SandboxError::io("chmod mount point", dir))?;
+        }
         let skel = self.skeleton();
         if skel.is_dir() {
             return Ok(());
@@ -154,6 +210,12 @@ impl Layout {
         for (name, target) in &self.symlinks {
             let p = tmp.join(name);
             std::os::unix::fs::symlink(target, &p).map_err(io(&p))?;
+        }
+        if let Some((uid, gid)) = self.owner {
+            for entry in walkdir::WalkDir::new(&tmp).into_iter().flatten() {
+                std::os::unix::fs::lchown(entry.path(), Some(uid), Some(gid))
+                    .map_err(io(entry.path()))?;
+            }
         }
         if std::fs::rename(&tmp, &skel).is_err() {
             // Another process made it first.

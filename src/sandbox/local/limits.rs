@@ -1,4 +1,11 @@
-//! Resource limits: cgroup v1 (pids, memory) when writable, else rlimits.
+//! Resource limits: cgroup v1 (pids, memory, and where present cpu and
+//! freezer) when writable, else rlimits.
+//!
+//! The episode's writable layer is a tmpfs of its own size, and tmpfs pages
+//! are charged to the memory cgroup of whoever writes them: the memory limit
+//! is therefore set to the memory budget plus the layer's size, so that
+//! filling the layer ends in `ENOSPC` (the shell survives) rather than in
+//! the OOM killer.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,6 +19,8 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// Size of the episode's writable layer (tmpfs) in bytes.
     pub disk_bytes: u64,
+    /// CPU time per wall-clock second (1.0 = one core).
+    pub cpus: f64,
 }
 
 impl Default for Limits {
@@ -19,7 +28,8 @@ impl Default for Limits {
         Limits {
             pids: 512,
             memory_bytes: 4 << 30,
-            disk_bytes: 4 << 30,
+            disk_bytes: 1 << 30,
+            cpus: 1.0,
         }
     }
 }
@@ -36,17 +46,26 @@ pub fn cgroups_available() -> bool {
 
 /// The cgroups of one session.
 pub struct Cgroups {
+    /// pids first (it lists the processes), then memory, then cpu and freezer when present.
     dirs: Vec<PathBuf>,
+    /// The freezer cgroup, when the controller is mounted.
+    freezer: Option<PathBuf>,
 }
+
+/// CFS period used for the CPU limit (microseconds).
+const CPU_PERIOD_US: u64 = 100_000;
 
 impl Cgroups {
     /// Create `endless/<id>` under the pids and memory controllers with
     /// `limits`; `None` when cgroups are not usable (the caller falls back
     /// to rlimits).
     pub fn create(id: &str, limits: &Limits) -> Option<Cgroups> {
-        let pids = Path::new(CGROUP_ROOT).join("pids/endless").join(id);
-        let mem = Path::new(CGROUP_ROOT).join("memory/endless").join(id);
-        let mut made = Cgroups { dirs: Vec::new() };
+        let dir = |c: &str| Path::new(CGROUP_ROOT).join(c).join("endless").join(id);
+        let (pids, mem) = (dir("pids"), dir("memory"));
+        let mut made = Cgroups {
+            dirs: Vec::new(),
+            freezer: None,
+        };
         for dir in [&pids, &mem] {
             if std::fs::create_dir_all(dir).is_err() {
                 made.remove();
@@ -54,20 +73,30 @@ impl Cgroups {
             }
             made.dirs.push(dir.clone());
         }
+        let memory = limits.memory_bytes.saturating_add(limits.disk_bytes);
         let ok = std::fs::write(pids.join("pids.max"), limits.pids.to_string()).is_ok()
-            && std::fs::write(
-                mem.join("memory.limit_in_bytes"),
-                limits.memory_bytes.to_string(),
-            )
-            .is_ok();
+            && std::fs::write(mem.join("memory.limit_in_bytes"), memory.to_string()).is_ok();
         // Without swap accounting this file is absent; the limit above still holds.
-        let _ = std::fs::write(
-            mem.join("memory.memsw.limit_in_bytes"),
-            limits.memory_bytes.to_string(),
-        );
+        let _ = std::fs::write(mem.join("memory.memsw.limit_in_bytes"), memory.to_string());
         if !ok {
             made.remove();
             return None;
+        }
+        let cpu = dir("cpu");
+        if Path::new(CGROUP_ROOT).join("cpu/cpu.cfs_quota_us").exists()
+            && std::fs::create_dir_all(&cpu).is_ok()
+        {
+            made.dirs.push(cpu.clone());
+            let quota = ((limits.cpus.max(0.01) * CPU_PERIOD_US as f64) as u64).max(1000);
+            let _ = std::fs::write(cpu.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string());
+            let _ = std::fs::write(cpu.join("cpu.cfs_quota_us"), quota.to_string());
+        }
+        let freezer = dir("freezer");
+        if Path::new(CGROUP_ROOT).join("freezer/cgroup.procs").exists()
+            && std::fs::create_dir_all(&freezer).is_ok()
+        {
+            made.dirs.push(freezer.clone());
+            made.freezer = Some(freezer);
         }
         Some(made)
     }
@@ -89,29 +118,42 @@ impl Cgroups {
             .collect()
     }
 
-    /// SIGKILL every process in the cgroup except `keep`.
-    pub fn kill_except(&self, keep: &[i32]) {
-        for pid in self.pids() {
-            if !keep.contains(&pid) {
+    /// SIGKILL every process in the cgroup except `keep`, again and again
+    /// (frozen while signalled, so a fork bomb cannot outrun it) until only
+    /// `keep` are left or `wait` has passed.
+    pub fn kill_except(&self, keep: &[i32], wait: Duration) {
+        let until = Instant::now() + wait;
+        loop {
+            let victims: Vec<i32> = self
+                .pids()
+                .into_iter()
+                .filter(|p| !keep.contains(p))
+                .collect();
+            if victims.is_empty() || Instant::now() >= until {
+                break;
+            }
+            self.freeze(true);
+            for pid in victims {
                 // SAFETY: kill(2) on a process of this session's cgroup.
                 unsafe {
                     libc::kill(pid, libc::SIGKILL);
                 }
             }
+            self.freeze(false);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn freeze(&self, frozen: bool) {
+        if let Some(f) = &self.freezer {
+            let state = if frozen { "FROZEN" } else { "THAWED" };
+            let _ = std::fs::write(f.join("freezer.state"), state);
         }
     }
 
     /// Kill everything, wait (up to `wait`) until the cgroup is empty, and remove it.
     pub fn kill_all_and_remove(&mut self, wait: Duration) {
-        let until = Instant::now() + wait;
-        loop {
-            let pids = self.pids();
-            if pids.is_empty() || Instant::now() >= until {
-                break;
-            }
-            self.kill_except(&[]);
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        self.kill_except(&[], wait);
         self.remove();
     }
 
@@ -151,10 +193,13 @@ pub fn remove_stale_cgroups() {
             continue;
         }
         let mut stale = Cgroups {
-            dirs: vec![
-                entry.path(),
-                Path::new(CGROUP_ROOT).join("memory/endless").join(&name),
-            ],
+            dirs: ["pids", "memory", "cpu", "freezer"]
+                .iter()
+                .map(|c| Path::new(CGROUP_ROOT).join(c).join("endless").join(&name))
+                .filter(|d| d.exists())
+                .collect(),
+            freezer: Some(Path::new(CGROUP_ROOT).join("freezer/endless").join(&name))
+                .filter(|d| d.exists()),
         };
         stale.kill_all_and_remove(Duration::from_secs(2));
     }

@@ -7,30 +7,77 @@
 
 mod bwrap;
 mod control;
+mod etc;
 mod image;
 mod layout;
 mod limits;
 mod overlay;
+mod runtime;
+mod seccomp;
 mod steps;
+mod userns;
+mod verifier;
 
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use seccompiler::BpfProgram;
+
 pub use bwrap::{bwrap_path, which};
 pub use control::EXCHANGE_INSIDE;
 pub use layout::SYSTEM_DIRS;
 pub use limits::{cgroups_available, Limits};
+pub use userns::IdMap;
+pub use verifier::PRELOAD_REFUSED;
 
+use self::bwrap::Bind;
 use self::control::LocalControl;
 use self::layout::Layout;
 use self::limits::Cgroups;
-use self::overlay::{Layer, MountPlan};
+use self::overlay::{Identity, Idmapped, Layer, MountPlan, MountSpec};
+use self::runtime::Runtime;
 use super::session::{Session, SessionInfo};
 use super::{Backend, Image, SandboxError, SessionOptions};
 use crate::task::Task;
+
+/// Who the sandbox's root is on the host.
+#[derive(Debug, Clone, Copy)]
+pub enum HostIdentity {
+    /// We run as root: sandboxes get user namespaces mapping to this range.
+    Mapped(IdMap),
+    /// We run unprivileged: our own uid and gid are the sandbox's root.
+    Rootless(u32, u32),
+}
+
+impl HostIdentity {
+    /// Host uid and gid of the sandbox's root.
+    pub fn root_ids(&self) -> (u32, u32) {
+        match self {
+            HostIdentity::Mapped(m) => (m.base, m.base),
+            HostIdentity::Rootless(uid, gid) => (*uid, *gid),
+        }
+    }
+
+    /// A short description for `sandbox doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            HostIdentity::Mapped(m) => format!(
+                "user namespace per session: inside 0..{} = host {}..{} (from {})",
+                m.count,
+                m.base,
+                m.base as u64 + m.count as u64 - 1,
+                m.source
+            ),
+            HostIdentity::Rootless(uid, _) => {
+                format!("rootless: inside root = host uid {uid} (this user); no other id is mapped")
+            }
+        }
+    }
+}
 
 /// The local backend (see the module docs).
 pub struct LocalBackend {
@@ -40,8 +87,10 @@ pub struct LocalBackend {
     cgroups: bool,
     allow_network: bool,
     build_timeout: Duration,
-    /// Rootless mode: our uid and gid, mapped to root in a user namespace.
-    rootless: Option<(u32, u32)>,
+    identity: HostIdentity,
+    etc: PathBuf,
+    runtime: Runtime,
+    seccomp: Vec<BpfProgram>,
 }
 
 /// Why unprivileged user namespaces are unusable here, if they are.
@@ -83,16 +132,18 @@ impl LocalBackend {
             hint: "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)"
                 .into(),
         })?;
-        // SAFETY: geteuid/getuid/getgid have no preconditions.
-        let rootless = unsafe { (libc::geteuid() != 0).then(|| (libc::getuid(), libc::getgid())) };
-        if rootless.is_some() {
+        let identity = if userns::running_as_root() {
+            HostIdentity::Mapped(IdMap::for_host())
+        } else {
             if let Some(problem) = userns_problem() {
                 return Err(SandboxError::Unavailable {
                     backend: "local".into(),
                     reason: format!("not running as root, and {problem}"),
                 });
             }
-        }
+            // SAFETY: getuid/getgid have no preconditions.
+            unsafe { HostIdentity::Rootless(libc::getuid(), libc::getgid()) }
+        };
         for tool in ["nsenter", "setpriv"] {
             if which(tool).is_none() && !Path::new("/usr/bin").join(tool).exists() {
                 return Err(SandboxError::ToolMissing {
@@ -101,13 +152,38 @@ impl LocalBackend {
                 });
             }
         }
+        super::seal_inherited();
         let allow_network = !matches!(
             std::env::var("ENDLESS_SANDBOX_NETWORK").as_deref(),
             Ok("deny") | Ok("0") | Ok("false")
         );
-        let layout = Layout::new(cache_dir);
+        let owner = match identity {
+            HostIdentity::Mapped(_) => Some(identity.root_ids()),
+            HostIdentity::Rootless(..) => None,
+        };
+        let layout = Layout::new(cache_dir, owner);
         layout.remove_stale();
         limits::remove_stale_cgroups();
+        let map = match identity {
+            HostIdentity::Mapped(m) => Some(m),
+            HostIdentity::Rootless(..) => None,
+        };
+        let host_etc = Path::new("/etc");
+        let etc = layout.etc(&etc::fingerprint(host_etc, map));
+        if !etc.is_dir() {
+            let tmp = etc.with_extension(format!("tmp-{}", std::process::id()));
+            layout::remove_tree(&tmp);
+            etc::build(host_etc, &tmp, map)?;
+            if std::fs::rename(&tmp, &etc).is_err() {
+                layout::remove_tree(&tmp); // another process made it first
+            }
+        }
+        // The verifier must not be able to read the loader copy (see runtime.rs).
+        let loader_owner = match identity {
+            HostIdentity::Mapped(_) => (0, 0),
+            HostIdentity::Rootless(uid, gid) => (uid, gid),
+        };
+        let runtime = Runtime::prepare(&layout.runtime(), loader_owner)?;
         Ok(LocalBackend {
             layout,
             bwrap,
@@ -115,7 +191,10 @@ impl LocalBackend {
             cgroups: cgroups_available(),
             allow_network,
             build_timeout: Duration::from_secs(1800),
-            rootless,
+            identity,
+            etc,
+            runtime,
+            seccomp: seccomp::programs()?,
         })
     }
 
@@ -145,7 +224,81 @@ impl LocalBackend {
 
     /// Whether this backend runs without root (in user namespaces).
     pub fn is_rootless(&self) -> bool {
-        self.rootless.is_some()
+        matches!(self.identity, HostIdentity::Rootless(..))
+    }
+
+    /// Who the sandbox's root is on the host.
+    pub fn identity(&self) -> HostIdentity {
+        self.identity
+    }
+
+    /// A fingerprint of the base layer (host directories, minimal `/etc`,
+    /// id mapping), part of every image hash.
+    fn base_id(&self) -> String {
+        let ids = match self.identity {
+            HostIdentity::Mapped(m) => format!("userns:{}", m.base),
+            HostIdentity::Rootless(..) => "rootless".into(),
+        };
+        let etc = self
+            .etc
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        format!(
+            "{}|{ids}|etc:{}",
+            self.layout.base_id(),
+            etc.unwrap_or_default()
+        )
+    }
+
+    /// The lower layer under the image for system directory `d`: the
+    /// minimal `/etc`, or the host directory (through its idmapped view
+    /// when sandboxes run in mapped user namespaces).
+    fn base_dir(&self, d: &str) -> PathBuf {
+        if d == "etc" {
+            return self.etc.clone();
+        }
+        match self.identity {
+            HostIdentity::Mapped(_) => self.layout.idmapped().join(d),
+            HostIdentity::Rootless(..) => PathBuf::from("/").join(d),
+        }
+    }
+
+    /// The privilege drop of a child (session or build): the mapped user
+    /// namespace with idmapped host directories, or the rootless mapping.
+    /// `uppers` are the directories the namespace's root must own.
+    fn child_identity(
+        &self,
+        userns: &Option<OwnedFd>,
+        uppers: &[PathBuf],
+    ) -> Result<Identity, SandboxError> {
+        match (self.identity, userns) {
+            (HostIdentity::Mapped(m), Some(ns)) => Ok(Identity::Mapped {
+                userns: ns.as_raw_fd(),
+                idmapped: self
+                    .layout
+                    .system_dirs
+                    .iter()
+                    .filter(|d| *d != "etc")
+                    .map(|d| Idmapped {
+                        source: PathBuf::from("/").join(d),
+                        target: self.layout.idmapped().join(d),
+                    })
+                    .collect(),
+                chown: uppers.iter().map(|p| (p.clone(), m.base, m.base)).collect(),
+            }),
+            (HostIdentity::Mapped(_), None) => Err(SandboxError::Start(
+                "internal: a mapped sandbox needs its user namespace".into(),
+            )),
+            (HostIdentity::Rootless(uid, gid), _) => Ok(Identity::Rootless { ids: (uid, gid) }),
+        }
+    }
+
+    /// A new user namespace for one child (mapped mode only).
+    fn new_userns(&self) -> Result<Option<OwnedFd>, SandboxError> {
+        match self.identity {
+            HostIdentity::Mapped(m) => m.create_namespace().map(Some),
+            HostIdentity::Rootless(..) => Ok(None),
+        }
     }
 
     /// Whether sessions are limited through cgroups (else rlimits).
@@ -173,17 +326,26 @@ impl LocalBackend {
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
                 .map_err(SandboxError::io("chmod session directory", d))?;
         }
+        // The sandbox's root copies files in from here (solutions, scripts).
+        let (root_uid, root_gid) = self.identity.root_ids();
+        std::os::unix::fs::chown(&exchange, Some(root_uid), Some(root_gid))
+            .map_err(SandboxError::io("chown session directory", &exchange))?;
+        let mut limits = self.limits.clone();
+        if let Some(millis) = image.cpu_millis {
+            limits.cpus = f64::from(millis) / 1000.0;
+        }
         let cgroups = if self.cgroups {
-            Cgroups::create(&sid, &self.limits)
+            Cgroups::create(&sid, &limits)
         } else {
             None
         };
         let (procs, rlimits) = match &cgroups {
             Some(cg) => (cg.procs_files(), Vec::new()),
-            None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
+            None => (Vec::new(), limits::fallback_rlimits(&limits)),
         };
         let scratch = layout.scratch();
         let mut mkdirs = vec![scratch.join("u"), scratch.join("w")];
+        let mut uppers = vec![scratch.join("u/root")];
         let mut layers = vec![Layer {
             target: layout.merged(),
             lower: vec![image.path.join("root"), layout.skeleton()],
@@ -195,32 +357,61 @@ impl LocalBackend {
         for d in &layout.system_dirs {
             mkdirs.push(scratch.join("u").join(d));
             mkdirs.push(scratch.join("w").join(d));
+            uppers.push(scratch.join("u").join(d));
             layers.push(Layer {
                 target: layout.merged().join(d),
-                lower: vec![image.path.join("sys").join(d), PathBuf::from("/").join(d)],
+                lower: vec![image.path.join("sys").join(d), self.base_dir(d)],
                 upper: scratch.join("u").join(d),
                 work: scratch.join("w").join(d),
             });
         }
-        let plan = MountPlan::new(
-            Some((&scratch, self.limits.disk_bytes)),
-            &mkdirs,
-            &layers,
-            &procs,
+        let userns = self.new_userns()?;
+        let (staged_x, staged_rt) = (layout.staged("x"), layout.staged("rt"));
+        let plan = MountPlan::new(MountSpec {
+            tmpfs: Some((&scratch, limits.disk_bytes)),
+            mkdirs: &mkdirs,
+            layers: &layers,
+            cgroup_procs: &procs,
             rlimits,
-            self.rootless,
-        )?;
-        let (argv, caps) = bwrap::shell_argv(image.uid, image.gid, self.rootless.is_some());
-        let merged = layout.merged();
+            identity: self.child_identity(&userns, &uppers)?,
+            binds: vec![
+                (exchange.clone(), staged_x.clone()),
+                (self.runtime.dir.clone(), staged_rt.clone()),
+            ],
+        })?;
+        let seccomp = seccomp::program_files()?;
+        let keep: Vec<RawFd> = seccomp.iter().map(|f| f.as_raw_fd()).collect();
+        let mut binds = vec![
+            Bind {
+                source: staged_x,
+                inside: EXCHANGE_INSIDE.into(),
+                read_only: true,
+            },
+            Bind {
+                source: staged_rt,
+                inside: runtime::INSIDE.into(),
+                read_only: true,
+            },
+        ];
+        for (host, inside) in self.runtime.binds().into_iter().skip(1) {
+            binds.push(Bind {
+                source: host,
+                inside,
+                read_only: true,
+            });
+        }
+        let rootless = self.is_rootless();
+        let (argv, caps) = bwrap::shell_argv(image.uid, image.gid, rootless);
         let spec = bwrap::Spec {
-            root: &merged,
+            root: layout.merged(),
             network: image.network && self.allow_network,
-            binds: vec![(exchange.clone(), EXCHANGE_INSIDE.into(), true)],
+            binds,
             env: bwrap::agent_env(&image.user, &image.home),
             caps,
-            chdir: "/",
+            seccomp: seccomp.iter().map(|f| f.as_raw_fd()).collect(),
+            chdir: "/".into(),
             argv,
-            user_ns: self.rootless.map(|_| (image.uid, image.gid)),
+            user_ns: rootless.then_some((image.uid, image.gid)),
         };
         let mut cmd = Command::new(&self.bwrap);
         cmd.args(bwrap::args(&spec)).env_clear();
@@ -239,7 +430,10 @@ impl LocalBackend {
             cgroups,
             outer: 0,
             init: None,
-            rootless: self.rootless.is_some(),
+            rootless,
+            task_ids: (image.uid, image.gid),
+            runtime_python: self.runtime.python.clone(),
+            seccomp: self.seccomp.clone(),
         };
         let info = SessionInfo {
             backend: "local",
@@ -247,11 +441,13 @@ impl LocalBackend {
             workdir: image.workdir.clone(),
             image: image.hash.clone(),
         };
-        let result = Session::spawn_with(cmd, &init, opts, info, move |pid| {
+        let result = Session::spawn_with(cmd, keep, &init, opts, info, move |pid| {
             let mut c = control;
             c.outer = pid as i32;
             Box::new(c)
         });
+        // The children hold what they need; ours close now.
+        drop((userns, seccomp));
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&session_dir);
         }

@@ -1,9 +1,15 @@
-//! The overlay mount plan, applied in the child between fork and exec:
-//! a private mount namespace, an optional tmpfs for the episode layer, and
-//! one overlay for the root plus one per host system directory.
+//! The mount plan, applied in the child between fork and exec: a private
+//! mount namespace, an optional tmpfs for the episode layer, idmapped views
+//! of host directories, one overlay for the root plus one per system
+//! directory, and then the switch into the sandbox's user namespace.
+//!
+//! Everything is prepared in the parent so that applying it allocates
+//! nothing (the child of a multi-threaded process may only make
+//! async-signal-safe calls).
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use crate::sandbox::SandboxError;
@@ -16,21 +22,51 @@ struct MountCall {
     data: CString,
 }
 
+/// A host directory shown with its owners shifted into the sandbox's id
+/// range (an idmapped mount), at `target`.
+pub struct Idmapped {
+    /// The host directory.
+    pub source: PathBuf,
+    /// Where the shifted view is mounted (in the child's namespace only).
+    pub target: PathBuf,
+}
+
+/// How the child becomes unprivileged.
+pub enum Identity {
+    /// Rootless: unshare a user namespace mapping our ids to root.
+    Rootless {
+        /// Our host uid and gid.
+        ids: (u32, u32),
+    },
+    /// Root on the host: after the mounts, enter this user namespace (whose
+    /// root is an unprivileged host id) as its root, showing host
+    /// directories through idmapped mounts made with it.
+    Mapped {
+        /// The namespace (owned by the caller, kept open until spawn returns).
+        userns: RawFd,
+        /// Idmapped views to create before the overlays.
+        idmapped: Vec<Idmapped>,
+        /// Directories to give to the namespace's root: (path, host uid, host gid).
+        chown: Vec<(PathBuf, u32, u32)>,
+    },
+}
+
 /// Everything the child does before `exec`, prepared in the parent.
 pub struct MountPlan {
-    /// Directories to create (after the tmpfs is mounted), in order.
     mkdirs: Vec<CString>,
-    /// The episode tmpfs, if any.
     tmpfs: Option<MountCall>,
-    /// Overlays, root first.
     overlays: Vec<MountCall>,
-    /// `cgroup.procs` files to join.
     cgroup_procs: Vec<CString>,
-    /// Resource limits to set (fallback when there are no cgroups).
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
-    /// For rootless use: the contents of `uid_map` and `gid_map` of a new
-    /// user namespace (our ids mapped to root).
-    userns: Option<(CString, CString)>,
+    rootless: Option<(CString, CString)>,
+    mapped: Option<PreparedMapped>,
+    binds: Vec<(CString, CString)>,
+}
+
+struct PreparedMapped {
+    userns: RawFd,
+    idmapped: Vec<(CString, CString)>,
+    chown: Vec<(CString, u32, u32)>,
 }
 
 /// One overlay layer stack: where it is mounted and what it is made of.
@@ -39,9 +75,29 @@ pub struct Layer {
     pub target: PathBuf,
     /// Lower directories, top first.
     pub lower: Vec<PathBuf>,
-    /// Upper and work directories.
+    /// Upper directory.
     pub upper: PathBuf,
+    /// Overlay work directory (same filesystem as `upper`).
     pub work: PathBuf,
+}
+
+/// What a plan mounts and how the child drops privileges.
+pub struct MountSpec<'a> {
+    /// The episode tmpfs (mount point, size in bytes), mounted first.
+    pub tmpfs: Option<(&'a Path, u64)>,
+    /// Directories to create after the tmpfs, in order.
+    pub mkdirs: &'a [PathBuf],
+    /// Overlays, root first.
+    pub layers: &'a [Layer],
+    /// `cgroup.procs` files to join.
+    pub cgroup_procs: &'a [PathBuf],
+    /// Resource limits (when there are no cgroups).
+    pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    /// How to become unprivileged.
+    pub identity: Identity,
+    /// Host directories to bind (source, mount point) where bubblewrap can
+    /// reach them (see `Layout::stage`).
+    pub binds: Vec<(PathBuf, PathBuf)>,
 }
 
 fn cstr(path: &Path) -> Result<CString, SandboxError> {
@@ -62,28 +118,24 @@ fn check_option_path(path: &Path) -> Result<String, SandboxError> {
 }
 
 impl MountPlan {
-    /// A plan mounting `layers`; when `tmpfs` is given, it is mounted first
-    /// (at `tmpfs.0`, size `tmpfs.1` bytes) and `mkdirs` are created in it.
-    pub fn new(
-        tmpfs: Option<(&Path, u64)>,
-        mkdirs: &[PathBuf],
-        layers: &[Layer],
-        cgroup_procs: &[PathBuf],
-        rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
-        userns: Option<(u32, u32)>,
-    ) -> Result<MountPlan, SandboxError> {
-        let userxattr = if userns.is_some() { ",userxattr" } else { "" };
-        let tmpfs = match tmpfs {
+    /// Prepare `spec`.
+    pub fn new(spec: MountSpec) -> Result<MountPlan, SandboxError> {
+        let userxattr = if matches!(spec.identity, Identity::Rootless { .. }) {
+            ",userxattr"
+        } else {
+            ""
+        };
+        let tmpfs = match spec.tmpfs {
             Some((at, size)) => Some(MountCall {
                 source: c"tmpfs".to_owned(),
                 target: cstr(at)?,
                 fstype: c"tmpfs".to_owned(),
-                data: CString::new(format!("size={size},mode=0700")).unwrap_or_default(),
+                data: CString::new(format!("size={size},mode=0755")).unwrap_or_default(),
             }),
             None => None,
         };
         let mut overlays = Vec::new();
-        for layer in layers {
+        for layer in spec.layers {
             let lower: Result<Vec<String>, _> =
                 layer.lower.iter().map(|p| check_option_path(p)).collect();
             let data = format!(
@@ -100,21 +152,54 @@ impl MountPlan {
                     .map_err(|_| SandboxError::Start("NUL in overlay options".into()))?,
             });
         }
+        let (rootless, mapped) = match spec.identity {
+            Identity::Rootless { ids: (uid, gid) } => (
+                Some((
+                    CString::new(format!("0 {uid} 1")).unwrap_or_default(),
+                    CString::new(format!("0 {gid} 1")).unwrap_or_default(),
+                )),
+                None,
+            ),
+            Identity::Mapped {
+                userns,
+                idmapped,
+                chown,
+            } => (
+                None,
+                Some(PreparedMapped {
+                    userns,
+                    idmapped: idmapped
+                        .iter()
+                        .map(|i| Ok((cstr(&i.source)?, cstr(&i.target)?)))
+                        .collect::<Result<_, SandboxError>>()?,
+                    chown: chown
+                        .iter()
+                        .map(|(p, u, g)| Ok((cstr(p)?, *u, *g)))
+                        .collect::<Result<_, SandboxError>>()?,
+                }),
+            ),
+        };
         Ok(MountPlan {
-            mkdirs: mkdirs.iter().map(|p| cstr(p)).collect::<Result<_, _>>()?,
-            tmpfs,
-            overlays,
-            cgroup_procs: cgroup_procs
+            mkdirs: spec
+                .mkdirs
                 .iter()
                 .map(|p| cstr(p))
                 .collect::<Result<_, _>>()?,
-            rlimits,
-            userns: userns.map(|(uid, gid)| {
-                (
-                    CString::new(format!("0 {uid} 1")).unwrap_or_default(),
-                    CString::new(format!("0 {gid} 1")).unwrap_or_default(),
-                )
-            }),
+            tmpfs,
+            overlays,
+            cgroup_procs: spec
+                .cgroup_procs
+                .iter()
+                .map(|p| cstr(p))
+                .collect::<Result<_, _>>()?,
+            rlimits: spec.rlimits,
+            rootless,
+            mapped,
+            binds: spec
+                .binds
+                .iter()
+                .map(|(a, b)| Ok((cstr(a)?, cstr(b)?)))
+                .collect::<Result<_, SandboxError>>()?,
         })
     }
 
@@ -124,20 +209,7 @@ impl MountPlan {
     /// Meant for `pre_exec`: uses only async-signal-safe system calls and
     /// allocates nothing.
     pub unsafe fn apply(&self) -> io::Result<()> {
-        fn check(rc: libc::c_int) -> io::Result<()> {
-            if rc < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        }
-        for procs in &self.cgroup_procs {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd >= 0 {
-                libc::write(fd, b"0".as_ptr().cast(), 1);
-                libc::close(fd);
-            }
-        }
+        join_cgroups(&self.cgroup_procs);
         for (resource, value) in &self.rlimits {
             let lim = libc::rlimit {
                 rlim_cur: *value,
@@ -145,7 +217,7 @@ impl MountPlan {
             };
             libc::setrlimit(*resource, &lim);
         }
-        if let Some((uid_map, gid_map)) = &self.userns {
+        if let Some((uid_map, gid_map)) = &self.rootless {
             check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
             write_file(c"/proc/self/setgroups", c"deny")?;
             write_file(c"/proc/self/uid_map", uid_map)?;
@@ -169,9 +241,108 @@ impl MountPlan {
                 return Err(io::Error::last_os_error());
             }
         }
+        if let Some(m) = &self.mapped {
+            for (path, uid, gid) in &m.chown {
+                check(libc::lchown(path.as_ptr(), *uid, *gid))?;
+            }
+            for (source, target) in &m.idmapped {
+                idmapped_mount(source, target, m.userns)?;
+            }
+        }
         for o in &self.overlays {
             check(mount(o, 0))?;
         }
+        for (source, target) in &self.binds {
+            check(libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
+        }
+        if let Some(m) = &self.mapped {
+            enter_as_root(m.userns)?;
+        }
+        Ok(())
+    }
+}
+
+/// Join the cgroups whose `cgroup.procs` files are given (best effort).
+///
+/// # Safety
+/// Async-signal-safe.
+pub unsafe fn join_cgroups(procs: &[CString]) {
+    for procs in procs {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
+}
+
+/// Enter user namespace `userns` and become its root (a process that was
+/// host root keeps no privilege over the host).
+///
+/// # Safety
+/// Async-signal-safe.
+pub unsafe fn enter_as_root(userns: RawFd) -> io::Result<()> {
+    check(libc::setns(userns, libc::CLONE_NEWUSER))?;
+    check(libc::setgroups(0, std::ptr::null()))?;
+    check(libc::setresgid(0, 0, 0))?;
+    check(libc::setresuid(0, 0, 0))?;
+    Ok(())
+}
+
+/// Mount a view of `source` at `target` whose owners are shifted by the id
+/// map of `userns`.
+unsafe fn idmapped_mount(source: &CString, target: &CString, userns: RawFd) -> io::Result<()> {
+    let tree = libc::syscall(
+        libc::SYS_open_tree,
+        libc::AT_FDCWD,
+        source.as_ptr(),
+        (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+    ) as libc::c_int;
+    if tree < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut attr: libc::mount_attr = std::mem::zeroed();
+    attr.attr_set = libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY as u64;
+    attr.userns_fd = userns as u64;
+    let rc = libc::syscall(
+        libc::SYS_mount_setattr,
+        tree,
+        c"".as_ptr(),
+        libc::AT_EMPTY_PATH as libc::c_uint,
+        &attr as *const libc::mount_attr,
+        std::mem::size_of::<libc::mount_attr>(),
+    );
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        libc::close(tree);
+        return Err(e);
+    }
+    let rc = libc::syscall(
+        libc::SYS_move_mount,
+        tree,
+        c"".as_ptr(),
+        libc::AT_FDCWD,
+        target.as_ptr(),
+        libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+    );
+    let e = io::Error::last_os_error();
+    libc::close(tree);
+    if rc < 0 {
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
         Ok(())
     }
 }

@@ -1,0 +1,51 @@
+//! File descriptors handed to sandboxed processes.
+//!
+//! Whoever starts `endless` may leave descriptors open without close-on-exec
+//! (a directory opened by a shell, a socket): inherited by a sandbox, they
+//! would reach host files through `/proc/self/fd/N`. Every spawn path marks
+//! every descriptor from 3 up close-on-exec in the child, except the few the
+//! child is meant to have.
+
+use std::os::fd::RawFd;
+
+/// Mark every descriptor from 3 up close-on-exec, then clear the flag on
+/// `keep`.
+///
+/// # Safety
+/// Meant for `pre_exec`: makes only async-signal-safe system calls.
+pub unsafe fn close_inherited(keep: &[RawFd]) -> std::io::Result<()> {
+    let rc = libc::syscall(
+        libc::SYS_close_range,
+        3 as libc::c_uint,
+        libc::c_uint::MAX,
+        libc::CLOSE_RANGE_CLOEXEC,
+    );
+    if rc < 0 {
+        // Kernels before 5.11: walk the table.
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(65_536) as RawFd
+        } else {
+            1024
+        };
+        for fd in 3..max {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    for &fd in keep {
+        if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Mark every descriptor this process inherited from 3 up close-on-exec.
+/// `endless` opens its own descriptors close-on-exec; this covers those it
+/// was started with.
+pub fn seal_inherited() {
+    // SAFETY: only changes descriptor flags.
+    unsafe {
+        let _ = close_inherited(&[]);
+    }
+}

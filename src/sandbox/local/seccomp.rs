@@ -1,0 +1,209 @@
+//! The seccomp filter of every session, build and verification.
+//!
+//! At least as strict as Docker's default profile for what matters to a
+//! sandbox escape: no kernel modules, keyrings, BPF, perf events, file
+//! handles (`open_by_handle_at`), new mounts, namespace changes (`unshare`,
+//! `setns`, `clone` with a namespace flag), clock changes, `kexec`, swap,
+//! reboot, `userfaultfd` or io_uring. Everything else is allowed, so `apt-get`,
+//! `dpkg`, `pip`, compilers, debuggers (`ptrace`) and services keep working.
+//!
+//! Two programs: the deny list answers `EPERM`; `clone3` answers `ENOSYS`
+//! (its flags sit in memory a filter cannot read, and `ENOSYS` makes libc
+//! fall back to `clone`, whose flags the deny list checks).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use crate::sandbox::SandboxError;
+
+/// System calls no sandboxed process may make.
+fn denied() -> Vec<i64> {
+    let mut calls = vec![
+        libc::SYS_acct,
+        libc::SYS_add_key,
+        libc::SYS_bpf,
+        libc::SYS_clock_adjtime,
+        libc::SYS_clock_settime,
+        libc::SYS_delete_module,
+        libc::SYS_finit_module,
+        libc::SYS_init_module,
+        libc::SYS_kcmp,
+        libc::SYS_kexec_file_load,
+        libc::SYS_kexec_load,
+        libc::SYS_keyctl,
+        libc::SYS_request_key,
+        libc::SYS_lookup_dcookie,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_perf_event_open,
+        libc::SYS_quotactl,
+        libc::SYS_reboot,
+        libc::SYS_setns,
+        libc::SYS_unshare,
+        libc::SYS_settimeofday,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_syslog,
+        libc::SYS_vhangup,
+        libc::SYS_userfaultfd,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_fanotify_init,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        libc::SYS_nfsservctl,
+        libc::SYS_ioperm,
+        libc::SYS_iopl,
+        libc::SYS__sysctl,
+        libc::SYS_sysfs,
+        libc::SYS_uselib,
+        libc::SYS_ustat,
+    ]);
+    calls
+}
+
+/// `clone` flags that create namespaces.
+const NAMESPACE_FLAGS: [i32; 7] = [
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWCGROUP,
+];
+
+fn arch() -> Result<TargetArch, SandboxError> {
+    std::env::consts::ARCH.try_into().map_err(|_| {
+        SandboxError::Start(format!("no seccomp filter for {}", std::env::consts::ARCH))
+    })
+}
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    action: SeccompAction,
+) -> Result<BpfProgram, SandboxError> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch()?)
+        .map_err(|e| SandboxError::Start(format!("seccomp filter: {e}")))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| SandboxError::Start(format!("seccomp filter: {e}")))
+}
+
+/// The two filter programs (deny list, then `clone3`), in load order.
+pub fn programs() -> Result<Vec<BpfProgram>, SandboxError> {
+    let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
+        denied().into_iter().map(|nr| (nr, Vec::new())).collect();
+    let clone_rules = NAMESPACE_FLAGS
+        .iter()
+        .map(|flag| {
+            let flag = *flag as u32 as u64;
+            SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| SandboxError::Start(format!("seccomp rule: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    deny.insert(libc::SYS_clone, clone_rules);
+    let clone3: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, Vec::new())].into();
+    Ok(vec![
+        compile(deny, SeccompAction::Errno(libc::EPERM as u32))?,
+        compile(clone3, SeccompAction::Errno(libc::ENOSYS as u32))?,
+    ])
+}
+
+/// The raw bytes of a program, as `bwrap --add-seccomp-fd` reads them.
+fn bytes(program: &BpfProgram) -> Vec<u8> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    for ins in program {
+        out.extend_from_slice(&ins.code.to_ne_bytes());
+        out.push(ins.jt);
+        out.push(ins.jf);
+        out.extend_from_slice(&ins.k.to_ne_bytes());
+    }
+    out
+}
+
+/// Each program in a sealed-size memory file positioned at its start, for
+/// `bwrap --add-seccomp-fd`.
+pub fn program_files() -> Result<Vec<OwnedFd>, SandboxError> {
+    programs()?
+        .iter()
+        .map(|p| {
+            // SAFETY: memfd_create returns a fresh descriptor we then own.
+            let fd = unsafe { libc::memfd_create(c"endless-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(SandboxError::io("create seccomp memfd", "memfd")(
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            // SAFETY: fd is valid and owned by nobody else.
+            let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+            file.write_all(&bytes(p))
+                .map_err(SandboxError::io("write seccomp program", "memfd"))?;
+            std::io::Seek::rewind(&mut file)
+                .map_err(SandboxError::io("rewind seccomp program", "memfd"))?;
+            Ok(OwnedFd::from(file))
+        })
+        .collect()
+}
+
+/// Load `programs` into the calling thread, after setting `no_new_privs`.
+///
+/// # Safety
+/// Meant for `pre_exec`: makes only `prctl` calls and allocates nothing.
+pub unsafe fn load(programs: &[BpfProgram]) -> std::io::Result<()> {
+    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    for p in programs {
+        let prog = libc::sock_fprog {
+            len: p.len() as u16,
+            filter: p.as_ptr() as *mut libc::sock_filter,
+        };
+        if libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &prog as *const _,
+        ) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_compile_for_this_machine() {
+        let p = programs().expect("filters compile");
+        assert_eq!(p.len(), 2);
+        assert!(p[0].len() > denied().len(), "every denied call has a jump");
+        assert_eq!(bytes(&p[1]).len(), p[1].len() * 8);
+    }
+}

@@ -1,0 +1,185 @@
+//! User namespaces for sessions and builds started by root.
+//!
+//! Root inside a sandbox must never be root outside. When `endless` runs as
+//! root, every session and every image build gets its own user namespace in
+//! which ids `0..count` map to the unprivileged host ids `base..base+count`
+//! (a subordinate range, see [`IdMap::for_host`]). Capabilities held inside
+//! such a namespace grant nothing over host objects, and host files whose
+//! owners are not mapped (everything owned by host root) are out of reach.
+//!
+//! A process cannot write a multi-id map for a namespace it created itself,
+//! so the namespace is made by a short-lived helper process (`sleep`) whose
+//! maps we, still host root, write; we keep a file descriptor to the
+//! namespace and let the helper go. The sandbox's child enters it with
+//! `setns` after doing its (host-privileged) mounts.
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use crate::sandbox::SandboxError;
+
+/// Ids mapped into each namespace (enough for every account of a Debian image).
+pub const MAPPED_IDS: u32 = 65_536;
+
+/// The first host id of the default range, used when `/etc/subuid` names none
+/// for the `endless` or `root` account: far above real accounts and the
+/// ranges `useradd` hands out (100000 upwards in steps of 65536).
+pub const DEFAULT_BASE: u32 = 1_000_000_000;
+
+/// How inside ids map to host ids: inside `0..count` is host `base..base+count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct IdMap {
+    /// Host id of inside id 0.
+    pub base: u32,
+    /// Number of ids mapped.
+    pub count: u32,
+    /// Where the range came from (`/etc/subuid` or the default).
+    #[serde(skip)]
+    pub source: &'static str,
+}
+
+impl IdMap {
+    /// The range for this host: `ENDLESS_SANDBOX_ID_BASE`, else the first
+    /// range of at least [`MAPPED_IDS`] ids that `/etc/subuid` gives the
+    /// `endless` or `root` account (and `/etc/subgid` the same), else
+    /// [`DEFAULT_BASE`].
+    pub fn for_host() -> IdMap {
+        if let Some(base) = std::env::var("ENDLESS_SANDBOX_ID_BASE")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|b| *b > 0 && b.checked_add(MAPPED_IDS).is_some())
+        {
+            return IdMap {
+                base,
+                count: MAPPED_IDS,
+                source: "ENDLESS_SANDBOX_ID_BASE",
+            };
+        }
+        let uids = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
+        let gids = std::fs::read_to_string("/etc/subgid").unwrap_or_default();
+        for user in ["endless", "root"] {
+            if let Some(base) = subordinate_start(&uids, user) {
+                if subordinate_start(&gids, user) == Some(base) {
+                    return IdMap {
+                        base,
+                        count: MAPPED_IDS,
+                        source: "/etc/subuid",
+                    };
+                }
+            }
+        }
+        IdMap {
+            base: DEFAULT_BASE,
+            count: MAPPED_IDS,
+            source: "default",
+        }
+    }
+
+    /// The host id of inside id `id` (ids past the range stay as they are,
+    /// which only happens for unmapped ids).
+    pub fn host(&self, id: u32) -> u32 {
+        if id < self.count {
+            self.base + id
+        } else {
+            id
+        }
+    }
+
+    /// The `uid_map` / `gid_map` line.
+    pub fn map_line(&self) -> String {
+        format!("0 {} {}\n", self.base, self.count)
+    }
+
+    /// Create a user namespace with this map; the returned descriptor keeps
+    /// it alive. Needs root (`CAP_SETUID`/`CAP_SETGID` on the host).
+    pub fn create_namespace(&self) -> Result<OwnedFd, SandboxError> {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("60")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: unshare(2) is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::unshare(libc::CLONE_NEWUSER) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut helper = cmd
+            .spawn()
+            .map_err(|e| SandboxError::Start(format!("start the user-namespace helper: {e}")))?;
+        let pid = helper.id();
+        let result = (|| {
+            let proc = format!("/proc/{pid}");
+            for (file, content) in [("uid_map", self.map_line()), ("gid_map", self.map_line())] {
+                let path = format!("{proc}/{file}");
+                std::fs::write(&path, content.as_bytes())
+                    .map_err(SandboxError::io("write the user namespace's id map", &path))?;
+            }
+            let ns = format!("{proc}/ns/user");
+            let file = File::open(&ns).map_err(SandboxError::io("open user namespace", &ns))?;
+            Ok(OwnedFd::from(file))
+        })();
+        let _ = helper.kill();
+        let _ = helper.wait();
+        result
+    }
+}
+
+/// The start of `user`'s first subordinate range of at least [`MAPPED_IDS`]
+/// ids in a `/etc/subuid`-style text.
+fn subordinate_start(text: &str, user: &str) -> Option<u32> {
+    text.lines().find_map(|line| {
+        let mut parts = line.trim().split(':');
+        let (name, start, count) = (parts.next()?, parts.next()?, parts.next()?);
+        let start: u32 = start.trim().parse().ok()?;
+        let count: u32 = count.trim().parse().ok()?;
+        (name == user
+            && count >= MAPPED_IDS
+            && start > 0
+            && start.checked_add(MAPPED_IDS).is_some())
+        .then_some(start)
+    })
+}
+
+/// Whether this process runs as host root.
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subordinate_ranges_are_read_per_user() {
+        let text = "alice:100000:65536\nroot:231072:65536\nendless:300000:1000\n";
+        assert_eq!(subordinate_start(text, "root"), Some(231072));
+        assert_eq!(
+            subordinate_start(text, "endless"),
+            None,
+            "too small a range"
+        );
+        assert_eq!(subordinate_start(text, "bob"), None);
+        assert_eq!(subordinate_start("root:x:65536\n", "root"), None);
+    }
+
+    #[test]
+    fn ids_map_into_the_range() {
+        let m = IdMap {
+            base: 1_000_000_000,
+            count: MAPPED_IDS,
+            source: "default",
+        };
+        assert_eq!(m.host(0), 1_000_000_000);
+        assert_eq!(m.host(1000), 1_000_001_000);
+        assert_eq!(m.map_line(), "0 1000000000 65536\n");
+    }
+}

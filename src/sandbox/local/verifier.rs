@@ -1,0 +1,272 @@
+//! Starting the verifier beside the agent's shell, out of the agent's reach.
+//!
+//! The verifier must see what the agent left (its files, its running
+//! services, its processes), so it joins the sandbox's namespaces. But no
+//! agent, not even one running as root inside, may change what the verifier
+//! runs or what it reports. Between fork and exec the child:
+//!
+//! 1. joins the session's cgroups and makes itself non-dumpable (so no agent
+//!    process can ptrace it or open its `/proc/PID/{mem,root,fd}`; the
+//!    runtime's execute-only loader keeps it so after exec);
+//! 2. enters the sandbox's user and mount namespaces and its root, then
+//!    takes a private copy of the mount namespace, in which it mounts a
+//!    fresh tmpfs on [`super::EXCHANGE_INSIDE`] (for the tests and their
+//!    results) and hides an `/etc/ld.so.preload` the agent may have written;
+//! 3. joins the network, IPC, UTS and PID namespaces (forking once, as
+//!    `nsenter` does, so that the verifier is a member of the PID namespace);
+//! 4. becomes the task's user without any capability, changes to the task's
+//!    working directory, and loads the sandbox's seccomp filter.
+//!
+//! The command it then runs is the runtime's Python (see `runtime.rs`).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+
+use seccompiler::BpfProgram;
+
+use super::overlay::join_cgroups;
+use super::seccomp;
+use crate::sandbox::SandboxError;
+
+/// The errno the child reports when the agent left an `/etc/ld.so.preload`
+/// that cannot be hidden (not a regular file).
+pub const PRELOAD_REFUSED: i32 = libc::EUCLEAN;
+
+/// Everything the verifier's child needs, opened and prepared in the parent.
+pub struct VerifierPlan {
+    cgroup_procs: Vec<CString>,
+    userns: OwnedFd,
+    ns: Vec<(OwnedFd, libc::c_int)>,
+    pidns: OwnedFd,
+    root: OwnedFd,
+    private_dir: CString,
+    tmpfs_data: CString,
+    cwd: CString,
+    uid: u32,
+    gid: u32,
+    set_groups: bool,
+    seccomp: Vec<BpfProgram>,
+}
+
+fn open_ns(path: &str) -> Result<OwnedFd, SandboxError> {
+    File::open(path)
+        .map(OwnedFd::from)
+        .map_err(SandboxError::io("open a sandbox namespace", path))
+}
+
+impl VerifierPlan {
+    /// Prepare a verifier for the sandbox whose init is `init`, entering the
+    /// user namespace at `userns_path`, running as inside `uid`:`gid` in
+    /// `cwd`, with a private tmpfs at `private_dir`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        init: i32,
+        userns_path: &str,
+        cgroup_procs: &[std::path::PathBuf],
+        (uid, gid): (u32, u32),
+        cwd: &str,
+        private_dir: &str,
+        set_groups: bool,
+        seccomp: Vec<BpfProgram>,
+    ) -> Result<VerifierPlan, SandboxError> {
+        let p = |what: &str| format!("/proc/{init}/{what}");
+        let ns = [
+            ("ns/net", libc::CLONE_NEWNET),
+            ("ns/ipc", libc::CLONE_NEWIPC),
+            ("ns/uts", libc::CLONE_NEWUTS),
+            ("ns/mnt", libc::CLONE_NEWNS),
+        ]
+        .iter()
+        .map(|(f, t)| Ok((open_ns(&p(f))?, *t)))
+        .collect::<Result<Vec<_>, SandboxError>>()?;
+        let root = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(p("root"))
+            .map(OwnedFd::from)
+            .map_err(SandboxError::io("open the sandbox's root", p("root")))?;
+        let c = |s: &str| {
+            CString::new(s).map_err(|_| SandboxError::Verify(format!("NUL byte in `{s}`")))
+        };
+        Ok(VerifierPlan {
+            cgroup_procs: cgroup_procs
+                .iter()
+                .map(|p| c(&p.to_string_lossy()))
+                .collect::<Result<_, _>>()?,
+            userns: open_ns(userns_path)?,
+            ns,
+            pidns: open_ns(&p("ns/pid"))?,
+            root,
+            private_dir: c(private_dir)?,
+            tmpfs_data: c(&format!("size=64m,mode=0700,uid={uid},gid={gid}"))?,
+            cwd: c(cwd)?,
+            uid,
+            gid,
+            set_groups,
+            seccomp,
+        })
+    }
+
+    /// Apply the plan (see the module docs).
+    ///
+    /// # Safety
+    /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+    pub unsafe fn apply(&self) -> io::Result<()> {
+        join_cgroups(&self.cgroup_procs);
+        check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
+        check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
+        let mut mnt = None;
+        for (fd, kind) in &self.ns {
+            if *kind == libc::CLONE_NEWNS {
+                mnt = Some(fd.as_raw_fd());
+            }
+        }
+        if let Some(fd) = mnt {
+            check(libc::setns(fd, libc::CLONE_NEWNS))?;
+        }
+        check(libc::fchdir(self.root.as_raw_fd()))?;
+        check(libc::chroot(c".".as_ptr()))?;
+        check(libc::unshare(libc::CLONE_NEWNS))?;
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        check(libc::mount(
+            c"tmpfs".as_ptr(),
+            self.private_dir.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            self.tmpfs_data.as_ptr().cast(),
+        ))?;
+        hide_preload()?;
+        for (fd, kind) in &self.ns {
+            if *kind != libc::CLONE_NEWNS {
+                check(libc::setns(fd.as_raw_fd(), *kind))?;
+            }
+        }
+        check(libc::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID))?;
+        become_member_of_pid_namespace()?;
+        if self.set_groups {
+            check(libc::setgroups(0, std::ptr::null()))?;
+        }
+        check(libc::setresgid(self.gid, self.gid, self.gid))?;
+        check(libc::setresuid(self.uid, self.uid, self.uid))?;
+        drop_all_capabilities()?;
+        if libc::chdir(self.cwd.as_ptr()) < 0 {
+            check(libc::chdir(c"/".as_ptr()))?;
+        }
+        seccomp::load(&self.seccomp)
+    }
+}
+
+/// Bind `/dev/null` over `/etc/ld.so.preload` when the agent left one (the
+/// dynamic loader reads it in every process); refuse when it is something
+/// a bind cannot cover.
+unsafe fn hide_preload() -> io::Result<()> {
+    let mut st: libc::stat = std::mem::zeroed();
+    if libc::lstat(c"/etc/ld.so.preload".as_ptr(), &mut st) < 0 {
+        return Ok(());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::from_raw_os_error(PRELOAD_REFUSED));
+    }
+    check(libc::mount(
+        c"/dev/null".as_ptr(),
+        c"/etc/ld.so.preload".as_ptr(),
+        std::ptr::null(),
+        libc::MS_BIND,
+        std::ptr::null(),
+    ))
+}
+
+/// Fork once so that the child is in the PID namespace entered with
+/// `setns`; the parent waits and exits with the child's status.
+unsafe fn become_member_of_pid_namespace() -> io::Result<()> {
+    let pid = libc::fork();
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        return Ok(());
+    }
+    // Hold nothing the caller waits on (std's exec-error pipe, the output
+    // pipes): only the child's copies may keep them open.
+    libc::syscall(
+        libc::SYS_close_range,
+        0 as libc::c_uint,
+        libc::c_uint::MAX,
+        0 as libc::c_uint,
+    );
+    let mut status = 0;
+    loop {
+        let rc = libc::waitpid(pid, &mut status, 0);
+        if rc == pid {
+            break;
+        }
+        if rc < 0 && *libc::__errno_location() != libc::EINTR {
+            libc::_exit(125);
+        }
+    }
+    if libc::WIFEXITED(status) {
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+    libc::_exit(128 + libc::WTERMSIG(status));
+}
+
+/// Drop every capability (for uid 0 too, and for good: `SECBIT_NOROOT`
+/// keeps exec from granting them back).
+unsafe fn drop_all_capabilities() -> io::Result<()> {
+    if libc::getuid() == 0 {
+        let bits = libc::SECBIT_NOROOT
+            | libc::SECBIT_NOROOT_LOCKED
+            | libc::SECBIT_NO_SETUID_FIXUP
+            | libc::SECBIT_NO_SETUID_FIXUP_LOCKED;
+        check(libc::prctl(
+            libc::PR_SET_SECUREBITS,
+            bits as libc::c_ulong,
+            0,
+            0,
+            0,
+        ))?;
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    let rc = libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr());
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
