@@ -332,7 +332,8 @@ pub(crate) fn index_episodes(
 /// Store each task's pass@k from this evaluation in the index.
 pub(crate) fn record_pass_at_k(ws: &Workspace, report: &EvalReport) -> Result<()> {
     for t in &report.tasks {
-        let n = t.samples.saturating_sub(t.errors);
+        // `samples` already leaves out infrastructure errors.
+        let n = t.samples;
         if n == 0 {
             continue;
         }
