@@ -239,7 +239,9 @@ fn rollouts(
         policy_spec,
         &serde_json::json!({ "samples": samples, "max_turns": max_turns, "tasks": tasks.len() }),
     )?;
-    let provider = Arc::new(BackendProvider::new(backend));
+    let mut provider = BackendProvider::new(backend);
+    provider.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;
+    let provider = Arc::new(provider);
     let rt = tokio::runtime::Runtime::new()?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let bar = (!quiet).then(|| {
