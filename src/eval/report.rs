@@ -307,11 +307,12 @@ pub(crate) mod tests {
         passed: bool,
         end_reason: EndReason,
     ) -> EpisodeResult {
-        let failure_mode = (!passed).then(|| match end_reason {
+        let mode = match end_reason {
             EndReason::ShellDied => FailureMode::ShellDied,
             EndReason::Error => FailureMode::Error,
             _ => FailureMode::PrematureDone,
-        });
+        };
+        let failure_mode = (!passed).then_some(mode);
         EpisodeResult {
             task: task.into(),
             category: "c".into(),
