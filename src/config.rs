@@ -28,6 +28,8 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct SandboxConfig {
     pub backend: String,
+    /// Cap on an episode's asciicast recording and live output, in bytes.
+    pub max_recording_bytes: u64,
 }
 
 /// `[agent]`

@@ -10,7 +10,9 @@ fn main() -> ExitCode {
     match endless::commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("endless: {e:#}");
+            // Errors may quote task files or agent output.
+            let text = format!("endless: {e:#}");
+            eprintln!("{}", endless::task::terminal_safe(&text));
             ExitCode::FAILURE
         }
     }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::policy::Policy;
 use super::protocol::{self, Action, CORRECTIVE_MESSAGE, SYSTEM_PROMPT};
-use super::terminal::Terminal;
+use super::terminal::{Fault, Terminal};
 use crate::llm::{ChatMessage, TokenUsage};
 use crate::task::Task;
 
@@ -56,8 +56,54 @@ pub enum EndReason {
     MaxTurns,
     /// The episode's wall-clock limit was reached.
     Timeout,
-    /// The policy, model server or sandbox failed.
+    /// The agent's shell ended (`exit`, `kill -9 $$`, killed for memory) or
+    /// stopped answering: a failure of the agent, scored 0, no tests run.
+    ShellDied,
+    /// The agent exhausted a limit of its session (its wall clock, memory or
+    /// processes): a failure of the agent, scored 0, no tests run.
+    ResourceLimit,
+    /// Infrastructure the agent did not cause failed (the policy or model
+    /// server, the image build, the sandbox start, the verifier): left out
+    /// of the pass rate.
     Error,
+}
+
+impl EndReason {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Done => "done",
+            EndReason::MaxTurns => "max_turns",
+            EndReason::Timeout => "timeout",
+            EndReason::ShellDied => "shell_died",
+            EndReason::ResourceLimit => "resource_limit",
+            EndReason::Error => "error",
+        }
+    }
+
+    /// How an episode ends when its terminal fails with `fault`.
+    pub fn from_fault(fault: Fault) -> Self {
+        match fault {
+            Fault::Infra => EndReason::Error,
+            Fault::ShellDied => EndReason::ShellDied,
+            Fault::ResourceLimit => EndReason::ResourceLimit,
+        }
+    }
+
+    /// Whether the episode counts in pass rates and pass@k: everything but
+    /// infrastructure errors does.
+    pub fn is_scored(self) -> bool {
+        self != EndReason::Error
+    }
+
+    /// Whether the final tests can run after the agent stopped: not when
+    /// the shell is gone or something already failed.
+    pub fn can_verify(self) -> bool {
+        matches!(
+            self,
+            EndReason::Done | EndReason::MaxTurns | EndReason::Timeout
+        )
+    }
 }
 
 /// What kind of reply a step was.
@@ -120,7 +166,7 @@ pub struct Trajectory {
     pub messages: Vec<ChatMessage>,
     pub steps: Vec<Step>,
     pub end_reason: EndReason,
-    /// What failed, when `end_reason` is `error`.
+    /// What failed, when `end_reason` is `error`, `shell_died` or `resource_limit`.
     pub error: Option<String>,
     pub tokens: TokenUsage,
     pub policy_secs: f64,
@@ -150,7 +196,8 @@ impl EpisodeObserver for NoObserver {}
 
 /// Run one episode of `instruction` with `policy` on `terminal`.
 /// Never panics on policy or terminal failures: they end the episode with
-/// [`EndReason::Error`].
+/// [`EndReason::Error`], or, when the agent's shell died or ran out of its
+/// limits, [`EndReason::ShellDied`] / [`EndReason::ResourceLimit`].
 pub fn run_episode(
     instruction: &str,
     policy: &mut dyn Policy,
@@ -257,7 +304,7 @@ pub fn run_episode(
                         step.error = Some(e.to_string());
                         observer.on_step(&step);
                         t.steps.push(step);
-                        t.end_reason = EndReason::Error;
+                        t.end_reason = EndReason::from_fault(e.fault);
                         t.error = Some(format!("the shell failed at turn {turn}: {e}"));
                         break;
                     }
@@ -267,4 +314,68 @@ pub fn run_episode(
     }
     t.agent_secs = started.elapsed().as_secs_f64();
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::policy::ScriptedPolicy;
+    use crate::agent::TerminalError;
+    use crate::sandbox::ExecResult;
+
+    /// Answers `ok` until the command `die`, then fails the way `fail` says.
+    struct Dying(fn() -> TerminalError);
+
+    impl Terminal for Dying {
+        fn exec(&mut self, command: &str, _: Duration) -> Result<ExecResult, TerminalError> {
+            if command == "die" {
+                return Err((self.0)());
+            }
+            Ok(ExecResult {
+                output: "ok".into(),
+                exit_code: Some(0),
+                timed_out: false,
+                truncated: false,
+                duration: Duration::ZERO,
+            })
+        }
+    }
+
+    fn end_of(fail: fn() -> TerminalError) -> Trajectory {
+        let mut policy = ScriptedPolicy::new(vec!["ls".into(), "die".into(), "ls".into()]);
+        run_episode(
+            "task",
+            &mut policy,
+            &mut Dying(fail),
+            &EpisodeConfig::default(),
+            &mut NoObserver,
+        )
+    }
+
+    #[test]
+    fn the_terminals_fault_decides_the_end() {
+        let t = end_of(|| TerminalError::shell_died("the PTY closed"));
+        assert_eq!((t.end_reason, t.turns()), (EndReason::ShellDied, 2));
+        assert!(t.error.as_deref().unwrap_or("").contains("the PTY closed"));
+        let t = end_of(|| TerminalError::resource_limit("wall clock"));
+        assert_eq!(t.end_reason, EndReason::ResourceLimit);
+        let t = end_of(|| TerminalError::infra("sandbox gone"));
+        assert_eq!(t.end_reason, EndReason::Error);
+    }
+
+    #[test]
+    fn only_infrastructure_errors_go_unscored() {
+        use EndReason::*;
+        for e in [Done, MaxTurns, Timeout, ShellDied, ResourceLimit] {
+            assert!(e.is_scored(), "{e:?}");
+        }
+        assert!(!Error.is_scored());
+        assert!(!ShellDied.can_verify() && !ResourceLimit.can_verify() && !Error.can_verify());
+        for e in [Done, MaxTurns, Timeout, ShellDied, ResourceLimit, Error] {
+            assert_eq!(
+                serde_json::to_value(e).unwrap(),
+                serde_json::json!(e.as_str())
+            );
+        }
+    }
 }

@@ -22,4 +22,4 @@ pub use rollout::{
     Verification,
 };
 pub use sandboxed::BackendProvider;
-pub use terminal::{Terminal, TerminalError};
+pub use terminal::{Fault, Terminal, TerminalError};

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::episode::{EndReason, Step, Trajectory};
+use super::terminal::TerminalError;
 use crate::eval::{classify_failure, FailureMode};
 use crate::llm::TokenUsage;
 use crate::task::Task;
@@ -61,7 +62,8 @@ pub struct EpisodeResult {
     pub complexity: Option<u8>,
     pub sample: u32,
     pub policy: String,
-    /// Every final test passed (and the episode did not error).
+    /// Every final test passed (and the episode did not error, nor did the
+    /// agent's shell die).
     pub passed: bool,
     /// Fraction of final tests that passed (the optional partial reward).
     pub reward: f64,
@@ -71,7 +73,8 @@ pub struct EpisodeResult {
     pub failure_mode: Option<FailureMode>,
     /// Index into `steps` of the earliest step where it went wrong.
     pub earliest_failing_step: Option<u32>,
-    /// The policy, model or sandbox error, when there was one.
+    /// The policy, model or sandbox error, or how the agent's shell died,
+    /// when there was one.
     pub error: Option<String>,
     pub tests: Vec<TestOutcome>,
     pub steps: Vec<Step>,
@@ -81,11 +84,12 @@ pub struct EpisodeResult {
 
 impl EpisodeResult {
     /// Combine the agent's trajectory with the verification outcome
-    /// (`Err` when the tests could not be run).
+    /// (`Err` when the tests could not be run: an infrastructure error, or
+    /// a failure of the agent when its shell died under the verifier).
     pub fn new(
         id: EpisodeId,
         trajectory: &Trajectory,
-        verification: Result<Vec<TestOutcome>, String>,
+        verification: Result<Vec<TestOutcome>, TerminalError>,
         mut timings: Timings,
     ) -> Self {
         timings.agent_secs = trajectory.agent_secs;
@@ -99,7 +103,7 @@ impl EpisodeResult {
                 if error.is_none() {
                     error = Some(format!("verification failed: {e}"));
                 }
-                end_reason = EndReason::Error;
+                end_reason = EndReason::from_fault(e.fault);
                 Vec::new()
             }
         };
@@ -109,7 +113,7 @@ impl EpisodeResult {
         } else {
             n_passed as f64 / tests.len() as f64
         };
-        let passed = end_reason != EndReason::Error && !tests.is_empty() && n_passed == tests.len();
+        let passed = end_reason.can_verify() && !tests.is_empty() && n_passed == tests.len();
         let (failure_mode, earliest_failing_step) = if passed {
             (None, None)
         } else {
@@ -137,7 +141,7 @@ impl EpisodeResult {
     }
 
     /// A result for an episode that could not even start (policy or sandbox
-    /// failed before the first turn).
+    /// failed before the first turn): an infrastructure error.
     pub fn failed_to_start(id: EpisodeId, error: String, timings: Timings) -> Self {
         Self {
             task: id.task,
@@ -157,5 +161,96 @@ impl EpisodeResult {
             tokens: TokenUsage::default(),
             timings,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{EndReason, Step, StepKind};
+
+    fn id() -> EpisodeId {
+        EpisodeId {
+            task: "t".into(),
+            category: "c".into(),
+            complexity: None,
+            sample: 0,
+            policy: "p".into(),
+        }
+    }
+
+    fn trajectory(end_reason: EndReason) -> Trajectory {
+        Trajectory {
+            messages: Vec::new(),
+            steps: vec![Step::new(1, StepKind::Command)],
+            end_reason,
+            error: None,
+            tokens: TokenUsage::default(),
+            policy_secs: 0.0,
+            exec_secs: 0.0,
+            agent_secs: 0.0,
+        }
+    }
+
+    fn passing() -> Vec<TestOutcome> {
+        vec![TestOutcome {
+            name: "t".into(),
+            passed: true,
+            message: None,
+        }]
+    }
+
+    #[test]
+    fn a_dead_shell_is_a_failure_never_a_pass() {
+        let r = EpisodeResult::new(
+            id(),
+            &trajectory(EndReason::ShellDied),
+            Ok(passing()),
+            Timings::default(),
+        );
+        assert!(!r.passed);
+        assert_eq!(r.failure_mode, Some(FailureMode::ShellDied));
+        let r = EpisodeResult::new(
+            id(),
+            &trajectory(EndReason::ResourceLimit),
+            Ok(Vec::new()),
+            Timings::default(),
+        );
+        assert_eq!(
+            (r.passed, r.reward, r.failure_mode),
+            (false, 0.0, Some(FailureMode::ResourceLimit))
+        );
+    }
+
+    #[test]
+    fn a_verifier_error_is_classified_by_its_fault() {
+        let died = EpisodeResult::new(
+            id(),
+            &trajectory(EndReason::Done),
+            Err(TerminalError::shell_died("the PTY closed")),
+            Timings::default(),
+        );
+        assert_eq!(died.end_reason, EndReason::ShellDied);
+        assert!(died
+            .error
+            .unwrap_or_default()
+            .contains("verification failed"));
+        let infra = EpisodeResult::new(
+            id(),
+            &trajectory(EndReason::Done),
+            Err(TerminalError::infra("no verifier directory")),
+            Timings::default(),
+        );
+        assert_eq!(
+            (infra.end_reason, infra.failure_mode),
+            (EndReason::Error, Some(FailureMode::Error))
+        );
+        let ok = EpisodeResult::new(
+            id(),
+            &trajectory(EndReason::Done),
+            Ok(passing()),
+            Timings::default(),
+        );
+        assert!(ok.passed && ok.failure_mode.is_none());
     }
 }

@@ -77,7 +77,8 @@ pub struct RolloutConfig {
     pub command_timeout: Duration,
     /// Ask the sandbox to record an asciicast per episode.
     pub record_cast: bool,
-    /// Re-run episodes whose saved result is an error when resuming.
+    /// Re-run episodes whose saved result is an infrastructure error when
+    /// resuming (never those the agent failed, its shell dying included).
     pub retry_errors: bool,
     /// Set to stop starting new episodes (running ones finish).
     pub cancel: Option<Arc<AtomicBool>>,
@@ -310,7 +311,7 @@ pub fn run_sandboxed_episode<P: SandboxProvider>(
             config,
             &mut observer,
         );
-        let verification = if trajectory.end_reason == EndReason::Error {
+        let verification = if !trajectory.end_reason.can_verify() {
             Ok(Vec::new())
         } else {
             let v0 = Instant::now();
@@ -324,7 +325,6 @@ pub fn run_sandboxed_episode<P: SandboxProvider>(
                 }
                 v.tests
             })
-            .map_err(|e| e.to_string())
         };
         drop(term);
         timings.total_secs = t0.elapsed().as_secs_f64();

@@ -7,14 +7,35 @@ use std::time::Duration;
 
 use super::result::TestOutcome;
 use super::rollout::{LiveStream, SandboxProvider, StartOptions, Verification};
-use super::terminal::{Terminal, TerminalError};
-use crate::sandbox::{Backend, ExecResult, Session, SessionOptions};
+use super::terminal::{Fault, Terminal, TerminalError};
+use crate::sandbox::{Backend, ExecResult, SandboxError, Session, SessionOptions};
 use crate::task::Task;
 use crate::verify::{verify, TestSet};
 
 impl Terminal for Session {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
-        Session::exec(self, command, timeout).map_err(|e| TerminalError(e.to_string()))
+        Session::exec(self, command, timeout).map_err(TerminalError::from)
+    }
+}
+
+impl From<SandboxError> for TerminalError {
+    fn from(e: SandboxError) -> Self {
+        TerminalError {
+            fault: fault_of(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Whose doing a sandbox error during an episode was: the shell ending or
+/// hanging is the agent's (it ran `exit`, `kill -9 $$`, a trapped busy loop,
+/// or filled its memory until the shell was killed); the session's wall
+/// clock is a limit the agent used up; anything else is infrastructure.
+fn fault_of(e: &SandboxError) -> Fault {
+    match e {
+        SandboxError::SessionEnded { .. } | SandboxError::Unresponsive => Fault::ShellDied,
+        SandboxError::WallClock(_) => Fault::ResourceLimit,
+        _ => Fault::Infra,
     }
 }
 
@@ -41,17 +62,15 @@ impl SandboxProvider for BackendProvider {
     type Term = Session;
 
     fn prepare(&self, task: &Task) -> Result<(), TerminalError> {
-        self.backend
-            .prepare(task)
-            .map(|_| ())
-            .map_err(|e| TerminalError(format!("cannot build the image of {}: {e}", task.id())))
+        self.backend.prepare(task).map(|_| ()).map_err(|e| {
+            TerminalError::infra(format!("cannot build the image of {}: {e}", task.id()))
+        })
     }
 
     fn start(&self, task: &Task, options: &StartOptions) -> Result<Session, TerminalError> {
-        let image = self
-            .backend
-            .prepare(task)
-            .map_err(|e| TerminalError(format!("cannot build the image of {}: {e}", task.id())))?;
+        let image = self.backend.prepare(task).map_err(|e| {
+            TerminalError::infra(format!("cannot build the image of {}: {e}", task.id()))
+        })?;
         let mut opts = self.session.clone();
         opts.record = options.record.clone();
         if task.meta.agent.timeout_sec.is_finite() && task.meta.agent.timeout_sec > 0.0 {
@@ -61,7 +80,7 @@ impl SandboxProvider for BackendProvider {
             opts.wall_clock = opts.wall_clock.max(Duration::from_secs_f64(limit));
         }
         self.backend.start(&image, &opts).map_err(|e| {
-            TerminalError(format!(
+            TerminalError::infra(format!(
                 "cannot start a {} session: {e}",
                 self.backend.name()
             ))
@@ -69,8 +88,7 @@ impl SandboxProvider for BackendProvider {
     }
 
     fn verify(&self, term: &mut Session, task: &Task) -> Result<Verification, TerminalError> {
-        let report =
-            verify(term, task, TestSet::Final).map_err(|e| TerminalError(e.to_string()))?;
+        let report = verify(term, task, TestSet::Final)?;
         let mut tests: Vec<TestOutcome> = report
             .tests
             .iter()
@@ -97,5 +115,35 @@ impl SandboxProvider for BackendProvider {
 
     fn stream(&self, term: &Session) -> Option<LiveStream> {
         Some(term.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_or_hung_shell_is_the_agents_fault() {
+        let ended = SandboxError::SessionEnded {
+            reason: Some("the PTY closed".into()),
+            output: String::new(),
+        };
+        assert_eq!(TerminalError::from(ended).fault, Fault::ShellDied);
+        assert_eq!(fault_of(&SandboxError::Unresponsive), Fault::ShellDied);
+        assert_eq!(
+            fault_of(&SandboxError::WallClock(Duration::from_secs(1))),
+            Fault::ResourceLimit
+        );
+    }
+
+    #[test]
+    fn infrastructure_errors_are_not() {
+        for e in [
+            SandboxError::Start("no bwrap".into()),
+            SandboxError::Verify("no verifier directory".into()),
+            SandboxError::UnknownBackend("x".into()),
+        ] {
+            assert_eq!(fault_of(&e), Fault::Infra, "{e}");
+        }
     }
 }

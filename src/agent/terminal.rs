@@ -4,11 +4,58 @@ use std::time::Duration;
 
 use crate::sandbox::ExecResult;
 
+/// Whose doing a terminal failure was. Decides whether the episode is an
+/// infrastructure error (left out of the pass rate) or a failure of the
+/// agent (counted, with reward 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Infrastructure the agent did not cause: the image could not be
+    /// built, the sandbox could not start, the verifier could not run.
+    Infra,
+    /// The agent's shell ended (`exit`, `kill -9 $$`) or stopped answering
+    /// even after an interrupt and a kill.
+    ShellDied,
+    /// The session ran out of a limit the agent exhausted (wall clock,
+    /// memory, processes).
+    ResourceLimit,
+}
+
 /// A shell failure that ends the episode (not a failing command: those are
 /// ordinary [`ExecResult`]s with a non-zero exit code).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct TerminalError(pub String);
+#[error("{message}")]
+pub struct TerminalError {
+    /// Whose doing it was.
+    pub fault: Fault,
+    /// What happened.
+    pub message: String,
+}
+
+impl TerminalError {
+    /// A failure of the infrastructure, not of the agent.
+    pub fn infra(message: impl Into<String>) -> Self {
+        Self {
+            fault: Fault::Infra,
+            message: message.into(),
+        }
+    }
+
+    /// The agent's shell died or stopped answering.
+    pub fn shell_died(message: impl Into<String>) -> Self {
+        Self {
+            fault: Fault::ShellDied,
+            message: message.into(),
+        }
+    }
+
+    /// The agent exhausted a limit of its session.
+    pub fn resource_limit(message: impl Into<String>) -> Self {
+        Self {
+            fault: Fault::ResourceLimit,
+            message: message.into(),
+        }
+    }
+}
 
 /// Something that runs shell commands one at a time, keeping state between
 /// them (working directory, environment, files).

@@ -20,7 +20,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             if args.json {
                 print_json(&report)?;
             } else {
-                println!("{report}");
+                say!("{report}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -30,7 +30,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             if args.json {
                 print_json(&report)?;
             } else {
-                println!("{report}");
+                say!("{report}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -44,7 +44,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             if args.json {
                 print_json(&report)?;
             } else {
-                println!(
+                say!(
                     "{} frames with {} tasks and {} live panes streaming: p50 {:.2} ms, p95 {:.2} ms (tasks view p95 {:.2} ms, live view p95 {:.2} ms); peak memory {:.0} MB",
                     frames.frames, frames.tasks, frames.panes,
                     ms(frames.p50), ms(frames.p95), ms(frames.tasks_view.p95), ms(frames.live_view.p95),
@@ -63,7 +63,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             if args.json {
                 print_json(&report)?;
             } else {
-                println!("{report}");
+                say!("{report}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -72,7 +72,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             if args.json {
                 print_json(&report)?;
             } else {
-                println!("{report}");
+                say!("{report}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -92,7 +92,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             if args.json {
                 print_json(&report)?;
             } else {
-                println!("{}", report.summary());
+                say!("{}", report.summary());
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -16,17 +16,20 @@ pub fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
             "workspace": ctx.workspace_root,
         }))?;
     } else {
-        println!("# paths");
-        println!("# workspace:   {}", ctx.workspace_root.display());
-        println!("# config file: {}", ctx.paths.config_file.display());
-        println!(
+        say!("# paths");
+        say!("# workspace:   {}", ctx.workspace_root.display());
+        say!("# config file: {}", ctx.paths.config_file.display());
+        say!(
             "# workspace config: {}",
             ctx.workspace_root.join("endless.toml").display()
         );
-        println!("# cache:       {}", ctx.paths.cache_dir.display());
-        println!("# logs:        {}", ctx.paths.log_dir.display());
-        println!();
-        print!("{}", toml::to_string(&ctx.config)?);
+        say!("# cache:       {}", ctx.paths.cache_dir.display());
+        say!("# logs:        {}", ctx.paths.log_dir.display());
+        say!();
+        print!(
+            "{}",
+            crate::task::terminal_safe(&toml::to_string(&ctx.config)?)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

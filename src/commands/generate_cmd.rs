@@ -154,7 +154,7 @@ fn llm(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
     if args.json {
         print_json(&funnel)?;
     } else {
-        println!("{funnel}");
+        say!("{funnel}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,25 @@
 //! The CLI commands: each turns parsed arguments into library calls and
 //! prints the result (text, or one JSON document with `--json`).
 
+/// `println!` for the operator's terminal: control sequences that came from
+/// task files, agent commands or their output print as visible escapes
+/// ([`crate::task::terminal_safe`]), never as instructions to the terminal.
+macro_rules! say {
+    () => {
+        println!()
+    };
+    ($($arg:tt)*) => {
+        println!("{}", $crate::task::terminal_safe(&format!($($arg)*)))
+    };
+}
+
+/// [`say!`] on stderr.
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::task::terminal_safe(&format!($($arg)*)))
+    };
+}
+
 pub mod bench;
 pub mod bench_ppo;
 mod bench_sample;
@@ -87,7 +106,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
         Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {
             let path = crate::llm::local::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
-            println!("{}", path.display());
+            say!("{}", path.display());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -100,7 +119,7 @@ fn seed_if_fresh(ctx: &Context, ws: &mut Workspace) -> Result<()> {
         return Ok(());
     }
     let n = ctx.config.generate.seed_tasks;
-    eprintln!(
+    say_err!(
         "endless: new workspace at {}: adding {n} offline tasks",
         ws.root().display()
     );

@@ -45,14 +45,18 @@ pub fn run(ctx: &Context, args: &GenerateArgs) -> Result<ExitCode> {
         print_json(&report)?;
     } else {
         for (family, tool) in &report.skipped_families {
-            eprintln!("skipped family {family}: it needs `{tool}`, which is not installed");
+            say_err!("skipped family {family}: it needs `{tool}`, which is not installed");
         }
         for f in &report.failed {
-            eprintln!("failed: {f}");
+            say_err!("failed: {f}");
         }
-        println!(
+        say!(
             "{} tasks written ({} already present) from {} families in {:.2}s ({:.0} tasks/s)",
-            report.written, report.existing, report.families, report.seconds, report.tasks_per_sec
+            report.written,
+            report.existing,
+            report.families,
+            report.seconds,
+            report.tasks_per_sec
         );
     }
     Ok(if report.failed.is_empty() {

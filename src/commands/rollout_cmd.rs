@@ -129,8 +129,8 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         value["run"] = run_id.clone().into();
         print_json(&value)?;
     } else {
-        println!("{}", format_table(&report));
-        println!(
+        say!("{}", format_table(&report));
+        say!(
             "run {run_id}: {}\nreport: {}",
             run_dir.display(),
             md.display()
@@ -239,7 +239,9 @@ fn rollouts(
         policy_spec,
         &serde_json::json!({ "samples": samples, "max_turns": max_turns, "tasks": tasks.len() }),
     )?;
-    let provider = Arc::new(BackendProvider::new(backend));
+    let mut provider = BackendProvider::new(backend);
+    provider.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;
+    let provider = Arc::new(provider);
     let rt = tokio::runtime::Runtime::new()?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let bar = (!quiet).then(|| {
@@ -256,7 +258,7 @@ fn rollouts(
         let c = cancel.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nendless: stopping after the running episodes (Ctrl-C again to abort)");
+                say_err!("\nendless: stopping after the running episodes (Ctrl-C again to abort)");
                 c.store(true, Ordering::Relaxed);
                 let _ = tokio::signal::ctrl_c().await;
                 std::process::exit(130);
@@ -332,7 +334,8 @@ pub(crate) fn index_episodes(
 /// Store each task's pass@k from this evaluation in the index.
 pub(crate) fn record_pass_at_k(ws: &Workspace, report: &EvalReport) -> Result<()> {
     for t in &report.tasks {
-        let n = t.samples.saturating_sub(t.errors);
+        // `samples` already leaves out infrastructure errors.
+        let n = t.samples;
         if n == 0 {
             continue;
         }
@@ -349,37 +352,37 @@ fn print_episode(e: &EpisodeResult) {
     for s in &e.steps {
         match &s.command {
             Some(cmd) => {
-                println!("$ {cmd}");
+                say!("$ {cmd}");
                 let out = s.output.trim_end();
                 if !out.is_empty() {
-                    println!("{out}");
+                    say!("{out}");
                 }
-                println!(
+                say!(
                     "(exit_code={})",
                     s.exit_code
                         .map(|c| c.to_string())
                         .unwrap_or_else(|| "-".into())
                 );
             }
-            None => println!("[{:?}] {}", s.kind, s.error.as_deref().unwrap_or("")),
+            None => say!("[{:?}] {}", s.kind, s.error.as_deref().unwrap_or("")),
         }
     }
     for t in &e.tests {
-        println!("{} {}", if t.passed { "PASS" } else { "FAIL" }, t.name);
+        say!("{} {}", if t.passed { "PASS" } else { "FAIL" }, t.name);
     }
     let mode = e
         .failure_mode
-        .map(|m| format!(", failure mode {m:?}"))
+        .map(|m| format!(", failure mode {}", m.as_str()))
         .unwrap_or_default();
-    println!(
-        "{}: {} after {} turns (end: {:?}{mode})",
+    say!(
+        "{}: {} after {} turns (end: {}{mode})",
         e.task,
         if e.passed { "passed" } else { "failed" },
         e.turns,
-        e.end_reason
+        e.end_reason.as_str()
     );
     if let Some(err) = &e.error {
-        println!("error: {err}");
+        say!("error: {err}");
     }
 }
 

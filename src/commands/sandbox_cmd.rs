@@ -13,7 +13,7 @@ pub fn run(_ctx: &Context, cmd: SandboxCommand) -> Result<ExitCode> {
     if json {
         print_json(&report)?;
     } else {
-        println!("{report}");
+        say!("{report}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -55,16 +55,16 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
                 for o in &report.outcomes {
                     match o {
                         ImportOutcome::Imported { id, format, .. } => {
-                            println!("imported  {id} ({})", format.name())
+                            say!("imported  {id} ({})", format.name())
                         }
-                        ImportOutcome::Unchanged { id, .. } => println!("unchanged {id}"),
+                        ImportOutcome::Unchanged { id, .. } => say!("unchanged {id}"),
                         ImportOutcome::Skipped { id, reason, .. } => {
-                            println!("skipped   {id}: {reason}")
+                            say!("skipped   {id}: {reason}")
                         }
-                        ImportOutcome::Failed { error, .. } => eprintln!("failed    {error}"),
+                        ImportOutcome::Failed { error, .. } => say_err!("failed    {error}"),
                     }
                 }
-                eprintln!(
+                say_err!(
                     "{} imported, {} failed, {} found",
                     report.imported(),
                     report.failed(),
@@ -84,9 +84,9 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             let ids = select(&ws, ids, all)?;
             let failed = export(&ws, &ids, format, &out);
             for (id, e) in &failed {
-                eprintln!("failed {id}: {e}");
+                say_err!("failed {id}: {e}");
             }
-            eprintln!(
+            say_err!(
                 "{} exported as {} to {}, {} failed",
                 ids.len() - failed.len(),
                 format.name(),
@@ -105,7 +105,7 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             if json {
                 print_json(&results)?;
             }
-            eprintln!("{} of {} tasks valid", ids.len() - bad, ids.len());
+            say_err!("{} of {} tasks valid", ids.len() - bad, ids.len());
             if bad > 0 {
                 return Ok(ExitCode::FAILURE);
             }
@@ -218,8 +218,8 @@ fn validate_all(
                     };
                 if !quiet {
                     match verdict.ok {
-                        true => println!("ok      {id}"),
-                        false => println!("invalid {id}: {}", verdict.problems.join("; ")),
+                        true => say!("ok      {id}"),
+                        false => say!("invalid {id}: {}", verdict.problems.join("; ")),
                     }
                 }
                 verdict
@@ -277,16 +277,20 @@ fn print_table(rows: &[TaskRow]) {
         .max()
         .unwrap_or(8)
         .clamp(8, 32);
-    println!(
+    say!(
         "{:<w$}  {:<c$}  {:>3}  {:<9}  {:>6}",
-        "ID", "CATEGORY", "CX", "STATUS", "PASS@1"
+        "ID",
+        "CATEGORY",
+        "CX",
+        "STATUS",
+        "PASS@1"
     );
     for r in rows {
         let cx = r
             .complexity
             .map(|x| x.to_string())
             .unwrap_or_else(|| "-".into());
-        println!(
+        say!(
             "{:<w$}  {:<c$}  {:>3}  {:<9}  {:>6}",
             r.id,
             r.category,
@@ -324,8 +328,8 @@ fn show_json(row: &TaskRow, task: &Task) -> serde_json::Value {
 }
 
 fn print_show(row: &TaskRow, task: &Task) {
-    println!("{}  ({})", row.id, row.name);
-    println!(
+    say!("{}  ({})", row.id, row.name);
+    say!(
         "category: {}  complexity: {}  status: {}  format: {}",
         row.category,
         row.complexity
@@ -335,14 +339,16 @@ fn print_show(row: &TaskRow, task: &Task) {
         row.source_format
     );
     if !row.tags.is_empty() {
-        println!("tags: {}", row.tags.join(", "));
+        say!("tags: {}", row.tags.join(", "));
     }
-    println!(
+    say!(
         "agent: user {} in {}, {} turns max",
-        task.meta.agent.user, task.meta.environment.workdir, task.meta.agent.max_turns
+        task.meta.agent.user,
+        task.meta.environment.workdir,
+        task.meta.agent.max_turns
     );
-    println!("\n## Instruction\n{}", task.instruction.trim_end());
-    println!(
+    say!("\n## Instruction\n{}", task.instruction.trim_end());
+    say!(
         "\n## Truth (privileged: never shown to the agent)\n{}",
         task.truth.trim_end()
     );
@@ -352,7 +358,7 @@ fn print_show(row: &TaskRow, task: &Task) {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    println!(
+    say!(
         "\nenvironment: {}\ntests: {}\nsolution: {}",
         files(&task.environment),
         files(&task.tests),

@@ -144,7 +144,7 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
     let opts = options(ctx, &args)?;
     let out = opts.out.clone();
     if !args.json {
-        eprintln!(
+        say_err!(
             "training on {} tasks ({} held out) into {}",
             opts.tasks.len(),
             opts.dev_tasks.len(),
@@ -168,7 +168,7 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
         // lines: write them out plainly then.
         let println = |line: String| {
             if bar.is_hidden() {
-                eprintln!("{line}");
+                say_err!("{line}");
             } else {
                 bar.println(line);
             }
@@ -219,12 +219,12 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
             "metrics": view.ppo,
         }))?;
     } else {
-        println!("run {}: {}", out.display(), summary.status.as_str());
+        say!("run {}: {}", out.display(), summary.status.as_str());
         if let Some(m) = &summary.message {
-            println!("  {m}");
+            say!("  {m}");
         }
         if let (Some(b), Some(a)) = (&summary.before, &summary.after) {
-            println!(
+            say!(
                 "dev pass@1: before {:.3} ({}/{}), after {:.3} ({}/{}), {:+.1} points",
                 b.pass_at_1,
                 b.passed,
@@ -236,10 +236,10 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
             );
         }
         if !view.ppo.is_empty() {
-            println!("{}", curve(&view.ppo));
+            say!("{}", curve(&view.ppo));
         }
         if let Some(c) = &summary.last_checkpoint {
-            println!(
+            say!(
                 "last checkpoint: {} (use as --policy local:{})",
                 c.display(),
                 c.display()

@@ -15,7 +15,8 @@ pub struct TaskFlip {
 }
 
 /// How run B differs from run A. A task counts as solved in a run when at
-/// least one of its (non-error) samples passed.
+/// least one of its scored samples passed (infrastructure errors are left
+/// out; episodes whose shell died count as failed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunComparison {
     pub pass_rate_a: f64,
@@ -32,10 +33,7 @@ pub struct RunComparison {
 
 fn per_task(eps: &[EpisodeResult]) -> BTreeMap<String, (usize, usize)> {
     let mut m: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for e in eps
-        .iter()
-        .filter(|e| e.end_reason != crate::agent::EndReason::Error)
-    {
+    for e in eps.iter().filter(|e| e.end_reason.is_scored()) {
         let entry = m.entry(e.task.clone()).or_default();
         entry.0 += 1;
         entry.1 += e.passed as usize;
@@ -91,4 +89,27 @@ pub fn compare_runs(a: &[EpisodeResult], b: &[EpisodeResult]) -> RunComparison {
         }
     }
     cmp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::EndReason;
+    use crate::eval::report::tests::episode;
+
+    #[test]
+    fn a_dead_shell_counts_as_tried_and_failed() {
+        let a = [
+            episode("x", 0, true, EndReason::Done),
+            episode("y", 0, false, EndReason::Error),
+        ];
+        let b = [
+            episode("x", 0, false, EndReason::ShellDied),
+            episode("y", 0, false, EndReason::ShellDied),
+        ];
+        let cmp = compare_runs(&a, &b);
+        assert_eq!((cmp.pass_rate_a, cmp.pass_rate_b), (1.0, 0.0));
+        assert_eq!(cmp.newly_failed.len(), 1);
+        assert_eq!(cmp.only_in_b, ["y"], "an error in A is not a try");
+    }
 }

@@ -19,18 +19,28 @@ pub enum FailureMode {
     FormatError,
     /// The episode's wall-clock limit was reached.
     Timeout,
-    /// The policy, model server or sandbox failed: an error, not a failure of the agent.
+    /// The agent's shell ended or stopped answering (`exit`, `kill -9 $$`,
+    /// a trapped busy loop): a failure, counted in the pass rate.
+    ShellDied,
+    /// The agent exhausted a limit of its session (wall clock, memory,
+    /// processes): a failure, counted in the pass rate.
+    ResourceLimit,
+    /// Infrastructure the agent did not cause failed (policy or model
+    /// server, image build, sandbox start, verifier): an error, not a
+    /// failure of the agent, left out of the pass rate.
     Error,
 }
 
 impl FailureMode {
     /// All modes, in report order.
-    pub const ALL: [FailureMode; 6] = [
+    pub const ALL: [FailureMode; 8] = [
         FailureMode::Loop,
         FailureMode::TurnExhaustion,
         FailureMode::PrematureDone,
         FailureMode::FormatError,
         FailureMode::Timeout,
+        FailureMode::ShellDied,
+        FailureMode::ResourceLimit,
         FailureMode::Error,
     ];
 
@@ -42,6 +52,8 @@ impl FailureMode {
             FailureMode::PrematureDone => "premature_done",
             FailureMode::FormatError => "format_error",
             FailureMode::Timeout => "timeout",
+            FailureMode::ShellDied => "shell_died",
+            FailureMode::ResourceLimit => "resource_limit",
             FailureMode::Error => "error",
         }
     }
@@ -52,18 +64,20 @@ pub const LOOP_REPEATS: usize = 3;
 /// Longest repeated command sequence looked for.
 pub const LOOP_MAX_PERIOD: usize = 3;
 
-/// Classify a failed episode. Precedence: error, timeout, format error, loop,
-/// premature done, turn exhaustion. Returns the mode and the index (into
-/// `steps`) of the earliest failing step:
+/// Classify a failed episode. Precedence: error, shell died, resource limit,
+/// timeout, format error, loop, premature done, turn exhaustion. Returns the
+/// mode and the index (into `steps`) of the earliest failing step:
 /// loop: first step of the repeated run; format error: first malformed step;
 /// timeout: first timed-out command (else the last step); premature done and
 /// turn exhaustion: first command with a non-zero exit (else the done step /
-/// the last step); error: the last step.
+/// the last step); error, shell died and resource limit: the last step.
 pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, Option<u32>) {
     let last = steps.len().checked_sub(1).map(|i| i as u32);
     let first = |pred: &dyn Fn(&Step) -> bool| steps.iter().position(pred).map(|i| i as u32);
     match end_reason {
         EndReason::Error => return (FailureMode::Error, last),
+        EndReason::ShellDied => return (FailureMode::ShellDied, last),
+        EndReason::ResourceLimit => return (FailureMode::ResourceLimit, last),
         EndReason::Timeout => return (FailureMode::Timeout, first(&|s| s.timed_out).or(last)),
         _ => {}
     }
@@ -138,6 +152,16 @@ mod tests {
     }
 
     #[test]
+    fn json_names_are_snake_case() {
+        for m in FailureMode::ALL {
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(json, format!("\"{}\"", m.as_str()));
+        }
+        assert_eq!(FailureMode::ShellDied.as_str(), "shell_died");
+        assert_eq!(FailureMode::ResourceLimit.as_str(), "resource_limit");
+    }
+
+    #[test]
     fn loops_of_one_two_three() {
         let s: Vec<_> = ["a", "b", "b", "b"].iter().map(|c| cmd(c, 0)).collect();
         assert_eq!(find_loop(&s), Some(1));
@@ -170,6 +194,14 @@ mod tests {
         assert_eq!(
             classify_failure(&loopy, EndReason::Error).0,
             FailureMode::Error
+        );
+        assert_eq!(
+            classify_failure(&loopy, EndReason::ShellDied),
+            (FailureMode::ShellDied, Some(2))
+        );
+        assert_eq!(
+            classify_failure(&loopy, EndReason::ResourceLimit),
+            (FailureMode::ResourceLimit, Some(2))
         );
         let mut s = vec![cmd("ls", 0), cmd("cat x", 1), kind(StepKind::Done)];
         assert_eq!(

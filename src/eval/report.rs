@@ -8,14 +8,15 @@ use serde::{Deserialize, Serialize};
 
 use super::charts::{draw_failure_mix, draw_pass_rate_chart};
 use super::{pass_at_k_table, FailureMode};
-use crate::agent::{EndReason, EpisodeResult};
+use crate::agent::EpisodeResult;
 use crate::llm::TokenUsage;
 
 /// Pass rate and failure modes of a group of episodes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GroupStats {
     pub episodes: usize,
-    /// Episodes marked error (excluded from the pass rate).
+    /// Infrastructure errors (excluded from the pass rate; a dead shell is
+    /// a failure, not an error).
     pub errors: usize,
     pub passed: usize,
     /// `passed / (episodes - errors)`; 0 when nothing counted.
@@ -26,7 +27,7 @@ pub struct GroupStats {
 impl GroupStats {
     fn add(&mut self, e: &EpisodeResult) {
         self.episodes += 1;
-        if e.end_reason == EndReason::Error {
+        if !e.end_reason.is_scored() {
             self.errors += 1;
         }
         self.passed += e.passed as usize;
@@ -48,7 +49,7 @@ pub struct TaskStats {
     pub task: String,
     pub category: String,
     pub complexity: Option<u8>,
-    /// Non-error samples.
+    /// Scored samples (all but infrastructure errors).
     pub samples: usize,
     pub passed: usize,
     pub errors: usize,
@@ -60,7 +61,7 @@ pub struct EvalReport {
     pub episodes: usize,
     pub errors: usize,
     pub passed: usize,
-    /// Passed over non-error episodes.
+    /// Passed over scored episodes (all but infrastructure errors).
     pub pass_rate: f64,
     /// Mean unbiased pass@k over tasks, keyed by k.
     pub pass_at_k: BTreeMap<u32, f64>,
@@ -102,7 +103,7 @@ pub fn evaluate(episodes: &[EpisodeResult]) -> EvalReport {
             passed: 0,
             errors: 0,
         });
-        if e.end_reason == EndReason::Error {
+        if !e.end_reason.is_scored() {
             t.errors += 1;
         } else {
             t.samples += 1;
@@ -200,12 +201,14 @@ pub fn format_table(r: &EvalReport) -> String {
 }
 
 /// Colours of the failure-mode chart, in [`FailureMode::ALL`] order (RGB).
-pub const CHART_COLORS: [(u8, u8, u8); 6] = [
+pub const CHART_COLORS: [(u8, u8, u8); 8] = [
     (214, 39, 40),
     (255, 127, 14),
     (148, 103, 189),
     (140, 86, 75),
     (31, 119, 180),
+    (23, 190, 207),
+    (188, 189, 34),
     (127, 127, 127),
 ];
 
@@ -231,7 +234,7 @@ pub fn write_markdown_report(r: &EvalReport, title: &str, dir: &Path) -> std::io
     let _ = writeln!(md, "# {title}\n");
     let _ = writeln!(
         md,
-        "{} episodes, {} passed, {} errors (not counted as failures). Pass rate **{}**, mean turns {:.1}, tokens {}.\n",
+        "{} episodes, {} passed, {} infrastructure errors (not counted; a dead shell is a failure). Pass rate **{}**, mean turns {:.1}, tokens {}.\n",
         r.episodes,
         r.passed,
         r.errors,
@@ -290,4 +293,63 @@ pub fn write_markdown_report(r: &EvalReport, title: &str, dir: &Path) -> std::io
     let path = dir.join("report.md");
     crate::fsutil::write_atomic(&path, md.as_bytes())?;
     Ok(path)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::agent::{EndReason, Timings};
+
+    /// A finished episode of `task`, for tests of the numbers.
+    pub(crate) fn episode(
+        task: &str,
+        sample: u32,
+        passed: bool,
+        end_reason: EndReason,
+    ) -> EpisodeResult {
+        let mode = match end_reason {
+            EndReason::ShellDied => FailureMode::ShellDied,
+            EndReason::Error => FailureMode::Error,
+            _ => FailureMode::PrematureDone,
+        };
+        let failure_mode = (!passed).then_some(mode);
+        EpisodeResult {
+            task: task.into(),
+            category: "c".into(),
+            complexity: Some(1),
+            sample,
+            policy: "p".into(),
+            passed,
+            reward: f64::from(u8::from(passed)),
+            turns: 1,
+            end_reason,
+            failure_mode,
+            earliest_failing_step: None,
+            error: None,
+            tests: Vec::new(),
+            steps: Vec::new(),
+            tokens: TokenUsage::default(),
+            timings: Timings::default(),
+        }
+    }
+
+    #[test]
+    fn dead_shells_count_and_infrastructure_errors_do_not() {
+        let eps = [
+            episode("a", 0, true, EndReason::Done),
+            episode("a", 1, false, EndReason::ShellDied),
+            episode("b", 0, false, EndReason::ShellDied),
+            episode("b", 1, false, EndReason::Error),
+        ];
+        let r = evaluate(&eps);
+        assert_eq!((r.episodes, r.errors, r.passed), (4, 1, 1));
+        assert!((r.pass_rate - 1.0 / 3.0).abs() < 1e-12, "{}", r.pass_rate);
+        assert_eq!(r.failure_modes[&FailureMode::ShellDied], 2);
+        assert_eq!(r.failure_modes[&FailureMode::Error], 1);
+        assert_eq!(r.pass_at_k[&1], (0.5 + 0.0) / 2.0);
+        let b = r.tasks.iter().find(|t| t.task == "b").unwrap();
+        assert_eq!((b.samples, b.errors, b.passed), (1, 1, 0));
+        let table = format_table(&r);
+        assert!(table.contains("shell_died 2"), "{table}");
+    }
 }

@@ -345,6 +345,34 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_shell_earns_nothing_in_every_mode() {
+        for end in [EndReason::ShellDied, EndReason::ResourceLimit] {
+            let trajectory = crate::agent::Trajectory {
+                messages: Vec::new(),
+                steps: vec![crate::agent::Step::new(1, StepKind::Command)],
+                end_reason: end,
+                error: Some("the shell failed at turn 1".into()),
+                tokens: Default::default(),
+                policy_secs: 0.0,
+                exec_secs: 0.0,
+                agent_secs: 0.0,
+            };
+            let id = crate::agent::EpisodeId {
+                task: "t".into(),
+                category: "c".into(),
+                complexity: None,
+                sample: 0,
+                policy: "train".into(),
+            };
+            let ep = EpisodeResult::new(id, &trajectory, Ok(Vec::new()), Default::default());
+            assert!(!ep.passed && ep.end_reason.is_scored());
+            for mode in [RewardMode::Binary, RewardMode::Partial, RewardMode::Clean] {
+                assert_eq!(episode_reward(&ep, mode), 0.0, "{end:?} {mode:?}");
+            }
+        }
+    }
+
+    #[test]
     fn groups_whose_rewards_all_agree_are_dropped() {
         let groups = [
             ("a", [0.0, 0.0, 0.0]),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use portable_pty::{MasterPty, PtySize};
 use tokio::sync::broadcast;
 
-use super::asciicast::Recorder;
+use super::asciicast::{stop_marker, Recorder};
 use super::marker;
 use super::{ExecResult, SandboxError, SessionOptions};
 
@@ -194,13 +194,23 @@ impl Session {
             .take_writer()
             .map_err(|e| SandboxError::Start(format!("PTY writer: {e}")))?;
         let recorder = match &opts.record {
-            Some(path) => Some(Recorder::create(path, cols, rows)?),
+            Some(path) => Some(Recorder::create(
+                path,
+                cols,
+                rows,
+                opts.max_recording_bytes,
+            )?),
             None => None,
         };
         let recorder = Arc::new(Mutex::new(recorder));
         let (live, _) = broadcast::channel(BROADCAST_CAPACITY);
         let (tx, events) = mpsc::channel();
-        spawn_reader(reader, tx, live.clone(), recorder.clone());
+        spawn_reader(
+            reader,
+            tx,
+            LiveSender::new(live.clone(), opts.max_recording_bytes),
+            recorder.clone(),
+        );
         let watchdog = spawn_watchdog(child.id(), opts.wall_clock);
         let mut token = [0u8; 8];
         rand::Rng::fill(&mut rand::rng(), &mut token);
@@ -604,10 +614,46 @@ fn disable_echo(fd: i32) {
     }
 }
 
+/// The live broadcast, cut off with a marker after `left` bytes.
+struct LiveSender {
+    live: broadcast::Sender<Chunk>,
+    left: u64,
+    max_bytes: u64,
+}
+
+impl LiveSender {
+    fn new(live: broadcast::Sender<Chunk>, max_bytes: u64) -> Self {
+        Self {
+            live,
+            left: max_bytes,
+            max_bytes,
+        }
+    }
+
+    /// Send `chunk` to viewers while the budget lasts; the chunk that
+    /// exhausts it is replaced by the marker, later ones are dropped.
+    fn send(&mut self, chunk: &Chunk) {
+        if self.left == 0 {
+            return;
+        }
+        match self.left.checked_sub(chunk.len() as u64) {
+            Some(left) => {
+                self.left = left;
+                let _ = self.live.send(chunk.clone());
+            }
+            None => {
+                self.left = 0;
+                let marker = stop_marker("live output", self.max_bytes);
+                let _ = self.live.send(Arc::from(marker.as_bytes()));
+            }
+        }
+    }
+}
+
 fn spawn_reader(
     mut reader: Box<dyn Read + Send>,
     tx: mpsc::Sender<Event>,
-    live: broadcast::Sender<Chunk>,
+    mut live: LiveSender,
     recorder: Arc<Mutex<Option<Recorder>>>,
 ) {
     std::thread::Builder::new()
@@ -624,7 +670,7 @@ fn spawn_reader(
                                 r.output(&chunk);
                             }
                         }
-                        let _ = live.send(chunk.clone());
+                        live.send(&chunk);
                         if tx.send(Event::Data(chunk)).is_err() {
                             break;
                         }

@@ -22,6 +22,9 @@ pub struct ExecResult {
     pub duration: Duration,
 }
 
+/// Default of [`SessionOptions::max_recording_bytes`]: 32 MiB.
+pub const DEFAULT_MAX_RECORDING_BYTES: u64 = 32 << 20;
+
 /// Options for starting a session.
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
@@ -31,6 +34,10 @@ pub struct SessionOptions {
     pub record: Option<std::path::PathBuf>,
     /// Wall-clock limit of the whole session.
     pub wall_clock: Duration,
+    /// Cap on the asciicast recording's size, and on the raw output bytes
+    /// sent to live viewers: past it, one marker saying so and nothing more
+    /// (commands still run and return their own capped output).
+    pub max_recording_bytes: u64,
 }
 
 impl Default for SessionOptions {
@@ -39,6 +46,7 @@ impl Default for SessionOptions {
             size: (160, 48),
             record: None,
             wall_clock: Duration::from_secs(3600),
+            max_recording_bytes: DEFAULT_MAX_RECORDING_BYTES,
         }
     }
 }

@@ -3,6 +3,7 @@
 mod bundle;
 pub mod envdef;
 mod error;
+mod escape;
 pub mod formats;
 mod model;
 pub mod text;
@@ -10,5 +11,6 @@ mod validate;
 
 pub use bundle::{read_native, save_native_atomic, write_native, write_tree};
 pub use error::{BundleError, Problem};
+pub use escape::terminal_safe;
 pub use model::*;
 pub use validate::validate;

@@ -82,10 +82,9 @@ pub fn run(
         &opts.policy,
         &serde_json::json!({ "samples": opts.samples, "max_turns": opts.max_turns, "tasks": tasks.len() }),
     )?;
-    let provider = Arc::new(TakeoverProvider::new(
-        BackendProvider::new(backend),
-        cancel.clone(),
-    ));
+    let mut inner = BackendProvider::new(backend);
+    inner.session.max_recording_bytes = cctx.config.sandbox.max_recording_bytes;
+    let provider = Arc::new(TakeoverProvider::new(inner, cancel.clone()));
     let (rows, cols) = (48u16, 160u16);
     let rt = tokio::runtime::Runtime::new()?;
     let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();

@@ -73,7 +73,7 @@ pub trait HumanInput {
 
 impl HumanInput for Session {
     fn write_input(&mut self, bytes: &[u8]) -> Result<(), TerminalError> {
-        Session::write_input(self, bytes).map_err(|e| TerminalError(e.to_string()))
+        Session::write_input(self, bytes).map_err(TerminalError::from)
     }
 }
 
@@ -135,7 +135,7 @@ impl<T: Terminal + HumanInput> Terminal for TakeoverTerm<T> {
         self.serve_human()?;
         // A cancelled job does not wait for its episodes to run out of turns.
         if self.stop.load(Ordering::Relaxed) {
-            return Err(TerminalError(CANCELLED.into()));
+            return Err(TerminalError::infra(CANCELLED));
         }
         self.inner.exec(command, timeout)
     }
@@ -291,7 +291,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(true));
         let (mut term, _) = TakeoverTerm::new(Fake::default(), stop);
         let err = term.exec("ls", Duration::from_secs(1)).unwrap_err();
-        assert_eq!(err.0, CANCELLED);
+        assert_eq!(err.message, CANCELLED);
         assert!(term.inner.log.is_empty());
         assert_eq!(
             episode_of(Path::new("/r/episodes/upper/3.cast")),

@@ -35,8 +35,10 @@ impl BashTerminal {
 /// Run `command` with bash in `dir`, killing its process group at `timeout`.
 pub fn run_bash(dir: &Path, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
     let out_path: PathBuf = dir.join(".endless-out");
-    let out = std::fs::File::create(&out_path).map_err(|e| TerminalError(e.to_string()))?;
-    let err = out.try_clone().map_err(|e| TerminalError(e.to_string()))?;
+    let out = std::fs::File::create(&out_path).map_err(|e| TerminalError::infra(e.to_string()))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| TerminalError::infra(e.to_string()))?;
     let started = Instant::now();
     let mut child = Command::new("bash")
         .arg("-c")
@@ -48,10 +50,13 @@ pub fn run_bash(dir: &Path, command: &str, timeout: Duration) -> Result<ExecResu
         .stderr(err)
         .process_group(0)
         .spawn()
-        .map_err(|e| TerminalError(format!("cannot start bash: {e}")))?;
+        .map_err(|e| TerminalError::infra(format!("cannot start bash: {e}")))?;
     let mut timed_out = false;
     let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| TerminalError(e.to_string()))? {
+        if let Some(s) = child
+            .try_wait()
+            .map_err(|e| TerminalError::infra(e.to_string()))?
+        {
             break Some(s);
         }
         if started.elapsed() >= timeout {
@@ -99,13 +104,13 @@ impl SandboxProvider for BashProvider {
 
     fn start(&self, task: &Task, options: &StartOptions) -> Result<BashTerminal, TerminalError> {
         if let Some(m) = &self.fail_start {
-            return Err(TerminalError(m.clone()));
+            return Err(TerminalError::infra(m.clone()));
         }
         let term = BashTerminal::new();
         if let Some(setup) = task.environment.text("setup.sh") {
             let r = run_bash(term.path(), setup, Duration::from_secs(30))?;
             if r.exit_code != Some(0) {
-                return Err(TerminalError(format!("setup failed: {}", r.output)));
+                return Err(TerminalError::infra(format!("setup failed: {}", r.output)));
             }
         }
         if let Some(cast) = &options.record {
