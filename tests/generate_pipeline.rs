@@ -138,6 +138,10 @@ fn a_good_candidate_is_accepted_with_provenance_and_pass_at_k() {
     assert_eq!(p.model, "fixture-gen");
     assert_eq!(p.attempts.get("environment"), Some(&1));
     assert!(p.extra.contains_key("prompt_hashes") && p.extra.contains_key("seconds"));
+    let record = p.solvability.as_ref().expect("the stage-4 record");
+    assert_eq!(record.solver, "fixture-solver");
+    assert_eq!((record.samples, record.successes), (Some(2), Some(2)));
+    assert_eq!(record.pass_at_k.get("1"), Some(&1.0));
     // The solution episodes are kept as curation material.
     assert!(r
         .ws

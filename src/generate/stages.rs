@@ -13,7 +13,7 @@ use super::reply::section;
 use crate::agent::{run_rollouts, BackendProvider, EndReason, RolloutConfig};
 use crate::llm::{ChatMessage, SamplingParams};
 use crate::sandbox::SessionOptions;
-use crate::task::{EnvKind, FINAL_TESTS, INITIAL_TESTS};
+use crate::task::{EnvKind, Solvability, FINAL_TESTS, INITIAL_TESTS};
 use crate::verify::{verify, TestReport, TestSet};
 
 /// A candidate was rejected at this stage for this reason.
@@ -367,11 +367,8 @@ fn compiles(source: &str) -> Result<(), String> {
 }
 
 /// Stage 4: `solutions` episodes with the solver; keep the task when any passes.
-/// Returns pass@k keyed by k.
-pub async fn solvability(
-    shared: &Shared,
-    cand: &mut Candidate,
-) -> Result<std::collections::BTreeMap<String, f64>, Reject> {
+/// Returns the record for `[provenance.solvability]`.
+pub async fn solvability(shared: &Shared, cand: &mut Candidate) -> Result<Solvability, Reject> {
     let stage = Stage::Solvability;
     cand.attempt(stage);
     let n = shared.config.solutions.max(1);
@@ -414,5 +411,12 @@ pub async fn solvability(
         ));
     }
     let table = crate::eval::pass_at_k_table(&[(summary.episodes.len(), passed)]);
-    Ok(table.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    let count = |n: usize| Some(u32::try_from(n).unwrap_or(u32::MAX));
+    Ok(Solvability {
+        solver: shared.config.solver_name.clone(),
+        samples: count(summary.episodes.len()),
+        successes: count(passed),
+        pass_at_k: table.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        source: String::new(),
+    })
 }
