@@ -210,6 +210,12 @@ fn finish(
         "seconds".into(),
         toml::Value::try_from(&cand.seconds).unwrap_or(toml::Value::Table(Default::default())),
     );
+    if !cand.test_revisions.is_empty() {
+        p.extra.insert(
+            "initial_test_revisions".into(),
+            toml::Value::try_from(&cand.test_revisions).unwrap_or(toml::Value::Array(Vec::new())),
+        );
+    }
     p.extra.insert(
         "prompt_tokens".into(),
         (cand.usage.prompt_tokens as i64).into(),

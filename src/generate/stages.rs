@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::candidate::{stage_key, Candidate};
 use super::funnel::Stage;
+use super::initial_tests::{InitialTests, TestsDecision};
 use super::pipeline::Shared;
 use super::prompts::PromptName;
 use super::record::Exchange;
@@ -179,7 +180,9 @@ async fn build_and_check_initial(shared: &Shared, cand: &Candidate) -> Result<()
 }
 
 /// Stage 2: environment definition + initial tests, built and checked, with
-/// up to `max_env_attempts` attempts fed the previous error.
+/// up to `max_env_attempts` attempts fed the previous error. Repair rounds fix
+/// the environment only; the tests change only when the model says they are
+/// wrong (see [`InitialTests`]), and each such change is recorded.
 pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
     let stage = Stage::Environment;
     let kind = shared.config.definition;
@@ -203,6 +206,7 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
         .insert(stage_key(stage).into(), prompt.template_hash);
     let mut messages = vec![ChatMessage::user(prompt.text)];
     let mut last_error = String::new();
+    let mut initial_tests = InitialTests::default();
     for _ in 0..shared.config.max_env_attempts.max(1) {
         let attempt = cand.attempt(stage);
         let t0 = Instant::now();
@@ -216,11 +220,11 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
         )
         .await?;
         messages.push(ChatMessage::assistant(reply.clone()));
-        let parsed = section(&reply, tag)
-            .and_then(|d| section(&reply, "test_initial_state").map(|t| (d, t)));
+        let parsed =
+            section(&reply, tag).and_then(|d| initial_tests.take(&reply, attempt).map(|t| (d, t)));
         let feedback = match parsed {
             Err(e) => format!("the reply could not be used: {e}"),
-            Ok((definition, tests)) => {
+            Ok((definition, (tests, decision))) => {
                 cand.task.environment = Default::default();
                 cand.task.environment.insert(
                     kind.file_name(),
@@ -229,12 +233,20 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
                 );
                 cand.task.tests = Default::default();
                 cand.task.tests.insert_text(INITIAL_TESTS, tests);
+                let note = match decision {
+                    TestsDecision::Revised(revision) => {
+                        cand.test_revisions.push(revision);
+                        ""
+                    }
+                    TestsDecision::ChangeIgnored => "Your changed <test_initial_state> was ignored (it came without <tests_error>): the environment was checked against the tests as first written.\n",
+                    TestsDecision::FirstWritten | TestsDecision::Kept => "",
+                };
                 match build_and_check_initial(shared, cand).await {
                     Ok(()) => {
                         cand.add_time(stage, t0.elapsed().as_secs_f64());
                         return Ok(());
                     }
-                    Err(e) => e,
+                    Err(e) => format!("{note}{e}"),
                 }
             }
         };
@@ -247,6 +259,7 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
                 &[
                     ("stage", "attempt failed"),
                     ("error", &truncate(&feedback, 6000)),
+                    ("definition_file", kind.file_name()),
                     ("definition_tag", tag),
                 ],
             )
