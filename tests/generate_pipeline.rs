@@ -138,6 +138,10 @@ fn a_good_candidate_is_accepted_with_provenance_and_pass_at_k() {
     assert_eq!(p.model, "fixture-gen");
     assert_eq!(p.attempts.get("environment"), Some(&1));
     assert!(p.extra.contains_key("prompt_hashes") && p.extra.contains_key("seconds"));
+    let record = p.solvability.as_ref().expect("the stage-4 record");
+    assert_eq!(record.solver, "fixture-solver");
+    assert_eq!((record.samples, record.successes), (Some(2), Some(2)));
+    assert_eq!(record.pass_at_k.get("1"), Some(&1.0));
     // The solution episodes are kept as curation material.
     assert!(r
         .ws
@@ -180,6 +184,111 @@ fn a_broken_environment_is_rejected_after_exactly_three_attempts_with_feedback()
             "{last}"
         );
     }
+}
+
+/// The initial tests of stage-2 replies below: these check a file that the
+/// setup must create.
+const STRICT_TESTS: &str = "<test_initial_state>\nimport os\n\ndef test_readme_exists():\n    assert os.path.isfile('/home/user/docs/readme.txt'), 'readme.txt is missing'\n</test_initial_state>";
+const NO_README_SETUP: &str =
+    "<setup>\nmkdir -p /home/user/docs\nchown -R user:user /home/user\n</setup>";
+const WEAK_TESTS: &str =
+    "<test_initial_state>\ndef test_anything():\n    assert True\n</test_initial_state>";
+
+/// Like [`scripted`] with a good candidate, but stage 2 answers `env(turn)`.
+fn env_by_turn(
+    env: impl Fn(usize) -> String + Send + Sync + 'static,
+) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
+    let rest = scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves);
+    move |req: &Request| {
+        let stage2 = req
+            .messages()
+            .first()
+            .is_some_and(|m| m.1.contains("You build the starting environment"));
+        if stage2 {
+            Reply::text(env(req.turn()))
+        } else {
+            rest(req)
+        }
+    }
+}
+
+fn env_requests(server: &FixtureLlm) -> Vec<Request> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|q| {
+            q.messages()
+                .first()
+                .is_some_and(|m| m.1.contains("You build the starting environment"))
+        })
+        .collect()
+}
+
+#[test]
+fn repair_rounds_cannot_weaken_the_initial_tests() {
+    // The environment never creates readme.txt; from the second round on, the
+    // model also sends tests that pass on anything, without claiming a test error.
+    let server = FixtureLlm::start(env_by_turn(|turn| {
+        let tests = if turn == 0 { STRICT_TESTS } else { WEAK_TESTS };
+        format!("{NO_README_SETUP}\n{tests}")
+    }));
+    let ws = tempfile::tempdir().unwrap();
+    let funnel = pipeline(&server, ws.path(), 1, 1);
+    let (stage, reason) = only_reject(&funnel);
+    assert_eq!(stage, Stage::Environment, "judged on the original tests");
+    assert!(reason.contains("after 3 attempts"), "{reason}");
+    let reqs = env_requests(&server);
+    assert_eq!(reqs.len(), 3);
+    for q in &reqs[1..] {
+        let last = q.last_message();
+        assert!(
+            last.contains("Fix the environment") && last.contains("<tests_error>"),
+            "{last}"
+        );
+    }
+    for q in &reqs[2..] {
+        let last = q.last_message();
+        assert!(
+            last.contains("was ignored") && last.contains("test_readme_exists"),
+            "{last}"
+        );
+    }
+    let kept = std::fs::read_to_string(
+        ws.path()
+            .join("rejected/cand-1-00000/tests/test_initial_state.py"),
+    )
+    .unwrap();
+    assert!(kept.contains("readme.txt"), "{kept}");
+}
+
+#[test]
+fn a_claimed_test_error_replaces_the_tests_and_is_recorded() {
+    // Round 1's tests check a file the truth never mentions; round 2 says so.
+    let server = FixtureLlm::start(env_by_turn(|turn| {
+        if turn == 0 {
+            GOOD_ENV.replace("docs/readme.txt')", "docs/missing.txt')")
+        } else {
+            format!(
+                "<tests_error>test_home checks docs/missing.txt, which the truth never mentions</tests_error>\n{GOOD_ENV}"
+            )
+        }
+    }));
+    let ws = tempfile::tempdir().unwrap();
+    let funnel = pipeline(&server, ws.path(), 1, 1);
+    assert_eq!(funnel.accepted(), 1, "{funnel}");
+    let ws = Workspace::open(ws.path()).unwrap();
+    let task = ws.load_task("gen-1-00000").unwrap();
+    let tests = task.tests.text("test_initial_state.py").unwrap();
+    assert!(tests.contains("docs/readme.txt") && !tests.contains("missing.txt"));
+    let p = &task.meta.provenance;
+    assert_eq!(p.attempts.get("environment"), Some(&2));
+    let revisions = p.extra["initial_test_revisions"].as_array().unwrap();
+    assert_eq!(revisions.len(), 1);
+    assert_eq!(revisions[0]["round"].as_integer(), Some(2));
+    assert!(revisions[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("never mentions"));
 }
 
 #[test]

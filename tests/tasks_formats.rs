@@ -91,17 +91,41 @@ fn custom_harbor_verifier_is_kept_as_is() {
     assert_eq!(round_trip(&task, Format::Native), task);
 }
 
+/// A task folder in the shape the reference's pipeline writes.
+const REFERENCE_TASK: &str = "task_000042_3f9c2a1b";
+
 #[test]
 fn reference_and_tb1_import() {
-    let r = read(Format::Reference, &fixtures().join("reference-backup"));
-    assert_eq!(r.meta.task.id, "archive-the-reports-folder");
+    let r = read(Format::Reference, &fixtures().join(REFERENCE_TASK));
+    assert_eq!(r.meta.task.id, REFERENCE_TASK);
+    assert_eq!(r.meta.task.source_format, "reference");
     assert!(r.truth.contains("reports.tar.gz"));
-    assert!(r.environment.contains("container.def") && r.environment.contains("reports/jan.csv"));
+    assert!(r.environment.contains("container.def"));
     assert!(r.tests.contains("test_initial_state.py") && r.tests.contains("test_final_state.py"));
-    assert!(r.solve_script().is_some());
-    assert_eq!(r.meta.extra["reference"]["seed"].as_integer(), Some(42));
+    assert!(
+        r.solve_script().is_none(),
+        "solutions/ holds summaries, not an oracle"
+    );
+    assert!(r.solution.contains("o3_summary.json") && r.solution.contains("summary.json"));
+    let s = r
+        .meta
+        .provenance
+        .solvability
+        .as_ref()
+        .expect("the o3 record");
+    assert_eq!(s.solver, "o3");
+    assert_eq!((s.samples, s.successes), (Some(16), Some(7)));
+    assert_eq!(s.pass_at_k["1"], 0.4375);
+    assert_eq!(s.pass_at_k["16"], 1.0);
+    assert_eq!(s.source, "solution/o3_summary.json");
+    let notes = r.meta.provenance.extra["import_notes"].as_array().unwrap();
+    assert!(
+        notes[0].as_str().unwrap().contains("ubuntu:22.04"),
+        "{notes:?}"
+    );
     assert_eq!(round_trip(&r, Format::Reference), r);
     assert_eq!(round_trip(&r, Format::Harbor), r);
+    assert_eq!(round_trip(&r, Format::Native), r);
 
     let t = read(Format::Tb1, &fixtures().join("tb1-env-file"));
     assert!(t.instruction.contains("PORT to 8080"));
@@ -112,6 +136,128 @@ fn reference_and_tb1_import() {
     assert!(t.solve_script().unwrap().contains("DEBUG=false"));
     assert_eq!(round_trip(&t, Format::Tb1), t);
     assert_eq!(round_trip(&t, Format::Harbor), t);
+}
+
+#[test]
+fn reference_export_gives_back_the_o3_summary_unchanged() {
+    let src = fixtures().join(REFERENCE_TASK);
+    let task = read(Format::Reference, &src);
+    let out = tempfile::tempdir().unwrap();
+    Format::Reference.write(&task, out.path()).unwrap();
+    let json = |dir: &Path| -> serde_json::Value {
+        serde_json::from_slice(&fs::read(dir.join("solutions/o3_summary.json")).unwrap()).unwrap()
+    };
+    assert_eq!(json(out.path()), json(&src));
+    assert_eq!(
+        fs::read(out.path().join("solutions/o3_summary.json")).unwrap(),
+        fs::read(src.join("solutions/o3_summary.json")).unwrap()
+    );
+    for file in [
+        "container.def",
+        "test_initial_state.py",
+        "test_final_state.py",
+    ] {
+        assert_eq!(
+            fs::read(out.path().join(file)).unwrap(),
+            fs::read(src.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    let exported: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.path().join("task.json")).unwrap()).unwrap();
+    let original: serde_json::Value =
+        serde_json::from_slice(&fs::read(src.join("task.json")).unwrap()).unwrap();
+    for key in ["description", "truth", "name"] {
+        assert_eq!(exported[key], original[key], "{key}");
+    }
+
+    // Tests kept in a tests/ folder are read too.
+    let moved = tempfile::tempdir().unwrap();
+    copy_dir(&src, moved.path());
+    fs::create_dir(moved.path().join("tests")).unwrap();
+    for file in ["test_initial_state.py", "test_final_state.py"] {
+        fs::rename(
+            moved.path().join(file),
+            moved.path().join("tests").join(file),
+        )
+        .unwrap();
+    }
+    assert_eq!(read(Format::Reference, moved.path()), task);
+}
+
+#[test]
+fn bad_o3_summaries_are_errors_naming_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures().join(REFERENCE_TASK), dir.path());
+    let summary = dir.path().join("solutions/o3_summary.json");
+    fs::write(&summary, r#"{"num_runs": 16, "pass_at_k": {"16": "all"}}"#).unwrap();
+    let e = error_of(dir.path());
+    assert!(
+        e.contains("solutions/o3_summary.json") && e.contains("pass_at_k.16"),
+        "{e}"
+    );
+    fs::write(&summary, r#"{"results": [{"success": 1}]}"#).unwrap();
+    let e = error_of(dir.path());
+    assert!(e.contains("results[0].success"), "{e}");
+    // Unknown keys and missing fields are fine.
+    fs::write(
+        &summary,
+        r#"{"model": "o3", "results": [{"success": true}]}"#,
+    )
+    .unwrap();
+    let t = read(Format::Reference, dir.path());
+    let s = t.meta.provenance.solvability.unwrap();
+    assert_eq!((s.samples, s.successes), (Some(1), Some(1)));
+}
+
+#[test]
+fn cli_shows_the_imported_pass_at_16() {
+    let ws = tempfile::tempdir().unwrap();
+    let src = fixtures().join(REFERENCE_TASK);
+    let out = endless(ws.path(), &["tasks", "import", src.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let show = endless(ws.path(), &["tasks", "show", REFERENCE_TASK, "--json"]);
+    let obj: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    let record = &obj["provenance"]["solvability"];
+    assert_eq!(record["solver"], "o3");
+    assert_eq!(record["samples"], 16);
+    assert_eq!(record["successes"], 7);
+    assert_eq!(record["pass_at_k"]["16"], 1.0);
+    assert_eq!(
+        obj["pass_at_k"]["16"], 1.0,
+        "the index takes the record's pass@k"
+    );
+    assert_eq!(obj["pass_at_k"]["1"], 0.4375);
+
+    let exported = tempfile::tempdir().unwrap();
+    let out = endless(
+        ws.path(),
+        &[
+            "tasks",
+            "export",
+            REFERENCE_TASK,
+            "--format",
+            "reference",
+            "--out",
+            exported.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = |dir: &Path| -> serde_json::Value {
+        serde_json::from_slice(&fs::read(dir.join("solutions/o3_summary.json")).unwrap()).unwrap()
+    };
+    assert_eq!(
+        summary(&exported.path().join(REFERENCE_TASK)),
+        summary(&src)
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -508,10 +654,11 @@ fn cli_validates_every_imported_format_in_the_sandbox() {
         assert_eq!(v["ok"], true, "{v:#}");
     }
     assert!(out.status.success());
-    // The Harbor task's oracle ran as root in /app; the reference task's had an oracle too.
+    // The Harbor task's oracle ran as root in /app; the reference task has none
+    // (its solutions/ holds the o3 summary).
     let oracle_ran = verdicts
         .iter()
         .filter(|v| v["validation"]["oracle_passes"] == true)
         .count();
-    assert_eq!(oracle_ran, 4);
+    assert_eq!(oracle_ran, 3);
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::funnel::Stage;
+use super::initial_tests::TestRevision;
 use super::record::Exchange;
 use super::taxonomy::Spec;
 use crate::llm::TokenUsage;
@@ -20,6 +21,8 @@ pub struct Candidate {
     pub seconds: BTreeMap<String, f64>,
     pub usage: TokenUsage,
     pub prompt_hashes: BTreeMap<String, String>,
+    /// Stage-2 replacements of the initial tests (the model said they were wrong).
+    pub test_revisions: Vec<TestRevision>,
 }
 
 impl Candidate {
@@ -48,6 +51,7 @@ impl Candidate {
             seconds: BTreeMap::new(),
             usage: TokenUsage::default(),
             prompt_hashes: BTreeMap::new(),
+            test_revisions: Vec::new(),
         }
     }
 

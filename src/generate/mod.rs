@@ -1,10 +1,12 @@
 //! The paper's four-stage generation pipeline: (1) task + privileged truth,
-//! (2) environment + initial-state tests with up to k repair rounds,
+//! (2) environment + initial-state tests with up to k repair rounds (the
+//! tests fixed unless the model says they are wrong),
 //! (3) completion tests that must fail on the initial state, (4) a pass@n
 //! solvability filter.
 
 mod candidate;
 pub mod funnel;
+mod initial_tests;
 pub mod pipeline;
 pub mod prompts;
 pub mod record;

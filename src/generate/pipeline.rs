@@ -22,7 +22,7 @@ use crate::agent::PolicyFactory;
 use crate::llm::{ChatModel, SamplingParams};
 use crate::sandbox::Backend;
 use crate::store::{TaskStatus, Workspace};
-use crate::task::EnvKind;
+use crate::task::{EnvKind, Solvability};
 
 /// Settings of one generation run.
 #[derive(Clone)]
@@ -164,7 +164,7 @@ async fn run_candidate(
     shared: &Shared,
     cand: &mut Candidate,
     events: &Option<UnboundedSender<PipelineEvent>>,
-) -> Result<std::collections::BTreeMap<String, f64>, stages::Reject> {
+) -> Result<Solvability, stages::Reject> {
     let id = cand.id.clone();
     let enter = |stage| {
         if let Some(tx) = events {
@@ -189,7 +189,7 @@ fn finish(
     shared: &Shared,
     root: &std::path::Path,
     cand: &Candidate,
-    result: Result<std::collections::BTreeMap<String, f64>, stages::Reject>,
+    result: Result<Solvability, stages::Reject>,
 ) -> CandidateOutcome {
     let mut task = cand.task.clone();
     let p = &mut task.meta.provenance;
@@ -210,6 +210,12 @@ fn finish(
         "seconds".into(),
         toml::Value::try_from(&cand.seconds).unwrap_or(toml::Value::Table(Default::default())),
     );
+    if !cand.test_revisions.is_empty() {
+        p.extra.insert(
+            "initial_test_revisions".into(),
+            toml::Value::try_from(&cand.test_revisions).unwrap_or(toml::Value::Array(Vec::new())),
+        );
+    }
     p.extra.insert(
         "prompt_tokens".into(),
         (cand.usage.prompt_tokens as i64).into(),
@@ -228,9 +234,11 @@ fn finish(
         }
     };
     match result {
-        Ok(pass_at_k) => {
+        Ok(record) => {
             let task_id = format!("gen-{}-{:05}", shared.config.seed, cand.index);
             task.meta.task.id = task_id.clone();
+            let pass_at_k = record.pass_at_k.clone();
+            task.meta.provenance.solvability = Some(record);
             let stored = if ws.has_task(&task_id) {
                 Ok(())
             } else {

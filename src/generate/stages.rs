@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::candidate::{stage_key, Candidate};
 use super::funnel::Stage;
+use super::initial_tests::{InitialTests, TestsDecision};
 use super::pipeline::Shared;
 use super::prompts::PromptName;
 use super::record::Exchange;
@@ -13,7 +14,7 @@ use super::reply::section;
 use crate::agent::{run_rollouts, BackendProvider, EndReason, RolloutConfig};
 use crate::llm::{ChatMessage, SamplingParams};
 use crate::sandbox::SessionOptions;
-use crate::task::{EnvKind, FINAL_TESTS, INITIAL_TESTS};
+use crate::task::{EnvKind, Solvability, FINAL_TESTS, INITIAL_TESTS};
 use crate::verify::{verify, TestReport, TestSet};
 
 /// A candidate was rejected at this stage for this reason.
@@ -179,7 +180,9 @@ async fn build_and_check_initial(shared: &Shared, cand: &Candidate) -> Result<()
 }
 
 /// Stage 2: environment definition + initial tests, built and checked, with
-/// up to `max_env_attempts` attempts fed the previous error.
+/// up to `max_env_attempts` attempts fed the previous error. Repair rounds fix
+/// the environment only; the tests change only when the model says they are
+/// wrong (see [`InitialTests`]), and each such change is recorded.
 pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
     let stage = Stage::Environment;
     let kind = shared.config.definition;
@@ -203,6 +206,7 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
         .insert(stage_key(stage).into(), prompt.template_hash);
     let mut messages = vec![ChatMessage::user(prompt.text)];
     let mut last_error = String::new();
+    let mut initial_tests = InitialTests::default();
     for _ in 0..shared.config.max_env_attempts.max(1) {
         let attempt = cand.attempt(stage);
         let t0 = Instant::now();
@@ -216,11 +220,11 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
         )
         .await?;
         messages.push(ChatMessage::assistant(reply.clone()));
-        let parsed = section(&reply, tag)
-            .and_then(|d| section(&reply, "test_initial_state").map(|t| (d, t)));
+        let parsed =
+            section(&reply, tag).and_then(|d| initial_tests.take(&reply, attempt).map(|t| (d, t)));
         let feedback = match parsed {
             Err(e) => format!("the reply could not be used: {e}"),
-            Ok((definition, tests)) => {
+            Ok((definition, (tests, decision))) => {
                 cand.task.environment = Default::default();
                 cand.task.environment.insert(
                     kind.file_name(),
@@ -229,12 +233,20 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
                 );
                 cand.task.tests = Default::default();
                 cand.task.tests.insert_text(INITIAL_TESTS, tests);
+                let note = match decision {
+                    TestsDecision::Revised(revision) => {
+                        cand.test_revisions.push(revision);
+                        ""
+                    }
+                    TestsDecision::ChangeIgnored => "Your changed <test_initial_state> was ignored (it came without <tests_error>): the environment was checked against the tests as first written.\n",
+                    TestsDecision::FirstWritten | TestsDecision::Kept => "",
+                };
                 match build_and_check_initial(shared, cand).await {
                     Ok(()) => {
                         cand.add_time(stage, t0.elapsed().as_secs_f64());
                         return Ok(());
                     }
-                    Err(e) => e,
+                    Err(e) => format!("{note}{e}"),
                 }
             }
         };
@@ -247,6 +259,7 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
                 &[
                     ("stage", "attempt failed"),
                     ("error", &truncate(&feedback, 6000)),
+                    ("definition_file", kind.file_name()),
                     ("definition_tag", tag),
                 ],
             )
@@ -367,11 +380,8 @@ fn compiles(source: &str) -> Result<(), String> {
 }
 
 /// Stage 4: `solutions` episodes with the solver; keep the task when any passes.
-/// Returns pass@k keyed by k.
-pub async fn solvability(
-    shared: &Shared,
-    cand: &mut Candidate,
-) -> Result<std::collections::BTreeMap<String, f64>, Reject> {
+/// Returns the record for `[provenance.solvability]`.
+pub async fn solvability(shared: &Shared, cand: &mut Candidate) -> Result<Solvability, Reject> {
     let stage = Stage::Solvability;
     cand.attempt(stage);
     let n = shared.config.solutions.max(1);
@@ -414,5 +424,12 @@ pub async fn solvability(
         ));
     }
     let table = crate::eval::pass_at_k_table(&[(summary.episodes.len(), passed)]);
-    Ok(table.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    let count = |n: usize| Some(u32::try_from(n).unwrap_or(u32::MAX));
+    Ok(Solvability {
+        solver: shared.config.solver_name.clone(),
+        samples: count(summary.episodes.len()),
+        successes: count(passed),
+        pass_at_k: table.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        source: String::new(),
+    })
 }

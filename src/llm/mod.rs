@@ -5,8 +5,10 @@
 
 pub mod local;
 mod openai;
+mod request_shape;
 
 pub use openai::{api_key_from_env, OpenAiChat, OpenAiConfig, RetryPolicy};
+pub use request_shape::is_reasoning_model;
 
 use serde::{Deserialize, Serialize};
 

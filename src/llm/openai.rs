@@ -1,12 +1,16 @@
 //! A client for any OpenAI-compatible `/v1/chat/completions` server (vLLM,
 //! SGLang, llama.cpp, Ollama, OpenAI), with retries and bounded concurrency.
+//! Requests to reasoning models take their shape from
+//! [`RequestShape`]: guessed from the model name, corrected once per rejected
+//! parameter from the server's HTTP 400, and remembered for the client's life.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
+use super::request_shape::{Adaptation, RequestShape};
 use super::{ChatMessage, ChatModel, ChatResponse, LlmError, SamplingParams, TokenUsage};
 
 /// Largest reply body accepted, in bytes.
@@ -85,6 +89,9 @@ pub struct OpenAiChat {
     endpoint: String,
     http: reqwest::Client,
     permits: Arc<Semaphore>,
+    /// The parameters the model accepts, as learned so far (one client
+    /// serves one model, so this is the per-model memory).
+    shape: Mutex<RequestShape>,
 }
 
 impl std::fmt::Debug for OpenAiChat {
@@ -133,6 +140,11 @@ enum Attempt {
         error: LlmError,
         after: Option<Duration>,
     },
+    /// HTTP 400, with the whole body (the error may ask for an adaptation).
+    BadRequest {
+        error: LlmError,
+        body: String,
+    },
     Fail(LlmError),
 }
 
@@ -158,12 +170,26 @@ impl OpenAiChat {
             .build()
             .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
         let permits = Arc::new(Semaphore::new(config.max_concurrency.max(1)));
+        let shape = Mutex::new(RequestShape::for_model(&config.model));
         Ok(Self {
             config,
             endpoint,
             http,
             permits,
+            shape,
         })
+    }
+
+    /// The request shape learned so far.
+    fn shape(&self) -> RequestShape {
+        *self.shape.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remember `adaptation` for later requests (applied to what concurrent
+    /// requests have learned meanwhile).
+    fn remember(&self, adaptation: Adaptation) {
+        let mut shape = self.shape.lock().unwrap_or_else(|e| e.into_inner());
+        *shape = shape.apply(adaptation);
     }
 
     /// The full `/chat/completions` URL.
@@ -220,6 +246,11 @@ impl OpenAiChat {
                 Attempt::Retry {
                     error,
                     after: retry_after,
+                }
+            } else if status.as_u16() == 400 {
+                Attempt::BadRequest {
+                    error,
+                    body: text.into_owned(),
                 }
             } else {
                 Attempt::Fail(error)
@@ -322,20 +353,31 @@ impl ChatModel for OpenAiChat {
         messages: &[ChatMessage],
         params: &SamplingParams,
     ) -> Result<ChatResponse, LlmError> {
-        let mut body = serde_json::json!({
-            "model": self.config.model,
-            "messages": messages,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-        });
-        if let (Some(max), Some(obj)) = (params.max_tokens, body.as_object_mut()) {
-            obj.insert("max_tokens".into(), max.into());
-        }
+        let mut shape = self.shape();
+        let mut attempts = 0u32;
         let mut retry = 0u32;
         loop {
-            match self.attempt(&body, retry + 1).await {
+            attempts += 1;
+            let body = shape.body(&self.config.model, messages, params);
+            match self.attempt(&body, attempts).await {
                 Attempt::Done(r) => return Ok(r),
                 Attempt::Fail(e) => return Err(e),
+                Attempt::BadRequest { error, body } => {
+                    // Each adaptation changes the shape, so this retries at
+                    // most once per adaptable parameter.
+                    let Some(adaptation) =
+                        Adaptation::from_error_body(&body).filter(|a| shape.apply(*a) != shape)
+                    else {
+                        return Err(error);
+                    };
+                    tracing::warn!(
+                        model = %self.config.model,
+                        ?adaptation,
+                        "the server rejected a request parameter; retrying without it"
+                    );
+                    shape = shape.apply(adaptation);
+                    self.remember(adaptation);
+                }
                 Attempt::Retry { error, after } => {
                     if retry >= self.config.retry.max_retries {
                         return Err(error);

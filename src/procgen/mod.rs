@@ -345,6 +345,7 @@ impl Family for Def {
                     seed: Some(seed),
                     created: String::new(),
                     attempts: Default::default(),
+                    solvability: None,
                     extra: Default::default(),
                 },
                 extra: Default::default(),

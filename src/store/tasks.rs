@@ -203,7 +203,8 @@ impl Workspace {
     }
 }
 
-/// Index `task` through any connection or transaction.
+/// Index `task` through any connection or transaction. A row without pass@k
+/// takes it from the bundle's stage-4 record (`[provenance.solvability]`).
 pub(crate) fn index_task_in(
     conn: &rusqlite::Connection,
     task: &Task,
@@ -211,12 +212,22 @@ pub(crate) fn index_task_in(
 ) -> Result<(), StoreError> {
     let t = &task.meta.task;
     let ts = now();
+    let recorded = task
+        .meta
+        .provenance
+        .solvability
+        .as_ref()
+        .map(|s| &s.pass_at_k)
+        .filter(|p| !p.is_empty())
+        .and_then(|p| serde_json::to_string(p).ok())
+        .unwrap_or_else(|| "{}".into());
     conn.execute(
-        "INSERT INTO tasks (id, name, category, complexity, scenario, tags, status, source_format, instruction, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)
+        "INSERT INTO tasks (id, name, category, complexity, scenario, tags, status, source_format, instruction, created_at, updated_at, pass_at_k)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)
          ON CONFLICT (id) DO UPDATE SET name = excluded.name, category = excluded.category,
              complexity = excluded.complexity, scenario = excluded.scenario,
              source_format = excluded.source_format, instruction = excluded.instruction,
+             pass_at_k = CASE WHEN tasks.pass_at_k = '{}' THEN excluded.pass_at_k ELSE tasks.pass_at_k END,
              updated_at = excluded.updated_at",
         params![
             t.id,
@@ -228,7 +239,8 @@ pub(crate) fn index_task_in(
             status.as_str(),
             t.source_format,
             task.instruction,
-            ts
+            ts,
+            recorded
         ],
     )?;
     Ok(())

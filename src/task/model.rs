@@ -302,8 +302,31 @@ pub struct Provenance {
     /// Attempts per pipeline stage, e.g. `environment = 2`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attempts: BTreeMap<String, u32>,
+    /// The stage-4 record: the solver's episodes and pass@k.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solvability: Option<Solvability>,
     #[serde(flatten)]
     pub extra: toml::Table,
+}
+
+/// `[provenance.solvability]`: how the solvability filter (stage 4) went.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Solvability {
+    /// The solver model, e.g. `o3`.
+    pub solver: String,
+    /// Solution episodes run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
+    /// Solution episodes that passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successes: Option<u32>,
+    /// pass@k keyed by k.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pass_at_k: BTreeMap<String, f64>,
+    /// The bundle file the record was read from (kept verbatim beside it),
+    /// e.g. `solution/o3_summary.json` for a reference import.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
 }
 
 impl Provenance {
@@ -314,6 +337,7 @@ impl Provenance {
             && self.seed.is_none()
             && self.created.is_empty()
             && self.attempts.is_empty()
+            && self.solvability.is_none()
             && self.extra.is_empty()
     }
 }

@@ -116,6 +116,46 @@ impl Reply {
             retry_after: None,
         }
     }
+
+    /// HTTP 400 with an error body in OpenAI's format.
+    pub fn invalid_request(message: &str, param: &str, code: &str) -> Self {
+        Reply::Status {
+            code: 400,
+            body: serde_json::json!({"error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": param,
+                "code": code,
+            }})
+            .to_string(),
+            retry_after: None,
+        }
+    }
+}
+
+/// What OpenAI's API answers an o-series (reasoning) model for this request,
+/// when it rejects it: `max_tokens` is refused in favour of
+/// `max_completion_tokens`, and `temperature` / `top_p` other than their
+/// default 1 are refused, one error at a time, in the API's own words.
+pub fn reasoning_model_rejection(request: &Request) -> Option<Reply> {
+    let body = &request.body;
+    if body.get("max_tokens").is_some() {
+        return Some(Reply::invalid_request(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+            "max_tokens",
+            "unsupported_parameter",
+        ));
+    }
+    for param in ["temperature", "top_p"] {
+        if let Some(v) = body.get(param).filter(|v| v.as_f64() != Some(1.0)) {
+            return Some(Reply::invalid_request(
+                &format!("Unsupported value: '{param}' does not support {v} with this model. Only the default (1) value is supported."),
+                param,
+                "unsupported_value",
+            ));
+        }
+    }
+    None
 }
 
 type Responder = dyn Fn(&Request) -> Reply + Send + Sync;
@@ -165,6 +205,12 @@ impl FixtureLlm {
                 .pop_front()
                 .unwrap_or_else(|| fallback.clone())
         })
+    }
+
+    /// A server that answers like OpenAI's API for an o-series model: the
+    /// 400s of [`reasoning_model_rejection`], else `reply`.
+    pub fn reasoning_model(reply: Reply) -> Self {
+        Self::start(move |req| reasoning_model_rejection(req).unwrap_or_else(|| reply.clone()))
     }
 
     /// Base URL, ending in `/v1`.

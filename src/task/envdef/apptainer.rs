@@ -2,6 +2,9 @@
 //! `%files`, `%post` and `%environment` sections. Sections that do not shape
 //! the filesystem (`%runscript`, `%labels`, `%help`, ...) are ignored;
 //! `%setup` (which runs on the host) and unknown sections are errors.
+//!
+//! `Bootstrap: localimage` (the reference's `From: ./ubuntu_22.04.sif`) names
+//! a local image file the sandbox does not have: see [`localimage_base`].
 
 use super::{line_error, EnvDefinition, Step};
 use crate::task::BundleError;
@@ -25,6 +28,7 @@ const IGNORED: &[&str] = &[
 /// Parse `.def` text.
 pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
     let mut def = EnvDefinition::default();
+    let mut localimage = false;
     let mut section: Option<(String, usize)> = None;
     let mut body = String::new();
     let finish = |section: &Option<(String, usize)>,
@@ -103,8 +107,11 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     format!("expected a `Key: value` header line, found {trimmed:?}"),
                 ));
             };
-            if key.trim().eq_ignore_ascii_case("from") {
+            let key = key.trim();
+            if key.eq_ignore_ascii_case("from") {
                 def.base = Some(value.trim().to_string());
+            } else if key.eq_ignore_ascii_case("bootstrap") {
+                localimage = value.trim().eq_ignore_ascii_case("localimage");
             }
             continue;
         }
@@ -112,7 +119,54 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
         body.push('\n');
     }
     finish(&section, &mut body, &mut def)?;
+    if localimage {
+        def.base = def.base.as_deref().and_then(localimage_base);
+    }
     Ok(def)
+}
+
+/// How the definition's base is read when it is a `Bootstrap: localimage`
+/// (`None` for any other bootstrap), for the user.
+pub fn localimage_note(text: &str, file: &str) -> Option<String> {
+    let mut localimage = false;
+    let mut from = None;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('%') {
+            break;
+        }
+        if let Some((key, value)) = line.split_once(':') {
+            let (key, value) = (key.trim(), value.trim());
+            if key.eq_ignore_ascii_case("bootstrap") {
+                localimage = value.eq_ignore_ascii_case("localimage");
+            } else if key.eq_ignore_ascii_case("from") {
+                from = Some(value);
+            }
+        }
+    }
+    let from = from.filter(|_| localimage)?;
+    Some(match localimage_base(from) {
+        Some(image) => format!("{file}: Bootstrap: localimage From {from} is read as the image {image}"),
+        None => format!("{file}: Bootstrap: localimage From {from} names no known image; the sandbox's base system is used"),
+    })
+}
+
+/// The image a local `.sif` file stands for, by the reference's naming
+/// convention `<name>_<version>.sif` (`./ubuntu_22.04.sif` is `ubuntu:22.04`):
+/// the version must start with a digit. `None` for any other name; the
+/// sandbox then uses its own base system.
+fn localimage_base(from: &str) -> Option<String> {
+    let file = from.rsplit('/').next().unwrap_or(from);
+    let stem = file.strip_suffix(".sif")?;
+    let (name, version) = stem.rsplit_once('_')?;
+    let name_ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+    let version_ok = version.starts_with(|c: char| c.is_ascii_digit())
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+    (name_ok && version_ok).then(|| format!("{name}:{version}"))
 }
 
 #[cfg(test)]
@@ -133,6 +187,32 @@ mod tests {
         );
         assert!(matches!(&def.steps[1], Step::Run(s) if s.contains("mkdir -p /home/user/logs")));
         assert!(def.session_script.contains("LC_ALL=C"));
+    }
+
+    #[test]
+    fn localimage_bases_map_to_images_or_the_host_with_a_note() {
+        let text =
+            "Bootstrap: localimage\nFrom: ./ubuntu_22.04.sif\n\n%post\n    mkdir -p /home/user\n";
+        let def = parse(text, "container.def").unwrap();
+        assert_eq!(def.base.as_deref(), Some("ubuntu:22.04"));
+        assert_eq!(def.steps.len(), 1);
+        let note = localimage_note(text, "container.def").unwrap();
+        assert!(
+            note.contains("./ubuntu_22.04.sif") && note.contains("ubuntu:22.04"),
+            "{note}"
+        );
+        let other = "Bootstrap: localimage\nFrom: /images/my_env.sif\n%post\n true\n";
+        assert_eq!(parse(other, "container.def").unwrap().base, None);
+        let note = localimage_note(other, "container.def").unwrap();
+        assert!(note.contains("base system"), "{note}");
+        let docker = "Bootstrap: docker\nFrom: ubuntu:22.04\n";
+        assert_eq!(localimage_note(docker, "container.def"), None);
+        assert_eq!(
+            localimage_base("debian_12-slim.sif").as_deref(),
+            Some("debian:12-slim")
+        );
+        assert_eq!(localimage_base("ubuntu.sif"), None);
+        assert_eq!(localimage_base("ubuntu_22.04.img"), None);
     }
 
     #[test]

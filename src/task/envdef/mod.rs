@@ -6,6 +6,7 @@ mod apptainer;
 mod dockerfile;
 mod render;
 
+pub use apptainer::localimage_note;
 pub use render::{render_apptainer, render_dockerfile, GENERATED_MARKER};
 
 use super::{BundleError, EnvKind, Task};

@@ -10,6 +10,7 @@
 mod convert;
 mod harbor;
 mod reference;
+mod solver_summary;
 mod tb1;
 mod test_script;
 

@@ -1,8 +1,15 @@
 //! The reference implementation's layout: `task.json` (`description`,
 //! `truth`, `name`), `container.def`, `test_initial_state.py`,
-//! `test_final_state.py` and an optional `solutions/` directory. Files the
-//! definition copies sit beside it. Native-only metadata travels under the
-//! `endless` key of task.json.
+//! `test_final_state.py` and an optional `solutions/` directory, all at the
+//! top of the task folder (where the reference's `generate_tasks.py` writes
+//! them). Files the definition copies sit beside it. Native-only metadata
+//! travels under the `endless` key of task.json.
+//!
+//! `solutions/` holds the stage-4 summaries (`o3_summary.json`), not an
+//! oracle: it becomes the bundle's `solution/` unchanged (so export writes it
+//! back byte for byte), and `o3_summary.json` is read into
+//! `[provenance.solvability]`. A `Bootstrap: localimage` definition is kept
+//! as written; how its image is read is noted in `[provenance] import_notes`.
 
 use std::path::Path;
 
@@ -11,8 +18,10 @@ use serde_json::{Map, Value};
 use super::convert::{
     apptainer_for, drop_generated, json_to_toml, meta_from_value, meta_to_table, toml_to_json,
 };
+use super::solver_summary::{self, O3_SUMMARY};
 use super::{id_from_dir, BundleError, Task};
 use crate::fsutil::{read_tree_bounded, ReadLimits};
+use crate::task::envdef;
 use crate::task::text::{parse_json, read_text};
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
@@ -43,6 +52,7 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
         .ok_or_else(|| BundleError::invalid(&json_path, Some("description"), "is missing"))?;
     let truth = take_string(&mut doc, "truth")?.unwrap_or_default();
     let name = take_string(&mut doc, "name")?;
+    let native = doc.contains_key("endless");
     let mut meta = match doc.remove("endless") {
         Some(v) => meta_from_value(
             "task.json",
@@ -81,11 +91,18 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
             solution.0.insert(rest.to_string(), entry);
         } else if is_test_file(&path) {
             tests.0.insert(path, entry);
+        } else if let Some(name) = path.strip_prefix("tests/").filter(|n| is_test_file(n)) {
+            // Some copies of the reference's data keep the tests in tests/;
+            // export writes them back beside task.json, where the reference does.
+            tests.0.insert(name.to_string(), entry);
         } else {
             environment.0.insert(path, entry);
         }
     }
     drop_generated(&mut environment);
+    if !native {
+        from_reference_run(dir, &mut meta, &environment, &solution)?;
+    }
     Ok(Task {
         meta,
         instruction,
@@ -94,6 +111,35 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
         tests,
         solution,
     })
+}
+
+/// What a task folder written by the reference (not by endless) says beyond
+/// the files: the o3 summary's record, and notes on its definition's image.
+fn from_reference_run(
+    dir: &Path,
+    meta: &mut TaskMeta,
+    environment: &FileTree,
+    solution: &FileTree,
+) -> Result<(), BundleError> {
+    if let Some(entry) = solution.0.get(O3_SUMMARY) {
+        meta.provenance.solvability = Some(solver_summary::read(
+            &dir.join(SOLUTIONS).join(O3_SUMMARY),
+            &entry.bytes,
+            "o3",
+            &format!("solution/{O3_SUMMARY}"),
+        )?);
+    }
+    let def = EnvKind::ApptainerDef.file_name();
+    if let Some(note) = environment
+        .text(def)
+        .and_then(|text| envdef::localimage_note(text, def))
+    {
+        meta.provenance.extra.insert(
+            "import_notes".into(),
+            toml::Value::Array(vec![toml::Value::String(note)]),
+        );
+    }
+    Ok(())
 }
 
 /// Write `task` in the reference layout into the empty directory `dir`.
