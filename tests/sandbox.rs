@@ -458,6 +458,29 @@ fn limits_memory() {
 }
 
 #[test]
+fn a_shell_killed_for_memory_reports_the_limit() {
+    let Some(b) = backend() else { return };
+    if !b.uses_cgroups() {
+        eprintln!("SKIP: no writable cgroups: the OOM killer is not per session here");
+        return;
+    }
+    let b = b.with_limits(endless::sandbox::local::Limits {
+        memory_bytes: 128 << 20,
+        disk_bytes: 16 << 20,
+        ..Default::default()
+    });
+    let mut s = start(&b);
+    // The shell itself grows until the OOM killer takes it.
+    let err = s
+        .exec("x=$(head -c 600000000 /dev/zero | tr '\\0' x); echo survived", T)
+        .unwrap_err();
+    assert!(
+        matches!(err, SandboxError::LimitReached { .. }),
+        "expected the memory limit, got: {err}"
+    );
+}
+
+#[test]
 fn live_stream_recording_input_and_resize() {
     let Some(b) = backend() else { return };
     let image = basic_image(&b);

@@ -34,7 +34,7 @@ impl From<SandboxError> for TerminalError {
 fn fault_of(e: &SandboxError) -> Fault {
     match e {
         SandboxError::SessionEnded { .. } | SandboxError::Unresponsive => Fault::ShellDied,
-        SandboxError::WallClock(_) => Fault::ResourceLimit,
+        SandboxError::WallClock(_) | SandboxError::LimitReached { .. } => Fault::ResourceLimit,
         _ => Fault::Infra,
     }
 }
@@ -134,6 +134,11 @@ mod tests {
             fault_of(&SandboxError::WallClock(Duration::from_secs(1))),
             Fault::ResourceLimit
         );
+        let oom = SandboxError::LimitReached {
+            limit: "memory limit".into(),
+            output: String::new(),
+        };
+        assert_eq!(fault_of(&oom), Fault::ResourceLimit);
     }
 
     #[test]

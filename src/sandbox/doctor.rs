@@ -106,19 +106,43 @@ fn doctor_local() -> BackendStatus {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let userns = local::userns_problem();
+    let mapping = if root {
+        local::HostIdentity::Mapped(local::IdMap::for_host()).describe()
+    } else {
+        // SAFETY: getuid/getgid have no preconditions.
+        unsafe { local::HostIdentity::Rootless(libc::getuid(), libc::getgid()).describe() }
+    };
     checks.push(check(
-        "privileges",
+        "uid mapping",
         root || userns.is_none(),
-        if root {
-            "running as root: overlays mounted directly, the agent runs as a real unprivileged uid".to_string()
-        } else if userns.is_none() {
-            "rootless: overlays and ids through unprivileged user namespaces (the verifier then runs as the agent's uid)"
-                .to_string()
+        if root || userns.is_none() {
+            mapping
         } else {
             "not root and unprivileged user namespaces are unavailable".to_string()
         },
         userns.as_deref().unwrap_or("run as root"),
     ));
+    let seccomp = local::seccomp_summary();
+    checks.push(check(
+        "seccomp",
+        seccomp.is_ok(),
+        seccomp.clone().unwrap_or_else(|e| e),
+        "use a kernel with CONFIG_SECCOMP_FILTER",
+    ));
+    let pasta = local::pasta_path();
+    checks.push(Check {
+        name: "network".into(),
+        ok: true,
+        detail: match &pasta {
+            Some(p) => format!(
+                "sessions have no network; tasks with network = true get their own network namespace through {} \
+                 (no host loopback, no other sessions)",
+                p.display()
+            ),
+            None => "sessions have no network; tasks with network = true cannot run: pasta (passt) is not installed".into(),
+        },
+        fix: pasta.is_none().then(|| "apt-get install passt".to_string()),
+    });
     let overlay = std::fs::read_to_string("/proc/filesystems")
         .unwrap_or_default()
         .contains("overlay");

@@ -77,6 +77,14 @@ pub enum SandboxError {
         /// Output of the command in flight, if any.
         output: String,
     },
+    /// The shell ended because the session ran into a resource limit.
+    #[error("the session's shell was killed at its {limit}; output so far:\n{output}")]
+    LimitReached {
+        /// Which limit.
+        limit: String,
+        /// Output of the command in flight, if any.
+        output: String,
+    },
     /// The shell stopped answering even after interrupt and kill; the session was closed.
     #[error("the session's shell stopped answering after a timeout, interrupt and kill; the session was closed")]
     Unresponsive,

@@ -59,6 +59,11 @@ pub trait SessionControl: Send {
     fn exchange_dir(&self) -> Option<(PathBuf, String)>;
     /// Kill everything and release resources (cgroups, directories).
     fn teardown(&mut self, child: &mut Child);
+    /// Which resource limit the sandbox ran into, if one killed something
+    /// (e.g. the memory limit's OOM killer).
+    fn limit_hit(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One run of the verifier: a trusted program, its environment (nothing
@@ -481,16 +486,25 @@ impl Session {
     }
 
     fn ended_error(&mut self, reason: &str, got: &Collected) -> SandboxError {
-        let reason = if self.wall_clock_passed() {
-            format!("wall-clock limit of {:?} passed", self.wall_clock)
-        } else {
-            reason.to_string()
-        };
-        self.ended.get_or_insert_with(|| reason.clone());
+        if self.wall_clock_passed() {
+            self.ended
+                .get_or_insert_with(|| format!("wall-clock limit of {:?} passed", self.wall_clock));
+            self.teardown();
+            return SandboxError::WallClock(self.wall_clock);
+        }
+        // Ask before teardown, which removes the cgroups that know.
+        let limit = self.control.limit_hit();
+        self.ended.get_or_insert_with(|| reason.to_string());
         self.teardown();
-        SandboxError::SessionEnded {
-            reason: Some(reason),
-            output: marker::clean_output(&got.kept),
+        match limit {
+            Some(limit) => SandboxError::LimitReached {
+                limit,
+                output: marker::clean_output(&got.kept),
+            },
+            None => SandboxError::SessionEnded {
+                reason: Some(reason.to_string()),
+                output: marker::clean_output(&got.kept),
+            },
         }
     }
 

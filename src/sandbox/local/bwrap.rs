@@ -144,17 +144,17 @@ pub fn args(spec: &Spec) -> Vec<OsString> {
 }
 
 /// The agent shell's command and capabilities: bash as `uid`. A non-root
-/// agent drops every capability and may never gain one (`setpriv`); a root
-/// agent keeps Docker's default set (without `mknod` and raw sockets), which
-/// holds only inside its user namespace. `rootless` sessions switch ids
-/// through bubblewrap's own user namespace instead.
+/// agent drops every capability and may never gain one (`setpriv`, or in
+/// `rootless` sessions bubblewrap's own user namespace); a root agent keeps
+/// Docker's default set (without `mknod`, raw sockets and `ptrace` of
+/// others), which holds only inside its user namespace.
 pub fn shell_argv(uid: u32, gid: u32, rootless: bool) -> (Vec<String>, Caps) {
     let bash = ["/bin/bash", "--noediting", "--noprofile", "--norc", "-i"].map(String::from);
-    if rootless {
-        return (bash.to_vec(), Caps::Default);
-    }
     if uid == 0 {
         return (bash.to_vec(), Caps::Only(BUILD_CAPS.to_vec()));
+    }
+    if rootless {
+        return (bash.to_vec(), Caps::Default);
     }
     let mut argv: Vec<String> = [
         "/usr/bin/setpriv",

@@ -33,6 +33,8 @@ pub struct LocalControl {
     pub runtime_python: Vec<String>,
     /// The seccomp programs every sandboxed process runs under.
     pub seccomp: Vec<seccompiler::BpfProgram>,
+    /// Where the pid of the session's `pasta` is, when it has network access.
+    pub pasta_pidfile: Option<PathBuf>,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -54,6 +56,36 @@ pub fn children_of(pid: i32) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Without cgroups: SIGKILL, again and again until none is left or `wait`
+/// has passed, every process in the PID namespace of `init` but `keep`.
+fn kill_pid_namespace_except(init: i32, keep: &[i32], wait: Duration) {
+    let ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let Some(target) = ns(init) else {
+        return;
+    };
+    let until = Instant::now() + wait;
+    loop {
+        let victims: Vec<i32> = std::fs::read_dir("/proc")
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+                    .filter(|p| !keep.contains(p) && ns(*p).as_ref() == Some(&target))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if victims.is_empty() || Instant::now() >= until {
+            return;
+        }
+        for pid in victims {
+            // SAFETY: kill(2) on a process of this sandbox's PID namespace.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Whether `pid` exists and is not a zombie.
@@ -86,11 +118,13 @@ impl LocalControl {
 impl SessionControl for LocalControl {
     fn kill_strays(&mut self, shell_pgid: Option<i32>) {
         let init = self.init_pid();
-        if let Some(cg) = &self.cgroups {
-            let mut keep = vec![self.outer];
-            keep.extend(init);
-            keep.extend(shell_pgid);
-            cg.kill_except(&keep, Duration::from_secs(2));
+        let mut keep = vec![self.outer];
+        keep.extend(init);
+        keep.extend(shell_pgid);
+        match (&self.cgroups, init) {
+            (Some(cg), _) => cg.kill_except(&keep, Duration::from_secs(2)),
+            (None, Some(init)) => kill_pid_namespace_except(init, &keep, Duration::from_secs(2)),
+            (None, None) => {}
         }
     }
 
@@ -163,6 +197,11 @@ impl SessionControl for LocalControl {
         Ok(cmd)
     }
 
+    fn limit_hit(&self) -> Option<String> {
+        let kills = self.cgroups.as_ref()?.oom_kills();
+        (kills > 0).then(|| format!("memory limit (the OOM killer killed {kills} process(es))"))
+    }
+
     fn verifier_python(&self) -> Vec<String> {
         self.runtime_python.clone()
     }
@@ -191,6 +230,9 @@ impl SessionControl for LocalControl {
             while is_running(init) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(2));
             }
+        }
+        if let Some(p) = &self.pasta_pidfile {
+            super::net::stop(p);
         }
         let _ = std::fs::remove_dir_all(&self.session_dir);
     }

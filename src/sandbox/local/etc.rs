@@ -126,7 +126,7 @@ pub fn build(host_etc: &Path, dest: &Path, map: Option<IdMap>) -> Result<(), San
         .collect();
     names.sort();
     for name in names {
-        copy_entry(&host_etc.join(&name), &dest.join(&name))?;
+        copy_entry(&host_etc.join(&name), &dest.join(&name), map.is_some())?;
     }
     let passwd = std::fs::read_to_string(host_etc.join("passwd")).unwrap_or_default();
     let group = std::fs::read_to_string(host_etc.join("group")).unwrap_or_default();
@@ -180,8 +180,9 @@ pub fn build(host_etc: &Path, dest: &Path, map: Option<IdMap>) -> Result<(), San
 }
 
 /// Copy `from` to `to`: directories recursively, symlinks as links, files
-/// by content; anything not world-readable is left out.
-fn copy_entry(from: &Path, to: &Path) -> Result<(), SandboxError> {
+/// by content; anything not world-readable is left out. Owners are kept
+/// when `owners` (we are root), else the copy is ours.
+fn copy_entry(from: &Path, to: &Path, owners: bool) -> Result<(), SandboxError> {
     let io = |what: &'static str, p: &Path| SandboxError::io(what, p.to_path_buf());
     let Ok(meta) = std::fs::symlink_metadata(from) else {
         return Ok(());
@@ -190,7 +191,9 @@ fn copy_entry(from: &Path, to: &Path) -> Result<(), SandboxError> {
     if ft.is_symlink() {
         let target = std::fs::read_link(from).map_err(io("read link", from))?;
         std::os::unix::fs::symlink(&target, to).map_err(io("copy link", to))?;
-        let _ = std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()));
+        if owners {
+            let _ = std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()));
+        }
         return Ok(());
     }
     if meta.mode() & 0o004 == 0 {
@@ -209,7 +212,7 @@ fn copy_entry(from: &Path, to: &Path) -> Result<(), SandboxError> {
         children.sort();
         for child in children {
             if let Some(name) = child.file_name() {
-                copy_entry(&child, &to.join(name))?;
+                copy_entry(&child, &to.join(name), owners)?;
             }
         }
     } else if ft.is_file() {
@@ -219,8 +222,10 @@ fn copy_entry(from: &Path, to: &Path) -> Result<(), SandboxError> {
     }
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
         .map_err(io("chmod copy", to))?;
-    std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()))
-        .map_err(io("chown copy", to))?;
+    if owners {
+        std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()))
+            .map_err(io("chown copy", to))?;
+    }
     Ok(())
 }
 

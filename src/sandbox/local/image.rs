@@ -141,6 +141,10 @@ impl LocalBackend {
             None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
         };
         let userns = self.new_userns()?;
+        let network = task.meta.environment.network;
+        let build_id = build.file_name().map(|n| n.to_string_lossy().into_owned());
+        let (net_parent, net_child, pidfile) =
+            self.net_setup(network, &build_id.unwrap_or_default())?;
         let plan = MountPlan::new(MountSpec {
             tmpfs: None,
             mkdirs: &[],
@@ -152,6 +156,7 @@ impl LocalBackend {
                 (build.join("ctx"), layout.staged("ctx")),
                 (build.join("steps"), layout.staged("steps")),
             ],
+            net: net_child,
         })?;
         let env = vec![
             ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
@@ -163,7 +168,7 @@ impl LocalBackend {
         let keep = seccomp.iter().map(|f| f.as_raw_fd()).collect();
         let spec = Spec {
             root: layout.merged(),
-            network: task.meta.environment.network,
+            network,
             binds: vec![
                 Bind {
                     source: layout.staged("ctx"),
@@ -189,7 +194,17 @@ impl LocalBackend {
         unsafe {
             cmd.pre_exec(move || plan.apply());
         }
-        let out = run_capturing(cmd, self.build_timeout, false, None, keep).map(|(o, _)| o);
+        let attach = net_parent.map(|ends| {
+            let ns = userns.as_ref().and_then(|u| u.try_clone().ok());
+            super::net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
+        });
+        let mut out = run_capturing(cmd, self.build_timeout, false, None, keep).map(|(o, _)| o);
+        if let Some(Ok(Err(e))) = attach.map(|t| t.join()) {
+            out = Err(e);
+        }
+        if let Some(p) = &pidfile {
+            super::net::stop(p);
+        }
         drop((userns, seccomp));
         if let Some(cg) = &mut cgroups {
             cg.kill_all_and_remove(Duration::from_secs(5));

@@ -106,6 +106,18 @@ impl Cgroups {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// How many processes the memory limit's OOM killer has killed.
+    pub fn oom_kills(&self) -> u64 {
+        let Some(mem) = self.dirs.get(1) else {
+            return 0;
+        };
+        std::fs::read_to_string(mem.join("memory.oom_control"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Process ids in the session's cgroup.
     pub fn pids(&self) -> Vec<i32> {
         let Some(dir) = self.dirs.first() else {

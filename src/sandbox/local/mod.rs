@@ -11,6 +11,7 @@ mod etc;
 mod image;
 mod layout;
 mod limits;
+mod net;
 mod overlay;
 mod runtime;
 mod seccomp;
@@ -31,6 +32,8 @@ pub use bwrap::{bwrap_path, which};
 pub use control::EXCHANGE_INSIDE;
 pub use layout::SYSTEM_DIRS;
 pub use limits::{cgroups_available, Limits};
+pub use net::pasta_path;
+pub use seccomp::summary as seccomp_summary;
 pub use userns::IdMap;
 pub use verifier::PRELOAD_REFUSED;
 
@@ -171,7 +174,10 @@ impl LocalBackend {
         let host_etc = Path::new("/etc");
         let etc = layout.etc(&etc::fingerprint(host_etc, map));
         if !etc.is_dir() {
-            let tmp = etc.with_extension(format!("tmp-{}", std::process::id()));
+            let mut rnd = [0u8; 6];
+            rand::Rng::fill(&mut rand::rng(), &mut rnd);
+            let tmp =
+                etc.with_extension(format!("tmp-{}-{}", std::process::id(), hex::encode(rnd)));
             layout::remove_tree(&tmp);
             etc::build(host_etc, &tmp, map)?;
             if std::fs::rename(&tmp, &etc).is_err() {
@@ -366,6 +372,8 @@ impl LocalBackend {
             });
         }
         let userns = self.new_userns()?;
+        let network = image.network && self.allow_network;
+        let (net_parent, net_child, pidfile) = self.net_setup(network, &sid)?;
         let (staged_x, staged_rt) = (layout.staged("x"), layout.staged("rt"));
         let plan = MountPlan::new(MountSpec {
             tmpfs: Some((&scratch, limits.disk_bytes)),
@@ -378,6 +386,7 @@ impl LocalBackend {
                 (exchange.clone(), staged_x.clone()),
                 (self.runtime.dir.clone(), staged_rt.clone()),
             ],
+            net: net_child,
         })?;
         let seccomp = seccomp::program_files()?;
         let keep: Vec<RawFd> = seccomp.iter().map(|f| f.as_raw_fd()).collect();
@@ -404,7 +413,7 @@ impl LocalBackend {
         let (argv, caps) = bwrap::shell_argv(image.uid, image.gid, rootless);
         let spec = bwrap::Spec {
             root: layout.merged(),
-            network: image.network && self.allow_network,
+            network,
             binds,
             env: bwrap::agent_env(&image.user, &image.home),
             caps,
@@ -434,6 +443,7 @@ impl LocalBackend {
             task_ids: (image.uid, image.gid),
             runtime_python: self.runtime.python.clone(),
             seccomp: self.seccomp.clone(),
+            pasta_pidfile: pidfile.clone(),
         };
         let info = SessionInfo {
             backend: "local",
@@ -441,17 +451,66 @@ impl LocalBackend {
             workdir: image.workdir.clone(),
             image: image.hash.clone(),
         };
-        let result = Session::spawn_with(cmd, keep, &init, opts, info, move |pid| {
+        let attach = net_parent.map(|ends| {
+            let ns = userns.as_ref().and_then(|u| u.try_clone().ok());
+            net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
+        });
+        let mut result = Session::spawn_with(cmd, keep, &init, opts, info, move |pid| {
             let mut c = control;
             c.outer = pid as i32;
             Box::new(c)
         });
+        if let Some(Ok(Err(e))) = attach.map(|t| t.join()) {
+            result = Err(e);
+        }
         // The children hold what they need; ours close now.
         drop((userns, seccomp));
         if result.is_err() {
+            if let Some(p) = &pidfile {
+                net::stop(p);
+            }
             let _ = std::fs::remove_dir_all(&session_dir);
         }
         result
+    }
+
+    /// For a child with network access: the pipes to connect its namespace
+    /// and where `pasta`'s pid goes (named after `id`, in a directory that
+    /// the sandbox's root, which `pasta` runs as, can reach and write).
+    #[allow(clippy::type_complexity)]
+    fn net_setup(
+        &self,
+        network: bool,
+        id: &str,
+    ) -> Result<
+        (
+            Option<net::ParentEnds>,
+            Option<net::ChildEnds>,
+            Option<PathBuf>,
+        ),
+        SandboxError,
+    > {
+        if !network {
+            return Ok((None, None, None));
+        }
+        if net::pasta_path().is_none() {
+            return Err(SandboxError::ToolMissing {
+                tool: "pasta".into(),
+                hint: "tasks with network = true get their own network namespace through user-mode networking: install passt (Debian/Ubuntu: `apt-get install passt`)".into(),
+            });
+        }
+        let net_dir = self.layout.staged("pasta");
+        std::fs::create_dir_all(&net_dir)
+            .map_err(SandboxError::io("create directory", &net_dir))?;
+        let (uid, gid) = self.identity.root_ids();
+        std::os::unix::fs::chown(&net_dir, Some(uid), Some(gid))
+            .map_err(SandboxError::io("chown directory", &net_dir))?;
+        let (parent, child) = net::pipes()?;
+        Ok((
+            Some(parent),
+            Some(child),
+            Some(net_dir.join(format!("{id}.pid"))),
+        ))
     }
 }
 

@@ -61,6 +61,7 @@ pub struct MountPlan {
     rootless: Option<(CString, CString)>,
     mapped: Option<PreparedMapped>,
     binds: Vec<(CString, CString)>,
+    net: Option<super::net::ChildEnds>,
 }
 
 struct PreparedMapped {
@@ -98,6 +99,8 @@ pub struct MountSpec<'a> {
     /// Host directories to bind (source, mount point) where bubblewrap can
     /// reach them (see `Layout::stage`).
     pub binds: Vec<(PathBuf, PathBuf)>,
+    /// A network namespace of its own, connected by the parent (see `net.rs`).
+    pub net: Option<super::net::ChildEnds>,
 }
 
 fn cstr(path: &Path) -> Result<CString, SandboxError> {
@@ -200,6 +203,7 @@ impl MountPlan {
                 .iter()
                 .map(|(a, b)| Ok((cstr(a)?, cstr(b)?)))
                 .collect::<Result<_, SandboxError>>()?,
+            net: spec.net,
         })
     }
 
@@ -263,6 +267,10 @@ impl MountPlan {
         }
         if let Some(m) = &self.mapped {
             enter_as_root(m.userns)?;
+        }
+        if let Some(net) = &self.net {
+            use std::os::fd::AsRawFd;
+            super::net::child_side(net.pid.as_raw_fd(), net.go.as_raw_fd())?;
         }
         Ok(())
     }

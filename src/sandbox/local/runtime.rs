@@ -103,7 +103,13 @@ impl Runtime {
             std::fs::create_dir_all(&p).map_err(io("create runtime mount point", &p))?;
         }
         let ld = dir.join("ld.so");
-        let tmp = dir.join(format!(".ld.so-{}", std::process::id()));
+        let mut rnd = [0u8; 6];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let tmp = dir.join(format!(
+            ".ld.so-{}-{}",
+            std::process::id(),
+            hex::encode(rnd)
+        ));
         std::fs::copy(&loader, &tmp).map_err(io("copy the dynamic loader", &tmp))?;
         std::os::unix::fs::chown(&tmp, Some(owner.0), Some(owner.1))
             .map_err(io("chown the loader copy", &tmp))?;

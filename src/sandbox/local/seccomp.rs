@@ -134,6 +134,21 @@ pub fn programs() -> Result<Vec<BpfProgram>, SandboxError> {
     ])
 }
 
+/// A one-line account of the filter for `sandbox doctor`, or why it cannot load.
+pub fn summary() -> Result<String, String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !status.lines().any(|l| l.starts_with("Seccomp:")) {
+        return Err("this kernel has no seccomp".into());
+    }
+    let p = programs().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "{} system calls denied (mounts, namespaces, keyrings, BPF, perf, file handles, kexec, clocks, io_uring), \
+         clone with namespace flags denied, clone3 answers ENOSYS; {} BPF instructions; no_new_privs",
+        denied().len() + 1,
+        p.iter().map(|x| x.len()).sum::<usize>()
+    ))
+}
+
 /// The raw bytes of a program, as `bwrap --add-seccomp-fd` reads them.
 fn bytes(program: &BpfProgram) -> Vec<u8> {
     let mut out = Vec::with_capacity(program.len() * 8);

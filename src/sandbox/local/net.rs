@@ -1,0 +1,215 @@
+//! Network access for tasks that ask for it (`[environment] network = true`):
+//! the session (or build) gets its own network namespace, connected to the
+//! outside through user-mode networking (`pasta`, from Debian's `passt`),
+//! never the host's namespace.
+//!
+//! `pasta` runs on the host side with the sandbox's root ids (inside the
+//! sandbox's user namespace, so an unprivileged host id), with the gateway
+//! not mapped to the host's loopback (`--no-map-gw`) and no port forwarding
+//! in either direction: the sandbox reaches the internet as the host sees it,
+//! but not the host's `127.0.0.1`, its abstract sockets, or other sessions.
+//!
+//! The child creates the namespace after switching identity, tells us its pid
+//! through a pipe and waits; a thread of ours attaches `pasta` to it and
+//! answers, so the sandbox's first command already has the network.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::sandbox::SandboxError;
+
+/// How long `pasta` may take to set the namespace up.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Path of `pasta`, if installed.
+pub fn pasta_path() -> Option<PathBuf> {
+    super::which("pasta").or_else(|| Some(PathBuf::from("/usr/bin/pasta")).filter(|p| p.exists()))
+}
+
+/// The child's ends: where it writes its pid, where it reads the answer.
+pub struct ChildEnds {
+    /// Write end for the child's pid.
+    pub pid: OwnedFd,
+    /// Read end for the parent's answer (`y` when the network is up).
+    pub go: OwnedFd,
+}
+
+/// The parent's ends.
+pub struct ParentEnds {
+    pid: File,
+    go: File,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors that we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(SandboxError::io("create pipe", "pipe")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: both are valid and owned by nobody else.
+    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+/// The two pipes of one attachment.
+pub fn pipes() -> Result<(ParentEnds, ChildEnds), SandboxError> {
+    let (pid_r, pid_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    Ok((
+        ParentEnds {
+            pid: File::from(pid_r),
+            go: File::from(go_w),
+        },
+        ChildEnds {
+            pid: pid_w,
+            go: go_r,
+        },
+    ))
+}
+
+/// In the child, after its identity switch: a new network namespace, then
+/// wait until the parent has connected it.
+///
+/// # Safety
+/// Meant for `pre_exec`: only async-signal-safe calls.
+pub unsafe fn child_side(pid_fd: RawFd, go_fd: RawFd) -> std::io::Result<()> {
+    if libc::unshare(libc::CLONE_NEWNET) < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let pid = libc::getpid().to_ne_bytes();
+    if libc::write(pid_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut answer = [0u8; 1];
+    loop {
+        let n = libc::read(go_fd, answer.as_mut_ptr().cast(), 1);
+        if n < 0 && *libc::__errno_location() == libc::EINTR {
+            continue;
+        }
+        if n == 1 && answer[0] == b'y' {
+            return Ok(());
+        }
+        return Err(std::io::Error::from_raw_os_error(libc::ENETUNREACH));
+    }
+}
+
+/// Attach `pasta` to the child's namespace from a thread, once the child
+/// says it is ready. `userns` (as root: the sandbox's user namespace) is
+/// where `pasta` runs as root; `pidfile` receives its pid (the caller kills
+/// it at teardown). The thread's result says whether it worked.
+pub fn attach_in_background(
+    ends: ParentEnds,
+    userns: Option<OwnedFd>,
+    pidfile: PathBuf,
+) -> JoinHandle<Result<(), SandboxError>> {
+    std::thread::spawn(move || {
+        let ParentEnds { mut pid, mut go } = ends;
+        let result = attach(&mut pid, userns, &pidfile);
+        let _ = go.write_all(if result.is_ok() { b"y" } else { b"n" });
+        result
+    })
+}
+
+fn attach(
+    pid_pipe: &mut File,
+    userns: Option<OwnedFd>,
+    pidfile: &Path,
+) -> Result<(), SandboxError> {
+    let mut buf = [0u8; 4];
+    let mut poll = libc::pollfd {
+        fd: pid_pipe.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one descriptor we own.
+    let ready = unsafe { libc::poll(&mut poll, 1, ATTACH_TIMEOUT.as_millis() as i32) };
+    if ready <= 0 || pid_pipe.read_exact(&mut buf).is_err() {
+        return Err(SandboxError::Start(
+            "the sandbox did not create its network namespace".into(),
+        ));
+    }
+    let child = i32::from_ne_bytes(buf);
+    let ns_path = format!("/proc/{child}/ns/net");
+    let netns =
+        File::open(&ns_path).map_err(SandboxError::io("open the network namespace", &ns_path))?;
+    let pasta = pasta_path().ok_or_else(|| SandboxError::ToolMissing {
+        tool: "pasta".into(),
+        hint: "tasks with network = true need user-mode networking: install passt (Debian/Ubuntu: `apt-get install passt`)".into(),
+    })?;
+    let fd = netns.as_raw_fd();
+    let mut cmd = Command::new(pasta);
+    cmd.args([
+        "--config-net",
+        "--no-map-gw",
+        "--netns-only",
+        "-t",
+        "none",
+        "-u",
+        "none",
+        "-T",
+        "none",
+        "-U",
+        "none",
+        "-q",
+        "-P",
+    ])
+    .arg(pidfile)
+    // In the sandbox's user namespace we are its root; stay so (an
+    // unprivileged id on the host) rather than switch to its `nobody`.
+    .args(if userns.is_some() {
+        vec!["--runas", "0:0"]
+    } else {
+        Vec::new()
+    })
+    .arg("--netns")
+    .arg(format!("/proc/self/fd/{fd}"))
+    .env_clear()
+    .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let userns_fd = userns.as_ref().map(|u| u.as_raw_fd());
+    // SAFETY: setns, setgroups, setres[ug]id and fcntl are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            crate::sandbox::fds::close_inherited(&[fd])?;
+            if let Some(ns) = userns_fd {
+                super::overlay::enter_as_root(ns)?;
+            }
+            Ok(())
+        });
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| SandboxError::Start(format!("start pasta: {e}")))?;
+    if !out.status.success() {
+        return Err(SandboxError::Start(format!(
+            "pasta could not connect the sandbox's network ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Stop the `pasta` whose pid is in `pidfile`, if any, and remove the file.
+pub fn stop(pidfile: &Path) {
+    if let Some(pid) = std::fs::read_to_string(pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|p| *p > 1)
+    {
+        // SAFETY: kill(2) on the pasta we started.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    let _ = std::fs::remove_file(pidfile);
+}

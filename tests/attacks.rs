@@ -1,0 +1,675 @@
+//! The attack suite of the `local` sandbox: one test per attack the
+//! sandbox claims to stop (README, "Threat model"), each run as root (as CI
+//! and most users run `endless`) and again as an unprivileged user (uid
+//! 65534 through `setpriv`, where user namespaces allow it), with root
+//! agents and hostile build steps.
+//!
+//! The unprivileged run re-executes this test binary (copied where uid 65534
+//! can read it) with `ENDLESS_ATTACK_INNER` set, so both runs execute the
+//! same scenario code.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use endless::sandbox::local::{Limits, LocalBackend};
+use endless::sandbox::{Backend, Session, SessionOptions};
+use endless::task::{FileTree, Task, TaskMeta};
+use endless::verify::{verify, TestSet};
+
+const T: Duration = Duration::from_secs(20);
+const NOBODY: u32 = 65_534;
+const INNER: &str = "ENDLESS_ATTACK_INNER";
+
+/// A scenario: what one attack does, and what must (not) happen.
+type Scenario = fn(&LocalBackend);
+
+/// Run `scenario` as we are, then (when we are root) as uid 65534.
+fn both(name: &str, scenario: Scenario) {
+    let inner = std::env::var_os(INNER).is_some();
+    match backend(Limits::default()) {
+        Some(b) => scenario(&b),
+        None if inner => panic!("the local backend does not start as uid {}", uid()),
+        None => return,
+    }
+    if !inner && uid() == 0 {
+        as_nobody(name);
+    }
+}
+
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+fn rootless() -> bool {
+    uid() != 0
+}
+
+/// Re-run test `name` of this binary as uid 65534.
+fn as_nobody(name: &str) {
+    let dir = tempfile::Builder::new()
+        .prefix("endless-attack-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("attacks");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    let probe = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "unshare",
+            "-U",
+            "true",
+        ])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP as uid 65534: unprivileged user namespaces are not available here");
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
+        .arg(&exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+        .env("HOME", &home)
+        .env(INNER, "1")
+        .current_dir(&home)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "as uid 65534:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "as uid 65534, the test did not run:\n{text}"
+    );
+}
+
+fn backend(limits: Limits) -> Option<LocalBackend> {
+    let cache = std::env::temp_dir().join(format!("endless-attacks-{}", uid()));
+    std::fs::create_dir_all(&cache).ok()?;
+    match LocalBackend::new(&cache) {
+        Ok(b) => Some(b.with_limits(limits)),
+        Err(e) => {
+            eprintln!("SKIP: local backend unavailable here: {e}");
+            None
+        }
+    }
+}
+
+fn task(id: &str, user: &str, setup: &str) -> Task {
+    let mut t = Task {
+        meta: TaskMeta::default(),
+        instruction: "write HELLO to ~/out.txt".into(),
+        truth: "echo HELLO > ~/out.txt".into(),
+        environment: FileTree::default(),
+        tests: FileTree::default(),
+        solution: FileTree::default(),
+    };
+    t.meta.task.id = id.into();
+    t.meta.agent.user = user.into();
+    t.meta.environment.workdir = if user == "root" {
+        "/root"
+    } else {
+        "/home/user"
+    }
+    .into();
+    t.environment.insert_text("setup.sh", setup);
+    t.tests.insert_text(
+        "test_final_state.py",
+        "import os\n# CANARY-TEST-SOURCE-7f3a\ndef test_done():\n    with open(os.path.expanduser('~/out.txt')) as f:\n        assert f.read().strip() == 'HELLO'\n",
+    );
+    t.meta.verifier.final_tests = vec!["test_final_state.py".into()];
+    t
+}
+
+fn session(b: &LocalBackend, t: &Task) -> Session {
+    let image = b.prepare(t).unwrap();
+    b.start(&image, &SessionOptions::default()).unwrap()
+}
+
+fn run(s: &mut Session, cmd: &str) -> String {
+    let r = s.exec(cmd, T).unwrap();
+    r.output
+}
+
+/// Lines `name=CODE` in `out`, as (name, code).
+fn codes(out: &str) -> Vec<(String, i32)> {
+    out.lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().split_once('=')?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn all_failed(out: &str, names: &[&str]) {
+    let got = codes(out);
+    for n in names {
+        let code = got.iter().find(|(k, _)| k == n).map(|(_, c)| *c);
+        assert!(
+            matches!(code, Some(c) if c != 0),
+            "`{n}` did not fail: {out}"
+        );
+    }
+}
+
+/// Python that tries the "shocker" escape: open the host filesystem's root
+/// inode by handle, and make a handle for `/`. Prints both errnos.
+fn handle_attack() -> String {
+    let (open_nr, name_nr) = if cfg!(target_arch = "aarch64") {
+        (265, 264)
+    } else {
+        (304, 303)
+    };
+    format!(
+        r#"python3 - <<'EOF'
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/", os.O_RDONLY)
+h = ctypes.create_string_buffer(struct.pack("Ii8s", 8, 1, struct.pack("II", 2, 0)), 16)
+r = libc.syscall({open_nr}, fd, h, 0)
+print("handle=%d" % (ctypes.get_errno() if r < 0 else 0))
+m = ctypes.c_int()
+h2 = ctypes.create_string_buffer(struct.pack("Ii", 128, 0) + bytes(128), 136)
+r = libc.syscall({name_nr}, -100, b"/", h2, ctypes.byref(m), 0)
+print("name_to_handle=%d" % (ctypes.get_errno() if r < 0 else 0))
+EOF"#
+    )
+}
+
+#[test]
+fn root_agent_cannot_open_host_files_by_handle() {
+    both("root_agent_cannot_open_host_files_by_handle", |b| {
+        let mut s = session(b, &task("atk-handle", "root", "true\n"));
+        let out = run(&mut s, &handle_attack());
+        all_failed(&out, &["handle", "name_to_handle"]);
+        s.close();
+    });
+}
+
+#[test]
+fn root_agent_cannot_mount_remount_or_nest_namespaces() {
+    both("root_agent_cannot_mount_remount_or_nest_namespaces", |b| {
+        let mut s = session(b, &task("atk-mount", "root", "true\n"));
+        let tag = format!("pwned-{}", std::process::id());
+        let out = run(
+            &mut s,
+            &format!(
+                "mount -o remount,rw /run/endless-runtime/usr 2>/dev/null; echo remount=$?\n\
+                 mount -t tmpfs none /mnt 2>/dev/null; echo mount=$?\n\
+                 umount /run/endless-verifier 2>/dev/null; echo umount=$?\n\
+                 touch /run/endless-runtime/usr/{tag} 2>/dev/null; echo write_runtime=$?\n\
+                 unshare -U true 2>/dev/null; echo userns=$?\n\
+                 unshare -m true 2>/dev/null; echo mountns=$?\n\
+                 unshare -n true 2>/dev/null; echo netns=$?"
+            ),
+        );
+        all_failed(
+            &out,
+            &[
+                "remount",
+                "mount",
+                "umount",
+                "write_runtime",
+                "userns",
+                "mountns",
+                "netns",
+            ],
+        );
+        assert!(!Path::new("/usr").join(&tag).exists());
+        s.close();
+    });
+}
+
+#[test]
+fn root_agent_cannot_change_the_host_clock_or_kernel_settings() {
+    both(
+        "root_agent_cannot_change_the_host_clock_or_kernel_settings",
+        |b| {
+            let mut s = session(b, &task("atk-clock", "root", "true\n"));
+            let before = std::time::SystemTime::now();
+            let out = run(
+                &mut s,
+                "date -s '2001-01-01 00:00:00' >/dev/null 2>&1; echo date=$?\n\
+             echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; echo drop_caches=$?\n\
+             echo 1 > /proc/sys/kernel/sysrq 2>/dev/null; echo sysrq=$?",
+            );
+            all_failed(&out, &["date", "drop_caches", "sysrq"]);
+            let drift = std::time::SystemTime::now().duration_since(before).unwrap();
+            assert!(drift < Duration::from_secs(60), "the host clock moved");
+            s.close();
+        },
+    );
+}
+
+#[test]
+fn root_agent_sees_no_host_secrets_in_etc() {
+    both("root_agent_sees_no_host_secrets_in_etc", |b| {
+        let mut s = session(b, &task("atk-etc", "root", "true\n"));
+        let out = run(
+            &mut s,
+            "cat /etc/shadow /etc/gshadow 2>&1; ls /etc/ssh /etc/ssl/private 2>&1; \
+             cat /etc/subuid /etc/gitconfig 2>/dev/null; echo end",
+        );
+        assert!(out.contains("root:*:"), "{out}");
+        for line in out.lines() {
+            let hash = line.split(':').nth(1).unwrap_or("");
+            assert!(
+                !hash.starts_with('$'),
+                "a password hash reached the sandbox: {line}"
+            );
+            assert!(
+                !line.contains("ssh_host_"),
+                "host keys reached the sandbox: {line}"
+            );
+        }
+        if let Ok(host) = std::fs::read_to_string("/etc/shadow") {
+            for line in host.lines().filter(|l| l.contains('$')) {
+                assert!(!out.contains(line), "host shadow line inside: {line}");
+            }
+        }
+        s.close();
+    });
+}
+
+#[test]
+fn root_agent_cannot_forge_the_verdict_or_read_the_tests() {
+    both(
+        "root_agent_cannot_forge_the_verdict_or_read_the_tests",
+        |b| {
+            let t = task("atk-forge", "root", "true\n");
+            let mut s = session(b, &t);
+            let out = run(
+                &mut s,
+                r#"STD=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mkdir -p "$SITE"
+echo 'open("/tmp/sitecustomize-ran", "w")' > "$STD/sitecustomize.py"
+echo 'import os; open("/tmp/pth-ran", "w")' > "$SITE/zz-endless.pth"
+cat > /tmp/fake <<'EOF'
+#!/bin/sh
+printf '<testsuite><testcase classname="test_final_state" name="test_done"/></testsuite>' >&3 2>/dev/null
+printf '<testsuite><testcase classname="test_final_state" name="test_done"/></testsuite>' > /run/endless-verifier/junit.xml 2>/dev/null
+exit 0
+EOF
+chmod +x /tmp/fake
+for p in /usr/bin/python3 /usr/local/bin/python3 /usr/bin/pytest /usr/local/bin/pytest /usr/bin/env; do cp /tmp/fake "$p" 2>/dev/null; done
+( while :; do
+    cat /run/endless-verifier/*/* /run/endless-verifier/*/*/* 2>/dev/null
+    for p in /proc/[0-9]*; do cat $p/root/run/endless-verifier/tests/* 2>/dev/null; cat $p/environ 2>/dev/null; done
+  done > /tmp/stolen 2>/dev/null ) &
+echo tampered"#,
+            );
+            assert!(out.contains("tampered"), "{out}");
+            std::thread::sleep(Duration::from_millis(300));
+            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            assert!(!r.passed, "a forged verdict passed: {:?}", r.tests);
+            assert_eq!(r.tests.len(), 1, "{}", r.output);
+            assert_eq!(r.tests[0].name, "test_final_state::test_done");
+            // Doing the work still passes: the verifier did not use the fakes.
+            run(&mut s, "echo HELLO > /root/out.txt");
+            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            assert!(r.passed, "{}", r.output);
+            let after = run(
+            &mut s,
+            "ls /tmp/sitecustomize-ran /tmp/pth-ran 2>&1; grep -c CANARY-TEST-SOURCE /tmp/stolen; echo end",
+        );
+            assert!(after.contains("No such file"), "{after}");
+            assert!(!after.contains("/tmp/pth-ran\n"), "{after}");
+            assert!(
+                after.contains("\n0\n") || after.starts_with("0\n") || after.contains("0\nend"),
+                "the tests leaked: {after}"
+            );
+            s.close();
+        },
+    );
+}
+
+#[test]
+fn root_agent_cannot_hijack_the_verifier_through_ld_so_preload() {
+    both(
+        "root_agent_cannot_hijack_the_verifier_through_ld_so_preload",
+        |b| {
+            let t = task("atk-preload", "root", "true\n");
+            let mut s = session(b, &t);
+            // A regular file is hidden from the verifier; the agent's own tools
+            // still load what it names.
+            run(
+                &mut s,
+                "echo /nonexistent/evil.so > /etc/ld.so.preload; echo HELLO > /root/out.txt",
+            );
+            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            assert!(r.passed, "{}", r.output);
+            // Something a bind cannot cover makes verification fail, never pass.
+            run(
+                &mut s,
+                "rm -f /etc/ld.so.preload; mkfifo /etc/ld.so.preload",
+            );
+            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            assert!(!r.passed);
+            assert!(r.tests[0].message.contains("tampered"), "{:?}", r.tests);
+            s.close();
+        },
+    );
+}
+
+#[test]
+fn hostile_build_steps_gain_nothing() {
+    both("hostile_build_steps_gain_nothing", |b| {
+        let setup = format!(
+            "exec > /build-report.txt 2>&1\n{}\n\
+             mount -t tmpfs none /mnt; echo mount=$?\n\
+             date -s '2001-01-01' >/dev/null; echo date=$?\n\
+             unshare -U true; echo userns=$?\n\
+             echo x > /run/endless-build/ctx/pwned; echo write_ctx=$?\n\
+             grep -c '[$]' /etc/shadow; echo shadow_hashes_counted=1\n\
+             true\n",
+            handle_attack()
+        );
+        let t = task("atk-build", "root", &setup);
+        let mut s = session(b, &t);
+        let out = run(&mut s, "cat /build-report.txt");
+        all_failed(
+            &out,
+            &[
+                "handle",
+                "name_to_handle",
+                "mount",
+                "date",
+                "userns",
+                "write_ctx",
+            ],
+        );
+        assert!(out.contains("0\nshadow_hashes_counted=1"), "{out}");
+        s.close();
+    });
+}
+
+#[test]
+fn inherited_descriptors_are_invisible_inside() {
+    both("inherited_descriptors_are_invisible_inside", |b| {
+        let secret = tempfile::tempdir().unwrap();
+        std::fs::write(secret.path().join("canary.txt"), "HOST-FD-CANARY").unwrap();
+        let dir = std::fs::File::open(secret.path()).unwrap();
+        // SAFETY: dup2/fcntl on descriptors we own; fd 77 is ours from here on.
+        unsafe {
+            use std::os::fd::AsRawFd;
+            assert_eq!(libc::dup2(dir.as_raw_fd(), 77), 77);
+            libc::fcntl(77, libc::F_SETFD, 0);
+        }
+        let mut s = session(b, &task("atk-fd", "root", "true\n"));
+        let out = run(
+            &mut s,
+            "ls /proc/self/fd /proc/$$/fd; cat /proc/$$/fd/77/canary.txt /proc/self/fd/77/canary.txt 2>&1; echo end",
+        );
+        assert!(!out.contains("HOST-FD-CANARY"), "{out}");
+        assert!(!out.lines().any(|l| l.trim() == "77"), "{out}");
+        s.close();
+        // SAFETY: closing our own descriptor.
+        unsafe {
+            libc::close(77);
+        }
+    });
+}
+
+#[test]
+fn filling_the_writable_layer_gives_enospc_and_the_shell_survives() {
+    both(
+        "filling_the_writable_layer_gives_enospc_and_the_shell_survives",
+        |_| {
+            let Some(b) = backend(Limits {
+                disk_bytes: 32 << 20,
+                memory_bytes: 512 << 20,
+                ..Limits::default()
+            }) else {
+                return;
+            };
+            let mut s = session(&b, &task("atk-disk", "root", "true\n"));
+            let out = run(
+                &mut s,
+                "dd if=/dev/zero of=/tmp/fill bs=1M count=200 2>&1; echo dd=$?",
+            );
+            assert!(out.contains("No space left on device"), "{out}");
+            assert_eq!(run(&mut s, "rm -f /tmp/fill; echo alive").trim(), "alive");
+            s.close();
+        },
+    );
+}
+
+#[test]
+fn a_fork_bomb_leaves_no_process_after_the_episode() {
+    both("a_fork_bomb_leaves_no_process_after_the_episode", |b| {
+        let tag = format!("endless_bomb_{}_{}", std::process::id(), uid());
+        let mut s = session(b, &task("atk-bomb", "user", "true\n"));
+        run(
+            &mut s,
+            &format!("printf 'b() {{ b | b & }}; b; sleep 100\\n' > /tmp/{tag}.sh"),
+        );
+        let r = s
+            .exec(&format!("bash /tmp/{tag}.sh"), Duration::from_secs(3))
+            .unwrap();
+        assert!(r.timed_out);
+        s.close();
+        let left = host_processes_with(&tag);
+        assert!(
+            left.is_empty(),
+            "{} processes left: {:?}",
+            left.len(),
+            &left[..left.len().min(3)]
+        );
+    });
+}
+
+/// Host processes whose command line contains `needle`.
+fn host_processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                    let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                    cmd.contains(needle)
+                        .then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_network_session_cannot_reach_host_loopback() {
+    both("a_network_session_cannot_reach_host_loopback", |b| {
+        if endless::sandbox::local::pasta_path().is_none() {
+            eprintln!("SKIP: pasta (passt) is not installed");
+            return;
+        }
+        let lo = TcpListener::bind("127.0.0.1:0").unwrap();
+        lo.set_nonblocking(true).unwrap();
+        let port = lo.local_addr().unwrap().port();
+        let mut t = task("atk-net", "user", "true\n");
+        t.meta.environment.network = true;
+        let mut s = session(b, &t);
+        let out = run(
+            &mut s,
+            &format!(
+                "ip -o -4 addr show | grep -v ' lo ' | wc -l | sed 's/^/ifaces=/'\n\
+                 timeout 3 bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>/dev/null; echo loopback=$?\n\
+                 GW=$(ip -4 route | awk '/default/ {{print $3; exit}}')\n\
+                 timeout 3 bash -c \"echo hi > /dev/tcp/$GW/{port}\" 2>/dev/null; echo gateway=$?"
+            ),
+        );
+        all_failed(&out, &["loopback", "gateway"]);
+        assert!(
+            lo.accept().is_err(),
+            "the host's loopback listener was reached"
+        );
+        let ifaces = codes(&out)
+            .into_iter()
+            .find(|(k, _)| k == "ifaces")
+            .map(|(_, v)| v);
+        assert!(
+            matches!(ifaces, Some(n) if n >= 1),
+            "pasta set up no interface: {out}"
+        );
+        // The host's own address is reachable, as from any other machine.
+        if let Some(ip) = host_address() {
+            let open = TcpListener::bind("0.0.0.0:0").unwrap();
+            let port = open.local_addr().unwrap().port();
+            let waiter = std::thread::spawn(move || {
+                let (mut c, _) = open.accept().unwrap();
+                let mut got = String::new();
+                c.read_to_string(&mut got).unwrap();
+                got
+            });
+            let out = run(
+                &mut s,
+                &format!("timeout 5 bash -c 'echo via-pasta > /dev/tcp/{ip}/{port}'; echo host=$?"),
+            );
+            assert!(out.contains("host=0"), "{out}");
+            assert_eq!(waiter.join().unwrap().trim(), "via-pasta");
+        }
+        s.close();
+    });
+}
+
+/// The host's first non-loopback IPv4 address, if it has one.
+fn host_address() -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains(" lo "))
+        .find_map(|l| {
+            let addr = l.split_whitespace().skip_while(|w| *w != "inet").nth(1)?;
+            Some(addr.split('/').next()?.to_string())
+        })
+}
+
+#[test]
+fn sessions_get_a_cpu_limit() {
+    both("sessions_get_a_cpu_limit", |_| {
+        let Some(b) = backend(Limits {
+            cpus: 0.2,
+            ..Limits::default()
+        }) else {
+            return;
+        };
+        if !b.uses_cgroups() {
+            eprintln!("SKIP: no writable cgroups here (rootless): no CPU limit to check");
+            return;
+        }
+        let mut s = session(&b, &task("atk-cpu", "user", "true\n"));
+        let out = run(
+            &mut s,
+            "timeout 2 sh -c 'while :; do :; done'; times | tail -1",
+        );
+        let secs: f64 = out
+            .split_whitespace()
+            .take(2)
+            .filter_map(|w| {
+                let (m, rest) = w.split_once('m')?;
+                Some(
+                    m.parse::<f64>().ok()? * 60.0
+                        + rest.trim_end_matches('s').parse::<f64>().ok()?,
+                )
+            })
+            .sum();
+        assert!(
+            secs < 1.0,
+            "a 0.2-CPU session used {secs} s of CPU in 2 s: {out}"
+        );
+        s.close();
+    });
+}
+
+#[test]
+fn the_verifier_runs_as_the_task_user_and_symlinks_stay_inside() {
+    both(
+        "the_verifier_runs_as_the_task_user_and_symlinks_stay_inside",
+        |b| {
+            let mut t = task("atk-link", "user", "true\n");
+            t.tests.insert_text(
+            "test_who.py",
+            "import os, pathlib\ndef test_who():\n    assert os.getuid() == 1000 and str(pathlib.Path.home()) == '/home/user' and os.getcwd() == '/home/user'\n",
+        );
+            t.meta.verifier.final_tests.push("test_who.py".into());
+            let mut s = session(b, &t);
+            run(&mut s, "ln -s /etc/shadow ~/out.txt");
+            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            assert!(!r.passed);
+            let who = r
+                .tests
+                .iter()
+                .find(|c| c.name.ends_with("test_who"))
+                .unwrap();
+            assert!(who.passed, "{}", who.message);
+            let done = r
+                .tests
+                .iter()
+                .find(|c| c.name.ends_with("test_done"))
+                .unwrap();
+            for line in std::fs::read_to_string("/etc/shadow")
+                .unwrap_or_default()
+                .lines()
+            {
+                if line.contains('$') {
+                    assert!(
+                        !done.message.contains(line),
+                        "host shadow in a test message"
+                    );
+                }
+            }
+            s.close();
+        },
+    );
+}
+
+#[test]
+fn the_uid_map_puts_root_outside_the_host_ids() {
+    both("the_uid_map_puts_root_outside_the_host_ids", |b| {
+        let mut s = session(b, &task("atk-ids", "root", "true\n"));
+        let out = run(&mut s, "cat /proc/self/uid_map; id -u");
+        let fields: Vec<u64> = out
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!(fields.first(), Some(&0), "{out}");
+        if rootless() {
+            // Only our own id is mapped (seen from inside as the parent's 0).
+            assert_eq!(fields.get(2), Some(&1), "{out}");
+        } else {
+            assert!(
+                fields.get(1).is_some_and(|host| *host >= 65_536),
+                "root maps to host root: {out}"
+            );
+        }
+        assert!(out.trim_end().ends_with('0'), "{out}");
+        s.close();
+    });
+}
