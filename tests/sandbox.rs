@@ -472,7 +472,10 @@ fn a_shell_killed_for_memory_reports_the_limit() {
     let mut s = start(&b);
     // The shell itself grows until the OOM killer takes it.
     let err = s
-        .exec("x=$(head -c 600000000 /dev/zero | tr '\\0' x); echo survived", T)
+        .exec(
+            "x=$(head -c 600000000 /dev/zero | tr '\\0' x); echo survived",
+            T,
+        )
         .unwrap_err();
     assert!(
         matches!(err, SandboxError::LimitReached { .. }),

@@ -174,7 +174,7 @@ impl SessionControl for LocalControl {
             .unwrap_or_default();
         let plan = VerifierPlan::new(
             init,
-            &format!("/proc/{init}/ns/user"),
+            &format!("/proc/{}/ns/user", self.outer),
             &procs,
             self.task_ids,
             &call.cwd,

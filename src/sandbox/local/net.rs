@@ -148,7 +148,6 @@ fn attach(
     cmd.args([
         "--config-net",
         "--no-map-gw",
-        "--netns-only",
         "-t",
         "none",
         "-u",
@@ -176,11 +175,13 @@ fn attach(
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
     let userns_fd = userns.as_ref().map(|u| u.as_raw_fd());
-    // SAFETY: setns, setgroups, setres[ug]id and fcntl are async-signal-safe.
+    // SAFETY: unshare, mount, mknod, setns, setgroups, setres[ug]id and fcntl
+    // are async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             crate::sandbox::fds::close_inherited(&[fd])?;
             if let Some(ns) = userns_fd {
+                private_tun_device()?;
                 super::overlay::enter_as_root(ns)?;
             }
             Ok(())
@@ -197,6 +198,45 @@ fn attach(
         )));
     }
     Ok(())
+}
+
+/// Give this process (about to drop to the sandbox's unprivileged root) its
+/// own `/dev/net/tun` that it may open: a fresh node on a private tmpfs,
+/// whatever the host's node's mode (often 0600). Opening the device grants
+/// nothing by itself; creating an interface needs `CAP_NET_ADMIN` in the
+/// sandbox's own network namespace.
+///
+/// # Safety
+/// Async-signal-safe.
+unsafe fn private_tun_device() -> std::io::Result<()> {
+    let check = |rc: libc::c_int| {
+        if rc < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    check(libc::unshare(libc::CLONE_NEWNS))?;
+    check(libc::mount(
+        std::ptr::null(),
+        c"/".as_ptr(),
+        std::ptr::null(),
+        libc::MS_REC | libc::MS_PRIVATE,
+        std::ptr::null(),
+    ))?;
+    check(libc::mount(
+        c"tmpfs".as_ptr(),
+        c"/dev/net".as_ptr(),
+        c"tmpfs".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        c"mode=0755,size=16k".as_ptr().cast(),
+    ))?;
+    check(libc::mknod(
+        c"/dev/net/tun".as_ptr(),
+        libc::S_IFCHR | 0o666,
+        libc::makedev(10, 200),
+    ))?;
+    check(libc::chmod(c"/dev/net/tun".as_ptr(), 0o666))
 }
 
 /// Stop the `pasta` whose pid is in `pidfile`, if any, and remove the file.

@@ -8,12 +8,15 @@
 //! 1. joins the session's cgroups and makes itself non-dumpable (so no agent
 //!    process can ptrace it or open its `/proc/PID/{mem,root,fd}`; the
 //!    runtime's execute-only loader keeps it so after exec);
-//! 2. enters the sandbox's user and mount namespaces and its root, then
-//!    takes a private copy of the mount namespace, in which it mounts a
-//!    fresh tmpfs on [`super::EXCHANGE_INSIDE`] (for the tests and their
-//!    results) and hides an `/etc/ld.so.preload` the agent may have written;
-//! 3. joins the network, IPC, UTS and PID namespaces (forking once, as
-//!    `nsenter` does, so that the verifier is a member of the PID namespace);
+//! 2. enters the user namespace we made for the sandbox (where it may join
+//!    the others), the sandbox's mount, network, IPC, UTS and PID
+//!    namespaces, then the sandbox's innermost user namespace (rootless
+//!    bubblewrap nests one), its root, and a private copy of the mount
+//!    namespace, in which it mounts a fresh tmpfs on
+//!    [`super::EXCHANGE_INSIDE`] (for the tests and their results) and hides
+//!    an `/etc/ld.so.preload` the agent may have written;
+//! 3. forks once, as `nsenter` does, so that the verifier is a member of the
+//!    PID namespace;
 //! 4. becomes the task's user without any capability, changes to the task's
 //!    working directory, and loads the sandbox's seccomp filter.
 //!
@@ -39,6 +42,7 @@ pub const PRELOAD_REFUSED: i32 = libc::EUCLEAN;
 pub struct VerifierPlan {
     cgroup_procs: Vec<CString>,
     userns: OwnedFd,
+    inner_userns: Option<OwnedFd>,
     ns: Vec<(OwnedFd, libc::c_int)>,
     pidns: OwnedFd,
     root: OwnedFd,
@@ -58,9 +62,9 @@ fn open_ns(path: &str) -> Result<OwnedFd, SandboxError> {
 }
 
 impl VerifierPlan {
-    /// Prepare a verifier for the sandbox whose init is `init`, entering the
-    /// user namespace at `userns_path`, running as inside `uid`:`gid` in
-    /// `cwd`, with a private tmpfs at `private_dir`.
+    /// Prepare a verifier for the sandbox whose init is `init`, entering
+    /// first the user namespace at `userns_path` (the one we made), running as
+    /// inside `uid`:`gid` in `cwd`, with a private tmpfs at `private_dir`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         init: i32,
@@ -97,6 +101,19 @@ impl VerifierPlan {
                 .map(|p| c(&p.to_string_lossy()))
                 .collect::<Result<_, _>>()?,
             userns: open_ns(userns_path)?,
+            inner_userns: {
+                let ino = |p: &str| {
+                    std::fs::metadata(p)
+                        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+                        .ok()
+                };
+                let inner = p("ns/user");
+                if ino(&inner) != ino(userns_path) {
+                    Some(open_ns(&inner)?)
+                } else {
+                    None
+                }
+            },
             ns,
             pidns: open_ns(&p("ns/pid"))?,
             root,
@@ -118,14 +135,23 @@ impl VerifierPlan {
         join_cgroups(&self.cgroup_procs);
         check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
         check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
-        let mut mnt = None;
-        for (fd, kind) in &self.ns {
-            if *kind == libc::CLONE_NEWNS {
-                mnt = Some(fd.as_raw_fd());
+        // The mount namespace first: joining it resets our root, and a
+        // chrooted process may not change user namespaces.
+        for kind in [
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWNET,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUTS,
+        ] {
+            for (fd, k) in &self.ns {
+                if *k == kind {
+                    check(libc::setns(fd.as_raw_fd(), kind))?;
+                }
             }
         }
-        if let Some(fd) = mnt {
-            check(libc::setns(fd, libc::CLONE_NEWNS))?;
+        check(libc::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID))?;
+        if let Some(inner) = &self.inner_userns {
+            check(libc::setns(inner.as_raw_fd(), libc::CLONE_NEWUSER))?;
         }
         check(libc::fchdir(self.root.as_raw_fd()))?;
         check(libc::chroot(c".".as_ptr()))?;
@@ -145,12 +171,6 @@ impl VerifierPlan {
             self.tmpfs_data.as_ptr().cast(),
         ))?;
         hide_preload()?;
-        for (fd, kind) in &self.ns {
-            if *kind != libc::CLONE_NEWNS {
-                check(libc::setns(fd.as_raw_fd(), *kind))?;
-            }
-        }
-        check(libc::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID))?;
         become_member_of_pid_namespace()?;
         if self.set_groups {
             check(libc::setgroups(0, std::ptr::null()))?;
