@@ -378,6 +378,48 @@ fn root_agent_cannot_hijack_the_verifier_through_ld_so_preload() {
 }
 
 #[test]
+fn agent_code_run_by_a_test_cannot_rewrite_the_results() {
+    both("agent_code_run_by_a_test_cannot_rewrite_the_results", |b| {
+        let mut t = task("atk-tool", "user", "true\n");
+        // The task: write a tool the tests run. The agent's tool tries to
+        // forge a passing report for a test that fails.
+        t.tests.insert_text(
+            "test_final_state.py",
+            "import subprocess\ndef test_tool_runs():\n    subprocess.run(['/home/user/tool'])\ndef test_done():\n    assert False, 'never passes'\n",
+        );
+        let mut s = session(b, &t);
+        run(
+            &mut s,
+            r#"cat > ~/tool <<'EOF'
+#!/bin/sh
+R='<testsuite><testcase classname="test_final_state" name="test_done"/><testcase classname="test_final_state" name="test_tool_runs"/></testsuite>'
+for f in /run/endless-verifier/junit.xml /proc/$PPID/fd/3 /proc/self/fd/3 /dev/fd/3; do printf '%s' "$R" > $f 2>/dev/null; done
+for p in /proc/[0-9]*; do printf '%s' "$R" > $p/fd/3 2>/dev/null; done
+# Keep rewriting wherever a report file could be, past the end of pytest.
+( for i in $(seq 1 3000); do
+    for f in /run/endless-verifier/junit.xml /run/endless-verifier/*.xml; do printf '%s' "$R" > $f 2>/dev/null; done
+  done ) &
+exit 0
+EOF
+chmod +x ~/tool"#,
+        );
+        let r = verify(&mut s, &t, TestSet::Final).unwrap();
+        assert!(!r.passed, "{:?}", r.tests);
+        let done = r
+            .tests
+            .iter()
+            .find(|c| c.name.ends_with("test_done"))
+            .unwrap();
+        assert!(
+            !done.passed && done.message.contains("never passes"),
+            "{:?}",
+            r.tests
+        );
+        s.close();
+    });
+}
+
+#[test]
 fn hostile_build_steps_gain_nothing() {
     both("hostile_build_steps_gain_nothing", |b| {
         let setup = format!(
@@ -634,7 +676,7 @@ fn the_verifier_runs_as_the_task_user_and_symlinks_stay_inside() {
                 .tests
                 .iter()
                 .find(|c| c.name.ends_with("test_who"))
-                .unwrap();
+                .expect(&r.output);
             assert!(who.passed, "{}", who.message);
             let done = r
                 .tests

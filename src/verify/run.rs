@@ -27,10 +27,13 @@ pub const PYTHON: &str = "/usr/bin/python3";
 const PRIVATE_DIR: &str = "/run/endless-verifier";
 
 /// The verifier's own program: unpack the tests from stdin, put the runtime's
-/// site directories on `sys.path` (site hooks stay off), run pytest, and
-/// send the JUnit XML to fd 3.
+/// site directories on `sys.path` (site hooks stay off), run pytest, which
+/// writes the JUnit XML into a pipe of its own, and pass it on to fd 3. No
+/// program a test runs gets either pipe (both are close-on-exec), and no
+/// file holds the results, so agent code that a test executes (as the
+/// task's user, in the verifier's namespace) cannot rewrite them.
 const WRAPPER: &str = r#"
-import json, os, sys
+import json, os, sys, threading
 payload = json.loads(sys.stdin.buffer.read())
 root = payload["root"]
 for rel, data in payload["files"].items():
@@ -45,17 +48,22 @@ for d in ("lib/python3/dist-packages", "local/lib/python%s/dist-packages" % v,
     if os.path.isdir(d):
         sys.path.append(d)
 import pytest
-junit = os.path.join(root, "junit.xml")
-rc = pytest.main(payload["args"] + ["--junitxml=" + junit])
-sys.stdout.flush()
-sys.stderr.flush()
-try:
-    with open(junit, "rb") as f:
-        view = memoryview(f.read())
-except OSError:
-    view = memoryview(b"")
+os.set_inheritable(3, False)
+r, w = os.pipe()
+junit = []
+def drain():
+    with os.fdopen(r, "rb") as f:
+        junit.append(f.read())
+reader = threading.Thread(target=drain)
+reader.start()
+rc = pytest.main(payload["args"] + ["--junitxml=/proc/self/fd/%d" % w])
+os.close(w)
+reader.join()
+view = memoryview(junit[0] if junit else b"")
 while view:
     view = view[os.write(3, view):]
+sys.stdout.flush()
+sys.stderr.flush()
 os._exit(int(rc))
 "#;
 

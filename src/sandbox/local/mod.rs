@@ -1,9 +1,23 @@
 //! The `local` backend: bubblewrap plus kernel overlayfs.
 //!
-//! Layers, bottom to top: the host's system directories (read-only lower
-//! layers), the task's image (the upper directories left by running its
-//! setup once), and a throwaway episode layer on a tmpfs that exists only in
-//! the session's private mount namespace, so nothing is left behind.
+//! Layers, bottom to top: the base (the host's system directories and a
+//! minimal `/etc`, see `etc.rs`), the task's image (the upper directories
+//! left by running its setup once), and a throwaway episode layer on a tmpfs
+//! of its own size that exists only in the session's private mount
+//! namespace, so nothing is left behind.
+//!
+//! Root inside is never root outside. Between fork and exec (`overlay.rs`)
+//! the child, still host root, makes a private mount namespace, mounts the
+//! overlays (host directories seen through idmapped mounts) and binds what
+//! bubblewrap needs under a directory it can reach (`Layout::stage`); then
+//! it enters a fresh user namespace (`userns.rs`) whose root is an
+//! unprivileged host id and runs bubblewrap there, which adds the PID, IPC,
+//! UTS, cgroup and network namespaces, drops capabilities and loads the
+//! seccomp filter (`seccomp.rs`). Run unprivileged, the child maps our own
+//! ids instead. Tasks with network access get their own namespace wired by
+//! `pasta` (`net.rs`). The verifier runs beside the shell out of the agent's
+//! reach (`verifier.rs`, `runtime.rs`). The attacks this stops are in
+//! `tests/attacks.rs`; README's threat model lists them.
 
 mod bwrap;
 mod control;
@@ -402,7 +416,7 @@ impl LocalBackend {
                 read_only: true,
             },
         ];
-        for (host, inside) in self.runtime.binds().into_iter().skip(1) {
+        for (host, inside) in self.runtime.host_binds() {
             binds.push(Bind {
                 source: host,
                 inside,

@@ -130,13 +130,13 @@ impl Runtime {
         })
     }
 
-    /// bubblewrap's read-only binds: (host path, path inside).
-    pub fn binds(&self) -> Vec<(PathBuf, String)> {
-        let mut b = vec![(self.dir.clone(), INSIDE.to_string())];
-        for d in &self.dirs {
-            b.push((Path::new("/").join(d), format!("{INSIDE}/{d}")));
-        }
-        b
+    /// The host directories bound (read-only) inside the runtime: (host
+    /// path, path inside). The runtime directory itself is bound first.
+    pub fn host_binds(&self) -> Vec<(PathBuf, String)> {
+        self.dirs
+            .iter()
+            .map(|d| (Path::new("/").join(d), format!("{INSIDE}/{d}")))
+            .collect()
     }
 }
 
