@@ -38,6 +38,9 @@ pub enum Command {
     /// Sandbox backends.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Container images that tasks build `FROM`.
+    #[command(subcommand)]
+    Images(ImagesCommand),
     /// Configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -387,6 +390,30 @@ pub enum SandboxCommand {
     Doctor {
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// `endless images ...`
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// Pull images from their registries into the local store (loopback
+    /// registries over plain HTTP); tasks `FROM` them then build on them.
+    Pull {
+        /// References, e.g. `ubuntu:24.04` or `127.0.0.1:5000/team/env:1`.
+        #[arg(required = true)]
+        references: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The images in the local store, with their sizes.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget images (their layers stay until no image uses them).
+    Rm {
+        #[arg(required = true)]
+        references: Vec<String>,
     },
 }
 

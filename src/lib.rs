@@ -8,6 +8,7 @@ pub mod config;
 pub mod eval;
 pub mod fsutil;
 pub mod generate;
+pub mod images;
 pub mod jobs;
 pub mod llm;
 pub mod logging;

@@ -25,6 +25,7 @@ pub mod bench_ppo;
 mod bench_sample;
 mod config_cmd;
 mod generate_cmd;
+mod images_cmd;
 pub mod offline;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
@@ -104,6 +105,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
         Some(Command::Train(args)) => train_cmd::run(&ctx, args),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
+        Some(Command::Images(cmd)) => images_cmd::run(&ctx, cmd),
         Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {
             let path = crate::llm::local::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
             say!("{}", path.display());

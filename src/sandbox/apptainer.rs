@@ -144,6 +144,8 @@ impl Backend for ApptainerBackend {
             workdir: task.meta.environment.workdir.clone(),
             network: task.meta.environment.network,
             cpu_millis: None,
+            base: None,
+            base_layers: Vec::new(),
         };
         if sif.exists() {
             return Ok(image);
@@ -236,6 +238,8 @@ mod tests {
             workdir: "/home/user".into(),
             network: false,
             cpu_millis: None,
+            base: None,
+            base_layers: Vec::new(),
         }
     }
 

@@ -37,6 +37,12 @@ pub struct Image {
     /// `[environment] cpus`), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_millis: Option<u32>,
+    /// The pulled image this one was built `FROM`: its canonical reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// That image's unpacked layers, top first (`local`; empty: the host base).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub base_layers: Vec<PathBuf>,
 }
 
 /// The content hash of what shapes a task's image on `backend`: every file

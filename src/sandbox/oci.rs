@@ -172,6 +172,8 @@ impl Backend for OciBackend {
             workdir: task.meta.environment.workdir.clone(),
             network: task.meta.environment.network,
             cpu_millis: None,
+            base: None,
+            base_layers: Vec::new(),
         };
         let exists = command(&[
             self.engine.display().to_string(),
@@ -276,6 +278,8 @@ mod tests {
             workdir: "/home/user".into(),
             network: false,
             cpu_millis: None,
+            base: None,
+            base_layers: Vec::new(),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use super::limits::{self, Cgroups};
 use super::overlay::{Layer, MountPlan, MountSpec};
 use super::{seccomp, steps};
 use super::{HostIdentity, LocalBackend};
+use crate::images::StoredImage;
 use crate::sandbox::image::{home_of, image_hash, Image};
 use crate::sandbox::session::run_capturing;
 use crate::sandbox::SandboxError;
@@ -32,7 +33,12 @@ impl LocalBackend {
         let def = parse_task(task)?;
         let layout = &self.layout;
         layout.ensure()?;
-        let hash = image_hash(task, "local", &self.base_id());
+        let base = self.resolve_base(&def)?;
+        let base_id = match &base {
+            Some((stored, _)) => format!("{}|image:{}", self.base_id(), stored.manifest_digest),
+            None => self.base_id(),
+        };
+        let hash = image_hash(task, "local", &base_id);
         let dir = layout.images().join(&hash);
         if let Some(image) = load_meta(&dir) {
             return Ok(image);
@@ -44,7 +50,7 @@ impl LocalBackend {
             std::process::id(),
             hex::encode(rnd)
         ));
-        let result = self.build_into(task, &def, &hash, &build);
+        let result = self.build_into(task, &def, base.as_ref(), &hash, &build);
         let image = match result {
             Ok(image) => image,
             Err(e) => {
@@ -63,6 +69,7 @@ impl LocalBackend {
         &self,
         task: &Task,
         def: &crate::task::envdef::EnvDefinition,
+        base: Option<&(StoredImage, Vec<PathBuf>)>,
         hash: &str,
         build: &Path,
     ) -> Result<Image, SandboxError> {
@@ -78,7 +85,8 @@ impl LocalBackend {
             build.join("ctx"),
             build.join("steps"),
         ];
-        for d in &layout.system_dirs {
+        let host_base = base.is_none();
+        for d in layout.system_dirs.iter().filter(|_| host_base) {
             mkdir.push(build.join("sys").join(d));
             mkdir.push(build.join("work").join(d));
         }
@@ -89,20 +97,29 @@ impl LocalBackend {
             .map_err(io("chmod build directory", &root_up))?;
         write_tree(&build.join("ctx"), &task.environment)?;
         let (script, files) = steps::build_script(def, &user, &home, &workdir, self.is_rootless());
+        // The image's own environment (PATH, LANG, ...) comes first.
+        let image_env = base
+            .map(|(stored, _)| image_env_exports(&stored.config))
+            .unwrap_or_default();
+        let script = format!("{image_env}{script}");
         std::fs::write(build.join("steps/build.sh"), script)
             .map_err(io("write build script", build))?;
         for (name, content) in files {
             let p = build.join("steps").join(name);
             std::fs::write(&p, content).map_err(io("write step script", &p))?;
         }
+        let lower = match base {
+            Some((_, dirs)) => dirs.clone(),
+            None => vec![layout.skeleton()],
+        };
         let mut layers = vec![Layer {
             target: layout.merged(),
-            lower: vec![layout.skeleton()],
+            lower,
             upper: root_up.clone(),
             work: build.join("work/root"),
         }];
         let mut uppers = vec![root_up.clone()];
-        for d in &layout.system_dirs {
+        for d in layout.system_dirs.iter().filter(|_| host_base) {
             uppers.push(build.join("sys").join(d));
             layers.push(Layer {
                 target: layout.merged().join(d),
@@ -151,7 +168,7 @@ impl LocalBackend {
             layers: &layers,
             cgroup_procs: &procs,
             rlimits,
-            identity: self.child_identity(&userns, &uppers)?,
+            identity: self.child_identity(&userns, &uppers, host_base)?,
             binds: vec![
                 (build.join("ctx"), layout.staged("ctx")),
                 (build.join("steps"), layout.staged("steps")),
@@ -233,8 +250,11 @@ impl LocalBackend {
         let _ = std::fs::remove_dir(root_up.join("run/endless-build"));
         let env_dir = root_up.join(".endless");
         std::fs::create_dir_all(&env_dir).map_err(io("create", &env_dir))?;
-        std::fs::write(env_dir.join("env.sh"), steps::env_file(def))
-            .map_err(io("write env.sh", &env_dir))?;
+        std::fs::write(
+            env_dir.join("env.sh"),
+            format!("{image_env}{}", steps::env_file(def)),
+        )
+        .map_err(io("write env.sh", &env_dir))?;
         let image = Image {
             backend: "local".into(),
             hash: hash.to_string(),
@@ -248,6 +268,8 @@ impl LocalBackend {
             workdir,
             network: task.meta.environment.network,
             cpu_millis: task_cpu_millis(task),
+            base: base.map(|(stored, _)| stored.reference.clone()),
+            base_layers: base.map(|(_, dirs)| dirs.clone()).unwrap_or_default(),
         };
         let meta =
             serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;
@@ -292,6 +314,17 @@ fn step_error(
         code,
         output: text,
     }
+}
+
+/// `export` lines for an image config's `KEY=value` environment entries.
+fn image_env_exports(config: &crate::images::ImageConfig) -> String {
+    config
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(|(k, v)| format!("export {k}={}\n", steps::sq(v)))
+        .collect()
 }
 
 /// The task's `[environment] cpus` (Harbor's key) in thousandths of a

@@ -59,6 +59,8 @@ use self::overlay::{Identity, Idmapped, Layer, MountPlan, MountSpec};
 use self::runtime::Runtime;
 use super::session::{Session, SessionInfo};
 use super::{Backend, Image, SandboxError, SessionOptions};
+use crate::images::{self, ImageRef, ImageStore, StoredImage};
+use crate::task::envdef::EnvDefinition;
 use crate::task::Task;
 
 /// Who the sandbox's root is on the host.
@@ -108,6 +110,13 @@ pub struct LocalBackend {
     etc: PathBuf,
     runtime: Runtime,
     seccomp: Vec<BpfProgram>,
+    images: ImageStore,
+}
+
+/// Where the image store of a backend caching under `cache_dir` lives
+/// (`endless images` uses the same).
+pub fn image_store_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("images")
 }
 
 /// Why unprivileged user namespaces are unusable here, if they are.
@@ -215,6 +224,7 @@ impl LocalBackend {
             etc,
             runtime,
             seccomp: seccomp::programs()?,
+            images: ImageStore::new(&image_store_dir(cache_dir)),
         })
     }
 
@@ -286,10 +296,13 @@ impl LocalBackend {
     /// The privilege drop of a child (session or build): the mapped user
     /// namespace with idmapped host directories, or the rootless mapping.
     /// `uppers` are the directories the namespace's root must own.
+    /// `host_base`: the base is the host's directories (else an image,
+    /// whose layers are already owned by the sandbox's ids).
     fn child_identity(
         &self,
         userns: &Option<OwnedFd>,
         uppers: &[PathBuf],
+        host_base: bool,
     ) -> Result<Identity, SandboxError> {
         match (self.identity, userns) {
             (HostIdentity::Mapped(m), Some(ns)) => Ok(Identity::Mapped {
@@ -298,7 +311,7 @@ impl LocalBackend {
                     .layout
                     .system_dirs
                     .iter()
-                    .filter(|d| *d != "etc")
+                    .filter(|d| host_base && *d != "etc")
                     .map(|d| Idmapped {
                         source: PathBuf::from("/").join(d),
                         target: self.layout.idmapped().join(d),
@@ -311,6 +324,38 @@ impl LocalBackend {
             )),
             (HostIdentity::Rootless(uid, gid), _) => Ok(Identity::Rootless { ids: (uid, gid) }),
         }
+    }
+
+    /// The store of pulled images this backend builds `FROM`.
+    pub fn image_store(&self) -> &ImageStore {
+        &self.images
+    }
+
+    /// The base a definition asks for: a pulled image (its layers, unpacked
+    /// for this backend's ids), or the host's directories (no `FROM`, `FROM
+    /// host`, or an image that was not pulled: the behaviour before images).
+    fn resolve_base(
+        &self,
+        def: &EnvDefinition,
+    ) -> Result<Option<(StoredImage, Vec<PathBuf>)>, SandboxError> {
+        let Some(base) = def.base.as_deref().filter(|b| !images::is_host(b)) else {
+            return Ok(None);
+        };
+        let Ok(reference) = ImageRef::parse(base) else {
+            return Ok(None);
+        };
+        let Some(stored) = self.images.get(&reference) else {
+            return Ok(None);
+        };
+        let owner = match self.identity {
+            HostIdentity::Mapped(m) => Some(m.base),
+            HostIdentity::Rootless(..) => None,
+        };
+        let dirs = self
+            .images
+            .layer_dirs(&stored, owner)
+            .map_err(|e| SandboxError::Start(e.to_string()))?;
+        Ok(Some((stored, dirs)))
     }
 
     /// A new user namespace for one child (mapped mode only).
@@ -366,15 +411,22 @@ impl LocalBackend {
         let scratch = layout.scratch();
         let mut mkdirs = vec![scratch.join("u"), scratch.join("w")];
         let mut uppers = vec![scratch.join("u/root")];
+        let host_base = image.base_layers.is_empty();
+        let mut lower = vec![image.path.join("root")];
+        if host_base {
+            lower.push(layout.skeleton());
+        } else {
+            lower.extend(image.base_layers.iter().cloned());
+        }
         let mut layers = vec![Layer {
             target: layout.merged(),
-            lower: vec![image.path.join("root"), layout.skeleton()],
+            lower,
             upper: scratch.join("u/root"),
             work: scratch.join("w/root"),
         }];
         mkdirs.push(scratch.join("u/root"));
         mkdirs.push(scratch.join("w/root"));
-        for d in &layout.system_dirs {
+        for d in layout.system_dirs.iter().filter(|_| host_base) {
             mkdirs.push(scratch.join("u").join(d));
             mkdirs.push(scratch.join("w").join(d));
             uppers.push(scratch.join("u").join(d));
@@ -395,7 +447,7 @@ impl LocalBackend {
             layers: &layers,
             cgroup_procs: &procs,
             rlimits,
-            identity: self.child_identity(&userns, &uppers)?,
+            identity: self.child_identity(&userns, &uppers, image.base_layers.is_empty())?,
             binds: vec![
                 (exchange.clone(), staged_x.clone()),
                 (self.runtime.dir.clone(), staged_rt.clone()),

@@ -8,15 +8,13 @@
 //! owners are not mapped (everything owned by host root) are out of reach.
 //!
 //! A process cannot write a multi-id map for a namespace it created itself,
-//! so the namespace is made by a short-lived helper process (`sleep`) whose
-//! maps we, still host root, write; we keep a file descriptor to the
-//! namespace and let the helper go. The sandbox's child enters it with
+//! so the namespace is made by a short-lived forked helper whose maps we,
+//! still host root, write; we keep a file descriptor to the namespace and
+//! let the helper go. The sandbox's child enters it with
 //! `setns` after doing its (host-privileged) mounts.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::sandbox::SandboxError;
 
@@ -95,41 +93,68 @@ impl IdMap {
     /// Create a user namespace with this map; the returned descriptor keeps
     /// it alive. Needs root (`CAP_SETUID`/`CAP_SETGID` on the host).
     pub fn create_namespace(&self) -> Result<OwnedFd, SandboxError> {
-        let mut cmd = Command::new("sleep");
-        cmd.arg("60")
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: unshare(2) is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::unshare(libc::CLONE_NEWUSER) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        let (ready_r, ready_w) = pipe()?;
+        // SAFETY: the child only makes async-signal-safe calls (unshare,
+        // write, pause, _exit) before it is killed.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(SandboxError::Start(format!(
+                "fork the user-namespace helper: {}",
+                std::io::Error::last_os_error()
+            )));
         }
-        let mut helper = cmd
-            .spawn()
-            .map_err(|e| SandboxError::Start(format!("start the user-namespace helper: {e}")))?;
-        let pid = helper.id();
+        if pid == 0 {
+            // SAFETY: see above; this process never returns.
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWUSER) < 0 {
+                    libc::_exit(1);
+                }
+                libc::write(ready_w.as_raw_fd(), b"x".as_ptr().cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        drop(ready_w);
         let result = (|| {
+            let mut byte = [0u8; 1];
+            let mut ready = File::from(ready_r);
+            if std::io::Read::read(&mut ready, &mut byte).unwrap_or(0) != 1 {
+                return Err(SandboxError::Start(
+                    "the user-namespace helper could not create a namespace".into(),
+                ));
+            }
             let proc = format!("/proc/{pid}");
-            for (file, content) in [("uid_map", self.map_line()), ("gid_map", self.map_line())] {
+            for file in ["uid_map", "gid_map"] {
                 let path = format!("{proc}/{file}");
-                std::fs::write(&path, content.as_bytes())
+                std::fs::write(&path, self.map_line().as_bytes())
                     .map_err(SandboxError::io("write the user namespace's id map", &path))?;
             }
             let ns = format!("{proc}/ns/user");
             let file = File::open(&ns).map_err(SandboxError::io("open user namespace", &ns))?;
             Ok(OwnedFd::from(file))
         })();
-        let _ = helper.kill();
-        let _ = helper.wait();
+        // SAFETY: kill and reap the helper we forked.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+        }
         result
     }
+}
+
+/// A close-on-exec pipe.
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors that we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(SandboxError::io("create pipe", "pipe")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: both are valid and owned by nobody else.
+    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
 }
 
 /// The start of `user`'s first subordinate range of at least [`MAPPED_IDS`]

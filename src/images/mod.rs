@@ -1,0 +1,16 @@
+//! OCI images: references, pulls from any registry, a content-addressed
+//! store shared by all tasks, and safe layer unpacking. The `local` sandbox
+//! uses a pulled image's layers as the base of a task whose environment
+//! says `FROM <image>`.
+
+mod error;
+mod pull;
+mod reference;
+mod store;
+mod unpack;
+
+pub use error::ImageError;
+pub use pull::{client_for, pull, PullReport};
+pub use reference::{is_host, ImageRef, HOST};
+pub use store::{digest_hex, file_digest, ImageConfig, ImageStore, StoredImage, StoredLayer};
+pub use unpack::{unpack_layer, unpack_tar, UnpackOptions, UnpackReport};

@@ -1,0 +1,268 @@
+//! The local image store, content-addressed and shared by every task:
+//!
+//! ```text
+//! <root>/blobs/sha256/<hex>          compressed layers and configs, digest-checked
+//! <root>/layers/<hex>-<owner>/       each layer unpacked once per owner (see unpack.rs)
+//! <root>/refs/<sha256 of ref>.json   what a reference resolved to, written last
+//! ```
+//!
+//! A reference is registered only once all its blobs are stored and
+//! verified, so an interrupted pull leaves nothing half-registered.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::unpack::{unpack_layer, UnpackOptions};
+use super::{ImageError, ImageRef};
+
+/// The most bytes one layer may unpack to.
+pub const MAX_LAYER_BYTES: u64 = 32 << 30;
+
+/// One layer of a stored image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredLayer {
+    /// `sha256:<hex>` of the compressed blob.
+    pub digest: String,
+    /// Its media type.
+    pub media_type: String,
+    /// Its compressed size in bytes.
+    pub size: u64,
+}
+
+/// The parts of an image's config the sandbox honours.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageConfig {
+    /// `KEY=value` environment entries.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// The working directory, if set.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// The user, if set.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// A reference as registered in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredImage {
+    /// The canonical reference.
+    pub reference: String,
+    /// Digest of the (platform) manifest it resolved to.
+    pub manifest_digest: String,
+    /// Layers, bottom first.
+    pub layers: Vec<StoredLayer>,
+    /// The honoured parts of the image config.
+    pub config: ImageConfig,
+}
+
+impl StoredImage {
+    /// Compressed bytes of all its layers.
+    pub fn size(&self) -> u64 {
+        self.layers.iter().map(|l| l.size).sum()
+    }
+}
+
+/// The store under one directory.
+#[derive(Debug, Clone)]
+pub struct ImageStore {
+    root: PathBuf,
+}
+
+/// `sha256:<hex>` -> `<hex>`, checked.
+pub fn digest_hex(digest: &str) -> Option<&str> {
+    let hex = digest.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(hex)
+}
+
+/// `sha256:<hex>` of a file's content.
+pub fn file_digest(path: &Path) -> Result<String, ImageError> {
+    let mut f = std::fs::File::open(path).map_err(ImageError::io("read blob", path))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(ImageError::io("read blob", path))?;
+    Ok(format!("sha256:{}", hex::encode(h.finalize())))
+}
+
+impl ImageStore {
+    /// The store under `root` (created on first write).
+    pub fn new(root: &Path) -> ImageStore {
+        ImageStore {
+            root: root.to_path_buf(),
+        }
+    }
+
+    /// Where the blob with `digest` lives.
+    pub fn blob_path(&self, digest: &str) -> Option<PathBuf> {
+        digest_hex(digest).map(|h| self.root.join("blobs/sha256").join(h))
+    }
+
+    fn ref_path(&self, reference: &str) -> PathBuf {
+        let key = hex::encode(Sha256::digest(reference.as_bytes()));
+        self.root.join("refs").join(format!("{key}.json"))
+    }
+
+    /// Whether the blob with `digest` is stored.
+    pub fn has_blob(&self, digest: &str) -> bool {
+        self.blob_path(digest).is_some_and(|p| p.is_file())
+    }
+
+    /// A fresh temporary path in the store, for a download in progress.
+    pub fn temp_path(&self, label: &str) -> Result<PathBuf, ImageError> {
+        let dir = self.root.join("tmp");
+        std::fs::create_dir_all(&dir).map_err(ImageError::io("create store directory", &dir))?;
+        let mut rnd = [0u8; 8];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        Ok(dir.join(format!(
+            "{}-{label}-{}",
+            std::process::id(),
+            hex::encode(rnd)
+        )))
+    }
+
+    /// Move the downloaded file `tmp` into the store as `digest`, after
+    /// checking that its content has that digest. `reference` names the
+    /// image in errors.
+    pub fn put_blob(&self, tmp: &Path, digest: &str, reference: &str) -> Result<(), ImageError> {
+        let actual = file_digest(tmp)?;
+        let target = self
+            .blob_path(digest)
+            .ok_or_else(|| ImageError::Malformed {
+                reference: reference.to_string(),
+                reason: format!("`{digest}` is not a sha256 digest"),
+            })?;
+        if actual != digest {
+            let _ = std::fs::remove_file(tmp);
+            return Err(ImageError::DigestMismatch {
+                reference: reference.to_string(),
+                expected: digest.to_string(),
+                actual,
+            });
+        }
+        if let Some(dir) = target.parent() {
+            std::fs::create_dir_all(dir).map_err(ImageError::io("create store directory", dir))?;
+        }
+        std::fs::rename(tmp, &target).map_err(ImageError::io("store blob", &target))
+    }
+
+    /// Register `image` under its reference (the last step of a pull).
+    pub fn register(&self, image: &StoredImage) -> Result<(), ImageError> {
+        let path = self.ref_path(&image.reference);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(ImageError::io("create store directory", dir))?;
+        }
+        let bytes = serde_json::to_vec_pretty(image).map_err(|e| ImageError::Malformed {
+            reference: image.reference.clone(),
+            reason: e.to_string(),
+        })?;
+        crate::fsutil::write_atomic(&path, &bytes).map_err(ImageError::io("register image", &path))
+    }
+
+    /// The stored image `reference` resolves to, if pulled.
+    pub fn get(&self, reference: &ImageRef) -> Option<StoredImage> {
+        let bytes = std::fs::read(self.ref_path(&reference.canonical())).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Every registered image.
+    pub fn list(&self) -> Vec<StoredImage> {
+        let mut out: Vec<StoredImage> = std::fs::read_dir(self.root.join("refs"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| std::fs::read(e.path()).ok())
+                    .filter_map(|b| serde_json::from_slice(&b).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_by(|a, b| a.reference.cmp(&b.reference));
+        out
+    }
+
+    /// Forget `reference` (its blobs stay until `prune`); whether it was there.
+    pub fn remove(&self, reference: &ImageRef) -> Result<bool, ImageError> {
+        let path = self.ref_path(&reference.canonical());
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(ImageError::io("remove image", &path)(e)),
+        }
+    }
+
+    /// The unpacked layer directories of `image`, top first (overlay order),
+    /// unpacking each layer once for owners shifted by `owner_base`.
+    pub fn layer_dirs(
+        &self,
+        image: &StoredImage,
+        owner_base: Option<u32>,
+    ) -> Result<Vec<PathBuf>, ImageError> {
+        let owner = owner_base.map_or("self".to_string(), |b| b.to_string());
+        let mut dirs = Vec::new();
+        for layer in &image.layers {
+            let hex = digest_hex(&layer.digest).ok_or_else(|| ImageError::Malformed {
+                reference: image.reference.clone(),
+                reason: format!("layer digest `{}` is not sha256", layer.digest),
+            })?;
+            let dir = self.root.join("layers").join(format!("{hex}-{owner}"));
+            if !dir.is_dir() {
+                let blob = self
+                    .blob_path(&layer.digest)
+                    .filter(|p| p.is_file())
+                    .ok_or_else(|| ImageError::NotStored(image.reference.clone()))?;
+                let tmp = self.temp_path(&format!("layer-{}", &hex[..12]))?;
+                std::fs::create_dir_all(&tmp)
+                    .map_err(ImageError::io("create layer directory", &tmp))?;
+                let opts = UnpackOptions {
+                    owner_base,
+                    max_bytes: MAX_LAYER_BYTES,
+                };
+                let result = unpack_layer(&blob, &layer.media_type, &tmp, &layer.digest, opts);
+                match result {
+                    Ok(report) => {
+                        for note in report.notes {
+                            tracing::warn!("image {}: {note}", image.reference);
+                        }
+                    }
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&tmp);
+                        return Err(e);
+                    }
+                }
+                if let Some(parent) = dir.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(ImageError::io("create store directory", parent))?;
+                }
+                if std::fs::rename(&tmp, &dir).is_err() {
+                    // Another process unpacked it first.
+                    let _ = std::fs::remove_dir_all(&tmp);
+                }
+            }
+            dirs.push(dir);
+        }
+        dirs.reverse();
+        Ok(dirs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blobs_are_checked_before_they_are_stored() {
+        let d = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(d.path());
+        let tmp = store.temp_path("t").unwrap();
+        std::fs::write(&tmp, b"hello").unwrap();
+        let wrong = format!("sha256:{}", "0".repeat(64));
+        let e = store.put_blob(&tmp, &wrong, "x").unwrap_err();
+        assert!(matches!(e, ImageError::DigestMismatch { .. }), "{e}");
+        assert!(!store.has_blob(&wrong) && !tmp.exists());
+        let tmp = store.temp_path("t").unwrap();
+        std::fs::write(&tmp, b"hello").unwrap();
+        let right = file_digest(&tmp).unwrap();
+        store.put_blob(&tmp, &right, "x").unwrap();
+        assert!(store.has_blob(&right));
+        assert!(digest_hex("sha256:../../etc").is_none());
+    }
+}

@@ -1,0 +1,390 @@
+//! Unpacking one image layer (a tar, optionally gzip-compressed) into a
+//! directory that becomes an overlay lower layer.
+//!
+//! Nothing may land outside the layer directory: entries with `..` are
+//! refused, an entry is never written through a symlink (every parent must
+//! be a real directory inside the layer), hard links must point inside the
+//! layer, and each entry's size counts against a budget (so a sparse file
+//! claiming terabytes is refused). Device nodes are skipped with a note.
+//! OCI whiteouts become overlayfs whiteouts: `.wh.NAME` a character device
+//! 0/0, `.wh..wh..opq` the `trusted.overlay.opaque` attribute on its
+//! directory (both need root; rootless unpacking notes and skips them).
+//! Owners are shifted into the sandbox's id range when one is given.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::ImageError;
+
+/// What an unpack did that the caller may want to report.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct UnpackReport {
+    /// Entries written.
+    pub entries: usize,
+    /// Bytes of file content written.
+    pub bytes: u64,
+    /// Things skipped, one line each.
+    pub notes: Vec<String>,
+}
+
+/// How to unpack.
+#[derive(Debug, Clone, Copy)]
+pub struct UnpackOptions {
+    /// Host id of the sandbox's root: owners are shifted by it (`None`: keep
+    /// ours, as rootless unpacking must).
+    pub owner_base: Option<u32>,
+    /// The most bytes of content the layer may hold.
+    pub max_bytes: u64,
+}
+
+/// Unpack the layer `blob` (of `media_type`) into `dest`, which must be an
+/// empty directory. `name` names the layer in errors.
+pub fn unpack_layer(
+    blob: &Path,
+    media_type: &str,
+    dest: &Path,
+    name: &str,
+    opts: UnpackOptions,
+) -> Result<UnpackReport, ImageError> {
+    let file = std::fs::File::open(blob).map_err(ImageError::io("open layer blob", blob))?;
+    let reader: Box<dyn Read> = if media_type.ends_with("gzip") || media_type.ends_with("+gzip") {
+        Box::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)))
+    } else if media_type.ends_with(".tar") || media_type.ends_with("tar") {
+        Box::new(std::io::BufReader::new(file))
+    } else {
+        return Err(ImageError::UnsupportedLayer {
+            reference: name.to_string(),
+            digest: name.to_string(),
+            media_type: media_type.to_string(),
+        });
+    };
+    unpack_tar(reader, dest, name, opts)
+}
+
+/// Unpack a tar stream into `dest` (see the module docs).
+pub fn unpack_tar(
+    reader: impl Read,
+    dest: &Path,
+    name: &str,
+    opts: UnpackOptions,
+) -> Result<UnpackReport, ImageError> {
+    let mut archive = tar::Archive::new(reader);
+    archive.set_preserve_permissions(true);
+    archive.set_overwrite(true);
+    archive.set_unpack_xattrs(false);
+    archive.set_preserve_mtime(true);
+    let mut report = UnpackReport::default();
+    let hostile = |entry: &str, reason: &str| ImageError::HostileEntry {
+        layer: name.to_string(),
+        entry: entry.to_string(),
+        reason: reason.to_string(),
+    };
+    let entries = archive
+        .entries()
+        .map_err(|e| hostile("(archive)", &format!("unreadable archive: {e}")))?;
+    let mut opaque_dirs = Vec::new();
+    for entry in entries {
+        let mut entry =
+            entry.map_err(|e| hostile("(archive)", &format!("unreadable entry: {e}")))?;
+        let raw = entry
+            .path()
+            .map_err(|e| hostile("(archive)", &format!("bad path: {e}")))?
+            .into_owned();
+        let shown = raw.display().to_string();
+        let Some(rel) = normalize(&raw).map_err(|reason| hostile(&shown, reason))? else {
+            continue;
+        };
+        let kind = entry.header().entry_type();
+        let size = entry.header().size().unwrap_or(u64::MAX);
+        if kind.is_file() || kind == tar::EntryType::Continuous {
+            report.bytes = report.bytes.saturating_add(size);
+            if report.bytes > opts.max_bytes {
+                return Err(hostile(
+                    &shown,
+                    &format!("the layer holds more than {} bytes", opts.max_bytes),
+                ));
+            }
+        }
+        let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
+        ensure_real_dirs(dest, &parent, opts).map_err(|reason| hostile(&shown, &reason))?;
+        let file_name = rel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if let Some(hidden) = file_name.strip_prefix(".wh.") {
+            if hidden == ".wh..opq" {
+                opaque_dirs.push(parent.clone());
+            } else {
+                whiteout(&dest.join(&parent).join(hidden), opts, &mut report)?;
+            }
+            continue;
+        }
+        if kind.is_character_special() || kind.is_block_special() {
+            report.notes.push(format!("{shown}: device node skipped"));
+            continue;
+        }
+        if kind.is_hard_link() {
+            let target = entry
+                .link_name()
+                .ok()
+                .flatten()
+                .ok_or_else(|| hostile(&shown, "hard link without a target"))?
+                .into_owned();
+            let target = normalize(&target)
+                .map_err(|reason| hostile(&shown, reason))?
+                .ok_or_else(|| hostile(&shown, "hard link to the layer's root"))?;
+            let meta = std::fs::symlink_metadata(dest.join(&target))
+                .map_err(|_| hostile(&shown, "hard link to a file that is not in the layer"))?;
+            if !meta.is_file() {
+                return Err(hostile(
+                    &shown,
+                    "hard link to something that is not a regular file",
+                ));
+            }
+        }
+        // Replace what an earlier entry left at this path (a symlink is
+        // removed, never followed).
+        let at = dest.join(&rel);
+        if let Ok(m) = std::fs::symlink_metadata(&at) {
+            if !(m.is_dir() && kind.is_dir()) {
+                let _ = if m.is_dir() {
+                    std::fs::remove_dir_all(&at)
+                } else {
+                    std::fs::remove_file(&at)
+                };
+            }
+        }
+        let placed = entry
+            .unpack_in(dest)
+            .map_err(|e| hostile(&shown, &format!("cannot unpack: {e}")))?;
+        if !placed {
+            return Err(hostile(&shown, "it would land outside the layer"));
+        }
+        if let Some(base) = opts.owner_base {
+            let h = entry.header();
+            let uid = shift(base, h.uid().unwrap_or(0));
+            let gid = shift(base, h.gid().unwrap_or(0));
+            std::os::unix::fs::lchown(&at, Some(uid), Some(gid))
+                .map_err(ImageError::io("chown unpacked entry", &at))?;
+            if kind.is_file() || kind.is_dir() {
+                // chown clears set-id bits; put the mode back.
+                let mode = h.mode().unwrap_or(0o644) & 0o7777;
+                std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))
+                    .map_err(ImageError::io("chmod unpacked entry", &at))?;
+            }
+        }
+        report.entries += 1;
+    }
+    for dir in opaque_dirs {
+        mark_opaque(&dest.join(dir), opts, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// The host id of inside id `id` (ids past the mapped range become nobody).
+fn shift(base: u32, id: u64) -> u32 {
+    let id = u32::try_from(id).unwrap_or(65_534);
+    base + if id < 65_536 { id } else { 65_534 }
+}
+
+/// A tar path made relative and checked: `None` for the root itself.
+fn normalize(path: &Path) -> Result<Option<PathBuf>, &'static str> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir | Component::RootDir => {}
+            Component::ParentDir => return Err("`..` would leave the layer"),
+            Component::Prefix(_) => return Err("not a Unix path"),
+        }
+    }
+    Ok((!out.as_os_str().is_empty()).then_some(out))
+}
+
+/// Make sure every component of `rel` under `dest` is a real directory
+/// (creating missing ones), so nothing is ever written through a symlink.
+fn ensure_real_dirs(dest: &Path, rel: &Path, opts: UnpackOptions) -> Result<(), String> {
+    let mut at = dest.to_path_buf();
+    for c in rel.components() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!("its parent {} is a symlink", at.display()))
+            }
+            Ok(_) => return Err(format!("its parent {} is not a directory", at.display())),
+            Err(_) => {
+                std::fs::create_dir(&at).map_err(|e| format!("create {}: {e}", at.display()))?;
+                if let Some(base) = opts.owner_base {
+                    std::os::unix::fs::lchown(&at, Some(base), Some(base))
+                        .map_err(|e| format!("chown {}: {e}", at.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An overlayfs whiteout at `path` (hides the lower layers' entry).
+fn whiteout(path: &Path, opts: UnpackOptions, report: &mut UnpackReport) -> Result<(), ImageError> {
+    if opts.owner_base.is_none() {
+        report
+            .notes
+            .push(format!("{}: whiteout skipped (needs root)", path.display()));
+        return Ok(());
+    }
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        let _ = if m.is_dir() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| ImageError::io("whiteout", path)(std::io::Error::other("NUL in path")))?;
+    // SAFETY: mknod on a path we own.
+    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o000, libc::makedev(0, 0)) };
+    if rc < 0 {
+        return Err(ImageError::io("create whiteout", path)(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    report.entries += 1;
+    Ok(())
+}
+
+/// Mark `dir` opaque (the lower layers' contents are hidden).
+fn mark_opaque(
+    dir: &Path,
+    opts: UnpackOptions,
+    report: &mut UnpackReport,
+) -> Result<(), ImageError> {
+    if opts.owner_base.is_none() {
+        report.notes.push(format!(
+            "{}: opaque marker skipped (needs root)",
+            dir.display()
+        ));
+        return Ok(());
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| ImageError::io("opaque", dir)(std::io::Error::other("NUL in path")))?;
+    // SAFETY: lsetxattr with valid C strings and a one-byte value.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            c"trusted.overlay.opaque".as_ptr(),
+            b"y".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(ImageError::io("mark directory opaque", dir)(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tar_of(build: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        build(&mut b);
+        b.into_inner().unwrap()
+    }
+
+    fn file(b: &mut tar::Builder<Vec<u8>>, path: &str, body: &[u8]) {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, path, body).unwrap();
+    }
+
+    fn link(b: &mut tar::Builder<Vec<u8>>, kind: tar::EntryType, path: &str, target: &str) {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(0);
+        h.set_mode(0o777);
+        h.set_entry_type(kind);
+        b.append_link(&mut h, path, target).unwrap();
+    }
+
+    fn opts() -> UnpackOptions {
+        UnpackOptions {
+            owner_base: None,
+            max_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn files_links_and_modes_land_inside() {
+        let t = tar_of(|b| {
+            file(b, "usr/bin/tool", b"#!/bin/sh\n");
+            link(b, tar::EntryType::Symlink, "bin", "usr/bin");
+            link(b, tar::EntryType::Link, "usr/bin/tool2", "usr/bin/tool");
+            link(b, tar::EntryType::Symlink, "etc/abs", "/etc/passwd");
+        });
+        let d = tempfile::tempdir().unwrap();
+        let r = unpack_tar(&t[..], d.path(), "l1", opts()).unwrap();
+        assert_eq!(r.entries, 4);
+        assert_eq!(
+            std::fs::read(d.path().join("usr/bin/tool2")).unwrap(),
+            b"#!/bin/sh\n"
+        );
+        assert_eq!(
+            std::fs::read_link(d.path().join("etc/abs")).unwrap(),
+            Path::new("/etc/passwd")
+        );
+    }
+
+    #[test]
+    fn hostile_entries_are_refused() {
+        let traversal = tar_of(|b| {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(1);
+            h.set_entry_type(tar::EntryType::Regular);
+            h.as_gnu_mut().unwrap().name[..9].copy_from_slice(b"../escape");
+            h.set_cksum();
+            b.append(&h, &b"x"[..]).unwrap();
+        });
+        let through_link = tar_of(|b| {
+            link(b, tar::EntryType::Symlink, "etc", "/tmp");
+            file(b, "etc/owned", b"x");
+        });
+        let outside_hardlink = tar_of(|b| link(b, tar::EntryType::Link, "pw", "../../etc/passwd"));
+        let too_big = tar_of(|b| file(b, "big", &vec![0u8; 2 << 20]));
+        for (name, t) in [
+            ("traversal", traversal),
+            ("through a symlink", through_link),
+            ("hard link outside", outside_hardlink),
+            ("size budget", too_big),
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            let e = unpack_tar(&t[..], d.path(), "l1", opts());
+            assert!(
+                matches!(e, Err(ImageError::HostileEntry { .. })),
+                "{name}: {e:?}"
+            );
+        }
+        assert!(!Path::new("/tmp/owned").exists());
+    }
+
+    #[test]
+    fn devices_are_skipped_and_whiteouts_noted_without_root() {
+        let t = tar_of(|b| {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(0);
+            h.set_entry_type(tar::EntryType::Char);
+            h.set_device_major(1).unwrap();
+            h.set_device_minor(3).unwrap();
+            b.append_data(&mut h, "dev/null", &[][..]).unwrap();
+            file(b, "etc/.wh.gone", b"");
+            file(b, "opt/.wh..wh..opq", b"");
+        });
+        let d = tempfile::tempdir().unwrap();
+        let r = unpack_tar(&t[..], d.path(), "l1", opts()).unwrap();
+        assert!(!d.path().join("dev/null").exists());
+        assert_eq!(r.notes.len(), 3, "{:?}", r.notes);
+    }
+}
