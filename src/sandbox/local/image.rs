@@ -181,7 +181,7 @@ impl LocalBackend {
             ("LANG".into(), "C.UTF-8".into()),
             ("DEBIAN_FRONTEND".into(), "noninteractive".into()),
         ];
-        let seccomp = seccomp::program_files()?;
+        let seccomp = seccomp::program_files(&self.seccomp)?;
         let keep = seccomp.iter().map(|f| f.as_raw_fd()).collect();
         let spec = Spec {
             root: layout.merged(),

@@ -111,6 +111,8 @@ pub struct LocalBackend {
     runtime: Runtime,
     seccomp: Vec<BpfProgram>,
     images: ImageStore,
+    /// User namespaces made ahead of time (mapped mode).
+    userns_pool: Option<std::sync::Arc<userns::UsernsPool>>,
 }
 
 /// Where the image store of a backend caching under `cache_dir` lives
@@ -225,6 +227,7 @@ impl LocalBackend {
             runtime,
             seccomp: seccomp::programs()?,
             images: ImageStore::new(&image_store_dir(cache_dir)),
+            userns_pool: map.map(userns::UsernsPool::new),
         })
     }
 
@@ -360,9 +363,9 @@ impl LocalBackend {
 
     /// A new user namespace for one child (mapped mode only).
     fn new_userns(&self) -> Result<Option<OwnedFd>, SandboxError> {
-        match self.identity {
-            HostIdentity::Mapped(m) => m.create_namespace().map(Some),
-            HostIdentity::Rootless(..) => Ok(None),
+        match &self.userns_pool {
+            Some(pool) => pool.take().map(Some),
+            None => Ok(None),
         }
     }
 
@@ -454,7 +457,7 @@ impl LocalBackend {
             ],
             net: net_child,
         })?;
-        let seccomp = seccomp::program_files()?;
+        let seccomp = seccomp::program_files(&self.seccomp)?;
         let keep: Vec<RawFd> = seccomp.iter().map(|f| f.as_raw_fd()).collect();
         let mut binds = vec![
             Bind {

@@ -161,10 +161,10 @@ fn bytes(program: &BpfProgram) -> Vec<u8> {
     out
 }
 
-/// Each program in a sealed-size memory file positioned at its start, for
+/// Each of `programs` in a memory file positioned at its start, for
 /// `bwrap --add-seccomp-fd`.
-pub fn program_files() -> Result<Vec<OwnedFd>, SandboxError> {
-    programs()?
+pub fn program_files(programs: &[BpfProgram]) -> Result<Vec<OwnedFd>, SandboxError> {
+    programs
         .iter()
         .map(|p| {
             // SAFETY: memfd_create returns a fresh descriptor we then own.

@@ -144,6 +144,64 @@ impl IdMap {
     }
 }
 
+/// Namespaces made ahead of time, off the session start's critical path
+/// (making one waits for a helper process to be scheduled, which under load
+/// costs milliseconds). Each is used once, by one session or build.
+pub struct UsernsPool {
+    map: IdMap,
+    ready: std::sync::Mutex<Vec<OwnedFd>>,
+    refilling: std::sync::atomic::AtomicBool,
+}
+
+/// How many namespaces the pool keeps ready.
+const POOL_SIZE: usize = 4;
+
+impl UsernsPool {
+    /// An empty pool for `map` (it fills on first use).
+    pub fn new(map: IdMap) -> std::sync::Arc<UsernsPool> {
+        std::sync::Arc::new(UsernsPool {
+            map,
+            ready: std::sync::Mutex::new(Vec::new()),
+            refilling: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// A fresh namespace: one made ahead of time, else one made now.
+    pub fn take(self: &std::sync::Arc<Self>) -> Result<OwnedFd, SandboxError> {
+        let ready = self.ready.lock().ok().and_then(|mut r| r.pop());
+        self.refill_in_background();
+        match ready {
+            Some(fd) => Ok(fd),
+            None => self.map.create_namespace(),
+        }
+    }
+
+    fn refill_in_background(self: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pool = self.clone();
+        std::thread::spawn(move || {
+            loop {
+                let have = pool.ready.lock().map(|r| r.len()).unwrap_or(POOL_SIZE);
+                if have >= POOL_SIZE {
+                    break;
+                }
+                match pool.map.create_namespace() {
+                    Ok(fd) => {
+                        if let Ok(mut r) = pool.ready.lock() {
+                            r.push(fd);
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            pool.refilling.store(false, Ordering::Release);
+        });
+    }
+}
+
 /// A close-on-exec pipe.
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     let mut fds = [0; 2];
