@@ -6,7 +6,7 @@
 //! every descriptor from 3 up close-on-exec in the child, except the few the
 //! child is meant to have.
 
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// Mark every descriptor from 3 up close-on-exec, then clear the flag on
 /// `keep`.
@@ -48,4 +48,48 @@ pub fn seal_inherited() {
     unsafe {
         let _ = close_inherited(&[]);
     }
+}
+
+/// A close-on-exec pipe: (read end, write end).
+pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors that we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both are valid and owned by nobody else.
+    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+/// `Err(errno)` when a system call returned a negative value.
+pub fn check(rc: libc::c_int) -> std::io::Result<()> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Give the calling process a private copy of its mount namespace, whose
+/// mounts do not propagate back.
+///
+/// # Safety
+/// Async-signal-safe (meant for `pre_exec`).
+pub unsafe fn private_mount_namespace() -> std::io::Result<()> {
+    check(libc::unshare(libc::CLONE_NEWNS))?;
+    make_mounts_private()
+}
+
+/// Stop every mount of the calling process's namespace from propagating.
+///
+/// # Safety
+/// Async-signal-safe.
+pub unsafe fn make_mounts_private() -> std::io::Result<()> {
+    check(libc::mount(
+        std::ptr::null(),
+        c"/".as_ptr(),
+        std::ptr::null(),
+        libc::MS_REC | libc::MS_PRIVATE,
+        std::ptr::null(),
+    ))
 }

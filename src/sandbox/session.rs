@@ -726,24 +726,10 @@ fn spawn_error(cmd: &Command, e: std::io::Error) -> SandboxError {
     SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program()))
 }
 
-/// A close-on-exec pipe: (read end, write end).
+/// A close-on-exec pipe as files: (read end, write end).
 fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fresh descriptors that we then own.
-    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
-    if rc < 0 {
-        return Err(SandboxError::io("create pipe", "pipe")(
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: the descriptors are valid and owned by nobody else.
-    unsafe {
-        use std::os::fd::FromRawFd;
-        Ok((
-            std::fs::File::from_raw_fd(fds[0]),
-            std::fs::File::from_raw_fd(fds[1]),
-        ))
-    }
+    let (r, w) = super::fds::pipe().map_err(SandboxError::io("create pipe", "pipe"))?;
+    Ok((std::fs::File::from(r), std::fs::File::from(w)))
 }
 
 /// Run `cmd` with stdout and stderr captured (interleaved) in its own process

@@ -15,7 +15,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -47,15 +47,7 @@ pub struct ParentEnds {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fresh descriptors that we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(SandboxError::io("create pipe", "pipe")(
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: both are valid and owned by nobody else.
-    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+    crate::sandbox::fds::pipe().map_err(SandboxError::io("create pipe", "pipe"))
 }
 
 /// The two pipes of one attachment.
@@ -209,21 +201,8 @@ fn attach(
 /// # Safety
 /// Async-signal-safe.
 unsafe fn private_tun_device() -> std::io::Result<()> {
-    let check = |rc: libc::c_int| {
-        if rc < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
-    check(libc::unshare(libc::CLONE_NEWNS))?;
-    check(libc::mount(
-        std::ptr::null(),
-        c"/".as_ptr(),
-        std::ptr::null(),
-        libc::MS_REC | libc::MS_PRIVATE,
-        std::ptr::null(),
-    ))?;
+    use crate::sandbox::fds::{check, private_mount_namespace};
+    private_mount_namespace()?;
     check(libc::mount(
         c"tmpfs".as_ptr(),
         c"/dev/net".as_ptr(),

@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
+use crate::sandbox::fds::{check, make_mounts_private};
 use crate::sandbox::SandboxError;
 
 /// One `mount(2)` call, prepared so that applying it allocates nothing.
@@ -229,13 +230,7 @@ impl MountPlan {
         } else {
             check(libc::unshare(libc::CLONE_NEWNS))?;
         }
-        check(libc::mount(
-            c"none".as_ptr(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ))?;
+        make_mounts_private()?;
         if let Some(t) = &self.tmpfs {
             check(mount(t, libc::MS_NOSUID | libc::MS_NODEV))?;
         }
@@ -345,14 +340,6 @@ unsafe fn idmapped_mount(source: &CString, target: &CString, userns: RawFd) -> i
         return Err(e);
     }
     Ok(())
-}
-
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 unsafe fn write_file(path: &std::ffi::CStr, content: &std::ffi::CStr) -> io::Result<()> {

@@ -14,7 +14,7 @@
 //! `setns` after doing its (host-privileged) mounts.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::sandbox::SandboxError;
 
@@ -202,17 +202,8 @@ impl UsernsPool {
     }
 }
 
-/// A close-on-exec pipe.
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fresh descriptors that we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(SandboxError::io("create pipe", "pipe")(
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: both are valid and owned by nobody else.
-    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+    crate::sandbox::fds::pipe().map_err(SandboxError::io("create pipe", "pipe"))
 }
 
 /// The start of `user`'s first subordinate range of at least [`MAPPED_IDS`]

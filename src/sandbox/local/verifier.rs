@@ -31,6 +31,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use seccompiler::BpfProgram;
 
 use super::overlay::join_cgroups;
+use crate::sandbox::fds::{check, private_mount_namespace};
 use super::seccomp;
 use crate::sandbox::SandboxError;
 
@@ -155,14 +156,7 @@ impl VerifierPlan {
         }
         check(libc::fchdir(self.root.as_raw_fd()))?;
         check(libc::chroot(c".".as_ptr()))?;
-        check(libc::unshare(libc::CLONE_NEWNS))?;
-        check(libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ))?;
+        private_mount_namespace()?;
         check(libc::mount(
             c"tmpfs".as_ptr(),
             self.private_dir.as_ptr(),
@@ -281,12 +275,4 @@ unsafe fn drop_all_capabilities() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
