@@ -264,30 +264,58 @@ pub struct TrainArgs {
     /// Stop PPO after this many minutes (checkpointing first).
     #[arg(long)]
     pub minutes: Option<f64>,
-    /// Samples per task (the paper's 16).
-    #[arg(long, default_value_t = 16)]
-    pub samples: u32,
-    /// Tasks per PPO step.
-    #[arg(long, default_value_t = 1)]
-    pub tasks_per_step: usize,
-    /// Turn limit per episode (the paper's 16 in training).
-    #[arg(long, default_value_t = 16)]
-    pub max_turns: u32,
-    /// Tokens per reply at most.
-    #[arg(long, default_value_t = 256)]
-    pub max_tokens: usize,
-    /// Sampling temperature of rollouts.
-    #[arg(long, default_value_t = 1.0)]
-    pub temperature: f32,
+    /// Samples per task (default: `[train] samples`, 16 as in the paper).
+    #[arg(long)]
+    pub samples: Option<u32>,
+    /// Tasks (prompts) per PPO step (default: `[train] prompts_per_step`, 1;
+    /// the reference's 16).
+    #[arg(long = "prompts-per-step", alias = "tasks-per-step", value_name = "N")]
+    pub tasks_per_step: Option<usize>,
+    /// Turn limit per episode (default: `[agent] train_max_turns`, the paper's 16).
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Tokens per reply at most (default: `[train] max_tokens`, 256; the reference's 2048).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Sampling temperature of rollouts (default: `[train] temperature`, 0.7 as
+    /// the reference; 0.6 for Qwen3).
+    #[arg(long)]
+    pub temperature: Option<f64>,
     /// Peak learning rate of PPO (default: 5e-5 for `tiny`, 1e-6 otherwise).
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Passes over each PPO batch.
-    #[arg(long, default_value_t = 1)]
-    pub ppo_epochs: usize,
+    /// Passes over each PPO batch, with its old log-probs, values and advantages
+    /// fixed (default: `[train] ppo_epochs`, 2 as the reference).
+    #[arg(long)]
+    pub ppo_epochs: Option<usize>,
     /// Sequences per optimizer update (0: the whole batch).
     #[arg(long, default_value_t = 0)]
     pub minibatch: usize,
+    /// `separate`: a value model of its own (own optimizer and `--critic-lr`),
+    /// as the reference; `shared`: a value head on the policy's trunk
+    /// (default: `[train] critic`, separate).
+    #[arg(long, value_parser = ["shared", "separate"])]
+    pub critic: Option<String>,
+    /// Peak learning rate of a separate critic (default: 5e-5 for `tiny`,
+    /// 1e-6 otherwise, the reference's).
+    #[arg(long)]
+    pub critic_lr: Option<f64>,
+    /// Value clipping around the values at collection time; 0 turns it off
+    /// (default: `[train] value_clip`, 0.2 as the reference).
+    #[arg(long)]
+    pub value_clip: Option<f64>,
+    /// AdamW weight decay (default: `[train] weight_decay`, 0.01 as the reference).
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Normalise each step's rewards to mean 0, std 1 over its episodes
+    /// (`--normalize-reward=false` turns it off; default: `[train]
+    /// normalize_reward`, on as the reference).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub normalize_reward: Option<bool>,
+    /// Print the effective recipe (each setting beside the paper's /
+    /// reference's value, and why ours differs) and exit; with `--json`, as JSON.
+    #[arg(long)]
+    pub print_config: bool,
     /// Samples per held-out task when measuring pass@1.
     #[arg(long, default_value_t = 1)]
     pub eval_samples: u32,

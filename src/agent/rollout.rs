@@ -331,7 +331,8 @@ pub fn run_sandboxed_episode<P: SandboxProvider>(
         let result = EpisodeResult::new(id, &trajectory, verification, timings);
         observer.line(serde_json::json!({
             "type": "end", "end_reason": result.end_reason, "passed": result.passed,
-            "failure_mode": result.failure_mode, "error": result.error,
+            "failure_mode": result.failure_mode,
+            "failure_labels": result.failure_labels, "error": result.error,
         }));
         result
     };

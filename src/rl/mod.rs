@@ -19,12 +19,14 @@ pub mod adamw;
 pub mod batch;
 pub mod checkpoint;
 pub mod collect;
+pub mod critic;
 pub mod error;
 pub mod gae;
 pub mod init;
 pub mod metrics;
 pub mod policy;
 pub mod ppo;
+pub mod recipe;
 pub mod recorder;
 pub mod reward;
 pub mod run_files;
@@ -32,10 +34,12 @@ pub mod session;
 pub mod trainer;
 
 pub use batch::{RolloutBatch, RolloutSequence, SequenceBuilder};
+pub use critic::{Critic, CriticMode};
 pub use error::RlError;
 pub use metrics::{MetricsLog, StepMetrics};
 pub use policy::Policy;
 pub use ppo::PpoConfig;
+pub use recipe::{Recipe, RecipeFlags};
 pub use reward::RewardMode;
 pub use trainer::{train_loop, LoopOutcome, Resumed, TrainConfig, Trainer};
 
