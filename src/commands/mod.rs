@@ -28,6 +28,7 @@ mod generate_cmd;
 pub mod offline;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
+mod serve_cmd;
 mod tasks;
 pub mod train_cmd;
 
@@ -103,6 +104,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Run(args)) => rollout_cmd::run(&ctx, args),
         Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
         Some(Command::Train(args)) => train_cmd::run(&ctx, args),
+        Some(Command::Serve(args)) => serve_cmd::run(&ctx, args),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
         Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {
             let path = crate::llm::local::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
