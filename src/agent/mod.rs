@@ -14,8 +14,8 @@ mod terminal;
 
 pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
-    run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step, StepKind,
-    StepOutcome, Trajectory,
+    run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step,
+    StepKind, StepOutcome, Trajectory,
 };
 pub use index::index_episode;
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};

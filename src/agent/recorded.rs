@@ -154,9 +154,7 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
         recording.prepare()?;
         let mut timings = Timings::default();
         let options = StartOptions {
-            record: recording
-                .record_cast
-                .then(|| recording.paths.cast.clone()),
+            record: recording.record_cast.then(|| recording.paths.cast.clone()),
         };
         let term = match provider.start(task, &options) {
             Ok(t) => t,
@@ -220,13 +218,8 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
 
     /// Apply one reply of the policy (see [`EpisodeStepper::step`]).
     pub fn step(&mut self, text: &str, usage: TokenUsage, policy_secs: f64) -> StepOutcome {
-        self.stepper.step(
-            text,
-            usage,
-            policy_secs,
-            &mut self.term,
-            &mut self.observer,
-        )
+        self.stepper
+            .step(text, usage, policy_secs, &mut self.term, &mut self.observer)
     }
 
     /// The policy failed to answer: the episode ends as an infrastructure error.

@@ -291,7 +291,11 @@ fn rollouts(
 }
 
 /// Index every episode of run `run_id` in the workspace.
-pub(crate) fn index_episodes(ws: &Workspace, run_id: &str, episodes: &[EpisodeResult]) -> Result<()> {
+pub(crate) fn index_episodes(
+    ws: &Workspace,
+    run_id: &str,
+    episodes: &[EpisodeResult],
+) -> Result<()> {
     for e in episodes {
         crate::agent::index_episode(ws, run_id, e)?;
     }

@@ -62,9 +62,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
         settings: Settings {
             reward,
             idle_timeout: Duration::from_secs_f64(args.idle_timeout),
-            command_timeout: Duration::from_secs_f64(
-                ctx.config.agent.command_timeout_sec.max(1.0),
-            ),
+            command_timeout: Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0)),
             default_run: default_run.clone(),
         },
         bind: args.bind,

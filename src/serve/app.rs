@@ -153,8 +153,7 @@ impl App {
         })?;
         let run_dir = self.run_dir(&run_id);
         let sample = self.registry.next_sample(&run_dir, &run_id, task.id());
-        let config =
-            EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout);
+        let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout);
         let recording = Recording {
             paths: EpisodePaths::new(&run_dir, task.id(), sample),
             record_cast: true,
@@ -174,7 +173,9 @@ impl App {
                 self.registry.remove(&slot.id);
                 self.recorded(&run_id, &result);
                 return Err(ApiError::Internal(
-                    result.error.unwrap_or_else(|| "the sandbox failed to start".into()),
+                    result
+                        .error
+                        .unwrap_or_else(|| "the sandbox failed to start".into()),
                 ));
             }
             Err(e) => {
@@ -182,7 +183,9 @@ impl App {
                 return Err(ApiError::Internal(e.to_string()));
             }
         };
-        self.metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .sessions_started
+            .fetch_add(1, Ordering::Relaxed);
         let messages = episode.messages().to_vec();
         *slot.state.lock() = State::Running(Box::new(episode));
         slot.touch();

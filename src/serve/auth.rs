@@ -107,7 +107,11 @@ impl Auth {
         // Compare digests in full every time (no early exit on a match).
         let mut found = None;
         for (t, client) in tokens {
-            let same = t.iter().zip(d.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+            let same = t
+                .iter()
+                .zip(d.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
             if same {
                 found = Some(client.clone());
             }

@@ -118,7 +118,10 @@ impl Metrics {
             "# HELP endless_serve_episodes_total Episodes finished, by outcome.\n# TYPE endless_serve_episodes_total counter"
         );
         for (outcome, n) in self.episodes.lock().iter() {
-            let _ = writeln!(out, "endless_serve_episodes_total{{outcome=\"{outcome}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "endless_serve_episodes_total{{outcome=\"{outcome}\"}} {n}"
+            );
         }
         let _ = writeln!(
             out,

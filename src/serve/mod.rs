@@ -88,7 +88,10 @@ impl Server {
         reaper.abort();
         let left = app.registry.take_all();
         if !left.is_empty() {
-            tracing::info!(sessions = left.len(), "recording open sessions as interrupted");
+            tracing::info!(
+                sessions = left.len(),
+                "recording open sessions as interrupted"
+            );
         }
         let mut set = tokio::task::JoinSet::new();
         for slot in left {

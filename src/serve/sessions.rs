@@ -214,10 +214,9 @@ fn new_id() -> String {
 pub fn validate_id(id: &str) -> Result<(), ApiError> {
     let groups: Vec<&str> = id.split('-').collect();
     let shape_ok = groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
+        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| {
+            g.len() == n && g.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+        });
     if shape_ok {
         Ok(())
     } else {
