@@ -33,6 +33,8 @@ pub enum Command {
     Eval(EvalArgs),
     /// Train a policy with PPO.
     Train(TrainArgs),
+    /// Serve the workspace's environments over HTTP/JSON to RL trainers.
+    Serve(ServeArgs),
     /// Benchmarks: sandbox, rollout, import, tui, ppo, sample.
     Bench(BenchArgs),
     /// Sandbox backends.
@@ -224,6 +226,38 @@ pub struct EvalArgs {
     pub concurrency: Option<usize>,
     #[arg(long)]
     pub json: bool,
+}
+
+/// `endless serve`
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the bound address is
+    /// printed on stderr).
+    #[arg(long, default_value = "127.0.0.1:8765")]
+    pub bind: std::net::SocketAddr,
+    /// Episodes running at once, in all.
+    #[arg(long, default_value_t = 16)]
+    pub max_sessions: usize,
+    /// Episodes running at once per token (default: --max-sessions).
+    #[arg(long)]
+    pub max_sessions_per_token: Option<usize>,
+    /// Bearer tokens, one per line, one per client (created with one fresh
+    /// token, mode 0600, if missing). Default: `serve.token` in the state dir.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Accept requests without a token (loopback binds only).
+    #[arg(long, conflicts_with = "token_file")]
+    pub no_auth: bool,
+    /// How final tests become the reward.
+    #[arg(long, value_parser = ["binary", "partial", "clean"], default_value = "binary")]
+    pub reward: String,
+    /// End and record sessions with no request for this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub idle_timeout: f64,
+    /// Run name: episodes go under run `serve-NAME` (default: one run per
+    /// server start). Clients may name their own with `"run"`.
+    #[arg(long)]
+    pub run: Option<String>,
 }
 
 /// `endless train`
