@@ -78,7 +78,7 @@ mod tests {
         assert_eq!(r.registry(), "127.0.0.1:5000");
         assert!(r.is_loopback());
         assert!(ImageRef::parse("localhost:5000/x").unwrap().is_loopback());
-        assert!(ImageRef::parse("UPPER/case").is_err());
+        assert!(ImageRef::parse("not a reference!").is_err());
         assert!(is_host("host") && !is_host("ubuntu"));
     }
 }
