@@ -20,6 +20,9 @@ pub struct Cli {
 }
 
 /// Top-level commands.
+// Parsed once per process: the size of `TrainArgs` (the PPO recipe's flags)
+// costs nothing worth boxing it for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Browse, import, export and curate tasks.
