@@ -23,7 +23,7 @@ fn one_million() -> ModelConfig {
 fn ppo_step(c: &mut Criterion) {
     let policy = Policy::from_config(&one_million(), &Device::Cpu, 0).unwrap();
     eprintln!("policy parameters: {}", policy.num_params());
-    let mut trainer = Trainer::new(policy, TrainConfig::default());
+    let mut trainer = Trainer::new(policy, TrainConfig::minimal());
     let b = batch(8, 256);
     let mut g = c.benchmark_group("rl");
     g.sample_size(10);

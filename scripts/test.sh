@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs the whole test suite (unit, integration,
-# snapshot and end-to-end tests). Used by CI (.ci/run) as is.
+# snapshot and end-to-end tests), then the Python package's tests against the
+# built `endless` binary. Used by CI (.ci/run) as is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo test --all-targets --locked
+cargo build --locked --bin endless
+
+# The Python package (python/) against a real `endless serve`, in a venv
+# under target/ (reused; pip keeps its own download cache).
+VENV=target/pyenv
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow
+export ENDLESS_BIN="$PWD/target/debug/endless"
+# pytest exits 5 when it collects no tests: that fails this script too.
+"$VENV/bin/python" -m pytest -q python/tests

@@ -20,6 +20,9 @@ pub struct Cli {
 }
 
 /// Top-level commands.
+// Parsed once per process: the size of `TrainArgs` (the PPO recipe's flags)
+// costs nothing worth boxing it for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Browse, import, export and curate tasks.
@@ -33,6 +36,8 @@ pub enum Command {
     Eval(EvalArgs),
     /// Train a policy with PPO.
     Train(TrainArgs),
+    /// Serve the workspace's environments over HTTP/JSON to RL trainers.
+    Serve(ServeArgs),
     /// Benchmarks: sandbox, rollout, import, tui, ppo, sample.
     Bench(BenchArgs),
     /// Sandbox backends.
@@ -226,6 +231,38 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
+/// `endless serve`
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the bound address is
+    /// printed on stderr).
+    #[arg(long, default_value = "127.0.0.1:8765")]
+    pub bind: std::net::SocketAddr,
+    /// Episodes running at once, in all.
+    #[arg(long, default_value_t = 16)]
+    pub max_sessions: usize,
+    /// Episodes running at once per token (default: --max-sessions).
+    #[arg(long)]
+    pub max_sessions_per_token: Option<usize>,
+    /// Bearer tokens, one per line, one per client (created with one fresh
+    /// token, mode 0600, if missing). Default: `serve.token` in the state dir.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Accept requests without a token (loopback binds only).
+    #[arg(long, conflicts_with = "token_file")]
+    pub no_auth: bool,
+    /// How final tests become the reward.
+    #[arg(long, value_parser = ["binary", "partial", "clean"], default_value = "binary")]
+    pub reward: String,
+    /// End and record sessions with no request for this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub idle_timeout: f64,
+    /// Run name: episodes go under run `serve-NAME` (default: one run per
+    /// server start). Clients may name their own with `"run"`.
+    #[arg(long)]
+    pub run: Option<String>,
+}
+
 /// `endless train`
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
@@ -264,30 +301,58 @@ pub struct TrainArgs {
     /// Stop PPO after this many minutes (checkpointing first).
     #[arg(long)]
     pub minutes: Option<f64>,
-    /// Samples per task (the paper's 16).
-    #[arg(long, default_value_t = 16)]
-    pub samples: u32,
-    /// Tasks per PPO step.
-    #[arg(long, default_value_t = 1)]
-    pub tasks_per_step: usize,
-    /// Turn limit per episode (the paper's 16 in training).
-    #[arg(long, default_value_t = 16)]
-    pub max_turns: u32,
-    /// Tokens per reply at most.
-    #[arg(long, default_value_t = 256)]
-    pub max_tokens: usize,
-    /// Sampling temperature of rollouts.
-    #[arg(long, default_value_t = 1.0)]
-    pub temperature: f32,
+    /// Samples per task (default: `[train] samples`, 16 as in the paper).
+    #[arg(long)]
+    pub samples: Option<u32>,
+    /// Tasks (prompts) per PPO step (default: `[train] prompts_per_step`, 1;
+    /// the reference's 16).
+    #[arg(long = "prompts-per-step", alias = "tasks-per-step", value_name = "N")]
+    pub tasks_per_step: Option<usize>,
+    /// Turn limit per episode (default: `[agent] train_max_turns`, the paper's 16).
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Tokens per reply at most (default: `[train] max_tokens`, 256; the reference's 2048).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Sampling temperature of rollouts (default: `[train] temperature`, 0.7 as
+    /// the reference; 0.6 for Qwen3).
+    #[arg(long)]
+    pub temperature: Option<f64>,
     /// Peak learning rate of PPO (default: 5e-5 for `tiny`, 1e-6 otherwise).
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Passes over each PPO batch.
-    #[arg(long, default_value_t = 1)]
-    pub ppo_epochs: usize,
+    /// Passes over each PPO batch, with its old log-probs, values and advantages
+    /// fixed (default: `[train] ppo_epochs`, 2 as the reference).
+    #[arg(long)]
+    pub ppo_epochs: Option<usize>,
     /// Sequences per optimizer update (0: the whole batch).
     #[arg(long, default_value_t = 0)]
     pub minibatch: usize,
+    /// `separate`: a value model of its own (own optimizer and `--critic-lr`),
+    /// as the reference; `shared`: a value head on the policy's trunk
+    /// (default: `[train] critic`, separate).
+    #[arg(long, value_parser = ["shared", "separate"])]
+    pub critic: Option<String>,
+    /// Peak learning rate of a separate critic (default: 5e-5 for `tiny`,
+    /// 1e-6 otherwise, the reference's).
+    #[arg(long)]
+    pub critic_lr: Option<f64>,
+    /// Value clipping around the values at collection time; 0 turns it off
+    /// (default: `[train] value_clip`, 0.2 as the reference).
+    #[arg(long)]
+    pub value_clip: Option<f64>,
+    /// AdamW weight decay (default: `[train] weight_decay`, 0.01 as the reference).
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Normalise each step's rewards to mean 0, std 1 over its episodes
+    /// (`--normalize-reward=false` turns it off; default: `[train]
+    /// normalize_reward`, on as the reference).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub normalize_reward: Option<bool>,
+    /// Print the effective recipe (each setting beside the paper's /
+    /// reference's value, and why ours differs) and exit; with `--json`, as JSON.
+    #[arg(long)]
+    pub print_config: bool,
     /// Samples per held-out task when measuring pass@1.
     #[arg(long, default_value_t = 1)]
     pub eval_samples: u32,

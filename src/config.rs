@@ -20,6 +20,7 @@ pub struct Config {
     pub agent: AgentConfig,
     pub llm: LlmConfig,
     pub generate: GenerateConfig,
+    pub train: TrainSettings,
     pub tui: TuiConfig,
 }
 
@@ -63,6 +64,26 @@ pub struct GenerateConfig {
     pub max_env_attempts: u32,
     pub concurrency: usize,
     pub seed_tasks: usize,
+}
+
+/// `[train]`: defaults of the PPO recipe (`endless train` flags override
+/// them; `endless train --print-config` shows the result). `lr` and
+/// `critic_lr` of 0 mean: chosen by the initial policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSettings {
+    pub samples: u32,
+    pub prompts_per_step: usize,
+    pub temperature: f64,
+    pub max_tokens: usize,
+    pub ppo_epochs: usize,
+    /// `separate` or `shared`.
+    pub critic: String,
+    pub lr: f64,
+    pub critic_lr: f64,
+    pub value_clip: f64,
+    pub weight_decay: f64,
+    pub normalize_reward: bool,
 }
 
 /// `[tui]`
@@ -217,11 +238,24 @@ mod tests {
         let c = Config::load_with_env(&none, None, &[]).unwrap();
         assert_eq!(c.agent.max_turns, 64);
         assert_eq!(c.generate.solutions, 16);
+        assert_eq!(c.train.critic, "separate");
+        assert_eq!(c.train.ppo_epochs, 2);
         std::fs::write(dir.path().join("endless.toml"), "[llm]\nmodel = \"m1\"\n").unwrap();
         let vars = vec![("ENDLESS_LLM_TEMPERATURE".to_string(), "0.5".to_string())];
         let c = Config::load_with_env(&none, Some(dir.path()), &vars).unwrap();
         assert_eq!(c.llm.model, "m1");
         assert_eq!(c.llm.temperature, 0.5);
+        // Two-word keys of [train] take ENDLESS_TRAIN_<KEY>.
+        let vars = vec![
+            ("ENDLESS_TRAIN_CRITIC_LR".to_string(), "3e-6".to_string()),
+            (
+                "ENDLESS_TRAIN_NORMALIZE_REWARD".to_string(),
+                "false".to_string(),
+            ),
+        ];
+        let c = Config::load_with_env(&none, None, &vars).unwrap();
+        assert_eq!(c.train.critic_lr, 3e-6);
+        assert!(!c.train.normalize_reward);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod logging;
 pub mod procgen;
 pub mod rl;
 pub mod sandbox;
+pub mod serve;
 pub mod store;
 pub mod task;
 pub mod tui;

@@ -129,12 +129,23 @@ fn oracle_passes_and_scripted_failures_are_classified() {
         &["eval", "--policy", &spec, "--max-turns", "8", "--json"],
     ));
     assert_eq!(report["failure_modes"]["loop"], 4, "{report:#}");
+    // Each looping episode also ran out of turns: both labels, loop primary;
+    // the paper view counts every failure under both.
+    assert_eq!(report["failure_modes"]["turn_exhaustion"], 0, "{report:#}");
+    assert_eq!(report["failure_labels"]["loop"], 4, "{report:#}");
+    assert_eq!(report["failure_labels"]["turn_exhaustion"], 4, "{report:#}");
+    assert_eq!(report["failures"], 4);
+    assert_eq!(report["multi_label_failures"], 4);
+    assert_eq!(report["paper_view"]["loop"], 1.0);
+    assert_eq!(report["paper_view"]["turn_exhaustion"], 1.0);
 
     let done_only = ws.path().join("done.txt");
     std::fs::write(&done_only, "").unwrap();
     let spec = format!("script:{}", done_only.display());
     let report = json(&endless(ws.path(), &["eval", "--policy", &spec, "--json"]));
     assert_eq!(report["failure_modes"]["premature_done"], 4, "{report:#}");
+    assert_eq!(report["failure_labels"]["premature_done"], 4, "{report:#}");
+    assert_eq!(report["multi_label_failures"], 0);
 
     let id = endless(ws.path(), &["tasks", "list", "--json"]);
     let first = json(&id)[0]["id"].as_str().unwrap().to_string();

@@ -133,6 +133,35 @@ fn tiny_training_runs_resumes_and_survives_a_corrupt_checkpoint() {
         serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
     assert_eq!(info["status"], "finished");
     assert_eq!(info["steps_done"], 1);
+    // train.json keeps the effective recipe: what --print-config says for the
+    // same flags.
+    let printed = json(&endless(
+        ws,
+        &[
+            "train",
+            "--init",
+            "tiny",
+            "--samples",
+            "2",
+            "--max-turns",
+            "2",
+            "--max-tokens",
+            "12",
+            "--print-config",
+            "--json",
+        ],
+    ));
+    assert_eq!(info["recipe"], printed["recipe"], "{info}");
+    let saved: endless::rl::Recipe = serde_json::from_value(info["recipe"].clone()).unwrap();
+    let shown: endless::rl::Recipe = serde_json::from_value(printed["recipe"].clone()).unwrap();
+    assert_eq!(saved, shown);
+    assert_eq!(saved.temperature, 0.7);
+    assert_eq!(info["recipe"]["train"]["critic"], "separate");
+    // The separate critic is checkpointed beside the policy.
+    assert!(out
+        .join("step-00000001")
+        .join("critic.safetensors")
+        .is_file());
 
     // Resume: one more step, no second supervised warm start or "before" eval.
     let second = train(ws, &dev, &out, "2");
@@ -173,6 +202,89 @@ fn tiny_training_runs_resumes_and_survives_a_corrupt_checkpoint() {
     let v: serde_json::Value = serde_json::from_slice(&ep.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&ep.stderr)));
     assert_eq!(v["turns"], 1, "{v}");
+}
+
+/// `--print-config` prints the effective recipe without needing any task:
+/// defaults from `[train]`, a workspace's `endless.toml` over them, flags
+/// over both; text and JSON.
+#[test]
+fn print_config_shows_the_effective_recipe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    let v = json(&endless(ws, &["train", "--print-config", "--json"]));
+    let r = &v["recipe"];
+    assert_eq!(r["train"]["critic"], "separate");
+    assert_eq!(r["train"]["ppo_epochs"], 2);
+    assert_eq!(r["train"]["ppo"]["value_clip"], 0.2);
+    assert_eq!(r["train"]["adam"]["weight_decay"], 0.01);
+    assert_eq!(r["train"]["normalize_reward"], true);
+    assert_eq!(r["train"]["critic_lr"], 5e-5, "tiny by default");
+    assert_eq!(r["temperature"], 0.7);
+    assert_eq!(r["train"]["ppo"]["temperature"], 0.7);
+    assert_eq!(r["max_tokens"], 256);
+    assert_eq!(
+        (r["samples"].as_u64(), r["prompts_per_step"].as_u64()),
+        (Some(16), Some(1))
+    );
+    let table = v["table"].as_array().unwrap();
+    let row = |name: &str| {
+        table
+            .iter()
+            .find(|t| t["setting"] == name)
+            .unwrap_or_else(|| panic!("no row {name}"))
+            .clone()
+    };
+    assert_eq!(row("prompts_per_step")["reference"], "16");
+    assert!(!row("max_tokens")["why"].as_str().unwrap().is_empty());
+    assert_eq!(row("value_clip")["why"], "");
+
+    // The workspace's configuration feeds the defaults; flags win over it.
+    std::fs::write(
+        ws.join("endless.toml"),
+        "[train]\nvalue_clip = 0.1\ncritic = \"shared\"\n",
+    )
+    .unwrap();
+    let v = json(&endless(
+        ws,
+        &[
+            "train",
+            "--print-config",
+            "--json",
+            "--init",
+            "smollm2",
+            "--ppo-epochs",
+            "3",
+            "--normalize-reward=false",
+            "--prompts-per-step",
+            "4",
+        ],
+    ));
+    let r = &v["recipe"];
+    assert_eq!(r["train"]["ppo"]["value_clip"], 0.1);
+    assert_eq!(r["train"]["critic"], "shared");
+    assert_eq!(r["train"]["ppo_epochs"], 3);
+    assert_eq!(r["train"]["normalize_reward"], false);
+    assert_eq!(r["train"]["lr"], 1e-6, "pretrained policies");
+    assert_eq!(r["prompts_per_step"], 4);
+
+    let out = endless(ws, &["train", "--print-config", "--critic", "separate"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "setting",
+        "reference",
+        "critic",
+        "separate",
+        "max_tokens",
+        "2048",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // Nothing was trained or written.
+    assert!(!ws.join("checkpoints").exists());
+    let bad = endless(ws, &["train", "--print-config", "--value-clip=-1"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--value-clip"));
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

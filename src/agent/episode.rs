@@ -194,6 +194,234 @@ pub trait EpisodeObserver {
 pub struct NoObserver;
 impl EpisodeObserver for NoObserver {}
 
+/// What one reply did to the episode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepOutcome {
+    /// The user message the reply produced: the command's observation, or
+    /// the corrective message after a malformed reply; empty when none.
+    pub observation: String,
+    /// The episode is over (the agent said done, a limit was reached, or
+    /// its shell failed).
+    pub done: bool,
+}
+
+/// One episode driven one reply at a time: the single implementation of
+/// the agent loop's rules (parsing, observations, turn limit, timeouts, end
+/// reasons). [`run_episode`] drives it with a [`Policy`]; `endless serve`
+/// drives it with replies that arrive over HTTP.
+#[derive(Debug)]
+pub struct EpisodeStepper {
+    config: EpisodeConfig,
+    started: Instant,
+    deadline: Option<Instant>,
+    trajectory: Trajectory,
+    /// Set once the episode has ended.
+    ended: bool,
+}
+
+impl EpisodeStepper {
+    /// Start an episode of `instruction`: the system prompt and the
+    /// instruction become the first two messages.
+    pub fn start(
+        instruction: &str,
+        config: &EpisodeConfig,
+        observer: &mut dyn EpisodeObserver,
+    ) -> Self {
+        let started = Instant::now();
+        let mut stepper = Self {
+            config: config.clone(),
+            started,
+            deadline: config.episode_timeout.map(|t| started + t),
+            trajectory: Trajectory {
+                messages: Vec::new(),
+                steps: Vec::new(),
+                end_reason: EndReason::MaxTurns,
+                error: None,
+                tokens: TokenUsage::default(),
+                policy_secs: 0.0,
+                exec_secs: 0.0,
+                agent_secs: 0.0,
+            },
+            ended: false,
+        };
+        stepper.push(ChatMessage::system(SYSTEM_PROMPT), observer);
+        stepper.push(
+            ChatMessage::user(protocol::initial_user_message(instruction)),
+            observer,
+        );
+        stepper.check_limits();
+        stepper
+    }
+
+    /// The conversation so far (what the policy answers next).
+    pub fn messages(&self) -> &[ChatMessage] {
+        &self.trajectory.messages
+    }
+
+    /// Whether the episode is over.
+    pub fn is_done(&self) -> bool {
+        self.ended
+    }
+
+    /// Turns taken so far.
+    pub fn turns(&self) -> u32 {
+        self.trajectory.turns()
+    }
+
+    /// How the episode ended (meaningful once [`is_done`](Self::is_done)).
+    pub fn end_reason(&self) -> EndReason {
+        self.trajectory.end_reason
+    }
+
+    fn push(&mut self, message: ChatMessage, observer: &mut dyn EpisodeObserver) {
+        observer.on_message(&message);
+        self.trajectory.messages.push(message);
+    }
+
+    fn end(&mut self, reason: EndReason, error: Option<String>) {
+        self.trajectory.end_reason = reason;
+        if error.is_some() {
+            self.trajectory.error = error;
+        }
+        self.ended = true;
+    }
+
+    /// Before asking for another reply: out of turns, or out of time?
+    fn check_limits(&mut self) {
+        if self.ended {
+            return;
+        }
+        if self.turns() >= self.config.max_turns {
+            self.end(EndReason::MaxTurns, None);
+        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.end(EndReason::Timeout, None);
+        }
+    }
+
+    /// The policy could not answer: the episode ends as an
+    /// infrastructure error.
+    pub fn policy_failed(&mut self, error: &str, policy_secs: f64) {
+        if self.ended {
+            return;
+        }
+        self.trajectory.policy_secs += policy_secs;
+        let turn = self.turns() + 1;
+        self.end(
+            EndReason::Error,
+            Some(format!("policy failed at turn {turn}: {error}")),
+        );
+    }
+
+    /// End the episode from outside (a server shutting down, a client gone):
+    /// an infrastructure error, unscored; no-op once it has ended.
+    pub fn interrupt(&mut self, why: &str) {
+        if !self.ended {
+            self.end(EndReason::Error, Some(format!("interrupted: {why}")));
+        }
+    }
+
+    /// Apply the policy's reply `text` (which cost `usage` and took
+    /// `policy_secs`): parse it, run its command on `terminal`, and add the
+    /// observation. A step after the end changes nothing and says done.
+    pub fn step(
+        &mut self,
+        text: &str,
+        usage: TokenUsage,
+        policy_secs: f64,
+        terminal: &mut dyn Terminal,
+        observer: &mut dyn EpisodeObserver,
+    ) -> StepOutcome {
+        if self.ended {
+            return StepOutcome {
+                observation: String::new(),
+                done: true,
+            };
+        }
+        let turn = self.turns() + 1;
+        let t = &mut self.trajectory;
+        t.policy_secs += policy_secs;
+        t.tokens.add(usage);
+        self.push(ChatMessage::assistant(text.to_string()), observer);
+        let parsed = protocol::parse_reply(text);
+        let mut step = Step {
+            think: parsed.think,
+            reply: text.to_string(),
+            policy_secs,
+            tokens: usage,
+            ..Step::new(turn, StepKind::Malformed)
+        };
+        let mut observation = String::new();
+        match parsed.action {
+            Action::Done => {
+                step.kind = StepKind::Done;
+                observer.on_step(&step);
+                self.trajectory.steps.push(step);
+                self.end(EndReason::Done, None);
+            }
+            Action::Malformed(reason) => {
+                step.error = Some(reason);
+                observer.on_step(&step);
+                self.trajectory.steps.push(step);
+                observation = CORRECTIVE_MESSAGE.to_string();
+                self.push(ChatMessage::user(CORRECTIVE_MESSAGE), observer);
+            }
+            Action::Command(cmd) => {
+                step.kind = StepKind::Command;
+                let mut timeout = self.config.command_timeout;
+                let mut cut_by_deadline = false;
+                if let Some(d) = self.deadline {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left < timeout {
+                        timeout = left.max(Duration::from_millis(10));
+                        cut_by_deadline = true;
+                    }
+                }
+                let ran = Instant::now();
+                let result = terminal.exec(&cmd, timeout);
+                step.exec_secs = ran.elapsed().as_secs_f64();
+                self.trajectory.exec_secs += step.exec_secs;
+                step.command = Some(cmd);
+                match result {
+                    Ok(r) => {
+                        observation = protocol::format_observation(&r, timeout.as_secs_f64());
+                        step.exit_code = r.exit_code;
+                        step.timed_out = r.timed_out;
+                        step.output =
+                            protocol::truncate_output(&r.output, protocol::MAX_OBSERVATION_CHARS);
+                        observer.on_step(&step);
+                        self.trajectory.steps.push(step);
+                        self.push(ChatMessage::user(observation.clone()), observer);
+                        if r.timed_out && cut_by_deadline {
+                            self.end(EndReason::Timeout, None);
+                        }
+                    }
+                    Err(e) => {
+                        step.error = Some(e.to_string());
+                        observer.on_step(&step);
+                        self.trajectory.steps.push(step);
+                        self.end(
+                            EndReason::from_fault(e.fault),
+                            Some(format!("the shell failed at turn {turn}: {e}")),
+                        );
+                    }
+                }
+            }
+        }
+        self.check_limits();
+        StepOutcome {
+            observation,
+            done: self.ended,
+        }
+    }
+
+    /// The finished trajectory (an episode stopped before its end counts
+    /// as having reached its turn limit).
+    pub fn finish(mut self) -> Trajectory {
+        self.trajectory.agent_secs = self.started.elapsed().as_secs_f64();
+        self.trajectory
+    }
+}
+
 /// Run one episode of `instruction` with `policy` on `terminal`.
 /// Never panics on policy or terminal failures: they end the episode with
 /// [`EndReason::Error`], or, when the agent's shell died or ran out of its
@@ -205,115 +433,18 @@ pub fn run_episode(
     config: &EpisodeConfig,
     observer: &mut dyn EpisodeObserver,
 ) -> Trajectory {
-    let started = Instant::now();
-    let deadline = config.episode_timeout.map(|t| started + t);
-    let mut t = Trajectory {
-        messages: Vec::new(),
-        steps: Vec::new(),
-        end_reason: EndReason::MaxTurns,
-        error: None,
-        tokens: TokenUsage::default(),
-        policy_secs: 0.0,
-        exec_secs: 0.0,
-        agent_secs: 0.0,
-    };
-    let push = |t: &mut Trajectory, m: ChatMessage, observer: &mut dyn EpisodeObserver| {
-        observer.on_message(&m);
-        t.messages.push(m);
-    };
-    push(&mut t, ChatMessage::system(SYSTEM_PROMPT), observer);
-    push(
-        &mut t,
-        ChatMessage::user(protocol::initial_user_message(instruction)),
-        observer,
-    );
-
-    for turn in 1..=config.max_turns {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            t.end_reason = EndReason::Timeout;
-            break;
-        }
+    let mut episode = EpisodeStepper::start(instruction, config, observer);
+    while !episode.is_done() {
         let asked = Instant::now();
-        let reply = match policy.act(&t.messages) {
-            Ok(r) => r,
-            Err(e) => {
-                t.policy_secs += asked.elapsed().as_secs_f64();
-                t.end_reason = EndReason::Error;
-                t.error = Some(format!("policy failed at turn {turn}: {e}"));
-                break;
+        match policy.act(episode.messages()) {
+            Ok(reply) => {
+                let secs = asked.elapsed().as_secs_f64();
+                episode.step(&reply.text, reply.usage, secs, terminal, observer);
             }
-        };
-        let policy_secs = asked.elapsed().as_secs_f64();
-        t.policy_secs += policy_secs;
-        t.tokens.add(reply.usage);
-        push(&mut t, ChatMessage::assistant(reply.text.clone()), observer);
-        let parsed = protocol::parse_reply(&reply.text);
-        let mut step = Step {
-            think: parsed.think,
-            reply: reply.text,
-            policy_secs,
-            tokens: reply.usage,
-            ..Step::new(turn, StepKind::Malformed)
-        };
-        match parsed.action {
-            Action::Done => {
-                step.kind = StepKind::Done;
-                observer.on_step(&step);
-                t.steps.push(step);
-                t.end_reason = EndReason::Done;
-                break;
-            }
-            Action::Malformed(reason) => {
-                step.error = Some(reason);
-                observer.on_step(&step);
-                t.steps.push(step);
-                push(&mut t, ChatMessage::user(CORRECTIVE_MESSAGE), observer);
-            }
-            Action::Command(cmd) => {
-                step.kind = StepKind::Command;
-                let mut timeout = config.command_timeout;
-                let mut cut_by_deadline = false;
-                if let Some(d) = deadline {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left < timeout {
-                        timeout = left.max(Duration::from_millis(10));
-                        cut_by_deadline = true;
-                    }
-                }
-                let ran = Instant::now();
-                let result = terminal.exec(&cmd, timeout);
-                step.exec_secs = ran.elapsed().as_secs_f64();
-                t.exec_secs += step.exec_secs;
-                step.command = Some(cmd);
-                match result {
-                    Ok(r) => {
-                        let observation = protocol::format_observation(&r, timeout.as_secs_f64());
-                        step.exit_code = r.exit_code;
-                        step.timed_out = r.timed_out;
-                        step.output =
-                            protocol::truncate_output(&r.output, protocol::MAX_OBSERVATION_CHARS);
-                        observer.on_step(&step);
-                        t.steps.push(step);
-                        push(&mut t, ChatMessage::user(observation), observer);
-                        if r.timed_out && cut_by_deadline {
-                            t.end_reason = EndReason::Timeout;
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        step.error = Some(e.to_string());
-                        observer.on_step(&step);
-                        t.steps.push(step);
-                        t.end_reason = EndReason::from_fault(e.fault);
-                        t.error = Some(format!("the shell failed at turn {turn}: {e}"));
-                        break;
-                    }
-                }
-            }
+            Err(e) => episode.policy_failed(&e.to_string(), asked.elapsed().as_secs_f64()),
         }
     }
-    t.agent_secs = started.elapsed().as_secs_f64();
-    t
+    episode.finish()
 }
 
 #[cfg(test)]

@@ -3,8 +3,10 @@
 
 mod bench;
 mod episode;
+mod index;
 pub mod policy;
 pub mod protocol;
+mod recorded;
 mod result;
 pub mod rollout;
 mod sandboxed;
@@ -12,9 +14,12 @@ mod terminal;
 
 pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
-    run_episode, EndReason, EpisodeConfig, EpisodeObserver, NoObserver, Step, StepKind, Trajectory,
+    run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step,
+    StepKind, StepOutcome, Trajectory,
 };
+pub use index::index_episode;
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
+pub use recorded::{RecordedEpisode, Recording, Started};
 pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
 pub use rollout::{
     load_result, load_run, run_rollouts, run_sandboxed_episode, EpisodePaths, LiveStream,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::episode::{EndReason, Step, Trajectory};
 use super::terminal::TerminalError;
-use crate::eval::{classify_failure, FailureMode};
+use crate::eval::{classify_failure, failure_labels, FailureMode};
 use crate::llm::TokenUsage;
 use crate::task::Task;
 
@@ -69,8 +69,14 @@ pub struct EpisodeResult {
     pub reward: f64,
     pub turns: u32,
     pub end_reason: EndReason,
-    /// Why it failed; `None` when it passed.
+    /// Why it failed (the primary label); `None` when it passed.
     pub failure_mode: Option<FailureMode>,
+    /// Every failure label that applies (they overlap, as in the paper: a
+    /// loop can also exhaust its turns); the primary is among them; empty
+    /// when it passed. Absent in episodes recorded before labels existed:
+    /// see [`EpisodeResult::labels`].
+    #[serde(default)]
+    pub failure_labels: Vec<FailureMode>,
     /// Index into `steps` of the earliest step where it went wrong.
     pub earliest_failing_step: Option<u32>,
     /// The policy, model or sandbox error, or how the agent's shell died,
@@ -120,6 +126,11 @@ impl EpisodeResult {
             let (mode, step) = classify_failure(&trajectory.steps, end_reason);
             (Some(mode), step)
         };
+        let failure_labels = if passed {
+            Vec::new()
+        } else {
+            failure_labels(&trajectory.steps, end_reason)
+        };
         Self {
             task: id.task,
             category: id.category,
@@ -131,6 +142,7 @@ impl EpisodeResult {
             turns: trajectory.turns(),
             end_reason,
             failure_mode,
+            failure_labels,
             earliest_failing_step,
             error,
             tests,
@@ -154,6 +166,7 @@ impl EpisodeResult {
             turns: 0,
             end_reason: EndReason::Error,
             failure_mode: Some(FailureMode::Error),
+            failure_labels: vec![FailureMode::Error],
             earliest_failing_step: None,
             error: Some(error),
             tests: Vec::new(),
@@ -161,6 +174,28 @@ impl EpisodeResult {
             tokens: TokenUsage::default(),
             timings,
         }
+    }
+}
+
+impl EpisodeResult {
+    /// The failure labels: the recorded ones, or, for an episode recorded
+    /// before labels existed, derived from its steps and end reason (with
+    /// its recorded primary mode among them). Empty for a pass.
+    pub fn labels(&self) -> Vec<FailureMode> {
+        if self.passed {
+            return Vec::new();
+        }
+        if !self.failure_labels.is_empty() {
+            return self.failure_labels.clone();
+        }
+        let mut labels = failure_labels(&self.steps, self.end_reason);
+        if let Some(primary) = self.failure_mode {
+            if !labels.contains(&primary) {
+                labels.push(primary);
+                labels.sort();
+            }
+        }
+        labels
     }
 }
 
@@ -252,5 +287,37 @@ mod tests {
             Timings::default(),
         );
         assert!(ok.passed && ok.failure_mode.is_none());
+        assert!(ok.failure_labels.is_empty() && ok.labels().is_empty());
+    }
+
+    #[test]
+    fn labels_are_recorded_in_json_and_derived_for_old_records() {
+        let mut t = trajectory(EndReason::MaxTurns);
+        t.steps = (0..3)
+            .map(|i| Step {
+                command: Some("ls".into()),
+                exit_code: Some(0),
+                ..Step::new(i, StepKind::Command)
+            })
+            .collect();
+        let r = EpisodeResult::new(id(), &t, Ok(Vec::new()), Timings::default());
+        assert_eq!(r.failure_mode, Some(FailureMode::Loop));
+        assert_eq!(
+            r.failure_labels,
+            vec![FailureMode::Loop, FailureMode::TurnExhaustion]
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["failure_mode"], "loop");
+        assert_eq!(
+            v["failure_labels"],
+            serde_json::json!(["loop", "turn_exhaustion"])
+        );
+        // A record without labels (written before they existed) still
+        // reads, and its labels are derived.
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("failure_labels");
+        let back: EpisodeResult = serde_json::from_value(old).unwrap();
+        assert!(back.failure_labels.is_empty());
+        assert_eq!(back.labels(), r.failure_labels);
     }
 }

@@ -7,7 +7,6 @@
 //! tests) and `.json` (the [`EpisodeResult`], written atomically last: its
 //! presence means the episode is finished).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::episode::{run_episode, EndReason, EpisodeConfig, EpisodeObserver, Step};
+use super::episode::{EndReason, EpisodeConfig, Step};
 use super::policy::PolicyFactory;
-use super::result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
+use super::recorded::{RecordedEpisode, Recording, Started};
+use super::result::{EpisodeId, EpisodeResult, TestOutcome};
 use super::terminal::{Terminal, TerminalError};
-use crate::llm::ChatMessage;
 use crate::task::Task;
 
 /// A live copy of a session's raw byte stream (for TUI panes).
@@ -198,47 +197,6 @@ pub fn load_run(run_dir: &Path) -> Vec<EpisodeResult> {
     out
 }
 
-/// Writes the trajectory as JSON lines and forwards steps as events.
-struct JsonlObserver<'a> {
-    file: Option<std::io::BufWriter<std::fs::File>>,
-    task: &'a str,
-    sample: u32,
-    events: Option<&'a UnboundedSender<RolloutEvent>>,
-}
-
-impl JsonlObserver<'_> {
-    fn line(&mut self, value: serde_json::Value) {
-        if let Some(f) = &mut self.file {
-            let ok = serde_json::to_writer(&mut *f, &value).is_ok()
-                && f.write_all(b"\n").is_ok()
-                && f.flush().is_ok();
-            if !ok {
-                tracing::warn!(
-                    task = self.task,
-                    sample = self.sample,
-                    "cannot write trajectory line"
-                );
-            }
-        }
-    }
-}
-
-impl EpisodeObserver for JsonlObserver<'_> {
-    fn on_message(&mut self, message: &ChatMessage) {
-        self.line(serde_json::json!({"type": "message", "message": message}));
-    }
-    fn on_step(&mut self, step: &Step) {
-        self.line(serde_json::json!({"type": "step", "step": step}));
-        if let Some(tx) = self.events {
-            let _ = tx.send(RolloutEvent::Step {
-                task: self.task.to_string(),
-                sample: self.sample,
-                step: Box::new(step.clone()),
-            });
-        }
-    }
-}
-
 /// Run one episode of `task` in a fresh sandbox and write its files.
 /// Call from a thread that may block. Returns the result, also saved to
 /// `paths.result`; fails only when the result cannot be saved.
@@ -253,104 +211,34 @@ pub fn run_sandboxed_episode<P: SandboxProvider>(
     record_cast: bool,
     events: Option<&UnboundedSender<RolloutEvent>>,
 ) -> Result<EpisodeResult, RolloutError> {
-    let t0 = Instant::now();
-    let id = EpisodeId::new(task, sample, policy.name());
-    for p in [&paths.trajectory, &paths.cast, &paths.junit, &paths.result] {
-        let _ = std::fs::remove_file(p);
-    }
-    let dir = paths.result.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|source| RolloutError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let mut timings = Timings::default();
-    let result = 'episode: {
-        let mut agent = match policy.start(task, sample) {
-            Ok(p) => p,
-            Err(e) => break 'episode EpisodeResult::failed_to_start(id, e.to_string(), timings),
-        };
-        let options = StartOptions {
-            record: record_cast.then(|| paths.cast.clone()),
-        };
-        let started = Instant::now();
-        let mut term = match provider.start(task, &options) {
-            Ok(t) => t,
-            Err(e) => {
-                timings.sandbox_start_secs = started.elapsed().as_secs_f64();
-                break 'episode EpisodeResult::failed_to_start(
-                    id,
-                    format!("sandbox failed to start: {e}"),
-                    timings,
-                );
-            }
-        };
-        timings.sandbox_start_secs = started.elapsed().as_secs_f64();
-        if let Some(tx) = events {
-            let _ = tx.send(RolloutEvent::Started {
-                task: id.task.clone(),
-                sample,
-                stream: provider.stream(&term),
-            });
-        }
-        let file = std::fs::File::create(&paths.trajectory).map_err(|source| RolloutError::Io {
-            path: paths.trajectory.clone(),
-            source,
-        })?;
-        let task_id = id.task.clone();
-        let mut observer = JsonlObserver {
-            file: Some(std::io::BufWriter::new(file)),
-            task: &task_id,
-            sample,
-            events,
-        };
-        observer.line(serde_json::json!({"type": "start", "task": id.task, "sample": sample, "policy": id.policy}));
-        let trajectory = run_episode(
-            &task.instruction,
-            agent.as_mut(),
-            &mut term,
-            config,
-            &mut observer,
-        );
-        let verification = if !trajectory.end_reason.can_verify() {
-            Ok(Vec::new())
-        } else {
-            let v0 = Instant::now();
-            let v = provider.verify(&mut term, task);
-            timings.verify_secs = v0.elapsed().as_secs_f64();
-            v.map(|v| {
-                if let Some(xml) = &v.junit_xml {
-                    if let Err(e) = crate::fsutil::write_atomic(&paths.junit, xml.as_bytes()) {
-                        tracing::warn!(path = %paths.junit.display(), %e, "cannot write junit report");
-                    }
-                }
-                v.tests
-            })
-        };
-        drop(term);
-        timings.total_secs = t0.elapsed().as_secs_f64();
-        let result = EpisodeResult::new(id, &trajectory, verification, timings);
-        observer.line(serde_json::json!({
-            "type": "end", "end_reason": result.end_reason, "passed": result.passed,
-            "failure_mode": result.failure_mode, "error": result.error,
-        }));
-        result
+    let recording = Recording {
+        paths: paths.clone(),
+        record_cast,
+        events: events.cloned(),
     };
-    let mut result = result;
-    result.timings.total_secs = t0.elapsed().as_secs_f64();
-    let json = serde_json::to_vec_pretty(&result).map_err(|e| RolloutError::Io {
-        path: paths.result.clone(),
-        source: std::io::Error::other(e),
-    })?;
-    crate::fsutil::write_atomic(&paths.result, &json).map_err(|source| RolloutError::Io {
-        path: paths.result.clone(),
-        source,
-    })?;
-    if let Some(tx) = events {
-        let _ = tx.send(RolloutEvent::Finished {
-            result: Box::new(result.clone()),
-        });
+    let mut agent = match policy.start(task, sample) {
+        Ok(p) => p,
+        Err(e) => {
+            let id = EpisodeId::new(task, sample, policy.name());
+            return recording.failed_to_start(id, e.to_string());
+        }
+    };
+    let mut episode =
+        match RecordedEpisode::start(provider, task, sample, &policy.name(), config, recording)? {
+            Started::Running(episode) => episode,
+            Started::Failed(result) => return Ok(*result),
+        };
+    while !episode.is_done() {
+        let asked = Instant::now();
+        match agent.act(episode.messages()) {
+            Ok(reply) => {
+                let secs = asked.elapsed().as_secs_f64();
+                episode.step(&reply.text, reply.usage, secs);
+            }
+            Err(e) => episode.policy_failed(&e.to_string(), asked.elapsed().as_secs_f64()),
+        }
     }
-    Ok(result)
+    episode.finish(provider, task)
 }
 
 /// Run `config.samples` episodes of every task, `config.concurrency` at a

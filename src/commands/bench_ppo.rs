@@ -160,7 +160,7 @@ pub fn bench_ppo(
     let policy = Policy::from_config(&cfg, &Device::Cpu, 0)?;
     let params = policy.num_params();
     let batch = synthetic_batch(BATCH, SEQ_LEN);
-    let train = TrainConfig::default();
+    let train = TrainConfig::minimal();
     if let Some(dir) = dump_dir {
         dump(dir, &policy, &batch, &train)?;
     }

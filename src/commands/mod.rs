@@ -29,6 +29,7 @@ mod images_cmd;
 pub mod offline;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
+mod serve_cmd;
 mod tasks;
 pub mod train_cmd;
 
@@ -104,6 +105,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Run(args)) => rollout_cmd::run(&ctx, args),
         Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
         Some(Command::Train(args)) => train_cmd::run(&ctx, args),
+        Some(Command::Serve(args)) => serve_cmd::run(&ctx, args),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
         Some(Command::Images(cmd)) => images_cmd::run(&ctx, cmd),
         Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {

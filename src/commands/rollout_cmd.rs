@@ -4,7 +4,6 @@
 //! resumes the same run and skips finished episodes.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,7 +20,7 @@ use crate::agent::{
 use crate::cli::{EvalArgs, RunArgs};
 use crate::eval::{evaluate, format_table, write_markdown_report, EvalReport};
 use crate::llm::{RetryPolicy, SamplingParams};
-use crate::store::{EpisodeRow, TaskStatus, Workspace};
+use crate::store::{TaskStatus, Workspace};
 use crate::task::Task;
 
 /// Policy options from the `[llm]` config.
@@ -287,46 +286,18 @@ fn rollouts(
     if let Some(bar) = bar {
         bar.finish();
     }
-    index_episodes(ws, run_id, ws.root(), &summary.episodes)?;
+    index_episodes(ws, run_id, &summary.episodes)?;
     Ok(summary.episodes)
 }
 
+/// Index every episode of run `run_id` in the workspace.
 pub(crate) fn index_episodes(
     ws: &Workspace,
     run_id: &str,
-    root: &Path,
     episodes: &[EpisodeResult],
 ) -> Result<()> {
-    let run_dir = ws.runs_dir().join(run_id);
     for e in episodes {
-        let path = crate::agent::EpisodePaths::new(&run_dir, &e.task, e.sample).result;
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .to_string_lossy()
-            .into_owned();
-        ws.index_episode(&EpisodeRow {
-            run_id: run_id.into(),
-            task_id: e.task.clone(),
-            sample: e.sample,
-            passed: e.passed,
-            reward: e.reward,
-            turns: e.turns,
-            end_reason: serde_json::to_value(e.end_reason)?
-                .as_str()
-                .unwrap_or("")
-                .to_string(),
-            failure_mode: e.failure_mode.map(|m| {
-                serde_json::to_value(m)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            }),
-            path: rel,
-            rating: None,
-            label: None,
-            notes: String::new(),
-        })?;
+        crate::agent::index_episode(ws, run_id, e)?;
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use crate::llm::local::SamplingConfig;
 use crate::procgen::{task_split, Split};
 use crate::rl::run_files::{load_run, RunStatus};
 use crate::rl::session::{self, InitSpec, TrainEvent, TrainOptions};
-use crate::rl::{PpoConfig, RewardMode, TrainConfig};
+use crate::rl::{Recipe, RecipeFlags};
 use crate::task::Task;
 
 /// Turn the command line into training options: tasks and held-out tasks
@@ -68,20 +68,7 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
             );
         }
     }
-    let reward = match args.reward.as_str() {
-        "binary" => RewardMode::Binary,
-        "partial" => RewardMode::Partial,
-        "clean" => RewardMode::Clean,
-        other => bail!("--reward {other:?}: expected binary, partial or clean"),
-    };
-    if args.samples == 0 || args.max_turns == 0 || args.max_tokens == 0 {
-        bail!("--samples, --max-turns and --max-tokens must be at least 1");
-    }
-    if args.temperature.is_nan() || args.temperature <= 0.0 {
-        bail!(
-            "--temperature must be above 0 for PPO (its log-probs are of the sampled distribution)"
-        );
-    }
+    let recipe = recipe(ctx, args, &init)?;
     let out = match &args.out {
         Some(p) => p.clone(),
         None => ws.checkpoints_dir().join(format!(
@@ -89,10 +76,6 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
             chrono::Utc::now().format("%Y%m%d-%H%M%S")
         )),
     };
-    let lr = args.lr.unwrap_or(match init {
-        InitSpec::Tiny => 5e-5,
-        _ => 1e-6,
-    });
     Ok(TrainOptions {
         out,
         tasks,
@@ -108,30 +91,19 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
         time_budget: args
             .minutes
             .map(|m| Duration::from_secs_f64(m.max(0.0) * 60.0)),
-        samples: args.samples,
-        tasks_per_step: args.tasks_per_step.max(1),
-        max_turns: args.max_turns,
+        samples: recipe.samples,
+        tasks_per_step: recipe.prompts_per_step,
+        max_turns: recipe.max_turns,
         concurrency: args.concurrency.max(1),
         checkpoint_every: args.checkpoint_every,
         curriculum: args.curriculum,
         dynamic_sampling: args.dynamic_sampling,
         sampling: SamplingConfig {
-            temperature: args.temperature,
-            top_p: 1.0,
-            max_tokens: args.max_tokens,
+            temperature: recipe.temperature as f32,
+            top_p: recipe.top_p as f32,
+            max_tokens: recipe.max_tokens,
         },
-        train: TrainConfig {
-            lr,
-            reward,
-            seed: args.seed,
-            ppo: PpoConfig {
-                temperature: args.temperature as f64,
-                ..PpoConfig::default()
-            },
-            ppo_epochs: args.ppo_epochs.max(1),
-            minibatch: args.minibatch,
-            ..TrainConfig::default()
-        },
+        train: recipe.train,
         eval_samples: args.eval_samples.max(1),
         model_cache: ctx.paths.cache_dir.join("models"),
         sandbox: ctx.config.sandbox.backend.clone(),
@@ -139,8 +111,53 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
     })
 }
 
+/// The effective recipe of `args` over the configuration's `[train]` section
+/// (see [`crate::rl::recipe`]).
+pub fn recipe(ctx: &Context, args: &TrainArgs, init: &InitSpec) -> Result<Recipe> {
+    let flags = RecipeFlags {
+        samples: args.samples,
+        prompts_per_step: args.tasks_per_step,
+        max_turns: args.max_turns,
+        temperature: args.temperature,
+        max_tokens: args.max_tokens,
+        ppo_epochs: args.ppo_epochs,
+        minibatch: args.minibatch,
+        critic: args.critic.clone(),
+        lr: args.lr,
+        critic_lr: args.critic_lr,
+        value_clip: args.value_clip,
+        weight_decay: args.weight_decay,
+        normalize_reward: args.normalize_reward,
+        reward: args.reward.clone(),
+        seed: args.seed,
+    };
+    let tiny = *init == InitSpec::Tiny;
+    Recipe::resolve(
+        &ctx.config.train,
+        ctx.config.agent.train_max_turns,
+        &flags,
+        tiny,
+    )
+    .map_err(anyhow::Error::msg)
+}
+
 /// `endless train ...`
 pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
+    if args.print_config {
+        let spec = args
+            .init
+            .as_deref()
+            .or(args.policy.as_deref())
+            .unwrap_or("tiny");
+        let init = InitSpec::parse(spec).map_err(|e| anyhow::anyhow!("--init {spec:?}: {e}"))?;
+        let r = recipe(ctx, &args, &init)?;
+        if args.json {
+            print_json(&serde_json::json!({ "recipe": r, "table": r.rows() }))?;
+        } else {
+            say!("{}", r.text().trim_end());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let opts = options(ctx, &args)?;
     let out = opts.out.clone();
     if !args.json {

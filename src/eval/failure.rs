@@ -101,6 +101,40 @@ pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, 
     }
 }
 
+/// Every label that applies to a failed episode, in [`FailureMode::ALL`]
+/// order, as the paper counts them (a failure can be a loop and a turn
+/// exhaustion at once; on TerminalBench 2 its labels sum to over 100%).
+/// Each label has the rule it has as the primary mode, without precedence:
+/// loop (a repeated command run), turn exhaustion (ended at the turn limit),
+/// premature done (said done, tests fail), format error (at least half the
+/// turns malformed), timeout / shell died / resource limit (how the episode
+/// ended). The primary mode of [`classify_failure`] is always among them. An
+/// infrastructure error gets only `error`: it says nothing about the agent.
+pub fn failure_labels(steps: &[Step], end_reason: EndReason) -> Vec<FailureMode> {
+    let (primary, _) = classify_failure(steps, end_reason);
+    if primary == FailureMode::Error {
+        return vec![FailureMode::Error];
+    }
+    let malformed = steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Malformed)
+        .count();
+    let applies = |m: FailureMode| match m {
+        FailureMode::Loop => find_loop(steps).is_some(),
+        FailureMode::TurnExhaustion => end_reason == EndReason::MaxTurns,
+        FailureMode::PrematureDone => end_reason == EndReason::Done,
+        FailureMode::FormatError => !steps.is_empty() && malformed * 2 >= steps.len(),
+        FailureMode::Timeout => end_reason == EndReason::Timeout,
+        FailureMode::ShellDied => end_reason == EndReason::ShellDied,
+        FailureMode::ResourceLimit => end_reason == EndReason::ResourceLimit,
+        FailureMode::Error => false,
+    };
+    FailureMode::ALL
+        .into_iter()
+        .filter(|&m| m == primary || applies(m))
+        .collect()
+}
+
 /// The step index where a loop starts, if the commands contain one.
 pub fn find_loop(steps: &[Step]) -> Option<usize> {
     let cmds: Vec<(usize, &str)> = steps
@@ -182,6 +216,70 @@ mod tests {
         assert_eq!(find_loop(&s), None);
         let s: Vec<_> = ["a", "a"].iter().map(|c| cmd(c, 0)).collect();
         assert_eq!(find_loop(&s), None);
+    }
+
+    #[test]
+    fn labels_overlap_like_the_papers() {
+        let labels = |steps: &[Step], end| failure_labels(steps, end);
+        // A loop that also runs out of turns: both, loop primary.
+        let loopy: Vec<_> = ["ls", "cat a", "ls", "cat a", "ls", "cat a"]
+            .iter()
+            .map(|c| cmd(c, 0))
+            .collect();
+        assert_eq!(
+            labels(&loopy, EndReason::MaxTurns),
+            vec![FailureMode::Loop, FailureMode::TurnExhaustion]
+        );
+        assert_eq!(
+            classify_failure(&loopy, EndReason::MaxTurns).0,
+            FailureMode::Loop
+        );
+        // A premature done after malformed replies: both, format error primary.
+        let sloppy = vec![
+            kind(StepKind::Malformed),
+            kind(StepKind::Malformed),
+            cmd("echo hi > out.txt", 0),
+            kind(StepKind::Done),
+        ];
+        assert_eq!(
+            labels(&sloppy, EndReason::Done),
+            vec![FailureMode::PrematureDone, FailureMode::FormatError]
+        );
+        assert_eq!(
+            classify_failure(&sloppy, EndReason::Done).0,
+            FailureMode::FormatError
+        );
+        // One label when only one applies.
+        let plain = vec![cmd("ls", 0), cmd("cat x", 1), kind(StepKind::Done)];
+        assert_eq!(
+            labels(&plain, EndReason::Done),
+            vec![FailureMode::PrematureDone]
+        );
+        // A loop that ran into the wall clock, and one whose shell died.
+        assert_eq!(
+            labels(&loopy, EndReason::Timeout),
+            vec![FailureMode::Loop, FailureMode::Timeout]
+        );
+        assert_eq!(
+            labels(&loopy, EndReason::ShellDied),
+            vec![FailureMode::Loop, FailureMode::ShellDied]
+        );
+        // Infrastructure errors say nothing about the agent.
+        assert_eq!(labels(&loopy, EndReason::Error), vec![FailureMode::Error]);
+        // The primary mode is always a label.
+        for end in [
+            EndReason::Done,
+            EndReason::MaxTurns,
+            EndReason::Timeout,
+            EndReason::ShellDied,
+            EndReason::ResourceLimit,
+            EndReason::Error,
+        ] {
+            for steps in [&loopy[..], &sloppy[..], &plain[..], &[][..]] {
+                let (primary, _) = classify_failure(steps, end);
+                assert!(labels(steps, end).contains(&primary), "{end:?} {steps:?}");
+            }
+        }
     }
 
     #[test]

@@ -21,7 +21,12 @@ pub struct GroupStats {
     pub passed: usize,
     /// `passed / (episodes - errors)`; 0 when nothing counted.
     pub pass_rate: f64,
+    /// Episodes by their primary failure mode (one each).
     pub failure_modes: BTreeMap<FailureMode, usize>,
+    /// Episodes with each failure label (they overlap: an episode counts
+    /// under every label that applies).
+    #[serde(default)]
+    pub failure_labels: BTreeMap<FailureMode, usize>,
 }
 
 impl GroupStats {
@@ -33,6 +38,9 @@ impl GroupStats {
         self.passed += e.passed as usize;
         if let Some(m) = e.failure_mode {
             *self.failure_modes.entry(m).or_default() += 1;
+        }
+        for m in e.labels() {
+            *self.failure_labels.entry(m).or_default() += 1;
         }
         let counted = self.episodes - self.errors;
         self.pass_rate = if counted == 0 {
@@ -65,8 +73,24 @@ pub struct EvalReport {
     pub pass_rate: f64,
     /// Mean unbiased pass@k over tasks, keyed by k.
     pub pass_at_k: BTreeMap<u32, f64>,
-    /// Counts of every failure mode (all keys present).
+    /// Counts of every failure mode (all keys present): each failed episode
+    /// once, under its primary mode.
     pub failure_modes: BTreeMap<FailureMode, usize>,
+    /// Counts of every failure label (all keys present): each failed episode
+    /// under every label that applies, so they may sum to more than the failures.
+    #[serde(default)]
+    pub failure_labels: BTreeMap<FailureMode, usize>,
+    /// Failed episodes the agent is answerable for (scored and not passed:
+    /// infrastructure errors are not failures).
+    #[serde(default)]
+    pub failures: usize,
+    /// Of those, how many have more than one label.
+    #[serde(default)]
+    pub multi_label_failures: usize,
+    /// The paper's view of the mix: the share of `failures` with each label
+    /// (every mode but `error`); shares may sum to more than 1.
+    #[serde(default)]
+    pub paper_view: BTreeMap<FailureMode, f64>,
     pub per_category: BTreeMap<String, GroupStats>,
     /// Keyed by complexity level (`"unknown"` when unset).
     pub per_complexity: BTreeMap<String, GroupStats>,
@@ -117,6 +141,31 @@ pub fn evaluate(episodes: &[EpisodeResult]) -> EvalReport {
     for (m, n) in &all.failure_modes {
         failure_modes.insert(*m, *n);
     }
+    let mut failure_labels: BTreeMap<FailureMode, usize> =
+        FailureMode::ALL.iter().map(|m| (*m, 0)).collect();
+    for (m, n) in &all.failure_labels {
+        failure_labels.insert(*m, *n);
+    }
+    let failed: Vec<Vec<FailureMode>> = episodes
+        .iter()
+        .filter(|e| !e.passed && e.end_reason.is_scored())
+        .map(EpisodeResult::labels)
+        .collect();
+    let failures = failed.len();
+    let multi_label_failures = failed.iter().filter(|l| l.len() > 1).count();
+    let paper_view = FailureMode::ALL
+        .iter()
+        .filter(|m| **m != FailureMode::Error)
+        .map(|m| {
+            let n = failed.iter().filter(|l| l.contains(m)).count();
+            let share = if failures == 0 {
+                0.0
+            } else {
+                n as f64 / failures as f64
+            };
+            (*m, share)
+        })
+        .collect();
     let counts: Vec<(usize, usize)> = tasks.values().map(|t| (t.samples, t.passed)).collect();
     EvalReport {
         episodes: all.episodes,
@@ -125,6 +174,10 @@ pub fn evaluate(episodes: &[EpisodeResult]) -> EvalReport {
         pass_rate: all.pass_rate,
         pass_at_k: pass_at_k_table(&counts),
         failure_modes,
+        failure_labels,
+        failures,
+        multi_label_failures,
+        paper_view,
         per_category,
         per_complexity,
         tasks: tasks.into_values().collect(),
@@ -169,6 +222,25 @@ fn group_rows(out: &mut String, title: &str, groups: &BTreeMap<String, GroupStat
     }
 }
 
+/// `failure labels (overlap; share of N failures): loop 3 (60.0%) ...`:
+/// every label but `error`, with its count and share of the failures.
+pub fn paper_view_line(r: &EvalReport) -> String {
+    let labels: Vec<String> = r
+        .paper_view
+        .iter()
+        .map(|(m, share)| {
+            let n = r.failure_labels.get(m).copied().unwrap_or(0);
+            format!("{} {n} ({})", m.as_str(), pct(*share))
+        })
+        .collect();
+    format!(
+        "failure labels (overlapping; share of {} failures, {} with 2+ labels): {}",
+        r.failures,
+        r.multi_label_failures,
+        labels.join("  ")
+    )
+}
+
 /// The report as a plain-text table for the terminal.
 pub fn format_table(r: &EvalReport) -> String {
     let mut out = String::new();
@@ -193,7 +265,8 @@ pub fn format_table(r: &EvalReport) -> String {
         .iter()
         .map(|(m, n)| format!("{} {n}", m.as_str()))
         .collect();
-    let _ = writeln!(out, "failure modes: {}\n", modes.join("  "));
+    let _ = writeln!(out, "failure modes: {}", modes.join("  "));
+    let _ = writeln!(out, "{}\n", paper_view_line(r));
     group_rows(&mut out, "category", &r.per_category);
     out.push('\n');
     group_rows(&mut out, "complexity", &r.per_complexity);
@@ -290,6 +363,28 @@ pub fn write_markdown_report(r: &EvalReport, title: &str, dir: &Path) -> std::io
             modes[i]
         );
     }
+    let _ = writeln!(
+        md,
+        "\n## Failure labels (paper view)\n\nEach failed episode counts under every label that \
+         applies (a loop that also runs out of turns is both), as in the paper's failure \
+         analysis, so the shares may sum to more than 100%. The table above counts each \
+         episode once, under its primary mode. {} failures (infrastructure errors are not \
+         failures), {} with more than one label.\n",
+        r.failures, r.multi_label_failures
+    );
+    let _ = writeln!(
+        md,
+        "| label | failures with it | share of failures |\n|---|---|---|"
+    );
+    for (m, share) in &r.paper_view {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} |",
+            m.as_str(),
+            r.failure_labels.get(m).copied().unwrap_or(0),
+            pct(*share)
+        );
+    }
     let path = dir.join("report.md");
     crate::fsutil::write_atomic(&path, md.as_bytes())?;
     Ok(path)
@@ -324,6 +419,7 @@ pub(crate) mod tests {
             turns: 1,
             end_reason,
             failure_mode,
+            failure_labels: failure_mode.into_iter().collect(),
             earliest_failing_step: None,
             error: None,
             tests: Vec::new(),
@@ -351,5 +447,127 @@ pub(crate) mod tests {
         assert_eq!((b.samples, b.errors, b.passed), (1, 1, 0));
         let table = format_table(&r);
         assert!(table.contains("shell_died 2"), "{table}");
+    }
+
+    /// Crafted trajectories: a loop that exhausts its turns, a premature
+    /// done after malformed replies, a pass; the report counts each failure
+    /// once by primary mode and under every label in the paper view.
+    #[test]
+    fn overlapping_labels_in_the_report_and_the_paper_view() {
+        use crate::agent::{EpisodeId, Step, StepKind, TestOutcome, Trajectory};
+        let cmd = |i: u32, c: &str| Step {
+            command: Some(c.into()),
+            exit_code: Some(0),
+            ..Step::new(i, StepKind::Command)
+        };
+        let traj = |steps: Vec<Step>, end_reason| Trajectory {
+            messages: Vec::new(),
+            steps,
+            end_reason,
+            error: None,
+            tokens: TokenUsage::default(),
+            policy_secs: 0.0,
+            exec_secs: 0.0,
+            agent_secs: 0.0,
+        };
+        let id = |sample| EpisodeId {
+            task: "t".into(),
+            category: "c".into(),
+            complexity: Some(1),
+            sample,
+            policy: "p".into(),
+        };
+        let failing = || {
+            Ok(vec![TestOutcome {
+                name: "t".into(),
+                passed: false,
+                message: None,
+            }])
+        };
+        let looping = EpisodeResult::new(
+            id(0),
+            &traj(
+                (1..=4).map(|i| cmd(i, "ls -la")).collect(),
+                EndReason::MaxTurns,
+            ),
+            failing(),
+            Timings::default(),
+        );
+        let sloppy = EpisodeResult::new(
+            id(1),
+            &traj(
+                vec![
+                    Step::new(1, StepKind::Malformed),
+                    Step::new(2, StepKind::Malformed),
+                    cmd(3, "touch out.txt"),
+                    Step::new(4, StepKind::Done),
+                ],
+                EndReason::Done,
+            ),
+            failing(),
+            Timings::default(),
+        );
+        let pass = EpisodeResult::new(
+            id(2),
+            &traj(vec![cmd(1, "touch out.txt")], EndReason::Done),
+            Ok(vec![TestOutcome {
+                name: "t".into(),
+                passed: true,
+                message: None,
+            }]),
+            Timings::default(),
+        );
+        assert_eq!(
+            looping.failure_labels,
+            vec![FailureMode::Loop, FailureMode::TurnExhaustion]
+        );
+        assert_eq!(sloppy.failure_mode, Some(FailureMode::FormatError));
+        assert_eq!(
+            sloppy.failure_labels,
+            vec![FailureMode::PrematureDone, FailureMode::FormatError]
+        );
+        assert!(pass.passed && pass.failure_labels.is_empty());
+        let r = evaluate(&[looping, sloppy, pass]);
+        assert_eq!((r.failures, r.multi_label_failures), (2, 2));
+        // Primary modes: one each.
+        assert_eq!(r.failure_modes[&FailureMode::Loop], 1);
+        assert_eq!(r.failure_modes[&FailureMode::FormatError], 1);
+        assert_eq!(r.failure_modes[&FailureMode::TurnExhaustion], 0);
+        assert_eq!(r.failure_modes[&FailureMode::PrematureDone], 0);
+        // Labels: every one that applies.
+        for m in [
+            FailureMode::Loop,
+            FailureMode::TurnExhaustion,
+            FailureMode::PrematureDone,
+            FailureMode::FormatError,
+        ] {
+            assert_eq!(r.failure_labels[&m], 1, "{m:?}");
+            assert_eq!(r.paper_view[&m], 0.5, "{m:?}");
+        }
+        assert!(!r.paper_view.contains_key(&FailureMode::Error));
+        let total: f64 = r.paper_view.values().sum();
+        assert!((total - 2.0).abs() < 1e-12, "shares sum over 100%: {total}");
+        assert_eq!(r.per_category["c"].failure_labels[&FailureMode::Loop], 1);
+        // The terminal table, JSON and Markdown show both.
+        let table = format_table(&r);
+        assert!(table.contains("failure modes: loop 1"), "{table}");
+        assert!(
+            table.contains("share of 2 failures, 2 with 2+ labels")
+                && table.contains("turn_exhaustion 1 (50.0%)"),
+            "{table}"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["failure_modes"]["turn_exhaustion"], 0);
+        assert_eq!(v["failure_labels"]["turn_exhaustion"], 1);
+        assert_eq!(v["paper_view"]["premature_done"], 0.5);
+        let back: EvalReport = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+        let dir = tempfile::tempdir().unwrap();
+        let md = write_markdown_report(&r, "t", dir.path()).unwrap();
+        let md = std::fs::read_to_string(md).unwrap();
+        assert!(md.contains("## Failure labels (paper view)"), "{md}");
+        assert!(md.contains("| loop | 1 | 50.0% |"), "{md}");
+        assert!(md.contains("| premature_done | 1 | 50.0% |"), "{md}");
+        assert!(md.contains("| format_error | 1 | 50.0% |"), "{md}");
     }
 }

@@ -1,6 +1,7 @@
 //! Training checkpoints: `step-<N>/` directories holding the weights
 //! (`model.safetensors`, decoder + value head), the optimizer moments
-//! (`optimizer.safetensors`), `trainer.json` (step, RNG state, configs), the
+//! (`optimizer.safetensors`), a separate critic's weights and moments when
+//! there is one (`critic.safetensors`, `critic_optimizer.safetensors`), `trainer.json` (step, RNG state, configs), the
 //! model's `config.json` and tokenizer files when known, and last
 //! `manifest.json` with the size and SHA-256 of every file.
 //!
@@ -26,6 +27,10 @@ pub const WEIGHTS: &str = "model.safetensors";
 pub const OPTIMIZER: &str = "optimizer.safetensors";
 /// Step, RNG state and configurations.
 pub const TRAINER: &str = "trainer.json";
+/// Weights of a separate critic (`critic.*`), when training with one.
+pub const CRITIC_WEIGHTS: &str = "critic.safetensors";
+/// The separate critic's optimizer moments.
+pub const CRITIC_OPTIMIZER: &str = "critic_optimizer.safetensors";
 
 /// The state of a ChaCha8 generator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +71,9 @@ pub struct TrainerState {
     pub step: u64,
     /// Optimizer updates applied.
     pub optimizer_steps: u64,
+    /// Updates the separate critic's optimizer applied (none: no separate critic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critic_optimizer_steps: Option<u64>,
     pub rng: RngState,
     pub model: ModelConfig,
     /// The training configuration (opaque here).

@@ -318,6 +318,7 @@ mod tests {
             turns: kinds.len() as u32,
             end_reason: end,
             failure_mode: None,
+            failure_labels: Vec::new(),
             earliest_failing_step: None,
             error: None,
             tests: Vec::new(),

@@ -162,6 +162,15 @@ impl Policy {
         Ok((logits, values))
     }
 
+    /// Values only `(n,)` at `positions` (no LM head): the shared critic's
+    /// estimates at collection time.
+    pub fn values_at(&self, ids: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        let h = self.model.hidden_states(ids)?;
+        let (b, t, d) = h.dims3()?;
+        let h = h.reshape((b * t, d))?.index_select(positions, 0)?;
+        Ok(self.value_head.forward(&h)?.squeeze(D::Minus1)?)
+    }
+
     /// A copy of the current decoder weights for sampling (no gradient
     /// tracking), with the tokenizer; `None` without a tokenizer.
     pub fn sampling_model(&self, name: &str) -> Result<Option<LocalModel>> {

@@ -1,7 +1,9 @@
 //! The PPO objective of the paper: asymmetric ratio clipping
 //! (eps_low = 0.2, eps_high = 0.28), sequence-level averaging (mean over each
 //! sequence's agent tokens, then over sequences), no KL term; prompt and
-//! observation tokens are masked out. Plus a squared-error value loss.
+//! observation tokens are masked out. Plus a squared-error value loss,
+//! clipped around the values at collection time as in PPO (the reference's
+//! `value_clip: 0.2`): `0.5 max((v - R)^2, (v_old + clip(v - v_old, -c, c) - R)^2)`.
 
 use super::batch::RolloutBatch;
 use super::error::Result;
@@ -26,6 +28,10 @@ pub struct PpoConfig {
     pub gamma: f32,
     /// GAE lambda.
     pub lambda: f32,
+    /// Value clipping range around the values at collection time (0: off).
+    /// Absent in files written before it existed: off, as those runs were.
+    #[serde(default)]
+    pub value_clip: f64,
 }
 
 impl Default for PpoConfig {
@@ -38,8 +44,21 @@ impl Default for PpoConfig {
             temperature: 1.0,
             gamma: 1.0,
             lambda: 1.0,
+            value_clip: 0.2,
         }
     }
+}
+
+/// The per-token clipped value loss `0.5 max((v - R)^2, (v_c - R)^2)` with
+/// `v_c = v_old + clip(v - v_old, -clip, clip)`; `clip <= 0` is the plain
+/// `0.5 (v - R)^2`.
+pub fn clipped_value_loss(value: f64, old: f64, ret: f64, clip: f64) -> f64 {
+    let plain = (value - ret).powi(2);
+    if clip <= 0.0 {
+        return 0.5 * plain;
+    }
+    let clipped = old + (value - old).clamp(-clip, clip);
+    0.5 * plain.max((clipped - ret).powi(2))
 }
 
 /// The per-token clipped surrogate loss `max(-A r, -A clip(r, 1-eps_low, 1+eps_high))`.
@@ -158,6 +177,11 @@ pub fn advantages(
 pub struct PpoLoss {
     /// `policy + value_coef * value - entropy_coef * entropy`, differentiable.
     pub loss: Tensor,
+    /// `policy - entropy_coef * entropy`, differentiable (the policy's own
+    /// objective when the critic is a separate model).
+    pub policy_term: Tensor,
+    /// The (clipped) value loss, differentiable, without `value_coef`.
+    pub value_term: Tensor,
     pub policy_loss: f64,
     pub value_loss: f64,
     /// Mean entropy of the policy at agent tokens (sequence-level average).
@@ -170,12 +194,15 @@ pub struct PpoLoss {
 
 /// Compute the PPO loss from the policy's logits `(n, vocab)` at the agent
 /// positions (not yet divided by the temperature) and values `(n,)`.
+/// `old_values` `(n,)` are the values at collection time, the centre of value
+/// clipping (`None`, or `cfg.value_clip <= 0`: no clipping).
 pub fn ppo_loss(
     prep: &Prepared,
     logits: &Tensor,
     values: &Tensor,
     adv: &Tensor,
     returns: &Tensor,
+    old_values: Option<&Tensor>,
     cfg: &PpoConfig,
 ) -> Result<PpoLoss> {
     let logits = if (cfg.temperature - 1.0).abs() > 1e-12 && cfg.temperature > 0.0 {
@@ -194,15 +221,23 @@ pub fn ppo_loss(
     let neg_adv = adv.neg()?;
     let pg_tok = (&neg_adv * &ratio)?.maximum(&(&neg_adv * &clipped)?)?;
     let policy_loss = (&pg_tok * w)?.sum_all()?;
-    let v_err = (values - returns)?;
-    let value_loss = ((v_err.sqr()? * 0.5)? * w)?.sum_all()?;
+    let values = &values.to_dtype(dt)?;
+    let mut v_sq = (values - returns)?.sqr()?;
+    if let (Some(old), true) = (old_values, cfg.value_clip > 0.0) {
+        let old = &old.detach().to_dtype(dt)?;
+        let delta = (values - old)?.clamp(-cfg.value_clip, cfg.value_clip)?;
+        let clipped = ((old + delta)? - returns)?.sqr()?;
+        v_sq = v_sq.maximum(&clipped)?;
+    }
+    let value_loss = ((v_sq * 0.5)? * w)?.sum_all()?;
     let probs = lp_all.exp()?;
     let ent_tok = (&probs * &lp_all)?.sum(D::Minus1)?.neg()?;
     let entropy = (&ent_tok * w)?.sum_all()?;
-    let mut loss = (&policy_loss + (&value_loss * cfg.value_coef)?)?;
+    let mut policy_term = policy_loss.clone();
     if cfg.entropy_coef != 0.0 {
-        loss = (loss - (&entropy * cfg.entropy_coef)?)?;
+        policy_term = (policy_term - (&entropy * cfg.entropy_coef)?)?;
     }
+    let loss = (&policy_term + (&value_loss * cfg.value_coef)?)?;
     // Diagnostics on the CPU.
     let r: Vec<f32> = ratio.detach().to_dtype(DType::F32)?.to_vec1()?;
     let a: Vec<f32> = adv.to_dtype(DType::F32)?.to_vec1()?;
@@ -221,6 +256,8 @@ pub fn ppo_loss(
         clip_frac: clipped_n as f64 / n.max(1) as f64,
         approx_kl: kl / n.max(1) as f64,
         loss,
+        policy_term,
+        value_term: value_loss,
     })
 }
 
@@ -289,7 +326,7 @@ mod tests {
         close(&adv, [0.9, 0.7, -0.2]);
         close(&ret, [1.0, 1.0, 0.0]);
         let cfg = PpoConfig::default();
-        let out = ppo_loss(&prep, &logits, &values, &adv, &ret, &cfg).unwrap();
+        let out = ppo_loss(&prep, &logits, &values, &adv, &ret, Some(&values), &cfg).unwrap();
         // By hand: log-softmax picks.
         let lse = |a: f64, b: f64| (a.exp() + b.exp()).ln();
         let lp00 = 0.0 - lse(0.0, 0.0); // target 1 at row 0 pos 0
@@ -314,5 +351,60 @@ mod tests {
         assert!((out.clip_frac - 2.0 / 3.0).abs() < 1e-9);
         let total = out.loss.to_scalar::<f32>().unwrap() as f64;
         assert!((total - (want + 0.5 * vl)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn value_clipping_takes_the_larger_of_clipped_and_unclipped_error() {
+        // Moved within the clip range: both errors are the same.
+        assert!((clipped_value_loss(0.5, 0.4, 1.0, 0.2) - 0.5 * 0.25).abs() < 1e-12);
+        // Moved 0.5 towards the return from 0.0: clipped to 0.2, error 0.8^2 > 0.5^2.
+        assert!((clipped_value_loss(0.5, 0.0, 1.0, 0.2) - 0.5 * 0.64).abs() < 1e-12);
+        // Overshot past the return: the unclipped error (0.5^2) is the larger.
+        assert!((clipped_value_loss(1.5, 0.9, 1.0, 0.2) - 0.5 * 0.25).abs() < 1e-12);
+        // Off: plain squared error.
+        assert!((clipped_value_loss(0.5, 0.0, 1.0, 0.0) - 0.5 * 0.25).abs() < 1e-12);
+
+        // The tensor loss agrees, token by token, and the clipped tokens
+        // pass no gradient to the value.
+        use super::super::batch::RolloutSequence;
+        let dev = Device::Cpu;
+        let batch = RolloutBatch {
+            sequences: vec![RolloutSequence {
+                tokens: vec![0, 1, 0, 1],
+                agent_mask: vec![false, true, true, true],
+                old_logprobs: vec![0.0, -0.7, -0.7, -0.7],
+                reward: 1.0,
+                passed: true,
+            }],
+        };
+        let prep = prepare(&batch, &dev).unwrap();
+        let logits = Tensor::zeros((3, 2), DType::F32, &dev).unwrap();
+        let v = candle_core::Var::new(&[0.5f32, 0.5, 1.5], &dev).unwrap();
+        let old = Tensor::new(&[0.4f32, 0.0, 0.9], &dev).unwrap();
+        let ret = Tensor::new(&[1.0f32, 1.0, 1.0], &dev).unwrap();
+        let adv = Tensor::zeros(3, DType::F32, &dev).unwrap();
+        let cfg = PpoConfig {
+            value_clip: 0.2,
+            ..PpoConfig::default()
+        };
+        let out = ppo_loss(&prep, &logits, v.as_tensor(), &adv, &ret, Some(&old), &cfg).unwrap();
+        let want = (clipped_value_loss(0.5, 0.4, 1.0, 0.2)
+            + clipped_value_loss(0.5, 0.0, 1.0, 0.2)
+            + clipped_value_loss(1.5, 0.9, 1.0, 0.2))
+            / 3.0;
+        assert!(
+            (out.value_loss - want).abs() < 1e-6,
+            "{} vs {want}",
+            out.value_loss
+        );
+        let g = out.value_term.backward().unwrap();
+        let g: Vec<f32> = g.get(v.as_tensor()).unwrap().to_vec1().unwrap();
+        // Token 1 is clipped (its loss is the constant clipped error): no gradient.
+        assert!((g[0] - (0.5 - 1.0) / 3.0).abs() < 1e-6, "{g:?}");
+        assert_eq!(g[1], 0.0, "{g:?}");
+        assert!((g[2] - (1.5 - 1.0) / 3.0).abs() < 1e-6, "{g:?}");
+        // Without old values nothing is clipped.
+        let plain = ppo_loss(&prep, &logits, v.as_tensor(), &adv, &ret, None, &cfg).unwrap();
+        assert!((plain.value_loss - (0.25 + 0.25 + 0.25) / 6.0).abs() < 1e-6);
     }
 }

@@ -84,6 +84,9 @@ pub struct RunInfo {
     pub status: RunStatus,
     /// Why the run stopped or failed, or what it is doing.
     pub message: Option<String>,
+    /// The effective recipe (absent in runs written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<super::recipe::Recipe>,
 }
 
 /// One supervised (SFT) step.
@@ -238,6 +241,7 @@ mod tests {
             max_turns: 4,
             status: RunStatus::Running,
             message: None,
+            recipe: None,
         };
         write_info(&dir, &info).unwrap();
         append_line(

@@ -121,6 +121,21 @@ pub struct TrainOptions {
     pub sandbox_cache: PathBuf,
 }
 
+impl TrainOptions {
+    /// The effective recipe of these options (saved in `train.json`).
+    pub fn recipe(&self) -> super::recipe::Recipe {
+        super::recipe::Recipe {
+            samples: self.samples,
+            prompts_per_step: self.tasks_per_step,
+            max_turns: self.max_turns,
+            temperature: self.train.ppo.temperature,
+            top_p: self.sampling.top_p as f64,
+            max_tokens: self.sampling.max_tokens,
+            train: self.train.clone(),
+        }
+    }
+}
+
 /// What a run reports as it goes.
 #[derive(Debug, Clone)]
 pub enum TrainEvent {
@@ -304,6 +319,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             max_turns: opts.max_turns,
             status: RunStatus::Running,
             message: None,
+            recipe: Some(opts.recipe()),
         };
         write_info(out, &info)?;
         Ok(Self {
@@ -713,6 +729,9 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             self.emit(TrainEvent::Sft { total, metrics: m });
         }
         self.trainer.reset_optimizer();
+        // The separate critic starts from the warm-started policy, as the
+        // reference's critic starts from the checkpoint PPO starts from.
+        self.trainer.init_critic()?;
         Ok(())
     }
 }

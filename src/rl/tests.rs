@@ -56,7 +56,7 @@ fn ppo_loss_gradient_matches_finite_differences() {
             Some((a, r)) => (a.clone(), r.clone()),
             None => advantages(&prep, &values, 1.0, 1.0).unwrap(),
         };
-        let out = ppo_loss(&prep, &logits, &values, &a, &r, &PpoConfig::default()).unwrap();
+        let out = ppo_loss(&prep, &logits, &values, &a, &r, None, &PpoConfig::default()).unwrap();
         (out, logits, a, r)
     };
     // Old log-probs: current ones shifted so that every other agent token is
@@ -191,6 +191,7 @@ fn bandit_trainer(seed: u64) -> Trainer {
         policy,
         TrainConfig {
             lr: 1e-2,
+            critic_lr: 1e-2,
             warmup_steps: 2,
             seed,
             ..Default::default()
@@ -198,7 +199,9 @@ fn bandit_trainer(seed: u64) -> Trainer {
     )
 }
 
-/// PPO lifts a toy policy's reward from chance (~0.1) to well above it.
+/// PPO lifts a toy policy's reward from chance (~0.1) to well above it, with
+/// the default recipe (separate critic, value clipping, two epochs, reward
+/// normalisation, weight decay).
 #[test]
 fn ppo_learns_to_say_the_magic_tokens() {
     let mut trainer = bandit_trainer(11);
@@ -211,9 +214,6 @@ fn ppo_learns_to_say_the_magic_tokens() {
         let batch = bandit_batch(&mut trainer, 16);
         let m = trainer.ppo_step(&batch).unwrap();
         if step == 0 {
-            // Sampled and trained log-probs agree: ratio 1, nothing clipped.
-            assert!(m.approx_kl.abs() < 1e-5, "kl {}", m.approx_kl);
-            assert_eq!(m.clip_frac, 0.0);
             first = Some(m.reward);
         }
         if step >= 35 {
@@ -244,6 +244,126 @@ fn weights(t: &Trainer) -> Vec<(String, Vec<f32>)> {
     v
 }
 
+fn critic_weights(t: &Trainer) -> Vec<(String, Vec<f32>)> {
+    let mut v: Vec<_> = t
+        .critic()
+        .expect("a separate critic")
+        .vars()
+        .into_iter()
+        .map(|(n, v)| (n, v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// A batch whose rewards differ (so advantages are not all zero).
+fn varied_batch(trainer: &mut Trainer, n: usize) -> RolloutBatch {
+    let mut b = bandit_batch(trainer, n);
+    for (i, s) in b.sequences.iter_mut().enumerate() {
+        s.reward = (i % 2) as f32;
+    }
+    b
+}
+
+/// Every epoch measures its ratio against the log-probs of sampling time:
+/// the first pass of a fresh batch sees ratio 1 (KL 0, nothing clipped);
+/// a second pass over the same batch, after an update, sees the moved
+/// policy against the same old log-probs (KL above 0). Were the old
+/// log-probs refreshed per epoch, the second pass would see ratio 1 too.
+#[test]
+fn epochs_reuse_the_old_log_probs_of_sampling_time() {
+    let run = |epochs: usize| {
+        let mut t = bandit_trainer(21);
+        let mut cfg = t.config().clone();
+        cfg.ppo_epochs = epochs;
+        cfg.warmup_steps = 0;
+        t.set_config(cfg);
+        let b = varied_batch(&mut t, 8);
+        let before = weights(&t);
+        let m = t.ppo_step(&b).unwrap();
+        (m, before, weights(&t), t.optimizer().steps())
+    };
+    let (one, before1, after1, steps1) = run(1);
+    assert!(one.approx_kl.abs() < 1e-5, "kl {}", one.approx_kl);
+    assert_eq!(one.clip_frac, 0.0);
+    assert_eq!(steps1, 1);
+    let (two, before2, after2, steps2) = run(2);
+    assert_eq!(steps2, 2);
+    // Same start, and the first epoch of both is the same update.
+    assert_eq!(before1, before2);
+    assert_ne!(after1, after2, "the second epoch updated again");
+    // Mean KL over the two epochs: the first's is 0, so the second's is twice it.
+    assert!(two.approx_kl > 1e-6, "kl {}", two.approx_kl);
+}
+
+/// With `critic = separate` the values come from the critic: it gets
+/// gradients and updates; the policy's own value head gets none and stays
+/// as it was; the critic's trunk is a copy, not shared storage.
+#[test]
+fn separate_critic_trains_and_the_policy_value_head_is_unused() {
+    let mut t = bandit_trainer(31);
+    assert_eq!(t.config().critic, CriticMode::Separate);
+    // A non-zero policy value head, to see that nothing moves it.
+    let head = t
+        .policy()
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n == "value_head.weight")
+        .unwrap()
+        .1;
+    head.set(&Tensor::full(0.3f32, head.shape(), &Device::Cpu).unwrap())
+        .unwrap();
+    let head_before: Vec<f32> = head.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+    let critic_before = critic_weights(&t);
+    let policy_before = weights(&t);
+    let b = varied_batch(&mut t, 8);
+    let m = t.ppo_step(&b).unwrap();
+    assert!(m.value_loss > 0.0);
+    let head_after: Vec<f32> = head.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(head_before, head_after, "the policy's value head is unused");
+    let critic_after = critic_weights(&t);
+    let moved = |before: &[(String, Vec<f32>)], after: &[(String, Vec<f32>)], name: &str| {
+        let b = &before.iter().find(|(n, _)| n == name).unwrap().1;
+        let a = &after.iter().find(|(n, _)| n == name).unwrap().1;
+        b != a
+    };
+    assert!(moved(
+        &critic_before,
+        &critic_after,
+        "critic.value_head.weight"
+    ));
+    assert!(moved(
+        &critic_before,
+        &critic_after,
+        "critic.value_head.bias"
+    ));
+    let trunk = "model.layers.0.mlp.down_proj.weight";
+    assert!(moved(
+        &critic_before,
+        &critic_after,
+        &format!("critic.{trunk}")
+    ));
+    assert!(moved(&policy_before, &weights(&t), trunk));
+    assert_eq!(t.critic_optimizer().unwrap().steps(), 2);
+    // The trunks started equal and moved apart: separate storage.
+    let p = &weights(&t).into_iter().find(|(n, _)| n == trunk).unwrap().1;
+    let c = &critic_after
+        .iter()
+        .find(|(n, _)| *n == format!("critic.{trunk}"))
+        .unwrap()
+        .1;
+    assert_ne!(p, c);
+    // Shared: no critic, and the policy's value head trains.
+    let mut cfg = t.config().clone();
+    cfg.critic = CriticMode::Shared;
+    t.set_config(cfg);
+    assert!(t.critic().is_none());
+    let b = varied_batch(&mut t, 8);
+    t.ppo_step(&b).unwrap();
+    let head_shared: Vec<f32> = head.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+    assert_ne!(head_before, head_shared);
+}
+
 #[test]
 fn checkpoint_round_trip_resume_and_corruption() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,7 +385,11 @@ fn checkpoint_round_trip_resume_and_corruption() {
     let mut b_tr = r.trainer;
     assert_eq!(b_tr.step(), 3);
     assert_eq!(weights(&a), weights(&b_tr));
-    assert_eq!(b_tr.optimizer().steps(), 3);
+    // Two epochs per step: two updates each, of the policy and of the critic.
+    assert_eq!(b_tr.optimizer().steps(), 6);
+    assert_eq!(b_tr.critic_optimizer().map(|o| o.steps()), Some(6));
+    assert_eq!(critic_weights(&a), critic_weights(&b_tr));
+    assert!(c3.join(checkpoint::CRITIC_WEIGHTS).is_file());
     // The next step is identical in both.
     let batch_a = bandit_batch(&mut a, 4);
     let batch_b = bandit_batch(&mut b_tr, 4);
@@ -280,7 +404,7 @@ fn checkpoint_round_trip_resume_and_corruption() {
     changed.reward = RewardMode::Partial;
     b_tr.set_config(changed.clone());
     assert_eq!(b_tr.config(), &changed);
-    assert_eq!((b_tr.step(), b_tr.optimizer().steps()), (4, 4));
+    assert_eq!((b_tr.step(), b_tr.optimizer().steps()), (4, 8));
     assert_eq!(weights(&a), weights(&b_tr));
     // The checkpoint is a loadable model directory (config.json + weights).
     assert!(c3.join("config.json").is_file());

@@ -2,13 +2,16 @@
 //! small loop that stops on a non-finite loss and keeps the last good checkpoint.
 
 use super::adamw::{clip_scale, grad_norm, warmup_lr, AdamW, AdamWConfig};
-use super::batch::{RolloutBatch, RolloutSequence};
-use super::checkpoint::{self, RngState, Skipped, TrainerState, OPTIMIZER, WEIGHTS};
+use super::batch::RolloutBatch;
+use super::checkpoint::{
+    self, RngState, Skipped, TrainerState, CRITIC_OPTIMIZER, CRITIC_WEIGHTS, OPTIMIZER, WEIGHTS,
+};
+use super::critic::{Critic, CriticMode};
 use super::error::{Result, RlError};
 use super::metrics::{MetricsLog, StepMetrics};
 use super::policy::Policy;
-use super::ppo::{advantages, ppo_loss, prepare, PpoConfig};
-use super::reward::RewardMode;
+use super::ppo::{advantages, ppo_loss, prepare, PpoConfig, Prepared};
+use super::reward::{normalize_rewards, RewardMode};
 use super::run_files::SftMetrics;
 use candle_core::Device;
 use rand::SeedableRng;
@@ -32,16 +35,46 @@ pub struct TrainConfig {
     pub reward: RewardMode,
     /// Seed of the trainer's generator (rollout sampling seeds).
     pub seed: u64,
-    /// Passes over each batch.
+    /// Passes over each batch; every pass uses the log-probs, values,
+    /// advantages and returns of collection time.
     #[serde(default = "one")]
     pub ppo_epochs: usize,
     /// Sequences per optimizer update (0: the whole batch).
     #[serde(default)]
     pub minibatch: usize,
+    /// Where the values come from. Absent in files written before it existed:
+    /// `shared`, what those runs trained.
+    #[serde(default = "legacy_critic")]
+    pub critic: CriticMode,
+    /// Peak learning rate of a separate critic (same warmup and gradient
+    /// clip as the policy).
+    #[serde(default = "reference_critic_lr")]
+    pub critic_lr: f64,
+    /// Normalise each step's rewards to mean 0, std 1 over the step's
+    /// episodes before GAE (see [`normalize_rewards`]).
+    #[serde(default)]
+    pub normalize_reward: bool,
 }
 
 fn one() -> usize {
     1
+}
+
+fn legacy_critic() -> CriticMode {
+    CriticMode::Shared
+}
+
+fn reference_critic_lr() -> f64 {
+    1e-6
+}
+
+/// What stays fixed over the epochs of one step, per minibatch: the values
+/// of collection time (the centre of value clipping), and the advantages and
+/// returns computed from them. (The old log-probs are the batch's own.)
+struct Fixed {
+    old_values: candle_core::Tensor,
+    adv: candle_core::Tensor,
+    ret: candle_core::Tensor,
 }
 
 /// What one minibatch update measured.
@@ -55,17 +88,46 @@ struct MinibatchStats {
 }
 
 impl Default for TrainConfig {
+    /// The reference's recipe (see [`super::recipe`]): a separate critic at
+    /// 1e-6, value clipping 0.2, weight decay 0.01, two epochs per batch,
+    /// reward normalisation.
     fn default() -> Self {
         Self {
             lr: 1e-6,
             warmup_steps: 10,
             max_grad_norm: 1.0,
             ppo: PpoConfig::default(),
-            adam: AdamWConfig::default(),
+            adam: AdamWConfig {
+                weight_decay: 0.01,
+                ..AdamWConfig::default()
+            },
             reward: RewardMode::Binary,
             seed: 0,
-            ppo_epochs: 1,
+            ppo_epochs: 2,
             minibatch: 0,
+            critic: CriticMode::Separate,
+            critic_lr: 1e-6,
+            normalize_reward: true,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The plainest PPO step: a value head on the policy's trunk, one epoch,
+    /// no value clipping, no reward normalisation, no weight decay: what
+    /// `scripts/bench_torch_ppo.py` implements, so benchmarks compare like
+    /// with like.
+    pub fn minimal() -> Self {
+        Self {
+            ppo: PpoConfig {
+                value_clip: 0.0,
+                ..PpoConfig::default()
+            },
+            adam: AdamWConfig::default(),
+            ppo_epochs: 1,
+            critic: CriticMode::Shared,
+            normalize_reward: false,
+            ..Self::default()
         }
     }
 }
@@ -74,6 +136,8 @@ impl Default for TrainConfig {
 pub struct Trainer {
     policy: Policy,
     opt: AdamW,
+    /// The separate critic and its optimizer (`critic = separate`).
+    critic: Option<(Critic, AdamW)>,
     cfg: TrainConfig,
     step: u64,
     rng: ChaCha8Rng,
@@ -115,14 +179,56 @@ impl Trainer {
     pub fn new(policy: Policy, cfg: TrainConfig) -> Self {
         keep_freed_memory();
         let opt = AdamW::new(policy.vars(), cfg.adam);
-        Self {
+        let mut t = Self {
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             policy,
             opt,
+            critic: None,
             cfg,
             step: 0,
             metrics: None,
+        };
+        t.match_critic();
+        t
+    }
+
+    /// Create or drop the separate critic to match the configuration. A
+    /// critic that cannot be built (out of memory) is an error at the first
+    /// step that needs it.
+    fn match_critic(&mut self) {
+        match self.cfg.critic {
+            CriticMode::Shared => self.critic = None,
+            CriticMode::Separate if self.critic.is_none() => {
+                if let Err(e) = self.init_critic() {
+                    tracing::error!("cannot build the separate critic: {e}");
+                }
+            }
+            CriticMode::Separate => {}
         }
+    }
+
+    /// (Re)start the separate critic from the policy's current decoder, with
+    /// a zero value head and fresh optimizer moments; e.g. after the
+    /// supervised warm start, so that the critic starts from the same model
+    /// as PPO does. Does nothing with a shared critic.
+    pub fn init_critic(&mut self) -> Result<()> {
+        if self.cfg.critic != CriticMode::Separate {
+            return Ok(());
+        }
+        let critic = Critic::from_policy(&self.policy)?;
+        let opt = AdamW::new(critic.vars(), self.cfg.adam);
+        self.critic = Some((critic, opt));
+        Ok(())
+    }
+
+    /// The separate critic, if there is one.
+    pub fn critic(&self) -> Option<&Critic> {
+        self.critic.as_ref().map(|(c, _)| c)
+    }
+
+    /// The separate critic's optimizer, if there is one.
+    pub fn critic_optimizer(&self) -> Option<&AdamW> {
+        self.critic.as_ref().map(|(_, o)| o)
     }
 
     /// Append metrics of each step to `log`.
@@ -148,9 +254,14 @@ impl Trainer {
 
     /// Change the settings of the next steps (learning rate, clipping, reward,
     /// ...); the optimizer's moments, the step count and the generator stay.
+    /// Switching to a separate critic starts one from the current policy.
     pub fn set_config(&mut self, cfg: TrainConfig) {
         self.opt.set_config(cfg.adam);
+        if let Some((_, o)) = &mut self.critic {
+            o.set_config(cfg.adam);
+        }
         self.cfg = cfg;
+        self.match_critic();
     }
 
     /// The optimizer.
@@ -165,10 +276,17 @@ impl Trainer {
 
     /// One PPO step on `batch`: `ppo_epochs` passes over it in minibatches of
     /// `minibatch` sequences (0: the whole batch), one optimizer update per
-    /// minibatch. A NaN/infinite loss or gradient norm returns
-    /// [`RlError::NonFinite`]; the minibatch that produced it is not applied.
+    /// minibatch (and one of the separate critic's). With `normalize_reward`
+    /// the rewards are normalised over the whole batch first. The old
+    /// log-probs, the values of collection time, and the advantages and
+    /// returns from them are fixed for the step: later epochs reuse them.
+    /// A NaN/infinite loss or gradient norm returns [`RlError::NonFinite`];
+    /// the minibatch that produced it is not applied.
     pub fn ppo_step(&mut self, batch: &RolloutBatch) -> Result<StepMetrics> {
         batch.validate()?;
+        if self.cfg.critic == CriticMode::Separate && self.critic.is_none() {
+            self.init_critic()?;
+        }
         let start = Instant::now();
         let n = batch.sequences.len();
         let size = match self.cfg.minibatch {
@@ -176,20 +294,42 @@ impl Trainer {
             m => m.min(n),
         };
         let lr = warmup_lr(self.cfg.lr, self.step, self.cfg.warmup_steps);
-        let mut parts: Vec<MinibatchStats> = Vec::new();
+        let critic_lr = warmup_lr(self.cfg.critic_lr, self.step, self.cfg.warmup_steps);
+        let mut rewards: Vec<f32> = batch.sequences.iter().map(|s| s.reward).collect();
+        if self.cfg.normalize_reward {
+            normalize_rewards(&mut rewards);
+        }
         // Minibatches of similar lengths: padding wastes little, and attention
         // cost grows with the square of the padded length.
-        let mut by_len: Vec<&RolloutSequence> = batch.sequences.iter().collect();
-        by_len.sort_by_key(|s| s.tokens.len());
+        let mut by_len: Vec<usize> = (0..n).collect();
+        by_len.sort_by_key(|&i| batch.sequences[i].tokens.len());
+        let chunks: Vec<RolloutBatch> = by_len
+            .chunks(size.max(1))
+            .map(|c| RolloutBatch {
+                sequences: c
+                    .iter()
+                    .map(|&i| {
+                        let mut s = batch.sequences[i].clone();
+                        s.reward = rewards[i];
+                        s
+                    })
+                    .collect(),
+            })
+            .filter(|mb| mb.agent_tokens() > 0)
+            .collect();
+        // The first minibatch's first forward pass sees the weights of
+        // collection time; the others need their values before any update.
+        let mut fixed: Vec<Option<Fixed>> = Vec::with_capacity(chunks.len());
+        for (i, mb) in chunks.iter().enumerate() {
+            fixed.push(match i {
+                0 => None,
+                _ => Some(self.fixed_for(mb)?),
+            });
+        }
+        let mut parts: Vec<MinibatchStats> = Vec::new();
         for _ in 0..self.cfg.ppo_epochs.max(1) {
-            for chunk in by_len.chunks(size) {
-                let mb = RolloutBatch {
-                    sequences: chunk.iter().map(|s| (*s).clone()).collect(),
-                };
-                if mb.agent_tokens() == 0 {
-                    continue;
-                }
-                parts.push(self.update_on(&mb, lr)?);
+            for (mb, slot) in chunks.iter().zip(fixed.iter_mut()) {
+                parts.push(self.update_on(mb, slot, lr, critic_lr)?);
             }
         }
         self.step += 1;
@@ -220,12 +360,62 @@ impl Trainer {
         Ok(m)
     }
 
-    /// Forward, loss, backward and one optimizer update on a minibatch.
-    fn update_on(&mut self, batch: &RolloutBatch, lr: f64) -> Result<MinibatchStats> {
+    /// Values `(n,)` of the critic in use at the agent positions of `prep`.
+    fn values(&self, prep: &Prepared) -> Result<candle_core::Tensor> {
+        match &self.critic {
+            Some((c, _)) => c.values_at(&prep.inputs, &prep.positions),
+            None => self.policy.values_at(&prep.inputs, &prep.positions),
+        }
+    }
+
+    /// The fixed part of a minibatch's loss from the given (detached) values.
+    fn fixed_from(&self, prep: &Prepared, values: &candle_core::Tensor) -> Result<Fixed> {
+        let old_values = values.detach();
+        let (adv, ret) = advantages(prep, &old_values, self.cfg.ppo.gamma, self.cfg.ppo.lambda)?;
+        Ok(Fixed {
+            old_values,
+            adv,
+            ret,
+        })
+    }
+
+    /// The fixed part of a minibatch's loss, from a values-only pass now.
+    fn fixed_for(&self, mb: &RolloutBatch) -> Result<Fixed> {
+        let prep = prepare(mb, self.policy.device())?;
+        let values = self.values(&prep)?;
+        self.fixed_from(&prep, &values)
+    }
+
+    /// Forward, loss, backward and one optimizer update on a minibatch (and
+    /// one of the separate critic's). `fixed` is filled on the first pass.
+    fn update_on(
+        &mut self,
+        batch: &RolloutBatch,
+        fixed: &mut Option<Fixed>,
+        lr: f64,
+        critic_lr: f64,
+    ) -> Result<MinibatchStats> {
         let prep = prepare(batch, self.policy.device())?;
-        let (logits, values) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
-        let (adv, ret) = advantages(&prep, &values, self.cfg.ppo.gamma, self.cfg.ppo.lambda)?;
-        let out = ppo_loss(&prep, &logits, &values, &adv, &ret, &self.cfg.ppo)?;
+        let (logits, trunk_values) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
+        let values = match &self.critic {
+            Some((c, _)) => c.values_at(&prep.inputs, &prep.positions)?,
+            None => trunk_values,
+        };
+        if fixed.is_none() {
+            *fixed = Some(self.fixed_from(&prep, &values)?);
+        }
+        let Some(f) = fixed.as_ref() else {
+            unreachable!("filled above")
+        };
+        let out = ppo_loss(
+            &prep,
+            &logits,
+            &values,
+            &f.adv,
+            &f.ret,
+            Some(&f.old_values),
+            &self.cfg.ppo,
+        )?;
         let loss_val = out.policy_loss + self.cfg.ppo.value_coef * out.value_loss;
         if !loss_val.is_finite() {
             return Err(RlError::NonFinite {
@@ -234,7 +424,27 @@ impl Trainer {
                 value: loss_val,
             });
         }
-        let grad_norm = self.apply(&out.loss, lr)?;
+        // Two models, two objectives, disjoint graphs: one backward pass
+        // gives each model the gradient of its own loss.
+        let grad_norm = if self.critic.is_some() {
+            {
+                let total = (&out.policy_term + &out.value_term)?;
+                let grads = total.backward()?;
+                let norm = self.checked_norm(self.opt.vars(), &grads, "gradient norm")?;
+                let Some((_, copt)) = &self.critic else {
+                    unreachable!("checked above")
+                };
+                let cnorm = self.checked_norm(copt.vars(), &grads, "critic gradient norm")?;
+                self.opt
+                    .step(&grads, lr, clip_scale(norm, self.cfg.max_grad_norm))?;
+                if let Some((_, copt)) = &mut self.critic {
+                    copt.step(&grads, critic_lr, clip_scale(cnorm, self.cfg.max_grad_norm))?;
+                }
+                norm
+            }
+        } else {
+            self.apply(&out.loss, lr)?
+        };
         Ok(MinibatchStats {
             policy_loss: out.policy_loss,
             value_loss: out.value_loss,
@@ -243,6 +453,24 @@ impl Trainer {
             approx_kl: out.approx_kl,
             grad_norm,
         })
+    }
+
+    /// The gradient norm of `vars`; an error when it is not finite.
+    fn checked_norm(
+        &self,
+        vars: &[(String, candle_core::Var)],
+        grads: &candle_core::backprop::GradStore,
+        what: &'static str,
+    ) -> Result<f64> {
+        let norm = grad_norm(vars, grads)?;
+        if !norm.is_finite() {
+            return Err(RlError::NonFinite {
+                step: self.step,
+                what,
+                value: norm,
+            });
+        }
+        Ok(norm)
     }
 
     /// Backward `loss`, clip the gradient norm and update; returns the norm
@@ -301,6 +529,7 @@ impl Trainer {
         TrainerState {
             step: self.step,
             optimizer_steps: self.opt.steps(),
+            critic_optimizer_steps: self.critic_optimizer().map(AdamW::steps),
             rng: RngState::capture(&self.rng),
             model: self.policy.config().clone(),
             train: serde_json::to_value(&self.cfg).unwrap_or_default(),
@@ -321,6 +550,11 @@ impl Trainer {
             crate::fsutil::write_atomic(&cfg, text.as_bytes()).map_err(|e| RlError::io(&cfg, e))?;
             if let Some(t) = self.policy.tokenizer() {
                 t.save_to_dir(dir)?;
+            }
+            if let Some((critic, copt)) = &self.critic {
+                critic.save_weights(&dir.join(CRITIC_WEIGHTS))?;
+                let path = dir.join(CRITIC_OPTIMIZER);
+                candle_core::safetensors::save(&copt.state_tensors(), &path)?;
             }
             Ok(())
         })
@@ -359,6 +593,14 @@ impl Trainer {
         let moments = candle_core::safetensors::load(dir.join(OPTIMIZER), device)?;
         let mut trainer = Self::new(policy, cfg);
         trainer.opt.load_state(moments, state.optimizer_steps)?;
+        // A separate critic comes back from its files; a checkpoint without
+        // them (written with a shared critic) starts one from the policy.
+        let critic_file = dir.join(CRITIC_WEIGHTS);
+        if let (Some((critic, copt)), true) = (&mut trainer.critic, critic_file.is_file()) {
+            critic.load_weights(&critic_file)?;
+            let moments = candle_core::safetensors::load(dir.join(CRITIC_OPTIMIZER), device)?;
+            copt.load_state(moments, state.critic_optimizer_steps.unwrap_or(0))?;
+        }
         trainer.step = state.step;
         trainer.rng = state
             .rng

@@ -198,7 +198,7 @@ pub fn run(
             cut.len()
         ));
     }
-    index_episodes(&ws, &run_id, ws.root(), &episodes)?;
+    index_episodes(&ws, &run_id, &episodes)?;
     let report = crate::eval::evaluate(&episodes);
     record_pass_at_k(&ws, &report)?;
     crate::eval::write_markdown_report(

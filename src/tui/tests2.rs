@@ -287,6 +287,7 @@ fn result(sample: u32, passed: bool) -> EpisodeResult {
             EndReason::MaxTurns
         },
         failure_mode: (!passed).then_some(FailureMode::Loop),
+        failure_labels: Vec::new(),
         earliest_failing_step: (!passed).then_some(1),
         error: None,
         tests: vec![TestOutcome {

@@ -50,6 +50,7 @@ fn info(id: &str, status: RunStatus, steps: u64, steps_done: u64) -> RunInfo {
         max_turns: 8,
         status,
         message: None,
+        recipe: None,
     }
 }
 

@@ -315,9 +315,9 @@ mod tests {
         assert!(args.sft);
         assert_eq!(
             (args.sft_steps, args.steps, args.samples, args.max_turns),
-            (300, 20, 16, 16)
+            (300, 20, Some(16), Some(16))
         );
-        assert_eq!(args.tasks_per_step, 1);
+        assert_eq!(args.tasks_per_step, Some(1));
         assert_eq!(args.minutes, Some(2.5));
         // What the form does not ask for keeps the CLI's default.
         assert_eq!(args.concurrency, 16);

@@ -1,0 +1,100 @@
+"""A SkyRL text environment over `endless serve`, registered as env class "endless".
+
+Importing this module needs `skyrl-gym` (`pip install skyrl-gym`); `endless_env` itself
+does not. Rows of `endless tasks export --format skyrl` carry what it reads in
+`extra_info`: `task_id`, and optionally `server_url`, `max_turns`, `run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.registration import register
+
+from .client import Client
+
+ENV_CLASS = "endless"
+
+
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    if config is None:
+        return default
+    if isinstance(config, dict):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+class EndlessEnv(BaseTextEnv):
+    """One episode of an `endless` task, in a sandbox of the node's `endless serve`.
+
+    The server session starts lazily on the first `step`, so that environments built
+    early (in Ray actors, say) hold no sandbox until they are used.
+    """
+
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
+        super().__init__()
+        extras = extras or {}
+        info = extras.get("extra_info") or extras
+        self.task_id: str = info["task_id"]
+        self.max_turns: Optional[int] = info.get("max_turns")
+        self.run: Optional[str] = info.get("run") or _get(env_config, "run")
+        url = info.get("server_url") or _get(env_config, "server_url")
+        token = _get(env_config, "token")
+        self.client = Client(url=url, token=token)
+        self.session_id: Optional[str] = None
+        self.last_result: Optional[Dict[str, Any]] = None
+
+    def init(self, prompt: List[Dict[str, str]]) -> Tuple[List[Dict[str, str]], Dict[str, Any]]:
+        """The prompt is the dataset row's (the same messages the server would give)."""
+        return prompt, {}
+
+    def _ensure_session(self) -> str:
+        if self.session_id is None:
+            session = self.client.open(self.task_id, max_turns=self.max_turns, run=self.run, policy="skyrl")
+            self.session_id = session.id
+        return self.session_id
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        session_id = self._ensure_session()
+        r = self.client.step(session_id, action)
+        self.turns = r["info"]["turn"]
+        if r["done"]:
+            self.last_result = r
+            self._finish()
+        observations = [] if r["done"] or not r["observation"] else [{"role": "user", "content": r["observation"]}]
+        return BaseTextEnvStepOutput(
+            observations=observations,
+            reward=float(r["reward"]),
+            done=bool(r["done"]),
+            metadata=r["info"],
+            postprocessed_action=None,
+        )
+
+    def _finish(self) -> None:
+        if self.session_id is not None:
+            sid, self.session_id = self.session_id, None
+            try:
+                self.client.close(sid)
+            except Exception:  # the server reaps it after its idle timeout anyway
+                pass
+
+    def close(self) -> None:
+        self._finish()
+
+    def get_metrics(self) -> Dict[str, Any]:
+        info = (self.last_result or {}).get("info", {})
+        return {"turns": info.get("turn", 0), "passed": bool(info.get("passed")),
+                "end_reason": info.get("end_reason")}
+
+
+def register_env() -> None:
+    """Register `EndlessEnv` under env class "endless" (done on import; idempotent)."""
+    try:
+        register(id=ENV_CLASS, entry_point="endless_env.skyrl:EndlessEnv")
+    except Exception as e:  # already registered
+        if "already" not in str(e).lower():
+            raise
+
+
+register_env()

@@ -1,0 +1,279 @@
+//! One episode in a fresh sandbox, driven one reply at a time and written
+//! to its files as it happens: what `endless eval` runs for each episode
+//! (with a policy supplying the replies) and what `endless serve` runs for
+//! each session (with replies arriving over HTTP).
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::episode::{EpisodeConfig, EpisodeObserver, EpisodeStepper, Step, StepOutcome};
+use super::result::{EpisodeId, EpisodeResult, Timings};
+use super::rollout::{EpisodePaths, RolloutError, RolloutEvent, SandboxProvider, StartOptions};
+use crate::llm::{ChatMessage, TokenUsage};
+use crate::task::Task;
+
+/// Where and how an episode is recorded.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The episode's files.
+    pub paths: EpisodePaths,
+    /// Ask the sandbox for an asciicast.
+    pub record_cast: bool,
+    /// Progress events (steps, start, finish), for progress bars and the TUI.
+    pub events: Option<UnboundedSender<RolloutEvent>>,
+}
+
+impl Recording {
+    /// Remove an earlier attempt's files and create the directory.
+    fn prepare(&self) -> Result<(), RolloutError> {
+        let p = &self.paths;
+        for f in [&p.trajectory, &p.cast, &p.junit, &p.result] {
+            let _ = std::fs::remove_file(f);
+        }
+        let dir = p.result.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|source| RolloutError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Write the result file (atomically, last: its presence means the
+    /// episode is finished) and announce it.
+    fn save(&self, result: EpisodeResult) -> Result<EpisodeResult, RolloutError> {
+        let path = &self.paths.result;
+        let json = serde_json::to_vec_pretty(&result).map_err(|e| RolloutError::Io {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        crate::fsutil::write_atomic(path, &json).map_err(|source| RolloutError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if let Some(tx) = &self.events {
+            let _ = tx.send(RolloutEvent::Finished {
+                result: Box::new(result.clone()),
+            });
+        }
+        Ok(result)
+    }
+
+    /// Record an episode that could not start (its policy failed to start).
+    pub fn failed_to_start(
+        &self,
+        id: EpisodeId,
+        error: String,
+    ) -> Result<EpisodeResult, RolloutError> {
+        self.prepare()?;
+        self.save(EpisodeResult::failed_to_start(
+            id,
+            error,
+            Timings::default(),
+        ))
+    }
+}
+
+/// Writes the trajectory as JSON lines and forwards steps as events.
+struct JsonlObserver {
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    task: String,
+    sample: u32,
+    events: Option<UnboundedSender<RolloutEvent>>,
+}
+
+impl JsonlObserver {
+    fn line(&mut self, value: serde_json::Value) {
+        if let Some(f) = &mut self.file {
+            let ok = serde_json::to_writer(&mut *f, &value).is_ok()
+                && f.write_all(b"\n").is_ok()
+                && f.flush().is_ok();
+            if !ok {
+                tracing::warn!(
+                    task = self.task,
+                    sample = self.sample,
+                    "cannot write trajectory line"
+                );
+            }
+        }
+    }
+}
+
+impl EpisodeObserver for JsonlObserver {
+    fn on_message(&mut self, message: &ChatMessage) {
+        self.line(serde_json::json!({"type": "message", "message": message}));
+    }
+    fn on_step(&mut self, step: &Step) {
+        self.line(serde_json::json!({"type": "step", "step": step}));
+        if let Some(tx) = &self.events {
+            let _ = tx.send(RolloutEvent::Step {
+                task: self.task.clone(),
+                sample: self.sample,
+                step: Box::new(step.clone()),
+            });
+        }
+    }
+}
+
+/// How starting an episode went.
+pub enum Started<T> {
+    /// The sandbox is up and the prompt is ready.
+    Running(RecordedEpisode<T>),
+    /// The sandbox could not start: an infrastructure error, already recorded.
+    Failed(Box<EpisodeResult>),
+}
+
+/// An episode in progress in its own sandbox session, recorded as it goes.
+/// Dropping it closes the session; [`finish`](Self::finish) verifies and
+/// writes the result.
+pub struct RecordedEpisode<T> {
+    id: EpisodeId,
+    term: T,
+    stepper: EpisodeStepper,
+    observer: JsonlObserver,
+    recording: Recording,
+    timings: Timings,
+    t0: Instant,
+}
+
+impl<T: super::terminal::Terminal> RecordedEpisode<T> {
+    /// Start sample `sample` of `task` for the policy named `policy` in a
+    /// fresh sandbox from `provider`. Blocks (the sandbox starts); fails
+    /// only when the files cannot be written.
+    pub fn start<P: SandboxProvider<Term = T>>(
+        provider: &P,
+        task: &Task,
+        sample: u32,
+        policy: &str,
+        config: &EpisodeConfig,
+        recording: Recording,
+    ) -> Result<Started<T>, RolloutError> {
+        let t0 = Instant::now();
+        let id = EpisodeId::new(task, sample, policy);
+        recording.prepare()?;
+        let mut timings = Timings::default();
+        let options = StartOptions {
+            record: recording.record_cast.then(|| recording.paths.cast.clone()),
+        };
+        let term = match provider.start(task, &options) {
+            Ok(t) => t,
+            Err(e) => {
+                timings.sandbox_start_secs = t0.elapsed().as_secs_f64();
+                let mut result = EpisodeResult::failed_to_start(
+                    id,
+                    format!("sandbox failed to start: {e}"),
+                    timings,
+                );
+                result.timings.total_secs = t0.elapsed().as_secs_f64();
+                return Ok(Started::Failed(Box::new(recording.save(result)?)));
+            }
+        };
+        timings.sandbox_start_secs = t0.elapsed().as_secs_f64();
+        if let Some(tx) = &recording.events {
+            let _ = tx.send(RolloutEvent::Started {
+                task: id.task.clone(),
+                sample,
+                stream: provider.stream(&term),
+            });
+        }
+        let path = &recording.paths.trajectory;
+        let file = std::fs::File::create(path).map_err(|source| RolloutError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let mut observer = JsonlObserver {
+            file: Some(std::io::BufWriter::new(file)),
+            task: id.task.clone(),
+            sample,
+            events: recording.events.clone(),
+        };
+        observer.line(serde_json::json!({"type": "start", "task": id.task, "sample": sample, "policy": id.policy}));
+        let stepper = EpisodeStepper::start(&task.instruction, config, &mut observer);
+        Ok(Started::Running(Self {
+            id,
+            term,
+            stepper,
+            observer,
+            recording,
+            timings,
+            t0,
+        }))
+    }
+
+    /// The conversation so far: the prompt the policy answers next.
+    pub fn messages(&self) -> &[ChatMessage] {
+        self.stepper.messages()
+    }
+
+    /// Whether the agent's side of the episode is over.
+    pub fn is_done(&self) -> bool {
+        self.stepper.is_done()
+    }
+
+    /// Turns taken so far.
+    pub fn turns(&self) -> u32 {
+        self.stepper.turns()
+    }
+
+    /// Apply one reply of the policy (see [`EpisodeStepper::step`]).
+    pub fn step(&mut self, text: &str, usage: TokenUsage, policy_secs: f64) -> StepOutcome {
+        self.stepper
+            .step(text, usage, policy_secs, &mut self.term, &mut self.observer)
+    }
+
+    /// The policy failed to answer: the episode ends as an infrastructure error.
+    pub fn policy_failed(&mut self, error: &str, policy_secs: f64) {
+        self.stepper.policy_failed(error, policy_secs);
+    }
+
+    /// End the episode early (see [`EpisodeStepper::interrupt`]).
+    pub fn interrupt(&mut self, why: &str) {
+        self.stepper.interrupt(why);
+    }
+
+    /// Run the final tests (when the way it ended allows), close the
+    /// sandbox, and write the result. An episode not yet done ends as
+    /// having reached its turn limit.
+    pub fn finish<P: SandboxProvider<Term = T>>(
+        self,
+        provider: &P,
+        task: &Task,
+    ) -> Result<EpisodeResult, RolloutError> {
+        let Self {
+            id,
+            mut term,
+            stepper,
+            mut observer,
+            recording,
+            mut timings,
+            t0,
+        } = self;
+        let trajectory = stepper.finish();
+        let verification = if !trajectory.end_reason.can_verify() {
+            Ok(Vec::new())
+        } else {
+            let v0 = Instant::now();
+            let v = provider.verify(&mut term, task);
+            timings.verify_secs = v0.elapsed().as_secs_f64();
+            v.map(|v| {
+                let junit = &recording.paths.junit;
+                if let Some(xml) = &v.junit_xml {
+                    if let Err(e) = crate::fsutil::write_atomic(junit, xml.as_bytes()) {
+                        tracing::warn!(path = %junit.display(), %e, "cannot write junit report");
+                    }
+                }
+                v.tests
+            })
+        };
+        drop(term);
+        timings.total_secs = t0.elapsed().as_secs_f64();
+        let result = EpisodeResult::new(id, &trajectory, verification, timings);
+        observer.line(serde_json::json!({
+            "type": "end", "end_reason": result.end_reason, "passed": result.passed,
+            "failure_mode": result.failure_mode,
+            "failure_labels": result.failure_labels, "error": result.error,
+        }));
+        recording.save(result)
+    }
+}

@@ -1,0 +1,78 @@
+//! `endless serve`: the workspace's environments over HTTP (see [`crate::serve`]).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+
+use super::Context;
+use crate::agent::BackendProvider;
+use crate::cli::ServeArgs;
+use crate::rl::RewardMode;
+use crate::serve::{Auth, Server, Settings};
+
+/// `endless serve`
+pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
+    let reward: RewardMode = serde_json::from_value(serde_json::json!(args.reward))
+        .with_context(|| format!("--reward {:?}", args.reward))?;
+    if !(args.idle_timeout.is_finite() && args.idle_timeout > 0.0) {
+        bail!("--idle-timeout must be a positive number of seconds");
+    }
+    if args.max_sessions == 0 || args.max_sessions_per_token == Some(0) {
+        bail!("--max-sessions and --max-sessions-per-token must be at least 1");
+    }
+    let auth = if args.no_auth {
+        if !args.bind.ip().is_loopback() {
+            bail!(
+                "--no-auth is only allowed on a loopback address, not {}",
+                args.bind
+            );
+        }
+        Auth::disabled()
+    } else {
+        let state_dir = ctx
+            .paths
+            .log_dir
+            .parent()
+            .unwrap_or(&ctx.paths.log_dir)
+            .to_path_buf();
+        let path = args
+            .token_file
+            .clone()
+            .unwrap_or_else(|| state_dir.join("serve.token"));
+        let (auth, created) = Auth::from_file(&path)?;
+        if created {
+            say_err!("endless serve: new token written to {}", path.display());
+        } else {
+            say_err!("endless serve: tokens from {}", path.display());
+        }
+        auth
+    };
+    let ws = ctx.workspace()?;
+    let mut provider = BackendProvider::new(ctx.backend()?.into());
+    provider.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;
+    let default_run = match &args.run {
+        Some(name) => format!("serve-{name}"),
+        None => format!("serve-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S")),
+    };
+    let server = Server {
+        ws,
+        provider,
+        auth,
+        settings: Settings {
+            reward,
+            idle_timeout: Duration::from_secs_f64(args.idle_timeout),
+            command_timeout: Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0)),
+            default_run: default_run.clone(),
+        },
+        bind: args.bind,
+        max_sessions: args.max_sessions,
+        per_token: args.max_sessions_per_token.unwrap_or(args.max_sessions),
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(server.run(|addr| {
+        say_err!("endless serve: run {default_run}, listening on http://{addr}");
+    }))?;
+    say_err!("endless serve: stopped");
+    Ok(ExitCode::SUCCESS)
+}

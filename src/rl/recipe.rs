@@ -1,0 +1,438 @@
+//! The effective training recipe: every setting that decides what PPO
+//! optimises, resolved from `endless train` flags over the `[train]` section of
+//! the configuration, shown by `endless train --print-config` and saved in the
+//! run's `train.json`. [`RECIPE_TABLE`] puts each setting beside the paper's /
+//! reference's value (github.com/kanishkg/endless-terminals,
+//! `train/confs/*.yaml`, SkyRL) and says why ours differs where it does.
+
+use super::critic::CriticMode;
+use super::ppo::PpoConfig;
+use super::reward::RewardMode;
+use super::trainer::TrainConfig;
+use crate::config::TrainSettings;
+use serde::{Deserialize, Serialize};
+
+/// Policy learning rate of `--init tiny` (trained from scratch).
+pub const TINY_LR: f64 = 5e-5;
+/// Policy learning rate of pretrained policies.
+pub const PRETRAINED_LR: f64 = 1e-6;
+/// Separate-critic learning rate of pretrained policies (the reference's).
+pub const PRETRAINED_CRITIC_LR: f64 = 1e-6;
+/// Separate-critic learning rate of `--init tiny`.
+pub const TINY_CRITIC_LR: f64 = 5e-5;
+
+/// The effective recipe of a training run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    /// Samples (episodes) per task per step.
+    pub samples: u32,
+    /// Tasks (prompts) per PPO step.
+    pub prompts_per_step: usize,
+    /// Turn limit of a training episode.
+    pub max_turns: u32,
+    /// Rollout sampling temperature (also the temperature of the trained log-probs).
+    pub temperature: f64,
+    pub top_p: f64,
+    /// Tokens per reply at most.
+    pub max_tokens: usize,
+    /// Optimisation and loss: learning rates, critic, clipping, epochs, reward.
+    pub train: TrainConfig,
+}
+
+/// The flags of `endless train` that override the recipe (`None`: from the
+/// configuration's `[train]` section).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecipeFlags {
+    pub samples: Option<u32>,
+    pub prompts_per_step: Option<usize>,
+    pub max_turns: Option<u32>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<usize>,
+    pub ppo_epochs: Option<usize>,
+    pub minibatch: usize,
+    pub critic: Option<String>,
+    pub lr: Option<f64>,
+    pub critic_lr: Option<f64>,
+    pub value_clip: Option<f64>,
+    pub weight_decay: Option<f64>,
+    pub normalize_reward: Option<bool>,
+    pub reward: String,
+    pub seed: u64,
+}
+
+impl Recipe {
+    /// Resolve `flags` over the configured defaults `cfg` (whose `lr` and
+    /// `critic_lr` of 0 mean: by policy, [`TINY_LR`] / [`TINY_CRITIC_LR`]
+    /// for a `tiny` policy trained from scratch, the reference's otherwise);
+    /// `agent_train_max_turns` is `[agent] train_max_turns`. Errors name the
+    /// flag (or key) and what was expected.
+    pub fn resolve(
+        cfg: &TrainSettings,
+        agent_train_max_turns: u32,
+        flags: &RecipeFlags,
+        tiny: bool,
+    ) -> Result<Self, String> {
+        let reward = match flags.reward.as_str() {
+            "binary" => RewardMode::Binary,
+            "partial" => RewardMode::Partial,
+            "clean" => RewardMode::Clean,
+            other => {
+                return Err(format!(
+                    "--reward {other:?}: expected binary, partial or clean"
+                ))
+            }
+        };
+        let critic_name = flags.critic.as_deref().unwrap_or(&cfg.critic);
+        let critic = CriticMode::parse(critic_name)
+            .map_err(|e| format!("--critic (or train.critic) {e}"))?;
+        let samples = flags.samples.unwrap_or(cfg.samples);
+        let max_turns = flags.max_turns.unwrap_or(agent_train_max_turns);
+        let max_tokens = flags.max_tokens.unwrap_or(cfg.max_tokens);
+        if samples == 0 || max_turns == 0 || max_tokens == 0 {
+            return Err("--samples, --max-turns and --max-tokens must be at least 1".into());
+        }
+        let temperature = flags.temperature.unwrap_or(cfg.temperature);
+        if temperature.is_nan() || temperature <= 0.0 {
+            return Err(
+                "--temperature must be above 0 for PPO (its log-probs are of the sampled distribution)"
+                    .into(),
+            );
+        }
+        let nonneg = |name: &str, v: f64| -> Result<f64, String> {
+            if v.is_finite() && v >= 0.0 {
+                Ok(v)
+            } else {
+                Err(format!("--{name} must be a number of at least 0, got {v}"))
+            }
+        };
+        let by_policy = |v: f64, tiny_v: f64, pretrained_v: f64| match (v, tiny) {
+            (v, _) if v > 0.0 => v,
+            (_, true) => tiny_v,
+            (_, false) => pretrained_v,
+        };
+        let lr = nonneg("lr", flags.lr.unwrap_or(cfg.lr))?;
+        let critic_lr = nonneg("critic-lr", flags.critic_lr.unwrap_or(cfg.critic_lr))?;
+        let base = TrainConfig::default();
+        let train = TrainConfig {
+            lr: by_policy(lr, TINY_LR, PRETRAINED_LR),
+            critic_lr: by_policy(critic_lr, TINY_CRITIC_LR, PRETRAINED_CRITIC_LR),
+            critic,
+            reward,
+            seed: flags.seed,
+            ppo: PpoConfig {
+                temperature,
+                value_clip: nonneg("value-clip", flags.value_clip.unwrap_or(cfg.value_clip))?,
+                ..PpoConfig::default()
+            },
+            adam: super::adamw::AdamWConfig {
+                weight_decay: nonneg(
+                    "weight-decay",
+                    flags.weight_decay.unwrap_or(cfg.weight_decay),
+                )?,
+                ..base.adam
+            },
+            ppo_epochs: flags.ppo_epochs.unwrap_or(cfg.ppo_epochs).max(1),
+            minibatch: flags.minibatch,
+            normalize_reward: flags.normalize_reward.unwrap_or(cfg.normalize_reward),
+            ..base
+        };
+        Ok(Self {
+            samples,
+            prompts_per_step: flags
+                .prompts_per_step
+                .unwrap_or(cfg.prompts_per_step)
+                .max(1),
+            max_turns,
+            temperature,
+            top_p: 1.0,
+            max_tokens,
+            train,
+        })
+    }
+
+    /// Our value of a setting of [`RECIPE_TABLE`], as text.
+    pub fn value_of(&self, setting: &str) -> String {
+        let t = &self.train;
+        match setting {
+            "critic" => t.critic.as_str().into(),
+            "lr" => format!("{:e}", t.lr),
+            "critic_lr" => match t.critic {
+                CriticMode::Separate => format!("{:e}", t.critic_lr),
+                CriticMode::Shared => format!("- (shared; value_coef {})", t.ppo.value_coef),
+            },
+            "value_clip" => format!("{}", t.ppo.value_clip),
+            "weight_decay" => format!("{}", t.adam.weight_decay),
+            "ppo_epochs" => t.ppo_epochs.to_string(),
+            "minibatch" => match t.minibatch {
+                0 => "whole batch".into(),
+                m => m.to_string(),
+            },
+            "prompts_per_step" => self.prompts_per_step.to_string(),
+            "samples" => self.samples.to_string(),
+            "temperature" => format!("{}", self.temperature),
+            "top_p" => format!("{}", self.top_p),
+            "max_tokens" => self.max_tokens.to_string(),
+            "max_turns" => self.max_turns.to_string(),
+            "normalize_reward" if t.normalize_reward => "on (batch mean/std)".into(),
+            "normalize_reward" => "off".into(),
+            "reward" => format!("{:?}", t.reward).to_lowercase(),
+            "clip" => format!("{} / {}", t.ppo.eps_low, t.ppo.eps_high),
+            "dual_clip" => "none".into(),
+            "loss_reduction" => "sequence mean".into(),
+            "kl" => "none".into(),
+            "gae" => format!("gamma {} lambda {}", t.ppo.gamma, t.ppo.lambda),
+            "warmup_steps" => t.warmup_steps.to_string(),
+            "max_grad_norm" => format!("{}", t.max_grad_norm),
+            "entropy_coef" => format!("{}", t.ppo.entropy_coef),
+            _ => "?".into(),
+        }
+    }
+
+    /// Every row of [`RECIPE_TABLE`] with our value.
+    pub fn rows(&self) -> Vec<RecipeRow> {
+        RECIPE_TABLE
+            .iter()
+            .map(|(setting, reference, why)| RecipeRow {
+                setting: (*setting).into(),
+                ours: self.value_of(setting),
+                reference: (*reference).into(),
+                why: (*why).into(),
+            })
+            .collect()
+    }
+
+    /// The recipe as an aligned text table (`endless train --print-config`).
+    pub fn text(&self) -> String {
+        let rows = self.rows();
+        let w0 = rows
+            .iter()
+            .map(|r| r.setting.len())
+            .max()
+            .unwrap_or(0)
+            .max(7);
+        let w1 = rows.iter().map(|r| r.ours.len()).max().unwrap_or(0).max(4);
+        let w2 = rows
+            .iter()
+            .map(|r| r.reference.len())
+            .max()
+            .unwrap_or(0)
+            .max(9);
+        let mut out = format!(
+            "{:w0$}  {:w1$}  {:w2$}  why it differs\n",
+            "setting", "ours", "reference"
+        );
+        for r in rows {
+            let why = if r.why.is_empty() { "same" } else { &r.why };
+            out.push_str(&format!(
+                "{:w0$}  {:w1$}  {:w2$}  {why}\n",
+                r.setting, r.ours, r.reference
+            ));
+        }
+        out
+    }
+}
+
+/// One row of the recipe table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecipeRow {
+    pub setting: String,
+    pub ours: String,
+    pub reference: String,
+    /// Empty where ours is the reference's.
+    pub why: String,
+}
+
+/// `(setting, the paper's / reference's value, why ours differs)`; `why` is
+/// empty where the default is the reference's. README's recipe table says
+/// the same.
+pub const RECIPE_TABLE: &[(&str, &str, &str)] = &[
+    ("critic", "separate", ""),
+    (
+        "lr",
+        "5e-7 (Llama-3.2-3B)",
+        "1e-6 for pretrained policies (CPU runs are a few hundred steps); 5e-5 for tiny, trained from scratch",
+    ),
+    (
+        "critic_lr",
+        "1e-6",
+        "1e-6 for pretrained policies; 5e-5 for tiny, whose value head starts at zero and would not move at 1e-6 in a CPU run",
+    ),
+    ("value_clip", "0.2", ""),
+    ("weight_decay", "0.01", ""),
+    ("ppo_epochs", "2", ""),
+    ("minibatch", "whole batch", ""),
+    (
+        "prompts_per_step",
+        "16",
+        "16 x 16 = 256 episodes per step is hours per step on a CPU; one task's 16 samples keeps a step to minutes",
+    ),
+    ("samples", "16", ""),
+    ("temperature", "0.7 (0.6 for Qwen3)", ""),
+    ("top_p", "1.0", ""),
+    (
+        "max_tokens",
+        "2048",
+        "replies are a short think and one command; CPU sampling cost grows with every token, and the tiny policy's whole context is 2048 tokens",
+    ),
+    ("max_turns", "16", ""),
+    (
+        "normalize_reward",
+        "on",
+        "",
+    ),
+    ("reward", "binary", ""),
+    ("clip", "0.2 / 0.28", ""),
+    (
+        "dual_clip",
+        "clip_ratio_c 3.0",
+        "not implemented: bounds the loss of negative-advantage tokens whose ratio exceeds 3, rare at 2 epochs per batch",
+    ),
+    ("loss_reduction", "sequence mean", ""),
+    ("kl", "none", ""),
+    ("gae", "gamma 1 lambda 1", ""),
+    ("warmup_steps", "10", ""),
+    ("max_grad_norm", "1", ""),
+    ("entropy_coef", "0", ""),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> TrainSettings {
+        crate::config::Config::load_with_env(std::path::Path::new("/nonexistent"), None, &[])
+            .unwrap()
+            .train
+    }
+
+    fn flags() -> RecipeFlags {
+        RecipeFlags {
+            reward: "binary".into(),
+            ..RecipeFlags::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_reference_recipe_where_it_fits_a_cpu() {
+        let r = Recipe::resolve(&defaults(), 16, &flags(), false).unwrap();
+        assert_eq!(r.train.critic, CriticMode::Separate);
+        assert_eq!(r.train.critic_lr, 1e-6);
+        assert_eq!(r.train.ppo.value_clip, 0.2);
+        assert_eq!(r.train.adam.weight_decay, 0.01);
+        assert_eq!(r.train.ppo_epochs, 2);
+        assert_eq!(r.temperature, 0.7);
+        assert_eq!(r.train.ppo.temperature, 0.7);
+        assert!(r.train.normalize_reward);
+        assert_eq!((r.samples, r.max_turns), (16, 16));
+        assert_eq!(r.prompts_per_step, 1);
+        assert_eq!(r.max_tokens, 256);
+        assert_eq!(r.train.lr, 1e-6);
+        // tiny: learning rates by policy.
+        let t = Recipe::resolve(&defaults(), 16, &flags(), true).unwrap();
+        assert_eq!((t.train.lr, t.train.critic_lr), (TINY_LR, TINY_CRITIC_LR));
+        // Every row where ours differs says why; the rest are the same.
+        for row in r.rows() {
+            assert_ne!(row.ours, "?", "{row:?}");
+        }
+        assert!(r.text().contains("prompts_per_step"));
+    }
+
+    #[test]
+    fn flags_override_the_configuration_and_bad_values_are_named() {
+        let f = RecipeFlags {
+            critic: Some("shared".into()),
+            ppo_epochs: Some(3),
+            value_clip: Some(0.0),
+            weight_decay: Some(0.0),
+            normalize_reward: Some(false),
+            temperature: Some(1.0),
+            prompts_per_step: Some(4),
+            critic_lr: Some(3e-6),
+            ..flags()
+        };
+        let r = Recipe::resolve(&defaults(), 16, &f, false).unwrap();
+        assert_eq!(r.train.critic, CriticMode::Shared);
+        assert_eq!(r.train.ppo_epochs, 3);
+        assert_eq!(r.train.ppo.value_clip, 0.0);
+        assert!(!r.train.normalize_reward);
+        assert_eq!(r.prompts_per_step, 4);
+        assert_eq!(r.train.critic_lr, 3e-6);
+        let bad = |f: RecipeFlags, what: &str| {
+            let e = Recipe::resolve(&defaults(), 16, &f, false).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        };
+        bad(
+            RecipeFlags {
+                critic: Some("both".into()),
+                ..flags()
+            },
+            "--critic",
+        );
+        bad(
+            RecipeFlags {
+                value_clip: Some(-1.0),
+                ..flags()
+            },
+            "--value-clip",
+        );
+        bad(
+            RecipeFlags {
+                temperature: Some(0.0),
+                ..flags()
+            },
+            "--temperature",
+        );
+        bad(
+            RecipeFlags {
+                reward: "x".into(),
+                ..flags()
+            },
+            "--reward",
+        );
+    }
+
+    #[test]
+    fn recipe_round_trips_through_train_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let recipe = Recipe::resolve(&defaults(), 16, &flags(), true).unwrap();
+        let info = super::super::run_files::RunInfo {
+            id: "t".into(),
+            created: "2026-01-01T00:00:00Z".into(),
+            updated: "2026-01-01T00:00:00Z".into(),
+            init: "tiny".into(),
+            params: 1,
+            tasks: 1,
+            eval_tasks: 0,
+            steps: 1,
+            steps_done: 0,
+            sft_steps: 0,
+            samples: recipe.samples,
+            max_turns: recipe.max_turns,
+            status: super::super::run_files::RunStatus::Running,
+            message: None,
+            recipe: Some(recipe.clone()),
+        };
+        super::super::run_files::write_info(dir.path(), &info).unwrap();
+        let back = super::super::run_files::read_info(dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, info);
+        assert_eq!(back.recipe.as_ref(), Some(&recipe));
+        // A train.json written before recipes existed still reads.
+        let mut v = serde_json::to_value(&info).unwrap();
+        v.as_object_mut().unwrap().remove("recipe");
+        std::fs::write(dir.path().join("train.json"), v.to_string()).unwrap();
+        let old = super::super::run_files::read_info(dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.recipe, None);
+        // Every setting of the table is in README's recipe table.
+        let readme = include_str!("../../README.md");
+        for (setting, _, _) in RECIPE_TABLE {
+            assert!(
+                readme.contains(&format!("| `{setting}` |")),
+                "README's recipe table lacks `{setting}`"
+            );
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The server's shared state and its session operations. Operations that
+//! touch a sandbox or the workspace block: handlers run them on tokio's
+//! blocking pool.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::auth::{Auth, Client};
+use super::error::ApiError;
+use super::metrics::Metrics;
+use super::sessions::{NewSession, Registry, Slot, State};
+use crate::agent::{
+    BackendProvider, EndReason, EpisodeConfig, EpisodePaths, EpisodeResult, RecordedEpisode,
+    Recording, Started, TestOutcome,
+};
+use crate::llm::{ChatMessage, TokenUsage};
+use crate::rl::collect::episode_reward;
+use crate::rl::RewardMode;
+use crate::store::Workspace;
+
+/// Settings of a server.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How final tests become the reward.
+    pub reward: RewardMode,
+    /// Sessions with no request for this long are ended and recorded.
+    pub idle_timeout: Duration,
+    /// Limit of one command.
+    pub command_timeout: Duration,
+    /// Run id of sessions that name no run.
+    pub default_run: String,
+}
+
+/// Everything the handlers share.
+pub struct App {
+    /// The workspace: tasks, and the index of recorded episodes.
+    pub ws: Mutex<Workspace>,
+    /// Starts sandboxes and runs final tests.
+    pub provider: BackendProvider,
+    pub registry: Registry,
+    pub metrics: Metrics,
+    pub auth: Auth,
+    pub settings: Settings,
+    /// Set on SIGTERM: no new sessions.
+    pub draining: AtomicBool,
+}
+
+/// What a client asks for when it opens a session.
+#[derive(Debug, Clone)]
+pub struct Open {
+    pub task_id: String,
+    pub max_turns: Option<u32>,
+    pub seed: Option<u64>,
+    /// Run name (`serve-<run>` is the run id); default: the server's run.
+    pub run: Option<String>,
+    /// Label of the client's policy in the recorded episode.
+    pub policy: String,
+}
+
+/// The answer to opening a session.
+#[derive(Debug, Serialize)]
+pub struct Opened {
+    pub session_id: String,
+    pub task_id: String,
+    pub run_id: String,
+    pub sample: u32,
+    pub max_turns: u32,
+    pub seed: Option<u64>,
+    /// The prompt: system message and the task's instruction.
+    pub messages: Vec<ChatMessage>,
+}
+
+/// Per-step details, as `info` in a step's answer.
+#[derive(Debug, Serialize)]
+pub struct Info {
+    pub turn: u32,
+    /// How the episode ended (once done).
+    pub end_reason: Option<EndReason>,
+    /// Why it failed (once done, when it did).
+    pub failure_mode: Option<String>,
+    /// The final tests (once done).
+    pub tests: Vec<TestOutcome>,
+    /// Every final test passed (once done).
+    pub passed: Option<bool>,
+    /// What failed, for episodes that errored.
+    pub error: Option<String>,
+}
+
+/// The answer to a step (and, with `done`, to a delete).
+#[derive(Debug, Serialize)]
+pub struct Stepped {
+    pub observation: String,
+    pub done: bool,
+    pub reward: f64,
+    pub info: Info,
+}
+
+impl App {
+    /// The run id for a client's run name (validated) or the server's own.
+    pub fn run_id(&self, run: Option<&str>) -> Result<String, ApiError> {
+        let Some(name) = run else {
+            return Ok(self.settings.default_run.clone());
+        };
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+        if ok {
+            Ok(format!("serve-{name}"))
+        } else {
+            Err(ApiError::BadRequest(
+                "invalid run name (1-64 of A-Z a-z 0-9 . _ -, not starting with a dot)".into(),
+            ))
+        }
+    }
+
+    fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.ws.lock().runs_dir().join(run_id)
+    }
+
+    /// Open a session: reserve it, start its sandbox, record the run.
+    /// Blocking.
+    pub fn open(&self, client: Client, open: Open) -> Result<Opened, ApiError> {
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(ApiError::Draining);
+        }
+        let run_id = self.run_id(open.run.as_deref())?;
+        let task = {
+            let ws = self.ws.lock();
+            let task = ws
+                .load_task(&open.task_id)
+                .map_err(|_| ApiError::NotFound(format!("no task {:?}", open.task_id)))?;
+            ws.upsert_run(
+                &run_id,
+                "serve",
+                "http",
+                &serde_json::json!({ "reward": self.settings.reward }),
+            )
+            .map_err(|e| ApiError::Internal(format!("cannot record the run: {e}")))?;
+            Arc::new(task)
+        };
+        let slot = self.registry.reserve(NewSession {
+            owner: client,
+            task: task.clone(),
+            run_id: run_id.clone(),
+        })?;
+        let run_dir = self.run_dir(&run_id);
+        let sample = self.registry.next_sample(&run_dir, &run_id, task.id());
+        let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout);
+        let recording = Recording {
+            paths: EpisodePaths::new(&run_dir, task.id(), sample),
+            record_cast: true,
+            events: None,
+        };
+        let started = RecordedEpisode::start(
+            &self.provider,
+            &task,
+            sample,
+            &open.policy,
+            &config,
+            recording,
+        );
+        let episode = match started {
+            Ok(Started::Running(e)) => e,
+            Ok(Started::Failed(result)) => {
+                self.registry.remove(&slot.id);
+                self.recorded(&run_id, &result);
+                return Err(ApiError::Internal(
+                    result
+                        .error
+                        .unwrap_or_else(|| "the sandbox failed to start".into()),
+                ));
+            }
+            Err(e) => {
+                self.registry.remove(&slot.id);
+                return Err(ApiError::Internal(e.to_string()));
+            }
+        };
+        self.metrics
+            .sessions_started
+            .fetch_add(1, Ordering::Relaxed);
+        let messages = episode.messages().to_vec();
+        *slot.state.lock() = State::Running(Box::new(episode));
+        slot.touch();
+        Ok(Opened {
+            session_id: slot.id.clone(),
+            task_id: task.id().to_string(),
+            run_id,
+            sample,
+            max_turns: config.max_turns,
+            seed: open.seed,
+            messages,
+        })
+    }
+
+    /// Apply the model's `reply` to session `slot`. Blocking.
+    pub fn step(&self, slot: &Slot, reply: &str) -> Result<Stepped, ApiError> {
+        let mut state = slot
+            .state
+            .try_lock()
+            .ok_or_else(|| ApiError::Conflict("another request is using this session".into()))?;
+        let policy_secs = slot.touch();
+        let episode = match &mut *state {
+            State::Starting => {
+                return Err(ApiError::Conflict("the session is still starting".into()))
+            }
+            State::Finished(_) => {
+                return Err(ApiError::Conflict(
+                    "the episode is over; DELETE the session for its result".into(),
+                ))
+            }
+            State::Running(e) => e,
+        };
+        let t0 = Instant::now();
+        let outcome = episode.step(reply, TokenUsage::default(), policy_secs);
+        self.metrics.step_latency.observe(t0.elapsed());
+        self.metrics.steps.fetch_add(1, Ordering::Relaxed);
+        let turn = episode.turns();
+        if !outcome.done {
+            slot.touch();
+            return Ok(Stepped {
+                observation: outcome.observation,
+                done: false,
+                reward: 0.0,
+                info: Info {
+                    turn,
+                    end_reason: None,
+                    failure_mode: None,
+                    tests: Vec::new(),
+                    passed: None,
+                    error: None,
+                },
+            });
+        }
+        let result = self.conclude(slot, &mut state, None)?;
+        slot.touch();
+        Ok(self.final_answer(outcome.observation, &result))
+    }
+
+    /// End session `slot` and forget it: its final result (an episode
+    /// still running is recorded as interrupted by `why`). Blocking.
+    pub fn close(&self, slot: &Slot, why: &str) -> Result<Stepped, ApiError> {
+        let mut state = slot
+            .state
+            .try_lock()
+            .ok_or_else(|| ApiError::Conflict("another request is using this session".into()))?;
+        self.registry.remove(&slot.id);
+        let result = match &*state {
+            State::Finished(r) => (**r).clone(),
+            _ => self.conclude(slot, &mut state, Some(why))?,
+        };
+        Ok(self.final_answer(String::new(), &result))
+    }
+
+    /// End a session the server drops (idle, shutting down): recorded as
+    /// interrupted unless it had finished. Blocking; never fails.
+    pub fn abandon(&self, slot: &Slot, why: &str) {
+        let mut state = slot.state.lock();
+        if matches!(&*state, State::Running(_)) {
+            if let Err(e) = self.conclude(slot, &mut state, Some(why)) {
+                tracing::warn!(session = slot.id, %e, "cannot record an abandoned session");
+            }
+        }
+    }
+
+    /// Finish the running episode in `state` (interrupting it first when
+    /// `why` says so), record it, and keep its result in the session.
+    fn conclude(
+        &self,
+        slot: &Slot,
+        state: &mut State,
+        why: Option<&str>,
+    ) -> Result<EpisodeResult, ApiError> {
+        let State::Running(mut episode) = std::mem::replace(state, State::Starting) else {
+            return Err(ApiError::Conflict("the session is not running".into()));
+        };
+        slot.close();
+        if let Some(why) = why {
+            episode.interrupt(why);
+        }
+        let result = episode
+            .finish(&self.provider, &slot.task)
+            .map_err(|e| ApiError::Internal(format!("cannot record the episode: {e}")))?;
+        self.recorded(&slot.run_id, &result);
+        *state = State::Finished(Box::new(result.clone()));
+        Ok(result)
+    }
+
+    /// Count and index a recorded episode.
+    fn recorded(&self, run_id: &str, result: &EpisodeResult) {
+        if result.timings.verify_secs > 0.0 {
+            self.metrics
+                .verify_latency
+                .observe(Duration::from_secs_f64(result.timings.verify_secs));
+        }
+        self.metrics.episode(if result.passed {
+            "passed"
+        } else if result.end_reason.is_scored() {
+            "failed"
+        } else {
+            "error"
+        });
+        if let Err(e) = crate::agent::index_episode(&self.ws.lock(), run_id, result) {
+            tracing::warn!(run_id, task = result.task, %e, "cannot index a served episode");
+        }
+    }
+
+    fn final_answer(&self, observation: String, result: &EpisodeResult) -> Stepped {
+        Stepped {
+            observation,
+            done: true,
+            reward: f64::from(episode_reward(result, self.settings.reward)),
+            info: Info {
+                turn: result.turns,
+                end_reason: Some(result.end_reason),
+                failure_mode: result.failure_mode.map(|m| m.as_str().to_string()),
+                tests: result.tests.clone(),
+                passed: Some(result.passed),
+                error: result.error.clone(),
+            },
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Bearer tokens: read from a token file (one token per line, each a
+//! client with its own session quota), generated with mode 0600 when the
+//! file does not exist.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use axum::http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use super::error::ApiError;
+
+/// Why the tokens could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read or create the token file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the token file {0} holds no token")]
+    Empty(PathBuf),
+    #[error("the token file {path} is readable by other users (mode {mode:o}); chmod 600 it")]
+    Permissions { path: PathBuf, mode: u32 },
+}
+
+/// Who a request comes from: the name of its token (`token-N`, by line), or
+/// `anonymous` when auth is off.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Client(pub String);
+
+/// The accepted tokens (`None`: auth off, loopback only).
+#[derive(Debug, Clone)]
+pub struct Auth {
+    /// SHA-256 of each token, with its client name.
+    tokens: Option<Vec<([u8; 32], Client)>>,
+}
+
+impl Auth {
+    /// No authentication (refused by the server for non-loopback binds).
+    pub fn disabled() -> Self {
+        Self { tokens: None }
+    }
+
+    /// Whether requests must carry a token.
+    pub fn is_enabled(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// Tokens from `path`, creating it with one fresh random token (mode
+    /// 0600) when it does not exist. Returns whether it was created.
+    pub fn from_file(path: &Path) -> Result<(Self, bool), AuthError> {
+        let io = |source| AuthError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let created = if path.exists() {
+            false
+        } else {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(io)?;
+            }
+            write_new_token(path).map_err(io)?;
+            true
+        };
+        let mode = {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(path).map_err(io)?.permissions().mode()
+        };
+        if mode & 0o077 != 0 {
+            return Err(AuthError::Permissions {
+                path: path.to_path_buf(),
+                mode: mode & 0o777,
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        let tokens: Vec<([u8; 32], Client)> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .enumerate()
+            .map(|(i, t)| (digest(t), Client(format!("token-{}", i + 1))))
+            .collect();
+        if tokens.is_empty() {
+            return Err(AuthError::Empty(path.to_path_buf()));
+        }
+        Ok((
+            Self {
+                tokens: Some(tokens),
+            },
+            created,
+        ))
+    }
+
+    /// The client a request's `Authorization: Bearer` header names.
+    pub fn check(&self, headers: &HeaderMap) -> Result<Client, ApiError> {
+        let Some(tokens) = &self.tokens else {
+            return Ok(Client("anonymous".into()));
+        };
+        let given = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized)?;
+        let d = digest(given);
+        // Compare digests in full every time (no early exit on a match).
+        let mut found = None;
+        for (t, client) in tokens {
+            let same = t
+                .iter()
+                .zip(d.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+            if same {
+                found = Some(client.clone());
+            }
+        }
+        found.ok_or(ApiError::Unauthorized)
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Write a 256-bit random token, hex, to a new file readable only by its owner.
+fn write_new_token(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let bytes: [u8; 32] = rand::random();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    writeln!(f, "{}", hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_token_is_private_and_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/serve.token");
+        let (auth, created) = Auth::from_file(&path).unwrap();
+        assert!(created && auth.is_enabled());
+        let token = std::fs::read_to_string(&path).unwrap();
+        let mut headers = HeaderMap::new();
+        assert!(auth.check(&headers).is_err());
+        headers.insert(
+            "authorization",
+            format!("Bearer {}", token.trim()).parse().unwrap(),
+        );
+        assert_eq!(auth.check(&headers).unwrap(), Client("token-1".into()));
+        headers.insert("authorization", "Bearer nope".parse().unwrap());
+        assert!(auth.check(&headers).is_err());
+        let (_, created) = Auth::from_file(&path).unwrap();
+        assert!(!created);
+    }
+
+    #[test]
+    fn a_world_readable_token_file_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        std::fs::write(&path, "secret\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(
+            Auth::from_file(&path),
+            Err(AuthError::Permissions { .. })
+        ));
+    }
+}

@@ -1,0 +1,89 @@
+//! API errors: each a status code and a JSON body `{"error": "..."}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed (bad JSON, a bad id, a bad parameter).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A missing or wrong bearer token.
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    /// No such task, session or route.
+    #[error("{0}")]
+    NotFound(String),
+    /// The session is busy with another step, or its episode is over.
+    #[error("{0}")]
+    Conflict(String),
+    /// The body is larger than the server accepts.
+    #[error("request body too large (limit {0} bytes)")]
+    TooLarge(usize),
+    /// The session limit or the token's quota is reached.
+    #[error("{0}")]
+    TooManySessions(String),
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    Draining,
+    /// Something on the server's side failed (sandbox, workspace).
+    #[error("{0}")]
+    Internal(String),
+    /// Any other status the HTTP layer decided (unsupported media type...).
+    #[error("{1}")]
+    Other(StatusCode, String),
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooManySessions(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Draining => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Other(status, _) => *status,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = (
+            status,
+            axum::Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(r: axum::extract::rejection::JsonRejection) -> Self {
+        match r.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(super::routes::BODY_LIMIT),
+            StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
+                ApiError::BadRequest(format!("invalid JSON body: {}", r.body_text()))
+            }
+            status => ApiError::Other(status, r.body_text()),
+        }
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(r: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::BadRequest(format!("invalid query: {}", r.body_text()))
+    }
+}

@@ -1,0 +1,135 @@
+//! `endless serve`: the workspace's environments over HTTP/JSON, for RL
+//! trainers on other machines or in other languages (SkyRL, Gymnasium
+//! wrappers). One session is one episode in its own sandbox, driven by the
+//! client's replies with the same episode rules as `endless eval`, and
+//! recorded in the workspace like an eval episode.
+
+mod app;
+mod auth;
+mod error;
+mod metrics;
+mod routes;
+mod sessions;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use app::Settings;
+pub use auth::{Auth, AuthError, Client};
+pub use error::ApiError;
+pub use routes::BODY_LIMIT;
+
+use crate::agent::BackendProvider;
+use crate::store::Workspace;
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("refusing to serve on {0} without a token: non-loopback binds need authentication")]
+    NoAuthOffLoopback(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Everything a server needs.
+pub struct Server {
+    pub ws: Workspace,
+    pub provider: BackendProvider,
+    pub auth: Auth,
+    pub settings: Settings,
+    pub bind: SocketAddr,
+    /// Open sessions at once, in all.
+    pub max_sessions: usize,
+    /// Open sessions at once per token.
+    pub per_token: usize,
+}
+
+impl Server {
+    /// Listen, then serve until `shutdown` resolves (or SIGTERM / Ctrl-C):
+    /// new sessions are refused, requests in flight finish, sessions still
+    /// open are recorded as interrupted. Prints `listening on ADDR` on
+    /// stderr once bound, through `on_bound`.
+    pub async fn run(self, on_bound: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+        if !self.auth.is_enabled() && !self.bind.ip().is_loopback() {
+            return Err(ServeError::NoAuthOffLoopback(self.bind));
+        }
+        let listener = tokio::net::TcpListener::bind(self.bind)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: self.bind,
+                source,
+            })?;
+        let app = Arc::new(app::App {
+            ws: parking_lot::Mutex::new(self.ws),
+            provider: self.provider,
+            registry: sessions::Registry::new(self.max_sessions, self.per_token),
+            metrics: metrics::Metrics::default(),
+            auth: self.auth,
+            settings: self.settings,
+            draining: AtomicBool::new(false),
+        });
+        on_bound(listener.local_addr()?);
+        let reaper = tokio::spawn(reap_idle(app.clone()));
+        let draining = app.clone();
+        axum::serve(listener, routes::router(app.clone()))
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                draining.draining.store(true, Ordering::Relaxed);
+                tracing::info!("shutting down: no new sessions");
+            })
+            .await?;
+        reaper.abort();
+        let left = app.registry.take_all();
+        if !left.is_empty() {
+            tracing::info!(
+                sessions = left.len(),
+                "recording open sessions as interrupted"
+            );
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for slot in left {
+            let app = app.clone();
+            set.spawn_blocking(move || app.abandon(&slot, "the server shut down"));
+        }
+        while set.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+/// End and record sessions idle for longer than the idle timeout.
+async fn reap_idle(app: Arc<app::App>) {
+    let idle = app.settings.idle_timeout;
+    let every = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(every).await;
+        for slot in app.registry.take_idle(idle) {
+            app.metrics.reaped.fetch_add(1, Ordering::Relaxed);
+            let app = app.clone();
+            let why = format!("no request for {} s: the client went away", idle.as_secs());
+            tokio::task::spawn_blocking(move || app.abandon(&slot, &why));
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! `endless serve` end to end: the real binary on 127.0.0.1, real sandboxes,
+//! driven over HTTP like a trainer would.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::cli::{endless, json as ok_json};
+
+/// A running `endless serve` on a workspace, stopped with SIGTERM on drop.
+struct Served {
+    child: Child,
+    url: String,
+    token: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Served {
+    fn start(ws: &Path, extra: &[&str]) -> Served {
+        let token_file = ws.join("serve.token");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_endless"))
+            .arg("--workspace")
+            .arg(ws)
+            .args(["serve", "--bind", "127.0.0.1:0", "--token-file"])
+            .arg(&token_file)
+            .args(extra)
+            .env("XDG_CACHE_HOME", ws.join(".cache"))
+            .env("XDG_STATE_HOME", ws.join(".state"))
+            .env("XDG_CONFIG_HOME", ws.join(".config"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the server did not say where it listens");
+            if let Some(at) = line.find("listening on ") {
+                break line[at + "listening on ".len()..].trim().to_string();
+            }
+        };
+        let token = std::fs::read_to_string(&token_file)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .to_string();
+        Served {
+            child,
+            url,
+            token,
+            stderr: rx,
+        }
+    }
+
+    fn client(&self) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            url: self.url.clone(),
+            token: Some(self.token.clone()),
+        }
+    }
+
+    /// SIGTERM, then the exit status and everything it said on stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "the server ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let said: Vec<String> = self.stderr.try_iter().collect();
+        (status, said.join("\n"))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tiny client for the API.
+struct Api {
+    http: reqwest::Client,
+    url: String,
+    token: Option<String>,
+}
+
+impl Api {
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.url));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(reqwest::Method::GET, path, None).await
+    }
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(
+            reqwest::Method::POST,
+            path,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+    async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(reqwest::Method::DELETE, path, None).await
+    }
+}
+
+/// POST a step with a `len`-byte body and read the answer: its status and JSON body.
+fn huge_step(server: &Served, id: &str, len: usize) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let addr = server.url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = format!(
+        "POST /v1/sessions/{id}/step HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n{{\"reply\": \"",
+        server.token
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    // Keep sending the body while reading the answer: the server answers
+    // once it has read past its limit, before the body ends.
+    let mut w = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 << 10];
+        let mut sent = 0;
+        while sent < len && w.write_all(&chunk).is_ok() {
+            sent += chunk.len();
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(Value::String(text.clone())),
+    )
+}
+
+/// A workspace with a few offline tasks; returns it and the first task id.
+fn workspace() -> (tempfile::TempDir, String) {
+    let ws = tempfile::tempdir().unwrap();
+    ok_json(&endless(
+        ws.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "2",
+            "--seed",
+            "5",
+            "--json",
+        ],
+    ));
+    let list = ok_json(&endless(ws.path(), &["tasks", "list", "--json"]));
+    let id = list[0]["id"].as_str().unwrap().to_string();
+    (ws, id)
+}
+
+fn oracle_reply(ws: &Path, task: &str) -> String {
+    let script =
+        std::fs::read_to_string(ws.join("tasks").join(task).join("solution/solve.sh")).unwrap();
+    format!(
+        "<think>Run the solution.</think>\n<command>{}</command>",
+        endless::agent::policy::oracle_command(&script)
+    )
+}
+
+/// Every process below `pid` (children, grandchildren...).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+            continue;
+        };
+        let ppid = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        parents.push((p, ppid));
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let parent = out[i];
+        out.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+fn episodes(ws: &Path) -> Vec<endless::store::EpisodeRow> {
+    endless::store::Workspace::open(ws)
+        .unwrap()
+        .list_episodes(None)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oracle_episode_over_http_earns_reward_one_and_is_recorded() {
+    let (ws, task) = workspace();
+    let server = Served::start(ws.path(), &["--reward", "binary"]);
+    let api = server.client();
+    let (s, health) = api.get("/v1/health").await;
+    assert_eq!(
+        (s, health["status"].as_str()),
+        (200, Some("ok")),
+        "{health}"
+    );
+    let (s, tasks) = api.get("/v1/tasks").await;
+    assert_eq!(s, 200);
+    assert_eq!(tasks.as_array().unwrap().len(), 2, "{tasks}");
+    let (s, train) = api.get("/v1/tasks?split=train").await;
+    assert_eq!(s, 200, "{train}");
+    let (s, _) = api.get("/v1/tasks?split=nope").await;
+    assert_eq!(s, 400);
+
+    let (s, opened) = api
+        .post(
+            "/v1/sessions",
+            json!({"task_id": task, "seed": 7, "run": "oracle"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{opened}");
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    let messages = opened["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(messages[1]["role"], "user");
+    assert_eq!(opened["run_id"], "serve-oracle");
+
+    let (s, garbled) = api
+        .post(
+            &format!("/v1/sessions/{id}/step"),
+            json!({"reply": "no tags here"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{garbled}");
+    assert_eq!(garbled["done"], false);
+    assert!(garbled["observation"]
+        .as_str()
+        .unwrap()
+        .contains("could not be parsed"));
+
+    let (s, ran) = api
+        .post(
+            &format!("/v1/sessions/{id}/step"),
+            json!({"reply": oracle_reply(ws.path(), &task)}),
+        )
+        .await;
+    assert_eq!((s, &ran["done"]), (200, &json!(false)), "{ran}");
+    assert_eq!(ran["info"]["turn"], 2);
+
+    let (s, done) = api
+        .post(
+            &format!("/v1/sessions/{id}/step"),
+            json!({"reply": "<think>Finished.</think><action>done</action>"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{done}");
+    assert_eq!(done["done"], true);
+    assert_eq!(done["reward"], 1.0, "{done}");
+    assert_eq!(done["info"]["end_reason"], "done");
+    assert_eq!(done["info"]["passed"], true);
+    assert!(!done["info"]["tests"].as_array().unwrap().is_empty());
+
+    let (s, again) = api
+        .post(
+            &format!("/v1/sessions/{id}/step"),
+            json!({"reply": "<action>done</action>"}),
+        )
+        .await;
+    assert_eq!(s, 409, "{again}");
+    assert!(again["error"].as_str().unwrap().contains("over"));
+
+    let (s, closed) = api.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(s, 200, "{closed}");
+    assert_eq!(closed["result"]["reward"], 1.0);
+    let (s, _) = api.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(s, 404);
+
+    let (_, metrics) = api.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap().to_string();
+    assert!(metrics.contains("endless_serve_steps_total 3"), "{metrics}");
+    assert!(
+        metrics.contains("endless_serve_open_sessions 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("endless_serve_episodes_total{outcome=\"passed\"} 1"));
+
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+    let rows = episodes(ws.path());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].run_id.as_str(), rows[0].passed),
+        ("serve-oracle", true)
+    );
+    assert!(ws.path().join(&rows[0].path).is_file());
+    let runs = endless::store::Workspace::open(ws.path())
+        .unwrap()
+        .list_runs()
+        .unwrap();
+    assert!(runs
+        .iter()
+        .any(|r| r.id == "serve-oracle" && r.kind == "serve"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clean_json_errors() {
+    let (ws, task) = workspace();
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(ws.path().join("serve.token"))
+            .unwrap();
+        writeln!(f, "first-client-token\nsecond-client-token").unwrap();
+    }
+    let server = Served::start(ws.path(), &["--max-sessions", "1"]);
+    let api = server.client();
+    let expect = |what: &str, (s, body): (u16, Value), want: u16| {
+        assert_eq!(s, want, "{what}: {body}");
+        assert!(
+            body["error"].is_string(),
+            "{what}: not a JSON error: {body}"
+        );
+    };
+    let raw = |body: &[u8]| Some(body.to_vec());
+    expect(
+        "malformed JSON",
+        api.send(
+            reqwest::Method::POST,
+            "/v1/sessions",
+            raw(b"{\"task_id\": "),
+        )
+        .await,
+        400,
+    );
+    expect(
+        "non-UTF-8 body",
+        api.send(
+            reqwest::Method::POST,
+            "/v1/sessions",
+            raw(b"{\"task_id\": \"\xff\xfe\"}"),
+        )
+        .await,
+        400,
+    );
+    expect(
+        "missing field",
+        api.post("/v1/sessions", json!({})).await,
+        400,
+    );
+    expect(
+        "unknown task",
+        api.post("/v1/sessions", json!({"task_id": "nope"})).await,
+        404,
+    );
+    expect(
+        "path-like task",
+        api.post("/v1/sessions", json!({"task_id": "../../etc"}))
+            .await,
+        404,
+    );
+    expect(
+        "bad run name",
+        api.post("/v1/sessions", json!({"task_id": task, "run": "../x"}))
+            .await,
+        400,
+    );
+    expect("unknown route", api.get("/v2/nothing").await, 404);
+    expect(
+        "unknown session",
+        api.post(
+            "/v1/sessions/0123abcd-0000-4000-8000-000000000000/step",
+            json!({"reply": "x"}),
+        )
+        .await,
+        404,
+    );
+    expect(
+        "path-like session id",
+        api.post("/v1/sessions/..%2F..%2Fetc/step", json!({"reply": "x"}))
+            .await,
+        400,
+    );
+    expect("not a uuid", api.delete("/v1/sessions/abc").await, 400);
+
+    let wrong = Api {
+        token: Some("wrong".into()),
+        ..server.client()
+    };
+    expect("wrong token", wrong.get("/v1/tasks").await, 401);
+    let none = Api {
+        token: None,
+        ..server.client()
+    };
+    expect(
+        "no token",
+        none.post("/v1/sessions", json!({"task_id": task})).await,
+        401,
+    );
+
+    let (s, opened) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{opened}");
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    expect(
+        "over --max-sessions",
+        api.post("/v1/sessions", json!({"task_id": task})).await,
+        429,
+    );
+    // A 10 MB reply: the server answers 413 from the announced length.
+    let (status, body) = huge_step(&server, &id, 10 << 20);
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("too large"),
+        "{body}"
+    );
+    let other = Api {
+        token: Some("second-client-token".into()),
+        ..server.client()
+    };
+    expect(
+        "another token's session",
+        other
+            .post(&format!("/v1/sessions/{id}/step"), json!({"reply": "x"}))
+            .await,
+        404,
+    );
+    // The session survived all that.
+    let (s, stepped) = api
+        .post(
+            &format!("/v1/sessions/{id}/step"),
+            json!({"reply": "<command>pwd</command>"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{stepped}");
+    let (s, closed) = api.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(s, 200, "{closed}");
+    assert_eq!(closed["result"]["info"]["end_reason"], "error");
+    assert!(closed["result"]["info"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("interrupted"));
+    let (s, _) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "a deleted session frees its place");
+    let (_, metrics) = api.get("/metrics").await;
+    assert!(metrics
+        .as_str()
+        .unwrap()
+        .contains("endless_serve_errors_total{status=\"429\"} 1"));
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_client_is_reaped_and_a_stopped_server_records_open_sessions() {
+    let (ws, task) = workspace();
+    let server = Served::start(ws.path(), &["--idle-timeout", "1"]);
+    let api = server.client();
+    let (s, opened) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{opened}");
+    // The client goes away; the reaper ends the session.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, m) = api.get("/metrics").await;
+        if m.as_str().unwrap().contains("endless_serve_reaped_total 1")
+            && descendants(server.child.id()).is_empty()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not reaped: {m}\n{:?}",
+            descendants(server.child.id())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let id = opened["session_id"].as_str().unwrap();
+    let (s, _) = api
+        .post(&format!("/v1/sessions/{id}/step"), json!({"reply": "x"}))
+        .await;
+    assert_eq!(s, 404);
+
+    // A session open at SIGTERM is recorded as interrupted.
+    let (s, _) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200);
+    let pid = server.child.id();
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+    assert!(descendants(pid).is_empty());
+    let rows = episodes(ws.path());
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|r| r.end_reason == "error" && !r.passed));
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(ws.path().join(&rows[1].path)).unwrap()).unwrap();
+    assert!(
+        result["error"].as_str().unwrap().contains("interrupted"),
+        "{result}"
+    );
+}
+
+#[test]
+fn no_auth_is_refused_off_loopback() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = endless(ws.path(), &["serve", "--bind", "0.0.0.0:0", "--no-auth"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
