@@ -31,8 +31,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use seccompiler::BpfProgram;
 
 use super::overlay::join_cgroups;
-use crate::sandbox::fds::{check, private_mount_namespace};
 use super::seccomp;
+use crate::sandbox::fds::{check, private_mount_namespace};
 use crate::sandbox::SandboxError;
 
 /// The errno the child reports when the agent left an `/etc/ld.so.preload`
