@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::rollout_cmd::policy_options;
 use super::{print_json, Context};
 use crate::agent::PolicyFactory;
 use crate::cli::GenerateArgs;
@@ -15,6 +14,7 @@ use crate::generate::funnel::CandidateOutcome;
 use crate::generate::pipeline::{run_pipeline, PipelineConfig, PipelineEvent};
 use crate::llm::{api_key_from_env, OpenAiChat, OpenAiConfig, SamplingParams};
 use crate::task::EnvKind;
+use crate::workbench::policy_options;
 
 pub fn run(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
     if args.offline {

@@ -33,69 +33,23 @@ mod serve_cmd;
 mod tasks;
 pub mod train_cmd;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::cli::{Cli, Command};
-use crate::config::{Config, Paths};
 use crate::store::Workspace;
-
-/// What every command needs: paths, the workspace location, the config.
-pub struct Context {
-    pub paths: Paths,
-    pub workspace_root: PathBuf,
-    pub config: Config,
-}
-
-impl Context {
-    /// Resolve paths and load the configuration layers.
-    pub fn new(workspace: Option<PathBuf>) -> Result<Context> {
-        let paths = Paths::detect();
-        let workspace_root = workspace.unwrap_or_else(|| paths.default_workspace.clone());
-        let config = Config::load(&paths.config_file, Some(&workspace_root))?;
-        Ok(Context {
-            paths,
-            workspace_root,
-            config,
-        })
-    }
-
-    /// The configured sandbox backend, caching images under the cache dir.
-    pub fn backend(&self) -> Result<Box<dyn crate::sandbox::Backend>> {
-        crate::sandbox::backend_by_name(
-            &self.config.sandbox.backend,
-            &self.paths.cache_dir.join("sandbox"),
-        )
-        .with_context(|| {
-            format!(
-                "starting the `{}` sandbox backend (see `endless sandbox doctor`)",
-                self.config.sandbox.backend
-            )
-        })
-    }
-
-    /// Open (creating if needed) the workspace.
-    pub fn workspace(&self) -> Result<Workspace> {
-        Workspace::open(&self.workspace_root)
-            .with_context(|| format!("opening workspace {}", self.workspace_root.display()))
-    }
-}
+use crate::workbench::Context;
 
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let ctx = Context::new(cli.workspace)?;
     match cli.command {
         None => {
+            // The TUI is started by `main`, beside the commands; here the
+            // workspace it opens is prepared.
             let mut ws = ctx.workspace()?;
             seed_if_fresh(&ctx, &mut ws)?;
-            drop(ws);
-            crate::tui::run(
-                &ctx.workspace_root,
-                &ctx.config.tui.theme,
-                &ctx.config.tui.keys,
-            )?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Tasks(cmd)) => tasks::run(&ctx, cmd),

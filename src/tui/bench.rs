@@ -155,3 +155,34 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
         live_view: percentiles(live_times),
     }
 }
+
+/// `endless bench tui [--n N] [--json]`: frame times with `tasks` tasks and
+/// eight streaming live panes, and this process's peak memory; the text to
+/// print (JSON when `json`).
+pub fn run_cli(tasks: usize, json: bool) -> String {
+    let frames = bench_frames(tasks, 8);
+    let peak = peak_rss_mb();
+    if json {
+        let report = serde_json::json!({
+            "frames": frames,
+            "peak_rss_mb": peak,
+            "targets": { "p95_ms": 16.0, "memory_mb": 200.0 },
+        });
+        return serde_json::to_string_pretty(&report).unwrap_or_default();
+    }
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+    format!(
+        "{} frames with {} tasks and {} live panes streaming: p50 {:.2} ms, p95 {:.2} ms (tasks view p95 {:.2} ms, live view p95 {:.2} ms); peak memory {:.0} MB",
+        frames.frames, frames.tasks, frames.panes,
+        ms(frames.p50), ms(frames.p95), ms(frames.tasks_view.p95), ms(frames.live_view.p95),
+        peak.unwrap_or(f64::NAN)
+    )
+}
+
+/// Peak resident memory of this process (VmHWM), in MB.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}

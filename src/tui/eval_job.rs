@@ -15,12 +15,11 @@ use super::app::{Action, LiveEvent};
 use super::event::Msg;
 use super::takeover::TakeoverProvider;
 use crate::agent::{run_rollouts, BackendProvider, PolicyFactory, RolloutConfig, RolloutEvent};
-use crate::commands::rollout_cmd::{
-    index_episodes, policy_options, record_pass_at_k, run_id, select_tasks,
-};
-use crate::commands::Context;
 use crate::jobs::JobContext;
 use crate::task::Task;
+use crate::workbench::{
+    index_episodes, policy_options, record_pass_at_k, run_id, select_tasks, Context,
+};
 
 /// The evaluation form's values.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! The training job: `endless train` as a background job. The form's values
 //! become the same [`TrainArgs`] the CLI parses (so unset flags get the
-//! CLI's defaults), `train_cmd::options` resolves them, and
+//! CLI's defaults), `workbench::train_options` resolves them, and
 //! `rl::session::run` trains; its events become job progress and log lines,
 //! and the job's cancel flag stops the run (at its next checkpoint).
 
@@ -13,10 +13,10 @@ use clap::Parser;
 
 use super::widgets::num::num;
 use crate::cli::{Cli, Command, TrainArgs};
-use crate::commands::Context;
 use crate::jobs::JobContext;
 use crate::rl::run_files::{EvalRecord, RunStatus};
 use crate::rl::session::{TrainEvent, TrainSummary};
+use crate::workbench::Context;
 
 /// The training form's values.
 #[derive(Debug, Clone, PartialEq)]
@@ -243,7 +243,7 @@ pub fn run(ctx: &JobContext, root: &Path, spec: &TrainSpec) -> anyhow::Result<St
     let args = spec.args()?;
     ctx.log(spec.command_line());
     let cctx = Context::new(Some(root.to_path_buf()))?;
-    let opts = crate::commands::train_cmd::options(&cctx, &args)?;
+    let opts = crate::workbench::train_options(&cctx, &args)?;
     ctx.log(format!(
         "run directory {} ({} training tasks, {} dev tasks)",
         opts.out.display(),
