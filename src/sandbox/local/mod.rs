@@ -329,11 +329,6 @@ impl LocalBackend {
         }
     }
 
-    /// The store of pulled images this backend builds `FROM`.
-    pub fn image_store(&self) -> &ImageStore {
-        &self.images
-    }
-
     /// The base a definition asks for: a pulled image (its layers, unpacked
     /// for this backend's ids), or the host's directories (no `FROM`, `FROM
     /// host`, or an image that was not pulled: the behaviour before images).

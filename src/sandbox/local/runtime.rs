@@ -103,19 +103,17 @@ impl Runtime {
             std::fs::create_dir_all(&p).map_err(io("create runtime mount point", &p))?;
         }
         let ld = dir.join("ld.so");
-        let mut rnd = [0u8; 6];
-        rand::Rng::fill(&mut rand::rng(), &mut rnd);
-        let tmp = dir.join(format!(
-            ".ld.so-{}-{}",
-            std::process::id(),
-            hex::encode(rnd)
-        ));
-        std::fs::copy(&loader, &tmp).map_err(io("copy the dynamic loader", &tmp))?;
-        std::os::unix::fs::chown(&tmp, Some(owner.0), Some(owner.1))
-            .map_err(io("chown the loader copy", &tmp))?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o111))
-            .map_err(io("chmod the loader copy", &tmp))?;
-        std::fs::rename(&tmp, &ld).map_err(io("install the loader copy", &ld))?;
+        // Copied once: every backend start would otherwise rewrite it.
+        let current = std::fs::symlink_metadata(&ld).ok().filter(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.mode() & 0o7777 == 0o111
+                && (m.uid(), m.gid()) == owner
+                && std::fs::metadata(&loader)
+                    .is_ok_and(|l| l.len() == m.len() && l.mtime() <= m.mtime())
+        });
+        if current.is_none() {
+            Self::install_loader(&loader, dir, &ld, owner)?;
+        }
         let mut argv = vec![
             format!("{INSIDE}/ld.so"),
             "--inhibit-cache".to_string(),
@@ -128,6 +126,30 @@ impl Runtime {
             dirs,
             python: argv,
         })
+    }
+
+    /// Install an execute-only copy of `loader` at `ld`, owned by `owner`.
+    fn install_loader(
+        loader: &Path,
+        dir: &Path,
+        ld: &Path,
+        owner: (u32, u32),
+    ) -> Result<(), SandboxError> {
+        let io = |what: &'static str, p: &Path| SandboxError::io(what, p.to_path_buf());
+        let mut rnd = [0u8; 6];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let tmp = dir.join(format!(
+            ".ld.so-{}-{}",
+            std::process::id(),
+            hex::encode(rnd)
+        ));
+        std::fs::copy(loader, &tmp).map_err(io("copy the dynamic loader", &tmp))?;
+        std::os::unix::fs::chown(&tmp, Some(owner.0), Some(owner.1))
+            .map_err(io("chown the loader copy", &tmp))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o111))
+            .map_err(io("chmod the loader copy", &tmp))?;
+        std::fs::rename(&tmp, ld).map_err(io("install the loader copy", ld))?;
+        Ok(())
     }
 
     /// The host directories bound (read-only) inside the runtime: (host
