@@ -11,6 +11,7 @@ pub mod generate;
 pub mod jobs;
 pub mod llm;
 pub mod logging;
+pub mod model;
 pub mod procgen;
 pub mod rl;
 pub mod sandbox;

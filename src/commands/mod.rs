@@ -105,7 +105,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Train(args)) => train_cmd::run(&ctx, args),
         Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
         Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {
-            let path = crate::llm::local::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
+            let path = crate::model::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
             say!("{}", path.display());
             Ok(ExitCode::SUCCESS)
         }

@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use super::rollout_cmd::select_tasks;
 use super::{print_json, Context};
 use crate::cli::TrainArgs;
-use crate::llm::local::SamplingConfig;
+use crate::model::SamplingConfig;
 use crate::procgen::{task_split, Split};
 use crate::rl::run_files::{load_run, RunStatus};
 use crate::rl::session::{self, InitSpec, TrainEvent, TrainOptions};

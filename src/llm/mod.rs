@@ -1,12 +1,15 @@
-//! Chat models: the [`ChatModel`] trait and an OpenAI-compatible client.
+//! Chat models: the [`ChatModel`] trait, an OpenAI-compatible client, and
+//! [`LocalChat`], the adapter that puts the in-process engine of
+//! [`crate::model`] behind the same trait (the `local:` policy).
 //!
-//! The agent's `openai:` policy and the generation pipeline both talk to
-//! language models through this trait.
+//! The agent's `openai:` and `local:` policies and the generation pipeline
+//! all talk to language models through this trait.
 
-pub mod local;
+mod local;
 mod openai;
 mod request_shape;
 
+pub use local::{LocalChat, DEFAULT_MAX_TOKENS};
 pub use openai::{api_key_from_env, OpenAiChat, OpenAiConfig, RetryPolicy};
 pub use request_shape::is_reasoning_model;
 

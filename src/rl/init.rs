@@ -9,8 +9,8 @@ use super::policy::Policy;
 use super::session::InitSpec;
 use crate::agent::policy::oracle_command;
 use crate::agent::protocol::{CORRECTIVE_MESSAGE, SYSTEM_PROMPT};
-use crate::llm::local::tiny::{tiny_config, train_tokenizer};
-use crate::llm::local::{Arch, ChatTokenizer, ModelConfig};
+use crate::model::models::tiny::{tiny_config, train_tokenizer};
+use crate::model::{Arch, ChatTokenizer, ModelConfig};
 use crate::task::Task;
 use candle_core::Device;
 
@@ -76,7 +76,7 @@ pub fn build_policy(
         InitSpec::Dir(dir) => Policy::from_dir(dir, device),
         InitSpec::Gguf(path) => Policy::from_gguf(path, device),
         InitSpec::SmolLm2 => {
-            let path = crate::llm::local::fetch_smollm2(model_cache)?;
+            let path = crate::model::fetch_smollm2(model_cache)?;
             Policy::from_gguf(&path, device)
         }
     }

@@ -32,7 +32,7 @@ use super::run_files::{
 };
 use super::trainer::{TrainConfig, Trainer};
 use crate::agent::{BackendProvider, SandboxProvider};
-use crate::llm::local::SamplingConfig;
+use crate::model::SamplingConfig;
 use crate::task::Task;
 
 /// Where the policy comes from.

@@ -1,11 +1,11 @@
 //! `config.json` of a Hugging Face-style model directory, reduced to what the
 //! Qwen2 / Qwen2.5 / Qwen3 / Llama decoder needs.
 
-use super::error::{LocalError, Result};
+use crate::model::error::{LocalError, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// The decoder families implemented by [`super::transformer::Transformer`].
+/// The decoder families implemented by [`crate::model::models::transformer::Transformer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
