@@ -3,10 +3,10 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use endless::commands::bench::{sample_task, write_corpus};
-use endless::fsutil::ReadLimits;
 use endless::task::envdef;
 use endless::task::formats::Format;
 use endless::task::EnvKind;
+use endless::task::ReadLimits;
 
 fn read_formats(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();

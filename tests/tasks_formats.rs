@@ -5,9 +5,9 @@ mod support;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use endless::fsutil::ReadLimits;
 use endless::store::{import_paths, ImportOutcome, OnConflict, TaskFilter, TaskStatus, Workspace};
 use endless::task::formats::Format;
+use endless::task::ReadLimits;
 use endless::task::{read_native, write_native, FileTree, Task, TaskMeta};
 use proptest::prelude::*;
 use support::cli::endless;
