@@ -11,7 +11,7 @@ use endless::agent::{
     run_sandboxed_episode, EndReason, EpisodeConfig, EpisodePaths, EpisodeResult, PolicyFactory,
     PolicyOptions, StepKind,
 };
-use endless::eval::FailureMode;
+use endless::agent::FailureMode;
 use endless::llm::RetryPolicy;
 use support::bash_terminal::{hello_task, BashProvider};
 use support::fixture_llm::{FixtureLlm, Reply, Request};

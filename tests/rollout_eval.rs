@@ -9,7 +9,8 @@ use std::time::Duration;
 use endless::agent::{
     load_run, run_rollouts, EndReason, PolicyFactory, PolicyOptions, RolloutConfig, RolloutEvent,
 };
-use endless::eval::{compare_runs, evaluate, format_table, write_markdown_report, FailureMode};
+use endless::agent::FailureMode;
+use endless::eval::{compare_runs, evaluate, format_table, write_markdown_report};
 use endless::llm::RetryPolicy;
 use support::bash_terminal::{hello_task, BashProvider};
 use support::fixture_llm::{FixtureLlm, Reply, Request};

@@ -1,8 +1,10 @@
-//! The agent: the paper's minimal protocol, the episode loop, policies and
-//! the rollout engine.
+//! The agent: the paper's minimal protocol, the episode loop, policies, the
+//! rollout engine, and the failure labels each finished episode records
+//! ([`classify_failure`]); `eval` aggregates them and never reaches back.
 
 mod bench;
 mod episode;
+mod failure;
 pub mod policy;
 pub mod protocol;
 mod result;
@@ -14,6 +16,7 @@ pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, NoObserver, Step, StepKind, Trajectory,
 };
+pub use failure::{classify_failure, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS};
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
 pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
 pub use rollout::{

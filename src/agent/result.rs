@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::episode::{EndReason, Step, Trajectory};
 use super::terminal::TerminalError;
-use crate::eval::{classify_failure, FailureMode};
+use super::failure::{classify_failure, FailureMode};
 use crate::llm::TokenUsage;
 use crate::task::Task;
 

@@ -11,7 +11,7 @@ use super::tests::{app_on, cmd, fixture, key, pump, render};
 use super::theme::Theme;
 use super::worker::serve;
 use crate::agent::{EndReason, EpisodeResult, Step, StepKind, TestOutcome};
-use crate::eval::FailureMode;
+use crate::agent::FailureMode;
 use crate::jobs::{JobEvent, JobId, JobManager, JobOutcome};
 use crate::store::Workspace;
 
