@@ -620,7 +620,7 @@ fn dockerfile_steps_env_workdir_copy() {
 
 #[test]
 fn doctor_and_backend_lookup() {
-    let report = endless::sandbox::doctor();
+    let report = endless::sandbox::doctor(endless::verify::PYTHON);
     let text = report.to_string();
     eprintln!("{text}");
     let json = serde_json::to_value(&report).unwrap();
