@@ -19,3 +19,4 @@ pub mod store;
 pub mod task;
 pub mod tui;
 pub mod verify;
+pub mod workbench;

@@ -7,11 +7,12 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::{BenchArgs, BenchTarget};
 use crate::store::{import_paths, OnConflict, Workspace};
 use crate::task::formats::Format;
 use crate::task::{FileTree, Task, TaskMeta};
+use crate::workbench::Context;
 
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
     match args.what {
@@ -34,25 +35,8 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchTarget::Tui => {
-            let frames = crate::tui::bench::bench_frames(args.n.unwrap_or(10_000), 8);
-            let report = serde_json::json!({
-                "frames": frames,
-                "peak_rss_mb": peak_rss_mb(),
-                "targets": { "p95_ms": 16.0, "memory_mb": 200.0 },
-            });
-            if args.json {
-                print_json(&report)?;
-            } else {
-                say!(
-                    "{} frames with {} tasks and {} live panes streaming: p50 {:.2} ms, p95 {:.2} ms (tasks view p95 {:.2} ms, live view p95 {:.2} ms); peak memory {:.0} MB",
-                    frames.frames, frames.tasks, frames.panes,
-                    ms(frames.p50), ms(frames.p95), ms(frames.tasks_view.p95), ms(frames.live_view.p95),
-                    peak_rss_mb().unwrap_or(f64::NAN)
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        // Measured by the TUI itself, which `src/main.rs` runs.
+        BenchTarget::Tui => anyhow::bail!("`bench tui` is run by the endless binary (src/main.rs)"),
         BenchTarget::Ppo => {
             let report = super::bench_ppo::bench_ppo(
                 args.size,
@@ -97,18 +81,6 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn ms(d: std::time::Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// Peak resident memory of this process (VmHWM), in MB.
-fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
 }
 
 /// Import throughput: the same mixed-format corpus imported with all cores

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 use candle_core::Device;
 
-use super::Context;
 use crate::model::bench::{bench_sample, SampleBench};
 use crate::model::{fetch_smollm2, LocalModel};
+use crate::workbench::Context;
 
 /// Sequences sampled together in the batched run (the samples of one task).
 pub const BATCH: usize = 16;

@@ -3,51 +3,29 @@
 //! summarised (pass rate, pass@k, failure modes). Re-running the same command
 //! resumes the same run and skips finished episodes.
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
-use sha2::{Digest, Sha256};
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::agent::{
-    run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, PolicyOptions, RolloutConfig,
-    RolloutEvent,
+    run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
 };
 use crate::cli::{EvalArgs, RunArgs};
-use crate::eval::{evaluate, format_table, write_markdown_report, EvalReport};
-use crate::llm::{RetryPolicy, SamplingParams};
-use crate::store::{EpisodeRow, TaskStatus, Workspace};
+use crate::eval::{evaluate, format_table, write_markdown_report};
+use crate::store::Workspace;
 use crate::task::Task;
-
-/// Policy options from the `[llm]` config.
-pub fn policy_options(ctx: &Context) -> PolicyOptions {
-    let llm = &ctx.config.llm;
-    PolicyOptions {
-        sampling: SamplingParams {
-            temperature: llm.temperature as f32,
-            top_p: llm.top_p as f32,
-            max_tokens: Some(llm.max_tokens),
-        },
-        max_concurrency: llm.concurrency.max(1),
-        retry: RetryPolicy {
-            max_retries: llm.retries,
-            ..RetryPolicy::default()
-        },
-        request_timeout: Duration::from_secs_f64(llm.timeout_sec.max(1.0)),
-        model_cache: ctx.paths.cache_dir.join("models"),
-    }
-}
+use crate::workbench::runs::{index_episodes, record_pass_at_k, run_id, select_tasks};
+use crate::workbench::Context;
 
 /// `endless run TASK --policy P`
 pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     let ws = ctx.workspace()?;
     let task = ws.load_task(&args.task)?;
-    let policy = PolicyFactory::from_spec(&args.policy, &policy_options(ctx))?;
+    let policy = PolicyFactory::from_spec(&args.policy, &ctx.policy_options())?;
     let run_id = run_id(
         "run",
         &[
@@ -94,7 +72,7 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
             ws.root().display()
         );
     }
-    let policy = PolicyFactory::from_spec(&args.policy, &policy_options(ctx))?;
+    let policy = PolicyFactory::from_spec(&args.policy, &ctx.policy_options())?;
     let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
     let run_id = run_id(
         "eval",
@@ -137,76 +115,6 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A run id stable for the same inputs, so a re-run resumes: `<kind>-<hash>`.
-pub(crate) fn run_id(kind: &str, parts: &[&str]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0]);
-    }
-    format!("{kind}-{}", &hex::encode(h.finalize())[..10])
-}
-
-/// Tasks by comma-separated ids or `*` globs; default: all but rejected and archived.
-pub(crate) fn select_tasks(ws: &Workspace, selection: Option<&str>) -> Result<Vec<Task>> {
-    let rows = ws.list_tasks(&Default::default())?;
-    let chosen: Vec<String> = match selection {
-        None => rows
-            .iter()
-            .filter(|r| !matches!(r.status, TaskStatus::Rejected | TaskStatus::Archived))
-            .map(|r| r.id.clone())
-            .collect(),
-        Some(sel) => {
-            let patterns: Vec<&str> = sel
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .collect();
-            let mut out = Vec::new();
-            for p in &patterns {
-                let matched: Vec<String> = rows
-                    .iter()
-                    .filter(|r| glob_match(p, &r.id))
-                    .map(|r| r.id.clone())
-                    .collect();
-                if matched.is_empty() {
-                    bail!("--tasks: {p:?} matches no task");
-                }
-                out.extend(matched);
-            }
-            out.sort();
-            out.dedup();
-            out
-        }
-    };
-    chosen.iter().map(|id| Ok(ws.load_task(id)?)).collect()
-}
-
-/// `*` matches any run of characters; everything else literally.
-fn glob_match(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let mut rest = text;
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            match rest.strip_prefix(part) {
-                Some(r) => rest = r,
-                None => return false,
-            }
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else {
-            match rest.find(part) {
-                Some(at) => rest = &rest[at + part.len()..],
-                None => return false,
-            }
-        }
-    }
-    true
 }
 
 /// Run the episodes with a progress bar, index them, return them.
@@ -291,63 +199,6 @@ fn rollouts(
     Ok(summary.episodes)
 }
 
-pub(crate) fn index_episodes(
-    ws: &Workspace,
-    run_id: &str,
-    root: &Path,
-    episodes: &[EpisodeResult],
-) -> Result<()> {
-    let run_dir = ws.runs_dir().join(run_id);
-    for e in episodes {
-        let path = crate::agent::EpisodePaths::new(&run_dir, &e.task, e.sample).result;
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .to_string_lossy()
-            .into_owned();
-        ws.index_episode(&EpisodeRow {
-            run_id: run_id.into(),
-            task_id: e.task.clone(),
-            sample: e.sample,
-            passed: e.passed,
-            reward: e.reward,
-            turns: e.turns,
-            end_reason: serde_json::to_value(e.end_reason)?
-                .as_str()
-                .unwrap_or("")
-                .to_string(),
-            failure_mode: e.failure_mode.map(|m| {
-                serde_json::to_value(m)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            }),
-            path: rel,
-            rating: None,
-            label: None,
-            notes: String::new(),
-        })?;
-    }
-    Ok(())
-}
-
-/// Store each task's pass@k from this evaluation in the index.
-pub(crate) fn record_pass_at_k(ws: &Workspace, report: &EvalReport) -> Result<()> {
-    for t in &report.tasks {
-        // `samples` already leaves out infrastructure errors.
-        let n = t.samples;
-        if n == 0 {
-            continue;
-        }
-        let table: BTreeMap<String, f64> = crate::eval::pass_at_k_table(&[(n, t.passed)])
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        ws.set_pass_at_k(&t.task, &table)?;
-    }
-    Ok(())
-}
-
 fn print_episode(e: &EpisodeResult) {
     for s in &e.steps {
         match &s.command {
@@ -383,27 +234,5 @@ fn print_episode(e: &EpisodeResult) {
     );
     if let Some(err) = &e.error {
         say!("error: {err}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn globs_and_run_ids() {
-        assert!(glob_match("csv-*", "csv-sum-3-c2"));
-        assert!(glob_match("*-c2", "csv-sum-3-c2"));
-        assert!(glob_match("a*b*c", "axxbyyc"));
-        assert!(!glob_match("a*b", "ac"));
-        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
-        assert_eq!(
-            run_id("eval", &["oracle", "a,b"]),
-            run_id("eval", &["oracle", "a,b"])
-        );
-        assert_ne!(
-            run_id("eval", &["oracle", "a,b"]),
-            run_id("eval", &["oracle", "ab"])
-        );
     }
 }

@@ -5,143 +5,50 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
-use super::rollout_cmd::select_tasks;
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::TrainArgs;
-use crate::model::SamplingConfig;
-use crate::procgen::{task_split, Split};
 use crate::rl::run_files::{load_run, RunStatus};
-use crate::rl::session::{self, InitSpec, TrainEvent, TrainOptions};
-use crate::rl::{PpoConfig, RewardMode, TrainConfig};
-use crate::task::Task;
+use crate::rl::session::{self, TrainEvent};
+use crate::workbench::train::{options, TrainRequest};
+use crate::workbench::Context;
 
-/// Turn the command line into training options: tasks and held-out tasks
-/// from the workspace, the initial policy, and the run directory
-/// (`<workspace>/checkpoints/<train-id>` unless `--out`).
-pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
-    let ws = ctx.workspace()?;
-    let tasks: Vec<Task> = match args.tasks.as_deref() {
-        Some(sel) => select_tasks(&ws, Some(sel))?,
-        None => select_tasks(&ws, None)?
-            .into_iter()
-            .filter(|t| task_split(t) != Some(Split::Dev))
-            .collect(),
-    };
-    if tasks.is_empty() {
-        bail!(
-            "no training tasks in {} (try `endless generate --offline --count 100 --split train`)",
-            ws.root().display()
-        );
-    }
-    let dev_tasks = match args.dev.as_deref() {
-        Some(sel) => select_tasks(&ws, Some(sel))?,
-        None => Vec::new(),
-    };
-    let sft_tasks = match args.sft_tasks.as_deref() {
-        Some(sel) => select_tasks(&ws, Some(sel))?,
-        None => tasks.clone(),
-    };
-    let overlap: Vec<&str> = dev_tasks
-        .iter()
-        .filter(|d| tasks.iter().chain(&sft_tasks).any(|t| t.id() == d.id()))
-        .map(Task::id)
-        .collect();
-    if !overlap.is_empty() {
-        bail!(
-            "--dev overlaps the training tasks or --sft-tasks ({}): held-out tasks must not be trained on",
-            overlap.join(", ")
-        );
-    }
-    let spec = args
-        .init
-        .as_deref()
-        .or(args.policy.as_deref())
-        .unwrap_or("tiny");
-    let init = InitSpec::parse(spec).map_err(|e| anyhow::anyhow!("--init {spec:?}: {e}"))?;
-    if let InitSpec::Dir(p) | InitSpec::Gguf(p) = &init {
-        if !p.exists() {
-            bail!(
-                "--init {}: no such model directory or GGUF file",
-                p.display()
-            );
-        }
-    }
-    let reward = match args.reward.as_str() {
-        "binary" => RewardMode::Binary,
-        "partial" => RewardMode::Partial,
-        "clean" => RewardMode::Clean,
-        other => bail!("--reward {other:?}: expected binary, partial or clean"),
-    };
-    if args.samples == 0 || args.max_turns == 0 || args.max_tokens == 0 {
-        bail!("--samples, --max-turns and --max-tokens must be at least 1");
-    }
-    if args.temperature.is_nan() || args.temperature <= 0.0 {
-        bail!(
-            "--temperature must be above 0 for PPO (its log-probs are of the sampled distribution)"
-        );
-    }
-    let out = match &args.out {
-        Some(p) => p.clone(),
-        None => ws.checkpoints_dir().join(format!(
-            "train-{}",
-            chrono::Utc::now().format("%Y%m%d-%H%M%S")
-        )),
-    };
-    let lr = args.lr.unwrap_or(match init {
-        InitSpec::Tiny => 5e-5,
-        _ => 1e-6,
-    });
-    Ok(TrainOptions {
-        out,
-        tasks,
-        sft_tasks,
-        dev_tasks,
-        sft_steps: if args.sft { args.sft_steps } else { 0 },
-        sft_lr: args.sft_lr.unwrap_or(match init {
-            InitSpec::Tiny => 2e-3,
-            _ => 2e-5,
-        }),
-        init,
+/// The training request the flags ask for (`--json` is the command's own).
+pub fn request(args: &TrainArgs) -> TrainRequest {
+    TrainRequest {
+        tasks: args.tasks.clone(),
+        dev: args.dev.clone(),
+        init: args.init.clone(),
+        policy: args.policy.clone(),
+        sft: args.sft,
+        sft_tasks: args.sft_tasks.clone(),
+        sft_steps: args.sft_steps,
+        sft_lr: args.sft_lr,
         steps: args.steps,
-        time_budget: args
-            .minutes
-            .map(|m| Duration::from_secs_f64(m.max(0.0) * 60.0)),
+        minutes: args.minutes,
         samples: args.samples,
-        tasks_per_step: args.tasks_per_step.max(1),
+        tasks_per_step: args.tasks_per_step,
         max_turns: args.max_turns,
-        concurrency: args.concurrency.max(1),
-        checkpoint_every: args.checkpoint_every,
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        lr: args.lr,
+        ppo_epochs: args.ppo_epochs,
+        minibatch: args.minibatch,
+        eval_samples: args.eval_samples,
+        reward: args.reward.clone(),
         curriculum: args.curriculum,
         dynamic_sampling: args.dynamic_sampling,
-        sampling: SamplingConfig {
-            temperature: args.temperature,
-            top_p: 1.0,
-            max_tokens: args.max_tokens,
-        },
-        train: TrainConfig {
-            lr,
-            reward,
-            seed: args.seed,
-            ppo: PpoConfig {
-                temperature: args.temperature as f64,
-                ..PpoConfig::default()
-            },
-            ppo_epochs: args.ppo_epochs.max(1),
-            minibatch: args.minibatch,
-            ..TrainConfig::default()
-        },
-        eval_samples: args.eval_samples.max(1),
-        model_cache: ctx.paths.cache_dir.join("models"),
-        sandbox: ctx.config.sandbox.backend.clone(),
-        sandbox_cache: ctx.paths.cache_dir.join("sandbox"),
-    })
+        concurrency: args.concurrency,
+        checkpoint_every: args.checkpoint_every,
+        seed: args.seed,
+        out: args.out.clone(),
+    }
 }
 
 /// `endless train ...`
 pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
-    let opts = options(ctx, &args)?;
+    let opts = options(ctx, &request(&args))?;
     let out = opts.out.clone();
     if !args.json {
         say_err!(
@@ -270,4 +177,19 @@ fn curve(metrics: &[crate::rl::StepMetrics]) -> String {
         means.first().copied().unwrap_or(0.0),
         means.last().copied().unwrap_or(0.0)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_request_defaults_are_the_cli_defaults() {
+        let cli = crate::cli::Cli::try_parse_from(["endless", "train"]).unwrap();
+        let Some(crate::cli::Command::Train(args)) = cli.command else {
+            panic!("`endless train` did not parse as train");
+        };
+        assert_eq!(request(&args), TrainRequest::default());
+    }
 }

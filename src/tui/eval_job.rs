@@ -15,12 +15,10 @@ use super::app::{Action, LiveEvent};
 use super::event::Msg;
 use super::takeover::TakeoverProvider;
 use crate::agent::{run_rollouts, BackendProvider, PolicyFactory, RolloutConfig, RolloutEvent};
-use crate::commands::rollout_cmd::{
-    index_episodes, policy_options, record_pass_at_k, run_id, select_tasks,
-};
-use crate::commands::Context;
 use crate::jobs::JobContext;
 use crate::task::Task;
+use crate::workbench::runs::{index_episodes, record_pass_at_k, run_id, select_tasks};
+use crate::workbench::Context;
 
 /// The evaluation form's values.
 #[derive(Debug, Clone)]
@@ -49,7 +47,7 @@ pub fn run(
     if tasks.is_empty() {
         bail!("no tasks selected in {}", root.display());
     }
-    let policy = PolicyFactory::from_spec(&opts.policy, &policy_options(&cctx))?;
+    let policy = PolicyFactory::from_spec(&opts.policy, &cctx.policy_options())?;
     if matches!(policy, PolicyFactory::Human) {
         bail!(
             "the human policy needs a terminal of its own: use `endless run TASK --policy human`"

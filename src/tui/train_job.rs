@@ -1,22 +1,19 @@
 //! The training job: `endless train` as a background job. The form's values
-//! become the same [`TrainArgs`] the CLI parses (so unset flags get the
-//! CLI's defaults), `train_cmd::options` resolves them, and
-//! `rl::session::run` trains; its events become job progress and log lines,
-//! and the job's cancel flag stops the run (at its next checkpoint).
+//! become the same [`TrainRequest`] the CLI builds from its flags (what the
+//! form does not ask for keeps the CLI's default), [`options`] resolves it,
+//! and `rl::session::run` trains; its events become job progress and log
+//! lines, and the job's cancel flag stops the run (at its next checkpoint).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context as _;
-use clap::Parser;
-
 use super::widgets::num::num;
-use crate::cli::{Cli, Command, TrainArgs};
-use crate::commands::Context;
 use crate::jobs::JobContext;
 use crate::rl::run_files::{EvalRecord, RunStatus};
 use crate::rl::session::{TrainEvent, TrainSummary};
+use crate::workbench::train::{options, TrainRequest};
+use crate::workbench::Context;
 
 /// The training form's values.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,13 +102,26 @@ impl TrainSpec {
         format!("endless {}", words.join(" "))
     }
 
-    /// Parse [`Self::argv`] as the CLI does.
-    pub fn args(&self) -> anyhow::Result<TrainArgs> {
-        let argv = std::iter::once("endless".to_string()).chain(self.argv());
-        let cli = Cli::try_parse_from(argv).context("the training options")?;
-        match cli.command {
-            Some(Command::Train(args)) => Ok(args),
-            _ => anyhow::bail!("the training options did not parse as `endless train`"),
+    /// The request [`Self::argv`] makes of `endless train`.
+    pub fn request(&self) -> TrainRequest {
+        let defaults = TrainRequest::default();
+        let set = |s: &String| (!s.is_empty()).then(|| s.clone());
+        TrainRequest {
+            tasks: set(&self.tasks),
+            dev: set(&self.dev),
+            init: Some(self.init.clone()),
+            sft: self.sft,
+            sft_steps: if self.sft {
+                self.sft_steps
+            } else {
+                defaults.sft_steps
+            },
+            steps: self.steps,
+            minutes: self.minutes,
+            samples: self.samples,
+            max_turns: self.max_turns,
+            tasks_per_step: self.tasks_per_step,
+            ..defaults
         }
     }
 
@@ -240,10 +250,10 @@ pub fn summary_line(s: &TrainSummary) -> String {
 
 /// Run the training; returns a one-line summary.
 pub fn run(ctx: &JobContext, root: &Path, spec: &TrainSpec) -> anyhow::Result<String> {
-    let args = spec.args()?;
+    let request = spec.request();
     ctx.log(spec.command_line());
     let cctx = Context::new(Some(root.to_path_buf()))?;
-    let opts = crate::commands::train_cmd::options(&cctx, &args)?;
+    let opts = options(&cctx, &request)?;
     ctx.log(format!(
         "run directory {} ({} training tasks, {} dev tasks)",
         opts.out.display(),
@@ -300,7 +310,7 @@ mod tests {
     use crate::rl::StepMetrics;
 
     #[test]
-    fn the_form_becomes_cli_arguments_with_cli_defaults() {
+    fn the_form_becomes_a_request_with_cli_defaults() {
         let spec = TrainSpec {
             tasks: "awk-*,dedupe-lines-1-c3".into(),
             dev: "sed-*".into(),
@@ -308,7 +318,7 @@ mod tests {
             steps: 20,
             ..TrainSpec::default()
         };
-        let args = spec.args().unwrap();
+        let args = spec.request();
         assert_eq!(args.tasks.as_deref(), Some("awk-*,dedupe-lines-1-c3"));
         assert_eq!(args.dev.as_deref(), Some("sed-*"));
         assert_eq!(args.init.as_deref(), Some("tiny"));
@@ -333,7 +343,7 @@ mod tests {
             sft: false,
             ..TrainSpec::default()
         };
-        let args = off.args().unwrap();
+        let args = off.request();
         assert!(!args.sft && args.tasks.is_none() && args.dev.is_none());
     }
 

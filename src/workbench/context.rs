@@ -1,0 +1,73 @@
+//! [`Context`]: where the workspace is, the configuration, and what they
+//! give every use case (the sandbox backend, the opened workspace, policy
+//! options). Both front ends build one the same way.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+
+use crate::agent::PolicyOptions;
+use crate::config::{Config, Paths};
+use crate::llm::{RetryPolicy, SamplingParams};
+use crate::store::Workspace;
+
+/// What every use case needs: paths, the workspace location, the config.
+pub struct Context {
+    pub paths: Paths,
+    pub workspace_root: PathBuf,
+    pub config: Config,
+}
+
+impl Context {
+    /// Resolve paths and load the configuration layers.
+    pub fn new(workspace: Option<PathBuf>) -> Result<Context> {
+        let paths = Paths::detect();
+        let workspace_root = workspace.unwrap_or_else(|| paths.default_workspace.clone());
+        let config = Config::load(&paths.config_file, Some(&workspace_root))?;
+        Ok(Context {
+            paths,
+            workspace_root,
+            config,
+        })
+    }
+
+    /// The configured sandbox backend, caching images under the cache dir.
+    pub fn backend(&self) -> Result<Box<dyn crate::sandbox::Backend>> {
+        crate::sandbox::backend_by_name(
+            &self.config.sandbox.backend,
+            &self.paths.cache_dir.join("sandbox"),
+        )
+        .with_context(|| {
+            format!(
+                "starting the `{}` sandbox backend (see `endless sandbox doctor`)",
+                self.config.sandbox.backend
+            )
+        })
+    }
+
+    /// Open (creating if needed) the workspace.
+    pub fn workspace(&self) -> Result<Workspace> {
+        Workspace::open(&self.workspace_root)
+            .with_context(|| format!("opening workspace {}", self.workspace_root.display()))
+    }
+
+    /// Policy options from the `[llm]` config.
+    pub fn policy_options(&self) -> PolicyOptions {
+        let llm = &self.config.llm;
+        PolicyOptions {
+            sampling: SamplingParams {
+                temperature: llm.temperature as f32,
+                top_p: llm.top_p as f32,
+                max_tokens: Some(llm.max_tokens),
+            },
+            max_concurrency: llm.concurrency.max(1),
+            retry: RetryPolicy {
+                max_retries: llm.retries,
+                ..RetryPolicy::default()
+            },
+            request_timeout: Duration::from_secs_f64(llm.timeout_sec.max(1.0)),
+            model_cache: self.paths.cache_dir.join("models"),
+        }
+    }
+}

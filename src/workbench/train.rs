@@ -1,0 +1,233 @@
+//! Training: a [`TrainRequest`] (the values of `endless train`'s flags, or
+//! of the TUI's training form) resolved against the workspace into the
+//! [`TrainOptions`] that [`crate::rl::session::run`] trains with.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+
+use super::runs::select_tasks;
+use super::Context;
+use crate::model::SamplingConfig;
+use crate::procgen::{task_split, Split};
+use crate::rl::session::{InitSpec, TrainOptions};
+use crate::rl::{PpoConfig, RewardMode, TrainConfig};
+use crate::task::Task;
+
+/// What a training run is asked for; field by field the flags of
+/// `endless train` (see `TrainArgs` in the CLI for each one's meaning).
+/// [`Default`] gives the CLI's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainRequest {
+    /// Training tasks: ids or globs (`None`: every train-split task).
+    pub tasks: Option<String>,
+    /// Held-out tasks for pass@1 before and after (`None`: none).
+    pub dev: Option<String>,
+    /// Initial policy: `tiny`, a model directory, a `.gguf` file, `smollm2`.
+    pub init: Option<String>,
+    /// The initial policy spelled as a policy (`local:DIR`); `init` wins.
+    pub policy: Option<String>,
+    /// Warm-start with supervised steps on oracle trajectories.
+    pub sft: bool,
+    /// Tasks the warm start learns from (`None`: the training tasks).
+    pub sft_tasks: Option<String>,
+    /// Supervised warm-start steps (with `sft`).
+    pub sft_steps: u64,
+    /// Peak learning rate of the warm start (`None`: by initial policy).
+    pub sft_lr: Option<f64>,
+    /// PPO steps.
+    pub steps: u64,
+    /// Stop PPO after this many minutes.
+    pub minutes: Option<f64>,
+    /// Samples per task.
+    pub samples: u32,
+    /// Tasks per PPO step.
+    pub tasks_per_step: usize,
+    /// Turn limit per episode.
+    pub max_turns: u32,
+    /// Tokens per reply at most.
+    pub max_tokens: usize,
+    /// Sampling temperature of rollouts.
+    pub temperature: f32,
+    /// Peak learning rate of PPO (`None`: by initial policy).
+    pub lr: Option<f64>,
+    /// Passes over each PPO batch.
+    pub ppo_epochs: usize,
+    /// Sequences per optimizer update (0: the whole batch).
+    pub minibatch: usize,
+    /// Samples per held-out task when measuring pass@1.
+    pub eval_samples: u32,
+    /// Reward: `binary`, `partial` or `clean`.
+    pub reward: String,
+    /// Sample tasks by their current pass rate.
+    pub curriculum: bool,
+    /// Train only on tasks whose samples got different rewards.
+    pub dynamic_sampling: bool,
+    /// Episodes in flight at once.
+    pub concurrency: usize,
+    /// Write a checkpoint every N PPO steps (and at the end).
+    pub checkpoint_every: u64,
+    /// Seed of initialisation, task order and sampling.
+    pub seed: u64,
+    /// Run directory (`None`: a new one under `<workspace>/checkpoints`).
+    pub out: Option<PathBuf>,
+}
+
+impl Default for TrainRequest {
+    /// The defaults of `endless train` (a test in `commands::train_cmd`
+    /// checks them against the CLI's).
+    fn default() -> Self {
+        TrainRequest {
+            tasks: None,
+            dev: None,
+            init: None,
+            policy: None,
+            sft: false,
+            sft_tasks: None,
+            sft_steps: 300,
+            sft_lr: None,
+            steps: 10,
+            minutes: None,
+            samples: 16,
+            tasks_per_step: 1,
+            max_turns: 16,
+            max_tokens: 256,
+            temperature: 1.0,
+            lr: None,
+            ppo_epochs: 1,
+            minibatch: 0,
+            eval_samples: 1,
+            reward: "binary".into(),
+            curriculum: false,
+            dynamic_sampling: false,
+            concurrency: 16,
+            checkpoint_every: 5,
+            seed: 0,
+            out: None,
+        }
+    }
+}
+
+/// Turn a request into training options: tasks and held-out tasks from the
+/// workspace, the initial policy, and the run directory
+/// (`<workspace>/checkpoints/<train-id>` unless `out`). Errors name the
+/// CLI flags (`--init`, `--dev`...), which the TUI's form fields mirror.
+pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
+    let ws = ctx.workspace()?;
+    let tasks: Vec<Task> = match args.tasks.as_deref() {
+        Some(sel) => select_tasks(&ws, Some(sel))?,
+        None => select_tasks(&ws, None)?
+            .into_iter()
+            .filter(|t| task_split(t) != Some(Split::Dev))
+            .collect(),
+    };
+    if tasks.is_empty() {
+        bail!(
+            "no training tasks in {} (try `endless generate --offline --count 100 --split train`)",
+            ws.root().display()
+        );
+    }
+    let dev_tasks = match args.dev.as_deref() {
+        Some(sel) => select_tasks(&ws, Some(sel))?,
+        None => Vec::new(),
+    };
+    let sft_tasks = match args.sft_tasks.as_deref() {
+        Some(sel) => select_tasks(&ws, Some(sel))?,
+        None => tasks.clone(),
+    };
+    let overlap: Vec<&str> = dev_tasks
+        .iter()
+        .filter(|d| tasks.iter().chain(&sft_tasks).any(|t| t.id() == d.id()))
+        .map(Task::id)
+        .collect();
+    if !overlap.is_empty() {
+        bail!(
+            "--dev overlaps the training tasks or --sft-tasks ({}): held-out tasks must not be trained on",
+            overlap.join(", ")
+        );
+    }
+    let spec = args
+        .init
+        .as_deref()
+        .or(args.policy.as_deref())
+        .unwrap_or("tiny");
+    let init = InitSpec::parse(spec).map_err(|e| anyhow::anyhow!("--init {spec:?}: {e}"))?;
+    if let InitSpec::Dir(p) | InitSpec::Gguf(p) = &init {
+        if !p.exists() {
+            bail!(
+                "--init {}: no such model directory or GGUF file",
+                p.display()
+            );
+        }
+    }
+    let reward = match args.reward.as_str() {
+        "binary" => RewardMode::Binary,
+        "partial" => RewardMode::Partial,
+        "clean" => RewardMode::Clean,
+        other => bail!("--reward {other:?}: expected binary, partial or clean"),
+    };
+    if args.samples == 0 || args.max_turns == 0 || args.max_tokens == 0 {
+        bail!("--samples, --max-turns and --max-tokens must be at least 1");
+    }
+    if args.temperature.is_nan() || args.temperature <= 0.0 {
+        bail!(
+            "--temperature must be above 0 for PPO (its log-probs are of the sampled distribution)"
+        );
+    }
+    let out = match &args.out {
+        Some(p) => p.clone(),
+        None => ws.checkpoints_dir().join(format!(
+            "train-{}",
+            chrono::Utc::now().format("%Y%m%d-%H%M%S")
+        )),
+    };
+    let lr = args.lr.unwrap_or(match init {
+        InitSpec::Tiny => 5e-5,
+        _ => 1e-6,
+    });
+    Ok(TrainOptions {
+        out,
+        tasks,
+        sft_tasks,
+        dev_tasks,
+        sft_steps: if args.sft { args.sft_steps } else { 0 },
+        sft_lr: args.sft_lr.unwrap_or(match init {
+            InitSpec::Tiny => 2e-3,
+            _ => 2e-5,
+        }),
+        init,
+        steps: args.steps,
+        time_budget: args
+            .minutes
+            .map(|m| Duration::from_secs_f64(m.max(0.0) * 60.0)),
+        samples: args.samples,
+        tasks_per_step: args.tasks_per_step.max(1),
+        max_turns: args.max_turns,
+        concurrency: args.concurrency.max(1),
+        checkpoint_every: args.checkpoint_every,
+        curriculum: args.curriculum,
+        dynamic_sampling: args.dynamic_sampling,
+        sampling: SamplingConfig {
+            temperature: args.temperature,
+            top_p: 1.0,
+            max_tokens: args.max_tokens,
+        },
+        train: TrainConfig {
+            lr,
+            reward,
+            seed: args.seed,
+            ppo: PpoConfig {
+                temperature: args.temperature as f64,
+                ..PpoConfig::default()
+            },
+            ppo_epochs: args.ppo_epochs.max(1),
+            minibatch: args.minibatch,
+            ..TrainConfig::default()
+        },
+        eval_samples: args.eval_samples.max(1),
+        model_cache: ctx.paths.cache_dir.join("models"),
+        sandbox: ctx.config.sandbox.backend.clone(),
+        sandbox_cache: ctx.paths.cache_dir.join("sandbox"),
+    })
+}
