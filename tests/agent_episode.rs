@@ -7,11 +7,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use endless::agent::protocol::CORRECTIVE_MESSAGE;
+use endless::agent::FailureMode;
 use endless::agent::{
     run_sandboxed_episode, EndReason, EpisodeConfig, EpisodePaths, EpisodeResult, PolicyFactory,
     PolicyOptions, StepKind,
 };
-use endless::agent::FailureMode;
 use endless::llm::RetryPolicy;
 use support::bash_terminal::{hello_task, BashProvider};
 use support::fixture_llm::{FixtureLlm, Reply, Request};

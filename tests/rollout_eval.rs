@@ -6,10 +6,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use endless::agent::FailureMode;
 use endless::agent::{
     load_run, run_rollouts, EndReason, PolicyFactory, PolicyOptions, RolloutConfig, RolloutEvent,
 };
-use endless::agent::FailureMode;
 use endless::eval::{compare_runs, evaluate, format_table, write_markdown_report};
 use endless::llm::RetryPolicy;
 use support::bash_terminal::{hello_task, BashProvider};

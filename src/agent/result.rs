@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::episode::{EndReason, Step, Trajectory};
-use super::terminal::TerminalError;
 use super::failure::{classify_failure, FailureMode};
+use super::terminal::TerminalError;
 use crate::llm::TokenUsage;
 use crate::task::Task;
 

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::charts::{draw_failure_mix, draw_pass_rate_chart};
 use super::pass_at_k_table;
-use crate::agent::FailureMode;
 use crate::agent::EpisodeResult;
+use crate::agent::FailureMode;
 use crate::llm::TokenUsage;
 
 /// Pass rate and failure modes of a group of episodes.
