@@ -11,5 +11,6 @@ pub mod pipeline;
 pub mod prompts;
 pub mod record;
 pub mod reply;
+mod shared;
 mod stages;
 pub mod taxonomy;

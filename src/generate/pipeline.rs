@@ -16,6 +16,7 @@ use super::candidate::Candidate;
 use super::funnel::{CandidateOutcome, Funnel, Stage};
 use super::prompts::Prompts;
 use super::record::{save_rejected, Journal, RejectInfo};
+use super::shared::Shared;
 use super::stages;
 use super::taxonomy::Taxonomy;
 use crate::agent::PolicyFactory;
@@ -49,16 +50,6 @@ pub struct PipelineConfig {
     /// Names recorded in provenance.
     pub generator_name: String,
     pub solver_name: String,
-}
-
-/// What every candidate shares.
-pub struct Shared {
-    pub config: PipelineConfig,
-    pub generator: Arc<dyn ChatModel>,
-    pub solver: PolicyFactory,
-    pub backend: Arc<dyn Backend>,
-    pub prompts: Prompts,
-    pub sandboxes: Semaphore,
 }
 
 /// Progress, for progress bars and the TUI.

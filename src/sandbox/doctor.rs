@@ -79,8 +79,7 @@ pub fn doctor(verifier_python: &str) -> DoctorReport {
                 "-c",
                 "import pytest; print(pytest.__version__)",
             ]);
-            let (ok, detail) =
-                found.unwrap_or((false, format!("{} not found", verifier_python)));
+            let (ok, detail) = found.unwrap_or((false, format!("{} not found", verifier_python)));
             check(
                 "pytest for the verifier",
                 ok,

@@ -11,7 +11,8 @@ use super::runs::select_tasks;
 use super::Context;
 use crate::model::SamplingConfig;
 use crate::procgen::{task_split, Split};
-use crate::rl::session::{InitSpec, TrainOptions};
+use crate::rl::init::InitSpec;
+use crate::rl::session::TrainOptions;
 use crate::rl::{PpoConfig, RewardMode, TrainConfig};
 use crate::task::Task;
 
