@@ -1,6 +1,8 @@
 //! Endless Terminals: generate, run, evaluate and train terminal agents on
 //! procedurally generated, verifiable tasks.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod agent;
 pub mod cli;
 pub mod commands;
