@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use endless::agent::{PolicyFactory, PolicyOptions};
+use endless::generate::config::PipelineConfig;
 use endless::generate::funnel::{CandidateOutcome, Funnel, Stage};
-use endless::generate::pipeline::{run_pipeline, PipelineConfig};
+use endless::generate::pipeline::run_pipeline;
 use endless::llm::{OpenAiChat, OpenAiConfig, RetryPolicy, SamplingParams};
 use endless::store::{TaskFilter, Workspace};
 use endless::task::EnvKind;

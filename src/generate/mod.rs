@@ -5,12 +5,12 @@
 //! solvability filter.
 
 mod candidate;
+pub mod config;
 pub mod funnel;
 mod initial_tests;
 pub mod pipeline;
 pub mod prompts;
 pub mod record;
 pub mod reply;
-mod shared;
 mod stages;
 pub mod taxonomy;

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::candidate::{stage_key, Candidate};
+use super::config::Shared;
 use super::funnel::Stage;
 use super::initial_tests::{InitialTests, TestsDecision};
 use super::prompts::PromptName;
 use super::record::Exchange;
 use super::reply::section;
-use super::shared::Shared;
 use crate::agent::{run_rollouts, BackendProvider, EndReason, RolloutConfig};
 use crate::llm::{ChatMessage, SamplingParams};
 use crate::sandbox::SessionOptions;
