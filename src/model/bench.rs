@@ -53,6 +53,7 @@ pub struct SampleBench {
     pub profile: &'static str,
     /// The user message and its chat-templated token ids.
     pub prompt: String,
+    /// `prompt` after the chat template, tokenized.
     pub prompt_ids: Vec<u32>,
     /// Greedy tokens of the batch-1 run (to check another engine decodes the same).
     pub output_ids: Vec<u32>,

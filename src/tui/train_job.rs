@@ -26,12 +26,17 @@ pub struct TrainSpec {
     pub init: String,
     /// Supervised warm-start first.
     pub sft: bool,
+    /// Supervised warm-start steps (with `sft`).
     pub sft_steps: u64,
+    /// PPO steps.
     pub steps: u64,
     /// Stop PPO after this many minutes.
     pub minutes: Option<f64>,
+    /// Samples per task.
     pub samples: u32,
+    /// Turn limit per episode.
     pub max_turns: u32,
+    /// Tasks per PPO step.
     pub tasks_per_step: usize,
 }
 

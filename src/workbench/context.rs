@@ -14,8 +14,12 @@ use crate::store::Workspace;
 
 /// What every use case needs: paths, the workspace location, the config.
 pub struct Context {
+    /// The platform directories (config file, cache, logs).
     pub paths: Paths,
+    /// The workspace (`--workspace`, `ENDLESS_WORKSPACE`, or the default).
     pub workspace_root: PathBuf,
+    /// The settings: defaults, then the user config file, the workspace's
+    /// `endless.toml` and the environment.
     pub config: Config,
 }
 

@@ -22,9 +22,11 @@ use std::path::Path;
 
 /// A GGUF model as dense f32 tensors.
 pub struct DenseGguf {
+    /// Hyper-parameters read from the GGUF metadata.
     pub config: ModelConfig,
     /// Hugging Face names (`model.layers.0.self_attn.q_proj.weight`, ...).
     pub tensors: HashMap<String, Tensor>,
+    /// The tokenizer and chat template rebuilt from the GGUF metadata.
     pub tokenizer: ChatTokenizer,
 }
 
