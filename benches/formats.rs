@@ -1,6 +1,8 @@
 //! Hot paths of the task layer: reading a bundle in each format and parsing
 //! environment definitions. Run with `cargo bench --bench formats`.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use endless::commands::bench::{sample_task, write_corpus};
 use endless::task::envdef;

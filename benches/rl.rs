@@ -5,6 +5,8 @@
 //! kernels at compile time, so compare with and without
 //! `RUSTFLAGS="-C target-cpu=native"`.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion};
 use endless::cli::PpoSize;

@@ -1,6 +1,8 @@
 //! Episodes against the fixture OpenAI-compatible server and a plain bash
 //! terminal: end reasons, failure modes, retries, bad replies, policies.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! The four-stage generation pipeline against the fixture OpenAI-compatible
 //! server playing generator and solver, on the real sandbox.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;

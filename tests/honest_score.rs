@@ -4,6 +4,8 @@
 //! are failures (`shell_died`), not errors left out of the denominator.
 //! Runs the real binary on the local sandbox.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;

@@ -13,6 +13,8 @@
 //! between the files of one module (a shared piece belongs in its own file),
 //! apart from the [`KNOWN_FILE_CYCLES`] still to be taken apart.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,8 @@
 //! The rollout engine (tasks x samples, files, resume, errors) and the
 //! evaluation reports, against the fixture server and a bash sandbox.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::sync::Arc;

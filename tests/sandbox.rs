@@ -2,6 +2,8 @@
 //! limits, cleanup. They skip (with the reason) where the local backend
 //! cannot run, e.g. without bubblewrap or root.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

@@ -1,5 +1,7 @@
 //! Task bundles, foreign formats, the workspace store and the `tasks` CLI.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::fs;

@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rand::SeedableRng;
 use serde::Serialize;
@@ -20,10 +19,10 @@ use super::record::{save_rejected, Journal, RejectInfo};
 use super::stages;
 use super::taxonomy::Taxonomy;
 use crate::agent::PolicyFactory;
-use crate::llm::{ChatModel, SamplingParams};
+use crate::llm::ChatModel;
 use crate::sandbox::Backend;
 use crate::store::{TaskStatus, Workspace};
-use crate::task::{EnvKind, Solvability};
+use crate::task::Solvability;
 
 /// Progress, for progress bars and the TUI.
 #[derive(Debug, Clone, Serialize)]

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde::Serialize;
 use tokio::sync::broadcast;
 
 use super::context::{Cancelled, JobContext};
