@@ -1,12 +1,14 @@
 //! Hot paths of the task layer: reading a bundle in each format and parsing
 //! environment definitions. Run with `cargo bench --bench formats`.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use endless::commands::bench::{sample_task, write_corpus};
-use endless::fsutil::ReadLimits;
 use endless::task::envdef;
 use endless::task::formats::Format;
 use endless::task::EnvKind;
+use endless::task::ReadLimits;
 
 fn read_formats(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();

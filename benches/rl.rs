@@ -5,12 +5,14 @@
 //! kernels at compile time, so compare with and without
 //! `RUSTFLAGS="-C target-cpu=native"`.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion};
 use endless::cli::PpoSize;
 use endless::commands::bench_ppo::{ppo_model_config, synthetic_batch as batch};
-use endless::llm::local::tiny::train_tokenizer;
-use endless::llm::local::{
+use endless::model::models::tiny::train_tokenizer;
+use endless::model::{
     ChatTokenizer, LocalModel, ModelConfig, Sampler, SamplingConfig, TemplateMessage,
 };
 use endless::rl::{Policy, TrainConfig, Trainer};
@@ -52,7 +54,7 @@ fn ppo_step(c: &mut Criterion) {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/model-cache"))
         .join("smollm2")
-        .join(endless::llm::local::fetch::SMOLLM2_FILE);
+        .join(endless::model::fetch::SMOLLM2_FILE);
     if gguf.is_file() {
         let mut m = LocalModel::load(&gguf, &Device::Cpu).unwrap();
         let msgs = [TemplateMessage {

@@ -1,6 +1,8 @@
 //! Endless Terminals: generate, run, evaluate and train terminal agents on
 //! procedurally generated, verifiable tasks.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod agent;
 pub mod cli;
 pub mod commands;
@@ -12,6 +14,7 @@ pub mod images;
 pub mod jobs;
 pub mod llm;
 pub mod logging;
+pub mod model;
 pub mod procgen;
 pub mod rl;
 pub mod sandbox;

@@ -1,11 +1,12 @@
-//! The `endless` binary: parse the command line, set up logging, then start
-//! the TUI (no subcommand, or `bench tui`) or dispatch to the commands. Both
-//! front ends stand on `endless::workbench`; neither imports the other.
+//! The `endless` binary: parse the command line, set up logging, dispatch:
+//! no subcommand opens the TUI, `bench tui` measures it, everything else is
+//! a CLI command. This is the one place that links both front ends.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use endless::cli::{BenchTarget, Cli, Command};
+use endless::workbench::Context;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,16 +23,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match &cli.command {
-        Some(Command::Bench(args)) if matches!(args.what, BenchTarget::Tui) => {
-            let text = endless::tui::bench::run_cli(args.n.unwrap_or(10_000), args.json);
-            println!("{text}");
-            Ok(ExitCode::SUCCESS)
-        }
+    let ctx = Context::new(cli.workspace)?;
+    match cli.command {
         None => {
-            let workspace = cli.workspace.clone();
-            endless::commands::dispatch(cli)?;
-            let ctx = endless::workbench::Context::new(workspace)?;
+            endless::commands::seed_if_fresh(&ctx)?;
             endless::tui::run(
                 &ctx.workspace_root,
                 &ctx.config.tui.theme,
@@ -39,6 +34,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(_) => endless::commands::dispatch(cli),
+        Some(Command::Bench(args)) if args.what == BenchTarget::Tui => {
+            endless::tui::bench::run_cli(args.n, args.json)
+        }
+        Some(command) => endless::commands::dispatch(&ctx, command),
     }
 }

@@ -1,17 +1,19 @@
 //! Episodes against the fixture OpenAI-compatible server and a plain bash
 //! terminal: end reasons, failure modes, retries, bad replies, policies.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
 use endless::agent::protocol::CORRECTIVE_MESSAGE;
+use endless::agent::FailureMode;
 use endless::agent::{
     run_sandboxed_episode, EndReason, EpisodeConfig, EpisodePaths, EpisodeResult, PolicyFactory,
     PolicyOptions, StepKind,
 };
-use endless::eval::FailureMode;
 use endless::llm::RetryPolicy;
 use support::bash_terminal::{hello_task, BashProvider};
 use support::fixture_llm::{FixtureLlm, Reply, Request};

@@ -1,6 +1,8 @@
 //! The CLI end to end on offline tasks in the real sandbox: generation,
 //! oracle evaluation, and the failure modes of scripted policies.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use support::cli::{endless, json};

@@ -1,6 +1,8 @@
 //! The four-stage generation pipeline against the fixture OpenAI-compatible
 //! server playing generator and solver, on the real sandbox.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;
@@ -9,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use endless::agent::{PolicyFactory, PolicyOptions};
+use endless::generate::config::PipelineConfig;
 use endless::generate::funnel::{CandidateOutcome, Funnel, Stage};
-use endless::generate::pipeline::{run_pipeline, PipelineConfig};
+use endless::generate::pipeline::run_pipeline;
 use endless::llm::{OpenAiChat, OpenAiConfig, RetryPolicy, SamplingParams};
 use endless::store::{TaskFilter, Workspace};
 use endless::task::EnvKind;

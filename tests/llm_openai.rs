@@ -1,6 +1,8 @@
 //! The OpenAI-compatible client against a fixture server that answers like
 //! OpenAI's API does for reasoning (o-series) models.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::time::Duration;

@@ -7,6 +7,8 @@
 //! `cargo test --test procgen_quality -- --ignored`, or set
 //! `ENDLESS_PROCGEN_SEEDS=N` to choose the number of seeds.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use std::path::Path;
 use std::sync::OnceLock;
 

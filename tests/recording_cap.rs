@@ -2,6 +2,8 @@
 //! asciicast under the configured cap, ending with one marker, and keeps
 //! answering commands. Skips where the local backend cannot run.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use std::time::Duration;
 
 use endless::sandbox::local::LocalBackend;

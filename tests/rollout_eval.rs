@@ -1,15 +1,18 @@
 //! The rollout engine (tasks x samples, files, resume, errors) and the
 //! evaluation reports, against the fixture server and a bash sandbox.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use endless::agent::FailureMode;
 use endless::agent::{
     load_run, run_rollouts, EndReason, PolicyFactory, PolicyOptions, RolloutConfig, RolloutEvent,
 };
-use endless::eval::{compare_runs, evaluate, format_table, write_markdown_report, FailureMode};
+use endless::eval::{compare_runs, evaluate, format_table, write_markdown_report};
 use endless::llm::RetryPolicy;
 use support::bash_terminal::{hello_task, BashProvider};
 use support::fixture_llm::{FixtureLlm, Reply, Request};

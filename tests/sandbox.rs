@@ -2,6 +2,8 @@
 //! limits, cleanup. They skip (with the reason) where the local backend
 //! cannot run, e.g. without bubblewrap or root.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -620,7 +622,7 @@ fn dockerfile_steps_env_workdir_copy() {
 
 #[test]
 fn doctor_and_backend_lookup() {
-    let report = endless::sandbox::doctor();
+    let report = endless::sandbox::doctor(endless::verify::PYTHON);
     let text = report.to_string();
     eprintln!("{text}");
     let json = serde_json::to_value(&report).unwrap();

@@ -1,13 +1,15 @@
 //! Task bundles, foreign formats, the workspace store and the `tasks` CLI.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use endless::fsutil::ReadLimits;
 use endless::store::{import_paths, ImportOutcome, OnConflict, TaskFilter, TaskStatus, Workspace};
 use endless::task::formats::Format;
+use endless::task::ReadLimits;
 use endless::task::{read_native, write_native, FileTree, Task, TaskMeta};
 use proptest::prelude::*;
 use support::cli::endless;

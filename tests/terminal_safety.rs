@@ -2,6 +2,8 @@
 //! that come from task files and from agent commands, so a task cannot
 //! write the operator's clipboard (OSC 52) or clear their screen.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;

@@ -3,6 +3,8 @@
 //! trajectories, PPO steps with rollouts through the agent loop, held-out
 //! pass@1 before and after, checkpoints, resume, and a corrupt checkpoint.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 mod support;
 
 use std::path::Path;

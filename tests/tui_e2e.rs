@@ -3,6 +3,8 @@
 //! with `tmux capture-pane -p`.
 //! Needs tmux (installed by scripts/setup.sh).
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use std::path::Path;
 use std::process::Command;
 use std::thread::sleep;

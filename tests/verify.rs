@@ -1,6 +1,8 @@
 //! Integration tests of verification: per-test results from JUnit XML,
 //! task validation, and attempts by the agent to forge the verdict.
 
+#![allow(clippy::unwrap_used)] // tests and benches fail loudly
+
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;

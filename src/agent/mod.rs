@@ -1,9 +1,11 @@
-//! The agent: the paper's minimal protocol, the episode loop, policies and
-//! the rollout engine.
+//! The agent: the paper's minimal protocol, the episode loop, policies, the
+//! rollout engine, and the failure labels each finished episode records
+//! ([`classify_failure`]); `eval` aggregates them and never reaches back.
 
 mod bench;
 mod episode;
 mod index;
+mod failure;
 pub mod policy;
 pub mod protocol;
 mod recorded;
@@ -18,6 +20,7 @@ pub use episode::{
     StepKind, StepOutcome, Trajectory,
 };
 pub use index::index_episode;
+pub use failure::{classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS};
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
 pub use recorded::{RecordedEpisode, Recording, Started};
 pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};

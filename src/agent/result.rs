@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::episode::{EndReason, Step, Trajectory};
+use super::failure::{classify_failure, failure_labels, FailureMode};
 use super::terminal::TerminalError;
-use crate::eval::{classify_failure, failure_labels, FailureMode};
 use crate::llm::TokenUsage;
 use crate::task::Task;
 

@@ -7,11 +7,12 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::{BenchArgs, BenchTarget};
 use crate::store::{import_paths, OnConflict, Workspace};
 use crate::task::formats::Format;
 use crate::task::{FileTree, Task, TaskMeta};
+use crate::workbench::Context;
 
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
     match args.what {
@@ -34,9 +35,8 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchTarget::Tui => {
-            anyhow::bail!("`bench tui` is run by the binary's entry point (it measures the TUI)")
-        }
+        // Measured by the TUI itself, which `src/main.rs` runs.
+        BenchTarget::Tui => anyhow::bail!("`bench tui` is run by the endless binary (src/main.rs)"),
         BenchTarget::Ppo => {
             let report = super::bench_ppo::bench_ppo(
                 args.size,

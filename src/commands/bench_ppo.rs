@@ -11,8 +11,8 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::cli::PpoSize;
-use crate::llm::local::tiny::tiny_config;
-use crate::llm::local::{Arch, ModelConfig};
+use crate::model::models::tiny::tiny_config;
+use crate::model::{Arch, ModelConfig};
 use crate::rl::{Policy, RolloutBatch, RolloutSequence, TrainConfig, Trainer};
 
 /// Sequences per synthetic batch.
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn sizes_are_about_one_and_ten_million_parameters() {
         let count = |s| {
-            crate::llm::local::transformer::weight_shapes(&ppo_model_config(s))
+            crate::model::models::transformer::weight_shapes(&ppo_model_config(s))
                 .iter()
                 .map(|(_, sh)| sh.iter().product::<usize>())
                 .sum::<usize>()
@@ -247,8 +247,7 @@ mod tests {
             assert!(dir.path().join(f).is_file(), "{f}");
         }
         // The dumped weights load back into a policy.
-        let cfg =
-            crate::llm::local::ModelConfig::from_file(&dir.path().join("config.json")).unwrap();
+        let cfg = crate::model::ModelConfig::from_file(&dir.path().join("config.json")).unwrap();
         assert_eq!(cfg, ppo_model_config(PpoSize::M1));
     }
 }

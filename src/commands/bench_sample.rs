@@ -1,14 +1,14 @@
 //! `endless bench sample`: local-model sampling throughput (see
-//! [`crate::llm::local::bench`]); `scripts/bench_llamacpp.sh` puts it beside llama.cpp.
+//! [`crate::model::bench`]); `scripts/bench_llamacpp.sh` puts it beside llama.cpp.
 
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 use candle_core::Device;
 
-use super::Context;
-use crate::llm::local::bench::{bench_sample, SampleBench};
-use crate::llm::local::{fetch_smollm2, LocalModel};
+use crate::model::bench::{bench_sample, SampleBench};
+use crate::model::{fetch_smollm2, LocalModel};
+use crate::workbench::Context;
 
 /// Sequences sampled together in the batched run (the samples of one task).
 pub const BATCH: usize = 16;

@@ -4,8 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::ConfigCommand;
+use crate::workbench::Context;
 
 pub fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
     let ConfigCommand::Show { json } = cmd;

@@ -7,14 +7,15 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::agent::PolicyFactory;
 use crate::cli::GenerateArgs;
+use crate::generate::config::PipelineConfig;
 use crate::generate::funnel::CandidateOutcome;
-use crate::generate::pipeline::{run_pipeline, PipelineConfig, PipelineEvent};
+use crate::generate::pipeline::{run_pipeline, PipelineEvent};
 use crate::llm::{api_key_from_env, OpenAiChat, OpenAiConfig, SamplingParams};
 use crate::task::EnvKind;
-use crate::workbench::policy_options;
+use crate::workbench::Context;
 
 pub fn run(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
     if args.offline {
@@ -39,7 +40,7 @@ fn llm(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
     let solver_url = args.solver_llm.clone().unwrap_or_else(|| url.clone());
     let solver_model = args.solver_model.clone().unwrap_or_else(|| model.clone());
     let solver_spec = format!("openai:{solver_model}@{solver_url}");
-    let solver = PolicyFactory::from_spec(&solver_spec, &policy_options(ctx))?;
+    let solver = PolicyFactory::from_spec(&solver_spec, &ctx.policy_options())?;
     let seed = args.seed.unwrap_or(1);
     let ws = ctx.workspace()?;
     let run_id = format!("gen-{seed}");

@@ -37,33 +37,25 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command};
-use crate::store::Workspace;
+use crate::cli::Command;
 use crate::workbench::Context;
 
-/// Run the parsed command line.
-pub fn dispatch(cli: Cli) -> Result<ExitCode> {
-    let ctx = Context::new(cli.workspace)?;
-    match cli.command {
-        None => {
-            // The TUI is started by `main`, beside the commands; here the
-            // workspace it opens is prepared.
-            let mut ws = ctx.workspace()?;
-            seed_if_fresh(&ctx, &mut ws)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(Command::Tasks(cmd)) => tasks::run(&ctx, cmd),
-        Some(Command::Config(cmd)) => config_cmd::run(&ctx, cmd),
-        Some(Command::Bench(args)) => bench::run(&ctx, args),
-        Some(Command::Generate(args)) => generate_cmd::run(&ctx, args),
-        Some(Command::Run(args)) => rollout_cmd::run(&ctx, args),
-        Some(Command::Eval(args)) => rollout_cmd::eval(&ctx, args),
-        Some(Command::Train(args)) => train_cmd::run(&ctx, args),
-        Some(Command::Serve(args)) => serve_cmd::run(&ctx, args),
-        Some(Command::Sandbox(cmd)) => sandbox_cmd::run(&ctx, cmd),
-        Some(Command::Images(cmd)) => images_cmd::run(&ctx, cmd),
-        Some(Command::Models(crate::cli::ModelsCommand::Fetch { .. })) => {
-            let path = crate::llm::local::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
+/// Run one subcommand. (`src/main.rs` starts the TUI itself, and runs
+/// `bench tui`, which measures it: this module does not link the TUI.)
+pub fn dispatch(ctx: &Context, command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Tasks(cmd) => tasks::run(ctx, cmd),
+        Command::Config(cmd) => config_cmd::run(ctx, cmd),
+        Command::Bench(args) => bench::run(ctx, args),
+        Command::Generate(args) => generate_cmd::run(ctx, args),
+        Command::Run(args) => rollout_cmd::run(ctx, args),
+        Command::Eval(args) => rollout_cmd::eval(ctx, args),
+        Command::Train(args) => train_cmd::run(ctx, args),
+        Command::Serve(args) => serve_cmd::run(ctx, args),
+        Command::Sandbox(cmd) => sandbox_cmd::run(ctx, cmd),
+        Command::Images(cmd) => images_cmd::run(ctx, cmd),
+        Command::Models(crate::cli::ModelsCommand::Fetch { .. }) => {
+            let path = crate::model::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
             say!("{}", path.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -72,7 +64,9 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
 
 /// A workspace with no tasks and no runs gets offline tasks, so that the
 /// TUI opens on something to explore.
-fn seed_if_fresh(ctx: &Context, ws: &mut Workspace) -> Result<()> {
+pub fn seed_if_fresh(ctx: &Context) -> Result<()> {
+    let mut ws = ctx.workspace()?;
+    let ws = &mut ws;
     if !ws.task_ids()?.is_empty() || !ws.list_runs()?.is_empty() {
         return Ok(());
     }

@@ -7,10 +7,11 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::GenerateArgs;
 use crate::procgen::{generate_batch_from, usable_families, Split};
 use crate::store::{TaskStatus, Workspace};
+use crate::workbench::Context;
 
 /// What an offline generation wrote.
 #[derive(Debug, Serialize)]

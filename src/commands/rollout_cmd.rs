@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::agent::{
     run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
 };
@@ -18,13 +18,14 @@ use crate::cli::{EvalArgs, RunArgs};
 use crate::eval::{evaluate, format_table, write_markdown_report};
 use crate::store::Workspace;
 use crate::task::Task;
-use crate::workbench::{index_episodes, policy_options, record_pass_at_k, run_id, select_tasks};
+use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
+use crate::workbench::Context;
 
 /// `endless run TASK --policy P`
 pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
     let ws = ctx.workspace()?;
     let task = ws.load_task(&args.task)?;
-    let policy = PolicyFactory::from_spec(&args.policy, &policy_options(ctx))?;
+    let policy = PolicyFactory::from_spec(&args.policy, &ctx.policy_options())?;
     let run_id = run_id(
         "run",
         &[
@@ -71,7 +72,7 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
             ws.root().display()
         );
     }
-    let policy = PolicyFactory::from_spec(&args.policy, &policy_options(ctx))?;
+    let policy = PolicyFactory::from_spec(&args.policy, &ctx.policy_options())?;
     let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
     let run_id = run_id(
         "eval",

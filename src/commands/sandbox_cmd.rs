@@ -4,12 +4,13 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::SandboxCommand;
+use crate::workbench::Context;
 
 pub fn run(_ctx: &Context, cmd: SandboxCommand) -> Result<ExitCode> {
     let SandboxCommand::Doctor { json } = cmd;
-    let report = crate::sandbox::doctor();
+    let report = crate::sandbox::doctor(crate::verify::PYTHON);
     if json {
         print_json(&report)?;
     } else {

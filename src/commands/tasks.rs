@@ -6,12 +6,13 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use rayon::prelude::*;
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::TasksCommand;
 use crate::fsutil::AtomicDir;
 use crate::store::{import_paths, ImportOutcome, TaskFilter, TaskRow, Workspace};
 use crate::task::formats::Format;
 use crate::task::{validate, Task};
+use crate::workbench::Context;
 
 pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
     let mut ws = ctx.workspace()?;

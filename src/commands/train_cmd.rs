@@ -7,14 +7,57 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::TrainArgs;
 use crate::rl::run_files::{load_run, RunStatus};
-use crate::rl::session::{self, InitSpec, TrainEvent};
-use crate::workbench::{train_options as options, train_recipe as recipe};
+use crate::rl::init::InitSpec;
+use crate::rl::session::{self, TrainEvent};
+use crate::rl::RecipeFlags;
+use crate::workbench::{train_options as options, train_recipe as recipe, Context, TrainRequest};
+
+/// The training request the flags ask for (`--json` and `--print-config`
+/// are the command's own).
+pub fn request(args: &TrainArgs) -> TrainRequest {
+    TrainRequest {
+        tasks: args.tasks.clone(),
+        dev: args.dev.clone(),
+        init: args.init.clone(),
+        policy: args.policy.clone(),
+        sft: args.sft,
+        sft_tasks: args.sft_tasks.clone(),
+        sft_steps: args.sft_steps,
+        sft_lr: args.sft_lr,
+        steps: args.steps,
+        minutes: args.minutes,
+        recipe: RecipeFlags {
+            samples: args.samples,
+            prompts_per_step: args.tasks_per_step,
+            max_turns: args.max_turns,
+            temperature: args.temperature,
+            max_tokens: args.max_tokens,
+            ppo_epochs: args.ppo_epochs,
+            minibatch: args.minibatch,
+            critic: args.critic.clone(),
+            lr: args.lr,
+            critic_lr: args.critic_lr,
+            value_clip: args.value_clip,
+            weight_decay: args.weight_decay,
+            normalize_reward: args.normalize_reward,
+            reward: args.reward.clone(),
+            seed: args.seed,
+        },
+        eval_samples: args.eval_samples,
+        curriculum: args.curriculum,
+        dynamic_sampling: args.dynamic_sampling,
+        concurrency: args.concurrency,
+        checkpoint_every: args.checkpoint_every,
+        out: args.out.clone(),
+    }
+}
 
 /// `endless train ...`
 pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
+    let request = request(&args);
     if args.print_config {
         let spec = args
             .init
@@ -22,7 +65,7 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
             .or(args.policy.as_deref())
             .unwrap_or("tiny");
         let init = InitSpec::parse(spec).map_err(|e| anyhow::anyhow!("--init {spec:?}: {e}"))?;
-        let r = recipe(ctx, &args, &init)?;
+        let r = recipe(ctx, &request.recipe, &init)?;
         if args.json {
             print_json(&serde_json::json!({ "recipe": r, "table": r.rows() }))?;
         } else {
@@ -30,7 +73,7 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let opts = options(ctx, &args)?;
+    let opts = options(ctx, &request)?;
     let out = opts.out.clone();
     if !args.json {
         say_err!(
@@ -159,4 +202,19 @@ fn curve(metrics: &[crate::rl::StepMetrics]) -> String {
         means.first().copied().unwrap_or(0.0),
         means.last().copied().unwrap_or(0.0)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_request_defaults_are_the_cli_defaults() {
+        let cli = crate::cli::Cli::try_parse_from(["endless", "train"]).unwrap();
+        let Some(crate::cli::Command::Train(args)) = cli.command else {
+            panic!("`endless train` did not parse as train");
+        };
+        assert_eq!(request(&args), TrainRequest::default());
+    }
 }

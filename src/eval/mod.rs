@@ -4,15 +4,11 @@
 
 mod charts;
 mod compare;
-mod failure;
 mod passk;
 mod report;
 
 pub use charts::{draw_failure_mix, draw_pass_rate_chart, ChartError};
 pub use compare::{compare_runs, RunComparison, TaskFlip};
-pub use failure::{
-    classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS,
-};
 pub use passk::{pass_at_k, pass_at_k_table};
 pub use report::{
     evaluate, format_table, paper_view_line, write_markdown_report, EvalReport, GroupStats,

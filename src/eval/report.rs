@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::charts::{draw_failure_mix, draw_pass_rate_chart};
-use super::{pass_at_k_table, FailureMode};
+use super::pass_at_k_table;
 use crate::agent::EpisodeResult;
+use crate::agent::FailureMode;
 use crate::llm::TokenUsage;
 
 /// Pass rate and failure modes of a group of episodes.

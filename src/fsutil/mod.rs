@@ -1,7 +1,5 @@
-//! Small filesystem helpers: atomic writes and safe reads bounded to a root.
+//! Small filesystem helpers: atomic writes of files and whole directories.
 
 mod atomic;
-mod safe_read;
 
 pub use atomic::{replace_dir_atomic, write_atomic, AtomicDir};
-pub use safe_read::{read_tree_bounded, ReadLimits, SafeReadError};

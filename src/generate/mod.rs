@@ -5,6 +5,7 @@
 //! solvability filter.
 
 mod candidate;
+pub mod config;
 pub mod funnel;
 mod initial_tests;
 pub mod pipeline;

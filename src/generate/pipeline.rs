@@ -6,60 +6,23 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rand::SeedableRng;
 use serde::Serialize;
 use tokio::sync::{mpsc::UnboundedSender, Semaphore};
 
 use super::candidate::Candidate;
+use super::config::{PipelineConfig, Shared};
 use super::funnel::{CandidateOutcome, Funnel, Stage};
 use super::prompts::Prompts;
 use super::record::{save_rejected, Journal, RejectInfo};
 use super::stages;
 use super::taxonomy::Taxonomy;
 use crate::agent::PolicyFactory;
-use crate::llm::{ChatModel, SamplingParams};
+use crate::llm::ChatModel;
 use crate::sandbox::Backend;
 use crate::store::{TaskStatus, Workspace};
-use crate::task::{EnvKind, Solvability};
-
-/// Settings of one generation run.
-#[derive(Clone)]
-pub struct PipelineConfig {
-    /// Candidates to sample.
-    pub count: usize,
-    pub seed: u64,
-    /// `runs/<run-id>`: journal and solution episodes.
-    pub run_dir: PathBuf,
-    /// The environment definition the model writes.
-    pub definition: EnvKind,
-    pub max_env_attempts: u32,
-    /// Solution episodes per candidate (pass@n > 0 keeps it).
-    pub solutions: u32,
-    pub solve_max_turns: u32,
-    pub solve_concurrency: usize,
-    pub command_timeout: Duration,
-    /// Candidates in flight at once.
-    pub concurrency: usize,
-    /// Sandbox builds and test runs in flight at once.
-    pub sandbox_concurrency: usize,
-    pub task_sampling: SamplingParams,
-    pub test_sampling: SamplingParams,
-    /// Names recorded in provenance.
-    pub generator_name: String,
-    pub solver_name: String,
-}
-
-/// What every candidate shares.
-pub struct Shared {
-    pub config: PipelineConfig,
-    pub generator: Arc<dyn ChatModel>,
-    pub solver: PolicyFactory,
-    pub backend: Arc<dyn Backend>,
-    pub prompts: Prompts,
-    pub sandboxes: Semaphore,
-}
+use crate::task::Solvability;
 
 /// Progress, for progress bars and the TUI.
 #[derive(Debug, Clone, Serialize)]

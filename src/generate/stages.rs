@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::candidate::{stage_key, Candidate};
+use super::config::Shared;
 use super::funnel::Stage;
 use super::initial_tests::{InitialTests, TestsDecision};
-use super::pipeline::Shared;
 use super::prompts::PromptName;
 use super::record::Exchange;
 use super::reply::section;

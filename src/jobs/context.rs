@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
-use super::manager::{JobEvent, JobId};
+use super::event::{JobEvent, JobId};
 use crate::store::Workspace;
 
 /// The error a job returns when it stopped because it was cancelled.

@@ -6,48 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde::Serialize;
 use tokio::sync::broadcast;
 
 use super::context::{Cancelled, JobContext};
+use super::event::{JobEvent, JobId, JobOutcome};
 use crate::store::Workspace;
-
-/// A job's id: `<kind>-<timestamp>-<n>`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct JobId(pub String);
-
-/// How a job ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", content = "message", rename_all = "snake_case")]
-pub enum JobOutcome {
-    Succeeded(String),
-    Failed(String),
-    Cancelled,
-}
-
-/// What subscribers hear.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum JobEvent {
-    Started {
-        id: JobId,
-        kind: String,
-    },
-    Progress {
-        id: JobId,
-        done: u64,
-        total: u64,
-        stage: String,
-    },
-    Log {
-        id: JobId,
-        line: String,
-    },
-    Finished {
-        id: JobId,
-        outcome: JobOutcome,
-    },
-}
 
 struct Running {
     cancel: Arc<AtomicBool>,

@@ -4,7 +4,9 @@
 //! be cancelled, and is journalled in the workspace database.
 
 mod context;
+mod event;
 mod manager;
 
 pub use context::{Cancelled, JobContext};
-pub use manager::{JobEvent, JobId, JobManager, JobOutcome};
+pub use event::{JobEvent, JobId, JobOutcome};
+pub use manager::JobManager;

@@ -1,12 +1,15 @@
-//! Chat models: the [`ChatModel`] trait and an OpenAI-compatible client.
+//! Chat models: the [`ChatModel`] trait, an OpenAI-compatible client, and
+//! [`LocalChat`], the adapter that puts the in-process engine of
+//! [`crate::model`] behind the same trait (the `local:` policy).
 //!
-//! The agent's `openai:` policy and the generation pipeline both talk to
-//! language models through this trait.
+//! The agent's `openai:` and `local:` policies and the generation pipeline
+//! all talk to language models through this trait.
 
-pub mod local;
+mod local;
 mod openai;
 mod request_shape;
 
+pub use local::{LocalChat, DEFAULT_MAX_TOKENS};
 pub use openai::{api_key_from_env, OpenAiChat, OpenAiConfig, RetryPolicy};
 pub use request_shape::is_reasoning_model;
 
@@ -16,15 +19,20 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Instructions that frame the conversation.
     System,
+    /// The user (for the agent: the environment's observations).
     User,
+    /// The model.
     Assistant,
 }
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
+    /// Who wrote it.
     pub role: Role,
+    /// The text.
     pub content: String,
 }
 
@@ -55,7 +63,9 @@ impl ChatMessage {
 /// Sampling parameters of one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SamplingParams {
+    /// Softmax temperature (0: greedy, where the server allows it).
     pub temperature: f32,
+    /// Nucleus sampling: the smallest set of tokens whose probability reaches this.
     pub top_p: f32,
     /// Upper bound on generated tokens; `None` leaves it to the server.
     pub max_tokens: Option<u32>,
@@ -74,7 +84,9 @@ impl Default for SamplingParams {
 /// Tokens used by one or more requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
+    /// Tokens sent (the conversation so far).
     pub prompt_tokens: u64,
+    /// Tokens generated.
     pub completion_tokens: u64,
 }
 
@@ -95,6 +107,7 @@ impl TokenUsage {
 pub struct ChatResponse {
     /// The assistant text (empty when the server sent none).
     pub content: String,
+    /// Tokens the request used, as the server counted them.
     pub usage: TokenUsage,
     /// The server's finish reason, when given (`stop`, `length`, ...).
     pub finish_reason: Option<String>,
@@ -105,19 +118,43 @@ pub struct ChatResponse {
 /// Why a chat request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
+    /// No connection could be made.
     #[error("cannot reach the model server at {url}: {message}")]
-    Unreachable { url: String, message: String },
+    Unreachable {
+        /// The endpoint.
+        url: String,
+        /// The transport's error.
+        message: String,
+    },
+    /// Every attempt ran past the request timeout.
     #[error("model server at {url} timed out after {attempts} attempt(s)")]
-    Timeout { url: String, attempts: u32 },
+    Timeout {
+        /// The endpoint.
+        url: String,
+        /// Attempts made, retries included.
+        attempts: u32,
+    },
+    /// The server answered with an error status (after retries, if retryable).
     #[error("model server at {url} answered HTTP {status} after {attempts} attempt(s): {body}")]
     Http {
+        /// The endpoint.
         url: String,
+        /// The last HTTP status.
         status: u16,
+        /// Attempts made, retries included.
         attempts: u32,
+        /// The last reply's body (for the server's own error message).
         body: String,
     },
+    /// The reply parsed as something other than a chat completion.
     #[error("model server at {url} sent a reply that is not a chat completion: {message}")]
-    BadReply { url: String, message: String },
+    BadReply {
+        /// The endpoint.
+        url: String,
+        /// What was wrong with it.
+        message: String,
+    },
+    /// The client's settings cannot work (bad URL, bad header value...).
     #[error("invalid model configuration: {0}")]
     Config(String),
 }

@@ -59,6 +59,7 @@ impl RetryPolicy {
 pub struct OpenAiConfig {
     /// Base URL up to and including `/v1`, e.g. `http://127.0.0.1:8000/v1`.
     pub base_url: String,
+    /// The model name sent with each request.
     pub model: String,
     /// Bearer token; `None` sends no `Authorization` header.
     pub api_key: Option<String>,
@@ -66,6 +67,7 @@ pub struct OpenAiConfig {
     pub max_concurrency: usize,
     /// Limit of one attempt (connect + reply).
     pub request_timeout: Duration,
+    /// When and how often a failed request is retried.
     pub retry: RetryPolicy,
 }
 

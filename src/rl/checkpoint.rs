@@ -12,7 +12,7 @@
 
 use super::error::{Result, RlError};
 use crate::fsutil::{write_atomic, AtomicDir};
-use crate::llm::local::ModelConfig;
+use crate::model::ModelConfig;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

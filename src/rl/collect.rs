@@ -17,8 +17,8 @@ use crate::agent::{
     run_rollouts, EndReason, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
     SandboxProvider, StepKind,
 };
-use crate::llm::local::{ChatTokenizer, FinishReason, Generation, LocalModel, SamplingConfig};
 use crate::llm::{ChatMessage, Role};
+use crate::model::{ChatTokenizer, FinishReason, Generation, LocalModel, SamplingConfig};
 use crate::task::Task;
 
 /// How episodes are run.

@@ -9,8 +9,8 @@
 
 use super::error::{Result, RlError};
 use super::policy::{Policy, VALUE_HEAD};
-use crate::llm::local::weights::load_into_varmap;
-use crate::llm::local::{LocalError, Transformer};
+use crate::model::weights::load_into_varmap;
+use crate::model::{LocalError, Transformer};
 use candle_core::{DType, Module, Tensor, Var, D};
 use candle_nn::{Init, Linear, VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};

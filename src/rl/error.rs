@@ -27,7 +27,7 @@ pub enum RlError {
     },
     /// Loading the model failed.
     #[error(transparent)]
-    Model(#[from] crate::llm::local::LocalError),
+    Model(#[from] crate::model::LocalError),
     /// A tensor operation failed.
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),

@@ -2,17 +2,54 @@
 //! scratch (with a tokenizer trained on the task corpus), a model directory,
 //! or a GGUF file dequantised into trainable f32 weights.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::error::Result;
 use super::policy::Policy;
-use super::session::InitSpec;
 use crate::agent::policy::oracle_command;
 use crate::agent::protocol::{CORRECTIVE_MESSAGE, SYSTEM_PROMPT};
-use crate::llm::local::tiny::{tiny_config, train_tokenizer};
-use crate::llm::local::{Arch, ChatTokenizer, ModelConfig};
+use crate::model::models::tiny::{tiny_config, train_tokenizer};
+use crate::model::{Arch, ChatTokenizer, ModelConfig};
 use crate::task::Task;
 use candle_core::Device;
+
+/// Where the policy comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InitSpec {
+    /// A small decoder trained from scratch, with a byte-level BPE tokenizer
+    /// trained on the task corpus.
+    Tiny,
+    /// A Hugging Face-style model directory (safetensors).
+    Dir(PathBuf),
+    /// A GGUF file, dequantised into f32 trainable weights.
+    Gguf(PathBuf),
+    /// SmolLM2-135M-Instruct (GGUF, fetched on first use), dequantised.
+    SmolLm2,
+}
+
+impl InitSpec {
+    /// Parse `tiny`, `smollm2`, `local:X`, a `.gguf` path or a directory.
+    pub fn parse(spec: &str) -> std::result::Result<Self, String> {
+        let s = spec.trim();
+        let s = s.strip_prefix("local:").unwrap_or(s);
+        match s {
+            "" => Err("the initial policy is empty".into()),
+            "tiny" => Ok(Self::Tiny),
+            "smollm2" => Ok(Self::SmolLm2),
+            path if path.ends_with(".gguf") => Ok(Self::Gguf(PathBuf::from(path))),
+            path => Ok(Self::Dir(PathBuf::from(path))),
+        }
+    }
+
+    /// How it is written in `train.json`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Tiny => "tiny".into(),
+            Self::SmolLm2 => "smollm2".into(),
+            Self::Dir(p) | Self::Gguf(p) => p.display().to_string(),
+        }
+    }
+}
 
 /// Vocabulary size of `--init tiny` tokenizers.
 pub const TINY_VOCAB: usize = 2048;
@@ -76,7 +113,7 @@ pub fn build_policy(
         InitSpec::Dir(dir) => Policy::from_dir(dir, device),
         InitSpec::Gguf(path) => Policy::from_gguf(path, device),
         InitSpec::SmolLm2 => {
-            let path = crate::llm::local::fetch_smollm2(model_cache)?;
+            let path = crate::model::fetch_smollm2(model_cache)?;
             Policy::from_gguf(&path, device)
         }
     }

@@ -2,12 +2,12 @@
 //! layer on the final hidden state), all in one `VarMap`.
 
 use super::error::{Result, RlError};
-use crate::llm::local::config::ModelConfig;
-use crate::llm::local::dequant::dequantize_gguf;
-use crate::llm::local::tiny::reinit_seeded;
-use crate::llm::local::transformer::weight_shapes;
-use crate::llm::local::weights::{load_into_varmap, weight_files};
-use crate::llm::local::{ChatTokenizer, LocalError, LocalModel, Transformer};
+use crate::model::config::ModelConfig;
+use crate::model::models::tiny::reinit_seeded;
+use crate::model::models::transformer::weight_shapes;
+use crate::model::quantized::dequant::dequantize_gguf;
+use crate::model::weights::{load_into_varmap, weight_files};
+use crate::model::{ChatTokenizer, LocalError, LocalModel, Transformer};
 use candle_core::{DType, Device, Module, Tensor, Var, D};
 use candle_nn::{Init, Linear, VarBuilder, VarMap};
 use std::collections::HashMap;
@@ -103,7 +103,7 @@ impl Policy {
         })
     }
 
-    /// Attach a tokenizer (for sampling through [`crate::llm::local::LocalModel`]).
+    /// Attach a tokenizer (for sampling through [`crate::model::LocalModel`]).
     pub fn with_tokenizer(mut self, tokenizer: ChatTokenizer) -> Self {
         self.tokenizer = Some(tokenizer);
         self

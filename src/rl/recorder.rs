@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 
 use super::batch::SequenceBuilder;
 use crate::agent::{Policy, PolicyError, PolicyReply, PolicySource};
-use crate::llm::local::shared::DEFAULT_GATHER;
-use crate::llm::local::{
+use crate::llm::{ChatMessage, Role, TokenUsage};
+use crate::model::generation::shared::DEFAULT_GATHER;
+use crate::model::{
     ChatTokenizer, FinishReason, Generation, LocalModel, Sampler, SamplingConfig, Seat,
     SharedModel, TemplateMessage,
 };
-use crate::llm::{ChatMessage, Role, TokenUsage};
 use crate::task::Task;
 
 /// Converts chat messages to template messages.
@@ -59,7 +59,7 @@ impl TokenTranscript {
         &mut self,
         tok: &ChatTokenizer,
         messages: &[TemplateMessage],
-    ) -> crate::llm::local::error::Result<Vec<u32>> {
+    ) -> crate::model::error::Result<Vec<u32>> {
         let full = tok.render(messages, true)?;
         let mut tail = full.get(self.consumed..).unwrap_or("");
         if let Some(stop) = self.stop_text.take() {
@@ -233,7 +233,7 @@ impl Drop for RecordingPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::local::tiny::train_tokenizer;
+    use crate::model::models::tiny::train_tokenizer;
 
     fn tok() -> ChatTokenizer {
         let corpus = [

@@ -23,7 +23,7 @@ use super::collect::{
     collect_rollouts, oracle_conversations, supervised_sequence, Collected, EpisodeSettings,
 };
 use super::error::RlError;
-use super::init::build_policy;
+use super::init::{build_policy, InitSpec};
 use super::metrics::{MetricsLog, StepMetrics};
 use super::reward::RewardMode;
 use super::run_files::{
@@ -32,46 +32,8 @@ use super::run_files::{
 };
 use super::trainer::{TrainConfig, Trainer};
 use crate::agent::{BackendProvider, SandboxProvider};
-use crate::llm::local::SamplingConfig;
+use crate::model::SamplingConfig;
 use crate::task::Task;
-
-/// Where the policy comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum InitSpec {
-    /// A small decoder trained from scratch, with a byte-level BPE tokenizer
-    /// trained on the task corpus.
-    Tiny,
-    /// A Hugging Face-style model directory (safetensors).
-    Dir(PathBuf),
-    /// A GGUF file, dequantised into f32 trainable weights.
-    Gguf(PathBuf),
-    /// SmolLM2-135M-Instruct (GGUF, fetched on first use), dequantised.
-    SmolLm2,
-}
-
-impl InitSpec {
-    /// Parse `tiny`, `smollm2`, `local:X`, a `.gguf` path or a directory.
-    pub fn parse(spec: &str) -> Result<Self, String> {
-        let s = spec.trim();
-        let s = s.strip_prefix("local:").unwrap_or(s);
-        match s {
-            "" => Err("the initial policy is empty".into()),
-            "tiny" => Ok(Self::Tiny),
-            "smollm2" => Ok(Self::SmolLm2),
-            path if path.ends_with(".gguf") => Ok(Self::Gguf(PathBuf::from(path))),
-            path => Ok(Self::Dir(PathBuf::from(path))),
-        }
-    }
-
-    /// How it is written in `train.json`.
-    pub fn describe(&self) -> String {
-        match self {
-            Self::Tiny => "tiny".into(),
-            Self::SmolLm2 => "smollm2".into(),
-            Self::Dir(p) | Self::Gguf(p) => p.display().to_string(),
-        }
-    }
-}
 
 /// Everything a training run needs.
 #[derive(Debug, Clone)]

@@ -2,9 +2,9 @@
 
 use super::ppo::{advantages, ppo_loss, prepare, select_agent_positions};
 use super::*;
-use crate::llm::local::sampling::{Sampler, SamplingConfig};
-use crate::llm::local::tiny::{reinit_seeded, tiny_config};
-use crate::llm::local::{Arch, LocalModel, Transformer};
+use crate::model::generation::sampling::{Sampler, SamplingConfig};
+use crate::model::models::tiny::{reinit_seeded, tiny_config};
+use crate::model::{Arch, LocalModel, Transformer};
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{Init, Linear, VarBuilder, VarMap};
 
@@ -154,8 +154,8 @@ fn magic(t: u32) -> bool {
 fn bandit_batch(trainer: &mut Trainer, n: usize) -> RolloutBatch {
     use rand::Rng;
     let prompt = [1u32, 40, 41, 42];
-    let tok = crate::llm::local::tiny::train_tokenizer(["a b"].iter(), 260).unwrap();
-    let tok = crate::llm::local::ChatTokenizer::new(tok, None, "", "", &[]).unwrap();
+    let tok = crate::model::models::tiny::train_tokenizer(["a b"].iter(), 260).unwrap();
+    let tok = crate::model::ChatTokenizer::new(tok, None, "", "", &[]).unwrap();
     let mut lm = LocalModel::from_parts(trainer.policy().model().clone(), tok, "policy");
     let mut sequences = Vec::new();
     for _ in 0..n {
@@ -474,9 +474,9 @@ fn nan_loss_stops_training_and_keeps_the_last_good_checkpoint() {
 #[test]
 fn policy_loads_a_model_dir_and_adds_a_value_head() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = crate::llm::local::tiny::train_tokenizer(["ls -la", "cat x"].iter(), 270).unwrap();
+    let tok = crate::model::models::tiny::train_tokenizer(["ls -la", "cat x"].iter(), 270).unwrap();
     let cfg = tiny_config(Arch::Llama, 300);
-    crate::llm::local::tiny::write_model_dir(dir.path(), &cfg, &tok, 4).unwrap();
+    crate::model::models::tiny::write_model_dir(dir.path(), &cfg, &tok, 4).unwrap();
     let p = Policy::from_dir(dir.path(), &Device::Cpu).unwrap();
     let names: Vec<String> = p.vars().into_iter().map(|(n, _)| n).collect();
     assert!(names.iter().any(|n| n == "value_head.weight"));
@@ -487,7 +487,7 @@ fn policy_loads_a_model_dir_and_adds_a_value_head() {
     assert_eq!(values.dims(), &[1, 3]);
     // Same logits as the inference loader.
     let mut lm = LocalModel::load(dir.path(), &Device::Cpu).unwrap();
-    let crate::llm::local::Backend::Dense(m) = lm.backend() else {
+    let crate::model::Backend::Dense(m) = lm.backend() else {
         panic!()
     };
     let l2 = m.logits(&m.hidden_states(&ids).unwrap()).unwrap();

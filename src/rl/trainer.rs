@@ -587,7 +587,7 @@ impl Trainer {
         let mut policy = Policy::from_config(&state.model, device, 0)?;
         policy.load_weights(&dir.join(WEIGHTS))?;
         if dir.join("tokenizer.json").is_file() {
-            let t = crate::llm::local::ChatTokenizer::from_dir(dir, &state.model.eos_token_ids)?;
+            let t = crate::model::ChatTokenizer::from_dir(dir, &state.model.eos_token_ids)?;
             policy = policy.with_tokenizer(t);
         }
         let moments = candle_core::safetensors::load(dir.join(OPTIMIZER), device)?;

@@ -67,22 +67,23 @@ fn output_of(argv: &[&str]) -> Option<(bool, String)> {
     Some((out.code == Some(0), line.unwrap_or("").to_string()))
 }
 
-/// Inspect this machine.
-pub fn doctor() -> DoctorReport {
+/// Inspect this machine. `verifier_python` is the interpreter the verifier
+/// runs pytest with (`verify::PYTHON`, passed in: the verifier sits above
+/// the sandbox).
+pub fn doctor(verifier_python: &str) -> DoctorReport {
     DoctorReport {
         backends: vec![doctor_local(), doctor_apptainer(), doctor_oci()],
         verifier: {
             let found = output_of(&[
-                super::super::verify::PYTHON,
+                verifier_python,
                 "-c",
                 "import pytest; print(pytest.__version__)",
             ]);
-            let (ok, detail) =
-                found.unwrap_or((false, format!("{} not found", super::super::verify::PYTHON)));
+            let (ok, detail) = found.unwrap_or((false, format!("{} not found", verifier_python)));
             check(
                 "pytest for the verifier",
                 ok,
-                format!("{}: pytest {detail}", super::super::verify::PYTHON),
+                format!("{}: pytest {detail}", verifier_python),
                 "install pytest for the system interpreter (Debian/Ubuntu: `apt-get install python3-pytest`)",
             )
         },

@@ -14,27 +14,31 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 /// # Safety
 /// Meant for `pre_exec`: makes only async-signal-safe system calls.
 pub unsafe fn close_inherited(keep: &[RawFd]) -> std::io::Result<()> {
-    let rc = libc::syscall(
-        libc::SYS_close_range,
-        3 as libc::c_uint,
-        libc::c_uint::MAX,
-        libc::CLOSE_RANGE_CLOEXEC,
-    );
-    if rc < 0 {
-        // Kernels before 5.11: walk the table.
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur.min(65_536) as RawFd
-        } else {
-            1024
-        };
-        for fd in 3..max {
-            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+    // SAFETY: descriptor-flag system calls on plain integers, and a zeroed
+    // `rlimit` (a struct of integers) for `getrlimit` to fill.
+    unsafe {
+        let rc = libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+        if rc < 0 {
+            // Kernels before 5.11: walk the table.
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur.min(65_536) as RawFd
+            } else {
+                1024
+            };
+            for fd in 3..max {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
         }
-    }
-    for &fd in keep {
-        if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
+        for &fd in keep {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
         }
     }
     Ok(())

@@ -6,6 +6,10 @@ use super::MAX_OUTPUT_CHARS;
 /// Longest line typed into the PTY (the tty's canonical line limit is 4095).
 const CHUNK: usize = 900;
 
+/// Raw bytes a session keeps per command before cleaning (enough for the
+/// character cap).
+pub const MAX_KEPT_BYTES: usize = 4 * MAX_OUTPUT_CHARS + 4096;
+
 /// Quote `bytes` as the body of a bash `$'...'` string that uses only
 /// printable ASCII, so no byte can act as a tty control character.
 fn ansi_c_escape(bytes: &[u8], out: &mut String) {
@@ -175,7 +179,7 @@ pub fn clean_output(raw: &[u8]) -> String {
 /// Returns the text and whether it was cut.
 pub fn cap_output(text: String, raw_len: usize) -> (String, bool) {
     let count = text.chars().count();
-    if count <= MAX_OUTPUT_CHARS && raw_len <= super::session::MAX_KEPT_BYTES {
+    if count <= MAX_OUTPUT_CHARS && raw_len <= MAX_KEPT_BYTES {
         return (text, false);
     }
     let kept: String = text.chars().take(MAX_OUTPUT_CHARS).collect();

@@ -17,8 +17,6 @@ use super::asciicast::{stop_marker, Recorder};
 use super::marker;
 use super::{ExecResult, SandboxError, SessionOptions};
 
-/// Raw bytes kept per command before cleaning (enough for the character cap).
-pub const MAX_KEPT_BYTES: usize = 4 * super::MAX_OUTPUT_CHARS + 4096;
 /// How long a fresh shell may take to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long an interrupted command gets to stop before it is killed.
@@ -560,7 +558,7 @@ struct Collected {
 
 impl Collected {
     fn push(&mut self, chunk: &[u8], prefix: &[u8]) -> Option<i32> {
-        let room = MAX_KEPT_BYTES.saturating_sub(self.kept.len());
+        let room = marker::MAX_KEPT_BYTES.saturating_sub(self.kept.len());
         self.kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
         self.window.extend_from_slice(chunk);
         self.total += chunk.len();

@@ -9,8 +9,9 @@ use serde::Serialize;
 
 use super::tasks::index_task_in;
 use super::{StoreError, TaskStatus, Workspace};
-use crate::fsutil::{replace_dir_atomic, AtomicDir, ReadLimits};
+use crate::fsutil::{replace_dir_atomic, AtomicDir};
 use crate::task::formats::Format;
+use crate::task::ReadLimits;
 use crate::task::{save_native_atomic, validate, write_native, Task};
 
 /// What to do when an imported task's id already exists.

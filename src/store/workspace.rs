@@ -9,7 +9,8 @@ use rusqlite::Connection;
 use super::migrations::migrate;
 use super::tasks::index_task_in;
 use super::{StoreError, TaskStatus};
-use crate::fsutil::{replace_dir_atomic, AtomicDir, ReadLimits};
+use crate::fsutil::{replace_dir_atomic, AtomicDir};
+use crate::task::ReadLimits;
 use crate::task::{read_native, write_native, Task};
 
 /// Staging directories older than this are leftovers of a dead process.

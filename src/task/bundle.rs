@@ -8,9 +8,10 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use super::safe_read::{read_tree_bounded, ReadLimits};
 use super::text::{parse_toml, read_text, read_text_opt};
 use super::{is_valid_id, BundleError, FileTree, Task, TaskMeta};
-use crate::fsutil::{read_tree_bounded, AtomicDir, ReadLimits};
+use crate::fsutil::AtomicDir;
 
 /// Read a native bundle from `dir`.
 pub fn read_native(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {

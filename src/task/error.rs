@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::fsutil::SafeReadError;
+use super::safe_read::SafeReadError;
 
 /// A problem with a bundle, naming the file and, where known, the field.
 #[derive(Debug, thiserror::Error)]

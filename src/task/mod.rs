@@ -6,6 +6,7 @@ mod error;
 mod escape;
 pub mod formats;
 mod model;
+mod safe_read;
 pub mod text;
 mod validate;
 
@@ -13,4 +14,5 @@ pub use bundle::{read_native, save_native_atomic, write_native, write_tree};
 pub use error::{BundleError, Problem};
 pub use escape::terminal_safe;
 pub use model::*;
+pub use safe_read::{read_tree_bounded, ReadLimits, SafeReadError};
 pub use validate::validate;

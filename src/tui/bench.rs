@@ -156,27 +156,32 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
     }
 }
 
-/// `endless bench tui [--n N] [--json]`: frame times with `tasks` tasks and
-/// eight streaming live panes, and this process's peak memory; the text to
-/// print (JSON when `json`).
-pub fn run_cli(tasks: usize, json: bool) -> String {
-    let frames = bench_frames(tasks, 8);
-    let peak = peak_rss_mb();
+/// `endless bench tui`: [`bench_frames`] over `n` task rows (default 10,000)
+/// and 8 streaming panes, printed as one line of text or, with `json`, as a
+/// JSON report with the process's peak memory and the targets.
+pub fn run_cli(n: Option<usize>, json: bool) -> anyhow::Result<std::process::ExitCode> {
+    let frames = bench_frames(n.unwrap_or(10_000), 8);
+    let report = serde_json::json!({
+        "frames": frames,
+        "peak_rss_mb": peak_rss_mb(),
+        "targets": { "p95_ms": 16.0, "memory_mb": 200.0 },
+    });
     if json {
-        let report = serde_json::json!({
-            "frames": frames,
-            "peak_rss_mb": peak,
-            "targets": { "p95_ms": 16.0, "memory_mb": 200.0 },
-        });
-        return serde_json::to_string_pretty(&report).unwrap_or_default();
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let line = format!(
+            "{} frames with {} tasks and {} live panes streaming: p50 {:.2} ms, p95 {:.2} ms (tasks view p95 {:.2} ms, live view p95 {:.2} ms); peak memory {:.0} MB",
+            frames.frames, frames.tasks, frames.panes,
+            ms(frames.p50), ms(frames.p95), ms(frames.tasks_view.p95), ms(frames.live_view.p95),
+            peak_rss_mb().unwrap_or(f64::NAN)
+        );
+        println!("{}", crate::task::terminal_safe(&line));
     }
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
-    format!(
-        "{} frames with {} tasks and {} live panes streaming: p50 {:.2} ms, p95 {:.2} ms (tasks view p95 {:.2} ms, live view p95 {:.2} ms); peak memory {:.0} MB",
-        frames.frames, frames.tasks, frames.panes,
-        ms(frames.p50), ms(frames.p95), ms(frames.tasks_view.p95), ms(frames.live_view.p95),
-        peak.unwrap_or(f64::NAN)
-    )
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// Peak resident memory of this process (VmHWM), in MB.

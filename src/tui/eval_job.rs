@@ -17,9 +17,8 @@ use super::takeover::TakeoverProvider;
 use crate::agent::{run_rollouts, BackendProvider, PolicyFactory, RolloutConfig, RolloutEvent};
 use crate::jobs::JobContext;
 use crate::task::Task;
-use crate::workbench::{
-    index_episodes, policy_options, record_pass_at_k, run_id, select_tasks, Context,
-};
+use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
+use crate::workbench::Context;
 
 /// The evaluation form's values.
 #[derive(Debug, Clone)]
@@ -48,7 +47,7 @@ pub fn run(
     if tasks.is_empty() {
         bail!("no tasks selected in {}", root.display());
     }
-    let policy = PolicyFactory::from_spec(&opts.policy, &policy_options(&cctx))?;
+    let policy = PolicyFactory::from_spec(&opts.policy, &cctx.policy_options())?;
     if matches!(policy, PolicyFactory::Human) {
         bail!(
             "the human policy needs a terminal of its own: use `endless run TASK --policy human`"

@@ -10,8 +10,8 @@ use super::launcher::JobSpec;
 use super::tests::{app_on, cmd, fixture, key, pump, render};
 use super::theme::Theme;
 use super::worker::serve;
+use crate::agent::FailureMode;
 use crate::agent::{EndReason, EpisodeResult, Step, StepKind, TestOutcome};
-use crate::eval::FailureMode;
 use crate::jobs::{JobEvent, JobId, JobManager, JobOutcome};
 use crate::store::Workspace;
 

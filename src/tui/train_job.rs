@@ -1,21 +1,19 @@
 //! The training job: `endless train` as a background job. The form's values
-//! become the same [`TrainArgs`] the CLI parses (so unset flags get the
-//! CLI's defaults), `workbench::train_options` resolves them, and
-//! `rl::session::run` trains; its events become job progress and log lines,
-//! and the job's cancel flag stops the run (at its next checkpoint).
+//! become the same [`TrainRequest`] the CLI builds from its flags (what the
+//! form does not ask for keeps the CLI's default), [`options`] resolves it,
+//! and `rl::session::run` trains; its events become job progress and log
+//! lines, and the job's cancel flag stops the run (at its next checkpoint).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context as _;
-use clap::Parser;
-
 use super::widgets::num::num;
-use crate::cli::{Cli, Command, TrainArgs};
 use crate::jobs::JobContext;
 use crate::rl::run_files::{EvalRecord, RunStatus};
 use crate::rl::session::{TrainEvent, TrainSummary};
+use crate::rl::RecipeFlags;
+use crate::workbench::{train_options as options, TrainRequest};
 use crate::workbench::Context;
 
 /// The training form's values.
@@ -29,12 +27,17 @@ pub struct TrainSpec {
     pub init: String,
     /// Supervised warm-start first.
     pub sft: bool,
+    /// Supervised warm-start steps (with `sft`).
     pub sft_steps: u64,
+    /// PPO steps.
     pub steps: u64,
     /// Stop PPO after this many minutes.
     pub minutes: Option<f64>,
+    /// Samples per task.
     pub samples: u32,
+    /// Turn limit per episode.
     pub max_turns: u32,
+    /// Tasks per PPO step.
     pub tasks_per_step: usize,
 }
 
@@ -105,13 +108,29 @@ impl TrainSpec {
         format!("endless {}", words.join(" "))
     }
 
-    /// Parse [`Self::argv`] as the CLI does.
-    pub fn args(&self) -> anyhow::Result<TrainArgs> {
-        let argv = std::iter::once("endless".to_string()).chain(self.argv());
-        let cli = Cli::try_parse_from(argv).context("the training options")?;
-        match cli.command {
-            Some(Command::Train(args)) => Ok(args),
-            _ => anyhow::bail!("the training options did not parse as `endless train`"),
+    /// The request [`Self::argv`] makes of `endless train`.
+    pub fn request(&self) -> TrainRequest {
+        let defaults = TrainRequest::default();
+        let set = |s: &String| (!s.is_empty()).then(|| s.clone());
+        TrainRequest {
+            tasks: set(&self.tasks),
+            dev: set(&self.dev),
+            init: Some(self.init.clone()),
+            sft: self.sft,
+            sft_steps: if self.sft {
+                self.sft_steps
+            } else {
+                defaults.sft_steps
+            },
+            steps: self.steps,
+            minutes: self.minutes,
+            recipe: RecipeFlags {
+                samples: Some(self.samples),
+                max_turns: Some(self.max_turns),
+                prompts_per_step: Some(self.tasks_per_step),
+                ..defaults.recipe.clone()
+            },
+            ..defaults
         }
     }
 
@@ -240,10 +259,10 @@ pub fn summary_line(s: &TrainSummary) -> String {
 
 /// Run the training; returns a one-line summary.
 pub fn run(ctx: &JobContext, root: &Path, spec: &TrainSpec) -> anyhow::Result<String> {
-    let args = spec.args()?;
+    let request = spec.request();
     ctx.log(spec.command_line());
     let cctx = Context::new(Some(root.to_path_buf()))?;
-    let opts = crate::workbench::train_options(&cctx, &args)?;
+    let opts = options(&cctx, &request)?;
     ctx.log(format!(
         "run directory {} ({} training tasks, {} dev tasks)",
         opts.out.display(),
@@ -300,7 +319,7 @@ mod tests {
     use crate::rl::StepMetrics;
 
     #[test]
-    fn the_form_becomes_cli_arguments_with_cli_defaults() {
+    fn the_form_becomes_a_request_with_cli_defaults() {
         let spec = TrainSpec {
             tasks: "awk-*,dedupe-lines-1-c3".into(),
             dev: "sed-*".into(),
@@ -308,20 +327,20 @@ mod tests {
             steps: 20,
             ..TrainSpec::default()
         };
-        let args = spec.args().unwrap();
+        let args = spec.request();
         assert_eq!(args.tasks.as_deref(), Some("awk-*,dedupe-lines-1-c3"));
         assert_eq!(args.dev.as_deref(), Some("sed-*"));
         assert_eq!(args.init.as_deref(), Some("tiny"));
         assert!(args.sft);
         assert_eq!(
-            (args.sft_steps, args.steps, args.samples, args.max_turns),
+            (args.sft_steps, args.steps, args.recipe.samples, args.recipe.max_turns),
             (300, 20, Some(16), Some(16))
         );
-        assert_eq!(args.tasks_per_step, Some(1));
+        assert_eq!(args.recipe.prompts_per_step, Some(1));
         assert_eq!(args.minutes, Some(2.5));
         // What the form does not ask for keeps the CLI's default.
         assert_eq!(args.concurrency, 16);
-        assert_eq!(args.reward, "binary");
+        assert_eq!(args.recipe.reward, "binary");
         assert!(args.out.is_none());
         assert_eq!(
             spec.command_line(),
@@ -333,7 +352,7 @@ mod tests {
             sft: false,
             ..TrainSpec::default()
         };
-        let args = off.args().unwrap();
+        let args = off.request();
         assert!(!args.sft && args.tasks.is_none() && args.dev.is_none());
     }
 

@@ -1,5 +1,6 @@
-//! The context of every use case: paths, the workspace, the configuration,
-//! and what they imply (the sandbox backend, policy options).
+//! [`Context`]: where the workspace is, the configuration, and what they
+//! give every use case (the sandbox backend, the opened workspace, policy
+//! options). Both front ends build one the same way.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,10 +12,14 @@ use crate::config::{Config, Paths};
 use crate::llm::{RetryPolicy, SamplingParams};
 use crate::store::Workspace;
 
-/// What every command needs: paths, the workspace location, the config.
+/// What every use case needs: paths, the workspace location, the config.
 pub struct Context {
+    /// The platform directories (config file, cache, logs).
     pub paths: Paths,
+    /// The workspace (`--workspace`, `ENDLESS_WORKSPACE`, or the default).
     pub workspace_root: PathBuf,
+    /// The settings: defaults, then the user config file, the workspace's
+    /// `endless.toml` and the environment.
     pub config: Config,
 }
 
@@ -50,23 +55,23 @@ impl Context {
         Workspace::open(&self.workspace_root)
             .with_context(|| format!("opening workspace {}", self.workspace_root.display()))
     }
-}
 
-/// Policy options from the `[llm]` config.
-pub fn policy_options(ctx: &Context) -> PolicyOptions {
-    let llm = &ctx.config.llm;
-    PolicyOptions {
-        sampling: SamplingParams {
-            temperature: llm.temperature as f32,
-            top_p: llm.top_p as f32,
-            max_tokens: Some(llm.max_tokens),
-        },
-        max_concurrency: llm.concurrency.max(1),
-        retry: RetryPolicy {
-            max_retries: llm.retries,
-            ..RetryPolicy::default()
-        },
-        request_timeout: Duration::from_secs_f64(llm.timeout_sec.max(1.0)),
-        model_cache: ctx.paths.cache_dir.join("models"),
+    /// Policy options from the `[llm]` config.
+    pub fn policy_options(&self) -> PolicyOptions {
+        let llm = &self.config.llm;
+        PolicyOptions {
+            sampling: SamplingParams {
+                temperature: llm.temperature as f32,
+                top_p: llm.top_p as f32,
+                max_tokens: Some(llm.max_tokens),
+            },
+            max_concurrency: llm.concurrency.max(1),
+            retry: RetryPolicy {
+                max_retries: llm.retries,
+                ..RetryPolicy::default()
+            },
+            request_timeout: Duration::from_secs_f64(llm.timeout_sec.max(1.0)),
+            model_cache: self.paths.cache_dir.join("models"),
+        }
     }
 }

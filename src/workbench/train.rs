@@ -1,22 +1,98 @@
-//! Training options from training arguments (shared by `endless train`
-//! and the TUI's training job).
+//! Training: a [`TrainRequest`] (the values of `endless train`'s flags, or
+//! of the TUI's training form) resolved against the workspace and the
+//! `[train]` configuration into the [`TrainOptions`] that
+//! [`crate::rl::session::run`] trains with.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 
 use super::{select_tasks, Context};
-use crate::cli::TrainArgs;
-use crate::llm::local::SamplingConfig;
+use crate::model::SamplingConfig;
 use crate::procgen::{task_split, Split};
-use crate::rl::session::{InitSpec, TrainOptions};
+use crate::rl::init::InitSpec;
+use crate::rl::session::TrainOptions;
 use crate::rl::{Recipe, RecipeFlags};
 use crate::task::Task;
 
-/// Turn the command line into training options: tasks and held-out tasks
-/// from the workspace, the initial policy, and the run directory
-/// (`<workspace>/checkpoints/<train-id>` unless `--out`).
-pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
+/// What a training run is asked for; field by field the flags of
+/// `endless train` (see `TrainArgs` in the CLI for each one's meaning).
+/// [`Default`] gives the CLI's defaults; recipe settings left `None` come
+/// from the configuration's `[train]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainRequest {
+    /// Training tasks: ids or globs (`None`: every train-split task).
+    pub tasks: Option<String>,
+    /// Held-out tasks for pass@1 before and after (`None`: none).
+    pub dev: Option<String>,
+    /// Initial policy: `tiny`, a model directory, a `.gguf` file, `smollm2`.
+    pub init: Option<String>,
+    /// The initial policy spelled as a policy (`local:DIR`); `init` wins.
+    pub policy: Option<String>,
+    /// Warm-start with supervised steps on oracle trajectories.
+    pub sft: bool,
+    /// Tasks the warm start learns from (`None`: the training tasks).
+    pub sft_tasks: Option<String>,
+    /// Supervised warm-start steps (with `sft`).
+    pub sft_steps: u64,
+    /// Peak learning rate of the warm start (`None`: by initial policy).
+    pub sft_lr: Option<f64>,
+    /// PPO steps.
+    pub steps: u64,
+    /// Stop PPO after this many minutes.
+    pub minutes: Option<f64>,
+    /// The recipe's overrides (samples, prompts per step, turns, sampling,
+    /// optimiser, critic, reward, seed).
+    pub recipe: RecipeFlags,
+    /// Samples per held-out task when measuring pass@1.
+    pub eval_samples: u32,
+    /// Sample tasks by their current pass rate.
+    pub curriculum: bool,
+    /// Train only on tasks whose samples got different rewards.
+    pub dynamic_sampling: bool,
+    /// Episodes in flight at once.
+    pub concurrency: usize,
+    /// Write a checkpoint every N PPO steps (and at the end).
+    pub checkpoint_every: u64,
+    /// Run directory (`None`: a new one under `<workspace>/checkpoints`).
+    pub out: Option<PathBuf>,
+}
+
+impl Default for TrainRequest {
+    /// The defaults of `endless train` (a test in `commands::train_cmd`
+    /// checks them against the CLI's).
+    fn default() -> Self {
+        TrainRequest {
+            tasks: None,
+            dev: None,
+            init: None,
+            policy: None,
+            sft: false,
+            sft_tasks: None,
+            sft_steps: 300,
+            sft_lr: None,
+            steps: 10,
+            minutes: None,
+            recipe: RecipeFlags {
+                reward: "binary".into(),
+                ..RecipeFlags::default()
+            },
+            eval_samples: 1,
+            curriculum: false,
+            dynamic_sampling: false,
+            concurrency: 16,
+            checkpoint_every: 5,
+            out: None,
+        }
+    }
+}
+
+/// Turn a request into training options: tasks and held-out tasks from the
+/// workspace, the initial policy, the recipe, and the run directory
+/// (`<workspace>/checkpoints/<train-id>` unless `out`). Errors name the
+/// CLI flags (`--init`, `--dev`...), which the TUI's form fields mirror.
+pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
     let ws = ctx.workspace()?;
     let tasks: Vec<Task> = match args.tasks.as_deref() {
         Some(sel) => select_tasks(&ws, Some(sel))?,
@@ -64,7 +140,7 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
             );
         }
     }
-    let recipe = recipe(ctx, args, &init)?;
+    let recipe = recipe(ctx, &args.recipe, &init)?;
     let out = match &args.out {
         Some(p) => p.clone(),
         None => ws.checkpoints_dir().join(format!(
@@ -107,31 +183,14 @@ pub fn options(ctx: &Context, args: &TrainArgs) -> Result<TrainOptions> {
     })
 }
 
-/// The effective recipe of `args` over the configuration's `[train]` section
-/// (see [`crate::rl::recipe`]).
-pub fn recipe(ctx: &Context, args: &TrainArgs, init: &InitSpec) -> Result<Recipe> {
-    let flags = RecipeFlags {
-        samples: args.samples,
-        prompts_per_step: args.tasks_per_step,
-        max_turns: args.max_turns,
-        temperature: args.temperature,
-        max_tokens: args.max_tokens,
-        ppo_epochs: args.ppo_epochs,
-        minibatch: args.minibatch,
-        critic: args.critic.clone(),
-        lr: args.lr,
-        critic_lr: args.critic_lr,
-        value_clip: args.value_clip,
-        weight_decay: args.weight_decay,
-        normalize_reward: args.normalize_reward,
-        reward: args.reward.clone(),
-        seed: args.seed,
-    };
+/// The effective recipe of `flags` over the configuration's `[train]`
+/// section (see [`crate::rl::recipe`]).
+pub fn recipe(ctx: &Context, flags: &RecipeFlags, init: &InitSpec) -> Result<Recipe> {
     let tiny = *init == InitSpec::Tiny;
     Recipe::resolve(
         &ctx.config.train,
         ctx.config.agent.train_max_turns,
-        &flags,
+        flags,
         tiny,
     )
     .map_err(anyhow::Error::msg)

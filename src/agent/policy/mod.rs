@@ -180,13 +180,13 @@ impl PolicyFactory {
             ("openai", None) => Err(bad("expected openai:MODEL@URL")),
             ("local", Some(rest)) if !rest.trim().is_empty() => {
                 let path = match rest.trim() {
-                    "smollm2" => crate::llm::local::fetch_smollm2(&options.model_cache)
+                    "smollm2" => crate::model::fetch_smollm2(&options.model_cache)
                         .map_err(|e| bad(&format!("cannot fetch SmolLM2: {e}")))?,
                     dir => PathBuf::from(dir),
                 };
-                let model = crate::llm::local::LocalModel::load(&path, &candle_core::Device::Cpu)
+                let model = crate::model::LocalModel::load(&path, &candle_core::Device::Cpu)
                     .map_err(|e| bad(&e.to_string()))?;
-                let chat = Arc::new(crate::llm::local::LocalChat::new(model, 0));
+                let chat = Arc::new(crate::llm::LocalChat::new(model, 0));
                 let mut factory = Self::chat(chat, options.sampling.clone());
                 if let Self::Chat { name, .. } = &mut factory {
                     *name = spec.to_string();

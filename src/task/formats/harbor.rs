@@ -12,8 +12,8 @@ use super::convert::{
 };
 use super::test_script::{classify, harbor_test_sh, TestScript};
 use super::{BundleError, Task};
-use crate::fsutil::{read_tree_bounded, ReadLimits};
 use crate::task::text::{parse_toml, read_text};
+use crate::task::{read_tree_bounded, ReadLimits};
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
 const TRUTH: &str = "truth.md";

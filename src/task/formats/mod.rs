@@ -19,7 +19,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{read_native, write_native, BundleError, Task};
-use crate::fsutil::ReadLimits;
+use crate::task::ReadLimits;
 
 /// A supported on-disk task format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -20,9 +20,9 @@ use super::convert::{
 };
 use super::solver_summary::{self, O3_SUMMARY};
 use super::{id_from_dir, BundleError, Task};
-use crate::fsutil::{read_tree_bounded, ReadLimits};
 use crate::task::envdef;
 use crate::task::text::{parse_json, read_text};
+use crate::task::{read_tree_bounded, ReadLimits};
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
 const SOLUTIONS: &str = "solutions";

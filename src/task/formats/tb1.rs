@@ -13,8 +13,8 @@ use super::convert::{
 };
 use super::test_script::{classify, harbor_test_sh, TestScript};
 use super::{BundleError, Task};
-use crate::fsutil::{read_tree_bounded, ReadLimits};
 use crate::task::text::{parse_yaml, read_text};
+use crate::task::{read_tree_bounded, ReadLimits};
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
 const RUN_TESTS: &str = "run-tests.sh";

@@ -9,11 +9,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
 use ratatui::Frame;
 
-use super::tasks::{stars, status_style};
 use crate::store::{EpisodeRow, TaskRow};
 use crate::task::Task;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::highlight::{highlight_line, Lang};
+use crate::tui::widgets::task_marks::{stars, status_style};
 
 /// The detail tabs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -9,11 +9,11 @@ use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState
 use ratatui::Frame;
 
 use super::detail::pass_cell;
-use super::tasks::stars;
 use crate::store::EpisodeRow;
 use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
+use crate::tui::widgets::task_marks::stars;
 
 /// Label used for episodes without a failure mode in the filter.
 pub const NO_FAILURE: &str = "none";

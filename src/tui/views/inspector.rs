@@ -288,7 +288,7 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
         Ok(r) => r,
         Err(e) => return vec![Line::from(Span::styled(e.clone(), theme.failure()))],
     };
-    let loop_start = crate::eval::find_loop(&r.steps);
+    let loop_start = crate::agent::find_loop(&r.steps);
     let earliest = r.earliest_failing_step.map(|s| s as usize);
     let mut out = Vec::new();
     if let Some(s) = loop_start {

@@ -13,6 +13,7 @@ use crate::store::{TaskRow, TaskStatus};
 use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
+use crate::tui::widgets::task_marks::{stars, status_style};
 
 /// Sortable columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -101,24 +102,6 @@ fn status_rank(s: TaskStatus) -> u8 {
         TaskStatus::Accepted => 1,
         TaskStatus::Rejected => 2,
         TaskStatus::Archived => 3,
-    }
-}
-
-/// Style of a status cell.
-pub fn status_style(s: TaskStatus, theme: &Theme) -> Style {
-    match s {
-        TaskStatus::Candidate => theme.warning(),
-        TaskStatus::Accepted => theme.success(),
-        TaskStatus::Rejected => theme.failure(),
-        TaskStatus::Archived => theme.muted(),
-    }
-}
-
-/// `★★★··` for a 1-5 rating.
-pub fn stars(r: Option<u8>) -> String {
-    match r {
-        Some(n) => (1..=5).map(|i| if i <= n { '★' } else { '·' }).collect(),
-        None => "-".into(),
     }
 }
 

@@ -5,3 +5,4 @@ pub mod form;
 pub mod highlight;
 pub mod input;
 pub mod num;
+pub mod task_marks;

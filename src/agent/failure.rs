@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{EndReason, Step, StepKind};
+use super::episode::{EndReason, Step, StepKind};
 
 /// Why an episode failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -11,10 +11,10 @@
 //! and each seat keeps its prompt's KV cache, so that its next turn runs only
 //! the new tokens.
 
-use super::error::{LocalError, Result};
-use super::model::{Generation, LocalModel, PromptCache};
-use super::sampling::Sampler;
-use super::tokenizer::ChatTokenizer;
+use crate::model::error::{LocalError, Result};
+use crate::model::generation::local_model::{Generation, LocalModel, PromptCache};
+use crate::model::generation::sampling::Sampler;
+use crate::model::text::tokenizer::ChatTokenizer;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

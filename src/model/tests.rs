@@ -1,7 +1,10 @@
 //! Tests of the local models on tiny in-process models (no downloads).
 
-use super::tiny::{tiny_config, train_tokenizer, write_model_dir};
 use super::*;
+use crate::model::models::gguf_llama;
+use crate::model::models::tiny::{self, tiny_config, train_tokenizer, write_model_dir};
+use crate::model::quantized::gguf;
+use crate::model::text::chat_template;
 use candle_core::{DType, Device, IndexOp, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 
@@ -270,29 +273,6 @@ fn gguf_metadata_tokenizer_matches_the_original() {
     );
     let e = gguf::tokenizer_from_gguf(&md, std::path::Path::new("x.gguf")).unwrap_err();
     assert!(e.to_string().contains("x.gguf") && e.to_string().contains("tokenizer.ggml.model"));
-}
-
-#[tokio::test]
-async fn local_chat_implements_chat_model() {
-    use crate::llm::{ChatMessage, ChatModel, SamplingParams};
-    let dir = tempfile::tempdir().unwrap();
-    write_model_dir(dir.path(), &tiny_config(Arch::Qwen3, 300), &tokenizer(), 3).unwrap();
-    let chat = LocalChat::new(LocalModel::load(dir.path(), &Device::Cpu).unwrap(), 1);
-    assert!(chat.name().starts_with("local:"));
-    let params = SamplingParams {
-        temperature: 0.7,
-        top_p: 0.9,
-        max_tokens: Some(6),
-    };
-    let msgs = [ChatMessage::system("be brief"), ChatMessage::user("ls")];
-    let r = chat.chat(&msgs, &params).await.unwrap();
-    assert!(r.usage.prompt_tokens > 0);
-    assert!(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 6);
-    assert!(matches!(
-        r.finish_reason.as_deref(),
-        Some("stop" | "length")
-    ));
-    assert_eq!(r.attempts, 1);
 }
 
 /// A tiny random model of each architecture, saved under `dir` and loaded.

@@ -1,14 +1,14 @@
 //! [`LocalModel`]: a chat model run in-process with candle, loaded from a
 //! Hugging Face-style directory (safetensors) or a GGUF file.
 
-use super::chat_template::TemplateMessage;
-use super::config::{token_ids, ModelConfig};
-use super::error::{LocalError, Result};
-use super::gguf::GgufModel;
-use super::sampling::{Sampler, SamplingConfig};
-use super::tokenizer::ChatTokenizer;
-use super::transformer::{KvCache, Transformer};
-use super::weights::{check_weights, mmap, weight_files};
+use crate::model::config::{token_ids, ModelConfig};
+use crate::model::error::{LocalError, Result};
+use crate::model::generation::sampling::{Sampler, SamplingConfig};
+use crate::model::models::transformer::{KvCache, Transformer};
+use crate::model::quantized::gguf::GgufModel;
+use crate::model::text::chat_template::TemplateMessage;
+use crate::model::text::tokenizer::ChatTokenizer;
+use crate::model::weights::{check_weights, mmap, weight_files};
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use std::path::Path;
@@ -529,7 +529,7 @@ impl Logits {
 /// that share a prompt.
 struct Stepper<'a> {
     backend: &'a mut Backend,
-    cache: Option<super::transformer::KvCache>,
+    cache: Option<crate::model::models::transformer::KvCache>,
     /// Sequences sampled together.
     batch: usize,
     pos: usize,

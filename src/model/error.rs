@@ -7,36 +7,57 @@ use std::path::PathBuf;
 pub enum LocalError {
     /// A file the model directory needs is missing.
     #[error("{path}: missing ({what})")]
-    MissingFile { path: PathBuf, what: String },
+    MissingFile {
+        /// Where it was looked for.
+        path: PathBuf,
+        /// What it would have held.
+        what: String,
+    },
     /// A file exists but could not be read.
     #[error("{path}: cannot read: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
     /// A file holds something other than what was expected.
     #[error("{path}: field `{field}`: {message}")]
     BadField {
+        /// The file.
         path: PathBuf,
+        /// The offending field.
         field: String,
+        /// What is wrong with it.
         message: String,
     },
     /// A file could not be parsed at all.
     #[error("{path}: {message}")]
-    BadFile { path: PathBuf, message: String },
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        message: String,
+    },
     /// The model's architecture is not one this crate implements.
     #[error("{path}: unsupported architecture `{arch}` (supported: {supported})")]
     UnsupportedArchitecture {
+        /// The file naming it.
         path: PathBuf,
+        /// The architecture named.
         arch: String,
+        /// The architectures this crate runs.
         supported: &'static str,
     },
     /// A weight is missing from the weight files or has the wrong shape.
     #[error("{file}: tensor `{name}`: {message}")]
     Weight {
+        /// The weight file (or the model directory).
         file: String,
+        /// The tensor's name.
         name: String,
+        /// What is wrong with it.
         message: String,
     },
     /// Tokenizer failure (encoding or decoding).

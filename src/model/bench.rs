@@ -2,10 +2,10 @@
 //! batched, on a fixed chat prompt with greedy decoding (the settings
 //! `scripts/bench_llamacpp.sh` gives llama.cpp, for a side-by-side table).
 
-use super::chat_template::TemplateMessage;
-use super::error::Result;
-use super::model::{BatchOptions, GenTimings, LocalModel};
-use super::sampling::{Sampler, SamplingConfig};
+use crate::model::error::Result;
+use crate::model::generation::local_model::{BatchOptions, GenTimings, LocalModel};
+use crate::model::generation::sampling::{Sampler, SamplingConfig};
+use crate::model::text::chat_template::TemplateMessage;
 use serde::Serialize;
 
 /// The benchmark's user message (the chat template wraps it).
@@ -53,6 +53,7 @@ pub struct SampleBench {
     pub profile: &'static str,
     /// The user message and its chat-templated token ids.
     pub prompt: String,
+    /// `prompt` after the chat template, tokenized.
     pub prompt_ids: Vec<u32>,
     /// Greedy tokens of the batch-1 run (to check another engine decodes the same).
     pub output_ids: Vec<u32>,

@@ -1,5 +1,5 @@
 //! Fused CPU kernels with backward passes, for the training path of
-//! [`super::Transformer`].
+//! [`crate::model::Transformer`].
 //!
 //! candle's fused `softmax_last_dim`, `rms_norm` and `rope` have no backward
 //! pass, and their composed equivalents cost several full passes over memory

@@ -6,13 +6,13 @@
 //! gets gradients for the embedding and the head. This module runs either
 //! path over the same weights:
 //! - [`Transformer::hidden_states`]: differentiable ops only (the fused CPU
-//!   kernels with backward passes of [`super::train_ops`], or `rope_slow`,
+//!   kernels with backward passes of [`crate::model::kernels::train_ops`], or `rope_slow`,
 //!   `ops::softmax` and a composed RMS norm elsewhere), whole sequences,
 //!   causal mask;
 //! - [`Transformer::forward_cached`]: fused ops plus a [`KvCache`], for sampling.
 
-use super::config::{Arch, ModelConfig};
-use super::train_ops::{self, Rope};
+use crate::model::config::{Arch, ModelConfig};
+use crate::model::kernels::train_ops::{self, Rope};
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Embedding, Init, Linear, VarBuilder};
 
@@ -418,7 +418,7 @@ impl Transformer {
     }
 
     /// The training forward pass with the fused differentiable kernels of
-    /// [`super::train_ops`] (one pass each for RMS norm, rope and the causal
+    /// [`crate::model::kernels::train_ops`] (one pass each for RMS norm, rope and the causal
     /// softmax; grouped-query attention without copying key/value heads;
     /// projections as single 2-D matrix products).
     fn run_train(&self, ids: &Tensor) -> Result<Tensor> {
@@ -606,7 +606,7 @@ impl Transformer {
     }
 }
 
-/// Whether the training path uses [`super::train_ops`] (the default); set
+/// Whether the training path uses [`crate::model::kernels::train_ops`] (the default); set
 /// `ENDLESS_COMPOSED_TRAIN_OPS=1` to run it with candle's composed ops instead,
 /// to compare speed or check the kernels.
 fn fused_train_ops() -> bool {

@@ -1,7 +1,7 @@
 //! Jinja chat templates (from `tokenizer_config.json` or GGUF metadata),
 //! rendered with minijinja plus Python string methods (`startswith`, `strip`...).
 
-use super::error::{LocalError, Result};
+use crate::model::error::{LocalError, Result};
 use serde::Serialize;
 
 /// A ChatML template, used when a model ships none.

@@ -5,7 +5,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::task::{FileEntry, FileTree};
+use super::{FileEntry, FileTree};
 
 /// Bounds on what one task may contain.
 #[derive(Debug, Clone, Copy)]

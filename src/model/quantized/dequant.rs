@@ -1,7 +1,7 @@
 //! GGUF to trainable weights: every tensor of a GGUF file dequantised to f32
 //! under its Hugging Face name, the [`ModelConfig`] rebuilt from the GGUF
 //! metadata, and the tokenizer, so that a quantized model can be loaded into
-//! the differentiable [`super::Transformer`] (and trained, see
+//! the differentiable [`crate::model::Transformer`] (and trained, see
 //! `rl::Policy::from_gguf`).
 //!
 //! llama.cpp's converter permutes the rows of `q_proj` / `k_proj` of the
@@ -10,11 +10,11 @@
 //! those rows are permuted back ([`unpermute_rope_rows`]). `qwen2` and `qwen3`
 //! files are written unpermuted (llama.cpp runs them with neox rope).
 
-use super::config::{Arch, ModelConfig};
-use super::error::{LocalError, Result};
-use super::gguf::tokenizer_from_gguf;
-use super::tokenizer::ChatTokenizer;
-use super::transformer::weight_shapes;
+use crate::model::config::{Arch, ModelConfig};
+use crate::model::error::{LocalError, Result};
+use crate::model::models::transformer::weight_shapes;
+use crate::model::quantized::gguf::tokenizer_from_gguf;
+use crate::model::text::tokenizer::ChatTokenizer;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
@@ -22,9 +22,11 @@ use std::path::Path;
 
 /// A GGUF model as dense f32 tensors.
 pub struct DenseGguf {
+    /// Hyper-parameters read from the GGUF metadata.
     pub config: ModelConfig,
     /// Hugging Face names (`model.layers.0.self_attn.q_proj.weight`, ...).
     pub tensors: HashMap<String, Tensor>,
+    /// The tokenizer and chat template rebuilt from the GGUF metadata.
     pub tokenizer: ChatTokenizer,
 }
 

@@ -2,13 +2,10 @@
 //! Concurrent requests are sampled in batches ([`SharedModel`]), on blocking
 //! threads.
 
-use super::chat_template::TemplateMessage;
-use super::model::LocalModel;
-use super::sampling::{Sampler, SamplingConfig};
-use super::shared::SharedModel;
 use crate::llm::{
     ChatMessage, ChatModel, ChatResponse, LlmError, Role, SamplingParams, TokenUsage,
 };
+use crate::model::{LocalModel, Sampler, SamplingConfig, SharedModel, TemplateMessage};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,5 +92,46 @@ impl ChatModel for LocalChat {
             finish_reason: Some(g.finish.as_str().to_string()),
             attempts: 1,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{ChatMessage, ChatModel, SamplingParams};
+    use crate::model::models::tiny::{tiny_config, train_tokenizer, write_model_dir};
+    use crate::model::Arch;
+    use candle_core::Device;
+
+    const CORPUS: &[&str] = &[
+        "ls -la /home/user",
+        "cat notes.txt | grep error",
+        "mkdir -p backup && cp *.log backup/",
+        "find . -name '*.py' | wc -l",
+        "echo done > status.txt",
+        "The quick brown fox jumps over the lazy dog.",
+    ];
+
+    #[tokio::test]
+    async fn local_chat_implements_chat_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = train_tokenizer(CORPUS.iter(), 300).unwrap();
+        write_model_dir(dir.path(), &tiny_config(Arch::Qwen3, 300), &tokenizer, 3).unwrap();
+        let chat = LocalChat::new(LocalModel::load(dir.path(), &Device::Cpu).unwrap(), 1);
+        assert!(chat.name().starts_with("local:"));
+        let params = SamplingParams {
+            temperature: 0.7,
+            top_p: 0.9,
+            max_tokens: Some(6),
+        };
+        let msgs = [ChatMessage::system("be brief"), ChatMessage::user("ls")];
+        let r = chat.chat(&msgs, &params).await.unwrap();
+        assert!(r.usage.prompt_tokens > 0);
+        assert!(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 6);
+        assert!(matches!(
+            r.finish_reason.as_deref(),
+            Some("stop" | "length")
+        ));
+        assert_eq!(r.attempts, 1);
     }
 }

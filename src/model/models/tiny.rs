@@ -2,10 +2,10 @@
 //! corpus and a randomly initialised decoder saved as a Hugging Face-style
 //! model directory. Used by tests and by `--init tiny`.
 
-use super::chat_template::CHATML_TEMPLATE;
-use super::config::{Arch, ModelConfig};
-use super::error::{LocalError, Result};
-use super::transformer::Transformer;
+use crate::model::config::{Arch, ModelConfig};
+use crate::model::error::{LocalError, Result};
+use crate::model::models::transformer::Transformer;
+use crate::model::text::chat_template::CHATML_TEMPLATE;
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
 use std::path::Path;

@@ -1,11 +1,11 @@
 //! `config.json` of a Hugging Face-style model directory, reduced to what the
 //! Qwen2 / Qwen2.5 / Qwen3 / Llama decoder needs.
 
-use super::error::{LocalError, Result};
+use crate::model::error::{LocalError, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// The decoder families implemented by [`super::transformer::Transformer`].
+/// The decoder families implemented by [`crate::model::models::transformer::Transformer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
@@ -20,31 +20,50 @@ pub enum Arch {
 /// Llama 3 rope frequency scaling (`rope_scaling` with `rope_type = "llama3"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Llama3RopeScaling {
+    /// How much longer than the original context the model was extended to.
     pub factor: f32,
+    /// Wavelengths beyond `original / low_freq_factor` are divided by `factor`.
     pub low_freq_factor: f32,
+    /// Wavelengths below `original / high_freq_factor` are left alone.
     pub high_freq_factor: f32,
+    /// The context length the model was pre-trained with.
     pub original_max_position_embeddings: usize,
 }
 
 /// Model hyper-parameters, normalised across the supported families.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
+    /// The decoder family.
     pub arch: Arch,
+    /// Rows of the embedding and of the output head.
     pub vocab_size: usize,
+    /// Width of the residual stream.
     pub hidden_size: usize,
+    /// Width of the MLP's gate and up projections.
     pub intermediate_size: usize,
+    /// Decoder layers.
     pub num_hidden_layers: usize,
+    /// Query heads per layer.
     pub num_attention_heads: usize,
+    /// Key/value heads per layer (grouped-query attention when fewer).
     pub num_key_value_heads: usize,
+    /// Width of one attention head.
     pub head_dim: usize,
+    /// Epsilon of the RMS norms.
     pub rms_norm_eps: f64,
+    /// Base of the rotary position frequencies.
     pub rope_theta: f64,
+    /// Longest context the rotary tables are built for.
     pub max_position_embeddings: usize,
+    /// Whether the output head reuses the embedding matrix.
     pub tie_word_embeddings: bool,
     /// Whether q/k/v projections carry a bias.
     pub qkv_bias: bool,
+    /// Llama 3 rope scaling, when the model uses it.
     pub rope_scaling: Option<Llama3RopeScaling>,
+    /// The beginning-of-sequence token, if the model has one.
     pub bos_token_id: Option<u32>,
+    /// Tokens that end a generation.
     pub eos_token_ids: Vec<u32>,
 }
 

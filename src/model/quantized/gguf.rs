@@ -1,9 +1,9 @@
 //! GGUF models: quantized weights run by candle-transformers (llama, qwen2,
 //! qwen3 architectures), tokenizer rebuilt from the GGUF metadata.
 
-use super::error::{LocalError, Result};
-use super::gguf_llama::LlamaGguf;
-use super::tokenizer::ChatTokenizer;
+use crate::model::error::{LocalError, Result};
+use crate::model::models::gguf_llama::LlamaGguf;
+use crate::model::text::tokenizer::ChatTokenizer;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_qwen2, quantized_qwen3};

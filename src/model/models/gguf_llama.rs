@@ -5,7 +5,7 @@
 //! sequences leave it. Attention is grouped-query without copying the keys
 //! and values to every query head, and only last-position logits are computed.
 
-use super::q4_1::QuantMatmul;
+use crate::model::kernels::q4_1::QuantMatmul;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};
@@ -175,12 +175,12 @@ impl LlamaGguf {
 
     /// Copy a batch-1 KV cache to `n` rows.
     pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
-        super::transformer::repeat_rows(&mut self.cache, n)
+        crate::model::models::transformer::repeat_rows(&mut self.cache, n)
     }
 
     /// Keep only the batch rows `rows` of the KV cache.
     pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
-        super::transformer::retain_rows(&mut self.cache, rows)
+        crate::model::models::transformer::retain_rows(&mut self.cache, rows)
     }
 
     /// Append `ids` `(batch, time)` after the cached positions; logits of the

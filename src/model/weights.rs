@@ -1,9 +1,9 @@
 //! Safetensors weight files of a model directory: finding them, checking
 //! names and shapes against the config, and loading them into a `VarMap`.
 
-use super::config::ModelConfig;
-use super::error::{LocalError, Result};
-use super::transformer::weight_shapes;
+use crate::model::config::ModelConfig;
+use crate::model::error::{LocalError, Result};
+use crate::model::models::transformer::weight_shapes;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::Device;
 use candle_nn::VarMap;

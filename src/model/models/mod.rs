@@ -1,0 +1,7 @@
+//! Architectures: the project's own decoder ([`transformer`]), the batched
+//! GGUF llama ([`gguf_llama`]), and tiny randomly initialised models
+//! ([`tiny`]) for tests and `--init tiny`.
+
+pub mod gguf_llama;
+pub mod tiny;
+pub mod transformer;

@@ -1,0 +1,25 @@
+//! How a task's status and rating are shown, wherever tasks are listed or
+//! detailed.
+
+use ratatui::style::Style;
+
+use crate::store::TaskStatus;
+use crate::tui::theme::Theme;
+
+/// Style of a status cell.
+pub fn status_style(s: TaskStatus, theme: &Theme) -> Style {
+    match s {
+        TaskStatus::Candidate => theme.warning(),
+        TaskStatus::Accepted => theme.success(),
+        TaskStatus::Rejected => theme.failure(),
+        TaskStatus::Archived => theme.muted(),
+    }
+}
+
+/// `★★★··` for a 1-5 rating.
+pub fn stars(r: Option<u8>) -> String {
+    match r {
+        Some(n) => (1..=5).map(|i| if i <= n { '★' } else { '·' }).collect(),
+        None => "-".into(),
+    }
+}
