@@ -31,10 +31,11 @@ const LAYERS: &[&[&str]] = &[
     &["agent", "eval"],
     // 5. Pipelines built on episodes.
     &["generate", "rl"],
-    // 6. Jobs and the use cases both front ends call.
-    &["jobs", "workbench"],
+    // 6. Jobs, the use cases both front ends call, and the environment
+    // server (a use case the CLI starts).
+    &["jobs", "workbench", "serve"],
     // 7. Front ends, and the clap definitions the CLI front end reads.
-    &["serve", "cli", "commands", "tui"],
+    &["cli", "commands", "tui"],
     // 8. The binary (the one place that links both front ends) and the
     // crate root (module declarations).
     &["main", "lib"],

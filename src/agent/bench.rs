@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::episode_io::{RolloutError, SandboxProvider};
 use super::policy::PolicyFactory;
-use super::rollout::{run_rollouts, RolloutConfig, RolloutError, SandboxProvider};
+use super::rollout::{run_rollouts, RolloutConfig};
 use crate::task::Task;
 
 /// What [`bench_rollout`] measured. Times are sums over episodes, in

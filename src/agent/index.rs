@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use super::episode_io::EpisodePaths;
 use super::result::EpisodeResult;
-use super::rollout::EpisodePaths;
 use crate::store::{EpisodeRow, StoreError, Workspace};
 
 /// Index `episode` of run `run_id` (its files under `runs/<run_id>/`),

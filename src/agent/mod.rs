@@ -4,8 +4,9 @@
 
 mod bench;
 mod episode;
-mod index;
+mod episode_io;
 mod failure;
+mod index;
 pub mod policy;
 pub mod protocol;
 mod recorded;
@@ -19,15 +20,19 @@ pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step,
     StepKind, StepOutcome, Trajectory,
 };
+pub use episode_io::{
+    EpisodePaths, LiveStream, RolloutError, RolloutEvent, SandboxProvider, StartOptions,
+    Verification,
+};
+pub use failure::{
+    classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS,
+};
 pub use index::index_episode;
-pub use failure::{classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS};
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
 pub use recorded::{RecordedEpisode, Recording, Started};
 pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
 pub use rollout::{
-    load_result, load_run, run_rollouts, run_sandboxed_episode, EpisodePaths, LiveStream,
-    RolloutConfig, RolloutError, RolloutEvent, RunSummary, SandboxProvider, StartOptions,
-    Verification,
+    load_result, load_run, run_rollouts, run_sandboxed_episode, RolloutConfig, RunSummary,
 };
 pub use sandboxed::BackendProvider;
 pub use terminal::{Fault, Terminal, TerminalError};

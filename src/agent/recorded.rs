@@ -10,8 +10,8 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::episode::{EpisodeConfig, EpisodeObserver, EpisodeStepper, Step, StepOutcome};
+use super::episode_io::{EpisodePaths, RolloutError, RolloutEvent, SandboxProvider, StartOptions};
 use super::result::{EpisodeId, EpisodeResult, Timings};
-use super::rollout::{EpisodePaths, RolloutError, RolloutEvent, SandboxProvider, StartOptions};
 use crate::llm::{ChatMessage, TokenUsage};
 use crate::task::Task;
 

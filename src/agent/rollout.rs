@@ -14,52 +14,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::episode::{EndReason, EpisodeConfig, Step};
+use super::episode::{EndReason, EpisodeConfig};
+use super::episode_io::{EpisodePaths, RolloutError, RolloutEvent, SandboxProvider};
 use super::policy::PolicyFactory;
 use super::recorded::{RecordedEpisode, Recording, Started};
-use super::result::{EpisodeId, EpisodeResult, TestOutcome};
-use super::terminal::{Terminal, TerminalError};
+use super::result::{EpisodeId, EpisodeResult};
 use crate::task::Task;
-
-/// A live copy of a session's raw byte stream (for TUI panes).
-pub type LiveStream = tokio::sync::broadcast::Receiver<Arc<[u8]>>;
-
-/// How a sandbox is started for an episode.
-#[derive(Debug, Clone, Default)]
-pub struct StartOptions {
-    /// Record an asciicast of the session here.
-    pub record: Option<PathBuf>,
-}
-
-/// What the final tests said.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Verification {
-    pub tests: Vec<TestOutcome>,
-    /// The JUnit XML report, when the runner wrote one.
-    pub junit_xml: Option<String>,
-    /// The test runner's output.
-    pub output: String,
-}
-
-/// Starts terminals for tasks and checks their final state. Implemented for
-/// the real sandbox backend; tests use a plain `bash` in a temp dir.
-pub trait SandboxProvider: Send + Sync + 'static {
-    /// The session type.
-    type Term: Terminal + Send;
-    /// Build or fetch `task`'s image ahead of time (optional: `start` must
-    /// also work without it).
-    fn prepare(&self, _task: &Task) -> Result<(), TerminalError> {
-        Ok(())
-    }
-    /// Start a fresh copy of `task`'s initial state.
-    fn start(&self, task: &Task, options: &StartOptions) -> Result<Self::Term, TerminalError>;
-    /// Run `task`'s final tests in `term` after the agent stopped.
-    fn verify(&self, term: &mut Self::Term, task: &Task) -> Result<Verification, TerminalError>;
-    /// A live copy of the session's byte stream, when the backend has one.
-    fn stream(&self, _term: &Self::Term) -> Option<LiveStream> {
-        None
-    }
-}
 
 /// Settings of a rollout run.
 #[derive(Debug, Clone)]
@@ -99,39 +59,6 @@ impl RolloutConfig {
     }
 }
 
-/// Progress of a run, for progress bars and the TUI.
-#[derive(Debug)]
-pub enum RolloutEvent {
-    /// The run is planned: `total` episodes, of which `finished` were already done.
-    Planned { total: usize, finished: usize },
-    /// An episode's sandbox is up; `stream` carries its raw bytes if available.
-    Started {
-        task: String,
-        sample: u32,
-        stream: Option<LiveStream>,
-    },
-    /// A turn finished.
-    Step {
-        task: String,
-        sample: u32,
-        step: Box<Step>,
-    },
-    /// An episode finished (its files are on disk).
-    Finished { result: Box<EpisodeResult> },
-}
-
-/// Why a run stopped early.
-#[derive(Debug, thiserror::Error)]
-pub enum RolloutError {
-    #[error("cannot write {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("an episode worker crashed: {0}")]
-    Worker(String),
-}
-
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct RunSummary {
@@ -145,28 +72,6 @@ pub struct RunSummary {
     /// The run was cancelled before every episode started.
     pub cancelled: bool,
     pub wall_secs: f64,
-}
-
-/// The files of one episode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EpisodePaths {
-    pub trajectory: PathBuf,
-    pub cast: PathBuf,
-    pub junit: PathBuf,
-    pub result: PathBuf,
-}
-
-impl EpisodePaths {
-    /// Paths of sample `sample` of task `task_id` under `run_dir`.
-    pub fn new(run_dir: &Path, task_id: &str, sample: u32) -> Self {
-        let dir = run_dir.join("episodes").join(task_id);
-        Self {
-            trajectory: dir.join(format!("{sample}.jsonl")),
-            cast: dir.join(format!("{sample}.cast")),
-            junit: dir.join(format!("{sample}.junit.xml")),
-            result: dir.join(format!("{sample}.json")),
-        }
-    }
 }
 
 /// Read a finished episode's result file, if it exists and parses.

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::episode_io::{LiveStream, SandboxProvider, StartOptions, Verification};
 use super::result::TestOutcome;
-use super::rollout::{LiveStream, SandboxProvider, StartOptions, Verification};
 use super::terminal::{Fault, Terminal, TerminalError};
 use crate::sandbox::{Backend, ExecResult, SandboxError, Session, SessionOptions};
 use crate::task::Task;

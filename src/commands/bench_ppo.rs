@@ -11,8 +11,8 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::cli::PpoSize;
-use crate::model::models::tiny::tiny_config;
-use crate::model::{Arch, ModelConfig};
+use crate::model::models::tiny::{qwen2_config, DecoderShape};
+use crate::model::ModelConfig;
 use crate::rl::{Policy, RolloutBatch, RolloutSequence, TrainConfig, Trainer};
 
 /// Sequences per synthetic batch.
@@ -24,27 +24,31 @@ pub const SEQ_LEN: usize = 256;
 pub fn ppo_model_config(size: PpoSize) -> ModelConfig {
     match size {
         // ~1M parameters, as `benches/rl.rs`.
-        PpoSize::M1 => {
-            let mut cfg = tiny_config(Arch::Qwen2, 512);
-            cfg.hidden_size = 128;
-            cfg.intermediate_size = 384;
-            cfg.num_hidden_layers = 4;
-            cfg.num_attention_heads = 4;
-            cfg.num_key_value_heads = 2;
-            cfg.head_dim = 32;
-            cfg
-        }
+        PpoSize::M1 => qwen2_config(
+            DecoderShape {
+                hidden: 128,
+                intermediate: 384,
+                layers: 4,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 32,
+            },
+            512,
+            512,
+        ),
         // ~10M parameters.
-        PpoSize::M10 => {
-            let mut cfg = tiny_config(Arch::Qwen2, 8192);
-            cfg.hidden_size = 256;
-            cfg.intermediate_size = 768;
-            cfg.num_hidden_layers = 10;
-            cfg.num_attention_heads = 8;
-            cfg.num_key_value_heads = 4;
-            cfg.head_dim = 32;
-            cfg
-        }
+        PpoSize::M10 => qwen2_config(
+            DecoderShape {
+                hidden: 256,
+                intermediate: 768,
+                layers: 10,
+                heads: 8,
+                kv_heads: 4,
+                head_dim: 32,
+            },
+            8192,
+            512,
+        ),
     }
 }
 

@@ -18,8 +18,8 @@ use crate::cli::{EvalArgs, RunArgs};
 use crate::eval::{evaluate, format_table, write_markdown_report};
 use crate::store::Workspace;
 use crate::task::Task;
-use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
 use crate::workbench::Context;
+use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
 
 /// `endless run TASK --policy P`
 pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {

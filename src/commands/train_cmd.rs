@@ -9,8 +9,8 @@ use anyhow::Result;
 
 use super::print_json;
 use crate::cli::TrainArgs;
-use crate::rl::run_files::{load_run, RunStatus};
 use crate::rl::init::InitSpec;
+use crate::rl::run_files::{load_run, RunStatus};
 use crate::rl::session::{self, TrainEvent};
 use crate::rl::RecipeFlags;
 use crate::workbench::{train_options as options, train_recipe as recipe, Context, TrainRequest};

@@ -8,8 +8,8 @@ use super::error::Result;
 use super::policy::Policy;
 use crate::agent::policy::oracle_command;
 use crate::agent::protocol::{CORRECTIVE_MESSAGE, SYSTEM_PROMPT};
-use crate::model::models::tiny::{tiny_config, train_tokenizer};
-use crate::model::{Arch, ChatTokenizer, ModelConfig};
+use crate::model::models::tiny::{qwen2_config, train_tokenizer, DecoderShape};
+use crate::model::{ChatTokenizer, ModelConfig};
 use crate::task::Task;
 use candle_core::Device;
 
@@ -57,15 +57,15 @@ pub const TINY_VOCAB: usize = 2048;
 /// The `--init tiny` architecture for a vocabulary of `vocab` tokens: a
 /// Qwen2-style decoder of about 2M parameters with a 2048-token context.
 pub fn tiny_policy_config(vocab: usize) -> ModelConfig {
-    let mut cfg = tiny_config(Arch::Qwen2, vocab);
-    cfg.hidden_size = 192;
-    cfg.intermediate_size = 512;
-    cfg.num_hidden_layers = 4;
-    cfg.num_attention_heads = 6;
-    cfg.num_key_value_heads = 2;
-    cfg.head_dim = 32;
-    cfg.max_position_embeddings = 2048;
-    cfg
+    let shape = DecoderShape {
+        hidden: 192,
+        intermediate: 512,
+        layers: 4,
+        heads: 6,
+        kv_heads: 2,
+        head_dim: 32,
+    };
+    qwen2_config(shape, vocab, 2048)
 }
 
 /// Text a tiny tokenizer is trained on: the agent protocol, and each task's

@@ -76,3 +76,18 @@ impl MetricsLog {
             .collect())
     }
 }
+
+/// One supervised (SFT) step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SftMetrics {
+    /// Steps done after this one (1-based).
+    pub step: u64,
+    /// Mean cross-entropy over the agent's tokens.
+    pub loss: f64,
+    /// Agent tokens in the batch.
+    pub agent_tokens: usize,
+    /// Tokens processed per second.
+    pub tokens_per_s: f64,
+    /// Learning rate of the step.
+    pub lr: f64,
+}

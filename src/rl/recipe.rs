@@ -390,49 +390,4 @@ mod tests {
             "--reward",
         );
     }
-
-    #[test]
-    fn recipe_round_trips_through_train_json() {
-        let dir = tempfile::tempdir().unwrap();
-        let recipe = Recipe::resolve(&defaults(), 16, &flags(), true).unwrap();
-        let info = super::super::run_files::RunInfo {
-            id: "t".into(),
-            created: "2026-01-01T00:00:00Z".into(),
-            updated: "2026-01-01T00:00:00Z".into(),
-            init: "tiny".into(),
-            params: 1,
-            tasks: 1,
-            eval_tasks: 0,
-            steps: 1,
-            steps_done: 0,
-            sft_steps: 0,
-            samples: recipe.samples,
-            max_turns: recipe.max_turns,
-            status: super::super::run_files::RunStatus::Running,
-            message: None,
-            recipe: Some(recipe.clone()),
-        };
-        super::super::run_files::write_info(dir.path(), &info).unwrap();
-        let back = super::super::run_files::read_info(dir.path())
-            .unwrap()
-            .unwrap();
-        assert_eq!(back, info);
-        assert_eq!(back.recipe.as_ref(), Some(&recipe));
-        // A train.json written before recipes existed still reads.
-        let mut v = serde_json::to_value(&info).unwrap();
-        v.as_object_mut().unwrap().remove("recipe");
-        std::fs::write(dir.path().join("train.json"), v.to_string()).unwrap();
-        let old = super::super::run_files::read_info(dir.path())
-            .unwrap()
-            .unwrap();
-        assert_eq!(old.recipe, None);
-        // Every setting of the table is in README's recipe table.
-        let readme = include_str!("../../README.md");
-        for (setting, _, _) in RECIPE_TABLE {
-            assert!(
-                readme.contains(&format!("| `{setting}` |")),
-                "README's recipe table lacks `{setting}`"
-            );
-        }
-    }
 }

@@ -13,6 +13,7 @@
 //! another process shows up as well.
 
 use super::error::{Result, RlError};
+pub use super::metrics::SftMetrics;
 use super::metrics::StepMetrics;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::io::Write;
@@ -87,20 +88,6 @@ pub struct RunInfo {
     /// The effective recipe (absent in runs written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<super::recipe::Recipe>,
-}
-
-/// One supervised (SFT) step.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SftMetrics {
-    /// Steps done after this one (1-based).
-    pub step: u64,
-    /// Mean cross-entropy over the agent's tokens.
-    pub loss: f64,
-    /// Agent tokens in the batch.
-    pub agent_tokens: usize,
-    /// Tokens processed per second.
-    pub tokens_per_s: f64,
-    pub lr: f64,
 }
 
 /// One held-out evaluation.
@@ -220,6 +207,7 @@ pub fn list_runs(root: &Path) -> Vec<RunView> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rl::recipe::{Recipe, RecipeFlags};
 
     #[test]
     fn files_round_trip_and_torn_lines_are_skipped() {
@@ -266,5 +254,57 @@ mod tests {
         std::fs::write(dir.join(RUN_INFO), "{").unwrap();
         let e = read_info(&dir).unwrap_err().to_string();
         assert!(e.contains("train.json"), "{e}");
+    }
+
+    #[test]
+    fn recipe_round_trips_through_train_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let recipe = Recipe::resolve(
+            &crate::config::Config::load_with_env(Path::new("/nonexistent"), None, &[])
+                .unwrap()
+                .train,
+            16,
+            &RecipeFlags {
+                reward: "binary".into(),
+                ..RecipeFlags::default()
+            },
+            true,
+        )
+        .unwrap();
+        let info = RunInfo {
+            id: "t".into(),
+            created: "2026-01-01T00:00:00Z".into(),
+            updated: "2026-01-01T00:00:00Z".into(),
+            init: "tiny".into(),
+            params: 1,
+            tasks: 1,
+            eval_tasks: 0,
+            steps: 1,
+            steps_done: 0,
+            sft_steps: 0,
+            samples: recipe.samples,
+            max_turns: recipe.max_turns,
+            status: RunStatus::Running,
+            message: None,
+            recipe: Some(recipe.clone()),
+        };
+        write_info(dir.path(), &info).unwrap();
+        let back = read_info(dir.path()).unwrap().unwrap();
+        assert_eq!(back, info);
+        assert_eq!(back.recipe.as_ref(), Some(&recipe));
+        // A train.json written before recipes existed still reads.
+        let mut v = serde_json::to_value(&info).unwrap();
+        v.as_object_mut().unwrap().remove("recipe");
+        std::fs::write(dir.path().join("train.json"), v.to_string()).unwrap();
+        let old = read_info(dir.path()).unwrap().unwrap();
+        assert_eq!(old.recipe, None);
+        // Every setting of the table is in README's recipe table.
+        let readme = include_str!("../../README.md");
+        for (setting, _, _) in crate::rl::recipe::RECIPE_TABLE {
+            assert!(
+                readme.contains(&format!("| `{setting}` |")),
+                "README's recipe table lacks `{setting}`"
+            );
+        }
     }
 }

@@ -8,11 +8,11 @@ use super::checkpoint::{
 };
 use super::critic::{Critic, CriticMode};
 use super::error::{Result, RlError};
+use super::metrics::SftMetrics;
 use super::metrics::{MetricsLog, StepMetrics};
 use super::policy::Policy;
 use super::ppo::{advantages, ppo_loss, prepare, PpoConfig, Prepared};
 use super::reward::{normalize_rewards, RewardMode};
-use super::run_files::SftMetrics;
 use candle_core::Device;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

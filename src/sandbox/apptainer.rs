@@ -4,31 +4,29 @@
 //! --writable-tmpfs` (a throwaway writable layer) and a shell over a PTY.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use super::container::{command, session_id, spawn_engine_session, strings, EngineControl};
-use super::image::{home_of, image_hash};
+use super::container::{argv, Engine, EngineBackend, EXCHANGE_INSIDE, SHELL};
 use super::local::which;
-use super::session::{run_with_timeout, Session};
-use super::{Backend, Image, SandboxError, SessionOptions};
-use crate::task::envdef::{parse_task, render_apptainer};
-use crate::task::{write_tree, EnvKind, Task};
+use super::{Image, SandboxError};
+use crate::task::envdef::{render_apptainer, EnvDefinition};
+use crate::task::{EnvKind, Task};
 
-/// Where the verifier's exchange directory is bound inside.
-const EXCHANGE_INSIDE: &str = "/run/endless-verifier";
+/// Apptainer (or Singularity) as a container [`Engine`].
+pub struct Apptainer {
+    bin: PathBuf,
+    /// Whether builds run as root (else `--fakeroot`).
+    as_root: bool,
+}
 
 /// The apptainer backend.
-pub struct ApptainerBackend {
-    bin: PathBuf,
-    cache: PathBuf,
-}
+pub type ApptainerBackend = EngineBackend<Apptainer>;
 
 /// Find `apptainer` (or its predecessor `singularity`).
 pub fn apptainer_path() -> Option<PathBuf> {
     which("apptainer").or_else(|| which("singularity"))
 }
 
-impl ApptainerBackend {
+impl EngineBackend<Apptainer> {
     /// A backend caching `.sif` files under `cache_dir/apptainer`.
     pub fn new(cache_dir: &Path) -> Result<Self, SandboxError> {
         let bin = apptainer_path().ok_or_else(|| SandboxError::ToolMissing {
@@ -37,186 +35,103 @@ impl ApptainerBackend {
                    Ubuntu: `add-apt-repository ppa:apptainer/ppa && apt-get install apptainer`)"
                 .into(),
         })?;
-        Ok(Self {
-            bin,
+        // SAFETY: geteuid has no preconditions.
+        let as_root = unsafe { libc::geteuid() } == 0;
+        Ok(EngineBackend {
+            engine: Apptainer { bin, as_root },
             cache: cache_dir.join("apptainer"),
         })
     }
 }
 
-/// `apptainer build --force <sif> <def>` (with `--fakeroot` when not root).
-pub fn build_argv(bin: &Path, sif: &Path, def: &Path, as_root: bool) -> Vec<String> {
-    let mut a = vec![bin.display().to_string(), "build".into(), "--force".into()];
-    if !as_root {
-        a.push("--fakeroot".into());
-    }
-    a.push(sif.display().to_string());
-    a.push(def.display().to_string());
-    a
-}
+impl Engine for Apptainer {
+    const NAME: &'static str = "apptainer";
 
-/// `apptainer instance start --containall --writable-tmpfs ...`: a fresh
-/// throwaway writable layer per session, no host paths but the exchange dir.
-pub fn instance_start_argv(
-    bin: &Path,
-    sif: &Path,
-    name: &str,
-    exchange: &Path,
-    image: &Image,
-) -> Vec<String> {
-    let mut a = vec![bin.display().to_string()];
-    a.extend(strings(&[
-        "instance",
-        "start",
-        "--containall",
-        "--writable-tmpfs",
-        "--cleanenv",
-    ]));
-    a.push("--pwd".into());
-    a.push(image.workdir.clone());
-    a.push("--bind".into());
-    a.push(format!("{}:{EXCHANGE_INSIDE}:ro", exchange.display()));
-    if !image.network {
-        a.extend(strings(&["--net", "--network", "none"]));
-    }
-    a.push(sif.display().to_string());
-    a.push(name.to_string());
-    a
-}
-
-/// The interactive shell in the instance (run on a PTY).
-pub fn shell_argv(bin: &Path, name: &str, image: &Image) -> Vec<String> {
-    let mut a = vec![bin.display().to_string()];
-    a.extend(strings(&["exec", "--pwd"]));
-    a.push(image.workdir.clone());
-    a.push(format!("instance://{name}"));
-    a.extend(strings(&[
-        "/bin/bash",
-        "--noediting",
-        "--noprofile",
-        "--norc",
-        "-i",
-    ]));
-    a
-}
-
-/// Prefix running a command in the instance (the verifier).
-pub fn exec_prefix(bin: &Path, name: &str) -> Vec<String> {
-    vec![
-        bin.display().to_string(),
-        "exec".into(),
-        "--cleanenv".into(),
-        format!("instance://{name}"),
-    ]
-}
-
-/// `apptainer instance stop <name>`.
-pub fn stop_argv(bin: &Path, name: &str) -> Vec<String> {
-    vec![
-        bin.display().to_string(),
-        "instance".into(),
-        "stop".into(),
-        name.into(),
-    ]
-}
-
-impl Backend for ApptainerBackend {
-    fn name(&self) -> &'static str {
-        "apptainer"
+    fn program(&self) -> &Path {
+        &self.bin
     }
 
-    fn prepare(&self, task: &Task) -> Result<Image, SandboxError> {
-        let def = parse_task(task)?;
-        let hash = image_hash(task, "apptainer", "");
-        let dir = self.cache.join(&hash);
-        let sif = dir.join("image.sif");
-        let user = task.meta.agent.user.clone();
-        let image = Image {
-            backend: "apptainer".into(),
-            hash: hash.clone(),
-            path: sif.clone(),
-            reference: None,
-            task_id: task.id().to_string(),
-            home: home_of(&user),
-            uid: if user == "root" { 0 } else { 1000 },
-            gid: if user == "root" { 0 } else { 1000 },
-            user,
-            workdir: task.meta.environment.workdir.clone(),
-            network: task.meta.environment.network,
-            cpu_millis: None,
-            base: None,
-            base_layers: Vec::new(),
-        };
-        if sif.exists() {
-            return Ok(image);
-        }
-        let ctx = dir.join("ctx");
-        write_tree(&ctx, &task.environment)?;
-        let def_path = ctx.join("endless.def");
+    fn location(&self, cache: &Path, hash: &str) -> (PathBuf, Option<String>) {
+        (cache.join(hash).join("image.sif"), None)
+    }
+
+    fn is_built(&self, image: &Image) -> Result<bool, SandboxError> {
+        Ok(image.path.exists())
+    }
+
+    fn context_dir(&self, cache: &Path, image: &Image) -> PathBuf {
+        cache.join(&image.hash).join("ctx")
+    }
+
+    fn definition(
+        &self,
+        task: &Task,
+        def: &EnvDefinition,
+        image: &Image,
+        ctx: &Path,
+    ) -> (PathBuf, String) {
         let text = match task.environment_definition() {
             Some((EnvKind::ApptainerDef, text)) => text.to_string(),
             _ => {
                 let files: Vec<&str> = task.environment.iter().map(|(p, _)| p.as_str()).collect();
-                render_apptainer(&def, &image.user, &files)
+                render_apptainer(def, &image.user, &files)
             }
         };
-        std::fs::write(&def_path, text).map_err(SandboxError::io("write definition", &def_path))?;
-        // SAFETY: geteuid has no preconditions.
-        let as_root = unsafe { libc::geteuid() } == 0;
-        let mut cmd = command(&build_argv(&self.bin, &sif, &def_path, as_root))?;
-        cmd.current_dir(&ctx);
-        let out = run_with_timeout(cmd, Duration::from_secs(3600))?;
-        if out.code != Some(0) {
-            return Err(SandboxError::SetupStep {
-                index: 0,
-                step: format!("apptainer build of {}", def_path.display()),
-                code: out.code,
-                output: out.output,
-            });
-        }
-        Ok(image)
+        (ctx.join("endless.def"), text)
     }
 
-    fn start(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError> {
-        if image.backend != "apptainer" {
-            return Err(SandboxError::WrongBackend {
-                image: image.backend.clone(),
-                backend: "apptainer".into(),
-            });
+    /// `apptainer build --force <sif> <def>` (with `--fakeroot` when not root).
+    fn build_argv(&self, image: &Image, definition: &Path, _ctx: &Path) -> Vec<String> {
+        let mut a = argv(&self.bin, &["build", "--force"]);
+        if !self.as_root {
+            a.push("--fakeroot".into());
         }
-        let name = format!("endless-{}", session_id());
-        let session_dir = self.cache.join("sessions").join(&name);
-        let exchange = session_dir.join("x");
-        std::fs::create_dir_all(&exchange)
-            .map_err(SandboxError::io("create session directory", &exchange))?;
-        let start = command(&instance_start_argv(
+        a.push(image.path.display().to_string());
+        a.push(definition.display().to_string());
+        a
+    }
+
+    /// `apptainer instance start --containall --writable-tmpfs ...`: a fresh
+    /// throwaway writable layer per session, no host paths but the exchange dir.
+    fn start_argv(&self, name: &str, image: &Image, exchange: &Path) -> Vec<String> {
+        let mut a = argv(
             &self.bin,
-            &image.path,
-            &name,
-            &exchange,
-            image,
-        ))?;
-        let out = run_with_timeout(start, Duration::from_secs(120))?;
-        if out.code != Some(0) {
-            let _ = std::fs::remove_dir_all(&session_dir);
-            return Err(SandboxError::Start(format!(
-                "apptainer instance start failed:\n{}",
-                out.output
-            )));
+            &[
+                "instance",
+                "start",
+                "--containall",
+                "--writable-tmpfs",
+                "--cleanenv",
+            ],
+        );
+        a.push("--pwd".into());
+        a.push(image.workdir.clone());
+        a.push("--bind".into());
+        a.push(format!("{}:{EXCHANGE_INSIDE}:ro", exchange.display()));
+        if !image.network {
+            a.extend(["--net", "--network", "none"].map(String::from));
         }
-        let control = EngineControl {
-            root_prefix: exec_prefix(&self.bin, &name),
-            stop: stop_argv(&self.bin, &name),
-            exchange: (exchange, EXCHANGE_INSIDE.into()),
-            session_dir,
-        };
-        spawn_engine_session(
-            "apptainer",
-            &shell_argv(&self.bin, &name, image),
-            image,
-            opts,
-            control,
-        )
+        a.push(image.path.display().to_string());
+        a.push(name.to_string());
+        a
+    }
+
+    fn shell_argv(&self, name: &str, image: &Image) -> Vec<String> {
+        let mut a = argv(&self.bin, &["exec", "--pwd"]);
+        a.push(image.workdir.clone());
+        a.push(format!("instance://{name}"));
+        a.extend(SHELL.iter().map(|s| s.to_string()));
+        a
+    }
+
+    fn exec_prefix(&self, name: &str) -> Vec<String> {
+        let mut a = argv(&self.bin, &["exec", "--cleanenv"]);
+        a.push(format!("instance://{name}"));
+        a
+    }
+
+    fn stop_argv(&self, name: &str) -> Vec<String> {
+        argv(&self.bin, &["instance", "stop", name])
     }
 }
 
@@ -228,7 +143,7 @@ mod tests {
         Image {
             backend: "apptainer".into(),
             hash: "h".into(),
-            path: "/c/image.sif".into(),
+            path: "/c/i.sif".into(),
             reference: None,
             task_id: "t".into(),
             user: "user".into(),
@@ -245,42 +160,39 @@ mod tests {
 
     #[test]
     fn commands_are_built_as_the_reference_does() {
-        let bin = Path::new("/usr/bin/apptainer");
+        let e = Apptainer {
+            bin: "/usr/bin/apptainer".into(),
+            as_root: false,
+        };
         assert_eq!(
-            build_argv(
-                bin,
-                Path::new("/c/i.sif"),
+            e.build_argv(
+                &image(),
                 Path::new("/c/ctx/endless.def"),
-                false
+                Path::new("/c/ctx")
             )
             .join(" "),
             "/usr/bin/apptainer build --force --fakeroot /c/i.sif /c/ctx/endless.def"
         );
-        let start = instance_start_argv(
-            bin,
-            Path::new("/c/i.sif"),
-            "endless-1",
-            Path::new("/c/x"),
-            &image(),
-        )
-        .join(" ");
         assert_eq!(
-            start,
+            e.start_argv("endless-1", &image(), Path::new("/c/x")).join(" "),
             "/usr/bin/apptainer instance start --containall --writable-tmpfs --cleanenv --pwd /home/user \
              --bind /c/x:/run/endless-verifier:ro --net --network none /c/i.sif endless-1"
         );
         let mut net = image();
         net.network = true;
-        assert!(
-            !instance_start_argv(bin, Path::new("/c/i.sif"), "e", Path::new("/x"), &net)
-                .contains(&"--net".to_string())
-        );
+        assert!(!e
+            .start_argv("e", &net, Path::new("/x"))
+            .contains(&"--net".to_string()));
         assert_eq!(
-            shell_argv(bin, "endless-1", &image()).join(" "),
+            e.shell_argv("endless-1", &image()).join(" "),
             "/usr/bin/apptainer exec --pwd /home/user instance://endless-1 /bin/bash --noediting --noprofile --norc -i"
         );
         assert_eq!(
-            stop_argv(bin, "endless-1").join(" "),
+            e.exec_prefix("endless-1").join(" "),
+            "/usr/bin/apptainer exec --cleanenv instance://endless-1"
+        );
+        assert_eq!(
+            e.stop_argv("endless-1").join(" "),
             "/usr/bin/apptainer instance stop endless-1"
         );
     }

@@ -80,8 +80,10 @@ pub fn check(rc: libc::c_int) -> std::io::Result<()> {
 /// # Safety
 /// Async-signal-safe (meant for `pre_exec`).
 pub unsafe fn private_mount_namespace() -> std::io::Result<()> {
-    check(libc::unshare(libc::CLONE_NEWNS))?;
-    make_mounts_private()
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWNS))?;
+        make_mounts_private()
+    }
 }
 
 /// Stop every mount of the calling process's namespace from propagating.
@@ -89,11 +91,13 @@ pub unsafe fn private_mount_namespace() -> std::io::Result<()> {
 /// # Safety
 /// Async-signal-safe.
 pub unsafe fn make_mounts_private() -> std::io::Result<()> {
-    check(libc::mount(
-        std::ptr::null(),
-        c"/".as_ptr(),
-        std::ptr::null(),
-        libc::MS_REC | libc::MS_PRIVATE,
-        std::ptr::null(),
-    ))
+    unsafe {
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))
+    }
 }

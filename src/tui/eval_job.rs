@@ -17,8 +17,8 @@ use super::takeover::TakeoverProvider;
 use crate::agent::{run_rollouts, BackendProvider, PolicyFactory, RolloutConfig, RolloutEvent};
 use crate::jobs::JobContext;
 use crate::task::Task;
-use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
 use crate::workbench::Context;
+use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
 
 /// The evaluation form's values.
 #[derive(Debug, Clone)]

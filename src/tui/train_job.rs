@@ -13,8 +13,8 @@ use crate::jobs::JobContext;
 use crate::rl::run_files::{EvalRecord, RunStatus};
 use crate::rl::session::{TrainEvent, TrainSummary};
 use crate::rl::RecipeFlags;
-use crate::workbench::{train_options as options, TrainRequest};
 use crate::workbench::Context;
+use crate::workbench::{train_options as options, TrainRequest};
 
 /// The training form's values.
 #[derive(Debug, Clone, PartialEq)]
@@ -333,7 +333,12 @@ mod tests {
         assert_eq!(args.init.as_deref(), Some("tiny"));
         assert!(args.sft);
         assert_eq!(
-            (args.sft_steps, args.steps, args.recipe.samples, args.recipe.max_turns),
+            (
+                args.sft_steps,
+                args.steps,
+                args.recipe.samples,
+                args.recipe.max_turns
+            ),
             (300, 20, Some(16), Some(16))
         );
         assert_eq!(args.recipe.prompts_per_step, Some(1));

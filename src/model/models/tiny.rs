@@ -44,6 +44,39 @@ pub fn train_tokenizer<S: AsRef<str> + Send>(
     Ok(tok)
 }
 
+/// The shape of a small decoder: what differs between the test models, the
+/// `--init tiny` policy and the PPO benchmark's models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecoderShape {
+    /// Width of the residual stream.
+    pub hidden: usize,
+    /// Width of the MLP.
+    pub intermediate: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than `heads`).
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+}
+
+/// A Qwen2-style decoder (q/k/v bias, tied embeddings) of `shape` for
+/// `vocab_size` tokens and a context of `context` tokens.
+pub fn qwen2_config(shape: DecoderShape, vocab_size: usize, context: usize) -> ModelConfig {
+    ModelConfig {
+        hidden_size: shape.hidden,
+        intermediate_size: shape.intermediate,
+        num_hidden_layers: shape.layers,
+        num_attention_heads: shape.heads,
+        num_key_value_heads: shape.kv_heads,
+        head_dim: shape.head_dim,
+        max_position_embeddings: context,
+        ..tiny_config(Arch::Qwen2, vocab_size)
+    }
+}
+
 /// A small config of the given family for `vocab_size` tokens.
 pub fn tiny_config(arch: Arch, vocab_size: usize) -> ModelConfig {
     ModelConfig {

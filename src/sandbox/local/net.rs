@@ -72,23 +72,25 @@ pub fn pipes() -> Result<(ParentEnds, ChildEnds), SandboxError> {
 /// # Safety
 /// Meant for `pre_exec`: only async-signal-safe calls.
 pub unsafe fn child_side(pid_fd: RawFd, go_fd: RawFd) -> std::io::Result<()> {
-    if libc::unshare(libc::CLONE_NEWNET) < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let pid = libc::getpid().to_ne_bytes();
-    if libc::write(pid_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut answer = [0u8; 1];
-    loop {
-        let n = libc::read(go_fd, answer.as_mut_ptr().cast(), 1);
-        if n < 0 && *libc::__errno_location() == libc::EINTR {
-            continue;
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNET) < 0 {
+            return Err(std::io::Error::last_os_error());
         }
-        if n == 1 && answer[0] == b'y' {
-            return Ok(());
+        let pid = libc::getpid().to_ne_bytes();
+        if libc::write(pid_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+            return Err(std::io::Error::last_os_error());
         }
-        return Err(std::io::Error::from_raw_os_error(libc::ENETUNREACH));
+        let mut answer = [0u8; 1];
+        loop {
+            let n = libc::read(go_fd, answer.as_mut_ptr().cast(), 1);
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            if n == 1 && answer[0] == b'y' {
+                return Ok(());
+            }
+            return Err(std::io::Error::from_raw_os_error(libc::ENETUNREACH));
+        }
     }
 }
 
@@ -201,21 +203,23 @@ fn attach(
 /// # Safety
 /// Async-signal-safe.
 unsafe fn private_tun_device() -> std::io::Result<()> {
-    use crate::sandbox::fds::{check, private_mount_namespace};
-    private_mount_namespace()?;
-    check(libc::mount(
-        c"tmpfs".as_ptr(),
-        c"/dev/net".as_ptr(),
-        c"tmpfs".as_ptr(),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        c"mode=0755,size=16k".as_ptr().cast(),
-    ))?;
-    check(libc::mknod(
-        c"/dev/net/tun".as_ptr(),
-        libc::S_IFCHR | 0o666,
-        libc::makedev(10, 200),
-    ))?;
-    check(libc::chmod(c"/dev/net/tun".as_ptr(), 0o666))
+    unsafe {
+        use crate::sandbox::fds::{check, private_mount_namespace};
+        private_mount_namespace()?;
+        check(libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/dev/net".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            c"mode=0755,size=16k".as_ptr().cast(),
+        ))?;
+        check(libc::mknod(
+            c"/dev/net/tun".as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(10, 200),
+        ))?;
+        check(libc::chmod(c"/dev/net/tun".as_ptr(), 0o666))
+    }
 }
 
 /// Stop the `pasta` whose pid is in `pidfile`, if any, and remove the file.

@@ -214,60 +214,62 @@ impl MountPlan {
     /// Meant for `pre_exec`: uses only async-signal-safe system calls and
     /// allocates nothing.
     pub unsafe fn apply(&self) -> io::Result<()> {
-        join_cgroups(&self.cgroup_procs);
-        for (resource, value) in &self.rlimits {
-            let lim = libc::rlimit {
-                rlim_cur: *value,
-                rlim_max: *value,
-            };
-            libc::setrlimit(*resource, &lim);
-        }
-        if let Some((uid_map, gid_map)) = &self.rootless {
-            check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
-            write_file(c"/proc/self/setgroups", c"deny")?;
-            write_file(c"/proc/self/uid_map", uid_map)?;
-            write_file(c"/proc/self/gid_map", gid_map)?;
-        } else {
-            check(libc::unshare(libc::CLONE_NEWNS))?;
-        }
-        make_mounts_private()?;
-        if let Some(t) = &self.tmpfs {
-            check(mount(t, libc::MS_NOSUID | libc::MS_NODEV))?;
-        }
-        for dir in &self.mkdirs {
-            let rc = libc::mkdir(dir.as_ptr(), 0o755);
-            if rc < 0 && *libc::__errno_location() != libc::EEXIST {
-                return Err(io::Error::last_os_error());
+        unsafe {
+            join_cgroups(&self.cgroup_procs);
+            for (resource, value) in &self.rlimits {
+                let lim = libc::rlimit {
+                    rlim_cur: *value,
+                    rlim_max: *value,
+                };
+                libc::setrlimit(*resource, &lim);
             }
-        }
-        if let Some(m) = &self.mapped {
-            for (path, uid, gid) in &m.chown {
-                check(libc::lchown(path.as_ptr(), *uid, *gid))?;
+            if let Some((uid_map, gid_map)) = &self.rootless {
+                check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
+                write_file(c"/proc/self/setgroups", c"deny")?;
+                write_file(c"/proc/self/uid_map", uid_map)?;
+                write_file(c"/proc/self/gid_map", gid_map)?;
+            } else {
+                check(libc::unshare(libc::CLONE_NEWNS))?;
             }
-            for (source, target) in &m.idmapped {
-                idmapped_mount(source, target, m.userns)?;
+            make_mounts_private()?;
+            if let Some(t) = &self.tmpfs {
+                check(mount(t, libc::MS_NOSUID | libc::MS_NODEV))?;
             }
+            for dir in &self.mkdirs {
+                let rc = libc::mkdir(dir.as_ptr(), 0o755);
+                if rc < 0 && *libc::__errno_location() != libc::EEXIST {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if let Some(m) = &self.mapped {
+                for (path, uid, gid) in &m.chown {
+                    check(libc::lchown(path.as_ptr(), *uid, *gid))?;
+                }
+                for (source, target) in &m.idmapped {
+                    idmapped_mount(source, target, m.userns)?;
+                }
+            }
+            for o in &self.overlays {
+                check(mount(o, 0))?;
+            }
+            for (source, target) in &self.binds {
+                check(libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+            }
+            if let Some(m) = &self.mapped {
+                enter_as_root(m.userns)?;
+            }
+            if let Some(net) = &self.net {
+                use std::os::fd::AsRawFd;
+                super::net::child_side(net.pid.as_raw_fd(), net.go.as_raw_fd())?;
+            }
+            Ok(())
         }
-        for o in &self.overlays {
-            check(mount(o, 0))?;
-        }
-        for (source, target) in &self.binds {
-            check(libc::mount(
-                source.as_ptr(),
-                target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            ))?;
-        }
-        if let Some(m) = &self.mapped {
-            enter_as_root(m.userns)?;
-        }
-        if let Some(net) = &self.net {
-            use std::os::fd::AsRawFd;
-            super::net::child_side(net.pid.as_raw_fd(), net.go.as_raw_fd())?;
-        }
-        Ok(())
     }
 }
 
@@ -276,11 +278,13 @@ impl MountPlan {
 /// # Safety
 /// Async-signal-safe.
 pub unsafe fn join_cgroups(procs: &[CString]) {
-    for procs in procs {
-        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd >= 0 {
-            libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
+    unsafe {
+        for procs in procs {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+            }
         }
     }
 }
@@ -291,78 +295,86 @@ pub unsafe fn join_cgroups(procs: &[CString]) {
 /// # Safety
 /// Async-signal-safe.
 pub unsafe fn enter_as_root(userns: RawFd) -> io::Result<()> {
-    check(libc::setns(userns, libc::CLONE_NEWUSER))?;
-    check(libc::setgroups(0, std::ptr::null()))?;
-    check(libc::setresgid(0, 0, 0))?;
-    check(libc::setresuid(0, 0, 0))?;
-    Ok(())
+    unsafe {
+        check(libc::setns(userns, libc::CLONE_NEWUSER))?;
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setresgid(0, 0, 0))?;
+        check(libc::setresuid(0, 0, 0))?;
+        Ok(())
+    }
 }
 
 /// Mount a view of `source` at `target` whose owners are shifted by the id
 /// map of `userns`.
 unsafe fn idmapped_mount(source: &CString, target: &CString, userns: RawFd) -> io::Result<()> {
-    let tree = libc::syscall(
-        libc::SYS_open_tree,
-        libc::AT_FDCWD,
-        source.as_ptr(),
-        (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
-    ) as libc::c_int;
-    if tree < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut attr: libc::mount_attr = std::mem::zeroed();
-    attr.attr_set = libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY as u64;
-    attr.userns_fd = userns as u64;
-    let rc = libc::syscall(
-        libc::SYS_mount_setattr,
-        tree,
-        c"".as_ptr(),
-        libc::AT_EMPTY_PATH as libc::c_uint,
-        &attr as *const libc::mount_attr,
-        std::mem::size_of::<libc::mount_attr>(),
-    );
-    if rc < 0 {
+    unsafe {
+        let tree = libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            source.as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+        ) as libc::c_int;
+        if tree < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut attr: libc::mount_attr = std::mem::zeroed();
+        attr.attr_set = libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY as u64;
+        attr.userns_fd = userns as u64;
+        let rc = libc::syscall(
+            libc::SYS_mount_setattr,
+            tree,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        );
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            libc::close(tree);
+            return Err(e);
+        }
+        let rc = libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+        );
         let e = io::Error::last_os_error();
         libc::close(tree);
-        return Err(e);
+        if rc < 0 {
+            return Err(e);
+        }
+        Ok(())
     }
-    let rc = libc::syscall(
-        libc::SYS_move_mount,
-        tree,
-        c"".as_ptr(),
-        libc::AT_FDCWD,
-        target.as_ptr(),
-        libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
-    );
-    let e = io::Error::last_os_error();
-    libc::close(tree);
-    if rc < 0 {
-        return Err(e);
-    }
-    Ok(())
 }
 
 unsafe fn write_file(path: &std::ffi::CStr, content: &std::ffi::CStr) -> io::Result<()> {
-    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let bytes = content.to_bytes();
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if n < 0 {
+            return Err(err);
+        }
+        Ok(())
     }
-    let bytes = content.to_bytes();
-    let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-    let err = io::Error::last_os_error();
-    libc::close(fd);
-    if n < 0 {
-        return Err(err);
-    }
-    Ok(())
 }
 
 unsafe fn mount(m: &MountCall, flags: libc::c_ulong) -> libc::c_int {
-    libc::mount(
-        m.source.as_ptr(),
-        m.target.as_ptr(),
-        m.fstype.as_ptr(),
-        flags,
-        m.data.as_ptr().cast(),
-    )
+    unsafe {
+        libc::mount(
+            m.source.as_ptr(),
+            m.target.as_ptr(),
+            m.fstype.as_ptr(),
+            flags,
+            m.data.as_ptr().cast(),
+        )
+    }
 }

@@ -190,24 +190,26 @@ pub fn program_files(programs: &[BpfProgram]) -> Result<Vec<OwnedFd>, SandboxErr
 /// # Safety
 /// Meant for `pre_exec`: makes only `prctl` calls and allocates nothing.
 pub unsafe fn load(programs: &[BpfProgram]) -> std::io::Result<()> {
-    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    for p in programs {
-        let prog = libc::sock_fprog {
-            len: p.len() as u16,
-            filter: p.as_ptr() as *mut libc::sock_filter,
-        };
-        if libc::prctl(
-            libc::PR_SET_SECCOMP,
-            libc::SECCOMP_MODE_FILTER,
-            &prog as *const _,
-        ) < 0
-        {
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        for p in programs {
+            let prog = libc::sock_fprog {
+                len: p.len() as u16,
+                filter: p.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const _,
+            ) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

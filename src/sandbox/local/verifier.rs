@@ -133,49 +133,51 @@ impl VerifierPlan {
     /// # Safety
     /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
     pub unsafe fn apply(&self) -> io::Result<()> {
-        join_cgroups(&self.cgroup_procs);
-        check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
-        check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
-        // The mount namespace first: joining it resets our root, and a
-        // chrooted process may not change user namespaces.
-        for kind in [
-            libc::CLONE_NEWNS,
-            libc::CLONE_NEWNET,
-            libc::CLONE_NEWIPC,
-            libc::CLONE_NEWUTS,
-        ] {
-            for (fd, k) in &self.ns {
-                if *k == kind {
-                    check(libc::setns(fd.as_raw_fd(), kind))?;
+        unsafe {
+            join_cgroups(&self.cgroup_procs);
+            check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
+            check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
+            // The mount namespace first: joining it resets our root, and a
+            // chrooted process may not change user namespaces.
+            for kind in [
+                libc::CLONE_NEWNS,
+                libc::CLONE_NEWNET,
+                libc::CLONE_NEWIPC,
+                libc::CLONE_NEWUTS,
+            ] {
+                for (fd, k) in &self.ns {
+                    if *k == kind {
+                        check(libc::setns(fd.as_raw_fd(), kind))?;
+                    }
                 }
             }
+            check(libc::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID))?;
+            if let Some(inner) = &self.inner_userns {
+                check(libc::setns(inner.as_raw_fd(), libc::CLONE_NEWUSER))?;
+            }
+            check(libc::fchdir(self.root.as_raw_fd()))?;
+            check(libc::chroot(c".".as_ptr()))?;
+            private_mount_namespace()?;
+            check(libc::mount(
+                c"tmpfs".as_ptr(),
+                self.private_dir.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                self.tmpfs_data.as_ptr().cast(),
+            ))?;
+            hide_preload()?;
+            become_member_of_pid_namespace()?;
+            if self.set_groups {
+                check(libc::setgroups(0, std::ptr::null()))?;
+            }
+            check(libc::setresgid(self.gid, self.gid, self.gid))?;
+            check(libc::setresuid(self.uid, self.uid, self.uid))?;
+            drop_all_capabilities()?;
+            if libc::chdir(self.cwd.as_ptr()) < 0 {
+                check(libc::chdir(c"/".as_ptr()))?;
+            }
+            seccomp::load(&self.seccomp)
         }
-        check(libc::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID))?;
-        if let Some(inner) = &self.inner_userns {
-            check(libc::setns(inner.as_raw_fd(), libc::CLONE_NEWUSER))?;
-        }
-        check(libc::fchdir(self.root.as_raw_fd()))?;
-        check(libc::chroot(c".".as_ptr()))?;
-        private_mount_namespace()?;
-        check(libc::mount(
-            c"tmpfs".as_ptr(),
-            self.private_dir.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            self.tmpfs_data.as_ptr().cast(),
-        ))?;
-        hide_preload()?;
-        become_member_of_pid_namespace()?;
-        if self.set_groups {
-            check(libc::setgroups(0, std::ptr::null()))?;
-        }
-        check(libc::setresgid(self.gid, self.gid, self.gid))?;
-        check(libc::setresuid(self.uid, self.uid, self.uid))?;
-        drop_all_capabilities()?;
-        if libc::chdir(self.cwd.as_ptr()) < 0 {
-            check(libc::chdir(c"/".as_ptr()))?;
-        }
-        seccomp::load(&self.seccomp)
     }
 }
 
@@ -183,96 +185,102 @@ impl VerifierPlan {
 /// dynamic loader reads it in every process); refuse when it is something
 /// a bind cannot cover.
 unsafe fn hide_preload() -> io::Result<()> {
-    let mut st: libc::stat = std::mem::zeroed();
-    if libc::lstat(c"/etc/ld.so.preload".as_ptr(), &mut st) < 0 {
-        return Ok(());
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::lstat(c"/etc/ld.so.preload".as_ptr(), &mut st) < 0 {
+            return Ok(());
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(io::Error::from_raw_os_error(PRELOAD_REFUSED));
+        }
+        check(libc::mount(
+            c"/dev/null".as_ptr(),
+            c"/etc/ld.so.preload".as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        ))
     }
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(io::Error::from_raw_os_error(PRELOAD_REFUSED));
-    }
-    check(libc::mount(
-        c"/dev/null".as_ptr(),
-        c"/etc/ld.so.preload".as_ptr(),
-        std::ptr::null(),
-        libc::MS_BIND,
-        std::ptr::null(),
-    ))
 }
 
 /// Fork once so that the child is in the PID namespace entered with
 /// `setns`; the parent waits and exits with the child's status.
 unsafe fn become_member_of_pid_namespace() -> io::Result<()> {
-    let pid = libc::fork();
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        return Ok(());
-    }
-    // Hold nothing the caller waits on (std's exec-error pipe, the output
-    // pipes): only the child's copies may keep them open.
-    libc::syscall(
-        libc::SYS_close_range,
-        0 as libc::c_uint,
-        libc::c_uint::MAX,
-        0 as libc::c_uint,
-    );
-    let mut status = 0;
-    loop {
-        let rc = libc::waitpid(pid, &mut status, 0);
-        if rc == pid {
-            break;
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
         }
-        if rc < 0 && *libc::__errno_location() != libc::EINTR {
-            libc::_exit(125);
+        if pid == 0 {
+            return Ok(());
         }
+        // Hold nothing the caller waits on (std's exec-error pipe, the output
+        // pipes): only the child's copies may keep them open.
+        libc::syscall(
+            libc::SYS_close_range,
+            0 as libc::c_uint,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        );
+        let mut status = 0;
+        loop {
+            let rc = libc::waitpid(pid, &mut status, 0);
+            if rc == pid {
+                break;
+            }
+            if rc < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(125);
+            }
+        }
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
+        }
+        libc::_exit(128 + libc::WTERMSIG(status));
     }
-    if libc::WIFEXITED(status) {
-        libc::_exit(libc::WEXITSTATUS(status));
-    }
-    libc::_exit(128 + libc::WTERMSIG(status));
 }
 
 /// Drop every capability (for uid 0 too, and for good: `SECBIT_NOROOT`
 /// keeps exec from granting them back).
 unsafe fn drop_all_capabilities() -> io::Result<()> {
-    if libc::getuid() == 0 {
-        let bits = libc::SECBIT_NOROOT
-            | libc::SECBIT_NOROOT_LOCKED
-            | libc::SECBIT_NO_SETUID_FIXUP
-            | libc::SECBIT_NO_SETUID_FIXUP_LOCKED;
-        check(libc::prctl(
-            libc::PR_SET_SECUREBITS,
-            bits as libc::c_ulong,
-            0,
-            0,
-            0,
-        ))?;
+    unsafe {
+        if libc::getuid() == 0 {
+            let bits = libc::SECBIT_NOROOT
+                | libc::SECBIT_NOROOT_LOCKED
+                | libc::SECBIT_NO_SETUID_FIXUP
+                | libc::SECBIT_NO_SETUID_FIXUP_LOCKED;
+            check(libc::prctl(
+                libc::PR_SET_SECUREBITS,
+                bits as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
+        }
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let header = Header {
+            version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        let rc = libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr());
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let header = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let data = [Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    let rc = libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr());
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

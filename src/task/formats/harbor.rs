@@ -10,13 +10,12 @@ use std::path::Path;
 use super::convert::{
     dockerfile_for, drop_generated, foreign_defaults, meta_from_value, meta_to_table,
 };
-use super::test_script::{classify, harbor_test_sh, TestScript};
+use super::test_script::{adopt_runner, harbor_test_sh, take_truth, TRUTH};
 use super::{BundleError, Task};
 use crate::task::text::{parse_toml, read_text};
 use crate::task::{read_tree_bounded, ReadLimits};
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
-const TRUTH: &str = "truth.md";
 const TEST_SH: &str = "test.sh";
 /// Lists the top-level keys the export added only because Harbor needs them.
 const ADDED_KEYS: &str = "added_keys";
@@ -89,23 +88,9 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
     }
     meta.extra = table;
 
-    let truth = match tests.remove(TRUTH) {
-        Some(entry) => crate::task::text::into_utf8(&dir.join("tests").join(TRUTH), entry.bytes)?,
-        None => String::new(),
-    };
-    if let Some(script) = tests.text(TEST_SH).map(str::to_owned) {
-        let names: Vec<String> = tests.iter().map(|(p, _)| p.clone()).collect();
-        match classify(&script, &names) {
-            TestScript::Pytest(files) => {
-                tests.remove(TEST_SH);
-                meta.verifier.final_tests = files;
-                meta.verifier.script = None;
-            }
-            TestScript::Custom => {
-                meta.verifier.script = Some(TEST_SH.into());
-                meta.verifier.final_tests.clear();
-            }
-        }
+    let truth = take_truth(&mut tests, dir)?;
+    if tests.0.contains_key(TEST_SH) {
+        adopt_runner(&mut meta, &mut tests, TEST_SH);
     }
     Ok(Task {
         meta,

@@ -11,7 +11,7 @@ use super::convert::{
     dockerfile_for, drop_generated, foreign_defaults, json_to_toml, meta_from_value, meta_to_table,
     toml_to_json,
 };
-use super::test_script::{classify, harbor_test_sh, TestScript};
+use super::test_script::{adopt_runner, harbor_test_sh, take_truth, TRUTH};
 use super::{BundleError, Task};
 use crate::task::text::{parse_yaml, read_text};
 use crate::task::{read_tree_bounded, ReadLimits};
@@ -19,7 +19,6 @@ use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 
 const RUN_TESTS: &str = "run-tests.sh";
 const SOLUTION: &str = "solution.sh";
-const TRUTH: &str = "truth.md";
 
 /// Read a Terminal-Bench 1 task directory.
 pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
@@ -94,24 +93,10 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
             meta.extra.insert("tb1".into(), toml::Value::Table(rest));
         }
     }
-    let truth = match tests.remove(TRUTH) {
-        Some(entry) => crate::task::text::into_utf8(&dir.join("tests").join(TRUTH), entry.bytes)?,
-        None => String::new(),
-    };
+    let truth = take_truth(&mut tests, dir)?;
     if let Some(entry) = run_tests {
-        let script = crate::task::text::into_utf8(&dir.join(RUN_TESTS), entry.bytes.clone())?;
-        let names: Vec<String> = tests.iter().map(|(p, _)| p.clone()).collect();
-        match classify(&script, &names) {
-            TestScript::Pytest(files) => {
-                meta.verifier.final_tests = files;
-                meta.verifier.script = None;
-            }
-            TestScript::Custom => {
-                tests.0.insert(RUN_TESTS.into(), entry);
-                meta.verifier.script = Some(RUN_TESTS.into());
-                meta.verifier.final_tests.clear();
-            }
-        }
+        tests.0.insert(RUN_TESTS.into(), entry);
+        adopt_runner(&mut meta, &mut tests, RUN_TESTS);
     }
     Ok(Task {
         meta,

@@ -2,6 +2,45 @@
 //! (install pytest from the internet, run it, write a reward file) so that
 //! the same test files can run with the sandbox's own `python3 -m pytest`.
 
+use std::path::Path;
+
+use crate::task::{BundleError, FileTree, TaskMeta};
+
+/// Adopt a foreign format's test runner `name` (already in `tests`): a
+/// script that only runs pytest on some files is dropped and those files
+/// become the final tests; anything else (including a script that is not
+/// UTF-8) is kept and run as-is.
+pub fn adopt_runner(meta: &mut TaskMeta, tests: &mut FileTree, name: &str) {
+    let names: Vec<String> = tests.iter().map(|(p, _)| p.clone()).collect();
+    let verdict = match tests.text(name) {
+        Some(script) => classify(script, &names),
+        None => TestScript::Custom,
+    };
+    match verdict {
+        TestScript::Pytest(files) => {
+            tests.remove(name);
+            meta.verifier.final_tests = files;
+            meta.verifier.script = None;
+        }
+        TestScript::Custom => {
+            meta.verifier.script = Some(name.into());
+            meta.verifier.final_tests.clear();
+        }
+    }
+}
+
+/// Take the privileged truth out of a foreign task's `tests/truth.md`
+/// (where export puts it), or nothing.
+pub fn take_truth(tests: &mut FileTree, dir: &Path) -> Result<String, BundleError> {
+    match tests.remove(TRUTH) {
+        Some(entry) => crate::task::text::into_utf8(&dir.join("tests").join(TRUTH), entry.bytes),
+        None => Ok(String::new()),
+    }
+}
+
+/// Where foreign formats keep the truth, under tests/.
+pub const TRUTH: &str = "truth.md";
+
 /// The verdict on a `test.sh` / `run-tests.sh`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TestScript {
