@@ -475,10 +475,30 @@ pub enum ImagesCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Forget images (their layers stay until no image uses them).
+    /// Forget images (their layers stay until `prune`).
     Rm {
+        /// References to forget.
         #[arg(required = true)]
         references: Vec<String>,
+    },
+    /// Load images from a `docker save` archive or an OCI image layout (a
+    /// directory or a tar of one), for machines without a registry.
+    Load {
+        /// The archive or layout.
+        file: PathBuf,
+        /// The name to register (when the archive names its one image
+        /// differently, or not at all).
+        #[arg(long)]
+        tag: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the layers and blobs no stored image uses.
+    Prune {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -21,6 +21,8 @@ pub struct Config {
     pub llm: LlmConfig,
     pub generate: GenerateConfig,
     pub train: TrainSettings,
+    /// `[images]`: where task base images come from.
+    pub images: ImagesConfig,
     pub tui: TuiConfig,
 }
 
@@ -84,6 +86,47 @@ pub struct TrainSettings {
     pub value_clip: f64,
     pub weight_decay: f64,
     pub normalize_reward: bool,
+}
+
+/// `[images]`: how a task's `FROM` / `From:` becomes a base image (see
+/// `crate::images::resolve_base`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesConfig {
+    /// Pull a base image that is not in the local store.
+    pub pull: PullPolicy,
+    /// What a base that can be neither found nor pulled becomes.
+    pub fallback: BaseFallback,
+    /// Registry mirrors: registry host -> mirror host (`docker.io` =
+    /// `mirror.example:5000`); pulls go to the mirror, images keep their names.
+    #[serde(default)]
+    pub mirrors: std::collections::BTreeMap<String, String>,
+    /// References mapped to others (`"ubuntu:24.04" = "debian:bookworm"`, or
+    /// `= "host"`); a task built on a substitute says so.
+    #[serde(default)]
+    pub aliases: std::collections::BTreeMap<String, String>,
+}
+
+/// `[images] pull`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullPolicy {
+    /// Pull what the store lacks.
+    #[default]
+    Auto,
+    /// Use only what is in the store (`endless images pull|load|build-base`).
+    Never,
+}
+
+/// `[images] fallback`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BaseFallback {
+    /// Build on the host's system directories, and say so.
+    #[default]
+    Host,
+    /// Fail the build, naming the image, the registry and the settings.
+    Error,
 }
 
 /// `[tui]`

@@ -456,3 +456,223 @@ fn tampered_blobs_and_unknown_images_are_refused() {
     );
     assert!(store.list().is_empty());
 }
+
+/// An OCI image layout of the test image, under an index with another
+/// platform's entry first; gzipped layers.
+fn oci_layout(dir: &Path, name: &str) {
+    let (base, top) = layers();
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |bytes: &[u8]| {
+        let hex = hex::encode(Sha256::digest(bytes));
+        std::fs::write(blobs.join(&hex), bytes).unwrap();
+        (format!("sha256:{hex}"), bytes.len())
+    };
+    let (base_gz, top_gz) = (gz(base), gz(top));
+    let (l1, s1) = put(&base_gz);
+    let (l2, s2) = put(&top_gz);
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": ["PATH=/usr/bin:/bin", "ENDLESS_IMAGE_VAR=from-layout"]},
+    });
+    let (c, cs) = put(&serde_json::to_vec(&config).unwrap());
+    let layer = |d: &str, s: usize| serde_json::json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": d, "size": s});
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": c, "size": cs},
+        "layers": [layer(&l1, s1), layer(&l2, s2)],
+    });
+    let (m, ms) = put(&serde_json::to_vec(&manifest).unwrap());
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{}", "f".repeat(64)), "size": 1, "platform": {"os": "linux", "architecture": "s390x"}},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": m, "size": ms, "platform": {"os": "linux", "architecture": "amd64"}},
+        ],
+    });
+    let (i, is) = put(&serde_json::to_vec(&index).unwrap());
+    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let top_index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.index.v1+json", "digest": i, "size": is,
+                       "annotations": {"org.opencontainers.image.ref.name": name}}],
+    });
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&top_index).unwrap(),
+    )
+    .unwrap();
+}
+
+/// A classic `docker save` archive of the test image.
+fn docker_save(name: &str, layer_path: &str) -> Vec<u8> {
+    let (base, top) = layers();
+    let config = serde_json::json!({"architecture": "amd64", "os": "linux", "config": {"WorkingDir": "/opt"}});
+    let manifest = serde_json::json!([{
+        "Config": "cfg.json", "RepoTags": [name], "Layers": ["l1/layer.tar", layer_path],
+    }]);
+    let mut b = tar::Builder::new(Vec::new());
+    add(
+        &mut b,
+        "manifest.json",
+        &serde_json::to_vec(&manifest).unwrap(),
+        0o644,
+    );
+    add(
+        &mut b,
+        "cfg.json",
+        &serde_json::to_vec(&config).unwrap(),
+        0o644,
+    );
+    add(&mut b, "l1/layer.tar", &base, 0o644);
+    add(&mut b, "l2/layer.tar", &top, 0o644);
+    b.into_inner().unwrap()
+}
+
+fn a_task_from(base: &str) -> Task {
+    let mut task = Task {
+        meta: TaskMeta::default(),
+        instruction: "nothing".into(),
+        truth: String::new(),
+        environment: FileTree::default(),
+        tests: FileTree::default(),
+        solution: FileTree::default(),
+    };
+    task.meta.task.id = "aliased".into();
+    task.environment.insert_text(
+        "Dockerfile",
+        &format!("FROM {base}\nRUN echo built > /etc/built-marker\n"),
+    );
+    task
+}
+
+#[test]
+fn archives_load_and_bad_ones_register_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(&d.path().join("store"));
+    // An OCI layout directory, and the same as a tar.
+    let layout = d.path().join("layout");
+    oci_layout(&layout, "example.org/team/env:2");
+    let r = endless::images::load(&store, &layout, None).unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].reference, "example.org/team/env:2");
+    assert_eq!(r[0].layers, 2);
+    let img = store
+        .get(&ImageRef::parse("example.org/team/env:2").unwrap())
+        .unwrap();
+    assert!(img
+        .config
+        .env
+        .iter()
+        .any(|e| e == "ENDLESS_IMAGE_VAR=from-layout"));
+    let layout_tar = d.path().join("layout.tar");
+    let mut b = tar::Builder::new(std::fs::File::create(&layout_tar).unwrap());
+    b.append_dir_all(".", &layout).unwrap();
+    b.finish().unwrap();
+    drop(b);
+    let r = endless::images::load(&store, &layout_tar, Some("loaded:tar")).unwrap();
+    assert_eq!(r[0].reference, "docker.io/library/loaded:tar");
+    // A classic docker save.
+    let save = d.path().join("save.tar");
+    std::fs::write(&save, docker_save("saved:1", "l2/layer.tar")).unwrap();
+    let r = endless::images::load(&store, &save, None).unwrap();
+    assert_eq!(r[0].reference, "docker.io/library/saved:1");
+    let saved = store.get(&ImageRef::parse("saved:1").unwrap()).unwrap();
+    assert_eq!(saved.config.workdir.as_deref(), Some("/opt"));
+    assert_eq!(saved.layers.len(), 2);
+
+    // Hostile and broken archives: clear errors, nothing registered.
+    let before = store.list().len();
+    let escape = d.path().join("escape.tar");
+    std::fs::write(&escape, docker_save("evil:1", "../../etc/passwd")).unwrap();
+    let e = endless::images::load(&store, &escape, None).unwrap_err();
+    assert!(matches!(e, ImageError::HostileEntry { .. }), "{e}");
+    let tampered = d.path().join("tampered");
+    oci_layout(&tampered, "example.org/team/tampered:1");
+    for blob in std::fs::read_dir(tampered.join("blobs/sha256")).unwrap() {
+        let p = blob.unwrap().path();
+        let mut bytes = std::fs::read(&p).unwrap();
+        if bytes.len() > 10_000 {
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0xff;
+            std::fs::write(&p, bytes).unwrap();
+        }
+    }
+    let e = endless::images::load(&store, &tampered, None).unwrap_err();
+    assert!(matches!(e, ImageError::DigestMismatch { .. }), "{e}");
+    let nothing = d.path().join("nothing");
+    std::fs::create_dir_all(&nothing).unwrap();
+    let e = endless::images::load(&store, &nothing, None).unwrap_err();
+    assert!(e.to_string().contains("neither"), "{e}");
+    let unnamed = d.path().join("unnamed");
+    oci_layout(&unnamed, "2");
+    let e = endless::images::load(&store, &unnamed, None).unwrap_err();
+    assert!(e.to_string().contains("--tag"), "{e}");
+    assert_eq!(store.list().len(), before, "nothing half-registered");
+    assert!(store.get(&ImageRef::parse("evil:1").unwrap()).is_none());
+}
+
+#[test]
+fn aliases_and_mirrors_give_a_task_its_base() {
+    if !root() || cfg!(not(target_arch = "x86_64")) {
+        eprintln!("SKIP: image layers with whiteouts need root (x86_64 test image)");
+        return;
+    }
+    let Some(reg) = start_registry() else { return };
+    // The registry plays Docker Hub's mirror: `ubuntu:24.04` is pulled from it.
+    push(reg.port, "library/ubuntu:24.04");
+    let cache = tempfile::tempdir().unwrap();
+    let mut settings = endless::config::ImagesConfig::default();
+    settings
+        .mirrors
+        .insert("docker.io".into(), format!("127.0.0.1:{}", reg.port));
+    let backend = LocalBackend::new(cache.path())
+        .unwrap()
+        .with_images(settings.clone());
+    let image = backend.prepare(&a_task_from("ubuntu:24.04")).unwrap();
+    assert_eq!(
+        image.base.as_deref(),
+        Some("docker.io/library/ubuntu:24.04")
+    );
+    assert_eq!(image.base_note, None, "a mirror is no substitute");
+    let mut s = backend.start(&image, &SessionOptions::default()).unwrap();
+    let out = s
+        .exec("cat /etc/motd-endless /etc/built-marker", T)
+        .unwrap()
+        .output;
+    assert!(out.contains("from layer two\nbuilt"), "{out}");
+    s.close();
+
+    // An alias to a loaded image: the task says what it got.
+    let layout = cache.path().join("layout");
+    oci_layout(&layout, "example.org/debian-base:1");
+    let store = ImageStore::new(&image_store_dir(cache.path()));
+    endless::images::load(&store, &layout, None).unwrap();
+    settings.mirrors.clear();
+    settings.aliases.insert(
+        "python:3.13-slim".into(),
+        "example.org/debian-base:1".into(),
+    );
+    settings.fallback = endless::config::BaseFallback::Error;
+    let backend = LocalBackend::new(cache.path())
+        .unwrap()
+        .with_images(settings);
+    let image = backend.prepare(&a_task_from("python:3.13-slim")).unwrap();
+    assert_eq!(image.base.as_deref(), Some("example.org/debian-base:1"));
+    assert_eq!(
+        image.base_note.as_deref(),
+        Some("python:3.13-slim is aliased to example.org/debian-base:1")
+    );
+    // With fallback = "error", an unavailable base fails the build, naming it.
+    let e = backend
+        .prepare(&a_task_from(&format!(
+            "127.0.0.1:{}/endless/none:1",
+            reg.port
+        )))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("endless/none:1") && e.contains("[images"), "{e}");
+    drop(reg);
+}

@@ -1,23 +1,27 @@
-//! `endless images pull|list|rm`: the local store of container images that
-//! tasks build `FROM` (see `src/images`).
+//! `endless images pull|list|rm|load|prune`: the local store of container
+//! images that tasks build `FROM` (see `src/images`).
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
-use super::{print_json, Context};
+use super::print_json;
 use crate::cli::ImagesCommand;
-use crate::images::{pull, ImageRef, ImageStore};
+use crate::images::{load, ImageRef, ImageStore, Resolver};
 use crate::sandbox::local::image_store_dir;
+use crate::workbench::{image_users, Context};
 
+/// Run one `endless images` subcommand.
 pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
     let store = ImageStore::new(&image_store_dir(&ctx.paths.cache_dir.join("sandbox")));
     match cmd {
         ImagesCommand::Pull { references, json } => {
+            let resolver = Resolver::new(ctx.config.images.clone());
             let mut reports = Vec::new();
             for r in references {
                 let reference = ImageRef::parse(&r)?;
-                let report = pull(&store, &reference)?;
+                let source = resolver.source_of(&reference)?;
+                let report = crate::images::pull_from(&store, &reference, &source)?;
                 if !json {
                     say!(
                         "{}  {}  {} layers ({} downloaded, {} bytes)",
@@ -36,6 +40,9 @@ pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
         }
         ImagesCommand::List { json } => {
             let images = store.list();
+            // Which tasks use each image; a missing or unreadable workspace
+            // only leaves the column empty.
+            let users = image_users(ctx).unwrap_or_default();
             if json {
                 let rows: Vec<_> = images
                     .iter()
@@ -45,22 +52,27 @@ pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
                             "manifest_digest": i.manifest_digest,
                             "layers": i.layers.len(),
                             "size": i.size(),
+                            "tasks": users.get(&i.reference).cloned().unwrap_or_default(),
                         })
                     })
                     .collect();
                 print_json(&rows)?;
             } else if images.is_empty() {
-                say!("no images; pull one with `endless images pull REF`");
+                say!("no images; pull one with `endless images pull REF` or load one with `endless images load FILE`");
             } else {
                 for i in images {
+                    let n = users.get(&i.reference).map_or(0, Vec::len);
                     say!(
-                        "{}  {} layers  {:.1} MB  {}",
+                        "{}  {} layers  {:.1} MB  {} task{}  {}",
                         i.reference,
                         i.layers.len(),
                         i.size() as f64 / 1e6,
+                        n,
+                        if n == 1 { "" } else { "s" },
                         i.manifest_digest
                     );
                 }
+                say!("store: {:.1} MB on disk", store.disk_usage() as f64 / 1e6);
             }
         }
         ImagesCommand::Rm { references } => {
@@ -69,6 +81,36 @@ pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
                 if !store.remove(&reference)? {
                     anyhow::bail!("image {} is not in the local store", reference.canonical());
                 }
+            }
+        }
+        ImagesCommand::Load { file, tag, json } => {
+            let reports = load(&store, &file, tag.as_deref())
+                .with_context(|| format!("loading {}", file.display()))?;
+            if json {
+                print_json(&reports)?;
+            } else {
+                for r in reports {
+                    say!(
+                        "{}  {}  {} layers",
+                        r.reference,
+                        r.manifest_digest,
+                        r.layers
+                    );
+                }
+            }
+        }
+        ImagesCommand::Prune { json } => {
+            let report = store.prune()?;
+            if json {
+                print_json(&report)?;
+            } else {
+                say!(
+                    "removed {} blobs, {} unpacked layers and {} leftovers ({:.1} MB)",
+                    report.blobs,
+                    report.layers,
+                    report.temporaries,
+                    report.bytes as f64 / 1e6
+                );
             }
         }
     }

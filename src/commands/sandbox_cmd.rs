@@ -8,9 +8,14 @@ use super::print_json;
 use crate::cli::SandboxCommand;
 use crate::workbench::Context;
 
-pub fn run(_ctx: &Context, cmd: SandboxCommand) -> Result<ExitCode> {
+/// `endless sandbox doctor [--json]`.
+pub fn run(ctx: &Context, cmd: SandboxCommand) -> Result<ExitCode> {
     let SandboxCommand::Doctor { json } = cmd;
-    let report = crate::sandbox::doctor(crate::verify::PYTHON);
+    let mut report = crate::sandbox::doctor(crate::verify::PYTHON);
+    report.images = crate::sandbox::doctor_images(
+        &crate::sandbox::local::image_store_dir(&ctx.paths.cache_dir.join("sandbox")),
+        &ctx.config.images,
+    );
     if json {
         print_json(&report)?;
     } else {

@@ -222,6 +222,9 @@ fn validate_all(
                         true => say!("ok      {id}"),
                         false => say!("invalid {id}: {}", verdict.problems.join("; ")),
                     }
+                    for note in verdict.validation.iter().flat_map(|v| &v.notes) {
+                        say!("        {id}: note: {note}");
+                    }
                 }
                 verdict
             })

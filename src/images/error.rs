@@ -56,6 +56,15 @@ pub enum ImageError {
         /// Why it is refused.
         reason: String,
     },
+    /// A task's base image can be neither found nor pulled, and `[images]
+    /// fallback` is `error`.
+    #[error("base image {reference} is unavailable: {reason} (pull or load it with `endless images pull|load`, map it to another image or to `host` under [images.aliases], set a registry mirror under [images.mirrors], or set [images] fallback = \"host\")")]
+    Unavailable {
+        /// The image (after aliases).
+        reference: String,
+        /// Why it could not be had.
+        reason: String,
+    },
     /// The image is not in the store.
     #[error("image {0} is not in the local store: pull it with `endless images pull {0}`")]
     NotStored(String),

@@ -4,13 +4,19 @@
 //! says `FROM <image>`.
 
 mod error;
+mod load;
 mod pull;
 mod reference;
+mod resolve;
 mod store;
 mod unpack;
 
 pub use error::ImageError;
-pub use pull::{client_for, pull, PullReport};
+pub use load::{load, LoadReport};
+pub use pull::{client_for, pull, pull_from, PullReport};
 pub use reference::{is_host, ImageRef, HOST};
-pub use store::{digest_hex, file_digest, ImageConfig, ImageStore, StoredImage, StoredLayer};
+pub use resolve::{Base, Resolver};
+pub use store::{
+    digest_hex, file_digest, ImageConfig, ImageStore, PruneReport, StoredImage, StoredLayer,
+};
 pub use unpack::{unpack_layer, unpack_tar, UnpackOptions, UnpackReport};

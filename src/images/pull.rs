@@ -17,7 +17,7 @@ use super::store::{ImageConfig, StoredImage, StoredLayer};
 use super::{ImageError, ImageRef, ImageStore};
 
 /// Layer media types we can unpack.
-const LAYER_TYPES: &[&str] = &[
+pub(super) const LAYER_TYPES: &[&str] = &[
     "application/vnd.oci.image.layer.v1.tar",
     "application/vnd.oci.image.layer.v1.tar+gzip",
     "application/vnd.docker.image.rootfs.diff.tar",
@@ -42,14 +42,25 @@ pub struct PullReport {
 /// Pull `reference` into `store` (blocking; runs its own runtime on a
 /// thread of its own, so it may be called from anywhere).
 pub fn pull(store: &ImageStore, reference: &ImageRef) -> Result<PullReport, ImageError> {
+    pull_from(store, reference, reference)
+}
+
+/// Pull `reference` from `source` (the same image on a mirror) and register
+/// it under `reference`.
+pub fn pull_from(
+    store: &ImageStore,
+    reference: &ImageRef,
+    source: &ImageRef,
+) -> Result<PullReport, ImageError> {
     let store = store.clone();
     let reference = reference.clone();
+    let source = source.clone();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| ImageError::io("start a runtime", "tokio")(e))?;
-        rt.block_on(pull_async(&store, &reference))
+        rt.block_on(pull_async(&store, &reference, &source))
     })
     .join()
     .unwrap_or_else(|_| {
@@ -102,7 +113,11 @@ pub fn client_for(reference: &ImageRef) -> Client {
     })
 }
 
-async fn pull_async(store: &ImageStore, reference: &ImageRef) -> Result<PullReport, ImageError> {
+async fn pull_async(
+    store: &ImageStore,
+    reference: &ImageRef,
+    source: &ImageRef,
+) -> Result<PullReport, ImageError> {
     let name = reference.canonical();
     let registry_error = |e: OciDistributionError| match e {
         OciDistributionError::DigestError(DigestError::VerificationError { expected, actual }) => {
@@ -114,13 +129,13 @@ async fn pull_async(store: &ImageStore, reference: &ImageRef) -> Result<PullRepo
         }
         e => ImageError::Registry {
             reference: name.clone(),
-            registry: reference.registry().to_string(),
+            registry: source.registry().to_string(),
             reason: e.to_string(),
         },
     };
-    let client = client_for(reference);
-    let auth = auth_for(reference.registry());
-    let oci = reference.as_oci();
+    let client = client_for(source);
+    let auth = auth_for(source.registry());
+    let oci = source.as_oci();
     let (manifest, manifest_digest) = client
         .pull_image_manifest(oci, &auth)
         .await
@@ -183,7 +198,7 @@ async fn pull_async(store: &ImageStore, reference: &ImageRef) -> Result<PullRepo
 }
 
 /// The honoured parts of an image config (`config.Env`, `WorkingDir`, `User`).
-fn parse_config(bytes: &[u8], reference: &str) -> Result<ImageConfig, ImageError> {
+pub(super) fn parse_config(bytes: &[u8], reference: &str) -> Result<ImageConfig, ImageError> {
     let v: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| ImageError::Malformed {
             reference: reference.to_string(),

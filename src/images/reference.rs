@@ -54,6 +54,37 @@ impl ImageRef {
                 .is_ok_and(|ip| ip.is_loopback())
     }
 
+    /// The registry as written, before Docker Hub's redirection
+    /// (`docker.io`, `ghcr.io`, `127.0.0.1:5000`): what mirrors are keyed by.
+    pub fn registry_name(&self) -> &str {
+        self.inner.registry()
+    }
+
+    /// The same repository, tag and digest on another registry (a mirror).
+    pub fn on_registry(&self, registry: &str) -> Result<ImageRef, ImageError> {
+        let repository = self.inner.repository().to_string();
+        let registry = registry.trim().trim_end_matches('/').to_string();
+        if registry.is_empty() || registry.contains("://") {
+            return Err(ImageError::BadReference {
+                reference: registry,
+                reason: "a mirror is a registry host (and port), without a scheme".into(),
+            });
+        }
+        let inner = match (self.inner.tag(), self.inner.digest()) {
+            (Some(tag), Some(digest)) => Reference::with_tag_and_digest(
+                registry,
+                repository,
+                tag.to_string(),
+                digest.to_string(),
+            ),
+            (_, Some(digest)) => Reference::with_digest(registry, repository, digest.to_string()),
+            (tag, None) => {
+                Reference::with_tag(registry, repository, tag.unwrap_or("latest").to_string())
+            }
+        };
+        Ok(ImageRef { inner })
+    }
+
     /// The `oci-client` reference.
     pub fn as_oci(&self) -> &Reference {
         &self.inner

@@ -244,6 +244,89 @@ impl ImageStore {
     }
 }
 
+/// What [`ImageStore::prune`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PruneReport {
+    /// Blobs no registered image uses.
+    pub blobs: usize,
+    /// Unpacked layer directories of those blobs.
+    pub layers: usize,
+    /// Leftovers of pulls and loads whose process is gone.
+    pub temporaries: usize,
+    /// Bytes freed (blobs and leftovers; unpacked layers are not counted).
+    pub bytes: u64,
+}
+
+impl ImageStore {
+    /// Remove the blobs and unpacked layers that no registered image uses,
+    /// and the temporaries of pulls whose process is gone. Run it when no
+    /// build is starting from an image being removed (`images rm` first).
+    pub fn prune(&self) -> Result<PruneReport, ImageError> {
+        let used: std::collections::HashSet<String> = self
+            .list()
+            .iter()
+            .flat_map(|i| i.layers.iter())
+            .filter_map(|l| digest_hex(&l.digest).map(str::to_owned))
+            .collect();
+        let mut report = PruneReport::default();
+        let entries = |dir: PathBuf| {
+            std::fs::read_dir(dir)
+                .map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        for blob in entries(self.root.join("blobs/sha256")) {
+            let name = blob.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !used.contains(name) {
+                let size = std::fs::metadata(&blob).map(|m| m.len()).unwrap_or(0);
+                std::fs::remove_file(&blob).map_err(ImageError::io("remove blob", &blob))?;
+                report.blobs += 1;
+                report.bytes += size;
+            }
+        }
+        for dir in entries(self.root.join("layers")) {
+            let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let hex = name.split('-').next().unwrap_or("");
+            if !used.contains(hex) {
+                std::fs::remove_dir_all(&dir).map_err(ImageError::io("remove layer", &dir))?;
+                report.layers += 1;
+            }
+        }
+        for tmp in entries(self.root.join("tmp")) {
+            let name = tmp.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let pid = name.split('-').next().unwrap_or("");
+            if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+                let size = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
+                let removed = if tmp.is_dir() {
+                    std::fs::remove_dir_all(&tmp)
+                } else {
+                    std::fs::remove_file(&tmp)
+                };
+                removed.map_err(ImageError::io("remove leftover", &tmp))?;
+                report.temporaries += 1;
+                report.bytes += size;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Bytes the store takes on disk (blobs, unpacked layers, leftovers).
+    pub fn disk_usage(&self) -> u64 {
+        fn walk(p: &Path) -> u64 {
+            let Ok(meta) = std::fs::symlink_metadata(p) else {
+                return 0;
+            };
+            if meta.is_dir() {
+                std::fs::read_dir(p)
+                    .map(|rd| rd.flatten().map(|e| walk(&e.path())).sum())
+                    .unwrap_or(0)
+            } else {
+                std::os::unix::fs::MetadataExt::blocks(&meta) * 512
+            }
+        }
+        walk(&self.root)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +347,38 @@ mod tests {
         store.put_blob(&tmp, &right, "x").unwrap();
         assert!(store.has_blob(&right));
         assert!(digest_hex("sha256:../../etc").is_none());
+    }
+
+    #[test]
+    fn prune_keeps_what_registered_images_use() {
+        let d = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(d.path());
+        let put = |body: &[u8]| {
+            let tmp = store.temp_path("t").unwrap();
+            std::fs::write(&tmp, body).unwrap();
+            let digest = file_digest(&tmp).unwrap();
+            store.put_blob(&tmp, &digest, "x").unwrap();
+            digest
+        };
+        let kept = put(b"kept layer");
+        let dropped = put(b"unused layer");
+        store
+            .register(&StoredImage {
+                reference: "docker.io/library/a:1".into(),
+                manifest_digest: kept.clone(),
+                layers: vec![StoredLayer {
+                    digest: kept.clone(),
+                    media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+                    size: 10,
+                }],
+                config: ImageConfig::default(),
+            })
+            .unwrap();
+        let hex = digest_hex(&dropped).unwrap().to_string();
+        std::fs::create_dir_all(d.path().join("layers").join(format!("{hex}-self"))).unwrap();
+        let report = store.prune().unwrap();
+        assert_eq!((report.blobs, report.layers), (1, 1));
+        assert!(store.has_blob(&kept) && !store.has_blob(&dropped));
+        assert_eq!(store.prune().unwrap(), PruneReport::default());
     }
 }

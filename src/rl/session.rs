@@ -81,6 +81,8 @@ pub struct TrainOptions {
     /// The sandbox backend (`local`, `apptainer`, `oci`) and its cache.
     pub sandbox: String,
     pub sandbox_cache: PathBuf,
+    /// The `[images]` settings base images are resolved with.
+    pub images: crate::config::ImagesConfig,
 }
 
 impl TrainOptions {
@@ -140,8 +142,9 @@ pub fn run(
     on_event: &mut dyn FnMut(TrainEvent),
     cancel: &AtomicBool,
 ) -> anyhow::Result<TrainSummary> {
-    let backend = crate::sandbox::backend_by_name(&opts.sandbox, &opts.sandbox_cache)
-        .with_context(|| format!("starting the `{}` sandbox backend", opts.sandbox))?;
+    let backend =
+        crate::sandbox::configured_backend(&opts.sandbox, &opts.sandbox_cache, &opts.images)
+            .with_context(|| format!("starting the `{}` sandbox backend", opts.sandbox))?;
     let provider = Arc::new(BackendProvider::new(Arc::from(backend)));
     run_with(opts, provider, on_event, cancel)
 }

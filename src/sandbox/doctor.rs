@@ -42,6 +42,8 @@ pub struct DoctorReport {
     pub backends: Vec<BackendStatus>,
     /// The verifier's interpreter (`/usr/bin/python3` with pytest).
     pub verifier: Check,
+    /// Base images: the store, the `[images]` settings, registry reachability.
+    pub images: Vec<Check>,
 }
 
 fn check(name: &str, ok: bool, detail: impl Into<String>, fix: &str) -> Check {
@@ -72,6 +74,7 @@ fn output_of(argv: &[&str]) -> Option<(bool, String)> {
 /// the sandbox).
 pub fn doctor(verifier_python: &str) -> DoctorReport {
     DoctorReport {
+        images: Vec::new(),
         backends: vec![doctor_local(), doctor_apptainer(), doctor_oci()],
         verifier: {
             let found = output_of(&[
@@ -306,8 +309,106 @@ impl fmt::Display for DoctorReport {
             }
         }
         writeln!(f, "verifier")?;
-        write_check(f, &self.verifier)
+        write_check(f, &self.verifier)?;
+        if !self.images.is_empty() {
+            writeln!(f, "images")?;
+            for c in &self.images {
+                write_check(f, c)?;
+            }
+        }
+        Ok(())
     }
+}
+
+/// The image side of the doctor: the store under `store_dir`, what the
+/// `[images]` settings do, and whether the registries pulls go to answer.
+pub fn doctor_images(store_dir: &Path, settings: &crate::config::ImagesConfig) -> Vec<Check> {
+    use crate::config::{BaseFallback, PullPolicy};
+    let store = crate::images::ImageStore::new(store_dir);
+    let mut checks = vec![Check {
+        name: "image store".into(),
+        ok: true,
+        detail: format!(
+            "{} ({} images, {:.1} MB on disk)",
+            store_dir.display(),
+            store.list().len(),
+            store.disk_usage() as f64 / 1e6
+        ),
+        fix: None,
+    }];
+    checks.push(Check {
+        name: "base images".into(),
+        ok: true,
+        detail: format!(
+            "{}; {}; {} alias(es), {} mirror(s)",
+            match settings.pull {
+                PullPolicy::Auto => "missing images are pulled",
+                PullPolicy::Never => "only stored images are used ([images] pull = \"never\")",
+            },
+            match settings.fallback {
+                BaseFallback::Host =>
+                    "an unavailable one is replaced by the host's directories, with a note",
+                BaseFallback::Error => "an unavailable one fails the build",
+            },
+            settings.aliases.len(),
+            settings.mirrors.len()
+        ),
+        fix: None,
+    });
+    if settings.pull == PullPolicy::Auto {
+        let mut registries = vec![(
+            "docker.io".to_string(),
+            settings
+                .mirrors
+                .get("docker.io")
+                .cloned()
+                .unwrap_or_else(|| "registry-1.docker.io".into()),
+        )];
+        for (from, to) in &settings.mirrors {
+            if from != "docker.io" {
+                registries.push((from.clone(), to.clone()));
+            }
+        }
+        for (name, host) in registries {
+            let reachable = reachable(&host);
+            checks.push(check(
+                &format!("registry {name}"),
+                reachable.is_ok(),
+                match &reachable {
+                    Ok(()) => format!("{host} answers"),
+                    Err(e) => format!("{host}: {e}"),
+                },
+                "set a mirror under [images.mirrors], load images with `endless images load`, \
+                 or map references under [images.aliases]",
+            ));
+        }
+    }
+    checks
+}
+
+/// Whether a TCP connection to `host` (port 443 unless given) opens within 3 s.
+fn reachable(host: &str) -> Result<(), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let with_port = if host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        host.to_string()
+    } else {
+        format!("{host}:443")
+    };
+    let addrs: Vec<_> = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("does not resolve ({e})"))?
+        .collect();
+    let mut last = String::from("no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(format!("unreachable ({last})"))
 }
 
 fn write_check(f: &mut fmt::Formatter<'_>, c: &Check) -> fmt::Result {

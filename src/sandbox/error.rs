@@ -69,6 +69,9 @@ pub enum SandboxError {
     /// Starting the sandbox failed.
     #[error("could not start the sandbox: {0}")]
     Start(String),
+    /// The task's base image could not be had or unpacked.
+    #[error(transparent)]
+    Image(#[from] crate::images::ImageError),
     /// The shell ended (exited, was killed, or its PTY closed).
     #[error("the session's shell ended{}: output so far:\n{output}", .reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
     SessionEnded {

@@ -43,6 +43,10 @@ pub struct Image {
     /// That image's unpacked layers, top first (`local`; empty: the host base).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub base_layers: Vec<PathBuf>,
+    /// What the base is a substitute for, when the task asked for another
+    /// (an alias, or the host's directories in place of an unavailable image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_note: Option<String>,
 }
 
 /// The content hash of what shapes a task's image on `backend`: every file

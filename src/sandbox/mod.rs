@@ -22,7 +22,7 @@ use std::path::Path;
 
 pub use asciicast::Recorder;
 pub use bench::{bench, BenchReport};
-pub use doctor::{doctor, DoctorReport};
+pub use doctor::{doctor, doctor_images, DoctorReport};
 pub use error::SandboxError;
 pub use fds::seal_inherited;
 pub use image::{home_of, image_hash, Image};
@@ -44,10 +44,23 @@ pub trait Backend: Send + Sync {
     fn start(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError>;
 }
 
-/// The backend called `name` (`local`, `apptainer` or `oci`), caching under `cache_dir`.
+/// The backend called `name` (`local`, `apptainer` or `oci`), caching under
+/// `cache_dir`, with the default `[images]` settings.
 pub fn backend_by_name(name: &str, cache_dir: &Path) -> Result<Box<dyn Backend>, SandboxError> {
+    configured_backend(name, cache_dir, &crate::config::ImagesConfig::default())
+}
+
+/// [`backend_by_name`] with the `[images]` settings (aliases, mirrors, pulls,
+/// fallback) the `local` backend resolves base images with.
+pub fn configured_backend(
+    name: &str,
+    cache_dir: &Path,
+    images: &crate::config::ImagesConfig,
+) -> Result<Box<dyn Backend>, SandboxError> {
     match name {
-        "local" => Ok(Box::new(local::LocalBackend::new(cache_dir)?)),
+        "local" => Ok(Box::new(
+            local::LocalBackend::new(cache_dir)?.with_images(images.clone()),
+        )),
         "apptainer" => Ok(Box::new(apptainer::ApptainerBackend::new(cache_dir)?)),
         "oci" => Ok(Box::new(oci::OciBackend::new(cache_dir)?)),
         other => Err(SandboxError::UnknownBackend(other.to_string())),

@@ -23,6 +23,10 @@ pub struct Validation {
     pub oracle_passes: Option<bool>,
     /// Human-readable problems; empty when the task is valid.
     pub problems: Vec<String>,
+    /// What the user should know though the task is valid: a base image
+    /// substituted for the one the task asks for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// The initial tests' report.
     pub initial: Option<TestReport>,
     /// The final tests' report on the initial state.
@@ -74,6 +78,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         final_fails_initially: false,
         oracle_passes: None,
         problems: Vec::new(),
+        notes: Vec::new(),
         initial: None,
         final_on_initial: None,
         oracle: None,
@@ -84,6 +89,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         Err(
             e @ (SandboxError::SetupStep { .. }
             | SandboxError::Definition(_)
+            | SandboxError::Image(_)
             | SandboxError::NetworkNotAllowed { .. }),
         ) => {
             v.problems
@@ -94,6 +100,9 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         Err(e) => return Err(e),
     };
     v.image = Some(image.hash.clone());
+    if let Some(note) = &image.base_note {
+        v.notes.push(format!("base image: {note}"));
+    }
     let wall = Duration::from_secs_f64(
         task.meta.agent.timeout_sec.clamp(1.0, 86_400.0)
             + task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0) * 2.0

@@ -38,9 +38,10 @@ impl Context {
 
     /// The configured sandbox backend, caching images under the cache dir.
     pub fn backend(&self) -> Result<Box<dyn crate::sandbox::Backend>> {
-        crate::sandbox::backend_by_name(
+        crate::sandbox::configured_backend(
             &self.config.sandbox.backend,
             &self.paths.cache_dir.join("sandbox"),
+            &self.config.images,
         )
         .with_context(|| {
             format!(

@@ -8,9 +8,11 @@
 //! into training options and its effective recipe.
 
 mod context;
+mod images;
 mod runs;
 mod train;
 
 pub use context::Context;
+pub use images::image_users;
 pub use runs::{index_episodes, record_pass_at_k, run_id, select_tasks};
 pub use train::{options as train_options, recipe as train_recipe, TrainRequest};

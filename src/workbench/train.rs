@@ -180,6 +180,7 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
         model_cache: ctx.paths.cache_dir.join("models"),
         sandbox: ctx.config.sandbox.backend.clone(),
         sandbox_cache: ctx.paths.cache_dir.join("sandbox"),
+        images: ctx.config.images.clone(),
     })
 }
 

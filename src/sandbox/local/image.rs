@@ -33,7 +33,7 @@ impl LocalBackend {
         let def = parse_task(task)?;
         let layout = &self.layout;
         layout.ensure()?;
-        let base = self.resolve_base(&def)?;
+        let (base, base_note) = self.resolve_base(&def)?;
         let base_id = match &base {
             Some((stored, _)) => format!("{}|image:{}", self.base_id(), stored.manifest_digest),
             None => self.base_id(),
@@ -50,7 +50,7 @@ impl LocalBackend {
             std::process::id(),
             hex::encode(rnd)
         ));
-        let result = self.build_into(task, &def, base.as_ref(), &hash, &build);
+        let result = self.build_into(task, &def, base.as_ref(), base_note, &hash, &build);
         let image = match result {
             Ok(image) => image,
             Err(e) => {
@@ -70,6 +70,7 @@ impl LocalBackend {
         task: &Task,
         def: &crate::task::envdef::EnvDefinition,
         base: Option<&(StoredImage, Vec<PathBuf>)>,
+        base_note: Option<String>,
         hash: &str,
         build: &Path,
     ) -> Result<Image, SandboxError> {
@@ -270,6 +271,7 @@ impl LocalBackend {
             cpu_millis: task_cpu_millis(task),
             base: base.map(|(stored, _)| stored.reference.clone()),
             base_layers: base.map(|(_, dirs)| dirs.clone()).unwrap_or_default(),
+            base_note,
         };
         let meta =
             serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;

@@ -59,7 +59,7 @@ use self::overlay::{Identity, Idmapped, Layer, MountPlan, MountSpec};
 use self::runtime::Runtime;
 use super::session::{Session, SessionInfo};
 use super::{Backend, Image, SandboxError, SessionOptions};
-use crate::images::{self, ImageRef, ImageStore, StoredImage};
+use crate::images::{self, ImageStore, StoredImage};
 use crate::task::envdef::EnvDefinition;
 use crate::task::Task;
 
@@ -111,6 +111,8 @@ pub struct LocalBackend {
     runtime: Runtime,
     seccomp: Vec<BpfProgram>,
     images: ImageStore,
+    /// Turns a definition's `FROM` into a base (aliases, pulls, fallback).
+    resolver: images::Resolver,
     /// User namespaces made ahead of time (mapped mode).
     userns_pool: Option<std::sync::Arc<userns::UsernsPool>>,
 }
@@ -227,11 +229,19 @@ impl LocalBackend {
             runtime,
             seccomp: seccomp::programs()?,
             images: ImageStore::new(&image_store_dir(cache_dir)),
+            resolver: images::Resolver::default(),
             userns_pool: map.map(userns::UsernsPool::new),
         })
     }
 
     /// Use these resource limits.
+    /// Resolve base images with the `[images]` settings (aliases, mirrors,
+    /// pulls, fallback) instead of the defaults.
+    pub fn with_images(mut self, settings: crate::config::ImagesConfig) -> Self {
+        self.resolver = images::Resolver::new(settings);
+        self
+    }
+
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
@@ -329,31 +339,24 @@ impl LocalBackend {
         }
     }
 
-    /// The base a definition asks for: a pulled image (its layers, unpacked
-    /// for this backend's ids), or the host's directories (no `FROM`, `FROM
-    /// host`, or an image that was not pulled: the behaviour before images).
+    /// The base a definition asks for (see [`images::Resolver`]): a stored
+    /// or pulled image and its layers, unpacked for this backend's ids, or
+    /// the host's directories; with a note when it is a substitute.
     fn resolve_base(
         &self,
         def: &EnvDefinition,
-    ) -> Result<Option<(StoredImage, Vec<PathBuf>)>, SandboxError> {
-        let Some(base) = def.base.as_deref().filter(|b| !images::is_host(b)) else {
-            return Ok(None);
-        };
-        let Ok(reference) = ImageRef::parse(base) else {
-            return Ok(None);
-        };
-        let Some(stored) = self.images.get(&reference) else {
-            return Ok(None);
+    ) -> Result<(Option<(StoredImage, Vec<PathBuf>)>, Option<String>), SandboxError> {
+        let base = self.resolver.resolve(&self.images, def.base.as_deref())?;
+        let note = base.note().map(str::to_owned);
+        let images::Base::Image { image: stored, .. } = base else {
+            return Ok((None, note));
         };
         let owner = match self.identity {
             HostIdentity::Mapped(m) => Some(m.base),
             HostIdentity::Rootless(..) => None,
         };
-        let dirs = self
-            .images
-            .layer_dirs(&stored, owner)
-            .map_err(|e| SandboxError::Start(e.to_string()))?;
-        Ok(Some((stored, dirs)))
+        let dirs = self.images.layer_dirs(&stored, owner)?;
+        Ok((Some((stored, dirs)), note))
     }
 
     /// A new user namespace for one child (mapped mode only).
