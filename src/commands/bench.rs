@@ -14,6 +14,8 @@ use crate::task::formats::Format;
 use crate::task::{FileTree, Task, TaskMeta};
 use crate::workbench::Context;
 
+/// `endless bench ...`: run the benchmark `args` names and print its table
+/// (or JSON).
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
     match args.what {
         BenchTarget::Import => {

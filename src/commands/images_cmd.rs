@@ -10,6 +10,7 @@ use crate::cli::ImagesCommand;
 use crate::images::{pull, ImageRef, ImageStore};
 use crate::sandbox::local::image_store_dir;
 
+/// `endless images ...`
 pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
     let store = ImageStore::new(&image_store_dir(&ctx.paths.cache_dir.join("sandbox")));
     match cmd {

@@ -8,6 +8,7 @@ use super::print_json;
 use crate::cli::SandboxCommand;
 use crate::workbench::Context;
 
+/// `endless sandbox ...`
 pub fn run(_ctx: &Context, cmd: SandboxCommand) -> Result<ExitCode> {
     let SandboxCommand::Doctor { json } = cmd;
     let report = crate::sandbox::doctor(crate::verify::PYTHON);

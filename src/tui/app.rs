@@ -102,11 +102,6 @@ pub enum Action {
         turn: u32,
         command: String,
     },
-    /// Result of "validate now": `Ok(summary)` or `Err(message)`.
-    Validated {
-        id: String,
-        result: Result<String, String>,
-    },
     /// A keyed event of a running episode (from an evaluation job).
     Live(LiveEvent),
     /// A job event from the job manager.
@@ -183,8 +178,6 @@ pub enum Request {
     SetRating(String, Option<u8>),
     SetTags(String, Vec<String>),
     SetNotes(String, String),
-    /// Validate a task (the sandbox validator; see `tui::validate`).
-    Validate(String),
     /// Open `tasks/<id>/<file>` in `$EDITOR`, then reload the task.
     OpenEditor {
         id: String,
@@ -343,10 +336,6 @@ impl App {
                     p.last_command = command;
                 }
             }
-            Action::Validated { id, result } => match result {
-                Ok(s) => self.info(format!("{id}: {s}")),
-                Err(e) => self.error(format!("{id}: {e}")),
-            },
             Action::Live(ev) => self.live.live_event(ev),
             Action::Job(ev) => {
                 if let JobEvent::Finished { id, outcome } = &ev {
@@ -607,7 +596,7 @@ impl App {
                         ("solutions", d.solutions.to_string()),
                     ],
                 )
-                .with_note("runs `endless generate --llm URL --model M` as a job"),
+                .with_note("what `endless generate --llm URL --model M` does, as a job"),
             )),
             Command::JobOffline => Some((
                 FormKind::Offline,
@@ -615,7 +604,7 @@ impl App {
                     "Generate tasks offline (procedural)",
                     &[("count", d.count.to_string()), ("seed", "1".into())],
                 )
-                .with_note("runs `endless generate --offline` as a job"),
+                .with_note("what `endless generate --offline` does, as a job"),
             )),
             Command::JobTrain => Some((FormKind::Train, train_form())),
             Command::JobCancel => {

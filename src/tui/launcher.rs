@@ -1,16 +1,16 @@
-//! Background jobs started from the Jobs view. Every job runs through the
-//! [`JobManager`] on its own thread, never on the UI thread; its events are
-//! forwarded to the event loop as [`Action::Job`].
+//! Background jobs started from the Jobs view. Every job is a
+//! [`crate::workbench`] use case run through the [`JobManager`] on its own
+//! thread, never on the UI thread and never as a child process; its events
+//! are forwarded to the event loop as [`Action::Job`].
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, Stdio};
 use std::sync::mpsc::Sender;
-use std::time::Duration;
 
 use super::app::Action;
 use super::event::Msg;
 use crate::jobs::{JobContext, JobId, JobManager};
+use crate::workbench::generate::{LlmRequest, OfflineRequest};
+use crate::workbench::{Context, EvalRequest};
 
 /// What to launch, with the values of its form.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,14 +125,14 @@ impl Launcher {
                 max_turns,
                 concurrency,
             } => self.manager.spawn(kind, params, move |ctx| {
-                let opts = super::eval_job::EvalOptions {
+                let req = EvalRequest {
                     policy,
                     tasks: (!tasks.is_empty()).then_some(tasks),
                     samples,
                     max_turns,
                     concurrency,
                 };
-                super::eval_job::run(ctx, &root, &opts, &tx)
+                super::eval_job::run(ctx, &root, &req, &tx)
             })?,
             JobSpec::Validate { tasks } => self
                 .manager
@@ -142,33 +142,31 @@ impl Launcher {
                 model,
                 count,
                 solutions,
-            } => {
-                let args = vec![
-                    "generate".into(),
-                    "--count".into(),
-                    count.to_string(),
-                    "--llm".into(),
-                    url,
-                    "--model".into(),
-                    model,
-                    "--solutions".into(),
-                    solutions.to_string(),
-                ];
-                self.manager
-                    .spawn(kind, params, move |ctx| cli_job(ctx, &root, &args))?
-            }
-            JobSpec::Offline { count, seed } => {
-                let args = vec![
-                    "generate".into(),
-                    "--offline".into(),
-                    "--count".into(),
-                    count.to_string(),
-                    "--seed".into(),
-                    seed.to_string(),
-                ];
-                self.manager
-                    .spawn(kind, params, move |ctx| cli_job(ctx, &root, &args))?
-            }
+            } => self.manager.spawn(kind, params, move |ctx| {
+                let req = LlmRequest {
+                    count,
+                    url: Some(url),
+                    model: Some(model),
+                    solutions: Some(solutions),
+                    ..LlmRequest::default()
+                };
+                let cctx = Context::new(Some(root))?;
+                let funnel = crate::workbench::generate::llm(&cctx, &req, ctx)?;
+                Ok(crate::workbench::generate::funnel_summary(&funnel))
+            })?,
+            JobSpec::Offline { count, seed } => self.manager.spawn(kind, params, move |ctx| {
+                let req = OfflineRequest {
+                    count,
+                    seed,
+                    ..OfflineRequest::default()
+                };
+                let cctx = Context::new(Some(root))?;
+                let report = crate::workbench::generate::offline(&cctx, &req, ctx)?;
+                if let Some(f) = report.failed.first() {
+                    anyhow::bail!("{} tasks failed to write (first: {f})", report.failed.len());
+                }
+                Ok(report.summary())
+            })?,
             JobSpec::Train(spec) => self.manager.spawn(kind, params, move |ctx| {
                 super::train_job::run(ctx, &root, &spec)
             })?,
@@ -184,102 +182,26 @@ impl Launcher {
 
 /// Validate each task (all when `tasks` is empty) with progress.
 fn validate_job(ctx: &JobContext, root: &Path, tasks: Vec<String>) -> anyhow::Result<String> {
-    let ws = crate::store::Workspace::open(root)?;
+    let cctx = Context::new(Some(root.to_path_buf()))?;
     let ids = if tasks.is_empty() {
-        ws.list_tasks(&Default::default())?
+        cctx.workspace()?
+            .list_tasks(&Default::default())?
             .into_iter()
             .map(|r| r.id)
             .collect()
     } else {
         tasks
     };
-    let total = ids.len() as u64;
-    let mut valid = 0;
-    let mut last = String::new();
-    for (i, id) in ids.iter().enumerate() {
-        ctx.check()?;
-        ctx.progress(i as u64, total, id);
-        last = match super::validate::validate_task(&ws, id) {
-            Ok(s) => {
-                valid += 1;
-                format!("{id}: {s}")
-            }
-            Err(e) => format!("{id}: INVALID: {e}"),
-        };
-        ctx.log(last.clone());
-    }
-    ctx.progress(total, total, "done");
+    // A backend that does not start makes each task invalid, with why.
+    let backend = cctx.backend().map_err(|e| format!("{e:#}"));
+    let verdicts = crate::workbench::validate_tasks(&cctx, backend, &ids, ctx, |_| {})?;
+    let valid = verdicts.iter().filter(|v| v.ok).count();
     // One task: its verdict says more than a count.
-    Ok(if total == 1 {
-        last
-    } else {
-        format!("{valid}/{total} valid")
+    Ok(match verdicts.as_slice() {
+        [v] if v.ok => format!("{}: {}", v.id, v.summary()),
+        [v] => format!("{}: INVALID: {}", v.id, v.summary()),
+        _ => format!("{valid}/{} valid", verdicts.len()),
     })
-}
-
-/// Run `endless <args> --workspace <root>` as a child process: its stderr
-/// lines become log lines, cancellation kills it.
-fn cli_job(ctx: &JobContext, root: &Path, args: &[String]) -> anyhow::Result<String> {
-    let exe = std::env::current_exe()?;
-    let mut child = Process::new(&exe)
-        .args(args)
-        .arg("--workspace")
-        .arg(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
-    for pipe in [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let t = line_tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                // Progress bars redraw with \r: keep the last state.
-                let line = line.rsplit('\r').next().unwrap_or("").trim().to_string();
-                if !line.is_empty() && t.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-    }
-    drop(line_tx);
-    let mut last = String::new();
-    loop {
-        if ctx.is_cancelled() {
-            let _ = child.kill();
-            let _ = child.wait();
-            ctx.check()?;
-        }
-        match line_rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(line) => {
-                last = line.clone();
-                ctx.log(line);
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    let status = child.wait()?;
-    if status.success() {
-        Ok(last)
-    } else {
-        anyhow::bail!(
-            "{} ({status})",
-            if last.is_empty() { "failed" } else { &last }
-        )
-    }
 }
 
 /// Defaults of the launch forms, from the configuration.

@@ -127,8 +127,9 @@ impl<T: Terminal + HumanInput> TakeoverTerm<T> {
     }
 }
 
-/// The error that ends an episode cut short by cancelling its job.
-pub const CANCELLED: &str = "cancelled from the TUI";
+/// The error that ends an episode cut short by cancelling its job (the
+/// evaluation leaves such episodes out).
+pub use crate::workbench::eval::CANCELLED;
 
 impl<T: Terminal + HumanInput> Terminal for TakeoverTerm<T> {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {

@@ -1,20 +1,18 @@
 //! The training job: `endless train` as a background job. The form's values
 //! become the same [`TrainRequest`] the CLI builds from its flags (what the
 //! form does not ask for keeps the CLI's default), [`options`] resolves it,
-//! and `rl::session::run` trains; its events become job progress and log
-//! lines, and the job's cancel flag stops the run (at its next checkpoint).
+//! and [`crate::workbench::train()`] runs it (the job's cancel flag stops
+//! the run at its next checkpoint); its events become job progress and log
+//! lines.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use super::widgets::num::num;
 use crate::jobs::JobContext;
 use crate::rl::run_files::{EvalRecord, RunStatus};
 use crate::rl::session::{TrainEvent, TrainSummary};
 use crate::rl::RecipeFlags;
-use crate::workbench::{train_options as options, TrainRequest};
-use crate::workbench::Context;
+use crate::workbench::{train, train_options as options, Context, TrainRequest};
 
 /// The training form's values.
 #[derive(Debug, Clone, PartialEq)]
@@ -270,31 +268,14 @@ pub fn run(ctx: &JobContext, root: &Path, spec: &TrainSpec) -> anyhow::Result<St
         opts.dev_tasks.len()
     ));
     let mut tracker = Tracker::new(opts.steps);
-    let cancel = AtomicBool::new(false);
-    let finished = AtomicBool::new(false);
-    let result = std::thread::scope(|scope| {
-        // The job's cancel flag, mirrored into the run's (which it polls).
-        scope.spawn(|| {
-            while !finished.load(Ordering::Relaxed) {
-                if ctx.is_cancelled() && !cancel.load(Ordering::Relaxed) {
-                    ctx.log("cancelling: the run stops at its next safe point");
-                    cancel.store(true, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        let mut on_event = |ev: TrainEvent| {
-            let r = tracker.report(&ev);
-            if let Some((done, total, stage)) = r.progress {
-                ctx.progress(done, total, &stage);
-            }
-            if let Some(line) = r.log {
-                ctx.log(line);
-            }
-        };
-        let result = crate::rl::session::run(opts, &mut on_event, &cancel);
-        finished.store(true, Ordering::Relaxed);
-        result
+    let result = train(opts, ctx, |ev: TrainEvent| {
+        let r = tracker.report(&ev);
+        if let Some((done, total, stage)) = r.progress {
+            ctx.progress(done, total, &stage);
+        }
+        if let Some(line) = r.log {
+            ctx.log(line);
+        }
     });
     let summary = result?;
     let line = summary_line(&summary);
@@ -333,7 +314,12 @@ mod tests {
         assert_eq!(args.init.as_deref(), Some("tiny"));
         assert!(args.sft);
         assert_eq!(
-            (args.sft_steps, args.steps, args.recipe.samples, args.recipe.max_turns),
+            (
+                args.sft_steps,
+                args.steps,
+                args.recipe.samples,
+                args.recipe.max_turns
+            ),
             (300, 20, Some(16), Some(16))
         );
         assert_eq!(args.recipe.prompts_per_step, Some(1));

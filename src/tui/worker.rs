@@ -76,10 +76,6 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
         Request::SetRating(id, r) => row_update(&id, ws.set_rating(&id, r)),
         Request::SetTags(id, tags) => row_update(&id, ws.set_tags(&id, &tags)),
         Request::SetNotes(id, notes) => row_update(&id, ws.set_notes(&id, &notes)),
-        Request::Validate(id) => {
-            let result = super::validate::validate_task(ws, &id);
-            vec![Action::Validated { id, result }]
-        }
         // The event loop handles the editor itself; afterwards it asks for
         // a reload, which re-indexes the edited bundle.
         Request::OpenEditor { id, .. } => reload_task(ws, &id),
@@ -125,7 +121,7 @@ fn load_task(ws: &Workspace, id: &str) -> Vec<Action> {
         Ok(t) => t,
         Err(e) => return vec![err(e)],
     };
-    let eps = match super::store_ext::task_episodes(ws, id) {
+    let eps = match ws.task_episodes(id) {
         Ok(eps) => eps,
         Err(e) => return vec![err(e)],
     };
