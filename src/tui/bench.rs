@@ -9,7 +9,8 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde::Serialize;
 
-use super::app::{Action, App, View};
+use super::action::{Action, LiveEvent};
+use super::app::{App, View};
 use super::keymap::{Command, Keymap};
 use super::theme::Theme;
 use crate::store::{TaskRow, TaskStatus};
@@ -104,12 +105,14 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
     app.outbox.clear();
     app.update(Action::TasksLoaded(synthetic_rows(tasks)));
     for p in 0..panes {
-        app.update(Action::LiveOpen {
+        app.update(Action::Live(LiveEvent::Open {
+            key: format!("bench/{p}"),
             title: format!("task-{p:06}#0"),
             policy: "oracle".into(),
             rows: 24,
             cols: 80,
-        });
+            input: None,
+        }));
     }
     let mut terminal = match Terminal::new(TestBackend::new(160, 48)) {
         Ok(t) => t,
@@ -135,10 +138,10 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
                 "\x1b[32muser@sandbox\x1b[0m:~$ ls -la /home/user/work/{frame}\r\n-rw-r--r-- 1 user user {} Jan  1 00:00 file-{p}.txt\r\n",
                 frame * 37 + p
             );
-            app.update(Action::LiveFeed {
-                pane: p,
+            app.update(Action::Live(LiveEvent::Feed {
+                key: format!("bench/{p}"),
                 bytes: chunk.into_bytes(),
-            });
+            }));
         }
         let feed = t0.elapsed();
         live_times.push(feed + time_frame(&mut app));

@@ -13,7 +13,7 @@ use crate::store::{EpisodeRow, TaskRow};
 use crate::task::Task;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::highlight::{highlight_line, Lang};
-use crate::tui::widgets::task_marks::{stars, status_style};
+use crate::tui::widgets::task_marks::{pass_cell, stars, status_style};
 
 /// The detail tabs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -396,15 +396,6 @@ impl DetailState {
         )
         .style(Style::new().fg(theme.foreground));
         frame.render_widget(table, area);
-    }
-}
-
-/// PASS / FAIL, coloured.
-pub fn pass_cell(passed: bool, theme: &Theme) -> Cell<'static> {
-    if passed {
-        Cell::from(Span::styled("PASS", theme.success()))
-    } else {
-        Cell::from(Span::styled("FAIL", theme.failure()))
     }
 }
 

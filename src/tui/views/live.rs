@@ -1,6 +1,8 @@
 //! The Live view: a grid of terminal panes (tui-term `PseudoTerminal` over
 //! `vt100::Parser`s) fed with the byte stream of running sessions.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
 use std::time::{Duration, Instant};
 
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
@@ -11,7 +13,7 @@ use ratatui::widgets::{Block, Borders};
 use ratatui::Frame;
 use tui_term::widget::PseudoTerminal;
 
-use crate::tui::app::LiveEvent;
+use crate::tui::action::LiveEvent;
 use crate::tui::keymap::Command;
 use crate::tui::takeover::TakeoverHandle;
 use crate::tui::theme::Theme;
@@ -397,4 +399,27 @@ fn draw_pane(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme, 
         .block(block)
         .style(Style::new().fg(theme.foreground).bg(theme.background));
     frame.render_widget(term, area);
+}
+
+impl Component for LiveView {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd);
+        None
+    }
+
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        self.mouse(event);
+        None
+    }
+
+    fn update(&mut self, action: Action) -> Option<Action> {
+        if let Action::Live(ev) = action {
+            self.live_event(ev);
+        }
+        None
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        LiveView::draw(self, frame, area, ctx.theme);
+    }
 }

@@ -1,6 +1,8 @@
 //! The Tasks view: a sortable, filterable table over the workspace's tasks
 //! with a detail pane below it.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
@@ -530,5 +532,34 @@ impl TasksView {
             .style(Style::new().fg(theme.foreground));
         let mut state = TableState::default().with_selected(Some(self.selected - self.offset));
         frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+impl Component for TasksView {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd).map(Action::TaskSelected)
+    }
+
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        self.mouse(event).map(Action::TaskSelected)
+    }
+
+    fn update(&mut self, action: Action) -> Option<Action> {
+        match action {
+            Action::TasksLoaded(rows) => self.set_rows(rows).map(Action::TaskSelected),
+            Action::TaskLoaded(task, episodes) => {
+                self.detail.set_task(*task, episodes);
+                None
+            }
+            Action::TaskRowUpdated(row) => {
+                self.update_row(*row);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        TasksView::draw(self, frame, area, ctx.theme);
     }
 }
