@@ -56,6 +56,8 @@ const SAME_LAYER: &[(&str, &str)] = &[
     ("workbench", "jobs"),
     // The CLI turns the clap definitions into use-case calls.
     ("commands", "cli"),
+    // `endless serve` starts the HTTP front end.
+    ("commands", "serve"),
 ];
 
 /// File-level cycles that exist today, each to be removed by moving the
@@ -65,6 +67,21 @@ const KNOWN_FILE_CYCLES: &[&[&str]] = &[
     // The network namespace set-up and the overlay child call each other
     // (sandbox/local is being reworked separately).
     &["src/sandbox/local/net.rs", "src/sandbox/local/overlay.rs"],
+    // Found on main when the TUI's cycle was taken apart (issue 14); left to
+    // their modules' owners.
+    &["src/agent/recorded.rs", "src/agent/rollout.rs"],
+    &[
+        "src/rl/recipe.rs",
+        "src/rl/run_files.rs",
+        "src/rl/trainer.rs",
+    ],
+    &[
+        "src/serve/app.rs",
+        "src/serve/auth.rs",
+        "src/serve/error.rs",
+        "src/serve/routes.rs",
+        "src/serve/sessions.rs",
+    ],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
