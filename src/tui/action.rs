@@ -50,7 +50,9 @@ pub enum Action {
     TrainingLoaded(Vec<crate::rl::run_files::RunView>),
     /// An episode read from disk for the inspector (`compare`: the side-by-side one).
     EpisodeLoaded {
+        /// The episode's files.
         episode: Box<LoadedEpisode>,
+        /// Open beside the inspected one rather than instead of it.
         compare: bool,
     },
     /// A key while a launch form is open.
@@ -71,55 +73,90 @@ pub enum Action {
 pub enum LiveEvent {
     /// The episode's sandbox is up: open a pane emulating `rows` x `cols`.
     Open {
+        /// `run/task/sample`.
         key: String,
+        /// The pane's title (`task#sample`).
         title: String,
+        /// The policy playing the episode.
         policy: String,
+        /// Terminal rows to emulate.
         rows: u16,
+        /// Terminal columns to emulate.
         cols: u16,
         /// Lets the user type into the session ("take over").
         input: Option<TakeoverHandle>,
     },
     /// Raw bytes from the session.
-    Feed { key: String, bytes: Vec<u8> },
+    Feed {
+        /// `run/task/sample`.
+        key: String,
+        /// The bytes, escape sequences and all.
+        bytes: Vec<u8>,
+    },
     /// A turn finished (`command` is empty for a `done` turn).
     Step {
+        /// `run/task/sample`.
         key: String,
+        /// The turn's number.
         turn: u32,
+        /// The command the agent ran.
         command: String,
     },
     /// The episode finished and was verified.
-    Finished { key: String, passed: bool },
+    Finished {
+        /// `run/task/sample`.
+        key: String,
+        /// Whether the final tests passed.
+        passed: bool,
+    },
 }
 
 /// Work for the event loop / store worker.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
+    /// Every task row (after reconciling the index with the bundles).
     LoadTasks,
+    /// One task's bundle and its episodes.
     LoadTask(String),
+    /// Every episode row.
     LoadEpisodes,
+    /// Set a task's curation status.
     SetStatus(String, TaskStatus),
+    /// Set (or clear) a task's 1-5 rating.
     SetRating(String, Option<u8>),
+    /// Replace a task's tags.
     SetTags(String, Vec<String>),
+    /// Replace a task's notes.
     SetNotes(String, String),
     /// Open `tasks/<id>/<file>` in `$EDITOR`, then reload the task.
     OpenEditor {
+        /// The task.
         id: String,
+        /// The file inside its bundle.
         file: PathBuf,
     },
     /// The jobs journal.
     LoadJobs,
     /// Read an episode's result and recording for the inspector.
     LoadEpisode {
+        /// The episode's index row.
         row: EpisodeRow,
+        /// Open it beside the inspected one.
         compare: bool,
     },
     /// Rate / label / annotate an episode.
     RateEpisode {
+        /// The episode's run.
         run: String,
+        /// Its task.
         task: String,
+        /// Its sample number.
         sample: u32,
+        /// A 1-5 rating, or none.
         rating: Option<u8>,
+        /// A failure label (see `views::inspector::LABELS`), or none.
         label: Option<String>,
+        /// Free-form notes.
         notes: String,
     },
     /// Write every rated / labelled / annotated episode to `<workspace>/ratings.jsonl`.

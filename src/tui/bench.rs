@@ -21,20 +21,26 @@ pub const FRAMES_PER_VIEW: usize = 100;
 /// Frame-time percentiles.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Percentiles {
+    /// Median.
     pub p50: Duration,
+    /// 95th percentile.
     pub p95: Duration,
+    /// Slowest frame.
     pub max: Duration,
 }
 
 /// Result of [`bench_frames`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FrameBench {
+    /// Task rows in the Tasks view.
     pub tasks: usize,
+    /// Live panes streaming output.
     pub panes: usize,
     /// Frames rendered in all.
     pub frames: usize,
-    /// Over all frames.
+    /// Median over all frames.
     pub p50: Duration,
+    /// 95th percentile over all frames.
     pub p95: Duration,
     /// Tasks view frames (selection moving through the rows).
     pub tasks_view: Percentiles,

@@ -79,6 +79,7 @@ impl HumanInput for Session {
 
 /// The episode's terminal, serving the human first while taken over.
 pub struct TakeoverTerm<T> {
+    /// The real terminal.
     pub inner: T,
     rx: mpsc::Receiver<Vec<u8>>,
     control: Arc<Control>,

@@ -302,3 +302,54 @@ pub fn funnel_summary(funnel: &Funnel) -> String {
         .unwrap_or(0);
     format!("{accepted} of {} candidates accepted", funnel.sampled)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::JobEvent;
+
+    #[test]
+    fn offline_generation_writes_reports_and_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ws = Workspace::open(dir.path()).unwrap();
+        let (job, mut rx) = JobContext::standalone("generate-offline");
+        let req = OfflineRequest {
+            count: 4,
+            seed: 3,
+            ..OfflineRequest::default()
+        };
+        let first = offline_into(&mut ws, &req, &job).unwrap();
+        assert_eq!((first.written, first.existing), (4, 0), "{first:?}");
+        assert!(first.failed.is_empty());
+        let again = offline_into(&mut ws, &req, &job).unwrap();
+        assert_eq!((again.written, again.existing), (0, 4));
+        let mut finished = false;
+        let mut logged = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            match ev {
+                JobEvent::Progress { done, total, .. } => finished |= done == total && total == 4,
+                JobEvent::Log { line, .. } => logged.push(line),
+                _ => {}
+            }
+        }
+        assert!(finished);
+        assert!(
+            logged.iter().any(|l| l.starts_with("4 tasks written")),
+            "{logged:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_families_are_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ws = Workspace::open(dir.path()).unwrap();
+        let (job, _rx) = JobContext::standalone("generate-offline");
+        let req = OfflineRequest {
+            count: 1,
+            families: vec!["no-such-family".into()],
+            ..OfflineRequest::default()
+        };
+        let err = offline_into(&mut ws, &req, &job).unwrap_err().to_string();
+        assert!(err.contains("unknown family \"no-such-family\""), "{err}");
+    }
+}

@@ -136,3 +136,33 @@ pub fn validate_tasks(
     job.progress(total, total, "done");
     Ok(verdicts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Workspace;
+    use crate::workbench::generate::{offline_into, OfflineRequest};
+
+    #[test]
+    fn a_backend_that_did_not_start_makes_sound_tasks_invalid_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ws = Workspace::open(dir.path()).unwrap();
+        let (job, _rx) = JobContext::standalone("validate");
+        let req = OfflineRequest {
+            count: 1,
+            seed: 1,
+            ..OfflineRequest::default()
+        };
+        offline_into(&mut ws, &req, &job).unwrap();
+        let id = ws.task_ids().unwrap().remove(0);
+        let v = validate_task(&ws.tasks_dir(), &Err("no sandbox here".into()), &id);
+        assert!(!v.ok);
+        assert_eq!(v.problems, vec!["no sandbox here".to_string()]);
+        assert_eq!(v.summary(), "no sandbox here");
+        let missing = validate_task(&ws.tasks_dir(), &Err("unused".into()), "no-such-task");
+        assert!(
+            !missing.ok && missing.problems[0] != "unused",
+            "{missing:?}"
+        );
+    }
+}

@@ -148,6 +148,7 @@ impl TrainSpec {
 pub struct Report {
     /// `(done, total, stage)`.
     pub progress: Option<(u64, u64, String)>,
+    /// A line for the job's log.
     pub log: Option<String>,
 }
 

@@ -54,7 +54,7 @@ fn bench_runs_on_many_rows() {
 }
 
 /// Full-size frame benchmark (dev profile unless run with --release):
-/// `cargo test --lib tui::tests::bench_full_size -- --ignored --nocapture`.
+/// `cargo test --lib tui::tests::screen::bench_full_size -- --ignored --nocapture`.
 #[test]
 #[ignore = "benchmark; prints frame times"]
 fn bench_full_size() {

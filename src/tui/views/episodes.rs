@@ -23,6 +23,7 @@ pub const NO_FAILURE: &str = "none";
 #[derive(Debug, Default)]
 pub struct EpisodesView {
     rows: Vec<EpisodeRow>,
+    /// The store has answered at least once (so "no episodes" is true).
     pub loaded: bool,
     visible: Vec<usize>,
     selected: usize,

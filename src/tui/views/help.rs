@@ -15,7 +15,9 @@ use crate::tui::theme::Theme;
 /// Whether the overlay is open and how far it is scrolled.
 #[derive(Debug, Default)]
 pub struct HelpView {
+    /// Shown over the screen.
     pub visible: bool,
+    /// Lines scrolled past.
     pub scroll: u16,
 }
 

@@ -13,8 +13,6 @@ use ratatui::widgets::{Block, Borders, Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 use tui_term::widget::PseudoTerminal;
 
-use crate::agent::EpisodeResult;
-use crate::store::EpisodeRow;
 use crate::tui::keymap::Command;
 use crate::tui::replay::Replay;
 pub use crate::tui::runtime::episode_io::LoadedEpisode;
@@ -34,8 +32,11 @@ const OUTPUT_LINES: usize = 12;
 /// The inspector's tabs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InspectorTab {
+    /// Each turn's command and output.
     Trajectory,
+    /// The final tests' results.
     Tests,
+    /// The `.cast` recording, played back.
     Replay,
 }
 
@@ -62,11 +63,15 @@ impl InspectorTab {
 /// State of the open inspector.
 #[derive(Debug)]
 pub struct Inspector {
+    /// The inspected episode (its row takes the ratings, labels, notes).
     pub episode: LoadedEpisode,
     /// The other episode shown side by side.
     pub other: Option<LoadedEpisode>,
+    /// The tab shown.
     pub tab: InspectorTab,
+    /// Lines scrolled past.
     pub scroll: u16,
+    /// Playback of the recording, when there is one.
     pub replay: Option<Replay>,
 }
 

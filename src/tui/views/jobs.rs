@@ -24,14 +24,19 @@ const LOG_LINES: usize = 500;
 /// One job as the view shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobItem {
+    /// The job id.
     pub id: String,
+    /// What it does (`eval`, `validate`, `train`...).
     pub kind: String,
     /// queued | running | succeeded | failed | cancelled | interrupted
     pub status: String,
+    /// Units done.
     pub done: u64,
+    /// Units in all.
     pub total: u64,
     /// Stage, result or error.
     pub message: String,
+    /// When it was started.
     pub created_at: String,
 }
 
@@ -54,7 +59,9 @@ impl JobItem {
 pub struct JobsView {
     /// Newest first.
     pub items: Vec<JobItem>,
+    /// The last log lines of each job, by id.
     pub logs: BTreeMap<String, VecDeque<String>>,
+    /// The selected row.
     pub selected: usize,
     table_area: Rect,
 }

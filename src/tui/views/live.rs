@@ -27,12 +27,17 @@ pub const MAX_PANES: usize = 16;
 
 /// One live session.
 pub struct LivePane {
+    /// `task#sample`.
     pub title: String,
     /// The terminal emulator the session's bytes are fed into.
     pub parser: vt100::Parser,
+    /// The turn the agent is on.
     pub turn: u32,
+    /// The last command it ran.
     pub last_command: String,
+    /// When the pane opened (for the elapsed clock).
     pub started: Instant,
+    /// The policy playing.
     pub policy: String,
     /// The episode this pane shows (`run/task/sample`), for keyed events.
     pub key: Option<String>,
@@ -152,8 +157,11 @@ impl LivePane {
 /// The grid of panes, the selection and the zoom.
 #[derive(Debug, Default)]
 pub struct LiveView {
+    /// Open panes, oldest first.
     pub panes: Vec<LivePane>,
+    /// The selected pane.
     pub selected: usize,
+    /// The selected pane fills the view.
     pub zoomed: bool,
     areas: Vec<Rect>,
 }

@@ -20,12 +20,18 @@ use crate::tui::widgets::task_marks::{stars, status_style};
 /// Sortable columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SortKey {
+    /// Task id.
     #[default]
     Id,
+    /// Category.
     Category,
+    /// Complexity (1-5).
     Complexity,
+    /// Curation status.
     Status,
+    /// pass@1 from the latest evaluation.
     PassAt1,
+    /// The curator's rating.
     Rating,
 }
 
@@ -60,7 +66,9 @@ impl SortKey {
 /// Which rows are shown.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
+    /// Only tasks with this status.
     pub status: Option<TaskStatus>,
+    /// Only tasks of this category.
     pub category: Option<String>,
     /// Case-insensitive substring of id, name or instruction.
     pub search: String,
@@ -69,8 +77,10 @@ pub struct Filter {
 /// Where keys go inside the view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Focus {
+    /// The task table.
     #[default]
     Table,
+    /// The detail pane (scrolling, tabs).
     Detail,
 }
 
@@ -86,10 +96,15 @@ pub struct TasksView {
     visible: Vec<usize>,
     selected: usize,
     offset: usize,
+    /// The sort column.
     pub sort: SortKey,
+    /// Sort descending.
     pub reverse: bool,
+    /// Which rows are shown.
     pub filter: Filter,
+    /// Where keys go.
     pub focus: Focus,
+    /// The selected task's detail pane.
     pub detail: DetailState,
     table_area: Rect,
 }

@@ -76,7 +76,9 @@ impl ChartKind {
 pub struct TrainingView {
     /// Newest first.
     pub runs: Vec<RunView>,
+    /// The selected run.
     pub selected: usize,
+    /// The chart shown for it.
     pub chart: ChartKind,
     table_area: Rect,
     /// First row shown in the run table.
