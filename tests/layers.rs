@@ -66,15 +66,6 @@ const KNOWN_FILE_CYCLES: &[&[&str]] = &[
     // The network namespace set-up and the overlay child call each other
     // (sandbox/local is being reworked separately).
     &["src/sandbox/local/net.rs", "src/sandbox/local/overlay.rs"],
-    // The TUI's app, its event loop, the job launcher and the eval job and
-    // live view share message types (the component rework splits them).
-    &[
-        "src/tui/app.rs",
-        "src/tui/eval_job.rs",
-        "src/tui/event.rs",
-        "src/tui/launcher.rs",
-        "src/tui/views/live.rs",
-    ],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -14,6 +14,8 @@ use crate::task::formats::Format;
 use crate::task::{FileTree, Task, TaskMeta};
 use crate::workbench::Context;
 
+/// `endless bench ...`: run the benchmark `args` names and print its table
+/// (or JSON).
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
     match args.what {
         BenchTarget::Import => {
@@ -87,10 +89,15 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
 /// and with one thread, each into a fresh workspace.
 #[derive(Debug, Serialize)]
 pub struct ImportBench {
+    /// Tasks in the corpus.
     pub tasks: usize,
+    /// Threads of the parallel import.
     pub threads: usize,
+    /// Throughput with all cores.
     pub parallel_tasks_per_sec: f64,
+    /// Throughput with one thread.
     pub sequential_tasks_per_sec: f64,
+    /// Parallel over sequential.
     pub speedup: f64,
 }
 

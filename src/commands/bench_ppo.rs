@@ -77,17 +77,25 @@ pub fn synthetic_batch(n: usize, len: usize) -> RolloutBatch {
 /// What one `bench ppo` run measured.
 #[derive(Debug, Serialize)]
 pub struct PpoBench {
+    /// The framework measured (`candle`).
     pub backend: &'static str,
+    /// The model size measured.
     pub size: String,
+    /// The model's parameters.
     pub params: usize,
+    /// Sequences per step.
     pub batch: usize,
+    /// Tokens per sequence.
     pub seq_len: usize,
     /// Tokens through the forward pass per step (all positions of all sequences).
     pub tokens_per_step: usize,
     /// Agent tokens (the ones through the LM head and the loss) per step.
     pub agent_tokens: usize,
+    /// CPU threads candle used.
     pub threads: usize,
+    /// Untimed steps first.
     pub warmup_steps: usize,
+    /// Steps timed.
     pub timed_steps: usize,
     /// Mean wall time of a timed step.
     pub seconds_per_step: f64,
@@ -100,8 +108,11 @@ pub struct PpoBench {
     /// Total loss (`policy + value_coef * value`) of every step, warmup included;
     /// the first is computed from the initial (dumped) weights.
     pub losses: Vec<f64>,
+    /// The first step's policy loss.
     pub policy_loss_first: f64,
+    /// The first step's value loss.
     pub value_loss_first: f64,
+    /// The first step's gradient norm (before clipping).
     pub grad_norm_first: f64,
 }
 

@@ -13,6 +13,8 @@ use crate::workbench::Context;
 /// Sequences sampled together in the batched run (the samples of one task).
 pub const BATCH: usize = 16;
 
+/// Time sampling `tokens` tokens with the local engine (`model`, or the
+/// cached SmolLM2).
 pub fn run(ctx: &Context, tokens: usize, model: Option<PathBuf>) -> Result<SampleBench> {
     anyhow::ensure!(tokens >= 2, "--n must be at least 2 tokens");
     let path = match model {

@@ -8,6 +8,7 @@ use super::print_json;
 use crate::cli::ConfigCommand;
 use crate::workbench::Context;
 
+/// `endless config ...`
 pub fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
     let ConfigCommand::Show { json } = cmd;
     if json {

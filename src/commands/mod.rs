@@ -1,5 +1,7 @@
-//! The CLI commands: each turns parsed arguments into library calls and
-//! prints the result (text, or one JSON document with `--json`).
+//! The CLI front end: each command turns its clap arguments into a
+//! [`crate::workbench`] request, draws the use case's job events as
+//! progress bars ([`progress`]), and prints the typed outcome (text, or one
+//! JSON document with `--json`).
 
 /// `println!` for the operator's terminal: control sequences that came from
 /// task files, agent commands or their output print as visible escapes
@@ -26,7 +28,8 @@ mod bench_sample;
 mod config_cmd;
 mod generate_cmd;
 mod images_cmd;
-pub mod offline;
+mod offline;
+mod progress;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod serve_cmd;
@@ -75,7 +78,13 @@ pub fn seed_if_fresh(ctx: &Context) -> Result<()> {
         "endless: new workspace at {}: adding {n} offline tasks",
         ws.root().display()
     );
-    offline::generate_offline(ws, n, 1, None, &[], false)?;
+    let (job, _events) = crate::jobs::JobContext::standalone("generate-offline");
+    let req = crate::workbench::generate::OfflineRequest {
+        count: n,
+        seed: 1,
+        ..Default::default()
+    };
+    crate::workbench::generate::offline_into(ws, &req, &job)?;
     Ok(())
 }
 

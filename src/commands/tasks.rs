@@ -1,4 +1,5 @@
-//! `endless tasks list|show|import|export|validate|set`
+//! `endless tasks list|show|import|export|validate|set`: the workspace's
+//! task index and bundles (validation is [`crate::workbench::validate_tasks`]).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -9,11 +10,13 @@ use rayon::prelude::*;
 use super::print_json;
 use crate::cli::TasksCommand;
 use crate::fsutil::AtomicDir;
+use crate::jobs::JobContext;
 use crate::store::{import_paths, ImportOutcome, TaskFilter, TaskRow, Workspace};
 use crate::task::formats::Format;
-use crate::task::{validate, Task};
-use crate::workbench::Context;
+use crate::task::Task;
+use crate::workbench::{validate_tasks, Context};
 
+/// Run one `endless tasks` subcommand.
 pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
     let mut ws = ctx.workspace()?;
     match cmd {
@@ -100,8 +103,20 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
         }
         TasksCommand::Validate { ids, all, json } => {
             let ids = select(&ws, ids, all)?;
+            let (job, _events) = JobContext::standalone("validate");
+            // One line per task as it finishes, unless `--json`.
             let backend = ctx.backend()?;
-            let results = validate_all(&ws, backend.as_ref(), &ids, json);
+            let results = validate_tasks(ctx, Ok(backend), &ids, &job, |v| {
+                if !json {
+                    match v.ok {
+                        true => say!("ok      {}", v.id),
+                        false => say!("invalid {}: {}", v.id, v.problems.join("; ")),
+                    }
+                    for note in v.notes() {
+                        say!("        {}: note: {note}", v.id);
+                    }
+                }
+            })?;
             let bad = results.iter().filter(|r| !r.ok).count();
             if json {
                 print_json(&results)?;
@@ -151,89 +166,6 @@ fn select(ws: &Workspace, ids: Vec<String>, all: bool) -> Result<Vec<String>> {
         }
     }
     Ok(ids)
-}
-
-/// One task's validation verdict, for `tasks validate --json`.
-#[derive(serde::Serialize)]
-struct Verdict {
-    id: String,
-    ok: bool,
-    problems: Vec<String>,
-    validation: Option<crate::verify::Validation>,
-}
-
-/// Structural checks, then the sandbox checks, several tasks at a time;
-/// prints one line per task as it finishes unless `quiet`.
-fn validate_all(
-    ws: &Workspace,
-    backend: &dyn crate::sandbox::Backend,
-    ids: &[String],
-    quiet: bool,
-) -> Vec<Verdict> {
-    let tasks_dir = ws.tasks_dir();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(
-            std::thread::available_parallelism()
-                .map_or(2, |n| n.get())
-                .max(2),
-        )
-        .build();
-    let run = || {
-        ids.par_iter()
-            .map(|id| {
-                let verdict =
-                    match crate::task::read_native(&tasks_dir.join(id), &Default::default()) {
-                        Err(e) => Verdict {
-                            id: id.clone(),
-                            ok: false,
-                            problems: vec![e.to_string()],
-                            validation: None,
-                        },
-                        Ok(task) => {
-                            let structural: Vec<String> =
-                                validate(&task).iter().map(ToString::to_string).collect();
-                            if !structural.is_empty() {
-                                Verdict {
-                                    id: id.clone(),
-                                    ok: false,
-                                    problems: structural,
-                                    validation: None,
-                                }
-                            } else {
-                                match crate::verify::validate_task(backend, &task) {
-                                    Ok(v) => Verdict {
-                                        id: id.clone(),
-                                        ok: v.ok(),
-                                        problems: v.problems.clone(),
-                                        validation: Some(v),
-                                    },
-                                    Err(e) => Verdict {
-                                        id: id.clone(),
-                                        ok: false,
-                                        problems: vec![e.to_string()],
-                                        validation: None,
-                                    },
-                                }
-                            }
-                        }
-                    };
-                if !quiet {
-                    match verdict.ok {
-                        true => say!("ok      {id}"),
-                        false => say!("invalid {id}: {}", verdict.problems.join("; ")),
-                    }
-                    for note in verdict.validation.iter().flat_map(|v| &v.notes) {
-                        say!("        {id}: note: {note}");
-                    }
-                }
-                verdict
-            })
-            .collect::<Vec<_>>()
-    };
-    match pool {
-        Ok(pool) => pool.install(run),
-        Err(_) => run(),
-    }
 }
 
 /// Export each task to `out/<id>` atomically; returns the failures.

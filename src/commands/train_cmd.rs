@@ -1,19 +1,22 @@
 //! `endless train`: PPO on the workspace's tasks (see [`crate::rl::session`]),
-//! with progress bars, a summary, and the reward curve at the end.
+//! with progress bars, a summary, and the reward curve at the end. The
+//! flags become a [`TrainRequest`]; [`crate::workbench::train()`] runs it.
 
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Result;
 
 use super::print_json;
 use crate::cli::TrainArgs;
+use crate::jobs::JobContext;
 use crate::rl::init::InitSpec;
 use crate::rl::run_files::{load_run, RunStatus};
-use crate::rl::session::{self, TrainEvent};
+use crate::rl::session::TrainEvent;
 use crate::rl::RecipeFlags;
-use crate::workbench::{train_options as options, train_recipe as recipe, Context, TrainRequest};
+use crate::workbench::{
+    train, train_options as options, train_recipe as recipe, Context, TrainRequest,
+};
 
 /// The training request the flags ask for (`--json` and `--print-config`
 /// are the command's own).
@@ -132,8 +135,8 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
             TrainEvent::Log(l) => println(l),
         }
     };
-    let cancel = AtomicBool::new(false);
-    let summary = session::run(opts, &mut on_event, &cancel);
+    let (job, _events) = JobContext::standalone("train");
+    let summary = train(opts, &job, &mut on_event);
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }

@@ -29,6 +29,36 @@ pub struct JobContext {
 const JOURNAL_EVERY: Duration = Duration::from_millis(500);
 
 impl JobContext {
+    /// A context for a job run in the foreground, outside any manager (the
+    /// CLI runs its use cases this way): nothing is journalled, and the
+    /// returned receiver hears the job's events.
+    pub fn standalone(kind: &str) -> (JobContext, broadcast::Receiver<JobEvent>) {
+        let (events, rx) = broadcast::channel(4096);
+        let ctx = JobContext {
+            id: JobId(format!(
+                "{kind}-{}",
+                chrono::Utc::now().format("%Y%m%dT%H%M%S")
+            )),
+            cancel: Arc::new(AtomicBool::new(false)),
+            events,
+            journal: None,
+            last_journal: Mutex::new(None),
+        };
+        (ctx, rx)
+    }
+
+    /// Ask this job to stop, as [`super::JobManager::cancel`] does (a
+    /// Ctrl-C handler calls it for a foreground job).
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// The cancellation flag itself, for code that polls an
+    /// [`AtomicBool`] of its own (a Ctrl-C handler on another thread).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
     /// This job's id.
     pub fn id(&self) -> &JobId {
         &self.id

@@ -159,3 +159,36 @@ impl Workspace {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{EpisodeRow, Workspace};
+
+    #[test]
+    fn task_episodes_agrees_with_list_episodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        ws.upsert_run("r", "eval", "oracle", &serde_json::json!({}))
+            .unwrap();
+        for (task, sample) in [("a", 0), ("b", 0), ("a", 1)] {
+            ws.index_episode(&EpisodeRow {
+                run_id: "r".into(),
+                task_id: task.into(),
+                sample,
+                passed: sample == 0,
+                reward: 0.0,
+                turns: 1,
+                end_reason: "done".into(),
+                failure_mode: None,
+                path: String::new(),
+                rating: None,
+                label: None,
+                notes: String::new(),
+            })
+            .unwrap();
+        }
+        let all = ws.list_episodes(None).unwrap();
+        let want: Vec<_> = all.into_iter().filter(|e| e.task_id == "a").collect();
+        assert_eq!(ws.task_episodes("a").unwrap(), want);
+    }
+}

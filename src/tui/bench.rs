@@ -9,7 +9,8 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde::Serialize;
 
-use super::app::{Action, App, View};
+use super::action::{Action, LiveEvent};
+use super::app::{App, View};
 use super::keymap::{Command, Keymap};
 use super::theme::Theme;
 use crate::store::{TaskRow, TaskStatus};
@@ -20,20 +21,26 @@ pub const FRAMES_PER_VIEW: usize = 100;
 /// Frame-time percentiles.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Percentiles {
+    /// Median.
     pub p50: Duration,
+    /// 95th percentile.
     pub p95: Duration,
+    /// Slowest frame.
     pub max: Duration,
 }
 
 /// Result of [`bench_frames`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FrameBench {
+    /// Task rows in the Tasks view.
     pub tasks: usize,
+    /// Live panes streaming output.
     pub panes: usize,
     /// Frames rendered in all.
     pub frames: usize,
-    /// Over all frames.
+    /// Median over all frames.
     pub p50: Duration,
+    /// 95th percentile over all frames.
     pub p95: Duration,
     /// Tasks view frames (selection moving through the rows).
     pub tasks_view: Percentiles,
@@ -104,12 +111,14 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
     app.outbox.clear();
     app.update(Action::TasksLoaded(synthetic_rows(tasks)));
     for p in 0..panes {
-        app.update(Action::LiveOpen {
+        app.update(Action::Live(LiveEvent::Open {
+            key: format!("bench/{p}"),
             title: format!("task-{p:06}#0"),
             policy: "oracle".into(),
             rows: 24,
             cols: 80,
-        });
+            input: None,
+        }));
     }
     let mut terminal = match Terminal::new(TestBackend::new(160, 48)) {
         Ok(t) => t,
@@ -135,10 +144,10 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
                 "\x1b[32muser@sandbox\x1b[0m:~$ ls -la /home/user/work/{frame}\r\n-rw-r--r-- 1 user user {} Jan  1 00:00 file-{p}.txt\r\n",
                 frame * 37 + p
             );
-            app.update(Action::LiveFeed {
-                pane: p,
+            app.update(Action::Live(LiveEvent::Feed {
+                key: format!("bench/{p}"),
                 bytes: chunk.into_bytes(),
-            });
+            }));
         }
         let feed = t0.elapsed();
         live_times.push(feed + time_frame(&mut app));

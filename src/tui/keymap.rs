@@ -103,7 +103,9 @@ impl Command {
 /// crossterm event a terminal sends for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KeyBinding {
+    /// The key.
     pub code: KeyCode,
+    /// Ctrl, Alt, Shift.
     pub mods: KeyModifiers,
 }
 
@@ -174,18 +176,34 @@ impl fmt::Display for KeyBinding {
 /// A bad `[tui.keys]` entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeymapError {
+    /// An action name the keymap does not know.
     #[error("[tui.keys] {action:?}: no such action (known actions: {known})")]
-    UnknownAction { action: String, known: String },
+    UnknownAction {
+        /// The name in the config.
+        action: String,
+        /// The actions there are, comma-separated.
+        known: String,
+    },
+    /// A key string that does not parse.
     #[error("[tui.keys] {action} = {key:?}: {reason}")]
     BadKey {
+        /// The action being bound.
         action: String,
+        /// The key as written.
         key: String,
+        /// What is wrong with it.
         reason: String,
     },
+    /// Neither a key string nor an array of them.
     #[error(
         "[tui.keys] {action}: expected a key string or an array of key strings, found {found}"
     )]
-    BadValue { action: String, found: String },
+    BadValue {
+        /// The action being bound.
+        action: String,
+        /// The TOML type found instead.
+        found: String,
+    },
 }
 
 const KEY_HELP: &str = "expected one character or a key name (enter, esc, tab, backspace, delete, insert, home, end, pageup, pagedown, up, down, left, right, space, f1-f12), optionally prefixed by ctrl-, alt- or shift-";

@@ -5,7 +5,9 @@
 /// A parsed recording.
 #[derive(Debug, Clone, Default)]
 pub struct Cast {
+    /// Terminal columns recorded.
     pub width: u16,
+    /// Terminal rows recorded.
     pub height: u16,
     /// `(seconds, bytes)` of each output event, in order.
     pub events: Vec<(f64, Vec<u8>)>,
@@ -54,9 +56,11 @@ impl Cast {
 /// Playback state.
 #[derive(Debug, Clone)]
 pub struct Replay {
+    /// The recording.
     pub cast: Cast,
     /// Events shown (a prefix of `cast.events`).
     pub position: usize,
+    /// Playing (rather than paused).
     pub playing: bool,
     /// Playback speed multiplier.
     pub speed: f64,

@@ -79,6 +79,7 @@ impl HumanInput for Session {
 
 /// The episode's terminal, serving the human first while taken over.
 pub struct TakeoverTerm<T> {
+    /// The real terminal.
     pub inner: T,
     rx: mpsc::Receiver<Vec<u8>>,
     control: Arc<Control>,
@@ -127,8 +128,9 @@ impl<T: Terminal + HumanInput> TakeoverTerm<T> {
     }
 }
 
-/// The error that ends an episode cut short by cancelling its job.
-pub const CANCELLED: &str = "cancelled from the TUI";
+/// The error that ends an episode cut short by cancelling its job (the
+/// evaluation leaves such episodes out).
+pub use crate::workbench::eval::CANCELLED;
 
 impl<T: Terminal + HumanInput> Terminal for TakeoverTerm<T> {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {

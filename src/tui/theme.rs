@@ -36,37 +36,66 @@ pub const FIELDS: [&str; 9] = [
 /// Named colours the views draw with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Theme {
+    /// The theme's name (built-in or the file's stem).
     pub name: String,
+    /// Screen background.
     pub background: Color,
+    /// Ordinary text.
     pub foreground: Color,
+    /// Titles, the focused tab, progress bars.
     pub accent: Color,
+    /// Secondary text and hints.
     pub muted: Color,
+    /// Passed, accepted.
     pub success: Color,
+    /// Failed, rejected, errors.
     pub failure: Color,
+    /// Candidates, ratings, warnings.
     pub warning: Color,
+    /// The selected row's background.
     pub selection: Color,
+    /// Privileged text the agent never sees (a task's truth).
     pub privileged: Color,
 }
 
 /// Why a theme could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ThemeError {
+    /// A field with a bad value.
     #[error("{file}: {field}: {message}")]
     Invalid {
+        /// The theme file.
         file: String,
+        /// The field.
         field: String,
+        /// What is wrong.
         message: String,
     },
+    /// The file is not valid TOML.
     #[error("{file}: {message}")]
-    Syntax { file: String, message: String },
+    Syntax {
+        /// The theme file.
+        file: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// The file could not be read.
     #[error("{file}: {source}")]
     Io {
+        /// The theme file.
         file: String,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// No built-in or user theme has that name.
     #[error("no theme named {name:?} (available: {available})")]
-    Unknown { name: String, available: String },
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The themes there are, comma-separated.
+        available: String,
+    },
 }
 
 impl Default for Theme {

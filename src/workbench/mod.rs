@@ -1,18 +1,32 @@
 //! The use cases both front ends call, one implementation each: the CLI
-//! (`commands`) and the TUI (`tui`) turn their input into these calls and
-//! their results into text, JSON or views, and never import each other.
+//! (`commands`) and the TUI (`tui`) turn their input into a typed request,
+//! call the use case, and turn its events and typed outcome into text,
+//! JSON or views. The two front ends never import each other.
 //!
-//! So far: the [`Context`] (paths, config, workspace, sandbox backend,
-//! policy options), what evaluation runs share (task selection, run ids,
-//! indexing a run's episodes and pass@k), and turning a [`TrainRequest`]
-//! into training options and its effective recipe.
+//! Every long use case takes a [`crate::jobs::JobContext`]: it reports
+//! progress and log lines through it and polls its cancel flag. The TUI
+//! runs them on [`crate::jobs::JobManager`] threads; the CLI runs them in
+//! the foreground with [`crate::jobs::JobContext::standalone`] and draws
+//! the events as progress bars.
+//!
+//! - [`Context`]: paths, config, workspace, sandbox backend, policy options.
+//! - Task selection, run ids, indexing a run's episodes and pass@k.
+//! - [`eval()`] and [`run_episode`]: evaluations and single episodes.
+//! - [`validate_tasks`]: structural and sandbox checks.
+//! - [`generate`]: offline and LLM generation, in-process.
+//! - [`train()`]: a [`TrainRequest`] resolved into training options and run.
 
 mod context;
+pub mod eval;
+pub mod generate;
 mod images;
 mod runs;
 mod train;
+mod validate;
 
 pub use context::Context;
+pub use eval::{eval, run_episode, EvalOutcome, EvalRequest, Plain, RolloutHooks, RunRequest};
 pub use images::image_users;
 pub use runs::{index_episodes, record_pass_at_k, run_id, select_tasks};
-pub use train::{options as train_options, recipe as train_recipe, TrainRequest};
+pub use train::{options as train_options, recipe as train_recipe, train, TrainRequest};
+pub use validate::{validate_task, validate_tasks, BackendOrError, Verdict};

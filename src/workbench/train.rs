@@ -1,18 +1,21 @@
 //! Training: a [`TrainRequest`] (the values of `endless train`'s flags, or
 //! of the TUI's training form) resolved against the workspace and the
 //! `[train]` configuration into the [`TrainOptions`] that
-//! [`crate::rl::session::run`] trains with.
+//! [`crate::rl::session::run`] trains with, and [`train`], the run itself
+//! as a job: its cancel flag stops the run at its next safe point.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 
 use super::{select_tasks, Context};
+use crate::jobs::JobContext;
 use crate::model::SamplingConfig;
 use crate::procgen::{task_split, Split};
 use crate::rl::init::InitSpec;
-use crate::rl::session::TrainOptions;
+use crate::rl::session::{TrainEvent, TrainOptions, TrainSummary};
 use crate::rl::{Recipe, RecipeFlags};
 use crate::task::Task;
 
@@ -195,4 +198,32 @@ pub fn recipe(ctx: &Context, flags: &RecipeFlags, init: &InitSpec) -> Result<Rec
         tiny,
     )
     .map_err(anyhow::Error::msg)
+}
+
+/// Run `opts` (from [`options`]) as job `job`: every [`TrainEvent`] goes
+/// to `on_event` (the front end turns it into progress bars or job
+/// progress), and cancelling the job stops the run at its next safe point
+/// (the summary then says so).
+pub fn train(
+    opts: TrainOptions,
+    job: &JobContext,
+    mut on_event: impl FnMut(TrainEvent),
+) -> Result<TrainSummary> {
+    let cancel = AtomicBool::new(false);
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // The job's cancel flag, mirrored into the run's (which it polls).
+        scope.spawn(|| {
+            while !finished.load(Ordering::Relaxed) {
+                if job.is_cancelled() && !cancel.load(Ordering::Relaxed) {
+                    job.log("cancelling: the run stops at its next safe point");
+                    cancel.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let result = crate::rl::session::run(opts, &mut on_event, &cancel);
+        finished.store(true, Ordering::Relaxed);
+        result
+    })
 }

@@ -13,19 +13,27 @@ use crate::store::{EpisodeRow, TaskRow};
 use crate::task::Task;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::highlight::{highlight_line, Lang};
-use crate::tui::widgets::task_marks::{stars, status_style};
+use crate::tui::widgets::task_marks::{pass_cell, stars, status_style};
 
 /// The detail tabs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DetailTab {
+    /// What the agent is asked to do.
     #[default]
     Instruction,
+    /// The privileged description of the solution (never shown to the agent).
     Truth,
+    /// The environment definition and its files.
     Environment,
+    /// Tests that must pass on the initial state.
     InitialTests,
+    /// Tests that decide the episode.
     FinalTests,
+    /// The oracle solution.
     Solution,
+    /// Who or what made the task, and how.
     Provenance,
+    /// The task's episodes across runs.
     Episodes,
 }
 
@@ -108,6 +116,7 @@ pub struct DetailState {
     pub task: Option<Task>,
     /// Episodes of that task.
     pub episodes: Vec<EpisodeRow>,
+    /// The tab shown.
     pub tab: DetailTab,
     scroll: u16,
     requested: Option<String>,
@@ -396,15 +405,6 @@ impl DetailState {
         )
         .style(Style::new().fg(theme.foreground));
         frame.render_widget(table, area);
-    }
-}
-
-/// PASS / FAIL, coloured.
-pub fn pass_cell(passed: bool, theme: &Theme) -> Cell<'static> {
-    if passed {
-        Cell::from(Span::styled("PASS", theme.success()))
-    } else {
-        Cell::from(Span::styled("FAIL", theme.failure()))
     }
 }
 

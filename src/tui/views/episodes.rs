@@ -1,6 +1,8 @@
 //! The Episodes view: every recorded episode with pass/fail and failure
 //! mode, filterable by failure mode.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
@@ -8,12 +10,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use super::detail::pass_cell;
 use crate::store::EpisodeRow;
 use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
-use crate::tui::widgets::task_marks::stars;
+use crate::tui::widgets::task_marks::{pass_cell, stars};
 
 /// Label used for episodes without a failure mode in the filter.
 pub const NO_FAILURE: &str = "none";
@@ -22,6 +23,7 @@ pub const NO_FAILURE: &str = "none";
 #[derive(Debug, Default)]
 pub struct EpisodesView {
     rows: Vec<EpisodeRow>,
+    /// The store has answered at least once (so "no episodes" is true).
     pub loaded: bool,
     visible: Vec<usize>,
     selected: usize,
@@ -231,5 +233,28 @@ impl EpisodesView {
         let mut state = TableState::default()
             .with_selected((!self.visible.is_empty()).then(|| self.selected - self.offset));
         frame.render_stateful_widget(t, table, &mut state);
+    }
+}
+
+impl Component for EpisodesView {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd);
+        None
+    }
+
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        self.mouse(event);
+        None
+    }
+
+    fn update(&mut self, action: Action) -> Option<Action> {
+        if let Action::EpisodesLoaded(rows) = action {
+            self.set_rows(rows);
+        }
+        None
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        EpisodesView::draw(self, frame, area, ctx.theme);
     }
 }

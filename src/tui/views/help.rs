@@ -1,5 +1,8 @@
 //! The help overlay: every command and its keys, generated from the keymap.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
+use crossterm::event::{MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
@@ -12,7 +15,9 @@ use crate::tui::theme::Theme;
 /// Whether the overlay is open and how far it is scrolled.
 #[derive(Debug, Default)]
 pub struct HelpView {
+    /// Shown over the screen.
     pub visible: bool,
+    /// Lines scrolled past.
     pub scroll: u16,
 }
 
@@ -61,5 +66,32 @@ impl HelpView {
             Paragraph::new(lines).block(block).scroll((self.scroll, 0)),
             popup,
         );
+    }
+}
+
+impl Component for HelpView {
+    /// Up and down scroll; any other command closes the overlay.
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        match cmd {
+            Command::Up => self.scroll = self.scroll.saturating_sub(1),
+            Command::Down => self.scroll = self.scroll.saturating_add(1),
+            _ => self.visible = false,
+        }
+        None
+    }
+
+    /// The wheel scrolls; a click closes the overlay.
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        match event.kind {
+            MouseEventKind::ScrollDown => self.scroll = self.scroll.saturating_add(1),
+            MouseEventKind::ScrollUp => self.scroll = self.scroll.saturating_sub(1),
+            MouseEventKind::Down(_) => self.visible = false,
+            _ => {}
+        }
+        None
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        HelpView::draw(self, frame, area, ctx.theme, ctx.keymap);
     }
 }

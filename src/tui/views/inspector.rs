@@ -3,6 +3,9 @@
 //! their failure messages, a replay of the `.cast` recording, the rating,
 //! label and notes; and two episodes of one task side by side.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
+use crossterm::event::{MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -10,10 +13,9 @@ use ratatui::widgets::{Block, Borders, Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 use tui_term::widget::PseudoTerminal;
 
-use crate::agent::EpisodeResult;
-use crate::store::EpisodeRow;
 use crate::tui::keymap::Command;
-use crate::tui::replay::{Cast, Replay};
+use crate::tui::replay::Replay;
+pub use crate::tui::runtime::episode_io::LoadedEpisode;
 use crate::tui::theme::Theme;
 
 /// Failure labels a rater can give, as stored (`label`) and shown.
@@ -27,21 +29,14 @@ pub const LABELS: [(&str, &str); 4] = [
 /// Output lines shown per step before eliding.
 const OUTPUT_LINES: usize = 12;
 
-/// One episode as loaded from disk by the store worker.
-#[derive(Debug, Clone)]
-pub struct LoadedEpisode {
-    pub row: EpisodeRow,
-    /// The `.json` result, or why it could not be read.
-    pub result: Result<EpisodeResult, String>,
-    /// The `.cast` recording, or why there is none.
-    pub cast: Result<Cast, String>,
-}
-
 /// The inspector's tabs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InspectorTab {
+    /// Each turn's command and output.
     Trajectory,
+    /// The final tests' results.
     Tests,
+    /// The `.cast` recording, played back.
     Replay,
 }
 
@@ -68,11 +63,15 @@ impl InspectorTab {
 /// State of the open inspector.
 #[derive(Debug)]
 pub struct Inspector {
+    /// The inspected episode (its row takes the ratings, labels, notes).
     pub episode: LoadedEpisode,
     /// The other episode shown side by side.
     pub other: Option<LoadedEpisode>,
+    /// The tab shown.
     pub tab: InspectorTab,
+    /// Lines scrolled past.
     pub scroll: u16,
+    /// Playback of the recording, when there is one.
     pub replay: Option<Replay>,
 }
 
@@ -226,7 +225,7 @@ impl Inspector {
                 theme.accent(),
             ),
             Span::raw(format!("{:>6.1}s / {:.1}s ", r.time(), r.cast.duration())),
-            Span::styled(super::jobs::bar(frac, w), theme.accent()),
+            Span::styled(crate::tui::widgets::text::bar(frac, w), theme.accent()),
             Span::raw(format!(" event {}/{n}  speed {}x", r.position, r.speed)),
         ]);
         frame.render_widget(Paragraph::new(line), scrub);
@@ -403,4 +402,32 @@ pub fn test_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
         }
     }
     out
+}
+
+impl Component for Inspector {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd);
+        None
+    }
+
+    /// The wheel scrolls.
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        match event.kind {
+            MouseEventKind::ScrollDown => self.handle_command(Command::Down),
+            MouseEventKind::ScrollUp => self.handle_command(Command::Up),
+            _ => None,
+        }
+    }
+
+    /// Time passing plays the replay.
+    fn update(&mut self, action: Action) -> Option<Action> {
+        if let (Action::Tick(dt), Some(replay)) = (action, self.replay.as_mut()) {
+            replay.tick(dt);
+        }
+        None
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        Inspector::draw(self, frame, area, ctx.theme);
+    }
 }

@@ -2,6 +2,8 @@
 //! progress bars and status, the selected job's log lines, and forms that
 //! launch new jobs.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
 use std::collections::{BTreeMap, VecDeque};
 
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
@@ -14,6 +16,7 @@ use crate::jobs::{JobEvent, JobOutcome};
 use crate::store::JobRow;
 use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
+use crate::tui::widgets::text::bar;
 
 /// Log lines kept per job.
 const LOG_LINES: usize = 500;
@@ -21,14 +24,19 @@ const LOG_LINES: usize = 500;
 /// One job as the view shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobItem {
+    /// The job id.
     pub id: String,
+    /// What it does (`eval`, `validate`, `train`...).
     pub kind: String,
     /// queued | running | succeeded | failed | cancelled | interrupted
     pub status: String,
+    /// Units done.
     pub done: u64,
+    /// Units in all.
     pub total: u64,
     /// Stage, result or error.
     pub message: String,
+    /// When it was started.
     pub created_at: String,
 }
 
@@ -51,15 +59,11 @@ impl JobItem {
 pub struct JobsView {
     /// Newest first.
     pub items: Vec<JobItem>,
+    /// The last log lines of each job, by id.
     pub logs: BTreeMap<String, VecDeque<String>>,
+    /// The selected row.
     pub selected: usize,
     table_area: Rect,
-}
-
-/// A text progress bar `[#####-----]` of `width` cells.
-pub fn bar(fraction: f64, width: usize) -> String {
-    let filled = ((fraction.clamp(0.0, 1.0) * width as f64).round() as usize).min(width);
-    format!("{}{}", "█".repeat(filled), "░".repeat(width - filled))
 }
 
 impl JobsView {
@@ -292,5 +296,30 @@ impl JobsView {
             .style(theme.base())
             .wrap(Wrap { trim: false });
         frame.render_widget(p, log_area);
+    }
+}
+
+impl Component for JobsView {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd);
+        None
+    }
+
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        self.mouse(event);
+        None
+    }
+
+    fn update(&mut self, action: Action) -> Option<Action> {
+        match action {
+            Action::Job(ev) => self.event(ev),
+            Action::JobsLoaded(rows) => self.set_rows(rows),
+            _ => {}
+        }
+        None
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        JobsView::draw(self, frame, area, ctx.theme, ctx.keymap);
     }
 }

@@ -1,6 +1,8 @@
 //! The Live view: a grid of terminal panes (tui-term `PseudoTerminal` over
 //! `vt100::Parser`s) fed with the byte stream of running sessions.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
 use std::time::{Duration, Instant};
 
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
@@ -11,7 +13,7 @@ use ratatui::widgets::{Block, Borders};
 use ratatui::Frame;
 use tui_term::widget::PseudoTerminal;
 
-use crate::tui::app::LiveEvent;
+use crate::tui::action::LiveEvent;
 use crate::tui::keymap::Command;
 use crate::tui::takeover::TakeoverHandle;
 use crate::tui::theme::Theme;
@@ -25,12 +27,17 @@ pub const MAX_PANES: usize = 16;
 
 /// One live session.
 pub struct LivePane {
+    /// `task#sample`.
     pub title: String,
     /// The terminal emulator the session's bytes are fed into.
     pub parser: vt100::Parser,
+    /// The turn the agent is on.
     pub turn: u32,
+    /// The last command it ran.
     pub last_command: String,
+    /// When the pane opened (for the elapsed clock).
     pub started: Instant,
+    /// The policy playing.
     pub policy: String,
     /// The episode this pane shows (`run/task/sample`), for keyed events.
     pub key: Option<String>,
@@ -150,8 +157,11 @@ impl LivePane {
 /// The grid of panes, the selection and the zoom.
 #[derive(Debug, Default)]
 pub struct LiveView {
+    /// Open panes, oldest first.
     pub panes: Vec<LivePane>,
+    /// The selected pane.
     pub selected: usize,
+    /// The selected pane fills the view.
     pub zoomed: bool,
     areas: Vec<Rect>,
 }
@@ -397,4 +407,27 @@ fn draw_pane(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme, 
         .block(block)
         .style(Style::new().fg(theme.foreground).bg(theme.background));
     frame.render_widget(term, area);
+}
+
+impl Component for LiveView {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd);
+        None
+    }
+
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        self.mouse(event);
+        None
+    }
+
+    fn update(&mut self, action: Action) -> Option<Action> {
+        if let Action::Live(ev) = action {
+            self.live_event(ev);
+        }
+        None
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        LiveView::draw(self, frame, area, ctx.theme);
+    }
 }

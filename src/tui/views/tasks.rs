@@ -1,6 +1,8 @@
 //! The Tasks view: a sortable, filterable table over the workspace's tasks
 //! with a detail pane below it.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
@@ -18,12 +20,18 @@ use crate::tui::widgets::task_marks::{stars, status_style};
 /// Sortable columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SortKey {
+    /// Task id.
     #[default]
     Id,
+    /// Category.
     Category,
+    /// Complexity (1-5).
     Complexity,
+    /// Curation status.
     Status,
+    /// pass@1 from the latest evaluation.
     PassAt1,
+    /// The curator's rating.
     Rating,
 }
 
@@ -58,7 +66,9 @@ impl SortKey {
 /// Which rows are shown.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
+    /// Only tasks with this status.
     pub status: Option<TaskStatus>,
+    /// Only tasks of this category.
     pub category: Option<String>,
     /// Case-insensitive substring of id, name or instruction.
     pub search: String,
@@ -67,8 +77,10 @@ pub struct Filter {
 /// Where keys go inside the view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Focus {
+    /// The task table.
     #[default]
     Table,
+    /// The detail pane (scrolling, tabs).
     Detail,
 }
 
@@ -84,10 +96,15 @@ pub struct TasksView {
     visible: Vec<usize>,
     selected: usize,
     offset: usize,
+    /// The sort column.
     pub sort: SortKey,
+    /// Sort descending.
     pub reverse: bool,
+    /// Which rows are shown.
     pub filter: Filter,
+    /// Where keys go.
     pub focus: Focus,
+    /// The selected task's detail pane.
     pub detail: DetailState,
     table_area: Rect,
 }
@@ -530,5 +547,34 @@ impl TasksView {
             .style(Style::new().fg(theme.foreground));
         let mut state = TableState::default().with_selected(Some(self.selected - self.offset));
         frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+impl Component for TasksView {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd).map(Action::TaskSelected)
+    }
+
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        self.mouse(event).map(Action::TaskSelected)
+    }
+
+    fn update(&mut self, action: Action) -> Option<Action> {
+        match action {
+            Action::TasksLoaded(rows) => self.set_rows(rows).map(Action::TaskSelected),
+            Action::TaskLoaded(task, episodes) => {
+                self.detail.set_task(*task, episodes);
+                None
+            }
+            Action::TaskRowUpdated(row) => {
+                self.update_row(*row);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        TasksView::draw(self, frame, area, ctx.theme);
     }
 }

@@ -3,8 +3,10 @@
 //! charts per PPO step (reward and pass rate, losses, entropy / KL / clip
 //! fraction, throughput, the SFT loss curve), dev pass@1 before and after,
 //! the checkpoints, and the run's status and message. The data comes from
-//! `tui::training_runs`, which re-reads the files as they change.
+//! `tui::runtime::watcher`, which re-reads the files as they change.
 
+use crate::tui::action::Action;
+use crate::tui::component::{Component, DrawContext};
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::{Color, Style};
@@ -74,7 +76,9 @@ impl ChartKind {
 pub struct TrainingView {
     /// Newest first.
     pub runs: Vec<RunView>,
+    /// The selected run.
     pub selected: usize,
+    /// The chart shown for it.
     pub chart: ChartKind,
     table_area: Rect,
     /// First row shown in the run table.
@@ -695,5 +699,28 @@ fn params(n: usize) -> String {
         n if n >= 1_000_000 => format!("{:.1}M", n as f64 / 1e6),
         n if n >= 1_000 => format!("{}k", n / 1_000),
         n => n.to_string(),
+    }
+}
+
+impl Component for TrainingView {
+    fn handle_command(&mut self, cmd: Command) -> Option<Action> {
+        self.command(cmd);
+        None
+    }
+
+    fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
+        self.mouse(event);
+        None
+    }
+
+    fn update(&mut self, action: Action) -> Option<Action> {
+        if let Action::TrainingLoaded(runs) = action {
+            self.set_runs(runs);
+        }
+        None
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
+        TrainingView::draw(self, frame, area, ctx.theme, ctx.keymap);
     }
 }

@@ -14,15 +14,20 @@ use crate::tui::theme::Theme;
 /// One labelled field.
 #[derive(Debug, Clone)]
 pub struct Field {
+    /// Shown before the input (and how the form's reader finds it).
     pub label: &'static str,
+    /// The value being typed.
     pub input: TextInput,
 }
 
 /// A modal form.
 #[derive(Debug, Clone)]
 pub struct Form {
+    /// The title on the border.
     pub title: String,
+    /// The fields, top to bottom.
     pub fields: Vec<Field>,
+    /// The field being edited.
     pub focus: usize,
     /// Shown under the fields (what the job does, or why it cannot run).
     pub note: String,
@@ -31,8 +36,11 @@ pub struct Form {
 /// What a key did to the form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FormOutcome {
+    /// Still being filled in.
     Editing,
+    /// Enter: the values are to be used.
     Submit,
+    /// Esc: the form is to be closed.
     Cancel,
 }
 

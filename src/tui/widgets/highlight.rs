@@ -11,8 +11,11 @@ use crate::tui::theme::Theme;
 /// Which keyword set to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lang {
+    /// Test files.
     Python,
+    /// Set-up scripts and solutions.
     Shell,
+    /// No highlighting.
     Plain,
 }
 

@@ -16,6 +16,7 @@ pub enum InputOutcome {
 /// Text plus a cursor (in characters).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TextInput {
+    /// The text.
     pub value: String,
     cursor: usize,
 }

@@ -1,4 +1,6 @@
-//! Small reusable widgets.
+//! Small reusable widgets and the styling helpers the views share (empty
+//! states, forms, text input, syntax highlighting, short numbers, task and
+//! episode marks, truncation).
 
 pub mod empty;
 pub mod form;
@@ -6,3 +8,4 @@ pub mod highlight;
 pub mod input;
 pub mod num;
 pub mod task_marks;
+pub mod text;

@@ -1,7 +1,9 @@
-//! How a task's status and rating are shown, wherever tasks are listed or
-//! detailed.
+//! How a task's status and rating and an episode's verdict are shown,
+//! wherever tasks and episodes are listed or detailed.
 
 use ratatui::style::Style;
+use ratatui::text::Span;
+use ratatui::widgets::Cell;
 
 use crate::store::TaskStatus;
 use crate::tui::theme::Theme;
@@ -21,5 +23,14 @@ pub fn stars(r: Option<u8>) -> String {
     match r {
         Some(n) => (1..=5).map(|i| if i <= n { '★' } else { '·' }).collect(),
         None => "-".into(),
+    }
+}
+
+/// PASS / FAIL, coloured.
+pub fn pass_cell(passed: bool, theme: &Theme) -> Cell<'static> {
+    if passed {
+        Cell::from(Span::styled("PASS", theme.success()))
+    } else {
+        Cell::from(Span::styled("FAIL", theme.failure()))
     }
 }

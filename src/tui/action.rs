@@ -1,0 +1,179 @@
+//! The messages of the TUI: [`Action`] (everything that changes the app's
+//! state: commands, input, results of background work), [`LiveEvent`] (what
+//! a running episode tells its live pane), [`Request`] (work the app asks of
+//! the store worker and the job launcher) and [`Msg`] (what the event loop
+//! receives). A leaf of the TUI: views, the app and the runtime threads all
+//! speak these, and this file imports none of them but the data they carry.
+
+use std::path::PathBuf;
+
+use crossterm::event::{Event, KeyEvent, MouseEvent};
+
+use super::keymap::Command;
+use super::launch::JobSpec;
+use super::runtime::episode_io::LoadedEpisode;
+use super::takeover::TakeoverHandle;
+use crate::jobs::JobEvent;
+use crate::store::{EpisodeRow, JobRow, TaskRow, TaskStatus};
+use crate::task::Task;
+
+/// Everything that changes the state: user commands, input, and results
+/// from background work.
+#[derive(Debug)]
+pub enum Action {
+    /// A bound command.
+    Command(Command),
+    /// A key while a text prompt is open.
+    PromptKey(KeyEvent),
+    /// A mouse event.
+    Mouse(MouseEvent),
+    /// The terminal was resized (ratatui re-lays out on the next draw).
+    Resize(u16, u16),
+    /// All task rows from the store.
+    TasksLoaded(Vec<TaskRow>),
+    /// The tasks view's selection moved to this task: load its bundle if
+    /// the detail pane does not show it yet.
+    TaskSelected(String),
+    /// One task's bundle and its episodes.
+    TaskLoaded(Box<Task>, Vec<EpisodeRow>),
+    /// One row changed (after curation).
+    TaskRowUpdated(Box<TaskRow>),
+    /// All episodes from the store.
+    EpisodesLoaded(Vec<EpisodeRow>),
+    /// A keyed event of a running episode (from an evaluation job).
+    Live(LiveEvent),
+    /// A job event from the job manager.
+    Job(JobEvent),
+    /// The jobs journal.
+    JobsLoaded(Vec<JobRow>),
+    /// The training runs under `<workspace>/checkpoints/`, newest first.
+    TrainingLoaded(Vec<crate::rl::run_files::RunView>),
+    /// An episode read from disk for the inspector (`compare`: the side-by-side one).
+    EpisodeLoaded {
+        /// The episode's files.
+        episode: Box<LoadedEpisode>,
+        /// Open beside the inspected one rather than instead of it.
+        compare: bool,
+    },
+    /// A key while a launch form is open.
+    FormKey(KeyEvent),
+    /// A key while the user has taken over a live session.
+    TakeoverKey(KeyEvent),
+    /// Time passed (seconds): replay playback, elapsed clocks.
+    Tick(f64),
+    /// An informational message for the status line.
+    Info(String),
+    /// An error for the status line.
+    Error(String),
+}
+
+/// What a running episode reports to its live pane, keyed by
+/// `run/task/sample` (so panes can come and go).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LiveEvent {
+    /// The episode's sandbox is up: open a pane emulating `rows` x `cols`.
+    Open {
+        /// `run/task/sample`.
+        key: String,
+        /// The pane's title (`task#sample`).
+        title: String,
+        /// The policy playing the episode.
+        policy: String,
+        /// Terminal rows to emulate.
+        rows: u16,
+        /// Terminal columns to emulate.
+        cols: u16,
+        /// Lets the user type into the session ("take over").
+        input: Option<TakeoverHandle>,
+    },
+    /// Raw bytes from the session.
+    Feed {
+        /// `run/task/sample`.
+        key: String,
+        /// The bytes, escape sequences and all.
+        bytes: Vec<u8>,
+    },
+    /// A turn finished (`command` is empty for a `done` turn).
+    Step {
+        /// `run/task/sample`.
+        key: String,
+        /// The turn's number.
+        turn: u32,
+        /// The command the agent ran.
+        command: String,
+    },
+    /// The episode finished and was verified.
+    Finished {
+        /// `run/task/sample`.
+        key: String,
+        /// Whether the final tests passed.
+        passed: bool,
+    },
+}
+
+/// Work for the event loop / store worker.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// Every task row (after reconciling the index with the bundles).
+    LoadTasks,
+    /// One task's bundle and its episodes.
+    LoadTask(String),
+    /// Every episode row.
+    LoadEpisodes,
+    /// Set a task's curation status.
+    SetStatus(String, TaskStatus),
+    /// Set (or clear) a task's 1-5 rating.
+    SetRating(String, Option<u8>),
+    /// Replace a task's tags.
+    SetTags(String, Vec<String>),
+    /// Replace a task's notes.
+    SetNotes(String, String),
+    /// Open `tasks/<id>/<file>` in `$EDITOR`, then reload the task.
+    OpenEditor {
+        /// The task.
+        id: String,
+        /// The file inside its bundle.
+        file: PathBuf,
+    },
+    /// The jobs journal.
+    LoadJobs,
+    /// Read an episode's result and recording for the inspector.
+    LoadEpisode {
+        /// The episode's index row.
+        row: EpisodeRow,
+        /// Open it beside the inspected one.
+        compare: bool,
+    },
+    /// Rate / label / annotate an episode.
+    RateEpisode {
+        /// The episode's run.
+        run: String,
+        /// Its task.
+        task: String,
+        /// Its sample number.
+        sample: u32,
+        /// A 1-5 rating, or none.
+        rating: Option<u8>,
+        /// A failure label (see `views::inspector::LABELS`), or none.
+        label: Option<String>,
+        /// Free-form notes.
+        notes: String,
+    },
+    /// Write every rated / labelled / annotated episode to `<workspace>/ratings.jsonl`.
+    ExportRatings,
+    /// Start a background job (the event loop's launcher serves it).
+    Launch(JobSpec),
+    /// Cancel a job (the event loop's launcher serves it).
+    CancelJob(String),
+}
+
+/// What the event loop receives.
+#[derive(Debug)]
+pub enum Msg {
+    /// A terminal event.
+    Input(Event),
+    /// A result from background work.
+    Action(Action),
+    /// The input thread failed to read the terminal.
+    InputError(String),
+}

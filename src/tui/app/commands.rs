@@ -1,0 +1,306 @@
+//! The command routers: app-wide commands (quit, help, switching views,
+//! reload), then per view what needs more than the view itself (curation
+//! requests, opening prompts and forms, the inspector's ratings); the rest
+//! goes to the focused component.
+
+use super::{App, FormKind, Prompt, PromptKind, View};
+use crate::store::{EpisodeRow, TaskStatus};
+use crate::tui::action::Request;
+use crate::tui::component::Component;
+use crate::tui::keymap::Command;
+use crate::tui::launch::JobSpec;
+use crate::tui::widgets::input::TextInput;
+
+impl App {
+    /// Route a command the keymap resolved.
+    pub(super) fn command(&mut self, cmd: Command) {
+        if self.help.visible {
+            match cmd {
+                Command::Quit => self.should_quit = true,
+                other => {
+                    let next = self.help.handle_command(other);
+                    self.follow(next);
+                }
+            }
+            return;
+        }
+        self.status = None;
+        match cmd {
+            Command::Quit => self.should_quit = true,
+            Command::Help => {
+                self.help.visible = true;
+                self.help.scroll = 0;
+            }
+            Command::NextView => self.view = View::ALL[(self.view.index() + 1) % View::ALL.len()],
+            Command::PrevView => {
+                self.view = View::ALL[(self.view.index() + View::ALL.len() - 1) % View::ALL.len()]
+            }
+            Command::ViewTasks => self.view = View::Tasks,
+            Command::ViewLive => self.view = View::Live,
+            Command::ViewEpisodes => self.view = View::Episodes,
+            Command::ViewTraining => self.view = View::Training,
+            Command::Reload => {
+                self.outbox.push(Request::LoadTasks);
+                self.outbox.push(Request::LoadEpisodes);
+                if let Some(id) = self.tasks.selected_id() {
+                    self.outbox.push(Request::LoadTask(id));
+                }
+                self.info("reloading".into());
+            }
+            Command::ViewJobs => {
+                self.view = View::Jobs;
+                self.outbox.push(Request::LoadJobs);
+            }
+            _ => match self.view {
+                View::Tasks => self.tasks_command(cmd),
+                View::Live if cmd == Command::TakeOver => match self.live.take_over() {
+                    Ok(()) => self.info(
+                        "you have the session: type; ctrl-] gives it back (the agent waits)".into(),
+                    ),
+                    Err(e) => self.error(e),
+                },
+                View::Live => {
+                    let next = self.live.handle_command(cmd);
+                    self.follow(next);
+                }
+                View::Episodes => self.episodes_command(cmd),
+                View::Jobs => self.jobs_command(cmd),
+                View::Training => self.training_command(cmd),
+            },
+        }
+    }
+
+    fn episodes_command(&mut self, cmd: Command) {
+        if self.inspector.is_some() {
+            self.inspector_command(cmd);
+            return;
+        }
+        match cmd {
+            Command::Select => {
+                if let Some(row) = self.episodes.selected_row().cloned() {
+                    self.outbox.push(Request::LoadEpisode {
+                        row,
+                        compare: false,
+                    });
+                }
+                return;
+            }
+            Command::ExportRatings => {
+                self.outbox.push(Request::ExportRatings);
+                return;
+            }
+            Command::GotoTask => {}
+            other => {
+                let next = self.episodes.handle_command(other);
+                self.follow(next);
+                return;
+            }
+        }
+        // Enter on an episode opens its task's Episodes tab.
+        let Some(task) = self.episodes.selected_row().map(|e| e.task_id.clone()) else {
+            return;
+        };
+        let sel = self.tasks.select_id(&task);
+        if sel.as_deref() == Some(task.as_str()) {
+            self.view = View::Tasks;
+            self.tasks.detail.tab = crate::tui::views::detail::DetailTab::Episodes;
+            self.load_selected(sel);
+        } else {
+            self.error(format!("task {task} is not in the workspace"));
+        }
+    }
+
+    fn inspector_command(&mut self, cmd: Command) {
+        let Some(insp) = self.inspector.as_mut() else {
+            return;
+        };
+        let row = insp.episode.row.clone();
+        let rate =
+            |rating: Option<u8>, label: Option<String>, notes: String| Request::RateEpisode {
+                run: row.run_id.clone(),
+                task: row.task_id.clone(),
+                sample: row.sample,
+                rating,
+                label,
+                notes,
+            };
+        let rating = match cmd {
+            Command::Rate1 => Some(Some(1)),
+            Command::Rate2 => Some(Some(2)),
+            Command::Rate3 => Some(Some(3)),
+            Command::Rate4 => Some(Some(4)),
+            Command::Rate5 => Some(Some(5)),
+            Command::RateClear => Some(None),
+            _ => None,
+        };
+        if let Some(r) = rating {
+            insp.episode.row.rating = r;
+            self.outbox
+                .push(rate(r, row.label.clone(), row.notes.clone()));
+            return;
+        }
+        match cmd {
+            Command::Back => self.inspector = None,
+            Command::Label => {
+                let label = insp.next_label();
+                insp.episode.row.label = label.clone();
+                self.outbox.push(rate(row.rating, label, row.notes.clone()));
+            }
+            Command::Note => {
+                self.prompt = Some(Prompt {
+                    kind: PromptKind::EpisodeNote,
+                    input: TextInput::new(row.notes.clone()),
+                    task: None,
+                });
+            }
+            Command::ExportRatings => self.outbox.push(Request::ExportRatings),
+            Command::Compare => {
+                if insp.other.take().is_some() {
+                    return;
+                }
+                let same = |r: &&EpisodeRow| {
+                    r.task_id == row.task_id && (r.run_id != row.run_id || r.sample != row.sample)
+                };
+                match self.episodes.rows().iter().find(same).cloned() {
+                    Some(other) => self.outbox.push(Request::LoadEpisode {
+                        row: other,
+                        compare: true,
+                    }),
+                    None => self.error(format!(
+                        "{} has no other episode to compare with",
+                        row.task_id
+                    )),
+                }
+            }
+            other => {
+                let next = insp.handle_command(other);
+                self.follow(next);
+            }
+        }
+    }
+
+    fn jobs_command(&mut self, cmd: Command) {
+        let form = match cmd {
+            Command::JobEval => Some(FormKind::Eval),
+            Command::JobValidate => Some(FormKind::Validate),
+            Command::JobGenerate => Some(FormKind::Generate),
+            Command::JobOffline => Some(FormKind::Offline),
+            Command::JobTrain => Some(FormKind::Train),
+            Command::JobCancel => {
+                match self.jobs.selected_item() {
+                    Some(j) if j.status == "running" => {
+                        let id = j.id.clone();
+                        self.info(format!("cancelling {id}..."));
+                        self.outbox.push(Request::CancelJob(id));
+                    }
+                    Some(j) => self.error(format!("{} is not running", j.id)),
+                    None => self.error("no job selected".into()),
+                }
+                None
+            }
+            other => {
+                let next = self.jobs.handle_command(other);
+                self.follow(next);
+                None
+            }
+        };
+        if let Some(kind) = form {
+            self.open_form(kind);
+        }
+    }
+
+    fn training_command(&mut self, cmd: Command) {
+        match cmd {
+            // The training form opens here too (the job shows in the Jobs view).
+            Command::JobTrain => self.open_form(FormKind::Train),
+            other => {
+                let next = self.training.handle_command(other);
+                self.follow(next);
+            }
+        }
+    }
+
+    fn tasks_command(&mut self, cmd: Command) {
+        let id = self.tasks.selected_id();
+        let needs_task = matches!(
+            cmd,
+            Command::Accept
+                | Command::Reject
+                | Command::Archive
+                | Command::Rate1
+                | Command::Rate2
+                | Command::Rate3
+                | Command::Rate4
+                | Command::Rate5
+                | Command::RateClear
+                | Command::Tag
+                | Command::Note
+                | Command::Edit
+                | Command::Validate
+        );
+        if needs_task && id.is_none() {
+            self.error("no task selected".into());
+            return;
+        }
+        let id_s = id.clone().unwrap_or_default();
+        match cmd {
+            Command::Accept => self
+                .outbox
+                .push(Request::SetStatus(id_s, TaskStatus::Accepted)),
+            Command::Reject => self
+                .outbox
+                .push(Request::SetStatus(id_s, TaskStatus::Rejected)),
+            Command::Archive => self
+                .outbox
+                .push(Request::SetStatus(id_s, TaskStatus::Archived)),
+            Command::Rate1 => self.outbox.push(Request::SetRating(id_s, Some(1))),
+            Command::Rate2 => self.outbox.push(Request::SetRating(id_s, Some(2))),
+            Command::Rate3 => self.outbox.push(Request::SetRating(id_s, Some(3))),
+            Command::Rate4 => self.outbox.push(Request::SetRating(id_s, Some(4))),
+            Command::Rate5 => self.outbox.push(Request::SetRating(id_s, Some(5))),
+            Command::RateClear => self.outbox.push(Request::SetRating(id_s, None)),
+            Command::Tag => {
+                let tags = self.tasks.selected_row().map(|r| r.tags.join(", "));
+                self.prompt = Some(Prompt {
+                    kind: PromptKind::Tags,
+                    input: TextInput::new(tags.unwrap_or_default()),
+                    task: id,
+                });
+            }
+            Command::Note => {
+                let notes = self.tasks.selected_row().map(|r| r.notes.clone());
+                self.prompt = Some(Prompt {
+                    kind: PromptKind::Note,
+                    input: TextInput::new(notes.unwrap_or_default()),
+                    task: id,
+                });
+            }
+            Command::Search => {
+                self.prompt = Some(Prompt {
+                    kind: PromptKind::Search,
+                    input: TextInput::new(self.tasks.filter.search.clone()),
+                    task: None,
+                });
+            }
+            Command::Edit => {
+                let file = self
+                    .tasks
+                    .detail
+                    .tab
+                    .bundle_file(self.tasks.detail.task.as_ref());
+                self.outbox.push(Request::OpenEditor { id: id_s, file });
+            }
+            Command::Validate => {
+                // A background job: the store worker stays free while the
+                // environment builds.
+                self.info(format!("validating {id_s} (a job: see the Jobs view)..."));
+                self.outbox
+                    .push(Request::Launch(JobSpec::Validate { tasks: vec![id_s] }));
+            }
+            other => {
+                let next = self.tasks.handle_command(other);
+                self.follow(next);
+            }
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Drawing the screen: the tab bar (remembering where each tab is, for the
+//! mouse), the focused component, the help overlay and open forms and
+//! prompts, and the status line.
+
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Tabs};
+use ratatui::Frame;
+
+use super::{App, PromptKind, View};
+use crate::tui::component::{Component, DrawContext};
+use crate::tui::keymap::Command;
+use crate::tui::widgets::text::truncate_left;
+
+impl App {
+    /// Draw the whole screen from state.
+    pub fn draw(&mut self, frame: &mut Frame<'_>) {
+        let area = frame.area();
+        frame.render_widget(Paragraph::new("").style(self.theme.base()), area);
+        let [top, body, bottom] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Fill(1),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        self.draw_tabs(frame, top);
+        let ctx = DrawContext {
+            theme: &self.theme,
+            keymap: &self.keymap,
+        };
+        let focused: &mut dyn Component = match self.view {
+            View::Tasks => &mut self.tasks,
+            View::Live => &mut self.live,
+            View::Episodes => match self.inspector.as_mut() {
+                Some(insp) => insp,
+                None => &mut self.episodes,
+            },
+            View::Jobs => &mut self.jobs,
+            View::Training => &mut self.training,
+        };
+        focused.draw(frame, body, &ctx);
+        self.draw_status(frame, bottom);
+        if let Some((_, form)) = &self.form {
+            form.draw(frame, body, &self.theme);
+        }
+        if self.help.visible {
+            let ctx = DrawContext {
+                theme: &self.theme,
+                keymap: &self.keymap,
+            };
+            Component::draw(&mut self.help, frame, area, &ctx);
+        }
+    }
+
+    fn draw_tabs(&mut self, frame: &mut Frame<'_>, area: Rect) {
+        let t = &self.theme;
+        let titles: Vec<Line<'_>> = View::ALL
+            .iter()
+            .map(|v| Line::from(format!(" {} ", v.title())))
+            .collect();
+        // Record each title's cells for mouse clicks: " " + title + " " + "|".
+        self.tab_areas.clear();
+        let mut x = area.x;
+        for v in View::ALL {
+            let w = v.title().len() as u16 + 2;
+            let r = Rect::new(x, area.y, w.min(area.right().saturating_sub(x)), 1);
+            self.tab_areas.push((r, v));
+            x = x.saturating_add(w + 1);
+        }
+        let tabs = Tabs::new(titles)
+            .select(self.view.index())
+            .style(t.muted())
+            .highlight_style(t.accent().bg(t.selection))
+            .divider("|")
+            .padding("", "");
+        let tabs_width = x.saturating_sub(area.x);
+        let right_width = area.width.saturating_sub(tabs_width).min(30);
+        let [left, right] =
+            Layout::horizontal([Constraint::Fill(1), Constraint::Length(right_width)]).areas(area);
+        frame.render_widget(tabs, left);
+        let help = format!("{} help ", self.keymap.hint(Command::Help));
+        let room = (right_width as usize).saturating_sub(help.len() + 1);
+        let label = truncate_left(&self.workspace_label, room);
+        frame.render_widget(
+            Paragraph::new(Line::from(vec![
+                Span::styled(label, t.muted()),
+                Span::raw(" "),
+                Span::styled(help, t.accent()),
+            ]))
+            .right_aligned(),
+            right,
+        );
+    }
+
+    fn draw_status(&self, frame: &mut Frame<'_>, area: Rect) {
+        let t = &self.theme;
+        if let Some(p) = &self.prompt {
+            let label = match p.kind {
+                PromptKind::Search => "search: ",
+                PromptKind::Tags => "tags (comma-separated): ",
+                PromptKind::Note => "note: ",
+                PromptKind::EpisodeNote => "episode note: ",
+            };
+            let line = Line::from(vec![
+                Span::styled(label, t.accent()),
+                Span::styled(p.input.value.clone(), Style::new().fg(t.foreground)),
+            ]);
+            frame.render_widget(Paragraph::new(line), area);
+            let x = area.x + label.len() as u16 + p.input.cursor() as u16;
+            if x < area.right() {
+                frame.set_cursor_position(Position::new(x, area.y));
+            }
+            return;
+        }
+        let line = match &self.status {
+            Some(m) => Line::from(Span::styled(
+                m.text.clone(),
+                if m.error { t.failure() } else { t.success() },
+            )),
+            None => {
+                let k = |c| self.keymap.hint(c);
+                let hints: Vec<(String, &str)> = match self.view {
+                    View::Tasks => vec![
+                        (k(Command::Search), "search"),
+                        (k(Command::FilterStatus), "status"),
+                        (k(Command::SortNext), "sort"),
+                        (k(Command::Accept), "accept"),
+                        (k(Command::Reject), "reject"),
+                        (k(Command::Rate1) + "-5", "rate"),
+                        (k(Command::Note), "note"),
+                        (k(Command::Edit), "edit"),
+                        (k(Command::Quit), "quit"),
+                    ],
+                    View::Live => vec![
+                        (k(Command::Select), "zoom"),
+                        (k(Command::Back), "unzoom"),
+                        (k(Command::PageUp), "scroll back"),
+                        (k(Command::TakeOver), "take over"),
+                        (k(Command::Quit), "quit"),
+                    ],
+                    View::Episodes if self.inspector.is_some() => vec![
+                        (k(Command::NextTab), "tab"),
+                        (k(Command::Rate1) + "-5", "rate"),
+                        (k(Command::Label), "label"),
+                        (k(Command::Note), "note"),
+                        (k(Command::Compare), "side by side"),
+                        (k(Command::PlayPause), "play"),
+                        (k(Command::ExportRatings), "export"),
+                        (k(Command::Back), "close"),
+                    ],
+                    View::Episodes => vec![
+                        (k(Command::Select), "inspect"),
+                        (k(Command::GotoTask), "task"),
+                        (k(Command::FilterFailure), "failure mode"),
+                        (k(Command::ClearFilters), "clear"),
+                        (k(Command::ExportRatings), "export ratings"),
+                        (k(Command::Quit), "quit"),
+                    ],
+                    View::Jobs => vec![
+                        (k(Command::JobEval), "evaluate"),
+                        (k(Command::JobValidate), "validate"),
+                        (k(Command::JobCancel), "cancel"),
+                        (k(Command::Quit), "quit"),
+                    ],
+                    View::Training => vec![
+                        (k(Command::Down) + "/" + &k(Command::Up), "run"),
+                        (k(Command::PrevTab) + "/" + &k(Command::NextTab), "chart"),
+                        (k(Command::JobTrain), "train"),
+                        (k(Command::NextView), "next view"),
+                        (k(Command::Quit), "quit"),
+                    ],
+                };
+                let mut spans = Vec::new();
+                for (key, what) in hints {
+                    spans.push(Span::styled(key, t.accent()));
+                    spans.push(Span::styled(format!(" {what}  "), t.muted()));
+                }
+                Line::from(spans)
+            }
+        };
+        frame.render_widget(Paragraph::new(line), area);
+    }
+}

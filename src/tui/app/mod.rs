@@ -1,0 +1,293 @@
+//! The app: the state of the whole UI and a router over its components.
+//!
+//! `App` never does I/O: keys and mouse events become [`Action`]s, `update`
+//! changes state (its own, or a component's) and queues [`Request`]s in
+//! `outbox`, which the event loop hands to the store worker or the job
+//! launcher. Results come back as Actions. The pieces, one job each:
+//! [`commands`] (the command routers), [`input`] (prompt and form keys,
+//! mouse hit-testing), [`forms`] (the launch forms), [`draw`] (tabs, the
+//! focused view, the status line).
+
+mod commands;
+mod draw;
+mod forms;
+mod input;
+
+use crossterm::event::KeyEvent;
+use ratatui::layout::Rect;
+
+pub use forms::FormKind;
+
+use super::action::{Action, Request};
+use super::component::Component;
+use super::keymap::Keymap;
+use super::launch::JobDefaults;
+use super::theme::Theme;
+use super::views::episodes::EpisodesView;
+use super::views::help::HelpView;
+use super::views::inspector::Inspector;
+use super::views::jobs::JobsView;
+use super::views::live::LiveView;
+use super::views::tasks::TasksView;
+use super::views::training::TrainingView;
+use super::widgets::form::Form;
+use super::widgets::input::TextInput;
+use crate::jobs::{JobEvent, JobOutcome};
+
+/// The top-level views, shown as tabs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// The task browser and its detail pane.
+    Tasks,
+    /// Live sessions of running episodes.
+    Live,
+    /// Recorded episodes (and the inspector over them).
+    Episodes,
+    /// Background jobs and their launch forms.
+    Jobs,
+    /// Training runs and their dashboards.
+    Training,
+}
+
+impl View {
+    /// All views in tab order.
+    pub const ALL: [View; 5] = [
+        View::Tasks,
+        View::Live,
+        View::Episodes,
+        View::Jobs,
+        View::Training,
+    ];
+
+    /// Tab title.
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Tasks => "Tasks",
+            View::Live => "Live",
+            View::Episodes => "Episodes",
+            View::Jobs => "Jobs",
+            View::Training => "Training",
+        }
+    }
+
+    fn index(self) -> usize {
+        View::ALL.iter().position(|v| *v == self).unwrap_or(0)
+    }
+}
+
+/// What an open prompt edits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptKind {
+    /// The tasks view's search.
+    Search,
+    /// The selected task's tags.
+    Tags,
+    /// The selected task's note.
+    Note,
+    /// The inspected episode's note.
+    EpisodeNote,
+}
+
+/// An open one-line prompt.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    /// What it edits.
+    pub kind: PromptKind,
+    /// The text being typed.
+    pub input: TextInput,
+    /// Task the prompt edits (tags, note).
+    pub task: Option<String>,
+}
+
+/// A message in the status line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusMsg {
+    /// The message.
+    pub text: String,
+    /// Drawn as an error.
+    pub error: bool,
+}
+
+/// The whole UI state.
+pub struct App {
+    /// The colours.
+    pub theme: Theme,
+    /// The key bindings.
+    pub keymap: Keymap,
+    /// The focused tab.
+    pub view: View,
+    /// The Tasks view.
+    pub tasks: TasksView,
+    /// The Live view.
+    pub live: LiveView,
+    /// The Episodes view.
+    pub episodes: EpisodesView,
+    /// The Jobs view.
+    pub jobs: JobsView,
+    /// The Training view.
+    pub training: TrainingView,
+    /// The episode inspector, open over the Episodes view.
+    pub inspector: Option<Inspector>,
+    /// The open launch form.
+    pub form: Option<(FormKind, Form)>,
+    /// Defaults of the launch forms.
+    pub defaults: JobDefaults,
+    /// The help overlay.
+    pub help: HelpView,
+    /// The open one-line prompt.
+    pub prompt: Option<Prompt>,
+    /// The status line's message.
+    pub status: Option<StatusMsg>,
+    /// Shown in the top bar (the workspace path).
+    pub workspace_label: String,
+    /// Requests queued by `update` for the event loop.
+    pub outbox: Vec<Request>,
+    /// The user asked to quit.
+    pub should_quit: bool,
+    tab_areas: Vec<(Rect, View)>,
+}
+
+impl App {
+    /// A fresh app; the caller queues the initial loads.
+    pub fn new(theme: Theme, keymap: Keymap, workspace_label: impl Into<String>) -> App {
+        App {
+            theme,
+            keymap,
+            view: View::Tasks,
+            tasks: TasksView::default(),
+            live: LiveView::default(),
+            episodes: EpisodesView::default(),
+            jobs: JobsView::default(),
+            training: TrainingView::default(),
+            inspector: None,
+            form: None,
+            defaults: JobDefaults::default(),
+            help: HelpView::default(),
+            prompt: None,
+            status: None,
+            workspace_label: workspace_label.into(),
+            outbox: vec![Request::LoadTasks, Request::LoadEpisodes, Request::LoadJobs],
+            should_quit: false,
+            tab_areas: Vec::new(),
+        }
+    }
+
+    /// Map a key to an action: prompt keys go to the prompt, others
+    /// through the keymap.
+    pub fn handle_key(&self, key: KeyEvent) -> Option<Action> {
+        if self.prompt.is_some() {
+            return Some(Action::PromptKey(key));
+        }
+        if self.form.is_some() && !self.help.visible {
+            return Some(Action::FormKey(key));
+        }
+        if self.view == View::Live && self.live.taken().is_some() {
+            return Some(Action::TakeoverKey(key));
+        }
+        self.keymap.lookup(&key).map(Action::Command)
+    }
+
+    /// Apply an action: the app's own (commands, keys, status messages,
+    /// finished jobs), or route it to the component it concerns.
+    pub fn update(&mut self, action: Action) {
+        match action {
+            Action::Command(cmd) => self.command(cmd),
+            Action::PromptKey(key) => self.prompt_key(key),
+            Action::FormKey(key) => self.form_key(key),
+            Action::Mouse(m) => self.mouse(m),
+            Action::Resize(..) => {}
+            Action::TaskSelected(id) => self.load_selected(Some(id)),
+            Action::TasksLoaded(_) | Action::TaskLoaded(..) | Action::TaskRowUpdated(_) => {
+                let next = self.tasks.update(action);
+                self.follow(next);
+            }
+            Action::EpisodesLoaded(_) => self.follow_up(View::Episodes, action),
+            Action::Live(_) => self.follow_up(View::Live, action),
+            Action::Job(ev) => {
+                if let JobEvent::Finished { id, outcome } = &ev {
+                    match outcome {
+                        JobOutcome::Succeeded(m) => self.info(format!("{}: {m}", id.0)),
+                        JobOutcome::Failed(m) => self.error(format!("{}: {m}", id.0)),
+                        JobOutcome::Cancelled => self.info(format!("{}: cancelled", id.0)),
+                    }
+                    self.outbox.extend([
+                        Request::LoadEpisodes,
+                        Request::LoadTasks,
+                        Request::LoadJobs,
+                    ]);
+                }
+                self.follow_up(View::Jobs, Action::Job(ev));
+            }
+            Action::JobsLoaded(_) => self.follow_up(View::Jobs, action),
+            Action::TrainingLoaded(_) => self.follow_up(View::Training, action),
+            Action::EpisodeLoaded { episode, compare } => match (&mut self.inspector, compare) {
+                (Some(insp), true) => insp.other = Some(*episode),
+                (_, _) => self.inspector = Some(Inspector::new(*episode)),
+            },
+            Action::TakeoverKey(key) => {
+                if super::takeover::is_release(&key) {
+                    self.live.release();
+                    self.info("session given back to the agent".into());
+                } else if let Some(bytes) = super::takeover::key_bytes(&key) {
+                    self.live.type_bytes(bytes);
+                }
+            }
+            Action::Tick(dt) => {
+                if let Some(insp) = self.inspector.as_mut() {
+                    let next = insp.update(Action::Tick(dt));
+                    self.follow(next);
+                }
+            }
+            Action::Info(s) => self.info(s),
+            Action::Error(s) => self.error(s),
+        }
+    }
+
+    /// The component behind tab `view` (the inspector, when open, stands
+    /// for the Episodes view).
+    fn component(&mut self, view: View) -> &mut dyn Component {
+        match view {
+            View::Tasks => &mut self.tasks,
+            View::Live => &mut self.live,
+            View::Episodes => match self.inspector.as_mut() {
+                Some(insp) => insp,
+                None => &mut self.episodes,
+            },
+            View::Jobs => &mut self.jobs,
+            View::Training => &mut self.training,
+        }
+    }
+
+    /// Hand `action` to the component of `view` (the list itself for the
+    /// Episodes view, even under the inspector) and apply what it answers.
+    fn follow_up(&mut self, view: View, action: Action) {
+        let next = match view {
+            View::Episodes => self.episodes.update(action),
+            other => self.component(other).update(action),
+        };
+        self.follow(next);
+    }
+
+    /// Apply a component's answer, if any.
+    fn follow(&mut self, next: Option<Action>) {
+        if let Some(a) = next {
+            self.update(a);
+        }
+    }
+
+    fn info(&mut self, text: String) {
+        self.status = Some(StatusMsg { text, error: false });
+    }
+
+    fn error(&mut self, text: String) {
+        self.status = Some(StatusMsg { text, error: true });
+    }
+
+    fn load_selected(&mut self, id: Option<String>) {
+        if let Some(id) = id {
+            if self.tasks.detail.wants(&id) {
+                self.outbox.push(Request::LoadTask(id));
+            }
+        }
+    }
+}

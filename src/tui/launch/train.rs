@@ -1,0 +1,422 @@
+//! The training job: `endless train` as a background job. The form's values
+//! become the same [`TrainRequest`] the CLI builds from its flags (what the
+//! form does not ask for keeps the CLI's default), [`options`] resolves it,
+//! and [`crate::workbench::train()`] runs it (the job's cancel flag stops
+//! the run at its next checkpoint); its events become job progress and log
+//! lines.
+
+use std::path::Path;
+
+use crate::jobs::JobContext;
+use crate::rl::run_files::{EvalRecord, RunStatus};
+use crate::rl::session::{TrainEvent, TrainSummary};
+use crate::rl::RecipeFlags;
+use crate::tui::widgets::num::num;
+use crate::workbench::{train, train_options as options, Context, TrainRequest};
+
+/// The training form's values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainSpec {
+    /// Training tasks: ids or globs (empty: every train-split task).
+    pub tasks: String,
+    /// Held-out tasks for pass@1 before and after (empty: none).
+    pub dev: String,
+    /// Initial policy (`tiny`, `smollm2`, a model directory, a `.gguf`).
+    pub init: String,
+    /// Supervised warm-start first.
+    pub sft: bool,
+    /// Supervised warm-start steps (with `sft`).
+    pub sft_steps: u64,
+    /// PPO steps.
+    pub steps: u64,
+    /// Stop PPO after this many minutes.
+    pub minutes: Option<f64>,
+    /// Samples per task.
+    pub samples: u32,
+    /// Turn limit per episode.
+    pub max_turns: u32,
+    /// Tasks per PPO step.
+    pub tasks_per_step: usize,
+}
+
+impl Default for TrainSpec {
+    /// The CLI's defaults, with the SFT warm-start on (a `tiny` policy
+    /// trained from scratch solves nothing without it).
+    fn default() -> Self {
+        TrainSpec {
+            tasks: String::new(),
+            dev: String::new(),
+            init: "tiny".into(),
+            sft: true,
+            sft_steps: 300,
+            steps: 10,
+            minutes: None,
+            samples: 16,
+            max_turns: 16,
+            tasks_per_step: 1,
+        }
+    }
+}
+
+impl TrainSpec {
+    /// The `endless train` arguments (without the program name).
+    pub fn argv(&self) -> Vec<String> {
+        let mut v: Vec<String> = vec!["train".into()];
+        let mut flag = |name: &str, value: String| {
+            v.push(format!("--{name}"));
+            v.push(value);
+        };
+        if !self.tasks.is_empty() {
+            flag("tasks", self.tasks.clone());
+        }
+        if !self.dev.is_empty() {
+            flag("dev", self.dev.clone());
+        }
+        flag("init", self.init.clone());
+        if self.sft {
+            flag("sft-steps", self.sft_steps.to_string());
+        }
+        flag("steps", self.steps.to_string());
+        if let Some(m) = self.minutes {
+            flag("minutes", m.to_string());
+        }
+        flag("samples", self.samples.to_string());
+        flag("max-turns", self.max_turns.to_string());
+        flag("tasks-per-step", self.tasks_per_step.to_string());
+        if self.sft {
+            v.push("--sft".into());
+        }
+        v
+    }
+
+    /// The equivalent command line, for the log.
+    pub fn command_line(&self) -> String {
+        let words: Vec<String> = self
+            .argv()
+            .into_iter()
+            .map(|w| {
+                if w.is_empty() || w.contains(|c: char| c.is_whitespace() || "*?[]'\"$".contains(c))
+                {
+                    format!("'{}'", w.replace('\'', r"'\''"))
+                } else {
+                    w
+                }
+            })
+            .collect();
+        format!("endless {}", words.join(" "))
+    }
+
+    /// The request [`Self::argv`] makes of `endless train`.
+    pub fn request(&self) -> TrainRequest {
+        let defaults = TrainRequest::default();
+        let set = |s: &String| (!s.is_empty()).then(|| s.clone());
+        TrainRequest {
+            tasks: set(&self.tasks),
+            dev: set(&self.dev),
+            init: Some(self.init.clone()),
+            sft: self.sft,
+            sft_steps: if self.sft {
+                self.sft_steps
+            } else {
+                defaults.sft_steps
+            },
+            steps: self.steps,
+            minutes: self.minutes,
+            recipe: RecipeFlags {
+                samples: Some(self.samples),
+                max_turns: Some(self.max_turns),
+                prompts_per_step: Some(self.tasks_per_step),
+                ..defaults.recipe.clone()
+            },
+            ..defaults
+        }
+    }
+
+    /// For the jobs journal.
+    pub fn params(&self) -> serde_json::Value {
+        serde_json::json!({
+            "tasks": self.tasks, "dev": self.dev, "init": self.init, "sft": self.sft,
+            "sft_steps": self.sft_steps, "steps": self.steps, "minutes": self.minutes,
+            "samples": self.samples, "max_turns": self.max_turns,
+            "tasks_per_step": self.tasks_per_step,
+        })
+    }
+}
+
+/// What one [`TrainEvent`] does to the job: progress and/or a log line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    /// `(done, total, stage)`.
+    pub progress: Option<(u64, u64, String)>,
+    /// A line for the job's log.
+    pub log: Option<String>,
+}
+
+/// Turns events into reports; remembers where the run stands.
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    /// PPO steps asked for.
+    pub steps: u64,
+    /// PPO steps done so far.
+    pub steps_done: u64,
+    /// The last progress reported.
+    last: (u64, u64),
+}
+
+/// `dev pass@1 before: 0.25 (10/40)`.
+pub fn eval_line(e: &EvalRecord) -> String {
+    format!(
+        "dev pass@1 {}: {:.2} ({}/{})",
+        e.label, e.pass_at_1, e.passed, e.episodes
+    )
+}
+
+impl Tracker {
+    /// A tracker for a run of `steps` PPO steps.
+    pub fn new(steps: u64) -> Tracker {
+        Tracker {
+            steps,
+            ..Tracker::default()
+        }
+    }
+
+    /// What `ev` reports.
+    pub fn report(&mut self, ev: &TrainEvent) -> Report {
+        let mut r = Report::default();
+        match ev {
+            TrainEvent::Phase(p) => {
+                r.progress = Some((self.last.0, self.last.1, p.clone()));
+                r.log = Some(format!("phase: {p}"));
+            }
+            TrainEvent::Sft { total, metrics } => {
+                self.last = (metrics.step, *total);
+                r.progress = Some((
+                    metrics.step,
+                    *total,
+                    format!("sft {}/{total}: loss {}", metrics.step, num(metrics.loss)),
+                ));
+            }
+            TrainEvent::Rollouts { step, done, total } => {
+                let steps = self.steps.max(*step);
+                self.last = (self.steps_done, steps);
+                r.progress = Some((
+                    self.steps_done,
+                    steps,
+                    format!("ppo step {step}/{steps}: episodes {done}/{total}"),
+                ));
+            }
+            TrainEvent::Step { total, metrics } => {
+                self.steps = *total;
+                self.steps_done = metrics.step;
+                self.last = (metrics.step, *total);
+                let stage = format!(
+                    "ppo step {}/{total}: reward {} pass {}",
+                    metrics.step,
+                    num(metrics.reward),
+                    num(metrics.pass_rate)
+                );
+                r.progress = Some((metrics.step, *total, stage));
+                r.log = Some(format!(
+                    "step {}: reward {} pass {} policy loss {} value loss {} kl {} entropy {} {} tok/s",
+                    metrics.step,
+                    num(metrics.reward),
+                    num(metrics.pass_rate),
+                    num(metrics.policy_loss),
+                    num(metrics.value_loss),
+                    num(metrics.approx_kl),
+                    num(metrics.entropy),
+                    num(metrics.tokens_per_s),
+                ));
+            }
+            TrainEvent::Eval(e) => r.log = Some(eval_line(e)),
+            TrainEvent::Checkpoint(p) => r.log = Some(format!("checkpoint {}", p.display())),
+            TrainEvent::Log(line) => r.log = Some(line.clone()),
+        }
+        r
+    }
+}
+
+/// The job's one-line result.
+pub fn summary_line(s: &TrainSummary) -> String {
+    let mut out = format!("{}: {} PPO steps", s.status.as_str(), s.steps_done);
+    match (&s.before, &s.after) {
+        (Some(b), Some(a)) => out.push_str(&format!(
+            "; dev pass@1 {:.2} -> {:.2} ({:+.1} pts)",
+            b.pass_at_1,
+            a.pass_at_1,
+            (a.pass_at_1 - b.pass_at_1) * 100.0
+        )),
+        (Some(b), None) => out.push_str(&format!("; dev pass@1 before {:.2}", b.pass_at_1)),
+        _ => {}
+    }
+    if let Some(m) = s.message.as_deref().filter(|m| !m.is_empty()) {
+        out.push_str(&format!(" ({m})"));
+    }
+    out.push_str(&format!(" in {}", s.out.display()));
+    out
+}
+
+/// Run the training; returns a one-line summary.
+pub fn run(ctx: &JobContext, root: &Path, spec: &TrainSpec) -> anyhow::Result<String> {
+    let request = spec.request();
+    ctx.log(spec.command_line());
+    let cctx = Context::new(Some(root.to_path_buf()))?;
+    let opts = options(&cctx, &request)?;
+    ctx.log(format!(
+        "run directory {} ({} training tasks, {} dev tasks)",
+        opts.out.display(),
+        opts.tasks.len(),
+        opts.dev_tasks.len()
+    ));
+    let mut tracker = Tracker::new(opts.steps);
+    let result = train(opts, ctx, |ev: TrainEvent| {
+        let r = tracker.report(&ev);
+        if let Some((done, total, stage)) = r.progress {
+            ctx.progress(done, total, &stage);
+        }
+        if let Some(line) = r.log {
+            ctx.log(line);
+        }
+    });
+    let summary = result?;
+    let line = summary_line(&summary);
+    ctx.log(line.clone());
+    ctx.check()?;
+    match summary.status {
+        RunStatus::Failed => anyhow::bail!(
+            "{}",
+            summary
+                .message
+                .as_deref()
+                .unwrap_or("the training run failed")
+        ),
+        _ => Ok(line),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rl::run_files::SftMetrics;
+    use crate::rl::StepMetrics;
+
+    #[test]
+    fn the_form_becomes_a_request_with_cli_defaults() {
+        let spec = TrainSpec {
+            tasks: "awk-*,dedupe-lines-1-c3".into(),
+            dev: "sed-*".into(),
+            minutes: Some(2.5),
+            steps: 20,
+            ..TrainSpec::default()
+        };
+        let args = spec.request();
+        assert_eq!(args.tasks.as_deref(), Some("awk-*,dedupe-lines-1-c3"));
+        assert_eq!(args.dev.as_deref(), Some("sed-*"));
+        assert_eq!(args.init.as_deref(), Some("tiny"));
+        assert!(args.sft);
+        assert_eq!(
+            (
+                args.sft_steps,
+                args.steps,
+                args.recipe.samples,
+                args.recipe.max_turns
+            ),
+            (300, 20, Some(16), Some(16))
+        );
+        assert_eq!(args.recipe.prompts_per_step, Some(1));
+        assert_eq!(args.minutes, Some(2.5));
+        // What the form does not ask for keeps the CLI's default.
+        assert_eq!(args.concurrency, 16);
+        assert_eq!(args.recipe.reward, "binary");
+        assert!(args.out.is_none());
+        assert_eq!(
+            spec.command_line(),
+            "endless train --tasks 'awk-*,dedupe-lines-1-c3' --dev 'sed-*' --init tiny \
+             --sft-steps 300 --steps 20 --minutes 2.5 --samples 16 --max-turns 16 \
+             --tasks-per-step 1 --sft"
+        );
+        let off = TrainSpec {
+            sft: false,
+            ..TrainSpec::default()
+        };
+        let args = off.request();
+        assert!(!args.sft && args.tasks.is_none() && args.dev.is_none());
+    }
+
+    #[test]
+    fn events_become_progress_and_log_lines() {
+        let mut t = Tracker::new(10);
+        let r = t.report(&TrainEvent::Phase("sft".into()));
+        assert_eq!(r.log.as_deref(), Some("phase: sft"));
+        let r = t.report(&TrainEvent::Sft {
+            total: 300,
+            metrics: SftMetrics {
+                step: 30,
+                loss: 2.5,
+                ..Default::default()
+            },
+        });
+        assert_eq!(r.progress, Some((30, 300, "sft 30/300: loss 2.50".into())));
+        assert!(r.log.is_none());
+        let eval = EvalRecord {
+            label: "before".into(),
+            pass_at_1: 0.25,
+            passed: 10,
+            episodes: 40,
+            ..Default::default()
+        };
+        let r = t.report(&TrainEvent::Eval(eval));
+        assert_eq!(r.log.as_deref(), Some("dev pass@1 before: 0.25 (10/40)"));
+        let r = t.report(&TrainEvent::Rollouts {
+            step: 1,
+            done: 3,
+            total: 16,
+        });
+        assert_eq!(
+            r.progress,
+            Some((0, 10, "ppo step 1/10: episodes 3/16".into()))
+        );
+        let r = t.report(&TrainEvent::Step {
+            total: 10,
+            metrics: StepMetrics {
+                step: 1,
+                reward: 0.5,
+                pass_rate: 0.25,
+                ..Default::default()
+            },
+        });
+        assert_eq!(
+            r.progress,
+            Some((1, 10, "ppo step 1/10: reward 0.50 pass 0.25".into()))
+        );
+        assert!(r.log.unwrap().starts_with("step 1: reward 0.50 pass 0.25"));
+        // A phase keeps the progress where it was.
+        let r = t.report(&TrainEvent::Phase("eval after".into()));
+        assert_eq!(r.progress, Some((1, 10, "eval after".into())));
+        let r = t.report(&TrainEvent::Log("hello".into()));
+        assert_eq!((r.progress, r.log.as_deref()), (None, Some("hello")));
+    }
+
+    #[test]
+    fn the_summary_names_status_delta_and_directory() {
+        let rec = |label: &str, p: f64| EvalRecord {
+            label: label.into(),
+            pass_at_1: p,
+            ..Default::default()
+        };
+        let s = TrainSummary {
+            out: "/ws/checkpoints/train-1".into(),
+            status: RunStatus::Stopped,
+            message: Some("loss is not finite at step 12".into()),
+            steps_done: 11,
+            before: Some(rec("before", 0.25)),
+            after: Some(rec("after", 0.4)),
+            last_checkpoint: None,
+        };
+        assert_eq!(
+            summary_line(&s),
+            "stopped: 11 PPO steps; dev pass@1 0.25 -> 0.40 (+15.0 pts) \
+             (loss is not finite at step 12) in /ws/checkpoints/train-1"
+        );
+    }
+}

@@ -1,0 +1,138 @@
+//! The TUI's runtime: the event loop ([`run_with_channel`]) and the
+//! threads around it — terminal input ([`input`]), the store worker
+//! ([`worker`], with the inspector's file reads in [`episode_io`]), the job
+//! launcher ([`launcher`]) and the training-run watcher ([`watcher`]) — all
+//! talking to the app through [`Msg`]s on one channel. The terminal itself
+//! (raw mode, alternate screen, the external editor) is [`terminal`].
+
+pub mod episode_io;
+pub mod input;
+pub mod launcher;
+pub mod terminal;
+pub mod watcher;
+pub mod worker;
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use crossterm::event::{Event, KeyEventKind};
+
+use super::action::{Action, Msg, Request};
+use super::app::{App, StatusMsg};
+use super::keymap::Keymap;
+use super::launch::JobDefaults;
+use super::theme::Theme;
+use input::InputThread;
+use terminal::{edit, TerminalGuard};
+
+/// [`crate::tui::run`] with a channel made by the caller, who keeps clones
+/// of `tx` to feed the running UI from other threads (`Msg::Action(..)`:
+/// `Action::Live(LiveEvent::Open {..})` and its `Feed`, `Step`, `Finished`,
+/// `Action::Info(..)`). Sends never block; the UI drains them between
+/// frames.
+pub fn run_with_channel(
+    workspace_root: &Path,
+    theme: &str,
+    keys: &toml::Table,
+    tx: mpsc::Sender<Msg>,
+    rx: mpsc::Receiver<Msg>,
+) -> anyhow::Result<()> {
+    let keymap = Keymap::from_config(keys)?;
+    let theme = Theme::load(theme, Theme::user_dir().as_deref())?;
+    // Open once here so that a broken workspace fails before the screen switches.
+    let checkpoints = crate::store::Workspace::open(workspace_root)
+        .with_context(|| format!("opening workspace {}", workspace_root.display()))?
+        .checkpoints_dir();
+    let mut app = App::new(theme, keymap, workspace_root.display().to_string());
+    let paths = crate::config::Paths::detect();
+    if let Ok(config) = crate::config::Config::load(&paths.config_file, Some(workspace_root)) {
+        app.defaults = JobDefaults::from_config(&config);
+    }
+    let launcher =
+        launcher::Launcher::new(workspace_root, tx.clone()).context("starting the job manager")?;
+
+    let mut terminal = TerminalGuard::enter()?;
+    let (req_tx, req_rx) = mpsc::channel::<Request>();
+    let worker = worker::spawn(workspace_root.to_path_buf(), req_rx, tx.clone());
+    // Training runs: re-read off the UI thread, about once a second.
+    let _training = watcher::Watcher::spawn(checkpoints, tx.clone(), Duration::from_secs(1));
+    let input = InputThread::spawn(tx);
+    let mut last_tick = Instant::now();
+
+    loop {
+        for req in std::mem::take(&mut app.outbox) {
+            match req {
+                Request::OpenEditor { id, file } => {
+                    let dir = workspace_root.join("tasks").join(&id);
+                    let msg = edit(&mut terminal, &input, &dir, &file);
+                    if let Err(e) = msg {
+                        app.status = Some(StatusMsg {
+                            text: format!("editor: {e:#}"),
+                            error: true,
+                        });
+                    } else {
+                        app.tasks.detail.invalidate();
+                        let _ = req_tx.send(Request::OpenEditor { id, file });
+                    }
+                }
+                Request::Launch(spec) => match launcher.launch(spec) {
+                    Ok(id) => app.update(Action::Info(format!("started {}", id.0))),
+                    Err(e) => app.update(Action::Error(format!("cannot start the job: {e:#}"))),
+                },
+                Request::CancelJob(id) => {
+                    if !launcher.cancel(&id) {
+                        app.update(Action::Error(format!("{id} is not running here")));
+                    }
+                }
+                other => {
+                    if req_tx.send(other).is_err() {
+                        anyhow::bail!("the store worker stopped");
+                    }
+                }
+            }
+        }
+        if app.should_quit {
+            // Let the store worker finish queued writes (curation, ratings)
+            // before the process exits: quitting must not lose them.
+            drop(req_tx);
+            let _ = worker.join();
+            break;
+        }
+        terminal.get().draw(|f| app.draw(f))?;
+        // Wake up regularly for replay playback and the elapsed clocks.
+        let playing = app
+            .inspector
+            .as_ref()
+            .and_then(|i| i.replay.as_ref())
+            .is_some_and(|r| r.playing);
+        let wait = Duration::from_millis(if playing { 50 } else { 500 });
+        let first = match rx.recv_timeout(wait) {
+            Ok(m) => m,
+            Err(mpsc::RecvTimeoutError::Timeout) => Msg::Action(Action::Tick(0.0)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let now = Instant::now();
+        app.update(Action::Tick(now.duration_since(last_tick).as_secs_f64()));
+        last_tick = now;
+        let mut pending = vec![first];
+        pending.extend(rx.try_iter());
+        for msg in pending {
+            match msg {
+                Msg::Input(Event::Key(k)) if k.kind != KeyEventKind::Release => {
+                    if let Some(a) = app.handle_key(k) {
+                        app.update(a);
+                    }
+                }
+                Msg::Input(Event::Mouse(m)) => app.update(Action::Mouse(m)),
+                Msg::Input(Event::Resize(w, h)) => app.update(Action::Resize(w, h)),
+                Msg::Input(_) => {}
+                Msg::Action(a) => app.update(a),
+                Msg::InputError(e) => anyhow::bail!("reading the terminal: {e}"),
+            }
+        }
+    }
+    drop(input);
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! The store worker: a thread with its own `Workspace` that serves
+//! [`Request`]s and answers with [`Action`]s, so the UI never blocks on
+//! SQLite or the file system.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+use std::thread;
+
+use crate::store::{StoreError, Workspace};
+use crate::tui::action::{Action, Msg, Request};
+
+/// Start the worker on `root`. It stops when `rx` closes.
+pub fn spawn(root: PathBuf, rx: Receiver<Request>, tx: Sender<Msg>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let ws = match Workspace::open(&root) {
+            Ok(ws) => ws,
+            Err(e) => {
+                let _ = tx.send(Msg::Action(Action::Error(format!(
+                    "cannot open workspace {}: {e}",
+                    root.display()
+                ))));
+                return;
+            }
+        };
+        while let Ok(first) = rx.recv() {
+            // Coalesce: of several queued LoadTask requests only the last matters.
+            let mut batch = vec![first];
+            batch.extend(rx.try_iter());
+            let last_load = batch
+                .iter()
+                .rposition(|r| matches!(r, Request::LoadTask(_)));
+            for (i, req) in batch.into_iter().enumerate() {
+                if matches!(req, Request::LoadTask(_)) && Some(i) != last_load {
+                    continue;
+                }
+                for action in serve(&ws, req) {
+                    if tx.send(Msg::Action(action)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn err(e: StoreError) -> Action {
+    Action::Error(e.to_string())
+}
+
+/// Serve one request.
+pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
+    let row_update = |id: &str, r: Result<(), StoreError>| match r.and_then(|_| ws.task_row(id)) {
+        Ok(row) => vec![Action::TaskRowUpdated(Box::new(row))],
+        Err(e) => vec![err(e)],
+    };
+    match req {
+        // Reconcile first so bundles written by other processes show up.
+        Request::LoadTasks => match ws
+            .reconcile()
+            .and_then(|_| ws.list_tasks(&Default::default()))
+        {
+            Ok(rows) => vec![Action::TasksLoaded(rows)],
+            Err(e) => vec![err(e)],
+        },
+        Request::LoadEpisodes => match ws.list_episodes(None) {
+            Ok(rows) => vec![Action::EpisodesLoaded(rows)],
+            Err(e) => vec![err(e)],
+        },
+        Request::LoadTask(id) => load_task(ws, &id),
+        Request::SetStatus(id, s) => {
+            let mut out = row_update(&id, ws.set_status(&id, s));
+            out.push(Action::Info(format!("{id}: {}", s.as_str())));
+            out
+        }
+        Request::SetRating(id, r) => row_update(&id, ws.set_rating(&id, r)),
+        Request::SetTags(id, tags) => row_update(&id, ws.set_tags(&id, &tags)),
+        Request::SetNotes(id, notes) => row_update(&id, ws.set_notes(&id, &notes)),
+        // The event loop handles the editor itself; afterwards it asks for
+        // a reload, which re-indexes the edited bundle.
+        Request::OpenEditor { id, .. } => reload_task(ws, &id),
+        Request::LoadJobs => match ws.list_jobs() {
+            Ok(rows) => vec![Action::JobsLoaded(rows)],
+            Err(e) => vec![err(e)],
+        },
+        Request::LoadEpisode { row, compare } => vec![Action::EpisodeLoaded {
+            episode: Box::new(super::episode_io::load_episode(ws, row)),
+            compare,
+        }],
+        Request::RateEpisode {
+            run,
+            task,
+            sample,
+            rating,
+            label,
+            notes,
+        } => match ws.rate_episode(&run, &task, sample, rating, label.as_deref(), &notes) {
+            Ok(()) => match ws.list_episodes(None) {
+                Ok(rows) => vec![
+                    Action::EpisodesLoaded(rows),
+                    Action::Info(format!("{task}#{sample}: saved")),
+                ],
+                Err(e) => vec![err(e)],
+            },
+            Err(e) => vec![err(e)],
+        },
+        Request::ExportRatings => match super::episode_io::export_ratings(ws) {
+            Ok((n, path)) => vec![Action::Info(format!(
+                "exported {n} rated episodes to {}",
+                path.display()
+            ))],
+            Err(e) => vec![Action::Error(format!("export: {e}"))],
+        },
+        // The event loop's launcher serves these.
+        Request::Launch(_) | Request::CancelJob(_) => Vec::new(),
+    }
+}
+
+fn load_task(ws: &Workspace, id: &str) -> Vec<Action> {
+    let task = match ws.load_task(id) {
+        Ok(t) => t,
+        Err(e) => return vec![err(e)],
+    };
+    let eps = match ws.task_episodes(id) {
+        Ok(eps) => eps,
+        Err(e) => return vec![err(e)],
+    };
+    vec![Action::TaskLoaded(Box::new(task), eps)]
+}
+
+/// Re-read an edited bundle and refresh its index row (curation data kept).
+fn reload_task(ws: &Workspace, id: &str) -> Vec<Action> {
+    let status = match ws.task_row(id) {
+        Ok(r) => r.status,
+        Err(e) => return vec![err(e)],
+    };
+    match ws.load_task(id) {
+        Ok(task) => {
+            if let Err(e) = ws.index_task(&task, status) {
+                return vec![err(e)];
+            }
+        }
+        Err(e) => return vec![Action::Error(format!("after editing: {e}"))],
+    }
+    let mut out = load_task(ws, id);
+    if let Ok(row) = ws.task_row(id) {
+        out.insert(0, Action::TaskRowUpdated(Box::new(row)));
+    }
+    out.push(Action::Info(format!("{id}: reloaded after editing")));
+    out
+}

@@ -1,0 +1,186 @@
+//! Episodes view and the episode inspector (trajectory, tests, replay,
+//! rating, export, side by side) over fixture files in a temp dir.
+
+use super::*;
+
+#[test]
+fn episodes_view_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    snap!("episodes_80x24", &mut app, 80, 24);
+    snap!("episodes_120x40", &mut app, 120, 40);
+    cmd(&mut app, &ws, Command::FilterFailure);
+    assert_eq!(app.episodes.failure.as_deref(), Some("loop"));
+    snap!("episodes_loop_80x24", &mut app, 80, 24);
+    // T jumps to the episode's task, on its Episodes tab (Enter inspects).
+    cmd(&mut app, &ws, Command::GotoTask);
+    assert_eq!(app.view, View::Tasks);
+    assert_eq!(app.tasks.selected_id().as_deref(), Some("archive-logs"));
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("max_turns"), "{screen}");
+}
+
+fn step(turn: u32, command: &str, exit: i32, output: &str) -> Step {
+    Step {
+        command: Some(command.into()),
+        think: Some(format!("try {command}")),
+        exit_code: Some(exit),
+        output: output.into(),
+        ..Step::new(turn, StepKind::Command)
+    }
+}
+
+fn result(sample: u32, passed: bool) -> EpisodeResult {
+    let mut steps = vec![
+        step(1, "ls ~/logs", 0, "a.log\nb.log\nc.log"),
+        step(
+            2,
+            "tar -czf ~/backup/logs.tar.gz ~/logs",
+            2,
+            "tar: /home/user/backup: Cannot open: No such file or directory",
+        ),
+    ];
+    if !passed {
+        for t in 3..7 {
+            steps.push(step(t, "cat ~/notes.txt", 1, "cat: No such file"));
+        }
+    }
+    EpisodeResult {
+        task: "archive-logs".into(),
+        category: "archives".into(),
+        complexity: Some(2),
+        sample,
+        policy: "script:fixture".into(),
+        passed,
+        reward: if passed { 1.0 } else { 0.0 },
+        turns: steps.len() as u32,
+        end_reason: if passed {
+            EndReason::Done
+        } else {
+            EndReason::MaxTurns
+        },
+        failure_mode: (!passed).then_some(FailureMode::Loop),
+        failure_labels: Vec::new(),
+        earliest_failing_step: (!passed).then_some(1),
+        error: None,
+        tests: vec![TestOutcome {
+            name: "test_final_state::test_archive_has_logs".into(),
+            passed,
+            message: (!passed).then(|| {
+                "AssertionError: /home/user/backup/logs.tar.gz is missing\nassert False".into()
+            }),
+        }],
+        steps,
+        tokens: Default::default(),
+        timings: Default::default(),
+    }
+}
+
+/// Result JSON and a small recording next to the fixture's episode rows.
+fn write_episode_files(ws: &Workspace) {
+    let dir = ws.root().join("runs/eval-1/episodes/archive-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (sample, passed) in [(0, true), (1, false)] {
+        std::fs::write(
+            dir.join(format!("{sample}.json")),
+            serde_json::to_vec(&result(sample, passed)).unwrap(),
+        )
+        .unwrap();
+    }
+    let cast = concat!(
+        "{\"version\":2,\"width\":40,\"height\":6}\n",
+        "[0.1,\"o\",\"$ ls ~/logs\\r\\n\"]\n",
+        "[0.3,\"o\",\"a.log  b.log  c.log\\r\\n$ \"]\n",
+        "[1.5,\"o\",\"cat ~/notes.txt\\r\\ncat: No such file\\r\\n$ \"]\n",
+    );
+    std::fs::write(dir.join("1.cast"), cast).unwrap();
+}
+
+#[test]
+fn inspector_shows_trajectory_tests_replay_and_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    write_episode_files(&ws);
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    cmd(&mut app, &ws, Command::Down);
+    assert_eq!(app.episodes.selected_row().unwrap().sample, 1);
+    cmd(&mut app, &ws, Command::Select);
+    let insp = app.inspector.as_ref().expect("inspector open");
+    assert!(insp.episode.result.is_ok(), "{:?}", insp.episode.result);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("earliest failing step"), "{screen}");
+    assert!(screen.contains("↻ loop"), "{screen}");
+    snap!("inspector_trajectory_120x40", &mut app, 120, 40);
+    snap!("inspector_trajectory_80x24", &mut app, 80, 24);
+
+    cmd(&mut app, &ws, Command::NextTab);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("logs.tar.gz is missing"), "{screen}");
+    snap!("inspector_tests_120x40", &mut app, 120, 40);
+
+    // Replay: starts at the end; step back, play, speed.
+    cmd(&mut app, &ws, Command::NextTab);
+    assert!(render(&mut app, 80, 24).contains("cat: No such file"));
+    snap!("inspector_replay_80x24", &mut app, 80, 24);
+    cmd(&mut app, &ws, Command::Left);
+    assert!(!render(&mut app, 80, 24).contains("cat: No such file"));
+    cmd(&mut app, &ws, Command::Faster);
+    cmd(&mut app, &ws, Command::PlayPause);
+    app.update(Action::Tick(1.0));
+    let r = app.inspector.as_ref().unwrap().replay.as_ref().unwrap();
+    assert_eq!((r.position, r.speed, r.playing), (3, 2.0, false));
+
+    // Rating, label, note go to the store.
+    cmd(&mut app, &ws, Command::Rate2);
+    cmd(&mut app, &ws, Command::Label);
+    cmd(&mut app, &ws, Command::Label);
+    key(&mut app, &ws, KeyCode::Char('n'));
+    typed(&mut app, "loops on a missing file");
+    key(&mut app, &ws, KeyCode::Enter);
+    let row = ws
+        .list_episodes(None)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.task_id == "archive-logs" && r.sample == 1)
+        .unwrap();
+    assert_eq!(row.rating, Some(2));
+    assert_eq!(row.label.as_deref(), Some("test_wrong"));
+    assert_eq!(row.notes, "loops on a missing file");
+
+    // Export writes ratings.jsonl.
+    cmd(&mut app, &ws, Command::ExportRatings);
+    let text = std::fs::read_to_string(dir.path().join("ratings.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["label"], "test_wrong");
+    assert_eq!(v["rating"], 2);
+
+    // Side by side with the passing sample.
+    cmd(&mut app, &ws, Command::PrevTab);
+    cmd(&mut app, &ws, Command::PrevTab);
+    cmd(&mut app, &ws, Command::Compare);
+    assert!(app.inspector.as_ref().unwrap().other.is_some());
+    snap!("inspector_side_by_side_120x40", &mut app, 120, 40);
+    cmd(&mut app, &ws, Command::Back);
+    assert!(app.inspector.is_none());
+}
+
+#[test]
+fn inspector_without_files_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    cmd(&mut app, &ws, Command::Select);
+    let screen = render(&mut app, 80, 24);
+    assert!(
+        screen.contains("cannot read the episode result"),
+        "{screen}"
+    );
+    cmd(&mut app, &ws, Command::NextTab);
+    cmd(&mut app, &ws, Command::NextTab);
+    assert!(render(&mut app, 80, 24).contains("No replay"));
+}

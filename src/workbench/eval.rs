@@ -1,0 +1,306 @@
+//! Evaluation: episodes of a policy on tasks in the sandbox, written under
+//! `runs/<run-id>/`, indexed in the workspace, summarised (pass rate,
+//! pass@k, failure modes) and reported. `endless eval`, `endless run` and
+//! the TUI's evaluation job all run [`eval`] or [`run_episode`]; the run id
+//! is stable for the same inputs, so re-running resumes and skips finished
+//! episodes.
+//!
+//! Progress (`episodes` done of all), one log line per turn and per
+//! finished episode, and cancellation go through the [`JobContext`]. A front
+//! end that wants more (the TUI's live panes and takeover) passes
+//! [`RolloutHooks`]: its own sandbox provider around the real one, and every
+//! raw [`RolloutEvent`].
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+
+use super::{index_episodes, record_pass_at_k, run_id, select_tasks, Context};
+use crate::agent::{
+    run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
+    SandboxProvider,
+};
+use crate::eval::EvalReport;
+use crate::jobs::JobContext;
+use crate::store::Workspace;
+use crate::task::Task;
+
+/// The error that ends an episode cut short by cancelling its job (the
+/// TUI's takeover provider stops running episodes with it). Such episodes
+/// are not results: they are neither indexed nor counted, and a re-run of
+/// the same evaluation retries them.
+pub const CANCELLED: &str = "cancelled from the TUI";
+
+/// An evaluation: `endless eval`'s flags, or the TUI's evaluation form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalRequest {
+    /// The policy spec (`oracle`, `openai:MODEL@URL`, `local:DIR`...).
+    pub policy: String,
+    /// Comma-separated task ids or `*` globs (`None`: all but rejected
+    /// and archived).
+    pub tasks: Option<String>,
+    /// Samples per task.
+    pub samples: u32,
+    /// Turn limit (`None`: each task's own).
+    pub max_turns: Option<u32>,
+    /// Episodes in flight at once.
+    pub concurrency: usize,
+}
+
+/// One episode: `endless run TASK --policy P`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRequest {
+    /// The policy spec.
+    pub policy: String,
+    /// The task id.
+    pub task: String,
+    /// Turn limit (`None`: the task's own).
+    pub max_turns: Option<u32>,
+}
+
+/// What an evaluation produced.
+#[derive(Debug, Clone)]
+pub struct EvalOutcome {
+    /// The run id (`eval-<hash>`).
+    pub run_id: String,
+    /// `runs/<run-id>` in the workspace.
+    pub run_dir: PathBuf,
+    /// Pass rate, pass@k and failure modes over [`Self::episodes`].
+    pub report: EvalReport,
+    /// The Markdown report written into the run directory.
+    pub report_path: PathBuf,
+    /// The episodes that count (resumed ones included).
+    pub episodes: Vec<EpisodeResult>,
+    /// Episodes cut short by a cancel, left out of everything above.
+    pub cut_short: usize,
+}
+
+/// How a front end takes part in a run beyond job events.
+pub trait RolloutHooks {
+    /// The sandbox provider the episodes run with.
+    type Provider: SandboxProvider;
+
+    /// Wrap the real provider; `stop` is the run's cancel flag (set once
+    /// the job is cancelled).
+    fn provider(&mut self, inner: BackendProvider, stop: Arc<AtomicBool>) -> Arc<Self::Provider>;
+
+    /// Every event of run `run_id`, after the job has reported it. Called
+    /// inside the run's tokio runtime, so it may spawn tasks.
+    fn on_event(&mut self, run_id: &str, event: RolloutEvent);
+}
+
+/// No hooks: the real provider, events reported through the job only.
+pub struct Plain;
+
+impl RolloutHooks for Plain {
+    type Provider = BackendProvider;
+
+    fn provider(&mut self, inner: BackendProvider, _stop: Arc<AtomicBool>) -> Arc<BackendProvider> {
+        Arc::new(inner)
+    }
+
+    fn on_event(&mut self, _run_id: &str, _event: RolloutEvent) {}
+}
+
+/// Evaluate `req.policy` on the selected tasks: run (or resume) the
+/// episodes, index them, store each task's pass@k, write the Markdown
+/// report and finish the run. A cancelled job stops starting episodes and
+/// still reports on those that finished; the caller decides whether a
+/// cancel is an error (`job.check()`).
+pub fn eval<H: RolloutHooks>(
+    ctx: &Context,
+    req: &EvalRequest,
+    job: &JobContext,
+    hooks: &mut H,
+) -> Result<EvalOutcome> {
+    let ws = ctx.workspace()?;
+    let tasks = select_tasks(&ws, req.tasks.as_deref())?;
+    if tasks.is_empty() {
+        bail!(
+            "no tasks selected in {} (try `endless generate --offline --count 20`)",
+            ws.root().display()
+        );
+    }
+    let policy = PolicyFactory::from_spec(&req.policy, &ctx.policy_options())?;
+    let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
+    let run_id = run_id(
+        "eval",
+        &[
+            &req.policy,
+            &ids.join(","),
+            &req.samples.to_string(),
+            &format!("{:?}", req.max_turns),
+        ],
+    );
+    job.log(format!("run {run_id}: {} tasks", tasks.len()));
+    let plan = Plan {
+        run_id: &run_id,
+        kind: "eval",
+        policy_spec: &req.policy,
+        samples: req.samples,
+        max_turns: req.max_turns,
+        concurrency: req.concurrency,
+    };
+    let (episodes, cut_short) = rollouts(ctx, &ws, &plan, tasks, policy, job, hooks)?;
+    let report = crate::eval::evaluate(&episodes);
+    record_pass_at_k(&ws, &report)?;
+    let run_dir = ws.runs_dir().join(&run_id);
+    let report_path = crate::eval::write_markdown_report(
+        &report,
+        &format!("Evaluation of {}", req.policy),
+        &run_dir,
+    )
+    .context("writing the report")?;
+    ws.finish_run(&run_id, &serde_json::to_value(&report)?)?;
+    Ok(EvalOutcome {
+        run_id,
+        run_dir,
+        report,
+        report_path,
+        episodes,
+        cut_short,
+    })
+}
+
+/// Run one episode of `req.policy` on `req.task` (a fresh run each time:
+/// its id includes the time) and index it.
+pub fn run_episode<H: RolloutHooks>(
+    ctx: &Context,
+    req: &RunRequest,
+    job: &JobContext,
+    hooks: &mut H,
+) -> Result<EpisodeResult> {
+    let ws = ctx.workspace()?;
+    let task = ws.load_task(&req.task)?;
+    let policy = PolicyFactory::from_spec(&req.policy, &ctx.policy_options())?;
+    let run_id = run_id(
+        "run",
+        &[
+            &req.policy,
+            &req.task,
+            &format!("{:?}", req.max_turns),
+            &crate::store::now(),
+        ],
+    );
+    let plan = Plan {
+        run_id: &run_id,
+        kind: "run",
+        policy_spec: &req.policy,
+        samples: 1,
+        max_turns: req.max_turns,
+        concurrency: 1,
+    };
+    let (episodes, _) = rollouts(ctx, &ws, &plan, vec![task], policy, job, hooks)?;
+    episodes
+        .into_iter()
+        .next()
+        .context("the episode did not run")
+}
+
+/// What [`rollouts`] runs.
+struct Plan<'a> {
+    run_id: &'a str,
+    kind: &'a str,
+    policy_spec: &'a str,
+    samples: u32,
+    max_turns: Option<u32>,
+    concurrency: usize,
+}
+
+/// Run the episodes, report them through `job` and `hooks`, index those
+/// that count; returns them and how many a cancel cut short.
+fn rollouts<H: RolloutHooks>(
+    ctx: &Context,
+    ws: &Workspace,
+    plan: &Plan<'_>,
+    tasks: Vec<Task>,
+    policy: PolicyFactory,
+    job: &JobContext,
+    hooks: &mut H,
+) -> Result<(Vec<EpisodeResult>, usize)> {
+    let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
+    let run_dir = ws.runs_dir().join(plan.run_id);
+    let mut config = RolloutConfig::new(&run_dir);
+    config.samples = plan.samples.max(1);
+    config.concurrency = plan.concurrency.max(1);
+    config.max_turns = plan.max_turns;
+    config.command_timeout = Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0));
+    let cancel = Arc::new(AtomicBool::new(false));
+    config.cancel = Some(cancel.clone());
+    ws.upsert_run(
+        plan.run_id,
+        plan.kind,
+        plan.policy_spec,
+        &serde_json::json!({ "samples": plan.samples, "max_turns": plan.max_turns, "tasks": tasks.len() }),
+    )?;
+    let mut inner = BackendProvider::new(backend);
+    inner.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;
+    let provider = hooks.provider(inner, cancel.clone());
+    let total_planned = (tasks.len() as u64) * u64::from(plan.samples.max(1));
+    job.progress(0, total_planned, "episodes");
+    let rt = tokio::runtime::Runtime::new()?;
+    let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
+    let summary = rt.block_on(async {
+        let run = run_rollouts(config, tasks, policy, provider, Some(etx));
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let (mut done, mut total) = (0u64, total_planned);
+        let mut on_event = |ev: RolloutEvent| {
+            match &ev {
+                RolloutEvent::Planned { total: t, finished } => {
+                    total = *t as u64;
+                    done = *finished as u64;
+                    job.progress(done, total, "episodes");
+                }
+                RolloutEvent::Started { .. } => {}
+                RolloutEvent::Step { task, sample, step } => {
+                    let command = step.command.as_deref().unwrap_or_default();
+                    job.log(format!("{task}#{sample} turn {}: {command}", step.turn));
+                }
+                RolloutEvent::Finished { result } => {
+                    done += 1;
+                    job.progress(done, total.max(done), "episodes");
+                    job.log(format!(
+                        "{}#{}: {} after {} turns",
+                        result.task,
+                        result.sample,
+                        if result.passed { "passed" } else { "failed" },
+                        result.turns
+                    ));
+                }
+            }
+            hooks.on_event(plan.run_id, ev);
+        };
+        let out = loop {
+            tokio::select! {
+                out = &mut run => break out,
+                Some(ev) = erx.recv() => on_event(ev),
+                _ = tick.tick() => {
+                    if job.is_cancelled() && !cancel.load(Ordering::Relaxed) {
+                        job.log("cancelling: no new episodes start; running ones finish");
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        };
+        while let Ok(ev) = erx.try_recv() {
+            on_event(ev);
+        }
+        out
+    })?;
+    let (episodes, cut): (Vec<_>, Vec<_>) = summary
+        .episodes
+        .into_iter()
+        .partition(|e| !e.error.as_deref().is_some_and(|m| m.contains(CANCELLED)));
+    if !cut.is_empty() {
+        job.log(format!(
+            "{} episodes cut short by the cancel are not indexed; re-running this evaluation retries them",
+            cut.len()
+        ));
+    }
+    index_episodes(ws, plan.run_id, &episodes)?;
+    Ok((episodes, cut.len()))
+}

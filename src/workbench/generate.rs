@@ -1,0 +1,355 @@
+//! Generation, in-process: offline procedural tasks ([`offline`]) and the
+//! four-stage LLM pipeline ([`llm`]) against any OpenAI-compatible server.
+//! `endless generate` and the TUI's generation jobs both call these; the
+//! TUI runs them on a job thread (it starts no child process).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use serde::Serialize;
+
+use super::Context;
+use crate::agent::PolicyFactory;
+use crate::generate::config::PipelineConfig;
+use crate::generate::funnel::{CandidateOutcome, Funnel};
+use crate::generate::pipeline::{run_pipeline, PipelineEvent};
+use crate::jobs::{Cancelled, JobContext};
+use crate::llm::{api_key_from_env, OpenAiChat, OpenAiConfig, SamplingParams};
+use crate::procgen::{generate_batch_from, usable_families, Split};
+use crate::store::{TaskStatus, Workspace};
+use crate::task::EnvKind;
+
+/// Offline generation: `endless generate --offline`'s flags, or the TUI's
+/// offline form.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OfflineRequest {
+    /// Tasks to generate.
+    pub count: usize,
+    /// The seed (the same seed gives the same tasks).
+    pub seed: u64,
+    /// Draw from the train or the held-out dev split (`None`: both).
+    pub split: Option<Split>,
+    /// Use just these families (empty: every usable one).
+    pub families: Vec<String>,
+}
+
+/// What an offline generation wrote.
+#[derive(Debug, Serialize)]
+pub struct OfflineReport {
+    /// Tasks asked for.
+    pub requested: usize,
+    /// New tasks written.
+    pub written: usize,
+    /// Already in the workspace (same family, seed and complexity).
+    pub existing: usize,
+    /// Tasks that could not be written, with the reason.
+    pub failed: Vec<String>,
+    /// Families drawn from.
+    pub families: usize,
+    /// Families left out because a tool they need is missing: (family, tool).
+    pub skipped_families: Vec<(String, String)>,
+    /// Wall time.
+    pub seconds: f64,
+    /// Throughput.
+    pub tasks_per_sec: f64,
+}
+
+impl OfflineReport {
+    /// `N tasks written (M already present) from F families in ...`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} tasks written ({} already present) from {} families in {:.2}s ({:.0} tasks/s)",
+            self.written, self.existing, self.families, self.seconds, self.tasks_per_sec
+        )
+    }
+}
+
+/// Generate `req.count` tasks balanced over the usable families and write
+/// the new ones into the workspace as candidates.
+pub fn offline(ctx: &Context, req: &OfflineRequest, job: &JobContext) -> Result<OfflineReport> {
+    let mut ws = ctx.workspace()?;
+    offline_into(&mut ws, req, job)
+}
+
+/// [`offline`] into an opened workspace (seeding a fresh one uses it).
+pub fn offline_into(
+    ws: &mut Workspace,
+    req: &OfflineRequest,
+    job: &JobContext,
+) -> Result<OfflineReport> {
+    let start = Instant::now();
+    let (mut families, skipped) = usable_families();
+    if !req.families.is_empty() {
+        for name in &req.families {
+            if crate::procgen::family(name).is_none() {
+                let known: Vec<&str> = crate::procgen::families()
+                    .iter()
+                    .map(|f| f.name())
+                    .collect();
+                bail!(
+                    "--families: unknown family {name:?}; known: {}",
+                    known.join(", ")
+                );
+            }
+            if let Some((_, tool)) = skipped.iter().find(|(f, _)| f == name) {
+                bail!("--families: {name} needs `{tool}`, which is not installed");
+            }
+        }
+        families.retain(|f| req.families.iter().any(|n| n == f.name()));
+    }
+    let count = req.count as u64;
+    job.progress(0, count, "generating");
+    let tasks = generate_batch_from(&families, req.count, req.seed, req.split);
+    job.check()?;
+    job.progress(tasks.len() as u64 / 2, count, "writing");
+    let (fresh, existing): (Vec<_>, Vec<_>) = tasks.iter().partition(|t| !ws.has_task(t.id()));
+    let items: Vec<(&crate::task::Task, bool)> = fresh.iter().map(|t| (*t, false)).collect();
+    let results = ws.write_and_index(&items, TaskStatus::Candidate)?;
+    let failed: Vec<String> = items
+        .iter()
+        .zip(&results)
+        .filter_map(|((t, _), r)| r.as_ref().err().map(|e| format!("{}: {e}", t.id())))
+        .collect();
+    job.progress(count, count, "done");
+    let seconds = start.elapsed().as_secs_f64();
+    let report = OfflineReport {
+        requested: req.count,
+        written: results.iter().filter(|r| r.is_ok()).count(),
+        existing: existing.len(),
+        failed,
+        families: families.len(),
+        skipped_families: skipped
+            .into_iter()
+            .map(|(f, t)| (f.to_string(), t.to_string()))
+            .collect(),
+        seconds,
+        tasks_per_sec: tasks.len() as f64 / seconds.max(1e-9),
+    };
+    for (family, tool) in &report.skipped_families {
+        job.log(format!(
+            "skipped family {family}: it needs `{tool}`, which is not installed"
+        ));
+    }
+    for f in &report.failed {
+        job.log(format!("failed: {f}"));
+    }
+    job.log(report.summary());
+    Ok(report)
+}
+
+/// LLM generation: `endless generate --llm`'s flags, or the TUI's form.
+/// Settings left `None` come from the configuration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LlmRequest {
+    /// Candidates to sample.
+    pub count: usize,
+    /// The seed (`None`: 1); the run id is `gen-<seed>`, so the same seed
+    /// resumes.
+    pub seed: Option<u64>,
+    /// The generator's server (`None`: `[llm] url`).
+    pub url: Option<String>,
+    /// The generator model (`None`: `[llm] model`).
+    pub model: Option<String>,
+    /// The solver's server (`None`: the generator's).
+    pub solver_url: Option<String>,
+    /// The solver model (`None`: the generator model).
+    pub solver_model: Option<String>,
+    /// Solver attempts per candidate (`None`: `[generate] solutions`).
+    pub solutions: Option<u32>,
+    /// Candidates in flight (`None`: `[generate] concurrency`).
+    pub concurrency: Option<usize>,
+    /// Environment repair attempts (`None`: `[generate] max_env_attempts`).
+    pub max_env_attempts: Option<u32>,
+}
+
+/// Run the LLM pipeline into the workspace; returns the funnel. Reports
+/// candidates finished as progress and each accepted or rejected candidate
+/// as a log line. A cancelled job stops at once (`Err(Cancelled)`);
+/// finished candidates are journalled, so the same seed resumes.
+pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> {
+    let cfg = &ctx.config;
+    let url = req.url.clone().unwrap_or_else(|| cfg.llm.url.clone());
+    let model = req.model.clone().unwrap_or_else(|| cfg.llm.model.clone());
+    if model.is_empty() {
+        bail!("name the generator model with --model (or [llm] model in the config), or use --offline");
+    }
+    let mut chat = OpenAiConfig::new(&model, &url);
+    chat.api_key = api_key_from_env();
+    chat.max_concurrency = cfg.llm.concurrency.max(1);
+    chat.request_timeout = Duration::from_secs_f64(cfg.llm.timeout_sec.max(1.0));
+    chat.retry.max_retries = cfg.llm.retries;
+    let generator = Arc::new(OpenAiChat::new(chat)?);
+    let solver_url = req.solver_url.clone().unwrap_or_else(|| url.clone());
+    let solver_model = req.solver_model.clone().unwrap_or_else(|| model.clone());
+    let solver_spec = format!("openai:{solver_model}@{solver_url}");
+    let solver = PolicyFactory::from_spec(&solver_spec, &ctx.policy_options())?;
+    let seed = req.seed.unwrap_or(1);
+    let ws = ctx.workspace()?;
+    let run_id = format!("gen-{seed}");
+    let run_dir = ws.runs_dir().join(&run_id);
+    ws.upsert_run(
+        &run_id,
+        "generate",
+        &solver_spec,
+        &serde_json::json!({ "count": req.count, "model": model, "url": url }),
+    )?;
+    let definition = match cfg.sandbox.backend.as_str() {
+        "apptainer" => EnvKind::ApptainerDef,
+        "oci" => EnvKind::Dockerfile,
+        _ => EnvKind::SetupSh,
+    };
+    let config = PipelineConfig {
+        count: req.count,
+        seed,
+        run_dir,
+        definition,
+        max_env_attempts: req
+            .max_env_attempts
+            .unwrap_or(cfg.generate.max_env_attempts),
+        solutions: req.solutions.unwrap_or(cfg.generate.solutions),
+        solve_max_turns: cfg.agent.train_max_turns.max(16),
+        solve_concurrency: 4,
+        command_timeout: Duration::from_secs_f64(cfg.agent.command_timeout_sec.max(1.0)),
+        concurrency: req.concurrency.unwrap_or(cfg.generate.concurrency),
+        sandbox_concurrency: std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .max(2),
+        task_sampling: SamplingParams {
+            temperature: 1.0,
+            top_p: cfg.llm.top_p as f32,
+            max_tokens: Some(cfg.llm.max_tokens),
+        },
+        test_sampling: SamplingParams {
+            temperature: 0.6,
+            top_p: cfg.llm.top_p as f32,
+            max_tokens: Some(cfg.llm.max_tokens),
+        },
+        generator_name: model.clone(),
+        solver_name: solver_model,
+    };
+    let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
+    let rt = tokio::runtime::Runtime::new()?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let root = ws.root().to_path_buf();
+    let result = rt.block_on(async {
+        let run = run_pipeline(root, config, generator, solver, backend, Some(tx));
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let (done, total, accepted) = (
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
+        let on_event = |ev: PipelineEvent| match ev {
+            PipelineEvent::Planned {
+                total: n,
+                already_done,
+            } => {
+                total.store(n, Ordering::Relaxed);
+                done.store(already_done, Ordering::Relaxed);
+                job.progress(already_done as u64, n as u64, "candidates finished");
+            }
+            PipelineEvent::Entered { candidate, stage } => {
+                tracing::info!("{candidate}: {stage:?}")
+            }
+            PipelineEvent::Finished { candidate, outcome } => {
+                let n = done.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+                let t = (total.load(Ordering::Relaxed) as u64).max(n);
+                job.progress(n, t, "candidates finished");
+                match outcome {
+                    CandidateOutcome::Accepted { task_id } => {
+                        let a = accepted.fetch_add(1, Ordering::Relaxed) + 1;
+                        job.log(format!("accepted {candidate} as {task_id} ({a} so far)"));
+                    }
+                    CandidateOutcome::Rejected { stage, reason } => job.log(format!(
+                        "rejected {candidate} at {stage:?}: {}",
+                        reason.lines().next().unwrap_or("")
+                    )),
+                }
+            }
+        };
+        let out = loop {
+            tokio::select! {
+                out = &mut run => break Some(out),
+                Some(ev) = rx.recv() => on_event(ev),
+                _ = tick.tick() => if job.is_cancelled() { break None },
+            }
+        };
+        while let Ok(ev) = rx.try_recv() {
+            on_event(ev);
+        }
+        out
+    });
+    // Candidates still running when a cancel stopped the pipeline are
+    // dropped with the runtime; their sandboxes stop with them.
+    rt.shutdown_background();
+    let Some(result) = result else {
+        return Err(Cancelled.into());
+    };
+    let funnel = result.context("generation failed")?;
+    ws.finish_run(&run_id, &serde_json::to_value(&funnel)?)?;
+    Ok(funnel)
+}
+
+/// `A of N candidates accepted`, for a job's one-line result.
+pub fn funnel_summary(funnel: &Funnel) -> String {
+    let last = crate::generate::funnel::Stage::ALL.last();
+    let accepted = last
+        .and_then(|s| funnel.passed.get(s))
+        .copied()
+        .unwrap_or(0);
+    format!("{accepted} of {} candidates accepted", funnel.sampled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::JobEvent;
+
+    #[test]
+    fn offline_generation_writes_reports_and_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ws = Workspace::open(dir.path()).unwrap();
+        let (job, mut rx) = JobContext::standalone("generate-offline");
+        let req = OfflineRequest {
+            count: 4,
+            seed: 3,
+            ..OfflineRequest::default()
+        };
+        let first = offline_into(&mut ws, &req, &job).unwrap();
+        assert_eq!((first.written, first.existing), (4, 0), "{first:?}");
+        assert!(first.failed.is_empty());
+        let again = offline_into(&mut ws, &req, &job).unwrap();
+        assert_eq!((again.written, again.existing), (0, 4));
+        let mut finished = false;
+        let mut logged = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            match ev {
+                JobEvent::Progress { done, total, .. } => finished |= done == total && total == 4,
+                JobEvent::Log { line, .. } => logged.push(line),
+                _ => {}
+            }
+        }
+        assert!(finished);
+        assert!(
+            logged.iter().any(|l| l.starts_with("4 tasks written")),
+            "{logged:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_families_are_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ws = Workspace::open(dir.path()).unwrap();
+        let (job, _rx) = JobContext::standalone("generate-offline");
+        let req = OfflineRequest {
+            count: 1,
+            families: vec!["no-such-family".into()],
+            ..OfflineRequest::default()
+        };
+        let err = offline_into(&mut ws, &req, &job).unwrap_err().to_string();
+        assert!(err.contains("unknown family \"no-such-family\""), "{err}");
+    }
+}

@@ -1,0 +1,184 @@
+//! Validation: the structural checks of a task bundle, then the sandbox
+//! checks (the environment builds, the initial tests pass, the final tests
+//! fail on the initial state, the oracle passes) with the configured
+//! backend. `endless tasks validate` and the TUI's validation job both run
+//! [`validate_tasks`].
+
+use std::path::Path;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::Context;
+use crate::jobs::JobContext;
+use crate::verify::Validation;
+
+/// One task's verdict (`tasks validate --json` prints a list of them).
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The task id.
+    pub id: String,
+    /// Whether the task is valid.
+    pub ok: bool,
+    /// What is wrong (empty when `ok`).
+    pub problems: Vec<String>,
+    /// The sandbox checks' details, when they ran.
+    pub validation: Option<Validation>,
+}
+
+impl Verdict {
+    fn invalid(id: &str, problems: Vec<String>) -> Verdict {
+        Verdict {
+            id: id.to_string(),
+            ok: false,
+            problems,
+            validation: None,
+        }
+    }
+
+    /// What the user should know even when the task is valid (a base
+    /// image substituted for the one it asks for).
+    pub fn notes(&self) -> &[String] {
+        self.validation.as_ref().map_or(&[], |v| v.notes.as_slice())
+    }
+
+    /// One line: what passed and how long it took, or the problems; and
+    /// any notes.
+    pub fn summary(&self) -> String {
+        let mut line = self.verdict_line();
+        for note in self.notes() {
+            line.push_str("; note: ");
+            line.push_str(note);
+        }
+        line
+    }
+
+    fn verdict_line(&self) -> String {
+        match (&self.validation, self.ok) {
+            (Some(v), true) => {
+                let oracle = match v.oracle_passes {
+                    Some(true) => ", oracle passes",
+                    _ => "",
+                };
+                format!(
+                    "valid: initial tests pass, final tests fail on the initial state{oracle} ({:.1}s)",
+                    v.duration.as_secs_f64()
+                )
+            }
+            (None, true) => "valid".into(),
+            (_, false) => self.problems.join("; "),
+        }
+    }
+}
+
+/// The sandbox backend validation runs with, or why it did not start (then
+/// every task that passes the structural checks is invalid, with that
+/// reason).
+pub type BackendOrError = Result<Box<dyn crate::sandbox::Backend>, String>;
+
+/// Validate task `id` of the workspace whose bundles are in `tasks_dir`:
+/// structural checks first, the sandbox checks only when they pass.
+pub fn validate_task(tasks_dir: &Path, backend: &BackendOrError, id: &str) -> Verdict {
+    let task = match crate::task::read_native(&tasks_dir.join(id), &Default::default()) {
+        Ok(task) => task,
+        Err(e) => return Verdict::invalid(id, vec![e.to_string()]),
+    };
+    let structural: Vec<String> = crate::task::validate(&task)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if !structural.is_empty() {
+        return Verdict::invalid(id, structural);
+    }
+    let backend = match backend {
+        Ok(b) => b.as_ref(),
+        Err(e) => return Verdict::invalid(id, vec![e.clone()]),
+    };
+    match crate::verify::validate_task(backend, &task) {
+        Ok(v) => Verdict {
+            id: id.to_string(),
+            ok: v.ok(),
+            problems: v.problems.clone(),
+            validation: Some(v),
+        },
+        Err(e) => Verdict::invalid(id, vec![e.to_string()]),
+    }
+}
+
+/// Validate the tasks `ids` of the workspace, several at a time, with
+/// `backend` (usually `ctx.backend()`). Reports progress and one log line per task through
+/// `job`, and calls `on_verdict` as each task finishes (in no set order);
+/// returns the verdicts in the order of `ids`. Once the job is cancelled no
+/// new task starts, and the result is `Err(Cancelled)`.
+pub fn validate_tasks(
+    ctx: &Context,
+    backend: BackendOrError,
+    ids: &[String],
+    job: &JobContext,
+    on_verdict: impl Fn(&Verdict) + Sync,
+) -> anyhow::Result<Vec<Verdict>> {
+    let tasks_dir = ctx.workspace()?.tasks_dir();
+    let total = ids.len() as u64;
+    let done = std::sync::atomic::AtomicU64::new(0);
+    job.progress(0, total, "validating");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .max(2),
+        )
+        .build();
+    let run = || {
+        ids.par_iter()
+            .map(|id| {
+                job.check()?;
+                let verdict = validate_task(&tasks_dir, &backend, id);
+                on_verdict(&verdict);
+                job.log(if verdict.ok {
+                    format!("{id}: {}", verdict.summary())
+                } else {
+                    format!("{id}: INVALID: {}", verdict.summary())
+                });
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                job.progress(n, total, id);
+                Ok(verdict)
+            })
+            .collect::<Result<Vec<_>, crate::jobs::Cancelled>>()
+    };
+    let verdicts = match pool {
+        Ok(pool) => pool.install(run),
+        Err(_) => run(),
+    }?;
+    job.progress(total, total, "done");
+    Ok(verdicts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Workspace;
+    use crate::workbench::generate::{offline_into, OfflineRequest};
+
+    #[test]
+    fn a_backend_that_did_not_start_makes_sound_tasks_invalid_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ws = Workspace::open(dir.path()).unwrap();
+        let (job, _rx) = JobContext::standalone("validate");
+        let req = OfflineRequest {
+            count: 1,
+            seed: 1,
+            ..OfflineRequest::default()
+        };
+        offline_into(&mut ws, &req, &job).unwrap();
+        let id = ws.task_ids().unwrap().remove(0);
+        let v = validate_task(&ws.tasks_dir(), &Err("no sandbox here".into()), &id);
+        assert!(!v.ok);
+        assert_eq!(v.problems, vec!["no sandbox here".to_string()]);
+        assert_eq!(v.summary(), "no sandbox here");
+        let missing = validate_task(&ws.tasks_dir(), &Err("unused".into()), "no-such-task");
+        assert!(
+            !missing.ok && missing.problems[0] != "unused",
+            "{missing:?}"
+        );
+    }
+}
