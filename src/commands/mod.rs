@@ -32,6 +32,7 @@ mod sandbox_cmd;
 mod serve_cmd;
 mod tasks;
 pub mod train_cmd;
+mod workspace_cmd;
 
 use std::process::ExitCode;
 
@@ -54,6 +55,7 @@ pub fn dispatch(ctx: &Context, command: Command) -> Result<ExitCode> {
         Command::Serve(args) => serve_cmd::run(ctx, args),
         Command::Sandbox(cmd) => sandbox_cmd::run(ctx, cmd),
         Command::Images(cmd) => images_cmd::run(ctx, cmd),
+        Command::Workspace(cmd) => workspace_cmd::run(ctx, cmd),
         Command::Models(crate::cli::ModelsCommand::Fetch { .. }) => {
             let path = crate::model::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
             say!("{}", path.display());

@@ -5,9 +5,11 @@
 //! So far: the [`Context`] (paths, config, workspace, sandbox backend,
 //! policy options), what evaluation runs share (task selection, run ids,
 //! indexing a run's episodes and pass@k), and turning a [`TrainRequest`]
-//! into training options and its effective recipe.
+//! into training options and its effective recipe; exporting datasets for
+//! RL trainers ([`export`]); merging workspaces.
 
 mod context;
+pub mod export;
 mod runs;
 mod train;
 
