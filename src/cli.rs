@@ -325,6 +325,10 @@ pub struct ServeArgs {
     /// End and record sessions with no request for this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub idle_timeout: f64,
+    /// Seconds a client has to send a request's headers, and then its body
+    /// (slower clients are cut off: 408, or the connection closed).
+    #[arg(long, default_value_t = 30.0)]
+    pub read_timeout: f64,
     /// Run name: episodes go under run `serve-NAME` (default: one run per
     /// server start). Clients may name their own with `"run"`.
     #[arg(long)]

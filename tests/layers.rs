@@ -56,6 +56,8 @@ const SAME_LAYER: &[(&str, &str)] = &[
     ("workbench", "jobs"),
     // The CLI turns the clap definitions into use-case calls.
     ("commands", "cli"),
+    // `endless serve` and `endless bench serve` start the HTTP front end.
+    ("commands", "serve"),
 ];
 
 /// File-level cycles that exist today, each to be removed by moving the
