@@ -480,6 +480,12 @@ pub struct BenchArgs {
     /// (`candle.json`) to this directory, for `scripts/bench_torch_ppo.py`.
     #[arg(long)]
     pub dump: Option<PathBuf>,
+    /// `bench serve`: concurrent HTTP clients (and in-process workers).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// `bench serve`: episodes on each side (default: twice `--clients`).
+    #[arg(long)]
+    pub episodes: Option<usize>,
     /// `bench sample`: the model (a `.gguf` file or a model directory);
     /// default SmolLM2-135M-Instruct Q4_1, fetched into the cache if needed.
     #[arg(long)]
@@ -518,6 +524,9 @@ pub enum BenchTarget {
     Ppo,
     /// Local-model sampling tokens/s, batch 1 and batch 16 (greedy, fixed prompt).
     Sample,
+    /// Oracle episodes over HTTP from many clients against one server, beside the
+    /// same episodes in-process: sessions/min, step latency, overhead, memory.
+    Serve,
 }
 
 /// `endless sandbox ...`

@@ -23,6 +23,7 @@ macro_rules! say_err {
 pub mod bench;
 pub mod bench_ppo;
 mod bench_sample;
+mod bench_serve;
 mod config_cmd;
 mod generate_cmd;
 mod images_cmd;
