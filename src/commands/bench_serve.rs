@@ -260,9 +260,23 @@ pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench>
             .with_context(|| format!("building the environment of {}", task.id()))?;
     }
     let command_timeout = Duration::from_secs(120);
+    // Untimed: one episode per task, so that neither side pays for first
+    // sandbox starts and cold caches.
+    let warm = Workspace::open(work.path())?;
+    in_process(
+        &provider,
+        warm,
+        "bench-warm-up",
+        &tasks,
+        &replies,
+        clients,
+        tasks.len(),
+        command_timeout,
+    )?;
     let in_process = in_process(
         &provider,
         ws,
+        "bench-in-process",
         &tasks,
         &replies,
         clients,
@@ -298,16 +312,17 @@ pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench>
 /// The episodes in this process: `clients` threads, each starting an
 /// episode, stepping it with the oracle's reply, then done, and recording
 /// and indexing it as `endless eval` does.
+#[allow(clippy::too_many_arguments)]
 fn in_process(
     provider: &BackendProvider,
     ws: Workspace,
+    run_id: &str,
     tasks: &[Arc<Task>],
     replies: &[String],
     clients: usize,
     episodes: usize,
     command_timeout: Duration,
 ) -> Result<Side> {
-    let run_id = "bench-in-process";
     ws.upsert_run(run_id, "bench", "oracle", &serde_json::json!({}))?;
     let run_dir = ws.runs_dir().join(run_id);
     let next = AtomicUsize::new(0);
