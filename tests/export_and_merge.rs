@@ -2,6 +2,8 @@
 //! --format skyrl|jsonl` (datasets for RL trainers) and `endless workspace
 //! merge` (episodes recorded on other nodes).
 
+#![allow(clippy::unwrap_used)] // tests fail loudly
+
 mod support;
 
 use std::path::Path;

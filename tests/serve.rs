@@ -1,6 +1,8 @@
 //! `endless serve` end to end: the real binary on 127.0.0.1, real sandboxes,
 //! driven over HTTP like a trainer would.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly
+
 mod support;
 
 use std::io::{BufRead, BufReader};
