@@ -619,6 +619,21 @@ async fn a_server_killed_with_sigkill_leaves_nothing_and_the_next_reports_its_lo
         )
         .await;
     assert_eq!(s, 200);
+    // Under load: two more sessions open, one of them mid-step.
+    let (s, second) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{second}");
+    let (s, third) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{third}");
+    let third_id = third["session_id"].as_str().unwrap().to_string();
+    // (A raw request: the connection drops when the server dies.)
+    let busy = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("{}/v1/sessions/{third_id}/step", server.url))
+            .bearer_auth(&server.token)
+            .json(&json!({"reply": "<command>sleep 30</command>"}))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = server.child.id();
     let sandbox = descendants(pid);
     assert!(!sandbox.is_empty(), "no sandbox process under the server");
@@ -626,6 +641,12 @@ async fn a_server_killed_with_sigkill_leaves_nothing_and_the_next_reports_its_lo
     // SIGKILL: nothing gets recorded, but the sandbox dies with its parent.
     server.child.kill().unwrap();
     server.child.wait().unwrap();
+    // The client of the step in flight sees the connection drop, not a hang.
+    let answer = tokio::time::timeout(Duration::from_secs(10), busy)
+        .await
+        .expect("a client of the killed server hung")
+        .unwrap();
+    assert!(answer.is_err(), "{answer:?}");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let alive: Vec<u32> = sandbox
@@ -661,13 +682,16 @@ async fn a_server_killed_with_sigkill_leaves_nothing_and_the_next_reports_its_lo
     let api = server.client();
     let (s, health) = api.get("/v1/health").await;
     assert_eq!(s, 200);
-    assert_eq!(health["lost_sessions"], 1, "{health}");
+    assert_eq!(health["lost_sessions"], 3, "{health}");
     let rows = episodes(ws.path());
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0].end_reason, "error");
-    assert!(!rows[0].passed);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.iter().all(|r| r.end_reason == "error" && !r.passed));
+    let first = rows
+        .iter()
+        .find(|r| u64::from(r.sample) == opened["sample"].as_u64().unwrap())
+        .unwrap();
     let result: Value =
-        serde_json::from_slice(&std::fs::read(ws.path().join(&rows[0].path)).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(ws.path().join(&first.path)).unwrap()).unwrap();
     let error = result["error"].as_str().unwrap();
     assert!(
         error.contains(&lost_id) && error.contains("interrupted"),
@@ -676,7 +700,7 @@ async fn a_server_killed_with_sigkill_leaves_nothing_and_the_next_reports_its_lo
     // A new session works, and uses the next sample.
     let (s, again) = api.post("/v1/sessions", json!({"task_id": task})).await;
     assert_eq!(s, 200, "{again}");
-    assert_eq!(again["sample"], opened["sample"].as_u64().unwrap() + 1);
+    assert_eq!(again["sample"], 3, "{again}");
     assert!(
         sandbox_session_dirs(ws.path())
             .iter()
@@ -697,7 +721,7 @@ async fn a_server_killed_with_sigkill_leaves_nothing_and_the_next_reports_its_lo
     assert_eq!(health["lost_sessions"], 0, "{health}");
     let (status, _) = server.stop();
     assert!(status.success());
-    assert_eq!(episodes(ws.path()).len(), 2);
+    assert_eq!(episodes(ws.path()).len(), 4);
 }
 
 /// Send `head` (and then one byte every 300 ms, if `trickle`), and return
