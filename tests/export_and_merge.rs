@@ -162,7 +162,7 @@ fn skyrl_and_jsonl_datasets_hold_the_eval_prompt_and_split_by_seed() {
 
 #[test]
 fn dataset_export_rejects_bad_selections_clearly() {
-    let (ws, _) = workspace(2, 4);
+    let (ws, ids) = workspace(2, 4);
     let out = ws.path().join("data");
     let o = out.to_str().unwrap();
     let run = |args: &[&str]| {
@@ -191,6 +191,29 @@ fn dataset_export_rejects_bad_selections_clearly() {
     ]);
     assert!(err.contains("--format skyrl or jsonl"), "{err}");
     assert!(!out.join("train.parquet").exists());
+    let err = run(&[
+        "tasks", "export", "--status", "accepted", "--format", "jsonl", "--out", o,
+    ]);
+    assert!(err.contains("no tasks to export"), "{err}");
+
+    // --status picks the tasks with that status.
+    let set = endless(
+        ws.path(),
+        &["tasks", "set", &ids[1], "--status", "accepted"],
+    );
+    assert!(set.status.success(), "{set:?}");
+    let done = ok_json(&endless(
+        ws.path(),
+        &[
+            "tasks", "export", "--status", "accepted", "--format", "jsonl", "--out", o, "--json",
+        ],
+    ));
+    assert_eq!(
+        (done["train"].as_u64(), done["validation"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let rows = jsonl(&out.join("train.jsonl"));
+    assert_eq!(rows[0]["extra_info"]["task_id"], ids[1].as_str());
 }
 
 /// `eval --policy oracle` of one task; returns the run id.
