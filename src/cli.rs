@@ -52,6 +52,25 @@ pub enum Command {
     /// Local models for `local:` policies.
     #[command(subcommand)]
     Models(ModelsCommand),
+    /// The workspace itself: merge the episodes of other workspaces.
+    #[command(subcommand)]
+    Workspace(WorkspaceCommand),
+}
+
+/// `endless workspace ...`
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    /// Bring the runs and episodes recorded in workspace OTHER (another node
+    /// of a cluster, say) into this one: files and index rows, run ids kept.
+    /// Idempotent; an episode that exists here with other content is
+    /// reported as a conflict and this workspace's is kept (exit status 3).
+    Merge {
+        /// The other workspace's directory.
+        other: PathBuf,
+        /// Print the merge report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `endless models ...`
@@ -99,15 +118,34 @@ pub enum TasksCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Export tasks in another format.
+    /// Export tasks in another task format (one directory per task), or as
+    /// a dataset for RL trainers: `skyrl` writes `train.parquet` and
+    /// `validation.parquet`, `jsonl` the same rows as `train.jsonl` and
+    /// `validation.jsonl`.
     Export {
+        /// The tasks to export.
         ids: Vec<String>,
-        #[arg(long, conflicts_with = "ids")]
+        /// Every task.
+        #[arg(long, conflicts_with_all = ["ids", "status"])]
         all: bool,
+        /// Every task with this status (e.g. `accepted`).
+        #[arg(long, conflicts_with = "ids")]
+        status: Option<TaskStatus>,
+        /// A task format, or `skyrl` / `jsonl` for a dataset.
         #[arg(long, value_enum)]
-        format: Format,
+        format: ExportFormat,
+        /// Where to write (created if missing).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Datasets: rows in `validation` (default: a tenth of the tasks).
+        #[arg(long, value_name = "N")]
+        dev_count: Option<usize>,
+        /// Datasets: seed of the shuffle that picks the validation rows.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Datasets: print what was written as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Build each environment; initial tests must pass, final tests must fail on the
     /// initial state, the oracle (if any) must pass. Non-zero exit if any fails.
@@ -133,6 +171,36 @@ pub enum TasksCommand {
         #[arg(long, value_delimiter = ',')]
         tags: Option<Vec<String>>,
     },
+}
+
+/// `tasks export --format`: a task format, or a dataset for trainers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// This tool's own bundle format.
+    Native,
+    /// The reference implementation's task layout.
+    Reference,
+    /// Harbor tasks.
+    Harbor,
+    /// Terminal-Bench 1 tasks.
+    Tb1,
+    /// SkyRL dataset: `train.parquet`, `validation.parquet`.
+    Skyrl,
+    /// The SkyRL rows as JSON lines: `train.jsonl`, `validation.jsonl`.
+    Jsonl,
+}
+
+impl ExportFormat {
+    /// The task format, `None` for datasets.
+    pub fn task_format(self) -> Option<Format> {
+        match self {
+            ExportFormat::Native => Some(Format::Native),
+            ExportFormat::Reference => Some(Format::Reference),
+            ExportFormat::Harbor => Some(Format::Harbor),
+            ExportFormat::Tb1 => Some(Format::Tb1),
+            ExportFormat::Skyrl | ExportFormat::Jsonl => None,
+        }
+    }
 }
 
 /// `--format auto|native|reference|harbor|tb1`
@@ -257,6 +325,10 @@ pub struct ServeArgs {
     /// End and record sessions with no request for this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub idle_timeout: f64,
+    /// Seconds a client has to send a request's headers, and then its body
+    /// (slower clients are cut off: 408, or the connection closed).
+    #[arg(long, default_value_t = 30.0)]
+    pub read_timeout: f64,
     /// Run name: episodes go under run `serve-NAME` (default: one run per
     /// server start). Clients may name their own with `"run"`.
     #[arg(long)]
@@ -408,6 +480,12 @@ pub struct BenchArgs {
     /// (`candle.json`) to this directory, for `scripts/bench_torch_ppo.py`.
     #[arg(long)]
     pub dump: Option<PathBuf>,
+    /// `bench serve`: concurrent HTTP clients (and in-process workers).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// `bench serve`: episodes on each side (default: twice `--clients`).
+    #[arg(long)]
+    pub episodes: Option<usize>,
     /// `bench sample`: the model (a `.gguf` file or a model directory);
     /// default SmolLM2-135M-Instruct Q4_1, fetched into the cache if needed.
     #[arg(long)]
@@ -446,6 +524,9 @@ pub enum BenchTarget {
     Ppo,
     /// Local-model sampling tokens/s, batch 1 and batch 16 (greedy, fixed prompt).
     Sample,
+    /// Oracle episodes over HTTP from many clients against one server, beside the
+    /// same episodes in-process: sessions/min, step latency, overhead, memory.
+    Serve,
 }
 
 /// `endless sandbox ...`

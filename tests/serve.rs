@@ -1,6 +1,8 @@
 //! `endless serve` end to end: the real binary on 127.0.0.1, real sandboxes,
 //! driven over HTTP like a trainer would.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly
+
 mod support;
 
 use std::io::{BufRead, BufReader};
@@ -17,6 +19,8 @@ struct Served {
     url: String,
     token: String,
     stderr: std::sync::mpsc::Receiver<String>,
+    /// What it said on stderr before it listened.
+    said_at_start: Vec<String>,
 }
 
 impl Served {
@@ -44,6 +48,7 @@ impl Served {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(30);
+        let mut said_at_start = Vec::new();
         let url = loop {
             let line = rx
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
@@ -51,6 +56,7 @@ impl Served {
             if let Some(at) = line.find("listening on ") {
                 break line[at + "listening on ".len()..].trim().to_string();
             }
+            said_at_start.push(line);
         };
         let token = std::fs::read_to_string(&token_file)
             .unwrap()
@@ -64,6 +70,7 @@ impl Served {
             url,
             token,
             stderr: rx,
+            said_at_start,
         }
     }
 
@@ -569,4 +576,260 @@ fn no_auth_is_refused_off_loopback() {
     let out = endless(ws.path(), &["serve", "--bind", "0.0.0.0:0", "--no-auth"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
+
+/// Lines of the mount table that mention `path`.
+fn mounts_under(path: &Path) -> Vec<String> {
+    let needle = path.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Entries of every `sessions` directory of the sandbox cache under `ws`.
+fn sandbox_session_dirs(ws: &Path) -> Vec<std::path::PathBuf> {
+    walkdir::WalkDir::new(ws.join(".cache"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_dir() && e.file_name() == "sessions")
+        .flat_map(|e| {
+            std::fs::read_dir(e.path())
+                .unwrap()
+                .map(|x| x.unwrap().path())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_with_sigkill_leaves_nothing_and_the_next_reports_its_lost_sessions() {
+    let (ws, task) = workspace();
+    let mut server = Served::start(ws.path(), &["--run", "k"]);
+    let api = server.client();
+    let (s, opened) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{opened}");
+    let lost_id = opened["session_id"].as_str().unwrap().to_string();
+    let (s, _) = api
+        .post(
+            &format!("/v1/sessions/{lost_id}/step"),
+            json!({"reply": "<command>echo hi</command>"}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    // Under load: two more sessions open, one of them mid-step.
+    let (s, second) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{second}");
+    let (s, third) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{third}");
+    let third_id = third["session_id"].as_str().unwrap().to_string();
+    // (A raw request: the connection drops when the server dies.)
+    let busy = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("{}/v1/sessions/{third_id}/step", server.url))
+            .bearer_auth(&server.token)
+            .json(&json!({"reply": "<command>sleep 30</command>"}))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = server.child.id();
+    let sandbox = descendants(pid);
+    assert!(!sandbox.is_empty(), "no sandbox process under the server");
+
+    // SIGKILL: nothing gets recorded, but the sandbox dies with its parent.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    // The client of the step in flight sees the connection drop, not a hang.
+    let answer = tokio::time::timeout(Duration::from_secs(10), busy)
+        .await
+        .expect("a client of the killed server hung")
+        .unwrap();
+    assert!(answer.is_err(), "{answer:?}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let alive: Vec<u32> = sandbox
+            .iter()
+            .copied()
+            .filter(|p| Path::new(&format!("/proc/{p}")).exists())
+            .filter(|p| {
+                // Zombies are dead already (reaped by whoever adopted them).
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map(|s| !s.contains(") Z "))
+                    .unwrap_or(false)
+            })
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sandbox processes outlived the server: {alive:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        mounts_under(ws.path()).is_empty(),
+        "{:?}",
+        mounts_under(ws.path())
+    );
+    assert!(episodes(ws.path()).is_empty());
+
+    // The next server on the workspace records it as interrupted, says so
+    // on stderr and in /v1/health, and cleans the dead one's sandbox dirs.
+    let server = Served::start(ws.path(), &["--run", "k"]);
+    let api = server.client();
+    let (s, health) = api.get("/v1/health").await;
+    assert_eq!(s, 200);
+    assert_eq!(health["lost_sessions"], 3, "{health}");
+    let rows = episodes(ws.path());
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.iter().all(|r| r.end_reason == "error" && !r.passed));
+    let first = rows
+        .iter()
+        .find(|r| u64::from(r.sample) == opened["sample"].as_u64().unwrap())
+        .unwrap();
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(ws.path().join(&first.path)).unwrap()).unwrap();
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains(&lost_id) && error.contains("interrupted"),
+        "{error}"
+    );
+    // A new session works, and uses the next sample.
+    let (s, again) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["sample"], 3, "{again}");
+    assert!(
+        sandbox_session_dirs(ws.path())
+            .iter()
+            .all(|d| !d.to_string_lossy().contains(&format!("/{pid}-"))),
+        "{:?}",
+        sandbox_session_dirs(ws.path())
+    );
+    let early = server.said_at_start.join("\n");
+    assert!(
+        early.contains(&format!("lost session {lost_id}")),
+        "{early}"
+    );
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+    // Reported once: a third start finds nothing.
+    let server = Served::start(ws.path(), &["--run", "k"]);
+    let (_, health) = server.client().get("/v1/health").await;
+    assert_eq!(health["lost_sessions"], 0, "{health}");
+    let (status, _) = server.stop();
+    assert!(status.success());
+    assert_eq!(episodes(ws.path()).len(), 4);
+}
+
+/// Send `head` (and then one byte every 300 ms, if `trickle`), and return
+/// what the server answered and how long it took to answer or hang up.
+fn slow_client(server: &Served, head: &str, trickle: bool) -> (String, Duration) {
+    use std::io::{Read, Write};
+    let addr = server.url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let t0 = Instant::now();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while t0.elapsed() < Duration::from_secs(20) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                if trickle && s.write_all(b"x").is_err() {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    (String::from_utf8_lossy(&answer).into_owned(), t0.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_loris_clients_are_cut_off_without_harm() {
+    let (ws, _task) = workspace();
+    let server = Served::start(ws.path(), &["--read-timeout", "1"]);
+    let addr = server.url.trim_start_matches("http://").to_string();
+    // Headers trickled a byte at a time: the connection is closed.
+    let (answer, took) = slow_client(
+        &server,
+        &format!("POST /v1/sessions HTTP/1.1\r\nHost: {addr}\r\nX-Slow: "),
+        true,
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "held for {took:?}: {answer}"
+    );
+    assert!(!answer.contains("200 OK"), "{answer}");
+    // A body that never completes: 408 with a JSON error.
+    let (answer, took) = slow_client(
+        &server,
+        &format!(
+            "POST /v1/sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"task_id\": ",
+            server.token
+        ),
+        false,
+    );
+    assert!(took < Duration::from_secs(10), "held for {took:?}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"error\""), "{answer}");
+    // The server is fine, and counted the timeout.
+    let api = server.client();
+    let (s, health) = api.get("/v1/health").await;
+    assert_eq!((s, health["status"].as_str()), (200, Some("ok")));
+    let (_, m) = api.get("/metrics").await;
+    assert!(m.as_str().unwrap().contains("status=\"408\""), "{m}");
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_times_max_sessions_at_once_get_clean_429s() {
+    let (ws, task) = workspace();
+    let server = Served::start(ws.path(), &["--max-sessions", "2"]);
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let api = server.client();
+        let task = task.clone();
+        set.spawn(async move { api.post("/v1/sessions", json!({"task_id": task})).await });
+    }
+    let mut opened = Vec::new();
+    let mut refused = 0;
+    while let Some(r) = set.join_next().await {
+        let (s, body) = r.unwrap();
+        match s {
+            200 => opened.push(body["session_id"].as_str().unwrap().to_string()),
+            429 => {
+                assert!(
+                    body["error"].as_str().unwrap().contains("maximum"),
+                    "{body}"
+                );
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert!(!opened.is_empty() && opened.len() <= 2, "{opened:?}");
+    assert_eq!(opened.len() + refused, 20);
+    let api = server.client();
+    let (_, health) = api.get("/v1/health").await;
+    assert_eq!(health["sessions"], opened.len(), "{health}");
+    for id in &opened {
+        let (s, _) = api.delete(&format!("/v1/sessions/{id}")).await;
+        assert_eq!(s, 200);
+    }
+    let (s, again) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{again}");
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::policy::Policy;
-use super::protocol::{self, Action, CORRECTIVE_MESSAGE, SYSTEM_PROMPT};
+use super::protocol::{self, Action, CORRECTIVE_MESSAGE};
 use super::terminal::{Fault, Terminal};
 use crate::llm::{ChatMessage, TokenUsage};
 use crate::task::Task;
@@ -244,11 +244,9 @@ impl EpisodeStepper {
             },
             ended: false,
         };
-        stepper.push(ChatMessage::system(SYSTEM_PROMPT), observer);
-        stepper.push(
-            ChatMessage::user(protocol::initial_user_message(instruction)),
-            observer,
-        );
+        for message in protocol::initial_messages(instruction) {
+            stepper.push(message, observer);
+        }
         stepper.check_limits();
         stepper
     }

@@ -43,6 +43,16 @@ pub fn initial_user_message(instruction: &str) -> String {
     instruction.trim().to_string()
 }
 
+/// The prompt every episode starts from: the system message and the task's
+/// instruction as the first user message. `endless eval`, `endless serve`
+/// and the exported datasets all give a policy exactly these.
+pub fn initial_messages(instruction: &str) -> Vec<crate::llm::ChatMessage> {
+    vec![
+        crate::llm::ChatMessage::system(SYSTEM_PROMPT),
+        crate::llm::ChatMessage::user(initial_user_message(instruction)),
+    ]
+}
+
 /// Parse a model reply. The LAST `<command>` tag wins; `<command>done</command>`
 /// and `<action>done</action>` mean done. A done action after the last
 /// command also means done.

@@ -53,6 +53,16 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchTarget::Serve => {
+            let episodes = args.episodes.or(args.n).unwrap_or(args.clients * 2);
+            let report = super::bench_serve::run(ctx, args.clients, episodes)?;
+            if args.json {
+                print_json(&report)?;
+            } else {
+                say!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchTarget::Sample => {
             let report = super::bench_sample::run(ctx, args.n.unwrap_or(128), args.model)?;
             if args.json {

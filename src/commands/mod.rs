@@ -25,6 +25,7 @@ macro_rules! say_err {
 pub mod bench;
 pub mod bench_ppo;
 mod bench_sample;
+mod bench_serve;
 mod config_cmd;
 mod generate_cmd;
 mod images_cmd;
@@ -35,6 +36,7 @@ mod sandbox_cmd;
 mod serve_cmd;
 mod tasks;
 pub mod train_cmd;
+mod workspace_cmd;
 
 use std::process::ExitCode;
 
@@ -57,6 +59,7 @@ pub fn dispatch(ctx: &Context, command: Command) -> Result<ExitCode> {
         Command::Serve(args) => serve_cmd::run(ctx, args),
         Command::Sandbox(cmd) => sandbox_cmd::run(ctx, cmd),
         Command::Images(cmd) => images_cmd::run(ctx, cmd),
+        Command::Workspace(cmd) => workspace_cmd::run(ctx, cmd),
         Command::Models(crate::cli::ModelsCommand::Fetch { .. }) => {
             let path = crate::model::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
             say!("{}", path.display());

@@ -9,7 +9,7 @@ use super::Context;
 use crate::agent::BackendProvider;
 use crate::cli::ServeArgs;
 use crate::rl::RewardMode;
-use crate::serve::{Auth, Server, Settings};
+use crate::serve::{Auth, Journal, Server, Settings};
 
 /// `endless serve`
 pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
@@ -17,6 +17,9 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
         .with_context(|| format!("--reward {:?}", args.reward))?;
     if !(args.idle_timeout.is_finite() && args.idle_timeout > 0.0) {
         bail!("--idle-timeout must be a positive number of seconds");
+    }
+    if !(args.read_timeout.is_finite() && args.read_timeout > 0.0) {
+        bail!("--read-timeout must be a positive number of seconds");
     }
     if args.max_sessions == 0 || args.max_sessions_per_token == Some(0) {
         bail!("--max-sessions and --max-sessions-per-token must be at least 1");
@@ -30,16 +33,10 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
         }
         Auth::disabled()
     } else {
-        let state_dir = ctx
-            .paths
-            .log_dir
-            .parent()
-            .unwrap_or(&ctx.paths.log_dir)
-            .to_path_buf();
         let path = args
             .token_file
             .clone()
-            .unwrap_or_else(|| state_dir.join("serve.token"));
+            .unwrap_or_else(|| state_dir(ctx).join("serve.token"));
         let (auth, created) = Auth::from_file(&path)?;
         if created {
             say_err!("endless serve: new token written to {}", path.display());
@@ -55,7 +52,8 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
         Some(name) => format!("serve-{name}"),
         None => format!("serve-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S")),
     };
-    let server = Server {
+    let journal = Journal::for_workspace(&state_dir(ctx), ws.root());
+    let mut server = Server {
         ws,
         provider,
         auth,
@@ -64,15 +62,44 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
             idle_timeout: Duration::from_secs_f64(args.idle_timeout),
             command_timeout: Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0)),
             default_run: default_run.clone(),
+            read_timeout: Duration::from_secs_f64(args.read_timeout),
         },
         bind: args.bind,
         max_sessions: args.max_sessions,
         per_token: args.max_sessions_per_token.unwrap_or(args.max_sessions),
+        journal: Some(journal),
+        lost: Vec::new(),
     };
+    let lost = server.recover_lost();
+    if !lost.is_empty() {
+        say_err!(
+            "endless serve: {} sessions were lost when an earlier server died; recorded as interrupted:",
+            lost.len()
+        );
+        for l in &lost {
+            say_err!(
+                "endless serve: lost session {} (task {}, run {}, sample {}, server pid {})",
+                l.session_id,
+                l.task_id,
+                l.run_id,
+                l.sample,
+                l.pid
+            );
+        }
+    }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(server.run(|addr| {
         say_err!("endless serve: run {default_run}, listening on http://{addr}");
     }))?;
     say_err!("endless serve: stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The state directory (the token file and the session journal live there).
+fn state_dir(ctx: &Context) -> std::path::PathBuf {
+    ctx.paths
+        .log_dir
+        .parent()
+        .unwrap_or(&ctx.paths.log_dir)
+        .to_path_buf()
 }

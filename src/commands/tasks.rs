@@ -8,12 +8,13 @@ use anyhow::{bail, Result};
 use rayon::prelude::*;
 
 use super::print_json;
-use crate::cli::TasksCommand;
+use crate::cli::{ExportFormat, TasksCommand};
 use crate::fsutil::AtomicDir;
 use crate::jobs::JobContext;
 use crate::store::{import_paths, ImportOutcome, TaskFilter, TaskRow, Workspace};
 use crate::task::formats::Format;
 use crate::task::Task;
+use crate::workbench::export::{self, DatasetFormat, Selection};
 use crate::workbench::{validate_tasks, Context};
 
 /// Run one `endless tasks` subcommand.
@@ -82,10 +83,44 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
         TasksCommand::Export {
             ids,
             all,
+            status,
             format,
             out,
+            dev_count,
+            seed,
+            json,
         } => {
-            let ids = select(&ws, ids, all)?;
+            let Some(format) = format.task_format() else {
+                let selection = match (all, status) {
+                    (true, _) => Selection::All,
+                    (false, Some(status)) => Selection::Status(status),
+                    (false, None) => Selection::Ids(ids),
+                };
+                let ids = export::select(&ws, &selection)?;
+                let kind = if format == ExportFormat::Jsonl {
+                    DatasetFormat::Jsonl
+                } else {
+                    DatasetFormat::Parquet
+                };
+                let done = export::export_dataset(&ws, &ids, kind, &out, dev_count, seed)?;
+                if json {
+                    print_json(&done)?;
+                }
+                say_err!(
+                    "{} train and {} validation rows written to {}",
+                    done.train,
+                    done.validation,
+                    out.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            };
+            if dev_count.is_some() || seed != 0 {
+                bail!("--dev-count and --seed are for datasets (--format skyrl or jsonl)");
+            }
+            let ids = match status {
+                Some(status) => export::select(&ws, &Selection::Status(status))?,
+                None => select(&ws, ids, all)?,
+            };
             let failed = export(&ws, &ids, format, &out);
             for (id, e) in &failed {
                 say_err!("failed {id}: {e}");

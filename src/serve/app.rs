@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::auth::{Auth, Client};
 use super::error::ApiError;
+use super::journal::{Entry, Journal, Lost};
 use super::metrics::Metrics;
 use super::sessions::{NewSession, Registry, Slot, State};
 use crate::agent::{
@@ -34,6 +35,8 @@ pub struct Settings {
     pub command_timeout: Duration,
     /// Run id of sessions that name no run.
     pub default_run: String,
+    /// Limit for a client to send a request's headers, and its body.
+    pub read_timeout: Duration,
 }
 
 /// Everything the handlers share.
@@ -48,6 +51,11 @@ pub struct App {
     pub settings: Settings,
     /// Set on SIGTERM: no new sessions.
     pub draining: AtomicBool,
+    /// Where open sessions are journaled (none: not journaled).
+    pub journal: Option<Journal>,
+    /// Sessions a server killed before this one left open, recorded as
+    /// interrupted at start.
+    pub lost: Vec<Lost>,
 }
 
 /// What a client asks for when it opens a session.
@@ -153,6 +161,26 @@ impl App {
         })?;
         let run_dir = self.run_dir(&run_id);
         let sample = self.registry.next_sample(&run_dir, &run_id, task.id());
+        if let Some(journal) = &self.journal {
+            let entry = Entry {
+                session_id: slot.id.clone(),
+                run_id: run_id.clone(),
+                task_id: task.id().to_string(),
+                category: task.meta.task.category.clone(),
+                complexity: task.meta.task.complexity,
+                sample,
+                policy: open.policy.clone(),
+                pid: std::process::id(),
+                opened_at: crate::store::now(),
+            };
+            if let Err(e) = journal.record(&entry) {
+                self.registry.remove(&slot.id);
+                return Err(ApiError::Internal(format!(
+                    "cannot journal the session in {}: {e}",
+                    journal.dir().display()
+                )));
+            }
+        }
         let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout);
         let recording = Recording {
             paths: EpisodePaths::new(&run_dir, task.id(), sample),
@@ -172,6 +200,7 @@ impl App {
             Ok(Started::Failed(result)) => {
                 self.registry.remove(&slot.id);
                 self.recorded(&run_id, &result);
+                self.unjournal(&slot.id);
                 return Err(ApiError::Internal(
                     result
                         .error
@@ -180,6 +209,7 @@ impl App {
             }
             Err(e) => {
                 self.registry.remove(&slot.id);
+                self.unjournal(&slot.id);
                 return Err(ApiError::Internal(e.to_string()));
             }
         };
@@ -289,8 +319,16 @@ impl App {
             .finish(&self.provider, &slot.task)
             .map_err(|e| ApiError::Internal(format!("cannot record the episode: {e}")))?;
         self.recorded(&slot.run_id, &result);
+        self.unjournal(&slot.id);
         *state = State::Finished(Box::new(result.clone()));
         Ok(result)
+    }
+
+    /// Forget the journal entry of a session whose episode is recorded.
+    fn unjournal(&self, session_id: &str) {
+        if let Some(journal) = &self.journal {
+            journal.remove(session_id);
+        }
     }
 
     /// Count and index a recorded episode.

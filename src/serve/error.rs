@@ -3,6 +3,9 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+/// Largest request body accepted, in bytes.
+pub const BODY_LIMIT: usize = 1 << 20;
+
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -73,7 +76,7 @@ impl IntoResponse for ApiError {
 impl From<axum::extract::rejection::JsonRejection> for ApiError {
     fn from(r: axum::extract::rejection::JsonRejection) -> Self {
         match r.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(super::routes::BODY_LIMIT),
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(BODY_LIMIT),
             StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
                 ApiError::BadRequest(format!("invalid JSON body: {}", r.body_text()))
             }

@@ -7,6 +7,8 @@
 mod app;
 mod auth;
 mod error;
+mod http;
+mod journal;
 mod metrics;
 mod routes;
 mod sessions;
@@ -18,8 +20,8 @@ use std::time::Duration;
 
 pub use app::Settings;
 pub use auth::{Auth, AuthError, Client};
-pub use error::ApiError;
-pub use routes::BODY_LIMIT;
+pub use error::{ApiError, BODY_LIMIT};
+pub use journal::{Entry as JournalEntry, Journal, Lost};
 
 use crate::agent::BackendProvider;
 use crate::store::Workspace;
@@ -49,14 +51,50 @@ pub struct Server {
     pub max_sessions: usize,
     /// Open sessions at once per token.
     pub per_token: usize,
+    /// Where open sessions are journaled, so that a later server reports
+    /// those a killed one left (none: not journaled).
+    pub journal: Option<Journal>,
+    /// Sessions lost by an earlier server, found by [`Server::recover_lost`].
+    pub lost: Vec<Lost>,
 }
 
 impl Server {
-    /// Listen, then serve until `shutdown` resolves (or SIGTERM / Ctrl-C):
+    /// Record the sessions that servers killed before this one left open
+    /// as interrupted episodes, and keep them for `/v1/health`; returns them.
+    pub fn recover_lost(&mut self) -> Vec<Lost> {
+        let Some(journal) = &self.journal else {
+            return Vec::new();
+        };
+        let lost = journal.recover(&self.ws);
+        for l in &lost {
+            tracing::warn!(
+                session = l.session_id,
+                run = l.run_id,
+                task = l.task_id,
+                sample = l.sample,
+                pid = l.pid,
+                "a session lost by a server that died was recorded as interrupted"
+            );
+        }
+        self.lost.extend(lost.iter().cloned());
+        lost
+    }
+
+    /// Listen, then serve until SIGTERM or Ctrl-C:
     /// new sessions are refused, requests in flight finish, sessions still
     /// open are recorded as interrupted. Prints `listening on ADDR` on
     /// stderr once bound, through `on_bound`.
     pub async fn run(self, on_bound: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+        self.run_until(on_bound, shutdown_signal()).await
+    }
+
+    /// [`Server::run`], stopping when `stop` resolves (or never, for a
+    /// future that does not) instead of on a signal.
+    pub async fn run_until(
+        self,
+        on_bound: impl FnOnce(SocketAddr),
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Result<(), ServeError> {
         if !self.auth.is_enabled() && !self.bind.ip().is_loopback() {
             return Err(ServeError::NoAuthOffLoopback(self.bind));
         }
@@ -74,17 +112,23 @@ impl Server {
             auth: self.auth,
             settings: self.settings,
             draining: AtomicBool::new(false),
+            journal: self.journal,
+            lost: self.lost,
         });
         on_bound(listener.local_addr()?);
         let reaper = tokio::spawn(reap_idle(app.clone()));
         let draining = app.clone();
-        axum::serve(listener, routes::router(app.clone()))
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
+        http::serve(
+            listener,
+            routes::router(app.clone()),
+            app.settings.read_timeout,
+            async move {
+                stop.await;
                 draining.draining.store(true, Ordering::Relaxed);
                 tracing::info!("shutting down: no new sessions");
-            })
-            .await?;
+            },
+        )
+        .await;
         reaper.abort();
         let left = app.registry.take_all();
         if !left.is_empty() {

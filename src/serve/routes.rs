@@ -13,12 +13,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::app::{App, Open, Opened, Stepped};
-use super::error::ApiError;
+use super::error::{ApiError, BODY_LIMIT};
 use crate::procgen::{task_split, Split};
 use crate::store::{TaskFilter, TaskStatus};
-
-/// Largest request body accepted, in bytes.
-pub const BODY_LIMIT: usize = 1 << 20;
 
 type Shared = State<Arc<App>>;
 
@@ -33,6 +30,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), body_in_time))
         .layer(middleware::from_fn_with_state(app.clone(), count_errors))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
@@ -57,6 +55,39 @@ async fn count_errors(State(app): Shared, request: Request, next: Next) -> Respo
     response
 }
 
+/// Read the whole request body (up to [`BODY_LIMIT`]) within the read
+/// timeout: a client that trickles its body gets 408, and holds no worker.
+async fn body_in_time(State(app): Shared, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let limit = app.settings.read_timeout;
+    let bytes = match tokio::time::timeout(limit, axum::body::to_bytes(body, BODY_LIMIT)).await {
+        Err(_) => {
+            return ApiError::Other(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {:.0} s",
+                    limit.as_secs_f64()
+                ),
+            )
+            .into_response()
+        }
+        Ok(Err(e)) => {
+            let inner = e.into_inner();
+            if inner
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                return ApiError::TooLarge(BODY_LIMIT).into_response();
+            }
+            return ApiError::BadRequest(format!("cannot read the request body: {inner}"))
+                .into_response();
+        }
+        Ok(Ok(bytes)) => bytes,
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
 async fn not_found() -> ApiError {
     ApiError::NotFound("no such route (the API is under /v1)".into())
 }
@@ -74,6 +105,7 @@ async fn health(State(app): Shared) -> Json<serde_json::Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "sessions": app.registry.open_count(),
         "max_sessions": app.registry.max_sessions,
+        "lost_sessions": app.lost.len(),
     }))
 }
 

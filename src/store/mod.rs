@@ -3,6 +3,7 @@
 
 mod import;
 mod jobs;
+mod merge;
 mod migrations;
 mod runs;
 mod tasks;
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 
 pub use import::{discover, import_paths, ImportOutcome, ImportReport, OnConflict};
 pub use jobs::JobRow;
+pub use merge::MergeReport;
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{EpisodeRow, RunRow};
 pub use tasks::{TaskFilter, TaskRow, TaskStatus};

@@ -15,9 +15,12 @@
 //! - [`validate_tasks`]: structural and sandbox checks.
 //! - [`generate`]: offline and LLM generation, in-process.
 //! - [`train()`]: a [`TrainRequest`] resolved into training options and run.
+//! - [`export`]: datasets for RL trainers (SkyRL parquet, JSON lines).
+//! - [`image_users`]: which tasks build on which base image.
 
 mod context;
 pub mod eval;
+pub mod export;
 pub mod generate;
 mod images;
 mod runs;

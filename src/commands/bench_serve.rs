@@ -1,0 +1,568 @@
+//! `endless bench serve`: oracle episodes driven over HTTP by many
+//! concurrent clients against one in-process `endless serve`, beside the
+//! same episodes run in-process (as `endless eval` runs them), with the
+//! same concurrency. Reports sessions per minute, step latency p50/p99 on
+//! both sides, the server's overhead per step, and memory per open session.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::agent::{
+    BackendProvider, EpisodeConfig, EpisodePaths, RecordedEpisode, Recording, SandboxProvider,
+    Started,
+};
+use crate::llm::TokenUsage;
+use crate::rl::RewardMode;
+use crate::serve::{Auth, Server, Settings};
+use crate::store::Workspace;
+use crate::task::Task;
+use crate::workbench::Context;
+
+/// The reply that says done.
+const DONE: &str = "<think>Finished.</think>\n<action>done</action>";
+
+/// One side of the comparison.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Side {
+    /// Episodes run.
+    pub episodes: usize,
+    /// Episodes whose final tests passed.
+    pub passed: usize,
+    /// Wall-clock seconds for all of them.
+    pub wall_secs: f64,
+    /// Finished episodes per minute.
+    pub sessions_per_minute: f64,
+    /// Latency of a command step (the oracle's command), milliseconds.
+    pub step_p50_ms: f64,
+    /// 99th percentile of the same.
+    pub step_p99_ms: f64,
+    /// Latency of the final step (done: final tests and recording), ms.
+    pub done_p50_ms: f64,
+    /// 99th percentile of the same.
+    pub done_p99_ms: f64,
+}
+
+/// Memory of open sessions.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Memory {
+    /// Sessions held open while measuring.
+    pub open_sessions: usize,
+    /// Growth of the server process's resident memory, per session, KiB.
+    pub server_kib_per_session: f64,
+    /// Resident memory of each session's sandbox processes, KiB.
+    pub sandbox_kib_per_session: f64,
+}
+
+/// The report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServeBench {
+    /// Concurrent clients (and in-process workers).
+    pub clients: usize,
+    /// Distinct tasks the episodes cycle through.
+    pub tasks: usize,
+    /// Over HTTP.
+    pub http: Side,
+    /// In-process.
+    pub in_process: Side,
+    /// HTTP p50 command-step latency minus in-process, milliseconds.
+    pub overhead_p50_ms: f64,
+    /// HTTP p99 command-step latency minus in-process, milliseconds.
+    pub overhead_p99_ms: f64,
+    /// HTTP over in-process: sessions per minute.
+    pub ratio_sessions_per_minute: f64,
+    /// HTTP over in-process: step latency p50.
+    pub ratio_step_p50: f64,
+    /// HTTP over in-process: step latency p99.
+    pub ratio_step_p99: f64,
+    /// Memory per open session (over HTTP).
+    pub memory: Memory,
+}
+
+impl std::fmt::Display for ServeBench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "bench serve: {} clients, {} tasks, oracle episodes",
+            self.clients, self.tasks
+        )?;
+        writeln!(
+            f,
+            "{:<22} {:>12} {:>12} {:>10}",
+            "", "http", "in-process", "ratio"
+        )?;
+        let row = |f: &mut std::fmt::Formatter<'_>, name: &str, a: f64, b: f64| {
+            let ratio = if b > 0.0 { a / b } else { f64::NAN };
+            writeln!(f, "{name:<22} {a:>12.2} {b:>12.2} {ratio:>10.2}")
+        };
+        row(
+            f,
+            "episodes (passed)",
+            self.http.passed as f64,
+            self.in_process.passed as f64,
+        )?;
+        row(
+            f,
+            "sessions / minute",
+            self.http.sessions_per_minute,
+            self.in_process.sessions_per_minute,
+        )?;
+        row(
+            f,
+            "step p50 (ms)",
+            self.http.step_p50_ms,
+            self.in_process.step_p50_ms,
+        )?;
+        row(
+            f,
+            "step p99 (ms)",
+            self.http.step_p99_ms,
+            self.in_process.step_p99_ms,
+        )?;
+        row(
+            f,
+            "done step p50 (ms)",
+            self.http.done_p50_ms,
+            self.in_process.done_p50_ms,
+        )?;
+        row(
+            f,
+            "done step p99 (ms)",
+            self.http.done_p99_ms,
+            self.in_process.done_p99_ms,
+        )?;
+        writeln!(
+            f,
+            "server overhead per step: p50 {:.2} ms, p99 {:.2} ms",
+            self.overhead_p50_ms, self.overhead_p99_ms
+        )?;
+        write!(
+            f,
+            "memory per open session ({} open): server {:.0} KiB, sandbox {:.0} KiB",
+            self.memory.open_sessions,
+            self.memory.server_kib_per_session,
+            self.memory.sandbox_kib_per_session
+        )
+    }
+}
+
+/// The `q` quantile of `v` (nearest rank), 0 for none.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[((s.len() - 1) as f64 * q).round() as usize]
+}
+
+fn side(passed: usize, episodes: usize, wall: Duration, steps: &[f64], dones: &[f64]) -> Side {
+    let wall_secs = wall.as_secs_f64();
+    Side {
+        episodes,
+        passed,
+        wall_secs,
+        sessions_per_minute: if wall_secs > 0.0 {
+            episodes as f64 * 60.0 / wall_secs
+        } else {
+            0.0
+        },
+        step_p50_ms: quantile(steps, 0.5),
+        step_p99_ms: quantile(steps, 0.99),
+        done_p50_ms: quantile(dones, 0.5),
+        done_p99_ms: quantile(dones, 0.99),
+    }
+}
+
+/// The oracle's reply for `task`.
+fn oracle_reply(task: &Task) -> Result<String> {
+    let script = task
+        .solve_script()
+        .with_context(|| format!("task {} has no solution/solve.sh", task.id()))?;
+    Ok(format!(
+        "<think>Run the solution.</think>\n<command>{}</command>",
+        crate::agent::policy::oracle_command(script)
+    ))
+}
+
+/// Resident memory of process `pid`, KiB.
+fn rss_kib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Resident memory of every process below this one, KiB.
+fn children_rss_kib() -> f64 {
+    let me = std::process::id();
+    let mut parent_of = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let (_, rest) = s.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                .unwrap_or(0);
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut tree = vec![me];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree[1..].iter().map(|p| rss_kib(*p)).sum()
+}
+
+/// `endless bench serve`: `episodes` oracle episodes with `clients`
+/// concurrent clients, over HTTP and in-process.
+pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench> {
+    if clients == 0 || episodes == 0 {
+        bail!("--clients and --episodes must be at least 1");
+    }
+    let work = tempfile::tempdir()?;
+    let mut ws = Workspace::open(work.path())?;
+    let n_tasks = episodes.clamp(1, 4);
+    let (job, _events) = crate::jobs::JobContext::standalone("bench serve");
+    let request = crate::workbench::generate::OfflineRequest {
+        count: n_tasks,
+        seed: 1,
+        ..Default::default()
+    };
+    crate::workbench::generate::offline_into(&mut ws, &request, &job)?;
+    let ids = ws.task_ids()?;
+    let tasks: Vec<Arc<Task>> = ids
+        .iter()
+        .map(|id| ws.load_task(id).map(Arc::new))
+        .collect::<Result<_, _>>()?;
+    if tasks.is_empty() {
+        bail!("no offline task could be generated here (see `endless sandbox doctor`)");
+    }
+    let replies: Vec<String> = tasks
+        .iter()
+        .map(|t| oracle_reply(t))
+        .collect::<Result<_>>()?;
+    let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
+    let provider = Arc::new(BackendProvider::new(backend.clone()));
+    for task in &tasks {
+        provider
+            .prepare(task)
+            .with_context(|| format!("building the environment of {}", task.id()))?;
+    }
+    let command_timeout = Duration::from_secs(120);
+    // Untimed: one episode per task, so that neither side pays for first
+    // sandbox starts and cold caches.
+    let warm = Workspace::open(work.path())?;
+    in_process(
+        &provider,
+        warm,
+        "bench-warm-up",
+        &tasks,
+        &replies,
+        clients,
+        tasks.len(),
+        command_timeout,
+    )?;
+    let in_process = in_process(
+        &provider,
+        ws,
+        "bench-in-process",
+        &tasks,
+        &replies,
+        clients,
+        episodes,
+        command_timeout,
+    )?;
+
+    let rt = tokio::runtime::Runtime::new()?;
+    let (http, memory) = rt.block_on(over_http(
+        work.path(),
+        backend,
+        &tasks,
+        &replies,
+        clients,
+        episodes,
+        command_timeout,
+    ))?;
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    Ok(ServeBench {
+        clients,
+        tasks: tasks.len(),
+        overhead_p50_ms: http.step_p50_ms - in_process.step_p50_ms,
+        overhead_p99_ms: http.step_p99_ms - in_process.step_p99_ms,
+        ratio_sessions_per_minute: ratio(http.sessions_per_minute, in_process.sessions_per_minute),
+        ratio_step_p50: ratio(http.step_p50_ms, in_process.step_p50_ms),
+        ratio_step_p99: ratio(http.step_p99_ms, in_process.step_p99_ms),
+        http,
+        in_process,
+        memory,
+    })
+}
+
+/// The episodes in this process: `clients` threads, each starting an
+/// episode, stepping it with the oracle's reply, then done, and recording
+/// and indexing it as `endless eval` does.
+#[allow(clippy::too_many_arguments)]
+fn in_process(
+    provider: &BackendProvider,
+    ws: Workspace,
+    run_id: &str,
+    tasks: &[Arc<Task>],
+    replies: &[String],
+    clients: usize,
+    episodes: usize,
+    command_timeout: Duration,
+) -> Result<Side> {
+    ws.upsert_run(run_id, "bench", "oracle", &serde_json::json!({}))?;
+    let run_dir = ws.runs_dir().join(run_id);
+    let next = AtomicUsize::new(0);
+    let steps = Mutex::new(Vec::new());
+    let dones = Mutex::new(Vec::new());
+    let passed = AtomicUsize::new(0);
+    let errors = Mutex::new(Vec::new());
+    let ws = Mutex::new(ws);
+    let t0 = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..clients.min(episodes) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= episodes {
+                    break;
+                }
+                let task = &tasks[i % tasks.len()];
+                let config = EpisodeConfig::for_task(task, None, command_timeout);
+                let recording = Recording {
+                    paths: EpisodePaths::new(&run_dir, task.id(), i as u32),
+                    record_cast: true,
+                    events: None,
+                };
+                let mut episode = match RecordedEpisode::start(
+                    provider, task, i as u32, "oracle", &config, recording,
+                ) {
+                    Ok(Started::Running(e)) => e,
+                    Ok(Started::Failed(r)) => {
+                        errors.lock().push(r.error.unwrap_or_default());
+                        continue;
+                    }
+                    Err(e) => {
+                        errors.lock().push(e.to_string());
+                        continue;
+                    }
+                };
+                let t = Instant::now();
+                let first = episode.step(&replies[i % tasks.len()], TokenUsage::default(), 0.0);
+                steps.lock().push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                if !first.done {
+                    episode.step(DONE, TokenUsage::default(), 0.0);
+                }
+                let result = episode.finish(provider, task);
+                if let Ok(r) = &result {
+                    let _ = crate::agent::index_episode(&ws.lock(), run_id, r);
+                    if r.passed {
+                        passed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                dones.lock().push(t.elapsed().as_secs_f64() * 1e3);
+                if let Err(e) = result {
+                    errors.lock().push(e.to_string());
+                }
+            });
+        }
+    });
+    let wall = t0.elapsed();
+    if let Some(e) = errors.lock().first() {
+        tracing::warn!(errors = errors.lock().len(), first = %e, "in-process episodes failed");
+    }
+    let steps = steps.into_inner();
+    let dones = dones.into_inner();
+    Ok(side(
+        passed.load(Ordering::Relaxed),
+        episodes,
+        wall,
+        &steps,
+        &dones,
+    ))
+}
+
+/// POST `body` to `url`; the answer's JSON, or why not.
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    body: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let resp = http.post(url).json(&body).send().await?;
+    let status = resp.status();
+    let value: serde_json::Value = resp.json().await?;
+    if !status.is_success() {
+        bail!("{url}: HTTP {status}: {value}");
+    }
+    Ok(value)
+}
+
+/// The episodes over HTTP against a server in this process, then memory
+/// with `clients` sessions open at once.
+async fn over_http(
+    root: &std::path::Path,
+    backend: Arc<dyn crate::sandbox::Backend>,
+    tasks: &[Arc<Task>],
+    replies: &[String],
+    clients: usize,
+    episodes: usize,
+    command_timeout: Duration,
+) -> Result<(Side, Memory)> {
+    let server = Server {
+        ws: Workspace::open(root)?,
+        provider: BackendProvider::new(backend),
+        auth: Auth::disabled(),
+        settings: Settings {
+            reward: RewardMode::Binary,
+            idle_timeout: Duration::from_secs(600),
+            command_timeout,
+            default_run: "serve-bench".into(),
+            read_timeout: Duration::from_secs(30),
+        },
+        bind: "127.0.0.1:0".parse()?,
+        max_sessions: clients,
+        per_token: clients,
+        journal: None,
+        lost: Vec::new(),
+    };
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.run_until(
+        move |addr| {
+            let _ = bound_tx.send(addr);
+        },
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let addr = bound_rx.await.context("the bench server did not start")?;
+    let base = format!("http://{addr}");
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .timeout(command_timeout * 3)
+        .build()?;
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let steps = Arc::new(Mutex::new(Vec::new()));
+    let dones = Arc::new(Mutex::new(Vec::new()));
+    let passed = Arc::new(AtomicUsize::new(0));
+    let ids: Vec<String> = tasks.iter().map(|t| t.id().to_string()).collect();
+    let t0 = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..clients.min(episodes) {
+        let (http, base, next, steps, dones, passed) = (
+            http.clone(),
+            base.clone(),
+            next.clone(),
+            steps.clone(),
+            dones.clone(),
+            passed.clone(),
+        );
+        let (ids, replies) = (ids.clone(), replies.to_vec());
+        workers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= episodes {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                let k = i % ids.len();
+                let opened = post(
+                    &http,
+                    &format!("{base}/v1/sessions"),
+                    serde_json::json!({"task_id": ids[k], "policy": "oracle"}),
+                )
+                .await?;
+                let id = opened["session_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let step_url = format!("{base}/v1/sessions/{id}/step");
+                let t = Instant::now();
+                let mut last =
+                    post(&http, &step_url, serde_json::json!({"reply": replies[k]})).await?;
+                steps.lock().push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                if last["done"] != serde_json::json!(true) {
+                    last = post(&http, &step_url, serde_json::json!({"reply": DONE})).await?;
+                }
+                dones.lock().push(t.elapsed().as_secs_f64() * 1e3);
+                if last["info"]["passed"] == serde_json::json!(true) {
+                    passed.fetch_add(1, Ordering::Relaxed);
+                }
+                http.delete(format!("{base}/v1/sessions/{id}"))
+                    .send()
+                    .await?;
+            }
+        });
+    }
+    let mut failure = None;
+    while let Some(r) = workers.join_next().await {
+        if let Err(e) = r.map_err(anyhow::Error::from).and_then(|r| r) {
+            failure.get_or_insert(e);
+        }
+    }
+    let wall = t0.elapsed();
+    if let Some(e) = failure {
+        let _ = stop_tx.send(());
+        let _ = serving.await;
+        return Err(e.context("an HTTP client failed"));
+    }
+    let side = side(
+        passed.load(Ordering::Relaxed),
+        episodes,
+        wall,
+        &steps.lock(),
+        &dones.lock(),
+    );
+
+    // Memory: `clients` sessions open at once.
+    let me = std::process::id();
+    let (rss0, kids0) = (rss_kib(me), children_rss_kib());
+    let mut open = Vec::new();
+    for i in 0..clients {
+        let opened = post(
+            &http,
+            &format!("{base}/v1/sessions"),
+            serde_json::json!({"task_id": ids[i % ids.len()], "policy": "memory"}),
+        )
+        .await;
+        match opened {
+            Ok(o) => open.push(o["session_id"].as_str().unwrap_or_default().to_string()),
+            Err(e) => {
+                tracing::warn!(%e, "bench serve: cannot open more sessions");
+                break;
+            }
+        }
+    }
+    let n = open.len().max(1) as f64;
+    let memory = Memory {
+        open_sessions: open.len(),
+        server_kib_per_session: (rss_kib(me) - rss0).max(0.0) / n,
+        sandbox_kib_per_session: (children_rss_kib() - kids0).max(0.0) / n,
+    };
+    for id in &open {
+        let _ = http.delete(format!("{base}/v1/sessions/{id}")).send().await;
+    }
+    let _ = stop_tx.send(());
+    serving.await??;
+    Ok((side, memory))
+}

@@ -1,0 +1,382 @@
+//! `endless workspace merge OTHER`: bring the runs and episodes recorded in
+//! another workspace (another node of a cluster, say) into this one: their
+//! files under `runs/<run>/` and their index rows, with run ids kept.
+//!
+//! Idempotent: an episode already here with the same files is skipped, so
+//! merging twice changes nothing. An episode whose (run, task, sample) is
+//! here with other content is a conflict: reported, and left as it is here.
+//! Files are copied (atomically, each) before the index rows are written in
+//! one transaction, so a merge that dies half-way is completed by running it
+//! again.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OpenFlags};
+use serde::Serialize;
+
+use super::migrations::SCHEMA_VERSION;
+use super::{now, StoreError, Workspace};
+use crate::fsutil::write_atomic;
+
+/// What a merge did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MergeReport {
+    /// The workspace merged from.
+    pub from: PathBuf,
+    /// Runs that were not here before.
+    pub runs_added: usize,
+    /// Episodes copied and indexed.
+    pub episodes_added: usize,
+    /// Episodes already here with the same files (skipped).
+    pub episodes_unchanged: usize,
+    /// What could not be merged, one line each (kept as it is here).
+    pub conflicts: Vec<String>,
+    /// Tasks the merged episodes are about that this workspace does not
+    /// have (their episodes are merged all the same).
+    pub missing_tasks: Vec<String>,
+}
+
+/// One episode row of the other workspace.
+struct OtherEpisode {
+    run_id: String,
+    task_id: String,
+    sample: i64,
+    passed: bool,
+    reward: f64,
+    turns: i64,
+    end_reason: String,
+    failure_mode: Option<String>,
+    rating: Option<i64>,
+    label: Option<String>,
+    notes: String,
+    created_at: String,
+}
+
+/// One run row of the other workspace.
+struct OtherRun {
+    id: String,
+    kind: String,
+    policy: String,
+    config: String,
+    summary: String,
+    created_at: String,
+    finished_at: Option<String>,
+}
+
+/// A run id usable as a directory name.
+fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'+' | b':'))
+}
+
+/// The regular files of sample `sample` in `dir` (`<sample>.json`,
+/// `<sample>.jsonl`, `<sample>.cast`, ...), by name.
+fn sample_files(dir: &Path, sample: i64) -> Vec<String> {
+    let prefix = format!("{sample}.");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Whether `a` and `b` hold the same bytes.
+fn same_file(a: &Path, b: &Path) -> Result<bool, StoreError> {
+    let x = fs::read(a).map_err(StoreError::io(a))?;
+    let y = fs::read(b).map_err(StoreError::io(b))?;
+    Ok(x == y)
+}
+
+/// Open the database of workspace `root` read-only, checking that it is one.
+fn open_other(root: &Path) -> Result<Connection, StoreError> {
+    let not_ws = |why: &str| {
+        StoreError::Invalid(format!(
+            "{}: not an endless workspace ({why})",
+            root.display()
+        ))
+    };
+    if !root.is_dir() {
+        return Err(not_ws("no such directory"));
+    }
+    let db = root.join("endless.db");
+    if !db.is_file() {
+        return Err(not_ws("no endless.db in it"));
+    }
+    let conn = Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| not_ws(&format!("cannot open endless.db: {e}")))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| not_ws(&format!("endless.db is not a database: {e}")))?;
+    if version <= 0 {
+        return Err(not_ws("endless.db has no endless schema"));
+    }
+    if version as usize > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            found: version as usize,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(conn)
+}
+
+fn other_runs(conn: &Connection) -> Result<Vec<OtherRun>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT id, kind, policy, config, summary, created_at, finished_at FROM runs ORDER BY id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(OtherRun {
+            id: r.get(0)?,
+            kind: r.get(1)?,
+            policy: r.get(2)?,
+            config: r.get(3)?,
+            summary: r.get(4)?,
+            created_at: r.get(5)?,
+            finished_at: r.get(6)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn other_episodes(conn: &Connection) -> Result<Vec<OtherEpisode>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode,
+                rating, label, notes, created_at
+         FROM episodes ORDER BY run_id, task_id, sample",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(OtherEpisode {
+            run_id: r.get(0)?,
+            task_id: r.get(1)?,
+            sample: r.get(2)?,
+            passed: r.get(3)?,
+            reward: r.get(4)?,
+            turns: r.get(5)?,
+            end_reason: r.get(6)?,
+            failure_mode: r.get(7)?,
+            rating: r.get(8)?,
+            label: r.get(9)?,
+            notes: r.get(10)?,
+            created_at: r.get(11)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+impl Workspace {
+    /// Merge the runs and episodes of the workspace at `other` into this
+    /// one (see the module docs). Errors name `other` when it is not a
+    /// workspace, or is this one.
+    pub fn merge_from(&mut self, other: &Path) -> Result<MergeReport, StoreError> {
+        let conn = open_other(other)?;
+        let here = fs::canonicalize(self.root()).map_err(StoreError::io(self.root()))?;
+        let there = fs::canonicalize(other).map_err(StoreError::io(other))?;
+        if here == there {
+            return Err(StoreError::Invalid(format!(
+                "{}: that is this workspace; name another one",
+                other.display()
+            )));
+        }
+        let runs = other_runs(&conn)?;
+        let episodes = other_episodes(&conn)?;
+        drop(conn);
+
+        let mut report = MergeReport {
+            from: other.to_path_buf(),
+            ..Default::default()
+        };
+        let known_runs: BTreeSet<String> = self.list_runs()?.into_iter().map(|r| r.id).collect();
+        let mut bad_runs = BTreeSet::new();
+        for run in &runs {
+            if !valid_run_id(&run.id) {
+                report
+                    .conflicts
+                    .push(format!("run {:?}: not a valid run id, skipped", run.id));
+                bad_runs.insert(run.id.clone());
+            }
+        }
+        let known_episodes: BTreeSet<(String, String, i64)> = self
+            .list_episodes(None)?
+            .into_iter()
+            .map(|e| (e.run_id, e.task_id, i64::from(e.sample)))
+            .collect();
+        let mut missing = BTreeSet::new();
+        let mut to_index = Vec::new();
+        for e in episodes {
+            if bad_runs.contains(&e.run_id) || !valid_run_id(&e.run_id) {
+                continue;
+            }
+            let what = format!("episode {}/{}/{}", e.run_id, e.task_id, e.sample);
+            if !crate::task::is_valid_id(&e.task_id) || e.sample < 0 {
+                report
+                    .conflicts
+                    .push(format!("{what}: not a valid task id or sample, skipped"));
+                continue;
+            }
+            let rel = Path::new("runs")
+                .join(&e.run_id)
+                .join("episodes")
+                .join(&e.task_id);
+            let src_dir = other.join(&rel);
+            let dst_dir = self.root().join(&rel);
+            let files = sample_files(&src_dir, e.sample);
+            if files.is_empty() {
+                report.conflicts.push(format!(
+                    "{what}: indexed in {} but its files are missing, skipped",
+                    other.display()
+                ));
+                continue;
+            }
+            // Same files here already: nothing to do but make sure it is
+            // indexed. Other files here: a conflict, ours are kept.
+            let mut differing = Vec::new();
+            let mut absent = Vec::new();
+            for name in &files {
+                let dst = dst_dir.join(name);
+                if dst.exists() {
+                    if !same_file(&src_dir.join(name), &dst)? {
+                        differing.push(name.clone());
+                    }
+                } else {
+                    absent.push(name.clone());
+                }
+            }
+            if !differing.is_empty() {
+                report.conflicts.push(format!(
+                    "{what}: this workspace has another episode with that run, task and sample ({} differ); kept this workspace's",
+                    differing.join(", ")
+                ));
+                continue;
+            }
+            for name in &absent {
+                let src = src_dir.join(name);
+                let bytes = fs::read(&src).map_err(StoreError::io(&src))?;
+                let dst = dst_dir.join(name);
+                write_atomic(&dst, &bytes).map_err(StoreError::io(&dst))?;
+            }
+            if !self.has_task(&e.task_id) {
+                missing.insert(e.task_id.clone());
+            }
+            if known_episodes.contains(&(e.run_id.clone(), e.task_id.clone(), e.sample)) {
+                report.episodes_unchanged += 1;
+            } else {
+                report.episodes_added += 1;
+                to_index.push(e);
+            }
+        }
+        report.missing_tasks = missing.into_iter().collect();
+        for run in &runs {
+            if !bad_runs.contains(&run.id) {
+                self.merge_run_files(other, &run.id, &mut report)?;
+            }
+        }
+        self.transaction(|tx| {
+            for run in &runs {
+                if bad_runs.contains(&run.id) || known_runs.contains(&run.id) {
+                    continue;
+                }
+                tx.execute(
+                    "INSERT INTO runs (id, kind, policy, config, summary, created_at, finished_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING",
+                    params![
+                        run.id,
+                        run.kind,
+                        run.policy,
+                        run.config,
+                        run.summary,
+                        run.created_at,
+                        run.finished_at
+                    ],
+                )?;
+            }
+            for e in &to_index {
+                let path = Path::new("runs")
+                    .join(&e.run_id)
+                    .join("episodes")
+                    .join(&e.task_id)
+                    .join(format!("{}.json", e.sample));
+                tx.execute(
+                    "INSERT INTO runs (id, kind, created_at) VALUES (?1, 'merged', ?2)
+                     ON CONFLICT (id) DO NOTHING",
+                    params![e.run_id, now()],
+                )?;
+                tx.execute(
+                    "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason,
+                         failure_mode, path, rating, label, notes, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                     ON CONFLICT (run_id, task_id, sample) DO NOTHING",
+                    params![
+                        e.run_id,
+                        e.task_id,
+                        e.sample,
+                        e.passed,
+                        e.reward,
+                        e.turns,
+                        e.end_reason,
+                        e.failure_mode,
+                        path.to_string_lossy(),
+                        e.rating,
+                        e.label,
+                        e.notes,
+                        e.created_at
+                    ],
+                )?;
+            }
+            Ok(())
+        })?;
+        report.runs_added = runs
+            .iter()
+            .filter(|r| !bad_runs.contains(&r.id) && !known_runs.contains(&r.id))
+            .count();
+        Ok(report)
+    }
+
+    /// Copy the run-level files of run `run` (reports, configs: the regular
+    /// files of `runs/<run>/` itself) that this workspace lacks; one that
+    /// differs here is a conflict, and ours is kept.
+    fn merge_run_files(
+        &self,
+        other: &Path,
+        run: &str,
+        report: &mut MergeReport,
+    ) -> Result<(), StoreError> {
+        let src_dir = other.join("runs").join(run);
+        let Ok(entries) = fs::read_dir(&src_dir) else {
+            return Ok(());
+        };
+        let dst_dir = self.runs_dir().join(run);
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        for name in names {
+            let (src, dst) = (src_dir.join(&name), dst_dir.join(&name));
+            if dst.exists() {
+                if !same_file(&src, &dst)? {
+                    report.conflicts.push(format!(
+                        "runs/{run}/{name}: differs from this workspace's; kept this workspace's"
+                    ));
+                }
+                continue;
+            }
+            let bytes = fs::read(&src).map_err(StoreError::io(&src))?;
+            write_atomic(&dst, &bytes).map_err(StoreError::io(&dst))?;
+        }
+        Ok(())
+    }
+}
