@@ -575,6 +575,27 @@ pub enum ImagesCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Build a Debian base image with mmdebstrap from an apt mirror and
+    /// register it as NAME (map references to it under [images.aliases]).
+    BuildBase {
+        /// The name to register, e.g. `debian:bookworm` or `local/base:1`.
+        name: String,
+        /// Debian suite.
+        #[arg(long, default_value = "bookworm")]
+        suite: String,
+        /// The apt mirror.
+        #[arg(long, default_value = "http://deb.debian.org/debian")]
+        mirror: String,
+        /// Extra packages, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        packages: Vec<String>,
+        /// mmdebstrap variant (`minbase`: apt and essentials only).
+        #[arg(long, default_value = "minbase")]
+        variant: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove the layers and blobs no stored image uses.
     Prune {
         /// Print JSON.

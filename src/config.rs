@@ -62,6 +62,8 @@ pub struct LlmConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenerateConfig {
+    /// Whether stage 2's environment definitions may install software.
+    pub allow_installs: bool,
     pub solutions: u32,
     pub max_env_attempts: u32,
     pub concurrency: usize,

@@ -725,3 +725,55 @@ fn the_uid_map_puts_root_outside_the_host_ids() {
         s.close();
     });
 }
+
+#[test]
+fn a_build_with_network_cannot_reach_host_loopback_and_its_session_stays_offline() {
+    both(
+        "a_build_with_network_cannot_reach_host_loopback_and_its_session_stays_offline",
+        |b| {
+            if !b.build_network() {
+                eprintln!("SKIP: builds get no network here (rootless, or no pasta)");
+                return;
+            }
+            let lo = TcpListener::bind("127.0.0.1:0").unwrap();
+            lo.set_nonblocking(true).unwrap();
+            let port = lo.local_addr().unwrap().port();
+            // A hostile build step: probe the host's loopback, leave the
+            // verdict in the image.
+            let t = task(
+                "atk-build-net",
+                "user",
+                &format!(
+                    "timeout 3 bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>/dev/null; \
+                     echo loopback=$? > /home/user/probe\n\
+                     ip -o -4 addr show | grep -v ' lo ' | wc -l | sed 's/^/build_ifaces=/' >> /home/user/probe\n"
+                ),
+            );
+            let mut s = session(b, &t);
+            let out = run(
+                &mut s,
+                "cat ~/probe; ip -o -4 addr show | grep -v ' lo ' | wc -l | sed 's/^/session_ifaces=/'",
+            );
+            all_failed(&out, &["loopback"]);
+            assert!(
+                lo.accept().is_err(),
+                "the build reached the host's loopback"
+            );
+            let code = |name: &str| {
+                codes(&out)
+                    .into_iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v)
+            };
+            assert!(
+                matches!(code("build_ifaces"), Some(n) if n >= 1),
+                "the build had no network: {out}"
+            );
+            assert_eq!(
+                code("session_ifaces"),
+                Some(0),
+                "the session has a network: {out}"
+            );
+        },
+    );
+}

@@ -82,6 +82,7 @@ fn pipeline(server: &FixtureLlm, ws_root: &Path, count: usize, seed: u64) -> Fun
         PolicyFactory::from_spec(&server.spec("fixture-solver"), &PolicyOptions::default())
             .unwrap();
     let config = PipelineConfig {
+        allow_installs: false,
         count,
         seed,
         run_dir: ws_root.join("runs/gen-test"),
@@ -424,6 +425,7 @@ fn bench_pipeline_overhead() {
         };
         let solver = PolicyFactory::from_spec(&server.spec("fixture-solver"), &options).unwrap();
         let config = PipelineConfig {
+            allow_installs: false,
             count,
             seed: 3,
             run_dir: ws.path().join("runs/bench"),

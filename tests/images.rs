@@ -676,3 +676,90 @@ fn aliases_and_mirrors_give_a_task_its_base() {
     assert!(e.contains("endless/none:1") && e.contains("[images"), "{e}");
     drop(reg);
 }
+
+/// The Debian base of the package-install test, built once with mmdebstrap
+/// and cached under `target/tmp` between runs.
+fn debian_base_tar() -> PathBuf {
+    let cached = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bookworm-minbase-ca.tar");
+    if !cached.is_file() {
+        let spec = endless::images::BaseSpec {
+            packages: vec!["ca-certificates".into()],
+            ..Default::default()
+        };
+        let tmp = cached.with_extension("partial");
+        endless::images::debian_rootfs_tar(&spec, &tmp).expect(
+            "mmdebstrap (installed by scripts/setup.sh) builds a bookworm base from deb.debian.org",
+        );
+        std::fs::rename(&tmp, &cached).unwrap();
+    }
+    cached
+}
+
+#[test]
+fn a_task_for_ubuntu_installs_packages_on_a_built_debian_base() {
+    if !root() {
+        eprintln!("SKIP: image builds with apt-get need root (a mapped user namespace)");
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(&image_store_dir(cache.path()));
+    endless::images::register_rootfs(&store, "local/debian:bookworm", &debian_base_tar()).unwrap();
+    let mut settings = endless::config::ImagesConfig::default();
+    settings
+        .aliases
+        .insert("ubuntu:24.04".into(), "local/debian:bookworm".into());
+    settings.pull = endless::config::PullPolicy::Never;
+    settings.fallback = endless::config::BaseFallback::Error;
+    let backend = LocalBackend::new(cache.path())
+        .unwrap()
+        .with_images(settings);
+    assert!(
+        backend.build_network(),
+        "builds get the network as root with pasta"
+    );
+    let mut task = a_task_from("ubuntu:24.04");
+    task.meta.task.id = "installs".into();
+    task.environment.insert_text(
+        "Dockerfile",
+        "FROM ubuntu:24.04\n\
+         RUN apt-get update && apt-get install -y --no-install-recommends jq python3-pip\n\
+         RUN pip install --break-system-packages --no-cache-dir six==1.16.0\n\
+         RUN mkdir -p /home/user && echo '{\"n\": 41}' > /home/user/in.json && chown -R user:user /home/user\n",
+    );
+    task.tests.insert_text(
+        "test_final_state.py",
+        "import subprocess\n\
+         def test_answer():\n    assert open('/home/user/out.txt').read().strip() == '42'\n\
+         def test_six_is_installed():\n    subprocess.run(['python3', '-c', 'import six'], check=True)\n",
+    );
+    task.meta.verifier.final_tests = vec!["test_final_state.py".into()];
+    let image = backend
+        .prepare(&task)
+        .expect("the build installs jq and six");
+    assert_eq!(
+        image.base.as_deref(),
+        Some("docker.io/local/debian:bookworm")
+    );
+    assert!(
+        image.base_note.as_deref().unwrap_or("").contains("aliased"),
+        "{:?}",
+        image.base_note
+    );
+    let again = backend.prepare(&task).unwrap();
+    assert_eq!(again.hash, image.hash, "the second build is a cache hit");
+    let mut s = backend.start(&image, &SessionOptions::default()).unwrap();
+    let report = verify(&mut s, &task, TestSet::Final).unwrap();
+    assert!(!report.passed);
+    // The oracle: jq, installed by the build, in the agent's offline session.
+    let out = s
+        .exec(
+            "jq '.n + 1' ~/in.json > ~/out.txt && cat ~/out.txt; cat /etc/debian_version",
+            T,
+        )
+        .unwrap()
+        .output;
+    assert!(out.starts_with("42\n12."), "{out}");
+    let report = verify(&mut s, &task, TestSet::Final).unwrap();
+    assert!(report.passed, "{}", report.output);
+    s.close();
+}

@@ -1,4 +1,4 @@
-//! `endless images pull|list|rm|load|prune`: the local store of container
+//! `endless images pull|list|rm|load|build-base|prune`: the local store of container
 //! images that tasks build `FROM` (see `src/images`).
 
 use std::process::ExitCode;
@@ -97,6 +97,35 @@ pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
                         r.layers
                     );
                 }
+            }
+        }
+        ImagesCommand::BuildBase {
+            name,
+            suite,
+            mirror,
+            packages,
+            variant,
+            json,
+        } => {
+            let spec = crate::images::BaseSpec {
+                suite,
+                mirror,
+                packages,
+                variant,
+            };
+            if !json {
+                say_err!(
+                    "building {} ({}) from {} with mmdebstrap...",
+                    spec.suite,
+                    spec.variant,
+                    spec.mirror
+                );
+            }
+            let report = crate::images::build_base(&store, &name, &spec)?;
+            if json {
+                print_json(&report)?;
+            } else {
+                say!("{}  {}  1 layer", report.reference, report.manifest_digest);
             }
         }
         ImagesCommand::Prune { json } => {

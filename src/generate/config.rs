@@ -37,6 +37,9 @@ pub struct PipelineConfig {
     pub sandbox_concurrency: usize,
     pub task_sampling: SamplingParams,
     pub test_sampling: SamplingParams,
+    /// Whether the environment definition may install software (`apt-get`,
+    /// `pip`): its build runs with network; the agent's session stays offline.
+    pub allow_installs: bool,
     /// Names recorded in provenance.
     pub generator_name: String,
     pub solver_name: String,

@@ -102,7 +102,12 @@ pub const SANDBOX_TOOLS: &str = "bash, coreutils, findutils, grep, sed, mawk (aw
 
 fn sandbox_facts(shared: &Shared) -> String {
     format!(
-        "a Linux sandbox with no network. The agent works as the unprivileged user `user` (uid 1000) with HOME=/home/user and cannot use sudo. Available tools: {SANDBOX_TOOLS}. Nothing can be installed. The environment definition runs once as root to build the initial state ({}).",
+        "a Linux sandbox; the agent's session has no network. The agent works as the unprivileged user `user` (uid 1000) with HOME=/home/user and cannot use sudo. Available tools: {SANDBOX_TOOLS}. {} The environment definition runs once as root to build the initial state ({}).",
+        if shared.config.allow_installs {
+            "The environment definition may install software the task needs (`apt-get update && apt-get install -y ...`, `pip install ...`): it runs with network access, the agent's session does not."
+        } else {
+            "Nothing can be installed."
+        },
         match shared.config.definition {
             EnvKind::SetupSh => "a bash script run with the definition's own directory as the working directory",
             EnvKind::ApptainerDef => "an Apptainer definition: its %post section runs as root; %files may only copy files you do not have, so write data in %post",

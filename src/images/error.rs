@@ -65,6 +65,14 @@ pub enum ImageError {
         /// Why it could not be had.
         reason: String,
     },
+    /// An outside tool (mmdebstrap) is missing or failed.
+    #[error("{tool}: {reason}")]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The image is not in the store.
     #[error("image {0} is not in the local store: pull it with `endless images pull {0}`")]
     NotStored(String),

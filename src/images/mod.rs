@@ -3,6 +3,7 @@
 //! uses a pulled image's layers as the base of a task whose environment
 //! says `FROM <image>`.
 
+mod base;
 mod error;
 mod load;
 mod pull;
@@ -11,6 +12,7 @@ mod resolve;
 mod store;
 mod unpack;
 
+pub use base::{build_base, debian_rootfs_tar, register_rootfs, BaseSpec};
 pub use error::ImageError;
 pub use load::{load, LoadReport};
 pub use pull::{client_for, pull, pull_from, PullReport};

@@ -140,7 +140,7 @@ fn doctor_local() -> BackendStatus {
         detail: match &pasta {
             Some(p) => format!(
                 "sessions have no network; tasks with network = true get their own network namespace through {} \
-                 (no host loopback, no other sessions)",
+                 (no host loopback, no other sessions); as root, image builds get one too (apt-get, pip)",
                 p.display()
             ),
             None => "sessions have no network; tasks with network = true cannot run: pasta (passt) is not installed".into(),

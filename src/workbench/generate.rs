@@ -209,6 +209,7 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
             .max_env_attempts
             .unwrap_or(cfg.generate.max_env_attempts),
         solutions: req.solutions.unwrap_or(cfg.generate.solutions),
+        allow_installs: cfg.generate.allow_installs,
         solve_max_turns: cfg.agent.train_max_turns.max(16),
         solve_concurrency: 4,
         command_timeout: Duration::from_secs_f64(cfg.agent.command_timeout_sec.max(1.0)),

@@ -159,7 +159,7 @@ impl LocalBackend {
             None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
         };
         let userns = self.new_userns()?;
-        let network = task.meta.environment.network;
+        let network = task.meta.environment.network || self.build_network();
         let build_id = build.file_name().map(|n| n.to_string_lossy().into_owned());
         let (net_parent, net_child, pidfile) =
             self.net_setup(network, &build_id.unwrap_or_default())?;
@@ -176,12 +176,15 @@ impl LocalBackend {
             ],
             net: net_child,
         })?;
-        let env = vec![
+        let mut env = vec![
             ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
             ("HOME".into(), "/root".into()),
             ("LANG".into(), "C.UTF-8".into()),
             ("DEBIAN_FRONTEND".into(), "noninteractive".into()),
         ];
+        if network {
+            env.extend(host_ca_env(&build.join("steps"))?);
+        }
         let seccomp = seccomp::program_files(&self.seccomp)?;
         let keep = seccomp.iter().map(|f| f.as_raw_fd()).collect();
         let spec = Spec {
@@ -278,6 +281,34 @@ impl LocalBackend {
         std::fs::write(build.join(IMAGE_META), meta).map_err(io("write image metadata", build))?;
         Ok(image)
     }
+}
+
+/// The host's CA bundle, offered to a build that has the network: a machine
+/// behind a TLS-inspecting proxy trusts that proxy's CA, and `pip`, `curl`,
+/// `git` and `npm` in the build then do too (as `docker build` users set up
+/// by hand). The bundle is copied next to the build script (public
+/// certificates only) and named by the usual variables; apt over plain HTTP
+/// needs none.
+fn host_ca_env(steps_dir: &Path) -> Result<Vec<(String, String)>, SandboxError> {
+    const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+    let host = Path::new(HOST_BUNDLE);
+    if !host.is_file() {
+        return Ok(Vec::new());
+    }
+    let copy = steps_dir.join("host-ca.crt");
+    std::fs::copy(host, &copy).map_err(SandboxError::io("copy the host's CA bundle", host))?;
+    let inside = format!("{}/host-ca.crt", steps::STEPS);
+    Ok([
+        "SSL_CERT_FILE",
+        "PIP_CERT",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "NODE_EXTRA_CA_CERTS",
+    ]
+    .into_iter()
+    .map(|var| (var.to_string(), inside.clone()))
+    .collect())
 }
 
 fn step_error(

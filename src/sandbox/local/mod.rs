@@ -367,6 +367,17 @@ impl LocalBackend {
         }
     }
 
+    /// Whether image builds get the network (as `docker build` does, so
+    /// `apt-get install` and `pip install` work) although the task's
+    /// sessions stay offline: as root, with pasta installed, unless
+    /// `ENDLESS_SANDBOX_NETWORK=deny`. Rootless builds stay offline (user-mode
+    /// networking needs `/dev/net/tun`), unless the task itself has network.
+    pub fn build_network(&self) -> bool {
+        self.allow_network
+            && matches!(self.identity, HostIdentity::Mapped(_))
+            && net::pasta_path().is_some()
+    }
+
     /// Whether sessions are limited through cgroups (else rlimits).
     pub fn uses_cgroups(&self) -> bool {
         self.cgroups
