@@ -94,3 +94,47 @@ pub fn baseline_digest(task: &Task) -> String {
     }
     hex::encode(h.finalize())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::TaskMeta;
+
+    fn task() -> Task {
+        let meta: TaskMeta = toml::from_str("[task]\nid = \"t\"\n").unwrap();
+        let mut t = Task {
+            meta,
+            instruction: "do it".into(),
+            truth: String::new(),
+            environment: Default::default(),
+            tests: Default::default(),
+            solution: Default::default(),
+        };
+        t.tests
+            .insert_text("test_final_state.py", "def test_a(): pass\n");
+        t
+    }
+
+    #[test]
+    fn the_record_round_trips_and_goes_stale_when_the_tests_change() {
+        let mut t = task();
+        assert!(t.baseline().is_none(), "bundles without the record load");
+        let b = Baseline::from_verdicts(
+            &t,
+            [
+                ("test_final_state::test_a", true),
+                ("test_final_state::test_b", false),
+            ],
+        );
+        assert_eq!((b.passing.len(), b.failing.len()), (1, 1));
+        t.meta.provenance.baseline = Some(b.clone());
+        let text = toml::to_string(&t.meta).unwrap();
+        assert!(text.contains("[provenance.baseline]"), "{text}");
+        let back: TaskMeta = toml::from_str(&text).unwrap();
+        assert_eq!(back.provenance.baseline.as_ref(), Some(&b));
+        assert_eq!(t.baseline(), Some(&b));
+        t.tests
+            .insert_text("test_final_state.py", "def test_a(): assert False\n");
+        assert!(t.baseline().is_none(), "a stale record is ignored");
+    }
+}
