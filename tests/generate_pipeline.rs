@@ -146,6 +146,10 @@ fn a_good_candidate_is_accepted_with_provenance_and_pass_at_k() {
     assert_eq!(record.solver, "fixture-solver");
     assert_eq!((record.samples, record.successes), (Some(2), Some(2)));
     assert_eq!(record.pass_at_k.get("1"), Some(&1.0));
+    // Stage 3's run of the final tests on the initial state is the partial
+    // reward's baseline, current for the accepted task.
+    let baseline = task.baseline().expect("a current baseline");
+    assert!(!baseline.failing.is_empty(), "{baseline:?}");
     // The solution episodes are kept as curation material.
     assert!(r
         .ws

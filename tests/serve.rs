@@ -372,6 +372,74 @@ async fn an_oracle_episode_over_http_earns_reward_one_and_is_recorded() {
         .any(|r| r.id == "serve-oracle" && r.kind == "serve"));
 }
 
+/// `--reward partial` pays only for progress over the initial state: on a
+/// family whose tests partly pass untouched (the old fraction-passed reward
+/// paid about 0.6 for doing nothing), saying done at once earns 0 and the
+/// oracle 1. The tasks were never validated, so the server measures each
+/// baseline once, lazily.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_partial_reward_pays_nothing_for_doing_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    ok_json(&endless(
+        ws.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "1",
+            "--seed",
+            "3",
+            "--families",
+            "cleanup-temp-files",
+            "--json",
+        ],
+    ));
+    let list = ok_json(&endless(ws.path(), &["tasks", "list", "--json"]));
+    let task = list[0]["id"].as_str().unwrap().to_string();
+    let server = Served::start(ws.path(), &["--reward", "partial"]);
+    let api = server.client();
+    let mut rewards = Vec::new();
+    for replies in [vec![], vec![oracle_reply(ws.path(), &task)]] {
+        let (s, opened) = api
+            .post("/v1/sessions", json!({"task_id": task, "run": "partial"}))
+            .await;
+        assert_eq!(s, 200, "{opened}");
+        let id = opened["session_id"].as_str().unwrap().to_string();
+        for reply in replies {
+            let (s, ran) = api
+                .post(&format!("/v1/sessions/{id}/step"), json!({"reply": reply}))
+                .await;
+            assert_eq!((s, &ran["done"]), (200, &json!(false)), "{ran}");
+        }
+        let (s, done) = api
+            .post(
+                &format!("/v1/sessions/{id}/step"),
+                json!({"reply": "<think>Finished.</think><action>done</action>"}),
+            )
+            .await;
+        assert_eq!((s, &done["done"]), (200, &json!(true)), "{done}");
+        rewards.push((
+            done["reward"].as_f64().unwrap(),
+            done["info"]["tests"].clone(),
+        ));
+        let (s, _) = api.delete(&format!("/v1/sessions/{id}")).await;
+        assert_eq!(s, 200);
+    }
+    let (nothing, tests) = &rewards[0];
+    assert_eq!(*nothing, 0.0, "doing nothing earned {nothing}: {tests}");
+    assert!(
+        tests
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["passed"] == true),
+        "some tests pass untouched here: {tests}"
+    );
+    assert_eq!(rewards[1].0, 1.0, "the oracle: {}", rewards[1].1);
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clean_json_errors() {
     let (ws, task) = workspace();

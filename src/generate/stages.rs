@@ -14,7 +14,7 @@ use super::reply::section;
 use crate::agent::{run_rollouts, BackendProvider, EndReason, RolloutConfig};
 use crate::llm::{ChatMessage, SamplingParams};
 use crate::sandbox::SessionOptions;
-use crate::task::{EnvKind, Solvability, FINAL_TESTS, INITIAL_TESTS};
+use crate::task::{Baseline, EnvKind, Solvability, FINAL_TESTS, INITIAL_TESTS};
 use crate::verify::{verify, TestReport, TestSet};
 
 /// A candidate was rejected at this stage for this reason.
@@ -352,6 +352,10 @@ pub async fn completion_tests(shared: &Shared, cand: &mut Candidate) -> Result<(
     if report.passed {
         return Err((stage, "final tests pass on the initial state".into()));
     }
+    // The partial reward's baseline; ignored later if the tests or the
+    // environment change after this (its digest no longer matches).
+    cand.task.meta.provenance.baseline =
+        Some(Baseline::from_verdicts(&cand.task, report.verdicts()));
     Ok(())
 }
 

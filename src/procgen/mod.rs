@@ -346,6 +346,7 @@ impl Family for Def {
                     created: String::new(),
                     attempts: Default::default(),
                     solvability: None,
+                    baseline: None,
                     extra: Default::default(),
                 },
                 extra: Default::default(),

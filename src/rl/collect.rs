@@ -12,14 +12,14 @@ use std::time::Duration;
 use super::batch::{RolloutBatch, RolloutSequence};
 use super::error::{Result, RlError};
 use super::recorder::{template_messages, RecordingSource, TokenTranscript};
-use super::reward::{reward, RewardMode};
+use super::reward::{baseline_for, progress_reward, RewardMode};
 use crate::agent::{
     run_rollouts, EndReason, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
     SandboxProvider, StepKind,
 };
 use crate::llm::{ChatMessage, Role};
 use crate::model::{ChatTokenizer, FinishReason, Generation, LocalModel, SamplingConfig};
-use crate::task::Task;
+use crate::task::{Baseline, Task};
 
 /// How episodes are run.
 #[derive(Debug, Clone)]
@@ -116,11 +116,16 @@ pub fn collect_rollouts<P: SandboxProvider>(
         config,
         tasks.to_vec(),
         PolicyFactory::Custom(Arc::new(source)),
-        provider,
+        provider.clone(),
         total,
         on_done,
     );
     let summary = summary.map_err(rollout_error)?;
+    let baselines = if reward_mode == RewardMode::Partial {
+        baselines(provider.as_ref(), tasks)
+    } else {
+        HashMap::new()
+    };
     let mut transcripts = transcripts
         .lock()
         .map_err(|_| RlError::Batch("transcripts lock poisoned".into()))?;
@@ -132,7 +137,8 @@ pub fn collect_rollouts<P: SandboxProvider>(
             missing += 1;
             continue;
         };
-        let seq = builder.finish(episode_reward(ep, reward_mode), ep.passed);
+        let baseline = baselines.get(&ep.task).map(Arc::as_ref);
+        let seq = builder.finish(episode_reward(ep, reward_mode, baseline), ep.passed);
         if seq.agent_tokens() > 0 {
             batch.sequences.push(seq);
             batch_tasks.push(ep.task.clone());
@@ -184,10 +190,33 @@ impl Collected {
     }
 }
 
+/// The partial reward's baseline of each of `tasks`, by id (see
+/// [`baseline_for`]: recorded, or measured once per task). A task whose
+/// baseline cannot be measured is left out (its episodes earn 0), with a
+/// warning.
+fn baselines<P: SandboxProvider>(provider: &P, tasks: &[Task]) -> HashMap<String, Arc<Baseline>> {
+    let mut out = HashMap::new();
+    for task in tasks {
+        if out.contains_key(task.id()) {
+            continue;
+        }
+        match baseline_for(provider, task) {
+            Ok(b) => {
+                out.insert(task.id().to_string(), b);
+            }
+            Err(e) => {
+                tracing::warn!(task = task.id(), %e, "cannot measure the partial reward's baseline");
+            }
+        }
+    }
+    out
+}
+
 /// The reward of a finished episode: binary is its `passed` (every final
-/// test passed and nothing failed); partial is the fraction of tests passed;
-/// clean is binary for episodes that ended with done and no malformed reply.
-pub fn episode_reward(ep: &EpisodeResult, mode: RewardMode) -> f32 {
+/// test passed and nothing failed); partial is the progress over the task's
+/// `baseline` ([`progress_reward`]; 0 without one); clean is binary for
+/// episodes that ended with done and no malformed reply.
+pub fn episode_reward(ep: &EpisodeResult, mode: RewardMode, baseline: Option<&Baseline>) -> f32 {
     match mode {
         RewardMode::Binary => f32::from(ep.passed),
         RewardMode::Clean => {
@@ -195,10 +224,7 @@ pub fn episode_reward(ep: &EpisodeResult, mode: RewardMode) -> f32 {
                 && ep.steps.iter().all(|s| s.kind != StepKind::Malformed);
             f32::from(ep.passed && clean)
         }
-        RewardMode::Partial => {
-            let passed = ep.tests.iter().filter(|t| t.passed).count();
-            reward(mode, passed, ep.tests.len())
-        }
+        RewardMode::Partial => baseline.map_or(0.0, |b| progress_reward(b, &ep.tests)),
     }
 }
 
@@ -331,8 +357,8 @@ mod tests {
     #[test]
     fn the_clean_reward_wants_a_pass_ended_by_done_without_malformed_replies() {
         use StepKind::{Command, Done, Malformed};
-        let clean = |e: &EpisodeResult| episode_reward(e, RewardMode::Clean);
-        let binary = |e: &EpisodeResult| episode_reward(e, RewardMode::Binary);
+        let clean = |e: &EpisodeResult| episode_reward(e, RewardMode::Clean, None);
+        let binary = |e: &EpisodeResult| episode_reward(e, RewardMode::Binary, None);
         let solved = episode(true, EndReason::Done, &[Command, Done]);
         assert_eq!((binary(&solved), clean(&solved)), (1.0, 1.0));
         let garbage_after = episode(true, EndReason::MaxTurns, &[Command, Malformed, Malformed]);
@@ -368,7 +394,12 @@ mod tests {
             let ep = EpisodeResult::new(id, &trajectory, Ok(Vec::new()), Default::default());
             assert!(!ep.passed && ep.end_reason.is_scored());
             for mode in [RewardMode::Binary, RewardMode::Partial, RewardMode::Clean] {
-                assert_eq!(episode_reward(&ep, mode), 0.0, "{end:?} {mode:?}");
+                let baseline = Baseline::default();
+                assert_eq!(
+                    episode_reward(&ep, mode, Some(&baseline)),
+                    0.0,
+                    "{end:?} {mode:?}"
+                );
             }
         }
     }

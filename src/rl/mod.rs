@@ -43,7 +43,7 @@ pub use metrics::{MetricsLog, StepMetrics};
 pub use policy::Policy;
 pub use ppo::PpoConfig;
 pub use recipe::{Recipe, RecipeFlags};
-pub use reward::RewardMode;
+pub use reward::{baseline_for, progress_reward, RewardMode};
 pub use trainer::{train_loop, LoopOutcome, Resumed, TrainConfig, Trainer};
 
 #[cfg(test)]

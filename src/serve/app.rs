@@ -23,6 +23,7 @@ use crate::llm::{ChatMessage, TokenUsage};
 use crate::rl::collect::episode_reward;
 use crate::rl::RewardMode;
 use crate::store::Workspace;
+use crate::task::Task;
 
 /// Settings of a server.
 #[derive(Debug, Clone)]
@@ -271,7 +272,7 @@ impl App {
         }
         let result = self.conclude(slot, &mut state, None)?;
         slot.touch();
-        Ok(self.final_answer(outcome.observation, &result))
+        Ok(self.final_answer(outcome.observation, &slot.task, &result))
     }
 
     /// End session `slot` and forget it: its final result (an episode
@@ -286,7 +287,7 @@ impl App {
             State::Finished(r) => (**r).clone(),
             _ => self.conclude(slot, &mut state, Some(why))?,
         };
-        Ok(self.final_answer(String::new(), &result))
+        Ok(self.final_answer(String::new(), &slot.task, &result))
     }
 
     /// End a session the server drops (idle, shutting down): recorded as
@@ -350,11 +351,27 @@ impl App {
         }
     }
 
-    fn final_answer(&self, observation: String, result: &EpisodeResult) -> Stepped {
+    /// The last reply of an episode. The partial reward's baseline is the
+    /// task's recorded one, or measured once per task on first use.
+    fn final_answer(&self, observation: String, task: &Task, result: &EpisodeResult) -> Stepped {
+        let baseline = match self.settings.reward {
+            RewardMode::Partial => match crate::rl::baseline_for(&self.provider, task) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::warn!(task = task.id(), %e, "cannot measure the partial reward's baseline");
+                    None
+                }
+            },
+            _ => None,
+        };
         Stepped {
             observation,
             done: true,
-            reward: f64::from(episode_reward(result, self.settings.reward)),
+            reward: f64::from(episode_reward(
+                result,
+                self.settings.reward,
+                baseline.as_deref(),
+            )),
             info: Info {
                 turn: result.turns,
                 end_reason: Some(result.end_reason),

@@ -71,6 +71,16 @@ pub fn save_native_atomic(task: &Task, target: &Path) -> Result<(), BundleError>
     Ok(())
 }
 
+/// Rewrite the `task.toml` of the native bundle in `dir` with `meta`,
+/// atomically (readers see the old file or the new one, never a mix).
+pub fn write_meta_atomic(dir: &Path, meta: &TaskMeta) -> Result<(), BundleError> {
+    let path = dir.join("task.toml");
+    let text =
+        toml::to_string(meta).map_err(|e| BundleError::invalid(&path, None, e.to_string()))?;
+    crate::fsutil::write_atomic(&path, text.as_bytes()).map_err(BundleError::io(&path))?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).map_err(BundleError::io(&path))
+}
+
 /// Write every file of `tree` below `dir`, refusing paths that would escape it.
 pub fn write_tree(dir: &Path, tree: &FileTree) -> Result<(), BundleError> {
     for (rel, entry) in tree.iter() {

@@ -1,5 +1,6 @@
 //! Tasks: the model, the native bundle format, validation and foreign formats.
 
+mod baseline;
 mod bundle;
 pub mod envdef;
 mod error;
@@ -10,7 +11,8 @@ mod safe_read;
 pub mod text;
 mod validate;
 
-pub use bundle::{read_native, save_native_atomic, write_native, write_tree};
+pub use baseline::{baseline_digest, Baseline};
+pub use bundle::{read_native, save_native_atomic, write_meta_atomic, write_native, write_tree};
 pub use error::{BundleError, Problem};
 pub use escape::terminal_safe;
 pub use model::*;

@@ -305,6 +305,10 @@ pub struct Provenance {
     /// The stage-4 record: the solver's episodes and pass@k.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solvability: Option<Solvability>,
+    /// The final tests' verdicts on the untouched initial state (written by
+    /// validation); the partial reward pays only for progress over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<super::Baseline>,
     #[serde(flatten)]
     pub extra: toml::Table,
 }
@@ -338,6 +342,7 @@ impl Provenance {
             && self.created.is_empty()
             && self.attempts.is_empty()
             && self.solvability.is_none()
+            && self.baseline.is_none()
             && self.extra.is_empty()
     }
 }

@@ -110,6 +110,20 @@ impl TestReport {
         }
         self.tests.iter().filter(|t| t.passed).count() as f64 / self.tests.len() as f64
     }
+
+    /// The verdicts an episode's verification reports, `(name, passed)`:
+    /// one per test case, or a single `verifier` verdict when the runner
+    /// reported no cases (a custom verifier script), as the agent's
+    /// sandbox provider does.
+    pub fn verdicts(&self) -> Vec<(&str, bool)> {
+        if self.tests.is_empty() {
+            return vec![("verifier", self.passed)];
+        }
+        self.tests
+            .iter()
+            .map(|t| (t.name.as_str(), t.passed))
+            .collect()
+    }
 }
 
 /// Run `which` tests of `task` on the session's current state.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::{verify, TestReport, TestSet};
 use crate::sandbox::{Backend, SandboxError, Session, SessionOptions};
-use crate::task::{write_tree, Task};
+use crate::task::{write_tree, Baseline, Task};
 
 /// What validation found.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -31,6 +31,11 @@ pub struct Validation {
     pub initial: Option<TestReport>,
     /// The final tests' report on the initial state.
     pub final_on_initial: Option<TestReport>,
+    /// Which final tests pass on the initial state (from
+    /// `final_on_initial`), to be stored in the bundle's
+    /// `[provenance.baseline]` for the partial reward.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
     /// The final tests' report after the oracle solution.
     pub oracle: Option<TestReport>,
     /// Wall-clock time of the whole validation.
@@ -81,6 +86,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         notes: Vec::new(),
         initial: None,
         final_on_initial: None,
+        baseline: None,
         oracle: None,
         duration: Duration::ZERO,
     };
@@ -142,6 +148,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
                 v.problems
                     .push("final tests already pass on the initial state".into());
             }
+            v.baseline = Some(Baseline::from_verdicts(task, r.verdicts()));
             v.final_on_initial = Some(r);
         }
         Err(e) => v.problems.push(format!("final tests could not run: {e}")),

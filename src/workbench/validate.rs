@@ -95,13 +95,34 @@ pub fn validate_task(tasks_dir: &Path, backend: &BackendOrError, id: &str) -> Ve
         Err(e) => return Verdict::invalid(id, vec![e.clone()]),
     };
     match crate::verify::validate_task(backend, &task) {
-        Ok(v) => Verdict {
-            id: id.to_string(),
-            ok: v.ok(),
-            problems: v.problems.clone(),
-            validation: Some(v),
-        },
+        Ok(mut v) => {
+            record_baseline(&tasks_dir.join(id), &task, &mut v);
+            Verdict {
+                id: id.to_string(),
+                ok: v.ok(),
+                problems: v.problems.clone(),
+                validation: Some(v),
+            }
+        }
         Err(e) => Verdict::invalid(id, vec![e.to_string()]),
+    }
+}
+
+/// Store the final tests' verdicts on the initial state that validation
+/// measured in the bundle's `[provenance.baseline]` (when they differ from
+/// what is there), so the partial reward needs no extra verification per
+/// episode. A failure to write is a note, not a problem of the task.
+fn record_baseline(dir: &Path, task: &crate::task::Task, v: &mut Validation) {
+    let Some(baseline) = &v.baseline else {
+        return;
+    };
+    if task.meta.provenance.baseline.as_ref() == Some(baseline) {
+        return;
+    }
+    let mut meta = task.meta.clone();
+    meta.provenance.baseline = Some(baseline.clone());
+    if let Err(e) = crate::task::write_meta_atomic(dir, &meta) {
+        v.notes.push(format!("the baseline was not recorded: {e}"));
     }
 }
 
