@@ -209,6 +209,10 @@ pub struct RunArgs {
     pub policy: String,
     #[arg(long)]
     pub max_turns: Option<u32>,
+    /// Agent protocol profile: `endless` (ours) or `reference` (the
+    /// reference implementation's switches); default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -227,6 +231,10 @@ pub struct EvalArgs {
     pub max_turns: Option<u32>,
     #[arg(long)]
     pub concurrency: Option<usize>,
+    /// Agent protocol profile: `endless` (ours) or `reference` (the
+    /// reference implementation's switches); default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -261,6 +269,10 @@ pub struct ServeArgs {
     /// server start). Clients may name their own with `"run"`.
     #[arg(long)]
     pub run: Option<String>,
+    /// Agent protocol profile of sessions that name none in their
+    /// `"protocol"` field: `endless` or `reference`; default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
 }
 
 /// `endless train`
@@ -383,6 +395,10 @@ pub struct TrainArgs {
     /// existing run there resumes from its last good checkpoint.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Agent protocol profile: `endless` (ours) or `reference` (the
+    /// reference implementation's switches); default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
     #[arg(long)]
     pub json: bool,
 }

@@ -4,8 +4,8 @@
 
 mod bench;
 mod episode;
-mod index;
 mod failure;
+mod index;
 pub mod policy;
 pub mod protocol;
 mod recorded;
@@ -19,8 +19,10 @@ pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step,
     StepKind, StepOutcome, Trajectory,
 };
+pub use failure::{
+    classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS,
+};
 pub use index::index_episode;
-pub use failure::{classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS};
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
 pub use recorded::{RecordedEpisode, Recording, Started};
 pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};

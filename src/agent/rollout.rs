@@ -16,6 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::episode::{EndReason, EpisodeConfig, Step};
 use super::policy::PolicyFactory;
+use super::protocol::Protocol;
 use super::recorded::{RecordedEpisode, Recording, Started};
 use super::result::{EpisodeId, EpisodeResult, TestOutcome};
 use super::terminal::{Terminal, TerminalError};
@@ -81,6 +82,8 @@ pub struct RolloutConfig {
     pub retry_errors: bool,
     /// Set to stop starting new episodes (running ones finish).
     pub cancel: Option<Arc<AtomicBool>>,
+    /// The agent protocol every episode follows.
+    pub protocol: Protocol,
 }
 
 impl RolloutConfig {
@@ -95,6 +98,7 @@ impl RolloutConfig {
             record_cast: true,
             retry_errors: true,
             cancel: None,
+            protocol: Protocol::endless(),
         }
     }
 }
@@ -308,7 +312,8 @@ pub async fn run_rollouts<P: SandboxProvider>(
             summary.cancelled = true;
             break;
         }
-        let episode = EpisodeConfig::for_task(&task, config.max_turns, config.command_timeout);
+        let episode = EpisodeConfig::for_task(&task, config.max_turns, config.command_timeout)
+            .with_protocol(config.protocol.clone());
         let (provider, policy, events, record) = (
             provider.clone(),
             policy.clone(),

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 
 use super::print_json;
+use crate::agent::protocol::Protocol;
 use crate::agent::{
     run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
 };
@@ -18,8 +19,8 @@ use crate::cli::{EvalArgs, RunArgs};
 use crate::eval::{evaluate, format_table, write_markdown_report};
 use crate::store::Workspace;
 use crate::task::Task;
-use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
 use crate::workbench::Context;
+use crate::workbench::{index_episodes, record_pass_at_k, run_id, select_tasks};
 
 /// `endless run TASK --policy P`
 pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
@@ -35,6 +36,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
             &crate::store::now(),
         ],
     );
+    let protocol = ctx.protocol(args.protocol.as_deref())?;
     let quiet = args.json || matches!(policy, PolicyFactory::Human);
     let summary = rollouts(
         ctx,
@@ -47,6 +49,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         1,
         args.max_turns,
         1,
+        protocol,
         quiet,
     )?;
     let episode = summary.first().context("the episode did not run")?;
@@ -73,16 +76,17 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         );
     }
     let policy = PolicyFactory::from_spec(&args.policy, &ctx.policy_options())?;
+    let protocol = ctx.protocol(args.protocol.as_deref())?;
     let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
-    let run_id = run_id(
-        "eval",
-        &[
-            &args.policy,
-            &ids.join(","),
-            &args.samples.to_string(),
-            &format!("{:?}", args.max_turns),
-        ],
-    );
+    let (joined, samples) = (ids.join(","), args.samples.to_string());
+    let turns = format!("{:?}", args.max_turns);
+    let mut id_parts = vec![args.policy.as_str(), &joined, &samples, &turns];
+    // Another protocol is another run (the default keeps earlier runs' ids).
+    let protocol_name = protocol.describe();
+    if protocol != Protocol::endless() {
+        id_parts.push(&protocol_name);
+    }
+    let run_id = run_id("eval", &id_parts);
     let concurrency = args.concurrency.unwrap_or(2);
     let episodes = rollouts(
         ctx,
@@ -95,6 +99,7 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         args.samples,
         args.max_turns,
         concurrency,
+        protocol,
         args.json,
     )?;
     let report = evaluate(&episodes);
@@ -130,6 +135,7 @@ fn rollouts(
     samples: u32,
     max_turns: Option<u32>,
     concurrency: usize,
+    protocol: Protocol,
     quiet: bool,
 ) -> Result<Vec<EpisodeResult>> {
     let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
@@ -138,6 +144,8 @@ fn rollouts(
     config.samples = samples.max(1);
     config.concurrency = concurrency.max(1);
     config.max_turns = max_turns;
+    let protocol_name = protocol.describe();
+    config.protocol = protocol;
     config.command_timeout = Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0));
     let cancel = Arc::new(AtomicBool::new(false));
     config.cancel = Some(cancel.clone());
@@ -145,7 +153,12 @@ fn rollouts(
         run_id,
         kind,
         policy_spec,
-        &serde_json::json!({ "samples": samples, "max_turns": max_turns, "tasks": tasks.len() }),
+        &serde_json::json!({
+            "samples": samples,
+            "max_turns": max_turns,
+            "tasks": tasks.len(),
+            "protocol": protocol_name,
+        }),
     )?;
     let mut provider = BackendProvider::new(backend);
     provider.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;

@@ -48,6 +48,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
         }
         auth
     };
+    let protocol = ctx.protocol(args.protocol.as_deref())?;
     let ws = ctx.workspace()?;
     let mut provider = BackendProvider::new(ctx.backend()?.into());
     provider.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;
@@ -64,6 +65,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
             idle_timeout: Duration::from_secs_f64(args.idle_timeout),
             command_timeout: Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0)),
             default_run: default_run.clone(),
+            protocol,
         },
         bind: args.bind,
         max_sessions: args.max_sessions,

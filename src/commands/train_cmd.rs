@@ -9,8 +9,8 @@ use anyhow::Result;
 
 use super::print_json;
 use crate::cli::TrainArgs;
-use crate::rl::run_files::{load_run, RunStatus};
 use crate::rl::init::InitSpec;
+use crate::rl::run_files::{load_run, RunStatus};
 use crate::rl::session::{self, TrainEvent};
 use crate::rl::RecipeFlags;
 use crate::workbench::{train_options as options, train_recipe as recipe, Context, TrainRequest};
@@ -52,6 +52,7 @@ pub fn request(args: &TrainArgs) -> TrainRequest {
         concurrency: args.concurrency,
         checkpoint_every: args.checkpoint_every,
         out: args.out.clone(),
+        protocol: args.protocol.clone(),
     }
 }
 
@@ -65,7 +66,7 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
             .or(args.policy.as_deref())
             .unwrap_or("tiny");
         let init = InitSpec::parse(spec).map_err(|e| anyhow::anyhow!("--init {spec:?}: {e}"))?;
-        let r = recipe(ctx, &request.recipe, &init)?;
+        let r = recipe(ctx, &request, &init)?;
         if args.json {
             print_json(&serde_json::json!({ "recipe": r, "table": r.rows() }))?;
         } else {

@@ -14,6 +14,7 @@ use super::auth::{Auth, Client};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::sessions::{NewSession, Registry, Slot, State};
+use crate::agent::protocol::{Profile, Protocol};
 use crate::agent::{
     BackendProvider, EndReason, EpisodeConfig, EpisodePaths, EpisodeResult, RecordedEpisode,
     Recording, Started, TestOutcome,
@@ -34,6 +35,9 @@ pub struct Settings {
     pub command_timeout: Duration,
     /// Run id of sessions that name no run.
     pub default_run: String,
+    /// The agent protocol of sessions that name no profile (its system
+    /// prompt applies to every session).
+    pub protocol: Protocol,
 }
 
 /// Everything the handlers share.
@@ -60,6 +64,8 @@ pub struct Open {
     pub run: Option<String>,
     /// Label of the client's policy in the recorded episode.
     pub policy: String,
+    /// The protocol profile (`None`: the server's).
+    pub protocol: Option<Profile>,
 }
 
 /// The answer to opening a session.
@@ -71,6 +77,8 @@ pub struct Opened {
     pub sample: u32,
     pub max_turns: u32,
     pub seed: Option<u64>,
+    /// The protocol profile the session follows (`endless`, `reference`).
+    pub protocol: Profile,
     /// The prompt: system message and the task's instruction.
     pub messages: Vec<ChatMessage>,
 }
@@ -153,7 +161,13 @@ impl App {
         })?;
         let run_dir = self.run_dir(&run_id);
         let sample = self.registry.next_sample(&run_dir, &run_id, task.id());
-        let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout);
+        let protocol = match open.protocol {
+            Some(profile) => self.settings.protocol.with_profile(profile),
+            None => self.settings.protocol.clone(),
+        };
+        let profile = protocol.profile;
+        let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout)
+            .with_protocol(protocol);
         let recording = Recording {
             paths: EpisodePaths::new(&run_dir, task.id(), sample),
             record_cast: true,
@@ -196,6 +210,7 @@ impl App {
             sample,
             max_turns: config.max_turns,
             seed: open.seed,
+            protocol: profile,
             messages,
         })
     }

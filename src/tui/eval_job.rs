@@ -70,6 +70,7 @@ pub fn run(
     config.samples = opts.samples.max(1);
     config.concurrency = opts.concurrency.max(1);
     config.max_turns = opts.max_turns;
+    config.protocol = cctx.protocol(None)?;
     config.command_timeout =
         Duration::from_secs_f64(cctx.config.agent.command_timeout_sec.max(1.0));
     let cancel = Arc::new(AtomicBool::new(false));
