@@ -428,6 +428,13 @@ pub struct BenchArgs {
     /// default SmolLM2-135M-Instruct Q4_1, fetched into the cache if needed.
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
+    /// `bench sample`: also compare, teacher-forced on fixed token sequences
+    /// (a few hundred positions), the quantized runner's next-token
+    /// distribution with the f32 dequantised model's (top-1 agreement, KL);
+    /// with `--dump DIR`, write the sequences and the f32 logits there (for
+    /// `scripts/bench_llamacpp.sh`).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Model size of `endless bench ppo`.
