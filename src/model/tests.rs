@@ -774,3 +774,51 @@ fn smollm2_quantized_runner_agrees_with_its_f32_model() {
     assert!(report.all.positions >= 150, "{report}");
     assert!(report.all.top1_agreement >= 0.9, "{report}");
 }
+
+/// What ggml's f16 activation scales (llama.cpp's Q4_1 x Q8_1 arithmetic)
+/// cost against this runner's f32 scales, on SmolLM2 (ignored: minutes in a
+/// debug build; needs the fetched model).
+#[test]
+#[ignore = "minutes in a debug build; needs the fetched SmolLM2 GGUF"]
+fn smollm2_f32_activation_scales_against_ggmls_f16_ones() {
+    use crate::model::kernels::q4_1::GGML_F16_SCALES;
+    use crate::model::numerics::{compare, f32_logits, quantized_logits, CheckSequence};
+    use std::sync::atomic::Ordering;
+    let Some(path) = smollm2_gguf() else {
+        return;
+    };
+    let model = LocalModel::load(&path, &Device::Cpu).unwrap();
+    let messages: Vec<TemplateMessage> = crate::model::bench::CHECK_TRANSCRIPT
+        .iter()
+        .map(|(r, c)| TemplateMessage {
+            role: (*r).into(),
+            content: (*c).into(),
+        })
+        .collect();
+    let ids = model.tokenizer().encode_chat(&messages).unwrap();
+    let sequences = vec![CheckSequence {
+        prompt_len: ids.len() / 2,
+        ids,
+    }];
+    let exact = f32_logits(&path, &sequences).unwrap();
+    let ours = compare(
+        &sequences,
+        &exact,
+        &quantized_logits(&path, &sequences).unwrap(),
+    )
+    .unwrap();
+    GGML_F16_SCALES.store(true, Ordering::Relaxed);
+    let ggml = quantized_logits(&path, &sequences);
+    GGML_F16_SCALES.store(false, Ordering::Relaxed);
+    let ggml = compare(&sequences, &exact, &ggml.unwrap()).unwrap();
+    eprintln!("f32 activation scales (ours):\n{ours}\nf16 activation scales (ggml's):\n{ggml}");
+    // The same positions all decoded one token at a time (split as above):
+    // are the prompt positions harder, or is the prefill path worse?
+    let one_by_one = vec![CheckSequence {
+        prompt_len: 1,
+        ids: sequences[0].ids.clone(),
+    }];
+    let decoded = quantized_logits(&path, &one_by_one).unwrap();
+    let decoded = compare(&sequences, &exact, &decoded).unwrap();
+    eprintln!("every position decoded one at a time (rows split as above):\n{decoded}");
+}
