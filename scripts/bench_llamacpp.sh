@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Sampling tokens/s of `endless bench sample` (candle) beside llama.cpp on the
-# same GGUF file, prompt tokens, greedy decoding and thread count.
+# same GGUF file, prompt tokens, greedy decoding and thread count, and how close
+# each engine is to the exact computation: teacher-forced on the sequences of
+# `endless bench sample --check` (a few hundred positions), each engine's
+# next-token distribution against the f32 dequantised model's (top-1 agreement,
+# mean KL), prompt run at once and the rest fed one token at a time in both.
 #
 #   scripts/bench_llamacpp.sh [TOKENS]     (default 128)
 #
@@ -38,16 +42,17 @@ fi
 
 echo "== candle: endless bench sample --n $TOKENS ($THREADS threads)" >&2
 RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
-    > "$OUT/candle.json"
+    --check --dump "$OUT/check" > "$OUT/candle.json"
 
 echo "== llama.cpp: same prompt tokens, greedy, $THREADS threads" >&2
-"$VENV/bin/python" - "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" > "$OUT/llamacpp.json" <<'PY'
-import json, sys, time
+"$VENV/bin/python" - "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" "$OUT/check" > "$OUT/llamacpp.json" <<'PY'
+import json, os, sys, time
 import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
 gguf, candle_json, threads, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+check_dir = sys.argv[5]
 prompt = json.load(open(candle_json))["prompt_ids"]
 llm = Llama(model_path=gguf, n_ctx=2048, n_batch=512, n_threads=threads,
             n_threads_batch=threads, logits_all=False, verbose=False)
@@ -80,7 +85,43 @@ for _ in range(2):
     elif pre < best[0]:
         best = (pre, best[1], best[2])
 pre, dec, out = best
+
+def agreement():
+    """llama.cpp's next-token distributions against the f32 model's, teacher-forced
+    on the sequences endless checked (prompt at once, then one token at a time)."""
+    meta = json.load(open(os.path.join(check_dir, "check.json")))
+    vocab = meta["vocab"]
+    exact_all = np.fromfile(os.path.join(check_dir, "f32_logits.bin"), dtype="<f4")
+    forced = Llama(model_path=gguf, n_ctx=2048, n_batch=512, n_threads=threads,
+                   n_threads_batch=threads, logits_all=True, verbose=False)
+    start, agree, kls, kinds = 0, [], [], []
+    for seq in meta["sequences"]:
+        ids, p = seq["ids"], seq["prompt_len"]
+        n = len(ids) - 1
+        exact = exact_all[start * vocab:(start + n) * vocab].reshape(n, vocab)
+        start += n
+        forced.reset()
+        forced.eval(ids[:p])
+        for tok in ids[p:n]:
+            forced.eval([tok])
+        ours = np.array(forced.scores[:n, :vocab], dtype=np.float64)
+        for i in range(n):
+            e = exact[i].astype(np.float64)
+            le = e - e.max(); le -= np.log(np.exp(le).sum())
+            lq = ours[i] - ours[i].max(); lq -= np.log(np.exp(lq).sum())
+            kls.append(float((np.exp(le) * (le - lq)).sum()))
+            agree.append(int(np.argmax(e) == np.argmax(ours[i])))
+            kinds.append("prefill" if i < p else "decode")
+    def summary(sel):
+        idx = [i for i, k in enumerate(kinds) if sel(k)]
+        return {"positions": len(idx),
+                "top1_agreement": sum(agree[i] for i in idx) / max(1, len(idx)),
+                "mean_kl": sum(kls[i] for i in idx) / max(1, len(idx))}
+    return {"all": summary(lambda k: True), "prefill": summary(lambda k: k == "prefill"),
+            "decode": summary(lambda k: k == "decode")}
+
 print(json.dumps({
+    "check": agreement(),
     "engine": "llama.cpp",
     "version": llama_cpp.__version__,
     "threads": threads,
@@ -116,4 +157,11 @@ for name, cv, lv in rows:
 print(f"greedy tokens equal for the first {same} of {len(l['output_ids'])} "
       "(quantized arithmetic differs slightly between the engines)")
 print("(the batched row compares candle's batch against llama.cpp at batch 1)")
+cc, lc = c["check"], l["check"]
+print(f"against the f32 dequantised model, teacher-forced on {cc['all']['positions']} positions:")
+print(f"{'':40} {'candle':>10} {'llama.cpp':>10}")
+for part in ("all", "prefill", "decode"):
+    print(f"{'top-1 agreement, ' + part:40} {cc[part]['top1_agreement'] * 100:9.2f}% "
+          f"{lc[part]['top1_agreement'] * 100:9.2f}%")
+    print(f"{'mean KL (nats), ' + part:40} {cc[part]['mean_kl']:10.5f} {lc[part]['mean_kl']:10.5f}")
 PY

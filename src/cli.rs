@@ -277,6 +277,10 @@ pub struct RunArgs {
     pub policy: String,
     #[arg(long)]
     pub max_turns: Option<u32>,
+    /// Agent protocol profile: `endless` (ours) or `reference` (the
+    /// reference implementation's switches); default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -295,6 +299,10 @@ pub struct EvalArgs {
     pub max_turns: Option<u32>,
     #[arg(long)]
     pub concurrency: Option<usize>,
+    /// Agent protocol profile: `endless` (ours) or `reference` (the
+    /// reference implementation's switches); default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -333,6 +341,10 @@ pub struct ServeArgs {
     /// server start). Clients may name their own with `"run"`.
     #[arg(long)]
     pub run: Option<String>,
+    /// Agent protocol profile of sessions that name none in their
+    /// `"protocol"` field: `endless` or `reference`; default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
 }
 
 /// `endless train`
@@ -455,6 +467,10 @@ pub struct TrainArgs {
     /// existing run there resumes from its last good checkpoint.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Agent protocol profile: `endless` (ours) or `reference` (the
+    /// reference implementation's switches); default: `[agent] protocol`.
+    #[arg(long, value_name = "PROFILE")]
+    pub protocol: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -490,6 +506,13 @@ pub struct BenchArgs {
     /// default SmolLM2-135M-Instruct Q4_1, fetched into the cache if needed.
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
+    /// `bench sample`: also compare, teacher-forced on fixed token sequences
+    /// (a few hundred positions), the quantized runner's next-token
+    /// distribution with the f32 dequantised model's (top-1 agreement, KL);
+    /// with `--dump DIR`, write the sequences and the f32 logits there (for
+    /// `scripts/bench_llamacpp.sh`).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Model size of `endless bench ppo`.

@@ -42,6 +42,14 @@ pub struct AgentConfig {
     pub max_turns: u32,
     pub train_max_turns: u32,
     pub command_timeout_sec: f64,
+    /// The protocol profile: `endless` (ours) or `reference` (the
+    /// reference implementation's switches; `--protocol` overrides it).
+    pub protocol: String,
+    /// Which `<command>` tag runs: `first` or `last`; empty: the profile's.
+    pub command_tag: String,
+    /// A file whose text replaces the built-in system prompt; empty: ours.
+    /// Relative paths are relative to the working directory.
+    pub system_prompt_file: String,
 }
 
 /// `[llm]`

@@ -35,6 +35,7 @@ fn config() -> EpisodeConfig {
         max_turns: 8,
         command_timeout: Duration::from_secs(10),
         episode_timeout: None,
+        ..EpisodeConfig::default()
     }
 }
 

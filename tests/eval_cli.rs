@@ -201,3 +201,76 @@ fn a_missing_local_model_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/model-dir"), "{err}");
 }
+
+#[test]
+fn eval_runs_under_the_reference_protocol_and_bad_settings_are_named() {
+    let ws = tempfile::tempdir().unwrap();
+    json(&endless(
+        ws.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "1",
+            "--seed",
+            "5",
+            "--json",
+        ],
+    ));
+    let id = json(&endless(ws.path(), &["tasks", "list", "--json"]))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let report = json(&endless(
+        ws.path(),
+        &[
+            "eval",
+            "--tasks",
+            &id,
+            "--policy",
+            "oracle",
+            "--protocol",
+            "reference",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        (&report["episodes"], &report["pass_rate"]),
+        (&serde_json::json!(1), &serde_json::json!(1.0)),
+        "{report}"
+    );
+    let out = endless(
+        ws.path(),
+        &["eval", "--policy", "oracle", "--protocol", "ours"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--protocol") && err.contains("reference"),
+        "{err}"
+    );
+    let printed = json(&endless(
+        ws.path(),
+        &[
+            "train",
+            "--print-config",
+            "--json",
+            "--protocol",
+            "reference",
+        ],
+    ));
+    assert_eq!(printed["recipe"]["protocol"], "reference", "{printed}");
+    // A prompt file that cannot be read names the key and the file.
+    std::fs::write(
+        ws.path().join("endless.toml"),
+        "[agent]\nsystem_prompt_file = \"/nonexistent/prompt.txt\"\n",
+    )
+    .unwrap();
+    let out = endless(ws.path(), &["run", &id, "--policy", "oracle"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("system_prompt_file") && err.contains("/nonexistent/prompt.txt"),
+        "{err}"
+    );
+}

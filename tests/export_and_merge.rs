@@ -151,10 +151,13 @@ fn skyrl_and_jsonl_datasets_hold_the_eval_prompt_and_split_by_seed() {
         .unwrap()
         .load_task(task_id)
         .unwrap();
-    let want: Vec<Value> = endless::agent::protocol::initial_messages(&task.instruction)
-        .iter()
-        .map(|m| serde_json::to_value(m).unwrap())
-        .collect();
+    let want: Vec<Value> = endless::agent::protocol::initial_messages(
+        &endless::agent::protocol::Protocol::endless(),
+        &task.instruction,
+    )
+    .iter()
+    .map(|m| serde_json::to_value(m).unwrap())
+    .collect();
     assert_eq!(row["prompt"].as_array().unwrap(), &want);
     assert_eq!(row["prompt"][0]["role"], "system");
     assert_eq!(row["prompt"][1]["role"], "user");

@@ -294,6 +294,7 @@ async fn an_oracle_episode_over_http_earns_reward_one_and_is_recorded() {
     assert_eq!(messages[0]["role"], "system");
     assert_eq!(messages[1]["role"], "user");
     assert_eq!(opened["run_id"], "serve-oracle");
+    assert_eq!(opened["protocol"], "endless");
 
     let (s, garbled) = api
         .post(
@@ -441,6 +442,62 @@ async fn the_partial_reward_pays_nothing_for_doing_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_follow_the_servers_protocol_or_their_own() {
+    let (ws, task) = workspace();
+    let server = Served::start(ws.path(), &["--protocol", "reference"]);
+    let api = server.client();
+    let (s, opened) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(
+        (s, &opened["protocol"]),
+        (200, &json!("reference")),
+        "{opened}"
+    );
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    // The reference's nudge, and done anywhere ends before the command runs.
+    let (_, garbled) = api
+        .post(&format!("/v1/sessions/{id}/step"), json!({"reply": "hmm"}))
+        .await;
+    assert!(
+        garbled["observation"]
+            .as_str()
+            .unwrap()
+            .starts_with("Could not parse a single <command>"),
+        "{garbled}"
+    );
+    let (_, done) = api
+        .post(
+            &format!("/v1/sessions/{id}/step"),
+            json!({"reply": "<action>done</action><command>touch /tmp/x</command>"}),
+        )
+        .await;
+    assert_eq!(
+        (&done["done"], &done["observation"]),
+        (&json!(true), &json!("")),
+        "{done}"
+    );
+    let (s, ours) = api
+        .post(
+            "/v1/sessions",
+            json!({"task_id": task, "protocol": "endless"}),
+        )
+        .await;
+    assert_eq!((s, &ours["protocol"]), (200, &json!("endless")), "{ours}");
+    let id = ours["session_id"].as_str().unwrap().to_string();
+    let (_, garbled) = api
+        .post(&format!("/v1/sessions/{id}/step"), json!({"reply": "hmm"}))
+        .await;
+    assert!(
+        garbled["observation"]
+            .as_str()
+            .unwrap()
+            .contains("could not be parsed"),
+        "{garbled}"
+    );
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clean_json_errors() {
     let (ws, task) = workspace();
     {
@@ -505,6 +562,14 @@ async fn bad_requests_get_clean_json_errors() {
         api.post("/v1/sessions", json!({"task_id": task, "run": "../x"}))
             .await,
         400,
+    );
+    let (s, body) = api
+        .post("/v1/sessions", json!({"task_id": task, "protocol": "ours"}))
+        .await;
+    expect("unknown protocol", (s, body.clone()), 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("protocol"),
+        "{body}"
     );
     expect("unknown route", api.get("/v2/nothing").await, 404);
     expect(

@@ -87,10 +87,13 @@ class Client:
         return self._call("GET", path)
 
     def open(self, task_id: str, max_turns: Optional[int] = None, seed: Optional[int] = None,
-             run: Optional[str] = None, policy: Optional[str] = None) -> Session:
-        """`POST /v1/sessions`: a fresh environment of `task_id`."""
+             run: Optional[str] = None, policy: Optional[str] = None,
+             protocol: Optional[str] = None) -> Session:
+        """`POST /v1/sessions`: a fresh environment of `task_id` (`protocol`:
+        `endless` or `reference`; default the server's `--protocol`)."""
         body: Dict[str, Any] = {"task_id": task_id}
-        for key, value in (("max_turns", max_turns), ("seed", seed), ("run", run), ("policy", policy)):
+        for key, value in (("max_turns", max_turns), ("seed", seed), ("run", run), ("policy", policy),
+                           ("protocol", protocol)):
             if value is not None:
                 body[key] = value
         r = self._call("POST", "/v1/sessions", body)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::policy::Policy;
-use super::protocol::{self, Action, CORRECTIVE_MESSAGE};
+use super::protocol::{self, Action, Protocol};
 use super::terminal::{Fault, Terminal};
 use crate::llm::{ChatMessage, TokenUsage};
 use crate::task::Task;
@@ -20,6 +20,8 @@ pub struct EpisodeConfig {
     pub command_timeout: Duration,
     /// Wall-clock limit of the whole episode (`None`: no limit).
     pub episode_timeout: Option<Duration>,
+    /// The protocol's switches and texts (`endless` or `reference`).
+    pub protocol: Protocol,
 }
 
 impl Default for EpisodeConfig {
@@ -28,6 +30,7 @@ impl Default for EpisodeConfig {
             max_turns: protocol::EVAL_MAX_TURNS,
             command_timeout: Duration::from_secs(60),
             episode_timeout: None,
+            protocol: Protocol::endless(),
         }
     }
 }
@@ -42,7 +45,14 @@ impl EpisodeConfig {
             command_timeout,
             episode_timeout: (secs.is_finite() && secs > 0.0)
                 .then(|| Duration::from_secs_f64(secs)),
+            protocol: Protocol::endless(),
         }
+    }
+
+    /// The same limits under `protocol`.
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
     }
 }
 
@@ -244,7 +254,7 @@ impl EpisodeStepper {
             },
             ended: false,
         };
-        for message in protocol::initial_messages(instruction) {
+        for message in protocol::initial_messages(&config.protocol, instruction) {
             stepper.push(message, observer);
         }
         stepper.check_limits();
@@ -319,8 +329,12 @@ impl EpisodeStepper {
     }
 
     /// Apply the policy's reply `text` (which cost `usage` and took
-    /// `policy_secs`): parse it, run its command on `terminal`, and add the
-    /// observation. A step after the end changes nothing and says done.
+    /// `policy_secs`): parse it under the episode's [`Protocol`], run its
+    /// command on `terminal`, and add the observation. A reply with a
+    /// command and a done action after it (`endless` profile) runs the
+    /// command, adds its observation, then ends the episode as done; under
+    /// the `reference` profile such a reply ends it without running
+    /// anything. A step after the end changes nothing and says done.
     pub fn step(
         &mut self,
         text: &str,
@@ -340,7 +354,7 @@ impl EpisodeStepper {
         t.policy_secs += policy_secs;
         t.tokens.add(usage);
         self.push(ChatMessage::assistant(text.to_string()), observer);
-        let parsed = protocol::parse_reply(text);
+        let parsed = self.config.protocol.parse_reply(text);
         let mut step = Step {
             think: parsed.think,
             reply: text.to_string(),
@@ -349,6 +363,7 @@ impl EpisodeStepper {
             ..Step::new(turn, StepKind::Malformed)
         };
         let mut observation = String::new();
+        let then_done = matches!(parsed.action, Action::CommandThenDone(_));
         match parsed.action {
             Action::Done => {
                 step.kind = StepKind::Done;
@@ -360,10 +375,10 @@ impl EpisodeStepper {
                 step.error = Some(reason);
                 observer.on_step(&step);
                 self.trajectory.steps.push(step);
-                observation = CORRECTIVE_MESSAGE.to_string();
-                self.push(ChatMessage::user(CORRECTIVE_MESSAGE), observer);
+                observation = self.config.protocol.corrective_message.clone();
+                self.push(ChatMessage::user(observation.clone()), observer);
             }
-            Action::Command(cmd) => {
+            Action::Command(cmd) | Action::CommandThenDone(cmd) => {
                 step.kind = StepKind::Command;
                 let mut timeout = self.config.command_timeout;
                 let mut cut_by_deadline = false;
@@ -381,16 +396,19 @@ impl EpisodeStepper {
                 step.command = Some(cmd);
                 match result {
                     Ok(r) => {
-                        observation = protocol::format_observation(&r, timeout.as_secs_f64());
+                        let protocol = &self.config.protocol;
+                        observation = protocol.format_observation(&r, timeout.as_secs_f64());
                         step.exit_code = r.exit_code;
                         step.timed_out = r.timed_out;
                         step.output =
-                            protocol::truncate_output(&r.output, protocol::MAX_OBSERVATION_CHARS);
+                            protocol.truncate_output(&r.output, protocol::MAX_OBSERVATION_CHARS);
                         observer.on_step(&step);
                         self.trajectory.steps.push(step);
                         self.push(ChatMessage::user(observation.clone()), observer);
                         if r.timed_out && cut_by_deadline {
                             self.end(EndReason::Timeout, None);
+                        } else if then_done {
+                            self.end(EndReason::Done, None);
                         }
                     }
                     Err(e) => {
@@ -506,5 +524,115 @@ mod tests {
                 serde_json::json!(e.as_str())
             );
         }
+    }
+
+    /// Runs commands by name: `fail` exits 3 with output `boom`; every
+    /// command it ran is kept.
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+
+    impl Terminal for Recorder {
+        fn exec(&mut self, command: &str, _: Duration) -> Result<ExecResult, TerminalError> {
+            self.0.push(command.to_string());
+            let failed = command == "fail";
+            Ok(ExecResult {
+                output: if failed { "boom".into() } else { "ok".into() },
+                exit_code: Some(if failed { 3 } else { 0 }),
+                timed_out: false,
+                truncated: false,
+                duration: Duration::ZERO,
+            })
+        }
+    }
+
+    /// Play `replies` (raw model text) under `protocol`: the trajectory and
+    /// the commands that ran.
+    fn play(protocol: &Protocol, replies: &[&str]) -> (Trajectory, Vec<String>) {
+        let config = EpisodeConfig::default().with_protocol(protocol.clone());
+        let mut term = Recorder::default();
+        let mut episode = EpisodeStepper::start("task", &config, &mut NoObserver);
+        for reply in replies {
+            if episode.is_done() {
+                break;
+            }
+            episode.step(
+                reply,
+                TokenUsage::default(),
+                0.0,
+                &mut term,
+                &mut NoObserver,
+            );
+        }
+        (episode.finish(), term.0)
+    }
+
+    #[test]
+    fn done_with_a_command_under_each_profile() {
+        let replies = [
+            "<command>touch x</command><action>done</action>",
+            "<command>ls</command>",
+        ];
+        let (t, ran) = play(&Protocol::endless(), &replies);
+        assert_eq!(ran, vec!["touch x"]);
+        assert_eq!((t.end_reason, t.turns()), (EndReason::Done, 1));
+        assert_eq!(t.steps[0].kind, StepKind::Command);
+        // the observation of the command is still in the conversation
+        assert!(t
+            .messages
+            .last()
+            .is_some_and(|m| m.content.contains("(exit_code=0)")));
+        let (t, ran) = play(&Protocol::reference(), &replies);
+        assert!(ran.is_empty());
+        assert_eq!((t.end_reason, t.turns()), (EndReason::Done, 1));
+        assert_eq!(t.steps[0].kind, StepKind::Done);
+    }
+
+    #[test]
+    fn two_commands_under_each_profile() {
+        let replies = [
+            "<command>echo a</command><command>echo b</command>",
+            "<action>done</action>",
+        ];
+        for (protocol, expect) in [
+            (Protocol::endless(), "echo b"),
+            (Protocol::reference(), "echo b"),
+            (
+                Protocol::reference().with_command_tag(protocol::CommandTag::First),
+                "echo a",
+            ),
+        ] {
+            let (t, ran) = play(&protocol, &replies);
+            assert_eq!(ran, vec![expect], "{}", protocol.describe());
+            assert_eq!(t.end_reason, EndReason::Done);
+        }
+    }
+
+    #[test]
+    fn a_failing_command_and_a_malformed_reply_under_each_profile() {
+        let replies = [
+            "<command>fail</command>",
+            "what now?",
+            "<action>done</action>",
+        ];
+        let (t, _) = play(&Protocol::endless(), &replies);
+        assert_eq!(t.messages[0].content, protocol::SYSTEM_PROMPT);
+        assert_eq!(
+            t.messages[3].content,
+            "Command failed. Output: boom\n\n(exit_code=3)"
+        );
+        assert_eq!(t.messages[5].content, protocol::CORRECTIVE_MESSAGE);
+        assert_eq!(t.steps[0].exit_code, Some(3));
+        let (t, _) = play(&Protocol::reference(), &replies);
+        assert_eq!(
+            t.messages[3].content,
+            "Command failed. Output: boom\n\n(exit_code=1)"
+        );
+        assert_eq!(
+            t.messages[5].content,
+            protocol::REFERENCE_CORRECTIVE_MESSAGE
+        );
+        // the step keeps the real code for reports
+        assert_eq!(t.steps[0].exit_code, Some(3));
+        assert_eq!(t.end_reason, EndReason::Done);
     }
 }

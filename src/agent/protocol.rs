@@ -1,8 +1,33 @@
 //! The paper's minimal agent protocol: the system prompt, parsing of the
-//! model's reply into an action, and the wording of observations.
+//! model's reply into an action, and the wording of observations, in two
+//! profiles ([`Protocol`]) that differ only where the reference
+//! implementation (github.com/kanishkg/endless-terminals) and this project
+//! differ:
 //!
-//! Observations use the reference implementation's wording so that models
-//! trained on either side work on both.
+//! | switch | `endless` (ours) | `reference` |
+//! |---|---|---|
+//! | done and a command in one reply | the command runs, then the episode ends | the episode ends, the command does not run |
+//! | several `<command>` tags | the last one runs | the last one runs (`command_tag = "first"` for checkpoints trained before the reference switched) |
+//! | exit code in the observation | the real code (`timeout`, `unknown`) | `0` or `1` |
+//! | malformed-reply nudge | [`CORRECTIVE_MESSAGE`] | [`REFERENCE_CORRECTIVE_MESSAGE`] |
+//! | truncation note | `[output truncated: showing the first N of M characters]` | `[Output truncated: showing first N of N characters]` |
+//!
+//! What the `reference` profile reproduces was read in the reference's code:
+//! `generator/sample_solutions.py` (`_extract_action`: `DONE_RE` is searched
+//! before `CMD_RE`, and `matches[-1]` is taken, with a comment that models
+//! trained with an older version used the first match; the stage-4 sampler's
+//! observation and nudge texts; `exit_code={0 if success else 1}`) and
+//! `train/sky_endless.py` (the training environment: the same parser, the
+//! same observation with `exit_code` 0 or 1, a timed-out command reported as
+//! failed with the output `Command timed out after {timeout}s`, and the
+//! truncation note computed after the cut, so it always reads "of N" with N
+//! the limit). The system prompt is never copied from the reference: both
+//! profiles ship ours, and `system_prompt_file` (`[agent]`) runs a model
+//! with the exact prompt it was trained on.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 use crate::sandbox::ExecResult;
 
@@ -17,14 +42,334 @@ pub const TRAIN_MAX_TURNS: u32 = 16;
 /// Default turn limit in evaluation (the paper's 64).
 pub const EVAL_MAX_TURNS: u32 = 64;
 
-/// The user message sent when a reply has neither a command nor `done`.
+/// The user message sent when a reply has neither a command nor `done`
+/// (the `endless` profile).
 pub const CORRECTIVE_MESSAGE: &str = "Your response could not be parsed. First reason inside <think></think> tags, then give exactly one shell command inside <command></command> tags, or <action>done</action> if the task is complete.";
+
+/// The reference's nudge after a reply it cannot parse (the `reference`
+/// profile), as `generator/sample_solutions.py` and `train/sky_endless.py`
+/// send it.
+pub const REFERENCE_CORRECTIVE_MESSAGE: &str = "Could not parse a single <command>...</command> or <action>done</action>. Please respond with exactly one of those.";
+
+/// A named set of protocol switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// This project's protocol.
+    #[default]
+    Endless,
+    /// The reference implementation's training environment and stage-4
+    /// sampler.
+    Reference,
+}
+
+impl Profile {
+    /// The profile's name (`endless`, `reference`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Endless => "endless",
+            Profile::Reference => "reference",
+        }
+    }
+
+    /// Parse a profile name; the error lists the known ones.
+    pub fn parse(name: &str) -> Result<Profile, ProtocolError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "endless" => Ok(Profile::Endless),
+            "reference" => Ok(Profile::Reference),
+            _ => Err(ProtocolError::UnknownProfile(name.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which `<command>` tag of a reply runs when there are several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandTag {
+    First,
+    Last,
+}
+
+impl CommandTag {
+    /// Parse `first` or `last`.
+    pub fn parse(name: &str) -> Result<CommandTag, ProtocolError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "first" => Ok(CommandTag::First),
+            "last" => Ok(CommandTag::Last),
+            _ => Err(ProtocolError::UnknownCommandTag(name.to_string())),
+        }
+    }
+
+    /// `first` or `last`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandTag::First => "first",
+            CommandTag::Last => "last",
+        }
+    }
+}
+
+/// The wording of the note after cut output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TruncationNote {
+    /// `\n\n[output truncated: showing the first N of M characters]`, with
+    /// M the real length.
+    Endless,
+    /// `\n[Output truncated: showing first N of N characters]`: the
+    /// reference measures the output after cutting it.
+    Reference,
+}
+
+/// Why a protocol could not be set up. Callers add the flag or key.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("unknown protocol profile {0:?} (expected \"endless\" or \"reference\")")]
+    UnknownProfile(String),
+    #[error("unknown command tag choice {0:?} (expected \"first\" or \"last\")")]
+    UnknownCommandTag(String),
+    #[error("cannot read system prompt file {path}: {source}")]
+    PromptFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("system prompt file {0} is empty")]
+    EmptyPromptFile(PathBuf),
+}
+
+/// The protocol an episode follows: one implementation, with the switches
+/// in which the two [`Profile`]s differ (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Protocol {
+    /// The profile the switches started from.
+    pub profile: Profile,
+    /// `true`: a done action anywhere in a reply ends the episode before
+    /// any command of that reply runs (reference). `false`: a done action
+    /// after the command lets the command run, then ends the episode.
+    pub done_anywhere: bool,
+    /// Which `<command>` tag runs.
+    pub command_tag: CommandTag,
+    /// Report the exit code as `0` (success) or `1` (anything else,
+    /// timeouts included) instead of the real code.
+    pub binary_exit_code: bool,
+    /// The user message after a reply with neither a command nor done.
+    pub corrective_message: String,
+    /// How cut output is marked.
+    pub truncation_note: TruncationNote,
+    /// The system message of every episode.
+    #[serde(skip)]
+    pub system_prompt: String,
+    /// Where `system_prompt` was read from (`None`: ours, built in).
+    pub system_prompt_file: Option<PathBuf>,
+}
+
+impl Default for Protocol {
+    fn default() -> Self {
+        Protocol::endless()
+    }
+}
+
+impl Protocol {
+    /// This project's protocol.
+    pub fn endless() -> Self {
+        Protocol {
+            profile: Profile::Endless,
+            done_anywhere: false,
+            command_tag: CommandTag::Last,
+            binary_exit_code: false,
+            corrective_message: CORRECTIVE_MESSAGE.to_string(),
+            truncation_note: TruncationNote::Endless,
+            system_prompt: SYSTEM_PROMPT.to_string(),
+            system_prompt_file: None,
+        }
+    }
+
+    /// The reference's protocol (with our system prompt; see
+    /// [`Protocol::with_system_prompt_file`]).
+    pub fn reference() -> Self {
+        Protocol {
+            profile: Profile::Reference,
+            done_anywhere: true,
+            command_tag: CommandTag::Last,
+            binary_exit_code: true,
+            corrective_message: REFERENCE_CORRECTIVE_MESSAGE.to_string(),
+            truncation_note: TruncationNote::Reference,
+            system_prompt: SYSTEM_PROMPT.to_string(),
+            system_prompt_file: None,
+        }
+    }
+
+    /// The switches of `profile`.
+    pub fn of(profile: Profile) -> Self {
+        match profile {
+            Profile::Endless => Protocol::endless(),
+            Profile::Reference => Protocol::reference(),
+        }
+    }
+
+    /// The switches of the profile named `name`.
+    pub fn named(name: &str) -> Result<Self, ProtocolError> {
+        Profile::parse(name).map(Protocol::of)
+    }
+
+    /// The switches of `profile`, keeping this protocol's system prompt
+    /// (a server's `system_prompt_file` applies to every session's profile).
+    pub fn with_profile(&self, profile: Profile) -> Self {
+        Protocol {
+            system_prompt: self.system_prompt.clone(),
+            system_prompt_file: self.system_prompt_file.clone(),
+            ..Protocol::of(profile)
+        }
+    }
+
+    /// Run the `first` or `last` command tag of a reply.
+    pub fn with_command_tag(mut self, tag: CommandTag) -> Self {
+        self.command_tag = tag;
+        self
+    }
+
+    /// Use the system prompt in `path` (read now, whole, trailing
+    /// whitespace trimmed): for running a model with the exact prompt it
+    /// was trained on.
+    pub fn with_system_prompt_file(mut self, path: &Path) -> Result<Self, ProtocolError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProtocolError::PromptFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let text = text.trim_end();
+        if text.trim().is_empty() {
+            return Err(ProtocolError::EmptyPromptFile(path.to_path_buf()));
+        }
+        self.system_prompt = text.to_string();
+        self.system_prompt_file = Some(path.to_path_buf());
+        Ok(self)
+    }
+
+    /// A one-line description: the profile, and the prompt file if any.
+    pub fn describe(&self) -> String {
+        let mut s = self.profile.as_str().to_string();
+        if self.command_tag != Protocol::of(self.profile).command_tag {
+            s.push_str(&format!(", {} command tag", self.command_tag.as_str()));
+        }
+        if let Some(p) = &self.system_prompt_file {
+            s.push_str(&format!(", system prompt from {}", p.display()));
+        }
+        s
+    }
+
+    /// Parse a model reply under this protocol's switches.
+    ///
+    /// `<command>done</command>` and `<action>done</action>` mean done.
+    /// With `done_anywhere`, a done action anywhere wins over every command
+    /// (the reference searches `DONE_RE` first). Otherwise a done action
+    /// after the chosen command makes it [`Action::CommandThenDone`], and one
+    /// before it is ignored.
+    pub fn parse_reply(&self, text: &str) -> ParsedReply {
+        let think =
+            pick_tag(text, "think", CommandTag::Last).map(|(_, body)| body.trim().to_string());
+        let command = pick_tag(text, "command", self.command_tag);
+        let done = all_tags(text, "action")
+            .into_iter()
+            .filter(|(_, body)| body.trim().eq_ignore_ascii_case("done"))
+            .map(|(pos, _)| pos)
+            .next_back();
+        if self.done_anywhere && done.is_some() {
+            return ParsedReply {
+                think,
+                action: Action::Done,
+            };
+        }
+        let action = match (command, done) {
+            (Some((cpos, body)), done) => {
+                let cmd = body.trim();
+                if cmd.eq_ignore_ascii_case("done") {
+                    Action::Done
+                } else if cmd.is_empty() {
+                    Action::Malformed("the <command> tag is empty".into())
+                } else if done.is_some_and(|d| d > cpos) {
+                    Action::CommandThenDone(cmd.to_string())
+                } else {
+                    Action::Command(cmd.to_string())
+                }
+            }
+            (None, Some(_)) => Action::Done,
+            (None, None) => {
+                if text.trim().is_empty() {
+                    Action::Malformed("the reply is empty".into())
+                } else if text.contains("<command>") {
+                    Action::Malformed("a <command> tag is not closed".into())
+                } else {
+                    Action::Malformed("no <command> or <action>done</action> tag".into())
+                }
+            }
+        };
+        ParsedReply { think, action }
+    }
+
+    /// Cut `output` to `max` characters, with this protocol's note.
+    pub fn truncate_output(&self, output: &str, max: usize) -> String {
+        let total = output.chars().count();
+        if total <= max {
+            return output.to_string();
+        }
+        let kept: String = output.chars().take(max).collect();
+        match self.truncation_note {
+            TruncationNote::Endless => format!(
+                "{kept}\n\n[output truncated: showing the first {max} of {total} characters]"
+            ),
+            TruncationNote::Reference => {
+                format!("{kept}\n[Output truncated: showing first {max} of {max} characters]")
+            }
+        }
+    }
+
+    /// The observation for a finished command.
+    pub fn format_observation(&self, result: &ExecResult, timeout_secs: f64) -> String {
+        if self.binary_exit_code {
+            // train/sky_endless.py: a timeout is a failure whose output is
+            // the timeout message; every other failure is exit code 1.
+            let output = if result.timed_out {
+                format!("Command timed out after {timeout_secs}s")
+            } else {
+                self.truncate_output(&result.output, MAX_OBSERVATION_CHARS)
+            };
+            return match (result.timed_out, result.exit_code) {
+                (false, Some(0)) => {
+                    format!("Command executed successfully. Output: {output}\n\n(exit_code=0)")
+                }
+                _ => format!("Command failed. Output: {output}\n\n(exit_code=1)"),
+            };
+        }
+        let output = self.truncate_output(&result.output, MAX_OBSERVATION_CHARS);
+        if result.timed_out {
+            return format!(
+                "Command timed out after {timeout_secs} seconds and was interrupted. Output: {output}\n\n(exit_code=timeout)"
+            );
+        }
+        match result.exit_code {
+            Some(0) => format!("Command executed successfully. Output: {output}\n\n(exit_code=0)"),
+            Some(code) => format!("Command failed. Output: {output}\n\n(exit_code={code})"),
+            None => {
+                format!("Command failed: the shell ended. Output: {output}\n\n(exit_code=unknown)")
+            }
+        }
+    }
+}
 
 /// What the model asked for in one reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Run this shell command.
     Command(String),
+    /// Run this shell command, then end the episode: the reply also said
+    /// done, after the command (the `endless` profile only).
+    CommandThenDone(String),
     /// The agent says the task is complete.
     Done,
     /// Neither a command nor done; `reason` says what was wrong.
@@ -43,94 +388,60 @@ pub fn initial_user_message(instruction: &str) -> String {
     instruction.trim().to_string()
 }
 
-/// The prompt every episode starts from: the system message and the task's
-/// instruction as the first user message. `endless eval`, `endless serve`
-/// and the exported datasets all give a policy exactly these.
-pub fn initial_messages(instruction: &str) -> Vec<crate::llm::ChatMessage> {
+/// The prompt every episode starts from: the profile's system message and
+/// the task's instruction as the first user message. `endless eval`,
+/// `endless serve` and the exported datasets all give a policy exactly these.
+pub fn initial_messages(protocol: &Protocol, instruction: &str) -> Vec<crate::llm::ChatMessage> {
     vec![
-        crate::llm::ChatMessage::system(SYSTEM_PROMPT),
+        crate::llm::ChatMessage::system(protocol.system_prompt.clone()),
         crate::llm::ChatMessage::user(initial_user_message(instruction)),
     ]
 }
 
-/// Parse a model reply. The LAST `<command>` tag wins; `<command>done</command>`
-/// and `<action>done</action>` mean done. A done action after the last
-/// command also means done.
+/// Parse a model reply under the `endless` profile (see
+/// [`Protocol::parse_reply`]).
 pub fn parse_reply(text: &str) -> ParsedReply {
-    let think = last_tag(text, "think").map(|(_, body)| body.trim().to_string());
-    let command = last_tag(text, "command");
-    let done =
-        last_tag(text, "action").filter(|(_, body)| body.trim().eq_ignore_ascii_case("done"));
-    let action = match (command, done) {
-        (Some((cpos, _)), Some((dpos, _))) if dpos > cpos => Action::Done,
-        (Some((_, body)), _) => {
-            let cmd = body.trim();
-            if cmd.eq_ignore_ascii_case("done") {
-                Action::Done
-            } else if cmd.is_empty() {
-                Action::Malformed("the <command> tag is empty".into())
-            } else {
-                Action::Command(cmd.to_string())
-            }
-        }
-        (None, Some(_)) => Action::Done,
-        (None, None) => {
-            if text.trim().is_empty() {
-                Action::Malformed("the reply is empty".into())
-            } else if text.contains("<command>") {
-                Action::Malformed("a <command> tag is not closed".into())
-            } else {
-                Action::Malformed("no <command> or <action>done</action> tag".into())
-            }
-        }
-    };
-    ParsedReply { think, action }
+    Protocol::endless().parse_reply(text)
 }
 
-/// The last complete `<tag>...</tag>` in `text`: its start offset and body.
-/// Tolerates the body itself spanning lines.
-fn last_tag<'a>(text: &'a str, tag: &str) -> Option<(usize, &'a str)> {
+/// Every complete `<tag>...</tag>` in `text`: start offsets and bodies.
+/// Tolerates bodies spanning lines.
+fn all_tags<'a>(text: &'a str, tag: &str) -> Vec<(usize, &'a str)> {
     let open = format!("<{tag}>");
     let close = format!("</{tag}>");
-    let mut best = None;
+    let mut found = Vec::new();
     let mut from = 0;
     while let Some(rel) = text[from..].find(&open) {
         let start = from + rel;
         let body_start = start + open.len();
         match text[body_start..].find(&close) {
             Some(end) => {
-                best = Some((start, &text[body_start..body_start + end]));
+                found.push((start, &text[body_start..body_start + end]));
                 from = body_start + end + close.len();
             }
             None => break,
         }
     }
-    best
+    found
 }
 
-/// Cut `output` to `max` characters, with a note saying how much was dropped.
+/// The first or last complete `<tag>...</tag>` in `text`.
+fn pick_tag<'a>(text: &'a str, tag: &str, which: CommandTag) -> Option<(usize, &'a str)> {
+    let tags = all_tags(text, tag);
+    match which {
+        CommandTag::First => tags.first().copied(),
+        CommandTag::Last => tags.last().copied(),
+    }
+}
+
+/// Cut `output` to `max` characters, with the `endless` profile's note.
 pub fn truncate_output(output: &str, max: usize) -> String {
-    let total = output.chars().count();
-    if total <= max {
-        return output.to_string();
-    }
-    let kept: String = output.chars().take(max).collect();
-    format!("{kept}\n\n[output truncated: showing the first {max} of {total} characters]")
+    Protocol::endless().truncate_output(output, max)
 }
 
-/// The observation for a finished command, in the reference's wording.
+/// The observation for a finished command, under the `endless` profile.
 pub fn format_observation(result: &ExecResult, timeout_secs: f64) -> String {
-    let output = truncate_output(&result.output, MAX_OBSERVATION_CHARS);
-    if result.timed_out {
-        return format!(
-            "Command timed out after {timeout_secs} seconds and was interrupted. Output: {output}\n\n(exit_code=timeout)"
-        );
-    }
-    match result.exit_code {
-        Some(0) => format!("Command executed successfully. Output: {output}\n\n(exit_code=0)"),
-        Some(code) => format!("Command failed. Output: {output}\n\n(exit_code={code})"),
-        None => format!("Command failed: the shell ended. Output: {output}\n\n(exit_code=unknown)"),
-    }
+    Protocol::endless().format_observation(result, timeout_secs)
 }
 
 #[cfg(test)]
@@ -167,7 +478,7 @@ mod tests {
         );
         assert_eq!(
             parse_reply("<command>ls</command><action>done</action>").action,
-            Action::Done
+            Action::CommandThenDone("ls".into())
         );
         assert_eq!(
             parse_reply("<action>done</action><command>ls</command>").action,
@@ -218,5 +529,128 @@ mod tests {
         let t = truncate_output(&long, MAX_OBSERVATION_CHARS);
         assert!(t.contains("[output truncated: showing the first 50000 of 60000 characters]"));
         assert_eq!(truncate_output("ab", 5), "ab");
+    }
+
+    /// The same replies under both profiles.
+    #[test]
+    fn profiles_parse_the_same_replies_their_own_way() {
+        let ours = Protocol::endless();
+        let reference = Protocol::reference();
+        let done_with_command =
+            "<think>ok</think><command>touch /tmp/x</command><action>done</action>";
+        assert_eq!(
+            ours.parse_reply(done_with_command).action,
+            Action::CommandThenDone("touch /tmp/x".into())
+        );
+        assert_eq!(
+            reference.parse_reply(done_with_command).action,
+            Action::Done
+        );
+        // done before the command: ignored by ours, final for the reference
+        let done_first = "<action>done</action><command>ls</command>";
+        assert_eq!(
+            ours.parse_reply(done_first).action,
+            Action::Command("ls".into())
+        );
+        assert_eq!(reference.parse_reply(done_first).action, Action::Done);
+        let two = "<command>ls</command> or <command>pwd</command>";
+        assert_eq!(ours.parse_reply(two).action, Action::Command("pwd".into()));
+        assert_eq!(
+            reference.parse_reply(two).action,
+            Action::Command("pwd".into())
+        );
+        let first = Protocol::reference().with_command_tag(CommandTag::First);
+        assert_eq!(first.parse_reply(two).action, Action::Command("ls".into()));
+        for p in [&ours, &reference] {
+            assert!(matches!(
+                p.parse_reply("hello").action,
+                Action::Malformed(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn profiles_word_a_failing_command_their_own_way() {
+        let failed = exec("no such file\n", Some(2), false);
+        assert_eq!(
+            Protocol::endless().format_observation(&failed, 60.0),
+            "Command failed. Output: no such file\n\n\n(exit_code=2)"
+        );
+        assert_eq!(
+            Protocol::reference().format_observation(&failed, 60.0),
+            "Command failed. Output: no such file\n\n\n(exit_code=1)"
+        );
+        let ok = exec("hi", Some(0), false);
+        for p in [Protocol::endless(), Protocol::reference()] {
+            assert_eq!(
+                p.format_observation(&ok, 60.0),
+                "Command executed successfully. Output: hi\n\n(exit_code=0)"
+            );
+        }
+        let slow = exec("partial", None, true);
+        assert_eq!(
+            Protocol::reference().format_observation(&slow, 30.0),
+            "Command failed. Output: Command timed out after 30s\n\n(exit_code=1)"
+        );
+        let died = exec("", None, false);
+        assert!(Protocol::reference()
+            .format_observation(&died, 30.0)
+            .ends_with("(exit_code=1)"));
+    }
+
+    #[test]
+    fn profiles_note_truncation_their_own_way() {
+        let long = "x".repeat(12);
+        assert_eq!(
+            Protocol::endless().truncate_output(&long, 10),
+            format!(
+                "{}\n\n[output truncated: showing the first 10 of 12 characters]",
+                "x".repeat(10)
+            )
+        );
+        assert_eq!(
+            Protocol::reference().truncate_output(&long, 10),
+            format!(
+                "{}\n[Output truncated: showing first 10 of 10 characters]",
+                "x".repeat(10)
+            )
+        );
+        assert_ne!(
+            Protocol::endless().corrective_message,
+            Protocol::reference().corrective_message
+        );
+    }
+
+    #[test]
+    fn names_and_prompt_files() {
+        assert_eq!(
+            Protocol::named("reference").unwrap().profile,
+            Profile::Reference
+        );
+        assert_eq!(Protocol::named(" Endless ").unwrap(), Protocol::endless());
+        let e = Protocol::named("ours").unwrap_err().to_string();
+        assert!(e.contains("\"ours\"") && e.contains("reference"), "{e}");
+        assert!(CommandTag::parse("middle").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prompt.txt");
+        std::fs::write(&path, "Be a shell agent.\n\n").unwrap();
+        let p = Protocol::reference()
+            .with_system_prompt_file(&path)
+            .unwrap();
+        assert_eq!(p.system_prompt, "Be a shell agent.");
+        assert!(p.describe().contains("prompt.txt"));
+        // a session's profile keeps the server's prompt file
+        let q = p.with_profile(Profile::Endless);
+        assert_eq!(
+            (q.profile, q.system_prompt.as_str()),
+            (Profile::Endless, "Be a shell agent.")
+        );
+        let missing = dir.path().join("nope.txt");
+        let e = Protocol::endless()
+            .with_system_prompt_file(&missing)
+            .unwrap_err();
+        assert!(e.to_string().contains("nope.txt"), "{e}");
+        std::fs::write(&path, " \n").unwrap();
+        assert!(Protocol::endless().with_system_prompt_file(&path).is_err());
     }
 }

@@ -17,6 +17,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::episode::{EndReason, EpisodeConfig};
 use super::episode_io::{EpisodePaths, RolloutError, RolloutEvent, SandboxProvider};
 use super::policy::PolicyFactory;
+use super::protocol::Protocol;
 use super::recorded::{RecordedEpisode, Recording, Started};
 use super::result::{EpisodeId, EpisodeResult};
 use crate::task::Task;
@@ -41,6 +42,8 @@ pub struct RolloutConfig {
     pub retry_errors: bool,
     /// Set to stop starting new episodes (running ones finish).
     pub cancel: Option<Arc<AtomicBool>>,
+    /// The agent protocol every episode follows.
+    pub protocol: Protocol,
 }
 
 impl RolloutConfig {
@@ -55,6 +58,7 @@ impl RolloutConfig {
             record_cast: true,
             retry_errors: true,
             cancel: None,
+            protocol: Protocol::endless(),
         }
     }
 }
@@ -213,7 +217,8 @@ pub async fn run_rollouts<P: SandboxProvider>(
             summary.cancelled = true;
             break;
         }
-        let episode = EpisodeConfig::for_task(&task, config.max_turns, config.command_timeout);
+        let episode = EpisodeConfig::for_task(&task, config.max_turns, config.command_timeout)
+            .with_protocol(config.protocol.clone());
         let (provider, policy, events, record) = (
             provider.clone(),
             policy.clone(),

@@ -64,7 +64,13 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchTarget::Sample => {
-            let report = super::bench_sample::run(ctx, args.n.unwrap_or(128), args.model)?;
+            let report = super::bench_sample::run(
+                ctx,
+                args.n.unwrap_or(128),
+                args.model,
+                args.check,
+                args.dump.as_deref(),
+            )?;
             if args.json {
                 print_json(&report)?;
             } else {

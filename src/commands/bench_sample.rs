@@ -1,28 +1,92 @@
 //! `endless bench sample`: local-model sampling throughput (see
-//! [`crate::model::bench`]); `scripts/bench_llamacpp.sh` puts it beside llama.cpp.
+//! [`crate::model::bench`]), and with `--check` how close the quantized
+//! runner is to the f32 dequantised model (see [`crate::model::numerics`]);
+//! `scripts/bench_llamacpp.sh` puts both beside llama.cpp.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use candle_core::Device;
+use serde::Serialize;
 
-use crate::model::bench::{bench_sample, SampleBench};
+use crate::model::bench::{bench_sample, check_sequences, SampleBench};
+use crate::model::numerics::{check_numerics, NumericsCheck};
 use crate::model::{fetch_smollm2, LocalModel};
 use crate::workbench::Context;
 
 /// Sequences sampled together in the batched run (the samples of one task).
 pub const BATCH: usize = 16;
 
-/// Time sampling `tokens` tokens with the local engine (`model`, or the
-/// cached SmolLM2).
-pub fn run(ctx: &Context, tokens: usize, model: Option<PathBuf>) -> Result<SampleBench> {
+/// What `endless bench sample` reports: the speed figures, and with
+/// `--check` the numerics.
+#[derive(Debug, Clone, Serialize)]
+pub struct SampleReport {
+    #[serde(flatten)]
+    pub bench: SampleBench,
+    /// The quantized runner against the f32 dequantised model (`--check`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<NumericsCheck>,
+}
+
+impl std::fmt::Display for SampleReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.bench)?;
+        if let Some(c) = &self.check {
+            write!(f, "\n{}", c.to_string().trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+/// Run the benchmark on `model` (default: SmolLM2 Q4_1, fetched), and with
+/// `check` the numerics check; `dump` receives the checked sequences
+/// (`check.json`) and the f32 model's logits (`f32_logits.bin`, f32 little
+/// endian, rows of `vocab`).
+pub fn run(
+    ctx: &Context,
+    tokens: usize,
+    model: Option<PathBuf>,
+    check: bool,
+    dump: Option<&Path>,
+) -> Result<SampleReport> {
     anyhow::ensure!(tokens >= 2, "--n must be at least 2 tokens");
     let path = match model {
         Some(p) => p,
         None => fetch_smollm2(&ctx.paths.cache_dir.join("models"))
             .context("fetching SmolLM2 (pass --model FILE.gguf to use a local copy)")?,
     };
-    let mut model = LocalModel::load(&path, &Device::Cpu)
+    let mut local = LocalModel::load(&path, &Device::Cpu)
         .with_context(|| format!("loading {}", path.display()))?;
-    Ok(bench_sample(&mut model, tokens, BATCH, 2)?)
+    let bench = bench_sample(&mut local, tokens, BATCH, 2)?;
+    if !check {
+        return Ok(SampleReport { bench, check: None });
+    }
+    let sequences = check_sequences(&local, &bench)?;
+    drop(local);
+    let (report, exact) = check_numerics(&path, &sequences)
+        .with_context(|| format!("checking the numerics of {}", path.display()))?;
+    if let Some(dir) = dump {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let meta = serde_json::json!({
+            "model": path,
+            "vocab": exact.vocab,
+            "sequences": sequences,
+            "check": report,
+        });
+        let file = dir.join("check.json");
+        std::fs::write(&file, serde_json::to_vec_pretty(&meta)?)
+            .with_context(|| format!("writing {}", file.display()))?;
+        let bytes: Vec<u8> = exact
+            .logits
+            .iter()
+            .flatten()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let file = dir.join("f32_logits.bin");
+        std::fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(SampleReport {
+        bench,
+        check: Some(report),
+    })
 }

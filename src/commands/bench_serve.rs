@@ -437,6 +437,7 @@ async fn over_http(
             command_timeout,
             default_run: "serve-bench".into(),
             read_timeout: Duration::from_secs(30),
+            protocol: crate::agent::protocol::Protocol::endless(),
         },
         bind: "127.0.0.1:0".parse()?,
         max_sessions: clients,

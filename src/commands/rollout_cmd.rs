@@ -27,6 +27,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         policy: args.policy,
         task: args.task,
         max_turns: args.max_turns,
+        protocol: args.protocol.clone(),
     };
     let episode = foreground(quiet, |job, hooks| {
         workbench::run_episode(ctx, &req, job, hooks)
@@ -51,6 +52,7 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         samples: args.samples,
         max_turns: args.max_turns,
         concurrency: args.concurrency.unwrap_or(2),
+        protocol: args.protocol.clone(),
     };
     let outcome = foreground(args.json, |job, hooks| {
         workbench::eval(ctx, &req, job, hooks)

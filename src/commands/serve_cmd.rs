@@ -45,6 +45,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
         }
         auth
     };
+    let protocol = ctx.protocol(args.protocol.as_deref())?;
     let ws = ctx.workspace()?;
     let mut provider = BackendProvider::new(ctx.backend()?.into());
     provider.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;
@@ -63,6 +64,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
             command_timeout: Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0)),
             default_run: default_run.clone(),
             read_timeout: Duration::from_secs_f64(args.read_timeout),
+            protocol,
         },
         bind: args.bind,
         max_sessions: args.max_sessions,

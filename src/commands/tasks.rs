@@ -102,7 +102,15 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
                 } else {
                     DatasetFormat::Parquet
                 };
-                let done = export::export_dataset(&ws, &ids, kind, &out, dev_count, seed)?;
+                let done = export::export_dataset(
+                    &ws,
+                    &ctx.protocol(None)?,
+                    &ids,
+                    kind,
+                    &out,
+                    dev_count,
+                    seed,
+                )?;
                 if json {
                     print_json(&done)?;
                 }

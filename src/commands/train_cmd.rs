@@ -55,6 +55,7 @@ pub fn request(args: &TrainArgs) -> TrainRequest {
         concurrency: args.concurrency,
         checkpoint_every: args.checkpoint_every,
         out: args.out.clone(),
+        protocol: args.protocol.clone(),
     }
 }
 
@@ -68,7 +69,7 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
             .or(args.policy.as_deref())
             .unwrap_or("tiny");
         let init = InitSpec::parse(spec).map_err(|e| anyhow::anyhow!("--init {spec:?}: {e}"))?;
-        let r = recipe(ctx, &request.recipe, &init)?;
+        let r = recipe(ctx, &request, &init)?;
         if args.json {
             print_json(&serde_json::json!({ "recipe": r, "table": r.rows() }))?;
         } else {

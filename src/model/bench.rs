@@ -182,3 +182,61 @@ pub fn bench_sample(
         batched_equal_single: equal,
     })
 }
+
+/// A terminal-agent exchange, the second sequence of the numerics check
+/// (the kind of text this project samples).
+pub const CHECK_TRANSCRIPT: &[(&str, &str)] = &[
+    (
+        "system",
+        "You work in a Linux terminal. Think inside <think></think> tags, then give one shell command inside <command></command> tags, or <action>done</action> when the task is complete.",
+    ),
+    (
+        "user",
+        "Count the lines of /home/user/data/access.log that contain the word ERROR and write the number to /home/user/errors.txt.",
+    ),
+    (
+        "assistant",
+        "<think>I should look at the log first to see its format.</think>\n<command>head -n 5 /home/user/data/access.log</command>",
+    ),
+    (
+        "user",
+        "Command executed successfully. Output: 2024-01-01 10:00:01 INFO started\n2024-01-01 10:00:02 ERROR disk full\n2024-01-01 10:00:03 INFO retry\n2024-01-01 10:00:04 ERROR disk full\n2024-01-01 10:00:05 INFO done\n\n(exit_code=0)",
+    ),
+    (
+        "assistant",
+        "<think>Each error line has the word ERROR; grep -c counts them.</think>\n<command>grep -c ERROR /home/user/data/access.log > /home/user/errors.txt && cat /home/user/errors.txt</command>",
+    ),
+];
+
+/// The token sequences of `endless bench sample --check`: the benchmark's
+/// prompt followed by the greedy tokens the runner sampled (prompt run at
+/// once, the rest fed one at a time), and [`CHECK_TRANSCRIPT`] under the
+/// chat template (its first half as the prompt).
+pub fn check_sequences(
+    model: &LocalModel,
+    bench: &SampleBench,
+) -> Result<Vec<crate::model::numerics::CheckSequence>> {
+    use crate::model::numerics::CheckSequence;
+    let mut out = Vec::new();
+    let mut ids = bench.prompt_ids.clone();
+    ids.extend(&bench.output_ids);
+    if ids.len() > bench.prompt_ids.len() && !bench.prompt_ids.is_empty() {
+        out.push(CheckSequence {
+            ids,
+            prompt_len: bench.prompt_ids.len(),
+        });
+    }
+    let messages: Vec<TemplateMessage> = CHECK_TRANSCRIPT
+        .iter()
+        .map(|(role, content)| TemplateMessage {
+            role: (*role).into(),
+            content: (*content).into(),
+        })
+        .collect();
+    let ids = model.tokenizer().encode_chat(&messages)?;
+    if ids.len() >= 4 {
+        let prompt_len = ids.len() / 2;
+        out.push(CheckSequence { ids, prompt_len });
+    }
+    Ok(out)
+}

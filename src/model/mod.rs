@@ -26,6 +26,7 @@ pub mod fetch;
 pub mod generation;
 pub mod kernels;
 pub mod models;
+pub mod numerics;
 pub mod quantized;
 pub mod text;
 pub mod weights;

@@ -28,6 +28,8 @@ pub struct EpisodeSettings {
     pub max_turns: u32,
     pub concurrency: usize,
     pub command_timeout: Duration,
+    /// The agent protocol of every episode.
+    pub protocol: crate::agent::protocol::Protocol,
 }
 
 /// Rollouts of one step: the batch PPO trains on, and the episodes behind it.
@@ -108,6 +110,7 @@ pub fn collect_rollouts<P: SandboxProvider>(
     config.concurrency = settings.concurrency;
     config.max_turns = Some(settings.max_turns);
     config.command_timeout = settings.command_timeout;
+    config.protocol = settings.protocol.clone();
     config.record_cast = false;
     config.cancel = cancel;
     let total = tasks.len() * settings.samples as usize;
@@ -236,6 +239,7 @@ pub fn oracle_conversations<P: SandboxProvider>(
     provider: Arc<P>,
     tasks: &[Task],
     concurrency: usize,
+    protocol: &crate::agent::protocol::Protocol,
     run_dir: &Path,
     on_done: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Vec<ChatMessage>>> {
@@ -247,6 +251,7 @@ pub fn oracle_conversations<P: SandboxProvider>(
     let mut config = RolloutConfig::new(run_dir);
     config.concurrency = concurrency;
     config.max_turns = Some(4);
+    config.protocol = protocol.clone();
     config.record_cast = false;
     let total = with_solution.len();
     let summary = drive(

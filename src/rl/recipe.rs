@@ -37,6 +37,14 @@ pub struct Recipe {
     pub max_tokens: usize,
     /// Optimisation and loss: learning rates, critic, clipping, epochs, reward.
     pub train: TrainConfig,
+    /// The agent protocol of the episodes (`endless` or `reference`, and a
+    /// system prompt file if one is used; see [`crate::agent::protocol`]).
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+}
+
+fn default_protocol() -> String {
+    "endless".into()
 }
 
 /// The flags of `endless train` that override the recipe (`None`: from the
@@ -147,6 +155,7 @@ impl Recipe {
             top_p: 1.0,
             max_tokens,
             train,
+            protocol: default_protocol(),
         })
     }
 
@@ -184,6 +193,7 @@ impl Recipe {
             "warmup_steps" => t.warmup_steps.to_string(),
             "max_grad_norm" => format!("{}", t.max_grad_norm),
             "entropy_coef" => format!("{}", t.ppo.entropy_coef),
+            "protocol" => self.protocol.clone(),
             _ => "?".into(),
         }
     }
@@ -293,6 +303,11 @@ pub const RECIPE_TABLE: &[(&str, &str, &str)] = &[
     ("warmup_steps", "10", ""),
     ("max_grad_norm", "1", ""),
     ("entropy_coef", "0", ""),
+    (
+        "protocol",
+        "reference",
+        "ours by default (done after the command runs, real exit codes); `--protocol reference` trains under the reference's switches",
+    ),
 ];
 
 #[cfg(test)]

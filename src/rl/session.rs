@@ -59,6 +59,9 @@ pub struct TrainOptions {
     pub tasks_per_step: usize,
     /// Turn limit per episode.
     pub max_turns: u32,
+    /// The agent protocol of every episode (rollouts, oracle trajectories,
+    /// held-out evaluations).
+    pub protocol: crate::agent::protocol::Protocol,
     /// Episodes in flight at once.
     pub concurrency: usize,
     /// Checkpoint every N PPO steps (and at the end).
@@ -96,6 +99,7 @@ impl TrainOptions {
             top_p: self.sampling.top_p as f64,
             max_tokens: self.sampling.max_tokens,
             train: self.train.clone(),
+            protocol: self.protocol.describe(),
         }
     }
 }
@@ -321,6 +325,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             max_turns: self.opts.max_turns,
             concurrency: self.opts.concurrency,
             command_timeout: Duration::from_secs(60),
+            protocol: self.opts.protocol.clone(),
         }
     }
 
@@ -641,6 +646,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             provider,
             &self.opts.sft_tasks,
             concurrency,
+            &self.opts.protocol,
             &dir,
             &mut progress,
         )?;

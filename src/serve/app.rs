@@ -15,6 +15,7 @@ use super::error::ApiError;
 use super::journal::{Entry, Journal, Lost};
 use super::metrics::Metrics;
 use super::sessions::{NewSession, Registry, Slot, State};
+use crate::agent::protocol::{Profile, Protocol};
 use crate::agent::{
     BackendProvider, EndReason, EpisodeConfig, EpisodePaths, EpisodeResult, RecordedEpisode,
     Recording, Started, TestOutcome,
@@ -38,6 +39,9 @@ pub struct Settings {
     pub default_run: String,
     /// Limit for a client to send a request's headers, and its body.
     pub read_timeout: Duration,
+    /// The agent protocol of sessions that name no profile (its system
+    /// prompt applies to every session).
+    pub protocol: Protocol,
 }
 
 /// Everything the handlers share.
@@ -69,6 +73,8 @@ pub struct Open {
     pub run: Option<String>,
     /// Label of the client's policy in the recorded episode.
     pub policy: String,
+    /// The protocol profile (`None`: the server's).
+    pub protocol: Option<Profile>,
 }
 
 /// The answer to opening a session.
@@ -80,6 +86,8 @@ pub struct Opened {
     pub sample: u32,
     pub max_turns: u32,
     pub seed: Option<u64>,
+    /// The protocol profile the session follows (`endless`, `reference`).
+    pub protocol: Profile,
     /// The prompt: system message and the task's instruction.
     pub messages: Vec<ChatMessage>,
 }
@@ -182,7 +190,13 @@ impl App {
                 )));
             }
         }
-        let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout);
+        let protocol = match open.protocol {
+            Some(profile) => self.settings.protocol.with_profile(profile),
+            None => self.settings.protocol.clone(),
+        };
+        let profile = protocol.profile;
+        let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout)
+            .with_protocol(protocol);
         let recording = Recording {
             paths: EpisodePaths::new(&run_dir, task.id(), sample),
             record_cast: true,
@@ -227,6 +241,7 @@ impl App {
             sample,
             max_turns: config.max_turns,
             seed: open.seed,
+            protocol: profile,
             messages,
         })
     }

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::app::{App, Open, Opened, Stepped};
 use super::error::{ApiError, BODY_LIMIT};
+use crate::agent::protocol::Profile;
 use crate::procgen::{task_split, Split};
 use crate::store::{TaskFilter, TaskStatus};
 
@@ -183,6 +184,9 @@ struct OpenBody {
     run: Option<String>,
     /// Label of the policy in the recorded episode (default `http`).
     policy: Option<String>,
+    /// Protocol profile, `endless` or `reference` (default: the server's
+    /// `--protocol`).
+    protocol: Option<String>,
 }
 
 async fn open(
@@ -201,12 +205,19 @@ async fn open(
             "policy: 1-128 printable characters".into(),
         ));
     }
+    let protocol = match b.protocol.as_deref() {
+        None => None,
+        Some(name) => {
+            Some(Profile::parse(name).map_err(|e| ApiError::BadRequest(format!("protocol: {e}")))?)
+        }
+    };
     let open = Open {
         task_id: b.task_id,
         max_turns: b.max_turns,
         seed: b.seed,
         run: b.run,
         policy,
+        protocol,
     };
     blocking(move || app.open(client, open)).await.map(Json)
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
+use crate::agent::protocol::{CommandTag, Protocol};
 use crate::agent::PolicyOptions;
 use crate::config::{Config, Paths};
 use crate::llm::{RetryPolicy, SamplingParams};
@@ -55,6 +56,31 @@ impl Context {
     pub fn workspace(&self) -> Result<Workspace> {
         Workspace::open(&self.workspace_root)
             .with_context(|| format!("opening workspace {}", self.workspace_root.display()))
+    }
+
+    /// The agent protocol: the profile `flag` names (`--protocol`), else
+    /// `[agent] protocol`, with `[agent] command_tag` and
+    /// `[agent] system_prompt_file` applied. Errors name the flag, key or
+    /// file at fault.
+    pub fn protocol(&self, flag: Option<&str>) -> Result<Protocol> {
+        let agent = &self.config.agent;
+        let mut protocol = match flag {
+            Some(name) => Protocol::named(name).with_context(|| format!("--protocol {name:?}"))?,
+            None => Protocol::named(&agent.protocol)
+                .with_context(|| format!("[agent] protocol = {:?}", agent.protocol))?,
+        };
+        if !agent.command_tag.trim().is_empty() {
+            let tag = CommandTag::parse(&agent.command_tag)
+                .with_context(|| format!("[agent] command_tag = {:?}", agent.command_tag))?;
+            protocol = protocol.with_command_tag(tag);
+        }
+        if !agent.system_prompt_file.trim().is_empty() {
+            let path = PathBuf::from(agent.system_prompt_file.trim());
+            protocol = protocol
+                .with_system_prompt_file(&path)
+                .context("[agent] system_prompt_file")?;
+        }
+        Ok(protocol)
     }
 
     /// Policy options from the `[llm]` config.

@@ -19,6 +19,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 
 use super::{index_episodes, record_pass_at_k, run_id, select_tasks, Context};
+use crate::agent::protocol::Protocol;
 use crate::agent::{
     run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
     SandboxProvider,
@@ -48,6 +49,8 @@ pub struct EvalRequest {
     pub max_turns: Option<u32>,
     /// Episodes in flight at once.
     pub concurrency: usize,
+    /// Agent protocol profile (`endless`, `reference`; `None`: `[agent] protocol`).
+    pub protocol: Option<String>,
 }
 
 /// One episode: `endless run TASK --policy P`.
@@ -59,6 +62,8 @@ pub struct RunRequest {
     pub task: String,
     /// Turn limit (`None`: the task's own).
     pub max_turns: Option<u32>,
+    /// Agent protocol profile (`None`: `[agent] protocol`).
+    pub protocol: Option<String>,
 }
 
 /// What an evaluation produced.
@@ -125,16 +130,17 @@ pub fn eval<H: RolloutHooks>(
         );
     }
     let policy = PolicyFactory::from_spec(&req.policy, &ctx.policy_options())?;
+    let protocol = ctx.protocol(req.protocol.as_deref())?;
     let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
-    let run_id = run_id(
-        "eval",
-        &[
-            &req.policy,
-            &ids.join(","),
-            &req.samples.to_string(),
-            &format!("{:?}", req.max_turns),
-        ],
-    );
+    let (joined, samples) = (ids.join(","), req.samples.to_string());
+    let turns = format!("{:?}", req.max_turns);
+    let mut id_parts = vec![req.policy.as_str(), &joined, &samples, &turns];
+    // Another protocol is another run (the default keeps earlier runs' ids).
+    let protocol_name = protocol.describe();
+    if protocol != Protocol::endless() {
+        id_parts.push(&protocol_name);
+    }
+    let run_id = run_id("eval", &id_parts);
     job.log(format!("run {run_id}: {} tasks", tasks.len()));
     let plan = Plan {
         run_id: &run_id,
@@ -143,6 +149,7 @@ pub fn eval<H: RolloutHooks>(
         samples: req.samples,
         max_turns: req.max_turns,
         concurrency: req.concurrency,
+        protocol,
     };
     let (episodes, cut_short) = rollouts(ctx, &ws, &plan, tasks, policy, job, hooks)?;
     let report = crate::eval::evaluate(&episodes);
@@ -176,6 +183,7 @@ pub fn run_episode<H: RolloutHooks>(
     let ws = ctx.workspace()?;
     let task = ws.load_task(&req.task)?;
     let policy = PolicyFactory::from_spec(&req.policy, &ctx.policy_options())?;
+    let protocol = ctx.protocol(req.protocol.as_deref())?;
     let run_id = run_id(
         "run",
         &[
@@ -192,6 +200,7 @@ pub fn run_episode<H: RolloutHooks>(
         samples: 1,
         max_turns: req.max_turns,
         concurrency: 1,
+        protocol,
     };
     let (episodes, _) = rollouts(ctx, &ws, &plan, vec![task], policy, job, hooks)?;
     episodes
@@ -208,6 +217,7 @@ struct Plan<'a> {
     samples: u32,
     max_turns: Option<u32>,
     concurrency: usize,
+    protocol: Protocol,
 }
 
 /// Run the episodes, report them through `job` and `hooks`, index those
@@ -227,6 +237,7 @@ fn rollouts<H: RolloutHooks>(
     config.samples = plan.samples.max(1);
     config.concurrency = plan.concurrency.max(1);
     config.max_turns = plan.max_turns;
+    config.protocol = plan.protocol.clone();
     config.command_timeout = Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0));
     let cancel = Arc::new(AtomicBool::new(false));
     config.cancel = Some(cancel.clone());

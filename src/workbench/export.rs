@@ -22,7 +22,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::Serialize;
 
-use crate::agent::protocol::initial_messages;
+use crate::agent::protocol::{initial_messages, Protocol};
 use crate::fsutil::write_atomic;
 use crate::store::{TaskFilter, TaskStatus, Workspace};
 use crate::task::Task;
@@ -120,9 +120,9 @@ pub struct DatasetRow {
 }
 
 impl DatasetRow {
-    /// The row of `task`.
-    pub fn of(task: &Task) -> DatasetRow {
-        let prompt = initial_messages(&task.instruction)
+    /// The row of `task`, prompted under `protocol` (its system prompt).
+    pub fn of(task: &Task, protocol: &Protocol) -> DatasetRow {
+        let prompt = initial_messages(protocol, &task.instruction)
             .into_iter()
             .map(|m| PromptMessage {
                 role: serde_json::to_value(m.role)
@@ -229,9 +229,11 @@ pub fn split(
 }
 
 /// Export the tasks `ids` of `ws` to `out` as `train.*` and
-/// `validation.*`; `dev_count` rows (default: a tenth) go to validation.
+/// `validation.*`; `dev_count` rows (default: a tenth) go to validation;
+/// prompts are those `protocol` gives a policy.
 pub fn export_dataset(
     ws: &Workspace,
+    protocol: &Protocol,
     ids: &[String],
     format: DatasetFormat,
     out: &Path,
@@ -246,7 +248,7 @@ pub fn export_dataset(
         let task = ws
             .load_task(id)
             .with_context(|| format!("task {id:?} in {}", ws.task_dir(id).display()))?;
-        rows.push(DatasetRow::of(&task));
+        rows.push(DatasetRow::of(&task, protocol));
     }
     let dev_count = dev_count.unwrap_or(rows.len() / 10);
     if dev_count > rows.len() {

@@ -60,6 +60,8 @@ pub struct TrainRequest {
     pub checkpoint_every: u64,
     /// Run directory (`None`: a new one under `<workspace>/checkpoints`).
     pub out: Option<PathBuf>,
+    /// Agent protocol profile (`None`: `[agent] protocol`).
+    pub protocol: Option<String>,
 }
 
 impl Default for TrainRequest {
@@ -87,6 +89,7 @@ impl Default for TrainRequest {
             concurrency: 16,
             checkpoint_every: 5,
             out: None,
+            protocol: None,
         }
     }
 }
@@ -143,7 +146,8 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
             );
         }
     }
-    let recipe = recipe(ctx, &args.recipe, &init)?;
+    let protocol = ctx.protocol(args.protocol.as_deref())?;
+    let recipe = recipe(ctx, args, &init)?;
     let out = match &args.out {
         Some(p) => p.clone(),
         None => ws.checkpoints_dir().join(format!(
@@ -169,6 +173,7 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
         samples: recipe.samples,
         tasks_per_step: recipe.prompts_per_step,
         max_turns: recipe.max_turns,
+        protocol,
         concurrency: args.concurrency.max(1),
         checkpoint_every: args.checkpoint_every,
         curriculum: args.curriculum,
@@ -187,17 +192,20 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
     })
 }
 
-/// The effective recipe of `flags` over the configuration's `[train]`
-/// section (see [`crate::rl::recipe`]).
-pub fn recipe(ctx: &Context, flags: &RecipeFlags, init: &InitSpec) -> Result<Recipe> {
+/// The effective recipe of the request's flags over the configuration's
+/// `[train]` section (see [`crate::rl::recipe`]), with the agent protocol
+/// the episodes follow (`--protocol`, else `[agent] protocol`).
+pub fn recipe(ctx: &Context, args: &TrainRequest, init: &InitSpec) -> Result<Recipe> {
     let tiny = *init == InitSpec::Tiny;
-    Recipe::resolve(
+    let mut recipe = Recipe::resolve(
         &ctx.config.train,
         ctx.config.agent.train_max_turns,
-        flags,
+        &args.recipe,
         tiny,
     )
-    .map_err(anyhow::Error::msg)
+    .map_err(anyhow::Error::msg)?;
+    recipe.protocol = ctx.protocol(args.protocol.as_deref())?.describe();
+    Ok(recipe)
 }
 
 /// Run `opts` (from [`options`]) as job `job`: every [`TrainEvent`] goes

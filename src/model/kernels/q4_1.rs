@@ -447,6 +447,25 @@ unsafe impl Sync for SyncPtr {}
 unsafe impl Send for SyncPtr {}
 
 /// `quantize_row_q8_1`: per block, `d = max|x| / 127`, `q = round(x / d)`.
+/// Tests only: store activation scales rounded to f16, as ggml (llama.cpp)
+/// and candle do, to measure what this crate's f32 scales are worth.
+#[cfg(test)]
+pub(crate) static GGML_F16_SCALES: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// `x` rounded to the nearest IEEE half (ties to even), as f32.
+#[cfg(test)]
+fn round_to_f16(x: f32) -> f32 {
+    if x.abs() < 6.103_515_6e-5 {
+        // Subnormal halves: multiples of 2^-24.
+        let step = 5.960_464_5e-8_f32;
+        return (x / step).round_ties_even() * step;
+    }
+    let bits = x.to_bits();
+    let lsb = (bits >> 13) & 1;
+    f32::from_bits(bits.wrapping_add(0x0fff + lsb) & !0x1fff)
+}
+
 fn quantize_row(xs: &[f32], out: &mut [ABlock]) {
     for (x, b) in xs.chunks_exact(QK).zip(out.iter_mut()) {
         let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -460,6 +479,11 @@ fn quantize_row(xs: &[f32], out: &mut [ABlock]) {
         }
         b.d = d;
         b.s = d * sum as f32;
+        #[cfg(test)]
+        if GGML_F16_SCALES.load(std::sync::atomic::Ordering::Relaxed) {
+            b.d = round_to_f16(d);
+            b.s = round_to_f16(d * sum as f32);
+        }
     }
 }
 

@@ -189,10 +189,16 @@ impl LlamaGguf {
         // On one of rayon's workers, which then takes part in every matmul's
         // parallel loop: from outside the pool each of the ~200 matmuls of a
         // step would wait for sleeping workers to wake and finish.
-        rayon::scope(|_| self.forward_in_pool(ids))
+        rayon::scope(|_| self.forward_in_pool(ids, false))
     }
 
-    fn forward_in_pool(&mut self, ids: &Tensor) -> Result<Tensor> {
+    /// Like [`LlamaGguf::forward`], but the logits of every position,
+    /// `(batch, time, vocab)` (for numerics checks: teacher forcing).
+    pub fn forward_all(&mut self, ids: &Tensor) -> Result<Tensor> {
+        rayon::scope(|_| self.forward_in_pool(ids, true))
+    }
+
+    fn forward_in_pool(&mut self, ids: &Tensor, all: bool) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let offset = self.len;
         if offset + t > MAX_SEQ_LEN {
@@ -257,6 +263,13 @@ impl LlamaGguf {
             x = (layer.w_down.forward(&(gate * up)?)? + x)?;
         }
         self.len += t;
+        if all {
+            let hidden = x.dim(2)?;
+            let x = candle_nn::ops::rms_norm(&x.reshape((b * t, hidden))?, &self.norm, self.eps)?;
+            let logits = self.output.forward(&x)?;
+            let vocab = logits.dim(1)?;
+            return logits.reshape((b, t, vocab));
+        }
         let last = x.i((.., t - 1, ..))?.contiguous()?;
         let last = candle_nn::ops::rms_norm(&last, &self.norm, self.eps)?;
         self.output.forward(&last)

@@ -138,6 +138,7 @@ mod tests {
             samples: 1,
             max_turns: None,
             concurrency: 1,
+            protocol: None,
         };
         let err = super::run(&job, std::path::Path::new("/nonexistent"), &req, &tx)
             .err()

@@ -65,6 +65,7 @@ impl Launcher {
                     samples,
                     max_turns,
                     concurrency,
+                    protocol: None,
                 };
                 crate::tui::launch::eval::run(ctx, &root, &req, &tx)
             })?,
