@@ -44,13 +44,16 @@ impl Stage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum CandidateOutcome {
+    /// Passed every stage and was stored as task `task_id`.
     Accepted { task_id: String },
+    /// Turned down at `stage` for `reason`.
     Rejected { stage: Stage, reason: String },
 }
 
 /// Counts per stage and reject reasons per stage.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Funnel {
+    /// Candidates finished (accepted or rejected), including those of a resumed run.
     pub sampled: usize,
     /// Candidates that passed each stage.
     pub passed: BTreeMap<Stage, usize>,

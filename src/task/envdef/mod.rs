@@ -34,6 +34,7 @@ pub enum Step {
 pub struct EnvDefinition {
     /// The requested base image (`FROM` / `From:`), mapped to the sandbox base.
     pub base: Option<String>,
+    /// The build steps, in the order the definition gives them.
     pub steps: Vec<Step>,
     /// Shell code sourced at the start of every session (`%environment`).
     pub session_script: String,
