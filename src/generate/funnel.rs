@@ -44,10 +44,18 @@ impl Stage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum CandidateOutcome {
-    /// Passed every stage and was stored as task `task_id`.
-    Accepted { task_id: String },
-    /// Turned down at `stage` for `reason`.
-    Rejected { stage: Stage, reason: String },
+    /// Passed every stage and was stored.
+    Accepted {
+        /// The id of the stored task (`gen-<seed>-<index>`).
+        task_id: String,
+    },
+    /// Turned down; the partial bundle is normally kept under `rejected/<candidate>/`.
+    Rejected {
+        /// The stage that rejected it.
+        stage: Stage,
+        /// Why, for humans.
+        reason: String,
+    },
 }
 
 /// Counts per stage and reject reasons per stage.
