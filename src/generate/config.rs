@@ -26,7 +26,7 @@ pub struct PipelineConfig {
     pub run_dir: PathBuf,
     /// The environment definition the model writes.
     pub definition: EnvKind,
-    /// Tries at stage 2 (environment and initial tests), each fed the last error.
+    /// Tries at stage 2 (environment and initial tests); each retry is fed the previous error.
     pub max_env_attempts: u32,
     /// Solution episodes per candidate (pass@n > 0 keeps it).
     pub solutions: u32,

@@ -53,7 +53,7 @@ pub struct Server {
     pub provider: BackendProvider,
     /// Bearer tokens, or none (then only loopback binds are allowed).
     pub auth: Auth,
-    /// Episode rules, reward and timeouts.
+    /// Reward mode, timeouts and the default run.
     pub settings: Settings,
     /// Address to listen on.
     pub bind: SocketAddr,

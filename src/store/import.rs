@@ -32,7 +32,7 @@ pub enum OnConflict {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ImportOutcome {
-    /// Written to the workspace and indexed as a candidate.
+    /// Written to the workspace and indexed (new tasks as candidates).
     Imported {
         /// The directory it was read from.
         path: PathBuf,

@@ -12,9 +12,9 @@ use super::{now, StoreError, Workspace};
 pub struct JobRow {
     /// `<kind>-<UTC timestamp>-<n>`, assigned by the job manager.
     pub id: String,
-    /// What the job does (`eval`, `generate`, `train`, ...), as passed to the job manager.
+    /// What the job does (`eval`, `validate`, `generate`, `generate-offline`, `train`), as the launcher names it.
     pub kind: String,
-    /// The job's request, as JSON, for display and for rerunning.
+    /// The job's parameters as given by the launcher, as JSON.
     pub params: serde_json::Value,
     /// queued | running | succeeded | failed | cancelled | interrupted
     pub status: String,

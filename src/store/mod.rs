@@ -48,7 +48,7 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    /// A bad request (rating out of range, unknown episode, ...), explained.
+    /// Anything else the store refuses or cannot do (rating out of range, unknown episode, ...), explained.
     #[error("{0}")]
     Invalid(String),
 }

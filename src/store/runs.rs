@@ -33,7 +33,7 @@ pub struct EpisodeRow {
     pub task_id: String,
     /// Sample index of the episode within the run, from 0.
     pub sample: u32,
-    /// Whether every final test passed.
+    /// Whether every final test passed (never when the episode errored or its shell died).
     pub passed: bool,
     /// Fraction of final tests that passed, 0.0 to 1.0.
     pub reward: f64,

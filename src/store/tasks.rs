@@ -57,7 +57,7 @@ pub struct TaskRow {
     pub complexity: Option<u8>,
     /// `[task] scenario`.
     pub scenario: String,
-    /// Tags, from the bundle when indexed; later edits change only the index.
+    /// Tags: the bundle's when first indexed, then as edited in the index (re-indexing keeps them).
     pub tags: Vec<String>,
     /// Curation status.
     pub status: TaskStatus,

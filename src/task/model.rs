@@ -85,7 +85,7 @@ impl EnvKind {
 pub struct FileEntry {
     /// The file's contents.
     pub bytes: Vec<u8>,
-    /// Whether the file gets the executable bit when written out.
+    /// Whether the file is executable: read from its mode bits, written as 0755 (else 0644).
     pub executable: bool,
 }
 
@@ -318,7 +318,7 @@ pub struct Provenance {
     /// Name of the generator model (LLM pipeline only).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
-    /// Seed of the generation run or procgen family.
+    /// The generation seed: the pipeline run's, or the procgen task's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// RFC 3339 creation time.
