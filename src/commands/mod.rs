@@ -1,6 +1,6 @@
 //! The CLI front end: each command turns its clap arguments into a
 //! [`crate::workbench`] request, draws the use case's job events as
-//! progress bars ([`progress`]), and prints the typed outcome (text, or one
+//! progress bars (`progress`), and prints the typed outcome (text, or one
 //! JSON document with `--json`).
 
 /// `println!` for the operator's terminal: control sequences that came from

@@ -8,7 +8,9 @@ use plotters::prelude::*;
 #[derive(Debug, thiserror::Error)]
 #[error("cannot draw chart {path}: {message}")]
 pub struct ChartError {
+    /// The PNG file that was being written.
     pub path: String,
+    /// The plotters error, as text.
     pub message: String,
 }
 

@@ -9,8 +9,11 @@ use crate::agent::EpisodeResult;
 /// One task's pass rate in both runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskFlip {
+    /// The task id.
     pub task: String,
+    /// Passed / scored samples in run A, 0.0 to 1.0.
     pub pass_rate_a: f64,
+    /// Passed / scored samples in run B, 0.0 to 1.0.
     pub pass_rate_b: f64,
 }
 
@@ -19,7 +22,9 @@ pub struct TaskFlip {
 /// out; episodes whose shell died count as failed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunComparison {
+    /// Passed / scored samples over all of run A's tasks, 0.0 to 1.0.
     pub pass_rate_a: f64,
+    /// Passed / scored samples over all of run B's tasks, 0.0 to 1.0.
     pub pass_rate_b: f64,
     /// Unsolved in A, solved in B.
     pub newly_solved: Vec<TaskFlip>,
@@ -27,7 +32,9 @@ pub struct RunComparison {
     pub newly_failed: Vec<TaskFlip>,
     /// Solved in both, with a different pass rate.
     pub changed: Vec<TaskFlip>,
+    /// Tasks with scored samples in A only.
     pub only_in_a: Vec<String>,
+    /// Tasks with scored samples in B only.
     pub only_in_b: Vec<String>,
 }
 

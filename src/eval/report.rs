@@ -15,10 +15,12 @@ use crate::llm::TokenUsage;
 /// Pass rate and failure modes of a group of episodes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GroupStats {
+    /// All episodes in the group, errors included.
     pub episodes: usize,
     /// Infrastructure errors (excluded from the pass rate; a dead shell is
     /// a failure, not an error).
     pub errors: usize,
+    /// Episodes that passed.
     pub passed: usize,
     /// `passed / (episodes - errors)`; 0 when nothing counted.
     pub pass_rate: f64,
@@ -55,20 +57,28 @@ impl GroupStats {
 /// One task's samples.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskStats {
+    /// The task id.
     pub task: String,
+    /// The task's category (empty when unset).
     pub category: String,
+    /// The task's complexity level (1-6), if set.
     pub complexity: Option<u8>,
     /// Scored samples (all but infrastructure errors).
     pub samples: usize,
+    /// Scored samples that passed.
     pub passed: usize,
+    /// Samples lost to infrastructure errors (not scored).
     pub errors: usize,
 }
 
 /// Everything `eval --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
+    /// All episodes, errors included.
     pub episodes: usize,
+    /// Infrastructure errors (excluded from the pass rate).
     pub errors: usize,
+    /// Episodes that passed.
     pub passed: usize,
     /// Passed over scored episodes (all but infrastructure errors).
     pub pass_rate: f64,
@@ -92,11 +102,15 @@ pub struct EvalReport {
     /// (every mode but `error`); shares may sum to more than 1.
     #[serde(default)]
     pub paper_view: BTreeMap<FailureMode, f64>,
+    /// Keyed by task category (`"uncategorized"` when unset).
     pub per_category: BTreeMap<String, GroupStats>,
     /// Keyed by complexity level (`"unknown"` when unset).
     pub per_complexity: BTreeMap<String, GroupStats>,
+    /// One entry per task, ordered by id.
     pub tasks: Vec<TaskStats>,
+    /// Agent turns per episode, over all episodes (errors included); 0 when none.
     pub mean_turns: f64,
+    /// Model tokens summed over all episodes.
     pub tokens: TokenUsage,
 }
 

@@ -12,14 +12,23 @@ use crate::task::{FileTree, Task, TaskMeta};
 
 /// A candidate task under construction.
 pub struct Candidate {
+    /// `cand-<seed>-<index>`; also the journal and reject directory name.
     pub id: String,
+    /// Position among the run's candidates, from 0; the accepted task id is `gen-<seed>-<index>`.
     pub index: usize,
+    /// The taxonomy sample (category, complexity level, scenario) it was built from.
     pub spec: Spec,
+    /// The bundle so far; each stage fills in its part.
     pub task: Task,
+    /// Every exchange with the generator model, in order.
     pub log: Vec<Exchange>,
+    /// Attempts per stage, keyed by [`stage_key`]; recorded in provenance.
     pub attempts: BTreeMap<String, u32>,
+    /// Wall time per stage in seconds, keyed by [`stage_key`].
     pub seconds: BTreeMap<String, f64>,
+    /// Tokens spent on it: generator calls plus the solver's episodes.
     pub usage: TokenUsage,
+    /// Hash of the prompt template used at each stage, keyed by [`stage_key`].
     pub prompt_hashes: BTreeMap<String, String>,
     /// Stage-2 replacements of the initial tests (the model said they were wrong).
     pub test_revisions: Vec<TestRevision>,

@@ -20,37 +20,51 @@ use crate::task::EnvKind;
 pub struct PipelineConfig {
     /// Candidates to sample.
     pub count: usize,
+    /// Seeds the taxonomy sampling and names the candidates (`cand-<seed>-<n>`).
     pub seed: u64,
     /// `runs/<run-id>`: journal and solution episodes.
     pub run_dir: PathBuf,
     /// The environment definition the model writes.
     pub definition: EnvKind,
+    /// Tries at stage 2 (environment and initial tests); each retry is fed the previous error.
     pub max_env_attempts: u32,
     /// Solution episodes per candidate (pass@n > 0 keeps it).
     pub solutions: u32,
+    /// Turn limit of each solution episode.
     pub solve_max_turns: u32,
+    /// Solution episodes of one candidate in flight at once.
     pub solve_concurrency: usize,
+    /// Limit on one shell command in a solution episode.
     pub command_timeout: Duration,
     /// Candidates in flight at once.
     pub concurrency: usize,
     /// Sandbox builds and test runs in flight at once.
     pub sandbox_concurrency: usize,
+    /// Sampling of the generator at stage 1 (task and truth).
     pub task_sampling: SamplingParams,
+    /// Sampling of the generator at stages 2 and 3 (environment, tests).
     pub test_sampling: SamplingParams,
     /// Whether the environment definition may install software (`apt-get`,
     /// `pip`): its build runs with network; the agent's session stays offline.
     pub allow_installs: bool,
     /// Names recorded in provenance.
     pub generator_name: String,
+    /// Recorded as the `solver` key of `[provenance]`.
     pub solver_name: String,
 }
 
 /// What every candidate shares.
 pub struct Shared {
+    /// The run's settings.
     pub config: PipelineConfig,
+    /// The model that writes tasks, environments and tests.
     pub generator: Arc<dyn ChatModel>,
+    /// Makes the agent policy of the stage-4 solution episodes.
     pub solver: PolicyFactory,
+    /// Sandbox backend for builds, test runs and solution episodes.
     pub backend: Arc<dyn Backend>,
+    /// Prompt templates (workspace overrides or built-in).
     pub prompts: Prompts,
+    /// Bounds sandbox builds and test runs in flight (`sandbox_concurrency`).
     pub sandboxes: Semaphore,
 }

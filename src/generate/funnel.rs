@@ -44,13 +44,24 @@ impl Stage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum CandidateOutcome {
-    Accepted { task_id: String },
-    Rejected { stage: Stage, reason: String },
+    /// Passed every stage and was stored.
+    Accepted {
+        /// The id of the stored task (`gen-<seed>-<index>`).
+        task_id: String,
+    },
+    /// Turned down; the partial bundle is normally kept under `rejected/<candidate>/`.
+    Rejected {
+        /// The stage that rejected it.
+        stage: Stage,
+        /// Why, for humans.
+        reason: String,
+    },
 }
 
 /// Counts per stage and reject reasons per stage.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Funnel {
+    /// Candidates finished (accepted or rejected), including those of a resumed run.
     pub sampled: usize,
     /// Candidates that passed each stage.
     pub passed: BTreeMap<Stage, usize>,

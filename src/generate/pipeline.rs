@@ -28,16 +28,25 @@ use crate::task::Solvability;
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum PipelineEvent {
+    /// Sent once at the start.
     Planned {
+        /// Candidates in the run.
         total: usize,
+        /// Of those, finished by an earlier (resumed) run.
         already_done: usize,
     },
+    /// A candidate started a stage.
     Entered {
+        /// The candidate id.
         candidate: String,
+        /// The stage it entered.
         stage: Stage,
     },
+    /// A candidate was accepted or rejected.
     Finished {
+        /// The candidate id.
         candidate: String,
+        /// How it ended.
         outcome: CandidateOutcome,
     },
 }

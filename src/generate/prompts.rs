@@ -12,9 +12,13 @@ use crate::task::BundleError;
 /// The prompt templates of the generation pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PromptName {
+    /// Stage 1: the task and its truth (`generate_task.md`).
     Task,
+    /// Stage 2: the environment definition and initial tests (`generate_environment.md`).
     Environment,
+    /// Stage 2 repair round: the previous attempt's error (`generate_environment_repair.md`).
     EnvironmentRepair,
+    /// Stage 3: the completion tests (`generate_final_tests.md`).
     FinalTests,
 }
 
@@ -44,7 +48,9 @@ impl PromptName {
 /// A filled-in prompt and the hash of its template (for provenance).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
+    /// The prompt with every placeholder filled.
     pub text: String,
+    /// First 8 bytes of the template's SHA-256, hex (16 characters).
     pub template_hash: String,
 }
 

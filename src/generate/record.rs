@@ -15,21 +15,32 @@ use crate::task::{write_native, Task};
 /// One request/response with a model, kept for curation and debugging.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Exchange {
+    /// The stage that asked.
     pub stage: Stage,
+    /// Attempt number within the stage, from 1.
     pub attempt: u32,
+    /// The last message sent (earlier ones are in earlier exchanges).
     pub prompt: String,
+    /// The model's reply.
     pub reply: String,
+    /// Wall time of the call, in seconds.
     pub seconds: f64,
+    /// Prompt tokens the model reported.
     pub prompt_tokens: u64,
+    /// Completion tokens the model reported.
     pub completion_tokens: u64,
 }
 
 /// Why a rejected candidate was rejected (`reject.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RejectInfo {
+    /// The candidate id.
     pub candidate: String,
+    /// The stage that rejected it.
     pub stage: Stage,
+    /// Why, for humans (the last error or failed check).
     pub reason: String,
+    /// Attempts per stage up to the rejection.
     pub attempts: BTreeMap<String, u32>,
 }
 

@@ -6,10 +6,13 @@
 /// Why a reply could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplyError {
+    /// No `<tag>` section (the tag is given).
     #[error("the reply has no <{0}> section")]
     Missing(String),
+    /// The `<tag>` section holds only whitespace.
     #[error("the <{0}> section is empty")]
     Empty(String),
+    /// The model replied with nothing.
     #[error("the reply is empty")]
     EmptyReply,
 }

@@ -16,24 +16,33 @@ use crate::task::BundleError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Level {
+    /// The level number, 1 (single command) to 6; becomes `[task] complexity`.
     pub level: u8,
+    /// Short name shown to the model (e.g. `single command`).
     pub name: String,
+    /// What a task of this level takes, shown to the model.
     pub description: String,
 }
 
 /// The sampling space.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Taxonomy {
+    /// Task categories: built-in plus the workspace's `categories.toml`.
     pub categories: Vec<String>,
+    /// Complexity levels: the workspace's `complexity.toml` replaces the built-in ones.
     pub levels: Vec<Level>,
+    /// Scenarios (who asks and why): built-in plus the workspace's `scenarios.toml`.
     pub scenarios: Vec<String>,
 }
 
 /// One sampled point: what a candidate is about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Spec {
+    /// The task category.
     pub category: String,
+    /// The complexity level.
     pub level: Level,
+    /// The scenario (who asks and why).
     pub scenario: String,
 }
 

@@ -44,6 +44,7 @@ pub enum TokenLimitField {
 /// What a request sends besides the model and the messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestShape {
+    /// Which field carries the token limit.
     pub token_limit: TokenLimitField,
     /// Send `temperature`.
     pub temperature: bool,

@@ -119,9 +119,13 @@ pub(crate) struct Spec {
 
 /// A family defined by a build function.
 pub(crate) struct Def {
+    /// [`Family::name`]: stable, part of task ids.
     pub name: &'static str,
+    /// [`Family::category`].
     pub category: &'static str,
+    /// [`Family::required_tools`].
     pub tools: &'static [&'static str],
+    /// Builds the spec from the data RNG and the complexity (already clamped to 1..=6).
     pub build: fn(&mut ChaCha8Rng, u8) -> Spec,
 }
 

@@ -11,7 +11,7 @@ use super::{Image, SandboxError};
 use crate::task::envdef::{render_apptainer, EnvDefinition};
 use crate::task::{EnvKind, Task};
 
-/// Apptainer (or Singularity) as a container [`Engine`].
+/// Apptainer (or Singularity) as a container `Engine`.
 pub struct Apptainer {
     bin: PathBuf,
     /// Whether builds run as root (else `--fakeroot`).

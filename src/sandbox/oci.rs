@@ -13,7 +13,7 @@ use super::{Image, SandboxError};
 use crate::task::envdef::{render_dockerfile, EnvDefinition};
 use crate::task::{EnvKind, Task};
 
-/// podman or docker as a container [`Engine`].
+/// podman or docker as a container `Engine`.
 pub struct Oci {
     engine: PathBuf,
     limits: Limits,

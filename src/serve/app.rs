@@ -50,9 +50,13 @@ pub struct App {
     pub ws: Mutex<Workspace>,
     /// Starts sandboxes and runs final tests.
     pub provider: BackendProvider,
+    /// Open sessions and the session quotas.
     pub registry: Registry,
+    /// Counters and latencies for `/metrics`.
     pub metrics: Metrics,
+    /// Bearer tokens (or none).
     pub auth: Auth,
+    /// The server's settings.
     pub settings: Settings,
     /// Set on SIGTERM: no new sessions.
     pub draining: AtomicBool,
@@ -66,8 +70,11 @@ pub struct App {
 /// What a client asks for when it opens a session.
 #[derive(Debug, Clone)]
 pub struct Open {
+    /// The workspace task to run.
     pub task_id: String,
+    /// Turn limit; default: the task's `[agent] max_turns`.
     pub max_turns: Option<u32>,
+    /// Client's seed, echoed back in [`Opened`]; the episode does not use it.
     pub seed: Option<u64>,
     /// Run name (`serve-<run>` is the run id); default: the server's run.
     pub run: Option<String>,
@@ -80,11 +87,17 @@ pub struct Open {
 /// The answer to opening a session.
 #[derive(Debug, Serialize)]
 pub struct Opened {
+    /// The new session's id, for later requests.
     pub session_id: String,
+    /// The task being run.
     pub task_id: String,
+    /// The run the episode is recorded under.
     pub run_id: String,
+    /// The episode's sample index within the run and task.
     pub sample: u32,
+    /// The turn limit in force.
     pub max_turns: u32,
+    /// The client's seed, as sent.
     pub seed: Option<u64>,
     /// The protocol profile the session follows (`endless`, `reference`).
     pub protocol: Profile,
@@ -95,6 +108,7 @@ pub struct Opened {
 /// Per-step details, as `info` in a step's answer.
 #[derive(Debug, Serialize)]
 pub struct Info {
+    /// Turns taken so far.
     pub turn: u32,
     /// How the episode ended (once done).
     pub end_reason: Option<EndReason>,
@@ -111,9 +125,13 @@ pub struct Info {
 /// The answer to a step (and, with `done`, to a delete).
 #[derive(Debug, Serialize)]
 pub struct Stepped {
+    /// The episode's observation for this step (e.g. command output); empty on close.
     pub observation: String,
+    /// Whether the episode is over.
     pub done: bool,
+    /// 0 until done; then the reward under the server's reward mode.
     pub reward: f64,
+    /// Turn count and, once done, the outcome.
     pub info: Info,
 }
 

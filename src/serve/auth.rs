@@ -13,15 +13,25 @@ use super::error::ApiError;
 /// Why the tokens could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
+    /// The token file could not be read or created.
     #[error("cannot read or create the token file {path}: {source}")]
     Io {
+        /// The token file.
         path: PathBuf,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// The token file (given) has no non-blank line.
     #[error("the token file {0} holds no token")]
     Empty(PathBuf),
+    /// The token file is group- or world-accessible.
     #[error("the token file {path} is readable by other users (mode {mode:o}); chmod 600 it")]
-    Permissions { path: PathBuf, mode: u32 },
+    Permissions {
+        /// The token file.
+        path: PathBuf,
+        /// Its file mode, as `stat` reports it.
+        mode: u32,
+    },
 }
 
 /// Who a request comes from: the name of its token (`token-N`, by line), or

@@ -29,23 +29,33 @@ use crate::store::Workspace;
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A non-loopback address (given) was asked for with authentication off.
     #[error("refusing to serve on {0} without a token: non-loopback binds need authentication")]
     NoAuthOffLoopback(SocketAddr),
+    /// The listening socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The underlying error.
         source: std::io::Error,
     },
+    /// Serving failed after startup.
     #[error("the server failed: {0}")]
     Io(#[from] std::io::Error),
 }
 
 /// Everything a server needs.
 pub struct Server {
+    /// The workspace whose tasks are served and where episodes are recorded.
     pub ws: Workspace,
+    /// Opens a sandbox per session.
     pub provider: BackendProvider,
+    /// Bearer tokens, or none (then only loopback binds are allowed).
     pub auth: Auth,
+    /// Reward mode, timeouts and the default run.
     pub settings: Settings,
+    /// Address to listen on.
     pub bind: SocketAddr,
     /// Open sessions at once, in all.
     pub max_sessions: usize,

@@ -74,8 +74,11 @@ pub struct Registry {
 
 /// What a new session needs.
 pub struct NewSession {
+    /// The client opening it (counts against its quota).
     pub owner: Client,
+    /// The task it runs.
     pub task: Arc<Task>,
+    /// The run it is recorded under.
     pub run_id: String,
 }
 

@@ -32,22 +32,36 @@ pub enum OnConflict {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ImportOutcome {
+    /// Written to the workspace and indexed (new tasks as candidates).
     Imported {
+        /// The directory it was read from.
         path: PathBuf,
+        /// The id it was stored under (renamed on a `rename` conflict).
         id: String,
+        /// The format it was read as.
         format: Format,
     },
+    /// Already in the workspace with identical content; nothing written.
     Unchanged {
+        /// The directory it was read from.
         path: PathBuf,
+        /// The existing task's id.
         id: String,
     },
+    /// Left out because its id exists (`--on-conflict skip`).
     Skipped {
+        /// The directory it was read from.
         path: PathBuf,
+        /// The id that already exists.
         id: String,
+        /// Why it was skipped.
         reason: String,
     },
+    /// Could not be read, validated, or written.
     Failed {
+        /// The directory (or given path) it was read from.
         path: PathBuf,
+        /// What went wrong, for humans.
         error: String,
     },
 }
@@ -55,6 +69,7 @@ pub enum ImportOutcome {
 /// All outcomes, in discovery order.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ImportReport {
+    /// One outcome per discovered directory or given path.
     pub outcomes: Vec<ImportOutcome>,
 }
 

@@ -10,8 +10,11 @@ use super::{now, StoreError, Workspace};
 /// One journalled job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobRow {
+    /// `<kind>-<UTC timestamp>-<n>`, assigned by the job manager.
     pub id: String,
+    /// What the job does (`eval`, `validate`, `generate`, `generate-offline`, `train`), as the launcher names it.
     pub kind: String,
+    /// The job's parameters as given by the launcher, as JSON.
     pub params: serde_json::Value,
     /// queued | running | succeeded | failed | cancelled | interrupted
     pub status: String,
@@ -19,7 +22,9 @@ pub struct JobRow {
     pub progress: f64,
     /// The last stage, result or error.
     pub message: String,
+    /// When the job was started (RFC 3339).
     pub created_at: String,
+    /// When status, progress or message last changed (RFC 3339).
     pub updated_at: String,
 }
 

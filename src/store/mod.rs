@@ -22,20 +22,33 @@ pub use workspace::Workspace;
 /// Errors from the workspace and its database.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// SQLite failed.
     #[error("database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// The database was written by a newer build.
     #[error("the workspace database has schema version {found}, newer than this build supports ({supported}); upgrade endless")]
-    TooNew { found: usize, supported: usize },
+    TooNew {
+        /// The database's schema version.
+        found: usize,
+        /// The newest version this build knows.
+        supported: usize,
+    },
+    /// No task has this id.
     #[error("no task with id {0:?}")]
     NoSuchTask(String),
+    /// A task bundle could not be read or written.
     #[error(transparent)]
     Bundle(#[from] crate::task::BundleError),
+    /// The filesystem failed.
     #[error("{path}: {source}")]
     Io {
+        /// The path the operation failed on.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// Anything else the store refuses or cannot do (rating out of range, unknown episode, ...), explained.
     #[error("{0}")]
     Invalid(String),
 }

@@ -8,30 +8,48 @@ use super::{now, StoreError, Workspace};
 /// One run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunRow {
+    /// The run id, also its directory under `runs/` (e.g. `eval-<hash>`, `gen-<seed>`).
     pub id: String,
+    /// `eval`, `run` (one task), `generate`, `serve` or `bench`.
     pub kind: String,
+    /// The policy spec the run used (e.g. `oracle`, `openai:<model>@<url>`); `http` for served sessions.
     pub policy: String,
+    /// Run parameters recorded at creation (samples, max turns, task count, ...).
     pub config: serde_json::Value,
+    /// The final report (eval report, generation funnel), set when the run finishes; `{}` until then.
     pub summary: serde_json::Value,
+    /// When the run was first created (RFC 3339); a resumed run keeps it.
     pub created_at: String,
+    /// When the run finished (RFC 3339); `None` while running or if it never finished.
     pub finished_at: Option<String>,
 }
 
 /// One indexed episode (its files live under `runs/<run>/episodes/<task>/`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EpisodeRow {
+    /// The run the episode belongs to.
     pub run_id: String,
+    /// The task the episode ran.
     pub task_id: String,
+    /// Sample index of the episode within the run, from 0.
     pub sample: u32,
+    /// Whether every final test passed (never when the episode errored or its shell died).
     pub passed: bool,
+    /// Fraction of final tests that passed, 0.0 to 1.0.
     pub reward: f64,
+    /// Agent turns taken.
     pub turns: u32,
+    /// Why the episode stopped (`done`, `max_turns`, `timeout`, `shell_died`, `resource_limit`, `error`).
     pub end_reason: String,
+    /// Classified failure of a failed episode (`loop`, `premature_done`, ...); `None` when it passed.
     pub failure_mode: Option<String>,
     /// Path of the result JSON, relative to the workspace root.
     pub path: String,
+    /// Reviewer's rating, 1-5, if given.
     pub rating: Option<u8>,
+    /// Reviewer's free-form label, if given.
     pub label: Option<String>,
+    /// Reviewer's notes.
     pub notes: String,
 }
 

@@ -13,9 +13,13 @@ use crate::task::Task;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
+    /// Not yet reviewed; imported and procgen tasks start here.
     Candidate,
+    /// Kept; tasks that pass the LLM pipeline's filters start here.
     Accepted,
+    /// Reviewed and turned down; left out when runs select all tasks.
     Rejected,
+    /// Set aside; left out when runs select all tasks.
     Archived,
 }
 
@@ -43,28 +47,43 @@ impl TaskStatus {
 /// One indexed task.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskRow {
+    /// The task id (`[task] id`).
     pub id: String,
+    /// `[task] name`.
     pub name: String,
+    /// `[task] category`.
     pub category: String,
+    /// `[task] complexity` (1-6), if set.
     pub complexity: Option<u8>,
+    /// `[task] scenario`.
     pub scenario: String,
+    /// Tags: the bundle's when first indexed, then as edited in the index (re-indexing keeps them).
     pub tags: Vec<String>,
+    /// Curation status.
     pub status: TaskStatus,
+    /// `[task] source_format`: the format the task was imported from.
     pub source_format: String,
     /// pass@k keyed by k, from the latest evaluation or solvability filter.
     pub pass_at_k: BTreeMap<String, f64>,
+    /// Curator's rating, 1-5, if given.
     pub rating: Option<u8>,
+    /// Curator's free-text notes.
     pub notes: String,
+    /// The instruction text, kept for search; not serialized.
     #[serde(skip)]
     pub instruction: String,
+    /// When the row was first indexed (RFC 3339).
     pub created_at: String,
+    /// When the row last changed (RFC 3339).
     pub updated_at: String,
 }
 
 /// Which tasks to list.
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
+    /// Only tasks with this status.
     pub status: Option<TaskStatus>,
+    /// Only tasks in this category (exact match).
     pub category: Option<String>,
     /// Case-insensitive substring of id, name or instruction.
     pub search: Option<String>,

@@ -11,8 +11,11 @@ pub enum BundleError {
     /// The content is wrong: a missing file, a bad value, a bad encoding.
     #[error("{}", Located { file, field: field.as_deref(), message })]
     Invalid {
+        /// The offending file, as the caller named it (often a full path).
         file: PathBuf,
+        /// The key (e.g. `task.id`) or place (`line 3`) inside `file`, if known.
         field: Option<String>,
+        /// What is wrong, for humans.
         message: String,
     },
     /// Reading the tree was refused (escaping link, size limit).
@@ -21,7 +24,9 @@ pub enum BundleError {
     /// The filesystem failed.
     #[error("{path}: {source}")]
     Io {
+        /// The path the operation failed on.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -67,8 +72,11 @@ impl fmt::Display for Located<'_> {
 /// One validation finding: file, optional field, message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Problem {
+    /// The offending file, relative to the bundle root.
     pub file: String,
+    /// The dotted key inside `file` (e.g. `task.id`), if the problem is about one.
     pub field: Option<String>,
+    /// What is wrong, for humans.
     pub message: String,
 }
 

@@ -19,6 +19,7 @@ pub const INITIAL_TESTS: &str = "test_initial_state.py";
 /// the environment definition, the tests and an optional oracle solution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
+    /// `task.toml`: identity, agent and verifier limits, environment, provenance.
     pub meta: TaskMeta,
     /// `instruction.md`: what the agent is told.
     pub instruction: String,
@@ -82,7 +83,9 @@ impl EnvKind {
 /// One file of a bundle: bytes plus whether it is executable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileEntry {
+    /// The file's contents.
     pub bytes: Vec<u8>,
+    /// Whether the file is executable: read from its mode bits, written as 0755 (else 0644).
     pub executable: bool,
 }
 
@@ -139,13 +142,18 @@ impl FileTree {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskMeta {
+    /// `[task]`.
     pub task: TaskSection,
+    /// `[agent]`.
     #[serde(default)]
     pub agent: AgentSection,
+    /// `[verifier]`.
     #[serde(default)]
     pub verifier: VerifierSection,
+    /// `[environment]`.
     #[serde(default)]
     pub environment: EnvironmentSection,
+    /// `[provenance]`; omitted from the file when empty.
     #[serde(default, skip_serializing_if = "Provenance::is_empty")]
     pub provenance: Provenance,
     /// Keys and tables this format does not know, kept verbatim.
@@ -156,23 +164,30 @@ pub struct TaskMeta {
 /// `[task]`: identity and classification.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskSection {
+    /// Unique task id; also the bundle's directory name and database key (see [`is_valid_id`]).
     pub id: String,
+    /// Human-readable title; empty when unknown.
     #[serde(default)]
     pub name: String,
+    /// Broad topic (e.g. a generation taxonomy category or procgen family category).
     #[serde(default)]
     pub category: String,
     /// The paper's complexity level, 1 (single command) to 6 (5-10 commands).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub complexity: Option<u8>,
+    /// Framing of the request (who asks and why), as chosen by the generator; empty when none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub scenario: String,
+    /// Free-form difficulty label (`easy`, `medium`, `hard`), as imported or generated.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub difficulty: String,
+    /// Free-form labels; copied into the store's task index when the task is added.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
     /// The format the task was imported from (`native`, `reference`, `harbor`, `tb1`).
     #[serde(default = "native", skip_serializing_if = "is_native")]
     pub source_format: String,
+    /// Unknown `[task]` keys, kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
 }
@@ -188,6 +203,7 @@ fn is_native(s: &String) -> bool {
 /// `[agent]`: how the agent runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentSection {
+    /// Most agent turns (model replies) per episode; default [`DEFAULT_MAX_TURNS`].
     #[serde(default = "default_max_turns")]
     pub max_turns: u32,
     /// Wall-clock limit of one episode, in seconds.
@@ -196,6 +212,7 @@ pub struct AgentSection {
     /// Account the agent's shell runs as.
     #[serde(default = "default_user")]
     pub user: String,
+    /// Unknown `[agent]` keys, kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
 }
@@ -224,6 +241,7 @@ fn default_user() -> String {
 /// `[verifier]`: how the final state is checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifierSection {
+    /// Wall-clock limit of one verifier run, in seconds (default 120).
     #[serde(default = "default_verifier_timeout")]
     pub timeout_sec: f64,
     /// Pytest files under `tests/` that check the initial state.
@@ -236,6 +254,7 @@ pub struct VerifierSection {
     /// `test.sh`); it passes when it writes `1` to `/logs/verifier/reward.txt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// Unknown `[verifier]` keys, kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
 }
@@ -265,10 +284,13 @@ fn default_final_tests() -> Vec<String> {
 /// `[environment]`: where and how the agent's shell lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentSection {
+    /// The agent's working directory inside the sandbox; default [`DEFAULT_WORKDIR`].
     #[serde(default = "default_workdir")]
     pub workdir: String,
+    /// Whether the agent's sandbox (and the image build) may reach the network; off by default.
     #[serde(default)]
     pub network: bool,
+    /// Unknown `[environment]` keys, kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
 }
@@ -290,10 +312,13 @@ fn default_workdir() -> String {
 /// `[provenance]`: where the task came from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
+    /// What produced the task: `llm-pipeline` or `procgen/<family>`; empty for hand-written or imported tasks.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub generator: String,
+    /// Name of the generator model (LLM pipeline only).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
+    /// The generation seed: the pipeline run's, or the procgen task's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// RFC 3339 creation time.
@@ -309,6 +334,7 @@ pub struct Provenance {
     /// validation); the partial reward pays only for progress over it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<super::Baseline>,
+    /// Other provenance keys (e.g. the pipeline's `solver`, `candidate`, `prompt_hashes`), kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
 }

@@ -31,21 +31,40 @@ impl Default for ReadLimits {
 /// Why a tree could not be read; always names the offending path.
 #[derive(Debug, thiserror::Error)]
 pub enum SafeReadError {
+    /// A symbolic link resolves outside the tree's root.
     #[error(
         "{path}: symbolic link points outside the task directory ({target}); refusing to read it"
     )]
-    EscapingLink { path: PathBuf, target: PathBuf },
+    EscapingLink {
+        /// The link.
+        path: PathBuf,
+        /// Where it resolves to.
+        target: PathBuf,
+    },
+    /// One file exceeds [`ReadLimits::max_file_bytes`].
     #[error("{path}: file is {size} bytes, over the limit of {limit} bytes")]
     TooLarge {
+        /// The file.
         path: PathBuf,
+        /// Its size, in bytes.
         size: u64,
+        /// The limit it exceeds, in bytes.
         limit: u64,
     },
+    /// The tree exceeds [`ReadLimits::max_total_bytes`] or [`ReadLimits::max_files`].
     #[error("{path}: the task holds more than {limit} files or bytes")]
-    TooMany { path: PathBuf, limit: u64 },
+    TooMany {
+        /// The file being read when a limit was crossed.
+        path: PathBuf,
+        /// The total-bytes limit (given even when the file count was the one crossed).
+        limit: u64,
+    },
+    /// The filesystem failed.
     #[error("{path}: {source}")]
     Io {
+        /// The path the operation failed on.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },

@@ -234,7 +234,6 @@ impl LocalBackend {
         })
     }
 
-    /// Use these resource limits.
     /// Resolve base images with the `[images]` settings (aliases, mirrors,
     /// pulls, fallback) instead of the defaults.
     pub fn with_images(mut self, settings: crate::config::ImagesConfig) -> Self {
@@ -242,6 +241,7 @@ impl LocalBackend {
         self
     }
 
+    /// Use these resource limits.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self

@@ -40,9 +40,9 @@ pub struct IdMap {
 
 impl IdMap {
     /// The range for this host: `ENDLESS_SANDBOX_ID_BASE`, else the first
-    /// range of at least [`MAPPED_IDS`] ids that `/etc/subuid` gives the
+    /// range of at least `MAPPED_IDS` ids that `/etc/subuid` gives the
     /// `endless` or `root` account (and `/etc/subgid` the same), else
-    /// [`DEFAULT_BASE`].
+    /// `DEFAULT_BASE`.
     pub fn for_host() -> IdMap {
         if let Some(base) = std::env::var("ENDLESS_SANDBOX_ID_BASE")
             .ok()

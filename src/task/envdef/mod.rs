@@ -16,13 +16,23 @@ use super::{BundleError, EnvKind, Task};
 pub enum Step {
     /// Copy `src` (relative to `environment/`, a file or a directory) to `dst`
     /// in the image; a `dst` ending in `/` is a directory.
-    Copy { src: String, dst: String },
+    Copy {
+        /// Source, relative to `environment/`.
+        src: String,
+        /// Destination path in the image.
+        dst: String,
+    },
     /// Run a shell script as the current build user in the current workdir.
     Run(String),
     /// Run `environment/<file>` with bash, with the build context as cwd.
     Script(String),
     /// Set an environment variable for later steps and for agent sessions.
-    Env { key: String, value: String },
+    Env {
+        /// The variable's name.
+        key: String,
+        /// Its value (a Dockerfile's `$VAR` references already expanded).
+        value: String,
+    },
     /// Change the working directory (created if missing).
     Workdir(String),
     /// Change the user later steps run as.
@@ -34,6 +44,7 @@ pub enum Step {
 pub struct EnvDefinition {
     /// The requested base image (`FROM` / `From:`), mapped to the sandbox base.
     pub base: Option<String>,
+    /// The build steps, in the order the definition gives them.
     pub steps: Vec<Step>,
     /// Shell code sourced at the start of every session (`%environment`).
     pub session_script: String,

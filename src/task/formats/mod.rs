@@ -25,9 +25,13 @@ use crate::task::ReadLimits;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
+    /// This crate's bundle: `task.toml` with `[task] id`, `instruction.md`, `truth.md`, `environment/`, `tests/`, `solution/`.
     Native,
+    /// The reference implementation's flat layout around `task.json` and `container.def`.
     Reference,
+    /// Harbor / Terminal-Bench 2.0: `task.toml` without `[task] id`, `environment/Dockerfile`, `tests/test.sh`.
     Harbor,
+    /// Terminal-Bench 1: `task.yaml`, `Dockerfile`, `run-tests.sh`, `solution.sh`.
     Tb1,
 }
 
