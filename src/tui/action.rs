@@ -108,6 +108,8 @@ pub enum LiveEvent {
         key: String,
         /// Whether the final tests passed.
         passed: bool,
+        /// The failure mode of a failed episode (`wrong_output`, ...).
+        failure: Option<String>,
     },
 }
 
