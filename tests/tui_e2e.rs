@@ -524,3 +524,56 @@ fn training_job_from_the_jobs_view_in_tmux() {
         "{evals}"
     );
 }
+
+/// An evaluation started with the CLI in another tmux window appears in the
+/// Live view (found through the workspace's run files): its pane follows the
+/// newest output, never shows the end markers, and collapses to a summary
+/// strip when the episode finishes. Uses the real sandbox.
+#[test]
+fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("agent.txt");
+    std::fs::write(
+        &script,
+        "seq 101 160\nsleep 3\ntr a-z A-Z < ~/data/a.txt > ~/out.txt\nsleep 3\n",
+    )
+    .unwrap();
+    // 40 rows: the session's 48-row terminal is taller than the pane.
+    let session = start_tui(
+        format!("endless-e2e-cli-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for(s, "No live sessions");
+    let cli = format!(
+        "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} {} --workspace {} eval --policy script:{} --tasks upper > {} 2>&1",
+        shell_quote(&home.path().join("cache")),
+        shell_quote(&home.path().join("config")),
+        shell_quote(&home.path().join("state")),
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_endless"))),
+        shell_quote(dir.path()),
+        script.display(),
+        shell_quote(&dir.path().join("cli.log")),
+    );
+    tmux(&["new-window", "-d", "-t", s, &cli]);
+    let screen = wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    assert!(screen.contains("eval-"), "the run names the pane: {screen}");
+    // The pane follows the output: the last line of `seq 101 160` shows.
+    let screen = wait_for_up_to(s, "│160", Duration::from_secs(60));
+    assert!(!screen.contains("__ENDLESS"), "{screen}");
+    // Finished: a summary strip with the result.
+    let screen = wait_for_up_to(s, "✓ PASSED upper#0", Duration::from_secs(120));
+    assert!(!screen.contains("__ENDLESS"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+}

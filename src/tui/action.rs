@@ -111,6 +111,10 @@ pub enum LiveEvent {
         /// The failure mode of a failed episode (`wrong_output`, ...).
         failure: Option<String>,
     },
+    /// An event of an episode found through the workspace's run files (run
+    /// by another process, or by a job here): it opens a read-only pane,
+    /// and feeds only panes it opened.
+    Watched(Box<LiveEvent>),
 }
 
 /// Work for the event loop / store worker.

@@ -52,6 +52,8 @@ pub struct LivePane {
     pub finished_after: Option<Duration>,
     /// Lets the user type into the session.
     pub input: Option<TakeoverHandle>,
+    /// Fed from the workspace's run files (another process), not by a job.
+    pub watched: bool,
 }
 
 impl std::fmt::Debug for LivePane {
@@ -81,6 +83,7 @@ impl LivePane {
             filter: MarkerFilter::default(),
             finished_after: None,
             input: None,
+            watched: false,
         }
     }
 
@@ -144,16 +147,7 @@ impl LivePane {
         }
         if !self.last_command.is_empty() {
             // Multi-line commands (heredocs) read better joined.
-            let cmd: String = self
-                .last_command
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect::<Vec<_>>()
-                .join("; ")
-                .chars()
-                .take(80)
-                .collect();
+            let cmd = one_line(&self.last_command);
             spans.push(Span::styled(
                 format!("$ {cmd} "),
                 Style::new().fg(theme.foreground),
@@ -188,8 +182,27 @@ impl LivePane {
             ),
             theme.muted(),
         ));
+        if !self.last_command.is_empty() {
+            spans.push(Span::styled(
+                format!("$ {}", one_line(&self.last_command)),
+                theme.muted(),
+            ));
+        }
         Line::from(spans)
     }
+}
+
+/// A command on one line (heredocs and multi-line commands joined), at most
+/// 80 characters.
+fn one_line(cmd: &str) -> String {
+    cmd.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .chars()
+        .take(80)
+        .collect()
 }
 
 /// The grid of panes, the selection and the zoom.
@@ -203,6 +216,17 @@ pub struct LiveView {
     /// The selected pane fills the view.
     pub zoomed: bool,
     areas: Vec<Rect>,
+}
+
+/// The episode an event is about.
+fn ev_key(ev: &LiveEvent) -> &str {
+    match ev {
+        LiveEvent::Open { key, .. }
+        | LiveEvent::Feed { key, .. }
+        | LiveEvent::Step { key, .. }
+        | LiveEvent::Finished { key, .. } => key,
+        LiveEvent::Watched(ev) => ev_key(ev),
+    }
 }
 
 /// `(columns, rows)` of a grid for `n` panes.
@@ -273,7 +297,46 @@ impl LiveView {
 
     /// Apply a keyed event from a running episode.
     pub fn live_event(&mut self, ev: LiveEvent) {
+        if let LiveEvent::Watched(ev) = ev {
+            self.watched_event(*ev);
+            return;
+        }
+        // A job of this TUI takes over a pane its files opened first.
+        if let LiveEvent::Open { key, input, .. } = &ev {
+            if let Some(p) = self.by_key(key) {
+                if p.watched {
+                    p.watched = false;
+                    p.input = input.clone();
+                }
+                return;
+            }
+        }
+        if self.by_key(ev_key(&ev)).is_some_and(|p| p.watched) {
+            return;
+        }
+        self.apply(ev);
+    }
+
+    /// An event found through the run files: opens a pane unless one is
+    /// open for the episode, and feeds only the panes it opened.
+    fn watched_event(&mut self, ev: LiveEvent) {
+        let key = ev_key(&ev).to_string();
+        match self.by_key(&key) {
+            Some(p) if !p.watched => {}
+            Some(_) => self.apply(ev),
+            None if matches!(ev, LiveEvent::Open { .. }) => {
+                self.apply(ev);
+                if let Some(p) = self.by_key(&key) {
+                    p.watched = true;
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn apply(&mut self, ev: LiveEvent) {
         match ev {
+            LiveEvent::Watched(ev) => self.watched_event(*ev),
             LiveEvent::Open {
                 key,
                 title,
