@@ -367,7 +367,24 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
     );
     let s = &session.0;
     wait_for(s, "Tasks");
+    // The fresh workspace was seeded from seed 1: the form proposes the
+    // first seed whose tasks are all new (looked up in the background).
+    let seed =
+        endless::workbench::generate::next_free_seed(&Workspace::open(dir.path()).unwrap(), 10)
+            .unwrap();
+    assert!(seed > 1, "the seeded tasks take seed 1");
     open_form(s, "P", "Generate tasks offline");
+    let start = Instant::now();
+    while !tmux(&["capture-pane", "-p", "-t", s])
+        .lines()
+        .any(|l| l.contains("seed") && l.contains(&seed.to_string()))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "seed {seed} never proposed"
+        );
+        sleep(Duration::from_millis(100));
+    }
     tmux(&["send-keys", "-t", s, "Enter"]);
     let start = Instant::now();
     let screen = loop {

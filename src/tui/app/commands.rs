@@ -190,7 +190,8 @@ impl App {
                 match self.jobs.selected_item() {
                     Some(j) if j.status == "running" => {
                         let id = j.id.clone();
-                        self.info(format!("cancelling {id}..."));
+                        self.info(format!("cancelling {id}…"));
+                        self.jobs.cancelling(&id);
                         self.outbox.push(Request::CancelJob(id));
                     }
                     Some(j) => self.error(format!("{} is not running", j.id)),

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 
-use crate::jobs::{JobContext, JobId, JobManager};
+use crate::jobs::{JobContext, JobId, JobManager, NothingDone};
 use crate::tui::action::{Action, Msg};
 use crate::tui::launch::JobSpec;
 use crate::workbench::generate::{LlmRequest, OfflineRequest};
@@ -98,6 +98,13 @@ impl Launcher {
                 let report = crate::workbench::generate::offline(&cctx, &req, ctx)?;
                 if let Some(f) = report.failed.first() {
                     anyhow::bail!("{} tasks failed to write (first: {f})", report.failed.len());
+                }
+                if report.nothing_written() {
+                    // The form proposes the free seed next time.
+                    if let Some(seed) = report.next_free_seed {
+                        let _ = tx.send(Msg::Action(Action::OfflineSeed(seed)));
+                    }
+                    return Err(NothingDone(report.summary()).into());
                 }
                 Ok(report.summary())
             })?,
