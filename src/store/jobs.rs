@@ -13,7 +13,8 @@ pub struct JobRow {
     pub id: String,
     pub kind: String,
     pub params: serde_json::Value,
-    /// queued | running | succeeded | failed | cancelled | interrupted
+    /// queued | running | succeeded | empty | failed | cancelled |
+    /// interrupted
     pub status: String,
     /// 0.0 ..= 1.0
     pub progress: f64,

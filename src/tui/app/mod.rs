@@ -144,6 +144,8 @@ pub struct App {
     pub outbox: Vec<Request>,
     /// The user asked to quit.
     pub should_quit: bool,
+    /// Quitting was asked for while jobs run: the next `q` quits.
+    pub quit_asked: bool,
     tab_areas: Vec<(Rect, View)>,
 }
 
@@ -168,6 +170,7 @@ impl App {
             workspace_label: workspace_label.into(),
             outbox: vec![Request::LoadTasks, Request::LoadEpisodes, Request::LoadJobs],
             should_quit: false,
+            quit_asked: false,
             tab_areas: Vec::new(),
         }
     }

@@ -307,3 +307,59 @@ fn failed_empty_and_cancelled_jobs_tell_the_truth() {
     snap!("jobs_failed_and_empty_80x24", &mut app, 80, 24);
     snap!("jobs_failed_and_empty_120x40", &mut app, 120, 40);
 }
+
+#[test]
+fn quitting_with_running_jobs_asks_first() {
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    app.view = View::Jobs;
+    let id = |s: &str| JobId(s.into());
+    app.update(Action::Job(JobEvent::Started {
+        id: id("eval-1"),
+        kind: "eval".into(),
+    }));
+    // A job of another process (from the journal) does not count.
+    app.jobs.set_rows(vec![crate::store::JobRow {
+        id: "eval-other".into(),
+        kind: "eval".into(),
+        params: serde_json::json!({}),
+        status: "running".into(),
+        progress: 0.5,
+        message: "episodes".into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        updated_at: "2026-01-01T00:00:00Z".into(),
+    }]);
+    app.outbox.clear();
+    app.update(Action::Command(Command::Quit));
+    assert!(!app.should_quit);
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.text.starts_with("1 job running: q quits"),
+        "{}",
+        status.text
+    );
+    snap!("jobs_quit_asks_80x24", &mut app, 80, 24);
+    // Any other key stays.
+    app.update(Action::Command(Command::Down));
+    app.update(Action::Command(Command::Quit));
+    assert!(!app.should_quit);
+    // C cancels the running jobs and stays.
+    app.update(Action::Command(Command::JobCancel));
+    assert_eq!(app.outbox, vec![Request::CancelJob("eval-1".into())]);
+    assert!(!app.should_quit);
+    // Once they stopped, q quits at once.
+    app.update(Action::Job(JobEvent::Finished {
+        id: id("eval-1"),
+        outcome: JobOutcome::Cancelled,
+    }));
+    app.update(Action::Command(Command::Quit));
+    assert!(app.should_quit);
+    // Asked twice: quits.
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    app.update(Action::Job(JobEvent::Started {
+        id: id("eval-2"),
+        kind: "eval".into(),
+    }));
+    app.update(Action::Command(Command::Quit));
+    app.update(Action::Command(Command::Quit));
+    assert!(app.should_quit);
+}

@@ -83,6 +83,9 @@ pub struct JobsView {
     pub selected: usize,
     /// Rows the log is scrolled back from its tail (0: it follows the tail).
     pub log_scroll: usize,
+    /// Jobs started by this process (the journal also lists other
+    /// processes' jobs).
+    pub local: std::collections::BTreeSet<String>,
     table_area: Rect,
 }
 
@@ -116,6 +119,7 @@ impl JobsView {
     pub fn event(&mut self, ev: JobEvent) {
         match ev {
             JobEvent::Started { id, kind } => {
+                self.local.insert(id.0.clone());
                 if !self.items.iter().any(|i| i.id == id.0) {
                     self.items.insert(
                         0,
@@ -182,6 +186,16 @@ impl JobsView {
             }
         }
         self.clamp();
+    }
+
+    /// Ids of the jobs of this process still running (or cancelling).
+    pub fn running_here(&self) -> Vec<String> {
+        self.items
+            .iter()
+            .filter(|i| self.local.contains(&i.id))
+            .filter(|i| i.status == "running" || i.status == CANCELLING)
+            .map(|i| i.id.clone())
+            .collect()
     }
 
     /// Mark a job whose cancellation was asked for (until it finishes).
