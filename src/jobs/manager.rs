@@ -96,8 +96,10 @@ impl JobManager {
                     Ok(Err(e)) if e.is::<Cancelled>() || ctx.is_cancelled() => {
                         JobOutcome::Cancelled
                     }
-                    Ok(Err(e)) if e.is::<NothingDone>() => JobOutcome::Empty(format!("{e:#}")),
-                    Ok(Err(e)) => JobOutcome::Failed(format!("{e:#}")),
+                    Ok(Err(e)) if e.is::<NothingDone>() => {
+                        JobOutcome::Empty(crate::logging::error_text(&e))
+                    }
+                    Ok(Err(e)) => JobOutcome::Failed(crate::logging::error_text(&e)),
                     Err(_) => JobOutcome::Failed("the job panicked; see the log file".into()),
                 };
                 if let Some(ws) = &ctx.journal {

@@ -134,7 +134,7 @@ fn validate_job(ctx: &JobContext, root: &Path, tasks: Vec<String>) -> anyhow::Re
         tasks
     };
     // A backend that does not start makes each task invalid, with why.
-    let backend = cctx.backend().map_err(|e| format!("{e:#}"));
+    let backend = cctx.backend().map_err(|e| crate::logging::error_text(&e));
     let verdicts = crate::workbench::validate_tasks(&cctx, backend, &ids, ctx, |_| {})?;
     let valid = verdicts.iter().filter(|v| v.ok).count();
     // One task: its verdict says more than a count.

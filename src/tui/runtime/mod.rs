@@ -74,7 +74,7 @@ pub fn run_with_channel(
                     let msg = edit(&mut terminal, &input, &dir, &file);
                     if let Err(e) = msg {
                         app.status = Some(StatusMsg {
-                            text: format!("editor: {e:#}"),
+                            text: format!("editor: {}", crate::logging::error_text(&e)),
                             error: true,
                         });
                     } else {
@@ -84,7 +84,10 @@ pub fn run_with_channel(
                 }
                 Request::Launch(spec) => match launcher.launch(spec) {
                     Ok(id) => app.update(Action::Info(format!("started {}", id.0))),
-                    Err(e) => app.update(Action::Error(format!("cannot start the job: {e:#}"))),
+                    Err(e) => app.update(Action::Error(format!(
+                        "cannot start the job: {}",
+                        crate::logging::error_text(&e)
+                    ))),
                 },
                 Request::CancelJob(id) => {
                     if !launcher.cancel(&id) {
