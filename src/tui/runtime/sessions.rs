@@ -25,6 +25,10 @@ const STALE: Duration = Duration::from_secs(30 * 60);
 /// Terminal size assumed until the recording's header says otherwise.
 const DEFAULT_SIZE: (u16, u16) = (48, 160);
 
+/// Followed episodes are read every poll; the run directories are listed
+/// for new ones every this many polls (a second at the TUI's 250 ms).
+const DISCOVER_EVERY: u64 = 4;
+
 /// Most bytes read from one file per poll (a watcher that falls behind
 /// catches up over a few polls instead of stalling).
 const MAX_READ: u64 = 1 << 20;
@@ -96,6 +100,8 @@ pub struct SessionScan {
     followed: BTreeMap<String, Followed>,
     /// Episodes already finished or stale (never reopened).
     done: std::collections::HashSet<String>,
+    /// Polls so far.
+    polls: u64,
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
@@ -120,11 +126,15 @@ fn name(path: &Path) -> String {
 }
 
 impl SessionScan {
-    /// Look at `runs` (`<workspace>/runs`): new running episodes, new steps
-    /// and terminal bytes, finished episodes.
+    /// Look at `runs` (`<workspace>/runs`): new steps and terminal bytes,
+    /// finished episodes, and (every few polls, first on the first) new
+    /// running episodes.
     pub fn poll(&mut self, runs: &Path) -> Vec<LiveEvent> {
         let mut events = Vec::new();
-        self.discover(runs, &mut events);
+        if self.polls % DISCOVER_EVERY == 0 {
+            self.discover(runs, &mut events);
+        }
+        self.polls += 1;
         let keys: Vec<String> = self.followed.keys().cloned().collect();
         for key in keys {
             let Some(f) = self.followed.get_mut(&key) else {

@@ -308,3 +308,63 @@ fn finished_panes_collapse_to_summary_strips() {
     assert_eq!(app.live.panes.len(), 1);
     assert_eq!(app.live.panes[0].title, "other#0");
 }
+
+#[test]
+fn a_job_takes_over_the_pane_its_files_opened_and_watched_events_never_double_feed() {
+    let mut app = live_app();
+    let key = "eval-z/upper/0".to_string();
+    let open = |policy: &str| LiveEvent::Open {
+        key: key.clone(),
+        title: "upper#0".into(),
+        policy: policy.into(),
+        rows: 6,
+        cols: 30,
+        input: None,
+    };
+    // Found through the run files first (the watcher names the run).
+    app.update(Action::Live(LiveEvent::Watched(Box::new(open("eval-z")))));
+    app.update(Action::Live(LiveEvent::Watched(Box::new(
+        LiveEvent::Feed {
+            key: key.clone(),
+            bytes: b"from the file\r\n".to_vec(),
+        },
+    ))));
+    assert!(app.live.panes[0].watched);
+    // The job of this TUI opens it too: one pane, now the job's.
+    app.update(Action::Live(open("oracle")));
+    assert_eq!(app.live.panes.len(), 1);
+    assert!(!app.live.panes[0].watched);
+    assert_eq!(app.live.panes[0].policy, "oracle");
+    // From now on only the job feeds it.
+    app.update(Action::Live(LiveEvent::Watched(Box::new(
+        LiveEvent::Feed {
+            key: key.clone(),
+            bytes: b"twice\r\n".to_vec(),
+        },
+    ))));
+    app.update(Action::Live(LiveEvent::Feed {
+        key: key.clone(),
+        bytes: b"from the job\r\n".to_vec(),
+    }));
+    let text = app.live.panes[0].contents();
+    assert!(
+        text.contains("from the file") && text.contains("from the job"),
+        "{text}"
+    );
+    assert!(!text.contains("twice"), "{text}");
+    // A watched-only episode ignores the job's events, and vice versa.
+    app.update(Action::Live(LiveEvent::Watched(Box::new(
+        LiveEvent::Finished {
+            key: key.clone(),
+            passed: true,
+            failure: None,
+        },
+    ))));
+    assert_eq!(app.live.panes[0].outcome, None);
+    app.update(Action::Live(LiveEvent::Finished {
+        key,
+        passed: true,
+        failure: None,
+    }));
+    assert_eq!(app.live.panes[0].outcome, Some(true));
+}

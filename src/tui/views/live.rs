@@ -302,11 +302,20 @@ impl LiveView {
             return;
         }
         // A job of this TUI takes over a pane its files opened first.
-        if let LiveEvent::Open { key, input, .. } = &ev {
+        if let LiveEvent::Open {
+            key,
+            input,
+            policy,
+            title,
+            ..
+        } = &ev
+        {
             if let Some(p) = self.by_key(key) {
                 if p.watched {
                     p.watched = false;
                     p.input = input.clone();
+                    p.policy = policy.clone();
+                    p.title = title.clone();
                 }
                 return;
             }
