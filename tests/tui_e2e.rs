@@ -594,3 +594,47 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
     assert!(!screen.contains("__ENDLESS"), "{screen}");
     tmux(&["send-keys", "-t", s, "q"]);
 }
+
+/// `q` while an evaluation runs asks first; `esc` stays, `q` twice quits.
+#[test]
+fn quitting_with_a_running_job_asks_first_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("slow.txt");
+    std::fs::write(&script, "sleep 1\n".repeat(60)).unwrap();
+    let session = start_tui(
+        format!("endless-e2e-quit-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    open_form(s, "E", "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for_up_to(s, "turn 1", Duration::from_secs(120));
+    tmux(&["send-keys", "-t", s, "q"]);
+    wait_for(s, "1 job running: q quits and stops it");
+    tmux(&["send-keys", "-t", s, "Escape"]);
+    sleep(Duration::from_millis(500));
+    assert!(tmux(&["list-sessions"]).contains(s.as_str()), "esc stays");
+    tmux(&["send-keys", "-t", s, "q"]);
+    wait_for(s, "1 job running");
+    tmux(&["send-keys", "-t", s, "q"]);
+    let start = Instant::now();
+    while tmux(&["list-sessions"]).contains(s.as_str()) {
+        assert!(start.elapsed() < Duration::from_secs(30), "q twice quits");
+        sleep(Duration::from_millis(100));
+    }
+}
