@@ -21,3 +21,47 @@ pub fn init(dir: &Path) -> Option<WorkerGuard> {
         .ok()?;
     Some(guard)
 }
+
+/// An error and its causes on one line, `: `-separated, leaving out a cause
+/// whose text the line already holds: errors that print their source and
+/// also return it would otherwise say it twice ("Permission denied (os
+/// error 13): Permission denied (os error 13)").
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_error_never_repeats_its_cause() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot write {path}: {source}")]
+        struct Write {
+            path: String,
+            source: std::io::Error,
+        }
+        let io = std::io::Error::from_raw_os_error(13);
+        let e = anyhow::Error::new(Write {
+            path: "/x".into(),
+            source: io,
+        })
+        .context("saving the result");
+        let text = super::error_text(&e);
+        assert_eq!(text.matches("os error 13").count(), 1, "{text}");
+        assert!(
+            text.starts_with("saving the result: cannot write /x: "),
+            "{text}"
+        );
+    }
+}

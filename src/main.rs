@@ -15,7 +15,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // Errors may quote task files or agent output.
-            let text = format!("endless: {e:#}");
+            let text = format!("endless: {}", endless::logging::error_text(&e));
             eprintln!("{}", endless::task::terminal_safe(&text));
             ExitCode::FAILURE
         }

@@ -367,7 +367,24 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
     );
     let s = &session.0;
     wait_for(s, "Tasks");
+    // The fresh workspace was seeded from seed 1: the form proposes the
+    // first seed whose tasks are all new (looked up in the background).
+    let seed =
+        endless::workbench::generate::next_free_seed(&Workspace::open(dir.path()).unwrap(), 10)
+            .unwrap();
+    assert!(seed > 1, "the seeded tasks take seed 1");
     open_form(s, "P", "Generate tasks offline");
+    let start = Instant::now();
+    while !tmux(&["capture-pane", "-p", "-t", s])
+        .lines()
+        .any(|l| l.contains("seed") && l.contains(&seed.to_string()))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "seed {seed} never proposed"
+        );
+        sleep(Duration::from_millis(100));
+    }
     tmux(&["send-keys", "-t", s, "Enter"]);
     let start = Instant::now();
     let screen = loop {
@@ -523,4 +540,101 @@ fn training_job_from_the_jobs_view_in_tmux() {
         evals.contains("\"before\"") && evals.contains("\"after\""),
         "{evals}"
     );
+}
+
+/// An evaluation started with the CLI in another tmux window appears in the
+/// Live view (found through the workspace's run files): its pane follows the
+/// newest output, never shows the end markers, and collapses to a summary
+/// strip when the episode finishes. Uses the real sandbox.
+#[test]
+fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("agent.txt");
+    std::fs::write(
+        &script,
+        "seq 101 160\nsleep 3\ntr a-z A-Z < ~/data/a.txt > ~/out.txt\nsleep 3\n",
+    )
+    .unwrap();
+    // 40 rows: the session's 48-row terminal is taller than the pane.
+    let session = start_tui(
+        format!("endless-e2e-cli-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for(s, "No live sessions");
+    let cli = format!(
+        "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} {} --workspace {} eval --policy script:{} --tasks upper > {} 2>&1",
+        shell_quote(&home.path().join("cache")),
+        shell_quote(&home.path().join("config")),
+        shell_quote(&home.path().join("state")),
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_endless"))),
+        shell_quote(dir.path()),
+        script.display(),
+        shell_quote(&dir.path().join("cli.log")),
+    );
+    tmux(&["new-window", "-d", "-t", s, &cli]);
+    let screen = wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    assert!(screen.contains("eval-"), "the run names the pane: {screen}");
+    // The pane follows the output: the last line of `seq 101 160` shows.
+    let screen = wait_for_up_to(s, "│160", Duration::from_secs(60));
+    assert!(!screen.contains("__ENDLESS"), "{screen}");
+    // Finished: a summary strip with the result.
+    let screen = wait_for_up_to(s, "✓ PASSED upper#0", Duration::from_secs(120));
+    assert!(!screen.contains("__ENDLESS"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+}
+
+/// `q` while an evaluation runs asks first; `esc` stays, `q` twice quits.
+#[test]
+fn quitting_with_a_running_job_asks_first_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("slow.txt");
+    std::fs::write(&script, "sleep 1\n".repeat(60)).unwrap();
+    let session = start_tui(
+        format!("endless-e2e-quit-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    open_form(s, "E", "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for_up_to(s, "turn 1", Duration::from_secs(120));
+    tmux(&["send-keys", "-t", s, "q"]);
+    wait_for(s, "1 job running: q quits and stops it");
+    tmux(&["send-keys", "-t", s, "Escape"]);
+    sleep(Duration::from_millis(500));
+    assert!(tmux(&["list-sessions"]).contains(s.as_str()), "esc stays");
+    tmux(&["send-keys", "-t", s, "q"]);
+    wait_for(s, "1 job running");
+    tmux(&["send-keys", "-t", s, "q"]);
+    let start = Instant::now();
+    while tmux(&["list-sessions"]).contains(s.as_str()) {
+        assert!(start.elapsed() < Duration::from_secs(30), "q twice quits");
+        sleep(Duration::from_millis(100));
+    }
 }

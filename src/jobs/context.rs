@@ -16,6 +16,13 @@ use crate::store::Workspace;
 #[error("cancelled")]
 pub struct Cancelled;
 
+/// The error a job returns when it finished without doing anything (every
+/// item was already there, nothing matched): not a failure, but not a
+/// success either; the message says why and what to do instead.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NothingDone(pub String);
+
 /// Handed to a job's body.
 pub struct JobContext {
     pub(super) id: JobId,
@@ -23,6 +30,8 @@ pub struct JobContext {
     pub(super) events: broadcast::Sender<JobEvent>,
     pub(super) journal: Option<Mutex<Workspace>>,
     pub(super) last_journal: Mutex<Option<Instant>>,
+    /// The last progress reported (0..=1), kept for the final journal entry.
+    pub(super) fraction: Mutex<f64>,
 }
 
 /// How often progress is written to the journal at most.
@@ -43,6 +52,7 @@ impl JobContext {
             events,
             journal: None,
             last_journal: Mutex::new(None),
+            fraction: Mutex::new(0.0),
         };
         (ctx, rx)
     }
@@ -86,6 +96,9 @@ impl JobContext {
             total,
             stage: stage.to_string(),
         });
+        if total > 0 {
+            *self.fraction.lock() = (done as f64 / total as f64).clamp(0.0, 1.0);
+        }
         let mut last = self.last_journal.lock();
         if last.is_none_or(|t| t.elapsed() >= JOURNAL_EVERY) || done == total {
             *last = Some(Instant::now());

@@ -18,6 +18,8 @@ pub enum JobOutcome {
     Failed(String),
     /// Stopped at the user's request.
     Cancelled,
+    /// Finished without doing anything; why (shown in amber, not green).
+    Empty(String),
 }
 
 /// What subscribers hear.

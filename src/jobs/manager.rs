@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
-use super::context::{Cancelled, JobContext};
+use super::context::{Cancelled, JobContext, NothingDone};
 use super::event::{JobEvent, JobId, JobOutcome};
 use crate::store::Workspace;
 
@@ -81,6 +81,7 @@ impl JobManager {
             events: self.events.clone(),
             journal,
             last_journal: Mutex::new(None),
+            fraction: Mutex::new(0.0),
         };
         let _ = self.events.send(JobEvent::Started {
             id: id.clone(),
@@ -95,7 +96,10 @@ impl JobManager {
                     Ok(Err(e)) if e.is::<Cancelled>() || ctx.is_cancelled() => {
                         JobOutcome::Cancelled
                     }
-                    Ok(Err(e)) => JobOutcome::Failed(format!("{e:#}")),
+                    Ok(Err(e)) if e.is::<NothingDone>() => {
+                        JobOutcome::Empty(crate::logging::error_text(&e))
+                    }
+                    Ok(Err(e)) => JobOutcome::Failed(crate::logging::error_text(&e)),
                     Err(_) => JobOutcome::Failed("the job panicked; see the log file".into()),
                 };
                 if let Some(ws) = &ctx.journal {
@@ -103,8 +107,14 @@ impl JobManager {
                         JobOutcome::Succeeded(m) => ("succeeded", m.as_str()),
                         JobOutcome::Failed(m) => ("failed", m.as_str()),
                         JobOutcome::Cancelled => ("cancelled", ""),
+                        JobOutcome::Empty(m) => ("empty", m.as_str()),
                     };
-                    let progress = if status == "succeeded" { 1.0 } else { 0.0 };
+                    // The progress it made, truthfully (a cancelled job is
+                    // not at 0%).
+                    let progress = match status {
+                        "succeeded" | "empty" => 1.0,
+                        _ => *ctx.fraction.lock(),
+                    };
                     let _ = ws.lock().update_job(&ctx.id.0, status, progress, message);
                 }
                 let _ = ctx.events.send(JobEvent::Finished {

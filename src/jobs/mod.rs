@@ -7,6 +7,6 @@ mod context;
 mod event;
 mod manager;
 
-pub use context::{Cancelled, JobContext};
+pub use context::{Cancelled, JobContext, NothingDone};
 pub use event::{JobEvent, JobId, JobOutcome};
 pub use manager::JobManager;

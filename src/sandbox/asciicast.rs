@@ -13,7 +13,8 @@ const MARKER_ROOM: u64 = 128;
 /// Writes an asciicast v2 file: a JSON header line, then one
 /// `[seconds, "o"|"i"|"r", data]` line per event. The file never grows past
 /// its cap: the event that would cross it is replaced by one output event
-/// saying the recording stopped, and nothing is written after that.
+/// saying the recording stopped, and nothing is written after that. Each
+/// event is flushed as it is written, so the file can be tailed live.
 pub struct Recorder {
     out: BufWriter<File>,
     start: Instant,
@@ -132,7 +133,10 @@ impl Recorder {
         }
         self.written += line.len() as u64;
         // Recording is best effort: a full disk must not break the episode.
+        // Flushed per event: watchers (the TUI's Live view in another
+        // process) tail the file while the session runs.
         let _ = self.out.write_all(line.as_bytes());
+        let _ = self.out.flush();
     }
 
     /// Flush buffered events to disk.

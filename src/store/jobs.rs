@@ -16,7 +16,8 @@ pub struct JobRow {
     pub kind: String,
     /// The job's parameters as given by the launcher, as JSON.
     pub params: serde_json::Value,
-    /// queued | running | succeeded | failed | cancelled | interrupted
+    /// queued | running | succeeded | empty | failed | cancelled |
+    /// interrupted
     pub status: String,
     /// 0.0 ..= 1.0
     pub progress: f64,

@@ -61,6 +61,9 @@ pub enum Action {
     TakeoverKey(KeyEvent),
     /// Time passed (seconds): replay playback, elapsed clocks.
     Tick(f64),
+    /// The first seed whose offline batch is new to the workspace (the
+    /// offline form proposes it).
+    OfflineSeed(u64),
     /// An informational message for the status line.
     Info(String),
     /// An error for the status line.
@@ -108,7 +111,13 @@ pub enum LiveEvent {
         key: String,
         /// Whether the final tests passed.
         passed: bool,
+        /// The failure mode of a failed episode (`wrong_output`, ...).
+        failure: Option<String>,
     },
+    /// An event of an episode found through the workspace's run files (run
+    /// by another process, or by a job here): it opens a read-only pane,
+    /// and feeds only panes it opened.
+    Watched(Box<LiveEvent>),
 }
 
 /// Work for the event loop / store worker.
@@ -165,6 +174,8 @@ pub enum Request {
     Launch(JobSpec),
     /// Cancel a job (the event loop's launcher serves it).
     CancelJob(String),
+    /// Find the first seed whose batch of this many offline tasks is new.
+    NextFreeSeed(usize),
 }
 
 /// What the event loop receives.

@@ -44,7 +44,22 @@ impl Cast {
                 cast.events.push((t, data.as_bytes().to_vec()));
             }
         }
+        cast.strip_markers();
         Ok(cast)
+    }
+
+    /// Take the exec protocol's end markers out of the output events (a
+    /// marker split across events included): people never see them.
+    fn strip_markers(&mut self) {
+        use crate::tui::widgets::terminal::MarkerFilter;
+        let mut filter = MarkerFilter::default();
+        for (_, bytes) in &mut self.events {
+            *bytes = filter.push_bytes(bytes);
+        }
+        if let Some((_, last)) = self.events.last_mut() {
+            last.extend(filter.finish());
+        }
+        self.events.retain(|(_, b)| !b.is_empty());
     }
 
     /// Length in seconds.
@@ -169,5 +184,14 @@ mod tests {
         assert_eq!(r.position, 2);
         assert!(!r.playing);
         assert!(Cast::parse("{}\n[1]\n").unwrap_err().contains("line 2"));
+    }
+
+    #[test]
+    fn markers_never_reach_the_screen() {
+        let text = "{\"version\":2,\"width\":30,\"height\":4}\n[0.1,\"o\",\"hi\\r\\n\\r\\n__END\"]\n[0.2,\"o\",\"LESS_t_1_0__\\r\\n\"]\n";
+        let cast = Cast::parse(text).unwrap();
+        let screen = Replay::new(cast).screen().screen().contents();
+        assert!(!screen.contains("ENDLESS"), "{screen}");
+        assert!(screen.contains("hi"), "{screen}");
     }
 }

@@ -54,16 +54,61 @@ pub struct OfflineReport {
     pub seconds: f64,
     /// Throughput.
     pub tasks_per_sec: f64,
+    /// When nothing was written because every task was already there: the
+    /// next seed whose whole batch is new.
+    pub next_free_seed: Option<u64>,
+    /// The seed asked for.
+    pub seed: u64,
 }
 
 impl OfflineReport {
-    /// `N tasks written (M already present) from F families in ...`.
+    /// `N tasks written (M already present) from F families in ...`, or,
+    /// when nothing was written because it was all there, `0 tasks written:
+    /// all N tasks of seed S are already present; next free seed T`.
     pub fn summary(&self) -> String {
+        if self.nothing_written() {
+            let next = self
+                .next_free_seed
+                .map_or(String::new(), |s| format!("; next free seed {s}"));
+            return format!(
+                "0 tasks written: all {} tasks of seed {} are already present{next}",
+                self.existing, self.seed
+            );
+        }
         format!(
             "{} tasks written ({} already present) from {} families in {:.2}s ({:.0} tasks/s)",
             self.written, self.existing, self.families, self.seconds, self.tasks_per_sec
         )
     }
+
+    /// Tasks were asked for, none failed, and none was new.
+    pub fn nothing_written(&self) -> bool {
+        self.requested > 0 && self.written == 0 && self.failed.is_empty()
+    }
+}
+
+/// The first seed from `from` on whose whole batch of `count` tasks (in
+/// `split`, over `families`) is absent from the workspace; `None` within
+/// a thousand seeds.
+fn first_free_seed(
+    ws: &Workspace,
+    families: &[&'static dyn crate::procgen::Family],
+    count: usize,
+    from: u64,
+    split: Option<Split>,
+) -> Option<u64> {
+    (from..from.saturating_add(1000)).find(|s| {
+        generate_batch_from(families, count, *s, split)
+            .iter()
+            .all(|t| !ws.has_task(t.id()))
+    })
+}
+
+/// The seed the offline form should propose for `count` tasks: the first
+/// from 1 on whose whole batch is new to the workspace.
+pub fn next_free_seed(ws: &Workspace, count: usize) -> Option<u64> {
+    let (families, _) = usable_families();
+    first_free_seed(ws, &families, count.max(1), 1, None)
 }
 
 /// Generate `req.count` tasks balanced over the usable families and write
@@ -126,7 +171,19 @@ pub fn offline_into(
             .collect(),
         seconds,
         tasks_per_sec: tasks.len() as f64 / seconds.max(1e-9),
+        next_free_seed: None,
+        seed: req.seed,
     };
+    let mut report = report;
+    if report.nothing_written() {
+        report.next_free_seed = first_free_seed(
+            ws,
+            &families,
+            req.count,
+            req.seed.saturating_add(1),
+            req.split,
+        );
+    }
     for (family, tool) in &report.skipped_families {
         job.log(format!(
             "skipped family {family}: it needs `{tool}`, which is not installed"
@@ -243,6 +300,10 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
             AtomicUsize::new(0),
             AtomicUsize::new(0),
         );
+        // Whether every rejection so far was the model server being
+        // unreachable, and the first such reason.
+        let other_reject = std::sync::atomic::AtomicBool::new(false);
+        let unreachable: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
         let on_event = |ev: PipelineEvent| match ev {
             PipelineEvent::Planned {
                 total: n,
@@ -264,10 +325,20 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
                         let a = accepted.fetch_add(1, Ordering::Relaxed) + 1;
                         job.log(format!("accepted {candidate} as {task_id} ({a} so far)"));
                     }
-                    CandidateOutcome::Rejected { stage, reason } => job.log(format!(
-                        "rejected {candidate} at {stage:?}: {}",
-                        reason.lines().next().unwrap_or("")
-                    )),
+                    CandidateOutcome::Rejected { stage, reason } => {
+                        match server_unreachable(&reason) {
+                            Some(why) => {
+                                if let Ok(mut u) = unreachable.lock() {
+                                    u.get_or_insert(why);
+                                }
+                            }
+                            None => other_reject.store(true, Ordering::Relaxed),
+                        }
+                        job.log(format!(
+                            "rejected {candidate} at {stage:?}: {}",
+                            reason.lines().next().unwrap_or("")
+                        ))
+                    }
                 }
             }
         };
@@ -281,17 +352,36 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
         while let Ok(ev) = rx.try_recv() {
             on_event(ev);
         }
-        out
+        // Nothing accepted because the server never answered: a failure,
+        // not an empty success.
+        let down = (accepted.load(Ordering::Relaxed) == 0 && !other_reject.load(Ordering::Relaxed))
+            .then(|| unreachable.lock().ok().and_then(|u| u.clone()))
+            .flatten();
+        out.map(|o| (o, down))
     });
     // Candidates still running when a cancel stopped the pipeline are
     // dropped with the runtime; their sandboxes stop with them.
     rt.shutdown_background();
-    let Some(result) = result else {
+    let Some((result, down)) = result else {
         return Err(Cancelled.into());
     };
     let funnel = result.context("generation failed")?;
     ws.finish_run(&run_id, &serde_json::to_value(&funnel)?)?;
+    if let Some(why) = down {
+        bail!("{why}");
+    }
     Ok(funnel)
+}
+
+/// The model-server failure a reject reason reports (`cannot reach the
+/// model server at URL: …`, or a timeout), from that phrase on, first line.
+fn server_unreachable(reason: &str) -> Option<String> {
+    let first = reason.lines().next().unwrap_or("");
+    ["cannot reach the model server", "model server at"]
+        .iter()
+        .find_map(|p| first.find(p))
+        .filter(|_| first.contains("cannot reach") || first.contains("timed out"))
+        .map(|at| first[at..].trim().to_string())
 }
 
 /// `A of N candidates accepted`, for a job's one-line result.
@@ -310,6 +400,16 @@ mod tests {
     use crate::jobs::JobEvent;
 
     #[test]
+    fn an_unreachable_server_is_named_in_full() {
+        let r = "task generation: cannot reach the model server at http://127.0.0.1:9/v1: connection refused\nmore";
+        assert_eq!(
+            server_unreachable(r).as_deref(),
+            Some("cannot reach the model server at http://127.0.0.1:9/v1: connection refused")
+        );
+        assert!(server_unreachable("tests failed: 2 of 3").is_none());
+    }
+
+    #[test]
     fn offline_generation_writes_reports_and_resumes() {
         let dir = tempfile::tempdir().unwrap();
         let mut ws = Workspace::open(dir.path()).unwrap();
@@ -324,6 +424,26 @@ mod tests {
         assert!(first.failed.is_empty());
         let again = offline_into(&mut ws, &req, &job).unwrap();
         assert_eq!((again.written, again.existing), (0, 4));
+        // Nothing new: it says so, and names a seed whose tasks are all new.
+        assert!(again.nothing_written());
+        let next = again.next_free_seed.unwrap();
+        assert!(next > 3, "{again:?}");
+        assert_eq!(
+            again.summary(),
+            format!(
+                "0 tasks written: all 4 tasks of seed 3 are already present; next free seed {next}"
+            )
+        );
+        let fresh = offline_into(
+            &mut ws,
+            &OfflineRequest {
+                seed: next,
+                ..req.clone()
+            },
+            &job,
+        )
+        .unwrap();
+        assert_eq!((fresh.written, fresh.existing), (4, 0));
         let mut finished = false;
         let mut logged = Vec::new();
         while let Ok(ev) = rx.try_recv() {

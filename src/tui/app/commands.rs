@@ -12,11 +12,31 @@ use crate::tui::launch::JobSpec;
 use crate::tui::widgets::input::TextInput;
 
 impl App {
+    /// Quit, unless jobs of this process are running: then ask first (they
+    /// run on this process's threads and would stop half-way).
+    fn quit(&mut self) {
+        let running = self.jobs.running_here();
+        if running.is_empty() {
+            self.should_quit = true;
+            return;
+        }
+        self.quit_asked = true;
+        let n = running.len();
+        let q = self.keymap.hint(Command::Quit);
+        let c = self.keymap.hint(Command::JobCancel);
+        let it = if n == 1 { "it" } else { "them" };
+        self.error(format!(
+            "{n} job{} running: {q} quits and stops {it} · {c} cancels {it} · esc stays",
+            if n == 1 { "" } else { "s" },
+        ));
+    }
+
     /// Route a command the keymap resolved.
     pub(super) fn command(&mut self, cmd: Command) {
         if self.help.visible {
             match cmd {
-                Command::Quit => self.should_quit = true,
+                Command::Quit if self.quit_asked => self.should_quit = true,
+                Command::Quit => self.quit(),
                 other => {
                     let next = self.help.handle_command(other);
                     self.follow(next);
@@ -25,8 +45,18 @@ impl App {
             return;
         }
         self.status = None;
+        let asked = std::mem::take(&mut self.quit_asked);
         match cmd {
-            Command::Quit => self.should_quit = true,
+            Command::Quit if asked => self.should_quit = true,
+            Command::Quit => self.quit(),
+            // The quit question offers to cancel the running jobs.
+            Command::JobCancel if asked => {
+                for id in self.jobs.running_here() {
+                    self.jobs.cancelling(&id);
+                    self.outbox.push(Request::CancelJob(id));
+                }
+                self.info("cancelling the running jobs; q quits once they have stopped".into());
+            }
             Command::Help => {
                 self.help.visible = true;
                 self.help.scroll = 0;
@@ -190,7 +220,8 @@ impl App {
                 match self.jobs.selected_item() {
                     Some(j) if j.status == "running" => {
                         let id = j.id.clone();
-                        self.info(format!("cancelling {id}..."));
+                        self.info(format!("cancelling {id}…"));
+                        self.jobs.cancelling(&id);
                         self.outbox.push(Request::CancelJob(id));
                     }
                     Some(j) => self.error(format!("{} is not running", j.id)),

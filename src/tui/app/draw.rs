@@ -135,8 +135,9 @@ impl App {
                     View::Live => vec![
                         (k(Command::Select), "zoom"),
                         (k(Command::Back), "unzoom"),
-                        (k(Command::PageUp), "scroll back"),
+                        (k(Command::PageUp), "scroll"),
                         (k(Command::TakeOver), "take over"),
+                        (k(Command::ClearFilters), "clear done"),
                         (k(Command::Quit), "quit"),
                     ],
                     View::Episodes if self.inspector.is_some() => vec![

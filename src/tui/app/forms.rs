@@ -58,11 +58,18 @@ impl App {
             .with_note("what `endless generate --llm URL --model M` does, as a job"),
             FormKind::Offline => Form::new(
                 "Generate tasks offline (procedural)",
-                &[("count", d.count.to_string()), ("seed", "1".into())],
+                &[
+                    ("count", d.count.to_string()),
+                    ("seed", d.offline_seed.to_string()),
+                ],
             )
             .with_note("what `endless generate --offline` does, as a job"),
             FormKind::Train => train_form(),
         };
+        if kind == FormKind::Offline {
+            // Propose the first seed whose batch is new (the worker looks).
+            self.outbox.push(Request::NextFreeSeed(d.count));
+        }
         self.form = Some((kind, form));
     }
 

@@ -144,6 +144,8 @@ pub struct App {
     pub outbox: Vec<Request>,
     /// The user asked to quit.
     pub should_quit: bool,
+    /// Quitting was asked for while jobs run: the next `q` quits.
+    pub quit_asked: bool,
     tab_areas: Vec<(Rect, View)>,
 }
 
@@ -168,6 +170,7 @@ impl App {
             workspace_label: workspace_label.into(),
             outbox: vec![Request::LoadTasks, Request::LoadEpisodes, Request::LoadJobs],
             should_quit: false,
+            quit_asked: false,
             tab_areas: Vec::new(),
         }
     }
@@ -209,6 +212,7 @@ impl App {
                         JobOutcome::Succeeded(m) => self.info(format!("{}: {m}", id.0)),
                         JobOutcome::Failed(m) => self.error(format!("{}: {m}", id.0)),
                         JobOutcome::Cancelled => self.info(format!("{}: cancelled", id.0)),
+                        JobOutcome::Empty(m) => self.info(format!("{}: {m}", id.0)),
                     }
                     self.outbox.extend([
                         Request::LoadEpisodes,
@@ -236,6 +240,18 @@ impl App {
                 if let Some(insp) = self.inspector.as_mut() {
                     let next = insp.update(Action::Tick(dt));
                     self.follow(next);
+                }
+            }
+            Action::OfflineSeed(seed) => {
+                let old = self.defaults.offline_seed.to_string();
+                self.defaults.offline_seed = seed;
+                // An open offline form whose seed was not edited takes it.
+                if let Some((FormKind::Offline, form)) = self.form.as_mut() {
+                    if let Some(f) = form.fields.iter_mut().find(|f| f.label == "seed") {
+                        if f.input.value == old {
+                            f.input = crate::tui::widgets::input::TextInput::new(seed.to_string());
+                        }
+                    }
                 }
             }
             Action::Info(s) => self.info(s),

@@ -90,6 +90,7 @@ impl RolloutHooks for LivePanes<'_> {
                 LiveEvent::Finished {
                     key: format!("{run_id}/{}/{}", result.task, result.sample),
                     passed: result.passed,
+                    failure: result.failure_mode.map(|m| m.as_str().to_string()),
                 },
             ),
         }

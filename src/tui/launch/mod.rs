@@ -109,6 +109,9 @@ pub struct JobDefaults {
     pub solutions: u32,
     /// Tasks (or candidates) to generate.
     pub count: usize,
+    /// The offline form's seed: the first whose batch is new to the
+    /// workspace, once known.
+    pub offline_seed: u64,
 }
 
 impl Default for JobDefaults {
@@ -121,6 +124,7 @@ impl Default for JobDefaults {
             llm_model: String::new(),
             solutions: 16,
             count: 10,
+            offline_seed: 1,
         }
     }
 }

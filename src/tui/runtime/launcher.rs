@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 
-use crate::jobs::{JobContext, JobId, JobManager};
+use crate::jobs::{JobContext, JobId, JobManager, NothingDone};
 use crate::tui::action::{Action, Msg};
 use crate::tui::launch::JobSpec;
 use crate::workbench::generate::{LlmRequest, OfflineRequest};
@@ -100,6 +100,13 @@ impl Launcher {
                 if let Some(f) = report.failed.first() {
                     anyhow::bail!("{} tasks failed to write (first: {f})", report.failed.len());
                 }
+                if report.nothing_written() {
+                    // The form proposes the free seed next time.
+                    if let Some(seed) = report.next_free_seed {
+                        let _ = tx.send(Msg::Action(Action::OfflineSeed(seed)));
+                    }
+                    return Err(NothingDone(report.summary()).into());
+                }
                 Ok(report.summary())
             })?,
             JobSpec::Train(spec) => self.manager.spawn(kind, params, move |ctx| {
@@ -128,7 +135,7 @@ fn validate_job(ctx: &JobContext, root: &Path, tasks: Vec<String>) -> anyhow::Re
         tasks
     };
     // A backend that does not start makes each task invalid, with why.
-    let backend = cctx.backend().map_err(|e| format!("{e:#}"));
+    let backend = cctx.backend().map_err(|e| crate::logging::error_text(&e));
     let verdicts = crate::workbench::validate_tasks(&cctx, backend, &ids, ctx, |_| {})?;
     let valid = verdicts.iter().filter(|v| v.ok).count();
     // One task: its verdict says more than a count.

@@ -1,13 +1,15 @@
 //! The TUI's runtime: the event loop ([`run_with_channel`]) and the
 //! threads around it — terminal input ([`input`]), the store worker
 //! ([`worker`], with the inspector's file reads in [`episode_io`]), the job
-//! launcher ([`launcher`]) and the training-run watcher ([`watcher`]) — all
+//! launcher ([`launcher`]), the training-run watcher ([`watcher`]) and the
+//! running-episode watcher ([`sessions`]) — all
 //! talking to the app through [`Msg`]s on one channel. The terminal itself
 //! (raw mode, alternate screen, the external editor) is [`terminal`].
 
 pub mod episode_io;
 pub mod input;
 pub mod launcher;
+pub mod sessions;
 pub mod terminal;
 pub mod watcher;
 pub mod worker;
@@ -42,9 +44,10 @@ pub fn run_with_channel(
     let keymap = Keymap::from_config(keys)?;
     let theme = Theme::load(theme, Theme::user_dir().as_deref())?;
     // Open once here so that a broken workspace fails before the screen switches.
-    let checkpoints = crate::store::Workspace::open(workspace_root)
-        .with_context(|| format!("opening workspace {}", workspace_root.display()))?
-        .checkpoints_dir();
+    let ws = crate::store::Workspace::open(workspace_root)
+        .with_context(|| format!("opening workspace {}", workspace_root.display()))?;
+    let (checkpoints, runs) = (ws.checkpoints_dir(), ws.runs_dir());
+    drop(ws);
     let mut app = App::new(theme, keymap, workspace_root.display().to_string());
     let paths = crate::config::Paths::detect();
     if let Ok(config) = crate::config::Config::load(&paths.config_file, Some(workspace_root)) {
@@ -58,6 +61,8 @@ pub fn run_with_channel(
     let worker = worker::spawn(workspace_root.to_path_buf(), req_rx, tx.clone());
     // Training runs: re-read off the UI thread, about once a second.
     let _training = watcher::Watcher::spawn(checkpoints, tx.clone(), Duration::from_secs(1));
+    // Running episodes of every process on this workspace, a few times a second.
+    let _sessions = sessions::SessionWatcher::spawn(runs, tx.clone(), Duration::from_millis(250));
     let input = InputThread::spawn(tx);
     let mut last_tick = Instant::now();
 
@@ -69,7 +74,7 @@ pub fn run_with_channel(
                     let msg = edit(&mut terminal, &input, &dir, &file);
                     if let Err(e) = msg {
                         app.status = Some(StatusMsg {
-                            text: format!("editor: {e:#}"),
+                            text: format!("editor: {}", crate::logging::error_text(&e)),
                             error: true,
                         });
                     } else {
@@ -79,7 +84,10 @@ pub fn run_with_channel(
                 }
                 Request::Launch(spec) => match launcher.launch(spec) {
                     Ok(id) => app.update(Action::Info(format!("started {}", id.0))),
-                    Err(e) => app.update(Action::Error(format!("cannot start the job: {e:#}"))),
+                    Err(e) => app.update(Action::Error(format!(
+                        "cannot start the job: {}",
+                        crate::logging::error_text(&e)
+                    ))),
                 },
                 Request::CancelJob(id) => {
                     if !launcher.cancel(&id) {

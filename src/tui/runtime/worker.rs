@@ -62,6 +62,10 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             Ok(rows) => vec![Action::TasksLoaded(rows)],
             Err(e) => vec![err(e)],
         },
+        Request::NextFreeSeed(count) => crate::workbench::generate::next_free_seed(ws, count)
+            .map(Action::OfflineSeed)
+            .into_iter()
+            .collect(),
         Request::LoadEpisodes => match ws.list_episodes(None) {
             Ok(rows) => vec![Action::EpisodesLoaded(rows)],
             Err(e) => vec![err(e)],

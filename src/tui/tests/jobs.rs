@@ -191,3 +191,175 @@ fn forms_fit_tiny_terminals() {
         press(&mut app, KeyCode::Esc);
     }
 }
+
+/// The foreground colour of the first cell of `needle` on the screen.
+fn fg_of(app: &mut App, w: u16, h: u16, needle: &str) -> Option<ratatui::style::Color> {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| app.draw(f)).unwrap();
+    let buf = t.backend().buffer().clone();
+    for y in 0..h {
+        let line: String = (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect();
+        if let Some(at) = line.find(needle) {
+            let x = line[..at].chars().count() as u16;
+            return buf[(x, y)].fg.into();
+        }
+    }
+    None
+}
+
+#[test]
+fn failed_empty_and_cancelled_jobs_tell_the_truth() {
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    app.view = View::Jobs;
+    let id = |s: &str| JobId(s.into());
+    let unreachable =
+        "cannot reach the model server at http://localhost:8000/v1: connection refused";
+    let nothing = "0 tasks written: all 10 tasks of seed 1 are already present; next free seed 11";
+    for ev in [
+        JobEvent::Started {
+            id: id("generate-1"),
+            kind: "generate".into(),
+        },
+        JobEvent::Finished {
+            id: id("generate-1"),
+            outcome: JobOutcome::Failed(unreachable.into()),
+        },
+        JobEvent::Started {
+            id: id("generate-offline-2"),
+            kind: "generate-offline".into(),
+        },
+        JobEvent::Finished {
+            id: id("generate-offline-2"),
+            outcome: JobOutcome::Empty(nothing.into()),
+        },
+        JobEvent::Started {
+            id: id("train-3"),
+            kind: "train".into(),
+        },
+        JobEvent::Progress {
+            id: id("train-3"),
+            done: 3,
+            total: 10,
+            stage: "ppo steps".into(),
+        },
+        // A multi-line entry keeps its lines.
+        JobEvent::Log {
+            id: id("train-3"),
+            line: "ran: cat <<EOF\nline two\nEOF".into(),
+        },
+    ] {
+        app.update(Action::Job(ev));
+    }
+    for n in 0..40 {
+        app.update(Action::Job(JobEvent::Log {
+            id: id("train-3"),
+            line: format!(
+                "step {n}: loss 0.{n:02} — a long line that wraps at 80 columns, {}",
+                "x".repeat(40)
+            ),
+        }));
+    }
+    app.outbox.clear();
+    // The log follows its tail, wrapped lines included.
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("step 39"), "{screen}");
+    // Cancelling says so until the job ends, then how far it got.
+    app.update(Action::Command(Command::JobCancel));
+    assert_eq!(app.jobs.items[0].status, "cancelling…");
+    app.update(Action::Job(JobEvent::Progress {
+        id: id("train-3"),
+        done: 4,
+        total: 10,
+        stage: "ppo steps".into(),
+    }));
+    assert_eq!(app.jobs.items[0].status, "cancelling…");
+    snap!("jobs_cancelling_80x24", &mut app, 80, 24);
+    app.update(Action::Job(JobEvent::Finished {
+        id: id("train-3"),
+        outcome: JobOutcome::Cancelled,
+    }));
+    assert_eq!(app.jobs.items[0].message, "cancelled at 4/10 (ppo steps)");
+    assert_eq!((app.jobs.items[0].done, app.jobs.items[0].total), (4, 10));
+    // Scrolled back, the log says so; the newest lines are below.
+    app.update(Action::Command(Command::PageUp));
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("pgdn follows"), "{screen}");
+    assert!(!screen.contains("step 39"), "{screen}");
+    app.update(Action::Command(Command::PageDown));
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("step 39"), "{screen}");
+
+    // The failed job with its reason (red), the empty one in amber.
+    app.update(Action::Command(Command::Down));
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("cannot reach the model server"), "{screen}");
+    assert!(screen.contains("0 tasks written"), "{screen}");
+    let theme = Theme::default();
+    assert_eq!(
+        fg_of(&mut app, 120, 40, "0 tasks written"),
+        Some(theme.warning)
+    );
+    assert_eq!(fg_of(&mut app, 120, 40, "empty"), Some(theme.warning));
+    assert_eq!(
+        fg_of(&mut app, 120, 40, "cannot reach"),
+        Some(theme.failure)
+    );
+    snap!("jobs_failed_and_empty_80x24", &mut app, 80, 24);
+    snap!("jobs_failed_and_empty_120x40", &mut app, 120, 40);
+}
+
+#[test]
+fn quitting_with_running_jobs_asks_first() {
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    app.view = View::Jobs;
+    let id = |s: &str| JobId(s.into());
+    app.update(Action::Job(JobEvent::Started {
+        id: id("eval-1"),
+        kind: "eval".into(),
+    }));
+    // A job of another process (from the journal) does not count.
+    app.jobs.set_rows(vec![crate::store::JobRow {
+        id: "eval-other".into(),
+        kind: "eval".into(),
+        params: serde_json::json!({}),
+        status: "running".into(),
+        progress: 0.5,
+        message: "episodes".into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        updated_at: "2026-01-01T00:00:00Z".into(),
+    }]);
+    app.outbox.clear();
+    app.update(Action::Command(Command::Quit));
+    assert!(!app.should_quit);
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.text.starts_with("1 job running: q quits"),
+        "{}",
+        status.text
+    );
+    snap!("jobs_quit_asks_80x24", &mut app, 80, 24);
+    // Any other key stays.
+    app.update(Action::Command(Command::Down));
+    app.update(Action::Command(Command::Quit));
+    assert!(!app.should_quit);
+    // C cancels the running jobs and stays.
+    app.update(Action::Command(Command::JobCancel));
+    assert_eq!(app.outbox, vec![Request::CancelJob("eval-1".into())]);
+    assert!(!app.should_quit);
+    // Once they stopped, q quits at once.
+    app.update(Action::Job(JobEvent::Finished {
+        id: id("eval-1"),
+        outcome: JobOutcome::Cancelled,
+    }));
+    app.update(Action::Command(Command::Quit));
+    assert!(app.should_quit);
+    // Asked twice: quits.
+    let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
+    app.update(Action::Job(JobEvent::Started {
+        id: id("eval-2"),
+        kind: "eval".into(),
+    }));
+    app.update(Action::Command(Command::Quit));
+    app.update(Action::Command(Command::Quit));
+    assert!(app.should_quit);
+}

@@ -32,7 +32,9 @@ fn live_panes_feed_and_snapshots() {
     snap!("live_empty_80x24", &mut app, 80, 24);
     snap!("live_empty_120x40", &mut app, 120, 40);
     open_panes(&mut app, 4);
-    let text = app.live.panes[1].contents();
+    // Newest first: pane 1 is the third from the top of four.
+    assert_eq!(app.live.panes[2].title, "task-1#0");
+    let text = app.live.panes[2].contents();
     assert!(
         text.contains("a.log  b.log") && text.contains("pane 1"),
         "{text}"
@@ -80,6 +82,7 @@ fn keyed_live_app() -> App {
             app.update(Action::Live(LiveEvent::Finished {
                 key,
                 passed: i != 3,
+                failure: (i == 3).then(|| "wrong_output".to_string()),
             }));
         }
     }
@@ -90,9 +93,15 @@ fn keyed_live_app() -> App {
 fn live_panes_follow_episodes_and_scroll_back() {
     let mut app = keyed_live_app();
     assert_eq!(app.live.panes.len(), 9);
-    assert_eq!(app.live.panes[0].outcome, Some(true));
-    assert_eq!(app.live.panes[3].outcome, Some(false));
-    assert_eq!(app.live.panes[4].last_command, "echo 4");
+    let by = |app: &App, t: &str| app.live.panes.iter().position(|p| p.title == t).unwrap();
+    assert_eq!(app.live.panes[by(&app, "task-0#0")].outcome, Some(true));
+    assert_eq!(app.live.panes[by(&app, "task-3#0")].outcome, Some(false));
+    assert_eq!(app.live.panes[by(&app, "task-4#0")].last_command, "echo 4");
+    // Newest running first, then the finished ones, newest first.
+    assert_eq!(app.live.running(), 6);
+    assert_eq!(app.live.panes[0].title, "task-8#0");
+    assert_eq!(app.live.panes[6].title, "task-6#0");
+    assert_eq!(app.live.panes[8].title, "task-0#0");
     snap!("live_episodes_120x40", &mut app, 120, 40);
 
     // Scrollback: many lines, page up shows older ones.
@@ -102,15 +111,22 @@ fn live_panes_follow_episodes_and_scroll_back() {
         key,
         bytes: lines.into_bytes(),
     }));
-    app.update(Action::Command(Command::Bottom));
+    app.update(Action::Command(Command::Top));
     app.update(Action::Command(Command::Select));
-    assert!(!app.live.panes[8].contents().contains("line 30"));
+    assert!(!app.live.panes[0].contents().contains("line 30"));
     app.update(Action::Command(Command::PageUp));
-    assert!(app.live.panes[8].parser.screen().scrollback() > 0);
+    assert!(app.live.panes[0].parser.screen().scrollback() > 0);
     snap!("live_zoom_scrolled_80x24", &mut app, 80, 24);
     app.update(Action::Command(Command::PageDown));
     app.update(Action::Command(Command::PageDown));
-    assert_eq!(app.live.panes[8].parser.screen().scrollback(), 0);
+    assert_eq!(app.live.panes[0].parser.screen().scrollback(), 0);
+    app.update(Action::Command(Command::Back));
+
+    // x clears the finished panes.
+    app.update(Action::Command(Command::ClearFilters));
+    assert_eq!(app.live.panes.len(), 6);
+    assert!(app.live.panes.iter().all(|p| p.outcome.is_none()));
+    app = keyed_live_app();
 
     // More than MAX_PANES: finished panes make room.
     for i in 9..20 {
@@ -202,4 +218,153 @@ fn take_over_routes_keys_to_the_session_until_given_back() {
             "exec true"
         ]
     );
+}
+
+/// What a session on the real 48x160 terminal sends for `seq 1 60`: the
+/// output, then the exec protocol's end marker.
+fn seq_60_bytes() -> Vec<u8> {
+    let mut out = Vec::new();
+    for n in 1..=60 {
+        out.extend_from_slice(format!("{n}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n__ENDLESS_deadbeef_1_0__\r\n");
+    out
+}
+
+fn follow_app() -> App {
+    let mut app = live_app();
+    let key = "eval-y/count/0".to_string();
+    app.update(Action::Live(LiveEvent::Open {
+        key: key.clone(),
+        title: "count#0".into(),
+        policy: "script:seq".into(),
+        rows: 48,
+        cols: 160,
+        input: None,
+    }));
+    // Split the marker across chunks on purpose.
+    let bytes = seq_60_bytes();
+    let (a, b) = bytes.split_at(bytes.len() - 12);
+    for chunk in [a, b] {
+        app.update(Action::Live(LiveEvent::Feed {
+            key: key.clone(),
+            bytes: chunk.to_vec(),
+        }));
+    }
+    app.update(Action::Live(LiveEvent::Step {
+        key,
+        turn: 1,
+        command: "seq 1 60".into(),
+    }));
+    app
+}
+
+#[test]
+fn a_pane_follows_the_newest_output_and_the_cursor() {
+    let mut app = follow_app();
+    for (w, h) in [(80, 24), (120, 40)] {
+        let screen = render(&mut app, w, h);
+        assert!(screen.contains("60"), "{screen}");
+        assert!(
+            screen.contains("$ seq 1 60"),
+            "the command header: {screen}"
+        );
+        assert!(!screen.contains("ENDLESS"), "a marker leaked: {screen}");
+        // The cursor sits on the line after 60.
+        let lines: Vec<&str> = screen.lines().collect();
+        let at = lines.iter().position(|l| l.contains("│60 ")).unwrap();
+        assert!(lines[at + 1].contains('█'), "{screen}");
+    }
+    snap!("live_follow_80x24", &mut app, 80, 24);
+    snap!("live_follow_120x40", &mut app, 120, 40);
+    app.update(Action::Command(Command::Select));
+    snap!("live_follow_zoomed_80x24", &mut app, 80, 24);
+}
+
+#[test]
+fn finished_panes_collapse_to_summary_strips() {
+    let mut app = follow_app();
+    app.update(Action::Live(LiveEvent::Open {
+        key: "eval-y/other/0".into(),
+        title: "other#0".into(),
+        policy: "script:seq".into(),
+        rows: 48,
+        cols: 160,
+        input: None,
+    }));
+    app.update(Action::Live(LiveEvent::Finished {
+        key: "eval-y/count/0".into(),
+        passed: false,
+        failure: Some("wrong_output".into()),
+    }));
+    for p in &mut app.live.panes {
+        p.finished_after = p.outcome.map(|_| std::time::Duration::from_secs(75));
+    }
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("✗ FAILED count#0 wrong_output"), "{screen}");
+    snap!("live_finished_strip_80x24", &mut app, 80, 24);
+    snap!("live_finished_strip_120x40", &mut app, 120, 40);
+    app.update(Action::Command(Command::ClearFilters));
+    assert_eq!(app.live.panes.len(), 1);
+    assert_eq!(app.live.panes[0].title, "other#0");
+}
+
+#[test]
+fn a_job_takes_over_the_pane_its_files_opened_and_watched_events_never_double_feed() {
+    let mut app = live_app();
+    let key = "eval-z/upper/0".to_string();
+    let open = |policy: &str| LiveEvent::Open {
+        key: key.clone(),
+        title: "upper#0".into(),
+        policy: policy.into(),
+        rows: 6,
+        cols: 30,
+        input: None,
+    };
+    // Found through the run files first (the watcher names the run).
+    app.update(Action::Live(LiveEvent::Watched(Box::new(open("eval-z")))));
+    app.update(Action::Live(LiveEvent::Watched(Box::new(
+        LiveEvent::Feed {
+            key: key.clone(),
+            bytes: b"from the file\r\n".to_vec(),
+        },
+    ))));
+    assert!(app.live.panes[0].watched);
+    // The job of this TUI opens it too: one pane, now the job's.
+    app.update(Action::Live(open("oracle")));
+    assert_eq!(app.live.panes.len(), 1);
+    assert!(!app.live.panes[0].watched);
+    assert_eq!(app.live.panes[0].policy, "oracle");
+    // From now on only the job feeds it.
+    app.update(Action::Live(LiveEvent::Watched(Box::new(
+        LiveEvent::Feed {
+            key: key.clone(),
+            bytes: b"twice\r\n".to_vec(),
+        },
+    ))));
+    app.update(Action::Live(LiveEvent::Feed {
+        key: key.clone(),
+        bytes: b"from the job\r\n".to_vec(),
+    }));
+    let text = app.live.panes[0].contents();
+    assert!(
+        text.contains("from the file") && text.contains("from the job"),
+        "{text}"
+    );
+    assert!(!text.contains("twice"), "{text}");
+    // A watched-only episode ignores the job's events, and vice versa.
+    app.update(Action::Live(LiveEvent::Watched(Box::new(
+        LiveEvent::Finished {
+            key: key.clone(),
+            passed: true,
+            failure: None,
+        },
+    ))));
+    assert_eq!(app.live.panes[0].outcome, None);
+    app.update(Action::Live(LiveEvent::Finished {
+        key,
+        passed: true,
+        failure: None,
+    }));
+    assert_eq!(app.live.panes[0].outcome, Some(true));
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
 use crate::jobs::{JobEvent, JobOutcome};
@@ -21,6 +21,22 @@ use crate::tui::widgets::text::bar;
 /// Log lines kept per job.
 const LOG_LINES: usize = 500;
 
+/// The status of a job whose cancellation was asked for.
+pub const CANCELLING: &str = "cancelling…";
+
+/// `line` cut into rows of at most `width` characters (an empty line is one
+/// empty row).
+fn wrap(line: &str, width: usize) -> Vec<String> {
+    let chars: Vec<char> = line.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    chars
+        .chunks(width.max(1))
+        .map(|c| c.iter().collect())
+        .collect()
+}
+
 /// One job as the view shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobItem {
@@ -28,7 +44,8 @@ pub struct JobItem {
     pub id: String,
     /// What it does (`eval`, `validate`, `train`...).
     pub kind: String,
-    /// queued | running | succeeded | failed | cancelled | interrupted
+    /// queued | running | cancelling… | succeeded | empty | failed |
+    /// cancelled | interrupted
     pub status: String,
     /// Units done.
     pub done: u64,
@@ -43,7 +60,7 @@ pub struct JobItem {
 impl JobItem {
     fn fraction(&self) -> f64 {
         if self.total == 0 {
-            if self.status == "succeeded" {
+            if self.status == "succeeded" || self.status == "empty" {
                 1.0
             } else {
                 0.0
@@ -59,10 +76,16 @@ impl JobItem {
 pub struct JobsView {
     /// Newest first.
     pub items: Vec<JobItem>,
-    /// The last log lines of each job, by id.
+    /// The last log lines of each job, by id (a multi-line entry is split
+    /// into its lines).
     pub logs: BTreeMap<String, VecDeque<String>>,
     /// The selected row.
     pub selected: usize,
+    /// Rows the log is scrolled back from its tail (0: it follows the tail).
+    pub log_scroll: usize,
+    /// Jobs started by this process (the journal also lists other
+    /// processes' jobs).
+    pub local: std::collections::BTreeSet<String>,
     table_area: Rect,
 }
 
@@ -96,6 +119,7 @@ impl JobsView {
     pub fn event(&mut self, ev: JobEvent) {
         match ev {
             JobEvent::Started { id, kind } => {
+                self.local.insert(id.0.clone());
                 if !self.items.iter().any(|i| i.id == id.0) {
                     self.items.insert(
                         0,
@@ -122,12 +146,16 @@ impl JobsView {
                     i.done = done;
                     i.total = total;
                     i.message = stage;
-                    i.status = "running".into();
+                    if i.status != CANCELLING {
+                        i.status = "running".into();
+                    }
                 }
             }
             JobEvent::Log { id, line } => {
                 let log = self.logs.entry(id.0).or_default();
-                log.push_back(line);
+                for l in line.split('\n') {
+                    log.push_back(l.trim_end_matches('\r').to_string());
+                }
                 while log.len() > LOG_LINES {
                     log.pop_front();
                 }
@@ -137,10 +165,19 @@ impl JobsView {
                     let (status, msg) = match outcome {
                         JobOutcome::Succeeded(m) => ("succeeded", m),
                         JobOutcome::Failed(m) => ("failed", m),
-                        JobOutcome::Cancelled => ("cancelled", String::new()),
+                        JobOutcome::Cancelled => {
+                            // Say how far it got: the progress stays as it was.
+                            let how_far = if i.total > 0 && i.total != 1000 {
+                                format!("cancelled at {}/{} ({})", i.done, i.total, i.message)
+                            } else {
+                                format!("cancelled at {:.0}%", i.fraction() * 100.0)
+                            };
+                            ("cancelled", how_far)
+                        }
+                        JobOutcome::Empty(m) => ("empty", m),
                     };
                     i.status = status.into();
-                    if status == "succeeded" && i.total == 0 {
+                    if (status == "succeeded" || status == "empty") && i.total == 0 {
                         i.total = 1;
                         i.done = 1;
                     }
@@ -149,6 +186,23 @@ impl JobsView {
             }
         }
         self.clamp();
+    }
+
+    /// Ids of the jobs of this process still running (or cancelling).
+    pub fn running_here(&self) -> Vec<String> {
+        self.items
+            .iter()
+            .filter(|i| self.local.contains(&i.id))
+            .filter(|i| i.status == "running" || i.status == CANCELLING)
+            .map(|i| i.id.clone())
+            .collect()
+    }
+
+    /// Mark a job whose cancellation was asked for (until it finishes).
+    pub fn cancelling(&mut self, id: &str) {
+        if let Some(i) = self.item(id) {
+            i.status = CANCELLING.into();
+        }
     }
 
     fn item(&mut self, id: &str) -> Option<&mut JobItem> {
@@ -170,12 +224,18 @@ impl JobsView {
         if n == 0 {
             return;
         }
+        let before = self.selected;
         match cmd {
             Command::Up => self.selected = self.selected.saturating_sub(1),
             Command::Down => self.selected = (self.selected + 1).min(n - 1),
             Command::Top => self.selected = 0,
             Command::Bottom => self.selected = n - 1,
+            Command::PageUp => self.log_scroll += 10,
+            Command::PageDown => self.log_scroll = self.log_scroll.saturating_sub(10),
             _ => {}
+        }
+        if self.selected != before {
+            self.log_scroll = 0;
         }
     }
 
@@ -236,7 +296,9 @@ impl JobsView {
                     let status_style = match j.status.as_str() {
                         "succeeded" => theme.success(),
                         "failed" | "interrupted" => theme.failure(),
-                        "running" => theme.warning(),
+                        // Done, but did nothing: amber.
+                        "empty" => theme.warning(),
+                        "running" | CANCELLING => theme.accent(),
                         _ => theme.muted(),
                     };
                     let count = if j.total > 0 && j.total != 1000 {
@@ -251,7 +313,14 @@ impl JobsView {
                             Span::styled(bar(j.fraction(), bar_w), theme.accent()),
                             Span::raw(count),
                         ])),
-                        Cell::from(j.message.lines().next().unwrap_or("").to_string()),
+                        Cell::from(Span::styled(
+                            j.message.lines().next().unwrap_or("").to_string(),
+                            match j.status.as_str() {
+                                "failed" | "interrupted" => theme.failure(),
+                                "empty" => theme.warning(),
+                                _ => theme.base(),
+                            },
+                        )),
                     ])
                 })
                 .collect();
@@ -271,30 +340,62 @@ impl JobsView {
             let mut state = TableState::default().with_selected(Some(self.selected));
             frame.render_stateful_widget(table, table_area, &mut state);
         }
-        let title = match self.selected_item() {
-            Some(j) => format!(" log: {} ", j.id),
-            None => " log ".into(),
-        };
-        let lines: Vec<Line<'_>> = self
+        // The log, wrapped to the pane, showing its tail (or scrolled back).
+        let width = log_area.width.saturating_sub(2).max(1) as usize;
+        let room = log_area.height.saturating_sub(2) as usize;
+        let mut rows: Vec<(String, ratatui::style::Style)> = self
             .selected_item()
             .and_then(|j| self.logs.get(&j.id))
             .map(|log| {
-                let room = log_area.height.saturating_sub(2) as usize;
                 log.iter()
-                    .skip(log.len().saturating_sub(room))
-                    .map(|l| Line::from(l.clone()))
+                    .flat_map(|l| wrap(l, width))
+                    .map(|r| (r, theme.base()))
                     .collect()
             })
             .unwrap_or_default();
+        // A job that ended says how, in full, below its log.
+        if let Some(j) = self.selected_item() {
+            let style = match j.status.as_str() {
+                "failed" | "interrupted" => Some(theme.failure()),
+                "empty" => Some(theme.warning()),
+                "succeeded" => Some(theme.success()),
+                "cancelled" => Some(theme.muted()),
+                _ => None,
+            };
+            if let Some(style) = style.filter(|_| !j.message.is_empty()) {
+                for l in format!("{}: {}", j.status, j.message).split('\n') {
+                    rows.extend(wrap(l, width).into_iter().map(|r| (r, style)));
+                }
+            }
+        }
+        self.log_scroll = self.log_scroll.min(rows.len().saturating_sub(room));
+        let end = rows.len() - self.log_scroll;
+        let start = end.saturating_sub(room);
+        let mut title = vec![Span::styled(
+            match self.selected_item() {
+                Some(j) => format!(" log: {} ", j.id),
+                None => " log ".into(),
+            },
+            theme.accent(),
+        )];
+        if self.log_scroll > 0 {
+            title.push(Span::styled(
+                format!("[-{} rows, pgdn follows] ", self.log_scroll),
+                theme.warning(),
+            ));
+        }
+        let lines: Vec<Line<'_>> = rows[start..end]
+            .iter()
+            .map(|(l, style)| Line::from(Span::styled(l.clone(), *style)))
+            .collect();
         let p = Paragraph::new(lines)
             .block(
                 Block::default()
                     .borders(Borders::ALL)
                     .border_style(theme.muted())
-                    .title(Span::styled(title, theme.accent())),
+                    .title(Line::from(title)),
             )
-            .style(theme.base())
-            .wrap(Wrap { trim: false });
+            .style(theme.base());
         frame.render_widget(p, log_area);
     }
 }

@@ -18,6 +18,7 @@ use crate::tui::keymap::Command;
 use crate::tui::takeover::TakeoverHandle;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
+use crate::tui::widgets::terminal::{Following, MarkerFilter};
 
 /// Scrollback kept per pane.
 const SCROLLBACK: usize = 1000;
@@ -43,10 +44,16 @@ pub struct LivePane {
     pub key: Option<String>,
     /// `Some(passed)` once the episode finished.
     pub outcome: Option<bool>,
+    /// The failure mode of a failed episode (`wrong_output`, `timeout`, ...).
+    pub failure: Option<String>,
+    /// Takes the protocol's end markers out of the stream.
+    filter: MarkerFilter,
     /// How long it ran, frozen when it finished.
     pub finished_after: Option<Duration>,
     /// Lets the user type into the session.
     pub input: Option<TakeoverHandle>,
+    /// Fed from the workspace's run files (another process), not by a job.
+    pub watched: bool,
 }
 
 impl std::fmt::Debug for LivePane {
@@ -72,14 +79,19 @@ impl LivePane {
             policy: policy.into(),
             key: None,
             outcome: None,
+            failure: None,
+            filter: MarkerFilter::default(),
             finished_after: None,
             input: None,
+            watched: false,
         }
     }
 
-    /// Feed raw PTY bytes (any chunking; escape sequences may be split).
+    /// Feed raw PTY bytes (any chunking; escape sequences and end markers
+    /// may be split). The exec protocol's end markers are never shown.
     pub fn feed(&mut self, bytes: &[u8]) {
-        self.parser.process(bytes);
+        let shown = self.filter.push_bytes(bytes);
+        self.parser.process(&shown);
     }
 
     /// Resize the emulated terminal (when the session's PTY is resized).
@@ -135,16 +147,7 @@ impl LivePane {
         }
         if !self.last_command.is_empty() {
             // Multi-line commands (heredocs) read better joined.
-            let cmd: String = self
-                .last_command
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect::<Vec<_>>()
-                .join("; ")
-                .chars()
-                .take(80)
-                .collect();
+            let cmd = one_line(&self.last_command);
             spans.push(Span::styled(
                 format!("$ {cmd} "),
                 Style::new().fg(theme.foreground),
@@ -152,18 +155,78 @@ impl LivePane {
         }
         Line::from(spans)
     }
+
+    /// The one-line summary of a finished pane: result, failure mode,
+    /// turns, time, policy.
+    fn strip(&self, theme: &Theme, selected: bool) -> Line<'static> {
+        let secs = self.elapsed().as_secs();
+        let mut spans = vec![Span::styled(
+            if selected { "▶ " } else { "  " },
+            theme.accent(),
+        )];
+        match self.outcome {
+            Some(true) => spans.push(Span::styled("✓ PASSED ", theme.success())),
+            _ => spans.push(Span::styled("✗ FAILED ", theme.failure())),
+        }
+        spans.push(Span::styled(format!("{} ", self.title), theme.accent()));
+        if let Some(mode) = &self.failure {
+            spans.push(Span::styled(format!("{mode} "), theme.failure()));
+        }
+        spans.push(Span::styled(
+            format!(
+                "turn {} · {}:{:02} · {} ",
+                self.turn,
+                secs / 60,
+                secs % 60,
+                self.policy
+            ),
+            theme.muted(),
+        ));
+        if !self.last_command.is_empty() {
+            spans.push(Span::styled(
+                format!("$ {}", one_line(&self.last_command)),
+                theme.muted(),
+            ));
+        }
+        Line::from(spans)
+    }
+}
+
+/// A command on one line (heredocs and multi-line commands joined), at most
+/// 80 characters.
+fn one_line(cmd: &str) -> String {
+    cmd.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .chars()
+        .take(80)
+        .collect()
 }
 
 /// The grid of panes, the selection and the zoom.
 #[derive(Debug, Default)]
 pub struct LiveView {
-    /// Open panes, oldest first.
+    /// Open panes: running ones newest first, then finished ones newest
+    /// first (drawn as one-line summary strips below the grid).
     pub panes: Vec<LivePane>,
     /// The selected pane.
     pub selected: usize,
     /// The selected pane fills the view.
     pub zoomed: bool,
     areas: Vec<Rect>,
+}
+
+/// The episode an event is about.
+fn ev_key(ev: &LiveEvent) -> &str {
+    match ev {
+        LiveEvent::Open { key, .. }
+        | LiveEvent::Feed { key, .. }
+        | LiveEvent::Step { key, .. }
+        | LiveEvent::Finished { key, .. } => key,
+        LiveEvent::Watched(ev) => ev_key(ev),
+    }
 }
 
 /// `(columns, rows)` of a grid for `n` panes.
@@ -177,15 +240,112 @@ pub fn grid_shape(n: usize) -> (usize, usize) {
 }
 
 impl LiveView {
-    /// Add a pane; returns its index.
+    /// Add a pane first (newest sessions first); returns its index (0).
+    /// The selection stays on the pane it was on.
     pub fn open(&mut self, title: String, policy: String, rows: u16, cols: u16) -> usize {
-        self.panes.push(LivePane::new(title, policy, rows, cols));
-        self.panes.len() - 1
+        if !self.panes.is_empty() {
+            self.selected += 1;
+        }
+        self.panes
+            .insert(0, LivePane::new(title, policy, rows, cols));
+        0
+    }
+
+    /// Number of running (unfinished) panes; they come first.
+    pub fn running(&self) -> usize {
+        self.panes.iter().filter(|p| p.outcome.is_none()).count()
+    }
+
+    /// Move pane `from` to `to`, keeping the selection on its pane.
+    fn move_pane(&mut self, from: usize, to: usize) {
+        if from == to || from >= self.panes.len() {
+            return;
+        }
+        let pane = self.panes.remove(from);
+        let to = to.min(self.panes.len());
+        self.panes.insert(to, pane);
+        let s = self.selected;
+        self.selected = if s == from {
+            to
+        } else if from < s && s <= to {
+            s - 1
+        } else if to <= s && s < from {
+            s + 1
+        } else {
+            s
+        };
+    }
+
+    /// Drop every finished pane (`x`).
+    pub fn clear_finished(&mut self) -> usize {
+        let before = self.panes.len();
+        let selected_key = self.panes.get(self.selected).map(|p| p.title.clone());
+        self.panes.retain(|p| p.outcome.is_none());
+        self.selected = selected_key
+            .and_then(|t| self.panes.iter().position(|p| p.title == t))
+            .unwrap_or(0);
+        if self.panes.is_empty() {
+            self.zoomed = false;
+        }
+        before - self.panes.len()
+    }
+
+    /// Whether a pane for `key` is open.
+    pub fn has_key(&self, key: &str) -> bool {
+        self.panes.iter().any(|p| p.key.as_deref() == Some(key))
     }
 
     /// Apply a keyed event from a running episode.
     pub fn live_event(&mut self, ev: LiveEvent) {
+        if let LiveEvent::Watched(ev) = ev {
+            self.watched_event(*ev);
+            return;
+        }
+        // A job of this TUI takes over a pane its files opened first.
+        if let LiveEvent::Open {
+            key,
+            input,
+            policy,
+            title,
+            ..
+        } = &ev
+        {
+            if let Some(p) = self.by_key(key) {
+                if p.watched {
+                    p.watched = false;
+                    p.input = input.clone();
+                    p.policy = policy.clone();
+                    p.title = title.clone();
+                }
+                return;
+            }
+        }
+        if self.by_key(ev_key(&ev)).is_some_and(|p| p.watched) {
+            return;
+        }
+        self.apply(ev);
+    }
+
+    /// An event found through the run files: opens a pane unless one is
+    /// open for the episode, and feeds only the panes it opened.
+    fn watched_event(&mut self, ev: LiveEvent) {
+        let key = ev_key(&ev).to_string();
+        match self.by_key(&key) {
+            Some(p) if !p.watched => {}
+            Some(_) => self.apply(ev),
+            None if matches!(ev, LiveEvent::Open { .. }) => {
+                self.apply(ev);
+                if let Some(p) = self.by_key(&key) {
+                    p.watched = true;
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn apply(&mut self, ev: LiveEvent) {
         match ev {
+            LiveEvent::Watched(ev) => self.watched_event(*ev),
             LiveEvent::Open {
                 key,
                 title,
@@ -194,14 +354,18 @@ impl LiveView {
                 cols,
                 input,
             } => {
+                if self.has_key(&key) {
+                    return;
+                }
                 // Keep the grid readable: drop the oldest finished episode panes.
                 while self.panes.len() >= MAX_PANES {
-                    match self.panes.iter().position(|p| p.outcome.is_some()) {
+                    match self.panes.iter().rposition(|p| p.outcome.is_some()) {
                         Some(i) => {
                             self.panes.remove(i);
                             if self.selected > i {
                                 self.selected -= 1;
                             }
+                            self.selected = self.selected.min(self.panes.len().saturating_sub(1));
                         }
                         None => break,
                     }
@@ -224,14 +388,31 @@ impl LiveView {
                     }
                 }
             }
-            LiveEvent::Finished { key, passed } => {
-                if let Some(p) = self.by_key(&key) {
-                    if let Some(h) = &p.input {
-                        h.set_taken(false);
-                    }
-                    p.outcome = Some(passed);
-                    p.finished_after = Some(p.started.elapsed());
+            LiveEvent::Finished {
+                key,
+                passed,
+                failure,
+            } => {
+                let Some(i) = self
+                    .panes
+                    .iter()
+                    .position(|p| p.key.as_deref() == Some(&key))
+                else {
+                    return;
+                };
+                let p = &mut self.panes[i];
+                if p.outcome.is_some() {
+                    return;
                 }
+                if let Some(h) = &p.input {
+                    h.set_taken(false);
+                }
+                p.outcome = Some(passed);
+                p.failure = failure;
+                p.finished_after = Some(p.started.elapsed());
+                // The newest finished pane heads the summary strips.
+                let to = self.running();
+                self.move_pane(i, to);
             }
         }
     }
@@ -287,7 +468,6 @@ impl LiveView {
     fn by_key(&mut self, key: &str) -> Option<&mut LivePane> {
         self.panes
             .iter_mut()
-            .rev()
             .find(|p| p.key.as_deref() == Some(key))
     }
 
@@ -301,8 +481,12 @@ impl LiveView {
             .panes
             .get(self.selected)
             .map_or(10, |p| (p.parser.screen().size().0 / 2).max(1) as isize);
-        let (cols, _) = grid_shape(n);
+        let (cols, _) = grid_shape(self.running());
+        let cols = cols.max(1);
         match cmd {
+            Command::ClearFilters => {
+                self.clear_finished();
+            }
             Command::Select => self.zoomed = !self.zoomed,
             Command::Back => self.zoomed = false,
             Command::Left => self.selected = self.selected.saturating_sub(1),
@@ -366,9 +550,11 @@ impl LiveView {
                     "episode's terminal appears here as a pane: what the agent typed and",
                     "what the shell printed, live, with the turn and the last command.",
                     "",
+                    "Episodes of `endless run`, `eval` and `serve` started in other",
+                    "terminals on this workspace appear too.",
                     "Start an evaluation from the Jobs view (F4, then E).",
                     "Enter zooms the selected pane; arrows / hjkl move between panes;",
-                    "page up / page down scroll back through a pane's output.",
+                    "page up / page down scroll back; x clears finished panes.",
                 ],
             );
             return;
@@ -379,17 +565,50 @@ impl LiveView {
             draw_pane(frame, area, &self.panes[self.selected], theme, true);
             return;
         }
-        let (cols, rows) = grid_shape(self.panes.len());
-        let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows]).split(area);
-        for (r, row_area) in row_areas.iter().enumerate() {
-            let cells = Layout::horizontal(vec![Constraint::Fill(1); cols]).split(*row_area);
-            for (c, cell) in cells.iter().enumerate() {
-                let i = r * cols + c;
-                if let Some(p) = self.panes.get(i) {
-                    self.areas.push(*cell);
-                    draw_pane(frame, *cell, p, theme, i == self.selected);
+        let running = self.running();
+        let finished = self.panes.len() - running;
+        // Finished panes collapse to one summary line each, below the grid.
+        let max_strips = if running == 0 {
+            area.height as usize
+        } else {
+            (area.height as usize / 3).max(1)
+        };
+        let strip_rows = finished.min(max_strips);
+        let [grid, strips] =
+            Layout::vertical([Constraint::Fill(1), Constraint::Length(strip_rows as u16)])
+                .areas(area);
+        if running == 0 {
+            self.areas.clear();
+        } else {
+            let (cols, rows) = grid_shape(running);
+            let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows]).split(grid);
+            for (r, row_area) in row_areas.iter().enumerate() {
+                let cells = Layout::horizontal(vec![Constraint::Fill(1); cols]).split(*row_area);
+                for (c, cell) in cells.iter().enumerate() {
+                    let i = r * cols + c;
+                    if i < running {
+                        self.areas.push(*cell);
+                        draw_pane(frame, *cell, &self.panes[i], theme, i == self.selected);
+                    }
                 }
             }
+        }
+        for k in 0..strip_rows {
+            let i = running + k;
+            let line_area = Rect::new(strips.x, strips.y + k as u16, strips.width, 1);
+            self.areas.push(line_area);
+            let line = if k + 1 == strip_rows && finished > strip_rows {
+                Line::from(Span::styled(
+                    format!(
+                        "  … {} more finished (x clears finished panes)",
+                        finished - strip_rows + 1
+                    ),
+                    theme.muted(),
+                ))
+            } else {
+                self.panes[i].strip(theme, i == self.selected)
+            };
+            frame.render_widget(line, line_area);
         }
     }
 }
@@ -403,7 +622,11 @@ fn draw_pane(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme, 
             theme.muted()
         })
         .title(pane.header(theme));
-    let term = PseudoTerminal::new(pane.parser.screen())
+    // Follow the newest output: the session's terminal is usually taller
+    // than the pane, so show the rows that end at the cursor / last line.
+    let inner = block.inner(area);
+    let screen = Following::new(pane.parser.screen(), inner.height);
+    let term = PseudoTerminal::new(&screen)
         .block(block)
         .style(Style::new().fg(theme.foreground).bg(theme.background));
     frame.render_widget(term, area);

@@ -1,6 +1,6 @@
 //! Small reusable widgets and the styling helpers the views share (empty
 //! states, forms, text input, syntax highlighting, short numbers, task and
-//! episode marks, truncation).
+//! episode marks, truncation, terminal panes that follow their output).
 
 pub mod empty;
 pub mod form;
@@ -8,4 +8,5 @@ pub mod highlight;
 pub mod input;
 pub mod num;
 pub mod task_marks;
+pub mod terminal;
 pub mod text;

@@ -1,0 +1,397 @@
+//! Every running episode of the workspace in the Live view, whichever
+//! process runs it (`endless run`, `endless eval`, `endless serve`, or a job
+//! of this TUI): a watcher thread looks for episodes that have a trajectory
+//! but no result yet (`runs/<run>/episodes/<task>/<n>.jsonl` without
+//! `<n>.json`), tails their trajectory (one step per line) and their
+//! asciicast (terminal bytes, flushed per event), and marks them finished
+//! when the result appears. Read-only: watching never disturbs a session.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+use crate::tui::action::{Action, LiveEvent, Msg};
+
+/// Episodes whose files have not changed for this long are not shown as
+/// running (their process probably died without writing a result).
+const STALE: Duration = Duration::from_secs(30 * 60);
+
+/// Terminal size assumed until the recording's header says otherwise.
+const DEFAULT_SIZE: (u16, u16) = (48, 160);
+
+/// Followed episodes are read every poll; the run directories are listed
+/// for new ones every this many polls (a second at the TUI's 250 ms).
+const DISCOVER_EVERY: u64 = 4;
+
+/// Most bytes read from one file per poll (a watcher that falls behind
+/// catches up over a few polls instead of stalling).
+const MAX_READ: u64 = 1 << 20;
+
+/// A file read incrementally, line by line.
+#[derive(Debug, Default)]
+struct Tail {
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl Tail {
+    /// The complete lines added to `path` since the last call.
+    fn lines(&mut self, path: &Path) -> Vec<String> {
+        let Ok(mut f) = File::open(path) else {
+            return Vec::new();
+        };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < self.offset {
+            // Rewritten from scratch (a retried episode): start over.
+            self.offset = 0;
+            self.partial.clear();
+        }
+        if len == self.offset || f.seek(SeekFrom::Start(self.offset)).is_err() {
+            return Vec::new();
+        }
+        let mut buf = Vec::new();
+        let n = (&mut f)
+            .take((len - self.offset).min(MAX_READ))
+            .read_to_end(&mut buf)
+            .unwrap_or(0);
+        self.offset += n as u64;
+        self.partial.extend_from_slice(&buf[..n]);
+        let Some(last) = self.partial.iter().rposition(|b| *b == b'\n') else {
+            return Vec::new();
+        };
+        let rest = self.partial.split_off(last + 1);
+        let done = std::mem::replace(&mut self.partial, rest);
+        String::from_utf8_lossy(&done)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// One running episode being followed.
+#[derive(Debug)]
+struct Followed {
+    key: String,
+    trajectory: PathBuf,
+    cast: PathBuf,
+    result: PathBuf,
+    steps: Tail,
+    bytes: Tail,
+    /// The asciicast header was read.
+    header: bool,
+}
+
+/// The running episodes under a `runs/` directory, found and followed
+/// incrementally; [`poll`](Self::poll) returns the live events since the
+/// last call.
+#[derive(Debug, Default)]
+pub struct SessionScan {
+    /// Task directories by path: the modification time they were last
+    /// listed at.
+    listed: HashMap<PathBuf, SystemTime>,
+    /// Followed episodes by key (`run/task/sample`).
+    followed: BTreeMap<String, Followed>,
+    /// Episodes already finished or stale (never reopened).
+    done: std::collections::HashSet<String>,
+    /// Polls so far.
+    polls: u64,
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn dirs(path: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(path)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+impl SessionScan {
+    /// Look at `runs` (`<workspace>/runs`): new steps and terminal bytes,
+    /// finished episodes, and (every few polls, first on the first) new
+    /// running episodes.
+    pub fn poll(&mut self, runs: &Path) -> Vec<LiveEvent> {
+        let mut events = Vec::new();
+        if self.polls % DISCOVER_EVERY == 0 {
+            self.discover(runs, &mut events);
+        }
+        self.polls += 1;
+        let keys: Vec<String> = self.followed.keys().cloned().collect();
+        for key in keys {
+            let Some(f) = self.followed.get_mut(&key) else {
+                continue;
+            };
+            follow(f, &mut events);
+            let finished = f.result.is_file();
+            let stale = modified(&f.trajectory)
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > STALE)
+                && modified(&f.cast)
+                    .and_then(|t| t.elapsed().ok())
+                    .is_none_or(|age| age > STALE);
+            if finished || stale {
+                if finished {
+                    follow(f, &mut events);
+                    let (passed, failure) = read_result(&f.result);
+                    events.push(LiveEvent::Finished {
+                        key: key.clone(),
+                        passed,
+                        failure,
+                    });
+                }
+                self.followed.remove(&key);
+                self.done.insert(key);
+            }
+        }
+        events
+    }
+
+    fn discover(&mut self, runs: &Path, events: &mut Vec<LiveEvent>) {
+        for run_dir in dirs(runs) {
+            let run = name(&run_dir);
+            for task_dir in dirs(&run_dir.join("episodes")) {
+                let Some(mtime) = modified(&task_dir) else {
+                    continue;
+                };
+                if self.listed.get(&task_dir) == Some(&mtime) {
+                    continue;
+                }
+                self.listed.insert(task_dir.clone(), mtime);
+                if mtime.elapsed().is_ok_and(|age| age > STALE) {
+                    continue;
+                }
+                let task = name(&task_dir);
+                let Ok(rd) = std::fs::read_dir(&task_dir) else {
+                    continue;
+                };
+                for entry in rd.flatten() {
+                    let file = name(&entry.path());
+                    let Some(sample) = file
+                        .strip_suffix(".jsonl")
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                    else {
+                        continue;
+                    };
+                    let key = format!("{run}/{task}/{sample}");
+                    let result = task_dir.join(format!("{sample}.json"));
+                    if self.followed.contains_key(&key)
+                        || self.done.contains(&key)
+                        || result.exists()
+                    {
+                        continue;
+                    }
+                    let trajectory = entry.path();
+                    if modified(&trajectory)
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > STALE)
+                    {
+                        continue;
+                    }
+                    let cast = task_dir.join(format!("{sample}.cast"));
+                    let (rows, cols) = cast_size(&cast).unwrap_or(DEFAULT_SIZE);
+                    events.push(LiveEvent::Open {
+                        key: key.clone(),
+                        title: format!("{task}#{sample}"),
+                        policy: run.clone(),
+                        rows,
+                        cols,
+                        input: None,
+                    });
+                    self.followed.insert(
+                        key.clone(),
+                        Followed {
+                            key,
+                            trajectory,
+                            cast,
+                            result,
+                            steps: Tail::default(),
+                            bytes: Tail::default(),
+                            header: false,
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// `(rows, cols)` from an asciicast's header line.
+fn cast_size(path: &Path) -> Option<(u16, u16)> {
+    let mut f = File::open(path).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = f.read(&mut buf).ok()?;
+    let line = buf[..n].split(|b| *b == b'\n').next()?;
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let dim = |k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_u64())
+            .map(|x| x.clamp(1, 1000) as u16)
+    };
+    Some((dim("height")?, dim("width")?))
+}
+
+/// New steps and terminal bytes of one episode.
+fn follow(f: &mut Followed, events: &mut Vec<LiveEvent>) {
+    for line in f.bytes.lines(&f.cast) {
+        if !f.header {
+            // The first line is the header.
+            f.header = true;
+            if line.trim_start().starts_with('{') {
+                continue;
+            }
+        }
+        let Ok(serde_json::Value::Array(ev)) = serde_json::from_str(&line) else {
+            continue;
+        };
+        if ev.get(1).and_then(|k| k.as_str()) == Some("o") {
+            if let Some(data) = ev.get(2).and_then(|d| d.as_str()) {
+                events.push(LiveEvent::Feed {
+                    key: f.key.clone(),
+                    bytes: data.as_bytes().to_vec(),
+                });
+            }
+        }
+    }
+    for line in f.steps.lines(&f.trajectory) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v.get("type").and_then(|t| t.as_str()) != Some("step") {
+            continue;
+        }
+        let step = &v["step"];
+        events.push(LiveEvent::Step {
+            key: f.key.clone(),
+            turn: step.get("turn").and_then(|t| t.as_u64()).unwrap_or(0) as u32,
+            command: step
+                .get("command")
+                .and_then(|c| c.as_str())
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+}
+
+/// `(passed, failure mode)` of a result file.
+fn read_result(path: &Path) -> (bool, Option<String>) {
+    let v: serde_json::Value = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    (
+        v.get("passed").and_then(|p| p.as_bool()).unwrap_or(false),
+        v.get("failure_mode")
+            .and_then(|m| m.as_str())
+            .map(str::to_string),
+    )
+}
+
+/// The watcher thread; it stops when dropped.
+pub struct SessionWatcher {
+    stop: Arc<AtomicBool>,
+}
+
+impl SessionWatcher {
+    /// Watch `runs` every `every`, sending each event as
+    /// `Action::Live(LiveEvent::Watched(..))`.
+    pub fn spawn(runs: PathBuf, tx: Sender<Msg>, every: Duration) -> SessionWatcher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let _ = thread::Builder::new()
+            .name("live sessions".into())
+            .spawn(move || {
+                let mut scan = SessionScan::default();
+                while !flag.load(Ordering::Relaxed) {
+                    for ev in scan.poll(&runs) {
+                        let msg = Msg::Action(Action::Live(LiveEvent::Watched(Box::new(ev))));
+                        if tx.send(msg).is_err() {
+                            return;
+                        }
+                    }
+                    thread::sleep(every);
+                }
+            });
+        SessionWatcher { stop }
+    }
+}
+
+impl Drop for SessionWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn finds_follows_and_finishes_an_episode_of_another_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        let ep = runs.join("eval-abc").join("episodes").join("count");
+        std::fs::create_dir_all(&ep).unwrap();
+        // A finished episode is not opened.
+        std::fs::write(ep.join("0.jsonl"), "").unwrap();
+        std::fs::write(ep.join("0.json"), "{}").unwrap();
+        let mut traj = File::create(ep.join("1.jsonl")).unwrap();
+        let mut cast = File::create(ep.join("1.cast")).unwrap();
+        writeln!(cast, "{{\"version\":2,\"width\":100,\"height\":30}}").unwrap();
+        writeln!(cast, "[0.1,\"o\",\"hello\\r\\n\"]").unwrap();
+        write!(cast, "[0.2,\"o\",\"par").unwrap();
+        let mut scan = SessionScan::default();
+        let evs = scan.poll(&runs);
+        assert_eq!(evs.len(), 2, "{evs:?}");
+        assert!(
+            matches!(&evs[0], LiveEvent::Open { key, rows: 30, cols: 100, .. } if key == "eval-abc/count/1")
+        );
+        assert!(matches!(&evs[1], LiveEvent::Feed { bytes, .. } if bytes == b"hello\r\n"));
+        writeln!(cast, "tial\"]").unwrap();
+        writeln!(
+            traj,
+            "{{\"type\":\"step\",\"step\":{{\"turn\":1,\"command\":\"seq 1 60\"}}}}"
+        )
+        .unwrap();
+        let evs = scan.poll(&runs);
+        assert!(matches!(&evs[0], LiveEvent::Feed { bytes, .. } if bytes == b"partial"));
+        assert!(
+            matches!(&evs[1], LiveEvent::Step { turn: 1, command, .. } if command == "seq 1 60")
+        );
+        assert!(scan.poll(&runs).is_empty());
+        std::fs::write(
+            ep.join("1.json"),
+            "{\"passed\":false,\"failure_mode\":\"wrong_output\"}",
+        )
+        .unwrap();
+        let evs = scan.poll(&runs);
+        assert_eq!(
+            evs,
+            [LiveEvent::Finished {
+                key: "eval-abc/count/1".into(),
+                passed: false,
+                failure: Some("wrong_output".into())
+            }]
+        );
+        assert!(scan.poll(&runs).is_empty());
+    }
+}

@@ -1,0 +1,314 @@
+//! Terminal panes for people: [`MarkerFilter`] takes the exec protocol's
+//! internal end markers (`__ENDLESS_<tag>_<status>__`) out of a session's
+//! byte stream, and [`Following`] shows the part of a `vt100` screen that
+//! holds the newest output and the cursor when the pane is shorter than the
+//! session's terminal.
+
+use tui_term::widget::Screen;
+
+/// What every end marker starts with.
+const MARKER: &[u8] = b"__ENDLESS_";
+
+/// Longest marker line kept back while waiting for its end.
+const MAX_MARKER: usize = 256;
+
+/// Removes end-marker lines from a byte stream fed in arbitrary chunks.
+///
+/// The protocol prints `\n__ENDLESS_<tag>_<status>__\n` after each command
+/// (the tty turns `\n` into `\r\n`); the filter drops that whole line and
+/// its leading newline, ends an output line left unterminated (so the next
+/// output starts on a line of its own), and reports where a marker was.
+#[derive(Debug, Default, Clone)]
+pub struct MarkerFilter {
+    /// Bytes held back: the possible start of a marker.
+    pending: Vec<u8>,
+    /// Something was shown since the last `\n`.
+    mid_line: bool,
+}
+
+/// One piece of filtered output.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Bytes to show.
+    Bytes(Vec<u8>),
+    /// A marker was removed here (a command ended); any unterminated line
+    /// before it was already ended by a `\r\n` in the bytes.
+    Marker,
+}
+
+fn is_tag_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+impl MarkerFilter {
+    /// Filter the next chunk: returns the pieces to show, in order. Bytes
+    /// that may start a marker are kept until the next chunk decides.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<Piece> {
+        let mut data = std::mem::take(&mut self.pending);
+        data.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        let mut shown = Vec::new();
+        let mut i = 0;
+        while i < data.len() {
+            let Some(pos) = find(&data[i..], MARKER) else {
+                // Hold back a tail that could begin a marker.
+                let keep = partial_tail(&data[i..]);
+                let end = data.len() - keep;
+                shown.extend_from_slice(&data[i..end]);
+                self.pending = data[end..].to_vec();
+                i = data.len();
+                break;
+            };
+            let start = i + pos;
+            let run = data[start..]
+                .iter()
+                .take_while(|b| is_tag_byte(**b))
+                .count();
+            let after = start + run;
+            // Held back with the marker: the protocol's newline before it.
+            let hold = start - newline_before(&data[i..start]);
+            if after >= data.len() {
+                // The marker may still be arriving.
+                if data.len() - start > MAX_MARKER {
+                    shown.extend_from_slice(&data[i..]);
+                } else {
+                    shown.extend_from_slice(&data[i..hold]);
+                    self.pending = data[hold..].to_vec();
+                }
+                i = data.len();
+                break;
+            }
+            let line = &data[start..after];
+            let is_marker = line.len() > MARKER.len() + 2 && line.ends_with(b"__");
+            let end = match (&data[after..], is_marker) {
+                ([b'\r', b'\n', ..], true) => Some(after + 2),
+                ([b'\n', ..], true) => Some(after + 1),
+                ([b'\r'], true) => {
+                    // Wait for the `\n`.
+                    shown.extend_from_slice(&data[i..hold]);
+                    self.pending = data[hold..].to_vec();
+                    i = data.len();
+                    break;
+                }
+                _ => None,
+            };
+            match end {
+                Some(end) => {
+                    // The newline printed before the marker is the protocol's.
+                    shown.extend_from_slice(&data[i..hold]);
+                    if !shown.is_empty() {
+                        out.push(Piece::Bytes(std::mem::take(&mut shown)));
+                    }
+                    out.push(Piece::Marker);
+                    i = end;
+                }
+                None => {
+                    shown.extend_from_slice(&data[i..after]);
+                    i = after;
+                }
+            }
+        }
+        if i < data.len() {
+            shown.extend_from_slice(&data[i..]);
+        }
+        if !shown.is_empty() {
+            out.push(Piece::Bytes(shown));
+        }
+        self.end_lines(out)
+    }
+
+    /// Insert `\r\n` before a marker that follows an unterminated line.
+    fn end_lines(&mut self, pieces: Vec<Piece>) -> Vec<Piece> {
+        let mut out = Vec::with_capacity(pieces.len() + 1);
+        for piece in pieces {
+            match piece {
+                Piece::Bytes(b) => {
+                    if let Some(last) = b.last() {
+                        self.mid_line = *last != b'\n';
+                    }
+                    out.push(Piece::Bytes(b));
+                }
+                Piece::Marker => {
+                    if self.mid_line {
+                        self.mid_line = false;
+                        out.push(Piece::Bytes(b"\r\n".to_vec()));
+                    }
+                    out.push(Piece::Marker);
+                }
+            }
+        }
+        out
+    }
+
+    /// The bytes to show of the next chunk (markers dropped).
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes.len());
+        for piece in self.push(bytes) {
+            if let Piece::Bytes(b) = piece {
+                out.extend(b);
+            }
+        }
+        out
+    }
+
+    /// The bytes still held back (the stream ended: they were no marker).
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Filter a whole text at once (recordings): markers removed, held
+    /// bytes flushed.
+    pub fn clean(text: &[u8]) -> Vec<u8> {
+        let mut f = MarkerFilter::default();
+        let mut out = f.push_bytes(text);
+        out.extend(f.finish());
+        out
+    }
+}
+
+/// Length of the newline (`\r\n` or `\n`) that `data` ends with.
+fn newline_before(data: &[u8]) -> usize {
+    if data.ends_with(b"\r\n") {
+        2
+    } else if data.ends_with(b"\n") {
+        1
+    } else {
+        0
+    }
+}
+
+/// How many trailing bytes of `data` could begin `\r\n__ENDLESS_`.
+fn partial_tail(data: &[u8]) -> usize {
+    let full: Vec<u8> = [b"\r\n".as_slice(), MARKER].concat();
+    for k in (1..full.len()).rev() {
+        if data.len() >= k {
+            let tail = &data[data.len() - k..];
+            // A suffix of the text that is a prefix of one of the forms; a
+            // bare trailing newline is shown at once (printf writes the
+            // marker with its newline in one piece).
+            for form in [&full[..], &full[1..], &full[2..]] {
+                if k < form.len() && form.starts_with(tail) && tail.contains(&b'_') {
+                    return k;
+                }
+            }
+        }
+    }
+    0
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A `vt100` screen seen through a window of `height` rows that follows
+/// the newest output: the last written row and the cursor are always
+/// inside. While the user scrolls back, the screen's own view is shown from
+/// its top.
+pub struct Following<'a> {
+    screen: &'a vt100::Screen,
+    top: u16,
+}
+
+impl<'a> Following<'a> {
+    /// The window of `height` rows over `screen`.
+    pub fn new(screen: &'a vt100::Screen, height: u16) -> Self {
+        let top = if screen.scrollback() > 0 {
+            0
+        } else {
+            let (rows, cols) = screen.size();
+            let cursor = screen.cursor_position().0;
+            let last = (0..rows)
+                .rev()
+                .find(|r| (0..cols).any(|c| screen.cell(*r, c).is_some_and(|x| x.has_contents())))
+                .unwrap_or(0);
+            let bottom = cursor.max(last);
+            (bottom + 1).saturating_sub(height.max(1))
+        };
+        Following { screen, top }
+    }
+
+    /// The first screen row shown.
+    pub fn top(&self) -> u16 {
+        self.top
+    }
+}
+
+impl Screen for Following<'_> {
+    type C = vt100::Cell;
+
+    fn cell(&self, row: u16, col: u16) -> Option<&Self::C> {
+        self.screen.cell(row.checked_add(self.top)?, col)
+    }
+
+    fn hide_cursor(&self) -> bool {
+        self.screen.hide_cursor()
+    }
+
+    fn cursor_position(&self) -> (u16, u16) {
+        let (row, col) = <vt100::Screen as Screen>::cursor_position(self.screen);
+        // Above the window: put it out of sight.
+        (row.checked_sub(self.top).unwrap_or(u16::MAX), col)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(chunks: &[&[u8]]) -> Vec<u8> {
+        let mut f = MarkerFilter::default();
+        let mut out = Vec::new();
+        for c in chunks {
+            for p in f.push(c) {
+                match p {
+                    Piece::Bytes(b) => out.extend(b),
+                    Piece::Marker => out.extend_from_slice(b"|"),
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn markers_are_removed_across_chunks() {
+        let s = b"a\r\nb\r\n__ENDLESS_tok_1_0__\r\nc\r\n\r\n__ENDLESS_tok_2_127__\r\n";
+        assert_eq!(run(&[s]), b"a\r\nb\r\n|c\r\n|");
+        // Any split shows the same lines.
+        let screen = |bytes: Vec<u8>| {
+            let mut p = vt100::Parser::new(10, 20, 0);
+            p.process(&bytes);
+            p.screen().contents()
+        };
+        for cut in 1..s.len() {
+            let out = run(&[&s[..cut], &s[cut..]]);
+            // A bare newline split from its marker is shown at once: at
+            // worst one blank line more.
+            let text = screen(out).replace("\n\n", "\n");
+            assert_eq!(text, "a\nb\n|c\n|", "cut at {cut}");
+        }
+        // Not a marker: shown as is.
+        assert_eq!(run(&[b"x __ENDLESS_ y\r\n"]), b"x __ENDLESS_ y\r\n");
+        assert_eq!(
+            MarkerFilter::clean(
+                b"out\r\n__ENDLESS_t_1_0__\r\nno newline\r\n__ENDLESS_t_2_0__\r\n$ "
+            ),
+            b"out\r\nno newline\r\n$ "
+        );
+    }
+
+    #[test]
+    fn following_shows_the_newest_rows_and_the_cursor() {
+        let mut p = vt100::Parser::new(48, 40, 100);
+        for i in 1..=60 {
+            p.process(format!("{i}\r\n").as_bytes());
+        }
+        let f = Following::new(p.screen(), 10);
+        assert_eq!(f.top(), 38);
+        assert_eq!(
+            f.cell(8, 0).map(|c| c.contents()),
+            Some("6"),
+            "row 8 holds 60"
+        );
+        assert_eq!(Screen::cursor_position(&f), (9, 0));
+    }
+}
