@@ -166,7 +166,14 @@ fn timeout_interrupts_then_kills_and_session_survives() {
         )
         .unwrap();
     assert!(r.timed_out);
-    assert_eq!(r.output.trim_end(), "__ENDLESS_lookalike__");
+    // (Under heavy load the interrupt may not land within its grace period
+    // and the command is killed: bash then adds "Killed".)
+    assert_eq!(
+        r.output.lines().next(),
+        Some("__ENDLESS_lookalike__"),
+        "{}",
+        r.output
+    );
     assert_eq!(s.exec("echo alive", T).unwrap().output.trim_end(), "alive");
     // A program that ignores SIGINT is killed.
     let r = s
