@@ -79,23 +79,36 @@ fn as_nobody(name: &str) {
         eprintln!("SKIP as uid 65534: unprivileged user namespaces are not available here");
         return;
     }
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--",
-        ])
-        .arg(&exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
-        .env("HOME", &home)
-        .env(INNER, "1")
-        .current_dir(&home)
-        .output()
-        .unwrap();
+    let run = || {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--",
+            ])
+            .arg(&exe)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("HOME", &home)
+            .env(INNER, "1")
+            .current_dir(&home)
+            .output()
+            .unwrap()
+    };
+    // A child forked by another test's thread while the copy was open for
+    // writing holds it until that child execs (sandbox set-up can take a
+    // while): the exec then fails with ETXTBSY. Try again shortly.
+    let mut out = run();
+    for _ in 0..20 {
+        if !String::from_utf8_lossy(&out.stderr).contains("Text file busy") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        out = run();
+    }
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
