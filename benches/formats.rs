@@ -2,6 +2,7 @@
 //! environment definitions. Run with `cargo bench --bench formats`.
 
 #![allow(clippy::unwrap_used)] // tests and benches fail loudly
+#![allow(missing_docs)] // criterion_group! generates undocumented functions
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use endless::commands::bench::{sample_task, write_corpus};

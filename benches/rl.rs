@@ -6,6 +6,7 @@
 //! `RUSTFLAGS="-C target-cpu=native"`.
 
 #![allow(clippy::unwrap_used)] // tests and benches fail loudly
+#![allow(missing_docs)] // criterion_group! generates undocumented functions
 
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion};

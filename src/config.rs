@@ -16,13 +16,19 @@ pub const DEFAULTS: &str = include_str!("../assets/config.toml");
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// `[sandbox]`: which backend runs environments and its limits.
     pub sandbox: SandboxConfig,
+    /// `[agent]`: turn limits, command timeout and protocol of episodes.
     pub agent: AgentConfig,
+    /// `[llm]`: the OpenAI-compatible server used for generation and LLM agents.
     pub llm: LlmConfig,
+    /// `[generate]`: the task-generation pipeline.
     pub generate: GenerateConfig,
+    /// `[train]`: defaults of the PPO recipe of `endless train`.
     pub train: TrainSettings,
     /// `[images]`: where task base images come from.
     pub images: ImagesConfig,
+    /// `[tui]`: theme and key overrides.
     pub tui: TuiConfig,
 }
 
@@ -30,6 +36,8 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxConfig {
+    /// Which backend runs environments: `local` (bubblewrap + overlayfs),
+    /// `apptainer` or `oci`. Default `local`.
     pub backend: String,
     /// Cap on an episode's asciicast recording and live output, in bytes.
     pub max_recording_bytes: u64,
@@ -39,8 +47,12 @@ pub struct SandboxConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
+    /// Turn limit of an evaluation episode. Default 64 (as in the paper).
     pub max_turns: u32,
+    /// Turn limit of a training episode (the solvability filter of `generate`
+    /// uses at least 16). Default 16.
     pub train_max_turns: u32,
+    /// Seconds one command may run before it is interrupted. Default 60.
     pub command_timeout_sec: f64,
     /// The protocol profile: `endless` (ours) or `reference` (the
     /// reference implementation's switches; `--protocol` overrides it).
@@ -56,13 +68,23 @@ pub struct AgentConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
+    /// Base URL of the OpenAI-compatible server (vLLM, SGLang, llama.cpp,
+    /// Ollama, OpenAI). Default `http://127.0.0.1:8000/v1`.
     pub url: String,
+    /// Model name sent to the server; empty (the default): none, so commands
+    /// that need one ask for `--model`.
     pub model: String,
+    /// Sampling temperature. Default 1.0.
     pub temperature: f64,
+    /// Nucleus-sampling `top_p`. Default 1.0.
     pub top_p: f64,
+    /// Tokens per completion at most. Default 2048.
     pub max_tokens: u32,
+    /// Requests in flight at once, per server. Default 16.
     pub concurrency: usize,
+    /// Seconds one request may take (at least 1). Default 300.
     pub timeout_sec: f64,
+    /// Retries of a failed request. Default 5.
     pub retries: u32,
 }
 
@@ -72,9 +94,15 @@ pub struct LlmConfig {
 pub struct GenerateConfig {
     /// Whether stage 2's environment definitions may install software.
     pub allow_installs: bool,
+    /// Solution episodes of the solvability filter (pass@n > 0 keeps a task).
+    /// Default 16.
     pub solutions: u32,
+    /// Environment attempts (build + initial tests, with feedback) before a
+    /// candidate is rejected. Default 3.
     pub max_env_attempts: u32,
+    /// Candidates in flight at once. Default 8.
     pub concurrency: usize,
+    /// Offline tasks written into a fresh workspace. Default 60.
     pub seed_tasks: usize,
 }
 
@@ -84,17 +112,31 @@ pub struct GenerateConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainSettings {
+    /// Episodes per task per step. Default 16 (as the reference).
     pub samples: u32,
+    /// Tasks per PPO step. Default 1 (reference: 16), to keep a CPU step to minutes.
     pub prompts_per_step: usize,
+    /// Rollout temperature, also used for the trained log-probs. Default 0.7.
     pub temperature: f64,
+    /// Tokens per reply at most. Default 256 (reference: 2048).
     pub max_tokens: usize,
+    /// Passes over each batch, with old log-probs, values and advantages
+    /// fixed. Default 2.
     pub ppo_epochs: usize,
     /// `separate` or `shared`.
     pub critic: String,
+    /// Policy learning rate; 0 (the default): by policy (1e-6 for pretrained
+    /// ones, 5e-5 for `tiny`).
     pub lr: f64,
+    /// Separate critic's learning rate; 0 (the default): by policy (1e-6 for
+    /// pretrained ones, 5e-5 for `tiny`).
     pub critic_lr: f64,
+    /// Value clipping around the values at collection time; 0 = off. Default 0.2.
     pub value_clip: f64,
+    /// AdamW weight decay of policy and critic. Default 0.01.
     pub weight_decay: f64,
+    /// Normalise each step's rewards to mean 0 / std 1 over the step's
+    /// episodes (all-equal rewards become 0). Default on.
     pub normalize_reward: bool,
 }
 
@@ -143,7 +185,11 @@ pub enum BaseFallback {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TuiConfig {
+    /// A theme name from `themes/*.toml` (`dark`, `light`) or one of the
+    /// user's own. Default `dark`.
     pub theme: String,
+    /// `[tui.keys]`: key overrides, action name = key (`quit = "q"`); `?` in
+    /// the TUI lists the actions.
     #[serde(default)]
     pub keys: toml::Table,
 }
@@ -187,10 +233,17 @@ impl Paths {
 /// Why the configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A config file layer could not be read or parsed.
     #[error(transparent)]
     File(#[from] BundleError),
+    /// An `ENDLESS_*` environment variable's value does not fit its key.
     #[error("environment variable {var}: {message}")]
-    Env { var: String, message: String },
+    Env {
+        /// The variable's name, e.g. `ENDLESS_LLM_MODEL`.
+        var: String,
+        /// Why its value was rejected.
+        message: String,
+    },
 }
 
 impl Config {

@@ -16,15 +16,23 @@ use crate::task::Task;
 /// seconds, except `wall_secs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutBench {
+    /// Tasks run.
     pub tasks: usize,
+    /// Oracle episodes per task.
     pub samples: u32,
+    /// Episodes running at once.
     pub concurrency: usize,
+    /// Episodes that finished.
     pub episodes: usize,
+    /// Episodes whose final tests all passed.
     pub passed: usize,
+    /// Episodes that ended in an infrastructure error.
     pub errors: usize,
     /// Seconds spent building task images before the timed run.
     pub prepare_secs: f64,
+    /// Wall-clock seconds of the timed run.
     pub wall_secs: f64,
+    /// Finished episodes per minute of wall clock.
     pub episodes_per_minute: f64,
     /// Mean seconds per episode spent starting the sandbox.
     pub mean_sandbox_start_secs: f64,

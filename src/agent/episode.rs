@@ -120,8 +120,13 @@ impl EndReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
+    /// The reply asked to run a command.
     Command,
+    /// The reply said `<action>done</action>` (a command in it may run first,
+    /// depending on the protocol).
     Done,
+    /// The reply held neither a usable command nor done; the agent is told so
+    /// and the turn counts.
     Malformed,
 }
 
@@ -130,12 +135,16 @@ pub enum StepKind {
 pub struct Step {
     /// 1-based turn number.
     pub turn: u32,
+    /// What the reply was.
     pub kind: StepKind,
     /// The command run (for `command` steps).
     pub command: Option<String>,
     /// The reasoning inside `<think>`.
     pub think: Option<String>,
+    /// The command's real exit status (the `reference` protocol tells the
+    /// agent only 0 or 1); `None` when no command ran or it did not finish.
     pub exit_code: Option<i32>,
+    /// The command hit the per-command time limit and was interrupted.
     pub timed_out: bool,
     /// Command output as the sandbox returned it.
     pub output: String,
@@ -147,6 +156,7 @@ pub struct Step {
     pub policy_secs: f64,
     /// Seconds the command took.
     pub exec_secs: f64,
+    /// Tokens of this turn's request and reply.
     pub tokens: TokenUsage,
 }
 
@@ -173,13 +183,19 @@ impl Step {
 /// The agent's side of an episode, before verification.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trajectory {
+    /// The whole conversation: system prompt, task, replies, observations.
     pub messages: Vec<ChatMessage>,
+    /// One entry per turn.
     pub steps: Vec<Step>,
+    /// Why the loop stopped.
     pub end_reason: EndReason,
     /// What failed, when `end_reason` is `error`, `shell_died` or `resource_limit`.
     pub error: Option<String>,
+    /// Tokens the policy used over all turns.
     pub tokens: TokenUsage,
+    /// Seconds spent waiting for the policy, summed over turns.
     pub policy_secs: f64,
+    /// Seconds spent running commands, summed over turns.
     pub exec_secs: f64,
     /// Wall-clock seconds of the whole loop.
     pub agent_secs: f64,

@@ -24,6 +24,7 @@ pub struct StartOptions {
 /// What the final tests said.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Verification {
+    /// One outcome per final test.
     pub tests: Vec<TestOutcome>,
     /// The JUnit XML report, when the runner wrote one.
     pub junit_xml: Option<String>,
@@ -55,31 +56,49 @@ pub trait SandboxProvider: Send + Sync + 'static {
 #[derive(Debug)]
 pub enum RolloutEvent {
     /// The run is planned: `total` episodes, of which `finished` were already done.
-    Planned { total: usize, finished: usize },
+    Planned {
+        /// Episodes in the run.
+        total: usize,
+        /// Episodes already on disk (a resumed run), not run again.
+        finished: usize,
+    },
     /// An episode's sandbox is up; `stream` carries its raw bytes if available.
     Started {
+        /// The task's id.
         task: String,
+        /// The sample number, from 0.
         sample: u32,
+        /// The session's raw bytes.
         stream: Option<LiveStream>,
     },
     /// A turn finished.
     Step {
+        /// The task's id.
         task: String,
+        /// The sample number, from 0.
         sample: u32,
+        /// The finished turn.
         step: Box<Step>,
     },
     /// An episode finished (its files are on disk).
-    Finished { result: Box<EpisodeResult> },
+    Finished {
+        /// The episode's record, as written to its `result` file.
+        result: Box<EpisodeResult>,
+    },
 }
 
 /// Why a run stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum RolloutError {
+    /// An episode's file could not be written.
     #[error("cannot write {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// An episode's worker task panicked or was cancelled; the message says how.
     #[error("an episode worker crashed: {0}")]
     Worker(String),
 }
@@ -87,9 +106,13 @@ pub enum RolloutError {
 /// The files of one episode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EpisodePaths {
+    /// `<sample>.jsonl`: the trajectory, one event per line.
     pub trajectory: PathBuf,
+    /// `<sample>.cast`: the asciicast recording of the session.
     pub cast: PathBuf,
+    /// `<sample>.junit.xml`: the final tests' JUnit report.
     pub junit: PathBuf,
+    /// `<sample>.json`: the [`EpisodeResult`].
     pub result: PathBuf,
 }
 

@@ -92,7 +92,9 @@ impl std::fmt::Display for Profile {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CommandTag {
+    /// The first tag (the reference parser's choice before it changed).
     First,
+    /// The last tag (both profiles' default).
     Last,
 }
 
@@ -130,15 +132,21 @@ pub enum TruncationNote {
 /// Why a protocol could not be set up. Callers add the flag or key.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
+    /// `--protocol` / `[agent] protocol` named no known profile.
     #[error("unknown protocol profile {0:?} (expected \"endless\" or \"reference\")")]
     UnknownProfile(String),
+    /// `[agent] command_tag` is neither `first` nor `last`.
     #[error("unknown command tag choice {0:?} (expected \"first\" or \"last\")")]
     UnknownCommandTag(String),
+    /// `[agent] system_prompt_file` could not be read.
     #[error("cannot read system prompt file {path}: {source}")]
     PromptFile {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// `[agent] system_prompt_file` holds only whitespace.
     #[error("system prompt file {0} is empty")]
     EmptyPromptFile(PathBuf),
 }
@@ -379,7 +387,9 @@ pub enum Action {
 /// A parsed reply: the reasoning (if any) and the action.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedReply {
+    /// The reasoning inside `<think>`, if the reply had any.
     pub think: Option<String>,
+    /// What the reply asks for.
     pub action: Action,
 }
 

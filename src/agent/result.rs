@@ -12,7 +12,9 @@ use crate::task::Task;
 /// One final-state test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestOutcome {
+    /// The test's name, as the runner reports it.
     pub name: String,
+    /// Whether the test passed.
     pub passed: bool,
     /// The failure message, for a failing test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -22,22 +24,32 @@ pub struct TestOutcome {
 /// Where an episode's time went, in seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
+    /// Starting the sandbox: a fresh environment with its shell ready.
     pub sandbox_start_secs: f64,
     /// The whole agent loop (policy plus commands plus overhead).
     pub agent_secs: f64,
+    /// Waiting for the policy's replies (sum over turns).
     pub policy_secs: f64,
+    /// Running the agent's commands in the sandbox (sum over turns).
     pub exec_secs: f64,
+    /// Running the final tests.
     pub verify_secs: f64,
+    /// The whole episode, sandbox start to verification.
     pub total_secs: f64,
 }
 
 /// Who ran what: identifies an episode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpisodeId {
+    /// The task's id.
     pub task: String,
+    /// The task's category.
     pub category: String,
+    /// The task's complexity level, 1 to 6, when it has one.
     pub complexity: Option<u8>,
+    /// Which sample of the task this is, from 0.
     pub sample: u32,
+    /// The policy spec that ran it (e.g. `openai:MODEL@URL`).
     pub policy: String,
 }
 
@@ -57,17 +69,24 @@ impl EpisodeId {
 /// A finished episode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeResult {
+    /// The task's id.
     pub task: String,
+    /// The task's category.
     pub category: String,
+    /// The task's complexity level, 1 to 6, when it has one.
     pub complexity: Option<u8>,
+    /// Which sample of the task this is, from 0.
     pub sample: u32,
+    /// The policy spec that ran it (e.g. `openai:MODEL@URL`).
     pub policy: String,
     /// Every final test passed (and the episode did not error, nor did the
     /// agent's shell die).
     pub passed: bool,
     /// Fraction of final tests that passed (the optional partial reward).
     pub reward: f64,
+    /// Turns the agent took.
     pub turns: u32,
+    /// Why the agent loop stopped.
     pub end_reason: EndReason,
     /// Why it failed (the primary label); `None` when it passed.
     pub failure_mode: Option<FailureMode>,
@@ -82,9 +101,13 @@ pub struct EpisodeResult {
     /// The policy, model or sandbox error, or how the agent's shell died,
     /// when there was one.
     pub error: Option<String>,
+    /// The final tests' outcomes; empty when they could not be run.
     pub tests: Vec<TestOutcome>,
+    /// Every turn: the reply, the command and its observation.
     pub steps: Vec<Step>,
+    /// Tokens the policy used over the episode.
     pub tokens: TokenUsage,
+    /// Where the episode's time went.
     pub timings: Timings,
 }
 

@@ -66,6 +66,7 @@ impl RolloutConfig {
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct RunSummary {
+    /// The run's directory (`episodes/<task-id>/<sample>.*` under it).
     pub run_dir: PathBuf,
     /// All finished episodes (resumed ones included), sorted by task and sample.
     pub episodes: Vec<EpisodeResult>,
@@ -75,6 +76,7 @@ pub struct RunSummary {
     pub ran: usize,
     /// The run was cancelled before every episode started.
     pub cancelled: bool,
+    /// Wall-clock seconds of this run (resumed episodes excluded).
     pub wall_secs: f64,
 }
 

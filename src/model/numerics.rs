@@ -26,7 +26,9 @@ use crate::model::quantized::gguf::GgufModel;
 /// are run at once (as a prompt), the rest one at a time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CheckSequence {
+    /// The token ids, prompt first.
     pub ids: Vec<u32>,
+    /// How many leading ids form the prompt.
     pub prompt_len: usize,
 }
 
@@ -171,6 +173,7 @@ fn log_softmax(xs: &[f32]) -> Vec<f64> {
 /// (`len - 1` rows of `vocab` each), for [`compare`] and for other engines.
 #[derive(Debug, Clone, PartialEq)]
 pub struct F32Dump {
+    /// Vocabulary size: the width of each logits row.
     pub vocab: usize,
     /// Per sequence, row-major `(len - 1, vocab)`.
     pub logits: Vec<Vec<f32>>,

@@ -10,9 +10,14 @@ use std::collections::HashMap;
 /// AdamW hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct AdamWConfig {
+    /// Decay of the first-moment (mean) estimate. Default 0.9.
     pub beta1: f64,
+    /// Decay of the second-moment (variance) estimate. Default 0.999.
     pub beta2: f64,
+    /// Added to the denominator for stability. Default 1e-8.
     pub eps: f64,
+    /// Decoupled weight decay: each update scales weights by
+    /// `1 - lr * weight_decay`. Default 0 (the recipe sets `[train] weight_decay`).
     pub weight_decay: f64,
 }
 

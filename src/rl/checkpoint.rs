@@ -37,6 +37,7 @@ pub const CRITIC_OPTIMIZER: &str = "critic_optimizer.safetensors";
 pub struct RngState {
     /// The 32-byte seed, hex.
     pub seed: String,
+    /// The generator's stream number.
     pub stream: u64,
     /// Word position (a u128, as decimal text).
     pub word_pos: String,
@@ -74,7 +75,9 @@ pub struct TrainerState {
     /// Updates the separate critic's optimizer applied (none: no separate critic).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub critic_optimizer_steps: Option<u64>,
+    /// The trainer's random generator (rollout sampling seeds).
     pub rng: RngState,
+    /// The policy model's architecture.
     pub model: ModelConfig,
     /// The training configuration (opaque here).
     pub train: serde_json::Value,
@@ -177,7 +180,9 @@ pub fn verify(dir: &Path) -> Result<TrainerState> {
 /// A checkpoint that did not verify, and why.
 #[derive(Debug, Clone)]
 pub struct Skipped {
+    /// The checkpoint directory.
     pub dir: PathBuf,
+    /// Why it did not verify.
     pub reason: String,
 }
 

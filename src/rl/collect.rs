@@ -24,9 +24,13 @@ use crate::task::{Baseline, Task};
 /// How episodes are run.
 #[derive(Debug, Clone)]
 pub struct EpisodeSettings {
+    /// Episodes per task.
     pub samples: u32,
+    /// Turn limit per episode.
     pub max_turns: u32,
+    /// Episodes in flight at once; the policy samples their turns as one batch.
     pub concurrency: usize,
+    /// Limit of one command in the sandbox.
     pub command_timeout: Duration,
     /// The agent protocol of every episode.
     pub protocol: crate::agent::protocol::Protocol,
@@ -35,9 +39,11 @@ pub struct EpisodeSettings {
 /// Rollouts of one step: the batch PPO trains on, and the episodes behind it.
 #[derive(Debug, Clone)]
 pub struct Collected {
+    /// The token sequences, rewards and old log-probs PPO trains on.
     pub batch: RolloutBatch,
     /// The task of each of `batch.sequences`.
     pub tasks: Vec<String>,
+    /// The finished episodes, as written under the step's rollout directory.
     pub episodes: Vec<EpisodeResult>,
     /// Episodes that left no token sequence (the sandbox failed to start).
     pub missing: usize,

@@ -11,17 +11,27 @@ pub enum RlError {
     /// The loss or the gradient norm is NaN or infinite; no update was applied.
     #[error("step {step}: {what} is not finite ({value}); update skipped")]
     NonFinite {
+        /// The trainer's step counter when it happened.
         step: u64,
+        /// Which quantity: `loss`, `gradient norm` or `supervised loss`.
         what: &'static str,
+        /// Its value (NaN or ±inf).
         value: f64,
     },
     /// A checkpoint is missing, truncated or corrupt.
     #[error("checkpoint {path}: {message}")]
-    Checkpoint { path: PathBuf, message: String },
+    Checkpoint {
+        /// The checkpoint directory or file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },

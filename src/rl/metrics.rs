@@ -14,10 +14,15 @@ pub struct StepMetrics {
     pub reward: f64,
     /// Fraction of episodes that passed.
     pub pass_rate: f64,
+    /// Clipped PPO policy loss, mean over the step's updates.
     pub policy_loss: f64,
+    /// (Clipped) value loss, mean over the step's updates.
     pub value_loss: f64,
+    /// Fraction of agent tokens whose gradient was clipped away.
     pub clip_frac: f64,
+    /// Mean entropy of the policy at agent tokens.
     pub entropy: f64,
+    /// Approximate KL(old || new) over agent tokens.
     pub approx_kl: f64,
     /// Gradient norm before clipping.
     pub grad_norm: f64,

@@ -182,7 +182,9 @@ pub struct PpoLoss {
     pub policy_term: Tensor,
     /// The (clipped) value loss, differentiable, without `value_coef`.
     pub value_term: Tensor,
+    /// The policy loss's value, as a number.
     pub policy_loss: f64,
+    /// The value loss's value, as a number (without `value_coef`).
     pub value_loss: f64,
     /// Mean entropy of the policy at agent tokens (sequence-level average).
     pub entropy: f64,

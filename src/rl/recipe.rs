@@ -32,6 +32,7 @@ pub struct Recipe {
     pub max_turns: u32,
     /// Rollout sampling temperature (also the temperature of the trained log-probs).
     pub temperature: f64,
+    /// Nucleus-sampling `top_p` of rollouts; always 1.0, as the reference.
     pub top_p: f64,
     /// Tokens per reply at most.
     pub max_tokens: usize,
@@ -51,20 +52,37 @@ fn default_protocol() -> String {
 /// configuration's `[train]` section).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecipeFlags {
+    /// `--samples`: episodes per task per step (default: `[train] samples`).
     pub samples: Option<u32>,
+    /// `--tasks-per-step`: tasks per PPO step (default: `[train] prompts_per_step`).
     pub prompts_per_step: Option<usize>,
+    /// `--max-turns`: turn limit of a training episode (default: `[agent]
+    /// train_max_turns`).
     pub max_turns: Option<u32>,
+    /// `--temperature`: rollout temperature, above 0 (default: `[train] temperature`).
     pub temperature: Option<f64>,
+    /// `--max-tokens`: tokens per reply at most (default: `[train] max_tokens`).
     pub max_tokens: Option<usize>,
+    /// `--ppo-epochs`: passes over each batch (default: `[train] ppo_epochs`).
     pub ppo_epochs: Option<usize>,
+    /// `--minibatch`: sequences per optimizer update; 0: the whole batch.
     pub minibatch: usize,
+    /// `--critic`: `separate` or `shared` (default: `[train] critic`).
     pub critic: Option<String>,
+    /// `--lr`: policy learning rate (default: `[train] lr`); 0: by policy.
     pub lr: Option<f64>,
+    /// `--critic-lr`: separate critic's learning rate (default: `[train]
+    /// critic_lr`); 0: by policy.
     pub critic_lr: Option<f64>,
+    /// `--value-clip`: value clipping, 0 = off (default: `[train] value_clip`).
     pub value_clip: Option<f64>,
+    /// `--weight-decay`: AdamW weight decay (default: `[train] weight_decay`).
     pub weight_decay: Option<f64>,
+    /// `--normalize-reward` (default: `[train] normalize_reward`).
     pub normalize_reward: Option<bool>,
+    /// `--reward`: `binary`, `partial` or `clean`.
     pub reward: String,
+    /// `--seed`: seed of initialisation, task order and sampling.
     pub seed: u64,
 }
 
@@ -245,8 +263,11 @@ impl Recipe {
 /// One row of the recipe table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecipeRow {
+    /// The setting's name, as in `[train]` or the flags.
     pub setting: String,
+    /// Our effective value.
     pub ours: String,
+    /// The paper's / reference implementation's value.
     pub reference: String,
     /// Empty where ours is the reference's.
     pub why: String,

@@ -34,6 +34,7 @@ pub const ROLLOUTS: &str = "rollouts";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// In progress (or its process died without saying otherwise).
     Running,
     /// Every step ran (or the time budget was used up).
     Finished,
@@ -82,6 +83,7 @@ pub struct RunInfo {
     pub samples: u32,
     /// Turn limit per episode.
     pub max_turns: u32,
+    /// Where the run stands.
     pub status: RunStatus,
     /// Why the run stopped or failed, or what it is doing.
     pub message: Option<String>,
@@ -99,20 +101,28 @@ pub struct EvalRecord {
     pub step: u64,
     /// Episodes that passed / episodes.
     pub pass_at_1: f64,
+    /// Episodes whose final tests all passed.
     pub passed: usize,
+    /// Episodes run (held-out tasks times samples).
     pub episodes: usize,
     /// The run directory of its episodes.
     pub run_dir: PathBuf,
+    /// Wall-clock seconds the evaluation took.
     pub seconds: f64,
 }
 
 /// Everything a viewer needs about one run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunView {
+    /// The run directory.
     pub dir: PathBuf,
+    /// `train.json`, when it exists and parses.
     pub info: Option<RunInfo>,
+    /// `sft.jsonl`: one entry per supervised step.
     pub sft: Vec<SftMetrics>,
+    /// `metrics.jsonl`: one entry per PPO step.
     pub ppo: Vec<StepMetrics>,
+    /// `eval.jsonl`: the held-out evaluations, in order.
     pub evals: Vec<EvalRecord>,
     /// Checkpoint directory names, oldest first.
     pub checkpoints: Vec<String>,

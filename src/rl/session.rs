@@ -46,6 +46,8 @@ pub struct TrainOptions {
     pub sft_tasks: Vec<Task>,
     /// Held-out tasks for pass@1 before and after PPO (may be empty).
     pub dev_tasks: Vec<Task>,
+    /// Where the policy comes from (`tiny`, `smollm2`, a model directory,
+    /// or a checkpoint).
     pub init: InitSpec,
     /// Supervised warm-start steps on oracle trajectories (0: none).
     pub sft_steps: u64,
@@ -83,6 +85,7 @@ pub struct TrainOptions {
     pub model_cache: PathBuf,
     /// The sandbox backend (`local`, `apptainer`, `oci`) and its cache.
     pub sandbox: String,
+    /// The sandbox backend's cache directory (images, layers).
     pub sandbox_cache: PathBuf,
     /// The `[images]` settings base images are resolved with.
     pub images: crate::config::ImagesConfig,
@@ -110,15 +113,28 @@ pub enum TrainEvent {
     /// A phase started (`building the policy`, `sft`, `eval before`, `ppo`, ...).
     Phase(String),
     /// A supervised step finished.
-    Sft { total: u64, metrics: SftMetrics },
+    Sft {
+        /// Supervised steps planned in all.
+        total: u64,
+        /// The step's loss and counts (its `step` says which).
+        metrics: SftMetrics,
+    },
     /// Episodes of the current PPO step: `done` of `total`.
     Rollouts {
+        /// The PPO step, from 1.
         step: u64,
+        /// Episodes finished so far.
         done: usize,
+        /// Episodes of the step.
         total: usize,
     },
     /// A PPO step finished.
-    Step { total: u64, metrics: StepMetrics },
+    Step {
+        /// PPO steps planned in all.
+        total: u64,
+        /// The step's losses, rewards and timings (its `step` says which).
+        metrics: StepMetrics,
+    },
     /// A held-out evaluation finished.
     Eval(EvalRecord),
     /// A checkpoint was written.
@@ -130,13 +146,19 @@ pub enum TrainEvent {
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct TrainSummary {
+    /// The run directory.
     pub out: PathBuf,
+    /// How it ended (also written to the run's `train.json`).
     pub status: super::run_files::RunStatus,
+    /// Why it stopped, when not simply finished (the error of a failed run).
     pub message: Option<String>,
+    /// PPO steps completed, earlier sessions of a resumed run included.
     pub steps_done: u64,
     /// pass@1 on the held-out tasks before PPO (after SFT), and at the end.
     pub before: Option<EvalRecord>,
+    /// pass@1 on the held-out tasks at the end (`None` without dev tasks).
     pub after: Option<EvalRecord>,
+    /// The last checkpoint written, if any.
     pub last_checkpoint: Option<PathBuf>,
 }
 

@@ -29,7 +29,9 @@ pub struct TrainConfig {
     pub warmup_steps: u64,
     /// Global gradient-norm clip.
     pub max_grad_norm: f64,
+    /// PPO loss settings: clipping, temperature, value and entropy coefficients.
     pub ppo: PpoConfig,
+    /// Optimizer settings, shared by the policy and a separate critic.
     pub adam: AdamWConfig,
     /// How test results become rewards (for the rollout side).
     pub reward: RewardMode,
@@ -146,6 +148,7 @@ pub struct Trainer {
 
 /// A trainer restored from disk.
 pub struct Resumed {
+    /// The trainer, with its model, optimizer, step counter and generator restored.
     pub trainer: Trainer,
     /// The checkpoint it came from.
     pub checkpoint: PathBuf,

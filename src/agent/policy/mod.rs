@@ -45,14 +45,32 @@ impl PolicyReply {
 /// Why a policy could not be built or could not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
+    /// A policy spec (`--policy`) could not be parsed.
     #[error("bad policy spec {spec:?}: {message}")]
-    Spec { spec: String, message: String },
+    Spec {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A `script:` or `replay:` file could not be read.
     #[error("cannot read {path}: {message}")]
-    File { path: PathBuf, message: String },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        message: String,
+    },
+    /// The oracle policy was asked to run a task without a reference solution.
     #[error("task {task} has no solution/solve.sh, so the oracle policy cannot run it")]
-    NoSolution { task: String },
+    NoSolution {
+        /// The task's id.
+        task: String,
+    },
+    /// The model request failed (after its retries).
     #[error(transparent)]
     Llm(#[from] LlmError),
+    /// Anything else (the terminal of a human policy, a runtime), described.
     #[error("{0}")]
     Other(String),
 }
@@ -67,6 +85,7 @@ pub trait Policy: Send {
 /// Options used when building policies from specs.
 #[derive(Debug, Clone)]
 pub struct PolicyOptions {
+    /// Sampling parameters of model policies (from `[llm]`).
     pub sampling: SamplingParams,
     /// Requests in flight at once for model policies.
     pub max_concurrency: usize,
@@ -104,15 +123,20 @@ pub trait PolicySource: Send + Sync {
 pub enum PolicyFactory {
     /// A chat model (`openai:MODEL@URL`, or any [`ChatModel`]).
     Chat {
+        /// The name recorded in results (the spec, for `openai:`).
         name: String,
+        /// The model that writes the replies.
         model: Arc<dyn ChatModel>,
+        /// Its sampling parameters.
         sampling: SamplingParams,
     },
     /// The task's own `solution/solve.sh`, run as one command.
     Oracle,
     /// Fixed commands, one per turn (`script:FILE` or `replay:EPISODE`).
     Commands {
+        /// The spec, recorded in results.
         name: String,
+        /// The commands, in order; after the last, the policy says done.
         commands: Arc<Vec<String>>,
     },
     /// A person at the terminal.
