@@ -8,6 +8,8 @@
 //! can read it) with `ENDLESS_ATTACK_INNER` set, so both runs execute the
 //! same scenario code.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly
+
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

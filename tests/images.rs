@@ -6,6 +6,8 @@
 //! and its tests pass through the host's verifier runtime. Tampered blobs
 //! and unknown images are refused.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly
+
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;

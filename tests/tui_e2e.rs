@@ -519,7 +519,9 @@ fn training_job_from_the_jobs_view_in_tmux() {
 
     // The Training view lists the finished run with its held-out pass@1.
     tmux(&["send-keys", "-t", s, "F5"]);
-    // It reads the run's files once a second: wait for the final status.
+    // It reads the run's files once a second: wait for the view (the Jobs
+    // view also says "finished"), then for the run's final status.
+    wait_for(s, "Training runs (1)");
     let screen = wait_for(s, "finished");
     assert!(
         screen.contains("Training runs (1)") && screen.contains("1/1"),

@@ -117,6 +117,7 @@ impl EpisodeObserver for JsonlObserver {
 }
 
 /// How starting an episode went.
+#[allow(clippy::large_enum_variant)] // one per episode, moved once
 pub enum Started<T> {
     /// The sandbox is up and the prompt is ready.
     Running(RecordedEpisode<T>),

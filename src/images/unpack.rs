@@ -241,7 +241,7 @@ fn whiteout(path: &Path, opts: UnpackOptions, report: &mut UnpackReport) -> Resu
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| ImageError::io("whiteout", path)(std::io::Error::other("NUL in path")))?;
     // SAFETY: mknod on a path we own.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o000, libc::makedev(0, 0)) };
+    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, libc::makedev(0, 0)) };
     if rc < 0 {
         return Err(ImageError::io("create whiteout", path)(
             std::io::Error::last_os_error(),

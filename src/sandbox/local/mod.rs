@@ -98,6 +98,10 @@ impl HostIdentity {
     }
 }
 
+/// A definition's base: the stored image and its unpacked layers (`None`:
+/// the host's directories), and the note saying what it substitutes.
+type ResolvedBase = (Option<(StoredImage, Vec<PathBuf>)>, Option<String>);
+
 /// The local backend (see the module docs).
 pub struct LocalBackend {
     layout: Layout,
@@ -342,10 +346,7 @@ impl LocalBackend {
     /// The base a definition asks for (see [`images::Resolver`]): a stored
     /// or pulled image and its layers, unpacked for this backend's ids, or
     /// the host's directories; with a note when it is a substitute.
-    fn resolve_base(
-        &self,
-        def: &EnvDefinition,
-    ) -> Result<(Option<(StoredImage, Vec<PathBuf>)>, Option<String>), SandboxError> {
+    fn resolve_base(&self, def: &EnvDefinition) -> Result<ResolvedBase, SandboxError> {
         let base = self.resolver.resolve(&self.images, def.base.as_deref())?;
         let note = base.note().map(str::to_owned);
         let images::Base::Image { image: stored, .. } = base else {

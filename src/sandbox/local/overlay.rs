@@ -318,7 +318,7 @@ unsafe fn idmapped_mount(source: &CString, target: &CString, userns: RawFd) -> i
             return Err(io::Error::last_os_error());
         }
         let mut attr: libc::mount_attr = std::mem::zeroed();
-        attr.attr_set = libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY as u64;
+        attr.attr_set = libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY;
         attr.userns_fd = userns as u64;
         let rc = libc::syscall(
             libc::SYS_mount_setattr,
