@@ -15,9 +15,10 @@ VENV=target/pyenv
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-# ray: for the Ray example's test (python/examples/ray_rollouts.py). If PyPI
+# ray: for the Ray example's test (python/examples/ray_rollouts.py); datasets: for
+# loading the exported parquet as SkyRL does. If PyPI
 # cannot be reached this fails, and so does the script: no test is skipped.
-"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray
+"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray datasets
 export ENDLESS_BIN="$PWD/target/debug/endless"
 # pytest exits 5 when it collects no tests: that fails this script too.
 "$VENV/bin/python" -m pytest -q python/tests

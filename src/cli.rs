@@ -39,7 +39,7 @@ pub enum Command {
     Train(TrainArgs),
     /// Serve the workspace's environments over HTTP/JSON to RL trainers.
     Serve(ServeArgs),
-    /// Benchmarks: sandbox, rollout, import, tui, ppo, sample.
+    /// Benchmarks: sandbox, rollout, verify, import, tui, ppo, sample, serve.
     Bench(BenchArgs),
     /// Sandbox backends.
     #[command(subcommand)]
@@ -589,6 +589,9 @@ pub enum BenchTarget {
     Sandbox,
     /// Offline oracle episodes, in parallel (--n tasks, default 50).
     Rollout,
+    /// Verification latency, cold against pre-warmed, on the same session
+    /// states of offline tasks (--n tasks, default 50), verdicts compared.
+    Verify,
     /// TUI frame times over many task rows and streaming panes (--n rows,
     /// default 10,000).
     Tui,

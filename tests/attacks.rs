@@ -19,7 +19,10 @@ use std::time::Duration;
 use endless::sandbox::local::{Limits, LocalBackend};
 use endless::sandbox::{Backend, Session, SessionOptions};
 use endless::task::{FileTree, Task, TaskMeta};
-use endless::verify::{verify, TestSet};
+use endless::verify::TestSet;
+
+mod support;
+use support::verifier::verify_both;
 
 const T: Duration = Duration::from_secs(20);
 const NOBODY: u32 = 65_534;
@@ -341,13 +344,13 @@ echo tampered"#,
             );
             assert!(out.contains("tampered"), "{out}");
             std::thread::sleep(Duration::from_millis(300));
-            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            let r = verify_both(&mut s, &t, TestSet::Final);
             assert!(!r.passed, "a forged verdict passed: {:?}", r.tests);
             assert_eq!(r.tests.len(), 1, "{}", r.output);
             assert_eq!(r.tests[0].name, "test_final_state::test_done");
             // Doing the work still passes: the verifier did not use the fakes.
             run(&mut s, "echo HELLO > /root/out.txt");
-            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            let r = verify_both(&mut s, &t, TestSet::Final);
             assert!(r.passed, "{}", r.output);
             let after = run(
             &mut s,
@@ -377,14 +380,14 @@ fn root_agent_cannot_hijack_the_verifier_through_ld_so_preload() {
                 &mut s,
                 "echo /nonexistent/evil.so > /etc/ld.so.preload; echo HELLO > /root/out.txt",
             );
-            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            let r = verify_both(&mut s, &t, TestSet::Final);
             assert!(r.passed, "{}", r.output);
             // Something a bind cannot cover makes verification fail, never pass.
             run(
                 &mut s,
                 "rm -f /etc/ld.so.preload; mkfifo /etc/ld.so.preload",
             );
-            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            let r = verify_both(&mut s, &t, TestSet::Final);
             assert!(!r.passed);
             assert!(r.tests[0].message.contains("tampered"), "{:?}", r.tests);
             s.close();
@@ -418,7 +421,7 @@ exit 0
 EOF
 chmod +x ~/tool"#,
         );
-        let r = verify(&mut s, &t, TestSet::Final).unwrap();
+        let r = verify_both(&mut s, &t, TestSet::Final);
         assert!(!r.passed, "{:?}", r.tests);
         let done = r
             .tests
@@ -430,6 +433,80 @@ chmod +x ~/tool"#,
             "{:?}",
             r.tests
         );
+        s.close();
+    });
+}
+
+/// A ptrace and /proc probe in Python (ctypes): for each pid given, whether
+/// `PTRACE_SEIZE`, reading `/proc/PID/mem` and following `/proc/PID/fd/0` work,
+/// as `pid verifier=0|1 attach=OK|errno mem=... fd=...` lines (`verifier=1`:
+/// the process runs the verifier's program, `python -I -S -B -c ...`).
+const PROBE: &str = r#"import ctypes, os, sys
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+def attempt(f):
+    try:
+        f()
+        return "OK"
+    except OSError as e:
+        return str(e.errno)
+for pid in [int(p) for p in sys.argv[1:] if p.isdigit() and int(p) != os.getpid()]:
+    def attach():
+        # PTRACE_SEIZE (checked like PTRACE_ATTACH, but the tracee is not stopped)
+        if libc.ptrace(0x4206, pid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), "ptrace")
+        libc.ptrace(17, pid, None, None)  # PTRACE_DETACH
+    def mem():
+        with open("/proc/%d/mem" % pid, "rb") as f:
+            f.seek(0x400000)
+            f.read(1)
+    try:
+        cmd = open("/proc/%d/cmdline" % pid, "rb").read()
+    except OSError:
+        continue
+    tag = "verifier=%d" % (b"\0-I\0-S\0-B\0-c\0" in cmd)
+    print(pid, tag, "attach=" + attempt(attach), "mem=" + attempt(mem),
+          "fd=" + attempt(lambda: os.stat("/proc/%d/fd/0" % pid)), flush=True)
+"#;
+
+#[test]
+fn no_agent_process_can_trace_or_read_the_verifier() {
+    both("no_agent_process_can_trace_or_read_the_verifier", |b| {
+        // A root agent: a loop that probes every process it can see while the
+        // tests run; and a tool the tests run (as the task's user, a child of
+        // pytest) that probes its parent and every ancestor it can name.
+        let mut t = task("atk-trace", "root", "true\n");
+        t.tests.insert_text(
+            "test_final_state.py",
+            "import os, subprocess\ndef test_tool_runs():\n    subprocess.run(['/usr/bin/python3', '/opt/probe.py', str(os.getpid()), str(os.getppid())])\ndef test_done():\n    assert False, 'never passes'\n",
+        );
+        let mut s = session(b, &t);
+        let probe = format!(
+            "mkdir -p /opt && cat > /opt/probe.py <<'EOF'\n{PROBE}EOF\n\
+             ( end=$((SECONDS + 4)); while [ $SECONDS -lt $end ] && [ ! -e /tmp/stop ]; do python3 /opt/probe.py $(ls /proc | grep '^[0-9]') 2>/dev/null; done > /tmp/agent-probe; touch /tmp/probe-done ) > /dev/null 2>&1 &\n\
+             echo started"
+        );
+        assert!(run(&mut s, &probe).contains("started"));
+        std::thread::sleep(Duration::from_millis(200));
+        let r = verify_both(&mut s, &t, TestSet::Final);
+        assert!(!r.passed, "{:?}", r.tests);
+        // The tool's own probe went to the verifier's output.
+        let tool: Vec<&str> = r.output.lines().filter(|l| l.contains("attach=")).collect();
+        assert!(!tool.is_empty(), "the tool did not run: {}", r.output);
+        for line in &tool {
+            assert!(
+                !line.contains("=OK"),
+                "a test's tool reached the verifier: {line}\n{}",
+                r.output
+            );
+        }
+        // The agent's loop may trace its own processes, never the verifier's.
+        let agent = run(&mut s, "touch /tmp/stop; for i in $(seq 100); do [ -e /tmp/probe-done ] && break; sleep 0.1; done; grep -c 'verifier=1' /tmp/agent-probe; grep 'verifier=1' /tmp/agent-probe | grep '=OK' | sort -u | head -5; echo end");
+        eprintln!("agent probes of verifier processes (count, then any that worked): {agent}");
+        assert!(
+            !agent.contains("=OK"),
+            "a root agent reached the verifier: {agent}"
+        );
+        assert!(agent.contains("end"), "{agent}");
         s.close();
     });
 }
@@ -685,7 +762,7 @@ fn the_verifier_runs_as_the_task_user_and_symlinks_stay_inside() {
             t.meta.verifier.final_tests.push("test_who.py".into());
             let mut s = session(b, &t);
             run(&mut s, "ln -s /etc/shadow ~/out.txt");
-            let r = verify(&mut s, &t, TestSet::Final).unwrap();
+            let r = verify_both(&mut s, &t, TestSet::Final);
             assert!(!r.passed);
             let who = r
                 .tests

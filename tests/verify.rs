@@ -8,9 +8,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use endless::sandbox::local::LocalBackend;
+use endless::sandbox::VerifierPath;
 use endless::sandbox::{Backend, Session, SessionOptions};
 use endless::task::{FileTree, Task, TaskMeta};
-use endless::verify::{validate_task, verify, TestSet};
+use endless::verify::{validate_task, verify, verify_with, TestSet, VerifierMode};
+
+mod support;
+use support::verifier::{root, verify_both};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -169,22 +173,206 @@ fn validation_of_good_and_bad_tasks() {
     assert!(v.problems[0].contains("oops"), "{:?}", v.problems);
 }
 
-/// Every forgery attempt leaves the verdict unchanged (failing), and the
-/// honest work still passes afterwards.
+/// Every forgery attempt leaves the verdict unchanged (failing) on both
+/// verifier paths, and the honest work still passes afterwards.
 fn forgery_fails(setup_by_agent: &str) {
     let Some(b) = backend() else { return };
     let t = task("forge");
     let mut s = session(&b, &t);
     let r = s.exec(setup_by_agent, T).unwrap();
     eprintln!("agent's forgery attempt printed: {}", r.output);
-    let fin = verify(&mut s, &t, TestSet::Final).unwrap();
+    let fin = verify_both(&mut s, &t, TestSet::Final);
     assert!(!fin.passed, "forged: {}", fin.output);
     assert!(fin
         .tests
         .iter()
         .any(|c| c.name.ends_with("test_output_upper") && !c.passed));
     s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+    assert!(verify_both(&mut s, &t, TestSet::Final).passed);
+    s.close();
+}
+
+#[test]
+fn pre_warmed_and_cold_verdicts_agree_and_warm_is_the_default() {
+    let Some(b) = backend() else { return };
+    let t = task("warm-cold");
+    let mut s = session(&b, &t);
+    assert!(verify_both(&mut s, &t, TestSet::Initial).passed);
+    let fin = verify_both(&mut s, &t, TestSet::Final);
+    assert!(!fin.passed);
+    let failed = fin.tests.iter().find(|c| !c.passed).unwrap();
+    assert!(
+        failed.message.contains("FileNotFoundError"),
+        "{}",
+        failed.message
+    );
+    let default = verify(&mut s, &t, TestSet::Final).unwrap();
+    if root() {
+        assert_eq!(default.verifier, VerifierPath::Warm);
+    } else {
+        assert!(
+            matches!(default.verifier, VerifierPath::Cold(Some(_))),
+            "{:?}",
+            default.verifier
+        );
+    }
+    // The tests run as the task's user, with its home and working directory, on both paths.
+    let mut probe = task("warm-cold-env");
+    probe.tests.insert_text(
+        "test_final_state.py",
+        "import os, pathlib\ndef test_env():\n    assert str(pathlib.Path.home()) == '/home/user', os.environ\n    assert os.getuid() != 0\n    assert os.getcwd() == '/home/user'\n    assert 'PYTHONPATH' not in os.environ\n",
+    );
+    let mut s2 = session(&b, &probe);
+    assert!(verify_both(&mut s2, &probe, TestSet::Final).passed);
+    s2.close();
+    s.close();
+}
+
+#[test]
+fn a_service_the_agent_left_running_is_seen_by_the_tests() {
+    let Some(b) = backend() else { return };
+    let mut t = task("service");
+    t.tests.insert_text(
+        "test_final_state.py",
+        "import socket\ndef test_service_answers():\n    with socket.create_connection(('127.0.0.1', 8765), timeout=5) as c:\n        c.sendall(b'ping\\n')\n        assert c.recv(64).startswith(b'pong')\n",
+    );
+    let mut s = session(&b, &t);
+    assert!(!verify_both(&mut s, &t, TestSet::Final).passed);
+    let r = s
+        .exec(
+            "cat > ~/srv.py <<'EOF'\nimport socketserver\nclass H(socketserver.StreamRequestHandler):\n    def handle(self):\n        self.rfile.readline(); self.wfile.write(b'pong\\n')\nsocketserver.TCPServer.allow_reuse_address = True\nsocketserver.TCPServer(('127.0.0.1', 8765), H).serve_forever()\nEOF\n(nohup python3 ~/srv.py >/dev/null 2>&1 &); for i in $(seq 50); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8765))\" 2>/dev/null && break; sleep 0.1; done; echo up",
+            T,
+        )
+        .unwrap();
+    assert!(r.output.contains("up"), "{}", r.output);
+    assert!(verify_both(&mut s, &t, TestSet::Final).passed);
+    // Still running after both verifications.
     assert!(verify(&mut s, &t, TestSet::Final).unwrap().passed);
+    s.close();
+}
+
+#[test]
+fn a_test_file_with_a_syntax_error_fails_and_is_named() {
+    let Some(b) = backend() else { return };
+    let mut t = task("syntax");
+    t.tests
+        .insert_text("test_final_state.py", "def test_broken(:\n    pass\n");
+    let mut s = session(&b, &t);
+    s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+    let r = verify_both(&mut s, &t, TestSet::Final);
+    assert!(!r.passed);
+    assert_eq!(r.tests.len(), 1, "{:?}", r.tests);
+    assert!(
+        r.tests[0].name.contains("test_final_state"),
+        "{:?}",
+        r.tests
+    );
+    assert!(r.tests[0].message.contains("SyntaxError"), "{:?}", r.tests);
+    s.close();
+}
+
+#[test]
+fn a_hanging_test_is_killed_at_the_verifier_timeout_on_both_paths() {
+    let Some(b) = backend() else { return };
+    let mut t = task("hang");
+    t.meta.verifier.timeout_sec = 2.0;
+    t.tests.insert_text(
+        "test_final_state.py",
+        "import subprocess, time\ndef test_hangs():\n    subprocess.Popen(['sleep', '300'])\n    time.sleep(300)\n",
+    );
+    let mut s = session(&b, &t);
+    for mode in [VerifierMode::Cold, VerifierMode::Warm] {
+        let start = std::time::Instant::now();
+        let r = verify_with(&mut s, &t, TestSet::Final, mode).unwrap();
+        assert!(!r.passed);
+        assert!(r.output.contains("timed out"), "{mode:?}: {}", r.output);
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{mode:?}: {:?}",
+            start.elapsed()
+        );
+    }
+    // Nothing of either verification is left in the sandbox.
+    let r = s.exec("pgrep -c sleep || true", T).unwrap();
+    assert_eq!(r.output.trim(), "0", "{}", r.output);
+    s.close();
+}
+
+/// Open descriptors of process `pid`.
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Live children of process `pid`.
+fn children(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+                st.rfind(')')
+                    .and_then(|i| st[i + 2..].split_whitespace().nth(1).map(str::to_string))
+                    == Some(pid.to_string())
+            })
+        })
+        .count()
+}
+
+#[test]
+fn five_hundred_verifications_leak_no_process_or_descriptor() {
+    let Some(b) = backend() else { return };
+    let t = task("many");
+    let mut s = session(&b, &t);
+    s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+    assert!(verify(&mut s, &t, TestSet::Final).unwrap().passed);
+    let inside = |s: &mut Session| {
+        s.exec("ls /proc | grep -c '^[0-9]'", T)
+            .unwrap()
+            .output
+            .trim()
+            .to_string()
+    };
+    let procs_before = inside(&mut s);
+    let ours_before = fd_count(std::process::id());
+    let zygote = b.verifier_pid();
+    assert_eq!(zygote.is_some(), root());
+    let zygote_fds = zygote.map(fd_count);
+    let start = std::time::Instant::now();
+    for i in 0..500 {
+        let r = verify(&mut s, &t, TestSet::Final).unwrap();
+        assert!(r.passed, "run {i}: {}", r.output);
+    }
+    eprintln!("500 verifications in {:?}", start.elapsed());
+    assert_eq!(
+        inside(&mut s),
+        procs_before,
+        "processes left in the sandbox"
+    );
+    if let Some(z) = zygote {
+        assert_eq!(
+            b.verifier_pid(),
+            Some(z),
+            "the pre-warmed verifier was restarted"
+        );
+        assert_eq!(
+            Some(fd_count(z)),
+            zygote_fds,
+            "the pre-warmed verifier leaked descriptors"
+        );
+        assert_eq!(
+            children(z),
+            0,
+            "children of the pre-warmed verifier are left"
+        );
+    }
+    // Other tests of this binary open descriptors at the same time: a leak
+    // of one per verification would show as hundreds.
+    let ours_after = fd_count(std::process::id());
+    assert!(
+        ours_after < ours_before + 50,
+        "descriptors: {ours_before} before, {ours_after} after"
+    );
     s.close();
 }
 

@@ -49,3 +49,24 @@ def test_jsonl_export_holds_the_same_rows(workspace, task_ids, tmp_path):
         from_parquet = pq.read_table(a / f"{part}.parquet").to_pylist()
         lines = (b / f"{part}.jsonl").read_text().splitlines()
         assert [json.loads(line) for line in lines] == from_parquet
+
+
+def test_skyrl_export_loads_with_datasets_load_dataset(workspace, task_ids, tmp_path, monkeypatch):
+    """What SkyRL itself does with the files: `datasets.load_dataset("parquet", ...)`,
+    offline (no hub), each split with the documented columns and every task once."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    import datasets
+
+    out = tmp_path / "data"
+    endless(workspace, "tasks", "export", "--all", "--format", "skyrl", "--dev-count", "1", "--out", str(out))
+    ds = datasets.load_dataset("parquet", data_files={"train": str(out / "train.parquet"),
+                                                      "validation": str(out / "validation.parquet")},
+                               cache_dir=str(tmp_path / "cache"))
+    assert set(ds.keys()) == {"train", "validation"}
+    assert ds["train"].column_names == COLUMNS and ds["validation"].column_names == COLUMNS
+    assert ds["train"].num_rows == len(task_ids) - 1 and ds["validation"].num_rows == 1
+    rows = list(ds["train"]) + list(ds["validation"])
+    assert sorted(r["extra_info"]["task_id"] for r in rows) == sorted(task_ids)
+    assert all([m["role"] for m in r["prompt"]] == ["system", "user"] for r in rows)

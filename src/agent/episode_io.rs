@@ -30,6 +30,9 @@ pub struct Verification {
     pub junit_xml: Option<String>,
     /// The test runner's output.
     pub output: String,
+    /// How the verifier ran (`warm`, `cold`, `cold (why)`), when the
+    /// provider says.
+    pub verifier: Option<String>,
 }
 
 /// Starts terminals for tasks and checks their final state. Implemented for

@@ -251,6 +251,7 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             t0,
         } = self;
         let trajectory = stepper.finish();
+        let mut verifier = None;
         let verification = if !trajectory.end_reason.can_verify() {
             Ok(Vec::new())
         } else {
@@ -258,6 +259,7 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             let v = provider.verify(&mut term, task);
             timings.verify_secs = v0.elapsed().as_secs_f64();
             v.map(|v| {
+                verifier = v.verifier.clone();
                 let junit = &recording.paths.junit;
                 if let Some(xml) = &v.junit_xml {
                     if let Err(e) = crate::fsutil::write_atomic(junit, xml.as_bytes()) {
@@ -269,7 +271,8 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
         };
         drop(term);
         timings.total_secs = t0.elapsed().as_secs_f64();
-        let result = EpisodeResult::new(id, &trajectory, verification, timings);
+        let mut result = EpisodeResult::new(id, &trajectory, verification, timings);
+        result.verifier = verifier;
         observer.line(serde_json::json!({
             "type": "end", "end_reason": result.end_reason, "passed": result.passed,
             "failure_mode": result.failure_mode,

@@ -109,6 +109,11 @@ pub struct EpisodeResult {
     pub tokens: TokenUsage,
     /// Where the episode's time went.
     pub timings: Timings,
+    /// How the final tests ran: `warm` (forked from the pre-warmed
+    /// verifier), `cold`, or `cold (why)`; absent when they did not run or
+    /// the episode was recorded before this existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<String>,
 }
 
 impl EpisodeResult {
@@ -172,6 +177,7 @@ impl EpisodeResult {
             steps: trajectory.steps.clone(),
             tokens: trajectory.tokens,
             timings,
+            verifier: None,
         }
     }
 
@@ -196,6 +202,7 @@ impl EpisodeResult {
             steps: Vec::new(),
             tokens: TokenUsage::default(),
             timings,
+            verifier: None,
         }
     }
 }

@@ -109,6 +109,7 @@ impl SandboxProvider for BackendProvider {
         Ok(Verification {
             tests,
             junit_xml: (!report.junit_xml.is_empty()).then(|| report.junit_xml.clone()),
+            verifier: Some(report.verifier.describe()),
             output: report.output,
         })
     }

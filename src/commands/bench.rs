@@ -78,27 +78,86 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchTarget::Rollout => {
-            let backend: std::sync::Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
-            let work = tempfile::tempdir()?;
-            let concurrency = std::thread::available_parallelism().map_or(2, |c| c.get()) * 2;
-            let rt = tokio::runtime::Runtime::new()?;
-            let report = rt.block_on(crate::agent::bench_rollout_offline(
-                backend,
-                args.n.unwrap_or(50),
-                4,
-                concurrency,
-                1,
-                work.path(),
-            ))?;
+        BenchTarget::Verify => {
+            let backend = ctx.backend()?;
+            let (families, _missing) = crate::procgen::usable_families();
+            let tasks =
+                crate::procgen::generate_batch_from(&families, args.n.unwrap_or(50), 1, None);
+            let report = crate::verify::bench_verify(backend.as_ref(), &tasks)?;
             if args.json {
                 print_json(&report)?;
             } else {
-                say!("{}", report.summary());
+                say!("{report}");
+            }
+            Ok(if report.mismatches.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        BenchTarget::Rollout => {
+            let runs = rollout_backends(ctx)?;
+            let work = tempfile::tempdir()?;
+            let concurrency = std::thread::available_parallelism().map_or(2, |c| c.get()) * 2;
+            let rt = tokio::runtime::Runtime::new()?;
+            let mut reports = Vec::new();
+            for (verifier, backend) in runs {
+                let report = rt.block_on(crate::agent::bench_rollout_offline(
+                    backend,
+                    args.n.unwrap_or(50),
+                    4,
+                    concurrency,
+                    1,
+                    work.path(),
+                ))?;
+                reports.push(RolloutRun { verifier, report });
+            }
+            let speedup = match reports.as_slice() {
+                [cold, warm] if cold.report.episodes_per_minute > 0.0 => {
+                    Some(warm.report.episodes_per_minute / cold.report.episodes_per_minute)
+                }
+                _ => None,
+            };
+            if args.json {
+                print_json(&serde_json::json!({ "runs": reports, "speedup": speedup }))?;
+            } else {
+                for run in &reports {
+                    say!("verifier {}:\n{}", run.verifier, run.report.summary());
+                }
+                if let Some(x) = speedup {
+                    say!("pre-warmed over cold: {x:.2}x episodes/min");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// One `bench rollout` run and the verifier it used.
+#[derive(Debug, Serialize)]
+struct RolloutRun {
+    verifier: &'static str,
+    #[serde(flatten)]
+    report: crate::agent::RolloutBench,
+}
+
+/// The backends `bench rollout` compares: for `local`, one verifying cold
+/// and one pre-warmed (in that order); else the configured backend alone.
+fn rollout_backends(
+    ctx: &Context,
+) -> Result<Vec<(&'static str, std::sync::Arc<dyn crate::sandbox::Backend>)>> {
+    use crate::sandbox::local::LocalBackend;
+    if ctx.config.sandbox.backend != "local" {
+        return Ok(vec![("of the backend", ctx.backend()?.into())]);
+    }
+    let cache = ctx.paths.cache_dir.join("sandbox");
+    let local = || -> Result<LocalBackend> {
+        Ok(LocalBackend::new(&cache)?.with_images(ctx.config.images.clone()))
+    };
+    Ok(vec![
+        ("cold", std::sync::Arc::new(local()?.with_cold_verifier())),
+        ("pre-warmed", std::sync::Arc::new(local()?)),
+    ])
 }
 
 /// Import throughput: the same mixed-format corpus imported with all cores

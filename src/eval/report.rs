@@ -441,6 +441,7 @@ pub(crate) mod tests {
             steps: Vec::new(),
             tokens: TokenUsage::default(),
             timings: Timings::default(),
+            verifier: None,
         }
     }
 

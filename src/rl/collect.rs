@@ -362,6 +362,7 @@ mod tests {
             steps: kinds.iter().enumerate().map(step).collect(),
             tokens: Default::default(),
             timings: Default::default(),
+            verifier: None,
         }
     }
 

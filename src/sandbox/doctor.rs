@@ -183,6 +183,25 @@ fn doctor_local() -> BackendStatus {
         },
         fix: None,
     });
+    let cold_by_env = matches!(std::env::var("ENDLESS_VERIFIER").as_deref(), Ok("cold"));
+    checks.push(Check {
+        name: "verifier".into(),
+        ok: true,
+        detail: match (root, cold_by_env) {
+            (_, true) => {
+                "cold: ENDLESS_VERIFIER=cold starts a fresh interpreter per verification".into()
+            }
+            (true, false) => {
+                "pre-warmed: one runtime python with pytest imported per backend, forked per \
+                 verification (ENDLESS_VERIFIER=cold turns it off)"
+                    .into()
+            }
+            (false, false) => {
+                "cold: a rootless backend starts a fresh interpreter per verification".into()
+            }
+        },
+        fix: None,
+    });
     let prerequisites = checks.iter().all(|c| c.ok);
     if prerequisites {
         checks.push(smoke_test());

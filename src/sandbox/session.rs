@@ -48,6 +48,24 @@ pub trait SessionControl: Send {
         argv.extend(call.argv.iter().cloned());
         self.root_command(&argv)
     }
+    /// Run the verifier `call`, feeding it `input` on stdin: what it
+    /// printed, what it wrote to fd 3, and how it ran. Backends with a
+    /// pre-warmed interpreter use it when `call.warm` asks for it; this
+    /// default starts [`SessionControl::verifier_command`] afresh.
+    fn run_verifier(
+        &mut self,
+        call: &VerifierCall,
+        input: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(CommandOutput, Vec<u8>, VerifierPath), SandboxError> {
+        let cmd = self.verifier_command(call)?;
+        let (out, fd3) = run_capturing(cmd, timeout, true, Some(input), Vec::new())?;
+        let path = VerifierPath::Cold(
+            call.warm
+                .then(|| "this backend has no pre-warmed verifier".to_string()),
+        );
+        Ok((out, fd3, path))
+    }
     /// The argv prefix that starts the verifier's Python inside the sandbox.
     fn verifier_python(&self) -> Vec<String> {
         vec!["/usr/bin/python3".into()]
@@ -64,6 +82,11 @@ pub trait SessionControl: Send {
     }
 }
 
+/// The verifier's own program (`assets/verifier/verifier.py`): run with
+/// `-c PROGRAM cold` it reads the tests on stdin and runs them once; with
+/// `zygote` it is the local backend's pre-warmed verifier.
+pub const VERIFIER_PROGRAM: &str = include_str!("../../assets/verifier/verifier.py");
+
 /// One run of the verifier: a trusted program, its environment (nothing
 /// else is inherited) and working directory inside the sandbox.
 #[derive(Debug, Clone)]
@@ -74,6 +97,30 @@ pub struct VerifierCall {
     pub env: Vec<(String, String)>,
     /// Its working directory inside (falls back to `/`).
     pub cwd: String,
+    /// Use the backend's pre-warmed interpreter where it has one (the
+    /// verifier's program then runs forked from it instead of `argv`).
+    pub warm: bool,
+}
+
+/// How a verification ran.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "path", content = "note")]
+pub enum VerifierPath {
+    /// Forked from the backend's pre-warmed interpreter.
+    Warm,
+    /// A fresh interpreter; the note says why, where warm was asked for.
+    Cold(Option<String>),
+}
+
+impl VerifierPath {
+    /// `warm`, `cold` or `cold (why)`.
+    pub fn describe(&self) -> String {
+        match self {
+            VerifierPath::Warm => "warm".into(),
+            VerifierPath::Cold(None) => "cold".into(),
+            VerifierPath::Cold(Some(why)) => format!("cold ({why})"),
+        }
+    }
 }
 
 /// What a session runs as and where.
@@ -382,17 +429,17 @@ impl Session {
         run_capturing(cmd, timeout, true, None, Vec::new())
     }
 
-    /// Run the verifier beside the shell (see [`SessionControl::verifier_command`]),
-    /// feeding it `input` on stdin and returning what it wrote to fd 3.
+    /// Run the verifier beside the shell (see [`SessionControl::run_verifier`]),
+    /// feeding it `input` on stdin and returning what it wrote to fd 3 and
+    /// how it ran.
     pub fn run_verifier(
         &mut self,
         call: &VerifierCall,
         input: Vec<u8>,
         timeout: Duration,
-    ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
+    ) -> Result<(CommandOutput, Vec<u8>, VerifierPath), SandboxError> {
         self.check_usable()?;
-        let cmd = self.control.verifier_command(call)?;
-        run_capturing(cmd, timeout, true, Some(input), Vec::new())
+        self.control.run_verifier(call, input, timeout)
     }
 
     /// The argv prefix that starts the verifier's Python inside the sandbox.
@@ -724,6 +771,24 @@ fn spawn_error(cmd: &Command, e: std::io::Error) -> SandboxError {
     SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program()))
 }
 
+/// A thread reading `file` to its end, keeping the first 16 MiB (the rest
+/// is read and dropped, so the writer never blocks).
+pub fn spawn_capture(mut file: std::fs::File) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 16384];
+        while let Ok(n) = file.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if out.len() < 16 * 1024 * 1024 {
+                out.extend_from_slice(&buf[..n]);
+            }
+        }
+        out
+    })
+}
+
 /// A close-on-exec pipe as files: (read end, write end).
 fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
     let (r, w) = super::fds::pipe().map_err(SandboxError::io("create pipe", "pipe"))?;
@@ -748,7 +813,7 @@ pub fn run_capturing(
     input: Option<Vec<u8>>,
     keep: Vec<std::os::fd::RawFd>,
 ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
-    let (mut reader, writer) = pipe()?;
+    let (reader, writer) = pipe()?;
     let writer2 = writer
         .try_clone()
         .map_err(SandboxError::io("dup pipe", "pipe"))?;
@@ -796,36 +861,12 @@ pub fn run_capturing(
             let _ = w.write_all(&bytes);
         })
     });
-    let side_reader = side.map(|(mut r3, w3)| {
+    let side_reader = side.map(|(r3, w3)| {
         drop(w3);
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let mut buf = [0u8; 16384];
-            while let Ok(n) = r3.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                if out.len() < 16 * 1024 * 1024 {
-                    out.extend_from_slice(&buf[..n]);
-                }
-            }
-            out
-        })
+        spawn_capture(r3)
     });
     let pid = child.id() as i32;
-    let collector = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let mut buf = [0u8; 16384];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            if out.len() < 16 * 1024 * 1024 {
-                out.extend_from_slice(&buf[..n]);
-            }
-        }
-        out
-    });
+    let collector = spawn_capture(reader);
     let deadline = Instant::now() + timeout;
     let mut timed_out = false;
     let status = loop {

@@ -2,10 +2,12 @@
 //! inside a session after the agent stopped, in a way the agent cannot
 //! forge, and read the per-test results from JUnit XML.
 
+mod bench;
 mod junit;
 mod run;
 mod validate;
 
+pub use bench::{bench_verify, Latency, VerifyBench};
 pub use junit::parse_junit;
-pub use run::{verify, TestCase, TestReport, TestSet, PYTHON};
+pub use run::{verify, verify_with, TestCase, TestReport, TestSet, VerifierMode, PYTHON};
 pub use validate::{validate_task, Validation};

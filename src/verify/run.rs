@@ -15,7 +15,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sandbox::{home_of, SandboxError, Session, VerifierCall};
+use crate::sandbox::{
+    home_of, SandboxError, Session, VerifierCall, VerifierPath, VERIFIER_PROGRAM,
+};
 use crate::task::{write_tree, Task};
 
 use super::junit::parse_junit;
@@ -25,47 +27,6 @@ pub const PYTHON: &str = "/usr/bin/python3";
 
 /// Where the verifier unpacks the tests (its private tmpfs, see the module docs).
 const PRIVATE_DIR: &str = "/run/endless-verifier";
-
-/// The verifier's own program: unpack the tests from stdin, put the runtime's
-/// site directories on `sys.path` (site hooks stay off), run pytest, which
-/// writes the JUnit XML into a pipe of its own, and pass it on to fd 3. No
-/// program a test runs gets either pipe (both are close-on-exec), and no
-/// file holds the results, so agent code that a test executes (as the
-/// task's user, in the verifier's namespace) cannot rewrite them.
-const WRAPPER: &str = r#"
-import json, os, sys, threading
-payload = json.loads(sys.stdin.buffer.read())
-root = payload["root"]
-for rel, data in payload["files"].items():
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(bytes.fromhex(data))
-v = "%d.%d" % sys.version_info[:2]
-for d in ("lib/python3/dist-packages", "local/lib/python%s/dist-packages" % v,
-          "lib/python%s/site-packages" % v, "local/lib/python%s/site-packages" % v):
-    d = os.path.join(sys.prefix, d)
-    if os.path.isdir(d):
-        sys.path.append(d)
-import pytest
-os.set_inheritable(3, False)
-r, w = os.pipe()
-junit = []
-def drain():
-    with os.fdopen(r, "rb") as f:
-        junit.append(f.read())
-reader = threading.Thread(target=drain)
-reader.start()
-rc = pytest.main(payload["args"] + ["--junitxml=/proc/self/fd/%d" % w])
-os.close(w)
-reader.join()
-view = memoryview(junit[0] if junit else b"")
-while view:
-    view = view[os.write(3, view):]
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(int(rc))
-"#;
 
 /// Which tests to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -100,6 +61,19 @@ pub struct TestReport {
     pub output: String,
     /// Wall-clock time of the verification, including pytest's start-up.
     pub duration: Duration,
+    /// How the verifier ran (pre-warmed or cold, and why cold).
+    pub verifier: VerifierPath,
+}
+
+/// Which interpreter runs a task's pytest files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VerifierMode {
+    /// Forked from the backend's pre-warmed interpreter where it has one
+    /// (else cold, and the report says why).
+    #[default]
+    Warm,
+    /// A fresh interpreter for this verification.
+    Cold,
 }
 
 impl TestReport {
@@ -131,6 +105,17 @@ pub fn verify(
     session: &mut Session,
     task: &Task,
     which: TestSet,
+) -> Result<TestReport, SandboxError> {
+    verify_with(session, task, which, VerifierMode::default())
+}
+
+/// [`verify`] with the interpreter chosen by `mode` (`bench verify`
+/// compares both on the same state).
+pub fn verify_with(
+    session: &mut Session,
+    task: &Task,
+    which: TestSet,
+    mode: VerifierMode,
 ) -> Result<TestReport, SandboxError> {
     let start = Instant::now();
     let timeout = Duration::from_secs_f64(task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0));
@@ -175,7 +160,7 @@ pub fn verify(
     let payload = serde_json::json!({ "root": PRIVATE_DIR, "files": payload_files, "args": args });
     let mut argv = session.verifier_python();
     argv.extend(
-        ["-I", "-S", "-B", "-c", WRAPPER]
+        ["-I", "-S", "-B", "-c", VERIFIER_PROGRAM, "cold"]
             .iter()
             .map(|s| s.to_string()),
     );
@@ -183,9 +168,10 @@ pub fn verify(
         argv,
         env: user_env(session),
         cwd: session.info().workdir.clone(),
+        warm: mode == VerifierMode::Warm,
     };
     let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
-    let (out, junit) = match run {
+    let (out, junit, path) = match run {
         Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),
         other => other?,
     };
@@ -206,6 +192,7 @@ pub fn verify(
         junit_xml,
         output,
         duration: start.elapsed(),
+        verifier: path,
     })
 }
 
@@ -259,6 +246,7 @@ fn tampered(why: String, start: Instant) -> TestReport {
         junit_xml: String::new(),
         output: String::new(),
         duration: start.elapsed(),
+        verifier: VerifierPath::Cold(None),
     }
 }
 
@@ -343,5 +331,8 @@ fn run_script_in(
         junit_xml,
         output,
         duration: start.elapsed(),
+        verifier: VerifierPath::Cold(Some(
+            "verifier scripts run in the agent's environment".into(),
+        )),
     })
 }

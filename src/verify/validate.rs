@@ -182,7 +182,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
 }
 
 /// Copy `solution/` into the sandbox and run `solve.sh` in the agent's shell.
-fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
+pub(crate) fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
     let (host, inside) = session
         .exchange_dir()
         .ok_or_else(|| SandboxError::Verify("this session has no exchange directory".into()))?;

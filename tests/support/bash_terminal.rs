@@ -143,6 +143,7 @@ impl SandboxProvider for BashProvider {
             tests,
             junit_xml: Some(xml),
             output: String::new(),
+            verifier: None,
         })
     }
 }

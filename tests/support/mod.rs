@@ -5,3 +5,4 @@
 pub mod bash_terminal;
 pub mod cli;
 pub mod fixture_llm;
+pub mod verifier;

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use super::limits::Cgroups;
 use super::verifier::VerifierPlan;
-use crate::sandbox::session::{SessionControl, VerifierCall};
+use super::warm::WarmVerifier;
+use crate::sandbox::session::{
+    run_capturing, CommandOutput, SessionControl, VerifierCall, VerifierPath,
+};
 use crate::sandbox::SandboxError;
 
 /// Where the verifier's exchange directory appears inside the sandbox.
@@ -35,6 +38,9 @@ pub struct LocalControl {
     pub seccomp: Vec<seccompiler::BpfProgram>,
     /// Where the pid of the session's `pasta` is, when it has network access.
     pub pasta_pidfile: Option<PathBuf>,
+    /// The backend's pre-warmed verifier (`None`: rootless, or turned off;
+    /// the string says why).
+    pub warm: Result<std::sync::Arc<WarmVerifier>, String>,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -115,6 +121,30 @@ impl LocalControl {
     }
 }
 
+impl LocalControl {
+    /// What the verifier's child does to enter the sandbox (both paths).
+    fn verifier_plan(&mut self, call: &VerifierCall) -> Result<VerifierPlan, SandboxError> {
+        let init = self
+            .init_pid()
+            .ok_or_else(|| SandboxError::Verify("the sandbox's init process is gone".into()))?;
+        let procs = self
+            .cgroups
+            .as_ref()
+            .map(|c| c.procs_files())
+            .unwrap_or_default();
+        VerifierPlan::new(
+            init,
+            &format!("/proc/{}/ns/user", self.outer),
+            &procs,
+            self.task_ids,
+            &call.cwd,
+            EXCHANGE_INSIDE,
+            !self.rootless,
+            self.seccomp.clone(),
+        )
+    }
+}
+
 impl SessionControl for LocalControl {
     fn kill_strays(&mut self, shell_pgid: Option<i32>) {
         let init = self.init_pid();
@@ -164,24 +194,7 @@ impl SessionControl for LocalControl {
     }
 
     fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
-        let init = self
-            .init_pid()
-            .ok_or_else(|| SandboxError::Verify("the sandbox's init process is gone".into()))?;
-        let procs = self
-            .cgroups
-            .as_ref()
-            .map(|c| c.procs_files())
-            .unwrap_or_default();
-        let plan = VerifierPlan::new(
-            init,
-            &format!("/proc/{}/ns/user", self.outer),
-            &procs,
-            self.task_ids,
-            &call.cwd,
-            EXCHANGE_INSIDE,
-            !self.rootless,
-            self.seccomp.clone(),
-        )?;
+        let plan = self.verifier_plan(call)?;
         let program = call
             .argv
             .first()
@@ -195,6 +208,29 @@ impl SessionControl for LocalControl {
             cmd.pre_exec(move || plan.apply());
         }
         Ok(cmd)
+    }
+
+    fn run_verifier(
+        &mut self,
+        call: &VerifierCall,
+        input: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(CommandOutput, Vec<u8>, VerifierPath), SandboxError> {
+        let note = match (&self.warm, call.warm) {
+            (_, false) => None,
+            (Err(why), true) => Some(why.clone()),
+            (Ok(warm), true) => {
+                let warm = std::sync::Arc::clone(warm);
+                let plan = self.verifier_plan(call)?;
+                match warm.run(&plan, &call.env, input.clone(), timeout)? {
+                    Ok((out, fd3)) => return Ok((out, fd3, VerifierPath::Warm)),
+                    Err(why) => Some(why),
+                }
+            }
+        };
+        let cmd = self.verifier_command(call)?;
+        let (out, fd3) = run_capturing(cmd, timeout, true, Some(input), Vec::new())?;
+        Ok((out, fd3, VerifierPath::Cold(note)))
     }
 
     fn limit_hit(&self) -> Option<String> {

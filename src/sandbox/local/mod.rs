@@ -32,6 +32,7 @@ mod seccomp;
 mod steps;
 mod userns;
 mod verifier;
+mod warm;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
@@ -119,6 +120,8 @@ pub struct LocalBackend {
     resolver: images::Resolver,
     /// User namespaces made ahead of time (mapped mode).
     userns_pool: Option<std::sync::Arc<userns::UsernsPool>>,
+    /// The pre-warmed verifier, or why verifications run cold.
+    warm: Result<std::sync::Arc<warm::WarmVerifier>, String>,
 }
 
 /// Where the image store of a backend caching under `cache_dir` lives
@@ -221,6 +224,18 @@ impl LocalBackend {
             HostIdentity::Rootless(uid, gid) => (uid, gid),
         };
         let runtime = Runtime::prepare(&layout.runtime(), loader_owner)?;
+        let seccomp = seccomp::programs()?;
+        let warm = match identity {
+            _ if matches!(std::env::var("ENDLESS_VERIFIER").as_deref(), Ok("cold")) => {
+                Err("ENDLESS_VERIFIER=cold".to_string())
+            }
+            HostIdentity::Mapped(_) => Ok(warm::WarmVerifier::new(
+                runtime.clone(),
+                seccomp.clone(),
+                layout.runtime().with_file_name("verifier-zygote.log"),
+            )),
+            HostIdentity::Rootless(..) => Err("rootless backends verify cold".to_string()),
+        };
         Ok(LocalBackend {
             layout,
             bwrap,
@@ -231,10 +246,11 @@ impl LocalBackend {
             identity,
             etc,
             runtime,
-            seccomp: seccomp::programs()?,
+            seccomp,
             images: ImageStore::new(&image_store_dir(cache_dir)),
             resolver: images::Resolver::default(),
             userns_pool: map.map(userns::UsernsPool::new),
+            warm,
         })
     }
 
@@ -267,6 +283,26 @@ impl LocalBackend {
     pub fn with_build_timeout(mut self, limit: Duration) -> Self {
         self.build_timeout = limit;
         self
+    }
+
+    /// Verify with a fresh interpreter every time (no pre-warmed verifier).
+    pub fn with_cold_verifier(mut self) -> Self {
+        self.warm = Err("turned off for this backend".into());
+        self
+    }
+
+    /// The pre-warmed verifier's host pid, once it runs (it starts with the
+    /// first session).
+    pub fn verifier_pid(&self) -> Option<u32> {
+        self.warm.as_ref().ok().and_then(|w| w.pid())
+    }
+
+    /// How verifications run: `warm`, or `cold (why)`.
+    pub fn verifier_path(&self) -> crate::sandbox::VerifierPath {
+        match &self.warm {
+            Ok(_) => crate::sandbox::VerifierPath::Warm,
+            Err(why) => crate::sandbox::VerifierPath::Cold(Some(why.clone())),
+        }
     }
 
     /// Whether this backend runs without root (in user namespaces).
@@ -523,7 +559,11 @@ impl LocalBackend {
             runtime_python: self.runtime.python.clone(),
             seccomp: self.seccomp.clone(),
             pasta_pidfile: pidfile.clone(),
+            warm: self.warm.clone(),
         };
+        if let Ok(warm) = &self.warm {
+            warm.start();
+        }
         let info = SessionInfo {
             backend: "local",
             user: image.user.clone(),

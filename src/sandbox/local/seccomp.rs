@@ -150,7 +150,7 @@ pub fn summary() -> Result<String, String> {
 }
 
 /// The raw bytes of a program, as `bwrap --add-seccomp-fd` reads them.
-fn bytes(program: &BpfProgram) -> Vec<u8> {
+pub fn bytes(program: &BpfProgram) -> Vec<u8> {
     let mut out = Vec::with_capacity(program.len() * 8);
     for ins in program {
         out.extend_from_slice(&ins.code.to_ne_bytes());

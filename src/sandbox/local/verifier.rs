@@ -25,7 +25,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use seccompiler::BpfProgram;
@@ -126,6 +126,43 @@ impl VerifierPlan {
             set_groups,
             seccomp,
         })
+    }
+
+    /// The plan as a request to the pre-warmed verifier (`warm.rs`): its
+    /// settings, with each descriptor named by its index in the returned
+    /// list, which must travel with the request.
+    pub fn warm_request(&self) -> (serde_json::Map<String, serde_json::Value>, Vec<RawFd>) {
+        let mut fds = Vec::new();
+        let mut req = serde_json::Map::new();
+        let mut pass = |name: &str, fd: RawFd, req: &mut serde_json::Map<String, _>| {
+            req.insert(name.to_string(), fds.len().into());
+            fds.push(fd);
+        };
+        pass("fd_userns", self.userns.as_raw_fd(), &mut req);
+        if let Some(inner) = &self.inner_userns {
+            pass("fd_inner_userns", inner.as_raw_fd(), &mut req);
+        }
+        for (fd, kind) in &self.ns {
+            let name = match *kind {
+                libc::CLONE_NEWNET => "fd_net",
+                libc::CLONE_NEWIPC => "fd_ipc",
+                libc::CLONE_NEWUTS => "fd_uts",
+                _ => "fd_mnt",
+            };
+            pass(name, fd.as_raw_fd(), &mut req);
+        }
+        pass("fd_pid", self.pidns.as_raw_fd(), &mut req);
+        pass("fd_root", self.root.as_raw_fd(), &mut req);
+        let text = |c: &CString| c.to_string_lossy().into_owned();
+        let procs: Vec<String> = self.cgroup_procs.iter().map(text).collect();
+        req.insert("cgroup_procs".into(), procs.into());
+        req.insert("private_dir".into(), text(&self.private_dir).into());
+        req.insert("tmpfs_data".into(), text(&self.tmpfs_data).into());
+        req.insert("cwd".into(), text(&self.cwd).into());
+        req.insert("uid".into(), self.uid.into());
+        req.insert("gid".into(), self.gid.into());
+        req.insert("set_groups".into(), self.set_groups.into());
+        (req, fds)
     }
 
     /// Apply the plan (see the module docs).

@@ -75,6 +75,7 @@ fn result(sample: u32, passed: bool) -> EpisodeResult {
         steps,
         tokens: Default::default(),
         timings: Default::default(),
+        verifier: None,
     }
 }
 

@@ -1,0 +1,348 @@
+# The verifier's own program (see src/verify/run.rs and
+# src/sandbox/local/warm.rs), run by the trusted runtime's Python with
+# `-I -S -B` (no PYTHON* variables, no site hooks, no script directory on
+# sys.path). Two ways in, one way of running the tests:
+#
+#   cold:   python -c SRC cold     the payload on stdin, run once, exit.
+#   zygote: python -c SRC zygote   import pytest and warm it up once, then
+#           fork a child per verification request that arrives on fd 3 (a
+#           unix socket only endless holds the other end of). The child
+#           enters the episode's namespaces, becomes the task's user and
+#           runs the tests exactly as the cold path does.
+#
+# The payload is JSON: {"root": private dir, "files": {rel: hex bytes},
+# "args": pytest arguments}. pytest writes the JUnit XML into a pipe of its
+# own, which is passed on to fd 3; no program a test runs gets either pipe
+# (both are close-on-exec) and no file holds the results, so agent code a
+# test executes (as the task's user) cannot rewrite them.
+import json
+import os
+import stat
+import sys
+import threading
+
+
+def add_runtime_site_dirs():
+    """The runtime's site directories on sys.path (site hooks stay off)."""
+    v = "%d.%d" % sys.version_info[:2]
+    for d in ("lib/python3/dist-packages", "local/lib/python%s/dist-packages" % v,
+              "lib/python%s/site-packages" % v, "local/lib/python%s/site-packages" % v):
+        d = os.path.join(sys.prefix, d)
+        if os.path.isdir(d) and d not in sys.path:
+            sys.path.append(d)
+
+
+def run_tests(payload):
+    """Unpack the tests, run pytest, pass the JUnit XML on to fd 3; the exit code."""
+    import pytest
+    root = payload["root"]
+    for rel, data in payload["files"].items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(bytes.fromhex(data))
+    os.set_inheritable(3, False)
+    r, w = os.pipe()
+    junit = []
+
+    def drain():
+        with os.fdopen(r, "rb") as f:
+            junit.append(f.read())
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    rc = pytest.main(payload["args"] + ["--junitxml=/proc/self/fd/%d" % w])
+    os.close(w)
+    reader.join()
+    view = memoryview(junit[0] if junit else b"")
+    while view:
+        view = view[os.write(3, view):]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return int(rc)
+
+
+def cold():
+    add_runtime_site_dirs()
+    payload = json.loads(sys.stdin.buffer.read())
+    os._exit(run_tests(payload))
+
+
+# ---------------------------------------------------------------------------
+# The zygote.
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_SECUREBITS = 28
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+# SECBIT_NOROOT | _LOCKED | SECBIT_NO_SETUID_FIXUP | _LOCKED
+SECURE_BITS = 0x1 | 0x2 | 0x4 | 0x8
+
+
+class Refused(Exception):
+    """A step of entering the sandbox failed: (what, errno)."""
+
+
+def libc_calls():
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+    def call(name, *args):
+        rc = getattr(libc, name)(*args)
+        if rc < 0:
+            raise Refused(name, ctypes.get_errno())
+        return rc
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte),
+                    ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    class CapHeader(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class CapData(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    def prctl(option, arg=0):
+        return call("prctl", ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
+                    ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+    def setns(fd, kind):
+        call("setns", ctypes.c_int(fd), ctypes.c_int(kind))
+
+    def unshare(kind):
+        call("unshare", ctypes.c_int(kind))
+
+    def mount(src, target, fstype, flags, data):
+        enc = lambda s: None if s is None else s.encode()
+        call("mount", enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+
+    def drop_all_capabilities():
+        if os.getuid() == 0:
+            prctl(PR_SET_SECUREBITS, SECURE_BITS)
+        header = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+        data = (CapData * 2)()
+        call("capset", ctypes.byref(header), data)
+
+    def load_seccomp(programs):
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        for raw in programs:
+            n = len(raw) // 8
+            buf = (SockFilter * n).from_buffer_copy(raw)
+            prog = SockFprog(n, ctypes.cast(buf, ctypes.POINTER(SockFilter)))
+            call("prctl", ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                 ctypes.byref(prog), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+    return {"prctl": prctl, "setns": setns, "unshare": unshare, "mount": mount,
+            "drop_all_capabilities": drop_all_capabilities, "load_seccomp": load_seccomp}
+
+
+def warm_up(dir_):
+    """Run pytest once on a passing and a failing test, so that what a run
+    imports lazily (assertion rewriting, reporting, JUnit) is loaded."""
+    import importlib
+    import _pytest.config
+    for name in _pytest.config.default_plugins:
+        importlib.import_module("_pytest." + name)
+    # What tests commonly import: loaded once here, from the runtime.
+    for name in ("subprocess", "pathlib", "re", "shutil", "glob", "hashlib", "csv",
+                 "tempfile", "datetime", "stat", "difflib", "pprint", "textwrap"):
+        importlib.import_module(name)
+    tests = os.path.join(dir_, "endless_warm_up")
+    os.makedirs(tests, exist_ok=True)
+    with open(os.path.join(tests, "test_endless_warm_up.py"), "w") as f:
+        f.write("import os\n\ndef test_passes():\n    assert os.path.isdir('/')\n\n"
+                "def test_fails():\n    assert [1, 2] == [1, 3]\n")
+    with open(os.path.join(dir_, "pytest.ini"), "w") as f:
+        f.write("[pytest]\n")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(1), os.dup(2)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        import pytest
+        pytest.main(["-p", "no:cacheprovider", "--noconftest", "--color=no", "-q", "-rA",
+                     "--rootdir=" + tests, "-c=" + os.path.join(dir_, "pytest.ini"),
+                     "--junitxml=" + os.path.join(dir_, "junit.xml"), tests])
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (devnull,) + saved:
+            os.close(fd)
+    for name in [m for m in sys.modules if "endless_warm_up" in m]:
+        del sys.modules[name]
+
+
+def enter(req, fds, calls):
+    """In the forked child (still privileged): join the session's cgroups,
+    enter its namespaces and root, make a private mount namespace with a
+    fresh tmpfs for the tests, hide an /etc/ld.so.preload. Mirrors
+    VerifierPlan::apply in src/sandbox/local/verifier.rs."""
+    for procs in req["cgroup_procs"]:
+        try:
+            with open(procs, "w") as f:
+                f.write("0")
+        except OSError:
+            pass
+    calls["prctl"](PR_SET_DUMPABLE, 0)
+    calls["setns"](fds[req["fd_userns"]], CLONE_NEWUSER)
+    for kind, key in ((CLONE_NEWNS, "fd_mnt"), (CLONE_NEWNET, "fd_net"),
+                      (CLONE_NEWIPC, "fd_ipc"), (CLONE_NEWUTS, "fd_uts")):
+        calls["setns"](fds[req[key]], kind)
+    calls["setns"](fds[req["fd_pid"]], CLONE_NEWPID)
+    if req.get("fd_inner_userns") is not None:
+        calls["setns"](fds[req["fd_inner_userns"]], CLONE_NEWUSER)
+    os.fchdir(fds[req["fd_root"]])
+    os.chroot(".")
+    calls["unshare"](CLONE_NEWNS)
+    calls["mount"](None, "/", None, MS_REC | MS_PRIVATE, None)
+    calls["mount"]("tmpfs", req["private_dir"], "tmpfs", MS_NOSUID | MS_NODEV, req["tmpfs_data"])
+    try:
+        st = os.lstat("/etc/ld.so.preload")
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused("preload", 0)
+        calls["mount"]("/dev/null", "/etc/ld.so.preload", None, MS_BIND, None)
+
+
+def become_task_user(req, calls):
+    """In the grandchild (a member of the sandbox's PID namespace): the
+    task's user without any capability, its working directory, the
+    sandbox's seccomp filter."""
+    if req["set_groups"]:
+        os.setgroups([])
+    os.setresgid(req["gid"], req["gid"], req["gid"])
+    os.setresuid(req["uid"], req["uid"], req["uid"])
+    calls["drop_all_capabilities"]()
+    # Changing credentials resets both of these.
+    calls["prctl"](PR_SET_DUMPABLE, 0)
+    calls["prctl"](PR_SET_PDEATHSIG, 9)
+    try:
+        os.chdir(req["cwd"])
+    except OSError:
+        os.chdir("/")
+
+
+def serve_one(req, fds, calls, seccomp, ctl):
+    """The forked child's whole life: report our pid, enter, fork the test
+    runner into the sandbox's PID namespace, report its exit status, then
+    kill our process group (what the tests left running)."""
+    import signal
+    ctl.close()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setpgid(0, 0)
+    reply = fds[req["fd_reply"]]
+
+    def say(obj):
+        os.write(reply, (json.dumps(obj) + "\n").encode())
+
+    say({"pid": os.getpid()})
+    try:
+        enter(req, fds, calls)
+    except Refused as e:
+        say({"refused": e.args[0], "errno": e.args[1]})
+        os._exit(0)
+    except OSError as e:
+        say({"refused": "enter", "errno": e.errno or 0})
+        os._exit(0)
+    stdin, out, fd3 = fds[req["fd_stdin"]], fds[req["fd_out"]], fds[req["fd_fd3"]]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            become_task_user(req, calls)
+            os.dup2(stdin, 0)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            os.dup2(fd3, 3, inheritable=True)
+            os.closerange(4, 65536)
+            os.environ.clear()
+            os.environ.update(dict(req["env"]))
+            calls["load_seccomp"](seccomp)
+            payload = json.loads(sys.stdin.buffer.read())
+            rc = run_tests(payload)
+        except BaseException as e:  # noqa: B036 - nothing may return to the zygote's loop
+            try:
+                os.write(2, ("endless verifier: %r\n" % (e,)).encode())
+            except OSError:
+                pass
+            rc = 125
+        os._exit(rc)
+    for fd in fds:
+        if fd != reply:
+            os.close(fd)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # killed by signal -code, reported as a shell would
+        code = 128 - code
+    say({"exit": code})
+    os.close(reply)
+    os.killpg(0, signal.SIGKILL)
+
+
+def zygote():
+    import signal
+    import socket
+    add_runtime_site_dirs()
+    ctl = socket.socket(fileno=3)
+    hello = json.loads(ctl.recv(1 << 20))
+    seccomp = [bytes.fromhex(p) for p in hello["seccomp"]]
+    calls = libc_calls()
+    try:
+        import pytest
+        warm_up(hello["scratch"])
+    except BaseException as e:  # noqa: B036
+        ctl.send(json.dumps({"ready": False, "error": repr(e)}).encode())
+        os._exit(1)
+    import gc
+    gc.collect()
+    gc.freeze()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    ctl.send(json.dumps({"ready": True, "python": sys.version.split()[0],
+                         "pytest": pytest.__version__}).encode())
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 16)
+        except InterruptedError:
+            continue
+        if not msg:
+            os._exit(0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                serve_one(json.loads(msg), fds, calls, seccomp, ctl)
+            finally:
+                os._exit(125)
+        for fd in fds:
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    {"cold": cold, "zygote": zygote}[sys.argv[1]]()
