@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo test --all-targets --locked
-cargo build --locked --bin endless
+# (also builds target/debug/endless; a plain `--bin` build would rebuild
+# dependencies with other features)
+cargo build --all-targets --locked
 
 # The Python package (python/) against a real `endless serve`, in a venv
 # under target/ (reused; pip keeps its own download cache).
