@@ -11,7 +11,9 @@ use endless::sandbox::local::LocalBackend;
 use endless::sandbox::VerifierPath;
 use endless::sandbox::{Backend, Session, SessionOptions};
 use endless::task::{FileTree, Task, TaskMeta};
-use endless::verify::{validate_task, verify, verify_with, TestSet, VerifierMode};
+use endless::verify::{
+    validate_task, verify, verify_initial_and_final, verify_with, TestSet, VerifierMode,
+};
 
 mod support;
 use support::verifier::{root, verify_both};
@@ -452,4 +454,31 @@ fn custom_verifier_script_runs_as_root_and_reward_cannot_be_prewritten() {
     let r = verify(&mut s, &t, TestSet::Final).unwrap();
     assert!(r.passed, "{} {:?}", r.output, r.tests);
     s.close();
+}
+
+#[test]
+fn initial_and_final_tests_in_one_run_report_what_separate_runs_do() {
+    let Some(b) = backend() else { return };
+    let key = |r: &endless::verify::TestReport| {
+        let mut v: Vec<(String, bool)> =
+            r.tests.iter().map(|c| (c.name.clone(), c.passed)).collect();
+        v.sort();
+        (r.passed, v)
+    };
+    let mut broken = task("batch-broken");
+    broken
+        .tests
+        .insert_text("test_final_state.py", "def test_broken(:\n    pass\n");
+    for t in [task("batch"), broken] {
+        let mut s = session(&b, &t);
+        for mode in [VerifierMode::Cold, VerifierMode::Warm] {
+            let (i, f) = verify_initial_and_final(&mut s, &t, mode).unwrap();
+            let alone_i = verify_with(&mut s, &t, TestSet::Initial, mode).unwrap();
+            let alone_f = verify_with(&mut s, &t, TestSet::Final, mode).unwrap();
+            assert_eq!(key(&i), key(&alone_i), "{}: {}", t.id(), i.output);
+            assert_eq!(key(&f), key(&alone_f), "{}: {}", t.id(), f.output);
+            assert!(i.passed && !f.passed);
+        }
+        s.close();
+    }
 }

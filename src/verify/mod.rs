@@ -9,5 +9,8 @@ mod validate;
 
 pub use bench::{bench_verify, Latency, VerifyBench};
 pub use junit::parse_junit;
-pub use run::{verify, verify_with, TestCase, TestReport, TestSet, VerifierMode, PYTHON};
+pub use run::{
+    verify, verify_initial_and_final, verify_with, TestCase, TestReport, TestSet, VerifierMode,
+    PYTHON,
+};
 pub use validate::{validate_task, Validation};

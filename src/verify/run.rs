@@ -63,6 +63,9 @@ pub struct TestReport {
     pub duration: Duration,
     /// How the verifier ran (pre-warmed or cold, and why cold).
     pub verifier: VerifierPath,
+    /// The test runner's exit code (`None`: killed, timed out, or none ran).
+    #[serde(skip)]
+    pub exit_code: Option<i32>,
 }
 
 /// Which interpreter runs a task's pytest files.
@@ -131,6 +134,90 @@ pub fn verify_with(
             "task.toml: [verifier] lists no {which:?} tests"
         )));
     }
+    run_pytest(session, task, files, &[], timeout, mode, start)
+}
+
+/// The initial-state and the final tests of `task` on the session's
+/// current state (its initial state, when validating), in one pytest run
+/// split into one report per set: what validation needs, for the cost of
+/// one verification. Both reports carry that run's duration. A task with a
+/// verifier script or without initial tests is verified set by set.
+pub fn verify_initial_and_final(
+    session: &mut Session,
+    task: &Task,
+    mode: VerifierMode,
+) -> Result<(TestReport, TestReport), SandboxError> {
+    let v = &task.meta.verifier;
+    if v.script.is_some() || v.initial_tests.is_empty() || v.final_tests.is_empty() {
+        let initial = verify_with(session, task, TestSet::Initial, mode)?;
+        return Ok((initial, verify_with(session, task, TestSet::Final, mode)?));
+    }
+    let start = Instant::now();
+    let timeout = Duration::from_secs_f64(v.timeout_sec.clamp(1.0, 86_400.0));
+    let mut files = v.initial_tests.clone();
+    files.extend(
+        v.final_tests
+            .iter()
+            .filter(|f| !v.initial_tests.contains(f))
+            .cloned(),
+    );
+    // A file that fails to collect must not keep the other set from running.
+    let keep_going = ["--continue-on-collection-errors"];
+    let both = run_pytest(session, task, &files, &keep_going, timeout, mode, start)?;
+    Ok((
+        part_of(&both, &v.initial_tests, &files),
+        part_of(&both, &v.final_tests, &files),
+    ))
+}
+
+/// The module name pytest reports for test file `file` (`a/test_b.py` ->
+/// `a.test_b`).
+fn module_of(file: &str) -> String {
+    file.trim_end_matches(".py").replace('/', ".")
+}
+
+/// The test file of `all` a test case named `name` (`module::test`,
+/// `module.Class::test`, or `module` for a collection error) belongs to:
+/// the longest module it names; `None` when it names none.
+fn file_of<'a>(name: &str, all: &'a [String]) -> Option<&'a String> {
+    all.iter()
+        .filter(|f| {
+            let m = module_of(f);
+            name == m || name.starts_with(&format!("{m}::")) || name.starts_with(&format!("{m}."))
+        })
+        .max_by_key(|f| f.len())
+}
+
+/// The part of a combined report that belongs to `files` (of `all`, the
+/// files that ran). Cases that name no file (a session-wide error) belong
+/// to every part. Passed: pytest ran to the end (exit code 0 or 1), and
+/// every case of the part ran and passed.
+fn part_of(combined: &TestReport, files: &[String], all: &[String]) -> TestReport {
+    let tests: Vec<TestCase> = combined
+        .tests
+        .iter()
+        .filter(|t| file_of(&t.name, all).is_none_or(|f| files.contains(f)))
+        .cloned()
+        .collect();
+    let ran_to_the_end = combined.passed || combined.exit_code == Some(1);
+    TestReport {
+        passed: ran_to_the_end && !tests.is_empty() && tests.iter().all(|t| t.passed),
+        tests,
+        ..combined.clone()
+    }
+}
+
+/// Run pytest on `files` of `task` (see the module docs), with
+/// `extra_args` after ours.
+fn run_pytest(
+    session: &mut Session,
+    task: &Task,
+    files: &[String],
+    extra_args: &[&str],
+    timeout: Duration,
+    mode: VerifierMode,
+    start: Instant,
+) -> Result<TestReport, SandboxError> {
     for f in files {
         if !task.tests.contains(f) {
             return Err(SandboxError::Verify(format!(
@@ -156,6 +243,7 @@ pub fn verify_with(
     .collect();
     args.push(format!("--rootdir={PRIVATE_DIR}/tests"));
     args.push(format!("-c={PRIVATE_DIR}/pytest.ini"));
+    args.extend(extra_args.iter().map(|a| a.to_string()));
     args.extend(files.iter().map(|f| format!("{PRIVATE_DIR}/tests/{f}")));
     let payload = serde_json::json!({ "root": PRIVATE_DIR, "files": payload_files, "args": args });
     let mut argv = session.verifier_python();
@@ -193,6 +281,7 @@ pub fn verify_with(
         output,
         duration: start.elapsed(),
         verifier: path,
+        exit_code: out.code,
     })
 }
 
@@ -247,6 +336,7 @@ fn tampered(why: String, start: Instant) -> TestReport {
         output: String::new(),
         duration: start.elapsed(),
         verifier: VerifierPath::Cold(None),
+        exit_code: None,
     }
 }
 
@@ -305,6 +395,7 @@ fn run_script_in(
     let mut argv = clean_env(inside_run);
     argv.extend(["/bin/bash".to_string(), "-c".to_string(), body]);
     let (out, reward) = session.run_as_root_fd3(&argv, timeout)?;
+    let code = out.code;
     let reward = String::from_utf8_lossy(&reward).into_owned();
     let passed = reward
         .trim()
@@ -334,5 +425,86 @@ fn run_script_in(
         verifier: VerifierPath::Cold(Some(
             "verifier scripts run in the agent's environment".into(),
         )),
+        exit_code: code,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(name: &str, passed: bool) -> TestCase {
+        TestCase {
+            name: name.into(),
+            passed,
+            message: String::new(),
+        }
+    }
+
+    fn combined(tests: Vec<TestCase>, exit_code: Option<i32>) -> TestReport {
+        TestReport {
+            passed: exit_code == Some(0),
+            tests,
+            junit_xml: String::new(),
+            output: String::new(),
+            duration: Duration::ZERO,
+            verifier: VerifierPath::Warm,
+            exit_code,
+        }
+    }
+
+    #[test]
+    fn cases_go_to_the_file_they_name_the_longest_module_first() {
+        let all = vec![
+            "test_a.py".to_string(),
+            "test_a/b.py".to_string(),
+            "sub/test_c.py".to_string(),
+        ];
+        assert_eq!(file_of("test_a::test_x", &all), Some(&all[0]));
+        assert_eq!(file_of("test_a.TestK::test_y", &all), Some(&all[0]));
+        assert_eq!(file_of("test_a.b::test_z", &all), Some(&all[1]));
+        assert_eq!(
+            file_of("sub.test_c", &all),
+            Some(&all[2]),
+            "a collection error"
+        );
+        assert_eq!(file_of("test_ab::test_x", &all), None);
+    }
+
+    #[test]
+    fn a_combined_run_splits_into_its_sets() {
+        let all = vec![
+            "test_initial_state.py".to_string(),
+            "test_final_state.py".to_string(),
+        ];
+        let (initial, final_) = (&all[..1], &all[1..]);
+        let both = combined(
+            vec![
+                case("test_initial_state::test_ok", true),
+                case("test_final_state::test_done", false),
+            ],
+            Some(1),
+        );
+        let i = part_of(&both, initial, &all);
+        let f = part_of(&both, final_, &all);
+        assert!(i.passed && i.tests.len() == 1);
+        assert!(!f.passed && f.tests.len() == 1 && f.tests[0].name.ends_with("test_done"));
+        // pytest stopped early (usage error, interrupted, killed): nothing passes.
+        for code in [Some(2), Some(4), None] {
+            let r = combined(vec![case("test_initial_state::test_ok", true)], code);
+            assert!(!part_of(&r, initial, &all).passed, "{code:?}");
+        }
+        // A set with no case of its own did not run.
+        let only_initial = combined(vec![case("test_initial_state::test_ok", true)], Some(0));
+        assert!(!part_of(&only_initial, final_, &all).passed);
+        // A case naming no file (a session-wide error) counts against both.
+        let err = combined(
+            vec![
+                case("test_initial_state::test_ok", true),
+                case("pytest", false),
+            ],
+            Some(1),
+        );
+        assert!(!part_of(&err, initial, &all).passed && !part_of(&err, final_, &all).passed);
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{verify, TestReport, TestSet};
+use super::{verify, verify_initial_and_final, TestReport, TestSet, VerifierMode};
 use crate::sandbox::{Backend, SandboxError, Session, SessionOptions};
 use crate::task::{write_tree, Baseline, Task};
 
@@ -121,11 +121,18 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
     let mut session = backend.start(&image, &opts)?;
     // Foreign tasks (Harbor, Terminal-Bench) often ship no initial-state
     // tests: there is then nothing to check before the agent starts.
-    let initial = if task.meta.verifier.initial_tests.is_empty() {
+    // Both sets on the initial state, in one pytest run where they can be.
+    let (initial, final_on_initial) = if task.meta.verifier.initial_tests.is_empty() {
         v.initial_passes = true;
-        None
+        (None, verify(&mut session, task, TestSet::Final))
     } else {
-        Some(verify(&mut session, task, TestSet::Initial))
+        match verify_initial_and_final(&mut session, task, VerifierMode::default()) {
+            Ok((i, f)) => (Some(Ok(i)), Ok(f)),
+            Err(e) => {
+                let again = SandboxError::Verify(e.to_string());
+                (Some(Err(e)), Err(again))
+            }
+        }
     };
     match initial {
         None => {}
@@ -141,7 +148,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         }
         Some(Err(e)) => v.problems.push(format!("initial tests could not run: {e}")),
     }
-    match verify(&mut session, task, TestSet::Final) {
+    match final_on_initial {
         Ok(r) => {
             v.final_fails_initially = !r.passed;
             if r.passed {
