@@ -18,7 +18,7 @@ mod terminal;
 pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step,
-    StepKind, StepOutcome, Trajectory,
+    StepKind, StepOutcome, Takeover, Trajectory,
 };
 pub use episode_io::{
     EpisodePaths, LiveStream, RolloutError, RolloutEvent, SandboxProvider, StartOptions,
@@ -35,4 +35,4 @@ pub use rollout::{
     load_result, load_run, run_rollouts, run_sandboxed_episode, RolloutConfig, RunSummary,
 };
 pub use sandboxed::BackendProvider;
-pub use terminal::{Fault, Terminal, TerminalError};
+pub use terminal::{Fault, HumanCommand, HumanTurn, Terminal, TerminalError};

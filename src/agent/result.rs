@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::episode::{EndReason, Step, Trajectory};
+use super::episode::{EndReason, Step, Takeover, Trajectory};
 use super::failure::{classify_failure, failure_labels, FailureMode};
 use super::terminal::TerminalError;
 use crate::llm::TokenUsage;
@@ -109,6 +109,10 @@ pub struct EpisodeResult {
     pub tokens: TokenUsage,
     /// Where the episode's time went.
     pub timings: Timings,
+    /// Set when a human took the session over (the TUI's ctrl-t): the
+    /// episode is not the policy's own, and evaluations leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_over: Option<Takeover>,
 }
 
 impl EpisodeResult {
@@ -172,6 +176,7 @@ impl EpisodeResult {
             steps: trajectory.steps.clone(),
             tokens: trajectory.tokens,
             timings,
+            taken_over: trajectory.takeover.clone(),
         }
     }
 
@@ -196,6 +201,7 @@ impl EpisodeResult {
             steps: Vec::new(),
             tokens: TokenUsage::default(),
             timings,
+            taken_over: None,
         }
     }
 }
@@ -247,6 +253,7 @@ mod tests {
             policy_secs: 0.0,
             exec_secs: 0.0,
             agent_secs: 0.0,
+            takeover: None,
         }
     }
 

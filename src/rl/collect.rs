@@ -362,6 +362,7 @@ mod tests {
             steps: kinds.iter().enumerate().map(step).collect(),
             tokens: Default::default(),
             timings: Default::default(),
+            taken_over: None,
         }
     }
 
@@ -394,6 +395,7 @@ mod tests {
                 policy_secs: 0.0,
                 exec_secs: 0.0,
                 agent_secs: 0.0,
+                takeover: None,
             };
             let id = crate::agent::EpisodeId {
                 task: "t".into(),

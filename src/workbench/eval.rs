@@ -22,7 +22,7 @@ use super::{index_episodes, record_pass_at_k, run_id, select_tasks, Context};
 use crate::agent::protocol::Protocol;
 use crate::agent::{
     run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
-    SandboxProvider,
+    SandboxProvider, StepKind,
 };
 use crate::eval::EvalReport;
 use crate::jobs::JobContext;
@@ -269,17 +269,27 @@ fn rollouts<H: RolloutHooks>(
                 RolloutEvent::Started { .. } => {}
                 RolloutEvent::Step { task, sample, step } => {
                     let command = step.command.as_deref().unwrap_or_default();
-                    job.log(format!("{task}#{sample} turn {}: {command}", step.turn));
+                    let who = if step.kind == StepKind::Human {
+                        " (human)"
+                    } else {
+                        ""
+                    };
+                    job.log(format!("{task}#{sample} turn {}{who}: {command}", step.turn));
                 }
                 RolloutEvent::Finished { result } => {
                     done += 1;
                     job.progress(done, total.max(done), "episodes");
                     job.log(format!(
-                        "{}#{}: {} after {} turns",
+                        "{}#{}: {} after {} turns{}",
                         result.task,
                         result.sample,
                         if result.passed { "passed" } else { "failed" },
-                        result.turns
+                        result.turns,
+                        if result.taken_over.is_some() {
+                            " (taken over by a human: not counted)"
+                        } else {
+                            ""
+                        }
                     ));
                 }
             }
