@@ -12,7 +12,7 @@ use anyhow::bail;
 
 use crate::agent::{BackendProvider, RolloutEvent};
 use crate::jobs::JobContext;
-use crate::tui::action::{Action, LiveEvent, Msg};
+use crate::tui::action::{pane_command, Action, LiveEvent, Msg};
 use crate::tui::takeover::TakeoverProvider;
 use crate::workbench::{Context, EvalRequest, RolloutHooks};
 
@@ -82,7 +82,7 @@ impl RolloutHooks for LivePanes<'_> {
                 LiveEvent::Step {
                     key: format!("{run_id}/{task}/{sample}"),
                     turn: step.turn,
-                    command: step.command.clone().unwrap_or_default(),
+                    command: pane_command(step.kind, step.command.as_deref()),
                 },
             ),
             RolloutEvent::Finished { result } => send(
@@ -119,10 +119,21 @@ pub fn run(
     };
     let outcome = crate::workbench::eval(&cctx, req, ctx, &mut hooks)?;
     ctx.check()?;
-    let passed = outcome.episodes.iter().filter(|e| e.passed).count();
+    let counted: Vec<_> = outcome
+        .episodes
+        .iter()
+        .filter(|e| e.taken_over.is_none())
+        .collect();
+    let passed = counted.iter().filter(|e| e.passed).count();
+    let taken = outcome.episodes.len() - counted.len();
+    let taken = if taken > 0 {
+        format!("; {taken} taken over by a human, not counted")
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "{passed}/{} episodes passed (run {})",
-        outcome.episodes.len(),
+        "{passed}/{} episodes passed (run {}{taken})",
+        counted.len(),
         outcome.run_id
     ))
 }
