@@ -152,6 +152,16 @@ impl TasksView {
         (self.rows.len(), self.visible.len())
     }
 
+    /// Every row, shown or not.
+    pub fn rows(&self) -> &[TaskRow] {
+        &self.rows
+    }
+
+    /// The row of task `id`, shown or not.
+    pub fn row(&self, id: &str) -> Option<&TaskRow> {
+        self.rows.iter().find(|r| r.id == id)
+    }
+
     /// The selected row.
     pub fn selected_row(&self) -> Option<&TaskRow> {
         self.visible.get(self.selected).map(|&i| &self.rows[i])
