@@ -59,6 +59,9 @@ pub fn run(ctx: &Context, cmd: WorkspaceCommand) -> Result<ExitCode> {
     }
 }
 
+/// Asks the user whether to create a workspace at a path.
+pub type AskCreate<'a> = &'a mut dyn FnMut(&Path) -> Result<bool>;
+
 /// Check that an explicitly named workspace (`--workspace`,
 /// `ENDLESS_WORKSPACE`) exists, or may be created: with `create`
 /// (`--create`), or when `ask` (the TUI, on a terminal) gets a yes. The
@@ -66,7 +69,7 @@ pub fn run(ctx: &Context, cmd: WorkspaceCommand) -> Result<ExitCode> {
 pub fn check_workspace_exists(
     named: Option<&Path>,
     create: bool,
-    ask: Option<&mut dyn FnMut(&Path) -> Result<bool>>,
+    ask: Option<AskCreate<'_>>,
 ) -> Result<()> {
     let Some(path) = named else {
         return Ok(());
