@@ -333,6 +333,15 @@ pub struct RunArgs {
     /// reference implementation's switches); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Fork a recorded episode (its result file, or RUN/TASK/SAMPLE): a
+    /// fresh sandbox re-runs its commands before `--at-step`, then the
+    /// policy goes on; the result links to the parent (`forked_from`).
+    #[arg(long, value_name = "EPISODE")]
+    pub fork: Option<String>,
+    /// The step (0-based, as the inspector numbers them) the policy takes
+    /// over at (default 0: nothing re-run).
+    #[arg(long, value_name = "K")]
+    pub at_step: Option<usize>,
     /// Print the episode as JSON.
     #[arg(long)]
     pub json: bool,

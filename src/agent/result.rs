@@ -38,6 +38,24 @@ pub struct Timings {
     pub total_secs: f64,
 }
 
+/// The episode a fork started from, and where (`endless run --fork`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOf {
+    /// The parent's run.
+    pub run: String,
+    /// The parent's task.
+    pub task: String,
+    /// The parent's sample.
+    pub sample: u32,
+    /// The parent's policy.
+    pub policy: String,
+    /// The step (0-based) the fork took over at: the parent's commands
+    /// before it were re-run first.
+    pub at_step: u32,
+    /// How many commands were re-run (this episode's first steps).
+    pub replayed: u32,
+}
+
 /// Who ran what: identifies an episode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpisodeId {
@@ -113,6 +131,10 @@ pub struct EpisodeResult {
     /// episode is not the policy's own, and evaluations leave it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken_over: Option<Takeover>,
+    /// Set for a fork of another episode: its parent and the step it took
+    /// over at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOf>,
 }
 
 impl EpisodeResult {
@@ -177,6 +199,7 @@ impl EpisodeResult {
             tokens: trajectory.tokens,
             timings,
             taken_over: trajectory.takeover.clone(),
+            forked_from: None,
         }
     }
 
@@ -202,6 +225,7 @@ impl EpisodeResult {
             tokens: TokenUsage::default(),
             timings,
             taken_over: None,
+            forked_from: None,
         }
     }
 }

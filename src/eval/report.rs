@@ -465,6 +465,7 @@ pub(crate) mod tests {
             tokens: TokenUsage::default(),
             timings: Timings::default(),
             taken_over: None,
+            forked_from: None,
         }
     }
 

@@ -26,6 +26,7 @@ mod checks;
 mod context;
 pub mod eval;
 pub mod export;
+pub mod fork;
 pub mod generate;
 mod images;
 mod rebuild;

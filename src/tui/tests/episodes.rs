@@ -111,6 +111,7 @@ fn result(sample: u32, passed: bool) -> EpisodeResult {
         tokens: Default::default(),
         timings: Default::default(),
         taken_over: None,
+        forked_from: None,
     }
 }
 
