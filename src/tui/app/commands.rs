@@ -186,6 +186,20 @@ impl App {
                 });
             }
             Command::ExportRatings => self.outbox.push(Request::ExportRatings),
+            // `f` in the inspector forks the episode (a form asks where).
+            Command::FilterFailure => {
+                let steps = insp.episode.result.as_ref().map_or(0, |r| r.steps.len());
+                if insp.episode.result.is_err() {
+                    self.error("no result to fork from".into());
+                    return;
+                }
+                self.fork_target = Some(super::ForkTarget {
+                    parent: format!("{}/{}/{}", row.run_id, row.task_id, row.sample),
+                    task: row.task_id.clone(),
+                    steps,
+                });
+                self.open_form(FormKind::Fork);
+            }
             Command::Compare => {
                 if insp.other.take().is_some() {
                     return;
@@ -193,7 +207,16 @@ impl App {
                 let same = |r: &&EpisodeRow| {
                     r.task_id == row.task_id && (r.run_id != row.run_id || r.sample != row.sample)
                 };
-                match self.episodes.rows().iter().find(same).cloned() {
+                // A fork is compared with its parent first.
+                let parent = insp.episode.result.as_ref().ok().and_then(|r| r.forked_from.clone());
+                let is_parent = |r: &&EpisodeRow| {
+                    parent.as_ref().is_some_and(|p| {
+                        (&p.run, &p.task, p.sample) == (&r.run_id, &r.task_id, r.sample)
+                    })
+                };
+                let rows = self.episodes.rows();
+                let other = rows.iter().find(is_parent).or_else(|| rows.iter().find(same));
+                match other.cloned() {
                     Some(other) => self.outbox.push(Request::LoadEpisode {
                         row: other,
                         compare: true,

@@ -21,6 +21,19 @@ pub enum FormKind {
     Offline,
     /// A training run.
     Train,
+    /// A fork of the inspected episode.
+    Fork,
+}
+
+/// The episode the fork form forks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkTarget {
+    /// `RUN/TASK/SAMPLE`.
+    pub parent: String,
+    /// Its task.
+    pub task: String,
+    /// Its number of steps.
+    pub steps: usize,
 }
 
 impl FormKind {
@@ -32,6 +45,7 @@ impl FormKind {
             FormKind::Generate => "generate",
             FormKind::Offline => "offline",
             FormKind::Train => "train",
+            FormKind::Fork => "fork",
         }
     }
 
@@ -41,7 +55,7 @@ impl FormKind {
     fn remembers(self, label: &str) -> bool {
         !matches!(
             (self, label),
-            (FormKind::Validate, _) | (FormKind::Offline, "seed")
+            (FormKind::Validate, _) | (FormKind::Offline, "seed") | (FormKind::Fork, "at step")
         )
     }
 }
@@ -115,6 +129,17 @@ impl App {
             )
             .with_note("what `endless generate --offline` does, as a job"),
             FormKind::Train => train_form(),
+            FormKind::Fork => {
+                let (title, at) = match &self.fork_target {
+                    Some(t) => (format!("Fork {}", t.parent), self.fork_step(t)),
+                    None => ("Fork an episode".into(), 0),
+                };
+                Form::new(
+                    title,
+                    &[("at step", at.to_string()), ("policy", d.policy.clone())],
+                )
+                .with_note("a fresh sandbox re-runs the episode's commands before the step, then the policy goes on (watch it in Live; ctrl-t takes it over); the fork is an episode of its own, linked to this one")
+            }
         };
         let mut form = form;
         self.recall_form(kind, &mut form);
@@ -124,6 +149,16 @@ impl App {
             self.outbox.push(Request::NextFreeSeed(count));
         }
         self.form = Some((kind, form));
+    }
+
+    /// The step the fork form proposes: the earliest failing one, else the
+    /// last.
+    fn fork_step(&self, t: &ForkTarget) -> usize {
+        self.inspector
+            .as_ref()
+            .and_then(|i| i.episode.result.as_ref().ok())
+            .and_then(|r| r.earliest_failing_step)
+            .map_or(t.steps.saturating_sub(1), |s| s as usize)
     }
 
     /// A key while a form is open: edit, cancel, or submit (launch).
@@ -137,7 +172,12 @@ impl App {
             FormOutcome::Submit => {
                 let kind = *kind;
                 let ids: Vec<&str> = self.tasks.rows().iter().map(|r| r.id.as_str()).collect();
-                match job_spec(kind, form, &ids) {
+                let spec = match (kind, &self.fork_target) {
+                    (FormKind::Fork, Some(target)) => fork_spec(form, target),
+                    (FormKind::Fork, None) => Err(("policy", "no episode to fork".into())),
+                    _ => job_spec(kind, form, &ids),
+                };
+                match spec {
                     Ok(spec) => {
                         let submitted = form.clone();
                         self.form = None;
@@ -176,6 +216,36 @@ fn train_form() -> Form {
 
 /// Why a form's values cannot start its job: the field and the reason.
 type FieldError = (&'static str, String);
+
+/// The fork job of a submitted fork form.
+fn fork_spec(form: &Form, target: &ForkTarget) -> Result<JobSpec, FieldError> {
+    let at_step: usize = form.value("at step").parse().map_err(|_| {
+        (
+            "at step",
+            format!("expected a step number, got {:?}", form.value("at step")),
+        )
+    })?;
+    if at_step > target.steps {
+        return Err((
+            "at step",
+            format!("the episode has steps 0 to {}", target.steps.saturating_sub(1)),
+        ));
+    }
+    let policy = form.value("policy").to_string();
+    check_policy_spec(&policy).map_err(|e| ("policy", e))?;
+    if policy == "human" {
+        return Err((
+            "policy",
+            "fork with a policy, then take the session over in Live (ctrl-t)".into(),
+        ));
+    }
+    Ok(JobSpec::Fork {
+        parent: target.parent.clone(),
+        task: target.task.clone(),
+        at_step,
+        policy,
+    })
+}
 
 /// Every pattern of a selection field matches a task (an empty field is
 /// fine: it means the default set).
@@ -252,6 +322,7 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
             count: num(form, "count")?,
             seed: num(form, "seed")?,
         },
+        FormKind::Fork => return Err(("policy", "no episode to fork".into())),
         FormKind::Train => {
             let init = form.value("init").to_string();
             match init.as_str() {

@@ -18,7 +18,7 @@ mod undo;
 use crossterm::event::KeyEvent;
 use ratatui::layout::Rect;
 
-pub use forms::FormKind;
+pub use forms::{FormKind, ForkTarget};
 pub use undo::{UndoEntry, MAX_UNDO};
 
 use super::action::{Action, Request};
@@ -157,6 +157,8 @@ pub struct App {
     /// The launch forms' last values in this workspace (`None` until read,
     /// and when the file could not be read: then nothing overwrites it).
     pub form_values: Option<super::action::FormValues>,
+    /// The episode the fork form forks (set when it opens).
+    pub fork_target: Option<ForkTarget>,
     tab_areas: Vec<(Rect, View)>,
 }
 
@@ -189,6 +191,7 @@ impl App {
             quit_asked: false,
             undo: Vec::new(),
             form_values: None,
+            fork_target: None,
             tab_areas: Vec::new(),
         }
     }

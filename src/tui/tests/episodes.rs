@@ -258,3 +258,38 @@ fn inspector_shows_a_taken_over_episode_and_its_human_steps() {
     assert!(screen.contains("you$ tar -czf"), "{screen}");
     snap!("inspector_human_steps_120x40", &mut app, 120, 40);
 }
+
+#[test]
+fn f_in_the_inspector_forks_the_episode_at_a_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    write_episode_files(&ws);
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    cmd(&mut app, &ws, Command::Down);
+    cmd(&mut app, &ws, Command::Select);
+    key(&mut app, &ws, KeyCode::Char('f'));
+    let (kind, form) = app.form.as_ref().expect("the fork form opens");
+    assert_eq!(*kind, crate::tui::app::FormKind::Fork);
+    // It proposes the earliest failing step.
+    assert_eq!(form.value("at step"), "1");
+    assert_eq!(form.value("policy"), "oracle");
+    snap!("inspector_fork_form_80x24", &mut app, 80, 24);
+    // A step past the end is named in the form.
+    press(&mut app, KeyCode::Backspace);
+    typed(&mut app, "99");
+    press(&mut app, KeyCode::Enter);
+    let error = app.form.as_ref().and_then(|(_, f)| f.error.clone()).unwrap();
+    assert_eq!(error.0, "at step");
+    press(&mut app, KeyCode::Backspace);
+    press(&mut app, KeyCode::Backspace);
+    typed(&mut app, "2");
+    press(&mut app, KeyCode::Enter);
+    assert!(app.form.is_none());
+    assert!(app.outbox.contains(&Request::Launch(JobSpec::Fork {
+        parent: "eval-1/archive-logs/1".into(),
+        task: "archive-logs".into(),
+        at_step: 2,
+        policy: "oracle".into(),
+    })));
+}

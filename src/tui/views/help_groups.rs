@@ -219,6 +219,7 @@ const INSPECTOR: &[Group] = &[
             e(C::Note, "note", "Edit the note"),
             e(C::Undo, "undo", "Undo the last rating, label or note"),
             e(C::Compare, "side by side", "Side by side with another episode of the task"),
+            e(C::FilterFailure, "fork", "Fork it at a step: re-run it to there, then a policy (or you) goes on"),
             e(C::ExportRatings, "export", "Export ratings to ratings.jsonl"),
             e(C::Back, "close", "Close the inspector"),
         ],

@@ -260,6 +260,12 @@ fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
     if let Some(m) = &row.failure_mode {
         first.push(Span::styled(format!(" · {m}"), theme.failure()));
     }
+    if let Some(f) = ep.result.as_ref().ok().and_then(|r| r.forked_from.as_ref()) {
+        first.push(Span::styled(
+            format!(" · fork of {}/{}/{} at step {}", f.run, f.task, f.sample, f.at_step),
+            theme.accent(),
+        ));
+    }
     if ep.result.as_ref().is_ok_and(|r| r.taken_over.is_some()) {
         first.push(Span::styled(
             " · ✋ TAKEN OVER",
