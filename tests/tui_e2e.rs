@@ -757,3 +757,74 @@ fn deleting_the_database_loses_no_curation_in_tmux() {
         (TaskStatus::Accepted, Some(4), "keep this one")
     );
 }
+
+/// A failed scripted episode, forked from the inspector at step 1 and
+/// continued by the oracle: the fork runs live, passes, and its result links
+/// to its parent. Uses the real sandbox.
+#[test]
+fn forking_a_failed_episode_from_the_inspector_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("agent.txt");
+    std::fs::write(&script, "echo step-zero\nfalse\n").unwrap();
+    let session = start_tui(
+        format!("endless-e2e-fork-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    open_form(s, "E", "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for_up_to(s, "0/1 episodes passed", Duration::from_secs(120));
+    // Inspect the failed episode and fork it at step 1 with the oracle.
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "failure mode");
+    wait_for(s, "FAIL ");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "Trajectory");
+    tmux(&["send-keys", "-t", s, "f"]);
+    wait_for(s, "Fork eval-");
+    tmux(&["send-keys", "-t", s, "BSpace"]);
+    tmux(&["send-keys", "-t", s, "-l", "1"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    // It runs live, then the job says it passed.
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for_up_to(s, "upper#0", Duration::from_secs(120));
+    tmux(&["send-keys", "-t", s, "F4"]);
+    let screen = wait_for_up_to(s, "passed with oracle", Duration::from_secs(120));
+    assert!(screen.contains("at step 1"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+    let ws = Workspace::open(dir.path()).unwrap();
+    let fork = ws
+        .list_episodes(None)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.run_id.starts_with("run-"))
+        .expect("the fork is indexed");
+    assert!(fork.passed, "{fork:?}");
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(&fork.path).with_extension("json")).unwrap(),
+    )
+    .unwrap();
+    let link = &result["forked_from"];
+    assert!(link["run"].as_str().unwrap().starts_with("eval-"), "{result:#}");
+    assert_eq!((&link["at_step"], &link["replayed"]), (&serde_json::json!(1), &serde_json::json!(1)));
+    assert_eq!(link["policy"], policy.as_str());
+    assert!(
+        result["steps"][0]["command"].as_str().unwrap().contains("step-zero"),
+        "{result:#}"
+    );
+}
