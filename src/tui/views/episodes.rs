@@ -39,6 +39,7 @@ pub struct EpisodesView {
     /// Sort descending.
     pub reverse: bool,
     table_area: Rect,
+    clicks: crate::tui::widgets::double_click::DoubleClick,
 }
 
 impl EpisodesView {
@@ -149,11 +150,12 @@ impl EpisodesView {
         }
     }
 
-    /// Click selects, wheel scrolls.
-    pub fn mouse(&mut self, m: MouseEvent) {
+    /// Click selects, wheel scrolls; returns true on a double click on a
+    /// row (which opens it).
+    pub fn mouse(&mut self, m: MouseEvent) -> bool {
         let pos = Position::new(m.column, m.row);
         if !self.table_area.contains(pos) {
-            return;
+            return false;
         }
         match m.kind {
             MouseEventKind::ScrollDown => self.move_by(3),
@@ -163,11 +165,13 @@ impl EpisodesView {
                     let idx = self.offset + r as usize;
                     if idx < self.visible.len() {
                         self.selected = idx;
+                        return self.clicks.click(idx, std::time::Instant::now());
                     }
                 }
             }
             _ => {}
         }
+        false
     }
 
     /// Draw the filter line and the table.
@@ -311,9 +315,10 @@ impl Component for EpisodesView {
         None
     }
 
+    /// A double click on a row inspects it.
     fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
-        self.mouse(event);
-        None
+        self.mouse(event)
+            .then_some(Action::Command(Command::Select))
     }
 
     fn update(&mut self, action: Action) -> Option<Action> {

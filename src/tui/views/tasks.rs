@@ -107,6 +107,7 @@ pub struct TasksView {
     /// The selected task's detail pane.
     pub detail: DetailState,
     table_area: Rect,
+    clicks: crate::tui::widgets::double_click::DoubleClick,
 }
 
 fn pass1(r: &TaskRow) -> f64 {
@@ -375,6 +376,10 @@ impl TasksView {
                 let idx = self.offset + row;
                 if idx < self.visible.len() {
                     self.selected = idx;
+                    // A double click opens the row: the detail pane takes the keys.
+                    if self.clicks.click(idx, std::time::Instant::now()) {
+                        self.focus = Focus::Detail;
+                    }
                 }
                 self.selected_id()
             }

@@ -3,6 +3,7 @@
 //! episode marks, truncation, terminal panes that follow their output, the
 //! command line of a taken-over session).
 
+pub mod double_click;
 pub mod empty;
 pub mod form;
 pub mod highlight;
