@@ -227,6 +227,15 @@ fn take_over_echoes_what_is_typed_and_runs_each_line() {
     let human = term.take_human().unwrap();
     assert_eq!(human.commands.len(), 2);
     assert_eq!(handle.queued(), 0);
+    // The finished pane's summary says it was taken over.
+    app.update(Action::Live(LiveEvent::Finished {
+        key: "r/upper/0".into(),
+        passed: true,
+        failure: None,
+    }));
+    app.update(Action::Command(Command::Back));
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("✓ PASSED upper#0 ✋ taken over"), "{screen}");
 }
 
 /// What a session on the real 48x160 terminal sends for `seq 1 60`: the

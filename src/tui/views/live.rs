@@ -57,6 +57,9 @@ pub struct LivePane {
     pub watched: bool,
     /// What the user types while holding the session.
     pub line: ShellLine,
+    /// The user took this session over at some point (its episode records
+    /// it, and evaluations leave it out).
+    pub took_over: bool,
 }
 
 impl std::fmt::Debug for LivePane {
@@ -88,6 +91,7 @@ impl LivePane {
             input: None,
             watched: false,
             line: ShellLine::default(),
+            took_over: false,
         }
     }
 
@@ -188,6 +192,9 @@ impl LivePane {
             _ => spans.push(Span::styled("✗ FAILED ", theme.failure())),
         }
         spans.push(Span::styled(format!("{} ", self.title), theme.accent()));
+        if self.took_over {
+            spans.push(Span::styled("✋ taken over ", theme.warning()));
+        }
         if let Some(mode) = &self.failure {
             spans.push(Span::styled(format!("{mode} "), theme.failure()));
         }
@@ -458,6 +465,9 @@ impl LiveView {
             }
             (Some(h), None) => {
                 h.set_taken(true);
+                if let Some(p) = self.panes.get_mut(self.selected) {
+                    p.took_over = true;
+                }
                 Ok(())
             }
         }
