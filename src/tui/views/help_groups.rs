@@ -5,6 +5,8 @@
 
 use crate::tui::keymap::{Command, Keymap};
 
+use Command as C;
+
 /// Where the user is, for help and footers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum HelpContext {
@@ -79,8 +81,6 @@ const fn e(c: Command, short: &'static str, long: &'static str) -> Entry {
         long,
     }
 }
-
-use Command as C;
 
 const RATE: Entry = Entry {
     key: Key::Range(C::Rate1, C::Rate5),
