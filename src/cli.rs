@@ -15,6 +15,12 @@ pub struct Cli {
     /// Workspace directory (default: the platform data dir; env ENDLESS_WORKSPACE).
     #[arg(long, global = true, env = "ENDLESS_WORKSPACE", value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Create the `--workspace` directory when it does not exist (without
+    /// it, a path that does not exist is an error: a mistyped path never
+    /// seeds a new workspace; the TUI asks instead). The default workspace
+    /// and an existing empty directory are set up on first use either way.
+    #[arg(long, global = true)]
+    pub create: bool,
     /// The command to run; none opens the TUI.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -53,7 +59,8 @@ pub enum Command {
     /// Local models for `local:` policies.
     #[command(subcommand)]
     Models(ModelsCommand),
-    /// The workspace itself: merge the episodes of other workspaces.
+    /// The workspace itself: merge the episodes of other workspaces, rebuild
+    /// its index from its files.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
 }
@@ -69,6 +76,17 @@ pub enum WorkspaceCommand {
         /// The other workspace's directory.
         other: PathBuf,
         /// Print the merge report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the index (`endless.db`) from the workspace's files: task
+    /// bundles with their curation (`tasks/<id>/curation.json`), finished
+    /// episodes with their reviews (`runs/<run>/episodes/<task>/<n>.review`).
+    /// Curation only the index holds is written out to files first, so
+    /// nothing is lost. (A missing or corrupt `endless.db` is rebuilt like
+    /// this on its own when the workspace is opened.)
+    Rebuild {
+        /// Print the rebuild report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -315,6 +333,15 @@ pub struct RunArgs {
     /// reference implementation's switches); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Fork a recorded episode (its result file, or RUN/TASK/SAMPLE): a
+    /// fresh sandbox re-runs its commands before `--at-step`, then the
+    /// policy goes on; the result links to the parent (`forked_from`).
+    #[arg(long, value_name = "EPISODE")]
+    pub fork: Option<String>,
+    /// The step (0-based, as the inspector numbers them) the policy takes
+    /// over at (default 0: nothing re-run).
+    #[arg(long, value_name = "K")]
+    pub at_step: Option<usize>,
     /// Print the episode as JSON.
     #[arg(long)]
     pub json: bool,

@@ -23,14 +23,30 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // A named workspace that does not exist is a typo until the user says
+    // otherwise: `--create` on the CLI; the TUI asks.
+    let mut ask = |path: &std::path::Path| endless::commands::ask_to_create(path);
+    let tui = cli.command.is_none();
+    endless::commands::check_workspace_exists(
+        cli.workspace.as_deref(),
+        cli.create,
+        if tui { Some(&mut ask) } else { None },
+    )?;
     let ctx = Context::new(cli.workspace)?;
     match cli.command {
         None => {
-            endless::commands::seed_if_fresh(&ctx)?;
-            endless::tui::run(
+            let rebuilt = endless::commands::seed_if_fresh(&ctx)?;
+            let (tx, rx) = std::sync::mpsc::channel();
+            if let Some(message) = rebuilt {
+                // The TUI's status line says the index was rebuilt.
+                let _ = tx.send(endless::tui::Msg::Action(endless::tui::Action::Info(message)));
+            }
+            endless::tui::run_with_channel(
                 &ctx.workspace_root,
                 &ctx.config.tui.theme,
                 &ctx.config.tui.keys,
+                tx,
+                rx,
             )?;
             Ok(ExitCode::SUCCESS)
         }

@@ -274,3 +274,67 @@ fn eval_runs_under_the_reference_protocol_and_bad_settings_are_named() {
         "{err}"
     );
 }
+
+/// A failed scripted episode, forked at step 1 and continued by the oracle,
+/// passes; the fork re-ran the parent's first command and links to its parent.
+#[test]
+fn a_fork_of_a_failed_episode_continued_by_the_oracle_passes_and_links_to_its_parent() {
+    let ws = tempfile::tempdir().unwrap();
+    json(&endless(
+        ws.path(),
+        &["generate", "--offline", "--count", "1", "--seed", "5", "--json"],
+    ));
+    let id = json(&endless(ws.path(), &["tasks", "list", "--json"]))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let script = ws.path().join("agent.txt");
+    std::fs::write(&script, "echo forked-prefix > /tmp/fork-marker\nfalse\n").unwrap();
+    let spec = format!("script:{}", script.display());
+    let parent = endless(ws.path(), &["run", &id, "--policy", &spec, "--json"]);
+    let parent: serde_json::Value = serde_json::from_slice(&parent.stdout).unwrap();
+    assert_eq!(parent["passed"], false, "{parent}");
+    let run = std::fs::read_dir(ws.path().join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("run-"))
+        .unwrap();
+    let key = format!("{run}/{id}/0");
+    let fork = json(&endless(
+        ws.path(),
+        &[
+            "run", &id, "--fork", &key, "--at-step", "1", "--policy", "oracle", "--json",
+        ],
+    ));
+    assert_eq!(fork["passed"], true, "{fork}");
+    assert_eq!(fork["policy"], "oracle");
+    let link = &fork["forked_from"];
+    assert_eq!(
+        (&link["run"], &link["sample"], &link["at_step"], &link["replayed"]),
+        (
+            &serde_json::json!(run),
+            &serde_json::json!(0),
+            &serde_json::json!(1),
+            &serde_json::json!(1)
+        ),
+        "{fork}"
+    );
+    assert_eq!(link["policy"], spec);
+    // The parent's first command ran first, then the oracle's.
+    let steps = fork["steps"].as_array().unwrap();
+    assert!(
+        steps[0]["command"].as_str().unwrap().contains("forked-prefix"),
+        "{fork}"
+    );
+    // Bad forks are named.
+    let out = endless(ws.path(), &["run", &id, "--fork", "nope/x/0", "--policy", "oracle"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot read the episode result"), "{err}");
+    let out = endless(
+        ws.path(),
+        &["run", &id, "--fork", &key, "--at-step", "99", "--policy", "oracle"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--at-step 99"), "{err}");
+}

@@ -134,14 +134,15 @@ fn browse_search_and_curate_in_tmux() {
     tmux(&["send-keys", "-t", s, "a"]);
     wait_for(s, "accepted");
 
-    // Help overlay, then other views.
+    // Help overlay: the Tasks view's keys first, grouped; then other views.
     tmux(&["send-keys", "-t", s, "?"]);
-    wait_for(s, "view_training");
+    let screen = wait_for(s, "▌ Tasks: curate");
+    assert!(screen.contains("Undo the last curation change"), "{screen}");
     tmux(&["send-keys", "-t", s, "Escape"]);
     // Let the lone Escape be read before the next key's escape sequence
     // (otherwise the two can arrive as one, under load).
     let start = Instant::now();
-    while tmux(&["capture-pane", "-p", "-t", s]).contains("view_training")
+    while tmux(&["capture-pane", "-p", "-t", s]).contains("▌ Tasks: curate")
         && start.elapsed() < Duration::from_secs(10)
     {
         sleep(Duration::from_millis(100));
@@ -336,16 +337,46 @@ fn take_over_a_live_session_in_tmux() {
         "-l",
         "tr a-z A-Z < ~/data/a.txt > ~/out.txt; echo DONE_$((6*7))",
     ]);
+    // Echoed as typed, on the pane's own command line (the session's
+    // terminal does not echo).
+    wait_for(s, "you$ tr a-z A-Z < ~/data/a.txt");
     tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "recorded as a human step");
     wait_for_up_to(s, "DONE_42", Duration::from_secs(30));
     tmux(&["send-keys", "-t", s, "C-]"]);
     wait_for(s, "given back");
     let screen = wait_for_up_to(s, "PASSED", Duration::from_secs(60));
     assert!(!screen.contains("YOU HAVE THE SESSION"), "{screen}");
+    // The job says the episode was not the policy's own.
+    tmux(&["send-keys", "-t", s, "F4"]);
+    wait_for_up_to(s, "taken over by a human, not counted", Duration::from_secs(60));
     tmux(&["send-keys", "-t", s, "q"]);
     let ws = Workspace::open(dir.path()).unwrap();
     let eps = ws.list_episodes(None).unwrap();
     assert!(eps.len() == 1 && eps[0].passed, "{eps:?}");
+    // The result records the human's command, its output, and the take-over.
+    let result_path = dir.path().join(&eps[0].path).with_extension("json");
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&result_path).unwrap()).unwrap();
+    let steps = result["steps"].as_array().unwrap();
+    let human: Vec<&serde_json::Value> = steps.iter().filter(|s| s["kind"] == "human").collect();
+    assert_eq!(human.len(), 1, "{result:#}");
+    assert!(
+        human[0]["command"]
+            .as_str()
+            .unwrap()
+            .starts_with("tr a-z A-Z"),
+        "{result:#}"
+    );
+    assert!(
+        human[0]["output"].as_str().unwrap().contains("DONE_42"),
+        "{result:#}"
+    );
+    assert_eq!(human[0]["exit_code"], 0);
+    assert_eq!(result["taken_over"]["human_steps"], 1, "{result:#}");
+    assert!(result["taken_over"]["at"].as_str().is_some(), "{result:#}");
+    // The agent's own turns are still three (`sleep 3`, `true`, done).
+    assert_eq!(result["turns"], 3, "{result:#}");
 }
 
 /// Offline generation runs `endless generate --offline` as a job: its output
@@ -639,4 +670,161 @@ fn quitting_with_a_running_job_asks_first_in_tmux() {
         assert!(start.elapsed() < Duration::from_secs(30), "q twice quits");
         sleep(Duration::from_millis(100));
     }
+}
+
+/// Curate a task and rate an episode in the TUI, delete `endless.db`, open
+/// the TUI again: it says it rebuilt the index, and the status, rating,
+/// note, the episode and its review are all back (from the files).
+#[test]
+fn deleting_the_database_loses_no_curation_in_tmux() {
+    if !have_tmux() {
+        eprintln!("skipping: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let ws = Workspace::open(dir.path()).unwrap();
+        add(&ws, "alpha-task", "file-ops");
+        // A finished episode of alpha-task, as an evaluation leaves it.
+        ws.upsert_run("eval-e2e", "eval", "oracle", &serde_json::json!({}))
+            .unwrap();
+        let task = ws.load_task("alpha-task").unwrap();
+        let id = endless::agent::EpisodeId::new(&task, 0, "oracle");
+        let result = endless::agent::EpisodeResult::failed_to_start(
+            id,
+            "sandbox failed to start: none here".into(),
+            endless::agent::Timings::default(),
+        );
+        let ep_dir = dir.path().join("runs/eval-e2e/episodes/alpha-task");
+        std::fs::create_dir_all(&ep_dir).unwrap();
+        std::fs::write(
+            ep_dir.join("0.json"),
+            serde_json::to_vec_pretty(&result).unwrap(),
+        )
+        .unwrap();
+        endless::agent::index_episode(&ws, "eval-e2e", &result).unwrap();
+    }
+    let name = format!("endless-e2e-rebuild-{}", std::process::id());
+    let session = start_tui(name.clone(), dir.path(), None, 120, 40);
+    let s = &session.0;
+    wait_for(s, "alpha-task");
+    // Accept, rate 4, note.
+    tmux(&["send-keys", "-t", s, "a"]);
+    wait_for(s, "accepted");
+    tmux(&["send-keys", "-t", s, "4"]);
+    wait_for(s, "★★★★·");
+    tmux(&["send-keys", "-t", s, "n"]);
+    wait_for(s, "note:");
+    tmux(&["send-keys", "-t", s, "-l", "keep this one"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    // Rate the episode 2 in the inspector, label it.
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "failure mode");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "Trajectory");
+    tmux(&["send-keys", "-t", s, "2"]);
+    wait_for(s, "rating ★★☆☆☆");
+    tmux(&["send-keys", "-t", s, "b"]);
+    wait_for(s, "label task ambiguous");
+    tmux(&["send-keys", "-t", s, "q"]);
+    let start = Instant::now();
+    while tmux(&["list-sessions"]).contains(s.as_str()) && start.elapsed() < Duration::from_secs(5)
+    {
+        sleep(Duration::from_millis(100));
+    }
+    drop(session);
+
+    for f in ["endless.db", "endless.db-wal", "endless.db-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(f));
+    }
+    let session = start_tui(format!("{name}-again"), dir.path(), None, 120, 40);
+    let s = &session.0;
+    let screen = wait_for(s, "rebuilt the index");
+    assert!(screen.contains("endless.db was missing"), "{screen}");
+    let screen = wait_for(s, "★★★★·");
+    assert!(screen.contains("accepted"), "{screen}");
+    tmux(&["send-keys", "-t", s, "F3"]);
+    let screen = wait_for(s, "failure mode");
+    assert!(screen.contains("eval-e2e"), "the episode is back: {screen}");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "rating ★★☆☆☆");
+    assert!(screen.contains("label task ambiguous"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+    let ws = Workspace::open(dir.path()).unwrap();
+    let row = ws.task_row("alpha-task").unwrap();
+    assert_eq!(
+        (row.status, row.rating, row.notes.as_str()),
+        (TaskStatus::Accepted, Some(4), "keep this one")
+    );
+}
+
+/// A failed scripted episode, forked from the inspector at step 1 and
+/// continued by the oracle: the fork runs live, passes, and its result links
+/// to its parent. Uses the real sandbox.
+#[test]
+fn forking_a_failed_episode_from_the_inspector_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("agent.txt");
+    std::fs::write(&script, "echo step-zero\nfalse\n").unwrap();
+    let session = start_tui(
+        format!("endless-e2e-fork-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    open_form(s, "E", "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for_up_to(s, "0/1 episodes passed", Duration::from_secs(120));
+    // Inspect the failed episode and fork it at step 1 with the oracle.
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "failure mode");
+    wait_for(s, "FAIL ");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "Trajectory");
+    tmux(&["send-keys", "-t", s, "f"]);
+    wait_for(s, "Fork eval-");
+    tmux(&["send-keys", "-t", s, "BSpace"]);
+    tmux(&["send-keys", "-t", s, "-l", "1"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    // It runs live, then the job says it passed.
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for_up_to(s, "upper#0", Duration::from_secs(120));
+    tmux(&["send-keys", "-t", s, "F4"]);
+    let screen = wait_for_up_to(s, "passed with oracle", Duration::from_secs(120));
+    assert!(screen.contains("at step 1"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+    let ws = Workspace::open(dir.path()).unwrap();
+    let fork = ws
+        .list_episodes(None)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.run_id.starts_with("run-"))
+        .expect("the fork is indexed");
+    assert!(fork.passed, "{fork:?}");
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(&fork.path).with_extension("json")).unwrap(),
+    )
+    .unwrap();
+    let link = &result["forked_from"];
+    assert!(link["run"].as_str().unwrap().starts_with("eval-"), "{result:#}");
+    assert_eq!((&link["at_step"], &link["replayed"]), (&serde_json::json!(1), &serde_json::json!(1)));
+    assert_eq!(link["policy"], policy.as_str());
+    assert!(
+        result["steps"][0]["command"].as_str().unwrap().contains("step-zero"),
+        "{result:#}"
+    );
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::policy::Policy;
 use super::protocol::{self, Action, Protocol};
-use super::terminal::{Fault, Terminal};
+use super::terminal::{Fault, HumanTurn, Terminal};
 use crate::llm::{ChatMessage, TokenUsage};
 use crate::task::Task;
 
@@ -128,6 +128,10 @@ pub enum StepKind {
     /// The reply held neither a usable command nor done; the agent is told so
     /// and the turn counts.
     Malformed,
+    /// A command a human typed while holding the session (a take-over from
+    /// the TUI): not a reply of the policy, not a turn, not in the
+    /// conversation; its `turn` is the agent turn whose command waited.
+    Human,
 }
 
 /// One turn: the policy's reply and, for a command, what running it gave.
@@ -180,6 +184,25 @@ impl Step {
     }
 }
 
+/// A human took the episode's session over (the TUI's ctrl-t): when, and
+/// what they did. Evaluations leave such episodes out of their numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Takeover {
+    /// The agent turn whose command waited the first time (1-based).
+    pub turn: u32,
+    /// Index into `steps` where the human's part begins (the first human
+    /// step, or the agent step that waited when the human ran nothing).
+    pub step: u32,
+    /// When the human first took the session (RFC 3339, UTC).
+    pub at: String,
+    /// Seconds into the episode the human first took it.
+    pub after_secs: f64,
+    /// Commands the human ran (the steps of kind `human`).
+    pub human_steps: u32,
+    /// Seconds the human held the session, over every take-over.
+    pub held_secs: f64,
+}
+
 /// The agent's side of an episode, before verification.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trajectory {
@@ -199,12 +222,18 @@ pub struct Trajectory {
     pub exec_secs: f64,
     /// Wall-clock seconds of the whole loop.
     pub agent_secs: f64,
+    /// Set when a human took the session over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover: Option<Takeover>,
 }
 
 impl Trajectory {
-    /// Turns taken (replies given).
+    /// Turns taken (replies given; a human's commands are not turns).
     pub fn turns(&self) -> u32 {
-        self.steps.len() as u32
+        self.steps
+            .iter()
+            .filter(|s| s.kind != StepKind::Human)
+            .count() as u32
     }
 }
 
@@ -267,6 +296,7 @@ impl EpisodeStepper {
                 policy_secs: 0.0,
                 exec_secs: 0.0,
                 agent_secs: 0.0,
+                takeover: None,
             },
             ended: false,
         };
@@ -407,8 +437,13 @@ impl EpisodeStepper {
                 }
                 let ran = Instant::now();
                 let result = terminal.exec(&cmd, timeout);
-                step.exec_secs = ran.elapsed().as_secs_f64();
+                let human = terminal.take_human();
+                let held = human.as_ref().map_or(0.0, |h| h.held_secs);
+                step.exec_secs = (ran.elapsed().as_secs_f64() - held).max(0.0);
                 self.trajectory.exec_secs += step.exec_secs;
+                if let Some(h) = human {
+                    self.record_human(turn, h, observer);
+                }
                 step.command = Some(cmd);
                 match result {
                     Ok(r) => {
@@ -443,6 +478,48 @@ impl EpisodeStepper {
         StepOutcome {
             observation,
             done: self.ended,
+        }
+    }
+
+    /// Add what a human did while holding the session during turn `turn`
+    /// (before the agent's command ran) as steps of kind `human`, and mark
+    /// the episode as taken over.
+    fn record_human(&mut self, turn: u32, human: HumanTurn, observer: &mut dyn EpisodeObserver) {
+        let at_step = self.trajectory.steps.len() as u32;
+        let after_secs = human
+            .taken
+            .saturating_duration_since(self.started)
+            .as_secs_f64();
+        let t = self.trajectory.takeover.get_or_insert_with(|| Takeover {
+            turn,
+            step: at_step,
+            at: human
+                .taken_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            after_secs,
+            human_steps: 0,
+            held_secs: 0.0,
+        });
+        t.human_steps += human.commands.len() as u32;
+        t.held_secs += human.held_secs;
+        let protocol = &self.config.protocol;
+        for c in human.commands {
+            let mut step = Step {
+                command: Some(c.command),
+                exec_secs: c.secs,
+                ..Step::new(turn, StepKind::Human)
+            };
+            match c.result {
+                Ok(r) => {
+                    step.exit_code = r.exit_code;
+                    step.timed_out = r.timed_out;
+                    step.output =
+                        protocol.truncate_output(&r.output, protocol::MAX_OBSERVATION_CHARS);
+                }
+                Err(e) => step.error = Some(e.to_string()),
+            }
+            observer.on_step(&step);
+            self.trajectory.steps.push(step);
         }
     }
 
@@ -650,5 +727,94 @@ mod tests {
         // the step keeps the real code for reports
         assert_eq!(t.steps[0].exit_code, Some(3));
         assert_eq!(t.end_reason, EndReason::Done);
+    }
+
+    /// A terminal a human takes over before the agent's second command:
+    /// they run `fix` (exit 0) and `oops` (exit 2) and hold it 5 s.
+    #[derive(Default)]
+    struct TakenOver {
+        execs: u32,
+        human: Option<crate::agent::HumanTurn>,
+    }
+
+    impl Terminal for TakenOver {
+        fn exec(&mut self, _: &str, _: Duration) -> Result<ExecResult, TerminalError> {
+            self.execs += 1;
+            if self.execs == 2 {
+                let ran = |command: &str, code| crate::agent::HumanCommand {
+                    command: command.into(),
+                    result: Ok(ExecResult {
+                        output: format!("{command} ran"),
+                        exit_code: Some(code),
+                        timed_out: false,
+                        truncated: false,
+                        duration: Duration::ZERO,
+                    }),
+                    secs: 0.5,
+                };
+                self.human = Some(crate::agent::HumanTurn {
+                    taken_at: chrono::Utc::now(),
+                    taken: Instant::now(),
+                    held_secs: 5.0,
+                    commands: vec![ran("fix", 0), ran("oops", 2)],
+                });
+            }
+            Ok(ExecResult {
+                output: "ok".into(),
+                exit_code: Some(0),
+                timed_out: false,
+                truncated: false,
+                duration: Duration::ZERO,
+            })
+        }
+        fn take_human(&mut self) -> Option<crate::agent::HumanTurn> {
+            self.human.take()
+        }
+    }
+
+    #[test]
+    fn a_humans_commands_become_human_steps_and_mark_the_takeover() {
+        let mut policy = ScriptedPolicy::new(vec!["ls".into(), "cat a".into()]);
+        let mut term = TakenOver::default();
+        let mut seen = Vec::new();
+        struct Seen<'a>(&'a mut Vec<StepKind>);
+        impl EpisodeObserver for Seen<'_> {
+            fn on_step(&mut self, step: &Step) {
+                self.0.push(step.kind);
+            }
+        }
+        let t = run_episode(
+            "task",
+            &mut policy,
+            &mut term,
+            &EpisodeConfig::default(),
+            &mut Seen(&mut seen),
+        );
+        use StepKind::*;
+        let kinds: Vec<StepKind> = t.steps.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, [Command, Human, Human, Command, Done]);
+        assert_eq!(seen, kinds, "the observer sees the human steps too");
+        // The human's commands are no turns of the agent's.
+        assert_eq!(t.turns(), 3);
+        let (fix, oops) = (&t.steps[1], &t.steps[2]);
+        assert_eq!(fix.command.as_deref(), Some("fix"));
+        assert_eq!((fix.turn, fix.exit_code), (2, Some(0)));
+        assert_eq!((oops.output.as_str(), oops.exit_code), ("oops ran", Some(2)));
+        assert!(fix.reply.is_empty());
+        // Nor is their output in the conversation: the agent saw only its own.
+        assert!(!t.messages.iter().any(|m| m.content.contains("oops ran")));
+        let to = t.takeover.clone().unwrap();
+        assert_eq!((to.turn, to.step, to.human_steps), (2, 1, 2));
+        assert_eq!(to.held_secs, 5.0);
+        assert!(to.at.ends_with('Z'), "{}", to.at);
+        // The time the human held the session is not the agent's.
+        assert!(t.steps[3].exec_secs < 1.0);
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["steps"][1]["kind"], "human");
+        assert_eq!(v["takeover"]["human_steps"], 2);
+        // A trajectory nobody took over says nothing about take-overs.
+        let plain = end_of(|| TerminalError::infra("x"));
+        assert!(plain.takeover.is_none());
+        assert!(serde_json::to_value(&plain).unwrap().get("takeover").is_none());
     }
 }

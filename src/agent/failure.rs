@@ -71,9 +71,23 @@ pub const LOOP_MAX_PERIOD: usize = 3;
 /// timeout: first timed-out command (else the last step); premature done and
 /// turn exhaustion: first command with a non-zero exit (else the done step /
 /// the last step); error, shell died and resource limit: the last step.
+///
+/// Only the agent's steps are judged: a human's commands (steps of kind
+/// `human`, from a take-over) are skipped, and indices still point into
+/// `steps` as recorded.
 pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, Option<u32>) {
-    let last = steps.len().checked_sub(1).map(|i| i as u32);
-    let first = |pred: &dyn Fn(&Step) -> bool| steps.iter().position(pred).map(|i| i as u32);
+    let last = steps
+        .iter()
+        .rposition(is_agent)
+        .or(steps.len().checked_sub(1))
+        .map(|i| i as u32);
+    let first = |pred: &dyn Fn(&Step) -> bool| {
+        steps
+            .iter()
+            .position(|s| is_agent(s) && pred(s))
+            .map(|i| i as u32)
+    };
+    let agent_steps = steps.iter().filter(|s| is_agent(s)).count();
     match end_reason {
         EndReason::Error => return (FailureMode::Error, last),
         EndReason::ShellDied => return (FailureMode::ShellDied, last),
@@ -85,7 +99,7 @@ pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, 
         .iter()
         .filter(|s| s.kind == StepKind::Malformed)
         .count();
-    if !steps.is_empty() && malformed * 2 >= steps.len() {
+    if agent_steps > 0 && malformed * 2 >= agent_steps {
         return (
             FailureMode::FormatError,
             first(&|s| s.kind == StepKind::Malformed),
@@ -119,11 +133,12 @@ pub fn failure_labels(steps: &[Step], end_reason: EndReason) -> Vec<FailureMode>
         .iter()
         .filter(|s| s.kind == StepKind::Malformed)
         .count();
+    let agent_steps = steps.iter().filter(|s| is_agent(s)).count();
     let applies = |m: FailureMode| match m {
         FailureMode::Loop => find_loop(steps).is_some(),
         FailureMode::TurnExhaustion => end_reason == EndReason::MaxTurns,
         FailureMode::PrematureDone => end_reason == EndReason::Done,
-        FailureMode::FormatError => !steps.is_empty() && malformed * 2 >= steps.len(),
+        FailureMode::FormatError => agent_steps > 0 && malformed * 2 >= agent_steps,
         FailureMode::Timeout => end_reason == EndReason::Timeout,
         FailureMode::ShellDied => end_reason == EndReason::ShellDied,
         FailureMode::ResourceLimit => end_reason == EndReason::ResourceLimit,
@@ -135,11 +150,18 @@ pub fn failure_labels(steps: &[Step], end_reason: EndReason) -> Vec<FailureMode>
         .collect()
 }
 
-/// The step index where a loop starts, if the commands contain one.
+/// Whether a step is the agent's (not a human's, from a take-over).
+fn is_agent(step: &Step) -> bool {
+    step.kind != StepKind::Human
+}
+
+/// The step index where a loop starts, if the agent's commands contain one
+/// (a human's commands are skipped).
 pub fn find_loop(steps: &[Step]) -> Option<usize> {
     let cmds: Vec<(usize, &str)> = steps
         .iter()
         .enumerate()
+        .filter(|(_, s)| is_agent(s))
         .filter_map(|(i, s)| s.command.as_deref().map(|c| (i, c.trim())))
         .collect();
     let mut best: Option<usize> = None;
@@ -315,6 +337,47 @@ mod tests {
         assert_eq!(
             classify_failure(&s, EndReason::MaxTurns),
             (FailureMode::TurnExhaustion, Some(2))
+        );
+    }
+    #[test]
+    fn a_humans_commands_are_not_judged() {
+        let human = |c: &str, code: i32| Step {
+            kind: StepKind::Human,
+            ..cmd(c, code)
+        };
+        // Three identical human commands are no loop of the agent's; a
+        // failing one is not the agent's first bad command.
+        let s = vec![
+            cmd("ls", 0),
+            human("ls", 0),
+            human("ls", 0),
+            human("false", 1),
+            cmd("cat x", 1),
+            kind(StepKind::Done),
+        ];
+        assert_eq!(find_loop(&s), None);
+        assert_eq!(
+            classify_failure(&s, EndReason::Done),
+            (FailureMode::PrematureDone, Some(4))
+        );
+        // Half of the agent's steps malformed, however many the human ran.
+        let s = vec![
+            kind(StepKind::Malformed),
+            human("a", 0),
+            human("b", 0),
+            human("c", 0),
+            cmd("ls", 0),
+        ];
+        assert_eq!(
+            classify_failure(&s, EndReason::MaxTurns),
+            (FailureMode::FormatError, Some(0))
+        );
+        assert!(failure_labels(&s, EndReason::MaxTurns).contains(&FailureMode::FormatError));
+        // The last step of a dead shell is the agent's last.
+        let s = vec![cmd("ls", 0), human("exit", 0)];
+        assert_eq!(
+            classify_failure(&s, EndReason::ShellDied),
+            (FailureMode::ShellDied, Some(0))
         );
     }
 }

@@ -18,7 +18,7 @@ mod terminal;
 pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step,
-    StepKind, StepOutcome, Trajectory,
+    StepKind, StepOutcome, Takeover, Trajectory,
 };
 pub use episode_io::{
     EpisodePaths, LiveStream, RolloutError, RolloutEvent, SandboxProvider, StartOptions,
@@ -30,9 +30,9 @@ pub use failure::{
 pub use index::index_episode;
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
 pub use recorded::{RecordedEpisode, Recording, Started};
-pub use result::{EpisodeId, EpisodeResult, TestOutcome, Timings};
+pub use result::{EpisodeId, EpisodeResult, ForkOf, TestOutcome, Timings};
 pub use rollout::{
     load_result, load_run, run_rollouts, run_sandboxed_episode, RolloutConfig, RunSummary,
 };
 pub use sandboxed::BackendProvider;
-pub use terminal::{Fault, Terminal, TerminalError};
+pub use terminal::{Fault, HumanCommand, HumanTurn, Terminal, TerminalError};

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::episode::{EndReason, Step, Trajectory};
+use super::episode::{EndReason, Step, Takeover, Trajectory};
 use super::failure::{classify_failure, failure_labels, FailureMode};
 use super::terminal::TerminalError;
 use crate::llm::TokenUsage;
@@ -36,6 +36,24 @@ pub struct Timings {
     pub verify_secs: f64,
     /// The whole episode, sandbox start to verification.
     pub total_secs: f64,
+}
+
+/// The episode a fork started from, and where (`endless run --fork`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOf {
+    /// The parent's run.
+    pub run: String,
+    /// The parent's task.
+    pub task: String,
+    /// The parent's sample.
+    pub sample: u32,
+    /// The parent's policy.
+    pub policy: String,
+    /// The step (0-based) the fork took over at: the parent's commands
+    /// before it were re-run first.
+    pub at_step: u32,
+    /// How many commands were re-run (this episode's first steps).
+    pub replayed: u32,
 }
 
 /// Who ran what: identifies an episode.
@@ -114,6 +132,14 @@ pub struct EpisodeResult {
     /// the episode was recorded before this existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<String>,
+    /// Set when a human took the session over (the TUI's ctrl-t): the
+    /// episode is not the policy's own, and evaluations leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_over: Option<Takeover>,
+    /// Set for a fork of another episode: its parent and the step it took
+    /// over at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOf>,
 }
 
 impl EpisodeResult {
@@ -178,6 +204,8 @@ impl EpisodeResult {
             tokens: trajectory.tokens,
             timings,
             verifier: None,
+            taken_over: trajectory.takeover.clone(),
+            forked_from: None,
         }
     }
 
@@ -203,6 +231,8 @@ impl EpisodeResult {
             tokens: TokenUsage::default(),
             timings,
             verifier: None,
+            taken_over: None,
+            forked_from: None,
         }
     }
 }
@@ -254,6 +284,7 @@ mod tests {
             policy_secs: 0.0,
             exec_secs: 0.0,
             agent_secs: 0.0,
+            takeover: None,
         }
     }
 

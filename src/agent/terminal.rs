@@ -1,6 +1,6 @@
 //! The shell the episode loop talks to.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::sandbox::ExecResult;
 
@@ -57,21 +57,59 @@ impl TerminalError {
     }
 }
 
+/// One command a human ran while holding the session (a take-over).
+#[derive(Debug, Clone)]
+pub struct HumanCommand {
+    /// The command line as typed.
+    pub command: String,
+    /// What running it gave, or the shell failure it ran into.
+    pub result: Result<ExecResult, TerminalError>,
+    /// Seconds it took.
+    pub secs: f64,
+}
+
+/// What a human did while holding the session, before the agent's command
+/// ran: when they took it, for how long, and the commands they ran.
+#[derive(Debug, Clone)]
+pub struct HumanTurn {
+    /// When the human took the session (wall clock).
+    pub taken_at: chrono::DateTime<chrono::Utc>,
+    /// The same moment on the monotonic clock (for seconds into the episode).
+    pub taken: Instant,
+    /// Seconds the human held the session (the agent's command waited).
+    pub held_secs: f64,
+    /// The commands, in the order they ran.
+    pub commands: Vec<HumanCommand>,
+}
+
 /// Something that runs shell commands one at a time, keeping state between
 /// them (working directory, environment, files).
 pub trait Terminal {
     /// Run `command`, interrupting it after `timeout`.
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError>;
+
+    /// What a human did in the session during the last [`exec`](Self::exec)
+    /// (before the command ran), if a human held it; taken once. Terminals
+    /// nobody can take over have nothing to report.
+    fn take_human(&mut self) -> Option<HumanTurn> {
+        None
+    }
 }
 
 impl<T: Terminal + ?Sized> Terminal for &mut T {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
         (**self).exec(command, timeout)
     }
+    fn take_human(&mut self) -> Option<HumanTurn> {
+        (**self).take_human()
+    }
 }
 
 impl<T: Terminal + ?Sized> Terminal for Box<T> {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
         (**self).exec(command, timeout)
+    }
+    fn take_human(&mut self) -> Option<HumanTurn> {
+        (**self).take_human()
     }
 }

@@ -38,6 +38,8 @@ mod tasks;
 pub mod train_cmd;
 mod workspace_cmd;
 
+pub use workspace_cmd::{ask_to_create, check_workspace_exists};
+
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -69,12 +71,14 @@ pub fn dispatch(ctx: &Context, command: Command) -> Result<ExitCode> {
 }
 
 /// A workspace with no tasks and no runs gets offline tasks, so that the
-/// TUI opens on something to explore.
-pub fn seed_if_fresh(ctx: &Context) -> Result<()> {
-    let mut ws = ctx.workspace()?;
+/// TUI opens on something to explore. A workspace whose `endless.db` was
+/// missing or corrupt gets its index rebuilt from its files instead; the
+/// message saying so is returned (for the TUI's status line).
+pub fn seed_if_fresh(ctx: &Context) -> Result<Option<String>> {
+    let (mut ws, rebuilt) = crate::workbench::open_rebuilding(&ctx.workspace_root)?;
     let ws = &mut ws;
-    if !ws.task_ids()?.is_empty() || !ws.list_runs()?.is_empty() {
-        return Ok(());
+    if rebuilt.is_some() || !ws.task_ids()?.is_empty() || !ws.list_runs()?.is_empty() {
+        return Ok(rebuilt);
     }
     let n = ctx.config.generate.seed_tasks;
     say_err!(
@@ -88,7 +92,7 @@ pub fn seed_if_fresh(ctx: &Context) -> Result<()> {
         ..Default::default()
     };
     crate::workbench::generate::offline_into(ws, &req, &job)?;
-    Ok(())
+    Ok(None)
 }
 
 /// Print `value` as pretty JSON on stdout.

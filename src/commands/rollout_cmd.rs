@@ -28,6 +28,14 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
         task: args.task,
         max_turns: args.max_turns,
         protocol: args.protocol.clone(),
+        fork: match (args.fork, args.at_step) {
+            (Some(parent), at) => Some(workbench::fork::ForkRequest {
+                parent,
+                at_step: at.unwrap_or(0),
+            }),
+            (None, Some(_)) => anyhow::bail!("--at-step needs --fork EPISODE"),
+            (None, None) => None,
+        },
     };
     let episode = foreground(quiet, |job, hooks| {
         workbench::run_episode(ctx, &req, job, hooks)

@@ -112,17 +112,27 @@ pub struct EvalReport {
     pub mean_turns: f64,
     /// Model tokens summed over all episodes.
     pub tokens: TokenUsage,
+    /// Episodes a human took over (the TUI's ctrl-t): not the policy's own
+    /// runs, so left out of every other number here.
+    #[serde(default)]
+    pub taken_over: usize,
 }
 
-/// Evaluate a set of episodes.
-pub fn evaluate(episodes: &[EpisodeResult]) -> EvalReport {
+/// Evaluate a set of episodes. Episodes a human took over are counted in
+/// `taken_over` and left out of everything else.
+pub fn evaluate(all_episodes: &[EpisodeResult]) -> EvalReport {
+    let episodes: Vec<&EpisodeResult> = all_episodes
+        .iter()
+        .filter(|e| e.taken_over.is_none())
+        .collect();
+    let taken_over = all_episodes.len() - episodes.len();
     let mut all = GroupStats::default();
     let mut per_category: BTreeMap<String, GroupStats> = BTreeMap::new();
     let mut per_complexity: BTreeMap<String, GroupStats> = BTreeMap::new();
     let mut tasks: BTreeMap<String, TaskStats> = BTreeMap::new();
     let mut tokens = TokenUsage::default();
     let mut turns = 0u64;
-    for e in episodes {
+    for &e in &episodes {
         all.add(e);
         let cat = if e.category.is_empty() {
             "uncategorized".to_string()
@@ -164,7 +174,7 @@ pub fn evaluate(episodes: &[EpisodeResult]) -> EvalReport {
     let failed: Vec<Vec<FailureMode>> = episodes
         .iter()
         .filter(|e| !e.passed && e.end_reason.is_scored())
-        .map(EpisodeResult::labels)
+        .map(|e| e.labels())
         .collect();
     let failures = failed.len();
     let multi_label_failures = failed.iter().filter(|l| l.len() > 1).count();
@@ -202,6 +212,7 @@ pub fn evaluate(episodes: &[EpisodeResult]) -> EvalReport {
             turns as f64 / episodes.len() as f64
         },
         tokens,
+        taken_over,
     }
 }
 
@@ -256,6 +267,12 @@ pub fn paper_view_line(r: &EvalReport) -> String {
     )
 }
 
+/// `N episodes taken over by a human, left out of these numbers`.
+pub fn taken_over_line(n: usize) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{n} episode{s} taken over by a human: left out of these numbers")
+}
+
 /// The report as a plain-text table for the terminal.
 pub fn format_table(r: &EvalReport) -> String {
     let mut out = String::new();
@@ -281,6 +298,9 @@ pub fn format_table(r: &EvalReport) -> String {
         .map(|(m, n)| format!("{} {n}", m.as_str()))
         .collect();
     let _ = writeln!(out, "failure modes: {}", modes.join("  "));
+    if r.taken_over > 0 {
+        let _ = writeln!(out, "{}", taken_over_line(r.taken_over));
+    }
     let _ = writeln!(out, "{}\n", paper_view_line(r));
     group_rows(&mut out, "category", &r.per_category);
     out.push('\n');
@@ -330,6 +350,9 @@ pub fn write_markdown_report(r: &EvalReport, title: &str, dir: &Path) -> std::io
         r.mean_turns,
         r.tokens.total()
     );
+    if r.taken_over > 0 {
+        let _ = writeln!(md, "{}.\n", taken_over_line(r.taken_over));
+    }
     let _ = writeln!(md, "| k | pass@k |\n|---|---|");
     for (k, v) in &r.pass_at_k {
         let _ = writeln!(md, "| {k} | {} |", pct(*v));
@@ -442,6 +465,8 @@ pub(crate) mod tests {
             tokens: TokenUsage::default(),
             timings: Timings::default(),
             verifier: None,
+            taken_over: None,
+            forked_from: None,
         }
     }
 
@@ -465,6 +490,41 @@ pub(crate) mod tests {
         assert!(table.contains("shell_died 2"), "{table}");
     }
 
+    #[test]
+    fn taken_over_episodes_are_left_out_and_said_so() {
+        let mut helped = episode("a", 1, true, EndReason::Done);
+        helped.taken_over = Some(crate::agent::Takeover {
+            turn: 2,
+            step: 1,
+            at: "2026-12-01T00:00:00.000Z".into(),
+            after_secs: 3.0,
+            human_steps: 1,
+            held_secs: 4.0,
+        });
+        let eps = [
+            episode("a", 0, false, EndReason::Done),
+            helped,
+            episode("b", 0, true, EndReason::Done),
+        ];
+        let r = evaluate(&eps);
+        assert_eq!((r.episodes, r.passed, r.taken_over), (2, 1, 1));
+        assert_eq!(r.pass_rate, 0.5);
+        let a = r.tasks.iter().find(|t| t.task == "a").unwrap();
+        assert_eq!((a.samples, a.passed), (1, 0));
+        let table = format_table(&r);
+        assert!(
+            table.contains("1 episode taken over by a human: left out"),
+            "{table}"
+        );
+        assert!(!format_table(&evaluate(&eps[..1])).contains("taken over"));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["taken_over"], 1);
+        // Reports written before take-overs existed still read.
+        let mut old = json.clone();
+        old.as_object_mut().unwrap().remove("taken_over");
+        assert_eq!(serde_json::from_value::<EvalReport>(old).unwrap().taken_over, 0);
+    }
+
     /// Crafted trajectories: a loop that exhausts its turns, a premature
     /// done after malformed replies, a pass; the report counts each failure
     /// once by primary mode and under every label in the paper view.
@@ -485,6 +545,7 @@ pub(crate) mod tests {
             policy_secs: 0.0,
             exec_secs: 0.0,
             agent_secs: 0.0,
+            takeover: None,
         };
         let id = |sample| EpisodeId {
             task: "t".into(),

@@ -363,6 +363,8 @@ mod tests {
             tokens: Default::default(),
             timings: Default::default(),
             verifier: None,
+            taken_over: None,
+            forked_from: None,
         }
     }
 
@@ -395,6 +397,7 @@ mod tests {
                 policy_secs: 0.0,
                 exec_secs: 0.0,
                 agent_secs: 0.0,
+                takeover: None,
             };
             let id = crate::agent::EpisodeId {
                 task: "t".into(),

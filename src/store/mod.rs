@@ -1,6 +1,9 @@
 //! The workspace: task bundles and trajectories on disk (the source of
-//! truth) indexed in SQLite (WAL), which also holds curation data.
+//! truth) indexed in SQLite (WAL), which also holds curation data; every
+//! curation change is also written beside its bundle or episode (see
+//! [`curation`]), so the index can be rebuilt from the files.
 
+mod curation;
 mod import;
 mod jobs;
 mod merge;
@@ -11,13 +14,14 @@ mod workspace;
 
 use std::path::PathBuf;
 
+pub use curation::{EpisodeReview, TaskCuration, REVIEW_EXTENSION, TASK_CURATION_FILE};
 pub use import::{discover, import_paths, ImportOutcome, ImportReport, OnConflict};
 pub use jobs::JobRow;
 pub use merge::MergeReport;
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{EpisodeRow, RunRow};
 pub use tasks::{TaskFilter, TaskRow, TaskStatus};
-pub use workspace::Workspace;
+pub use workspace::{Recovered, Workspace};
 
 /// Errors from the workspace and its database.
 #[derive(Debug, thiserror::Error)]

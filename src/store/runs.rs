@@ -174,7 +174,27 @@ impl Workspace {
                 "no episode {run_id}/{task_id}/{sample}"
             )));
         }
-        Ok(())
+        let row = self.episode_row(run_id, task_id, sample)?;
+        self.save_episode_review(&row)
+    }
+
+    /// One episode's row.
+    pub fn episode_row(
+        &self,
+        run_id: &str,
+        task_id: &str,
+        sample: u32,
+    ) -> Result<EpisodeRow, StoreError> {
+        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes
+                   FROM episodes WHERE run_id = ?1 AND task_id = ?2 AND sample = ?3";
+        self.conn
+            .query_row(sql, params![run_id, task_id, sample], episode_from_row)
+            .map_err(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => {
+                    StoreError::Invalid(format!("no episode {run_id}/{task_id}/{sample}"))
+                }
+                e => StoreError::Sql(e),
+            })
     }
 }
 

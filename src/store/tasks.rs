@@ -205,7 +205,7 @@ impl Workspace {
         if n == 0 {
             return Err(StoreError::NoSuchTask(id.into()));
         }
-        Ok(())
+        self.save_task_curation(id)
     }
 
     /// Ids of all indexed tasks.

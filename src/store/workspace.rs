@@ -16,11 +16,25 @@ use crate::task::{read_native, write_native, Task};
 /// Staging directories older than this are leftovers of a dead process.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// What [`Workspace::open_recovering`] found wrong with `endless.db`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovered {
+    /// There was none, though the workspace has tasks or runs.
+    Missing,
+    /// It was not a database; it now lies at `moved_to`.
+    Corrupt {
+        /// Where the broken file went.
+        moved_to: PathBuf,
+    },
+}
+
 /// An open workspace. Each thread opens its own (SQLite WAL allows one
 /// writer and many readers at once).
 pub struct Workspace {
     root: PathBuf,
     pub(crate) conn: Connection,
+    /// This open created the database (there was none, or an empty one).
+    created: bool,
 }
 
 impl Workspace {
@@ -37,13 +51,60 @@ impl Workspace {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         migrate(&mut conn)?;
         let ws = Workspace {
             root: root.to_path_buf(),
             conn,
+            created: version == 0,
         };
         ws.reconcile()?;
         Ok(ws)
+    }
+
+    /// [`Workspace::open`], mending a database that is missing while the
+    /// workspace has files (it was deleted) or that is not a database any
+    /// more (corrupt: moved aside to `endless.db.corrupt-<time>`, with its
+    /// `-wal` and `-shm`). Says what it mended: the caller rebuilds the
+    /// index from the files (`workbench::rebuild_index`).
+    pub fn open_recovering(root: &Path) -> Result<(Self, Option<Recovered>), StoreError> {
+        let db = root.join("endless.db");
+        let has_files = |sub: &str| {
+            fs::read_dir(root.join(sub))
+                .map(|mut d| d.any(|e| e.is_ok_and(|e| !e.file_name().to_string_lossy().starts_with('.'))))
+                .unwrap_or(false)
+        };
+        let has_files = has_files("tasks") || has_files("runs");
+        match Self::open(root) {
+            Ok(ws) => {
+                let missing = ws.created && has_files;
+                Ok((ws, missing.then_some(Recovered::Missing)))
+            }
+            Err(StoreError::Sql(e))
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+                ) =>
+            {
+                let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+                let moved_to = root.join(format!("endless.db.corrupt-{stamp}"));
+                for suffix in ["", "-wal", "-shm"] {
+                    let from = root.join(format!("endless.db{suffix}"));
+                    if from.exists() {
+                        let to = PathBuf::from(format!("{}{suffix}", moved_to.display()));
+                        fs::rename(&from, &to).map_err(StoreError::io(&from))?;
+                    }
+                }
+                tracing::warn!(
+                    "{}: not a database ({e}); moved to {} and rebuilding the index",
+                    db.display(),
+                    moved_to.display()
+                );
+                let ws = Self::open(root)?;
+                Ok((ws, Some(Recovered::Corrupt { moved_to })))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The workspace directory.
@@ -94,7 +155,11 @@ impl Workspace {
     pub fn add_task(&self, task: &Task, status: TaskStatus) -> Result<(), StoreError> {
         let dir = self.task_dir(task.id());
         crate::task::save_native_atomic(task, &dir)?;
-        index_task_in(&self.conn, task, status)
+        index_task_in(&self.conn, task, status)?;
+        if status != TaskStatus::Candidate {
+            self.save_task_curation(task.id())?;
+        }
+        Ok(())
     }
 
     /// Replace an existing task's bundle atomically (readers see old or new).
@@ -103,6 +168,12 @@ impl Workspace {
         let staging = AtomicDir::new(&self.tasks_dir().join(format!(".new-{}", task.id())))
             .map_err(StoreError::io(&target))?;
         write_native(task, staging.path())?;
+        // The curation file stays with the task.
+        let curation = target.join(super::TASK_CURATION_FILE);
+        if curation.is_file() {
+            let kept = staging.path().join(super::TASK_CURATION_FILE);
+            fs::copy(&curation, &kept).map_err(StoreError::io(&curation))?;
+        }
         replace_dir_atomic(staging.path(), &target).map_err(StoreError::io(&target))?;
         index_task_in(&self.conn, task, TaskStatus::Candidate)
     }
@@ -147,6 +218,8 @@ impl Workspace {
             match read_native(&tasks_dir.join(id), &ReadLimits::default()) {
                 Ok(task) => {
                     index_task_in(&self.conn, &task, TaskStatus::Candidate)?;
+                    // A bundle whose row was lost keeps its curation.
+                    self.restore_task_curation(id)?;
                     changed += 1;
                 }
                 Err(e) => tracing::warn!("not indexing {}: {e}", tasks_dir.join(id).display()),

@@ -13,6 +13,7 @@ use super::keymap::Command;
 use super::launch::JobSpec;
 use super::runtime::episode_io::LoadedEpisode;
 use super::takeover::TakeoverHandle;
+use crate::agent::StepKind;
 use crate::jobs::JobEvent;
 use crate::store::{EpisodeRow, JobRow, TaskRow, TaskStatus};
 use crate::task::Task;
@@ -64,6 +65,8 @@ pub enum Action {
     /// The first seed whose offline batch is new to the workspace (the
     /// offline form proposes it).
     OfflineSeed(u64),
+    /// The launch forms' last values in this workspace.
+    FormValuesLoaded(FormValues),
     /// An informational message for the status line.
     Info(String),
     /// An error for the status line.
@@ -120,6 +123,20 @@ pub enum LiveEvent {
     Watched(Box<LiveEvent>),
 }
 
+/// The command a pane's title shows for a step (`LiveEvent::Step`): a
+/// human's marked as theirs; empty for a step that ran none.
+pub fn pane_command(kind: StepKind, command: Option<&str>) -> String {
+    match (kind, command) {
+        (_, None) => String::new(),
+        (StepKind::Human, Some(c)) => format!("(you) {c}"),
+        (_, Some(c)) => c.to_string(),
+    }
+}
+
+/// The launch forms' last values: by form (`eval`, `train`, ...), then by
+/// field label.
+pub type FormValues = std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+
 /// Work for the event loop / store worker.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
@@ -170,12 +187,24 @@ pub enum Request {
     },
     /// Write every rated / labelled / annotated episode to `<workspace>/ratings.jsonl`.
     ExportRatings,
+    /// Undo a curation change: serve `revert` (a curation request) and say
+    /// `what` instead of its own message.
+    Undo {
+        /// The status line's text (`undone: …`).
+        what: String,
+        /// The request that restores the earlier state.
+        revert: Box<Request>,
+    },
     /// Start a background job (the event loop's launcher serves it).
     Launch(JobSpec),
     /// Cancel a job (the event loop's launcher serves it).
     CancelJob(String),
     /// Find the first seed whose batch of this many offline tasks is new.
     NextFreeSeed(usize),
+    /// Read the launch forms' last values (`<workspace>/tui-forms.json`).
+    LoadFormValues,
+    /// Write the launch forms' last values, by form, then by field.
+    SaveFormValues(FormValues),
 }
 
 /// What the event loop receives.

@@ -76,6 +76,7 @@ commands! {
     Edit => "edit", ["e"], "Open the bundle file in $EDITOR";
     Validate => "validate", ["v"], "Validate the task now";
     Reload => "reload", ["ctrl-r"], "Reload from the workspace";
+    Undo => "undo", ["u"], "Undo the last curation change (status, rating, tags, note; episode rating, label, note)";
     JobEval => "job_eval", ["E"], "Jobs: start an evaluation (form)";
     JobValidate => "job_validate", ["V"], "Jobs: validate the selected task / all tasks (form)";
     JobGenerate => "job_generate", ["L"], "Jobs: LLM task generation (form)";

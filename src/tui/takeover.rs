@@ -1,33 +1,41 @@
-//! "Take over" a running episode: the user types into the sandbox session
-//! of a zoomed live pane, between the agent's turns.
+//! "Take over" a running episode: the user runs commands in the sandbox
+//! session of a zoomed live pane, between the agent's turns.
 //!
 //! No hook in the agent or sandbox is needed: [`TakeoverProvider`] wraps the
 //! real [`BackendProvider`] and hands the episode loop a [`TakeoverTerm`],
 //! whose `exec` first serves the human. While a pane is taken over, the
-//! agent's next command waits; the user's keystrokes go to the session with
-//! `Session::write_input` (so the `.cast` recording has them too). Giving
-//! the session back clears the half-typed line (ctrl-u) and the agent goes
-//! on. A command already running when the takeover starts finishes first.
+//! agent's next command waits; each line the user types (echoed in the pane
+//! as they type it) runs in the session like an agent's command, and is
+//! reported to the episode loop ([`Terminal::take_human`]), which records it
+//! as a step of kind `human` with its output and marks the episode as taken
+//! over. Giving the session back lets the agent go on. A command already
+//! running when the takeover starts finishes first.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::agent::{
-    BackendProvider, LiveStream, SandboxProvider, StartOptions, Terminal, TerminalError,
-    Verification,
+    BackendProvider, HumanCommand, HumanTurn, LiveStream, SandboxProvider, StartOptions, Terminal,
+    TerminalError, Verification,
 };
 use crate::sandbox::{ExecResult, Session};
 use crate::task::Task;
 
+/// The shortest limit a human's command gets (the agent's command limit,
+/// when longer, applies).
+pub const HUMAN_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
 struct Control {
     taken: AtomicBool,
-    tx: Mutex<mpsc::Sender<Vec<u8>>>,
+    /// Commands sent and not yet run.
+    queued: AtomicUsize,
+    tx: Mutex<mpsc::Sender<String>>,
 }
 
 /// The UI's handle on one episode's session.
@@ -57,23 +65,19 @@ impl TakeoverHandle {
         self.0.taken.load(Ordering::SeqCst)
     }
 
-    /// Type bytes into the session (delivered while taken over).
-    pub fn send(&self, bytes: Vec<u8>) {
+    /// Run `command` in the session (it runs while the session is taken
+    /// over, once the agent's running command, if any, has finished).
+    pub fn submit(&self, command: String) {
         if let Ok(tx) = self.0.tx.lock() {
-            let _ = tx.send(bytes);
+            if tx.send(command).is_ok() {
+                self.0.queued.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
-}
 
-/// A terminal that a human can type into.
-pub trait HumanInput {
-    /// Type raw bytes, as a human at the keyboard would.
-    fn write_input(&mut self, bytes: &[u8]) -> Result<(), TerminalError>;
-}
-
-impl HumanInput for Session {
-    fn write_input(&mut self, bytes: &[u8]) -> Result<(), TerminalError> {
-        Session::write_input(self, bytes).map_err(TerminalError::from)
+    /// Commands submitted that have not finished running yet.
+    pub fn queued(&self) -> usize {
+        self.0.queued.load(Ordering::SeqCst)
     }
 }
 
@@ -81,18 +85,21 @@ impl HumanInput for Session {
 pub struct TakeoverTerm<T> {
     /// The real terminal.
     pub inner: T,
-    rx: mpsc::Receiver<Vec<u8>>,
+    rx: mpsc::Receiver<String>,
     control: Arc<Control>,
     stop: Arc<AtomicBool>,
+    /// What the human did during the last `exec`, until the loop takes it.
+    human: Option<HumanTurn>,
 }
 
-impl<T: Terminal + HumanInput> TakeoverTerm<T> {
+impl<T: Terminal> TakeoverTerm<T> {
     /// Wrap `inner`; the handle goes to the UI. `stop` ends a takeover wait
     /// (the job was cancelled).
     pub fn new(inner: T, stop: Arc<AtomicBool>) -> (TakeoverTerm<T>, TakeoverHandle) {
         let (tx, rx) = mpsc::channel();
         let control = Arc::new(Control {
             taken: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
             tx: Mutex::new(tx),
         });
         (
@@ -101,30 +108,61 @@ impl<T: Terminal + HumanInput> TakeoverTerm<T> {
                 rx,
                 control: control.clone(),
                 stop,
+                human: None,
             },
             TakeoverHandle(control),
         )
     }
 
-    /// Forward the human's keystrokes until the session is given back.
-    fn serve_human(&mut self) -> Result<(), TerminalError> {
-        let mut was_taken = false;
+    /// Run the human's commands until the session is given back; what they
+    /// did is kept for [`Terminal::take_human`]. A shell failure during a
+    /// human's command ends the wait with that error.
+    fn serve_human(&mut self, timeout: Duration) -> Result<(), TerminalError> {
+        let timeout = timeout.max(HUMAN_COMMAND_TIMEOUT);
+        let mut turn: Option<HumanTurn> = None;
+        let mut failed = None;
         loop {
-            while let Ok(bytes) = self.rx.try_recv() {
-                self.inner.write_input(&bytes)?;
-                was_taken = true;
+            // Read the flag before the queue: a command sent just before
+            // the session was given back still runs.
+            let taken = self.control.taken.load(Ordering::SeqCst);
+            if taken && turn.is_none() {
+                turn = Some(new_turn());
             }
-            if !self.control.taken.load(Ordering::SeqCst) || self.stop.load(Ordering::Relaxed) {
+            while let Ok(command) = self.rx.try_recv() {
+                let t = turn.get_or_insert_with(new_turn);
+                let ran = Instant::now();
+                let result = self.inner.exec(&command, timeout);
+                self.control.queued.fetch_sub(1, Ordering::SeqCst);
+                failed = result.as_ref().err().cloned();
+                t.commands.push(HumanCommand {
+                    command,
+                    result,
+                    secs: ran.elapsed().as_secs_f64(),
+                });
+                if failed.is_some() {
+                    break;
+                }
+            }
+            if failed.is_some() || !taken || self.stop.load(Ordering::Relaxed) {
                 break;
             }
-            was_taken = true;
             std::thread::sleep(Duration::from_millis(20));
         }
-        if was_taken {
-            // Clear whatever the human left on the command line.
-            self.inner.write_input(b"\x15")?;
+        if let Some(mut t) = turn {
+            t.held_secs = t.taken.elapsed().as_secs_f64();
+            self.human = Some(t);
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+/// A take-over starting now.
+fn new_turn() -> HumanTurn {
+    HumanTurn {
+        taken_at: chrono::Utc::now(),
+        taken: Instant::now(),
+        held_secs: 0.0,
+        commands: Vec::new(),
     }
 }
 
@@ -132,14 +170,18 @@ impl<T: Terminal + HumanInput> TakeoverTerm<T> {
 /// evaluation leaves such episodes out).
 pub use crate::workbench::eval::CANCELLED;
 
-impl<T: Terminal + HumanInput> Terminal for TakeoverTerm<T> {
+impl<T: Terminal> Terminal for TakeoverTerm<T> {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
-        self.serve_human()?;
+        self.serve_human(timeout)?;
         // A cancelled job does not wait for its episodes to run out of turns.
         if self.stop.load(Ordering::Relaxed) {
             return Err(TerminalError::infra(CANCELLED));
         }
         self.inner.exec(command, timeout)
+    }
+
+    fn take_human(&mut self) -> Option<HumanTurn> {
+        self.human.take()
     }
 }
 
@@ -204,32 +246,6 @@ impl SandboxProvider for TakeoverProvider {
     }
 }
 
-/// The bytes a terminal sends for a key (None: nothing to send).
-pub fn key_bytes(key: &KeyEvent) -> Option<Vec<u8>> {
-    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-    Some(match key.code {
-        KeyCode::Char(c) if ctrl && c.is_ascii_alphabetic() => {
-            vec![(c.to_ascii_lowercase() as u8) & 0x1f]
-        }
-        KeyCode::Char(c) => {
-            let mut b = [0u8; 4];
-            c.encode_utf8(&mut b).as_bytes().to_vec()
-        }
-        KeyCode::Enter => b"\r".to_vec(),
-        KeyCode::Backspace => vec![0x7f],
-        KeyCode::Tab => b"\t".to_vec(),
-        KeyCode::Esc => vec![0x1b],
-        KeyCode::Up => b"\x1b[A".to_vec(),
-        KeyCode::Down => b"\x1b[B".to_vec(),
-        KeyCode::Right => b"\x1b[C".to_vec(),
-        KeyCode::Left => b"\x1b[D".to_vec(),
-        KeyCode::Home => b"\x1b[H".to_vec(),
-        KeyCode::End => b"\x1b[F".to_vec(),
-        KeyCode::Delete => b"\x1b[3~".to_vec(),
-        _ => return None,
-    })
-}
-
 /// The key that gives the session back: ctrl-].
 pub fn is_release(key: &KeyEvent) -> bool {
     key.modifiers.contains(KeyModifiers::CONTROL)
@@ -240,6 +256,8 @@ pub fn is_release(key: &KeyEvent) -> bool {
 mod tests {
     use super::*;
 
+    /// Runs commands by name (`fail` exits 1, `die` kills the shell) and
+    /// logs them.
     #[derive(Default)]
     struct Fake {
         log: Vec<String>,
@@ -247,10 +265,13 @@ mod tests {
 
     impl Terminal for Fake {
         fn exec(&mut self, command: &str, _: Duration) -> Result<ExecResult, TerminalError> {
-            self.log.push(format!("exec {command}"));
+            self.log.push(command.to_string());
+            if command == "die" {
+                return Err(TerminalError::shell_died("the PTY closed"));
+            }
             Ok(ExecResult {
-                output: String::new(),
-                exit_code: Some(0),
+                output: format!("out of {command}"),
+                exit_code: Some(if command == "fail" { 1 } else { 0 }),
                 timed_out: false,
                 truncated: false,
                 duration: Duration::ZERO,
@@ -258,40 +279,75 @@ mod tests {
         }
     }
 
-    impl HumanInput for Fake {
-        fn write_input(&mut self, bytes: &[u8]) -> Result<(), TerminalError> {
-            self.log
-                .push(format!("human {}", String::from_utf8_lossy(bytes)));
-            Ok(())
-        }
-    }
-
     #[test]
-    fn the_agent_waits_while_the_human_types() {
+    fn the_agent_waits_while_the_human_runs_commands() {
         let (mut term, handle) = TakeoverTerm::new(Fake::default(), Arc::default());
         handle.set_taken(true);
-        handle.send(b"ls\r".to_vec());
+        handle.submit("ls".into());
+        assert_eq!(handle.queued(), 1);
         let h = handle.clone();
         let t = std::thread::spawn(move || {
             term.exec("echo agent", Duration::from_secs(1)).unwrap();
             term
         });
         std::thread::sleep(Duration::from_millis(100));
-        h.send(b"pwd\r".to_vec());
-        std::thread::sleep(Duration::from_millis(100));
+        h.submit("fail".into());
+        // Sent just before giving the session back: it still runs first.
+        h.submit("pwd".into());
         h.set_taken(false);
-        let term = t.join().unwrap();
-        assert_eq!(
-            term.inner.log,
-            [
-                "human ls\r",
-                "human pwd\r",
-                "human \u{15}",
-                "exec echo agent"
-            ]
-        );
+        let mut term = t.join().unwrap();
+        assert_eq!(term.inner.log, ["ls", "fail", "pwd", "echo agent"]);
+        assert_eq!(handle.queued(), 0);
+        let human = term.take_human().unwrap();
+        let ran: Vec<(&str, Option<i32>)> = human
+            .commands
+            .iter()
+            .map(|c| {
+                let r = c.result.as_ref().unwrap();
+                (c.command.as_str(), r.exit_code)
+            })
+            .collect();
+        assert_eq!(ran, [("ls", Some(0)), ("fail", Some(1)), ("pwd", Some(0))]);
+        assert!(human.held_secs >= 0.1, "{}", human.held_secs);
+        assert!(term.take_human().is_none(), "taken once");
+        // Nobody took it over: nothing to report.
+        term.exec("true", Duration::from_secs(1)).unwrap();
+        assert!(term.take_human().is_none());
+    }
+
+    #[test]
+    fn a_human_taking_the_session_without_commands_is_still_a_takeover() {
+        let (mut term, handle) = TakeoverTerm::new(Fake::default(), Arc::default());
+        handle.set_taken(true);
+        let h = handle.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            h.set_taken(false);
+        });
+        term.exec("ls", Duration::from_secs(1)).unwrap();
+        t.join().unwrap();
+        let human = term.take_human().unwrap();
+        assert!(human.commands.is_empty());
+    }
+
+    #[test]
+    fn a_shell_dying_under_the_human_ends_the_wait_with_the_error() {
+        let (mut term, handle) = TakeoverTerm::new(Fake::default(), Arc::default());
+        handle.set_taken(true);
+        handle.submit("die".into());
+        handle.submit("ls".into());
+        let err = term.exec("echo agent", Duration::from_secs(1)).unwrap_err();
+        assert_eq!(err.message, "the PTY closed");
+        assert_eq!(term.inner.log, ["die"]);
+        let human = term.take_human().unwrap();
+        assert!(human.commands[0].result.is_err());
+    }
+
+    #[test]
+    fn cancelling_ends_the_wait_and_keys_and_paths_parse() {
         let stop = Arc::new(AtomicBool::new(true));
-        let (mut term, _) = TakeoverTerm::new(Fake::default(), stop);
+        let (mut term, handle) = TakeoverTerm::new(Fake::default(), stop);
+        handle.set_taken(true);
         let err = term.exec("ls", Duration::from_secs(1)).unwrap_err();
         assert_eq!(err.message, CANCELLED);
         assert!(term.inner.log.is_empty());
@@ -299,12 +355,13 @@ mod tests {
             episode_of(Path::new("/r/episodes/upper/3.cast")),
             Some(("upper".into(), 3))
         );
-        let k = |c, m| key_bytes(&KeyEvent::new(c, m)).unwrap();
-        assert_eq!(k(KeyCode::Char('c'), KeyModifiers::CONTROL), vec![3]);
-        assert_eq!(k(KeyCode::Enter, KeyModifiers::NONE), b"\r".to_vec());
         assert!(is_release(&KeyEvent::new(
             KeyCode::Char(']'),
             KeyModifiers::CONTROL
+        )));
+        assert!(!is_release(&KeyEvent::new(
+            KeyCode::Char(']'),
+            KeyModifiers::NONE
         )));
     }
 }

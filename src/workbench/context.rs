@@ -52,10 +52,10 @@ impl Context {
         })
     }
 
-    /// Open (creating if needed) the workspace.
+    /// Open (creating if needed) the workspace; a missing or corrupt
+    /// `endless.db` is rebuilt from the files (see [`super::open_rebuilding`]).
     pub fn workspace(&self) -> Result<Workspace> {
-        Workspace::open(&self.workspace_root)
-            .with_context(|| format!("opening workspace {}", self.workspace_root.display()))
+        super::open_rebuilding(&self.workspace_root).map(|(ws, _)| ws)
     }
 
     /// The agent protocol: the profile `flag` names (`--protocol`), else

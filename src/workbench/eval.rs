@@ -22,7 +22,7 @@ use super::{index_episodes, record_pass_at_k, run_id, select_tasks, Context};
 use crate::agent::protocol::Protocol;
 use crate::agent::{
     run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
-    SandboxProvider,
+    SandboxProvider, StepKind,
 };
 use crate::eval::EvalReport;
 use crate::jobs::JobContext;
@@ -64,6 +64,9 @@ pub struct RunRequest {
     pub max_turns: Option<u32>,
     /// Agent protocol profile (`None`: `[agent] protocol`).
     pub protocol: Option<String>,
+    /// Fork a recorded episode instead of starting from the task's initial
+    /// state: its commands before the step re-run first.
+    pub fork: Option<super::fork::ForkRequest>,
 }
 
 /// What an evaluation produced.
@@ -182,8 +185,24 @@ pub fn run_episode<H: RolloutHooks>(
 ) -> Result<EpisodeResult> {
     let ws = ctx.workspace()?;
     let task = ws.load_task(&req.task)?;
-    let policy = PolicyFactory::from_spec(&req.policy, &ctx.policy_options())?;
+    let mut policy = PolicyFactory::from_spec(&req.policy, &ctx.policy_options())?;
     let protocol = ctx.protocol(req.protocol.as_deref())?;
+    let mut link = None;
+    if let Some(fork) = &req.fork {
+        let (parent, mut of) = super::fork::load_parent(&ws, fork, &req.task)?;
+        let source = crate::agent::policy::ForkSource::new(&parent, fork.at_step, policy)?;
+        of.replayed = source.replayed() as u32;
+        job.log(format!(
+            "fork of {}/{}/{} at step {}: {} commands re-run first",
+            of.run, of.task, of.sample, of.at_step, of.replayed
+        ));
+        policy = PolicyFactory::Custom(std::sync::Arc::new(source));
+        link = Some(of);
+    }
+    let fork_key = link
+        .as_ref()
+        .map(|l| format!("fork {}/{}/{} @{}", l.run, l.task, l.sample, l.at_step))
+        .unwrap_or_default();
     let run_id = run_id(
         "run",
         &[
@@ -191,6 +210,7 @@ pub fn run_episode<H: RolloutHooks>(
             &req.task,
             &format!("{:?}", req.max_turns),
             &crate::store::now(),
+            &fork_key,
         ],
     );
     let plan = Plan {
@@ -203,10 +223,14 @@ pub fn run_episode<H: RolloutHooks>(
         protocol,
     };
     let (episodes, _) = rollouts(ctx, &ws, &plan, vec![task], policy, job, hooks)?;
-    episodes
+    let episode = episodes
         .into_iter()
         .next()
-        .context("the episode did not run")
+        .context("the episode did not run")?;
+    match link {
+        Some(link) => super::fork::link_fork(&ws.runs_dir().join(&run_id), episode, link),
+        None => Ok(episode),
+    }
 }
 
 /// What [`rollouts`] runs.
@@ -269,17 +293,27 @@ fn rollouts<H: RolloutHooks>(
                 RolloutEvent::Started { .. } => {}
                 RolloutEvent::Step { task, sample, step } => {
                     let command = step.command.as_deref().unwrap_or_default();
-                    job.log(format!("{task}#{sample} turn {}: {command}", step.turn));
+                    let who = if step.kind == StepKind::Human {
+                        " (human)"
+                    } else {
+                        ""
+                    };
+                    job.log(format!("{task}#{sample} turn {}{who}: {command}", step.turn));
                 }
                 RolloutEvent::Finished { result } => {
                     done += 1;
                     job.progress(done, total.max(done), "episodes");
                     job.log(format!(
-                        "{}#{}: {} after {} turns",
+                        "{}#{}: {} after {} turns{}",
                         result.task,
                         result.sample,
                         if result.passed { "passed" } else { "failed" },
-                        result.turns
+                        result.turns,
+                        if result.taken_over.is_some() {
+                            " (taken over by a human: not counted)"
+                        } else {
+                            ""
+                        }
                     ));
                 }
             }

@@ -10,6 +10,8 @@
 //! the events as progress bars.
 //!
 //! - [`Context`]: paths, config, workspace, sandbox backend, policy options.
+//! - [`check_policy_spec`], [`unmatched_patterns`]: inputs checked before
+//!   anything starts (the TUI's forms, inline).
 //! - Task selection, run ids, indexing a run's episodes and pass@k.
 //! - [`eval()`] and [`run_episode`]: evaluations and single episodes.
 //! - [`validate_tasks`]: structural and sandbox checks.
@@ -17,19 +19,26 @@
 //! - [`train()`]: a [`TrainRequest`] resolved into training options and run.
 //! - [`export`]: datasets for RL trainers (SkyRL parquet, JSON lines).
 //! - [`image_users`]: which tasks build on which base image.
+//! - [`rebuild_index`] and [`open_rebuilding`]: the index rebuilt from the
+//!   workspace's files (a deleted or corrupt `endless.db`).
 
+mod checks;
 mod context;
 pub mod eval;
 pub mod export;
+pub mod fork;
 pub mod generate;
 mod images;
+mod rebuild;
 mod runs;
 mod train;
 mod validate;
 
+pub use checks::{check_policy_spec, unmatched_patterns};
 pub use context::Context;
 pub use eval::{eval, run_episode, EvalOutcome, EvalRequest, Plain, RolloutHooks, RunRequest};
 pub use images::image_users;
+pub use rebuild::{open_rebuilding, rebuild_index, RebuildReport};
 pub use runs::{index_episodes, record_pass_at_k, run_id, select_tasks};
 pub use train::{options as train_options, recipe as train_recipe, train, TrainRequest};
 pub use validate::{validate_task, validate_tasks, BackendOrError, Verdict};

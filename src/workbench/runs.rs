@@ -57,7 +57,7 @@ pub fn select_tasks(ws: &Workspace, selection: Option<&str>) -> Result<Vec<Task>
 }
 
 /// `*` matches any run of characters; everything else literally.
-fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
         return pattern == text;

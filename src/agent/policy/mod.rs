@@ -7,10 +7,12 @@
 //! thread, so many episodes run at once (see `agent::rollout`), and a local
 //! model policy can run its forward pass in place.
 
+mod fork;
 mod human;
 mod openai;
 mod scripted;
 
+pub use fork::{commands_before, ForkSource};
 pub use human::HumanPolicy;
 pub use openai::ChatPolicy;
 pub use scripted::{load_replay_commands, oracle_command, ScriptedPolicy};

@@ -60,7 +60,9 @@ impl App {
             Command::Help => {
                 self.help.visible = true;
                 self.help.scroll = 0;
+                self.help.context = self.help_context();
             }
+            Command::Undo => self.undo(),
             Command::NextView => self.view = View::ALL[(self.view.index() + 1) % View::ALL.len()],
             Command::PrevView => {
                 self.view = View::ALL[(self.view.index() + View::ALL.len() - 1) % View::ALL.len()]
@@ -85,7 +87,8 @@ impl App {
                 View::Tasks => self.tasks_command(cmd),
                 View::Live if cmd == Command::TakeOver => match self.live.take_over() {
                     Ok(()) => self.info(
-                        "you have the session: type; ctrl-] gives it back (the agent waits)".into(),
+                        "you have the session: enter runs a line, recorded as yours; ctrl-] gives it back"
+                            .into(),
                     ),
                     Err(e) => self.error(e),
                 },
@@ -119,6 +122,14 @@ impl App {
                 self.outbox.push(Request::ExportRatings);
                 return;
             }
+            Command::Search => {
+                self.prompt = Some(Prompt {
+                    kind: PromptKind::EpisodeSearch,
+                    input: TextInput::new(self.episodes.search.clone()),
+                    task: None,
+                });
+                return;
+            }
             Command::GotoTask => {}
             other => {
                 let next = self.episodes.handle_command(other);
@@ -145,15 +156,6 @@ impl App {
             return;
         };
         let row = insp.episode.row.clone();
-        let rate =
-            |rating: Option<u8>, label: Option<String>, notes: String| Request::RateEpisode {
-                run: row.run_id.clone(),
-                task: row.task_id.clone(),
-                sample: row.sample,
-                rating,
-                label,
-                notes,
-            };
         let rating = match cmd {
             Command::Rate1 => Some(Some(1)),
             Command::Rate2 => Some(Some(2)),
@@ -165,16 +167,16 @@ impl App {
         };
         if let Some(r) = rating {
             insp.episode.row.rating = r;
-            self.outbox
-                .push(rate(r, row.label.clone(), row.notes.clone()));
+            let after = insp.episode.row.clone();
+            self.curate_episode(&row, &after);
             return;
         }
         match cmd {
             Command::Back => self.inspector = None,
             Command::Label => {
-                let label = insp.next_label();
-                insp.episode.row.label = label.clone();
-                self.outbox.push(rate(row.rating, label, row.notes.clone()));
+                insp.episode.row.label = insp.next_label();
+                let after = insp.episode.row.clone();
+                self.curate_episode(&row, &after);
             }
             Command::Note => {
                 self.prompt = Some(Prompt {
@@ -184,6 +186,20 @@ impl App {
                 });
             }
             Command::ExportRatings => self.outbox.push(Request::ExportRatings),
+            // `f` in the inspector forks the episode (a form asks where).
+            Command::FilterFailure => {
+                let steps = insp.episode.result.as_ref().map_or(0, |r| r.steps.len());
+                if insp.episode.result.is_err() {
+                    self.error("no result to fork from".into());
+                    return;
+                }
+                self.fork_target = Some(super::ForkTarget {
+                    parent: format!("{}/{}/{}", row.run_id, row.task_id, row.sample),
+                    task: row.task_id.clone(),
+                    steps,
+                });
+                self.open_form(FormKind::Fork);
+            }
             Command::Compare => {
                 if insp.other.take().is_some() {
                     return;
@@ -191,7 +207,16 @@ impl App {
                 let same = |r: &&EpisodeRow| {
                     r.task_id == row.task_id && (r.run_id != row.run_id || r.sample != row.sample)
                 };
-                match self.episodes.rows().iter().find(same).cloned() {
+                // A fork is compared with its parent first.
+                let parent = insp.episode.result.as_ref().ok().and_then(|r| r.forked_from.clone());
+                let is_parent = |r: &&EpisodeRow| {
+                    parent.as_ref().is_some_and(|p| {
+                        (&p.run, &p.task, p.sample) == (&r.run_id, &r.task_id, r.sample)
+                    })
+                };
+                let rows = self.episodes.rows();
+                let other = rows.iter().find(is_parent).or_else(|| rows.iter().find(same));
+                match other.cloned() {
                     Some(other) => self.outbox.push(Request::LoadEpisode {
                         row: other,
                         compare: true,
@@ -275,21 +300,15 @@ impl App {
         }
         let id_s = id.clone().unwrap_or_default();
         match cmd {
-            Command::Accept => self
-                .outbox
-                .push(Request::SetStatus(id_s, TaskStatus::Accepted)),
-            Command::Reject => self
-                .outbox
-                .push(Request::SetStatus(id_s, TaskStatus::Rejected)),
-            Command::Archive => self
-                .outbox
-                .push(Request::SetStatus(id_s, TaskStatus::Archived)),
-            Command::Rate1 => self.outbox.push(Request::SetRating(id_s, Some(1))),
-            Command::Rate2 => self.outbox.push(Request::SetRating(id_s, Some(2))),
-            Command::Rate3 => self.outbox.push(Request::SetRating(id_s, Some(3))),
-            Command::Rate4 => self.outbox.push(Request::SetRating(id_s, Some(4))),
-            Command::Rate5 => self.outbox.push(Request::SetRating(id_s, Some(5))),
-            Command::RateClear => self.outbox.push(Request::SetRating(id_s, None)),
+            Command::Accept => self.curate_task(Request::SetStatus(id_s, TaskStatus::Accepted)),
+            Command::Reject => self.curate_task(Request::SetStatus(id_s, TaskStatus::Rejected)),
+            Command::Archive => self.curate_task(Request::SetStatus(id_s, TaskStatus::Archived)),
+            Command::Rate1 => self.curate_task(Request::SetRating(id_s, Some(1))),
+            Command::Rate2 => self.curate_task(Request::SetRating(id_s, Some(2))),
+            Command::Rate3 => self.curate_task(Request::SetRating(id_s, Some(3))),
+            Command::Rate4 => self.curate_task(Request::SetRating(id_s, Some(4))),
+            Command::Rate5 => self.curate_task(Request::SetRating(id_s, Some(5))),
+            Command::RateClear => self.curate_task(Request::SetRating(id_s, None)),
             Command::Tag => {
                 let tags = self.tasks.selected_row().map(|r| r.tags.join(", "));
                 self.prompt = Some(Prompt {

@@ -11,6 +11,7 @@ use ratatui::Frame;
 use super::{App, PromptKind, View};
 use crate::tui::component::{Component, DrawContext};
 use crate::tui::keymap::Command;
+use crate::tui::views::help_groups::footer;
 use crate::tui::widgets::text::truncate_left;
 
 impl App {
@@ -55,9 +56,16 @@ impl App {
 
     fn draw_tabs(&mut self, frame: &mut Frame<'_>, area: Rect) {
         let t = &self.theme;
+        // The active tab is bracketed, not only coloured.
         let titles: Vec<Line<'_>> = View::ALL
             .iter()
-            .map(|v| Line::from(format!(" {} ", v.title())))
+            .map(|v| {
+                Line::from(if *v == self.view {
+                    format!("[{}]", v.title())
+                } else {
+                    format!(" {} ", v.title())
+                })
+            })
             .collect();
         // Record each title's cells for mouse clicks: " " + title + " " + "|".
         self.tab_areas.clear();
@@ -101,6 +109,7 @@ impl App {
                 PromptKind::Tags => "tags (comma-separated): ",
                 PromptKind::Note => "note: ",
                 PromptKind::EpisodeNote => "episode note: ",
+                PromptKind::EpisodeSearch => "search episodes: ",
             };
             let line = Line::from(vec![
                 Span::styled(label, t.accent()),
@@ -119,59 +128,9 @@ impl App {
                 if m.error { t.failure() } else { t.success() },
             )),
             None => {
-                let k = |c| self.keymap.hint(c);
-                let hints: Vec<(String, &str)> = match self.view {
-                    View::Tasks => vec![
-                        (k(Command::Search), "search"),
-                        (k(Command::FilterStatus), "status"),
-                        (k(Command::SortNext), "sort"),
-                        (k(Command::Accept), "accept"),
-                        (k(Command::Reject), "reject"),
-                        (k(Command::Rate1) + "-5", "rate"),
-                        (k(Command::Note), "note"),
-                        (k(Command::Edit), "edit"),
-                        (k(Command::Quit), "quit"),
-                    ],
-                    View::Live => vec![
-                        (k(Command::Select), "zoom"),
-                        (k(Command::Back), "unzoom"),
-                        (k(Command::PageUp), "scroll"),
-                        (k(Command::TakeOver), "take over"),
-                        (k(Command::ClearFilters), "clear done"),
-                        (k(Command::Quit), "quit"),
-                    ],
-                    View::Episodes if self.inspector.is_some() => vec![
-                        (k(Command::NextTab), "tab"),
-                        (k(Command::Rate1) + "-5", "rate"),
-                        (k(Command::Label), "label"),
-                        (k(Command::Note), "note"),
-                        (k(Command::Compare), "side by side"),
-                        (k(Command::PlayPause), "play"),
-                        (k(Command::ExportRatings), "export"),
-                        (k(Command::Back), "close"),
-                    ],
-                    View::Episodes => vec![
-                        (k(Command::Select), "inspect"),
-                        (k(Command::GotoTask), "task"),
-                        (k(Command::FilterFailure), "failure mode"),
-                        (k(Command::ClearFilters), "clear"),
-                        (k(Command::ExportRatings), "export ratings"),
-                        (k(Command::Quit), "quit"),
-                    ],
-                    View::Jobs => vec![
-                        (k(Command::JobEval), "evaluate"),
-                        (k(Command::JobValidate), "validate"),
-                        (k(Command::JobCancel), "cancel"),
-                        (k(Command::Quit), "quit"),
-                    ],
-                    View::Training => vec![
-                        (k(Command::Down) + "/" + &k(Command::Up), "run"),
-                        (k(Command::PrevTab) + "/" + &k(Command::NextTab), "chart"),
-                        (k(Command::JobTrain), "train"),
-                        (k(Command::NextView), "next view"),
-                        (k(Command::Quit), "quit"),
-                    ],
-                };
+                // Every key of the view (but plain movement), from the
+                // same table as the help overlay.
+                let hints = footer(&self.keymap, self.help_context());
                 let mut spans = Vec::new();
                 for (key, what) in hints {
                     spans.push(Span::styled(key, t.accent()));

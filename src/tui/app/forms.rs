@@ -5,6 +5,7 @@ use super::App;
 use crate::tui::action::Request;
 use crate::tui::launch::{JobSpec, TrainSpec};
 use crate::tui::widgets::form::{Form, FormOutcome};
+use crate::workbench::{check_policy_spec, unmatched_patterns};
 use crossterm::event::KeyEvent;
 
 /// Which launch form is open.
@@ -20,10 +21,73 @@ pub enum FormKind {
     Offline,
     /// A training run.
     Train,
+    /// A fork of the inspected episode.
+    Fork,
+}
+
+/// The episode the fork form forks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkTarget {
+    /// `RUN/TASK/SAMPLE`.
+    pub parent: String,
+    /// Its task.
+    pub task: String,
+    /// Its number of steps.
+    pub steps: usize,
+}
+
+impl FormKind {
+    /// The form's key in the saved values.
+    pub fn name(self) -> &'static str {
+        match self {
+            FormKind::Eval => "eval",
+            FormKind::Validate => "validate",
+            FormKind::Generate => "generate",
+            FormKind::Offline => "offline",
+            FormKind::Train => "train",
+            FormKind::Fork => "fork",
+        }
+    }
+
+    /// Whether field `label` takes its last value when the form opens
+    /// (not the selection-based ones, nor the offline seed: the next free
+    /// one is proposed).
+    fn remembers(self, label: &str) -> bool {
+        !matches!(
+            (self, label),
+            (FormKind::Validate, _) | (FormKind::Offline, "seed") | (FormKind::Fork, "at step")
+        )
+    }
 }
 
 impl App {
-    /// Open the launch form `kind` with its defaults.
+    /// Remember a submitted form's values (saved in the workspace).
+    pub(super) fn remember_form(&mut self, kind: FormKind, form: Form) {
+        let Some(values) = self.form_values.as_mut() else {
+            return;
+        };
+        let saved = values.entry(kind.name().to_string()).or_default();
+        for f in &form.fields {
+            if kind.remembers(f.label) {
+                saved.insert(f.label.to_string(), f.input.value.clone());
+            }
+        }
+        self.outbox.push(Request::SaveFormValues(values.clone()));
+    }
+
+    /// Put the last values of form `kind` into `form`.
+    fn recall_form(&self, kind: FormKind, form: &mut Form) {
+        let Some(saved) = self.form_values.as_ref().and_then(|v| v.get(kind.name())) else {
+            return;
+        };
+        for f in form.fields.iter_mut() {
+            if let Some(v) = saved.get(f.label).filter(|_| kind.remembers(f.label)) {
+                f.input = crate::tui::widgets::input::TextInput::new(v.clone());
+            }
+        }
+    }
+
+    /// Open the launch form `kind` with its last values (or its defaults).
     pub(super) fn open_form(&mut self, kind: FormKind) {
         let d = &self.defaults;
         let form = match kind {
@@ -65,12 +129,36 @@ impl App {
             )
             .with_note("what `endless generate --offline` does, as a job"),
             FormKind::Train => train_form(),
+            FormKind::Fork => {
+                let (title, at) = match &self.fork_target {
+                    Some(t) => (format!("Fork {}", t.parent), self.fork_step(t)),
+                    None => ("Fork an episode".into(), 0),
+                };
+                Form::new(
+                    title,
+                    &[("at step", at.to_string()), ("policy", d.policy.clone())],
+                )
+                .with_note("a fresh sandbox re-runs the episode's commands before the step, then the policy goes on (watch it in Live; ctrl-t takes it over); the fork is an episode of its own, linked to this one")
+            }
         };
+        let mut form = form;
+        self.recall_form(kind, &mut form);
         if kind == FormKind::Offline {
             // Propose the first seed whose batch is new (the worker looks).
-            self.outbox.push(Request::NextFreeSeed(d.count));
+            let count = form.value("count").parse().unwrap_or(d.count);
+            self.outbox.push(Request::NextFreeSeed(count));
         }
         self.form = Some((kind, form));
+    }
+
+    /// The step the fork form proposes: the earliest failing one, else the
+    /// last.
+    fn fork_step(&self, t: &ForkTarget) -> usize {
+        self.inspector
+            .as_ref()
+            .and_then(|i| i.episode.result.as_ref().ok())
+            .and_then(|r| r.earliest_failing_step)
+            .map_or(t.steps.saturating_sub(1), |s| s as usize)
     }
 
     /// A key while a form is open: edit, cancel, or submit (launch).
@@ -83,13 +171,22 @@ impl App {
             FormOutcome::Cancel => self.form = None,
             FormOutcome::Submit => {
                 let kind = *kind;
-                match job_spec(kind, form) {
+                let ids: Vec<&str> = self.tasks.rows().iter().map(|r| r.id.as_str()).collect();
+                let spec = match (kind, &self.fork_target) {
+                    (FormKind::Fork, Some(target)) => fork_spec(form, target),
+                    (FormKind::Fork, None) => Err(("policy", "no episode to fork".into())),
+                    _ => job_spec(kind, form, &ids),
+                };
+                match spec {
                     Ok(spec) => {
+                        let submitted = form.clone();
                         self.form = None;
+                        self.remember_form(kind, submitted);
                         self.info(format!("starting {}...", spec.kind()));
                         self.outbox.push(Request::Launch(spec));
                     }
-                    Err(e) => self.error(e),
+                    // Shown in the form, on the field at fault; it stays open.
+                    Err((field, message)) => form.set_error(field, message),
                 }
             }
         }
@@ -117,22 +214,75 @@ fn train_form() -> Form {
     .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no time limit. Follow the run in the Training view.")
 }
 
-/// The job a submitted form asks for.
-fn job_spec(kind: FormKind, form: &Form) -> Result<JobSpec, String> {
-    fn num<T: std::str::FromStr>(form: &Form, field: &str) -> Result<T, String> {
+/// Why a form's values cannot start its job: the field and the reason.
+type FieldError = (&'static str, String);
+
+/// The fork job of a submitted fork form.
+fn fork_spec(form: &Form, target: &ForkTarget) -> Result<JobSpec, FieldError> {
+    let at_step: usize = form.value("at step").parse().map_err(|_| {
+        (
+            "at step",
+            format!("expected a step number, got {:?}", form.value("at step")),
+        )
+    })?;
+    if at_step > target.steps {
+        return Err((
+            "at step",
+            format!("the episode has steps 0 to {}", target.steps.saturating_sub(1)),
+        ));
+    }
+    let policy = form.value("policy").to_string();
+    check_policy_spec(&policy).map_err(|e| ("policy", e))?;
+    if policy == "human" {
+        return Err((
+            "policy",
+            "fork with a policy, then take the session over in Live (ctrl-t)".into(),
+        ));
+    }
+    Ok(JobSpec::Fork {
+        parent: target.parent.clone(),
+        task: target.task.clone(),
+        at_step,
+        policy,
+    })
+}
+
+/// Every pattern of a selection field matches a task (an empty field is
+/// fine: it means the default set).
+fn check_selection(form: &Form, field: &'static str, ids: &[&str]) -> Result<(), FieldError> {
+    let bad = unmatched_patterns(form.value(field), ids);
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let s = if bad.len() == 1 { "es" } else { "" };
+    Err((
+        field,
+        format!("{} match{s} no task (ids or * globs, comma-separated)", bad.join(", ")),
+    ))
+}
+
+/// The job a submitted form asks for, its values checked first (policy
+/// spec, files it names, task selections against `ids`).
+fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldError> {
+    fn num<T: std::str::FromStr>(form: &Form, field: &'static str) -> Result<T, FieldError> {
         form.value(field).parse().map_err(|_| {
-            format!(
-                "{field}: expected a whole number, got {:?}",
-                form.value(field)
+            (
+                field,
+                format!("expected a whole number, got {:?}", form.value(field)),
             )
         })
     }
     Ok(match kind {
         FormKind::Eval => {
             let policy = form.value("policy").to_string();
-            if policy.is_empty() {
-                return Err("policy: expected a spec such as oracle or openai:MODEL@URL".into());
+            check_policy_spec(&policy).map_err(|e| ("policy", e))?;
+            if policy == "human" {
+                return Err((
+                    "policy",
+                    "the human policy needs a terminal of its own: `endless run TASK --policy human` (or take a session over in the Live view)".into(),
+                ));
             }
+            check_selection(form, "tasks", ids)?;
             JobSpec::Eval {
                 policy,
                 tasks: form.value("tasks").to_string(),
@@ -151,12 +301,15 @@ fn job_spec(kind: FormKind, form: &Form) -> Result<JobSpec, String> {
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty() && t != "all")
                 .collect();
+            if let Some(t) = tasks.iter().find(|t| !ids.contains(&t.as_str())) {
+                return Err(("tasks", format!("no task {t:?}")));
+            }
             JobSpec::Validate { tasks }
         }
         FormKind::Generate => {
             let model = form.value("model").to_string();
             if model.is_empty() {
-                return Err("model: name the generator model".into());
+                return Err(("model", "name the generator model".into()));
             }
             JobSpec::Generate {
                 url: form.value("url").to_string(),
@@ -169,21 +322,33 @@ fn job_spec(kind: FormKind, form: &Form) -> Result<JobSpec, String> {
             count: num(form, "count")?,
             seed: num(form, "seed")?,
         },
+        FormKind::Fork => return Err(("policy", "no episode to fork".into())),
         FormKind::Train => {
             let init = form.value("init").to_string();
-            if init.is_empty() {
-                return Err("init: expected tiny, smollm2, a model directory or a .gguf".into());
+            match init.as_str() {
+                "" => {
+                    return Err((
+                        "init",
+                        "expected tiny, smollm2, a model directory or a .gguf".into(),
+                    ))
+                }
+                "tiny" | "smollm2" => {}
+                path => {
+                    check_policy_spec(&format!("local:{path}")).map_err(|e| ("init", e))?;
+                }
             }
+            check_selection(form, "tasks", ids)?;
+            check_selection(form, "dev", ids)?;
             let sft = match form.value("sft").to_ascii_lowercase().as_str() {
                 "yes" | "y" | "on" | "true" | "1" => true,
                 "no" | "n" | "off" | "false" | "0" | "" => false,
-                other => return Err(format!("sft: expected yes or no, got {other:?}")),
+                other => return Err(("sft", format!("expected yes or no, got {other:?}"))),
             };
             let minutes = match form.value("minutes") {
                 "" => None,
                 m => match m.parse::<f64>() {
                     Ok(x) if x > 0.0 && x.is_finite() => Some(x),
-                    _ => return Err(format!("minutes: expected a positive number, got {m:?}")),
+                    _ => return Err(("minutes", format!("expected a positive number, got {m:?}"))),
                 },
             };
             JobSpec::Train(TrainSpec {

@@ -24,7 +24,13 @@ impl App {
                 let sel = self.tasks.set_search(value);
                 self.load_selected(sel);
             }
+            (InputOutcome::Editing, PromptKind::EpisodeSearch) => self.episodes.set_search(value),
             (InputOutcome::Editing, _) => {}
+            (InputOutcome::Cancel, PromptKind::EpisodeSearch) => {
+                self.prompt = None;
+                self.episodes.set_search(String::new());
+            }
+            (InputOutcome::Submit, PromptKind::EpisodeSearch) => self.prompt = None,
             (InputOutcome::Cancel, PromptKind::Search) => {
                 self.prompt = None;
                 let sel = self.tasks.set_search(String::new());
@@ -40,28 +46,22 @@ impl App {
                     .filter(|t| !t.is_empty())
                     .collect();
                 if let Some(id) = task {
-                    self.outbox.push(Request::SetTags(id, tags));
+                    self.curate_task(Request::SetTags(id, tags));
                 }
             }
             (InputOutcome::Submit, PromptKind::Note) => {
                 self.prompt = None;
                 if let Some(id) = task {
-                    self.outbox.push(Request::SetNotes(id, value));
+                    self.curate_task(Request::SetNotes(id, value));
                 }
             }
             (InputOutcome::Submit, PromptKind::EpisodeNote) => {
                 self.prompt = None;
                 if let Some(insp) = self.inspector.as_mut() {
-                    let row = &mut insp.episode.row;
-                    row.notes = value.clone();
-                    self.outbox.push(Request::RateEpisode {
-                        run: row.run_id.clone(),
-                        task: row.task_id.clone(),
-                        sample: row.sample,
-                        rating: row.rating,
-                        label: row.label.clone(),
-                        notes: value,
-                    });
+                    let before = insp.episode.row.clone();
+                    insp.episode.row.notes = value;
+                    let after = insp.episode.row.clone();
+                    self.curate_episode(&before, &after);
                 }
             }
         }

@@ -6,17 +6,20 @@
 //! launcher. Results come back as Actions. The pieces, one job each:
 //! [`commands`] (the command routers), [`input`] (prompt and form keys,
 //! mouse hit-testing), [`forms`] (the launch forms), [`draw`] (tabs, the
-//! focused view, the status line).
+//! focused view, the status line), [`undo`] (curation changes and their
+//! undo).
 
 mod commands;
 mod draw;
 mod forms;
 mod input;
+mod undo;
 
 use crossterm::event::KeyEvent;
 use ratatui::layout::Rect;
 
-pub use forms::FormKind;
+pub use forms::{FormKind, ForkTarget};
+pub use undo::{UndoEntry, MAX_UNDO};
 
 use super::action::{Action, Request};
 use super::component::Component;
@@ -25,6 +28,7 @@ use super::launch::JobDefaults;
 use super::theme::Theme;
 use super::views::episodes::EpisodesView;
 use super::views::help::HelpView;
+use super::views::help_groups::HelpContext;
 use super::views::inspector::Inspector;
 use super::views::jobs::JobsView;
 use super::views::live::LiveView;
@@ -86,6 +90,8 @@ pub enum PromptKind {
     Note,
     /// The inspected episode's note.
     EpisodeNote,
+    /// The Episodes view's search.
+    EpisodeSearch,
 }
 
 /// An open one-line prompt.
@@ -146,6 +152,13 @@ pub struct App {
     pub should_quit: bool,
     /// Quitting was asked for while jobs run: the next `q` quits.
     pub quit_asked: bool,
+    /// Curation changes that `u` can undo, newest last.
+    pub undo: Vec<UndoEntry>,
+    /// The launch forms' last values in this workspace (`None` until read,
+    /// and when the file could not be read: then nothing overwrites it).
+    pub form_values: Option<super::action::FormValues>,
+    /// The episode the fork form forks (set when it opens).
+    pub fork_target: Option<ForkTarget>,
     tab_areas: Vec<(Rect, View)>,
 }
 
@@ -168,9 +181,17 @@ impl App {
             prompt: None,
             status: None,
             workspace_label: workspace_label.into(),
-            outbox: vec![Request::LoadTasks, Request::LoadEpisodes, Request::LoadJobs],
+            outbox: vec![
+                Request::LoadTasks,
+                Request::LoadEpisodes,
+                Request::LoadJobs,
+                Request::LoadFormValues,
+            ],
             should_quit: false,
             quit_asked: false,
+            undo: Vec::new(),
+            form_values: None,
+            fork_target: None,
             tab_areas: Vec::new(),
         }
     }
@@ -229,11 +250,15 @@ impl App {
                 (_, _) => self.inspector = Some(Inspector::new(*episode)),
             },
             Action::TakeoverKey(key) => {
+                use crossterm::event::KeyCode;
                 if super::takeover::is_release(&key) {
                     self.live.release();
                     self.info("session given back to the agent".into());
-                } else if let Some(bytes) = super::takeover::key_bytes(&key) {
-                    self.live.type_bytes(bytes);
+                } else if matches!(key.code, KeyCode::PageUp | KeyCode::PageDown) {
+                    self.live.scroll_taken(key.code == KeyCode::PageUp);
+                } else if let Some(command) = self.live.type_key(&key) {
+                    let shown: String = command.chars().take(60).collect();
+                    self.info(format!("you ran `{shown}` (recorded as a human step)"));
                 }
             }
             Action::Tick(dt) => {
@@ -254,6 +279,7 @@ impl App {
                     }
                 }
             }
+            Action::FormValuesLoaded(values) => self.form_values = Some(values),
             Action::Info(s) => self.info(s),
             Action::Error(s) => self.error(s),
         }
@@ -288,6 +314,19 @@ impl App {
     fn follow(&mut self, next: Option<Action>) {
         if let Some(a) = next {
             self.update(a);
+        }
+    }
+
+    /// Where the user is, for the help overlay and the footer.
+    pub fn help_context(&self) -> HelpContext {
+        match self.view {
+            View::Tasks => HelpContext::Tasks,
+            View::Live if self.live.taken().is_some() => HelpContext::Takeover,
+            View::Live => HelpContext::Live,
+            View::Episodes if self.inspector.is_some() => HelpContext::Inspector,
+            View::Episodes => HelpContext::Episodes,
+            View::Jobs => HelpContext::Jobs,
+            View::Training => HelpContext::Training,
         }
     }
 

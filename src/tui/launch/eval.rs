@@ -12,9 +12,9 @@ use anyhow::bail;
 
 use crate::agent::{BackendProvider, RolloutEvent};
 use crate::jobs::JobContext;
-use crate::tui::action::{Action, LiveEvent, Msg};
+use crate::tui::action::{pane_command, Action, LiveEvent, Msg};
 use crate::tui::takeover::TakeoverProvider;
-use crate::workbench::{Context, EvalRequest, RolloutHooks};
+use crate::workbench::{Context, EvalRequest, RolloutHooks, RunRequest};
 
 fn send(tx: &Sender<Msg>, ev: LiveEvent) {
     let _ = tx.send(Msg::Action(Action::Live(ev)));
@@ -82,7 +82,7 @@ impl RolloutHooks for LivePanes<'_> {
                 LiveEvent::Step {
                     key: format!("{run_id}/{task}/{sample}"),
                     turn: step.turn,
-                    command: step.command.clone().unwrap_or_default(),
+                    command: pane_command(step.kind, step.command.as_deref()),
                 },
             ),
             RolloutEvent::Finished { result } => send(
@@ -119,11 +119,51 @@ pub fn run(
     };
     let outcome = crate::workbench::eval(&cctx, req, ctx, &mut hooks)?;
     ctx.check()?;
-    let passed = outcome.episodes.iter().filter(|e| e.passed).count();
+    let counted: Vec<_> = outcome
+        .episodes
+        .iter()
+        .filter(|e| e.taken_over.is_none())
+        .collect();
+    let passed = counted.iter().filter(|e| e.passed).count();
+    let taken = outcome.episodes.len() - counted.len();
+    let taken = if taken > 0 {
+        format!("; {taken} taken over by a human, not counted")
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "{passed}/{} episodes passed (run {})",
-        outcome.episodes.len(),
+        "{passed}/{} episodes passed (run {}{taken})",
+        counted.len(),
         outcome.run_id
+    ))
+}
+
+/// Run the fork `req` (a [`RunRequest`] with `fork` set) in the workspace
+/// at `root`, its session in a live pane that can be taken over; returns a
+/// one-line summary.
+pub fn fork(
+    ctx: &JobContext,
+    root: &Path,
+    req: &RunRequest,
+    tx: &Sender<Msg>,
+) -> anyhow::Result<String> {
+    let cctx = Context::new(Some(root.to_path_buf()))?;
+    let mut hooks = LivePanes {
+        tx,
+        policy: req.policy.clone(),
+        provider: None,
+    };
+    let episode = crate::workbench::run_episode(&cctx, req, ctx, &mut hooks)?;
+    ctx.check()?;
+    let of = episode
+        .forked_from
+        .as_ref()
+        .map(|f| format!("{}/{}/{} at step {}", f.run, f.task, f.sample, f.at_step))
+        .unwrap_or_default();
+    Ok(format!(
+        "fork of {of} {} with {}",
+        if episode.passed { "passed" } else { "failed" },
+        episode.policy
     ))
 }
 

@@ -50,6 +50,18 @@ pub enum JobSpec {
     },
     /// A training run (`endless train`; see [`train`]).
     Train(TrainSpec),
+    /// Fork a recorded episode: re-run its commands before `at_step` in a
+    /// fresh sandbox (watched live, can be taken over), then `policy`.
+    Fork {
+        /// The parent: `RUN/TASK/SAMPLE`.
+        parent: String,
+        /// Its task.
+        task: String,
+        /// The step (0-based) the policy takes over at.
+        at_step: usize,
+        /// The policy that goes on.
+        policy: String,
+    },
 }
 
 impl JobSpec {
@@ -61,6 +73,7 @@ impl JobSpec {
             JobSpec::Generate { .. } => "generate",
             JobSpec::Offline { .. } => "generate-offline",
             JobSpec::Train(_) => "train",
+            JobSpec::Fork { .. } => "fork",
         }
     }
 
@@ -88,6 +101,14 @@ impl JobSpec {
             }),
             JobSpec::Offline { count, seed } => serde_json::json!({ "count": count, "seed": seed }),
             JobSpec::Train(spec) => spec.params(),
+            JobSpec::Fork {
+                parent,
+                task,
+                at_step,
+                policy,
+            } => serde_json::json!({
+                "parent": parent, "task": task, "at_step": at_step, "policy": policy,
+            }),
         }
     }
 }

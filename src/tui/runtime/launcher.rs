@@ -69,6 +69,21 @@ impl Launcher {
                 };
                 crate::tui::launch::eval::run(ctx, &root, &req, &tx)
             })?,
+            JobSpec::Fork {
+                parent,
+                task,
+                at_step,
+                policy,
+            } => self.manager.spawn(kind, params, move |ctx| {
+                let req = crate::workbench::RunRequest {
+                    policy,
+                    task,
+                    max_turns: None,
+                    protocol: None,
+                    fork: Some(crate::workbench::fork::ForkRequest { parent, at_step }),
+                };
+                crate::tui::launch::eval::fork(ctx, &root, &req, &tx)
+            })?,
             JobSpec::Validate { tasks } => self
                 .manager
                 .spawn(kind, params, move |ctx| validate_job(ctx, &root, tasks))?,

@@ -7,6 +7,7 @@
 //! (raw mode, alternate screen, the external editor) is [`terminal`].
 
 pub mod episode_io;
+pub mod form_values;
 pub mod input;
 pub mod launcher;
 pub mod sessions;
@@ -43,12 +44,16 @@ pub fn run_with_channel(
 ) -> anyhow::Result<()> {
     let keymap = Keymap::from_config(keys)?;
     let theme = Theme::load(theme, Theme::user_dir().as_deref())?;
-    // Open once here so that a broken workspace fails before the screen switches.
-    let ws = crate::store::Workspace::open(workspace_root)
-        .with_context(|| format!("opening workspace {}", workspace_root.display()))?;
+    // Open once here so that a broken workspace fails before the screen
+    // switches, and a deleted or corrupt index is rebuilt from the files
+    // before anything reads it.
+    let (ws, rebuilt) = crate::workbench::open_rebuilding(workspace_root)?;
     let (checkpoints, runs) = (ws.checkpoints_dir(), ws.runs_dir());
     drop(ws);
     let mut app = App::new(theme, keymap, workspace_root.display().to_string());
+    if let Some(message) = rebuilt {
+        app.update(Action::Info(message));
+    }
     let paths = crate::config::Paths::detect();
     if let Ok(config) = crate::config::Config::load(&paths.config_file, Some(workspace_root)) {
         app.defaults = JobDefaults::from_config(&config);

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use crate::tui::action::{Action, LiveEvent, Msg};
+use crate::agent::StepKind;
+use crate::tui::action::{pane_command, Action, LiveEvent, Msg};
 
 /// Episodes whose files have not changed for this long are not shown as
 /// running (their process probably died without writing a result).
@@ -279,14 +280,11 @@ fn follow(f: &mut Followed, events: &mut Vec<LiveEvent>) {
             continue;
         }
         let step = &v["step"];
+        let kind = serde_json::from_value(step["kind"].clone()).unwrap_or(StepKind::Command);
         events.push(LiveEvent::Step {
             key: f.key.clone(),
             turn: step.get("turn").and_then(|t| t.as_u64()).unwrap_or(0) as u32,
-            command: step
-                .get("command")
-                .and_then(|c| c.as_str())
-                .unwrap_or_default()
-                .to_string(),
+            command: pane_command(kind, step.get("command").and_then(|c| c.as_str())),
         });
     }
 }

@@ -107,6 +107,24 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             },
             Err(e) => vec![err(e)],
         },
+        Request::LoadFormValues => match super::form_values::load(ws.root()) {
+            Ok(values) => vec![Action::FormValuesLoaded(values)],
+            Err(e) => vec![Action::Error(e)],
+        },
+        Request::SaveFormValues(values) => match super::form_values::save(ws.root(), &values) {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![Action::Error(e)],
+        },
+        Request::Undo { what, revert } => {
+            let mut out: Vec<Action> = serve(ws, *revert)
+                .into_iter()
+                .filter(|a| !matches!(a, Action::Info(_)))
+                .collect();
+            if !out.iter().any(|a| matches!(a, Action::Error(_))) {
+                out.push(Action::Info(what));
+            }
+            out
+        }
         Request::ExportRatings => match super::episode_io::export_ratings(ws) {
             Ok((n, path)) => vec![Action::Info(format!(
                 "exported {n} rated episodes to {}",

@@ -11,6 +11,11 @@ fn episodes_view_snapshots() {
     cmd(&mut app, &ws, Command::ViewEpisodes);
     snap!("episodes_80x24", &mut app, 80, 24);
     snap!("episodes_120x40", &mut app, 120, 40);
+    // Any failure first, then each mode.
+    cmd(&mut app, &ws, Command::FilterFailure);
+    assert_eq!(app.episodes.failure.as_deref(), Some("any failure"));
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("2/3 shown, 0 passed"), "{screen}");
     cmd(&mut app, &ws, Command::FilterFailure);
     assert_eq!(app.episodes.failure.as_deref(), Some("loop"));
     snap!("episodes_loop_80x24", &mut app, 80, 24);
@@ -20,6 +25,36 @@ fn episodes_view_snapshots() {
     assert_eq!(app.tasks.selected_id().as_deref(), Some("archive-logs"));
     let screen = render(&mut app, 120, 40);
     assert!(screen.contains("max_turns"), "{screen}");
+}
+
+#[test]
+fn episodes_search_and_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    key(&mut app, &ws, KeyCode::Char('/'));
+    typed(&mut app, "COUNT");
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("search episodes: COUNT"), "{screen}");
+    assert!(screen.contains("1/3 shown"), "{screen}");
+    key(&mut app, &ws, KeyCode::Enter);
+    assert!(app.prompt.is_none());
+    assert_eq!(app.episodes.selected_row().unwrap().task_id, "count-words");
+    cmd(&mut app, &ws, Command::ClearFilters);
+    // Sort by task, then turns descending: the 64-turn episodes first.
+    cmd(&mut app, &ws, Command::SortNext);
+    cmd(&mut app, &ws, Command::SortNext);
+    cmd(&mut app, &ws, Command::SortNext);
+    assert_eq!(app.episodes.sort, crate::tui::views::episodes::EpisodeSort::Turns);
+    cmd(&mut app, &ws, Command::SortReverse);
+    cmd(&mut app, &ws, Command::Top);
+    assert_eq!(app.episodes.selected_row().unwrap().turns, 64);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("Turns↓"), "{screen}");
+    assert!(screen.contains("sort turns↓"), "{screen}");
+    cmd(&mut app, &ws, Command::Bottom);
+    assert_eq!(app.episodes.selected_row().unwrap().turns, 3);
 }
 
 fn step(turn: u32, command: &str, exit: i32, output: &str) -> Step {
@@ -76,6 +111,8 @@ fn result(sample: u32, passed: bool) -> EpisodeResult {
         tokens: Default::default(),
         timings: Default::default(),
         verifier: None,
+        taken_over: None,
+        forked_from: None,
     }
 }
 
@@ -184,4 +221,76 @@ fn inspector_without_files_says_why() {
     cmd(&mut app, &ws, Command::NextTab);
     cmd(&mut app, &ws, Command::NextTab);
     assert!(render(&mut app, 80, 24).contains("No replay"));
+}
+
+#[test]
+fn inspector_shows_a_taken_over_episode_and_its_human_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut r = result(0, true);
+    let human = Step {
+        command: Some("tar -czf ~/backup/logs.tar.gz -C ~/logs .".into()),
+        exit_code: Some(0),
+        exec_secs: 0.2,
+        ..Step::new(2, StepKind::Human)
+    };
+    r.steps.insert(1, human);
+    r.taken_over = Some(crate::agent::Takeover {
+        turn: 2,
+        step: 1,
+        at: "2026-12-01T10:00:00.000Z".into(),
+        after_secs: 12.0,
+        human_steps: 1,
+        held_secs: 30.0,
+    });
+    let ep_dir = ws.root().join("runs/eval-1/episodes/archive-logs");
+    std::fs::create_dir_all(&ep_dir).unwrap();
+    std::fs::write(ep_dir.join("0.json"), serde_json::to_vec(&r).unwrap()).unwrap();
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    cmd(&mut app, &ws, Command::Select);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("✋ TAKEN OVER"), "{screen}");
+    assert!(
+        screen.contains("✋ taken over by a human at turn 2 (12 s in, 2026-12-01T10:00:00.000Z)"),
+        "{screen}"
+    );
+    assert!(screen.contains("step 1 · turn 2 · ✋ HUMAN"), "{screen}");
+    assert!(screen.contains("you$ tar -czf"), "{screen}");
+    snap!("inspector_human_steps_120x40", &mut app, 120, 40);
+}
+
+#[test]
+fn f_in_the_inspector_forks_the_episode_at_a_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    write_episode_files(&ws);
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    cmd(&mut app, &ws, Command::Down);
+    cmd(&mut app, &ws, Command::Select);
+    key(&mut app, &ws, KeyCode::Char('f'));
+    let (kind, form) = app.form.as_ref().expect("the fork form opens");
+    assert_eq!(*kind, crate::tui::app::FormKind::Fork);
+    // It proposes the earliest failing step.
+    assert_eq!(form.value("at step"), "1");
+    assert_eq!(form.value("policy"), "oracle");
+    snap!("inspector_fork_form_80x24", &mut app, 80, 24);
+    // A step past the end is named in the form.
+    press(&mut app, KeyCode::Backspace);
+    typed(&mut app, "99");
+    press(&mut app, KeyCode::Enter);
+    let error = app.form.as_ref().and_then(|(_, f)| f.error.clone()).unwrap();
+    assert_eq!(error.0, "at step");
+    press(&mut app, KeyCode::Backspace);
+    press(&mut app, KeyCode::Backspace);
+    typed(&mut app, "2");
+    press(&mut app, KeyCode::Enter);
+    assert!(app.form.is_none());
+    assert!(app.outbox.contains(&Request::Launch(JobSpec::Fork {
+        parent: "eval-1/archive-logs/1".into(),
+        task: "archive-logs".into(),
+        at_step: 2,
+        policy: "oracle".into(),
+    })));
 }

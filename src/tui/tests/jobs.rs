@@ -22,8 +22,11 @@ fn launch_forms_build_jobs() {
     typed(&mut app, "q");
     press(&mut app, KeyCode::Enter);
     assert!(app.form.is_some(), "a bad number keeps the form open");
-    assert!(app.status.as_ref().unwrap().text.contains("samples"));
+    let form_error = |app: &App| app.form.as_ref().and_then(|(_, f)| f.error.clone());
+    assert_eq!(form_error(&app).unwrap().0, "samples");
+    assert!(render(&mut app, 80, 24).contains("✗ samples: expected a whole number"));
     press(&mut app, KeyCode::Backspace);
+    assert!(form_error(&app).is_none(), "an edit clears the error");
     typed(&mut app, "2");
     press(&mut app, KeyCode::Enter);
     assert!(app.form.is_none());
@@ -54,9 +57,65 @@ fn launch_forms_build_jobs() {
     cmd(&mut app, &ws, Command::JobGenerate);
     press(&mut app, KeyCode::Enter);
     assert!(app.form.is_some());
-    assert!(app.status.as_ref().unwrap().text.contains("model"));
+    assert_eq!(form_error(&app).unwrap().0, "model");
     press(&mut app, KeyCode::Esc);
     assert!(app.form.is_none());
+}
+
+#[test]
+fn forms_check_their_values_inline_and_remember_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewJobs);
+    cmd(&mut app, &ws, Command::JobEval);
+    let form_error = |app: &App| app.form.as_ref().and_then(|(_, f)| f.error.clone());
+    // A policy naming a file that is not there.
+    for _ in 0.."oracle".len() {
+        press(&mut app, KeyCode::Backspace);
+    }
+    typed(&mut app, "script:/no/such/agent.txt");
+    press(&mut app, KeyCode::Enter);
+    let (field, why) = form_error(&app).unwrap();
+    assert_eq!(field, "policy");
+    assert!(why.contains("no such file"), "{why}");
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("✗ policy: /no/such/agent.txt: no such file"), "{screen}");
+    snap!("jobs_form_error_80x24", &mut app, 80, 24);
+    // A glob that matches no task.
+    let script = dir.path().join("agent.txt");
+    std::fs::write(&script, "ls\n").unwrap();
+    let policy = format!("script:{}", script.display());
+    app.form.as_mut().unwrap().1.fields[0].input = crate::tui::widgets::input::TextInput::new(policy.clone());
+    press(&mut app, KeyCode::Tab);
+    typed(&mut app, "archive-*,nope*");
+    press(&mut app, KeyCode::Enter);
+    let (field, why) = form_error(&app).unwrap();
+    assert_eq!((field, why.as_str()), ("tasks", "nope* matches no task (ids or * globs, comma-separated)"));
+    for _ in 0..",nope*".len() {
+        press(&mut app, KeyCode::Backspace);
+    }
+    press(&mut app, KeyCode::Enter);
+    assert!(app.form.is_none(), "{:?}", form_error(&app));
+    pump(&mut app, &ws);
+    // The form opens again with the values that started the job, also in a
+    // new TUI on the same workspace.
+    let mut again = app_on(&ws);
+    for app in [&mut app, &mut again] {
+        cmd(app, &ws, Command::ViewJobs);
+        cmd(app, &ws, Command::JobEval);
+        let form = &app.form.as_ref().unwrap().1;
+        assert_eq!(form.value("policy"), policy);
+        assert_eq!(form.value("tasks"), "archive-*");
+        press(app, KeyCode::Esc);
+    }
+    // The form's focus is marked by shape.
+    cmd(&mut again, &ws, Command::JobEval);
+    let screen = render(&mut again, 80, 24);
+    assert!(
+        screen.lines().any(|l| l.contains("▶     policy:")),
+        "{screen}"
+    );
 }
 
 #[test]

@@ -153,9 +153,9 @@ impl crate::agent::Terminal for LogTerm {
         command: &str,
         _: std::time::Duration,
     ) -> Result<crate::sandbox::ExecResult, crate::agent::TerminalError> {
-        self.0.push(format!("exec {command}"));
+        self.0.push(command.to_string());
         Ok(crate::sandbox::ExecResult {
-            output: String::new(),
+            output: format!("{command}: ok"),
             exit_code: Some(0),
             timed_out: false,
             truncated: false,
@@ -164,60 +164,78 @@ impl crate::agent::Terminal for LogTerm {
     }
 }
 
-impl crate::tui::takeover::HumanInput for LogTerm {
-    fn write_input(&mut self, bytes: &[u8]) -> Result<(), crate::agent::TerminalError> {
-        self.0
-            .push(format!("human {}", String::from_utf8_lossy(bytes)));
-        Ok(())
-    }
-}
-
-#[test]
-fn take_over_routes_keys_to_the_session_until_given_back() {
-    use crate::agent::Terminal as _;
-    let (mut term, handle) =
-        crate::tui::takeover::TakeoverTerm::new(LogTerm::default(), Default::default());
+/// A zoomed pane of a session the user has taken over (its first output
+/// already on screen).
+fn taken_app(handle: crate::tui::takeover::TakeoverHandle) -> App {
     let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
     app.view = View::Live;
     app.update(Action::Live(LiveEvent::Open {
         key: "r/upper/0".into(),
         title: "upper#0".into(),
         policy: "script:slow".into(),
-        rows: 6,
-        cols: 40,
-        input: Some(handle.clone()),
+        rows: 48,
+        cols: 160,
+        input: Some(handle),
+    }));
+    app.update(Action::Live(LiveEvent::Feed {
+        key: "r/upper/0".into(),
+        bytes: b"hello from the agent\r\n".to_vec(),
     }));
     app.update(Action::Command(Command::TakeOver));
     assert!(app.status.as_ref().unwrap().error, "zoom first");
     app.update(Action::Command(Command::Select));
     app.update(Action::Command(Command::TakeOver));
-    assert!(handle.is_taken());
-    snap!("live_takeover_80x24", &mut app, 80, 24);
-    // Every key goes to the session, q included.
-    for c in "ls".chars() {
-        press(&mut app, KeyCode::Char(c));
-    }
-    press(&mut app, KeyCode::Enter);
-    press(&mut app, KeyCode::Char('q'));
-    assert!(!app.should_quit);
-    if let Some(a) = app.handle_key(KeyEvent::new(KeyCode::Char(']'), KeyModifiers::CONTROL)) {
+    app
+}
+
+fn ctrl(app: &mut App, c: char) {
+    if let Some(a) = app.handle_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)) {
         app.update(a);
     }
+}
+
+#[test]
+fn take_over_echoes_what_is_typed_and_runs_each_line() {
+    use crate::agent::Terminal as _;
+    let (mut term, handle) =
+        crate::tui::takeover::TakeoverTerm::new(LogTerm::default(), Default::default());
+    let mut app = taken_app(handle.clone());
+    assert!(handle.is_taken());
+    snap!("live_takeover_80x24", &mut app, 80, 24);
+    // Every key edits the line, q included; it is shown as typed.
+    typed(&mut app, "ls -l ~/dataq");
+    press(&mut app, KeyCode::Backspace);
+    assert!(!app.should_quit);
+    snap!("live_takeover_typing_80x24", &mut app, 80, 24);
+    press(&mut app, KeyCode::Enter);
+    // The line ran is echoed in the pane, marked as the user's, and waits
+    // for the session (the agent's command would run after it).
+    let screen = app.live.panes[0].contents();
+    assert!(screen.contains("you$ ls -l ~/data"), "{screen}");
+    assert_eq!(handle.queued(), 1);
+    assert!(app.status.as_ref().unwrap().text.contains("recorded"));
+    typed(&mut app, "cat out.txt");
+    snap!("live_takeover_echo_120x40", &mut app, 120, 40);
+    snap!("live_takeover_echo_80x24", &mut app, 80, 24);
+    press(&mut app, KeyCode::Enter);
+    ctrl(&mut app, ']');
     assert!(!handle.is_taken());
     assert!(app.live.taken().is_none());
     term.exec("true", std::time::Duration::from_secs(1))
         .unwrap();
-    assert_eq!(
-        term.inner.0,
-        [
-            "human l",
-            "human s",
-            "human \r",
-            "human q",
-            "human \u{15}",
-            "exec true"
-        ]
-    );
+    assert_eq!(term.inner.0, ["ls -l ~/data", "cat out.txt", "true"]);
+    let human = term.take_human().unwrap();
+    assert_eq!(human.commands.len(), 2);
+    assert_eq!(handle.queued(), 0);
+    // The finished pane's summary says it was taken over.
+    app.update(Action::Live(LiveEvent::Finished {
+        key: "r/upper/0".into(),
+        passed: true,
+        failure: None,
+    }));
+    app.update(Action::Command(Command::Back));
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("✓ PASSED upper#0 ✋ taken over"), "{screen}");
 }
 
 /// What a session on the real 48x160 terminal sends for `seq 1 60`: the

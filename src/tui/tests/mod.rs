@@ -38,6 +38,7 @@ mod live;
 mod screen;
 mod tasks;
 mod training;
+mod undo;
 
 const PY_INITIAL: &str = r#"import os
 

@@ -20,13 +20,21 @@ fn jobs_training_and_help_snapshots() {
     assert!(app.help.visible);
     snap!("help_80x24", &mut app, 80, 24);
     snap!("help_120x40", &mut app, 120, 40);
-    // Every command is listed.
-    let text = render(&mut app, 120, 60);
+    // Every command is listed (after the view's groups).
+    let text = render(&mut app, 120, 200);
     for c in Command::ALL {
         assert!(text.contains(c.name()), "help lacks {}", c.name());
     }
     key(&mut app, &ws, KeyCode::Char('x'));
     assert!(!app.help.visible);
+    // Over another view, that view's keys come first.
+    cmd(&mut app, &ws, Command::ViewLive);
+    key(&mut app, &ws, KeyCode::Char('?'));
+    let text = render(&mut app, 80, 24);
+    assert!(text.contains("Keys: Live first"), "{text}");
+    assert!(text.contains("▌ Live: panes"), "{text}");
+    snap!("help_live_80x24", &mut app, 80, 24);
+    snap!("help_live_120x40", &mut app, 120, 40);
 }
 
 #[test]

@@ -183,7 +183,21 @@ fn mouse_selects_rows_and_tabs() {
         modifiers: KeyModifiers::NONE,
     }));
     assert_eq!(app.tasks.selected_id().as_deref(), Some("archive-logs"));
+    // A double click on a row opens its detail pane.
+    assert_eq!(app.tasks.focus, crate::tui::views::tasks::Focus::Table);
+    app.update(click(5, 4));
+    app.update(click(5, 4));
+    pump(&mut app, &ws);
+    assert_eq!(app.tasks.selected_id().as_deref(), Some("count-words"));
+    assert_eq!(app.tasks.focus, crate::tui::views::tasks::Focus::Detail);
     // Click the "Episodes" tab title.
     app.update(click(18, 0));
     assert_eq!(app.view, View::Episodes);
+    // There, a double click on a row inspects it.
+    render(&mut app, 80, 24);
+    app.update(click(5, 4));
+    app.update(click(5, 4));
+    pump(&mut app, &ws);
+    let insp = app.inspector.as_ref().expect("the inspector opens");
+    assert_eq!(insp.episode.row.sample, 1);
 }

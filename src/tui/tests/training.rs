@@ -222,7 +222,7 @@ fn the_train_form_builds_a_training_job() {
 
     typed(&mut app, "archive-*");
     press(&mut app, KeyCode::Tab);
-    typed(&mut app, "dev-*");
+    typed(&mut app, "count-*");
     // sft: a word it does not know keeps the form open.
     press(&mut app, KeyCode::Tab);
     press(&mut app, KeyCode::Tab);
@@ -232,7 +232,8 @@ fn the_train_form_builds_a_training_job() {
     typed(&mut app, "maybe");
     press(&mut app, KeyCode::Enter);
     assert!(app.form.is_some());
-    assert!(app.status.as_ref().unwrap().text.contains("sft"));
+    let error = app.form.as_ref().and_then(|(_, f)| f.error.clone());
+    assert_eq!(error.map(|e| e.0), Some("sft"));
     for _ in 0..5 {
         press(&mut app, KeyCode::Backspace);
     }
@@ -249,13 +250,16 @@ fn the_train_form_builds_a_training_job() {
     assert!(app.form.is_none(), "{:?}", app.status);
     let want = TrainSpec {
         tasks: "archive-*".into(),
-        dev: "dev-*".into(),
+        dev: "count-*".into(),
         sft: false,
         steps: 5,
         minutes: Some(1.5),
         ..TrainSpec::default()
     };
-    assert_eq!(app.outbox, vec![Request::Launch(JobSpec::Train(want))]);
+    // The job starts, and the form's values are saved for next time.
+    assert_eq!(app.outbox.len(), 2, "{:?}", app.outbox);
+    assert!(matches!(app.outbox[0], Request::SaveFormValues(_)));
+    assert_eq!(app.outbox[1], Request::Launch(JobSpec::Train(want)));
     app.outbox.clear();
 
     // From the Training view too; a bad number is named.
@@ -267,7 +271,8 @@ fn the_train_form_builds_a_training_job() {
     }
     typed(&mut app, "x");
     press(&mut app, KeyCode::Enter);
-    assert!(app.status.as_ref().unwrap().text.contains("steps"));
+    let error = app.form.as_ref().and_then(|(_, f)| f.error.clone());
+    assert_eq!(error.map(|e| e.0), Some("steps"));
     assert!(app.outbox.is_empty());
     press(&mut app, KeyCode::Esc);
     assert!(app.form.is_none());

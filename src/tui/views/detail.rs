@@ -290,7 +290,12 @@ impl DetailState {
         let mut spans = Vec::new();
         let mut x = area.x;
         for t in DetailTab::ALL {
-            let label = format!(" {} ", t.title(short));
+            // The active tab is bracketed, not only coloured.
+            let label = if t == self.tab {
+                format!("[{}]", t.title(short))
+            } else {
+                format!(" {} ", t.title(short))
+            };
             let w = label.chars().count() as u16;
             self.tab_areas.push((Rect::new(x, area.y, w, 1), t));
             x = x.saturating_add(w + 1);

@@ -1,5 +1,6 @@
 //! The Episodes view: every recorded episode with pass/fail and failure
-//! mode, filterable by failure mode.
+//! mode; filtered by failure mode (or any failure), searched with `/`,
+//! sorted by any column ([`super::episodes_order`]).
 
 use crate::tui::action::Action;
 use crate::tui::component::{Component, DrawContext};
@@ -16,8 +17,8 @@ use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::task_marks::{pass_cell, stars};
 
-/// Label used for episodes without a failure mode in the filter.
-pub const NO_FAILURE: &str = "none";
+pub use super::episodes_order::{EpisodeSort, ANY_FAILURE, NO_FAILURE};
+use super::episodes_order::{next_failure, shown};
 
 /// State of the Episodes view.
 #[derive(Debug, Default)]
@@ -28,9 +29,17 @@ pub struct EpisodesView {
     visible: Vec<usize>,
     selected: usize,
     offset: usize,
-    /// Failure-mode filter (`none` = passed / no failure mode).
+    /// Failure-mode filter (`none` = passed / no failure mode; `any
+    /// failure` = every episode that did not pass).
     pub failure: Option<String>,
+    /// The `/` search (case-insensitive).
+    pub search: String,
+    /// The sort column.
+    pub sort: EpisodeSort,
+    /// Sort descending.
+    pub reverse: bool,
     table_area: Rect,
+    clicks: crate::tui::widgets::double_click::DoubleClick,
 }
 
 impl EpisodesView {
@@ -53,13 +62,44 @@ impl EpisodesView {
     }
 
     fn refresh(&mut self) {
+        let keep = self.selected_key();
         let f = self.failure.as_deref();
-        self.visible = (0..self.rows.len())
-            .filter(|&i| {
-                f.is_none_or(|f| self.rows[i].failure_mode.as_deref().unwrap_or(NO_FAILURE) == f)
-            })
+        let search = self.search.to_lowercase();
+        let rows = &self.rows;
+        self.visible = (0..rows.len())
+            .filter(|&i| shown(&rows[i], f, &search))
             .collect();
+        let (sort, reverse) = (self.sort, self.reverse);
+        self.visible.sort_by(|&a, &b| {
+            let o = sort.compare(&rows[a], &rows[b]);
+            if reverse {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        if let Some(pos) = keep.and_then(|k| {
+            self.visible
+                .iter()
+                .position(|&i| Self::key_of(&self.rows[i]) == k)
+        }) {
+            self.selected = pos;
+        }
         self.selected = self.selected.min(self.visible.len().saturating_sub(1));
+    }
+
+    fn key_of(r: &EpisodeRow) -> (String, String, u32) {
+        (r.run_id.clone(), r.task_id.clone(), r.sample)
+    }
+
+    fn selected_key(&self) -> Option<(String, String, u32)> {
+        self.selected_row().map(Self::key_of)
+    }
+
+    /// Set the search text (the selection stays on its episode when shown).
+    pub fn set_search(&mut self, search: String) {
+        self.search = search;
+        self.refresh();
     }
 
     /// All rows.
@@ -90,29 +130,32 @@ impl EpisodesView {
             Command::Top => self.move_by(isize::MIN / 2),
             Command::Bottom => self.move_by(isize::MAX / 2),
             Command::FilterFailure => {
-                let modes = self.modes();
-                self.failure = match &self.failure {
-                    None => modes.first().cloned(),
-                    Some(m) => modes
-                        .iter()
-                        .position(|x| x == m)
-                        .and_then(|i| modes.get(i + 1).cloned()),
-                };
+                self.failure = next_failure(self.failure.as_deref(), &self.modes());
+                self.refresh();
+            }
+            Command::SortNext => {
+                self.sort = self.sort.next();
+                self.refresh();
+            }
+            Command::SortReverse => {
+                self.reverse = !self.reverse;
                 self.refresh();
             }
             Command::ClearFilters | Command::Back => {
                 self.failure = None;
+                self.search.clear();
                 self.refresh();
             }
             _ => {}
         }
     }
 
-    /// Click selects, wheel scrolls.
-    pub fn mouse(&mut self, m: MouseEvent) {
+    /// Click selects, wheel scrolls; returns true on a double click on a
+    /// row (which opens it).
+    pub fn mouse(&mut self, m: MouseEvent) -> bool {
         let pos = Position::new(m.column, m.row);
         if !self.table_area.contains(pos) {
-            return;
+            return false;
         }
         match m.kind {
             MouseEventKind::ScrollDown => self.move_by(3),
@@ -122,11 +165,13 @@ impl EpisodesView {
                     let idx = self.offset + r as usize;
                     if idx < self.visible.len() {
                         self.selected = idx;
+                        return self.clicks.click(idx, std::time::Instant::now());
                     }
                 }
             }
             _ => {}
         }
+        false
     }
 
     /// Draw the filter line and the table.
@@ -155,21 +200,37 @@ impl EpisodesView {
             .iter()
             .filter(|&&i| self.rows[i].passed)
             .count();
-        let line = Line::from(vec![
+        let mut spans = vec![
             Span::styled("failure mode ", theme.muted()),
             Span::styled(
                 self.failure.clone().unwrap_or_else(|| "any".into()),
                 theme.accent(),
             ),
-            Span::styled(
+        ];
+        if !self.search.is_empty() {
+            spans.push(Span::styled("  search ", theme.muted()));
+            spans.push(Span::styled(format!("{:?}", self.search), theme.accent()));
+        }
+        if self.sort != EpisodeSort::Run || self.reverse {
+            spans.push(Span::styled("  sort ", theme.muted()));
+            spans.push(Span::styled(
+                format!(
+                    "{}{}",
+                    self.sort.column().to_lowercase(),
+                    if self.reverse { "↓" } else { "↑" }
+                ),
+                theme.accent(),
+            ));
+        }
+        spans.push(Span::styled(
                 format!(
                     "  {}/{} shown, {passed} passed",
                     self.visible.len(),
                     self.rows.len()
                 ),
                 theme.muted(),
-            ),
-        ]);
+            ));
+        let line = Line::from(spans);
         frame.render_widget(Paragraph::new(line), bar);
         self.table_area = table;
         let height = table.height.saturating_sub(1) as usize;
@@ -214,16 +275,28 @@ impl EpisodesView {
                 Constraint::Length(3),
                 Constraint::Length(4),
                 Constraint::Length(6),
-                Constraint::Length(5),
-                Constraint::Fill(2),
-                Constraint::Fill(2),
                 Constraint::Length(6),
+                Constraint::Fill(2),
+                Constraint::Fill(2),
+                Constraint::Length(7),
             ],
         )
         .header(
-            Row::new(vec![
-                "Run", "Task", "#", "Res", "Reward", "Turns", "End", "Failure", "Rating",
-            ])
+            Row::new(
+                [
+                    "Run", "Task", "#", "Res", "Reward", "Turns", "End", "Failure", "Rating",
+                ]
+                .map(|h| {
+                    // The sorted column carries an arrow (once sorted).
+                    let sorted = (self.sort != EpisodeSort::Run || self.reverse)
+                        && h == self.sort.column();
+                    match (sorted, self.reverse) {
+                        (true, false) => format!("{h}↑"),
+                        (true, true) => format!("{h}↓"),
+                        _ => h.to_string(),
+                    }
+                }),
+            )
             .style(theme.muted()),
         )
         .row_highlight_style(theme.selected())
@@ -242,9 +315,10 @@ impl Component for EpisodesView {
         None
     }
 
+    /// A double click on a row inspects it.
     fn handle_mouse(&mut self, event: MouseEvent) -> Option<Action> {
-        self.mouse(event);
-        None
+        self.mouse(event)
+            .then_some(Action::Command(Command::Select))
     }
 
     fn update(&mut self, action: Action) -> Option<Action> {

@@ -1,14 +1,17 @@
-//! The help overlay: every command and its keys, generated from the keymap.
+//! The help overlay, generated from the keymap: the current view's keys
+//! first, grouped ([`super::help_groups`]), then the keys that work
+//! everywhere, then every command with its `[tui.keys]` name.
 
 use crate::tui::action::Action;
 use crate::tui::component::{Component, DrawContext};
 use crossterm::event::{MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Rect};
-use ratatui::style::Style;
+use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
+use super::help_groups::{groups, key_text, Group, HelpContext, EVERYWHERE};
 use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
 
@@ -19,29 +22,15 @@ pub struct HelpView {
     pub visible: bool,
     /// Lines scrolled past.
     pub scroll: u16,
+    /// The view it was opened over (its keys come first).
+    pub context: HelpContext,
 }
 
 impl HelpView {
     /// Draw the overlay centred over `area`.
     pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme, keymap: &Keymap) {
-        let rows = keymap.help_rows();
-        let key_w = rows
-            .iter()
-            .map(|r| r.0.chars().count())
-            .max()
-            .unwrap_or(4)
-            .min(20);
-        let name_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(4);
-        let lines: Vec<Line<'static>> = rows
-            .into_iter()
-            .map(|(keys, name, desc)| {
-                Line::from(vec![
-                    Span::styled(format!("{keys:>key_w$}  "), theme.accent()),
-                    Span::styled(format!("{name:<name_w$}  "), theme.muted()),
-                    Span::styled(desc.to_string(), Style::new().fg(theme.foreground)),
-                ])
-            })
-            .collect();
+        let mut lines = self.grouped_lines(theme, keymap);
+        lines.extend(every_command_lines(theme, keymap));
         let width = area.width.saturating_sub(4).min(100);
         let height = area.height.saturating_sub(2).min(lines.len() as u16 + 2);
         let popup = area.centered(Constraint::Length(width), Constraint::Length(height));
@@ -57,7 +46,7 @@ impl HelpView {
             .borders(Borders::ALL)
             .border_style(Style::new().fg(theme.accent))
             .title(Span::styled(
-                " Keys ([tui.keys] in config.toml) ",
+                format!(" Keys: {} first ([tui.keys] in config.toml) ", self.context.title()),
                 theme.accent(),
             ))
             .title_bottom(Line::from(Span::styled(hint, theme.muted())).right_aligned())
@@ -67,6 +56,63 @@ impl HelpView {
             popup,
         );
     }
+
+    /// The current view's groups, then the keys that work everywhere.
+    fn grouped_lines(&self, theme: &Theme, keymap: &Keymap) -> Vec<Line<'static>> {
+        let view = self.context.title();
+        let mut sections: Vec<(String, &Group)> = groups(self.context)
+            .iter()
+            .map(|g| (format!("{view}: {}", g.title), g))
+            .collect();
+        sections.push(("Everywhere".to_string(), &EVERYWHERE));
+        let key_w = sections
+            .iter()
+            .flat_map(|(_, g)| g.entries.iter())
+            .map(|e| key_text(keymap, e.key, true).chars().count())
+            .max()
+            .unwrap_or(4)
+            .min(20);
+        let mut lines = Vec::new();
+        for (title, g) in sections {
+            lines.push(Line::from(Span::styled(
+                format!("▌ {title}"),
+                theme.accent().add_modifier(Modifier::BOLD),
+            )));
+            for e in g.entries {
+                let keys = key_text(keymap, e.key, true);
+                lines.push(Line::from(vec![
+                    Span::styled(format!("  {keys:>key_w$}  "), theme.accent()),
+                    Span::styled(e.long.to_string(), Style::new().fg(theme.foreground)),
+                ]));
+            }
+            lines.push(Line::from(""));
+        }
+        lines
+    }
+}
+
+/// Every command with its keys and `[tui.keys]` name.
+fn every_command_lines(theme: &Theme, keymap: &Keymap) -> Vec<Line<'static>> {
+    let rows = keymap.help_rows();
+    let key_w = rows
+        .iter()
+        .map(|r| r.0.chars().count())
+        .max()
+        .unwrap_or(4)
+        .min(20);
+    let name_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(4);
+    let mut lines = vec![Line::from(Span::styled(
+        "▌ Every command (its [tui.keys] name)",
+        theme.accent().add_modifier(Modifier::BOLD),
+    ))];
+    lines.extend(rows.into_iter().map(|(keys, name, desc)| {
+        Line::from(vec![
+            Span::styled(format!("  {keys:>key_w$}  "), theme.accent()),
+            Span::styled(format!("{name:<name_w$}  "), theme.muted()),
+            Span::styled(desc.to_string(), Style::new().fg(theme.foreground)),
+        ])
+    }));
+    lines
 }
 
 impl Component for HelpView {

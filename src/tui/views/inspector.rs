@@ -13,6 +13,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 use tui_term::widget::PseudoTerminal;
 
+use crate::agent::{StepKind, Takeover};
 use crate::tui::keymap::Command;
 use crate::tui::replay::Replay;
 pub use crate::tui::runtime::episode_io::LoadedEpisode;
@@ -143,7 +144,14 @@ impl Inspector {
         frame.render_widget(Paragraph::new(header(&self.episode, theme)), head);
         let titles: Vec<Line<'_>> = InspectorTab::ALL
             .iter()
-            .map(|t| Line::from(format!(" {} ", t.title())))
+            .map(|t| {
+                // The active tab is bracketed, not only coloured.
+                Line::from(if *t == self.tab {
+                    format!("[{}]", t.title())
+                } else {
+                    format!(" {} ", t.title())
+                })
+            })
             .collect();
         frame.render_widget(
             Tabs::new(titles)
@@ -252,6 +260,18 @@ fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
     if let Some(m) = &row.failure_mode {
         first.push(Span::styled(format!(" · {m}"), theme.failure()));
     }
+    if let Some(f) = ep.result.as_ref().ok().and_then(|r| r.forked_from.as_ref()) {
+        first.push(Span::styled(
+            format!(" · fork of {}/{}/{} at step {}", f.run, f.task, f.sample, f.at_step),
+            theme.accent(),
+        ));
+    }
+    if ep.result.as_ref().is_ok_and(|r| r.taken_over.is_some()) {
+        first.push(Span::styled(
+            " · ✋ TAKEN OVER",
+            theme.warning().add_modifier(Modifier::BOLD),
+        ));
+    }
     let label = row
         .label
         .as_deref()
@@ -296,12 +316,26 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
             theme.warning(),
         )));
     }
+    if let Some(t) = &r.taken_over {
+        out.push(Line::from(Span::styled(
+            takeover_summary(t),
+            theme.warning().add_modifier(Modifier::BOLD),
+        )));
+    }
     for (i, s) in r.steps.iter().enumerate() {
-        let in_loop = loop_start.is_some_and(|l| i >= l) && s.command.is_some();
-        let mut head = vec![Span::styled(
-            format!("── step {i} · turn {} · {:?}", s.turn, s.kind),
-            theme.muted(),
-        )];
+        let human = s.kind == StepKind::Human;
+        let in_loop = loop_start.is_some_and(|l| i >= l) && s.command.is_some() && !human;
+        let mut head = vec![if human {
+            Span::styled(
+                format!("── step {i} · turn {} · ✋ HUMAN (typed in a take-over)", s.turn),
+                theme.warning().add_modifier(Modifier::BOLD),
+            )
+        } else {
+            Span::styled(
+                format!("── step {i} · turn {} · {:?}", s.turn, s.kind),
+                theme.muted(),
+            )
+        }];
         if let Some(c) = s.exit_code {
             let st = if c == 0 {
                 theme.success()
@@ -336,11 +370,17 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
         if let Some(cmd) = &s.command {
             let style = if in_loop {
                 theme.warning().add_modifier(Modifier::REVERSED)
+            } else if human {
+                theme.warning()
             } else {
                 theme.accent()
             };
             for (n, l) in cmd.lines().enumerate() {
-                let prompt = if n == 0 { "$" } else { ">" };
+                let prompt = match (n, human) {
+                    (0, true) => "you$",
+                    (0, false) => "$",
+                    _ => ">",
+                };
                 out.push(Line::from(Span::styled(format!("  {prompt} {l}"), style)));
             }
         }
@@ -368,6 +408,16 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
         )));
     }
     out
+}
+
+/// One line on a take-over: when, how much the human did, and that
+/// evaluations leave the episode out.
+pub fn takeover_summary(t: &Takeover) -> String {
+    let s = if t.human_steps == 1 { "" } else { "s" };
+    format!(
+        "✋ taken over by a human at turn {} ({:.0} s in, {}): {} human command{s}, held {:.0} s; evaluations leave this episode out",
+        t.turn, t.after_secs, t.at, t.human_steps, t.held_secs
+    )
 }
 
 /// The final tests with each failing assertion's message.

@@ -5,19 +5,20 @@ use crate::tui::action::Action;
 use crate::tui::component::{Component, DrawContext};
 use std::time::{Duration, Instant};
 
-use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+use crossterm::event::{KeyEvent, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders};
+use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
-use tui_term::widget::PseudoTerminal;
+use tui_term::widget::{Cursor, PseudoTerminal};
 
 use crate::tui::action::LiveEvent;
 use crate::tui::keymap::Command;
 use crate::tui::takeover::TakeoverHandle;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
+use crate::tui::widgets::shell_line::ShellLine;
 use crate::tui::widgets::terminal::{Following, MarkerFilter};
 
 /// Scrollback kept per pane.
@@ -54,6 +55,11 @@ pub struct LivePane {
     pub input: Option<TakeoverHandle>,
     /// Fed from the workspace's run files (another process), not by a job.
     pub watched: bool,
+    /// What the user types while holding the session.
+    pub line: ShellLine,
+    /// The user took this session over at some point (its episode records
+    /// it, and evaluations leave it out).
+    pub took_over: bool,
 }
 
 impl std::fmt::Debug for LivePane {
@@ -84,6 +90,8 @@ impl LivePane {
             finished_after: None,
             input: None,
             watched: false,
+            line: ShellLine::default(),
+            took_over: false,
         }
     }
 
@@ -92,6 +100,21 @@ impl LivePane {
     pub fn feed(&mut self, bytes: &[u8]) {
         let shown = self.filter.push_bytes(bytes);
         self.parser.process(&shown);
+    }
+
+    /// Whether the user holds this pane's session.
+    pub fn is_taken(&self) -> bool {
+        self.input.as_ref().is_some_and(|h| h.is_taken())
+    }
+
+    /// Show a command the user ran on its own line, marked as theirs (the
+    /// session's terminal does not echo), and follow the output again.
+    pub fn echo(&mut self, command: &str) {
+        let mid_line = self.parser.screen().cursor_position().1 > 0;
+        let nl = if mid_line { "\r\n" } else { "" };
+        let shown = format!("{nl}\x1b[1;33myou$ {command}\x1b[0m\r\n");
+        self.parser.process(shown.as_bytes());
+        self.parser.screen_mut().set_scrollback(0);
     }
 
     /// Resize the emulated terminal (when the session's PTY is resized).
@@ -135,7 +158,7 @@ impl LivePane {
             Some(false) => spans.push(Span::styled("FAILED ", theme.failure())),
             None => {}
         }
-        if self.input.as_ref().is_some_and(|h| h.is_taken()) {
+        if self.is_taken() {
             spans.push(Span::styled(
                 "YOU HAVE THE SESSION (ctrl-] gives it back) ",
                 theme.failure(),
@@ -169,6 +192,9 @@ impl LivePane {
             _ => spans.push(Span::styled("✗ FAILED ", theme.failure())),
         }
         spans.push(Span::styled(format!("{} ", self.title), theme.accent()));
+        if self.took_over {
+            spans.push(Span::styled("✋ taken over ", theme.warning()));
+        }
         if let Some(mode) = &self.failure {
             spans.push(Span::styled(format!("{mode} "), theme.failure()));
         }
@@ -439,6 +465,9 @@ impl LiveView {
             }
             (Some(h), None) => {
                 h.set_taken(true);
+                if let Some(p) = self.panes.get_mut(self.selected) {
+                    p.took_over = true;
+                }
                 Ok(())
             }
         }
@@ -453,15 +482,24 @@ impl LiveView {
         }
     }
 
-    /// Type into the taken-over session.
-    pub fn type_bytes(&mut self, bytes: Vec<u8>) {
-        if let Some(h) = self
-            .panes
-            .iter()
-            .filter_map(|p| p.input.as_ref())
-            .find(|h| h.is_taken())
-        {
-            h.send(bytes);
+    /// A key for the taken-over session's command line: edits the line
+    /// (shown in the pane as it is typed); Enter echoes it in the pane and
+    /// runs it in the session. Returns the command run, if any.
+    pub fn type_key(&mut self, key: &KeyEvent) -> Option<String> {
+        let p = self.panes.iter_mut().find(|p| p.is_taken())?;
+        let command = p.line.key(key)?;
+        p.echo(&command);
+        if let Some(h) = &p.input {
+            h.submit(command.clone());
+        }
+        Some(command)
+    }
+
+    /// Scroll the taken-over pane (page up / down while typing).
+    pub fn scroll_taken(&mut self, up: bool) {
+        if let Some(p) = self.panes.iter_mut().find(|p| p.is_taken()) {
+            let page = (p.parser.screen().size().0 / 2).max(1) as isize;
+            p.scroll(if up { page } else { -page });
         }
     }
 
@@ -614,22 +652,59 @@ impl LiveView {
 }
 
 fn draw_pane(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme, selected: bool) {
+    let taken = pane.is_taken();
     let block = Block::default()
         .borders(Borders::ALL)
-        .border_style(if selected {
+        .border_style(if taken {
+            theme.failure()
+        } else if selected {
             Style::new().fg(theme.accent)
         } else {
             theme.muted()
         })
         .title(pane.header(theme));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    // A taken-over pane keeps its last row for the user's command line.
+    let (screen_area, line_area) = if taken && inner.height >= 2 {
+        let [s, l] = Layout::vertical([Constraint::Fill(1), Constraint::Length(1)]).areas(inner);
+        (s, Some(l))
+    } else {
+        (inner, None)
+    };
     // Follow the newest output: the session's terminal is usually taller
     // than the pane, so show the rows that end at the cursor / last line.
-    let inner = block.inner(area);
-    let screen = Following::new(pane.parser.screen(), inner.height);
+    let screen = Following::new(pane.parser.screen(), screen_area.height);
     let term = PseudoTerminal::new(&screen)
-        .block(block)
+        .cursor(Cursor::default().visibility(!taken))
         .style(Style::new().fg(theme.foreground).bg(theme.background));
-    frame.render_widget(term, area);
+    frame.render_widget(term, screen_area);
+    if let Some(line_area) = line_area {
+        draw_command_line(frame, line_area, pane, theme);
+    }
+}
+
+/// The taken-over pane's command line: `you$ ` and what is typed, with the
+/// cursor; commands still waiting for the session are counted after it.
+fn draw_command_line(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme) {
+    const PROMPT: &str = "you$ ";
+    let input = &pane.line.input;
+    let mut spans = vec![
+        Span::styled(PROMPT, theme.warning()),
+        Span::styled(input.value.clone(), Style::new().fg(theme.foreground)),
+    ];
+    let queued = pane.input.as_ref().map_or(0, |h| h.queued());
+    if queued > 0 {
+        spans.push(Span::styled(
+            format!("   [{queued} running or queued: the agent's command finishes first]"),
+            theme.muted(),
+        ));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)).style(theme.base()), area);
+    let x = area.x + (PROMPT.len() + input.cursor()) as u16;
+    if x < area.right() {
+        frame.set_cursor_position(Position::new(x, area.y));
+    }
 }
 
 impl Component for LiveView {

@@ -2,7 +2,9 @@
 
 pub mod detail;
 pub mod episodes;
+pub mod episodes_order;
 pub mod help;
+pub mod help_groups;
 pub mod inspector;
 pub mod jobs;
 pub mod live;

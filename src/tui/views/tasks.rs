@@ -107,6 +107,7 @@ pub struct TasksView {
     /// The selected task's detail pane.
     pub detail: DetailState,
     table_area: Rect,
+    clicks: crate::tui::widgets::double_click::DoubleClick,
 }
 
 fn pass1(r: &TaskRow) -> f64 {
@@ -150,6 +151,16 @@ impl TasksView {
     /// Total rows, and rows passing the filter.
     pub fn counts(&self) -> (usize, usize) {
         (self.rows.len(), self.visible.len())
+    }
+
+    /// Every row, shown or not.
+    pub fn rows(&self) -> &[TaskRow] {
+        &self.rows
+    }
+
+    /// The row of task `id`, shown or not.
+    pub fn row(&self, id: &str) -> Option<&TaskRow> {
+        self.rows.iter().find(|r| r.id == id)
     }
 
     /// The selected row.
@@ -365,6 +376,10 @@ impl TasksView {
                 let idx = self.offset + row;
                 if idx < self.visible.len() {
                     self.selected = idx;
+                    // A double click opens the row: the detail pane takes the keys.
+                    if self.clicks.click(idx, std::time::Instant::now()) {
+                        self.focus = Focus::Detail;
+                    }
                 }
                 self.selected_id()
             }

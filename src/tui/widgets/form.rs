@@ -31,6 +31,9 @@ pub struct Form {
     pub focus: usize,
     /// Shown under the fields (what the job does, or why it cannot run).
     pub note: String,
+    /// Why the values cannot start the job: the field and the reason, shown
+    /// under the fields until the next edit.
+    pub error: Option<(&'static str, String)>,
 }
 
 /// What a key did to the form.
@@ -58,7 +61,17 @@ impl Form {
                 .collect(),
             focus: 0,
             note: String::new(),
+            error: None,
         }
+    }
+
+    /// Show why the values cannot be used, on field `label` (which takes
+    /// the focus).
+    pub fn set_error(&mut self, label: &'static str, message: impl Into<String>) {
+        if let Some(i) = self.fields.iter().position(|f| f.label == label) {
+            self.focus = i;
+        }
+        self.error = Some((label, message.into()));
     }
 
     /// With an explanatory note.
@@ -79,6 +92,9 @@ impl Form {
     /// Apply a key.
     pub fn handle_key(&mut self, key: &KeyEvent) -> FormOutcome {
         let n = self.fields.len();
+        if !matches!(key.code, KeyCode::Enter) {
+            self.error = None;
+        }
         match key.code {
             KeyCode::Tab | KeyCode::Down if n > 0 => {
                 self.focus = (self.focus + 1) % n;
@@ -103,7 +119,8 @@ impl Form {
 
     /// Draw centred over `area`.
     pub fn draw(&self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
-        let label_w = self.fields.iter().map(|f| f.label.len()).max().unwrap_or(0) as u16 + 2;
+        // The label column holds the focus mark, the label and ": ".
+        let label_w = self.fields.iter().map(|f| f.label.len()).max().unwrap_or(0) as u16 + 3;
         let w = area.width.min(72);
         let note_lines = if self.note.is_empty() {
             0
@@ -124,15 +141,23 @@ impl Form {
             } else {
                 theme.base()
             };
+            // The field being edited is marked ▶, not only coloured.
+            let mark = if i == self.focus { "▶" } else { " " };
             lines.push(Line::from(vec![
                 Span::styled(
-                    format!("{:>width$}: ", f.label, width = label_w as usize - 2),
+                    format!("{mark}{:>width$}: ", f.label, width = label_w as usize - 3),
                     theme.accent(),
                 ),
                 Span::styled(f.input.value.clone(), style),
             ]));
         }
-        lines.push(Line::from(""));
+        match &self.error {
+            Some((label, message)) => lines.push(Line::from(Span::styled(
+                format!("✗ {label}: {message}"),
+                theme.failure(),
+            ))),
+            None => lines.push(Line::from("")),
+        }
         if !self.note.is_empty() {
             lines.push(Line::from(Span::styled(self.note.clone(), theme.warning())));
         }

@@ -1,0 +1,243 @@
+//! Rebuilding the workspace index from its files: `endless workspace
+//! rebuild`, and what the TUI and the CLI do when `endless.db` is missing
+//! or corrupt ([`open_rebuilding`]). The files are the source of truth:
+//! task bundles with their `curation.json`, and under `runs/` every
+//! finished episode's result with its `.review`. Nothing the user curated
+//! is lost; the jobs journal is not rebuilt (it is a log, not curation).
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+
+use crate::agent::{index_episode, load_run};
+use crate::store::{Recovered, Workspace};
+use crate::workbench::eval::CANCELLED;
+
+/// What a rebuild found and indexed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RebuildReport {
+    /// Task bundles indexed.
+    pub tasks: usize,
+    /// Of those, tasks with curation (status, rating, notes, tags, pass@k).
+    pub curated_tasks: usize,
+    /// Runs with finished episodes.
+    pub runs: usize,
+    /// Finished episodes indexed.
+    pub episodes: usize,
+    /// Of those, episodes with a review (rating, label, notes).
+    pub reviewed_episodes: usize,
+    /// Files that could not be used, each with why (the rest is rebuilt).
+    pub problems: Vec<String>,
+}
+
+impl RebuildReport {
+    /// One line for people.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} tasks ({} curated), {} episodes in {} runs ({} reviewed)",
+            self.tasks, self.curated_tasks, self.episodes, self.runs, self.reviewed_episodes
+        );
+        if !self.problems.is_empty() {
+            s.push_str(&format!("; {} files skipped", self.problems.len()));
+        }
+        s
+    }
+}
+
+/// The kind of a run, from its id (`eval-…`, `run-…`, `serve-…`).
+fn run_kind(run_id: &str) -> &str {
+    match run_id.split_once('-') {
+        Some((kind, _)) if !kind.is_empty() => kind,
+        _ => "run",
+    }
+}
+
+/// Rebuild the index of `ws` from its files: every bundle with its
+/// curation, every finished episode (but those a cancel cut short, which
+/// never count) with its review. Curation only in the index (written before
+/// the files existed) is written out to files, so it is kept too.
+pub fn rebuild_index(ws: &Workspace) -> Result<RebuildReport> {
+    let mut report = RebuildReport::default();
+    ws.reconcile().context("indexing the task bundles")?;
+    for id in ws.task_ids()? {
+        report.tasks += 1;
+        match ws.sync_task_curation(&id) {
+            Ok(true) => report.curated_tasks += 1,
+            Ok(false) => {}
+            Err(e) => report.problems.push(e.to_string()),
+        }
+    }
+    let runs_dir = ws.runs_dir();
+    let mut run_ids: Vec<String> = std::fs::read_dir(&runs_dir)
+        .with_context(|| format!("reading {}", runs_dir.display()))?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    run_ids.sort();
+    for run_id in run_ids {
+        let episodes: Vec<_> = load_run(&runs_dir.join(&run_id))
+            .into_iter()
+            .filter(|e| !e.error.as_deref().is_some_and(|m| m.contains(CANCELLED)))
+            .collect();
+        let Some(first) = episodes.first() else {
+            continue;
+        };
+        ws.upsert_run(
+            &run_id,
+            run_kind(&run_id),
+            &first.policy,
+            &serde_json::json!({ "rebuilt": true }),
+        )?;
+        report.runs += 1;
+        for e in &episodes {
+            index_episode(ws, &run_id, e)?;
+            report.episodes += 1;
+            let row = ws.episode_row(&run_id, &e.task, e.sample)?;
+            match ws.sync_episode_review(&row) {
+                Ok(true) => report.reviewed_episodes += 1,
+                Ok(false) => {}
+                Err(e) => report.problems.push(e.to_string()),
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Open the workspace at `root`; when its `endless.db` was missing (the
+/// workspace has files) or corrupt (moved aside), rebuild the index from
+/// the files and say so (`Some(message)`).
+pub fn open_rebuilding(root: &Path) -> Result<(Workspace, Option<String>)> {
+    let (ws, recovered) = Workspace::open_recovering(root)
+        .with_context(|| format!("opening workspace {}", root.display()))?;
+    let Some(recovered) = recovered else {
+        return Ok((ws, None));
+    };
+    let report = rebuild_index(&ws).context("rebuilding the workspace index from its files")?;
+    let why = match recovered {
+        Recovered::Missing => "endless.db was missing".to_string(),
+        Recovered::Corrupt { moved_to } => {
+            format!("endless.db was corrupt (kept as {})", moved_to.display())
+        }
+    };
+    let message = format!("{why}: rebuilt the index from the files: {}", report.summary());
+    tracing::warn!("{}: {message}", root.display());
+    Ok((ws, Some(message)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{EndReason, EpisodeResult, Timings};
+    use crate::store::{EpisodeRow, TaskStatus};
+
+    fn result(task: &str, sample: u32, error: Option<&str>) -> EpisodeResult {
+        let id = crate::agent::EpisodeId {
+            task: task.into(),
+            category: "c".into(),
+            complexity: None,
+            sample,
+            policy: "oracle".into(),
+        };
+        let mut r = EpisodeResult::failed_to_start(id, "x".into(), Timings::default());
+        r.error = error.map(String::from);
+        r.end_reason = EndReason::Done;
+        r
+    }
+
+    fn write(ws: &Workspace, run: &str, r: &EpisodeResult) {
+        let dir = ws.runs_dir().join(run).join("episodes").join(&r.task);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("{}.json", r.sample)),
+            serde_json::to_vec(r).unwrap(),
+        )
+        .unwrap();
+    }
+
+    fn task(id: &str) -> crate::task::Task {
+        let mut meta = crate::task::TaskMeta::default();
+        meta.task.id = id.into();
+        crate::task::Task {
+            meta,
+            instruction: "do it".into(),
+            truth: String::new(),
+            environment: Default::default(),
+            tests: Default::default(),
+            solution: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_deleted_or_corrupt_database_is_rebuilt_with_nothing_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ws = Workspace::open(dir.path()).unwrap();
+            ws.add_task(&task("t"), TaskStatus::Candidate).unwrap();
+            ws.set_status("t", TaskStatus::Rejected).unwrap();
+            ws.set_notes("t", "wrong tests").unwrap();
+            ws.upsert_run("eval-1", "eval", "oracle", &serde_json::json!({}))
+                .unwrap();
+            for r in [result("t", 0, None), result("t", 1, None)] {
+                write(&ws, "eval-1", &r);
+                index_episode(&ws, "eval-1", &r).unwrap();
+            }
+            // Cut short by a cancel: never indexed, and not by a rebuild.
+            write(&ws, "eval-1", &result("t", 2, Some(CANCELLED)));
+            ws.rate_episode("eval-1", "t", 1, Some(5), Some("agent_error"), "nice")
+                .unwrap();
+        }
+        let check = |ws: &Workspace| {
+            let row = ws.task_row("t").unwrap();
+            assert_eq!(
+                (row.status, row.notes.as_str()),
+                (TaskStatus::Rejected, "wrong tests")
+            );
+            let eps: Vec<EpisodeRow> = ws.list_episodes(None).unwrap();
+            assert_eq!(eps.len(), 2, "{eps:?}");
+            assert_eq!(
+                (eps[1].rating, eps[1].label.as_deref(), eps[1].notes.as_str()),
+                (Some(5), Some("agent_error"), "nice")
+            );
+            assert_eq!(ws.list_runs().unwrap()[0].kind, "eval");
+        };
+        // Deleted.
+        for f in ["endless.db", "endless.db-wal", "endless.db-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(f));
+        }
+        let (ws, said) = open_rebuilding(dir.path()).unwrap();
+        let said = said.unwrap();
+        assert!(said.contains("was missing"), "{said}");
+        assert!(said.contains("2 episodes in 1 runs (1 reviewed)"), "{said}");
+        check(&ws);
+        drop(ws);
+        // Opening again finds nothing to mend.
+        assert!(open_rebuilding(dir.path()).unwrap().1.is_none());
+        // Corrupt.
+        for f in ["endless.db-wal", "endless.db-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(f));
+        }
+        std::fs::write(dir.path().join("endless.db"), vec![b'x'; 8192]).unwrap();
+        let (ws, said) = open_rebuilding(dir.path()).unwrap();
+        assert!(said.unwrap().contains("was corrupt"));
+        check(&ws);
+        let kept = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("endless.db.corrupt-"));
+        assert!(kept, "the broken file is kept");
+        // An explicit rebuild of a healthy index changes nothing.
+        let report = rebuild_index(&ws).unwrap();
+        assert_eq!((report.tasks, report.curated_tasks), (1, 1));
+        assert_eq!((report.episodes, report.reviewed_episodes), (2, 1));
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        check(&ws);
+        // A brand-new workspace has nothing to rebuild.
+        let fresh = tempfile::tempdir().unwrap();
+        assert!(open_rebuilding(fresh.path()).unwrap().1.is_none());
+        assert_eq!(run_kind("eval-abc"), "eval");
+        assert_eq!(run_kind("odd"), "run");
+    }
+}
