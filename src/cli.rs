@@ -599,6 +599,11 @@ pub enum BenchTarget {
     /// Oracle episodes over HTTP from many clients against one server, beside the
     /// same episodes in-process: sessions/min, step latency, overhead, memory.
     Serve,
+    /// Container images: pull + unpack from a loopback registry beside `skopeo
+    /// copy` + `umoci unpack`, cached-image episode start, a 10-step rebuild
+    /// after a change to step 9, disk for 20 tasks on one base (--n runs,
+    /// default 5; needs root, docker-registry, skopeo, umoci).
+    Images,
 }
 
 /// `endless sandbox ...`
