@@ -97,7 +97,12 @@ fn cached_layers(cache: &Path) -> usize {
 fn leftovers(cache: &Path) -> Vec<String> {
     ["local/steps", "local/images"]
         .iter()
-        .flat_map(|d| std::fs::read_dir(cache.join(d)).into_iter().flatten().flatten())
+        .flat_map(|d| {
+            std::fs::read_dir(cache.join(d))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(".build-"))
         .collect()
@@ -106,7 +111,9 @@ fn leftovers(cache: &Path) -> Vec<String> {
 #[test]
 fn a_rebuild_after_a_change_starts_at_the_changed_step() {
     let cache = tempfile::tempdir().unwrap();
-    let Some(b) = backend(cache.path()) else { return };
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
     let first = b
         .prepare(&docker_task("ten", &ten_steps("echo nine > /opt/s9")))
         .unwrap();
@@ -116,7 +123,10 @@ fn a_rebuild_after_a_change_starts_at_the_changed_step() {
         .collect();
     assert_eq!(outcomes(&first), cold);
     let second = b
-        .prepare(&docker_task("ten-changed", &ten_steps("echo NINE > /opt/s9")))
+        .prepare(&docker_task(
+            "ten-changed",
+            &ten_steps("echo NINE > /opt/s9"),
+        ))
         .unwrap();
     assert_ne!(first.hash, second.hash);
     let warm: Vec<(usize, StepOutcome)> = (0..=11)
@@ -126,7 +136,11 @@ fn a_rebuild_after_a_change_starts_at_the_changed_step() {
             _ => (i, Cached),
         })
         .collect();
-    assert_eq!(outcomes(&second), warm, "only steps 9, 10 and the finish ran");
+    assert_eq!(
+        outcomes(&second),
+        warm,
+        "only steps 9, 10 and the finish ran"
+    );
     let show = "cat /opt/s1; echo; cat /usr/local/share/endless/s2; echo; cat /opt/s3 /opt/s5 \
                 /opt/work/here.txt /opt/dir/a /opt/s9; cat /opt/s10; echo; \
                 ls /opt/s3-gone 2>&1; echo $STEP4; id -un";
@@ -139,10 +153,17 @@ fn a_rebuild_after_a_change_starts_at_the_changed_step() {
     assert_eq!(&a[2..7], ["three", "four", "six", "a", "nine"], "{a:?}");
     assert_eq!(c[6], "NINE");
     assert_ne!(a[7], c[7], "step 10 ran again: {a:?} {c:?}");
-    assert!(a[8].contains("No such file"), "a deletion in a later step: {a:?}");
+    assert!(
+        a[8].contains("No such file"),
+        "a deletion in a later step: {a:?}"
+    );
     assert_eq!(&a[9..], ["four", "user"]);
     // The cached layer's files are shared by both images, not copied.
-    let ino = |i: &Image, p: &str| std::fs::metadata(i.path.join("root").join(p)).unwrap().ino();
+    let ino = |i: &Image, p: &str| {
+        std::fs::metadata(i.path.join("root").join(p))
+            .unwrap()
+            .ino()
+    };
     assert_eq!(ino(&first, "opt/s1"), ino(&second, "opt/s1"));
     assert_ne!(ino(&first, "opt/s9"), ino(&second, "opt/s9"));
     // The same task again is the same image, built once.
@@ -156,7 +177,9 @@ fn a_rebuild_after_a_change_starts_at_the_changed_step() {
 #[test]
 fn a_failing_step_names_its_line_and_output_and_caches_nothing() {
     let cache = tempfile::tempdir().unwrap();
-    let Some(b) = backend(cache.path()) else { return };
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
     let bad = "RUN echo first > /opt/first\n\
                ENV A=1\n\
                # a comment line\n\
@@ -174,12 +197,23 @@ fn a_failing_step_names_its_line_and_output_and_caches_nothing() {
                 step.contains("environment/Dockerfile line 4: RUN echo boom-output"),
                 "{step}"
             );
-            assert!(output.contains("boom-output") && !output.contains("never"), "{output}");
+            assert!(
+                output.contains("boom-output") && !output.contains("never"),
+                "{output}"
+            );
         }
         e => panic!("unexpected {e}"),
     }
-    assert_eq!(cached_layers(cache.path()), 2, "the account and step 1, not step 3");
-    assert!(leftovers(cache.path()).is_empty(), "{:?}", leftovers(cache.path()));
+    assert_eq!(
+        cached_layers(cache.path()),
+        2,
+        "the account and step 1, not step 3"
+    );
+    assert!(
+        leftovers(cache.path()).is_empty(),
+        "{:?}",
+        leftovers(cache.path())
+    );
     // Fixed, the build starts at the fixed step.
     let good = bad.replace("exit 3", "true");
     let image = b.prepare(&docker_task("bad", &good)).unwrap();
@@ -188,18 +222,29 @@ fn a_failing_step_names_its_line_and_output_and_caches_nothing() {
     assert_eq!(record[3], (3, StepOutcome::Built));
     // A USER that does not exist is named when a step switches to it.
     let ghost = "RUN true\nUSER ghost\nRUN echo x\n";
-    let msg = b.prepare(&docker_task("ghost", ghost)).unwrap_err().to_string();
-    assert!(msg.contains("line 2: USER ghost") && msg.contains("ghost"), "{msg}");
+    let msg = b
+        .prepare(&docker_task("ghost", ghost))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("line 2: USER ghost") && msg.contains("ghost"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn a_hanging_step_is_killed_and_leaves_nothing() {
     let cache = tempfile::tempdir().unwrap();
-    let Some(b) = backend(cache.path()) else { return };
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
     let b = b.with_build_timeout(Duration::from_secs(4));
     let t0 = Instant::now();
     let err = b
-        .prepare(&docker_task("hangs", "RUN echo before\nRUN echo started && sleep 600\n"))
+        .prepare(&docker_task(
+            "hangs",
+            "RUN echo before\nRUN echo started && sleep 600\n",
+        ))
         .unwrap_err();
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
     let msg = err.to_string();
@@ -209,7 +254,11 @@ fn a_hanging_step_is_killed_and_leaves_nothing() {
     );
     assert!(msg.contains("started"), "the step's output: {msg}");
     assert_eq!(cached_layers(cache.path()), 2);
-    assert!(leftovers(cache.path()).is_empty(), "{:?}", leftovers(cache.path()));
+    assert!(
+        leftovers(cache.path()).is_empty(),
+        "{:?}",
+        leftovers(cache.path())
+    );
 }
 
 #[test]
@@ -218,7 +267,8 @@ fn shared_prefixes_build_once_even_at_the_same_time() {
     if backend(cache.path()).is_none() {
         return;
     }
-    let prefix = "RUN sleep 1 && head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /opt/token\n";
+    let prefix =
+        "RUN sleep 1 && head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /opt/token\n";
     let tasks = [
         docker_task("left", &format!("{prefix}RUN echo left > /opt/side\n")),
         docker_task("right", &format!("{prefix}RUN echo right > /opt/side\n")),
@@ -252,7 +302,9 @@ fn shared_prefixes_build_once_even_at_the_same_time() {
 #[test]
 fn a_setup_script_may_write_into_its_working_directory() {
     let cache = tempfile::tempdir().unwrap();
-    let Some(b) = backend(cache.path()) else { return };
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
     let mut t = docker_task("writes", "");
     t.environment = FileTree::default();
     t.environment.insert_text("data/input.txt", "input\n");
@@ -268,7 +320,10 @@ fn a_setup_script_may_write_into_its_working_directory() {
         "cat /opt/app/generated.txt /opt/app/input.txt; ls /run/endless-build 2>&1",
     );
     assert!(out.starts_with("made-here\ninput\nmore\n"), "{out}");
-    assert!(out.contains("No such file"), "the context is not in the image: {out}");
+    assert!(
+        out.contains("No such file"),
+        "the context is not in the image: {out}"
+    );
     // The task's own files are untouched.
     assert_eq!(t.environment.0["data/input.txt"].bytes, b"input\n");
 }
@@ -276,7 +331,9 @@ fn a_setup_script_may_write_into_its_working_directory() {
 #[test]
 fn multi_stage_builds_copy_from_earlier_stages() {
     let cache = tempfile::tempdir().unwrap();
-    let Some(b) = backend(cache.path()) else { return };
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
     let dockerfile = |tool: &str, last: &str| {
         format!(
             "FROM host AS build\n\
@@ -288,7 +345,9 @@ fn multi_stage_builds_copy_from_earlier_stages() {
              RUN cat /usr/local/bin/tool > /opt/copied && echo {last} > /opt/last\n"
         )
     };
-    let image = b.prepare(&docker_task("stages", &dockerfile("compiled", "one"))).unwrap();
+    let image = b
+        .prepare(&docker_task("stages", &dockerfile("compiled", "one")))
+        .unwrap();
     let out = run(
         &b,
         &image,
@@ -296,26 +355,49 @@ fn multi_stage_builds_copy_from_earlier_stages() {
     );
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(&lines[..3], ["compiled", "one", "-rwxr-xr-x"], "{out}");
-    assert!(lines[3].contains("No such file"), "the stage's own files stay out: {out}");
+    assert!(
+        lines[3].contains("No such file"),
+        "the stage's own files stay out: {out}"
+    );
     let record = build_record(&image);
     let stage_steps: Vec<(Option<usize>, usize)> = record
         .iter()
         .filter(|s| s.stage.is_some())
         .map(|s| (s.stage, s.index))
         .collect();
-    assert_eq!(stage_steps, vec![(Some(0), 1)], "only the stage copied from is built");
+    assert_eq!(
+        stage_steps,
+        vec![(Some(0), 1)],
+        "only the stage copied from is built"
+    );
     // A change after the COPY keeps the stage and the copy cached ...
-    let later = b.prepare(&docker_task("stages", &dockerfile("compiled", "two"))).unwrap();
+    let later = b
+        .prepare(&docker_task("stages", &dockerfile("compiled", "two")))
+        .unwrap();
     let r = build_record(&later);
-    assert!(r.iter().filter(|s| s.index <= 1).all(|s| s.outcome == StepOutcome::Cached), "{r:?}");
+    assert!(
+        r.iter()
+            .filter(|s| s.index <= 1)
+            .all(|s| s.outcome == StepOutcome::Cached),
+        "{r:?}"
+    );
     // ... a change in the stage runs it and the copy again.
-    let changed = b.prepare(&docker_task("stages", &dockerfile("rebuilt", "two"))).unwrap();
+    let changed = b
+        .prepare(&docker_task("stages", &dockerfile("rebuilt", "two")))
+        .unwrap();
     let r = build_record(&changed);
-    assert!(r.iter().all(|s| s.index == 0 || s.outcome != StepOutcome::Cached), "{r:?}");
+    assert!(
+        r.iter()
+            .all(|s| s.index == 0 || s.outcome != StepOutcome::Cached),
+        "{r:?}"
+    );
     assert!(run(&b, &changed, "cat /opt/copied").starts_with("rebuilt"));
     // A stage that does not exist is named with its line.
     let msg = b
-        .prepare(&docker_task("stages", "FROM host\nCOPY --from=nowhere /a /b\n"))
+        .prepare(&docker_task(
+            "stages",
+            "FROM host\nCOPY --from=nowhere /a /b\n",
+        ))
         .unwrap_err()
         .to_string();
     assert!(msg.contains("line 2") && msg.contains("nowhere"), "{msg}");

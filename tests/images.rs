@@ -834,12 +834,22 @@ fn hostile_layers_devices_sparse_claims_and_truncated_blobs() {
     device(&mut b, tar::EntryType::Char, "dev/mem", 1, 1);
     add(&mut b, "etc/ok.txt", b"fine\n", 0o644);
     let layout = d.path().join("devices");
-    one_layer_layout(&layout, "example.org/devices:1", &gz(b.into_inner().unwrap()));
+    one_layer_layout(
+        &layout,
+        "example.org/devices:1",
+        &gz(b.into_inner().unwrap()),
+    );
     endless::images::load(&store, &layout, None).unwrap();
     let dirs = unpacked("example.org/devices:1").unwrap();
-    assert_eq!(std::fs::read(dirs[0].join("etc/ok.txt")).unwrap(), b"fine\n");
+    assert_eq!(
+        std::fs::read(dirs[0].join("etc/ok.txt")).unwrap(),
+        b"fine\n"
+    );
     for dev in ["dev/sda", "dev/mem"] {
-        assert!(std::fs::symlink_metadata(dirs[0].join(dev)).is_err(), "{dev} was created");
+        assert!(
+            std::fs::symlink_metadata(dirs[0].join(dev)).is_err(),
+            "{dev} was created"
+        );
     }
     let before = layer_entries();
 
@@ -858,7 +868,11 @@ fn hostile_layers_devices_sparse_claims_and_truncated_blobs() {
     let mut b = tar::Builder::new(Vec::new());
     b.append(&h, &[1u8; 512][..]).unwrap();
     let layout = d.path().join("sparse");
-    one_layer_layout(&layout, "example.org/sparse:1", &gz(b.into_inner().unwrap()));
+    one_layer_layout(
+        &layout,
+        "example.org/sparse:1",
+        &gz(b.into_inner().unwrap()),
+    );
     endless::images::load(&store, &layout, None).unwrap();
     let e = unpacked("example.org/sparse:1").unwrap_err();
     assert!(
@@ -866,17 +880,27 @@ fn hostile_layers_devices_sparse_claims_and_truncated_blobs() {
         "{e}"
     );
     assert!(e.to_string().contains("sparse"), "{e}");
-    assert_eq!(layer_entries(), before, "no layer directory for a refused layer");
+    assert_eq!(
+        layer_entries(),
+        before,
+        "no layer directory for a refused layer"
+    );
 
     // A truncated blob (stored under the digest of what is left of it):
     // the unpack fails, naming the layer, and leaves no layer behind.
     let mut b = tar::Builder::new(Vec::new());
-    let noise: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let noise: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     add(&mut b, "opt/big.bin", &noise, 0o644);
     add(&mut b, "opt/after.txt", b"after\n", 0o644);
     let whole = gz(b.into_inner().unwrap());
     let layout = d.path().join("truncated");
-    one_layer_layout(&layout, "example.org/truncated:1", &whole[..whole.len() / 2]);
+    one_layer_layout(
+        &layout,
+        "example.org/truncated:1",
+        &whole[..whole.len() / 2],
+    );
     endless::images::load(&store, &layout, None).unwrap();
     let e = unpacked("example.org/truncated:1").unwrap_err();
     assert!(matches!(e, ImageError::HostileEntry { .. }), "{e}");

@@ -324,8 +324,12 @@ impl Registry {
     fn start() -> Result<Registry> {
         let bin = crate::sandbox::local::which("docker-registry")
             .or_else(|| Some(PathBuf::from("/usr/bin/docker-registry")).filter(|p| p.exists()))
-            .context("docker-registry is not installed (Debian: apt-get install docker-registry)")?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            .context(
+                "docker-registry is not installed (Debian: apt-get install docker-registry)",
+            )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("config.yml");
         std::fs::write(
@@ -432,10 +436,19 @@ fn add(b: &mut tar::Builder<Vec<u8>>, path: &str, body: &[u8], mode: u32) -> Res
     Ok(())
 }
 
-fn add_entry(b: &mut tar::Builder<Vec<u8>>, kind: tar::EntryType, path: &str, target: &str) -> Result<()> {
+fn add_entry(
+    b: &mut tar::Builder<Vec<u8>>,
+    kind: tar::EntryType,
+    path: &str,
+    target: &str,
+) -> Result<()> {
     let mut h = tar::Header::new_gnu();
     h.set_size(0);
-    h.set_mode(if kind == tar::EntryType::Directory { 0o755 } else { 0o777 });
+    h.set_mode(if kind == tar::EntryType::Directory {
+        0o755
+    } else {
+        0o777
+    });
     h.set_entry_type(kind);
     if kind == tar::EntryType::Directory {
         b.append_data(&mut h, path, &[][..])?;
@@ -454,7 +467,19 @@ fn userland() -> Result<Vec<u8>> {
     ];
     let mut b = tar::Builder::new(Vec::new());
     let mut dirs: BTreeSet<String> = BTreeSet::new();
-    for d in ["usr", "usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc", "home", "root", "opt", "run", "var"] {
+    for d in [
+        "usr",
+        "usr/bin",
+        "usr/sbin",
+        "usr/lib",
+        "usr/lib64",
+        "etc",
+        "home",
+        "root",
+        "opt",
+        "run",
+        "var",
+    ] {
         dirs.insert(d.into());
         add_entry(&mut b, tar::EntryType::Directory, d, "")?;
     }
@@ -463,7 +488,12 @@ fn userland() -> Result<Vec<u8>> {
     tmp.set_mode(0o1777);
     tmp.set_entry_type(tar::EntryType::Directory);
     b.append_data(&mut tmp, "tmp", &[][..])?;
-    for (link, target) in [("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")] {
+    for (link, target) in [
+        ("bin", "usr/bin"),
+        ("sbin", "usr/sbin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
         add_entry(&mut b, tar::EntryType::Symlink, link, target)?;
     }
     let mut files: BTreeSet<PathBuf> = BTreeSet::new();
@@ -501,7 +531,11 @@ fn userland() -> Result<Vec<u8>> {
     }
     for file in &files {
         let rel = file.strip_prefix("/")?;
-        let mut ancestors: Vec<&Path> = rel.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()).collect();
+        let mut ancestors: Vec<&Path> = rel
+            .ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .collect();
         ancestors.reverse();
         for a in ancestors {
             let d = a.to_string_lossy().into_owned();
@@ -513,9 +547,16 @@ fn userland() -> Result<Vec<u8>> {
     }
     let mut linked = HashSet::new();
     for (name, canon) in names {
-        let at = if name.contains('/') { name } else { format!("usr/bin/{name}") };
+        let at = if name.contains('/') {
+            name
+        } else {
+            format!("usr/bin/{name}")
+        };
         let target = format!("/{}", canon.strip_prefix("/")?.display());
-        if Path::new("/").join(&at) != canon && !files.contains(&Path::new("/").join(&at)) && linked.insert(at.clone()) {
+        if Path::new("/").join(&at) != canon
+            && !files.contains(&Path::new("/").join(&at))
+            && linked.insert(at.clone())
+        {
             add_entry(&mut b, tar::EntryType::Symlink, &at, &target)?;
         }
     }
@@ -523,9 +564,19 @@ fn userland() -> Result<Vec<u8>> {
     if Path::new("/usr/lib64/ld-linux-x86-64.so.2") != loader
         && linked.insert("usr/lib64/ld-linux-x86-64.so.2".into())
     {
-        add_entry(&mut b, tar::EntryType::Symlink, "usr/lib64/ld-linux-x86-64.so.2", &loader.to_string_lossy())?;
+        add_entry(
+            &mut b,
+            tar::EntryType::Symlink,
+            "usr/lib64/ld-linux-x86-64.so.2",
+            &loader.to_string_lossy(),
+        )?;
     }
-    add(&mut b, "etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/nonexistent:/bin/sh\n", 0o644)?;
+    add(
+        &mut b,
+        "etc/passwd",
+        b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/nonexistent:/bin/sh\n",
+        0o644,
+    )?;
     add(&mut b, "etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)?;
     Ok(b.into_inner()?)
 }

@@ -104,7 +104,8 @@ impl LocalBackend {
     pub(super) fn run_step(&self, run: &StepRun) -> Result<CommandOutput, SandboxError> {
         let layout = &self.layout;
         let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
-        std::fs::create_dir_all(&run.steps_dir).map_err(io("create build directory", &run.steps_dir))?;
+        std::fs::create_dir_all(&run.steps_dir)
+            .map_err(io("create build directory", &run.steps_dir))?;
         let mut layers = stack(
             self,
             &layout.merged(),

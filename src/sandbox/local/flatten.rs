@@ -185,8 +185,15 @@ fn set_xattr(p: &Path, name: &str, value: &[u8]) -> io::Result<()> {
     let c = cpath(p)?;
     let n = CString::new(name).map_err(io::Error::other)?;
     // SAFETY: valid C strings and a buffer of `value.len()` bytes.
-    let rc =
-        unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    let rc = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
     if rc < 0 {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(
@@ -226,15 +233,27 @@ mod tests {
         apply_layer(&l1, &m, attr).unwrap();
         apply_layer(&l2, &m, attr).unwrap();
         assert_eq!(std::fs::read_to_string(m.join("etc/a.conf")).unwrap(), "a2");
-        assert_eq!(std::fs::read_to_string(m.join("etc/keep.conf")).unwrap(), "k");
-        assert_eq!(std::fs::read_to_string(m.join("opt/tool")).unwrap(), "a file now");
-        assert_eq!(std::fs::read_link(m.join("link")).unwrap(), Path::new("etc/a.conf"));
+        assert_eq!(
+            std::fs::read_to_string(m.join("etc/keep.conf")).unwrap(),
+            "k"
+        );
+        assert_eq!(
+            std::fs::read_to_string(m.join("opt/tool")).unwrap(),
+            "a file now"
+        );
+        assert_eq!(
+            std::fs::read_link(m.join("link")).unwrap(),
+            Path::new("etc/a.conf")
+        );
         let mode = std::fs::metadata(m.join("etc")).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o700, "directories take the top layer's mode");
         // Files are the layers' own inodes, not copies.
         let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
         assert_eq!(ino(&m.join("etc/a.conf")), ino(&l2.join("etc/a.conf")));
-        assert_eq!(ino(&m.join("etc/keep.conf")), ino(&l1.join("etc/keep.conf")));
+        assert_eq!(
+            ino(&m.join("etc/keep.conf")),
+            ino(&l1.join("etc/keep.conf"))
+        );
         assert!(m.join("data/inside").is_file());
         match get_xattr(&m.join("data"), attr) {
             Ok(Some(v)) => assert_eq!(v, b"y"),
@@ -257,10 +276,18 @@ mod tests {
         apply_layer(&l1, &m, attr).unwrap();
         apply_layer(&l2, &m, attr).unwrap();
         assert!(!m.join("opt/old").exists() && m.join("opt/new").is_file());
-        assert_eq!(get_xattr(&m.join("opt"), attr).unwrap().as_deref(), Some(&b"y"[..]));
+        assert_eq!(
+            get_xattr(&m.join("opt"), attr).unwrap().as_deref(),
+            Some(&b"y"[..])
+        );
         // Features a merge cannot represent are refused, naming the path.
         write(&d.path().join("l3/r/x"), "x");
-        set_xattr(&d.path().join("l3/r"), "user.overlay.redirect", b"/elsewhere").unwrap();
+        set_xattr(
+            &d.path().join("l3/r"),
+            "user.overlay.redirect",
+            b"/elsewhere",
+        )
+        .unwrap();
         let e = apply_layer(&d.path().join("l3"), &m, attr).unwrap_err();
         assert!(e.to_string().contains("redirect"), "{e}");
     }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::buildstep::{FromStage, StepRun};
 use super::stepcache::{self, BuiltStep, StepCache, StepMeta, StepOutcome};
-use super::{flatten, steps};
 use super::LocalBackend;
+use super::{flatten, steps};
 use crate::images::StoredImage;
 use crate::sandbox::image::{home_of, image_hash, Image};
 use crate::sandbox::SandboxError;
@@ -117,7 +117,8 @@ impl LocalBackend {
             };
             let (stage_base, _) = self.resolve_base(&stage_def)?;
             let id = self.base_fingerprint(stage_base.as_ref());
-            let target = self.target(scratch.join(format!("stage-{i}")), stage_base, &id, &shared)?;
+            let target =
+                self.target(scratch.join(format!("stage-{i}")), stage_base, &id, &shared)?;
             let keys = stage_keys(&stages);
             let plan: Vec<Planned> = stage
                 .steps
@@ -350,7 +351,10 @@ impl LocalBackend {
         let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
         let n = run.planned.n;
         let what = &run.planned.what;
-        let timeout = run.shared.deadline.saturating_duration_since(Instant::now());
+        let timeout = run
+            .shared
+            .deadline
+            .saturating_duration_since(Instant::now());
         if timeout.is_zero() {
             return Err(SandboxError::SetupStep {
                 index: n,
@@ -368,7 +372,8 @@ impl LocalBackend {
         let from_dir = scratch.join(format!("from-{tag}"));
         let ctx = if run.body.writable_context {
             std::fs::create_dir_all(&ctx_copy).map_err(io("create build directory", &ctx_copy))?;
-            copy_tree(run.shared.ctx, &ctx_copy).map_err(io("copy the build context", &ctx_copy))?;
+            copy_tree(run.shared.ctx, &ctx_copy)
+                .map_err(io("copy the build context", &ctx_copy))?;
             ctx_copy.clone()
         } else {
             run.shared.ctx.to_path_buf()

@@ -246,7 +246,10 @@ mod tests {
         let root = root_key("host", false, true);
         let k1 = chain(&root, &step_input(&copy, &ctx, &[]));
         assert_eq!(k1, chain(&root, &step_input(&copy, &ctx, &[])));
-        assert_ne!(k1, chain(&root_key("host", true, true), &step_input(&copy, &ctx, &[])));
+        assert_ne!(
+            k1,
+            chain(&root_key("host", true, true), &step_input(&copy, &ctx, &[]))
+        );
         // A file the step does not copy leaves its key alone; one it copies changes it.
         ctx.insert_text("other.txt", "y");
         assert_eq!(k1, chain(&root, &step_input(&copy, &ctx, &[])));

@@ -339,7 +339,10 @@ mod tests {
         assert_eq!(b.file, Some(("2.sh".to_string(), "echo $A".to_string())));
         let (_, copy, _) = &scripts[2];
         assert!(copy.contains("cd '/app'") && copy.contains("id -u 'bob'"));
-        assert!(copy.contains("@@ENDLESS-FAIL 4 "), "a bad USER names its step: {copy}");
+        assert!(
+            copy.contains("@@ENDLESS-FAIL 4 "),
+            "a bad USER names its step: {copy}"
+        );
         assert!(scripts[3].2.writable_context && !scripts[2].2.writable_context);
         let def = EnvDefinition {
             steps: steps.to_vec(),

@@ -359,14 +359,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("URL"), "{err}");
-        let err = parse("FROM a AS b\nFROM c\nCOPY --from=nope /x /y\n", "Dockerfile")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("line 3") && err.contains("--from=nope"), "{err}");
+        let err = parse(
+            "FROM a AS b\nFROM c\nCOPY --from=nope /x /y\n",
+            "Dockerfile",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("line 3") && err.contains("--from=nope"),
+            "{err}"
+        );
         let err = parse("FROM a AS b\nFROM b\n", "Dockerfile")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("line 2") && err.contains("earlier stage"), "{err}");
+        assert!(
+            err.contains("line 2") && err.contains("earlier stage"),
+            "{err}"
+        );
         let err = parse("FROM x\nCOPY ../secret /s\n", "Dockerfile")
             .unwrap_err()
             .to_string();
@@ -393,7 +402,9 @@ mod tests {
                 dst: "/usr/local/bin/".into()
             }
         );
-        assert!(matches!(&def.steps[2], Step::CopyFrom { src, dst, .. } if src == "/out/b" && dst == "/opt/"));
+        assert!(
+            matches!(&def.steps[2], Step::CopyFrom { src, dst, .. } if src == "/out/b" && dst == "/opt/")
+        );
         // A stage's ENV stays in its stage.
         assert_eq!(def.steps[3], Step::Run("echo $X".into()));
         assert_eq!(def.lines, vec![6, 7, 7, 8]);

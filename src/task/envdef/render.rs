@@ -41,9 +41,9 @@ fn docker_steps(steps: &[Step], out: &mut String) {
     for step in steps {
         match step {
             Step::Copy { src, dst } => out.push_str(&format!("COPY {src} {dst}\n")),
-            Step::CopyFrom { index, src, dst, .. } => {
-                out.push_str(&format!("COPY --from={index} {src} {dst}\n"))
-            }
+            Step::CopyFrom {
+                index, src, dst, ..
+            } => out.push_str(&format!("COPY --from={index} {src} {dst}\n")),
             Step::Run(script) => {
                 let one_line = script
                     .lines()
@@ -96,7 +96,9 @@ pub fn render_apptainer(def: &EnvDefinition, agent_user: &str, context_files: &[
             }
             Step::Workdir(w) => post.push_str(&format!("    mkdir -p {w} && cd {w}\n")),
             Step::User(_) => {}
-            Step::CopyFrom { stage, src, dst, .. } => post.push_str(&format!(
+            Step::CopyFrom {
+                stage, src, dst, ..
+            } => post.push_str(&format!(
                 "    # COPY --from={stage} {src} {dst}: a multi-stage build, not rendered here\n"
             )),
         }
