@@ -259,7 +259,8 @@ pub fn failed_step(output: &str) -> Option<(usize, Option<i32>, String)> {
     let code = parts.next().and_then(|c| c.parse().ok());
     let from = output[..at]
         .rfind(STEP_MARK)
-        .and_then(|p| output[p..at].find("@@").map(|e| p + e + 2))
+        .map(|p| p + STEP_MARK.len())
+        .and_then(|q| output[q..at].find("@@").map(|e| q + e + 2))
         .unwrap_or(0);
     Some((n, code, output[from..at].trim().to_string()))
 }
