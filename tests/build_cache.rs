@@ -292,7 +292,10 @@ fn shared_prefixes_build_once_even_at_the_same_time() {
     let l = run(&b, &images[0], "cat /opt/token; echo; cat /opt/side");
     let r = run(&b, &images[1], "cat /opt/token; echo; cat /opt/side");
     assert_eq!(l.lines().next(), r.lines().next());
-    assert!(l.trim_end().ends_with("left") && r.trim_end().ends_with("right"), "{l} {r}");
+    assert!(
+        l.trim_end().ends_with("left") && r.trim_end().ends_with("right"),
+        "{l} {r}"
+    );
     assert!(leftovers(cache.path()).is_empty());
 }
 

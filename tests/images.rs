@@ -371,7 +371,7 @@ fn a_task_builds_from_a_pulled_image_and_its_tests_pass() {
     task.meta.task.id = "from-image".into();
     task.environment.insert_text(
         "Dockerfile",
-        &format!(
+        format!(
             "FROM 127.0.0.1:{}/endless/base:1\nRUN echo built > /etc/built-marker\n\
              RUN rm /opt/stuff/b.txt && echo c > /opt/stuff/c.txt\n",
             reg.port
@@ -550,7 +550,7 @@ fn a_task_from(base: &str) -> Task {
     task.meta.task.id = "aliased".into();
     task.environment.insert_text(
         "Dockerfile",
-        &format!("FROM {base}\nRUN echo built > /etc/built-marker\n"),
+        format!("FROM {base}\nRUN echo built > /etc/built-marker\n"),
     );
     task
 }

@@ -202,7 +202,7 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
             ),
         ))?;
         if i == 0 {
-            one_image = du(&[image.path.clone()]) + du(&image.base_layers);
+            one_image = du(std::slice::from_ref(&image.path)) + du(&image.base_layers);
         }
     }
     let disk_shared_bytes = du(&[disk_cache.join("images"), disk_cache.join("local")]);

@@ -17,6 +17,7 @@
 //! that a later build would take for a finished layer.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -169,7 +170,17 @@ pub fn lock(path: &Path) -> Result<Lock, SandboxError> {
         .write(true)
         .open(path)
         .map_err(SandboxError::io("open lock file", path))?;
-    file.lock().map_err(SandboxError::io("lock", path))?;
+    loop {
+        // SAFETY: flock on a descriptor we own; released when it closes.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(SandboxError::io("lock", path)(e));
+        }
+    }
     Ok(Lock { _file: file })
 }
 
