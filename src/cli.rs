@@ -676,7 +676,8 @@ pub enum ImagesCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove the layers and blobs no stored image uses.
+    /// Remove the layers and blobs no stored image uses, and the cached build
+    /// steps no built task image uses (run it while no build is running).
     Prune {
         /// Print JSON.
         #[arg(long)]

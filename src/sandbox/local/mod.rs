@@ -51,7 +51,7 @@ pub use layout::SYSTEM_DIRS;
 pub use limits::{cgroups_available, Limits};
 pub use net::pasta_path;
 pub use seccomp::summary as seccomp_summary;
-pub use stepcache::{build_record, BuiltStep, StepOutcome};
+pub use stepcache::{build_record, prune_steps, BuiltStep, StepOutcome, StepPruneReport};
 pub use userns::IdMap;
 pub use verifier::PRELOAD_REFUSED;
 

@@ -241,6 +241,83 @@ impl StepCache {
     }
 }
 
+/// What [`prune_steps`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StepPruneReport {
+    /// Cached step layers no built image names.
+    pub layers: usize,
+    /// Bytes they took (files shared with images stay, as hard links).
+    pub bytes: u64,
+}
+
+/// Remove the cached step layers of the `local` backend caching under
+/// `cache_dir` that no built image's `build.json` names, skipping those a
+/// build holds (locked). Images keep their files: their merges are hard
+/// links, so only the steps' own copies go.
+pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
+    let local = cache_dir.join("local");
+    let mut used = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(local.join("images"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(bytes) = std::fs::read(entry.path().join(BUILD_RECORD)) else {
+            continue;
+        };
+        let steps: Vec<BuiltStep> = serde_json::from_slice(&bytes).unwrap_or_default();
+        used.extend(steps.into_iter().map(|s| s.key));
+    }
+    let cache = StepCache::new(&local.join("steps"));
+    let mut report = StepPruneReport::default();
+    for entry in std::fs::read_dir(&cache.dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if name.starts_with('.') || name.ends_with(".lock") || used.contains(&name) {
+            continue;
+        }
+        let Some(_held) = try_lock(&cache.dir.join(format!("{name}.lock")))? else {
+            continue; // a build is using it
+        };
+        let bytes = walkdir::WalkDir::new(&path)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .filter(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(m) == 1)
+            .map(|m| m.len())
+            .sum::<u64>();
+        super::layout::remove_tree(&path);
+        let _ = std::fs::remove_file(cache.dir.join(format!("{name}.lock")));
+        report.layers += 1;
+        report.bytes += bytes;
+    }
+    Ok(report)
+}
+
+/// The lock on `path` if nobody holds it (`None`: someone does).
+fn try_lock(path: &Path) -> Result<Option<Lock>, SandboxError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(SandboxError::io("open lock file", path))?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(Some(Lock { _file: file }));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        return Ok(None);
+    }
+    Err(SandboxError::io("lock", path)(e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +373,46 @@ mod tests {
         cache.commit(&tmp2, "k", &meta).unwrap();
         assert!(at.join("root/etc").is_dir() && !tmp2.exists());
         let _held = cache.lock("k").unwrap();
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+
+    #[test]
+    fn prune_keeps_what_images_name_and_what_builds_hold() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = StepCache::new(&d.path().join("local/steps"));
+        let meta = StepMeta::default();
+        for key in ["used", "unused", "held"] {
+            let tmp = cache.temp().unwrap();
+            std::fs::create_dir_all(tmp.join("root")).unwrap();
+            std::fs::write(tmp.join("root/f"), key).unwrap();
+            cache.commit(&tmp, key, &meta).unwrap();
+        }
+        let image = d.path().join("local/images/abc");
+        std::fs::create_dir_all(&image).unwrap();
+        let record = vec![BuiltStep {
+            index: 1,
+            step: "RUN x".into(),
+            key: "used".into(),
+            outcome: StepOutcome::Built,
+            stage: None,
+            seconds: 0.0,
+        }];
+        std::fs::write(
+            image.join(BUILD_RECORD),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        let held = cache.lock("held").unwrap();
+        let report = prune_steps(d.path()).unwrap();
+        assert_eq!(report.layers, 1);
+        assert!(cache.get("used").is_some() && cache.get("held").is_some());
+        assert!(cache.get("unused").is_none());
+        drop(held);
+        assert_eq!(prune_steps(d.path()).unwrap().layers, 1);
+        assert!(cache.get("held").is_none() && cache.get("used").is_some());
     }
 }
