@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -401,4 +402,147 @@ fn multi_stage_builds_copy_from_earlier_stages() {
         .unwrap_err()
         .to_string();
     assert!(msg.contains("line 2") && msg.contains("nowhere"), "{msg}");
+}
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted on drop.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount a tmpfs on {}", dir.path().display());
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_fails_the_step_or_the_unpack_and_leaves_nothing() {
+    if !root() {
+        eprintln!("SKIP: mounting a small tmpfs needs root");
+        return;
+    }
+    // A build step that fills the disk.
+    let disk = Tmpfs::mount("48m");
+    let Some(b) = backend(disk.0.path()) else {
+        return;
+    };
+    let err = b
+        .prepare(&docker_task(
+            "fills",
+            "RUN echo small > /opt/small\nRUN head -c 100000000 /dev/zero > /opt/big\n",
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 2: RUN head -c") && err.contains("No space left on device"),
+        "{err}"
+    );
+    assert_eq!(
+        cached_layers(disk.0.path()),
+        2,
+        "the account and step 1 only"
+    );
+    assert!(
+        leftovers(disk.0.path()).is_empty(),
+        "{:?}",
+        leftovers(disk.0.path())
+    );
+    let images: Vec<_> = std::fs::read_dir(disk.0.path().join("local/images"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .collect();
+    assert!(images.is_empty(), "no image registered");
+    // The space is back: a build that fits succeeds, from the cached step.
+    let image = b
+        .prepare(&docker_task(
+            "fits",
+            "RUN echo small > /opt/small\nRUN echo ok > /opt/ok\n",
+        ))
+        .unwrap();
+    assert_eq!(outcomes(&image)[1], (1, StepOutcome::Cached));
+    drop(b);
+
+    // An image whose layer unpacks to more than the disk holds.
+    let disk = Tmpfs::mount("24m");
+    let store = endless::images::ImageStore::new(&disk.0.path().join("store"));
+    let mut tar = tar::Builder::new(Vec::new());
+    for i in 0..4 {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(10 << 20);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(
+            &mut h,
+            format!("opt/zeros{i}"),
+            std::io::repeat(0).take(10 << 20),
+        )
+        .unwrap();
+    }
+    let layer = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&tar.into_inner().unwrap()).unwrap();
+        e.finish().unwrap()
+    };
+    let layout = tempfile::tempdir().unwrap();
+    write_layout(layout.path(), "example.org/zeros:1", &layer);
+    endless::images::load(&store, layout.path(), None).unwrap();
+    let reference = endless::images::ImageRef::parse("example.org/zeros:1").unwrap();
+    let stored = store.get(&reference).unwrap();
+    let e = store.layer_dirs(&stored, None).unwrap_err().to_string();
+    assert!(e.contains("No space left on device"), "{e}");
+    let count = |d: &str| {
+        std::fs::read_dir(disk.0.path().join("store").join(d))
+            .map(|rd| rd.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        (count("layers"), count("tmp")),
+        (0, 0),
+        "nothing half-unpacked"
+    );
+}
+
+/// An OCI layout of one image with one gzipped layer.
+fn write_layout(dir: &Path, name: &str, layer: &[u8]) {
+    use sha2::Digest;
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |bytes: &[u8]| {
+        let hex = hex::encode(sha2::Sha256::digest(bytes));
+        std::fs::write(blobs.join(&hex), bytes).unwrap();
+        (format!("sha256:{hex}"), bytes.len())
+    };
+    let (l, ls) = put(layer);
+    let (c, cs) = put(br#"{"architecture":"amd64","os":"linux","config":{}}"#);
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": c, "size": cs},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": l, "size": ls}],
+    });
+    let (m, ms) = put(&serde_json::to_vec(&manifest).unwrap());
+    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": m, "size": ms,
+                       "annotations": {"org.opencontainers.image.ref.name": name}}],
+    });
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
 }

@@ -167,9 +167,17 @@ pub fn unpack_tar(
                 };
             }
         }
-        let placed = entry
-            .unpack_in(dest)
-            .map_err(|e| hostile(&shown, &format!("cannot unpack: {e}")))?;
+        let placed = entry.unpack_in(dest).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::StorageFull {
+                ImageError::Io {
+                    what: format!("unpack layer {name}: the disk is full at `{shown}`"),
+                    path: dest.to_path_buf(),
+                    source: std::io::Error::new(e.kind(), with_causes(&e)),
+                }
+            } else {
+                hostile(&shown, &format!("cannot unpack: {}", with_causes(&e)))
+            }
+        })?;
         if !placed {
             return Err(hostile(&shown, "it would land outside the layer"));
         }
@@ -196,6 +204,22 @@ pub fn unpack_tar(
         mark_opaque(&dest.join(dir), opts, &mut report)?;
     }
     Ok(report)
+}
+
+/// An error and its causes, `: `-separated (the tar crate's errors keep
+/// the cause, such as a full disk, in their source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The host id of inside id `id` (ids past the mapped range become nobody).
