@@ -672,6 +672,25 @@ fn aliases_and_mirrors_give_a_task_its_base() {
         image.base_note.as_deref(),
         Some("python:3.13-slim is aliased to example.org/debian-base:1")
     );
+    // COPY --from an image: its files in a task on another base.
+    let mut copy = a_task_from("host");
+    copy.meta.task.id = "copies-from-an-image".into();
+    copy.environment.insert_text(
+        "Dockerfile",
+        "FROM host\nCOPY --from=example.org/debian-base:1 /etc/motd-endless /opt/motd\n",
+    );
+    let image = backend.prepare(&copy).unwrap();
+    assert_eq!(image.base, None, "built on the host base");
+    let mut s = backend.start(&image, &SessionOptions::default()).unwrap();
+    let out = s
+        .exec("cat /opt/motd; ls /etc/motd-endless 2>&1", T)
+        .unwrap()
+        .output;
+    assert!(
+        out.starts_with("from layer two\n") && out.contains("No such file"),
+        "{out}"
+    );
+    s.close();
     // With fallback = "error", an unavailable base fails the build, naming it.
     let e = backend
         .prepare(&a_task_from(&format!(

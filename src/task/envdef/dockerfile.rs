@@ -1,5 +1,5 @@
 //! The Dockerfile subset: FROM (with stages: `FROM <image> AS <name>`),
-//! COPY/ADD of local files, COPY --from an earlier stage, RUN, ENV,
+//! COPY/ADD of local files, COPY --from an earlier stage or an image, RUN, ENV,
 //! WORKDIR, USER, ARG. Instructions without effect on the filesystem (CMD, LABEL,
 //! EXPOSE, ...) are accepted and ignored; anything else is an error naming
 //! the line.
@@ -17,6 +17,9 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
     let mut globals: HashMap<String, String> = HashMap::new();
     let mut started = false;
     let mut current_name: Option<String> = None;
+    // Positions in `def.stages` of the stages written with FROM (numbers in
+    // `COPY --from=<n>` count these), apart from those made for images.
+    let mut written: Vec<usize> = Vec::new();
     for (line_no, instruction) in logical_lines(text) {
         let (word, rest) = split_word(&instruction);
         let rest = rest.trim();
@@ -40,6 +43,7 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                 }
                 let image = substitute(image, &globals);
                 if started {
+                    written.push(def.stages.len());
                     def.stages.push(Stage {
                         name: current_name.take(),
                         base: def.base.take(),
@@ -48,7 +52,7 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     });
                     vars = globals.clone();
                 }
-                if stage_index(&def, &None, &image).is_some() {
+                if stage_index(&def, &written, &None, &image).is_some() {
                     return Err(err(format!(
                         "FROM an earlier stage ({image}) is not supported: start the stage from an image and COPY --from={image} what it needs"
                     )));
@@ -98,10 +102,31 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     if args.len() < 2 {
                         return Err(err(format!("{upper} needs a source and a destination")));
                     }
-                    let Some(index) = stage_index(&def, &current_name, &stage) else {
-                        return Err(err(format!(
-                            "{upper} --from={stage}: no earlier stage is called that (copying from an image is not supported; add a stage `FROM <image> AS <name>`)"
-                        )));
+                    let index = match stage_index(&def, &written, &current_name, &stage) {
+                        Some(i) => i,
+                        None if stage.parse::<usize>().is_ok()
+                            || current_name.as_deref() == Some(&stage.to_ascii_lowercase())
+                            || stage.is_empty() =>
+                        {
+                            return Err(err(format!(
+                                "{upper} --from={stage}: no earlier stage is that"
+                            )))
+                        }
+                        // An image: a stage of its own, with no steps.
+                        None => match def.stages.iter().position(|s| {
+                            s.name.is_none()
+                                && s.steps.is_empty()
+                                && s.base.as_deref() == Some(&stage)
+                        }) {
+                            Some(i) => i,
+                            None => {
+                                def.stages.push(Stage {
+                                    base: Some(stage.clone()),
+                                    ..Default::default()
+                                });
+                                def.stages.len() - 1
+                            }
+                        },
                     };
                     let dst = substitute(args.pop().unwrap_or_default().as_str(), &vars);
                     let multiple = args.len() > 1;
@@ -161,15 +186,20 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
     Ok(def)
 }
 
-/// The earlier stage `name` refers to (its name, or its number), if any;
-/// the stage being parsed (`current`) is not one.
-fn stage_index(def: &EnvDefinition, current: &Option<String>, name: &str) -> Option<usize> {
+/// The earlier stage `name` refers to (its name, or its number among the
+/// `written` ones), if any; the stage being parsed (`current`) is not one.
+fn stage_index(
+    def: &EnvDefinition,
+    written: &[usize],
+    current: &Option<String>,
+    name: &str,
+) -> Option<usize> {
     let lower = name.to_ascii_lowercase();
     if current.as_deref() == Some(lower.as_str()) {
         return None;
     }
     if let Ok(n) = name.parse::<usize>() {
-        return (n < def.stages.len()).then_some(n);
+        return written.get(n).copied();
     }
     def.stages
         .iter()
@@ -359,16 +389,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("URL"), "{err}");
-        let err = parse(
-            "FROM a AS b\nFROM c\nCOPY --from=nope /x /y\n",
-            "Dockerfile",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("line 3") && err.contains("--from=nope"),
-            "{err}"
-        );
+        let err = parse("FROM a AS b\nFROM c\nCOPY --from=1 /x /y\n", "Dockerfile")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3") && err.contains("--from=1"), "{err}");
         let err = parse("FROM a AS b\nFROM b\n", "Dockerfile")
             .unwrap_err()
             .to_string();
@@ -408,6 +432,26 @@ mod tests {
         // A stage's ENV stays in its stage.
         assert_eq!(def.steps[3], Step::Run("echo $X".into()));
         assert_eq!(def.lines, vec![6, 7, 7, 8]);
+        // An image to copy from is a stage of its own, without steps; stage
+        // numbers still count the written stages only.
+        let text = "FROM a AS one\nCOPY --from=tools:1 /t /t\nFROM b AS two\nRUN x\n\
+                    FROM c\nCOPY --from=1 /x /x\nCOPY --from=tools:1 /u /u\n";
+        let def = parse(text, "Dockerfile").unwrap();
+        assert_eq!(def.stages.len(), 3);
+        assert_eq!(def.stages[0].base.as_deref(), Some("tools:1"));
+        assert!(def.stages[0].steps.is_empty() && def.stages[0].name.is_none());
+        assert_eq!(def.stages[1].name.as_deref(), Some("one"));
+        let copies = |steps: &[Step]| -> Vec<usize> {
+            steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::CopyFrom { index, .. } => Some(*index),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(copies(&def.stages[1].steps), vec![0]);
+        assert_eq!(copies(&def.steps), vec![2, 0], "stage 1 is `two`");
     }
 
     #[test]
