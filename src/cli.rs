@@ -629,6 +629,11 @@ pub enum BenchTarget {
     /// Oracle episodes over HTTP from many clients against one server, beside the
     /// same episodes in-process: sessions/min, step latency, overhead, memory.
     Serve,
+    /// Container images: pull + unpack from a loopback registry beside `skopeo
+    /// copy` + `umoci unpack`, cached-image episode start, a 10-step rebuild
+    /// after a change to step 9, disk for 20 tasks on one base (--n runs,
+    /// default 5; needs root, docker-registry, skopeo, umoci).
+    Images,
 }
 
 /// `endless sandbox ...`
@@ -701,7 +706,8 @@ pub enum ImagesCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove the layers and blobs no stored image uses.
+    /// Remove the layers and blobs no stored image uses, and the cached build
+    /// steps no built task image uses (run it while no build is running).
     Prune {
         /// Print JSON.
         #[arg(long)]

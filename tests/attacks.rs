@@ -519,7 +519,8 @@ fn hostile_build_steps_gain_nothing() {
              mount -t tmpfs none /mnt; echo mount=$?\n\
              date -s '2001-01-01' >/dev/null; echo date=$?\n\
              unshare -U true; echo userns=$?\n\
-             echo x > /run/endless-build/ctx/pwned; echo write_ctx=$?\n\
+             echo x > /run/endless-build/ctx/ctx-copy-canary; echo write_ctx_copy=$?\n\
+             echo x > /run/endless-build/steps/pwned; echo write_steps=$?\n\
              grep -c '[$]' /etc/shadow; echo shadow_hashes_counted=1\n\
              true\n",
             handle_attack()
@@ -535,10 +536,24 @@ fn hostile_build_steps_gain_nothing() {
                 "mount",
                 "date",
                 "userns",
-                "write_ctx",
+                "write_steps",
             ],
         );
         assert!(out.contains("0\nshadow_hashes_counted=1"), "{out}");
+        // A setup script may write into its context, as in Docker: into a
+        // copy made for its step, thrown away after it; nothing reaches the
+        // host's files, the cache or the image.
+        assert!(out.contains("write_ctx_copy=0"), "{out}");
+        let inside = run(&mut s, "ls /run/endless-build/ctx/ctx-copy-canary 2>&1");
+        assert!(inside.contains("No such file"), "{inside}");
+        let cache = std::env::temp_dir().join(format!("endless-attacks-{}", uid()));
+        let leaked: Vec<_> = walkdir::WalkDir::new(&cache)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_name() == "ctx-copy-canary")
+            .map(|e| e.path().to_path_buf())
+            .collect();
+        assert!(leaked.is_empty(), "{leaked:?}");
         s.close();
     });
 }

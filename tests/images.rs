@@ -371,8 +371,9 @@ fn a_task_builds_from_a_pulled_image_and_its_tests_pass() {
     task.meta.task.id = "from-image".into();
     task.environment.insert_text(
         "Dockerfile",
-        &format!(
-            "FROM 127.0.0.1:{}/endless/base:1\nRUN echo built > /etc/built-marker\n",
+        format!(
+            "FROM 127.0.0.1:{}/endless/base:1\nRUN echo built > /etc/built-marker\n\
+             RUN rm /opt/stuff/b.txt && echo c > /opt/stuff/c.txt\n",
             reg.port
         ),
     );
@@ -401,8 +402,12 @@ fn a_task_builds_from_a_pulled_image_and_its_tests_pass() {
         "the whiteout did not hide old.conf: {out}"
     );
     assert!(
-        out.contains("b.txt") && !out.contains("a.txt"),
+        out.contains("c.txt") && !out.contains("a.txt"),
         "opaque dir: {out}"
+    );
+    assert!(
+        !out.contains("b.txt"),
+        "a step's deletion of a base file: {out}"
     );
     assert!(out.contains("var=from-image"), "{out}");
     let count: usize = out
@@ -545,7 +550,7 @@ fn a_task_from(base: &str) -> Task {
     task.meta.task.id = "aliased".into();
     task.environment.insert_text(
         "Dockerfile",
-        &format!("FROM {base}\nRUN echo built > /etc/built-marker\n"),
+        format!("FROM {base}\nRUN echo built > /etc/built-marker\n"),
     );
     task
 }
@@ -667,6 +672,25 @@ fn aliases_and_mirrors_give_a_task_its_base() {
         image.base_note.as_deref(),
         Some("python:3.13-slim is aliased to example.org/debian-base:1")
     );
+    // COPY --from an image: its files in a task on another base.
+    let mut copy = a_task_from("host");
+    copy.meta.task.id = "copies-from-an-image".into();
+    copy.environment.insert_text(
+        "Dockerfile",
+        "FROM host\nCOPY --from=example.org/debian-base:1 /etc/motd-endless /opt/motd\n",
+    );
+    let image = backend.prepare(&copy).unwrap();
+    assert_eq!(image.base, None, "built on the host base");
+    let mut s = backend.start(&image, &SessionOptions::default()).unwrap();
+    let out = s
+        .exec("cat /opt/motd; ls /etc/motd-endless 2>&1", T)
+        .unwrap()
+        .output;
+    assert!(
+        out.starts_with("from layer two\n") && out.contains("No such file"),
+        "{out}"
+    );
+    s.close();
     // With fallback = "error", an unavailable base fails the build, naming it.
     let e = backend
         .prepare(&a_task_from(&format!(
@@ -764,4 +788,142 @@ fn a_task_for_ubuntu_installs_packages_on_a_built_debian_base() {
     let report = verify(&mut s, &task, TestSet::Final).unwrap();
     assert!(report.passed, "{}", report.output);
     s.close();
+}
+
+/// An OCI layout holding one image of one gzipped layer (`layer` as given,
+/// its digest computed over those bytes).
+fn one_layer_layout(dir: &Path, name: &str, layer: &[u8]) {
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |bytes: &[u8]| {
+        let hex = hex::encode(Sha256::digest(bytes));
+        std::fs::write(blobs.join(&hex), bytes).unwrap();
+        (format!("sha256:{hex}"), bytes.len())
+    };
+    let (l, ls) = put(layer);
+    let (c, cs) = put(br#"{"architecture":"amd64","os":"linux","config":{}}"#);
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": c, "size": cs},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": l, "size": ls}],
+    });
+    let (m, ms) = put(&serde_json::to_vec(&manifest).unwrap());
+    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": m, "size": ms,
+                       "annotations": {"org.opencontainers.image.ref.name": name}}],
+    });
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+}
+
+fn device(b: &mut tar::Builder<Vec<u8>>, kind: tar::EntryType, path: &str, major: u32, minor: u32) {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(0);
+    h.set_mode(0o666);
+    h.set_entry_type(kind);
+    h.set_device_major(major).unwrap();
+    h.set_device_minor(minor).unwrap();
+    b.append_data(&mut h, path, &[][..]).unwrap();
+}
+
+#[test]
+fn hostile_layers_devices_sparse_claims_and_truncated_blobs() {
+    let d = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(&d.path().join("store"));
+    let unpacked = |name: &str| -> Result<Vec<PathBuf>, ImageError> {
+        let img = store.get(&ImageRef::parse(name).unwrap()).unwrap();
+        store.layer_dirs(&img, None)
+    };
+    let layer_entries = || {
+        std::fs::read_dir(d.path().join("store/layers"))
+            .map(|rd| rd.count())
+            .unwrap_or(0)
+    };
+    let tmp_entries = || {
+        std::fs::read_dir(d.path().join("store/tmp"))
+            .map(|rd| rd.count())
+            .unwrap_or(0)
+    };
+    // Device nodes (a disk, /dev/mem) are skipped; the rest of the layer lands.
+    let mut b = tar::Builder::new(Vec::new());
+    add_dir(&mut b, "dev", 0o755);
+    device(&mut b, tar::EntryType::Block, "dev/sda", 8, 0);
+    device(&mut b, tar::EntryType::Char, "dev/mem", 1, 1);
+    add(&mut b, "etc/ok.txt", b"fine\n", 0o644);
+    let layout = d.path().join("devices");
+    one_layer_layout(
+        &layout,
+        "example.org/devices:1",
+        &gz(b.into_inner().unwrap()),
+    );
+    endless::images::load(&store, &layout, None).unwrap();
+    let dirs = unpacked("example.org/devices:1").unwrap();
+    assert_eq!(
+        std::fs::read(dirs[0].join("etc/ok.txt")).unwrap(),
+        b"fine\n"
+    );
+    for dev in ["dev/sda", "dev/mem"] {
+        assert!(
+            std::fs::symlink_metadata(dirs[0].join(dev)).is_err(),
+            "{dev} was created"
+        );
+    }
+    let before = layer_entries();
+
+    // A sparse file claiming 10 GB in 512 bytes of data: refused, nothing unpacked.
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::GNUSparse);
+    h.set_mode(0o644);
+    h.set_size(512);
+    h.set_path("var/log/huge").unwrap();
+    let real = 10u64 << 30;
+    let gnu = h.as_gnu_mut().unwrap();
+    gnu.set_real_size(real);
+    gnu.sparse[0].set_offset(real - 512);
+    gnu.sparse[0].set_length(512);
+    h.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&h, &[1u8; 512][..]).unwrap();
+    let layout = d.path().join("sparse");
+    one_layer_layout(
+        &layout,
+        "example.org/sparse:1",
+        &gz(b.into_inner().unwrap()),
+    );
+    endless::images::load(&store, &layout, None).unwrap();
+    let e = unpacked("example.org/sparse:1").unwrap_err();
+    assert!(
+        matches!(e, ImageError::HostileEntry { .. }) && e.to_string().contains("var/log/huge"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("sparse"), "{e}");
+    assert_eq!(
+        layer_entries(),
+        before,
+        "no layer directory for a refused layer"
+    );
+
+    // A truncated blob (stored under the digest of what is left of it):
+    // the unpack fails, naming the layer, and leaves no layer behind.
+    let mut b = tar::Builder::new(Vec::new());
+    let noise: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    add(&mut b, "opt/big.bin", &noise, 0o644);
+    add(&mut b, "opt/after.txt", b"after\n", 0o644);
+    let whole = gz(b.into_inner().unwrap());
+    let layout = d.path().join("truncated");
+    one_layer_layout(
+        &layout,
+        "example.org/truncated:1",
+        &whole[..whole.len() / 2],
+    );
+    endless::images::load(&store, &layout, None).unwrap();
+    let e = unpacked("example.org/truncated:1").unwrap_err();
+    assert!(matches!(e, ImageError::HostileEntry { .. }), "{e}");
+    assert!(e.to_string().starts_with("layer sha256:"), "{e}");
+    assert_eq!(layer_entries(), before);
+    assert_eq!(tmp_entries(), 0, "no half-unpacked temporaries");
 }

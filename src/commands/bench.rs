@@ -78,6 +78,15 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchTarget::Images => {
+            let report = super::bench_images::run(args.n.unwrap_or(5))?;
+            if args.json {
+                print_json(&report)?;
+            } else {
+                say!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchTarget::Verify => {
             let backend = ctx.backend()?;
             let (families, _missing) = crate::procgen::usable_families();

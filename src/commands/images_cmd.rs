@@ -130,15 +130,23 @@ pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
         }
         ImagesCommand::Prune { json } => {
             let report = store.prune()?;
+            let steps = crate::sandbox::local::prune_steps(&ctx.paths.cache_dir.join("sandbox"))?;
             if json {
-                print_json(&report)?;
+                let mut value = serde_json::to_value(&report)?;
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("step_layers".into(), steps.layers.into());
+                    map.insert("step_bytes".into(), steps.bytes.into());
+                }
+                print_json(&value)?;
             } else {
                 say!(
-                    "removed {} blobs, {} unpacked layers and {} leftovers ({:.1} MB)",
+                    "removed {} blobs, {} unpacked layers and {} leftovers ({:.1} MB); {} cached build steps no image uses ({:.1} MB)",
                     report.blobs,
                     report.layers,
                     report.temporaries,
-                    report.bytes as f64 / 1e6
+                    report.bytes as f64 / 1e6,
+                    steps.layers,
+                    steps.bytes as f64 / 1e6
                 );
             }
         }

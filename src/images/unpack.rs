@@ -4,8 +4,9 @@
 //! Nothing may land outside the layer directory: entries with `..` are
 //! refused, an entry is never written through a symlink (every parent must
 //! be a real directory inside the layer), hard links must point inside the
-//! layer, and each entry's size counts against a budget (so a sparse file
-//! claiming terabytes is refused). Device nodes are skipped with a note.
+//! layer, and each entry's logical size counts against a budget (so a
+//! sparse file claiming terabytes is refused; sparse files over
+//! [`MAX_SPARSE_BYTES`] are refused outright). Device nodes are skipped with a note.
 //! OCI whiteouts become overlayfs whiteouts: `.wh.NAME` a character device
 //! 0/0, `.wh..wh..opq` the `trusted.overlay.opaque` attribute on its
 //! directory (both need root; rootless unpacking notes and skips them).
@@ -16,6 +17,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::ImageError;
+
+/// The largest sparse file a layer may hold (its logical size): real
+/// images have small ones (`lastlog`); a claim of gigabytes stored in a
+/// few bytes is an attack on whatever later reads or copies the file.
+pub const MAX_SPARSE_BYTES: u64 = 1 << 30;
 
 /// What an unpack did that the caller may want to report.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -96,8 +102,17 @@ pub fn unpack_tar(
             continue;
         };
         let kind = entry.header().entry_type();
-        let size = entry.header().size().unwrap_or(u64::MAX);
-        if kind.is_file() || kind == tar::EntryType::Continuous {
+        // The logical size: a sparse file's real size, a PAX size record.
+        let size = entry.size();
+        if kind.is_gnu_sparse() && size > MAX_SPARSE_BYTES {
+            return Err(hostile(
+                &shown,
+                &format!(
+                    "a sparse file claiming {size} bytes (more than {MAX_SPARSE_BYTES}) is refused"
+                ),
+            ));
+        }
+        if kind.is_file() || kind == tar::EntryType::Continuous || kind.is_gnu_sparse() {
             report.bytes = report.bytes.saturating_add(size);
             if report.bytes > opts.max_bytes {
                 return Err(hostile(
@@ -152,9 +167,17 @@ pub fn unpack_tar(
                 };
             }
         }
-        let placed = entry
-            .unpack_in(dest)
-            .map_err(|e| hostile(&shown, &format!("cannot unpack: {e}")))?;
+        let placed = entry.unpack_in(dest).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::StorageFull {
+                ImageError::Io {
+                    what: format!("unpack layer {name}: the disk is full at `{shown}`"),
+                    path: dest.to_path_buf(),
+                    source: std::io::Error::new(e.kind(), with_causes(&e)),
+                }
+            } else {
+                hostile(&shown, &format!("cannot unpack: {}", with_causes(&e)))
+            }
+        })?;
         if !placed {
             return Err(hostile(&shown, "it would land outside the layer"));
         }
@@ -173,10 +196,30 @@ pub fn unpack_tar(
         }
         report.entries += 1;
     }
+    // Read to the end, so that a compressed stream's trailer (its length
+    // and checksum) is checked: a truncated layer fails here at the latest.
+    std::io::copy(&mut archive.into_inner(), &mut std::io::sink())
+        .map_err(|e| hostile("(archive)", &format!("unreadable archive end: {e}")))?;
     for dir in opaque_dirs {
         mark_opaque(&dest.join(dir), opts, &mut report)?;
     }
     Ok(report)
+}
+
+/// An error and its causes, `: `-separated (the tar crate's errors keep
+/// the cause, such as a full disk, in their source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The host id of inside id `id` (ids past the mapped range become nobody).
@@ -310,6 +353,38 @@ mod tests {
         b.append_link(&mut h, path, target).unwrap();
     }
 
+    /// A GNU sparse file of `real` bytes whose only data is its last 512.
+    fn sparse(b: &mut tar::Builder<Vec<u8>>, path: &str, real: u64) {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::GNUSparse);
+        h.set_mode(0o644);
+        h.set_size(512);
+        h.set_path(path).unwrap();
+        let gnu = h.as_gnu_mut().unwrap();
+        gnu.set_real_size(real);
+        gnu.sparse[0].set_offset(real - 512);
+        gnu.sparse[0].set_length(512);
+        h.set_cksum();
+        b.append(&h, &[7u8; 512][..]).unwrap();
+    }
+
+    #[test]
+    fn small_sparse_files_unpack_and_count_their_real_size() {
+        let t = tar_of(|b| sparse(b, "var/log/lastlog", 64 << 10));
+        let d = tempfile::tempdir().unwrap();
+        let r = unpack_tar(&t[..], d.path(), "l1", opts()).unwrap();
+        assert_eq!(r.bytes, 64 << 10);
+        let meta = std::fs::metadata(d.path().join("var/log/lastlog")).unwrap();
+        assert_eq!(meta.len(), 64 << 10);
+        let small_budget = UnpackOptions {
+            max_bytes: 32 << 10,
+            ..opts()
+        };
+        let d = tempfile::tempdir().unwrap();
+        let e = unpack_tar(&t[..], d.path(), "l1", small_budget).unwrap_err();
+        assert!(e.to_string().contains("more than 32768 bytes"), "{e}");
+    }
+
     fn opts() -> UnpackOptions {
         UnpackOptions {
             owner_base: None,
@@ -354,11 +429,13 @@ mod tests {
         });
         let outside_hardlink = tar_of(|b| link(b, tar::EntryType::Link, "pw", "../../etc/passwd"));
         let too_big = tar_of(|b| file(b, "big", &vec![0u8; 2 << 20]));
+        let sparse_claim = tar_of(|b| sparse(b, "var/log/huge", 10 << 30));
         for (name, t) in [
             ("traversal", traversal),
             ("through a symlink", through_link),
             ("hard link outside", outside_hardlink),
             ("size budget", too_big),
+            ("10 GB sparse claim", sparse_claim),
         ] {
             let d = tempfile::tempdir().unwrap();
             let e = unpack_tar(&t[..], d.path(), "l1", opts());

@@ -1,23 +1,20 @@
-//! Building a task's image layer: run its setup steps once, as root, in an
-//! overlay whose upper directories become the image.
+//! Building a task's image: its setup steps run one by one, as root of a
+//! user namespace, each in an overlay on the steps before it; each step's
+//! upper directories are a layer of the per-step cache (`stepcache.rs`),
+//! and the image is the merge of its steps' layers (`flatten.rs`).
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::bwrap::{self, Bind, Caps, Spec};
-use super::limits::{self, Cgroups};
-use super::overlay::{Layer, MountPlan, MountSpec};
-use super::{seccomp, steps};
-use super::{HostIdentity, LocalBackend};
+use super::buildstep::{FromStage, StepRun};
+use super::stepcache::{self, BuiltStep, StepCache, StepMeta, StepOutcome};
+use super::LocalBackend;
+use super::{flatten, steps};
 use crate::images::StoredImage;
 use crate::sandbox::image::{home_of, image_hash, Image};
-use crate::sandbox::session::run_capturing;
 use crate::sandbox::SandboxError;
-use crate::task::envdef::parse_task;
+use crate::task::envdef::{parse_task, EnvDefinition, Step};
 use crate::task::{write_tree, Task};
 
 const IMAGE_META: &str = "image.json";
@@ -34,12 +31,14 @@ impl LocalBackend {
         let layout = &self.layout;
         layout.ensure()?;
         let (base, base_note) = self.resolve_base(&def)?;
-        let base_id = match &base {
-            Some((stored, _)) => format!("{}|image:{}", self.base_id(), stored.manifest_digest),
-            None => self.base_id(),
-        };
+        let base_id = self.base_fingerprint(base.as_ref());
         let hash = image_hash(task, "local", &base_id);
         let dir = layout.images().join(&hash);
+        if let Some(image) = load_meta(&dir) {
+            return Ok(image);
+        }
+        // Two builds of one image: the second waits, then finds it built.
+        let _lock = stepcache::lock(&layout.images().join(format!("{hash}.lock")))?;
         if let Some(image) = load_meta(&dir) {
             return Ok(image);
         }
@@ -50,7 +49,17 @@ impl LocalBackend {
             std::process::id(),
             hex::encode(rnd)
         ));
-        let result = self.build_into(task, &def, base.as_ref(), base_note, &hash, &build);
+        let result = self.build_into(
+            task,
+            &def,
+            Base {
+                image: base.as_ref(),
+                id: &base_id,
+                note: base_note,
+            },
+            &hash,
+            &build,
+        );
         let image = match result {
             Ok(image) => image,
             Err(e) => {
@@ -58,9 +67,14 @@ impl LocalBackend {
                 return Err(e);
             }
         };
-        if std::fs::rename(&build, &dir).is_err() {
-            // Another build of the same hash finished first; use it.
+        // Under the lock, what is there without metadata is an unfinished
+        // leftover; the image appears complete or not at all.
+        if dir.exists() {
+            super::layout::remove_tree(&dir);
+        }
+        if let Err(e) = std::fs::rename(&build, &dir) {
             super::layout::remove_tree(&build);
+            return Err(SandboxError::io("store the built image", &dir)(e));
         }
         Ok(load_meta(&dir).unwrap_or(image))
     }
@@ -68,9 +82,8 @@ impl LocalBackend {
     fn build_into(
         &self,
         task: &Task,
-        def: &crate::task::envdef::EnvDefinition,
-        base: Option<&(StoredImage, Vec<PathBuf>)>,
-        base_note: Option<String>,
+        def: &EnvDefinition,
+        base: Base,
         hash: &str,
         build: &Path,
     ) -> Result<Image, SandboxError> {
@@ -79,186 +92,97 @@ impl LocalBackend {
         let user = task.meta.agent.user.clone();
         let home = home_of(&user);
         let workdir = task.meta.environment.workdir.clone();
-        let root_up = build.join("root");
-        let mut mkdir = vec![
-            root_up.clone(),
-            build.join("work/root"),
-            build.join("ctx"),
-            build.join("steps"),
-        ];
-        let host_base = base.is_none();
-        for d in layout.system_dirs.iter().filter(|_| host_base) {
-            mkdir.push(build.join("sys").join(d));
-            mkdir.push(build.join("work").join(d));
-        }
-        for d in &mkdir {
-            std::fs::create_dir_all(d).map_err(io("create build directory", d))?;
-        }
-        std::fs::set_permissions(&root_up, std::fs::Permissions::from_mode(0o755))
-            .map_err(io("chmod build directory", &root_up))?;
-        write_tree(&build.join("ctx"), &task.environment)?;
-        let (script, files) = steps::build_script(def, &user, &home, &workdir, self.is_rootless());
-        // The image's own environment (PATH, LANG, ...) comes first.
-        let image_env = base
-            .map(|(stored, _)| image_env_exports(&stored.config))
-            .unwrap_or_default();
-        let script = format!("{image_env}{script}");
-        std::fs::write(build.join("steps/build.sh"), script)
-            .map_err(io("write build script", build))?;
-        for (name, content) in files {
-            let p = build.join("steps").join(name);
-            std::fs::write(&p, content).map_err(io("write step script", &p))?;
-        }
-        let lower = match base {
-            Some((_, dirs)) => dirs.clone(),
-            None => vec![layout.skeleton()],
+        let scratch = build.join("scratch");
+        let ctx = scratch.join("ctx");
+        std::fs::create_dir_all(&ctx).map_err(io("create build directory", &ctx))?;
+        write_tree(&ctx, &task.environment)?;
+        self.give_to_build_root(&ctx)?;
+        let rootless = self.is_rootless();
+        let network = task.meta.environment.network || self.build_network();
+        let shared = Shared {
+            ctx: &ctx,
+            scratch: &scratch,
+            rootless,
+            network,
+            deadline: Instant::now() + self.build_timeout,
         };
-        let mut layers = vec![Layer {
-            target: layout.merged(),
-            lower,
-            upper: root_up.clone(),
-            work: build.join("work/root"),
+        let mut record = Vec::new();
+        // Earlier stages first (multi-stage builds), each merged apart.
+        let mut stages: Vec<Option<Target>> = (0..def.stages.len()).map(|_| None).collect();
+        for i in needed_stages(def) {
+            let stage = &def.stages[i];
+            let stage_def = EnvDefinition {
+                base: stage.base.clone(),
+                ..Default::default()
+            };
+            let (stage_base, _) = self.resolve_base(&stage_def)?;
+            let id = self.base_fingerprint(stage_base.as_ref());
+            let target =
+                self.target(scratch.join(format!("stage-{i}")), stage_base, &id, &shared)?;
+            let keys = stage_keys(&stages);
+            let plan: Vec<Planned> = stage
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(j, step)| Planned {
+                    n: j + 1,
+                    input: stepcache::step_input(step, &task.environment, &keys),
+                    body: steps::body(step, j + 1),
+                    what: describe_with(step, stage.lines.get(j), &def.file),
+                    step: Some(step),
+                })
+                .collect();
+            let mut target = target;
+            self.run_plan(&plan, &mut target, &stages, &shared, Some(i), &mut record)?;
+            stages[i] = Some(target);
+        }
+        // The image's own stage: the agent account, the steps, the finish.
+        let mut target = self.target(build.to_path_buf(), base.image.cloned(), base.id, &shared)?;
+        let keys = stage_keys(&stages);
+        let last = def.steps.len() + 1;
+        let mut plan = vec![Planned {
+            n: 0,
+            input: format!("ACCOUNT\0{user}\0{home}"),
+            body: steps::account_body(&user, &home),
+            what: "create the agent account".into(),
+            step: None,
         }];
-        let mut uppers = vec![root_up.clone()];
-        for d in layout.system_dirs.iter().filter(|_| host_base) {
-            uppers.push(build.join("sys").join(d));
-            layers.push(Layer {
-                target: layout.merged().join(d),
-                lower: vec![self.base_dir(d)],
-                upper: build.join("sys").join(d),
-                work: build.join("work").join(d),
+        for (i, step) in def.steps.iter().enumerate() {
+            plan.push(Planned {
+                n: i + 1,
+                input: stepcache::step_input(step, &task.environment, &keys),
+                body: steps::body(step, i + 1),
+                what: describe_at(def, i + 1),
+                step: Some(step),
             });
         }
-        // The build's root reads the context and steps as an unprivileged host id.
-        if let HostIdentity::Mapped(m) = self.identity {
-            for dir in [build.join("ctx"), build.join("steps")] {
-                for entry in walkdir::WalkDir::new(&dir).into_iter().flatten() {
-                    let p = entry.path();
-                    let meta = std::fs::symlink_metadata(p).map_err(io("stat build file", p))?;
-                    std::os::unix::fs::lchown(
-                        p,
-                        Some(m.host(meta.uid())),
-                        Some(m.host(meta.gid())),
-                    )
-                    .map_err(io("chown build file", p))?;
-                }
-            }
-        }
-        // The setup runs under the same limits as sessions (a runaway setup
-        // must not take the host down either).
-        let mut rnd = [0u8; 6];
-        rand::Rng::fill(&mut rand::rng(), &mut rnd);
-        let cg_name = format!("{}-build-{}", std::process::id(), hex::encode(rnd));
-        let mut cgroups = if self.cgroups {
-            Cgroups::create(&cg_name, &self.limits)
-        } else {
-            None
-        };
-        let (procs, rlimits) = match &cgroups {
-            Some(cg) => (cg.procs_files(), Vec::new()),
-            None => (Vec::new(), limits::fallback_rlimits(&self.limits)),
-        };
-        let userns = self.new_userns()?;
-        let network = task.meta.environment.network || self.build_network();
-        let build_id = build.file_name().map(|n| n.to_string_lossy().into_owned());
-        let (net_parent, net_child, pidfile) =
-            self.net_setup(network, &build_id.unwrap_or_default())?;
-        let plan = MountPlan::new(MountSpec {
-            tmpfs: None,
-            mkdirs: &[],
-            layers: &layers,
-            cgroup_procs: &procs,
-            rlimits,
-            identity: self.child_identity(&userns, &uppers, host_base)?,
-            binds: vec![
-                (build.join("ctx"), layout.staged("ctx")),
-                (build.join("steps"), layout.staged("steps")),
-            ],
-            net: net_child,
-        })?;
-        let mut env = vec![
-            ("PATH".to_string(), bwrap::SANDBOX_PATH.to_string()),
-            ("HOME".into(), "/root".into()),
-            ("LANG".into(), "C.UTF-8".into()),
-            ("DEBIAN_FRONTEND".into(), "noninteractive".into()),
-        ];
-        if network {
-            env.extend(host_ca_env(&build.join("steps"))?);
-        }
-        let seccomp = seccomp::program_files(&self.seccomp)?;
-        let keep = seccomp.iter().map(|f| f.as_raw_fd()).collect();
-        let spec = Spec {
-            root: layout.merged(),
-            network,
-            binds: vec![
-                Bind {
-                    source: layout.staged("ctx"),
-                    inside: steps::CTX.into(),
-                    read_only: true,
-                },
-                Bind {
-                    source: layout.staged("steps"),
-                    inside: steps::STEPS.into(),
-                    read_only: true,
-                },
-            ],
-            env,
-            caps: Caps::Only(bwrap::BUILD_CAPS.to_vec()),
-            seccomp: seccomp.iter().map(|f| f.as_raw_fd()).collect(),
-            chdir: "/".into(),
-            argv: vec!["/bin/bash".into(), format!("{}/build.sh", steps::STEPS)],
-            user_ns: None,
-        };
-        let mut cmd = Command::new(&self.bwrap);
-        cmd.args(bwrap::args(&spec)).env_clear();
-        // SAFETY: MountPlan::apply only makes async-signal-safe system calls.
-        unsafe {
-            cmd.pre_exec(move || plan.apply());
-        }
-        let attach = net_parent.map(|ends| {
-            let ns = userns.as_ref().and_then(|u| u.try_clone().ok());
-            super::net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
+        plan.push(Planned {
+            n: last,
+            input: format!("FINISH\0{user}\0{home}\0{workdir}"),
+            body: Some(steps::finish_body(&user, &home, &workdir)),
+            what: "finish the image (workdir, home ownership)".into(),
+            step: None,
         });
-        let mut out = run_capturing(cmd, self.build_timeout, false, None, keep).map(|(o, _)| o);
-        if let Some(Ok(Err(e))) = attach.map(|t| t.join()) {
-            out = Err(e);
-        }
-        if let Some(p) = &pidfile {
-            super::net::stop(p);
-        }
-        drop((userns, seccomp));
-        if let Some(cg) = &mut cgroups {
-            cg.kill_all_and_remove(Duration::from_secs(5));
-        }
-        let out = out?;
-        if out.code != Some(0) {
-            return Err(step_error(
-                def,
-                &out.output,
-                out.code,
-                out.timed_out,
-                self.build_timeout,
-            ));
-        }
+        let ids = self.run_plan(&plan, &mut target, &stages, &shared, None, &mut record)?;
+        super::layout::remove_tree(&scratch);
         let (uid, gid) = if user == "root" {
             (0, 0)
         } else {
-            steps::user_ids(&out.output).unwrap_or((1000, 1000))
+            ids.unwrap_or((1000, 1000))
         };
-        // Remove what only the build needed.
-        for p in [build.join("work"), build.join("ctx"), build.join("steps")] {
-            super::layout::remove_tree(&p);
-        }
-        let _ = std::fs::remove_dir(root_up.join("run/endless-build/ctx"));
-        let _ = std::fs::remove_dir(root_up.join("run/endless-build/steps"));
-        let _ = std::fs::remove_dir(root_up.join("run/endless-build"));
-        let env_dir = root_up.join(".endless");
-        std::fs::create_dir_all(&env_dir).map_err(io("create", &env_dir))?;
-        std::fs::write(
-            env_dir.join("env.sh"),
-            format!("{image_env}{}", steps::env_file(def)),
-        )
-        .map_err(io("write env.sh", &env_dir))?;
+        // A new file (the merge's files are the cached layers' own).
+        let env_sh = build.join("root/.endless/env.sh");
+        let env_text = format!("{}{}", target.image_env, steps::env_file(def));
+        crate::fsutil::write_atomic(&env_sh, env_text.as_bytes())
+            .map_err(io("write env.sh", &env_sh))?;
+        // Read by the agent's shell.
+        std::fs::set_permissions(&env_sh, std::fs::Permissions::from_mode(0o644))
+            .map_err(io("chmod env.sh", &env_sh))?;
+        let record_bytes =
+            serde_json::to_vec_pretty(&record).map_err(|e| SandboxError::Start(e.to_string()))?;
+        let record_path = build.join(stepcache::BUILD_RECORD);
+        crate::fsutil::write_atomic(&record_path, &record_bytes)
+            .map_err(io("write build record", &record_path))?;
         let image = Image {
             backend: "local".into(),
             hash: hash.to_string(),
@@ -272,80 +196,391 @@ impl LocalBackend {
             workdir,
             network: task.meta.environment.network,
             cpu_millis: task_cpu_millis(task),
-            base: base.map(|(stored, _)| stored.reference.clone()),
-            base_layers: base.map(|(_, dirs)| dirs.clone()).unwrap_or_default(),
-            base_note,
+            base: base.image.map(|(stored, _)| stored.reference.clone()),
+            base_layers: base.image.map(|(_, dirs)| dirs.clone()).unwrap_or_default(),
+            base_note: base.note,
         };
         let meta =
             serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;
-        std::fs::write(build.join(IMAGE_META), meta).map_err(io("write image metadata", build))?;
+        let meta_path = build.join(IMAGE_META);
+        crate::fsutil::write_atomic(&meta_path, &meta)
+            .map_err(io("write image metadata", &meta_path))?;
         Ok(image)
     }
-}
 
-/// The host's CA bundle, offered to a build that has the network: a machine
-/// behind a TLS-inspecting proxy trusts that proxy's CA, and `pip`, `curl`,
-/// `git` and `npm` in the build then do too (as `docker build` users set up
-/// by hand). The bundle is copied next to the build script (public
-/// certificates only) and named by the usual variables; apt over plain HTTP
-/// needs none.
-fn host_ca_env(steps_dir: &Path) -> Result<Vec<(String, String)>, SandboxError> {
-    const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-    let host = Path::new(HOST_BUNDLE);
-    if !host.is_file() {
-        return Ok(Vec::new());
+    /// The fingerprint of a base (part of the image hash and step keys).
+    pub(super) fn base_fingerprint(&self, base: Option<&(StoredImage, Vec<PathBuf>)>) -> String {
+        match base {
+            Some((stored, _)) => format!("{}|image:{}", self.base_id(), stored.manifest_digest),
+            None => self.base_id(),
+        }
     }
-    let copy = steps_dir.join("host-ca.crt");
-    std::fs::copy(host, &copy).map_err(SandboxError::io("copy the host's CA bundle", host))?;
-    let inside = format!("{}/host-ca.crt", steps::STEPS);
-    Ok([
-        "SSL_CERT_FILE",
-        "PIP_CERT",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "GIT_SSL_CAINFO",
-        "NODE_EXTRA_CA_CERTS",
-    ]
-    .into_iter()
-    .map(|var| (var.to_string(), inside.clone()))
-    .collect())
+
+    /// A merge to build into at `farm`, on `base` (fingerprint `id`).
+    fn target(
+        &self,
+        farm: PathBuf,
+        base: Option<(StoredImage, Vec<PathBuf>)>,
+        id: &str,
+        shared: &Shared,
+    ) -> Result<Target, SandboxError> {
+        let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
+        let mut parts = vec!["root".to_string()];
+        if base.is_none() {
+            parts.extend(self.layout.system_dirs.iter().map(|d| format!("sys/{d}")));
+        }
+        for part in &parts {
+            let p = farm.join(part);
+            std::fs::create_dir_all(&p).map_err(io("create build directory", &p))?;
+        }
+        let root = farm.join("root");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))
+            .map_err(io("chmod build directory", &root))?;
+        // The image's own environment (PATH, LANG, ...) comes first.
+        let image_env = base
+            .as_ref()
+            .map(|(stored, _)| image_env_exports(&stored.config))
+            .unwrap_or_default();
+        Ok(Target {
+            farm,
+            parts,
+            base_layers: base.map(|(_, dirs)| dirs),
+            key: stepcache::root_key(id, shared.rootless, shared.network),
+            image_env,
+        })
+    }
+
+    /// Run (or take from the cache) the steps of `plan` in order, merging
+    /// each step's layer into `target`; returns the agent's ids reported by
+    /// a finishing step. `stage`: the earlier stage being built, if any.
+    fn run_plan(
+        &self,
+        plan: &[Planned],
+        target: &mut Target,
+        stages: &[Option<Target>],
+        shared: &Shared,
+        stage: Option<usize>,
+        record: &mut Vec<BuiltStep>,
+    ) -> Result<Option<(u32, u32)>, SandboxError> {
+        let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
+        let cache = StepCache::new(&self.layout.steps());
+        let opaque_attr = if shared.rootless {
+            "user.overlay.opaque"
+        } else {
+            "trusted.overlay.opaque"
+        };
+        let mut state = steps::StepState::default();
+        let mut ids = None;
+        for planned in plan {
+            target.key = stepcache::chain(&target.key, &planned.input);
+            let key = target.key.clone();
+            let t0 = Instant::now();
+            let outcome = match &planned.body {
+                None => StepOutcome::Config,
+                Some(body) => {
+                    let _held = cache.lock(&key)?;
+                    let (meta, outcome) = match cache.get(&key) {
+                        Some(meta) => (meta, StepOutcome::Cached),
+                        None => {
+                            let from = match planned.step {
+                                Some(Step::CopyFrom { index, .. }) => {
+                                    stages.get(*index).and_then(Option::as_ref)
+                                }
+                                _ => None,
+                            };
+                            let script = steps::step_script(
+                                planned.n,
+                                body,
+                                &state,
+                                &target.image_env,
+                                shared.rootless,
+                            );
+                            let meta = self.build_step(
+                                &cache,
+                                &key,
+                                plan,
+                                StepRunInputs {
+                                    planned,
+                                    script,
+                                    body,
+                                    target,
+                                    from,
+                                    shared,
+                                },
+                            )?;
+                            (meta, StepOutcome::Built)
+                        }
+                    };
+                    if meta.ids.is_some() {
+                        ids = meta.ids;
+                    }
+                    let layer = cache.layer(&key);
+                    for part in &target.parts {
+                        let (from, to) = (layer.join(part), target.farm.join(part));
+                        flatten::apply_layer(&from, &to, opaque_attr)
+                            .map_err(io("merge step layer", &from))?;
+                    }
+                    outcome
+                }
+            };
+            if let Some(step) = planned.step {
+                state.after(planned.n, step);
+            }
+            record.push(BuiltStep {
+                index: planned.n,
+                step: planned.what.clone(),
+                key,
+                outcome,
+                stage,
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+        }
+        Ok(ids)
+    }
+
+    /// Run step `run.planned` into a new layer and store it in `cache` as
+    /// `key`; a failure names the step, its line and its output, and
+    /// leaves nothing in the cache.
+    fn build_step(
+        &self,
+        cache: &StepCache,
+        key: &str,
+        plan: &[Planned],
+        run: StepRunInputs,
+    ) -> Result<StepMeta, SandboxError> {
+        let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
+        let n = run.planned.n;
+        let what = &run.planned.what;
+        let timeout = run
+            .shared
+            .deadline
+            .saturating_duration_since(Instant::now());
+        if timeout.is_zero() {
+            return Err(SandboxError::SetupStep {
+                index: n,
+                step: format!("{what} (timed out after {:?})", self.build_timeout),
+                code: None,
+                output: "the build ran out of time before this step".into(),
+            });
+        }
+        let scratch = run.shared.scratch;
+        let mut rnd = [0u8; 4];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let tag = format!("{n}-{}", hex::encode(rnd));
+        let steps_dir = scratch.join(format!("steps-{tag}"));
+        let ctx_copy = scratch.join(format!("ctx-{tag}"));
+        let from_dir = scratch.join(format!("from-{tag}"));
+        let ctx = if run.body.writable_context {
+            std::fs::create_dir_all(&ctx_copy).map_err(io("create build directory", &ctx_copy))?;
+            copy_tree(run.shared.ctx, &ctx_copy)
+                .map_err(io("copy the build context", &ctx_copy))?;
+            ctx_copy.clone()
+        } else {
+            run.shared.ctx.to_path_buf()
+        };
+        let from = run.from.map(|stage| FromStage {
+            merged: &stage.farm,
+            parts: &stage.parts,
+            base_layers: stage.base_layers.as_deref(),
+            scratch: &from_dir,
+        });
+        let layer = cache.temp()?;
+        let t0 = Instant::now();
+        let result = self.run_step(&StepRun {
+            script: run.script,
+            file: run.body.file.clone(),
+            ctx: &ctx,
+            ctx_writable: run.body.writable_context,
+            steps_dir: steps_dir.clone(),
+            merged: &run.target.farm,
+            parts: &run.target.parts,
+            base_layers: run.target.base_layers.as_deref(),
+            layer: &layer,
+            from,
+            network: run.shared.network,
+            timeout,
+        });
+        for d in [&steps_dir, &ctx_copy, &from_dir] {
+            super::layout::remove_tree(d);
+        }
+        let failed = |e: SandboxError| {
+            super::layout::remove_tree(&layer);
+            e
+        };
+        let out = result.map_err(failed)?;
+        if out.code != Some(0) {
+            return Err(failed(step_error(plan, n, what, &out, self.build_timeout)));
+        }
+        let meta = StepMeta {
+            step: what.clone(),
+            seconds: t0.elapsed().as_secs_f64(),
+            created: chrono::Utc::now().to_rfc3339(),
+            ids: steps::user_ids(&out.output),
+        };
+        cache.commit(&layer, key, &meta).map_err(failed)?;
+        Ok(meta)
+    }
 }
 
-fn step_error(
-    def: &crate::task::envdef::EnvDefinition,
-    output: &str,
-    code: Option<i32>,
-    timed_out: bool,
-    limit: Duration,
-) -> SandboxError {
-    let describe = |n: usize| -> String {
-        if n == 0 {
-            "create the agent account".into()
-        } else if n > def.steps.len() {
-            "finish the image (workdir, home ownership)".into()
-        } else {
-            steps::describe(&def.steps[n - 1])
+/// What a build was started from.
+struct Base<'a> {
+    /// The stored base image and its unpacked layers (`None`: the host's
+    /// directories).
+    image: Option<&'a (StoredImage, Vec<PathBuf>)>,
+    /// Its fingerprint (part of every step key).
+    id: &'a str,
+    /// What it substitutes, if anything.
+    note: Option<String>,
+}
+
+/// What every step of one build shares.
+struct Shared<'a> {
+    /// The build context (read-only to the steps).
+    ctx: &'a Path,
+    /// Where a step's temporary directories go.
+    scratch: &'a Path,
+    rootless: bool,
+    network: bool,
+    /// When the build's time is up.
+    deadline: Instant,
+}
+
+/// A merge being built: the image's, or an earlier stage's.
+struct Target {
+    /// The merge: one directory per part.
+    farm: PathBuf,
+    /// Its overlay parts (`root`, then `sys/<dir>` on the host base).
+    parts: Vec<String>,
+    /// The base image's layers, top first (`None`: the host's directories).
+    base_layers: Option<Vec<PathBuf>>,
+    /// The key of the last step merged (the root key at first).
+    key: String,
+    /// `export` lines of the base image's environment.
+    image_env: String,
+}
+
+/// One step of a plan.
+struct Planned<'a> {
+    /// Its number (0: the agent account).
+    n: usize,
+    /// What its key covers besides its parent.
+    input: String,
+    /// What it runs (`None`: it only sets state for later steps).
+    body: Option<steps::StepBody>,
+    /// How it is named in records and errors.
+    what: String,
+    /// The definition's step (`None` for the account and finishing steps).
+    step: Option<&'a Step>,
+}
+
+/// What `build_step` needs besides the cache.
+struct StepRunInputs<'a> {
+    planned: &'a Planned<'a>,
+    script: String,
+    body: &'a steps::StepBody,
+    target: &'a Target,
+    from: Option<&'a Target>,
+    shared: &'a Shared<'a>,
+}
+
+/// The earlier stages the image's steps copy from, and those they copy
+/// from, in build order.
+fn needed_stages(def: &EnvDefinition) -> Vec<usize> {
+    let mut needed = vec![false; def.stages.len()];
+    let mark = |steps: &[Step], needed: &mut Vec<bool>| {
+        for s in steps {
+            if let Step::CopyFrom { index, .. } = s {
+                if let Some(slot) = needed.get_mut(*index) {
+                    *slot = true;
+                }
+            }
         }
     };
-    if let Some((n, code, text)) = steps::failed_step(output) {
+    mark(&def.steps, &mut needed);
+    for i in (0..def.stages.len()).rev() {
+        if needed[i] {
+            mark(&def.stages[i].steps, &mut needed);
+        }
+    }
+    (0..def.stages.len()).filter(|i| needed[*i]).collect()
+}
+
+/// The final keys of the stages built so far (empty for the others).
+fn stage_keys(stages: &[Option<Target>]) -> Vec<String> {
+    stages
+        .iter()
+        .map(|s| s.as_ref().map(|t| t.key.clone()).unwrap_or_default())
+        .collect()
+}
+
+/// A step as written, with its file and line where known.
+fn describe_with(step: &Step, line: Option<&usize>, file: &str) -> String {
+    let text = steps::describe(step);
+    match line {
+        Some(&l) if l > 0 && !file.is_empty() => format!("{file} line {l}: {text}"),
+        _ => text,
+    }
+}
+
+/// Step `n` of `def` (1-based) as written, with its file and line.
+fn describe_at(def: &EnvDefinition, n: usize) -> String {
+    describe_with(&def.steps[n - 1], def.lines.get(n - 1), &def.file)
+}
+
+/// Copy the tree `from` into the empty directory `to` (regular files and
+/// directories: what a build context holds).
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    for entry in walkdir::WalkDir::new(from).min_depth(1) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let rel = entry
+            .path()
+            .strip_prefix(from)
+            .map_err(std::io::Error::other)?;
+        let dest = to.join(rel);
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&dest)?;
+        } else if entry.file_type().is_file() {
+            std::fs::copy(entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// The error of step `n` (described as `what`) of `plan` whose run ended
+/// with `out`.
+fn step_error(
+    plan: &[Planned],
+    n: usize,
+    what: &str,
+    out: &crate::sandbox::session::CommandOutput,
+    limit: Duration,
+) -> SandboxError {
+    if let Some((at, code, text)) = steps::failed_step(&out.output) {
+        // A bad `USER` shows when the next step switches to it.
+        let step = plan
+            .iter()
+            .find(|p| p.n == at)
+            .map(|p| p.what.clone())
+            .unwrap_or_else(|| what.to_string());
         return SandboxError::SetupStep {
-            index: n,
-            step: describe(n),
+            index: at,
+            step,
             code,
             output: text,
         };
     }
-    let (n, text) = steps::last_step(output).unwrap_or((0, output.to_string()));
-    let text = steps::without_markers(&text);
+    let text = steps::last_step(&out.output)
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| out.output.clone());
     SandboxError::SetupStep {
         index: n,
-        step: if timed_out {
-            format!("{} (timed out after {limit:?})", describe(n))
+        step: if out.timed_out {
+            format!("{what} (timed out after {limit:?})")
         } else {
-            describe(n)
+            what.to_string()
         },
-        code,
-        output: text,
+        code: out.code,
+        output: steps::without_markers(&text),
     }
 }
 

@@ -99,6 +99,11 @@ impl Layout {
         self.root.join("images")
     }
 
+    /// The per-step build cache (see `stepcache.rs`).
+    pub fn steps(&self) -> PathBuf {
+        self.root.join("steps")
+    }
+
     /// The base skeleton (empty top-level directories and symlinks), one
     /// per owner.
     pub fn skeleton(&self) -> PathBuf {
@@ -125,7 +130,8 @@ impl Layout {
 
     /// Mount point of a host directory bound for bubblewrap (`x`: the
     /// exchange directory, `rt`: the verifier runtime, `ctx` and `steps`:
-    /// a build's context and scripts).
+    /// a build's context and scripts, `from`: the stage a `COPY --from`
+    /// copies from).
     pub fn staged(&self, name: &str) -> PathBuf {
         self.stage.join(name)
     }
@@ -148,7 +154,11 @@ impl Layout {
     /// Remove session and build directories left by processes that died
     /// (their names start with the owner's pid).
     pub fn remove_stale(&self) {
-        let dirs = [(self.sessions(), ""), (self.images(), ".build-")];
+        let dirs = [
+            (self.sessions(), ""),
+            (self.images(), ".build-"),
+            (self.steps(), ".build-"),
+        ];
         for (dir, prefix) in dirs {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -178,7 +188,7 @@ impl Layout {
             std::fs::create_dir_all(&dir)
                 .map_err(SandboxError::io("create cache directory", &dir))?;
         }
-        let staged = ["x", "rt", "ctx", "steps"].map(|n| self.staged(n));
+        let staged = ["x", "rt", "ctx", "steps", "from"].map(|n| self.staged(n));
         let idmapped = self.system_dirs.iter().map(|d| self.idmapped().join(d));
         for dir in staged.into_iter().chain(idmapped) {
             std::fs::create_dir_all(&dir).map_err(SandboxError::io("create mount point", &dir))?;

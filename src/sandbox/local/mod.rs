@@ -19,9 +19,11 @@
 //! reach (`verifier.rs`, `runtime.rs`). The attacks this stops are in
 //! `tests/attacks.rs`; README's threat model lists them.
 
+mod buildstep;
 mod bwrap;
 mod control;
 mod etc;
+mod flatten;
 mod image;
 mod layout;
 mod limits;
@@ -29,6 +31,7 @@ mod net;
 mod overlay;
 mod runtime;
 mod seccomp;
+mod stepcache;
 mod steps;
 mod userns;
 mod verifier;
@@ -49,6 +52,7 @@ pub use layout::SYSTEM_DIRS;
 pub use limits::{cgroups_available, Limits};
 pub use net::pasta_path;
 pub use seccomp::summary as seccomp_summary;
+pub use stepcache::{build_record, prune_steps, BuiltStep, StepOutcome, StepPruneReport};
 pub use userns::IdMap;
 pub use verifier::PRELOAD_REFUSED;
 

@@ -63,6 +63,7 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
             }
             _ => {}
         }
+        def.lines.resize(def.steps.len(), *line);
         Ok(())
     };
     for (i, line) in text.lines().enumerate() {

@@ -1,17 +1,25 @@
-//! The Dockerfile subset: FROM, COPY/ADD of local files, RUN, ENV, WORKDIR,
-//! USER, ARG. Instructions without effect on the filesystem (CMD, LABEL,
+//! The Dockerfile subset: FROM (with stages: `FROM <image> AS <name>`),
+//! COPY/ADD of local files, COPY --from an earlier stage or an image, RUN, ENV,
+//! WORKDIR, USER, ARG. Instructions without effect on the filesystem (CMD, LABEL,
 //! EXPOSE, ...) are accepted and ignored; anything else is an error naming
 //! the line.
 
 use std::collections::HashMap;
 
-use super::{line_error, EnvDefinition, Step};
+use super::{line_error, EnvDefinition, Stage, Step};
 use crate::task::BundleError;
 
 /// Parse Dockerfile text.
 pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
     let mut def = EnvDefinition::default();
     let mut vars: HashMap<String, String> = HashMap::new();
+    // ARGs before the first FROM, visible in every stage.
+    let mut globals: HashMap<String, String> = HashMap::new();
+    let mut started = false;
+    let mut current_name: Option<String> = None;
+    // Positions in `def.stages` of the stages written with FROM (numbers in
+    // `COPY --from=<n>` count these), apart from those made for images.
+    let mut written: Vec<usize> = Vec::new();
     for (line_no, instruction) in logical_lines(text) {
         let (word, rest) = split_word(&instruction);
         let rest = rest.trim();
@@ -19,16 +27,39 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
         let err = |m: String| line_error(file, line_no, m);
         match upper.as_str() {
             "FROM" => {
-                if def.base.is_some() {
-                    return Err(err(
-                        "multi-stage builds (a second FROM) are not supported".into()
-                    ));
-                }
-                let image = rest
+                let words: Vec<&str> = rest
                     .split_whitespace()
-                    .find(|t| !t.starts_with("--"))
-                    .unwrap_or("");
-                def.base = Some(substitute(image, &vars));
+                    .filter(|t| !t.starts_with("--"))
+                    .collect();
+                let (image, name) = match words.as_slice() {
+                    [image] => (*image, None),
+                    [image, as_, name] if as_.eq_ignore_ascii_case("as") => {
+                        (*image, Some(name.to_ascii_lowercase()))
+                    }
+                    _ => return Err(err("FROM needs an image, optionally `AS <name>`".into())),
+                };
+                if !started {
+                    globals = vars.clone();
+                }
+                let image = substitute(image, &globals);
+                if started {
+                    written.push(def.stages.len());
+                    def.stages.push(Stage {
+                        name: current_name.take(),
+                        base: def.base.take(),
+                        steps: std::mem::take(&mut def.steps),
+                        lines: std::mem::take(&mut def.lines),
+                    });
+                    vars = globals.clone();
+                }
+                if stage_index(&def, &written, &None, &image).is_some() {
+                    return Err(err(format!(
+                        "FROM an earlier stage ({image}) is not supported: start the stage from an image and COPY --from={image} what it needs"
+                    )));
+                }
+                started = true;
+                current_name = name;
+                def.base = Some(image);
             }
             "ARG" => {
                 let (k, v) = rest.split_once('=').unwrap_or((rest, ""));
@@ -62,12 +93,60 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     Some(a) => a,
                     None => rest.split_whitespace().map(str::to_owned).collect(),
                 };
-                if args.iter().any(|a| a.starts_with("--from")) {
-                    return Err(err(format!(
-                        "{upper} --from (multi-stage) is not supported"
-                    )));
-                }
+                let from = args
+                    .iter()
+                    .find_map(|a| a.strip_prefix("--from="))
+                    .map(|f| substitute(f, &vars));
                 args.retain(|a| !a.starts_with("--"));
+                if let Some(stage) = from {
+                    if args.len() < 2 {
+                        return Err(err(format!("{upper} needs a source and a destination")));
+                    }
+                    let index = match stage_index(&def, &written, &current_name, &stage) {
+                        Some(i) => i,
+                        None if stage.parse::<usize>().is_ok()
+                            || current_name.as_deref() == Some(&stage.to_ascii_lowercase())
+                            || stage.is_empty() =>
+                        {
+                            return Err(err(format!(
+                                "{upper} --from={stage}: no earlier stage is that"
+                            )))
+                        }
+                        // An image: a stage of its own, with no steps.
+                        None => match def.stages.iter().position(|s| {
+                            s.name.is_none()
+                                && s.steps.is_empty()
+                                && s.base.as_deref() == Some(&stage)
+                        }) {
+                            Some(i) => i,
+                            None => {
+                                def.stages.push(Stage {
+                                    base: Some(stage.clone()),
+                                    ..Default::default()
+                                });
+                                def.stages.len() - 1
+                            }
+                        },
+                    };
+                    let dst = substitute(args.pop().unwrap_or_default().as_str(), &vars);
+                    let multiple = args.len() > 1;
+                    for src in args {
+                        let src = substitute(&src, &vars);
+                        let dst = if multiple && !dst.ends_with('/') {
+                            format!("{dst}/")
+                        } else {
+                            dst.clone()
+                        };
+                        def.steps.push(Step::CopyFrom {
+                            stage: stage.clone(),
+                            index,
+                            src: format!("/{}", src.trim_start_matches('/')),
+                            dst,
+                        });
+                    }
+                    def.lines.resize(def.steps.len(), line_no);
+                    continue;
+                }
                 if args.len() < 2 {
                     return Err(err(format!("{upper} needs a source and a destination")));
                 }
@@ -102,8 +181,29 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
             | "STOPSIGNAL" | "SHELL" => {}
             _ => return Err(err(format!("unsupported Dockerfile instruction {word:?}"))),
         }
+        def.lines.resize(def.steps.len(), line_no);
     }
     Ok(def)
+}
+
+/// The earlier stage `name` refers to (its name, or its number among the
+/// `written` ones), if any; the stage being parsed (`current`) is not one.
+fn stage_index(
+    def: &EnvDefinition,
+    written: &[usize],
+    current: &Option<String>,
+    name: &str,
+) -> Option<usize> {
+    let lower = name.to_ascii_lowercase();
+    if current.as_deref() == Some(lower.as_str()) {
+        return None;
+    }
+    if let Ok(n) = name.parse::<usize>() {
+        return written.get(n).copied();
+    }
+    def.stages
+        .iter()
+        .position(|s| s.name.as_deref() == Some(lower.as_str()))
 }
 
 /// Join continuation lines; skip comments and blanks. Yields (first line number, text).
@@ -289,14 +389,69 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("URL"), "{err}");
-        let err = parse("FROM a AS b\nFROM c\nCOPY --from=b /x /y\n", "Dockerfile")
+        let err = parse("FROM a AS b\nFROM c\nCOPY --from=1 /x /y\n", "Dockerfile")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains("line 3") && err.contains("--from=1"), "{err}");
+        let err = parse("FROM a AS b\nFROM b\n", "Dockerfile")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 2") && err.contains("earlier stage"),
+            "{err}"
+        );
         let err = parse("FROM x\nCOPY ../secret /s\n", "Dockerfile")
             .unwrap_err()
             .to_string();
         assert!(err.contains("leaves the build context"), "{err}");
+    }
+
+    #[test]
+    fn stages_and_copies_from_them() {
+        let text = "ARG V=1\nFROM debian:bookworm AS Build\nENV X=$V\nRUN make\n\
+                    FROM debian:bookworm\nCOPY --from=build /out/tool /usr/local/bin/\n\
+                    COPY --from=0 out/a out/b /opt/\nRUN echo $X\n";
+        let def = parse(text, "Dockerfile").unwrap();
+        assert_eq!(def.stages.len(), 1);
+        assert_eq!(def.stages[0].name.as_deref(), Some("build"));
+        assert_eq!(def.stages[0].steps.len(), 2);
+        assert_eq!(def.stages[0].lines, vec![3, 4]);
+        assert_eq!(def.base.as_deref(), Some("debian:bookworm"));
+        assert_eq!(
+            def.steps[0],
+            Step::CopyFrom {
+                stage: "build".into(),
+                index: 0,
+                src: "/out/tool".into(),
+                dst: "/usr/local/bin/".into()
+            }
+        );
+        assert!(
+            matches!(&def.steps[2], Step::CopyFrom { src, dst, .. } if src == "/out/b" && dst == "/opt/")
+        );
+        // A stage's ENV stays in its stage.
+        assert_eq!(def.steps[3], Step::Run("echo $X".into()));
+        assert_eq!(def.lines, vec![6, 7, 7, 8]);
+        // An image to copy from is a stage of its own, without steps; stage
+        // numbers still count the written stages only.
+        let text = "FROM a AS one\nCOPY --from=tools:1 /t /t\nFROM b AS two\nRUN x\n\
+                    FROM c\nCOPY --from=1 /x /x\nCOPY --from=tools:1 /u /u\n";
+        let def = parse(text, "Dockerfile").unwrap();
+        assert_eq!(def.stages.len(), 3);
+        assert_eq!(def.stages[0].base.as_deref(), Some("tools:1"));
+        assert!(def.stages[0].steps.is_empty() && def.stages[0].name.is_none());
+        assert_eq!(def.stages[1].name.as_deref(), Some("one"));
+        let copies = |steps: &[Step]| -> Vec<usize> {
+            steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::CopyFrom { index, .. } => Some(*index),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(copies(&def.stages[1].steps), vec![0]);
+        assert_eq!(copies(&def.steps), vec![2, 0], "stage 1 is `two`");
     }
 
     #[test]

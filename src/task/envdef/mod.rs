@@ -37,6 +37,32 @@ pub enum Step {
     Workdir(String),
     /// Change the user later steps run as.
     User(String),
+    /// Copy `src` from the result of an earlier build stage (`COPY
+    /// --from=<stage>`) to `dst`.
+    CopyFrom {
+        /// The stage, as written (a name or a number).
+        stage: String,
+        /// Its position in [`EnvDefinition::stages`].
+        index: usize,
+        /// Absolute path in the stage's file system.
+        src: String,
+        /// Destination path in the image; a `dst` ending in `/` is a directory.
+        dst: String,
+    },
+}
+
+/// An earlier stage of a multi-stage build (`FROM <image> AS <name>`),
+/// whose results later stages copy from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stage {
+    /// Its name (`AS <name>`), if any.
+    pub name: Option<String>,
+    /// Its base image.
+    pub base: Option<String>,
+    /// Its build steps.
+    pub steps: Vec<Step>,
+    /// The line each step comes from, parallel to `steps`.
+    pub lines: Vec<usize>,
 }
 
 /// A parsed environment definition.
@@ -48,6 +74,14 @@ pub struct EnvDefinition {
     pub steps: Vec<Step>,
     /// Shell code sourced at the start of every session (`%environment`).
     pub session_script: String,
+    /// The definition's file (`environment/Dockerfile`), for messages.
+    pub file: String,
+    /// The line each step comes from (1-based), parallel to `steps`;
+    /// missing or 0 where unknown.
+    pub lines: Vec<usize>,
+    /// The stages before the last one (multi-stage builds); `base`,
+    /// `steps` and `lines` above are the last stage's, which is the image.
+    pub stages: Vec<Stage>,
 }
 
 impl EnvDefinition {
@@ -57,6 +91,16 @@ impl EnvDefinition {
             Step::Env { key, value } => Some((key.as_str(), value.as_str())),
             _ => None,
         })
+    }
+
+    /// Where step `i` (0-based) is written: `environment/Dockerfile line 3`.
+    pub fn origin(&self, i: usize) -> Option<String> {
+        match self.lines.get(i) {
+            Some(&line) if line > 0 && !self.file.is_empty() => {
+                Some(format!("{} line {line}", self.file))
+            }
+            _ => None,
+        }
     }
 
     /// The last `Workdir`, if any.
@@ -71,15 +115,16 @@ impl EnvDefinition {
 /// Parse a definition of `kind` whose text is `text`.
 pub fn parse(kind: EnvKind, text: &str) -> Result<EnvDefinition, BundleError> {
     let file = format!("environment/{}", kind.file_name());
-    match kind {
-        EnvKind::SetupSh => Ok(EnvDefinition {
-            base: None,
+    let mut def = match kind {
+        EnvKind::SetupSh => EnvDefinition {
             steps: vec![Step::Script(kind.file_name().into())],
-            session_script: String::new(),
-        }),
-        EnvKind::ApptainerDef => apptainer::parse(text, &file),
-        EnvKind::Dockerfile => dockerfile::parse(text, &file),
-    }
+            ..Default::default()
+        },
+        EnvKind::ApptainerDef => apptainer::parse(text, &file)?,
+        EnvKind::Dockerfile => dockerfile::parse(text, &file)?,
+    };
+    def.file = file;
+    Ok(def)
 }
 
 /// Parse the task's environment definition; a task without one has no steps.

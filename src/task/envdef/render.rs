@@ -12,17 +12,38 @@ const CONTEXT: &str = "/tmp/endless-env";
 
 /// Render as a Dockerfile. Native tasks run as the unprivileged `user`.
 pub fn render_dockerfile(def: &EnvDefinition, agent_user: &str, workdir: &str) -> String {
-    let mut out = format!(
-        "{GENERATED_MARKER}\nFROM {}\n",
+    let mut out = format!("{GENERATED_MARKER}\n");
+    for (i, stage) in def.stages.iter().enumerate() {
+        let name = stage.name.clone().unwrap_or_else(|| format!("stage{i}"));
+        out.push_str(&format!(
+            "FROM {} AS {name}\n",
+            stage.base.as_deref().unwrap_or("ubuntu:24.04")
+        ));
+        docker_steps(&stage.steps, &mut out);
+    }
+    out.push_str(&format!(
+        "FROM {}\n",
         def.base.as_deref().unwrap_or("ubuntu:24.04")
-    );
+    ));
     out.push_str("RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pytest sqlite3 git && rm -rf /var/lib/apt/lists/*\n");
     if agent_user != "root" {
         out.push_str(&format!("RUN id -u {agent_user} >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/bash {agent_user}\n"));
     }
-    for step in &def.steps {
+    docker_steps(&def.steps, &mut out);
+    out.push_str(&format!("WORKDIR {workdir}\n"));
+    if agent_user != "root" {
+        out.push_str(&format!("USER {agent_user}\n"));
+    }
+    out
+}
+
+fn docker_steps(steps: &[Step], out: &mut String) {
+    for step in steps {
         match step {
             Step::Copy { src, dst } => out.push_str(&format!("COPY {src} {dst}\n")),
+            Step::CopyFrom {
+                index, src, dst, ..
+            } => out.push_str(&format!("COPY --from={index} {src} {dst}\n")),
             Step::Run(script) => {
                 let one_line = script
                     .lines()
@@ -42,11 +63,6 @@ pub fn render_dockerfile(def: &EnvDefinition, agent_user: &str, workdir: &str) -
             Step::User(u) => out.push_str(&format!("USER {u}\n")),
         }
     }
-    out.push_str(&format!("WORKDIR {workdir}\n"));
-    if agent_user != "root" {
-        out.push_str(&format!("USER {agent_user}\n"));
-    }
-    out
 }
 
 /// Render as an Apptainer definition. `context_files` are the build context's
@@ -80,6 +96,11 @@ pub fn render_apptainer(def: &EnvDefinition, agent_user: &str, context_files: &[
             }
             Step::Workdir(w) => post.push_str(&format!("    mkdir -p {w} && cd {w}\n")),
             Step::User(_) => {}
+            Step::CopyFrom {
+                stage, src, dst, ..
+            } => post.push_str(&format!(
+                "    # COPY --from={stage} {src} {dst}: a multi-stage build, not rendered here\n"
+            )),
         }
     }
     let mut out = format!(
@@ -115,7 +136,6 @@ mod tests {
     #[test]
     fn rendered_definitions_parse_back() {
         let def = EnvDefinition {
-            base: None,
             steps: vec![
                 Step::Env {
                     key: "A".into(),
@@ -127,7 +147,7 @@ mod tests {
                     dst: "/home/user/a.txt".into(),
                 },
             ],
-            session_script: String::new(),
+            ..Default::default()
         };
         let docker = render_dockerfile(&def, "user", "/home/user");
         let back = dockerfile::parse(&docker, "Dockerfile").unwrap();

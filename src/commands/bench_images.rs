@@ -1,0 +1,582 @@
+//! `endless bench images`: container images side by side in one run.
+//!
+//! Debian's `docker-registry` serves a multi-layer image (a small userland
+//! from the host's binaries plus data layers) on 127.0.0.1; then:
+//! pull + unpack by endless against `skopeo copy` + `umoci unpack` of the
+//! same image; a cached image's episode start; a 10-step Dockerfile built
+//! cold and rebuilt after a change to step 9; and the disk taken by 20
+//! tasks sharing that base.
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::images::{ImageRef, ImageStore};
+use crate::sandbox::bench::Stats;
+use crate::sandbox::local::{build_record, HostIdentity, LocalBackend, StepOutcome};
+use crate::sandbox::{Backend, SessionOptions};
+use crate::task::{FileTree, Task, TaskMeta};
+
+/// The local backend's episode-start budget (median), in milliseconds.
+pub const START_BUDGET_MS: f64 = 50.0;
+
+/// The whole benchmark.
+#[derive(Debug, Serialize)]
+pub struct ImagesBench {
+    /// `debug` or `release`.
+    pub profile: &'static str,
+    /// The test image: layers and compressed bytes.
+    pub image_layers: usize,
+    /// Compressed bytes of its layers.
+    pub image_bytes: u64,
+    /// Pull + unpack into an empty store, endless.
+    pub endless_pull_unpack: Stats,
+    /// `skopeo copy` + `umoci unpack` of the same image.
+    pub skopeo_umoci: Option<Stats>,
+    /// endless' median over skopeo + umoci's (below 1: endless is faster).
+    pub ratio: Option<f64>,
+    /// Why skopeo + umoci were not measured.
+    pub skopeo_skipped: Option<String>,
+    /// Episode start on a cached image built `FROM` the registry image.
+    pub episode_start: Stats,
+    /// Whether its median is within [`START_BUDGET_MS`].
+    pub start_within_budget: bool,
+    /// The 10-step Dockerfile, cold, in seconds.
+    pub cold_build_s: f64,
+    /// The same after a change to step 9, in seconds.
+    pub rebuild_s: f64,
+    /// Rebuild over cold build.
+    pub rebuild_ratio: f64,
+    /// Steps (numbers) the rebuild ran (the others came from the cache).
+    pub rebuild_ran: Vec<usize>,
+    /// Tasks sharing one base for the disk figure.
+    pub tasks: usize,
+    /// Bytes on disk for them all (store, step cache, images; files stored
+    /// once are counted once).
+    pub disk_shared_bytes: u64,
+    /// What separate copies would take (each image with its own base).
+    pub disk_copies_bytes: u64,
+}
+
+impl std::fmt::Display for ImagesBench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mb = |b: u64| b as f64 / 1e6;
+        writeln!(
+            f,
+            "images ({} build); test image: {} layers, {:.1} MB compressed",
+            self.profile,
+            self.image_layers,
+            mb(self.image_bytes)
+        )?;
+        let s = &self.endless_pull_unpack;
+        writeln!(
+            f,
+            "  pull + unpack, endless:         median {:>8.1} ms  (min {:.1}, max {:.1}, {} runs)",
+            s.median_ms, s.min_ms, s.max_ms, s.runs
+        )?;
+        match (&self.skopeo_umoci, &self.skopeo_skipped) {
+            (Some(s), _) => writeln!(
+                f,
+                "  skopeo copy + umoci unpack:     median {:>8.1} ms  (min {:.1}, max {:.1}); ratio endless/them {:.2}",
+                s.median_ms,
+                s.min_ms,
+                s.max_ms,
+                self.ratio.unwrap_or(f64::NAN)
+            )?,
+            (None, Some(why)) => writeln!(f, "  skopeo + umoci: skipped ({why})")?,
+            (None, None) => {}
+        }
+        let s = &self.episode_start;
+        writeln!(
+            f,
+            "  episode start, cached image:    median {:>8.1} ms  (p95 {:.1}; budget {START_BUDGET_MS} ms: {})",
+            s.median_ms,
+            s.p95_ms,
+            if self.start_within_budget { "ok" } else { "OVER" }
+        )?;
+        writeln!(
+            f,
+            "  10-step Dockerfile: cold {:.2} s, after changing step 9 {:.2} s (ratio {:.2}); rebuild ran steps {:?}",
+            self.cold_build_s, self.rebuild_s, self.rebuild_ratio, self.rebuild_ran
+        )?;
+        write!(
+            f,
+            "  disk, {} tasks on one base: {:.1} MB shared vs {:.1} MB as copies ({:.1}x less)",
+            self.tasks,
+            mb(self.disk_shared_bytes),
+            mb(self.disk_copies_bytes),
+            self.disk_copies_bytes as f64 / self.disk_shared_bytes.max(1) as f64
+        )
+    }
+}
+
+/// Run the benchmark: `runs` pulls on each side, `10 * runs` session starts.
+pub fn run(runs: usize) -> Result<ImagesBench> {
+    let runs = runs.max(1);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("bench images builds in mapped user namespaces: run it as root");
+    }
+    let registry = Registry::start()?;
+    let reference = format!("127.0.0.1:{}/bench/base:1", registry.port);
+    let (layers, image_bytes) = push_image(&reference)?;
+    let work = tempfile::tempdir()?;
+    let parsed = ImageRef::parse(&reference)?;
+
+    // Pull + unpack, each run into an empty store.
+    let owner = match LocalBackend::new(&work.path().join("probe"))?.identity() {
+        HostIdentity::Mapped(m) => Some(m.base),
+        HostIdentity::Rootless(..) => None,
+    };
+    let mut ours = Vec::new();
+    for i in 0..runs {
+        let store = ImageStore::new(&work.path().join(format!("store-{i}")));
+        let t = Instant::now();
+        crate::images::pull(&store, &parsed)?;
+        let image = store
+            .get(&parsed)
+            .context("the pulled image is not registered")?;
+        store.layer_dirs(&image, owner)?;
+        ours.push(t.elapsed());
+    }
+    let endless_pull_unpack = Stats::from(&mut ours).context("no samples")?;
+    let (skopeo_umoci, skopeo_skipped) = match skopeo_umoci(&reference, work.path(), runs) {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(format!("{e:#}"))),
+    };
+    let ratio = skopeo_umoci
+        .as_ref()
+        .map(|s| endless_pull_unpack.median_ms / s.median_ms);
+
+    // Episode start on a cached image from the registry.
+    let cache = work.path().join("cache");
+    let backend = LocalBackend::new(&cache)?;
+    let image = backend.prepare(&task(
+        "start",
+        &format!("FROM {reference}\nRUN echo ready > /opt/ready\n"),
+    ))?;
+    let opts = SessionOptions::default();
+    backend.start(&image, &opts)?.close();
+    let mut starts = Vec::new();
+    for _ in 0..runs * 10 {
+        let t = Instant::now();
+        let s = backend.start(&image, &opts)?;
+        starts.push(t.elapsed());
+        s.close();
+    }
+    let episode_start = Stats::from(&mut starts).context("no samples")?;
+
+    // The 10-step Dockerfile, cold and after a change to step 9.
+    let builds = LocalBackend::new(&work.path().join("builds"))?;
+    let t = Instant::now();
+    builds.prepare(&task("ten", &ten_steps("nine")))?;
+    let cold_build_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let rebuilt = builds.prepare(&task("ten", &ten_steps("NINE")))?;
+    let rebuild_s = t.elapsed().as_secs_f64();
+    let rebuild_ran = build_record(&rebuilt)
+        .iter()
+        .filter(|s| s.outcome == StepOutcome::Built)
+        .map(|s| s.index)
+        .collect();
+
+    // Disk: 20 tasks on one base, sharing a step, each with one of its own.
+    let tasks = 20;
+    let disk_cache = work.path().join("disk");
+    let disk = LocalBackend::new(&disk_cache)?;
+    let mut one_image = 0;
+    for i in 0..tasks {
+        let image = disk.prepare(&task(
+            &format!("disk-{i}"),
+            &format!(
+                "FROM {reference}\n\
+                 RUN mkdir -p /opt/shared && head -c 2000000 /dev/zero | tr '\\0' x > /opt/shared/blob\n\
+                 RUN echo task-{i} > /opt/id\n"
+            ),
+        ))?;
+        if i == 0 {
+            one_image = du(std::slice::from_ref(&image.path)) + du(&image.base_layers);
+        }
+    }
+    let disk_shared_bytes = du(&[disk_cache.join("images"), disk_cache.join("local")]);
+    Ok(ImagesBench {
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        image_layers: layers,
+        image_bytes,
+        endless_pull_unpack,
+        skopeo_umoci,
+        ratio,
+        skopeo_skipped,
+        start_within_budget: episode_start.median_ms <= START_BUDGET_MS,
+        episode_start,
+        cold_build_s,
+        rebuild_s,
+        rebuild_ratio: rebuild_s / cold_build_s,
+        rebuild_ran,
+        tasks,
+        disk_shared_bytes,
+        disk_copies_bytes: one_image * tasks as u64,
+    })
+}
+
+fn task(id: &str, dockerfile: &str) -> Task {
+    let mut t = Task {
+        meta: TaskMeta::default(),
+        instruction: "bench".into(),
+        truth: String::new(),
+        environment: FileTree::default(),
+        tests: FileTree::default(),
+        solution: FileTree::default(),
+    };
+    t.meta.task.id = id.into();
+    t.environment.insert_text("Dockerfile", dockerfile);
+    t
+}
+
+/// Ten steps on the host base, each writing a few hundred files.
+fn ten_steps(nine: &str) -> String {
+    let mut s = String::from("FROM host\n");
+    for i in 1..=10 {
+        let word = if i == 9 { nine } else { "x" };
+        s.push_str(&format!(
+            "RUN mkdir -p /opt/s{i} && for f in $(seq 1 300); do echo {word}-$f > /opt/s{i}/$f; done\n"
+        ));
+    }
+    s
+}
+
+/// Bytes on disk under `roots`, each file counted once however many hard
+/// links it has.
+fn du(roots: &[PathBuf]) -> u64 {
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for root in roots {
+        for entry in walkdir::WalkDir::new(root).into_iter().flatten() {
+            if let Ok(m) = entry.metadata() {
+                if seen.insert((m.dev(), m.ino())) {
+                    total += m.blocks() * 512;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// `skopeo copy` + `umoci unpack`, `runs` times, each into fresh directories.
+fn skopeo_umoci(reference: &str, work: &Path, runs: usize) -> Result<Stats> {
+    for tool in ["skopeo", "umoci"] {
+        if crate::sandbox::local::which(tool).is_none() {
+            bail!("{tool} is not installed (Debian: apt-get install skopeo umoci)");
+        }
+    }
+    let mut samples = Vec::new();
+    for i in 0..runs {
+        let layout = work.join(format!("oci-{i}"));
+        let bundle = work.join(format!("bundle-{i}"));
+        let t = Instant::now();
+        let out = Command::new("skopeo")
+            .args(["copy", "--quiet", "--src-tls-verify=false"])
+            .arg(format!("docker://{reference}"))
+            .arg(format!("oci:{}:bench", layout.display()))
+            .output()?;
+        if !out.status.success() {
+            bail!("skopeo copy: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let out = Command::new("umoci")
+            .args(["unpack", "--image"])
+            .arg(format!("{}:bench", layout.display()))
+            .arg(&bundle)
+            .output()?;
+        if !out.status.success() {
+            bail!("umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        samples.push(t.elapsed());
+    }
+    Stats::from(&mut samples).context("no samples")
+}
+
+/// Debian's `docker-registry` on 127.0.0.1 at a free port, stopped on drop.
+struct Registry {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Registry {
+    fn start() -> Result<Registry> {
+        let bin = crate::sandbox::local::which("docker-registry")
+            .or_else(|| Some(PathBuf::from("/usr/bin/docker-registry")).filter(|p| p.exists()))
+            .context(
+                "docker-registry is not installed (Debian: apt-get install docker-registry)",
+            )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.path().join("data").display()
+            ),
+        )?;
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let registry = Registry {
+            child,
+            port,
+            _dir: dir,
+        };
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                let _ = s.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n");
+                let mut head = String::new();
+                let _ = s.read_to_string(&mut head);
+                if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
+                    return Ok(registry);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("docker-registry did not start on port {port}")
+    }
+}
+
+/// Build the test image and push it: (layers, compressed bytes).
+fn push_image(reference: &str) -> Result<(usize, u64)> {
+    use oci_client::client::{Config, ImageLayer};
+    let mut tars = vec![userland()?];
+    for layer in 0..3u32 {
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..800u32 {
+            // Compressible, distinct content: a few KB per file.
+            let body: Vec<u8> = format!("layer {layer} file {i}\n")
+                .repeat(40 + (i % 80) as usize)
+                .into_bytes();
+            add(&mut b, &format!("opt/data{layer}/f{i}.txt"), &body, 0o644)?;
+        }
+        let noise: Vec<u8> = (0..(4u32 << 20))
+            .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(layer) >> 13) as u8)
+            .collect();
+        add(&mut b, &format!("opt/data{layer}/blob.bin"), &noise, 0o644)?;
+        tars.push(b.into_inner()?);
+    }
+    let diff_ids: Vec<String> = tars
+        .iter()
+        .map(|t| format!("sha256:{}", hex::encode(Sha256::digest(t))))
+        .collect();
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    });
+    let mut layers = Vec::new();
+    for t in tars {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&t)?;
+        layers.push(ImageLayer::new(
+            e.finish()?,
+            "application/vnd.oci.image.layer.v1.tar+gzip".into(),
+            None,
+        ));
+    }
+    let bytes = layers.iter().map(|l| l.data.len() as u64).sum();
+    let config = Config::new(
+        serde_json::to_vec(&config)?,
+        "application/vnd.oci.image.config.v1+json".into(),
+        None,
+    );
+    let parsed = ImageRef::parse(reference)?;
+    let client = crate::images::client_for(&parsed);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(client.push(
+            parsed.as_oci(),
+            &layers,
+            config,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+            None,
+        ))
+        .context("push the test image")?;
+    Ok((layers.len(), bytes))
+}
+
+fn add(b: &mut tar::Builder<Vec<u8>>, path: &str, body: &[u8], mode: u32) -> Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(body.len() as u64);
+    h.set_mode(mode);
+    h.set_entry_type(tar::EntryType::Regular);
+    b.append_data(&mut h, path, body)?;
+    Ok(())
+}
+
+fn add_entry(
+    b: &mut tar::Builder<Vec<u8>>,
+    kind: tar::EntryType,
+    path: &str,
+    target: &str,
+) -> Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(0);
+    h.set_mode(if kind == tar::EntryType::Directory {
+        0o755
+    } else {
+        0o777
+    });
+    h.set_entry_type(kind);
+    if kind == tar::EntryType::Directory {
+        b.append_data(&mut h, path, &[][..])?;
+    } else {
+        b.append_link(&mut h, path, target)?;
+    }
+    Ok(())
+}
+
+/// A small userland from the host's binaries and the libraries they load:
+/// enough for build steps and the agent's shell.
+fn userland() -> Result<Vec<u8>> {
+    const BINS: &[&str] = &[
+        "bash", "sh", "ls", "cat", "mkdir", "id", "rm", "cp", "grep", "sed", "chown", "chmod",
+        "env", "setpriv", "runuser", "wc", "dirname", "sleep", "tr", "head", "seq", "echo",
+    ];
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dirs: BTreeSet<String> = BTreeSet::new();
+    for d in [
+        "usr",
+        "usr/bin",
+        "usr/sbin",
+        "usr/lib",
+        "usr/lib64",
+        "etc",
+        "home",
+        "root",
+        "opt",
+        "run",
+        "var",
+    ] {
+        dirs.insert(d.into());
+        add_entry(&mut b, tar::EntryType::Directory, d, "")?;
+    }
+    let mut tmp = tar::Header::new_gnu();
+    tmp.set_size(0);
+    tmp.set_mode(0o1777);
+    tmp.set_entry_type(tar::EntryType::Directory);
+    b.append_data(&mut tmp, "tmp", &[][..])?;
+    for (link, target) in [
+        ("bin", "usr/bin"),
+        ("sbin", "usr/sbin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        add_entry(&mut b, tar::EntryType::Symlink, link, target)?;
+    }
+    let mut files: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut names = Vec::new();
+    for bin in BINS {
+        let Some(path) = crate::sandbox::local::which(bin) else {
+            continue;
+        };
+        let canon = std::fs::canonicalize(&path)?;
+        names.push((bin.to_string(), canon.clone()));
+        files.insert(canon.clone());
+        let out = Command::new("ldd").arg(&canon).output()?;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let lib = line
+                .split("=>")
+                .last()
+                .and_then(|s| s.split_whitespace().next())
+                .filter(|s| s.starts_with('/'));
+            if let Some(lib) = lib {
+                files.insert(std::fs::canonicalize(lib)?);
+                // Loaded by the name ldd shows, in the canonical directory.
+                let shown = Path::new(lib);
+                if let (Some(dir), Some(name)) = (shown.parent(), shown.file_name()) {
+                    let as_loaded = std::fs::canonicalize(dir)?.join(name);
+                    let canon = std::fs::canonicalize(lib)?;
+                    if as_loaded != canon {
+                        names.push((
+                            as_loaded.strip_prefix("/")?.to_string_lossy().into_owned(),
+                            canon,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for file in &files {
+        let rel = file.strip_prefix("/")?;
+        let mut ancestors: Vec<&Path> = rel
+            .ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .collect();
+        ancestors.reverse();
+        for a in ancestors {
+            let d = a.to_string_lossy().into_owned();
+            if dirs.insert(d.clone()) {
+                add_entry(&mut b, tar::EntryType::Directory, &d, "")?;
+            }
+        }
+        add(&mut b, &rel.to_string_lossy(), &std::fs::read(file)?, 0o755)?;
+    }
+    let mut linked = HashSet::new();
+    for (name, canon) in names {
+        let at = if name.contains('/') {
+            name
+        } else {
+            format!("usr/bin/{name}")
+        };
+        let target = format!("/{}", canon.strip_prefix("/")?.display());
+        if Path::new("/").join(&at) != canon
+            && !files.contains(&Path::new("/").join(&at))
+            && linked.insert(at.clone())
+        {
+            add_entry(&mut b, tar::EntryType::Symlink, &at, &target)?;
+        }
+    }
+    let loader = std::fs::canonicalize("/lib64/ld-linux-x86-64.so.2")?;
+    if Path::new("/usr/lib64/ld-linux-x86-64.so.2") != loader
+        && linked.insert("usr/lib64/ld-linux-x86-64.so.2".into())
+    {
+        add_entry(
+            &mut b,
+            tar::EntryType::Symlink,
+            "usr/lib64/ld-linux-x86-64.so.2",
+            &loader.to_string_lossy(),
+        )?;
+    }
+    add(
+        &mut b,
+        "etc/passwd",
+        b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/nonexistent:/bin/sh\n",
+        0o644,
+    )?;
+    add(&mut b, "etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)?;
+    Ok(b.into_inner()?)
+}

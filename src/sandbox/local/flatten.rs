@@ -1,0 +1,294 @@
+//! Stacking cached step layers into one image layer without copying data.
+//!
+//! A build keeps one "merged so far" directory per overlay (the root and,
+//! on the host base, each system directory). After each step its layer is
+//! applied onto it: files, symlinks and whiteouts are hard-linked (they are
+//! never written again: overlayfs only reads its lower layers, and a later
+//! change copies up into a new upper directory), directories are created
+//! with the layer's owner, mode and extended attributes. The result is what
+//! overlayfs would show for the stack of step layers, as one lower
+//! directory, so a session starts on as few layers as before however many
+//! steps the build had. Identical files of tasks sharing steps are stored
+//! once (hard links to the cached layer).
+//!
+//! Overlay semantics kept: a whiteout in a layer replaces what the merge
+//! holds at its path (and still hides the base below); an opaque directory
+//! drops what the merge holds below it; a directory replacing a
+//! non-directory becomes opaque (the original stack hid the base's entry
+//! behind the non-directory). The kernel's `redirect_dir` and `metacopy`
+//! features, off by default, are refused where a layer uses them.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// Overlay attributes that describe a layer's content (kept); the others
+/// (`origin`, `impure`, ...) describe its past as an upper directory.
+const KEPT_OVERLAY_ATTRS: &[&str] = &["opaque", "whiteout", "whiteouts"];
+/// Overlay attributes a merge cannot represent.
+const REFUSED_OVERLAY_ATTRS: &[&str] = &["redirect", "metacopy"];
+
+/// Apply `layer` onto `merged` (see the module docs). `opaque_attr` is
+/// the name overlayfs reads opaque directories by (`trusted.overlay.opaque`
+/// as root, `user.overlay.opaque` with `userxattr`).
+pub fn apply_layer(layer: &Path, merged: &Path, opaque_attr: &str) -> io::Result<()> {
+    if !layer.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(merged)?;
+    copy_dir_meta(layer, merged)?;
+    merge_dir(layer, merged, opaque_attr)
+}
+
+fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str) -> io::Result<()> {
+    for entry in std::fs::read_dir(src)? {
+        let entry = entry?;
+        let s = entry.path();
+        let d = dst.join(entry.file_name());
+        let smeta = std::fs::symlink_metadata(&s)?;
+        let dmeta = std::fs::symlink_metadata(&d).ok();
+        if smeta.is_dir() {
+            let opaque = get_xattr(&s, opaque_attr)?.is_some();
+            match dmeta {
+                Some(m) if m.is_dir() => {
+                    if opaque {
+                        clear_dir(&d)?;
+                    }
+                    copy_dir_meta(&s, &d)?;
+                }
+                Some(_) => {
+                    std::fs::remove_file(&d)?;
+                    std::fs::create_dir(&d)?;
+                    copy_dir_meta(&s, &d)?;
+                    set_xattr(&d, opaque_attr, b"y")?;
+                }
+                None => {
+                    std::fs::create_dir(&d)?;
+                    copy_dir_meta(&s, &d)?;
+                }
+            }
+            merge_dir(&s, &d, opaque_attr)?;
+        } else {
+            if let Some(m) = dmeta {
+                if m.is_dir() {
+                    std::fs::remove_dir_all(&d)?;
+                } else {
+                    std::fs::remove_file(&d)?;
+                }
+            }
+            std::fs::hard_link(&s, &d)?;
+        }
+    }
+    Ok(())
+}
+
+/// Remove everything inside `dir`, keeping `dir`.
+fn clear_dir(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        if std::fs::symlink_metadata(&p)?.is_dir() {
+            std::fs::remove_dir_all(&p)?;
+        } else {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Give `dst` the owner, mode and content-describing extended attributes
+/// of `src` (both directories).
+fn copy_dir_meta(src: &Path, dst: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(src)?;
+    let have = std::fs::symlink_metadata(dst)?;
+    if (have.uid(), have.gid()) != (meta.uid(), meta.gid()) {
+        std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
+    }
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    for name in list_xattrs(src)? {
+        if let Some(kind) = overlay_attr(&name) {
+            if REFUSED_OVERLAY_ATTRS.contains(&kind) {
+                return Err(io::Error::other(format!(
+                    "{} uses the overlay feature `{kind}`, which step layers cannot be merged with (mount options redirect_dir and metacopy must stay off)",
+                    src.display()
+                )));
+            }
+            if !KEPT_OVERLAY_ATTRS.contains(&kind) {
+                continue;
+            }
+        }
+        if let Some(value) = get_xattr(src, &name)? {
+            set_xattr(dst, &name, &value)?;
+        }
+    }
+    Ok(())
+}
+
+/// `opaque` for `trusted.overlay.opaque` / `user.overlay.opaque`.
+fn overlay_attr(name: &str) -> Option<&str> {
+    name.strip_prefix("trusted.overlay.")
+        .or_else(|| name.strip_prefix("user.overlay."))
+}
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::other(format!("{}: NUL in path", p.display())))
+}
+
+fn list_xattrs(p: &Path) -> io::Result<Vec<String>> {
+    let c = cpath(p)?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: llistxattr writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(e),
+        }
+    }
+    Ok(buf
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect())
+}
+
+fn get_xattr(p: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    let c = cpath(p)?;
+    let n = CString::new(name).map_err(io::Error::other)?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: lgetxattr writes at most `buf.len()` bytes into `buf`.
+        let len =
+            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if len >= 0 {
+            buf.truncate(len as usize);
+            return Ok(Some(buf));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            // Absent, not supported here, or (`trusted.*` without root) not readable.
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) | Some(libc::EPERM) => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let c = cpath(p)?;
+    let n = CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: valid C strings and a buffer of `value.len()` bytes.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("set {name} on {}: {e}", p.display()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn write(p: &Path, body: &str) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+
+    #[test]
+    fn layers_stack_by_links_as_overlayfs_shows_them() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2, m) = (d.path().join("l1"), d.path().join("l2"), d.path().join("m"));
+        write(&l1.join("etc/a.conf"), "a1");
+        write(&l1.join("etc/keep.conf"), "k");
+        write(&l1.join("opt/tool/bin"), "old");
+        write(&l1.join("data"), "file, then a directory");
+        symlink("etc/a.conf", l1.join("link")).unwrap();
+        write(&l2.join("etc/a.conf"), "a2");
+        write(&l2.join("opt/tool"), "a file now");
+        write(&l2.join("data/inside"), "x");
+        std::fs::set_permissions(l2.join("etc"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        // The attribute names root would use are not settable here
+        // unprivileged; `user.` ones are, on filesystems with user xattrs.
+        let attr = "user.overlay.opaque";
+        apply_layer(&l1, &m, attr).unwrap();
+        apply_layer(&l2, &m, attr).unwrap();
+        assert_eq!(std::fs::read_to_string(m.join("etc/a.conf")).unwrap(), "a2");
+        assert_eq!(
+            std::fs::read_to_string(m.join("etc/keep.conf")).unwrap(),
+            "k"
+        );
+        assert_eq!(
+            std::fs::read_to_string(m.join("opt/tool")).unwrap(),
+            "a file now"
+        );
+        assert_eq!(
+            std::fs::read_link(m.join("link")).unwrap(),
+            Path::new("etc/a.conf")
+        );
+        let mode = std::fs::metadata(m.join("etc")).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700, "directories take the top layer's mode");
+        // Files are the layers' own inodes, not copies.
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&m.join("etc/a.conf")), ino(&l2.join("etc/a.conf")));
+        assert_eq!(
+            ino(&m.join("etc/keep.conf")),
+            ino(&l1.join("etc/keep.conf"))
+        );
+        assert!(m.join("data/inside").is_file());
+        match get_xattr(&m.join("data"), attr) {
+            Ok(Some(v)) => assert_eq!(v, b"y"),
+            // tmpfs before 6.6 and some filesystems refuse user xattrs.
+            other => eprintln!("no user xattrs here ({other:?})"),
+        }
+    }
+
+    #[test]
+    fn opaque_directories_drop_what_was_below() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2, m) = (d.path().join("l1"), d.path().join("l2"), d.path().join("m"));
+        write(&l1.join("opt/old"), "old");
+        write(&l2.join("opt/new"), "new");
+        let attr = "user.overlay.opaque";
+        if set_xattr(&l2.join("opt"), attr, b"y").is_err() {
+            eprintln!("SKIP: no user xattrs on this filesystem");
+            return;
+        }
+        apply_layer(&l1, &m, attr).unwrap();
+        apply_layer(&l2, &m, attr).unwrap();
+        assert!(!m.join("opt/old").exists() && m.join("opt/new").is_file());
+        assert_eq!(
+            get_xattr(&m.join("opt"), attr).unwrap().as_deref(),
+            Some(&b"y"[..])
+        );
+        // Features a merge cannot represent are refused, naming the path.
+        write(&d.path().join("l3/r/x"), "x");
+        set_xattr(
+            &d.path().join("l3/r"),
+            "user.overlay.redirect",
+            b"/elsewhere",
+        )
+        .unwrap();
+        let e = apply_layer(&d.path().join("l3"), &m, attr).unwrap_err();
+        assert!(e.to_string().contains("redirect"), "{e}");
+    }
+}

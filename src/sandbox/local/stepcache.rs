@@ -1,0 +1,418 @@
+//! The per-step build cache: each setup step that changes the filesystem
+//! leaves a layer (the upper directories of the overlay it ran in), stored
+//! once under a key made of its parent's key and its own inputs (the
+//! instruction after ARG/ENV substitution, the digests of the files it
+//! copies). Tasks that share a prefix of steps build it once; a rebuild
+//! after a change starts at the changed step.
+//!
+//! ```text
+//! <cache>/local/steps/<key>/root/        the step's upper directory
+//! <cache>/local/steps/<key>/sys/<dir>/   (host base) one per system directory
+//! <cache>/local/steps/<key>/step.json    what ran, when, how long, the agent's ids
+//! <cache>/local/steps/<key>.lock         held while the step is built
+//! ```
+//!
+//! A layer is built under a `.build-<pid>-...` name and renamed into place
+//! when complete, so a failed, killed or out-of-space build leaves nothing
+//! that a later build would take for a finished layer.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::sandbox::{Image, SandboxError};
+use crate::task::envdef::Step;
+use crate::task::FileTree;
+
+/// Where a built image records how each of its steps was had.
+pub const BUILD_RECORD: &str = "build.json";
+
+/// How one step of a build was had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepOutcome {
+    /// Run now; its layer is cached for later builds.
+    Built,
+    /// Its layer was in the cache.
+    Cached,
+    /// It only sets state for later steps (`ENV`, `USER`): no layer.
+    Config,
+}
+
+/// One step of an image build, as recorded in the image's `build.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuiltStep {
+    /// Step number (0: the agent account; the last: finishing touches).
+    pub index: usize,
+    /// The step, as written (with its file and line where known).
+    pub step: String,
+    /// Its cache key.
+    pub key: String,
+    /// How it was had.
+    pub outcome: StepOutcome,
+    /// The earlier stage it belongs to (multi-stage builds; `None`: the image's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<usize>,
+    /// Seconds it took now (running, or merging a cached layer).
+    pub seconds: f64,
+}
+
+/// What is stored beside a cached layer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepMeta {
+    /// The step, as written.
+    pub step: String,
+    /// Seconds it took to run.
+    pub seconds: f64,
+    /// When it ran (RFC 3339).
+    pub created: String,
+    /// The agent's uid and gid, reported by the finishing step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<(u32, u32)>,
+}
+
+/// The step records of a `local` image (empty for images built before the
+/// per-step cache, or by another backend).
+pub fn build_record(image: &Image) -> Vec<BuiltStep> {
+    std::fs::read(image.path.join(BUILD_RECORD))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// The key of the first step: what the build starts from.
+pub fn root_key(base_id: &str, rootless: bool, network: bool) -> String {
+    chain(
+        "endless-step-v1",
+        &format!("{base_id}\0rootless={rootless}\0network={network}"),
+    )
+}
+
+/// The key of a step whose parent has key `parent` and whose inputs are
+/// described by `input`.
+pub fn chain(parent: &str, input: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(parent.as_bytes());
+    h.update(b"\0");
+    h.update((input.len() as u64).to_le_bytes());
+    h.update(input.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// What a step's key covers besides its parent: its text and, for steps
+/// that read the build context, the digest of what they read; for a
+/// `COPY --from`, the key of the stage it copies from (`stage_keys`).
+pub fn step_input(step: &Step, context: &FileTree, stage_keys: &[String]) -> String {
+    match step {
+        Step::CopyFrom {
+            index, src, dst, ..
+        } => format!(
+            "COPYFROM\0{}\0{src}\0{dst}",
+            stage_keys.get(*index).map(String::as_str).unwrap_or("")
+        ),
+        Step::Copy { src, dst } => {
+            format!("COPY\0{src}\0{dst}\0{}", tree_digest(context, Some(src)))
+        }
+        Step::Script(file) => format!("SCRIPT\0{file}\0{}", tree_digest(context, None)),
+        Step::Run(s) => format!("RUN\0{s}"),
+        Step::Env { key, value } => format!("ENV\0{key}\0{value}"),
+        Step::Workdir(w) => format!("WORKDIR\0{w}"),
+        Step::User(u) => format!("USER\0{u}"),
+    }
+}
+
+/// The digest of the context files under `src` (all of them for `None`,
+/// `.` or an empty path): names, executable bits and contents.
+fn tree_digest(context: &FileTree, src: Option<&str>) -> String {
+    let prefix = src
+        .map(|s| s.trim_start_matches("./").trim_end_matches('/'))
+        .filter(|s| !s.is_empty() && *s != ".");
+    let mut h = Sha256::new();
+    for (path, entry) in context.iter() {
+        let inside = match prefix {
+            None => true,
+            Some(p) => path == p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')),
+        };
+        if inside {
+            h.update((path.len() as u64).to_le_bytes());
+            h.update(path.as_bytes());
+            h.update([entry.executable as u8]);
+            h.update((entry.bytes.len() as u64).to_le_bytes());
+            h.update(&entry.bytes);
+        }
+    }
+    hex::encode(h.finalize())
+}
+
+/// The step cache under one directory.
+#[derive(Debug, Clone)]
+pub struct StepCache {
+    dir: PathBuf,
+}
+
+/// An exclusive lock on a file, released on drop.
+pub struct Lock {
+    _file: File,
+}
+
+/// Take the exclusive lock on `path` (created if missing), waiting for
+/// whoever holds it.
+pub fn lock(path: &Path) -> Result<Lock, SandboxError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(SandboxError::io("create cache directory", dir))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(SandboxError::io("open lock file", path))?;
+    loop {
+        // SAFETY: flock on a descriptor we own; released when it closes.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(SandboxError::io("lock", path)(e));
+        }
+    }
+    Ok(Lock { _file: file })
+}
+
+impl StepCache {
+    /// The cache under `dir`.
+    pub fn new(dir: &Path) -> StepCache {
+        StepCache {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The layer directory of `key` (complete once its `step.json` exists).
+    pub fn layer(&self, key: &str) -> PathBuf {
+        self.dir.join(key)
+    }
+
+    /// The metadata of the cached layer `key`, if it is complete.
+    pub fn get(&self, key: &str) -> Option<StepMeta> {
+        let bytes = std::fs::read(self.layer(key).join("step.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Lock `key` while it is looked up and built.
+    pub fn lock(&self, key: &str) -> Result<Lock, SandboxError> {
+        lock(&self.dir.join(format!("{key}.lock")))
+    }
+
+    /// A fresh directory to build a layer in.
+    pub fn temp(&self) -> Result<PathBuf, SandboxError> {
+        let mut rnd = [0u8; 6];
+        rand::Rng::fill(&mut rand::rng(), &mut rnd);
+        let p = self.dir.join(format!(
+            ".build-{}-{}",
+            std::process::id(),
+            hex::encode(rnd)
+        ));
+        std::fs::create_dir_all(&p).map_err(SandboxError::io("create layer directory", &p))?;
+        Ok(p)
+    }
+
+    /// Complete the layer built in `tmp` as `key`: its metadata is written,
+    /// then it is renamed into place (a layer already there wins).
+    pub fn commit(&self, tmp: &Path, key: &str, meta: &StepMeta) -> Result<PathBuf, SandboxError> {
+        let bytes =
+            serde_json::to_vec_pretty(meta).map_err(|e| SandboxError::Start(e.to_string()))?;
+        let at = tmp.join("step.json");
+        crate::fsutil::write_atomic(&at, &bytes).map_err(SandboxError::io("write step", &at))?;
+        let dest = self.layer(key);
+        if self.get(key).is_some() {
+            super::layout::remove_tree(tmp);
+        } else {
+            if dest.exists() {
+                super::layout::remove_tree(&dest); // an incomplete leftover
+            }
+            std::fs::rename(tmp, &dest).map_err(SandboxError::io("store step layer", &dest))?;
+        }
+        Ok(dest)
+    }
+}
+
+/// What [`prune_steps`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StepPruneReport {
+    /// Cached step layers no built image names.
+    pub layers: usize,
+    /// Bytes they took (files shared with images stay, as hard links).
+    pub bytes: u64,
+}
+
+/// Remove the cached step layers of the `local` backend caching under
+/// `cache_dir` that no built image's `build.json` names, skipping those a
+/// build holds (locked). Images keep their files: their merges are hard
+/// links, so only the steps' own copies go.
+pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
+    let local = cache_dir.join("local");
+    let mut used = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(local.join("images"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(bytes) = std::fs::read(entry.path().join(BUILD_RECORD)) else {
+            continue;
+        };
+        let steps: Vec<BuiltStep> = serde_json::from_slice(&bytes).unwrap_or_default();
+        used.extend(steps.into_iter().map(|s| s.key));
+    }
+    let cache = StepCache::new(&local.join("steps"));
+    let mut report = StepPruneReport::default();
+    for entry in std::fs::read_dir(&cache.dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if name.starts_with('.') || name.ends_with(".lock") || used.contains(&name) {
+            continue;
+        }
+        let Some(_held) = try_lock(&cache.dir.join(format!("{name}.lock")))? else {
+            continue; // a build is using it
+        };
+        let bytes = walkdir::WalkDir::new(&path)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .filter(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(m) == 1)
+            .map(|m| m.len())
+            .sum::<u64>();
+        super::layout::remove_tree(&path);
+        let _ = std::fs::remove_file(cache.dir.join(format!("{name}.lock")));
+        report.layers += 1;
+        report.bytes += bytes;
+    }
+    Ok(report)
+}
+
+/// The lock on `path` if nobody holds it (`None`: someone does).
+fn try_lock(path: &Path) -> Result<Option<Lock>, SandboxError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(SandboxError::io("open lock file", path))?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(Some(Lock { _file: file }));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        return Ok(None);
+    }
+    Err(SandboxError::io("lock", path)(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_parents_and_copied_files() {
+        let mut ctx = FileTree::default();
+        ctx.insert_text("files/a.txt", "one");
+        ctx.insert_text("other.txt", "x");
+        let copy = Step::Copy {
+            src: "files/".into(),
+            dst: "/app/".into(),
+        };
+        let root = root_key("host", false, true);
+        let k1 = chain(&root, &step_input(&copy, &ctx, &[]));
+        assert_eq!(k1, chain(&root, &step_input(&copy, &ctx, &[])));
+        assert_ne!(
+            k1,
+            chain(&root_key("host", true, true), &step_input(&copy, &ctx, &[]))
+        );
+        // A file the step does not copy leaves its key alone; one it copies changes it.
+        ctx.insert_text("other.txt", "y");
+        assert_eq!(k1, chain(&root, &step_input(&copy, &ctx, &[])));
+        ctx.insert_text("files/a.txt", "two");
+        assert_ne!(k1, chain(&root, &step_input(&copy, &ctx, &[])));
+        // `files2/` is not under `files/`.
+        let before = step_input(&copy, &ctx, &[]);
+        ctx.insert_text("files2/b.txt", "z");
+        assert_eq!(before, step_input(&copy, &ctx, &[]));
+        // A script sees the whole context.
+        let script = Step::Script("setup.sh".into());
+        let s1 = step_input(&script, &ctx, &[]);
+        ctx.insert_text("other.txt", "z");
+        assert_ne!(s1, step_input(&script, &ctx, &[]));
+    }
+
+    #[test]
+    fn layers_are_complete_or_absent() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = StepCache::new(d.path());
+        let tmp = cache.temp().unwrap();
+        std::fs::create_dir_all(tmp.join("root/etc")).unwrap();
+        assert!(cache.get("k").is_none());
+        let meta = StepMeta {
+            step: "RUN true".into(),
+            ..Default::default()
+        };
+        let at = cache.commit(&tmp, "k", &meta).unwrap();
+        assert!(at.join("root/etc").is_dir() && !tmp.exists());
+        assert_eq!(cache.get("k").unwrap().step, "RUN true");
+        // A second build of the same step keeps the first layer.
+        let tmp2 = cache.temp().unwrap();
+        cache.commit(&tmp2, "k", &meta).unwrap();
+        assert!(at.join("root/etc").is_dir() && !tmp2.exists());
+        let _held = cache.lock("k").unwrap();
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+
+    #[test]
+    fn prune_keeps_what_images_name_and_what_builds_hold() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = StepCache::new(&d.path().join("local/steps"));
+        let meta = StepMeta::default();
+        for key in ["used", "unused", "held"] {
+            let tmp = cache.temp().unwrap();
+            std::fs::create_dir_all(tmp.join("root")).unwrap();
+            std::fs::write(tmp.join("root/f"), key).unwrap();
+            cache.commit(&tmp, key, &meta).unwrap();
+        }
+        let image = d.path().join("local/images/abc");
+        std::fs::create_dir_all(&image).unwrap();
+        let record = vec![BuiltStep {
+            index: 1,
+            step: "RUN x".into(),
+            key: "used".into(),
+            outcome: StepOutcome::Built,
+            stage: None,
+            seconds: 0.0,
+        }];
+        std::fs::write(
+            image.join(BUILD_RECORD),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        let held = cache.lock("held").unwrap();
+        let report = prune_steps(d.path()).unwrap();
+        assert_eq!(report.layers, 1);
+        assert!(cache.get("used").is_some() && cache.get("held").is_some());
+        assert!(cache.get("unused").is_none());
+        drop(held);
+        assert_eq!(prune_steps(d.path()).unwrap().layers, 1);
+        assert!(cache.get("held").is_none() && cache.get("used").is_some());
+    }
+}
