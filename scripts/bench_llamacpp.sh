@@ -33,11 +33,15 @@ if [ -z "${GGUF:-}" ]; then
 fi
 [ -f "$GGUF" ] || { echo "no GGUF file at $GGUF" >&2; exit 1; }
 
-if ! "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
+if ! "$VENV/bin/python" -c 'import llama_cpp, numpy' 2>/dev/null; then
     echo "== installing llama-cpp-python into $VENV (builds llama.cpp, ~15 min)" >&2
     python3 -m venv "$VENV"
+    # Not -march=native: virtual machines may report CPU features (AMX,
+    # AVX-512) they do not let a process use, and a native build then dies
+    # with an illegal instruction. AVX2 + FMA is what our own kernels use.
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}" \
     CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-        nice -n 10 "$VENV/bin/pip" install --disable-pip-version-check -q llama-cpp-python
+        nice -n 10 "$VENV/bin/pip" install --disable-pip-version-check -q llama-cpp-python numpy
 fi
 
 echo "== candle: endless bench sample --n $TOKENS ($THREADS threads)" >&2
