@@ -39,7 +39,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (tx, rx) = std::sync::mpsc::channel();
             if let Some(message) = rebuilt {
                 // The TUI's status line says the index was rebuilt.
-                let _ = tx.send(endless::tui::Msg::Action(endless::tui::Action::Info(message)));
+                let _ = tx.send(endless::tui::Msg::Action(endless::tui::Action::Info(
+                    message,
+                )));
             }
             endless::tui::run_with_channel(
                 &ctx.workspace_root,

@@ -799,7 +799,10 @@ mod tests {
         let (fix, oops) = (&t.steps[1], &t.steps[2]);
         assert_eq!(fix.command.as_deref(), Some("fix"));
         assert_eq!((fix.turn, fix.exit_code), (2, Some(0)));
-        assert_eq!((oops.output.as_str(), oops.exit_code), ("oops ran", Some(2)));
+        assert_eq!(
+            (oops.output.as_str(), oops.exit_code),
+            ("oops ran", Some(2))
+        );
         assert!(fix.reply.is_empty());
         // Nor is their output in the conversation: the agent saw only its own.
         assert!(!t.messages.iter().any(|m| m.content.contains("oops ran")));
@@ -815,6 +818,9 @@ mod tests {
         // A trajectory nobody took over says nothing about take-overs.
         let plain = end_of(|| TerminalError::infra("x"));
         assert!(plain.takeover.is_none());
-        assert!(serde_json::to_value(&plain).unwrap().get("takeover").is_none());
+        assert!(serde_json::to_value(&plain)
+            .unwrap()
+            .get("takeover")
+            .is_none());
     }
 }

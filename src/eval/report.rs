@@ -522,7 +522,12 @@ pub(crate) mod tests {
         // Reports written before take-overs existed still read.
         let mut old = json.clone();
         old.as_object_mut().unwrap().remove("taken_over");
-        assert_eq!(serde_json::from_value::<EvalReport>(old).unwrap().taken_over, 0);
+        assert_eq!(
+            serde_json::from_value::<EvalReport>(old)
+                .unwrap()
+                .taken_over,
+            0
+        );
     }
 
     /// Crafted trajectories: a loop that exhausts its turns, a premature

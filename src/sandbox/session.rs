@@ -48,23 +48,17 @@ pub trait SessionControl: Send {
         argv.extend(call.argv.iter().cloned());
         self.root_command(&argv)
     }
-    /// Run the verifier `call`, feeding it `input` on stdin: what it
-    /// printed, what it wrote to fd 3, and how it ran. Backends with a
-    /// pre-warmed interpreter use it when `call.warm` asks for it; this
-    /// default starts [`SessionControl::verifier_command`] afresh.
-    fn run_verifier(
+    /// Run the verifier `call` forked from the backend's pre-warmed
+    /// interpreter, feeding it `input` on stdin: what it printed and what it
+    /// wrote to fd 3. `Ok(Err(why))`: there is none to take it (the caller
+    /// then starts [`SessionControl::verifier_command`] afresh).
+    fn run_warm_verifier(
         &mut self,
-        call: &VerifierCall,
-        input: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<(CommandOutput, Vec<u8>, VerifierPath), SandboxError> {
-        let cmd = self.verifier_command(call)?;
-        let (out, fd3) = run_capturing(cmd, timeout, true, Some(input), Vec::new())?;
-        let path = VerifierPath::Cold(
-            call.warm
-                .then(|| "this backend has no pre-warmed verifier".to_string()),
-        );
-        Ok((out, fd3, path))
+        _call: &VerifierCall,
+        _input: &[u8],
+        _timeout: Duration,
+    ) -> Result<Result<(CommandOutput, Vec<u8>), String>, SandboxError> {
+        Ok(Err("this backend has no pre-warmed verifier".into()))
     }
     /// The argv prefix that starts the verifier's Python inside the sandbox.
     fn verifier_python(&self) -> Vec<String> {
@@ -429,9 +423,10 @@ impl Session {
         run_capturing(cmd, timeout, true, None, Vec::new())
     }
 
-    /// Run the verifier beside the shell (see [`SessionControl::run_verifier`]),
-    /// feeding it `input` on stdin and returning what it wrote to fd 3 and
-    /// how it ran.
+    /// Run the verifier beside the shell, forked from the backend's
+    /// pre-warmed interpreter when `call.warm` asks for it and there is one
+    /// (see [`SessionControl::run_warm_verifier`]), else afresh; feeding it
+    /// `input` on stdin and returning what it wrote to fd 3 and how it ran.
     pub fn run_verifier(
         &mut self,
         call: &VerifierCall,
@@ -439,7 +434,16 @@ impl Session {
         timeout: Duration,
     ) -> Result<(CommandOutput, Vec<u8>, VerifierPath), SandboxError> {
         self.check_usable()?;
-        self.control.run_verifier(call, input, timeout)
+        let mut note = None;
+        if call.warm {
+            match self.control.run_warm_verifier(call, &input, timeout)? {
+                Ok((out, fd3)) => return Ok((out, fd3, VerifierPath::Warm)),
+                Err(why) => note = Some(why),
+            }
+        }
+        let cmd = self.control.verifier_command(call)?;
+        let (out, fd3) = run_capturing(cmd, timeout, true, Some(input), Vec::new())?;
+        Ok((out, fd3, VerifierPath::Cold(note)))
     }
 
     /// The argv prefix that starts the verifier's Python inside the sandbox.

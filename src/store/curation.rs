@@ -110,17 +110,15 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, S
         Err(e) => return Err(StoreError::io(path)(e)),
     };
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    serde_path_to_error::deserialize(de)
-        .map(Some)
-        .map_err(|e| {
-            let field = e.path().to_string();
-            let at = if field == "." || field.is_empty() {
-                String::new()
-            } else {
-                format!(" (field {field})")
-            };
-            StoreError::Invalid(format!("{}{at}: {}", path.display(), e.inner()))
-        })
+    serde_path_to_error::deserialize(de).map(Some).map_err(|e| {
+        let field = e.path().to_string();
+        let at = if field == "." || field.is_empty() {
+            String::new()
+        } else {
+            format!(" (field {field})")
+        };
+        StoreError::Invalid(format!("{}{at}: {}", path.display(), e.inner()))
+    })
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
@@ -215,11 +213,7 @@ impl Workspace {
         if row.path.is_empty() {
             return None;
         }
-        Some(
-            self.root()
-                .join(&row.path)
-                .with_extension(REVIEW_EXTENSION),
-        )
+        Some(self.root().join(&row.path).with_extension(REVIEW_EXTENSION))
     }
 
     /// Write an episode's review file from its row, when the episode's
@@ -374,7 +368,10 @@ mod tests {
         assert_eq!(review.label.as_deref(), Some("test_wrong"));
         // A fresh row (re-indexed) takes the review back from the file.
         ws.conn
-            .execute("UPDATE episodes SET rating = NULL, label = NULL, notes = ''", [])
+            .execute(
+                "UPDATE episodes SET rating = NULL, label = NULL, notes = ''",
+                [],
+            )
             .unwrap();
         assert!(ws.sync_episode_review(&row).unwrap());
         let back = &ws.list_episodes(None).unwrap()[0];

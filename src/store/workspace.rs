@@ -71,7 +71,9 @@ impl Workspace {
         let db = root.join("endless.db");
         let has_files = |sub: &str| {
             fs::read_dir(root.join(sub))
-                .map(|mut d| d.any(|e| e.is_ok_and(|e| !e.file_name().to_string_lossy().starts_with('.'))))
+                .map(|mut d| {
+                    d.any(|e| e.is_ok_and(|e| !e.file_name().to_string_lossy().starts_with('.')))
+                })
                 .unwrap_or(false)
         };
         let has_files = has_files("tasks") || has_files("runs");

@@ -135,7 +135,8 @@ pub fn pane_command(kind: StepKind, command: Option<&str>) -> String {
 
 /// The launch forms' last values: by form (`eval`, `train`, ...), then by
 /// field label.
-pub type FormValues = std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+pub type FormValues =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
 
 /// Work for the event loop / store worker.
 #[derive(Debug, Clone, PartialEq)]

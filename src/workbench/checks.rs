@@ -80,12 +80,19 @@ mod tests {
         let missing = dir.path().join("nope.txt");
         let err = check_policy_spec(&format!("script:{}", missing.display())).unwrap_err();
         assert!(err.contains("no such file"), "{err}");
-        assert!(check_policy_spec("openai:gpt").unwrap_err().contains("MODEL@URL"));
-        assert!(check_policy_spec("oracel").unwrap_err().contains("unknown policy"));
+        assert!(check_policy_spec("openai:gpt")
+            .unwrap_err()
+            .contains("MODEL@URL"));
+        assert!(check_policy_spec("oracel")
+            .unwrap_err()
+            .contains("unknown policy"));
         assert!(check_policy_spec("").is_err());
         let ids = ["alpha", "beta-1", "beta-2"];
         assert!(unmatched_patterns("alpha, beta-*", &ids).is_empty());
-        assert_eq!(unmatched_patterns("alpah,beta-*,gamma*", &ids), ["alpah", "gamma*"]);
+        assert_eq!(
+            unmatched_patterns("alpah,beta-*,gamma*", &ids),
+            ["alpah", "gamma*"]
+        );
         assert!(unmatched_patterns("", &ids).is_empty());
     }
 }

@@ -298,7 +298,10 @@ fn rollouts<H: RolloutHooks>(
                     } else {
                         ""
                     };
-                    job.log(format!("{task}#{sample} turn {}{who}: {command}", step.turn));
+                    job.log(format!(
+                        "{task}#{sample} turn {}{who}: {command}",
+                        step.turn
+                    ));
                 }
                 RolloutEvent::Finished { result } => {
                     done += 1;

@@ -33,14 +33,16 @@ pub fn parent_path(ws: &Workspace, parent: &str) -> Result<PathBuf> {
             let sample: u32 = sample.parse().unwrap_or_default();
             Ok(EpisodePaths::new(&ws.runs_dir().join(run), task, sample).result)
         }
-        _ => bail!(
-            "--fork {parent:?}: expected an episode's result file or RUN/TASK/SAMPLE"
-        ),
+        _ => bail!("--fork {parent:?}: expected an episode's result file or RUN/TASK/SAMPLE"),
     }
 }
 
 /// Read the parent episode of `req` (for task `task`).
-pub fn load_parent(ws: &Workspace, req: &ForkRequest, task: &str) -> Result<(EpisodeResult, ForkOf)> {
+pub fn load_parent(
+    ws: &Workspace,
+    req: &ForkRequest,
+    task: &str,
+) -> Result<(EpisodeResult, ForkOf)> {
     let path = parent_path(ws, &req.parent)?;
     let parent = load_result(&path)
         .with_context(|| format!("--fork: cannot read the episode result {}", path.display()))?;

@@ -122,7 +122,10 @@ pub fn open_rebuilding(root: &Path) -> Result<(Workspace, Option<String>)> {
             format!("endless.db was corrupt (kept as {})", moved_to.display())
         }
     };
-    let message = format!("{why}: rebuilt the index from the files: {}", report.summary());
+    let message = format!(
+        "{why}: rebuilt the index from the files: {}",
+        report.summary()
+    );
     tracing::warn!("{}: {message}", root.display());
     Ok((ws, Some(message)))
 }
@@ -198,7 +201,11 @@ mod tests {
             let eps: Vec<EpisodeRow> = ws.list_episodes(None).unwrap();
             assert_eq!(eps.len(), 2, "{eps:?}");
             assert_eq!(
-                (eps[1].rating, eps[1].label.as_deref(), eps[1].notes.as_str()),
+                (
+                    eps[1].rating,
+                    eps[1].label.as_deref(),
+                    eps[1].notes.as_str()
+                ),
                 (Some(5), Some("agent_error"), "nice")
             );
             assert_eq!(ws.list_runs().unwrap()[0].kind, "eval");
@@ -223,10 +230,11 @@ mod tests {
         let (ws, said) = open_rebuilding(dir.path()).unwrap();
         assert!(said.unwrap().contains("was corrupt"));
         check(&ws);
-        let kept = std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with("endless.db.corrupt-"));
+        let kept = std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("endless.db.corrupt-")
+        });
         assert!(kept, "the broken file is kept");
         // An explicit rebuild of a healthy index changes nothing.
         let report = rebuild_index(&ws).unwrap();

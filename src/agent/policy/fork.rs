@@ -127,7 +127,10 @@ mod tests {
         };
         assert!(ForkSource::new(&parent, 9, then.clone()).is_err());
         let source = ForkSource::new(&parent, 3, then).unwrap();
-        assert_eq!((source.replayed(), source.name()), (2, "script:next".to_string()));
+        assert_eq!(
+            (source.replayed(), source.name()),
+            (2, "script:next".to_string())
+        );
         let task = crate::task::Task {
             meta: Default::default(),
             instruction: String::new(),

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use super::limits::Cgroups;
 use super::verifier::VerifierPlan;
 use super::warm::WarmVerifier;
-use crate::sandbox::session::{
-    run_capturing, CommandOutput, SessionControl, VerifierCall, VerifierPath,
-};
+use crate::sandbox::session::{CommandOutput, SessionControl, VerifierCall};
 use crate::sandbox::SandboxError;
 
 /// Where the verifier's exchange directory appears inside the sandbox.
@@ -210,27 +208,18 @@ impl SessionControl for LocalControl {
         Ok(cmd)
     }
 
-    fn run_verifier(
+    fn run_warm_verifier(
         &mut self,
         call: &VerifierCall,
-        input: Vec<u8>,
+        input: &[u8],
         timeout: Duration,
-    ) -> Result<(CommandOutput, Vec<u8>, VerifierPath), SandboxError> {
-        let note = match (&self.warm, call.warm) {
-            (_, false) => None,
-            (Err(why), true) => Some(why.clone()),
-            (Ok(warm), true) => {
-                let warm = std::sync::Arc::clone(warm);
-                let plan = self.verifier_plan(call)?;
-                match warm.run(&plan, &call.env, input.clone(), timeout)? {
-                    Ok((out, fd3)) => return Ok((out, fd3, VerifierPath::Warm)),
-                    Err(why) => Some(why),
-                }
-            }
+    ) -> Result<Result<(CommandOutput, Vec<u8>), String>, SandboxError> {
+        let warm = match &self.warm {
+            Ok(warm) => std::sync::Arc::clone(warm),
+            Err(why) => return Ok(Err(why.clone())),
         };
-        let cmd = self.verifier_command(call)?;
-        let (out, fd3) = run_capturing(cmd, timeout, true, Some(input), Vec::new())?;
-        Ok((out, fd3, VerifierPath::Cold(note)))
+        let plan = self.verifier_plan(call)?;
+        warm.run(&plan, &call.env, input.to_vec(), timeout)
     }
 
     fn limit_hit(&self) -> Option<String> {

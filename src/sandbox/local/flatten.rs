@@ -1,15 +1,20 @@
-//! Stacking cached step layers into one image layer without copying data.
+//! Stacking cached step layers into one image layer.
 //!
 //! A build keeps one "merged so far" directory per overlay (the root and,
 //! on the host base, each system directory). After each step its layer is
-//! applied onto it: files, symlinks and whiteouts are hard-linked (they are
-//! never written again: overlayfs only reads its lower layers, and a later
-//! change copies up into a new upper directory), directories are created
-//! with the layer's owner, mode and extended attributes. The result is what
-//! overlayfs would show for the stack of step layers, as one lower
-//! directory, so a session starts on as few layers as before however many
-//! steps the build had. Identical files of tasks sharing steps are stored
-//! once (hard links to the cached layer).
+//! applied onto it: regular files are copied with their owner, mode,
+//! times and extended attributes (files the step hard-linked together stay
+//! linked to each other), symlinks are recreated, whiteouts are linked, and
+//! directories are created with the layer's owner, mode and extended
+//! attributes. The result is what overlayfs would show for the stack of
+//! step layers, as one lower directory, so a session starts on as few
+//! layers as before however many steps the build had.
+//!
+//! Files are copied, not hard-linked to the cached step: a link would show
+//! through overlayfs as a link count of two, and tools act on that (`gzip`
+//! refuses to compress a file with other links, `tar` stores hard links,
+//! `find -links` sees them), so a task would behave differently built from
+//! cache. `copy_file_range` keeps the copy in the kernel.
 //!
 //! Overlay semantics kept: a whiteout in a layer replaces what the merge
 //! holds at its path (and still hides the base below); an opaque directory
@@ -18,10 +23,11 @@
 //! behind the non-directory). The kernel's `redirect_dir` and `metacopy`
 //! features, off by default, are refused where a layer uses them.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Overlay attributes that describe a layer's content (kept); the others
 /// (`origin`, `impure`, ...) describe its past as an upper directory.
@@ -38,10 +44,14 @@ pub fn apply_layer(layer: &Path, merged: &Path, opaque_attr: &str) -> io::Result
     }
     std::fs::create_dir_all(merged)?;
     copy_dir_meta(layer, merged)?;
-    merge_dir(layer, merged, opaque_attr)
+    merge_dir(layer, merged, opaque_attr, &mut HashMap::new())
 }
 
-fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str) -> io::Result<()> {
+/// Copies made so far of this layer's multiply linked files, by (device,
+/// inode), so that its own hard links stay links.
+type Linked = HashMap<(u64, u64), PathBuf>;
+
+fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str, linked: &mut Linked) -> io::Result<()> {
     for entry in std::fs::read_dir(src)? {
         let entry = entry?;
         let s = entry.path();
@@ -68,7 +78,7 @@ fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str) -> io::Result<()> {
                     copy_dir_meta(&s, &d)?;
                 }
             }
-            merge_dir(&s, &d, opaque_attr)?;
+            merge_dir(&s, &d, opaque_attr, linked)?;
         } else {
             if let Some(m) = dmeta {
                 if m.is_dir() {
@@ -77,8 +87,66 @@ fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str) -> io::Result<()> {
                     std::fs::remove_file(&d)?;
                 }
             }
-            std::fs::hard_link(&s, &d)?;
+            place(&s, &smeta, &d, linked)?;
         }
+    }
+    Ok(())
+}
+
+/// Put the non-directory `src` at `dst` (see the module docs).
+fn place(src: &Path, meta: &std::fs::Metadata, dst: &Path, linked: &mut Linked) -> io::Result<()> {
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        std::os::unix::fs::symlink(std::fs::read_link(src)?, dst)?;
+        std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
+        return set_times(dst, meta);
+    }
+    if !kind.is_file() {
+        // Whiteouts (and devices, which layers never hold): nothing to copy.
+        return std::fs::hard_link(src, dst);
+    }
+    if meta.nlink() > 1 {
+        if let Some(first) = linked.get(&(meta.dev(), meta.ino())) {
+            return std::fs::hard_link(first, dst);
+        }
+        linked.insert((meta.dev(), meta.ino()), dst.to_path_buf());
+    }
+    std::fs::copy(src, dst)?;
+    // The owner first: changing it clears set-id bits and file capabilities.
+    std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    for name in list_xattrs(src)? {
+        if let Some(value) = get_xattr(src, &name)? {
+            set_xattr(dst, &name, &value)?;
+        }
+    }
+    set_times(dst, meta)
+}
+
+/// Give `dst` (not followed) the access and modification times of `meta`.
+fn set_times(dst: &Path, meta: &std::fs::Metadata) -> io::Result<()> {
+    let c = cpath(dst)?;
+    let times = [
+        libc::timespec {
+            tv_sec: meta.atime(),
+            tv_nsec: meta.atime_nsec(),
+        },
+        libc::timespec {
+            tv_sec: meta.mtime(),
+            tv_nsec: meta.mtime_nsec(),
+        },
+    ];
+    // SAFETY: a valid C string and two timespecs.
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
@@ -215,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn layers_stack_by_links_as_overlayfs_shows_them() {
+    fn layers_stack_as_overlayfs_shows_them() {
         let d = tempfile::tempdir().unwrap();
         let (l1, l2, m) = (d.path().join("l1"), d.path().join("l2"), d.path().join("m"));
         write(&l1.join("etc/a.conf"), "a1");
@@ -247,12 +315,18 @@ mod tests {
         );
         let mode = std::fs::metadata(m.join("etc")).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o700, "directories take the top layer's mode");
-        // Files are the layers' own inodes, not copies.
-        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
-        assert_eq!(ino(&m.join("etc/a.conf")), ino(&l2.join("etc/a.conf")));
+        // Files are copies (a link to the cached layer would show a link
+        // count of 2, and gzip, tar and find act on that), with the times
+        // of the layer's file; files a layer linked together stay linked.
+        let meta = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+        assert_ne!(
+            meta(&m.join("etc/a.conf")).ino(),
+            meta(&l2.join("etc/a.conf")).ino()
+        );
+        assert_eq!(meta(&m.join("etc/keep.conf")).nlink(), 1);
         assert_eq!(
-            ino(&m.join("etc/keep.conf")),
-            ino(&l1.join("etc/keep.conf"))
+            meta(&m.join("etc/keep.conf")).mtime(),
+            meta(&l1.join("etc/keep.conf")).mtime()
         );
         assert!(m.join("data/inside").is_file());
         match get_xattr(&m.join("data"), attr) {
@@ -290,5 +364,20 @@ mod tests {
         .unwrap();
         let e = apply_layer(&d.path().join("l3"), &m, attr).unwrap_err();
         assert!(e.to_string().contains("redirect"), "{e}");
+    }
+
+    #[test]
+    fn a_layers_own_hard_links_stay_links_and_nothing_else_is_linked() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, m) = (d.path().join("l1"), d.path().join("m"));
+        write(&l1.join("a"), "same");
+        std::fs::hard_link(l1.join("a"), l1.join("b")).unwrap();
+        write(&l1.join("c"), "alone");
+        apply_layer(&l1, &m, "user.overlay.opaque").unwrap();
+        let meta = |p: &Path| std::fs::metadata(p).unwrap();
+        assert_eq!(meta(&m.join("a")).ino(), meta(&m.join("b")).ino());
+        assert_eq!(meta(&m.join("a")).nlink(), 2);
+        assert_ne!(meta(&m.join("a")).ino(), meta(&l1.join("a")).ino());
+        assert_eq!(meta(&m.join("c")).nlink(), 1);
     }
 }

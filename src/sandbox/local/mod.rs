@@ -330,8 +330,10 @@ impl LocalBackend {
             .etc
             .file_name()
             .map(|n| n.to_string_lossy().into_owned());
+        // `merge:copy`: images whose step layers were merged by hard links
+        // (a link count of 2 that gzip refuses) are not reused.
         format!(
-            "{}|{ids}|etc:{}",
+            "{}|{ids}|etc:{}|merge:copy",
             self.layout.base_id(),
             etc.unwrap_or_default()
         )

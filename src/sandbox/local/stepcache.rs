@@ -246,14 +246,14 @@ impl StepCache {
 pub struct StepPruneReport {
     /// Cached step layers no built image names.
     pub layers: usize,
-    /// Bytes they took (files shared with images stay, as hard links).
+    /// Bytes they took.
     pub bytes: u64,
 }
 
 /// Remove the cached step layers of the `local` backend caching under
 /// `cache_dir` that no built image's `build.json` names, skipping those a
-/// build holds (locked). Images keep their files: their merges are hard
-/// links, so only the steps' own copies go.
+/// build holds (locked). Images keep their files: their merges are
+/// copies.
 pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
     let local = cache_dir.join("local");
     let mut used = std::collections::HashSet::new();

@@ -208,14 +208,22 @@ impl App {
                     r.task_id == row.task_id && (r.run_id != row.run_id || r.sample != row.sample)
                 };
                 // A fork is compared with its parent first.
-                let parent = insp.episode.result.as_ref().ok().and_then(|r| r.forked_from.clone());
+                let parent = insp
+                    .episode
+                    .result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.forked_from.clone());
                 let is_parent = |r: &&EpisodeRow| {
                     parent.as_ref().is_some_and(|p| {
                         (&p.run, &p.task, p.sample) == (&r.run_id, &r.task_id, r.sample)
                     })
                 };
                 let rows = self.episodes.rows();
-                let other = rows.iter().find(is_parent).or_else(|| rows.iter().find(same));
+                let other = rows
+                    .iter()
+                    .find(is_parent)
+                    .or_else(|| rows.iter().find(same));
                 match other.cloned() {
                     Some(other) => self.outbox.push(Request::LoadEpisode {
                         row: other,

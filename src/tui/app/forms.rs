@@ -228,7 +228,10 @@ fn fork_spec(form: &Form, target: &ForkTarget) -> Result<JobSpec, FieldError> {
     if at_step > target.steps {
         return Err((
             "at step",
-            format!("the episode has steps 0 to {}", target.steps.saturating_sub(1)),
+            format!(
+                "the episode has steps 0 to {}",
+                target.steps.saturating_sub(1)
+            ),
         ));
     }
     let policy = form.value("policy").to_string();
@@ -257,7 +260,10 @@ fn check_selection(form: &Form, field: &'static str, ids: &[&str]) -> Result<(),
     let s = if bad.len() == 1 { "es" } else { "" };
     Err((
         field,
-        format!("{} match{s} no task (ids or * globs, comma-separated)", bad.join(", ")),
+        format!(
+            "{} match{s} no task (ids or * globs, comma-separated)",
+            bad.join(", ")
+        ),
     ))
 }
 

@@ -18,7 +18,7 @@ mod undo;
 use crossterm::event::KeyEvent;
 use ratatui::layout::Rect;
 
-pub use forms::{FormKind, ForkTarget};
+pub use forms::{ForkTarget, FormKind};
 pub use undo::{UndoEntry, MAX_UNDO};
 
 use super::action::{Action, Request};

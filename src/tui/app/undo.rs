@@ -50,10 +50,7 @@ fn label_text(label: Option<&str>) -> String {
     match label {
         None => "no label".into(),
         Some(l) => {
-            let shown = LABELS
-                .iter()
-                .find(|(k, _)| *k == l)
-                .map_or(l, |(_, h)| *h);
+            let shown = LABELS.iter().find(|(k, _)| *k == l).map_or(l, |(_, h)| *h);
             format!("label {shown}")
         }
     }

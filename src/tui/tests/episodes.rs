@@ -46,7 +46,10 @@ fn episodes_search_and_sort() {
     cmd(&mut app, &ws, Command::SortNext);
     cmd(&mut app, &ws, Command::SortNext);
     cmd(&mut app, &ws, Command::SortNext);
-    assert_eq!(app.episodes.sort, crate::tui::views::episodes::EpisodeSort::Turns);
+    assert_eq!(
+        app.episodes.sort,
+        crate::tui::views::episodes::EpisodeSort::Turns
+    );
     cmd(&mut app, &ws, Command::SortReverse);
     cmd(&mut app, &ws, Command::Top);
     assert_eq!(app.episodes.selected_row().unwrap().turns, 64);
@@ -280,7 +283,11 @@ fn f_in_the_inspector_forks_the_episode_at_a_step() {
     press(&mut app, KeyCode::Backspace);
     typed(&mut app, "99");
     press(&mut app, KeyCode::Enter);
-    let error = app.form.as_ref().and_then(|(_, f)| f.error.clone()).unwrap();
+    let error = app
+        .form
+        .as_ref()
+        .and_then(|(_, f)| f.error.clone())
+        .unwrap();
     assert_eq!(error.0, "at step");
     press(&mut app, KeyCode::Backspace);
     press(&mut app, KeyCode::Backspace);

@@ -80,18 +80,28 @@ fn forms_check_their_values_inline_and_remember_them() {
     assert_eq!(field, "policy");
     assert!(why.contains("no such file"), "{why}");
     let screen = render(&mut app, 80, 24);
-    assert!(screen.contains("✗ policy: /no/such/agent.txt: no such file"), "{screen}");
+    assert!(
+        screen.contains("✗ policy: /no/such/agent.txt: no such file"),
+        "{screen}"
+    );
     snap!("jobs_form_error_80x24", &mut app, 80, 24);
     // A glob that matches no task.
     let script = dir.path().join("agent.txt");
     std::fs::write(&script, "ls\n").unwrap();
     let policy = format!("script:{}", script.display());
-    app.form.as_mut().unwrap().1.fields[0].input = crate::tui::widgets::input::TextInput::new(policy.clone());
+    app.form.as_mut().unwrap().1.fields[0].input =
+        crate::tui::widgets::input::TextInput::new(policy.clone());
     press(&mut app, KeyCode::Tab);
     typed(&mut app, "archive-*,nope*");
     press(&mut app, KeyCode::Enter);
     let (field, why) = form_error(&app).unwrap();
-    assert_eq!((field, why.as_str()), ("tasks", "nope* matches no task (ids or * globs, comma-separated)"));
+    assert_eq!(
+        (field, why.as_str()),
+        (
+            "tasks",
+            "nope* matches no task (ids or * globs, comma-separated)"
+        )
+    );
     for _ in 0..",nope*".len() {
         press(&mut app, KeyCode::Backspace);
     }

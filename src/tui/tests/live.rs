@@ -235,7 +235,10 @@ fn take_over_echoes_what_is_typed_and_runs_each_line() {
     }));
     app.update(Action::Command(Command::Back));
     let screen = render(&mut app, 80, 24);
-    assert!(screen.contains("✓ PASSED upper#0 ✋ taken over"), "{screen}");
+    assert!(
+        screen.contains("✓ PASSED upper#0 ✋ taken over"),
+        "{screen}"
+    );
 }
 
 /// What a session on the real 48x160 terminal sends for `seq 1 60`: the

@@ -23,7 +23,11 @@ fn undo_reverts_task_curation_one_change_at_a_time() {
     let row = ws.task_row("archive-logs").unwrap();
     assert_eq!(
         (row.status, row.rating, row.tags.clone()),
-        (TaskStatus::Accepted, Some(3), vec!["tar".into(), "easy".into(), "new".into()])
+        (
+            TaskStatus::Accepted,
+            Some(3),
+            vec!["tar".into(), "easy".into(), "new".into()]
+        )
     );
     assert_eq!(app.undo.len(), 3);
     cmd(&mut app, &ws, Command::Undo);
@@ -35,7 +39,12 @@ fn undo_reverts_task_curation_one_change_at_a_time() {
     snap!("undo_status_80x24", &mut app, 80, 24);
     snap!("undo_status_120x40", &mut app, 120, 40);
     cmd(&mut app, &ws, Command::Undo);
-    assert!(app.status.as_ref().unwrap().text.contains("rated 3 (back to unrated)"));
+    assert!(app
+        .status
+        .as_ref()
+        .unwrap()
+        .text
+        .contains("rated 3 (back to unrated)"));
     cmd(&mut app, &ws, Command::Undo);
     assert_eq!(
         app.status.as_ref().unwrap().text,
@@ -44,13 +53,20 @@ fn undo_reverts_task_curation_one_change_at_a_time() {
     let row = ws.task_row("archive-logs").unwrap();
     assert_eq!(
         (row.status, row.rating, row.tags.clone()),
-        (TaskStatus::Candidate, None, vec!["tar".into(), "easy".into()])
+        (
+            TaskStatus::Candidate,
+            None,
+            vec!["tar".into(), "easy".into()]
+        )
     );
     // The curation file agrees with the index.
     let file = ws.read_task_curation("archive-logs").unwrap().unwrap();
     assert_eq!((file.status, file.rating), (TaskStatus::Candidate, None));
     // The view shows it too.
-    assert_eq!(app.tasks.selected_row().unwrap().status, TaskStatus::Candidate);
+    assert_eq!(
+        app.tasks.selected_row().unwrap().status,
+        TaskStatus::Candidate
+    );
     cmd(&mut app, &ws, Command::Undo);
     assert_eq!(app.status.as_ref().unwrap().text, "nothing to undo");
     // A note, undone.
@@ -93,13 +109,18 @@ fn undo_reverts_episode_reviews_in_the_open_inspector() {
     cmd(&mut app, &ws, Command::Undo);
     let text = app.status.as_ref().unwrap().text.clone();
     assert!(
-        text.starts_with(&format!("undone: {task}#{sample} ({run}): label task ambiguous")),
+        text.starts_with(&format!(
+            "undone: {task}#{sample} ({run}): label task ambiguous"
+        )),
         "{text}"
     );
     assert!(text.ends_with("(back to no label)"), "{text}");
     assert_eq!(stored(&ws), (Some(4), None));
     let insp = app.inspector.as_ref().unwrap();
-    assert_eq!(insp.episode.row.label, None, "the inspector shows it undone");
+    assert_eq!(
+        insp.episode.row.label, None,
+        "the inspector shows it undone"
+    );
     cmd(&mut app, &ws, Command::Undo);
     assert_eq!(stored(&ws), (None, None));
     assert_eq!(app.inspector.as_ref().unwrap().episode.row.rating, None);

@@ -17,8 +17,8 @@ use crate::tui::theme::Theme;
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::task_marks::{pass_cell, stars};
 
-pub use super::episodes_order::{EpisodeSort, ANY_FAILURE, NO_FAILURE};
 use super::episodes_order::{next_failure, shown};
+pub use super::episodes_order::{EpisodeSort, ANY_FAILURE, NO_FAILURE};
 
 /// State of the Episodes view.
 #[derive(Debug, Default)]
@@ -223,13 +223,13 @@ impl EpisodesView {
             ));
         }
         spans.push(Span::styled(
-                format!(
-                    "  {}/{} shown, {passed} passed",
-                    self.visible.len(),
-                    self.rows.len()
-                ),
-                theme.muted(),
-            ));
+            format!(
+                "  {}/{} shown, {passed} passed",
+                self.visible.len(),
+                self.rows.len()
+            ),
+            theme.muted(),
+        ));
         let line = Line::from(spans);
         frame.render_widget(Paragraph::new(line), bar);
         self.table_area = table;
@@ -288,8 +288,8 @@ impl EpisodesView {
                 ]
                 .map(|h| {
                     // The sorted column carries an arrow (once sorted).
-                    let sorted = (self.sort != EpisodeSort::Run || self.reverse)
-                        && h == self.sort.column();
+                    let sorted =
+                        (self.sort != EpisodeSort::Run || self.reverse) && h == self.sort.column();
                     match (sorted, self.reverse) {
                         (true, false) => format!("{h}↑"),
                         (true, true) => format!("{h}↓"),

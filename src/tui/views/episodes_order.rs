@@ -64,10 +64,7 @@ impl EpisodeSort {
         let first = match self {
             EpisodeSort::Run => Ordering::Equal,
             EpisodeSort::Task => a.task_id.cmp(&b.task_id),
-            EpisodeSort::Result => a
-                .passed
-                .cmp(&b.passed)
-                .then(a.reward.total_cmp(&b.reward)),
+            EpisodeSort::Result => a.passed.cmp(&b.passed).then(a.reward.total_cmp(&b.reward)),
             EpisodeSort::Turns => a.turns.cmp(&b.turns),
             EpisodeSort::Failure => a.failure_mode.cmp(&b.failure_mode),
             EpisodeSort::Rating => a.rating.cmp(&b.rating),

@@ -46,7 +46,10 @@ impl HelpView {
             .borders(Borders::ALL)
             .border_style(Style::new().fg(theme.accent))
             .title(Span::styled(
-                format!(" Keys: {} first ([tui.keys] in config.toml) ", self.context.title()),
+                format!(
+                    " Keys: {} first ([tui.keys] in config.toml) ",
+                    self.context.title()
+                ),
                 theme.accent(),
             ))
             .title_bottom(Line::from(Span::styled(hint, theme.muted())).right_aligned())

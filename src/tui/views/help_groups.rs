@@ -116,7 +116,11 @@ const TASKS: &[Group] = &[
     Group {
         title: "detail and bundle",
         entries: &[
-            e(C::Select, "detail", "Focus the detail pane (its tabs scroll)"),
+            e(
+                C::Select,
+                "detail",
+                "Focus the detail pane (its tabs scroll)",
+            ),
             e(C::NextTab, "next tab", "Next detail tab"),
             e(C::PrevTab, "prev tab", "Previous detail tab"),
             e(C::Back, "back", "Back to the table"),
@@ -143,7 +147,11 @@ const LIVE: &[Group] = &[
         entries: &[
             e(C::Select, "zoom", "Zoom the selected pane (again: unzoom)"),
             e(C::Back, "unzoom", "Back to the grid"),
-            e(C::TakeOver, "take over", "Take the zoomed session over: run commands yourself"),
+            e(
+                C::TakeOver,
+                "take over",
+                "Take the zoomed session over: run commands yourself",
+            ),
             e(C::PageUp, "scroll back", "Scroll the pane back"),
             e(C::PageDown, "scroll fwd", "Scroll the pane forward"),
             e(C::ClearFilters, "clear done", "Clear finished panes"),
@@ -187,12 +195,24 @@ const EPISODES: &[Group] = &[
         entries: &[
             e(C::Select, "inspect", "Inspect the selected episode"),
             e(C::GotoTask, "task", "Open its task"),
-            e(C::Search, "search", "Search run, task, end, failure, label and notes"),
-            e(C::FilterFailure, "failure", "Cycle the filter: any failure, then each failure mode"),
+            e(
+                C::Search,
+                "search",
+                "Search run, task, end, failure, label and notes",
+            ),
+            e(
+                C::FilterFailure,
+                "failure",
+                "Cycle the filter: any failure, then each failure mode",
+            ),
             e(C::SortNext, "sort", "Sort by the next column"),
             e(C::SortReverse, "reverse", "Reverse the sort order"),
             e(C::ClearFilters, "clear", "Clear search and filter"),
-            e(C::ExportRatings, "export", "Export ratings to ratings.jsonl"),
+            e(
+                C::ExportRatings,
+                "export",
+                "Export ratings to ratings.jsonl",
+            ),
             e(C::Undo, "undo", "Undo the last rating, label or note"),
         ],
     },
@@ -218,16 +238,32 @@ const INSPECTOR: &[Group] = &[
             e(C::Label, "label", "Cycle the failure label"),
             e(C::Note, "note", "Edit the note"),
             e(C::Undo, "undo", "Undo the last rating, label or note"),
-            e(C::Compare, "side by side", "Side by side with another episode of the task"),
-            e(C::FilterFailure, "fork", "Fork it at a step: re-run it to there, then a policy (or you) goes on"),
-            e(C::ExportRatings, "export", "Export ratings to ratings.jsonl"),
+            e(
+                C::Compare,
+                "side by side",
+                "Side by side with another episode of the task",
+            ),
+            e(
+                C::FilterFailure,
+                "fork",
+                "Fork it at a step: re-run it to there, then a policy (or you) goes on",
+            ),
+            e(
+                C::ExportRatings,
+                "export",
+                "Export ratings to ratings.jsonl",
+            ),
             e(C::Back, "close", "Close the inspector"),
         ],
     },
     Group {
         title: "read",
         entries: &[
-            e(C::NextTab, "next tab", "Next tab (trajectory, tests, replay)"),
+            e(
+                C::NextTab,
+                "next tab",
+                "Next tab (trajectory, tests, replay)",
+            ),
             e(C::PrevTab, "prev tab", "Previous tab"),
             e(C::Down, "down", "Scroll down"),
             e(C::Up, "up", "Scroll up"),
@@ -254,7 +290,11 @@ const JOBS: &[Group] = &[
         entries: &[
             e(C::JobEval, "evaluate", "Evaluate a policy (form)"),
             e(C::JobValidate, "validate", "Validate tasks (form)"),
-            e(C::JobGenerate, "LLM generate", "Generate tasks with an LLM (form)"),
+            e(
+                C::JobGenerate,
+                "LLM generate",
+                "Generate tasks with an LLM (form)",
+            ),
             e(C::JobOffline, "offline", "Generate tasks offline (form)"),
             e(C::JobTrain, "train", "Start a training run (form)"),
             e(C::JobCancel, "cancel", "Cancel the selected job"),

@@ -262,7 +262,10 @@ fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
     }
     if let Some(f) = ep.result.as_ref().ok().and_then(|r| r.forked_from.as_ref()) {
         first.push(Span::styled(
-            format!(" · fork of {}/{}/{} at step {}", f.run, f.task, f.sample, f.at_step),
+            format!(
+                " · fork of {}/{}/{} at step {}",
+                f.run, f.task, f.sample, f.at_step
+            ),
             theme.accent(),
         ));
     }
@@ -327,7 +330,10 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
         let in_loop = loop_start.is_some_and(|l| i >= l) && s.command.is_some() && !human;
         let mut head = vec![if human {
             Span::styled(
-                format!("── step {i} · turn {} · ✋ HUMAN (typed in a take-over)", s.turn),
+                format!(
+                    "── step {i} · turn {} · ✋ HUMAN (typed in a take-over)",
+                    s.turn
+                ),
                 theme.warning().add_modifier(Modifier::BOLD),
             )
         } else {

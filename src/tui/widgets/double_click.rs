@@ -34,7 +34,10 @@ mod tests {
         let mut d = DoubleClick::default();
         assert!(!d.click(3, t0));
         assert!(d.click(3, t0 + Duration::from_millis(200)));
-        assert!(!d.click(3, t0 + Duration::from_millis(300)), "a third starts afresh");
+        assert!(
+            !d.click(3, t0 + Duration::from_millis(300)),
+            "a third starts afresh"
+        );
         assert!(!d.click(4, t0 + Duration::from_millis(400)), "another row");
         assert!(!d.click(4, t0 + Duration::from_secs(2)), "too slow");
     }

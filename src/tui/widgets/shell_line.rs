@@ -91,7 +91,11 @@ mod tests {
     #[test]
     fn enter_runs_the_line_and_history_recalls_it() {
         let mut l = ShellLine::default();
-        assert_eq!(press(&mut l, KeyCode::Enter), None, "a blank line runs nothing");
+        assert_eq!(
+            press(&mut l, KeyCode::Enter),
+            None,
+            "a blank line runs nothing"
+        );
         typed(&mut l, "ls -x");
         press(&mut l, KeyCode::Backspace);
         typed(&mut l, "l");
