@@ -282,7 +282,15 @@ fn a_fork_of_a_failed_episode_continued_by_the_oracle_passes_and_links_to_its_pa
     let ws = tempfile::tempdir().unwrap();
     json(&endless(
         ws.path(),
-        &["generate", "--offline", "--count", "1", "--seed", "5", "--json"],
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "1",
+            "--seed",
+            "5",
+            "--json",
+        ],
     ));
     let id = json(&endless(ws.path(), &["tasks", "list", "--json"]))[0]["id"]
         .as_str()
@@ -303,14 +311,27 @@ fn a_fork_of_a_failed_episode_continued_by_the_oracle_passes_and_links_to_its_pa
     let fork = json(&endless(
         ws.path(),
         &[
-            "run", &id, "--fork", &key, "--at-step", "1", "--policy", "oracle", "--json",
+            "run",
+            &id,
+            "--fork",
+            &key,
+            "--at-step",
+            "1",
+            "--policy",
+            "oracle",
+            "--json",
         ],
     ));
     assert_eq!(fork["passed"], true, "{fork}");
     assert_eq!(fork["policy"], "oracle");
     let link = &fork["forked_from"];
     assert_eq!(
-        (&link["run"], &link["sample"], &link["at_step"], &link["replayed"]),
+        (
+            &link["run"],
+            &link["sample"],
+            &link["at_step"],
+            &link["replayed"]
+        ),
         (
             &serde_json::json!(run),
             &serde_json::json!(0),
@@ -323,18 +344,36 @@ fn a_fork_of_a_failed_episode_continued_by_the_oracle_passes_and_links_to_its_pa
     // The parent's first command ran first, then the oracle's.
     let steps = fork["steps"].as_array().unwrap();
     assert!(
-        steps[0]["command"].as_str().unwrap().contains("forked-prefix"),
+        steps[0]["command"]
+            .as_str()
+            .unwrap()
+            .contains("forked-prefix"),
         "{fork}"
     );
     // Bad forks are named.
-    let out = endless(ws.path(), &["run", &id, "--fork", "nope/x/0", "--policy", "oracle"]);
+    let out = endless(
+        ws.path(),
+        &["run", &id, "--fork", "nope/x/0", "--policy", "oracle"],
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot read the episode result"), "{err}");
     let out = endless(
         ws.path(),
-        &["run", &id, "--fork", &key, "--at-step", "99", "--policy", "oracle"],
+        &[
+            "run",
+            &id,
+            "--fork",
+            &key,
+            "--at-step",
+            "99",
+            "--policy",
+            "oracle",
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--at-step 99"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("--at-step 99"),
+        "{err}"
+    );
 }

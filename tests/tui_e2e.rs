@@ -349,7 +349,11 @@ fn take_over_a_live_session_in_tmux() {
     assert!(!screen.contains("YOU HAVE THE SESSION"), "{screen}");
     // The job says the episode was not the policy's own.
     tmux(&["send-keys", "-t", s, "F4"]);
-    wait_for_up_to(s, "taken over by a human, not counted", Duration::from_secs(60));
+    wait_for_up_to(
+        s,
+        "taken over by a human, not counted",
+        Duration::from_secs(60),
+    );
     tmux(&["send-keys", "-t", s, "q"]);
     let ws = Workspace::open(dir.path()).unwrap();
     let eps = ws.list_episodes(None).unwrap();
@@ -820,11 +824,20 @@ fn forking_a_failed_episode_from_the_inspector_in_tmux() {
     )
     .unwrap();
     let link = &result["forked_from"];
-    assert!(link["run"].as_str().unwrap().starts_with("eval-"), "{result:#}");
-    assert_eq!((&link["at_step"], &link["replayed"]), (&serde_json::json!(1), &serde_json::json!(1)));
+    assert!(
+        link["run"].as_str().unwrap().starts_with("eval-"),
+        "{result:#}"
+    );
+    assert_eq!(
+        (&link["at_step"], &link["replayed"]),
+        (&serde_json::json!(1), &serde_json::json!(1))
+    );
     assert_eq!(link["policy"], policy.as_str());
     assert!(
-        result["steps"][0]["command"].as_str().unwrap().contains("step-zero"),
+        result["steps"][0]["command"]
+            .as_str()
+            .unwrap()
+            .contains("step-zero"),
         "{result:#}"
     );
 }
