@@ -14,6 +14,9 @@
 #   THREADS=2          threads for both engines (RAYON_NUM_THREADS for candle)
 #   GGUF=path          model file (default: SmolLM2-135M-Instruct Q4_1, fetched)
 #   ENDLESS=path       the endless binary (default: cargo build --release)
+#   REUSE_CANDLE=1     reuse the candle side of the last run (its figures and
+#                      the f32 logits under target/bench-sample) and run only
+#                      llama.cpp
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,9 +47,13 @@ if ! "$VENV/bin/python" -c 'import llama_cpp, numpy' 2>/dev/null; then
         nice -n 10 "$VENV/bin/pip" install --disable-pip-version-check -q llama-cpp-python numpy
 fi
 
-echo "== candle: endless bench sample --n $TOKENS ($THREADS threads)" >&2
-RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
-    --check --dump "$OUT/check" > "$OUT/candle.json"
+if [ -n "${REUSE_CANDLE:-}" ] && [ -s "$OUT/candle.json" ] && [ -s "$OUT/check/check.json" ]; then
+    echo "== candle: reusing $OUT/candle.json and $OUT/check (REUSE_CANDLE)" >&2
+else
+    echo "== candle: endless bench sample --n $TOKENS ($THREADS threads)" >&2
+    RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
+        --check --dump "$OUT/check" > "$OUT/candle.json"
+fi
 
 echo "== llama.cpp: same prompt tokens, greedy, $THREADS threads" >&2
 "$VENV/bin/python" - "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" "$OUT/check" > "$OUT/llamacpp.json" <<'PY'
