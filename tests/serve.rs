@@ -255,6 +255,18 @@ fn descendants(pid: u32) -> Vec<u32> {
     out
 }
 
+/// The descendants of `pid` that belong to sessions: all but the backend's
+/// pre-warmed verifier (`... -c PROGRAM zygote`), which lives as long as
+/// the server (its own children, verifications in flight, do count).
+fn session_processes(pid: u32) -> Vec<u32> {
+    descendants(pid)
+        .into_iter()
+        .filter(|p| {
+            !std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.ends_with(b"\0zygote\0"))
+        })
+        .collect()
+}
+
 fn episodes(ws: &Path) -> Vec<endless::store::EpisodeRow> {
     endless::store::Workspace::open(ws)
         .unwrap()
@@ -668,14 +680,14 @@ async fn a_vanished_client_is_reaped_and_a_stopped_server_records_open_sessions(
     loop {
         let (_, m) = api.get("/metrics").await;
         if m.as_str().unwrap().contains("endless_serve_reaped_total 1")
-            && descendants(server.child.id()).is_empty()
+            && session_processes(server.child.id()).is_empty()
         {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "not reaped: {m}\n{:?}",
-            descendants(server.child.id())
+            session_processes(server.child.id())
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
