@@ -482,3 +482,59 @@ fn initial_and_final_tests_in_one_run_report_what_separate_runs_do() {
         s.close();
     }
 }
+
+/// Host pids of processes whose command line is exactly `argv`.
+fn pids_running(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+#[test]
+fn what_the_tests_start_runs_in_the_sessions_cgroups_and_dies_with_it() {
+    let Some(b) = backend() else { return };
+    for (mode, secs) in [(VerifierMode::Cold, "417"), (VerifierMode::Warm, "419")] {
+        let mut t = task("cgroup");
+        t.tests.insert_text(
+            "test_final_state.py",
+            &format!("import subprocess\ndef test_starts_a_daemon():\n    subprocess.Popen(['setsid', 'sleep', '{secs}'])\n"),
+        );
+        let mut s = session(&b, &t);
+        s.exec("(sleep 418 &) ; echo started", T).unwrap();
+        let r = verify_with(&mut s, &t, TestSet::Final, mode).unwrap();
+        assert!(r.passed, "{mode:?}: {}", r.output);
+        let daemon = pids_running(&["sleep", secs]);
+        eprintln!(
+            "{mode:?}: {:?} daemon {daemon:?} in {:?}",
+            r.verifier, r.duration
+        );
+        assert_eq!(
+            daemon.len(),
+            1,
+            "{mode:?}: the test's daemon runs on: {daemon:?}"
+        );
+        if b.uses_cgroups() {
+            let cgroups = |p: u32| std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap();
+            let agent = pids_running(&["sleep", "418"]);
+            assert_eq!(agent.len(), 1, "{agent:?}");
+            assert_eq!(
+                cgroups(daemon[0]),
+                cgroups(agent[0]),
+                "{mode:?}: not in the session's cgroups"
+            );
+        }
+        s.close();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !pids_running(&["sleep", secs]).is_empty() {
+            assert!(
+                std::time::Instant::now() < until,
+                "{mode:?}: the test's daemon outlived its session"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

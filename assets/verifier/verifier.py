@@ -32,9 +32,20 @@ def add_runtime_site_dirs():
             sys.path.append(d)
 
 
-def run_tests(payload):
-    """Unpack the tests, run pytest, pass the JUnit XML on to fd 3; the exit code."""
+def run_tests(payload, gate=None):
+    """Unpack the tests, run pytest, pass the JUnit XML on to fd 3; the exit code.
+    With `gate` (a pipe's read end), wait at the start of collection, before
+    any code of the task runs, until endless writes one byte to it."""
     import pytest
+    plugins = []
+    if gate is not None:
+        class Gate:
+            @pytest.hookimpl(tryfirst=True)
+            def pytest_collection(self, session):
+                if os.read(gate, 1) != b"1":
+                    os._exit(125)
+                os.close(gate)
+        plugins.append(Gate())
     root = payload["root"]
     for rel, data in payload["files"].items():
         path = os.path.join(root, rel)
@@ -51,7 +62,7 @@ def run_tests(payload):
 
     reader = threading.Thread(target=drain)
     reader.start()
-    rc = pytest.main(payload["args"] + ["--junitxml=/proc/self/fd/%d" % w])
+    rc = pytest.main(payload["args"] + ["--junitxml=/proc/self/fd/%d" % w], plugins=plugins)
     os.close(w)
     reader.join()
     view = memoryview(junit[0] if junit else b"")
@@ -193,16 +204,13 @@ def warm_up(dir_):
 
 
 def enter(req, fds, calls):
-    """In the forked child (still privileged): join the session's cgroups,
-    enter its namespaces and root, make a private mount namespace with a
-    fresh tmpfs for the tests, hide an /etc/ld.so.preload. Mirrors
-    VerifierPlan::apply in src/sandbox/local/verifier.rs."""
-    for procs in req["cgroup_procs"]:
-        try:
-            with open(procs, "w") as f:
-                f.write("0")
-        except OSError:
-            pass
+    """In the forked child (still privileged): enter the session's namespaces
+    and root, make a private mount namespace with a fresh tmpfs for the
+    tests, hide an /etc/ld.so.preload. Mirrors VerifierPlan::apply in
+    src/sandbox/local/verifier.rs, but for joining the session's cgroups:
+    endless moves the test runner there (a cgroup v1 move costs 5-20 ms,
+    which it overlaps with pytest's start), and the gate holds the tests
+    until it has."""
     calls["prctl"](PR_SET_DUMPABLE, 0)
     calls["setns"](fds[req["fd_userns"]], CLONE_NEWUSER)
     for kind, key in ((CLONE_NEWNS, "fd_mnt"), (CLONE_NEWNET, "fd_net"),
@@ -267,6 +275,7 @@ def serve_one(req, fds, calls, seccomp, ctl):
         say({"refused": "enter", "errno": e.errno or 0})
         os._exit(0)
     stdin, out, fd3 = fds[req["fd_stdin"]], fds[req["fd_out"]], fds[req["fd_fd3"]]
+    gate = fds[req["fd_gate"]]
     pid = os.fork()
     if pid == 0:
         try:
@@ -275,12 +284,14 @@ def serve_one(req, fds, calls, seccomp, ctl):
             os.dup2(out, 1)
             os.dup2(out, 2)
             os.dup2(fd3, 3, inheritable=True)
-            os.closerange(4, 65536)
+            os.dup2(gate, 4, inheritable=False)
+            gate = 4
+            os.closerange(5, 65536)
             os.environ.clear()
             os.environ.update(dict(req["env"]))
             calls["load_seccomp"](seccomp)
             payload = json.loads(sys.stdin.buffer.read())
-            rc = run_tests(payload)
+            rc = run_tests(payload, gate)
         except BaseException as e:  # noqa: B036 - nothing may return to the zygote's loop
             try:
                 os.write(2, ("endless verifier: %r\n" % (e,)).encode())
@@ -288,6 +299,7 @@ def serve_one(req, fds, calls, seccomp, ctl):
                 pass
             rc = 125
         os._exit(rc)
+    say({"runner": pid})
     for fd in fds:
         if fd != reply:
             os.close(fd)

@@ -128,9 +128,16 @@ impl VerifierPlan {
         })
     }
 
+    /// The `cgroup.procs` files of the session (the pre-warmed verifier's
+    /// test runner is moved into them by pid, see `warm.rs`).
+    pub fn cgroup_procs(&self) -> &[CString] {
+        &self.cgroup_procs
+    }
+
     /// The plan as a request to the pre-warmed verifier (`warm.rs`): its
     /// settings, with each descriptor named by its index in the returned
-    /// list, which must travel with the request.
+    /// list, which must travel with the request. Joining the session's
+    /// cgroups is not in it: the caller moves the test runner there.
     pub fn warm_request(&self) -> (serde_json::Map<String, serde_json::Value>, Vec<RawFd>) {
         let mut fds = Vec::new();
         let mut req = serde_json::Map::new();
@@ -154,8 +161,6 @@ impl VerifierPlan {
         pass("fd_pid", self.pidns.as_raw_fd(), &mut req);
         pass("fd_root", self.root.as_raw_fd(), &mut req);
         let text = |c: &CString| c.to_string_lossy().into_owned();
-        let procs: Vec<String> = self.cgroup_procs.iter().map(text).collect();
-        req.insert("cgroup_procs".into(), procs.into());
         req.insert("private_dir".into(), text(&self.private_dir).into());
         req.insert("tmpfs_data".into(), text(&self.tmpfs_data).into());
         req.insert("cwd".into(), text(&self.cwd).into());

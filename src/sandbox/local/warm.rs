@@ -13,12 +13,16 @@
 //! Per verification we open the session's namespaces and root (as for the
 //! cold path, `verifier.rs`), make the stdin, output, fd-3 and reply pipes,
 //! and send them with a JSON request over a `SOCK_SEQPACKET` socket only we
-//! hold the other end of. The zygote forks; the child joins the session's
-//! cgroups, enters its namespaces and root, makes a private mount namespace
+//! hold the other end of. The zygote forks; the child enters the
+//! session's namespaces and root, makes a private mount namespace
 //! with a fresh tmpfs for the tests, hides `/etc/ld.so.preload`, forks into
 //! the PID namespace, becomes the task's user without capabilities, loads
 //! the sandbox's seccomp filter and runs the same code as the cold path
-//! (`assets/verifier/verifier.py`). A forked child's memory belongs to the
+//! (`assets/verifier/verifier.py`). Joining the session's cgroups is the
+//! one step done differently: a cgroup v1 move waits for an RCU grace
+//! period per controller (5-20 ms here, a third of a warm verification), so
+//! we move the test runner by pid while pytest starts, and it waits at the
+//! start of collection, before any code of the task runs, until we have. A forked child's memory belongs to the
 //! host's user namespace, so no process of the agent may ptrace it.
 //!
 //! Rootless backends cannot give the zygote a mount namespace of its own and
@@ -29,6 +33,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -172,6 +177,7 @@ impl WarmVerifier {
         let (out_r, out_w) = pipe().map_err(io("create verifier pipe"))?;
         let (fd3_r, fd3_w) = pipe().map_err(io("create verifier pipe"))?;
         let (reply_r, reply_w) = pipe().map_err(io("create verifier pipe"))?;
+        let (gate_r, gate_w) = pipe().map_err(io("create verifier pipe"))?;
         let (mut request, mut fds) = plan.warm_request();
         let mut pass = |name: &str, fd: RawFd| {
             request.insert(name.into(), fds.len().into());
@@ -181,6 +187,7 @@ impl WarmVerifier {
         pass("fd_out", out_w.as_raw_fd());
         pass("fd_fd3", fd3_w.as_raw_fd());
         pass("fd_reply", reply_w.as_raw_fd());
+        pass("fd_gate", gate_r.as_raw_fd());
         request.insert("env".into(), serde_json::json!(env));
         let body = serde_json::Value::Object(request).to_string();
         if let Err(e) = send_with_fds(zygote.ctl.as_raw_fd(), body.as_bytes(), &fds) {
@@ -189,7 +196,7 @@ impl WarmVerifier {
                 "the pre-warmed verifier stopped answering: {e}"
             )));
         }
-        drop((stdin_r, out_w, fd3_w, reply_w));
+        drop((stdin_r, out_w, fd3_w, reply_w, gate_r));
         let feeder = std::thread::spawn(move || {
             let _ = File::from(stdin_w).write_all(&input);
         });
@@ -197,7 +204,11 @@ impl WarmVerifier {
         let side = spawn_capture(File::from(fd3_r));
         let mut reply = Replies::new(reply_r);
         let deadline = Instant::now() + timeout;
-        let outcome = wait_for_exit(&mut reply, deadline);
+        let gate = Gate {
+            cgroup_procs: plan.cgroup_procs(),
+            pipe: File::from(gate_w),
+        };
+        let outcome = wait_for_exit(&mut reply, gate, deadline);
         let out = output.join().unwrap_or_default();
         let _ = feeder.join();
         let side = side.join().unwrap_or_default();
@@ -231,6 +242,9 @@ fn refusal(what: &str, errno: i32) -> SandboxError {
                 .into(),
         );
     }
+    if errno == 0 {
+        return SandboxError::Start(format!("pre-warmed verifier: {what}"));
+    }
     SandboxError::Start(format!(
         "pre-warmed verifier: {what} failed: {}",
         std::io::Error::from_raw_os_error(errno)
@@ -245,9 +259,32 @@ enum Exit {
     Lost(String),
 }
 
-/// Read the child's pid, then its exit (or kill its process group at the
-/// deadline).
-fn wait_for_exit(reply: &mut Replies, deadline: Instant) -> Exit {
+/// What lets the test runner start: the session's cgroups it must join,
+/// and the pipe it waits on before collecting the tests.
+struct Gate<'a> {
+    cgroup_procs: &'a [CString],
+    pipe: File,
+}
+
+impl Gate<'_> {
+    /// Move the runner (host pid `runner`) into the session's cgroups, then
+    /// let it go on; its children are born there.
+    fn open(mut self, runner: i32) -> Result<(), String> {
+        for procs in self.cgroup_procs {
+            let path = Path::new(std::ffi::OsStr::from_bytes(procs.as_bytes()));
+            std::fs::write(path, runner.to_string())
+                .map_err(|e| format!("moving the verifier into {}: {e}", path.display()))?;
+        }
+        self.pipe
+            .write_all(b"1")
+            .map_err(|e| format!("the verifier's runner is gone: {e}"))
+    }
+}
+
+/// Read the child's pid, move its test runner into the session's cgroups
+/// and open the gate, then wait for its exit (or kill its process group at
+/// the deadline).
+fn wait_for_exit(reply: &mut Replies, gate: Gate<'_>, deadline: Instant) -> Exit {
     let pid = match reply.next(deadline) {
         Some(Ok(v)) => match v.get("pid").and_then(|p| p.as_i64()) {
             Some(pid) if pid > 1 => pid as i32,
@@ -263,7 +300,20 @@ fn wait_for_exit(reply: &mut Replies, deadline: Instant) -> Exit {
             libc::kill(-pid, libc::SIGKILL);
         }
     };
-    match reply.next(deadline) {
+    let mut next = reply.next(deadline);
+    if let Some(Ok(v)) = &next {
+        if let Some(runner) = v.get("runner").and_then(|r| r.as_i64()) {
+            if let Err(why) = gate.open(runner as i32) {
+                kill();
+                return Exit::Refused {
+                    what: why,
+                    errno: 0,
+                };
+            }
+            next = reply.next(deadline);
+        }
+    }
+    match next {
         Some(Ok(v)) => {
             if let Some(code) = v.get("exit").and_then(|c| c.as_i64()) {
                 Exit::Code(code as i32)
