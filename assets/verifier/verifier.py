@@ -174,8 +174,14 @@ def warm_up(dir_):
         importlib.import_module("_pytest." + name)
     # What tests commonly import: loaded once here, from the runtime.
     for name in ("subprocess", "pathlib", "re", "shutil", "glob", "hashlib", "csv",
-                 "tempfile", "datetime", "stat", "difflib", "pprint", "textwrap"):
-        importlib.import_module(name)
+                 "tempfile", "datetime", "stat", "difflib", "pprint", "textwrap", "json",
+                 "gzip", "bz2", "lzma", "tarfile", "zipfile", "configparser", "tomllib",
+                 "statistics", "sqlite3", "ast", "socket", "shlex", "fnmatch", "base64",
+                 "struct", "uuid", "urllib.parse"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional module this Python was built without
+            pass
     tests = os.path.join(dir_, "endless_warm_up")
     os.makedirs(tests, exist_ok=True)
     with open(os.path.join(tests, "test_endless_warm_up.py"), "w") as f:
