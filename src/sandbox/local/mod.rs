@@ -301,14 +301,6 @@ impl LocalBackend {
         self.warm.as_ref().ok().and_then(|w| w.pid())
     }
 
-    /// How verifications run: `warm`, or `cold (why)`.
-    pub fn verifier_path(&self) -> crate::sandbox::VerifierPath {
-        match &self.warm {
-            Ok(_) => crate::sandbox::VerifierPath::Warm,
-            Err(why) => crate::sandbox::VerifierPath::Cold(Some(why.clone())),
-        }
-    }
-
     /// Whether this backend runs without root (in user namespaces).
     pub fn is_rootless(&self) -> bool {
         matches!(self.identity, HostIdentity::Rootless(..))
