@@ -21,6 +21,15 @@ import stat
 import sys
 import threading
 
+# Set in the zygote before it forks, inherited by every child (see
+# `prebuild`): pytest's Config with the default plugins registered, for the
+# "-p no:..." plugins it was built without, and test modules rewritten and
+# compiled ahead, by (path, sha256 of the source).
+PREBUILT = []
+COMPILED = {}
+# Compiled test modules the zygote keeps (the oldest are forgotten first).
+MAX_COMPILED = 512
+
 
 def add_runtime_site_dirs():
     """The runtime's site directories on sys.path (site hooks stay off)."""
@@ -62,6 +71,7 @@ def run_tests(payload, gate=None):
 
     reader = threading.Thread(target=drain)
     reader.start()
+    adopt_prebuilt(payload["args"])
     rc = pytest.main(payload["args"] + ["--junitxml=/proc/self/fd/%d" % w], plugins=plugins)
     os.close(w)
     reader.join()
@@ -71,6 +81,94 @@ def run_tests(payload, gate=None):
     sys.stdout.flush()
     sys.stderr.flush()
     return int(rc)
+
+
+def excluded_plugins(args):
+    """The plugins "-p no:NAME" blocks, read as pytest's consider_preparse
+    (exclude_only) reads them: these are never registered."""
+    out, i = [], 0
+    while i < len(args):
+        opt, i = args[i], i + 1
+        if opt == "-p":
+            if i >= len(args):
+                break
+            parg, i = args[i], i + 1
+        elif opt.startswith("-p"):
+            parg = opt[2:]
+        else:
+            continue
+        parg = parg.strip()
+        if parg.startswith("no:"):
+            out.append(parg)
+    return tuple(out)
+
+
+def prebuild(args):
+    """In the zygote: what every run repeats before it reads its own
+    arguments. pytest.main builds a Config (get_config: the plugin manager,
+    every default plugin imported and registered, their options added), a
+    third of a warm run; build it once, for runs that block the same plugins
+    as `args` (again when a request blocks others)."""
+    if args is None or (PREBUILT and PREBUILT[0] == excluded_plugins(args)):
+        return
+    import _pytest.config
+    PREBUILT[:] = [excluded_plugins(args), _pytest.config.get_config(list(args))]
+
+
+def compile_ahead(sources):
+    """In the zygote: rewrite the asserts of test modules and compile them,
+    as pytest's import hook does (_rewrite_test, with the default ini), so
+    that the samples of a task do not each pay for it. A module that does
+    not compile is left to pytest, which reports it."""
+    import ast
+    import hashlib
+    from _pytest.assertion.rewrite import rewrite_asserts
+    for path, text in sources.items():
+        source = text.encode()
+        key = (path, hashlib.sha256(source).digest())
+        if key in COMPILED:
+            COMPILED[key] = COMPILED.pop(key)  # the newest last
+            continue
+        try:
+            tree = ast.parse(source, filename=path)
+            rewrite_asserts(tree, source, path, None)
+            COMPILED[key] = compile(tree, path, "exec", dont_inherit=True)
+        except Exception:  # noqa: BLE001 - pytest reports it when it imports the file
+            continue
+        while len(COMPILED) > MAX_COMPILED:
+            del COMPILED[next(iter(COMPILED))]
+
+
+def adopt_prebuilt(args):
+    """In a forked child: let pytest.main use what the zygote built. Its
+    get_config returns the prebuilt Config (with this run's invocation
+    arguments and directory) when the run blocks the same plugins, and its
+    import hook takes a module compiled ahead when the file's bytes are the
+    ones compiled. Anything else goes through pytest unchanged."""
+    import hashlib
+    import pathlib
+    import _pytest.config
+    from _pytest.assertion import rewrite
+    if PREBUILT and PREBUILT[0] == excluded_plugins(args):
+        config, original = PREBUILT[1], _pytest.config.get_config
+        del PREBUILT[:]
+
+        def get_config(args=None, plugins=None):
+            _pytest.config.get_config = original
+            config.invocation_params = _pytest.config.Config.InvocationParams(
+                args=args or (), plugins=plugins, dir=pathlib.Path.cwd())
+            return config
+        _pytest.config.get_config = get_config
+    if COMPILED:
+        rewrite_test = rewrite._rewrite_test
+
+        def _rewrite_test(fn, config):
+            source = fn.read_bytes()
+            co = COMPILED.get((str(fn), hashlib.sha256(source).digest()))
+            if co is None or (config is not None and config.getini("enable_assertion_pass_hook")):
+                return rewrite_test(fn, config)
+            return os.stat(fn), co
+        rewrite._rewrite_test = _rewrite_test
 
 
 def cold():
@@ -350,12 +448,15 @@ def zygote():
             continue
         if not msg:
             os._exit(0)
+        req = json.loads(msg)
+        prebuild(req.pop("prebuild", None))
+        compile_ahead(req.pop("compile", None) or {})
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             try:
-                serve_one(json.loads(msg), fds, calls, seccomp, ctl)
+                serve_one(req, fds, calls, seccomp, ctl)
             finally:
                 os._exit(125)
         for fd in fds:

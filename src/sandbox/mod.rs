@@ -29,7 +29,7 @@ pub use image::{home_of, image_hash, Image};
 pub use marker::clean_output;
 pub use session::{
     run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo, VerifierCall,
-    VerifierPath, VERIFIER_PROGRAM,
+    VerifierPath, WarmHints, VERIFIER_PROGRAM,
 };
 pub use types::*;
 

@@ -94,6 +94,19 @@ pub struct VerifierCall {
     /// Use the backend's pre-warmed interpreter where it has one (the
     /// verifier's program then runs forked from it instead of `argv`).
     pub warm: bool,
+    /// What that interpreter may prepare once and reuse (ignored cold).
+    pub hints: WarmHints,
+}
+
+/// What a pre-warmed verifier may prepare before it forks, once for every
+/// verification that asks for the same: nothing here changes a verdict.
+#[derive(Debug, Clone, Default)]
+pub struct WarmHints {
+    /// pytest's plugin-blocking arguments (`-p no:NAME`) of the runs: its
+    /// configuration is built once for them.
+    pub plugin_args: Vec<String>,
+    /// Test modules to rewrite and compile once: path inside, source.
+    pub modules: Vec<(String, String)>,
 }
 
 /// How a verification ran.

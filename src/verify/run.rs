@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sandbox::{
-    home_of, SandboxError, Session, VerifierCall, VerifierPath, VERIFIER_PROGRAM,
+    home_of, SandboxError, Session, VerifierCall, VerifierPath, WarmHints, VERIFIER_PROGRAM,
 };
 use crate::task::{write_tree, Task};
 
@@ -230,15 +230,14 @@ fn run_pytest(
         payload_files.insert(format!("tests/{path}"), hex::encode(&file.bytes).into());
     }
     payload_files.insert("pytest.ini".into(), hex::encode("[pytest]\n").into());
-    let mut args: Vec<String> = [
-        "-p",
-        "no:cacheprovider",
+    let mut args: Vec<String> = PLUGIN_ARGS
+        .iter()
+        .chain(&[
         "--noconftest",
         "--color=no",
         "-q",
         "-rA",
-    ]
-    .iter()
+    ])
     .map(|s| s.to_string())
     .collect();
     args.push(format!("--rootdir={PRIVATE_DIR}/tests"));
@@ -257,6 +256,7 @@ fn run_pytest(
         env: user_env(session),
         cwd: session.info().workdir.clone(),
         warm: mode == VerifierMode::Warm,
+        hints: warm_hints(task),
     };
     let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
     let (out, junit, path) = match run {
@@ -283,6 +283,34 @@ fn run_pytest(
         verifier: path,
         exit_code: out.code,
     })
+}
+
+/// The plugins every run blocks (no cache directory is written).
+const PLUGIN_ARGS: [&str; 2] = ["-p", "no:cacheprovider"];
+
+/// Test modules larger than this are compiled by pytest in each run, not
+/// sent to the pre-warmed verifier (its requests are single datagrams).
+const MAX_PRECOMPILED: usize = 64 * 1024;
+
+/// What the pre-warmed verifier may prepare once: pytest's configuration
+/// for the plugins `args` block, and the task's test modules (UTF-8 Python
+/// files within [`MAX_PRECOMPILED`] in all), at the paths pytest sees.
+fn warm_hints(task: &Task) -> WarmHints {
+    let mut budget = MAX_PRECOMPILED;
+    let mut modules = Vec::new();
+    for (path, file) in task.tests.iter() {
+        let Ok(source) = std::str::from_utf8(&file.bytes) else {
+            continue;
+        };
+        if path.ends_with(".py") && source.len() <= budget {
+            budget -= source.len();
+            modules.push((format!("{PRIVATE_DIR}/tests/{path}"), source.to_string()));
+        }
+    }
+    WarmHints {
+        plugin_args: PLUGIN_ARGS.iter().map(|s| s.to_string()).collect(),
+        modules,
+    }
 }
 
 /// `env -i -C cwd` with a root environment, for verifier scripts.

@@ -219,7 +219,7 @@ impl SessionControl for LocalControl {
             Err(why) => return Ok(Err(why.clone())),
         };
         let plan = self.verifier_plan(call)?;
-        warm.run(&plan, &call.env, input.to_vec(), timeout)
+        warm.run(&plan, &call.env, &call.hints, input.to_vec(), timeout)
     }
 
     fn limit_hit(&self) -> Option<String> {

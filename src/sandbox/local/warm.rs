@@ -25,6 +25,12 @@
 //! start of collection, before any code of the task runs, until we have. A forked child's memory belongs to the
 //! host's user namespace, so no process of the agent may ptrace it.
 //!
+//! Before it forks, the zygote also does once what every run would repeat
+//! ([`WarmHints`]): it builds pytest's configuration (the plugin manager and
+//! every default plugin registered) for the plugins the runs block, and
+//! rewrites and compiles the test modules of a task once for all its
+//! samples; a child uses them only where pytest would build the same.
+//!
 //! Rootless backends cannot give the zygote a mount namespace of its own and
 //! still let it enter the sandbox's user namespace; they use the cold path,
 //! and results say so.
@@ -46,7 +52,7 @@ use super::runtime::{Runtime, INSIDE};
 use super::verifier::VerifierPlan;
 use crate::sandbox::fds::{check, close_inherited, make_mounts_private, pipe};
 use crate::sandbox::session::{spawn_capture, CommandOutput, VERIFIER_PROGRAM};
-use crate::sandbox::SandboxError;
+use crate::sandbox::{SandboxError, WarmHints};
 
 /// How long the zygote may take to import pytest and warm up.
 const START_LIMIT: Duration = Duration::from_secs(60);
@@ -165,6 +171,7 @@ impl WarmVerifier {
         self: &Arc<Self>,
         plan: &VerifierPlan,
         env: &[(String, String)],
+        hints: &WarmHints,
         input: Vec<u8>,
         timeout: Duration,
     ) -> Result<Result<(CommandOutput, Vec<u8>), String>, SandboxError> {
@@ -189,6 +196,13 @@ impl WarmVerifier {
         pass("fd_reply", reply_w.as_raw_fd());
         pass("fd_gate", gate_r.as_raw_fd());
         request.insert("env".into(), serde_json::json!(env));
+        request.insert("prebuild".into(), serde_json::json!(hints.plugin_args));
+        let modules: serde_json::Map<_, _> = hints
+            .modules
+            .iter()
+            .map(|(path, source)| (path.clone(), source.clone().into()))
+            .collect();
+        request.insert("compile".into(), modules.into());
         let body = serde_json::Value::Object(request).to_string();
         if let Err(e) = send_with_fds(zygote.ctl.as_raw_fd(), body.as_bytes(), &fds) {
             self.retire(&zygote);

@@ -1,0 +1,108 @@
+//! The verifier's own program (`assets/verifier/verifier.py`) on its own,
+//! with the host's Python and pytest (the runtime's): what the pre-warmed
+//! interpreter prepares before it forks (pytest's configuration, the test
+//! modules compiled ahead) is what pytest then uses, instead of building its
+//! own, and changes nothing it reports. The sandboxed paths are tested in
+//! `tests/verify.rs`.
+
+use std::process::Command;
+
+/// Runs the program's functions in one interpreter: the same tests three
+/// times (prepared, then unprepared, then with a changed file), counting
+/// the calls that preparing saves.
+const DRIVER: &str = r#"
+import json, os, sys, tempfile
+program = sys.argv[1]
+v = {"__name__": "verifier"}
+exec(compile(open(program).read(), program, "exec"), v)
+v["add_runtime_site_dirs"]()
+work = tempfile.mkdtemp()
+v["warm_up"](work)
+import _pytest.config
+from _pytest.assertion import rewrite
+
+calls = {"get_config": 0, "rewrite": 0}
+get_config, rewrite_test = _pytest.config.get_config, rewrite._rewrite_test
+def counting_get_config(*a, **k):
+    calls["get_config"] += 1
+    return get_config(*a, **k)
+def counting_rewrite(*a, **k):
+    calls["rewrite"] += 1
+    return rewrite_test(*a, **k)
+_pytest.config.get_config = counting_get_config
+rewrite._rewrite_test = counting_rewrite
+
+root = os.path.join(work, "run")
+tests = os.path.join(root, "tests")
+os.makedirs(tests)
+path = os.path.join(tests, "test_state.py")
+source = "import os\n\ndef test_passes():\n    assert os.sep == '/'\n\ndef test_fails():\n    assert [1, 2] == [1, 3]\n"
+ini = os.path.join(root, "pytest.ini")
+with open(ini, "w") as f:
+    f.write("[pytest]\n")
+args = ["-p", "no:cacheprovider", "--noconftest", "--color=no", "-q", "-rA",
+        "--rootdir=" + tests, "-c=" + ini]
+
+def run(text, junit):
+    with open(path, "w") as f:
+        f.write(text)
+    for m in [m for m in sys.modules if m.startswith("test_state")]:
+        del sys.modules[m]
+    before = dict(calls)
+    import pytest
+    v["adopt_prebuilt"](args)
+    rc = int(pytest.main(args + ["--junitxml=" + junit, path]))
+    used = {k: calls[k] - before[k] for k in calls}
+    xml = open(junit).read()
+    return {"rc": rc, "used": used, "passed": xml.count("<testcase") - xml.count("<failure"),
+            "failed": xml.count("<failure"), "assert_detail": "[1, 2] == [1, 3]" in xml}
+
+v["prebuild"](args[:2])
+v["compile_ahead"]({path: source})
+out = {"prepared": run(source, os.path.join(work, "1.xml"))}
+# What the zygote prepared was used once: a second run in this process
+# builds its own.
+out["unprepared"] = run(source, os.path.join(work, "2.xml"))
+v["prebuild"](args[:2])
+changed = source.replace("[1, 3]", "[1, 2]")
+out["changed"] = run(changed, os.path.join(work, "3.xml"))
+# A run that blocks other plugins builds its own configuration.
+v["prebuild"](["-p", "no:doctest"])
+out["other_plugins"] = run(source, os.path.join(work, "4.xml"))
+print(json.dumps(out))
+"#;
+
+#[test]
+fn what_the_zygote_prepares_is_used_and_changes_no_result() {
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/verifier/verifier.py");
+    let out = Command::new("/usr/bin/python3")
+        .args(["-I", "-S", "-B", "-c", DRIVER, program])
+        .output()
+        .expect("run /usr/bin/python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "driver failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(last).expect(&stdout);
+    let run = |name: &str| &v[name];
+    // Prepared: neither the configuration nor the module was built again,
+    // and pytest reported what it reports unprepared, assertion details too.
+    assert_eq!(run("prepared")["used"]["get_config"], 0, "{v}");
+    assert_eq!(run("prepared")["used"]["rewrite"], 0, "{v}");
+    for name in ["prepared", "unprepared", "other_plugins"] {
+        assert_eq!(run(name)["rc"], 1, "{name}: {v}");
+        assert_eq!(run(name)["passed"], 1, "{name}: {v}");
+        assert_eq!(run(name)["failed"], 1, "{name}: {v}");
+        assert_eq!(run(name)["assert_detail"], true, "{name}: {v}");
+    }
+    assert_eq!(run("unprepared")["used"]["get_config"], 1, "{v}");
+    assert_eq!(run("unprepared")["used"]["rewrite"], 0, "cached module: {v}");
+    // A file whose bytes differ from what was compiled is compiled by pytest.
+    assert_eq!(run("changed")["used"]["rewrite"], 1, "{v}");
+    assert_eq!(run("changed")["used"]["get_config"], 0, "{v}");
+    assert_eq!(run("changed")["rc"], 0, "{v}");
+    assert_eq!(run("other_plugins")["used"]["get_config"], 1, "{v}");
+}
