@@ -273,6 +273,31 @@ fn a_test_file_with_a_syntax_error_fails_and_is_named() {
     s.close();
 }
 
+/// Test modules too large to compile ahead (past one request, or with many
+/// characters JSON escapes six-fold) are compiled by pytest: the same
+/// verdicts, still pre-warmed, and the next small task is compiled ahead.
+#[test]
+fn test_modules_too_large_to_compile_ahead_still_verify_warm() {
+    let Some(b) = backend() else { return };
+    for (name, filler) in [("big", "x".repeat(200_000)), ("escaped", "\u{1}".repeat(60_000))] {
+        let mut t = task(name);
+        let source =
+            format!("{FINAL}\nDATA = \"{filler}\"\n\ndef test_data():\n    assert len(DATA) > 1000\n");
+        t.tests.insert_text("test_final_state.py", &source);
+        let mut s = session(&b, &t);
+        s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+        let r = verify_both(&mut s, &t, TestSet::Final);
+        assert!(r.passed, "{name}: {}", r.output);
+        assert_eq!(r.tests.len(), 3, "{name}: {:?}", r.tests);
+        s.close();
+    }
+    let t = task("small-after-big");
+    let mut s = session(&b, &t);
+    s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+    assert!(verify_both(&mut s, &t, TestSet::Final).passed);
+    s.close();
+}
+
 #[test]
 fn a_hanging_test_is_killed_at_the_verifier_timeout_on_both_paths() {
     let Some(b) = backend() else { return };

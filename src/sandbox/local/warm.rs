@@ -54,6 +54,10 @@ use crate::sandbox::fds::{check, close_inherited, make_mounts_private, pipe};
 use crate::sandbox::session::{spawn_capture, CommandOutput, VERIFIER_PROGRAM};
 use crate::sandbox::{SandboxError, WarmHints};
 
+/// The largest request sent to a zygote: one datagram, well inside a unix
+/// socket's default send buffer (208 KiB).
+const MAX_REQUEST: usize = 128 * 1024;
+
 /// How long the zygote may take to import pytest and warm up.
 const START_LIMIT: Duration = Duration::from_secs(60);
 
@@ -197,13 +201,18 @@ impl WarmVerifier {
         pass("fd_gate", gate_r.as_raw_fd());
         request.insert("env".into(), serde_json::json!(env));
         request.insert("prebuild".into(), serde_json::json!(hints.plugin_args));
+        let mut body = serde_json::Value::Object(request.clone()).to_string();
         let modules: serde_json::Map<_, _> = hints
             .modules
             .iter()
             .map(|(path, source)| (path.clone(), source.clone().into()))
             .collect();
         request.insert("compile".into(), modules.into());
-        let body = serde_json::Value::Object(request).to_string();
+        let with_modules = serde_json::Value::Object(request).to_string();
+        // One datagram: modules that would not fit are compiled by pytest.
+        if with_modules.len() <= MAX_REQUEST {
+            body = with_modules;
+        }
         if let Err(e) = send_with_fds(zygote.ctl.as_raw_fd(), body.as_bytes(), &fds) {
             self.retire(&zygote);
             return Ok(Err(format!(
