@@ -9,6 +9,7 @@ use endless::cli::{BenchTarget, Cli, Command};
 use endless::workbench::Context;
 
 fn main() -> ExitCode {
+    endless::model::threads::use_one_pool();
     let cli = Cli::parse();
     let _log_guard = endless::logging::init(&endless::config::Paths::detect().log_dir);
     match run(cli) {

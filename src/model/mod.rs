@@ -12,7 +12,8 @@
 //! - [`generation`]: [`LocalModel`] (load, generate, batch), sampling, and
 //!   [`SharedModel`] (one model batching many concurrent callers);
 //! - [`config`], [`weights`]: `config.json` and safetensors files;
-//! - [`fetch`]: SmolLM2 through pip; [`bench`]: `endless bench sample`.
+//! - [`fetch`]: SmolLM2 through pip; [`bench`]: `endless bench sample`;
+//! - [`threads`]: one pool of compute threads for candle and this crate.
 //!
 //! [`LocalModel::generate`] applies the chat template, samples with a KV cache
 //! and records each sampled token's log-probability (for PPO). Nothing here
@@ -29,6 +30,7 @@ pub mod models;
 pub mod numerics;
 pub mod quantized;
 pub mod text;
+pub mod threads;
 pub mod weights;
 
 pub use config::{Arch, ModelConfig};
