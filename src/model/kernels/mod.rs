@@ -1,6 +1,8 @@
 //! CPU kernels: the SIMD quantized matmul used for sampling GGUF models
-//! ([`q4_1`]) and the fused training ops with backward passes
+//! ([`q4_1`], with f32 activations for output layers in
+//! [`f32_activations`]) and the fused training ops with backward passes
 //! ([`train_ops`]).
 
+pub mod f32_activations;
 pub mod q4_1;
 pub mod train_ops;

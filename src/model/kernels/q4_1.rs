@@ -26,7 +26,7 @@ use candle_core::{Result, Tensor};
 use std::ops::Range;
 
 /// Values per block.
-const QK: usize = 32;
+pub(super) const QK: usize = 32;
 /// Activation rows a weight row is multiplied with at once (rows > 1).
 const TILE: usize = 8;
 /// Block products below which a matmul runs on the calling thread: waking
@@ -45,9 +45,9 @@ struct WBlock {
 /// One `Q8_0` weight block: `x = d * q`.
 #[derive(Clone, Copy)]
 #[repr(C)]
-struct W8Block {
-    d: f32,
-    qs: [i8; 32],
+pub(super) struct W8Block {
+    pub(super) d: f32,
+    pub(super) qs: [i8; 32],
 }
 
 /// One activation block: `x ≈ d * q`, and `s = d * Σq`.
@@ -239,7 +239,7 @@ impl WeightBlock for W8Block {
 
 /// The kernels a processor can run.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Isa {
+pub(super) enum Isa {
     Scalar,
     #[cfg(target_arch = "x86_64")]
     Avx2,
@@ -247,7 +247,7 @@ enum Isa {
 
 impl Isa {
     /// The fastest this processor runs.
-    fn detect() -> Self {
+    pub(super) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
@@ -268,6 +268,8 @@ pub struct QuantMatmul {
     w: Weights,
     n: usize,
     k: usize,
+    /// `Q8_0` weights against f32 activations (see [`Self::with_f32_activations`]).
+    f32_activations: bool,
 }
 
 impl QuantMatmul {
@@ -297,7 +299,22 @@ impl QuantMatmul {
             GgmlDType::Q8_0 => Weights::Q80(parse(t, n, k)?),
             _ => return Ok(None),
         };
-        Ok(Some(Self { w, n, k }))
+        Ok(Some(Self {
+            w,
+            n,
+            k,
+            f32_activations: false,
+        }))
+    }
+
+    /// Recompute the largest products of each row with `Q8_0` weights and
+    /// the activations as they are, in f32, instead of rounded to 8 bits:
+    /// the exact product of the dequantised weights where it decides the
+    /// next token ([`super::f32_activations`]). For the output layer.
+    /// Other weight types are unchanged.
+    pub fn with_f32_activations(mut self) -> Self {
+        self.f32_activations = matches!(self.w, Weights::Q80(_));
+        self
     }
 
     /// `x @ w.T` for `x` of shape `(..., in)`: `(..., out)`.
@@ -305,7 +322,7 @@ impl QuantMatmul {
         self.forward_with(x, Isa::detect())
     }
 
-    fn forward_with(&self, x: &Tensor, isa: Isa) -> Result<Tensor> {
+    pub(super) fn forward_with(&self, x: &Tensor, isa: Isa) -> Result<Tensor> {
         let dims = x.dims().to_vec();
         let Some((&k, rows)) = dims.split_last() else {
             candle_core::bail!("quantized matmul of a scalar");
@@ -319,17 +336,20 @@ impl QuantMatmul {
         }
         let m: usize = rows.iter().product();
         let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut shape = dims;
+        *shape.last_mut().unwrap_or(&mut 0) = self.n;
         let kb = k / QK;
         let mut act = vec![ZERO_A; m * kb];
         for (row, a) in xs.chunks_exact(k).zip(act.chunks_exact_mut(kb)) {
             quantize_row(row, a);
         }
-        let out = match &self.w {
+        let mut out = match &self.w {
             Weights::Q41(w) => matmul(w, self.n, kb, &act, m, isa),
             Weights::Q80(w) => matmul(w, self.n, kb, &act, m, isa),
         };
-        let mut shape = dims;
-        *shape.last_mut().unwrap_or(&mut 0) = self.n;
+        if let (true, Weights::Q80(w)) = (self.f32_activations, &self.w) {
+            super::f32_activations::refine_top(w, self.n, &xs, m, &mut out, isa);
+        }
         Tensor::from_vec(out, shape, x.device())
     }
 }
@@ -358,12 +378,18 @@ fn matmul<B: WeightBlock>(
     }
     let mut out = vec![0f32; m * n];
     let dst = SyncPtr(out.as_mut_ptr());
-    let body = |cols: Range<usize>| {
+    for_columns(n, n * m * kb, |cols| {
         // SAFETY: work items cover disjoint columns, and `out` outlives them.
         unsafe { columns(w, n, kb, isa, act, m, &sums, cols, &dst) }
-    };
+    });
+    out
+}
+
+/// `body` over disjoint ranges of the columns `0..n`, on rayon's threads
+/// when `work` (block products) is worth waking them.
+fn for_columns(n: usize, work: usize, body: impl Fn(Range<usize>) + Sync) {
     let threads = rayon::current_num_threads();
-    if threads <= 1 || n * m * kb < SERIAL_WORK {
+    if threads <= 1 || work < SERIAL_WORK {
         body(0..n);
     } else {
         // A few work items per thread, so that a thread descheduled on a
@@ -375,7 +401,6 @@ fn matmul<B: WeightBlock>(
             .into_par_iter()
             .for_each(|c| body(c * per..((c + 1) * per).min(n)));
     }
-    out
 }
 
 /// Output columns `cols` of every row.
@@ -501,7 +526,7 @@ fn dot_scalar<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn hsum(acc: __m256) -> f32 {
+pub(super) fn hsum(acc: __m256) -> f32 {
     use std::arch::x86_64::*;
     let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));

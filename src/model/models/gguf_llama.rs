@@ -30,6 +30,15 @@ impl Linear {
         })
     }
 
+    /// The output layer: as [`Self::new`], but `Q8_0` weights meet the
+    /// activations in f32 (see [`QuantMatmul::with_f32_activations`]).
+    fn output(t: QTensor) -> Result<Self> {
+        Ok(match Self::new(t)? {
+            Self::Simd(q) => Self::Simd(q.with_f32_activations()),
+            other => other,
+        })
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Simd(q) => q.forward(x),
@@ -156,7 +165,7 @@ impl LlamaGguf {
             cache: vec![None; layers.len()],
             layers,
             norm,
-            output: Linear::new(output)?,
+            output: Linear::output(output)?,
             n_head,
             n_kv_head,
             head_dim,

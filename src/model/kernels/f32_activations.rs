@@ -1,0 +1,139 @@
+//! `Q8_0` weights times f32 activations: each weight block dequantised in
+//! registers (`d * q`, as the f32 model's weights are) and multiplied with
+//! the activations as they are. The 8-bit kernels of [`super::q4_1`] round
+//! every activation block to 8 bits first, as llama.cpp does; that is most
+//! of what separates their logits from the f32 model's where two tokens
+//! are nearly tied (`endless bench sample --check`). Used for the output
+//! layer only, and there for the largest products of the 8-bit kernel
+//! ([`refine_top`]): about four times its arithmetic per product.
+
+use super::q4_1::{Isa, W8Block, QK};
+
+/// Activation rows a weight row is multiplied with at once.
+const TILE: usize = 4;
+
+/// Logits per row recomputed exactly: the largest of the 8-bit product.
+pub(super) const REFINED: usize = 64;
+
+/// Recompute with f32 activations the [`REFINED`] largest of each row of
+/// `out` (`m` rows of `n` products of `xs`' rows with the weight rows `w`,
+/// from the 8-bit kernel). The 8-bit product is off by a few hundredths
+/// here; whichever token is largest exactly is among its top 64, and only
+/// near-ties at the top decide the next token. The exact product of every
+/// row would cost more than the rest of a decoding step.
+pub(super) fn refine_top(w: &[W8Block], n: usize, xs: &[f32], m: usize, out: &mut [f32], isa: Isa) {
+    let k = xs.len() / m.max(1);
+    let kb = k / QK;
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    for (row, x) in out.chunks_exact_mut(n).zip(xs.chunks_exact(k)) {
+        order.clear();
+        order.extend(0..n);
+        if n > REFINED {
+            order.select_nth_unstable_by(REFINED - 1, |&a, &b| row[b].total_cmp(&row[a]));
+            order.truncate(REFINED);
+        }
+        for &col in &order {
+            row[col] = dots(&w[col * kb..(col + 1) * kb], x, k, isa)[0];
+        }
+    }
+}
+
+/// One weight row against up to [`TILE`] activation rows of `k` values.
+fn dots(w: &[W8Block], rows: &[f32], k: usize, isa: Isa) -> [f32; TILE] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Avx2 is only chosen where AVX2 and FMA were detected.
+        Isa::Avx2 => unsafe { dots_avx2(w, rows, k) },
+        _ => dots_scalar(w, rows, k),
+    }
+}
+
+fn dots_scalar(w: &[W8Block], rows: &[f32], k: usize) -> [f32; TILE] {
+    let mut out = [0f32; TILE];
+    for (o, x) in out.iter_mut().zip(rows.chunks_exact(k)) {
+        for (b, x) in w.iter().zip(x.chunks_exact(QK)) {
+            for (&q, &x) in b.qs.iter().zip(x) {
+                *o += b.d * q as f32 * x;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dots_avx2(w: &[W8Block], rows: &[f32], k: usize) -> [f32; TILE] {
+    use std::arch::x86_64::*;
+    let r = rows.len() / k;
+    assert!(r <= TILE && w.len() * QK == k);
+    let mut acc = [_mm256_setzero_ps(); TILE];
+    for (b, blk) in w.iter().enumerate() {
+        // SAFETY: 32 bytes of `qs`; AVX2 is enabled.
+        let q = unsafe { _mm256_loadu_si256(blk.qs.as_ptr().cast()) };
+        let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+        let d = _mm256_set1_ps(blk.d);
+        let wd = [
+            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))),
+            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)))),
+            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))),
+            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)))),
+        ];
+        for (j, acc) in acc.iter_mut().enumerate().take(r) {
+            let x = &rows[j * k + b * QK..j * k + (b + 1) * QK];
+            for (i, wd) in wd.iter().enumerate() {
+                // SAFETY: 8 floats of the block's 32.
+                let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(i * 8)) };
+                *acc = _mm256_fmadd_ps(*wd, xv, *acc);
+            }
+        }
+    }
+    std::array::from_fn(|j| super::q4_1::hsum(acc[j]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::q4_1::QuantMatmul;
+    use super::REFINED;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    /// Each row's largest products are the dequantised weights' f32 product
+    /// (up to the order of additions), the others the 8-bit product's.
+    #[test]
+    fn q8_0_with_f32_activations_is_exact_at_the_top() {
+        let dev = Device::Cpu;
+        for n in [300usize, 3] {
+            let w = Tensor::randn(0f32, 1.0, (n, 128), &dev).unwrap();
+            let q = QTensor::quantize(&w, GgmlDType::Q8_0).unwrap();
+            let exact = q.dequantize(&dev).unwrap();
+            let plain = QuantMatmul::from_qtensor(&q).unwrap().unwrap();
+            let ours = QuantMatmul::from_qtensor(&q).unwrap().unwrap().with_f32_activations();
+            for m in [1usize, 2, 5] {
+                let x = Tensor::randn(0f32, 1.0, (m, 128), &dev).unwrap();
+                let want: Vec<Vec<f32>> = x.matmul(&exact.t().unwrap()).unwrap().to_vec2().unwrap();
+                let eight_bit: Vec<Vec<f32>> = plain.forward(&x).unwrap().to_vec2().unwrap();
+                for isa in [super::Isa::detect(), super::Isa::Scalar] {
+                    let got: Vec<Vec<f32>> = ours.forward_with(&x, isa).unwrap().to_vec2().unwrap();
+                    for r in 0..m {
+                        let mut by_size: Vec<usize> = (0..n).collect();
+                        by_size.sort_by(|&a, &b| eight_bit[r][b].total_cmp(&eight_bit[r][a]));
+                        for (rank, &c) in by_size.iter().enumerate() {
+                            let (reference, tol) = if rank < REFINED {
+                                (want[r][c], 1e-4)
+                            } else {
+                                (eight_bit[r][c], 1e-5)
+                            };
+                            let d = (got[r][c] - reference).abs();
+                            assert!(d < tol, "n={n} m={m} {isa:?} rank {rank}: {d}");
+                        }
+                        // The refined products moved: 8 bits are not exact.
+                        if n > REFINED {
+                            let c = by_size[0];
+                            assert!((eight_bit[r][c] - want[r][c]).abs() > 1e-6, "n={n} m={m}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
