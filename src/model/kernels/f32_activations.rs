@@ -7,7 +7,7 @@
 //! layer only, and there for the largest products of the 8-bit kernel
 //! ([`refine_top`]): about four times its arithmetic per product.
 
-use super::q4_1::{Isa, W8Block, QK};
+use super::blocks::{Isa, W8Block, QK};
 
 /// Activation rows a weight row is multiplied with at once.
 const TILE: usize = 4;
@@ -87,13 +87,13 @@ fn dots_avx2(w: &[W8Block], rows: &[f32], k: usize) -> [f32; TILE] {
             }
         }
     }
-    std::array::from_fn(|j| super::q4_1::hsum(acc[j]))
+    std::array::from_fn(|j| super::blocks::hsum(acc[j]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::q4_1::QuantMatmul;
-    use super::REFINED;
+    use super::{Isa, REFINED};
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
@@ -112,7 +112,7 @@ mod tests {
                 let x = Tensor::randn(0f32, 1.0, (m, 128), &dev).unwrap();
                 let want: Vec<Vec<f32>> = x.matmul(&exact.t().unwrap()).unwrap().to_vec2().unwrap();
                 let eight_bit: Vec<Vec<f32>> = plain.forward(&x).unwrap().to_vec2().unwrap();
-                for isa in [super::Isa::detect(), super::Isa::Scalar] {
+                for isa in [Isa::detect(), Isa::Scalar] {
                     let got: Vec<Vec<f32>> = ours.forward_with(&x, isa).unwrap().to_vec2().unwrap();
                     for r in 0..m {
                         let mut by_size: Vec<usize> = (0..n).collect();

@@ -3,6 +3,7 @@
 //! [`f32_activations`]) and the fused training ops with backward passes
 //! ([`train_ops`]).
 
+mod blocks;
 pub mod f32_activations;
 pub mod q4_1;
 pub mod train_ops;

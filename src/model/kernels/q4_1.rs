@@ -25,8 +25,8 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Result, Tensor};
 use std::ops::Range;
 
-/// Values per block.
-pub(super) const QK: usize = 32;
+use super::blocks::{hsum, Isa, W8Block, QK};
+
 /// Activation rows a weight row is multiplied with at once (rows > 1).
 const TILE: usize = 8;
 /// Block products below which a matmul runs on the calling thread: waking
@@ -40,14 +40,6 @@ struct WBlock {
     d: f32,
     m: f32,
     qs: [u8; 16],
-}
-
-/// One `Q8_0` weight block: `x = d * q`.
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub(super) struct W8Block {
-    pub(super) d: f32,
-    pub(super) qs: [i8; 32],
 }
 
 /// One activation block: `x ≈ d * q`, and `s = d * Σq`.
@@ -234,27 +226,6 @@ impl WeightBlock for W8Block {
             _mm256_set1_epi16(1),
         );
         _mm256_cvtepi32_ps(p)
-    }
-}
-
-/// The kernels a processor can run.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Isa {
-    Scalar,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-impl Isa {
-    /// The fastest this processor runs.
-    pub(super) fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                return Self::Avx2;
-            }
-        }
-        Self::Scalar
     }
 }
 
@@ -521,17 +492,6 @@ fn dot_scalar<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
         }
     }
     sum
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-pub(super) fn hsum(acc: __m256) -> f32 {
-    use std::arch::x86_64::*;
-    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
-    _mm_cvtss_f32(s)
 }
 
 /// One weight row (`w`) against one activation row of as many blocks.

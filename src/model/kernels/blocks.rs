@@ -1,0 +1,49 @@
+//! What the quantized kernels share: the block size, the `Q8_0` weight
+//! block, the instruction sets they choose between, a horizontal sum.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::__m256;
+
+/// Values per block.
+pub(super) const QK: usize = 32;
+
+/// One `Q8_0` weight block: `x = d * q`.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(super) struct W8Block {
+    pub(super) d: f32,
+    pub(super) qs: [i8; 32],
+}
+
+/// The kernels a processor can run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Isa {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Isa {
+    /// The fastest this processor runs.
+    pub(super) fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return Self::Avx2;
+            }
+        }
+        Self::Scalar
+    }
+}
+
+/// The sum of the eight lanes of `acc`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn hsum(acc: __m256) -> f32 {
+    use std::arch::x86_64::*;
+    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+    _mm_cvtss_f32(s)
+}
