@@ -4,7 +4,8 @@
 //! or hanging step names its line and leaves nothing in the cache, a
 //! setup script may write into its working directory, and multi-stage
 //! builds copy from their earlier stages (which may start from stages
-//! before them).
+//! before them); what a build would take from the cache is said without
+//! building.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
@@ -478,6 +479,52 @@ fn a_stage_may_start_from_an_earlier_stage() {
         "{record:?}"
     );
     assert!(of_stage(0).is_empty(), "`base` itself is not built apart");
+}
+
+#[test]
+fn the_build_state_says_which_steps_a_build_would_run() {
+    use endless::sandbox::local::StepCacheState::{Cached, Config, Runs};
+    let cache = tempfile::tempdir().unwrap();
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
+    let dockerfile =
+        |last: &str| format!("RUN echo one > /opt/one\nENV X=1\nRUN echo {last} > /opt/last\n");
+    let state = |t: &Task| {
+        let env = endless::workbench::task_env(&b, t);
+        assert_eq!(env.task_id, "state");
+        let s = env.build.unwrap();
+        assert_eq!((s.base, s.note), (None, None), "the host base");
+        (s.built.is_some(), s.steps.iter().map(|s| s.cache).collect::<Vec<_>>())
+    };
+    // The account, RUN, ENV, RUN, the finish.
+    let task = docker_task("state", &dockerfile("two"));
+    assert_eq!(state(&task), (false, vec![Runs, Runs, Config, Runs, Runs]));
+    b.prepare(&task).unwrap();
+    let (built, after) = state(&task);
+    assert!(built);
+    assert!(
+        after.iter().all(|s| matches!(s, Cached(_) | Config)),
+        "{after:?}"
+    );
+    assert!(matches!(after[1], Cached(n) if n >= 4), "/opt/one: {after:?}");
+    // A change in the last RUN: it and the finish would run again.
+    let changed = docker_task("state", &dockerfile("three"));
+    let (built, steps) = state(&changed);
+    assert!(!built);
+    assert!(
+        matches!(steps[..], [Cached(_), Cached(_), Config, Runs, Runs]),
+        "{steps:?}"
+    );
+    // A base that is not stored is named, and nothing is pulled.
+    let elsewhere = docker_task("state", "FROM 127.0.0.1:9/none:1\nRUN true\n");
+    let env = endless::workbench::task_env(&b, &elsewhere);
+    assert_eq!(env.written.as_deref(), Some("127.0.0.1:9/none:1"));
+    let why = env.build.unwrap_err();
+    assert!(
+        why.contains("127.0.0.1:9/none:1") && why.contains("not stored yet"),
+        "{why}"
+    );
 }
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop.
