@@ -128,12 +128,14 @@ fn harbor_tasks(dir: &Path, base: &str) {
 /// twice; returns the two wall times and the verdicts of the first run,
 /// after checking that both passed, oracles included, on the same images.
 fn import_and_validate(ws: &Path, dir: &Path) -> (Duration, Duration, serde_json::Value) {
+    let t = Instant::now();
     let out = endless(ws, &["tasks", "import", dir.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    eprintln!("import: {:.1?}", t.elapsed());
     let t0 = Instant::now();
     let first = json(&endless(ws, &["tasks", "validate", "--all", "--json"]));
     let cold = t0.elapsed();
@@ -251,4 +253,7 @@ fn harbor_tasks_installing_packages_build_from_a_registry_and_on_an_aliased_base
         );
     }
     assert!(warm * 3 < cold, "the second validation builds nothing: {warm:?} vs {cold:?}");
+    let t = Instant::now();
+    drop(work);
+    eprintln!("clean-up: {:.1?}", t.elapsed());
 }
