@@ -11,7 +11,6 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
 use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -25,7 +24,6 @@ mod support;
 use support::verifier::verify_both;
 
 const T: Duration = Duration::from_secs(20);
-const NOBODY: u32 = 65_534;
 const INNER: &str = "ENDLESS_ATTACK_INNER";
 
 /// A scenario: what one attack does, and what must (not) happen.
@@ -53,77 +51,9 @@ fn rootless() -> bool {
     uid() != 0
 }
 
-/// Re-run test `name` of this binary as uid 65534. One at a time: without
-/// writable cgroups the rootless sandbox falls back to rlimits, which count
-/// every process of the user (a fork bomb in one run would starve another).
+/// Re-run test `name` of this binary as uid 65534 (see [`support::nobody`]).
 fn as_nobody(name: &str) {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::Builder::new()
-        .prefix("endless-attack-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe = dir.path().join("attacks");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let home = dir.path().join("home");
-    std::fs::create_dir(&home).unwrap();
-    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
-    let probe = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "unshare",
-            "-U",
-            "true",
-        ])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("SKIP as uid 65534: unprivileged user namespaces are not available here");
-        return;
-    }
-    let run = || {
-        Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--",
-            ])
-            .arg(&exe)
-            .args(["--exact", name, "--nocapture", "--test-threads=1"])
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
-            .env("HOME", &home)
-            .env(INNER, "1")
-            .current_dir(&home)
-            .output()
-            .unwrap()
-    };
-    // A child forked by another test's thread while the copy was open for
-    // writing holds it until that child execs (sandbox set-up can take a
-    // while): the exec then fails with ETXTBSY. Try again shortly.
-    let mut out = run();
-    for _ in 0..20 {
-        if !String::from_utf8_lossy(&out.stderr).contains("Text file busy") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-        out = run();
-    }
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "as uid 65534:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "as uid 65534, the test did not run:\n{text}"
-    );
+    support::nobody::rerun(name, INNER);
 }
 
 fn backend(limits: Limits) -> Option<LocalBackend> {

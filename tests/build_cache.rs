@@ -3,7 +3,9 @@
 //! tasks sharing a prefix build it once (also at the same time), a failing
 //! or hanging step names its line and leaves nothing in the cache, a
 //! setup script may write into its working directory, and multi-stage
-//! builds copy from their earlier stages.
+//! builds copy from their earlier stages (which may start from stages
+//! before them); what a build would take from the cache is said without
+//! building.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
@@ -12,6 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use endless::images::Progress;
 use endless::sandbox::local::{build_record, LocalBackend, StepOutcome};
 use endless::sandbox::{Backend, Image, SandboxError, SessionOptions};
 use endless::task::{FileTree, Task, TaskMeta};
@@ -404,6 +407,124 @@ fn multi_stage_builds_copy_from_earlier_stages() {
         .unwrap_err()
         .to_string();
     assert!(msg.contains("line 2") && msg.contains("nowhere"), "{msg}");
+}
+
+#[test]
+fn a_stage_may_start_from_an_earlier_stage() {
+    let cache = tempfile::tempdir().unwrap();
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
+    let dockerfile = "FROM host AS base\n\
+                      RUN echo base > /opt/base-file\n\
+                      ENV FROM_BASE=yes\n\
+                      FROM base AS tools\n\
+                      RUN echo tool-$FROM_BASE > /opt/tool\n\
+                      FROM base AS docs\n\
+                      RUN echo docs > /opt/docs\n\
+                      FROM base\n\
+                      COPY --from=tools /opt/tool /opt/tool-copy\n\
+                      COPY --from=docs /opt/docs /opt/docs-copy\n\
+                      RUN echo $FROM_BASE > /opt/env\n";
+    let reported = std::sync::Mutex::new(Vec::new());
+    let record = |p: &Progress| reported.lock().unwrap().push(p.clone());
+    let image = b
+        .prepare_reporting(&docker_task("from-stage", dockerfile), &record)
+        .unwrap();
+    // Every step is reported, numbered through the whole build: the two
+    // stages (3 steps each), then the image (its account, 5 steps, finish).
+    let steps: Vec<(usize, usize, bool)> = reported
+        .into_inner()
+        .unwrap()
+        .iter()
+        .map(|p| match p {
+            Progress::Step {
+                index,
+                steps,
+                cached,
+                ..
+            } => (*index, *steps, *cached),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        steps.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>(),
+        (1..=13).map(|i| (i, 13)).collect::<Vec<_>>()
+    );
+    assert!(steps[3].2, "the second stage's first step is cached: {steps:?}");
+    let out = run(
+        &b,
+        &image,
+        "cat /opt/base-file /opt/tool-copy /opt/docs-copy /opt/env; ls /opt/tool /opt/docs 2>&1 | wc -l",
+    );
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["base", "tool-yes", "docs", "yes", "2"], "{out}");
+    // Both stages go on from `base`: its steps are built once, in the
+    // first, and taken from the cache in the second.
+    let record = build_record(&image);
+    let of_stage = |i: usize| -> Vec<(usize, StepOutcome)> {
+        record
+            .iter()
+            .filter(|s| s.stage == Some(i))
+            .map(|s| (s.index, s.outcome))
+            .collect()
+    };
+    assert_eq!(
+        of_stage(1),
+        [(1, StepOutcome::Built), (2, StepOutcome::Config), (3, StepOutcome::Built)],
+        "{record:?}"
+    );
+    assert_eq!(
+        of_stage(2),
+        [(1, StepOutcome::Cached), (2, StepOutcome::Config), (3, StepOutcome::Built)],
+        "{record:?}"
+    );
+    assert!(of_stage(0).is_empty(), "`base` itself is not built apart");
+}
+
+#[test]
+fn the_build_state_says_which_steps_a_build_would_run() {
+    use endless::sandbox::local::StepCacheState::{Cached, Config, Runs};
+    let cache = tempfile::tempdir().unwrap();
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
+    let dockerfile =
+        |last: &str| format!("RUN echo one > /opt/one\nENV X=1\nRUN echo {last} > /opt/last\n");
+    let state = |t: &Task| {
+        let env = endless::workbench::task_env(&b, t);
+        assert_eq!(env.task_id, "state");
+        let s = env.build.unwrap();
+        assert_eq!((s.base, s.note), (None, None), "the host base");
+        (s.built.is_some(), s.steps.iter().map(|s| s.cache).collect::<Vec<_>>())
+    };
+    // The account, RUN, ENV, RUN, the finish.
+    let task = docker_task("state", &dockerfile("two"));
+    assert_eq!(state(&task), (false, vec![Runs, Runs, Config, Runs, Runs]));
+    b.prepare(&task).unwrap();
+    let (built, after) = state(&task);
+    assert!(built);
+    assert!(
+        after.iter().all(|s| matches!(s, Cached(_) | Config)),
+        "{after:?}"
+    );
+    assert!(matches!(after[1], Cached(n) if n >= 4), "/opt/one: {after:?}");
+    // A change in the last RUN: it and the finish would run again.
+    let changed = docker_task("state", &dockerfile("three"));
+    let (built, steps) = state(&changed);
+    assert!(!built);
+    assert!(
+        matches!(steps[..], [Cached(_), Cached(_), Config, Runs, Runs]),
+        "{steps:?}"
+    );
+    // A base that is not stored is named, and nothing is pulled.
+    let elsewhere = docker_task("state", "FROM 127.0.0.1:9/none:1\nRUN true\n");
+    let env = endless::workbench::task_env(&b, &elsewhere);
+    assert_eq!(env.written.as_deref(), Some("127.0.0.1:9/none:1"));
+    let why = env.build.unwrap_err();
+    assert!(
+        why.contains("127.0.0.1:9/none:1") && why.contains("not stored yet"),
+        "{why}"
+    );
 }
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop.

@@ -4,18 +4,18 @@
 //! whiteout, an opaque directory and a hard link) and pushes it with
 //! `oci-client`; then `endless` pulls it, a task builds `FROM` it and runs,
 //! and its tests pass through the host's verifier runtime. Tampered blobs
-//! and unknown images are refused.
+//! and unknown images are refused. Run as root, the rootless test runs
+//! again as uid 65534.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use endless::images::{pull, ImageError, ImageRef, ImageStore};
+use endless::images::{pull, pull_from, ImageError, ImageRef, ImageStore, Progress};
 use endless::sandbox::local::{image_store_dir, LocalBackend};
 use endless::sandbox::{Backend, SessionOptions};
 use endless::task::{FileTree, Task, TaskMeta};
@@ -24,67 +24,10 @@ use oci_client::client::{Config, ImageLayer};
 use oci_client::secrets::RegistryAuth;
 use sha2::{Digest, Sha256};
 
+mod support;
+use support::registry::{debian_base_tar, start_registry};
+
 const T: Duration = Duration::from_secs(30);
-
-/// A registry on 127.0.0.1, stopped on drop.
-struct Registry {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_registry() -> Option<Registry> {
-    let bin = ["/usr/bin/docker-registry", "/usr/sbin/docker-registry"]
-        .into_iter()
-        .find(|p| Path::new(p).exists());
-    let Some(bin) = bin else {
-        eprintln!("SKIP: docker-registry is not installed (apt-get install docker-registry)");
-        return None;
-    };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
-            dir.path().join("data").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(bin)
-        .arg("serve")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let r = Registry { child, port, dir };
-    let until = Instant::now() + T;
-    while Instant::now() < until {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n");
-            let mut head = String::new();
-            let _ = s.read_to_string(&mut head);
-            if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
-                return Some(r);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("the registry did not start on port {port}");
-}
 
 /// The files `bins` need: (the path they are loaded by, with its directory
 /// resolved; the file's canonical path). The two differ for versioned
@@ -431,6 +374,60 @@ fn a_task_builds_from_a_pulled_image_and_its_tests_pass() {
 }
 
 #[test]
+fn a_pull_reports_its_layers_and_bytes() {
+    let Some(reg) = start_registry() else { return };
+    push(reg.port, "endless/progress:1");
+    let cache = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(cache.path());
+    let reference = ImageRef::parse(&format!("127.0.0.1:{}/endless/progress:1", reg.port)).unwrap();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let record = |p: &Progress| seen.lock().unwrap().push(p.clone());
+    let report = pull_from(&store, &reference, &reference, &record).unwrap();
+    let seen = seen.into_inner().unwrap();
+    let counts: Vec<(usize, usize, u64, u64)> = seen
+        .iter()
+        .map(|p| match p {
+            Progress::Pull {
+                reference: r,
+                layers_done,
+                layers,
+                bytes_done,
+                bytes,
+            } => {
+                assert_eq!(r, &reference.canonical());
+                (*layers_done, *layers, *bytes_done, *bytes)
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let total = counts[0].3;
+    assert!(total > 0);
+    assert_eq!(counts[0], (0, 2, 0, total), "{counts:?}");
+    assert_eq!(counts.last(), Some(&(2, 2, total, total)), "{counts:?}");
+    assert_eq!(report.bytes, total);
+    // Bytes and layers only grow; bytes come during a download, not only
+    // at its end (the base layer is over the 256 KiB reporting step).
+    assert!(
+        counts.windows(2).all(|w| w[1].0 >= w[0].0 && w[1].2 >= w[0].2),
+        "{counts:?}"
+    );
+    assert!(
+        counts.iter().any(|c| c.0 == 0 && c.2 > 0),
+        "no progress within the first layer: {counts:?}"
+    );
+    // A second pull finds every layer stored: one report, all done.
+    let again = std::sync::Mutex::new(Vec::new());
+    let record = |p: &Progress| again.lock().unwrap().push(p.clone());
+    pull_from(&store, &reference, &reference, &record).unwrap();
+    let again = again.into_inner().unwrap();
+    assert!(
+        matches!(&again[..], [Progress::Pull { layers_done: 2, bytes_done, .. }] if *bytes_done == total),
+        "{again:?}"
+    );
+    drop(reg);
+}
+
+#[test]
 fn tampered_blobs_and_unknown_images_are_refused() {
     let Some(reg) = start_registry() else { return };
     push(reg.port, "endless/tampered:1");
@@ -511,6 +508,67 @@ fn oci_layout(dir: &Path, name: &str) {
         serde_json::to_vec(&top_index).unwrap(),
     )
     .unwrap();
+}
+
+/// Set in the inner run of [`images_work_for_a_rootless_endless`] (as uid 65534).
+const ROOTLESS_INNER: &str = "ENDLESS_IMAGES_ROOTLESS_INNER";
+
+#[test]
+fn images_work_for_a_rootless_endless() {
+    if cfg!(not(target_arch = "x86_64")) {
+        eprintln!("SKIP: the test image is made of x86_64 host binaries");
+        return;
+    }
+    if root() {
+        // As root the backend maps a range of ids; the rootless path is
+        // the one an unprivileged user gets.
+        support::nobody::rerun("images_work_for_a_rootless_endless", ROOTLESS_INNER);
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let backend = match LocalBackend::new(cache.path()) {
+        Ok(b) => b,
+        Err(e) if std::env::var_os(ROOTLESS_INNER).is_none() => {
+            eprintln!("SKIP: local backend unavailable here: {e}");
+            return;
+        }
+        Err(e) => panic!("the local backend does not start rootless: {e}"),
+    };
+    assert!(backend.is_rootless());
+    let store = ImageStore::new(&image_store_dir(cache.path()));
+    let layout = cache.path().join("layout");
+    oci_layout(&layout, "example.org/rootless:1");
+    endless::images::load(&store, &layout, None).unwrap();
+    let mut task = a_task_from("example.org/rootless:1");
+    task.meta.task.id = "rootless-image".into();
+    task.environment.insert_text(
+        "Dockerfile",
+        "FROM example.org/rootless:1\n\
+         RUN rm /opt/stuff/b.txt && echo c > /opt/stuff/c.txt && rm /etc/motd-link\n",
+    );
+    let image = backend.prepare(&task).unwrap();
+    let mut s = backend.start(&image, &SessionOptions::default()).unwrap();
+    let out = s
+        .exec(
+            "cat /etc/motd-endless; ls /etc/old.conf /etc/motd-link 2>&1; ls /opt/stuff; id -un",
+            T,
+        )
+        .unwrap()
+        .output;
+    s.close();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"from layer two"), "{out}");
+    // The layer's whiteout hides the base's file; the step's deletion too.
+    assert!(
+        lines[1].contains("old.conf") && lines[1].contains("No such file"),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains("motd-link") && lines[2].contains("No such file"),
+        "{out}"
+    );
+    // The opaque directory hides the base's a.txt; the step removed b.txt.
+    assert_eq!(lines[3..], ["c.txt", "user"], "{out}");
 }
 
 /// A classic `docker save` archive of the test image.
@@ -701,24 +759,6 @@ fn aliases_and_mirrors_give_a_task_its_base() {
         .to_string();
     assert!(e.contains("endless/none:1") && e.contains("[images"), "{e}");
     drop(reg);
-}
-
-/// The Debian base of the package-install test, built once with mmdebstrap
-/// and cached under `target/tmp` between runs.
-fn debian_base_tar() -> PathBuf {
-    let cached = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bookworm-minbase-ca.tar");
-    if !cached.is_file() {
-        let spec = endless::images::BaseSpec {
-            packages: vec!["ca-certificates".into()],
-            ..Default::default()
-        };
-        let tmp = cached.with_extension("partial");
-        endless::images::debian_rootfs_tar(&spec, &tmp).expect(
-            "mmdebstrap (installed by scripts/setup.sh) builds a bookworm base from deb.debian.org",
-        );
-        std::fs::rename(&tmp, &cached).unwrap();
-    }
-    cached
 }
 
 #[test]

@@ -6,23 +6,34 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use super::print_json;
+use super::progress::{BarStyle, JobBar};
 use crate::cli::ImagesCommand;
-use crate::images::{load, ImageRef, ImageStore, Resolver};
-use crate::sandbox::local::image_store_dir;
-use crate::workbench::{image_users, Context};
+use crate::images::{load, ImageRef};
+use crate::jobs::JobContext;
+use crate::workbench::{image_store, image_users, pull_images, Context};
 
 /// Run one `endless images` subcommand.
 pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
-    let store = ImageStore::new(&image_store_dir(&ctx.paths.cache_dir.join("sandbox")));
+    let store = image_store(ctx);
     match cmd {
         ImagesCommand::Pull { references, json } => {
-            let resolver = Resolver::new(ctx.config.images.clone());
-            let mut reports = Vec::new();
-            for r in references {
-                let reference = ImageRef::parse(&r)?;
-                let source = resolver.source_of(&reference)?;
-                let report = crate::images::pull_from(&store, &reference, &source)?;
-                if !json {
+            // Layers and bytes on a bar (drawn only on a terminal).
+            let (job, events) = JobContext::standalone("pull");
+            let bar = JobBar::start(
+                events,
+                BarStyle {
+                    template: "{spinner} {bar:30} {wide_msg}",
+                    stage_as_message: true,
+                    print_logs: false,
+                },
+            );
+            let reports = pull_images(ctx, &references, &job);
+            bar.finish_and_clear();
+            let reports = reports?;
+            if json {
+                print_json(&reports)?;
+            } else {
+                for report in &reports {
                     say!(
                         "{}  {}  {} layers ({} downloaded, {} bytes)",
                         report.reference,
@@ -32,10 +43,6 @@ pub fn run(ctx: &Context, cmd: ImagesCommand) -> Result<ExitCode> {
                         report.bytes
                     );
                 }
-                reports.push(report);
-            }
-            if json {
-                print_json(&reports)?;
             }
         }
         ImagesCommand::List { json } => {

@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use rayon::prelude::*;
 
 use super::print_json;
+use super::progress::{BarStyle, JobBar};
 use crate::cli::{ExportFormat, TasksCommand};
 use crate::fsutil::AtomicDir;
 use crate::jobs::JobContext;
@@ -146,20 +147,35 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
         }
         TasksCommand::Validate { ids, all, json } => {
             let ids = select(&ws, ids, all)?;
-            let (job, _events) = JobContext::standalone("validate");
+            let (job, events) = JobContext::standalone("validate");
+            // Tasks done, and what is being pulled or built, on a bar
+            // (drawn only on a terminal).
+            let bar = JobBar::start(
+                events,
+                BarStyle {
+                    template: "{spinner} {pos}/{len} tasks {wide_msg}",
+                    stage_as_message: true,
+                    print_logs: false,
+                },
+            );
+            let above = bar.bar().clone();
             // One line per task as it finishes, unless `--json`.
             let backend = ctx.backend()?;
             let results = validate_tasks(ctx, Ok(backend), &ids, &job, |v| {
                 if !json {
-                    match v.ok {
-                        true => say!("ok      {}", v.id),
-                        false => say!("invalid {}: {}", v.id, v.problems.join("; ")),
-                    }
-                    for note in v.notes() {
-                        say!("        {}: note: {note}", v.id);
-                    }
+                    above.suspend(|| {
+                        match v.ok {
+                            true => say!("ok      {}", v.id),
+                            false => say!("invalid {}: {}", v.id, v.problems.join("; ")),
+                        }
+                        for note in v.notes() {
+                            say!("        {}: note: {note}", v.id);
+                        }
+                    });
                 }
-            })?;
+            });
+            bar.finish_and_clear();
+            let results = results?;
             let bad = results.iter().filter(|r| !r.ok).count();
             if json {
                 print_json(&results)?;

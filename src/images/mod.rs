@@ -6,6 +6,7 @@
 mod base;
 mod error;
 mod load;
+mod progress;
 mod pull;
 mod reference;
 mod resolve;
@@ -15,6 +16,7 @@ mod unpack;
 pub use base::{build_base, debian_rootfs_tar, register_rootfs, BaseSpec};
 pub use error::ImageError;
 pub use load::{load, LoadReport};
+pub use progress::{megabytes, no_progress, Progress, ProgressFn};
 pub use pull::{client_for, pull, pull_from, PullReport};
 pub use reference::{is_host, ImageRef, HOST};
 pub use resolve::{Base, Resolver};

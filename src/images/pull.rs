@@ -1,6 +1,7 @@
 //! Pulling an image from an OCI registry with `oci-client`: the manifest
 //! (a manifest list resolves to this machine's platform), the config and
-//! every layer, each digest-checked before it enters the store.
+//! every layer, each digest-checked before it enters the store. Layers and
+//! bytes done are reported as [`Progress::Pull`] while it runs.
 //!
 //! Registries on loopback addresses are reached over plain HTTP, as Docker
 //! does. Credentials come from `ENDLESS_REGISTRY_USERNAME` /
@@ -13,8 +14,13 @@ use oci_client::errors::{DigestError, OciDistributionError};
 use oci_client::secrets::RegistryAuth;
 use oci_client::Client;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::AsyncWrite;
+
 use super::store::{ImageConfig, StoredImage, StoredLayer};
-use super::{ImageError, ImageRef, ImageStore};
+use super::{no_progress, ImageError, ImageRef, ImageStore, Progress, ProgressFn};
 
 /// Layer media types we can unpack.
 pub(super) const LAYER_TYPES: &[&str] = &[
@@ -42,33 +48,73 @@ pub struct PullReport {
 /// Pull `reference` into `store` (blocking; runs its own runtime on a
 /// thread of its own, so it may be called from anywhere).
 pub fn pull(store: &ImageStore, reference: &ImageRef) -> Result<PullReport, ImageError> {
-    pull_from(store, reference, reference)
+    pull_from(store, reference, reference, &no_progress)
 }
 
 /// Pull `reference` from `source` (the same image on a mirror) and register
-/// it under `reference`.
+/// it under `reference`, reporting layers and bytes to `progress`.
 pub fn pull_from(
     store: &ImageStore,
     reference: &ImageRef,
     source: &ImageRef,
+    progress: ProgressFn<'_>,
 ) -> Result<PullReport, ImageError> {
-    let store = store.clone();
-    let reference = reference.clone();
-    let source = source.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ImageError::io("start a runtime", "tokio")(e))?;
-        rt.block_on(pull_async(&store, &reference, &source))
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| ImageError::io("start a runtime", "tokio")(e))?;
+                rt.block_on(pull_async(store, reference, source, progress))
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(ImageError::Malformed {
+                    reference: "(pull)".into(),
+                    reason: "the pull thread panicked".into(),
+                })
+            })
     })
-    .join()
-    .unwrap_or_else(|_| {
-        Err(ImageError::Malformed {
-            reference: "(pull)".into(),
-            reason: "the pull thread panicked".into(),
-        })
-    })
+}
+
+/// A download's file, counting what is written to it and reporting the
+/// bytes of the whole pull now and then (every 1% or 256 KiB).
+struct Counting<'a, W> {
+    inner: W,
+    /// Bytes of the pull done before this download, and in this one so far.
+    before: u64,
+    written: u64,
+    reported: u64,
+    report: &'a (dyn Fn(u64) + Sync),
+    every: u64,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Counting<'_, W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &r {
+            this.written += *n as u64;
+            if this.written - this.reported >= this.every {
+                this.reported = this.written;
+                (this.report)(this.before + this.written);
+            }
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 fn auth_for(registry: &str) -> RegistryAuth {
@@ -117,6 +163,7 @@ async fn pull_async(
     store: &ImageStore,
     reference: &ImageRef,
     source: &ImageRef,
+    progress: ProgressFn<'_>,
 ) -> Result<PullReport, ImageError> {
     let name = reference.canonical();
     let registry_error = |e: OciDistributionError| match e {
@@ -149,7 +196,7 @@ async fn pull_async(
     std::fs::write(&tmp, &config_bytes).map_err(ImageError::io("write config", &tmp))?;
     store.put_blob(&tmp, &manifest.config.digest, &name)?;
     let config = parse_config(&config_bytes, &name)?;
-    let mut report = PullReport {
+    let mut pulled_report = PullReport {
         reference: name.clone(),
         manifest_digest: manifest_digest.clone(),
         layers: manifest.layers.len(),
@@ -157,6 +204,23 @@ async fn pull_async(
         bytes: 0,
     };
     let mut layers = Vec::new();
+    let size = |l: &oci_client::manifest::OciDescriptor| l.size.max(0) as u64;
+    let total: u64 = manifest.layers.iter().map(size).sum();
+    let (mut layers_done, mut bytes_done) = (0, 0);
+    for layer in manifest.layers.iter().filter(|l| store.has_blob(&l.digest)) {
+        layers_done += 1;
+        bytes_done += size(layer);
+    }
+    let report = |layers_done: usize, bytes_done: u64| {
+        progress(&Progress::Pull {
+            reference: name.clone(),
+            layers_done,
+            layers: manifest.layers.len(),
+            bytes_done,
+            bytes: total,
+        })
+    };
+    report(layers_done, bytes_done);
     for layer in &manifest.layers {
         if !LAYER_TYPES.contains(&layer.media_type.as_str()) {
             return Err(ImageError::UnsupportedLayer {
@@ -167,9 +231,18 @@ async fn pull_async(
         }
         if !store.has_blob(&layer.digest) {
             let tmp = store.temp_path("layer")?;
-            let mut file = tokio::fs::File::create(&tmp)
+            let file = tokio::fs::File::create(&tmp)
                 .await
                 .map_err(ImageError::io("create download", &tmp))?;
+            let bytes_now = |b: u64| report(layers_done, b);
+            let mut file = Counting {
+                inner: file,
+                before: bytes_done,
+                written: 0,
+                reported: 0,
+                report: &bytes_now,
+                every: (total / 100).max(256 << 10),
+            };
             let pulled = client.pull_blob(oci, layer, &mut file).await;
             let flushed = tokio::io::AsyncWriteExt::flush(&mut file).await;
             drop(file);
@@ -179,8 +252,11 @@ async fn pull_async(
             }
             flushed.map_err(ImageError::io("write download", &tmp))?;
             store.put_blob(&tmp, &layer.digest, &name)?;
-            report.downloaded += 1;
-            report.bytes += layer.size.max(0) as u64;
+            pulled_report.downloaded += 1;
+            pulled_report.bytes += size(layer);
+            layers_done += 1;
+            bytes_done += size(layer);
+            report(layers_done, bytes_done);
         }
         layers.push(StoredLayer {
             digest: layer.digest.clone(),
@@ -189,12 +265,12 @@ async fn pull_async(
         });
     }
     store.register(&StoredImage {
-        reference: name,
+        reference: name.clone(),
         manifest_digest,
         layers,
         config,
     })?;
-    Ok(report)
+    Ok(pulled_report)
 }
 
 /// The honoured parts of an image config (`config.Env`, `WorkingDir`, `User`).

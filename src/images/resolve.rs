@@ -7,7 +7,9 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use super::{is_host, pull_from, ImageError, ImageRef, ImageStore, StoredImage};
+use super::{
+    is_host, no_progress, pull_from, ImageError, ImageRef, ImageStore, ProgressFn, StoredImage,
+};
 use crate::config::{BaseFallback, ImagesConfig, PullPolicy};
 
 /// The base a definition resolves to.
@@ -60,6 +62,16 @@ impl Resolver {
 
     /// The base `written` (a definition's `FROM`, or `None`) resolves to in `store`.
     pub fn resolve(&self, store: &ImageStore, written: Option<&str>) -> Result<Base, ImageError> {
+        self.resolve_reporting(store, written, &no_progress)
+    }
+
+    /// [`Resolver::resolve`], reporting a pull's progress to `progress`.
+    pub fn resolve_reporting(
+        &self,
+        store: &ImageStore,
+        written: Option<&str>,
+        progress: ProgressFn<'_>,
+    ) -> Result<Base, ImageError> {
         let Some(written) = written.map(str::trim).filter(|w| !w.is_empty()) else {
             return Ok(Base::Host { note: None });
         };
@@ -99,7 +111,7 @@ impl Resolver {
             },
             PullPolicy::Auto => {
                 let source = self.source_of(&reference)?;
-                match pull_from(store, &reference, &source) {
+                match pull_from(store, &reference, &source, progress) {
                     Ok(_) => match store.get(&reference) {
                         Some(image) => {
                             return Ok(Base::Image {

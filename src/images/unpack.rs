@@ -8,8 +8,11 @@
 //! sparse file claiming terabytes is refused; sparse files over
 //! [`MAX_SPARSE_BYTES`] are refused outright). Device nodes are skipped with a note.
 //! OCI whiteouts become overlayfs whiteouts: `.wh.NAME` a character device
-//! 0/0, `.wh..wh..opq` the `trusted.overlay.opaque` attribute on its
-//! directory (both need root; rootless unpacking notes and skips them).
+//! 0/0 (which Linux lets any user make since 5.8), `.wh..wh..opq` the
+//! opaque attribute on its directory: `trusted.overlay.opaque` for the
+//! sandbox's id range (overlays mounted as root), `user.overlay.opaque`
+//! when unpacking rootless (overlays mounted in a user namespace with
+//! `userxattr`, which reads the `user.` attributes).
 //! Owners are shifted into the sandbox's id range when one is given.
 
 use std::io::Read;
@@ -38,7 +41,8 @@ pub struct UnpackReport {
 #[derive(Debug, Clone, Copy)]
 pub struct UnpackOptions {
     /// Host id of the sandbox's root: owners are shifted by it (`None`: keep
-    /// ours, as rootless unpacking must).
+    /// ours, as rootless unpacking must, and mark opaque directories for
+    /// `userxattr` overlays).
     pub owner_base: Option<u32>,
     /// The most bytes of content the layer may hold.
     pub max_bytes: u64,
@@ -128,7 +132,7 @@ pub fn unpack_tar(
             if hidden == ".wh..opq" {
                 opaque_dirs.push(parent.clone());
             } else {
-                whiteout(&dest.join(&parent).join(hidden), opts, &mut report)?;
+                whiteout(&dest.join(&parent).join(hidden), &mut report)?;
             }
             continue;
         }
@@ -201,7 +205,7 @@ pub fn unpack_tar(
     std::io::copy(&mut archive.into_inner(), &mut std::io::sink())
         .map_err(|e| hostile("(archive)", &format!("unreadable archive end: {e}")))?;
     for dir in opaque_dirs {
-        mark_opaque(&dest.join(dir), opts, &mut report)?;
+        mark_opaque(&dest.join(dir), opts)?;
     }
     Ok(report)
 }
@@ -267,13 +271,7 @@ fn ensure_real_dirs(dest: &Path, rel: &Path, opts: UnpackOptions) -> Result<(), 
 }
 
 /// An overlayfs whiteout at `path` (hides the lower layers' entry).
-fn whiteout(path: &Path, opts: UnpackOptions, report: &mut UnpackReport) -> Result<(), ImageError> {
-    if opts.owner_base.is_none() {
-        report
-            .notes
-            .push(format!("{}: whiteout skipped (needs root)", path.display()));
-        return Ok(());
-    }
+fn whiteout(path: &Path, report: &mut UnpackReport) -> Result<(), ImageError> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         let _ = if m.is_dir() {
             std::fs::remove_dir_all(path)
@@ -283,37 +281,35 @@ fn whiteout(path: &Path, opts: UnpackOptions, report: &mut UnpackReport) -> Resu
     }
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| ImageError::io("whiteout", path)(std::io::Error::other("NUL in path")))?;
-    // SAFETY: mknod on a path we own.
+    // SAFETY: mknod on a path we own. A 0/0 character device needs no
+    // privilege since Linux 5.8 (it is the overlayfs whiteout).
     let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, libc::makedev(0, 0)) };
     if rc < 0 {
-        return Err(ImageError::io("create whiteout", path)(
-            std::io::Error::last_os_error(),
-        ));
+        let e = std::io::Error::last_os_error();
+        let what = if e.raw_os_error() == Some(libc::EPERM) {
+            "create whiteout (a 0/0 character device; without root this needs Linux 5.8 or later)"
+        } else {
+            "create whiteout"
+        };
+        return Err(ImageError::io(what, path)(e));
     }
     report.entries += 1;
     Ok(())
 }
 
 /// Mark `dir` opaque (the lower layers' contents are hidden).
-fn mark_opaque(
-    dir: &Path,
-    opts: UnpackOptions,
-    report: &mut UnpackReport,
-) -> Result<(), ImageError> {
-    if opts.owner_base.is_none() {
-        report.notes.push(format!(
-            "{}: opaque marker skipped (needs root)",
-            dir.display()
-        ));
-        return Ok(());
-    }
+fn mark_opaque(dir: &Path, opts: UnpackOptions) -> Result<(), ImageError> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| ImageError::io("opaque", dir)(std::io::Error::other("NUL in path")))?;
+    let attr = match opts.owner_base {
+        Some(_) => c"trusted.overlay.opaque",
+        None => c"user.overlay.opaque",
+    };
     // SAFETY: lsetxattr with valid C strings and a one-byte value.
     let rc = unsafe {
         libc::lsetxattr(
             c.as_ptr(),
-            c"trusted.overlay.opaque".as_ptr(),
+            attr.as_ptr(),
             b"y".as_ptr().cast(),
             1,
             0,
@@ -448,7 +444,7 @@ mod tests {
     }
 
     #[test]
-    fn devices_are_skipped_and_whiteouts_noted_without_root() {
+    fn devices_are_skipped_and_whiteouts_made_without_root() {
         let t = tar_of(|b| {
             let mut h = tar::Header::new_gnu();
             h.set_size(0);
@@ -462,6 +458,26 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let r = unpack_tar(&t[..], d.path(), "l1", opts()).unwrap();
         assert!(!d.path().join("dev/null").exists());
-        assert_eq!(r.notes.len(), 3, "{:?}", r.notes);
+        assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
+        // Unpacked for rootless overlays (`userxattr`): a 0/0 device and
+        // the `user.` opaque attribute, whoever we are.
+        use std::os::unix::fs::FileTypeExt;
+        let gone = std::fs::symlink_metadata(d.path().join("etc/gone")).unwrap();
+        assert!(gone.file_type().is_char_device());
+        assert_eq!(std::os::unix::fs::MetadataExt::rdev(&gone), 0);
+        let opt = std::ffi::CString::new(d.path().join("opt").as_os_str().as_encoded_bytes())
+            .unwrap();
+        let mut v = [0u8; 4];
+        // SAFETY: lgetxattr writes at most `v.len()` bytes into `v`.
+        let n = unsafe {
+            libc::lgetxattr(
+                opt.as_ptr(),
+                c"user.overlay.opaque".as_ptr(),
+                v.as_mut_ptr().cast(),
+                v.len(),
+            )
+        };
+        assert_eq!(n, 1, "{}", std::io::Error::last_os_error());
+        assert_eq!(v[0], b'y');
     }
 }

@@ -37,6 +37,8 @@ pub enum Action {
     TaskSelected(String),
     /// One task's bundle and its episodes.
     TaskLoaded(Box<Task>, Vec<EpisodeRow>),
+    /// One task's image and build-cache state.
+    TaskEnvLoaded(Box<crate::workbench::TaskEnv>),
     /// One row changed (after curation).
     TaskRowUpdated(Box<TaskRow>),
     /// All episodes from the store.
@@ -145,6 +147,8 @@ pub enum Request {
     LoadTasks,
     /// One task's bundle and its episodes.
     LoadTask(String),
+    /// One task's image and build-cache state (the Environment tab).
+    LoadTaskEnv(String),
     /// Every episode row.
     LoadEpisodes,
     /// Set a task's curation status.

@@ -13,4 +13,4 @@ pub use run::{
     verify, verify_initial_and_final, verify_with, TestCase, TestReport, TestSet, VerifierMode,
     PYTHON,
 };
-pub use validate::{validate_task, Validation};
+pub use validate::{validate_task, validate_task_reporting, Validation};

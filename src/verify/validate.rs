@@ -75,6 +75,15 @@ fn failing(report: &TestReport) -> String {
 /// Validate `task` on `backend`. Build and test failures are reported in the
 /// result; only infrastructure failures are errors.
 pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, SandboxError> {
+    validate_task_reporting(backend, task, &crate::images::no_progress)
+}
+
+/// [`validate_task`], reporting the image's pull and build to `progress`.
+pub fn validate_task_reporting(
+    backend: &dyn Backend,
+    task: &Task,
+    progress: crate::images::ProgressFn<'_>,
+) -> Result<Validation, SandboxError> {
     let start = Instant::now();
     let mut v = Validation {
         task_id: task.id().to_string(),
@@ -90,7 +99,7 @@ pub fn validate_task(backend: &dyn Backend, task: &Task) -> Result<Validation, S
         oracle: None,
         duration: Duration::ZERO,
     };
-    let image = match backend.prepare(task) {
+    let image = match backend.prepare_reporting(task, progress) {
         Ok(image) => image,
         Err(
             e @ (SandboxError::SetupStep { .. }

@@ -37,7 +37,9 @@ mod validate;
 pub use checks::{check_policy_spec, unmatched_patterns};
 pub use context::Context;
 pub use eval::{eval, run_episode, EvalOutcome, EvalRequest, Plain, RolloutHooks, RunRequest};
-pub use images::image_users;
+pub use images::{
+    image_store, image_users, job_progress, pull_images, task_env, workspace_task_env, TaskEnv,
+};
 pub use rebuild::{open_rebuilding, rebuild_index, RebuildReport};
 pub use runs::{index_episodes, record_pass_at_k, run_id, select_tasks};
 pub use train::{options as train_options, recipe as train_recipe, train, TrainRequest};

@@ -79,6 +79,16 @@ pub type BackendOrError = Result<Box<dyn crate::sandbox::Backend>, String>;
 /// Validate task `id` of the workspace whose bundles are in `tasks_dir`:
 /// structural checks first, the sandbox checks only when they pass.
 pub fn validate_task(tasks_dir: &Path, backend: &BackendOrError, id: &str) -> Verdict {
+    validate_one(tasks_dir, backend, id, &crate::images::no_progress)
+}
+
+/// [`validate_task`], reporting the image's pull and build to `progress`.
+fn validate_one(
+    tasks_dir: &Path,
+    backend: &BackendOrError,
+    id: &str,
+    progress: crate::images::ProgressFn<'_>,
+) -> Verdict {
     let task = match crate::task::read_native(&tasks_dir.join(id), &Default::default()) {
         Ok(task) => task,
         Err(e) => return Verdict::invalid(id, vec![e.to_string()]),
@@ -94,7 +104,7 @@ pub fn validate_task(tasks_dir: &Path, backend: &BackendOrError, id: &str) -> Ve
         Ok(b) => b.as_ref(),
         Err(e) => return Verdict::invalid(id, vec![e.clone()]),
     };
-    match crate::verify::validate_task(backend, &task) {
+    match crate::verify::validate_task_reporting(backend, &task, progress) {
         Ok(mut v) => {
             record_baseline(&tasks_dir.join(id), &task, &mut v);
             Verdict {
@@ -127,7 +137,8 @@ fn record_baseline(dir: &Path, task: &crate::task::Task, v: &mut Validation) {
 }
 
 /// Validate the tasks `ids` of the workspace, several at a time, with
-/// `backend` (usually `ctx.backend()`). Reports progress and one log line per task through
+/// `backend` (usually `ctx.backend()`). Reports progress (with each image's
+/// pull and build steps as the stage) and one log line per task through
 /// `job`, and calls `on_verdict` as each task finishes (in no set order);
 /// returns the verdicts in the order of `ids`. Once the job is cancelled no
 /// new task starts, and the result is `Err(Cancelled)`.
@@ -153,7 +164,12 @@ pub fn validate_tasks(
         ids.par_iter()
             .map(|id| {
                 job.check()?;
-                let verdict = validate_task(&tasks_dir, &backend, id);
+                // The task's pull and build show as the job's stage.
+                let building = |p: &crate::images::Progress| {
+                    let n = done.load(std::sync::atomic::Ordering::Relaxed);
+                    job.progress(n, total, &format!("{id}: {}", p.line()));
+                };
+                let verdict = validate_one(&tasks_dir, &backend, id, &building);
                 on_verdict(&verdict);
                 job.log(if verdict.ok {
                     format!("{id}: {}", verdict.summary())

@@ -5,4 +5,6 @@
 pub mod bash_terminal;
 pub mod cli;
 pub mod fixture_llm;
+pub mod nobody;
+pub mod registry;
 pub mod verifier;

@@ -1,7 +1,9 @@
 //! Building a task's image: its setup steps run one by one, as root of a
 //! user namespace, each in an overlay on the steps before it; each step's
 //! upper directories are a layer of the per-step cache (`stepcache.rs`),
-//! and the image is the merge of its steps' layers (`flatten.rs`).
+//! and the image is the merge of its steps' layers (`flatten.rs`). Each
+//! step is reported as [`Progress::Step`] as it starts (or comes from the
+//! cache).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -11,17 +13,22 @@ use super::buildstep::{FromStage, StepRun};
 use super::stepcache::{self, BuiltStep, StepCache, StepMeta, StepOutcome};
 use super::LocalBackend;
 use super::{flatten, steps};
-use crate::images::StoredImage;
+use crate::images::{Progress, ProgressFn, StoredImage};
 use crate::sandbox::image::{home_of, image_hash, Image};
 use crate::sandbox::SandboxError;
 use crate::task::envdef::{parse_task, EnvDefinition, Step};
 use crate::task::{write_tree, Task};
 
-const IMAGE_META: &str = "image.json";
+pub(super) const IMAGE_META: &str = "image.json";
 
 impl LocalBackend {
-    /// Build (or find in the cache) the image of `task`.
-    pub(super) fn build_image(&self, task: &Task) -> Result<Image, SandboxError> {
+    /// Build (or find in the cache) the image of `task`, reporting the
+    /// base's pull and the steps to `progress`.
+    pub(super) fn build_image(
+        &self,
+        task: &Task,
+        progress: ProgressFn<'_>,
+    ) -> Result<Image, SandboxError> {
         if task.meta.environment.network && !self.allow_network {
             return Err(SandboxError::NetworkNotAllowed {
                 task: task.id().to_string(),
@@ -30,8 +37,8 @@ impl LocalBackend {
         let def = parse_task(task)?;
         let layout = &self.layout;
         layout.ensure()?;
-        let (base, base_note) = self.resolve_base(&def)?;
-        let base_id = self.base_fingerprint(base.as_ref());
+        let (base, base_note) = self.resolve_base(&def, progress)?;
+        let base_id = self.base_fingerprint(base.as_ref().map(|(stored, _)| stored));
         let hash = image_hash(task, "local", &base_id);
         let dir = layout.images().join(&hash);
         if let Some(image) = load_meta(&dir) {
@@ -59,6 +66,7 @@ impl LocalBackend {
             },
             &hash,
             &build,
+            progress,
         );
         let image = match result {
             Ok(image) => image,
@@ -86,6 +94,7 @@ impl LocalBackend {
         base: Base,
         hash: &str,
         build: &Path,
+        progress: ProgressFn<'_>,
     ) -> Result<Image, SandboxError> {
         let layout = &self.layout;
         let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
@@ -99,70 +108,44 @@ impl LocalBackend {
         self.give_to_build_root(&ctx)?;
         let rootless = self.is_rootless();
         let network = task.meta.environment.network || self.build_network();
+        let needed = needed_stages(def);
+        let step_count: usize = needed
+            .iter()
+            .map(|&i| def.stages[i].steps.len())
+            .sum::<usize>()
+            + def.steps.len()
+            + 2;
         let shared = Shared {
             ctx: &ctx,
             scratch: &scratch,
             rootless,
             network,
             deadline: Instant::now() + self.build_timeout,
+            progress,
+            steps: step_count,
+            step: std::cell::Cell::new(0),
         };
         let mut record = Vec::new();
         // Earlier stages first (multi-stage builds), each merged apart.
         let mut stages: Vec<Option<Target>> = (0..def.stages.len()).map(|_| None).collect();
-        for i in needed_stages(def) {
+        for i in needed {
             let stage = &def.stages[i];
             let stage_def = EnvDefinition {
                 base: stage.base.clone(),
                 ..Default::default()
             };
-            let (stage_base, _) = self.resolve_base(&stage_def)?;
-            let id = self.base_fingerprint(stage_base.as_ref());
+            let (stage_base, _) = self.resolve_base(&stage_def, progress)?;
+            let id = self.base_fingerprint(stage_base.as_ref().map(|(stored, _)| stored));
             let target =
                 self.target(scratch.join(format!("stage-{i}")), stage_base, &id, &shared)?;
-            let keys = stage_keys(&stages);
-            let plan: Vec<Planned> = stage
-                .steps
-                .iter()
-                .enumerate()
-                .map(|(j, step)| Planned {
-                    n: j + 1,
-                    input: stepcache::step_input(step, &task.environment, &keys),
-                    body: steps::body(step, j + 1),
-                    what: describe_with(step, stage.lines.get(j), &def.file),
-                    step: Some(step),
-                })
-                .collect();
+            let plan = stage_plan(task, def, i, &stage_keys(&stages));
             let mut target = target;
             self.run_plan(&plan, &mut target, &stages, &shared, Some(i), &mut record)?;
             stages[i] = Some(target);
         }
         // The image's own stage: the agent account, the steps, the finish.
         let mut target = self.target(build.to_path_buf(), base.image.cloned(), base.id, &shared)?;
-        let keys = stage_keys(&stages);
-        let last = def.steps.len() + 1;
-        let mut plan = vec![Planned {
-            n: 0,
-            input: format!("ACCOUNT\0{user}\0{home}"),
-            body: steps::account_body(&user, &home),
-            what: "create the agent account".into(),
-            step: None,
-        }];
-        for (i, step) in def.steps.iter().enumerate() {
-            plan.push(Planned {
-                n: i + 1,
-                input: stepcache::step_input(step, &task.environment, &keys),
-                body: steps::body(step, i + 1),
-                what: describe_at(def, i + 1),
-                step: Some(step),
-            });
-        }
-        plan.push(Planned {
-            n: last,
-            input: format!("FINISH\0{user}\0{home}\0{workdir}"),
-            body: Some(steps::finish_body(&user, &home, &workdir)),
-            what: "finish the image (workdir, home ownership)".into(),
-            step: None,
-        });
+        let plan = image_plan(task, def, &stage_keys(&stages));
         let ids = self.run_plan(&plan, &mut target, &stages, &shared, None, &mut record)?;
         super::layout::remove_tree(&scratch);
         let (uid, gid) = if user == "root" {
@@ -209,9 +192,9 @@ impl LocalBackend {
     }
 
     /// The fingerprint of a base (part of the image hash and step keys).
-    pub(super) fn base_fingerprint(&self, base: Option<&(StoredImage, Vec<PathBuf>)>) -> String {
+    pub(super) fn base_fingerprint(&self, base: Option<&StoredImage>) -> String {
         match base {
-            Some((stored, _)) => format!("{}|image:{}", self.base_id(), stored.manifest_digest),
+            Some(stored) => format!("{}|image:{}", self.base_id(), stored.manifest_digest),
             None => self.base_id(),
         }
     }
@@ -276,12 +259,19 @@ impl LocalBackend {
             let key = target.key.clone();
             let t0 = Instant::now();
             let outcome = match &planned.body {
-                None => StepOutcome::Config,
+                None => {
+                    shared.report(&planned.what, false);
+                    StepOutcome::Config
+                }
                 Some(body) => {
                     let _held = cache.lock(&key)?;
                     let (meta, outcome) = match cache.get(&key) {
-                        Some(meta) => (meta, StepOutcome::Cached),
+                        Some(meta) => {
+                            shared.report(&planned.what, true);
+                            (meta, StepOutcome::Cached)
+                        }
                         None => {
+                            shared.report(&planned.what, false);
                             let from = match planned.step {
                                 Some(Step::CopyFrom { index, .. }) => {
                                     stages.get(*index).and_then(Option::as_ref)
@@ -443,6 +433,26 @@ struct Shared<'a> {
     network: bool,
     /// When the build's time is up.
     deadline: Instant,
+    /// Where each step is reported.
+    progress: ProgressFn<'a>,
+    /// Steps in the whole build (earlier stages included), and the number
+    /// of the last one reported.
+    steps: usize,
+    step: std::cell::Cell<usize>,
+}
+
+impl Shared<'_> {
+    /// Report the next step.
+    fn report(&self, what: &str, cached: bool) {
+        let index = self.step.get() + 1;
+        self.step.set(index);
+        (self.progress)(&Progress::Step {
+            index,
+            steps: self.steps,
+            what: what.to_string(),
+            cached,
+        });
+    }
 }
 
 /// A merge being built: the image's, or an earlier stage's.
@@ -460,15 +470,15 @@ struct Target {
 }
 
 /// One step of a plan.
-struct Planned<'a> {
+pub(super) struct Planned<'a> {
     /// Its number (0: the agent account).
     n: usize,
     /// What its key covers besides its parent.
-    input: String,
+    pub(super) input: String,
     /// What it runs (`None`: it only sets state for later steps).
-    body: Option<steps::StepBody>,
+    pub(super) body: Option<steps::StepBody>,
     /// How it is named in records and errors.
-    what: String,
+    pub(super) what: String,
     /// The definition's step (`None` for the account and finishing steps).
     step: Option<&'a Step>,
 }
@@ -483,9 +493,68 @@ struct StepRunInputs<'a> {
     shared: &'a Shared<'a>,
 }
 
+/// The steps of earlier stage `i` of `def`, keyed with the final keys
+/// `keys` of the stages before it.
+pub(super) fn stage_plan<'d>(
+    task: &Task,
+    def: &'d EnvDefinition,
+    i: usize,
+    keys: &[String],
+) -> Vec<Planned<'d>> {
+    let stage = &def.stages[i];
+    stage
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(j, step)| Planned {
+            n: j + 1,
+            input: stepcache::step_input(step, &task.environment, keys),
+            body: steps::body(step, j + 1),
+            what: describe_with(step, stage.lines.get(j), &def.file),
+            step: Some(step),
+        })
+        .collect()
+}
+
+/// The image's own steps: the agent account, the definition's steps
+/// (keyed with the final keys `keys` of the earlier stages), the finish.
+pub(super) fn image_plan<'d>(
+    task: &Task,
+    def: &'d EnvDefinition,
+    keys: &[String],
+) -> Vec<Planned<'d>> {
+    let user = &task.meta.agent.user;
+    let home = home_of(user);
+    let workdir = &task.meta.environment.workdir;
+    let mut plan = vec![Planned {
+        n: 0,
+        input: format!("ACCOUNT\0{user}\0{home}"),
+        body: steps::account_body(user, &home),
+        what: "create the agent account".into(),
+        step: None,
+    }];
+    for (i, step) in def.steps.iter().enumerate() {
+        plan.push(Planned {
+            n: i + 1,
+            input: stepcache::step_input(step, &task.environment, keys),
+            body: steps::body(step, i + 1),
+            what: describe_at(def, i + 1),
+            step: Some(step),
+        });
+    }
+    plan.push(Planned {
+        n: def.steps.len() + 1,
+        input: format!("FINISH\0{user}\0{home}\0{workdir}"),
+        body: Some(steps::finish_body(user, &home, workdir)),
+        what: "finish the image (workdir, home ownership)".into(),
+        step: None,
+    });
+    plan
+}
+
 /// The earlier stages the image's steps copy from, and those they copy
 /// from, in build order.
-fn needed_stages(def: &EnvDefinition) -> Vec<usize> {
+pub(super) fn needed_stages(def: &EnvDefinition) -> Vec<usize> {
     let mut needed = vec![false; def.stages.len()];
     let mark = |steps: &[Step], needed: &mut Vec<bool>| {
         for s in steps {

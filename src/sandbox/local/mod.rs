@@ -31,6 +31,7 @@ mod net;
 mod overlay;
 mod runtime;
 mod seccomp;
+mod state;
 mod stepcache;
 mod steps;
 mod userns;
@@ -52,6 +53,7 @@ pub use layout::SYSTEM_DIRS;
 pub use limits::{cgroups_available, Limits};
 pub use net::pasta_path;
 pub use seccomp::summary as seccomp_summary;
+pub use state::{BaseImage, BuildState, StepCacheState, StepState};
 pub use stepcache::{build_record, prune_steps, BuiltStep, StepOutcome, StepPruneReport};
 pub use userns::IdMap;
 pub use verifier::PRELOAD_REFUSED;
@@ -379,9 +381,16 @@ impl LocalBackend {
 
     /// The base a definition asks for (see [`images::Resolver`]): a stored
     /// or pulled image and its layers, unpacked for this backend's ids, or
-    /// the host's directories; with a note when it is a substitute.
-    fn resolve_base(&self, def: &EnvDefinition) -> Result<ResolvedBase, SandboxError> {
-        let base = self.resolver.resolve(&self.images, def.base.as_deref())?;
+    /// the host's directories; with a note when it is a substitute. A pull
+    /// reports to `progress`.
+    fn resolve_base(
+        &self,
+        def: &EnvDefinition,
+        progress: images::ProgressFn<'_>,
+    ) -> Result<ResolvedBase, SandboxError> {
+        let base = self
+            .resolver
+            .resolve_reporting(&self.images, def.base.as_deref(), progress)?;
         let note = base.note().map(str::to_owned);
         let images::Base::Image { image: stored, .. } = base else {
             return Ok((None, note));
@@ -637,7 +646,15 @@ impl Backend for LocalBackend {
     }
 
     fn prepare(&self, task: &Task) -> Result<Image, SandboxError> {
-        self.build_image(task)
+        self.build_image(task, &images::no_progress)
+    }
+
+    fn prepare_reporting(
+        &self,
+        task: &Task,
+        progress: images::ProgressFn<'_>,
+    ) -> Result<Image, SandboxError> {
+        self.build_image(task, progress)
     }
 
     fn start(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError> {

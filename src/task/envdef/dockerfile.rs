@@ -1,4 +1,5 @@
-//! The Dockerfile subset: FROM (with stages: `FROM <image> AS <name>`),
+//! The Dockerfile subset: FROM (with stages: `FROM <image> AS <name>`, and
+//! `FROM <stage>` going on from an earlier one),
 //! COPY/ADD of local files, COPY --from an earlier stage or an image, RUN, ENV,
 //! WORKDIR, USER, ARG. Instructions without effect on the filesystem (CMD, LABEL,
 //! EXPOSE, ...) are accepted and ignored; anything else is an error naming
@@ -52,14 +53,26 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     });
                     vars = globals.clone();
                 }
-                if stage_index(&def, &written, &None, &image).is_some() {
-                    return Err(err(format!(
-                        "FROM an earlier stage ({image}) is not supported: start the stage from an image and COPY --from={image} what it needs"
-                    )));
-                }
                 started = true;
                 current_name = name;
-                def.base = Some(image);
+                // `FROM <stage>`: the stage goes on from where the earlier
+                // one ended: its base and its steps (stages going on from
+                // one stage share their step keys, so its steps build once),
+                // with its ENV set and its ARGs not.
+                match earlier_stage(&def, &image) {
+                    Some(parent) => {
+                        let parent = def.stages[parent].clone();
+                        for step in &parent.steps {
+                            if let Step::Env { key, value } = step {
+                                vars.insert(key.clone(), value.clone());
+                            }
+                        }
+                        def.base = parent.base;
+                        def.steps = parent.steps;
+                        def.lines = parent.lines;
+                    }
+                    None => def.base = Some(image),
+                }
             }
             "ARG" => {
                 let (k, v) = rest.split_once('=').unwrap_or((rest, ""));
@@ -201,6 +214,15 @@ fn stage_index(
     if let Ok(n) = name.parse::<usize>() {
         return written.get(n).copied();
     }
+    def.stages
+        .iter()
+        .position(|s| s.name.as_deref() == Some(lower.as_str()))
+}
+
+/// The earlier stage a `FROM` names (by its `AS` name; Docker takes no
+/// numbers there), if any.
+fn earlier_stage(def: &EnvDefinition, image: &str) -> Option<usize> {
+    let lower = image.to_ascii_lowercase();
     def.stages
         .iter()
         .position(|s| s.name.as_deref() == Some(lower.as_str()))
@@ -393,13 +415,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("line 3") && err.contains("--from=1"), "{err}");
-        let err = parse("FROM a AS b\nFROM b\n", "Dockerfile")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("line 2") && err.contains("earlier stage"),
-            "{err}"
-        );
         let err = parse("FROM x\nCOPY ../secret /s\n", "Dockerfile")
             .unwrap_err()
             .to_string();
@@ -452,6 +467,45 @@ mod tests {
         };
         assert_eq!(copies(&def.stages[1].steps), vec![0]);
         assert_eq!(copies(&def.steps), vec![2, 0], "stage 1 is `two`");
+    }
+
+    #[test]
+    fn a_stage_from_an_earlier_stage_goes_on_from_it() {
+        let text = "ARG V=1\nFROM debian:bookworm AS base\nARG W=2\nENV X=$V\nRUN make\n\
+                    FROM base AS build\nWORKDIR /w$X$W\n\
+                    FROM debian:bookworm AS other\nRUN true\n\
+                    FROM build\nCOPY --from=other /etc/o /o\nRUN cat /out\n";
+        let def = parse(text, "Dockerfile").unwrap();
+        assert_eq!(def.stages.len(), 3);
+        let build = &def.stages[1];
+        assert_eq!(build.name.as_deref(), Some("build"));
+        assert_eq!(build.base.as_deref(), Some("debian:bookworm"));
+        assert_eq!(
+            build.steps,
+            vec![
+                Step::Env {
+                    key: "X".into(),
+                    value: "1".into()
+                },
+                Step::Run("make".into()),
+                // The parent's ENV is set, its ARG is not.
+                Step::Workdir("/w1$W".into()),
+            ]
+        );
+        assert_eq!(build.lines, vec![4, 5, 7]);
+        // The image: `build`'s base and steps, then its own.
+        assert_eq!(def.base.as_deref(), Some("debian:bookworm"));
+        assert_eq!(def.steps.len(), 5);
+        assert_eq!(def.steps[..3], build.steps[..]);
+        assert!(matches!(&def.steps[3], Step::CopyFrom { index: 2, .. }));
+        assert_eq!(def.lines, vec![4, 5, 7, 11, 12]);
+        assert_eq!(def.env_vars().collect::<Vec<_>>(), vec![("X", "1")]);
+        // A name that is no earlier stage is an image.
+        let def = parse("FROM a AS b\nFROM c\n", "Dockerfile").unwrap();
+        assert_eq!(def.base.as_deref(), Some("c"));
+        // A stage cannot start from itself: `FROM b AS b` is the image `b`.
+        let def = parse("FROM b AS b\nRUN x\n", "Dockerfile").unwrap();
+        assert_eq!(def.base.as_deref(), Some("b"));
     }
 
     #[test]

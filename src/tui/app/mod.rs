@@ -221,6 +221,7 @@ impl App {
             Action::Mouse(m) => self.mouse(m),
             Action::Resize(..) => {}
             Action::TaskSelected(id) => self.load_selected(Some(id)),
+            Action::TaskEnvLoaded(env) => self.tasks.detail.set_env(*env),
             Action::TasksLoaded(_) | Action::TaskLoaded(..) | Action::TaskRowUpdated(_) => {
                 let next = self.tasks.update(action);
                 self.follow(next);
@@ -283,6 +284,7 @@ impl App {
             Action::Info(s) => self.info(s),
             Action::Error(s) => self.error(s),
         }
+        self.load_env();
     }
 
     /// The component behind tab `view` (the inspector, when open, stands
@@ -336,6 +338,16 @@ impl App {
 
     fn error(&mut self, text: String) {
         self.status = Some(StatusMsg { text, error: true });
+    }
+
+    /// Ask for the shown task's image and build-cache state while the
+    /// Environment tab is open.
+    fn load_env(&mut self) {
+        if self.view == View::Tasks {
+            if let Some(id) = self.tasks.detail.wants_env() {
+                self.outbox.push(Request::LoadTaskEnv(id));
+            }
+        }
     }
 
     fn load_selected(&mut self, id: Option<String>) {

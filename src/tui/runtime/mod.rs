@@ -1,8 +1,9 @@
 //! The TUI's runtime: the event loop ([`run_with_channel`]) and the
 //! threads around it — terminal input ([`input`]), the store worker
 //! ([`worker`], with the inspector's file reads in [`episode_io`]), the job
-//! launcher ([`launcher`]), the training-run watcher ([`watcher`]) and the
-//! running-episode watcher ([`sessions`]) — all
+//! launcher ([`launcher`]), the training-run watcher ([`watcher`]), the
+//! running-episode watcher ([`sessions`]) and the Environment tab's loader
+//! ([`task_env`]) — all
 //! talking to the app through [`Msg`]s on one channel. The terminal itself
 //! (raw mode, alternate screen, the external editor) is [`terminal`].
 
@@ -11,6 +12,7 @@ pub mod form_values;
 pub mod input;
 pub mod launcher;
 pub mod sessions;
+pub mod task_env;
 pub mod terminal;
 pub mod watcher;
 pub mod worker;
@@ -68,6 +70,7 @@ pub fn run_with_channel(
     let _training = watcher::Watcher::spawn(checkpoints, tx.clone(), Duration::from_secs(1));
     // Running episodes of every process on this workspace, a few times a second.
     let _sessions = sessions::SessionWatcher::spawn(runs, tx.clone(), Duration::from_millis(250));
+    let env_tx = tx.clone();
     let input = InputThread::spawn(tx);
     let mut last_tick = Instant::now();
 
@@ -94,6 +97,7 @@ pub fn run_with_channel(
                         crate::logging::error_text(&e)
                     ))),
                 },
+                Request::LoadTaskEnv(id) => task_env::load(workspace_root, id, env_tx.clone()),
                 Request::CancelJob(id) => {
                     if !launcher.cancel(&id) {
                         app.update(Action::Error(format!("{id} is not running here")));

@@ -132,8 +132,8 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             ))],
             Err(e) => vec![Action::Error(format!("export: {e}"))],
         },
-        // The event loop's launcher serves these.
-        Request::Launch(_) | Request::CancelJob(_) => Vec::new(),
+        // The event loop serves these (the launcher; a thread of their own).
+        Request::Launch(_) | Request::CancelJob(_) | Request::LoadTaskEnv(_) => Vec::new(),
     }
 }
 

@@ -33,6 +33,7 @@ macro_rules! snap {
 }
 
 mod episodes;
+mod images;
 mod jobs;
 mod live;
 mod screen;

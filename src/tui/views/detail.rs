@@ -118,6 +118,10 @@ pub struct DetailState {
     pub episodes: Vec<EpisodeRow>,
     /// The tab shown.
     pub tab: DetailTab,
+    /// The shown task's image and build-cache state (Environment tab),
+    /// once loaded.
+    pub env: Option<crate::workbench::TaskEnv>,
+    env_requested: Option<String>,
     scroll: u16,
     requested: Option<String>,
     area: Rect,
@@ -137,6 +141,25 @@ impl DetailState {
     /// Force the next `wants(id)` to load again (after an edit).
     pub fn invalidate(&mut self) {
         self.requested = None;
+        self.env_requested = None;
+    }
+
+    /// The task whose image and build-cache state should be loaded now:
+    /// the shown one, once, while the Environment tab is open.
+    pub fn wants_env(&mut self) -> Option<String> {
+        let id = self.task.as_ref()?.id().to_string();
+        if self.tab != DetailTab::Environment || self.env_requested.as_deref() == Some(&id) {
+            return None;
+        }
+        self.env_requested = Some(id.clone());
+        Some(id)
+    }
+
+    /// A task's image and build-cache state arrived (stale ones dropped).
+    pub fn set_env(&mut self, env: crate::workbench::TaskEnv) {
+        if self.env_requested.as_deref() == Some(env.task_id.as_str()) {
+            self.env = Some(env);
+        }
     }
 
     /// A bundle arrived; stale ones (the user moved on) are dropped.
@@ -273,7 +296,17 @@ impl DetailState {
                 )
             }
             tab => {
-                let lines = code_lines(task, tab);
+                let mut lines = Vec::new();
+                if let Some(env) = self
+                    .env
+                    .as_ref()
+                    .filter(|e| tab == DetailTab::Environment && e.task_id == task.id())
+                {
+                    let (heading, text) = super::detail_env::env_lines(env);
+                    lines.push(Src::Header(heading));
+                    lines.extend(text.into_iter().map(Src::Text));
+                }
+                lines.extend(code_lines(task, tab));
                 self.draw_code(frame, body, &lines, theme);
             }
         }

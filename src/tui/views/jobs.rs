@@ -301,7 +301,9 @@ impl JobsView {
                         "running" | CANCELLING => theme.accent(),
                         _ => theme.muted(),
                     };
-                    let count = if j.total > 0 && j.total != 1000 {
+                    // Counts too long for the column (a pull's bytes) show
+                    // as a percentage; the stage gives the figures.
+                    let count = if j.total > 0 && j.total != 1000 && j.total < 10_000 {
                         format!(" {}/{}", j.done, j.total)
                     } else {
                         format!(" {:>3.0}%", j.fraction() * 100.0)
