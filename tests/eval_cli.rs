@@ -377,3 +377,29 @@ fn a_fork_of_a_failed_episode_continued_by_the_oracle_passes_and_links_to_its_pa
         "{err}"
     );
 }
+
+/// A reader that goes away (`endless ... --json | head -c 0`) is an error
+/// message, not a panic.
+#[test]
+fn json_output_to_a_closed_pipe_does_not_panic() {
+    let ws = tempfile::tempdir().unwrap();
+    json(&endless(
+        ws.path(),
+        &["generate", "--offline", "--count", "3", "--json"],
+    ));
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws.path())
+        .args(["generate", "--offline", "--count", "3", "--json"])
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
+        .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("Broken pipe"), "{stderr}");
+}

@@ -98,6 +98,10 @@ pub fn seed_if_fresh(ctx: &Context) -> Result<Option<String>> {
 
 /// Print `value` as pretty JSON on stdout.
 pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    use std::io::Write;
+    // Not println!: it panics when the reader has gone (`... --json | head`).
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+    out.flush()?;
     Ok(())
 }
