@@ -16,6 +16,7 @@ use crate::jobs::{JobEvent, JobOutcome};
 use crate::store::JobRow;
 use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
+use crate::tui::widgets::columns::{constraints, cut_end, cut_middle, fit, shown, widest, Column};
 use crate::tui::widgets::text::bar;
 
 /// Log lines kept per job.
@@ -288,11 +289,43 @@ impl JobsView {
             .style(theme.base());
             frame.render_widget(p, table_area);
         } else {
-            let bar_w = 12;
+            // Columns give way by priority: the job id and its status keep
+            // their width longest (a long id shortened in the middle); the
+            // stage or result shrinks first (the log below has it whole),
+            // then the progress bar down to its count, then it goes.
+            const BAR: usize = 12;
+            let count = |j: &JobItem| {
+                if j.total > 0 && j.total != 1000 {
+                    format!(" {}/{}", j.done, j.total)
+                } else {
+                    format!(" {:>3.0}%", j.fraction() * 100.0)
+                }
+            };
+            let counts: Vec<String> = self.items.iter().map(count).collect();
+            let first_line = |j: &JobItem| j.message.lines().next().unwrap_or("").to_string();
+            let messages: Vec<String> = self.items.iter().map(first_line).collect();
+            let cols = [
+                Column::new(widest("job", self.items.iter().map(|j| j.id.as_str())), 14, 9),
+                Column::fixed(
+                    widest("status", self.items.iter().map(|j| j.status.as_str())),
+                    10,
+                ),
+                Column::new(
+                    BAR + widest("", counts.iter().map(String::as_str)),
+                    widest("", counts.iter().map(String::as_str)) as u16,
+                    2,
+                )
+                .optional(),
+                Column::new(widest("stage / result", messages.iter().map(String::as_str)), 24, 1)
+                    .grow(),
+            ];
+            let widths = fit(&cols, table_area.width.saturating_sub(2), 1);
+            let w = |k: usize| widths[k].unwrap_or(0) as usize;
             let rows: Vec<Row<'_>> = self
                 .items
                 .iter()
-                .map(|j| {
+                .zip(counts.iter().zip(&messages))
+                .map(|(j, (count, message))| {
                     let status_style = match j.status.as_str() {
                         "succeeded" => theme.success(),
                         "failed" | "interrupted" => theme.failure(),
@@ -301,39 +334,29 @@ impl JobsView {
                         "running" | CANCELLING => theme.accent(),
                         _ => theme.muted(),
                     };
-                    let count = if j.total > 0 && j.total != 1000 {
-                        format!(" {}/{}", j.done, j.total)
-                    } else {
-                        format!(" {:>3.0}%", j.fraction() * 100.0)
-                    };
-                    Row::new(vec![
-                        Cell::from(j.id.clone()),
+                    let bar_w = w(2).saturating_sub(count.chars().count()).min(BAR);
+                    let cells = [
+                        Cell::from(cut_middle(&j.id, w(0) as u16)),
                         Cell::from(Span::styled(j.status.clone(), status_style)),
                         Cell::from(Line::from(vec![
                             Span::styled(bar(j.fraction(), bar_w), theme.accent()),
-                            Span::raw(count),
+                            Span::raw(count.clone()),
                         ])),
                         Cell::from(Span::styled(
-                            j.message.lines().next().unwrap_or("").to_string(),
+                            cut_end(message, w(3) as u16),
                             match j.status.as_str() {
                                 "failed" | "interrupted" => theme.failure(),
                                 "empty" => theme.warning(),
                                 _ => theme.base(),
                             },
                         )),
-                    ])
+                    ];
+                    Row::new(shown(cells, &widths))
                 })
                 .collect();
-            let table = Table::new(
-                rows,
-                [
-                    Constraint::Length(26),
-                    Constraint::Length(11),
-                    Constraint::Length(bar_w as u16 + 8),
-                    Constraint::Fill(1),
-                ],
-            )
-            .header(Row::new(["job", "status", "progress", "stage / result"]).style(theme.muted()))
+            let header = shown(["job", "status", "progress", "stage / result"], &widths);
+            let table = Table::new(rows, constraints(&widths))
+            .header(Row::new(header).style(theme.muted()))
             .row_highlight_style(theme.selected())
             .block(block)
             .style(theme.base());
