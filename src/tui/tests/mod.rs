@@ -35,6 +35,7 @@ macro_rules! snap {
 mod episodes;
 mod jobs;
 mod live;
+mod narrow;
 mod screen;
 mod tasks;
 mod training;
@@ -145,6 +146,7 @@ fn fixture(dir: &std::path::Path) -> Workspace {
         rating: None,
         label: None,
         notes: String::new(),
+        taken_over: false,
     };
     ws.index_episode(&ep("archive-logs", 0, true, None, "done"))
         .unwrap();
