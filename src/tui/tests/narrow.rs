@@ -79,6 +79,14 @@ fn list_views_give_way_by_priority_at_80x24() {
     assert!(screen.contains("…-0107"), "{screen}");
     snap!("episodes_long_ids_80x24", &mut app, 80, 24);
     snap!("episodes_long_ids_120x40", &mut app, 120, 40);
+    // `/taken over` finds the episodes a human took over.
+    press(&mut app, KeyCode::Char('/'));
+    typed(&mut app, "taken over");
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("1/3 shown"), "{screen}");
+    snap!("episodes_search_taken_over_80x24", &mut app, 80, 24);
+    press(&mut app, KeyCode::Esc);
+    assert!(render(&mut app, 80, 24).contains("3/3 shown"));
 
     app.view = View::Jobs;
     let id = |s: &str| JobId(s.into());

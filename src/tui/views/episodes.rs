@@ -242,7 +242,7 @@ impl EpisodesView {
             .count();
         if taken > 0 {
             spans.push(Span::styled(
-                format!(", {taken} ✋ taken over (not counted by eval)"),
+                format!(", {taken} ✋ taken over"),
                 theme.warning(),
             ));
         }
