@@ -801,7 +801,12 @@ fn deleting_the_database_loses_no_curation_in_tmux() {
     wait_for(s, "Trajectory");
     tmux(&["send-keys", "-t", s, "2"]);
     wait_for(s, "rating ★★☆☆☆");
+    // The label picker: `amb` narrows it to "task ambiguous".
     tmux(&["send-keys", "-t", s, "b"]);
+    wait_for(s, "failure label");
+    tmux(&["send-keys", "-t", s, "-l", "amb"]);
+    wait_for(s, "1/5");
+    tmux(&["send-keys", "-t", s, "Enter"]);
     wait_for(s, "label task ambiguous");
     tmux(&["send-keys", "-t", s, "q"]);
     let start = Instant::now();

@@ -307,6 +307,11 @@ const JOBS: &[Group] = &[
             e(C::Down, "down", "Next job"),
             e(C::PageUp, "log up", "Scroll the job's log up"),
             e(C::PageDown, "log down", "Scroll the job's log down"),
+            e(
+                C::Select,
+                "full log",
+                "Open the job's log full-screen (enter or esc: back)",
+            ),
             e(C::Top, "first", "First job"),
             e(C::Bottom, "last", "Last job"),
         ],

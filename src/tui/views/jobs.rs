@@ -87,6 +87,8 @@ pub struct JobsView {
     /// Jobs started by this process (the journal also lists other
     /// processes' jobs).
     pub local: std::collections::BTreeSet<String>,
+    /// The selected job's log fills the view (Enter; Enter or Esc again: back).
+    pub log_full: bool,
     table_area: Rect,
 }
 
@@ -233,6 +235,8 @@ impl JobsView {
             Command::Bottom => self.selected = n - 1,
             Command::PageUp => self.log_scroll += 10,
             Command::PageDown => self.log_scroll = self.log_scroll.saturating_sub(10),
+            Command::Select => self.log_full = !self.log_full,
+            Command::Back => self.log_full = false,
             _ => {}
         }
         if self.selected != before {
@@ -260,8 +264,11 @@ impl JobsView {
 
     /// Draw the job table and the selected job's log.
     pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme, keys: &Keymap) {
-        let [table_area, log_area] =
-            Layout::vertical([Constraint::Percentage(45), Constraint::Fill(1)]).areas(area);
+        let [table_area, log_area] = if self.log_full && !self.items.is_empty() {
+            [Rect::default(), area]
+        } else {
+            Layout::vertical([Constraint::Percentage(45), Constraint::Fill(1)]).areas(area)
+        };
         self.table_area = table_area;
         let k = |c| keys.hint(c);
         let launch = format!(
@@ -288,7 +295,7 @@ impl JobsView {
             .block(block)
             .style(theme.base());
             frame.render_widget(p, table_area);
-        } else {
+        } else if !table_area.is_empty() {
             // Columns give way by priority: the job id and its status keep
             // their width longest (a long id shortened in the middle); the
             // stage or result shrinks first (the log below has it whole),
@@ -406,6 +413,9 @@ impl JobsView {
                 format!("[-{} rows, pgdn follows] ", self.log_scroll),
                 theme.warning(),
             ));
+        }
+        if self.log_full {
+            title.push(Span::styled("[full screen: enter or esc goes back] ", theme.muted()));
         }
         let lines: Vec<Line<'_>> = rows[start..end]
             .iter()

@@ -140,7 +140,8 @@ impl Picker {
             .max()
             .unwrap_or(0)
             .max(self.title.chars().count() + 2) as u16;
-        let w = (widest + 6).clamp(24, 60).min(area.width);
+        // Wide enough for the keys on the bottom border.
+        let w = (widest + 6).clamp(44, 60).min(area.width);
         let h = (self.choices.len() as u16 + 4).clamp(5, 16).min(area.height);
         let r = Rect::new(
             area.x + area.width.saturating_sub(w) / 2,
