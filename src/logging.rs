@@ -25,20 +25,24 @@ pub fn init(dir: &Path) -> Option<WorkerGuard> {
 /// An error and its causes on one line, `: `-separated, leaving out a cause
 /// whose text the line already holds: errors that print their source and
 /// also return it would otherwise say it twice ("Permission denied (os
-/// error 13): Permission denied (os error 13)").
+/// error 13): Permission denied (os error 13)"). A cause that says more
+/// than the part before it, starting with it ("permission denied", then
+/// "Permission denied (os error 13)"), takes that part's place. Case is
+/// ignored in both.
 pub fn error_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
+    let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if text.is_empty() || out.contains(&text) {
+        let lower = text.to_lowercase();
+        if text.is_empty() || parts.iter().any(|p| p.to_lowercase().contains(&lower)) {
             continue;
         }
-        if !out.is_empty() {
-            out.push_str(": ");
+        match parts.last_mut() {
+            Some(last) if lower.starts_with(&last.to_lowercase()) => *last = text,
+            _ => parts.push(text),
         }
-        out.push_str(&text);
     }
-    out
+    parts.join(": ")
 }
 
 #[cfg(test)]
@@ -63,5 +67,18 @@ mod tests {
             text.starts_with("saving the result: cannot write /x: "),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_cause_that_says_more_replaces_the_part_it_repeats() {
+        let io = std::io::Error::from_raw_os_error(13);
+        let full = io.to_string();
+        let e = anyhow::Error::new(io)
+            .context("permission denied")
+            .context("cannot write /x");
+        assert_eq!(super::error_text(&e), format!("cannot write /x: {full}"));
+        // Case differs, same text: said once.
+        let e = anyhow::anyhow!("Connection refused").context("connection refused");
+        assert_eq!(super::error_text(&e), "connection refused");
     }
 }

@@ -355,6 +355,9 @@ fn take_over_a_live_session_in_tmux() {
         "taken over by a human, not counted",
         Duration::from_secs(60),
     );
+    // The Episodes list marks it with a hand.
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for_up_to(s, "PASS ✋", Duration::from_secs(30));
     tmux(&["send-keys", "-t", s, "q"]);
     let ws = Workspace::open(dir.path()).unwrap();
     let eps = ws.list_episodes(None).unwrap();
@@ -382,6 +385,75 @@ fn take_over_a_live_session_in_tmux() {
     assert!(result["taken_over"]["at"].as_str().is_some(), "{result:#}");
     // The agent's own turns are still three (`sleep 3`, `true`, done).
     assert_eq!(result["turns"], 3, "{result:#}");
+    // The recording holds what the human typed: an input event and its echo.
+    let cast = std::fs::read_to_string(result_path.with_extension("cast")).unwrap();
+    let events: Vec<serde_json::Value> = cast
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let typed = "tr a-z A-Z < ~/data/a.txt > ~/out.txt; echo DONE_$((6*7))";
+    assert!(
+        events
+            .iter()
+            .any(|e| e[1] == "i" && e[2] == format!("{typed}\r").as_str()),
+        "{cast}"
+    );
+    assert!(
+        events.iter().any(|e| e[1] == "o"
+            && e[2].as_str().is_some_and(|o| o.contains(&format!("you$ {typed}")))),
+        "{cast}"
+    );
+    // The index marks the episode.
+    assert!(eps[0].taken_over, "{eps:?}");
+}
+
+/// At 80x24 a live pane is far shorter than the session's 48-row
+/// terminal: after `seq 1 60` it shows 60 and, below it, the cursor.
+#[test]
+fn a_live_pane_follows_seq_1_60_at_80x24_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let script = dir.path().join("agent.txt");
+    std::fs::write(
+        &script,
+        "seq 1 60\nsleep 4\ntr a-z A-Z < ~/data/a.txt > ~/out.txt\n",
+    )
+    .unwrap();
+    let session = start_tui(
+        format!("endless-e2e-seq-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        80,
+        24,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    open_form(s, "E", "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    let screen = wait_for_up_to(s, "│60 ", Duration::from_secs(60));
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines.iter().position(|l| l.starts_with("│60 ")).unwrap();
+    assert!(lines[at - 1].starts_with("│59 "), "{screen}");
+    assert!(
+        lines[at + 1].starts_with("│█"),
+        "the cursor is on the line below 60: {screen}"
+    );
+    assert!(!screen.contains("__ENDLESS"), "{screen}");
+    wait_for_up_to(s, "✓ PASSED upper#0", Duration::from_secs(120));
+    tmux(&["send-keys", "-t", s, "q"]);
 }
 
 /// Offline generation runs `endless generate --offline` as a job: its output
@@ -729,7 +801,12 @@ fn deleting_the_database_loses_no_curation_in_tmux() {
     wait_for(s, "Trajectory");
     tmux(&["send-keys", "-t", s, "2"]);
     wait_for(s, "rating ★★☆☆☆");
+    // The label picker: `amb` narrows it to "task ambiguous".
     tmux(&["send-keys", "-t", s, "b"]);
+    wait_for(s, "failure label");
+    tmux(&["send-keys", "-t", s, "-l", "amb"]);
+    wait_for(s, "1/5");
+    tmux(&["send-keys", "-t", s, "Enter"]);
     wait_for(s, "label task ambiguous");
     tmux(&["send-keys", "-t", s, "q"]);
     let start = Instant::now();

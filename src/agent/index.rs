@@ -34,5 +34,6 @@ pub fn index_episode(
         rating: None,
         label: None,
         notes: String::new(),
+        taken_over: episode.taken_over.is_some(),
     })
 }

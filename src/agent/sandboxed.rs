@@ -16,6 +16,10 @@ impl Terminal for Session {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {
         Session::exec(self, command, timeout).map_err(TerminalError::from)
     }
+
+    fn human_line(&mut self, command: &str) {
+        self.record_human_line(command);
+    }
 }
 
 impl From<SandboxError> for TerminalError {

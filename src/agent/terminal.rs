@@ -94,6 +94,11 @@ pub trait Terminal {
     fn take_human(&mut self) -> Option<HumanTurn> {
         None
     }
+
+    /// A human typed `command` while holding the session; it runs next
+    /// (through [`exec`](Self::exec)). Terminals that record what people
+    /// see note it (a sandbox session's asciicast); others ignore it.
+    fn human_line(&mut self, _command: &str) {}
 }
 
 impl<T: Terminal + ?Sized> Terminal for &mut T {
@@ -103,6 +108,9 @@ impl<T: Terminal + ?Sized> Terminal for &mut T {
     fn take_human(&mut self) -> Option<HumanTurn> {
         (**self).take_human()
     }
+    fn human_line(&mut self, command: &str) {
+        (**self).human_line(command)
+    }
 }
 
 impl<T: Terminal + ?Sized> Terminal for Box<T> {
@@ -111,5 +119,8 @@ impl<T: Terminal + ?Sized> Terminal for Box<T> {
     }
     fn take_human(&mut self) -> Option<HumanTurn> {
         (**self).take_human()
+    }
+    fn human_line(&mut self, command: &str) {
+        (**self).human_line(command)
     }
 }

@@ -1,4 +1,5 @@
-//! Asciicast v2 recording of a session's raw output stream.
+//! Asciicast v2 recording of a session's raw output stream, and of the
+//! command lines a human typed into it.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -6,6 +7,13 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::SandboxError;
+
+/// What a human's command line is echoed after (bold yellow `you$ `), in
+/// recordings and in live panes alike.
+pub const HUMAN_ECHO_START: &str = "\x1b[1;33myou$ ";
+
+/// What ends a human's echoed command line.
+pub const HUMAN_ECHO_END: &str = "\x1b[0m\r\n";
 
 /// Room kept below the cap for the final marker event.
 const MARKER_ROOM: u64 = 128;
@@ -112,6 +120,15 @@ impl Recorder {
         self.event("i", &String::from_utf8_lossy(bytes));
     }
 
+    /// Record a command line a human typed while holding the session: as
+    /// input (`"i"`, the line and the Enter that sent it) and as the echo a
+    /// person would have seen (`"o"`, `you$ line`), since the session's
+    /// terminal does not echo and the exec protocol sends it unseen.
+    pub fn human_line(&mut self, line: &str) {
+        self.event("i", &format!("{line}\r"));
+        self.event("o", &format!("{HUMAN_ECHO_START}{line}{HUMAN_ECHO_END}"));
+    }
+
     /// Record a terminal resize.
     pub fn resize(&mut self, cols: u16, rows: u16) {
         self.event("r", &format!("{cols}x{rows}"));
@@ -178,6 +195,25 @@ mod tests {
         assert_eq!(lines[2][2], "éb");
         assert_eq!(lines[3][1], "r");
         assert_eq!(lines[3][2], "100x30");
+    }
+
+    #[test]
+    fn a_humans_line_is_recorded_as_input_and_echoed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.cast");
+        {
+            let mut r = Recorder::create(&path, 80, 24, 1 << 20).unwrap();
+            r.output(b"agent output\r\n");
+            r.human_line("ls -l ~/data");
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!((&lines[2][1], &lines[2][2]), (&"i".into(), &"ls -l ~/data\r".into()));
+        assert_eq!(lines[3][1], "o");
+        assert_eq!(lines[3][2], "\x1b[1;33myou$ ls -l ~/data\x1b[0m\r\n");
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod types;
 
 use std::path::Path;
 
-pub use asciicast::Recorder;
+pub use asciicast::{Recorder, HUMAN_ECHO_END, HUMAN_ECHO_START};
 pub use bench::{bench, BenchReport};
 pub use doctor::{doctor, doctor_images, DoctorReport};
 pub use error::SandboxError;

@@ -394,6 +394,17 @@ impl Session {
         self.write_raw(bytes)
     }
 
+    /// Note in the recording a command line a human typed (it then runs
+    /// through [`Session::exec`], unseen like an agent's): see
+    /// [`Recorder::human_line`].
+    pub fn record_human_line(&self, line: &str) {
+        if let Ok(mut rec) = self.recorder.lock() {
+            if let Some(r) = rec.as_mut() {
+                r.human_line(line);
+            }
+        }
+    }
+
     /// Resize the terminal.
     pub fn resize(&mut self, cols: u16, rows: u16) -> Result<(), SandboxError> {
         self.master

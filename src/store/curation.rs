@@ -359,6 +359,7 @@ mod tests {
             rating: None,
             label: None,
             notes: String::new(),
+            taken_over: false,
         };
         ws.index_episode(&row).unwrap();
         ws.rate_episode("r", "t", 0, Some(2), Some("test_wrong"), "flaky")

@@ -17,6 +17,7 @@ use rusqlite::{params, Connection, OpenFlags};
 use serde::Serialize;
 
 use super::migrations::SCHEMA_VERSION;
+use super::runs::result_taken_over;
 use super::{now, StoreError, Workspace};
 use crate::fsutil::write_atomic;
 
@@ -282,6 +283,7 @@ impl Workspace {
                 self.merge_run_files(other, &run.id, &mut report)?;
             }
         }
+        let root = self.root().to_path_buf();
         self.transaction(|tx| {
             for run in &runs {
                 if bad_runs.contains(&run.id) || known_runs.contains(&run.id) {
@@ -314,8 +316,8 @@ impl Workspace {
                 )?;
                 tx.execute(
                     "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason,
-                         failure_mode, path, rating, label, notes, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                         failure_mode, path, rating, label, notes, created_at, taken_over)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                      ON CONFLICT (run_id, task_id, sample) DO NOTHING",
                     params![
                         e.run_id,
@@ -330,7 +332,10 @@ impl Workspace {
                         e.rating,
                         e.label,
                         e.notes,
-                        e.created_at
+                        e.created_at,
+                        // Read from the copied result: the other index may
+                        // predate the column.
+                        result_taken_over(&root.join(&path))
                     ],
                 )?;
             }

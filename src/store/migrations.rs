@@ -69,7 +69,16 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE jobs ADD COLUMN owner_pid INTEGER;
     "#,
+    // 3: whether a human took the episode's session over (the result's
+    // `taken_over`); rows of older databases are filled from their result
+    // files when the workspace is opened (see `Workspace::open`).
+    r#"
+    ALTER TABLE episodes ADD COLUMN taken_over INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
+
+/// The first schema version with `episodes.taken_over`.
+pub const EPISODES_TAKEN_OVER: usize = 3;
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();

@@ -51,6 +51,9 @@ pub struct EpisodeRow {
     pub label: Option<String>,
     /// Reviewer's notes.
     pub notes: String,
+    /// A human took the session over during the episode (the result's
+    /// `taken_over` is set): not the policy's own run.
+    pub taken_over: bool,
 }
 
 fn run_from_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
@@ -81,7 +84,17 @@ fn episode_from_row(r: &Row<'_>) -> rusqlite::Result<EpisodeRow> {
         rating: r.get::<_, Option<i64>>(9)?.map(|v| v.clamp(0, 5) as u8),
         label: r.get(10)?,
         notes: r.get(11)?,
+        taken_over: r.get(12)?,
     })
+}
+
+/// Whether the episode result at `path` records a take-over (its
+/// `taken_over` is set); false for a file that cannot be read as JSON.
+pub(super) fn result_taken_over(path: &std::path::Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get("taken_over").is_some_and(|t| !t.is_null()))
 }
 
 impl Workspace {
@@ -122,19 +135,51 @@ impl Workspace {
     /// Index one finished episode (replacing an earlier row for the same sample).
     pub fn index_episode(&self, e: &EpisodeRow) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+            "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, created_at, taken_over)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              ON CONFLICT (run_id, task_id, sample) DO UPDATE SET passed = excluded.passed,
                  reward = excluded.reward, turns = excluded.turns, end_reason = excluded.end_reason,
-                 failure_mode = excluded.failure_mode, path = excluded.path",
-            params![e.run_id, e.task_id, e.sample, e.passed, e.reward, e.turns, e.end_reason, e.failure_mode, e.path, now()],
+                 failure_mode = excluded.failure_mode, path = excluded.path,
+                 taken_over = excluded.taken_over",
+            params![e.run_id, e.task_id, e.sample, e.passed, e.reward, e.turns, e.end_reason, e.failure_mode, e.path, now(), e.taken_over],
         )?;
         Ok(())
     }
 
+    /// Fill `taken_over` of indexed episodes from their result files (for
+    /// a database made before the index had the column). A result that
+    /// cannot be read leaves its row as it is: `workspace rebuild` reports
+    /// such files. Returns how many rows were marked.
+    pub(super) fn backfill_taken_over(&self) -> Result<usize, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT run_id, task_id, sample, path FROM episodes WHERE taken_over = 0")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut marked = 0;
+        for (run, task, sample, path) in rows {
+            if path.is_empty() || !result_taken_over(&self.root().join(&path)) {
+                continue;
+            }
+            marked += self.conn.execute(
+                "UPDATE episodes SET taken_over = 1 WHERE run_id = ?1 AND task_id = ?2 AND sample = ?3",
+                params![run, task, sample],
+            )?;
+        }
+        Ok(marked)
+    }
+
     /// Episodes of a run (or of every run when `run_id` is `None`).
     pub fn list_episodes(&self, run_id: Option<&str>) -> Result<Vec<EpisodeRow>, StoreError> {
-        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes
+        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over
                    FROM episodes WHERE (?1 IS NULL OR run_id = ?1) ORDER BY run_id, task_id, sample";
         let mut stmt = self.conn.prepare(sql)?;
         let rows = stmt.query_map([run_id], episode_from_row)?;
@@ -143,7 +188,7 @@ impl Workspace {
 
     /// Episodes of one task across all runs (uses the `episodes_task` index).
     pub fn task_episodes(&self, task_id: &str) -> Result<Vec<EpisodeRow>, StoreError> {
-        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes
+        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over
                    FROM episodes WHERE task_id = ?1 ORDER BY run_id, task_id, sample";
         let mut stmt = self.conn.prepare(sql)?;
         let rows = stmt.query_map([task_id], episode_from_row)?;
@@ -185,7 +230,7 @@ impl Workspace {
         task_id: &str,
         sample: u32,
     ) -> Result<EpisodeRow, StoreError> {
-        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes
+        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over
                    FROM episodes WHERE run_id = ?1 AND task_id = ?2 AND sample = ?3";
         self.conn
             .query_row(sql, params![run_id, task_id, sample], episode_from_row)
@@ -222,11 +267,67 @@ mod tests {
                 rating: None,
                 label: None,
                 notes: String::new(),
+                taken_over: false,
             })
             .unwrap();
         }
         let all = ws.list_episodes(None).unwrap();
         let want: Vec<_> = all.into_iter().filter(|e| e.task_id == "a").collect();
         assert_eq!(ws.task_episodes("a").unwrap(), want);
+    }
+
+    #[test]
+    fn an_older_index_learns_which_episodes_were_taken_over_from_their_results() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        ws.upsert_run("r", "eval", "oracle", &serde_json::json!({}))
+            .unwrap();
+        let ep_dir = dir.path().join("runs/r/episodes/t");
+        std::fs::create_dir_all(&ep_dir).unwrap();
+        for (sample, taken) in [(0u32, true), (1, false)] {
+            let path = format!("runs/r/episodes/t/{sample}.json");
+            let takeover = if taken {
+                serde_json::json!({"turn": 1, "step": 0, "human_steps": 1})
+            } else {
+                serde_json::Value::Null
+            };
+            std::fs::write(
+                dir.path().join(&path),
+                serde_json::json!({"task": "t", "sample": sample, "taken_over": takeover})
+                    .to_string(),
+            )
+            .unwrap();
+            ws.index_episode(&EpisodeRow {
+                run_id: "r".into(),
+                task_id: "t".into(),
+                sample,
+                passed: true,
+                reward: 1.0,
+                turns: 1,
+                end_reason: "done".into(),
+                failure_mode: None,
+                path,
+                rating: None,
+                label: None,
+                notes: String::new(),
+                taken_over: false,
+            })
+            .unwrap();
+        }
+        // Make it the database an older build wrote: no column, schema 2.
+        ws.conn
+            .execute_batch(
+                "ALTER TABLE episodes DROP COLUMN taken_over; PRAGMA user_version = 2;",
+            )
+            .unwrap();
+        drop(ws);
+        let ws = Workspace::open(dir.path()).unwrap();
+        let marks: Vec<bool> = ws
+            .list_episodes(None)
+            .unwrap()
+            .iter()
+            .map(|e| e.taken_over)
+            .collect();
+        assert_eq!(marks, [true, false]);
     }
 }

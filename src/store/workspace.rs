@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use super::migrations::migrate;
+use super::migrations::{migrate, EPISODES_TAKEN_OVER};
 use super::tasks::index_task_in;
 use super::{StoreError, TaskStatus};
 use crate::fsutil::{replace_dir_atomic, AtomicDir};
@@ -58,6 +58,10 @@ impl Workspace {
             conn,
             created: version == 0,
         };
+        // An index made before it had `taken_over` learns it from the files.
+        if version > 0 && (version as usize) < EPISODES_TAKEN_OVER {
+            ws.backfill_taken_over()?;
+        }
         ws.reconcile()?;
         Ok(ws)
     }

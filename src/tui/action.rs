@@ -26,6 +26,8 @@ pub enum Action {
     Command(Command),
     /// A key while a text prompt is open.
     PromptKey(KeyEvent),
+    /// A key while a picker (category, failure mode, label) is open.
+    PickerKey(KeyEvent),
     /// A mouse event.
     Mouse(MouseEvent),
     /// The terminal was resized (ratatui re-lays out on the next draw).

@@ -1,6 +1,14 @@
 //! Frame-time benchmark hook (`endless bench tui`): render frames of the
 //! Tasks view over many rows and of the Live view with streaming panes on a
 //! `TestBackend`, and report percentiles.
+//!
+//! The live panes get what a session sends, through the same events and
+//! the same path as a job's panes (marker filter, `vt100` parser, the view
+//! that follows the newest output): each emulates the sessions' 48x160
+//! terminal, every agent command is a step event, its output a few lines
+//! in chunks that split lines, escape sequences and the exec protocol's
+//! end markers. After the last frame each pane must show its newest line
+//! and no marker (`following`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,6 +25,9 @@ use crate::store::{TaskRow, TaskStatus};
 
 /// Frames rendered per view.
 pub const FRAMES_PER_VIEW: usize = 100;
+
+/// Live panes `endless bench tui` streams to.
+pub const LIVE_PANES: usize = 8;
 
 /// Frame-time percentiles.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -46,6 +57,9 @@ pub struct FrameBench {
     pub tasks_view: Percentiles,
     /// Live view frames (every pane fed a chunk of bytes before each frame).
     pub live_view: Percentiles,
+    /// Every pane showed its newest output line, and no end marker, at the
+    /// end.
+    pub following: bool,
 }
 
 /// Rows for benchmarks and tests: `n` tasks over a few categories.
@@ -103,6 +117,28 @@ fn percentiles(mut v: Vec<Duration>) -> Percentiles {
     }
 }
 
+/// What pane `p` is sent before frame `frame`: at each frame's start a
+/// new agent command (every 4th frame; a step event), and output lines
+/// `out <frame>-<p> …`, coloured, in chunks that split the lines and the
+/// end marker that follows a command's output.
+fn feed_for(frame: usize, p: usize) -> (Option<String>, Vec<Vec<u8>>) {
+    let command = (frame % 4 == 0).then(|| format!("ls -la /home/user/work/{frame}"));
+    let mut bytes = format!(
+        "out {frame}-{p} \x1b[32m-rw-r--r--\x1b[0m 1 user user {} Jan  1 00:00 file-{p}.txt\r\n",
+        frame * 37 + p
+    )
+    .into_bytes();
+    if frame % 4 == 3 {
+        // The command ends: its end marker follows (never shown).
+        bytes.extend_from_slice(format!("\r\n__ENDLESS_bench{p}_{frame}_0__\r\n").as_bytes());
+    }
+    // Split in three at odd places (inside escapes and markers too).
+    let a = bytes.len() / 3 + p % 5;
+    let b = (2 * bytes.len() / 3 + frame % 7).min(bytes.len());
+    let chunks = vec![bytes[..a].to_vec(), bytes[a..b].to_vec(), bytes[b..].to_vec()];
+    (command, chunks)
+}
+
 /// Render [`FRAMES_PER_VIEW`] frames of each of the Tasks view (with
 /// `tasks` rows) and the Live view (with `panes` panes streaming shell
 /// output) on a 160x48 `TestBackend`.
@@ -115,8 +151,9 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
             key: format!("bench/{p}"),
             title: format!("task-{p:06}#0"),
             policy: "oracle".into(),
-            rows: 24,
-            cols: 80,
+            // The sessions' own terminal size: taller than any pane.
+            rows: 48,
+            cols: 160,
             input: None,
         }));
     }
@@ -140,18 +177,30 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
     for frame in 0..FRAMES_PER_VIEW {
         let t0 = Instant::now();
         for p in 0..panes {
-            let chunk = format!(
-                "\x1b[32muser@sandbox\x1b[0m:~$ ls -la /home/user/work/{frame}\r\n-rw-r--r-- 1 user user {} Jan  1 00:00 file-{p}.txt\r\n",
-                frame * 37 + p
-            );
-            app.update(Action::Live(LiveEvent::Feed {
-                key: format!("bench/{p}"),
-                bytes: chunk.into_bytes(),
-            }));
+            let key = format!("bench/{p}");
+            let (command, chunks) = feed_for(frame, p);
+            if let Some(command) = command {
+                app.update(Action::Live(LiveEvent::Step {
+                    key: key.clone(),
+                    turn: (frame / 4 + 1) as u32,
+                    command,
+                }));
+            }
+            for bytes in chunks {
+                app.update(Action::Live(LiveEvent::Feed {
+                    key: key.clone(),
+                    bytes,
+                }));
+            }
         }
         let feed = t0.elapsed();
         live_times.push(feed + time_frame(&mut app));
     }
+    // Each pane shows its newest line, and no marker.
+    let screen = format!("{}", terminal.backend());
+    let last = FRAMES_PER_VIEW - 1;
+    let following = !screen.contains("__ENDLESS")
+        && (0..panes).all(|p| screen.contains(&format!("out {last}-{p} ")));
     let all: Vec<Duration> = task_times.iter().chain(&live_times).copied().collect();
     let overall = percentiles(all);
     FrameBench {
@@ -162,6 +211,7 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
         p95: overall.p95,
         tasks_view: percentiles(task_times),
         live_view: percentiles(live_times),
+        following,
     }
 }
 
@@ -169,7 +219,7 @@ pub fn bench_frames(tasks: usize, panes: usize) -> FrameBench {
 /// and 8 streaming panes, printed as one line of text or, with `json`, as a
 /// JSON report with the process's peak memory and the targets.
 pub fn run_cli(n: Option<usize>, json: bool) -> anyhow::Result<std::process::ExitCode> {
-    let frames = bench_frames(n.unwrap_or(10_000), 8);
+    let frames = bench_frames(n.unwrap_or(10_000), LIVE_PANES);
     let report = serde_json::json!({
         "frames": frames,
         "peak_rss_mb": peak_rss_mb(),
@@ -179,14 +229,20 @@ pub fn run_cli(n: Option<usize>, json: bool) -> anyhow::Result<std::process::Exi
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let line = format!(
-            "{} frames with {} tasks and {} live panes streaming: p50 {:.2} ms, p95 {:.2} ms (tasks view p95 {:.2} ms, live view p95 {:.2} ms); peak memory {:.0} MB",
+            "{} frames with {} tasks and {} live panes streaming ({}): p50 {:.2} ms, p95 {:.2} ms (tasks view p95 {:.2} ms, live view p95 {:.2} ms); peak memory {:.0} MB",
             frames.frames, frames.tasks, frames.panes,
+            if frames.following { "each following its output" } else { "NOT all following their output" },
             ms(frames.p50), ms(frames.p95), ms(frames.tasks_view.p95), ms(frames.live_view.p95),
             peak_rss_mb().unwrap_or(f64::NAN)
         );
         println!("{}", crate::task::terminal_safe(&line));
     }
-    Ok(std::process::ExitCode::SUCCESS)
+    // Panes that lose their newest output are a bug, whatever the times.
+    Ok(if frames.following {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }
 
 fn ms(d: Duration) -> f64 {

@@ -57,8 +57,8 @@ commands! {
     PrevTab => "prev_tab", ["["], "Previous detail tab";
     Search => "search", ["/"], "Search id, name and instruction";
     FilterStatus => "filter_status", ["s"], "Cycle the status filter";
-    FilterCategory => "filter_category", ["c"], "Cycle the category filter";
-    FilterFailure => "filter_failure", ["f"], "Cycle the failure-mode filter (episodes)";
+    FilterCategory => "filter_category", ["c"], "Pick the category filter (a fuzzy list)";
+    FilterFailure => "filter_failure", ["f"], "Pick the failure-mode filter (episodes; a fuzzy list)";
     ClearFilters => "clear_filters", ["x"], "Clear all filters";
     SortNext => "sort_next", ["o"], "Sort by the next column";
     SortReverse => "sort_reverse", ["O"], "Reverse the sort order";
@@ -83,7 +83,7 @@ commands! {
     JobOffline => "job_offline", ["P"], "Jobs: offline (procedural) task generation (form)";
     JobTrain => "job_train", ["M"], "Jobs / Training: start a training run (form)";
     JobCancel => "job_cancel", ["C"], "Jobs: cancel the selected job";
-    Label => "label", ["b"], "Episode: cycle the failure label";
+    Label => "label", ["b"], "Episode: pick the failure label (a fuzzy list)";
     Compare => "compare", ["m"], "Episode: side by side with another episode of the task";
     ExportRatings => "export_ratings", ["X"], "Episodes: export ratings to ratings.jsonl";
     GotoTask => "goto_task", ["T"], "Episodes: open the episode's task";

@@ -131,6 +131,8 @@ impl<T: Terminal> TakeoverTerm<T> {
             while let Ok(command) = self.rx.try_recv() {
                 let t = turn.get_or_insert_with(new_turn);
                 let ran = Instant::now();
+                // The recording shows what the human typed.
+                self.inner.human_line(&command);
                 let result = self.inner.exec(&command, timeout);
                 self.control.queued.fetch_sub(1, Ordering::SeqCst);
                 failed = result.as_ref().err().cloned();
@@ -261,9 +263,15 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         log: Vec<String>,
+        /// What was noted as typed by a human.
+        typed: Vec<String>,
     }
 
     impl Terminal for Fake {
+        fn human_line(&mut self, command: &str) {
+            self.typed.push(command.to_string());
+        }
+
         fn exec(&mut self, command: &str, _: Duration) -> Result<ExecResult, TerminalError> {
             self.log.push(command.to_string());
             if command == "die" {
@@ -297,6 +305,8 @@ mod tests {
         h.set_taken(false);
         let mut term = t.join().unwrap();
         assert_eq!(term.inner.log, ["ls", "fail", "pwd", "echo agent"]);
+        // The human's lines (not the agent's) are noted for the recording.
+        assert_eq!(term.inner.typed, ["ls", "fail", "pwd"]);
         assert_eq!(handle.queued(), 0);
         let human = term.take_human().unwrap();
         let ran: Vec<(&str, Option<i32>)> = human

@@ -183,7 +183,16 @@ mod tests {
             ws.set_notes("t", "wrong tests").unwrap();
             ws.upsert_run("eval-1", "eval", "oracle", &serde_json::json!({}))
                 .unwrap();
-            for r in [result("t", 0, None), result("t", 1, None)] {
+            let mut taken = result("t", 1, None);
+            taken.taken_over = Some(crate::agent::Takeover {
+                turn: 1,
+                step: 0,
+                at: "2026-01-01T00:00:00Z".into(),
+                after_secs: 1.0,
+                human_steps: 1,
+                held_secs: 2.0,
+            });
+            for r in [result("t", 0, None), taken] {
                 write(&ws, "eval-1", &r);
                 index_episode(&ws, "eval-1", &r).unwrap();
             }
@@ -208,6 +217,8 @@ mod tests {
                 ),
                 (Some(5), Some("agent_error"), "nice")
             );
+            // The take-over mark comes back from the result files.
+            assert_eq!((eps[0].taken_over, eps[1].taken_over), (false, true));
             assert_eq!(ws.list_runs().unwrap()[0].kind, "eval");
         };
         // Deleted.

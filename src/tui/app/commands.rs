@@ -1,9 +1,9 @@
 //! The command routers: app-wide commands (quit, help, switching views,
 //! reload), then per view what needs more than the view itself (curation
-//! requests, opening prompts and forms, the inspector's ratings); the rest
+//! requests, opening prompts, pickers and forms, the inspector's ratings); the rest
 //! goes to the focused component.
 
-use super::{App, FormKind, Prompt, PromptKind, View};
+use super::{App, FormKind, PickerKind, Prompt, PromptKind, View};
 use crate::store::{EpisodeRow, TaskStatus};
 use crate::tui::action::Request;
 use crate::tui::component::Component;
@@ -131,6 +131,10 @@ impl App {
                 return;
             }
             Command::GotoTask => {}
+            Command::FilterFailure => {
+                self.open_picker(PickerKind::Failure);
+                return;
+            }
             other => {
                 let next = self.episodes.handle_command(other);
                 self.follow(next);
@@ -173,11 +177,7 @@ impl App {
         }
         match cmd {
             Command::Back => self.inspector = None,
-            Command::Label => {
-                insp.episode.row.label = insp.next_label();
-                let after = insp.episode.row.clone();
-                self.curate_episode(&row, &after);
-            }
+            Command::Label => self.open_picker(PickerKind::Label),
             Command::Note => {
                 self.prompt = Some(Prompt {
                     kind: PromptKind::EpisodeNote,
@@ -308,6 +308,7 @@ impl App {
         }
         let id_s = id.clone().unwrap_or_default();
         match cmd {
+            Command::FilterCategory => self.open_picker(PickerKind::Category),
             Command::Accept => self.curate_task(Request::SetStatus(id_s, TaskStatus::Accepted)),
             Command::Reject => self.curate_task(Request::SetStatus(id_s, TaskStatus::Rejected)),
             Command::Archive => self.curate_task(Request::SetStatus(id_s, TaskStatus::Archived)),

@@ -1,6 +1,6 @@
 //! Drawing the screen: the tab bar (remembering where each tab is, for the
-//! mouse), the focused component, the help overlay and open forms and
-//! prompts, and the status line.
+//! mouse), the focused component, the help overlay and open forms,
+//! pickers and prompts, and the status line.
 
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
@@ -44,6 +44,9 @@ impl App {
         self.draw_status(frame, bottom);
         if let Some((_, form)) = &self.form {
             form.draw(frame, body, &self.theme);
+        }
+        if let Some((_, picker)) = &self.picker {
+            picker.draw(frame, body, &self.theme);
         }
         if self.help.visible {
             let ctx = DrawContext {

@@ -5,7 +5,8 @@
 //! `outbox`, which the event loop hands to the store worker or the job
 //! launcher. Results come back as Actions. The pieces, one job each:
 //! [`commands`] (the command routers), [`input`] (prompt and form keys,
-//! mouse hit-testing), [`forms`] (the launch forms), [`draw`] (tabs, the
+//! mouse hit-testing), [`forms`] (the launch forms), [`pickers`] (the
+//! fuzzy category, failure-mode and label pickers), [`draw`] (tabs, the
 //! focused view, the status line), [`undo`] (curation changes and their
 //! undo).
 
@@ -13,12 +14,14 @@ mod commands;
 mod draw;
 mod forms;
 mod input;
+mod pickers;
 mod undo;
 
 use crossterm::event::KeyEvent;
 use ratatui::layout::Rect;
 
 pub use forms::{ForkTarget, FormKind};
+pub use pickers::PickerKind;
 pub use undo::{UndoEntry, MAX_UNDO};
 
 use super::action::{Action, Request};
@@ -36,6 +39,7 @@ use super::views::tasks::TasksView;
 use super::views::training::TrainingView;
 use super::widgets::form::Form;
 use super::widgets::input::TextInput;
+use super::widgets::picker::Picker;
 use crate::jobs::{JobEvent, JobOutcome};
 
 /// The top-level views, shown as tabs.
@@ -142,6 +146,8 @@ pub struct App {
     pub help: HelpView,
     /// The open one-line prompt.
     pub prompt: Option<Prompt>,
+    /// The open picker and what it picks.
+    pub picker: Option<(PickerKind, Picker)>,
     /// The status line's message.
     pub status: Option<StatusMsg>,
     /// Shown in the top bar (the workspace path).
@@ -179,6 +185,7 @@ impl App {
             defaults: JobDefaults::default(),
             help: HelpView::default(),
             prompt: None,
+            picker: None,
             status: None,
             workspace_label: workspace_label.into(),
             outbox: vec![
@@ -196,9 +203,12 @@ impl App {
         }
     }
 
-    /// Map a key to an action: prompt keys go to the prompt, others
+    /// Map a key to an action: picker and prompt keys go to them, others
     /// through the keymap.
     pub fn handle_key(&self, key: KeyEvent) -> Option<Action> {
+        if self.picker.is_some() {
+            return Some(Action::PickerKey(key));
+        }
         if self.prompt.is_some() {
             return Some(Action::PromptKey(key));
         }
@@ -217,6 +227,7 @@ impl App {
         match action {
             Action::Command(cmd) => self.command(cmd),
             Action::PromptKey(key) => self.prompt_key(key),
+            Action::PickerKey(key) => self.picker_key(key),
             Action::FormKey(key) => self.form_key(key),
             Action::Mouse(m) => self.mouse(m),
             Action::Resize(..) => {}

@@ -11,12 +11,23 @@ fn episodes_view_snapshots() {
     cmd(&mut app, &ws, Command::ViewEpisodes);
     snap!("episodes_80x24", &mut app, 80, 24);
     snap!("episodes_120x40", &mut app, 120, 40);
-    // Any failure first, then each mode.
+    // The failure filter is a fuzzy picker: any, any failure, each mode.
     cmd(&mut app, &ws, Command::FilterFailure);
+    snap!("episodes_failure_picker_80x24", &mut app, 80, 24);
+    key(&mut app, &ws, KeyCode::Down);
+    key(&mut app, &ws, KeyCode::Enter);
     assert_eq!(app.episodes.failure.as_deref(), Some("any failure"));
     let screen = render(&mut app, 120, 40);
     assert!(screen.contains("2/3 shown, 0 passed"), "{screen}");
     cmd(&mut app, &ws, Command::FilterFailure);
+    typed(&mut app, "lop");
+    key(&mut app, &ws, KeyCode::Enter);
+    assert_eq!(app.episodes.failure.as_deref(), Some("loop"));
+    // Esc leaves the filter as it was.
+    cmd(&mut app, &ws, Command::FilterFailure);
+    typed(&mut app, "turn");
+    key(&mut app, &ws, KeyCode::Esc);
+    assert!(app.picker.is_none());
     assert_eq!(app.episodes.failure.as_deref(), Some("loop"));
     snap!("episodes_loop_80x24", &mut app, 80, 24);
     // T jumps to the episode's task, on its Episodes tab (Enter inspects).
@@ -177,7 +188,9 @@ fn inspector_shows_trajectory_tests_replay_and_rates() {
     // Rating, label, note go to the store.
     cmd(&mut app, &ws, Command::Rate2);
     cmd(&mut app, &ws, Command::Label);
-    cmd(&mut app, &ws, Command::Label);
+    typed(&mut app, "test");
+    assert_eq!(app.picker.as_ref().unwrap().1.shown(), ["test wrong"]);
+    key(&mut app, &ws, KeyCode::Enter);
     key(&mut app, &ws, KeyCode::Char('n'));
     typed(&mut app, "loops on a missing file");
     key(&mut app, &ws, KeyCode::Enter);

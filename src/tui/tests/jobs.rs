@@ -375,6 +375,17 @@ fn failed_empty_and_cancelled_jobs_tell_the_truth() {
     );
     snap!("jobs_failed_and_empty_80x24", &mut app, 80, 24);
     snap!("jobs_failed_and_empty_120x40", &mut app, 120, 40);
+
+    // Enter opens the selected job's log full-screen; esc goes back.
+    app.update(Action::Command(Command::Up));
+    app.update(Action::Command(Command::Select));
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("full screen"), "{screen}");
+    assert!(!screen.contains("stage / result"), "the table gives way: {screen}");
+    assert!(screen.contains("step 39"), "{screen}");
+    snap!("jobs_log_full_80x24", &mut app, 80, 24);
+    app.update(Action::Command(Command::Back));
+    assert!(render(&mut app, 80, 24).contains("stage / result"));
 }
 
 #[test]

@@ -36,6 +36,7 @@ mod episodes;
 mod images;
 mod jobs;
 mod live;
+mod narrow;
 mod screen;
 mod tasks;
 mod training;
@@ -146,6 +147,7 @@ fn fixture(dir: &std::path::Path) -> Workspace {
         rating: None,
         label: None,
         notes: String::new(),
+        taken_over: false,
     };
     ws.index_episode(&ep("archive-logs", 0, true, None, "done"))
         .unwrap();

@@ -55,10 +55,11 @@ fn tiny_and_resized_terminals_do_not_panic() {
 
 #[test]
 fn bench_runs_on_many_rows() {
-    let b = crate::tui::bench_frames(2_000, 3);
+    let b = crate::tui::bench_frames(2_000, crate::tui::bench::LIVE_PANES);
     assert_eq!(b.frames, 2 * crate::tui::bench::FRAMES_PER_VIEW);
     assert!(b.p95 >= b.p50);
     assert!(b.tasks_view.max >= b.tasks_view.p50);
+    assert!(b.following, "every pane shows its newest output and no marker");
 }
 
 /// Full-size frame benchmark (dev profile unless run with --release):

@@ -71,7 +71,13 @@ fn search_filter_and_sort() {
     assert_eq!(app.tasks.selected_id().as_deref(), Some("archive-logs"));
     cmd(&mut app, &ws, Command::FilterStatus);
     assert_eq!(app.tasks.selected_id().as_deref(), Some("count-words"));
+    // The category filter is a fuzzy picker: typing narrows, Enter picks.
     cmd(&mut app, &ws, Command::FilterCategory);
+    typed(&mut app, "arc");
+    snap!("tasks_category_picker_80x24", &mut app, 80, 24);
+    key(&mut app, &ws, KeyCode::Enter);
+    assert!(app.picker.is_none());
+    assert_eq!(app.tasks.filter.category.as_deref(), Some("archives"));
     assert_eq!(app.tasks.counts(), (3, 0));
     snap!("tasks_no_match_80x24", &mut app, 80, 24);
     cmd(&mut app, &ws, Command::ClearFilters);

@@ -97,6 +97,8 @@ fn undo_reverts_episode_reviews_in_the_open_inspector() {
     };
     cmd(&mut app, &ws, Command::Rate4);
     cmd(&mut app, &ws, Command::Label);
+    typed(&mut app, "amb");
+    key(&mut app, &ws, KeyCode::Enter);
     let stored = |ws: &Workspace| {
         ws.list_episodes(None)
             .unwrap()

@@ -14,10 +14,11 @@ use ratatui::Frame;
 use crate::store::EpisodeRow;
 use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
+use crate::tui::widgets::columns::{self, constraints, cut_end, cut_middle, fit, widest, Column};
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::task_marks::{pass_cell, stars};
 
-use super::episodes_order::{next_failure, shown};
+use super::episodes_order::shown;
 pub use super::episodes_order::{EpisodeSort, ANY_FAILURE, NO_FAILURE};
 
 /// State of the Episodes view.
@@ -50,7 +51,15 @@ impl EpisodesView {
         self.refresh();
     }
 
-    fn modes(&self) -> Vec<String> {
+    /// Filter by failure mode (`None`: any; [`ANY_FAILURE`]; a mode, or
+    /// [`NO_FAILURE`] for the passed ones).
+    pub fn set_failure(&mut self, failure: Option<String>) {
+        self.failure = failure;
+        self.refresh();
+    }
+
+    /// The failure modes of the loaded episodes (`none` for passed ones), sorted.
+    pub fn modes(&self) -> Vec<String> {
         let mut m: Vec<String> = self
             .rows
             .iter()
@@ -129,10 +138,6 @@ impl EpisodesView {
             Command::PageDown => self.move_by(page),
             Command::Top => self.move_by(isize::MIN / 2),
             Command::Bottom => self.move_by(isize::MAX / 2),
-            Command::FilterFailure => {
-                self.failure = next_failure(self.failure.as_deref(), &self.modes());
-                self.refresh();
-            }
             Command::SortNext => {
                 self.sort = self.sort.next();
                 self.refresh();
@@ -230,6 +235,17 @@ impl EpisodesView {
             ),
             theme.muted(),
         ));
+        let taken = self
+            .visible
+            .iter()
+            .filter(|&&i| self.rows[i].taken_over)
+            .count();
+        if taken > 0 {
+            spans.push(Span::styled(
+                format!(", {taken} ✋ taken over"),
+                theme.warning(),
+            ));
+        }
         let line = Line::from(spans);
         frame.render_widget(Paragraph::new(line), bar);
         self.table_area = table;
@@ -243,18 +259,44 @@ impl EpisodesView {
             .offset
             .min(self.visible.len().saturating_sub(height.max(1)));
         let end = (self.offset + height).min(self.visible.len());
+        // Columns give way by priority: task, run, result and failure mode
+        // keep their width longest; the end reason shrinks and goes first.
+        let vis = || self.visible.iter().map(|&i| &self.rows[i]);
+        let any_taken = vis().any(|e| e.taken_over);
+        let cols = [
+            Column::new(widest("Run↑", vis().map(|e| e.run_id.as_str())), 10, 8),
+            Column::new(widest("Task↑", vis().map(|e| e.task_id.as_str())), 10, 9),
+            Column::fixed(3, 6),
+            // A taken-over episode's result carries a hand (two cells).
+            Column::fixed(if any_taken { 7 } else { 4 }, 10),
+            Column::fixed(6, 2).optional(),
+            Column::fixed(6, 3).optional(),
+            Column::new(widest("End", vis().map(|e| e.end_reason.as_str())), 6, 1)
+                .optional(),
+            Column::fixed(
+                widest(
+                    "Failure↑",
+                    vis().map(|e| e.failure_mode.as_deref().unwrap_or("-")),
+                ),
+                10,
+            ),
+            Column::fixed(7, 4).optional(),
+        ];
+        // The highlight symbol takes two cells.
+        let widths = fit(&cols, table.width.saturating_sub(2), 1);
+        let w = |k: usize| widths[k].unwrap_or(0);
         let rows: Vec<Row<'_>> = self.visible[self.offset..end]
             .iter()
             .map(|&i| {
                 let e = &self.rows[i];
-                Row::new(vec![
-                    Cell::from(e.run_id.as_str()),
-                    Cell::from(e.task_id.as_str()),
+                let cells = [
+                    Cell::from(cut_middle(&e.run_id, w(0))),
+                    Cell::from(cut_middle(&e.task_id, w(1))),
                     Cell::from(e.sample.to_string()),
-                    pass_cell(e.passed, theme),
+                    result_cell(e, theme),
                     Cell::from(format!("{:.2}", e.reward)),
                     Cell::from(e.turns.to_string()),
-                    Cell::from(e.end_reason.as_str()),
+                    Cell::from(cut_end(&e.end_reason, w(6))),
                     Cell::from(Span::styled(
                         e.failure_mode.clone().unwrap_or_else(|| "-".into()),
                         if e.failure_mode.is_some() {
@@ -264,41 +306,24 @@ impl EpisodesView {
                         },
                     )),
                     Cell::from(stars(e.rating)),
-                ])
+                ];
+                Row::new(columns::shown(cells, &widths))
             })
             .collect();
-        let t = Table::new(
-            rows,
-            [
-                Constraint::Fill(2),
-                Constraint::Fill(3),
-                Constraint::Length(3),
-                Constraint::Length(4),
-                Constraint::Length(6),
-                Constraint::Length(6),
-                Constraint::Fill(2),
-                Constraint::Fill(2),
-                Constraint::Length(7),
-            ],
-        )
-        .header(
-            Row::new(
-                [
-                    "Run", "Task", "#", "Res", "Reward", "Turns", "End", "Failure", "Rating",
-                ]
-                .map(|h| {
-                    // The sorted column carries an arrow (once sorted).
-                    let sorted =
-                        (self.sort != EpisodeSort::Run || self.reverse) && h == self.sort.column();
-                    match (sorted, self.reverse) {
-                        (true, false) => format!("{h}↑"),
-                        (true, true) => format!("{h}↓"),
-                        _ => h.to_string(),
-                    }
-                }),
-            )
-            .style(theme.muted()),
-        )
+        let header = [
+            "Run", "Task", "#", "Res", "Reward", "Turns", "End", "Failure", "Rating",
+        ]
+        .map(|h| {
+            // The sorted column carries an arrow (once sorted).
+            let sorted = (self.sort != EpisodeSort::Run || self.reverse) && h == self.sort.column();
+            match (sorted, self.reverse) {
+                (true, false) => format!("{h}↑"),
+                (true, true) => format!("{h}↓"),
+                _ => h.to_string(),
+            }
+        });
+        let t = Table::new(rows, constraints(&widths))
+            .header(Row::new(columns::shown(header, &widths)).style(theme.muted()))
         .row_highlight_style(theme.selected())
         .highlight_symbol("▶ ")
         .highlight_spacing(HighlightSpacing::Always)
@@ -307,6 +332,22 @@ impl EpisodesView {
             .with_selected((!self.visible.is_empty()).then(|| self.selected - self.offset));
         frame.render_stateful_widget(t, table, &mut state);
     }
+}
+
+/// PASS or FAIL, with a hand when a human took the session over.
+fn result_cell(e: &EpisodeRow, theme: &Theme) -> Cell<'static> {
+    if !e.taken_over {
+        return pass_cell(e.passed, theme);
+    }
+    let (text, style) = if e.passed {
+        ("PASS", theme.success())
+    } else {
+        ("FAIL", theme.failure())
+    };
+    Cell::from(Line::from(vec![
+        Span::styled(text, style),
+        Span::styled(" ✋", theme.warning()),
+    ]))
 }
 
 impl Component for EpisodesView {

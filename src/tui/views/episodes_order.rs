@@ -74,7 +74,8 @@ impl EpisodeSort {
 }
 
 /// Whether `row` passes the failure filter `failure` and the lower-case
-/// search text `search` (run, task, end, failure mode, label, notes).
+/// search text `search` (run, task, end, failure mode, label, notes;
+/// `taken over` finds the episodes a human took over).
 pub fn shown(row: &EpisodeRow, failure: Option<&str>, search: &str) -> bool {
     let mode = row.failure_mode.as_deref().unwrap_or(NO_FAILURE);
     let failure_ok = match failure {
@@ -95,22 +96,10 @@ pub fn shown(row: &EpisodeRow, failure: Option<&str>, search: &str) -> bool {
         mode,
         row.label.as_deref().unwrap_or(""),
         row.notes.as_str(),
+        if row.taken_over { "taken over" } else { "" },
     ]
     .iter()
     .any(|f| f.to_lowercase().contains(search))
-}
-
-/// The failure filter after `current`: any, any failure, then each mode
-/// present (`none` among them), then any again.
-pub fn next_failure(current: Option<&str>, modes: &[String]) -> Option<String> {
-    match current {
-        None => Some(ANY_FAILURE.to_string()),
-        Some(ANY_FAILURE) => modes.first().cloned(),
-        Some(m) => modes
-            .iter()
-            .position(|x| x == m)
-            .and_then(|i| modes.get(i + 1).cloned()),
-    }
 }
 
 #[cfg(test)]
@@ -131,6 +120,7 @@ mod tests {
             rating: None,
             label: None,
             notes: "Flaky test".into(),
+            taken_over: false,
         }
     }
 
@@ -143,22 +133,10 @@ mod tests {
         assert!(shown(&ok, Some(NO_FAILURE), ""));
         assert!(shown(&lp, Some("loop"), "flaky"), "notes are searched");
         assert!(!shown(&lp, None, "nothing"));
-        let modes = vec!["loop".to_string(), "none".to_string()];
-        let mut f = None;
-        let mut seen = Vec::new();
-        for _ in 0..4 {
-            f = next_failure(f.as_deref(), &modes);
-            seen.push(f.clone());
-        }
-        assert_eq!(
-            seen,
-            [
-                Some(ANY_FAILURE.to_string()),
-                Some("loop".into()),
-                Some("none".into()),
-                None
-            ]
-        );
+        let mut taken = row("c", true, None, 2);
+        taken.taken_over = true;
+        assert!(shown(&taken, None, "taken over"));
+        assert!(!shown(&ok, None, "taken over"));
         assert_eq!(EpisodeSort::Turns.compare(&ok, &lp), Ordering::Less);
         assert_eq!(EpisodeSort::Result.compare(&ok, &lp), Ordering::Greater);
         assert_eq!(EpisodeSort::Rating.next(), EpisodeSort::Run);

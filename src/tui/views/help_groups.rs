@@ -107,7 +107,7 @@ const TASKS: &[Group] = &[
         entries: &[
             e(C::Search, "search", "Search id, name and instruction"),
             e(C::FilterStatus, "status", "Cycle the status filter"),
-            e(C::FilterCategory, "category", "Cycle the category filter"),
+            e(C::FilterCategory, "category", "Pick the category filter from a fuzzy list"),
             e(C::ClearFilters, "clear", "Clear search and filters"),
             e(C::SortNext, "sort", "Sort by the next column"),
             e(C::SortReverse, "reverse", "Reverse the sort order"),
@@ -203,7 +203,7 @@ const EPISODES: &[Group] = &[
             e(
                 C::FilterFailure,
                 "failure",
-                "Cycle the filter: any failure, then each failure mode",
+                "Pick the filter from a fuzzy list: any failure, a mode",
             ),
             e(C::SortNext, "sort", "Sort by the next column"),
             e(C::SortReverse, "reverse", "Reverse the sort order"),
@@ -235,7 +235,7 @@ const INSPECTOR: &[Group] = &[
         entries: &[
             RATE,
             e(C::RateClear, "unrate", "Clear the rating"),
-            e(C::Label, "label", "Cycle the failure label"),
+            e(C::Label, "label", "Pick the failure label from a fuzzy list"),
             e(C::Note, "note", "Edit the note"),
             e(C::Undo, "undo", "Undo the last rating, label or note"),
             e(
@@ -307,6 +307,11 @@ const JOBS: &[Group] = &[
             e(C::Down, "down", "Next job"),
             e(C::PageUp, "log up", "Scroll the job's log up"),
             e(C::PageDown, "log down", "Scroll the job's log down"),
+            e(
+                C::Select,
+                "full log",
+                "Open the job's log full-screen (enter or esc: back)",
+            ),
             e(C::Top, "first", "First job"),
             e(C::Bottom, "last", "Last job"),
         ],

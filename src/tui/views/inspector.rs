@@ -122,17 +122,6 @@ impl Inspector {
         true
     }
 
-    /// The next label after the current one (none after the last).
-    pub fn next_label(&self) -> Option<String> {
-        let cur = self.episode.row.label.as_deref();
-        let i = LABELS.iter().position(|(k, _)| Some(*k) == cur);
-        match i {
-            None => Some(LABELS[0].0.to_string()),
-            Some(i) if i + 1 < LABELS.len() => Some(LABELS[i + 1].0.to_string()),
-            Some(_) => None,
-        }
-    }
-
     /// Draw into `area`.
     pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
         let [head, tabs, body] = Layout::vertical([

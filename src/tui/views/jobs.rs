@@ -16,6 +16,7 @@ use crate::jobs::{JobEvent, JobOutcome};
 use crate::store::JobRow;
 use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
+use crate::tui::widgets::columns::{constraints, cut_end, cut_middle, fit, shown, widest, Column};
 use crate::tui::widgets::text::bar;
 
 /// Log lines kept per job.
@@ -86,6 +87,8 @@ pub struct JobsView {
     /// Jobs started by this process (the journal also lists other
     /// processes' jobs).
     pub local: std::collections::BTreeSet<String>,
+    /// The selected job's log fills the view (Enter; Enter or Esc again: back).
+    pub log_full: bool,
     table_area: Rect,
 }
 
@@ -232,6 +235,8 @@ impl JobsView {
             Command::Bottom => self.selected = n - 1,
             Command::PageUp => self.log_scroll += 10,
             Command::PageDown => self.log_scroll = self.log_scroll.saturating_sub(10),
+            Command::Select => self.log_full = !self.log_full,
+            Command::Back => self.log_full = false,
             _ => {}
         }
         if self.selected != before {
@@ -259,8 +264,11 @@ impl JobsView {
 
     /// Draw the job table and the selected job's log.
     pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme, keys: &Keymap) {
-        let [table_area, log_area] =
-            Layout::vertical([Constraint::Percentage(45), Constraint::Fill(1)]).areas(area);
+        let [table_area, log_area] = if self.log_full && !self.items.is_empty() {
+            [Rect::default(), area]
+        } else {
+            Layout::vertical([Constraint::Percentage(45), Constraint::Fill(1)]).areas(area)
+        };
         self.table_area = table_area;
         let k = |c| keys.hint(c);
         let launch = format!(
@@ -287,12 +295,46 @@ impl JobsView {
             .block(block)
             .style(theme.base());
             frame.render_widget(p, table_area);
-        } else {
-            let bar_w = 12;
+        } else if !table_area.is_empty() {
+            // Columns give way by priority: the job id and its status keep
+            // their width longest (a long id shortened in the middle); the
+            // stage or result shrinks first (the log below has it whole),
+            // then the progress bar down to its count, then it goes.
+            const BAR: usize = 12;
+            // Counts too long for the column (a pull's bytes) show as a
+            // percentage; the stage gives the figures.
+            let count = |j: &JobItem| {
+                if j.total > 0 && j.total != 1000 && j.total < 10_000 {
+                    format!(" {}/{}", j.done, j.total)
+                } else {
+                    format!(" {:>3.0}%", j.fraction() * 100.0)
+                }
+            };
+            let counts: Vec<String> = self.items.iter().map(count).collect();
+            let first_line = |j: &JobItem| j.message.lines().next().unwrap_or("").to_string();
+            let messages: Vec<String> = self.items.iter().map(first_line).collect();
+            let cols = [
+                Column::new(widest("job", self.items.iter().map(|j| j.id.as_str())), 14, 9),
+                Column::fixed(
+                    widest("status", self.items.iter().map(|j| j.status.as_str())),
+                    10,
+                ),
+                Column::new(
+                    BAR + widest("", counts.iter().map(String::as_str)),
+                    widest("", counts.iter().map(String::as_str)) as u16,
+                    2,
+                )
+                .optional(),
+                Column::new(widest("stage / result", messages.iter().map(String::as_str)), 24, 1)
+                    .grow(),
+            ];
+            let widths = fit(&cols, table_area.width.saturating_sub(2), 1);
+            let w = |k: usize| widths[k].unwrap_or(0) as usize;
             let rows: Vec<Row<'_>> = self
                 .items
                 .iter()
-                .map(|j| {
+                .zip(counts.iter().zip(&messages))
+                .map(|(j, (count, message))| {
                     let status_style = match j.status.as_str() {
                         "succeeded" => theme.success(),
                         "failed" | "interrupted" => theme.failure(),
@@ -301,41 +343,29 @@ impl JobsView {
                         "running" | CANCELLING => theme.accent(),
                         _ => theme.muted(),
                     };
-                    // Counts too long for the column (a pull's bytes) show
-                    // as a percentage; the stage gives the figures.
-                    let count = if j.total > 0 && j.total != 1000 && j.total < 10_000 {
-                        format!(" {}/{}", j.done, j.total)
-                    } else {
-                        format!(" {:>3.0}%", j.fraction() * 100.0)
-                    };
-                    Row::new(vec![
-                        Cell::from(j.id.clone()),
+                    let bar_w = w(2).saturating_sub(count.chars().count()).min(BAR);
+                    let cells = [
+                        Cell::from(cut_middle(&j.id, w(0) as u16)),
                         Cell::from(Span::styled(j.status.clone(), status_style)),
                         Cell::from(Line::from(vec![
                             Span::styled(bar(j.fraction(), bar_w), theme.accent()),
-                            Span::raw(count),
+                            Span::raw(count.clone()),
                         ])),
                         Cell::from(Span::styled(
-                            j.message.lines().next().unwrap_or("").to_string(),
+                            cut_end(message, w(3) as u16),
                             match j.status.as_str() {
                                 "failed" | "interrupted" => theme.failure(),
                                 "empty" => theme.warning(),
                                 _ => theme.base(),
                             },
                         )),
-                    ])
+                    ];
+                    Row::new(shown(cells, &widths))
                 })
                 .collect();
-            let table = Table::new(
-                rows,
-                [
-                    Constraint::Length(26),
-                    Constraint::Length(11),
-                    Constraint::Length(bar_w as u16 + 8),
-                    Constraint::Fill(1),
-                ],
-            )
-            .header(Row::new(["job", "status", "progress", "stage / result"]).style(theme.muted()))
+            let header = shown(["job", "status", "progress", "stage / result"], &widths);
+            let table = Table::new(rows, constraints(&widths))
+            .header(Row::new(header).style(theme.muted()))
             .row_highlight_style(theme.selected())
             .block(block)
             .style(theme.base());
@@ -385,6 +415,9 @@ impl JobsView {
                 format!("[-{} rows, pgdn follows] ", self.log_scroll),
                 theme.warning(),
             ));
+        }
+        if self.log_full {
+            title.push(Span::styled("[full screen: enter or esc goes back] ", theme.muted()));
         }
         let lines: Vec<Line<'_>> = rows[start..end]
             .iter()

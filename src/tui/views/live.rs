@@ -13,10 +13,12 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 use tui_term::widget::{Cursor, PseudoTerminal};
 
+use crate::sandbox::{HUMAN_ECHO_END, HUMAN_ECHO_START};
 use crate::tui::action::LiveEvent;
 use crate::tui::keymap::Command;
 use crate::tui::takeover::TakeoverHandle;
 use crate::tui::theme::Theme;
+use crate::tui::widgets::columns::{cut_end, cut_middle};
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::shell_line::ShellLine;
 use crate::tui::widgets::terminal::{Following, MarkerFilter};
@@ -112,7 +114,7 @@ impl LivePane {
     pub fn echo(&mut self, command: &str) {
         let mid_line = self.parser.screen().cursor_position().1 > 0;
         let nl = if mid_line { "\r\n" } else { "" };
-        let shown = format!("{nl}\x1b[1;33myou$ {command}\x1b[0m\r\n");
+        let shown = format!("{nl}{HUMAN_ECHO_START}{command}{HUMAN_ECHO_END}");
         self.parser.process(shown.as_bytes());
         self.parser.screen_mut().set_scrollback(0);
     }
@@ -179,26 +181,25 @@ impl LivePane {
         Line::from(spans)
     }
 
-    /// The one-line summary of a finished pane: result, failure mode,
-    /// turns, time, policy.
-    fn strip(&self, theme: &Theme, selected: bool) -> Line<'static> {
+    /// The one-line summary of a finished pane in `width` cells: result,
+    /// title, take-over and failure mode keep their place (a long title is
+    /// shortened in the middle); turns, time and policy go first, then the
+    /// last command, which is cut at the end.
+    fn strip(&self, theme: &Theme, selected: bool, width: u16) -> Line<'static> {
         let secs = self.elapsed().as_secs();
-        let mut spans = vec![Span::styled(
-            if selected { "▶ " } else { "  " },
-            theme.accent(),
-        )];
-        match self.outcome {
-            Some(true) => spans.push(Span::styled("✓ PASSED ", theme.success())),
-            _ => spans.push(Span::styled("✗ FAILED ", theme.failure())),
-        }
-        spans.push(Span::styled(format!("{} ", self.title), theme.accent()));
+        let mark = Span::styled(if selected { "▶ " } else { "  " }, theme.accent());
+        let result = match self.outcome {
+            Some(true) => Span::styled("✓ PASSED ", theme.success()),
+            _ => Span::styled("✗ FAILED ", theme.failure()),
+        };
+        let mut tail = Vec::new();
         if self.took_over {
-            spans.push(Span::styled("✋ taken over ", theme.warning()));
+            tail.push(Span::styled("✋ taken over ", theme.warning()));
         }
         if let Some(mode) = &self.failure {
-            spans.push(Span::styled(format!("{mode} "), theme.failure()));
+            tail.push(Span::styled(format!("{mode} "), theme.failure()));
         }
-        spans.push(Span::styled(
+        let meta = Span::styled(
             format!(
                 "turn {} · {}:{:02} · {} ",
                 self.turn,
@@ -207,12 +208,27 @@ impl LivePane {
                 self.policy
             ),
             theme.muted(),
-        ));
-        if !self.last_command.is_empty() {
-            spans.push(Span::styled(
-                format!("$ {}", one_line(&self.last_command)),
-                theme.muted(),
-            ));
+        );
+        let width = width as usize;
+        let fixed = mark.width() + result.width() + tail.iter().map(Span::width).sum::<usize>();
+        // The title gets what the fixed parts leave (with its space).
+        let title_room = width.saturating_sub(fixed).saturating_sub(1).max(4);
+        let title = Span::styled(
+            format!("{} ", cut_middle(&self.title, title_room as u16)),
+            theme.accent(),
+        );
+        let mut spans = vec![mark, result, title];
+        spans.extend(tail);
+        let used: usize = spans.iter().map(Span::width).sum();
+        let mut room = width.saturating_sub(used);
+        if meta.width() <= room {
+            room -= meta.width();
+            spans.push(meta);
+        }
+        // The command, if a little of it fits.
+        if !self.last_command.is_empty() && room >= 8 {
+            let cmd = format!("$ {}", one_line(&self.last_command));
+            spans.push(Span::styled(cut_end(&cmd, room as u16), theme.muted()));
         }
         Line::from(spans)
     }
@@ -644,7 +660,7 @@ impl LiveView {
                     theme.muted(),
                 ))
             } else {
-                self.panes[i].strip(theme, i == self.selected)
+                self.panes[i].strip(theme, i == self.selected, line_area.width)
             };
             frame.render_widget(line, line_area);
         }

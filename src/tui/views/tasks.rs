@@ -14,6 +14,7 @@ use super::detail::DetailState;
 use crate::store::{TaskRow, TaskStatus};
 use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
+use crate::tui::widgets::columns::{constraints, cut_end, cut_middle, fit, shown, widest, Column};
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::task_marks::{stars, status_style};
 
@@ -227,7 +228,16 @@ impl TasksView {
         self.selected_id()
     }
 
-    fn categories(&self) -> Vec<String> {
+    /// Filter by `category` (`None`: any). Returns the id to load if the
+    /// selection changed.
+    pub fn set_category(&mut self, category: Option<String>) -> Option<String> {
+        let keep = self.selected_id();
+        self.filter.category = category;
+        self.refresh(keep)
+    }
+
+    /// The categories of the loaded tasks, sorted.
+    pub fn categories(&self) -> Vec<String> {
         let mut c: Vec<String> = self.rows.iter().map(|r| r.category.clone()).collect();
         c.sort();
         c.dedup();
@@ -323,17 +333,6 @@ impl TasksView {
                     Some(TaskStatus::Accepted) => Some(TaskStatus::Rejected),
                     Some(TaskStatus::Rejected) => Some(TaskStatus::Archived),
                     Some(TaskStatus::Archived) => None,
-                };
-                self.refresh(keep)
-            }
-            Command::FilterCategory => {
-                let cats = self.categories();
-                self.filter.category = match &self.filter.category {
-                    None => cats.first().cloned(),
-                    Some(c) => cats
-                        .iter()
-                        .position(|x| x == c)
-                        .and_then(|i| cats.get(i + 1).cloned()),
                 };
                 self.refresh(keep)
             }
@@ -492,18 +491,33 @@ impl TasksView {
         self.offset = self
             .offset
             .min(self.visible.len().saturating_sub(height.max(1)));
-        let wide = area.width >= 100;
+        // Columns give way by priority: the id last, the name first.
+        let ids = || self.visible.iter().map(|&i| self.rows[i].id.as_str());
+        let names = || self.visible.iter().map(|&i| self.rows[i].name.as_str());
+        let cats = || self.visible.iter().map(|&i| self.rows[i].category.as_str());
+        let cols = [
+            Column::new(widest("ID↑", ids()), 12, 9),
+            Column::new(widest("Name", names()), 10, 1)
+                .optional()
+                .grow(),
+            Column::new(widest("Category↑", cats()), 8, 4).optional(),
+            Column::fixed(3, 3).optional(),
+            Column::fixed(9, 8),
+            Column::fixed(7, 2).optional(),
+            Column::fixed(7, 5).optional(),
+        ];
+        // The highlight symbol takes two cells.
+        let widths = fit(&cols, area.width.saturating_sub(2), 1);
+        let w = |k: usize| widths[k].unwrap_or(0);
         let window = &self.visible[self.offset..(self.offset + height).min(self.visible.len())];
         let rows: Vec<Row<'_>> = window
             .iter()
             .map(|&i| {
                 let r = &self.rows[i];
-                let mut cells = vec![Cell::from(r.id.as_str())];
-                if wide {
-                    cells.push(Cell::from(r.name.as_str()));
-                }
-                cells.extend([
-                    Cell::from(r.category.as_str()),
+                let cells = [
+                    Cell::from(cut_middle(&r.id, w(0))),
+                    Cell::from(cut_end(&r.name, w(1))),
+                    Cell::from(cut_end(&r.category, w(2))),
                     Cell::from(r.complexity.map(|c| c.to_string()).unwrap_or_default()),
                     Cell::from(Span::styled(
                         r.status.as_str(),
@@ -516,8 +530,8 @@ impl TasksView {
                             .unwrap_or_else(|| "-".into()),
                     ),
                     Cell::from(stars(r.rating)),
-                ]);
-                Row::new(cells)
+                ];
+                Row::new(shown(cells, &widths))
             })
             .collect();
         let sort_mark = |k: SortKey, label: &'static str| -> Cell<'static> {
@@ -530,26 +544,17 @@ impl TasksView {
                 Cell::from(label)
             }
         };
-        let mut header = vec![sort_mark(SortKey::Id, "ID")];
-        let mut widths = vec![Constraint::Fill(2)];
-        if wide {
-            header.push(Cell::from("Name"));
-            widths.push(Constraint::Fill(3));
-        }
-        header.extend([
+        let header = [
+            sort_mark(SortKey::Id, "ID"),
+            Cell::from("Name"),
             sort_mark(SortKey::Category, "Category"),
             sort_mark(SortKey::Complexity, "Cx"),
             sort_mark(SortKey::Status, "Status"),
             sort_mark(SortKey::PassAt1, "pass@1"),
             sort_mark(SortKey::Rating, "Rating"),
-        ]);
-        widths.extend([
-            Constraint::Length(15),
-            Constraint::Length(3),
-            Constraint::Length(9),
-            Constraint::Length(7),
-            Constraint::Length(6),
-        ]);
+        ];
+        let header = shown(header, &widths);
+        let widths = constraints(&widths);
         let table = Table::new(rows, widths)
             .header(Row::new(header).style(theme.muted()))
             .row_highlight_style(if self.focus == Focus::Table {
