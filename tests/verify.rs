@@ -273,6 +273,36 @@ fn a_test_file_with_a_syntax_error_fails_and_is_named() {
     s.close();
 }
 
+/// In the sandbox, a pre-warmed run uses what the zygote prepared: the
+/// task's test module compiled ahead and pytest's configuration built
+/// before the fork (a test can see both from inside); a cold run has
+/// neither.
+#[test]
+fn pre_warmed_runs_use_the_prepared_configuration_and_modules() {
+    if !root() {
+        return; // rootless: no pre-warmed verifier
+    }
+    let Some(b) = backend() else { return };
+    let mut t = task("prepared");
+    t.tests.insert_text(
+        "test_final_state.py",
+        "import sys\nfrom _pytest.assertion import rewrite\n\n\
+         def test_prepared():\n    main = sys.modules['__main__']\n    \
+         assert 'adopt_prebuilt' in rewrite._rewrite_test.__qualname__\n    \
+         assert main.PREBUILT == []  # taken by this run's get_config\n    \
+         assert any(path.endswith('/tests/test_final_state.py') for path, _ in main.COMPILED)\n",
+    );
+    let mut s = session(&b, &t);
+    for _ in 0..2 {
+        let warm = verify_with(&mut s, &t, TestSet::Final, VerifierMode::Warm).unwrap();
+        assert_eq!(warm.verifier, VerifierPath::Warm);
+        assert!(warm.passed, "{}", warm.output);
+    }
+    let cold = verify_with(&mut s, &t, TestSet::Final, VerifierMode::Cold).unwrap();
+    assert!(!cold.passed, "{}", cold.output);
+    s.close();
+}
+
 /// Test modules too large to compile ahead (past one request, or with many
 /// characters JSON escapes six-fold) are compiled by pytest: the same
 /// verdicts, still pre-warmed, and the next small task is compiled ahead.

@@ -293,11 +293,17 @@ impl Gate<'_> {
     /// Move the runner (host pid `runner`) into the session's cgroups, then
     /// let it go on; its children are born there.
     fn open(mut self, runner: i32) -> Result<(), String> {
+        let started = Instant::now();
         for procs in self.cgroup_procs {
             let path = Path::new(std::ffi::OsStr::from_bytes(procs.as_bytes()));
             std::fs::write(path, runner.to_string())
                 .map_err(|e| format!("moving the verifier into {}: {e}", path.display()))?;
         }
+        tracing::debug!(
+            cgroups = self.cgroup_procs.len(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "moved the verifier's runner into the session's cgroups"
+        );
         self.pipe
             .write_all(b"1")
             .map_err(|e| format!("the verifier's runner is gone: {e}"))
