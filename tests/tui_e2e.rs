@@ -197,6 +197,25 @@ fn shell_quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
 
+/// A workspace with the upper-casing task, a sandbox home and a script
+/// policy file `name` holding `script`; `None` (the test skips) without
+/// tmux or the verifier's Python.
+fn sandboxed_workspace(
+    name: &str,
+    script: impl AsRef<[u8]>,
+) -> Option<(tempfile::TempDir, tempfile::TempDir, std::path::PathBuf)> {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    add_upper(&Workspace::open(dir.path()).unwrap());
+    let path = dir.path().join(name);
+    std::fs::write(&path, script).unwrap();
+    Some((dir, home, path))
+}
+
 /// A native task with an oracle: upper-case a file.
 fn add_upper(ws: &Workspace) {
     let mut meta = TaskMeta::default();
@@ -300,15 +319,9 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
 /// solves the task by typing into the zoomed session; the episode passes.
 #[test]
 fn take_over_a_live_session_in_tmux() {
-    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
-        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+    let Some((dir, home, script)) = sandboxed_workspace("agent.txt", "sleep 3\ntrue\n") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = sandbox_home();
-    add_upper(&Workspace::open(dir.path()).unwrap());
-    let script = dir.path().join("agent.txt");
-    std::fs::write(&script, "sleep 3\ntrue\n").unwrap();
+    };
     let session = start_tui(
         format!("endless-e2e-take-{}", std::process::id()),
         dir.path(),
@@ -401,7 +414,9 @@ fn take_over_a_live_session_in_tmux() {
     );
     assert!(
         events.iter().any(|e| e[1] == "o"
-            && e[2].as_str().is_some_and(|o| o.contains(&format!("you$ {typed}")))),
+            && e[2]
+                .as_str()
+                .is_some_and(|o| o.contains(&format!("you$ {typed}")))),
         "{cast}"
     );
     // The index marks the episode.
@@ -412,19 +427,12 @@ fn take_over_a_live_session_in_tmux() {
 /// terminal: after `seq 1 60` it shows 60 and, below it, the cursor.
 #[test]
 fn a_live_pane_follows_seq_1_60_at_80x24_in_tmux() {
-    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
-        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = sandbox_home();
-    add_upper(&Workspace::open(dir.path()).unwrap());
-    let script = dir.path().join("agent.txt");
-    std::fs::write(
-        &script,
+    let Some((dir, home, script)) = sandboxed_workspace(
+        "agent.txt",
         "seq 1 60\nsleep 4\ntr a-z A-Z < ~/data/a.txt > ~/out.txt\n",
-    )
-    .unwrap();
+    ) else {
+        return;
+    };
     let session = start_tui(
         format!("endless-e2e-seq-{}", std::process::id()),
         dir.path(),
@@ -512,15 +520,9 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
 /// the cut-short episode is not indexed as a result.
 #[test]
 fn cancel_an_evaluation_in_tmux() {
-    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
-        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+    let Some((dir, home, script)) = sandboxed_workspace("slow.txt", "sleep 1\n".repeat(60)) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = sandbox_home();
-    add_upper(&Workspace::open(dir.path()).unwrap());
-    let script = dir.path().join("slow.txt");
-    std::fs::write(&script, "sleep 1\n".repeat(60)).unwrap();
+    };
     let session = start_tui(
         format!("endless-e2e-cancel-{}", std::process::id()),
         dir.path(),
@@ -658,19 +660,12 @@ fn training_job_from_the_jobs_view_in_tmux() {
 /// strip when the episode finishes. Uses the real sandbox.
 #[test]
 fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
-    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
-        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = sandbox_home();
-    add_upper(&Workspace::open(dir.path()).unwrap());
-    let script = dir.path().join("agent.txt");
-    std::fs::write(
-        &script,
+    let Some((dir, home, script)) = sandboxed_workspace(
+        "agent.txt",
         "seq 101 160\nsleep 3\ntr a-z A-Z < ~/data/a.txt > ~/out.txt\nsleep 3\n",
-    )
-    .unwrap();
+    ) else {
+        return;
+    };
     // 40 rows: the session's 48-row terminal is taller than the pane.
     let session = start_tui(
         format!("endless-e2e-cli-{}", std::process::id()),
@@ -708,15 +703,9 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
 /// `q` while an evaluation runs asks first; `esc` stays, `q` twice quits.
 #[test]
 fn quitting_with_a_running_job_asks_first_in_tmux() {
-    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
-        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+    let Some((dir, home, script)) = sandboxed_workspace("slow.txt", "sleep 1\n".repeat(60)) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = sandbox_home();
-    add_upper(&Workspace::open(dir.path()).unwrap());
-    let script = dir.path().join("slow.txt");
-    std::fs::write(&script, "sleep 1\n".repeat(60)).unwrap();
+    };
     let session = start_tui(
         format!("endless-e2e-quit-{}", std::process::id()),
         dir.path(),
@@ -845,15 +834,10 @@ fn deleting_the_database_loses_no_curation_in_tmux() {
 /// to its parent. Uses the real sandbox.
 #[test]
 fn forking_a_failed_episode_from_the_inspector_in_tmux() {
-    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
-        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+    let Some((dir, home, script)) = sandboxed_workspace("agent.txt", "echo step-zero\nfalse\n")
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = sandbox_home();
-    add_upper(&Workspace::open(dir.path()).unwrap());
-    let script = dir.path().join("agent.txt");
-    std::fs::write(&script, "echo step-zero\nfalse\n").unwrap();
+    };
     let session = start_tui(
         format!("endless-e2e-fork-{}", std::process::id()),
         dir.path(),
