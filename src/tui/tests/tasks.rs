@@ -50,6 +50,26 @@ fn detail_tab_snapshots() {
     snap!("detail_truth_80x24", &mut app, 80, 24);
 }
 
+/// The task's own Episodes tab marks an episode a human took over, as the
+/// Episodes list does.
+#[test]
+fn detail_episodes_mark_a_taken_over_episode() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut row = ws.task_episodes("archive-logs").unwrap().remove(0);
+    row.sample = 2;
+    row.path = "runs/eval-1/episodes/archive-logs/2.jsonl".into();
+    row.taken_over = true;
+    ws.index_episode(&row).unwrap();
+    let mut app = app_on(&ws);
+    for _ in 0..7 {
+        cmd(&mut app, &ws, Command::NextTab);
+    }
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("PASS ✋"), "{screen}");
+    snap!("detail_episodes_taken_over_80x24", &mut app, 80, 24);
+}
+
 #[test]
 fn search_filter_and_sort() {
     let dir = tempfile::tempdir().unwrap();

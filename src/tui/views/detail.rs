@@ -13,7 +13,7 @@ use crate::store::{EpisodeRow, TaskRow};
 use crate::task::Task;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::highlight::{highlight_line, Lang};
-use crate::tui::widgets::task_marks::{pass_cell, stars, status_style};
+use crate::tui::widgets::task_marks::{result_cell, stars, status_style};
 
 /// The detail tabs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -418,7 +418,7 @@ impl DetailState {
             Row::new(vec![
                 Cell::from(e.run_id.clone()),
                 Cell::from(e.sample.to_string()),
-                pass_cell(e.passed, theme),
+                result_cell(e, theme),
                 Cell::from(format!("{:.2}", e.reward)),
                 Cell::from(e.turns.to_string()),
                 Cell::from(e.end_reason.clone()),
@@ -430,7 +430,8 @@ impl DetailState {
             [
                 Constraint::Fill(2),
                 Constraint::Length(3),
-                Constraint::Length(4),
+                // "PASS ✋": the hand is two cells wide.
+                Constraint::Length(7),
                 Constraint::Length(6),
                 Constraint::Length(5),
                 Constraint::Fill(1),

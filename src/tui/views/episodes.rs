@@ -16,7 +16,7 @@ use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::columns::{self, constraints, cut_end, cut_middle, fit, widest, Column};
 use crate::tui::widgets::empty::draw_empty;
-use crate::tui::widgets::task_marks::{pass_cell, stars};
+use crate::tui::widgets::task_marks::{result_cell, stars};
 
 use super::episodes_order::shown;
 pub use super::episodes_order::{EpisodeSort, ANY_FAILURE, NO_FAILURE};
@@ -332,22 +332,6 @@ impl EpisodesView {
             .with_selected((!self.visible.is_empty()).then(|| self.selected - self.offset));
         frame.render_stateful_widget(t, table, &mut state);
     }
-}
-
-/// PASS or FAIL, with a hand when a human took the session over.
-fn result_cell(e: &EpisodeRow, theme: &Theme) -> Cell<'static> {
-    if !e.taken_over {
-        return pass_cell(e.passed, theme);
-    }
-    let (text, style) = if e.passed {
-        ("PASS", theme.success())
-    } else {
-        ("FAIL", theme.failure())
-    };
-    Cell::from(Line::from(vec![
-        Span::styled(text, style),
-        Span::styled(" ✋", theme.warning()),
-    ]))
 }
 
 impl Component for EpisodesView {

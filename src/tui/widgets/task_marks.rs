@@ -2,10 +2,10 @@
 //! wherever tasks and episodes are listed or detailed.
 
 use ratatui::style::Style;
-use ratatui::text::Span;
+use ratatui::text::{Line, Span};
 use ratatui::widgets::Cell;
 
-use crate::store::TaskStatus;
+use crate::store::{EpisodeRow, TaskStatus};
 use crate::tui::theme::Theme;
 
 /// Style of a status cell.
@@ -33,4 +33,20 @@ pub fn pass_cell(passed: bool, theme: &Theme) -> Cell<'static> {
     } else {
         Cell::from(Span::styled("FAIL", theme.failure()))
     }
+}
+
+/// An episode's PASS / FAIL, with a hand when a human took the session over.
+pub fn result_cell(e: &EpisodeRow, theme: &Theme) -> Cell<'static> {
+    if !e.taken_over {
+        return pass_cell(e.passed, theme);
+    }
+    let (text, style) = if e.passed {
+        ("PASS", theme.success())
+    } else {
+        ("FAIL", theme.failure())
+    };
+    Cell::from(Line::from(vec![
+        Span::styled(text, style),
+        Span::styled(" ✋", theme.warning()),
+    ]))
 }
