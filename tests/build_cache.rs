@@ -451,13 +451,20 @@ fn a_stage_may_start_from_an_earlier_stage() {
         steps.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>(),
         (1..=13).map(|i| (i, 13)).collect::<Vec<_>>()
     );
-    assert!(steps[3].2, "the second stage's first step is cached: {steps:?}");
+    assert!(
+        steps[3].2,
+        "the second stage's first step is cached: {steps:?}"
+    );
     let out = run(
         &b,
         &image,
         "cat /opt/base-file /opt/tool-copy /opt/docs-copy /opt/env; ls /opt/tool /opt/docs 2>&1 | wc -l",
     );
-    assert_eq!(out.lines().collect::<Vec<_>>(), ["base", "tool-yes", "docs", "yes", "2"], "{out}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["base", "tool-yes", "docs", "yes", "2"],
+        "{out}"
+    );
     // Both stages go on from `base`: its steps are built once, in the
     // first, and taken from the cache in the second.
     let record = build_record(&image);
@@ -470,12 +477,20 @@ fn a_stage_may_start_from_an_earlier_stage() {
     };
     assert_eq!(
         of_stage(1),
-        [(1, StepOutcome::Built), (2, StepOutcome::Config), (3, StepOutcome::Built)],
+        [
+            (1, StepOutcome::Built),
+            (2, StepOutcome::Config),
+            (3, StepOutcome::Built)
+        ],
         "{record:?}"
     );
     assert_eq!(
         of_stage(2),
-        [(1, StepOutcome::Cached), (2, StepOutcome::Config), (3, StepOutcome::Built)],
+        [
+            (1, StepOutcome::Cached),
+            (2, StepOutcome::Config),
+            (3, StepOutcome::Built)
+        ],
         "{record:?}"
     );
     assert!(of_stage(0).is_empty(), "`base` itself is not built apart");
@@ -495,7 +510,10 @@ fn the_build_state_says_which_steps_a_build_would_run() {
         assert_eq!(env.task_id, "state");
         let s = env.build.unwrap();
         assert_eq!((s.base, s.note), (None, None), "the host base");
-        (s.built.is_some(), s.steps.iter().map(|s| s.cache).collect::<Vec<_>>())
+        (
+            s.built.is_some(),
+            s.steps.iter().map(|s| s.cache).collect::<Vec<_>>(),
+        )
     };
     // The account, RUN, ENV, RUN, the finish.
     let task = docker_task("state", &dockerfile("two"));
@@ -507,7 +525,10 @@ fn the_build_state_says_which_steps_a_build_would_run() {
         after.iter().all(|s| matches!(s, Cached(_) | Config)),
         "{after:?}"
     );
-    assert!(matches!(after[1], Cached(n) if n >= 4), "/opt/one: {after:?}");
+    assert!(
+        matches!(after[1], Cached(n) if n >= 4),
+        "/opt/one: {after:?}"
+    );
     // A change in the last RUN: it and the finish would run again.
     let changed = docker_task("state", &dockerfile("three"));
     let (built, steps) = state(&changed);

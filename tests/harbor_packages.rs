@@ -87,10 +87,7 @@ fn harbor_tasks(dir: &Path, base: &str) {
         );
         write(
             &t.join("instruction.md"),
-            &format!(
-                "Use `{}` to write the answer to /app/out.txt.\n",
-                s.apt
-            ),
+            &format!("Use `{}` to write the answer to /app/out.txt.\n", s.apt),
         );
         write(
             &t.join("environment/Dockerfile"),
@@ -158,20 +155,32 @@ fn import_and_validate(ws: &Path, dir: &Path) -> (Duration, Duration, serde_json
             .map(|v| v["validation"]["image"].as_str().unwrap().to_string())
             .collect()
     };
-    assert_eq!(images(&first), images(&second), "the same images, from the cache");
+    assert_eq!(
+        images(&first),
+        images(&second),
+        "the same images, from the cache"
+    );
     // The three tasks share their first steps: the package install ran
     // once, the other two builds took it from the step cache.
     let outcomes: Vec<String> = images(&first)
         .iter()
         .map(|hash| {
-            let record = ws.join(".cache/endless/sandbox/local/images").join(hash).join("build.json");
+            let record = ws
+                .join(".cache/endless/sandbox/local/images")
+                .join(hash)
+                .join("build.json");
             let steps: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
             let shared = steps
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|s| s["step"].as_str().unwrap().contains("install -y --no-install-recommends python3-pip"))
+                .find(|s| {
+                    s["step"]
+                        .as_str()
+                        .unwrap()
+                        .contains("install -y --no-install-recommends python3-pip")
+                })
                 .unwrap_or_else(|| panic!("{steps:#}"));
             shared["outcome"].as_str().unwrap().to_string()
         })
@@ -198,7 +207,10 @@ fn harbor_tasks_installing_packages_build_from_a_registry_and_on_an_aliased_base
     // (a) FROM the registry: the root filesystem pushed as a one-layer image.
     let t0 = Instant::now();
     let rootfs = debian_base_tar();
-    eprintln!("mmdebstrap base (cached under target/tmp after the first run): {:.1?}", t0.elapsed());
+    eprintln!(
+        "mmdebstrap base (cached under target/tmp after the first run): {:.1?}",
+        t0.elapsed()
+    );
     let t0 = Instant::now();
     let image = format!("127.0.0.1:{}/test/debian:bookworm", reg.port);
     let pushed = Command::new("skopeo")
@@ -217,10 +229,11 @@ fn harbor_tasks_installing_packages_build_from_a_registry_and_on_an_aliased_base
     std::fs::create_dir_all(&ws).unwrap();
     harbor_tasks(&work.path().join("harbor-registry"), &image);
     let (cold, warm, _) = import_and_validate(&ws, &work.path().join("harbor-registry"));
-    eprintln!(
-        "registry: push {push_time:.1?}, first validation {cold:.1?}, second {warm:.1?}"
+    eprintln!("registry: push {push_time:.1?}, first validation {cold:.1?}, second {warm:.1?}");
+    assert!(
+        warm * 3 < cold,
+        "the second validation builds nothing: {warm:?} vs {cold:?}"
     );
-    assert!(warm * 3 < cold, "the second validation builds nothing: {warm:?} vs {cold:?}");
     drop(reg);
 
     // (b) FROM ubuntu:24.04, aliased to a Debian base registered as
@@ -252,7 +265,10 @@ fn harbor_tasks_installing_packages_build_from_a_registry_and_on_an_aliased_base
             "the substitution is said: {v:#}"
         );
     }
-    assert!(warm * 3 < cold, "the second validation builds nothing: {warm:?} vs {cold:?}");
+    assert!(
+        warm * 3 < cold,
+        "the second validation builds nothing: {warm:?} vs {cold:?}"
+    );
     let t = Instant::now();
     drop(work);
     eprintln!("clean-up: {:.1?}", t.elapsed());

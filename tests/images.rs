@@ -408,7 +408,9 @@ fn a_pull_reports_its_layers_and_bytes() {
     // Bytes and layers only grow; bytes come during a download, not only
     // at its end (the base layer is over the 256 KiB reporting step).
     assert!(
-        counts.windows(2).all(|w| w[1].0 >= w[0].0 && w[1].2 >= w[0].2),
+        counts
+            .windows(2)
+            .all(|w| w[1].0 >= w[0].0 && w[1].2 >= w[0].2),
         "{counts:?}"
     );
     assert!(

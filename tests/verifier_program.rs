@@ -99,7 +99,11 @@ fn what_the_zygote_prepares_is_used_and_changes_no_result() {
         assert_eq!(run(name)["assert_detail"], true, "{name}: {v}");
     }
     assert_eq!(run("unprepared")["used"]["get_config"], 1, "{v}");
-    assert_eq!(run("unprepared")["used"]["rewrite"], 0, "cached module: {v}");
+    assert_eq!(
+        run("unprepared")["used"]["rewrite"],
+        0,
+        "cached module: {v}"
+    );
     // A file whose bytes differ from what was compiled is compiled by pytest.
     assert_eq!(run("changed")["used"]["rewrite"], 1, "{v}");
     assert_eq!(run("changed")["used"]["get_config"], 0, "{v}");

@@ -309,10 +309,14 @@ fn pre_warmed_runs_use_the_prepared_configuration_and_modules() {
 #[test]
 fn test_modules_too_large_to_compile_ahead_still_verify_warm() {
     let Some(b) = backend() else { return };
-    for (name, filler) in [("big", "x".repeat(200_000)), ("escaped", "\u{1}".repeat(60_000))] {
+    for (name, filler) in [
+        ("big", "x".repeat(200_000)),
+        ("escaped", "\u{1}".repeat(60_000)),
+    ] {
         let mut t = task(name);
-        let source =
-            format!("{FINAL}\nDATA = \"{filler}\"\n\ndef test_data():\n    assert len(DATA) > 1000\n");
+        let source = format!(
+            "{FINAL}\nDATA = \"{filler}\"\n\ndef test_data():\n    assert len(DATA) > 1000\n"
+        );
         t.tests.insert_text("test_final_state.py", &source);
         let mut s = session(&b, &t);
         s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();

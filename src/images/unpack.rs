@@ -306,15 +306,7 @@ fn mark_opaque(dir: &Path, opts: UnpackOptions) -> Result<(), ImageError> {
         None => c"user.overlay.opaque",
     };
     // SAFETY: lsetxattr with valid C strings and a one-byte value.
-    let rc = unsafe {
-        libc::lsetxattr(
-            c.as_ptr(),
-            attr.as_ptr(),
-            b"y".as_ptr().cast(),
-            1,
-            0,
-        )
-    };
+    let rc = unsafe { libc::lsetxattr(c.as_ptr(), attr.as_ptr(), b"y".as_ptr().cast(), 1, 0) };
     if rc < 0 {
         return Err(ImageError::io("mark directory opaque", dir)(
             std::io::Error::last_os_error(),
@@ -465,8 +457,8 @@ mod tests {
         let gone = std::fs::symlink_metadata(d.path().join("etc/gone")).unwrap();
         assert!(gone.file_type().is_char_device());
         assert_eq!(std::os::unix::fs::MetadataExt::rdev(&gone), 0);
-        let opt = std::ffi::CString::new(d.path().join("opt").as_os_str().as_encoded_bytes())
-            .unwrap();
+        let opt =
+            std::ffi::CString::new(d.path().join("opt").as_os_str().as_encoded_bytes()).unwrap();
         let mut v = [0u8; 4];
         // SAFETY: lgetxattr writes at most `v.len()` bytes into `v`.
         let n = unsafe {

@@ -211,7 +211,10 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!((&lines[2][1], &lines[2][2]), (&"i".into(), &"ls -l ~/data\r".into()));
+        assert_eq!(
+            (&lines[2][1], &lines[2][2]),
+            (&"i".into(), &"ls -l ~/data\r".into())
+        );
         assert_eq!(lines[3][1], "o");
         assert_eq!(lines[3][2], "\x1b[1;33myou$ ls -l ~/data\x1b[0m\r\n");
     }

@@ -316,9 +316,7 @@ mod tests {
         }
         // Make it the database an older build wrote: no column, schema 2.
         ws.conn
-            .execute_batch(
-                "ALTER TABLE episodes DROP COLUMN taken_over; PRAGMA user_version = 2;",
-            )
+            .execute_batch("ALTER TABLE episodes DROP COLUMN taken_over; PRAGMA user_version = 2;")
             .unwrap();
         drop(ws);
         let ws = Workspace::open(dir.path()).unwrap();

@@ -135,7 +135,11 @@ fn feed_for(frame: usize, p: usize) -> (Option<String>, Vec<Vec<u8>>) {
     // Split in three at odd places (inside escapes and markers too).
     let a = bytes.len() / 3 + p % 5;
     let b = (2 * bytes.len() / 3 + frame % 7).min(bytes.len());
-    let chunks = vec![bytes[..a].to_vec(), bytes[a..b].to_vec(), bytes[b..].to_vec()];
+    let chunks = vec![
+        bytes[..a].to_vec(),
+        bytes[a..b].to_vec(),
+        bytes[b..].to_vec(),
+    ];
     (command, chunks)
 }
 

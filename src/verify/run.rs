@@ -232,14 +232,9 @@ fn run_pytest(
     payload_files.insert("pytest.ini".into(), hex::encode("[pytest]\n").into());
     let mut args: Vec<String> = PLUGIN_ARGS
         .iter()
-        .chain(&[
-        "--noconftest",
-        "--color=no",
-        "-q",
-        "-rA",
-    ])
-    .map(|s| s.to_string())
-    .collect();
+        .chain(&["--noconftest", "--color=no", "-q", "-rA"])
+        .map(|s| s.to_string())
+        .collect();
     args.push(format!("--rootdir={PRIVATE_DIR}/tests"));
     args.push(format!("-c={PRIVATE_DIR}/pytest.ini"));
     args.extend(extra_args.iter().map(|a| a.to_string()));

@@ -99,7 +99,9 @@ pub fn task_env(backend: &LocalBackend, task: &Task) -> TaskEnv {
     let written = parse_task(task).ok().and_then(|d| d.base);
     let build = backend.build_state(task).map_err(|e| match e {
         SandboxError::Image(ImageError::NotStored(r)) => {
-            format!("{r} is not stored yet: the first build pulls it (or `endless images pull {r}`)")
+            format!(
+                "{r} is not stored yet: the first build pulls it (or `endless images pull {r}`)"
+            )
         }
         e => e.to_string(),
     });

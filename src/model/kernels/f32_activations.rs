@@ -74,9 +74,15 @@ fn dots_avx2(w: &[W8Block], rows: &[f32], k: usize) -> [f32; TILE] {
         let d = _mm256_set1_ps(blk.d);
         let wd = [
             _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))),
-            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)))),
+            _mm256_mul_ps(
+                d,
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo))),
+            ),
             _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))),
-            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)))),
+            _mm256_mul_ps(
+                d,
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi))),
+            ),
         ];
         for (j, acc) in acc.iter_mut().enumerate().take(r) {
             let x = &rows[j * k + b * QK..j * k + (b + 1) * QK];
@@ -107,7 +113,10 @@ mod tests {
             let q = QTensor::quantize(&w, GgmlDType::Q8_0).unwrap();
             let exact = q.dequantize(&dev).unwrap();
             let plain = QuantMatmul::from_qtensor(&q).unwrap().unwrap();
-            let ours = QuantMatmul::from_qtensor(&q).unwrap().unwrap().with_f32_activations();
+            let ours = QuantMatmul::from_qtensor(&q)
+                .unwrap()
+                .unwrap()
+                .with_f32_activations();
             for m in [1usize, 2, 5] {
                 let x = Tensor::randn(0f32, 1.0, (m, 128), &dev).unwrap();
                 let want: Vec<Vec<f32>> = x.matmul(&exact.t().unwrap()).unwrap().to_vec2().unwrap();

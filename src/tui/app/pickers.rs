@@ -28,7 +28,10 @@ impl App {
             PickerKind::Category => {
                 let mut choices = vec![Choice::new(None, "any category")];
                 let cats = self.tasks.categories();
-                choices.extend(cats.iter().map(|c| Choice::new(Some(c.as_str()), c.as_str())));
+                choices.extend(
+                    cats.iter()
+                        .map(|c| Choice::new(Some(c.as_str()), c.as_str())),
+                );
                 Picker::new("category", choices, self.tasks.filter.category.as_deref())
             }
             PickerKind::Failure => {
@@ -51,7 +54,11 @@ impl App {
                     return;
                 };
                 let mut choices = vec![Choice::new(None, "no label")];
-                choices.extend(LABELS.iter().map(|(k, shown)| Choice::new(Some(*k), *shown)));
+                choices.extend(
+                    LABELS
+                        .iter()
+                        .map(|(k, shown)| Choice::new(Some(*k), *shown)),
+                );
                 Picker::new("failure label", choices, insp.episode.row.label.as_deref())
             }
         };

@@ -81,7 +81,10 @@ fn jobs_show_pull_and_build_progress() {
     let build_row = app.jobs.items.iter().find(|i| i.id == "build-1").unwrap();
     assert_eq!((build_row.done, build_row.total), (3, 7));
     let screen = render(&mut app, 120, 40);
-    assert!(screen.contains(" 66%"), "bytes show as a percentage: {screen}");
+    assert!(
+        screen.contains(" 66%"),
+        "bytes show as a percentage: {screen}"
+    );
     assert!(screen.contains(" 3/7"), "steps show as counts: {screen}");
     snap!("jobs_pull_and_build_progress_120x40", &mut app, 120, 40);
     snap!("jobs_pull_and_build_progress_80x24", &mut app, 80, 24);
@@ -120,20 +123,36 @@ fn the_environment_tab_shows_the_image_and_the_build_cache() {
             note: Some("ubuntu:24.04 is aliased to local/debian:bookworm".into()),
             built: None,
             steps: vec![
-                step(Some(0), &format!("{dockerfile} line 2: RUN make"), StepCacheState::Cached(1_300_000)),
-                step(None, "create the agent account", StepCacheState::Cached(2_100)),
+                step(
+                    Some(0),
+                    &format!("{dockerfile} line 2: RUN make"),
+                    StepCacheState::Cached(1_300_000),
+                ),
+                step(
+                    None,
+                    "create the agent account",
+                    StepCacheState::Cached(2_100),
+                ),
                 step(
                     None,
                     &format!("{dockerfile} line 5: RUN apt-get update && apt-get install -y jq"),
                     StepCacheState::Cached(21_400_000),
                 ),
-                step(None, &format!("{dockerfile} line 6: ENV MODE=fast"), StepCacheState::Config),
+                step(
+                    None,
+                    &format!("{dockerfile} line 6: ENV MODE=fast"),
+                    StepCacheState::Config,
+                ),
                 step(
                     None,
                     &format!("{dockerfile} line 7: RUN pip install --break-system-packages six"),
                     StepCacheState::Runs,
                 ),
-                step(None, "finish the image (workdir, home ownership)", StepCacheState::Runs),
+                step(
+                    None,
+                    "finish the image (workdir, home ownership)",
+                    StepCacheState::Runs,
+                ),
             ],
         }),
     };
@@ -154,7 +173,9 @@ fn the_environment_tab_shows_the_image_and_the_build_cache() {
     app.update(Action::TaskEnvLoaded(Box::new(crate::workbench::TaskEnv {
         task_id: id,
         written: Some("python:3.13-slim".into()),
-        build: Err("docker.io/library/python:3.13-slim is not stored yet: the first build pulls it".into()),
+        build: Err(
+            "docker.io/library/python:3.13-slim is not stored yet: the first build pulls it".into(),
+        ),
     })));
     assert!(render(&mut app, 120, 40).contains("is not stored yet"));
 }

@@ -381,7 +381,10 @@ fn failed_empty_and_cancelled_jobs_tell_the_truth() {
     app.update(Action::Command(Command::Select));
     let screen = render(&mut app, 80, 24);
     assert!(screen.contains("full screen"), "{screen}");
-    assert!(!screen.contains("stage / result"), "the table gives way: {screen}");
+    assert!(
+        !screen.contains("stage / result"),
+        "the table gives way: {screen}"
+    );
     assert!(screen.contains("step 39"), "{screen}");
     snap!("jobs_log_full_80x24", &mut app, 80, 24);
     app.update(Action::Command(Command::Back));

@@ -44,14 +44,24 @@ fn long_episodes() -> Vec<EpisodeRow> {
         taken_over: taken,
     };
     vec![
-        ep("offline-archives-extract-nested-tarball-0042", 0, None, true),
+        ep(
+            "offline-archives-extract-nested-tarball-0042",
+            0,
+            None,
+            true,
+        ),
         ep(
             "offline-text-processing-word-frequencies-0107",
             3,
             Some("turn_exhaustion"),
             false,
         ),
-        ep("git-rebase-interactive-fixup-0003", 1, Some("premature_done"), false),
+        ep(
+            "git-rebase-interactive-fixup-0003",
+            1,
+            Some("premature_done"),
+            false,
+        ),
     ]
 }
 
@@ -62,9 +72,15 @@ fn list_views_give_way_by_priority_at_80x24() {
     app.outbox.clear();
     let screen = render(&mut app, 80, 24);
     // Ids keep their width; the name gives way first, the status stays.
-    assert!(screen.contains("offline-text-processing-word-frequencies-0107"), "{screen}");
+    assert!(
+        screen.contains("offline-text-processing-word-frequencies-0107"),
+        "{screen}"
+    );
     let header = screen.lines().nth(2).unwrap_or_default();
-    assert!(header.contains("Status") && !header.contains("Name"), "{screen}");
+    assert!(
+        header.contains("Status") && !header.contains("Name"),
+        "{screen}"
+    );
     assert!(screen.contains("candidate"), "{screen}");
     snap!("tasks_long_ids_80x24", &mut app, 80, 24);
 
@@ -156,7 +172,10 @@ fn a_finished_panes_strip_keeps_result_title_and_failure_at_80_columns() {
         .find(|l| l.contains("FAILED"))
         .unwrap_or_default()
         .to_string();
-    assert!(strip.contains("offline-text-processing-word-frequencies-0107#3"), "{strip}");
+    assert!(
+        strip.contains("offline-text-processing-word-frequencies-0107#3"),
+        "{strip}"
+    );
     assert!(strip.contains("turn_exhaustion"), "{strip}");
     // Turn, time and policy gave way; the command is cut at the end.
     assert!(!strip.contains("localhost"), "{strip}");

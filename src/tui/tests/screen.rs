@@ -59,7 +59,10 @@ fn bench_runs_on_many_rows() {
     assert_eq!(b.frames, 2 * crate::tui::bench::FRAMES_PER_VIEW);
     assert!(b.p95 >= b.p50);
     assert!(b.tasks_view.max >= b.tasks_view.p50);
-    assert!(b.following, "every pane shows its newest output and no marker");
+    assert!(
+        b.following,
+        "every pane shows its newest output and no marker"
+    );
 }
 
 /// Full-size frame benchmark (dev profile unless run with --release):

@@ -10,7 +10,10 @@ use crate::workbench::TaskEnv;
 /// The lines shown above the definition: a heading, then text lines.
 pub fn env_lines(env: &TaskEnv) -> (String, Vec<String>) {
     let mut out = Vec::new();
-    let written = env.written.as_deref().unwrap_or("(none: the host's system directories)");
+    let written = env
+        .written
+        .as_deref()
+        .unwrap_or("(none: the host's system directories)");
     out.push(format!("asks for: {written}"));
     match &env.build {
         Err(why) => out.push(format!("build: {why}")),

@@ -271,8 +271,7 @@ impl EpisodesView {
             Column::fixed(if any_taken { 7 } else { 4 }, 10),
             Column::fixed(6, 2).optional(),
             Column::fixed(6, 3).optional(),
-            Column::new(widest("End", vis().map(|e| e.end_reason.as_str())), 6, 1)
-                .optional(),
+            Column::new(widest("End", vis().map(|e| e.end_reason.as_str())), 6, 1).optional(),
             Column::fixed(
                 widest(
                     "Failure↑",
@@ -324,10 +323,10 @@ impl EpisodesView {
         });
         let t = Table::new(rows, constraints(&widths))
             .header(Row::new(columns::shown(header, &widths)).style(theme.muted()))
-        .row_highlight_style(theme.selected())
-        .highlight_symbol("▶ ")
-        .highlight_spacing(HighlightSpacing::Always)
-        .style(Style::new().fg(theme.foreground));
+            .row_highlight_style(theme.selected())
+            .highlight_symbol("▶ ")
+            .highlight_spacing(HighlightSpacing::Always)
+            .style(Style::new().fg(theme.foreground));
         let mut state = TableState::default()
             .with_selected((!self.visible.is_empty()).then(|| self.selected - self.offset));
         frame.render_stateful_widget(t, table, &mut state);

@@ -107,7 +107,11 @@ const TASKS: &[Group] = &[
         entries: &[
             e(C::Search, "search", "Search id, name and instruction"),
             e(C::FilterStatus, "status", "Cycle the status filter"),
-            e(C::FilterCategory, "category", "Pick the category filter from a fuzzy list"),
+            e(
+                C::FilterCategory,
+                "category",
+                "Pick the category filter from a fuzzy list",
+            ),
             e(C::ClearFilters, "clear", "Clear search and filters"),
             e(C::SortNext, "sort", "Sort by the next column"),
             e(C::SortReverse, "reverse", "Reverse the sort order"),
@@ -235,7 +239,11 @@ const INSPECTOR: &[Group] = &[
         entries: &[
             RATE,
             e(C::RateClear, "unrate", "Clear the rating"),
-            e(C::Label, "label", "Pick the failure label from a fuzzy list"),
+            e(
+                C::Label,
+                "label",
+                "Pick the failure label from a fuzzy list",
+            ),
             e(C::Note, "note", "Edit the note"),
             e(C::Undo, "undo", "Undo the last rating, label or note"),
             e(

@@ -314,7 +314,11 @@ impl JobsView {
             let first_line = |j: &JobItem| j.message.lines().next().unwrap_or("").to_string();
             let messages: Vec<String> = self.items.iter().map(first_line).collect();
             let cols = [
-                Column::new(widest("job", self.items.iter().map(|j| j.id.as_str())), 14, 9),
+                Column::new(
+                    widest("job", self.items.iter().map(|j| j.id.as_str())),
+                    14,
+                    9,
+                ),
                 Column::fixed(
                     widest("status", self.items.iter().map(|j| j.status.as_str())),
                     10,
@@ -325,8 +329,12 @@ impl JobsView {
                     2,
                 )
                 .optional(),
-                Column::new(widest("stage / result", messages.iter().map(String::as_str)), 24, 1)
-                    .grow(),
+                Column::new(
+                    widest("stage / result", messages.iter().map(String::as_str)),
+                    24,
+                    1,
+                )
+                .grow(),
             ];
             let widths = fit(&cols, table_area.width.saturating_sub(2), 1);
             let w = |k: usize| widths[k].unwrap_or(0) as usize;
@@ -365,10 +373,10 @@ impl JobsView {
                 .collect();
             let header = shown(["job", "status", "progress", "stage / result"], &widths);
             let table = Table::new(rows, constraints(&widths))
-            .header(Row::new(header).style(theme.muted()))
-            .row_highlight_style(theme.selected())
-            .block(block)
-            .style(theme.base());
+                .header(Row::new(header).style(theme.muted()))
+                .row_highlight_style(theme.selected())
+                .block(block)
+                .style(theme.base());
             let mut state = TableState::default().with_selected(Some(self.selected));
             frame.render_stateful_widget(table, table_area, &mut state);
         }
@@ -417,7 +425,10 @@ impl JobsView {
             ));
         }
         if self.log_full {
-            title.push(Span::styled("[full screen: enter or esc goes back] ", theme.muted()));
+            title.push(Span::styled(
+                "[full screen: enter or esc goes back] ",
+                theme.muted(),
+            ));
         }
         let lines: Vec<Line<'_>> = rows[start..end]
             .iter()

@@ -155,7 +155,10 @@ pub fn cut_middle(s: &str, width: u16) -> String {
         .iter()
         .rposition(|c| matches!(c, '-' | '_' | '#' | '/'))
         .filter(|&p| p > 0);
-    let tail_len = sep.map_or(room / 2, |p| chars.len() - p).min(room / 2).max(1);
+    let tail_len = sep
+        .map_or(room / 2, |p| chars.len() - p)
+        .min(room / 2)
+        .max(1);
     let head_len = room - tail_len;
     let head: String = chars[..head_len].iter().collect();
     let tail: String = chars[chars.len() - tail_len..].iter().collect();
@@ -175,10 +178,7 @@ mod tests {
             Column::fixed(6, 2).optional(),   // rating
         ];
         // Room for all.
-        assert_eq!(
-            fit(&cols, 80, 1),
-            [Some(20), Some(15), Some(15), Some(6)]
-        );
+        assert_eq!(fit(&cols, 80, 1), [Some(20), Some(15), Some(15), Some(6)]);
         // The end reason shrinks first.
         assert_eq!(fit(&cols, 50, 1), [Some(20), Some(6), Some(15), Some(6)]);
         // Then goes; then the rating goes; the id shrinks last.

@@ -142,7 +142,9 @@ impl Picker {
             .max(self.title.chars().count() + 2) as u16;
         // Wide enough for the keys on the bottom border.
         let w = (widest + 6).clamp(44, 60).min(area.width);
-        let h = (self.choices.len() as u16 + 4).clamp(5, 16).min(area.height);
+        let h = (self.choices.len() as u16 + 4)
+            .clamp(5, 16)
+            .min(area.height);
         let r = Rect::new(
             area.x + area.width.saturating_sub(w) / 2,
             area.y + area.height.saturating_sub(h) / 2,
@@ -174,7 +176,10 @@ impl Picker {
         let rows = inner.height.saturating_sub(1) as usize;
         let top = self.selected.saturating_sub(rows.saturating_sub(1));
         if self.matches.is_empty() {
-            lines.push(Line::from(Span::styled("  nothing matches", theme.warning())));
+            lines.push(Line::from(Span::styled(
+                "  nothing matches",
+                theme.warning(),
+            )));
         }
         for (k, (i, pos)) in self.matches.iter().enumerate().skip(top).take(rows) {
             let sel = k == self.selected;
@@ -285,7 +290,10 @@ mod tests {
         let (a, _) = fuzzy_match("arc", "archives").unwrap();
         let (b, _) = fuzzy_match("arc", "permissions-archive").unwrap();
         assert!(a > b, "{a} > {b}");
-        assert_eq!(fuzzy_match("ARC", "archives").map(|m| m.1), Some(vec![0, 1, 2]));
+        assert_eq!(
+            fuzzy_match("ARC", "archives").map(|m| m.1),
+            Some(vec![0, 1, 2])
+        );
     }
 
     #[test]
@@ -298,7 +306,10 @@ mod tests {
         ];
         let mut p = Picker::new("category", choices.clone(), Some("permissions"));
         assert_eq!(p.shown().len(), 4);
-        assert_eq!(p.handle_key(&key(KeyCode::Enter)), PickOutcome::Picked(Some("permissions".into())));
+        assert_eq!(
+            p.handle_key(&key(KeyCode::Enter)),
+            PickOutcome::Picked(Some("permissions".into()))
+        );
         for c in "pr".chars() {
             assert_eq!(p.handle_key(&key(KeyCode::Char(c))), PickOutcome::Choosing);
         }
