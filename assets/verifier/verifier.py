@@ -112,7 +112,11 @@ def prebuild(args):
     if args is None or (PREBUILT and PREBUILT[0] == excluded_plugins(args)):
         return
     import _pytest.config
-    PREBUILT[:] = [excluded_plugins(args), _pytest.config.get_config(list(args))]
+    del PREBUILT[:]
+    try:
+        PREBUILT[:] = [excluded_plugins(args), _pytest.config.get_config(list(args))]
+    except Exception:  # noqa: BLE001 - the runs then build their own, as cold ones do
+        pass
 
 
 def compile_ahead(sources):
@@ -145,6 +149,8 @@ def adopt_prebuilt(args):
     arguments and directory) when the run blocks the same plugins, and its
     import hook takes a module compiled ahead when the file's bytes are the
     ones compiled. Anything else goes through pytest unchanged."""
+    if not PREBUILT and not COMPILED:
+        return  # the cold path: nothing was prepared
     import hashlib
     import pathlib
     import _pytest.config

@@ -274,16 +274,7 @@ mod tests {
     use super::*;
 
     fn task(id: &str) -> crate::task::Task {
-        let mut meta = crate::task::TaskMeta::default();
-        meta.task.id = id.into();
-        crate::task::Task {
-            meta,
-            instruction: "do it".into(),
-            truth: String::new(),
-            environment: Default::default(),
-            tests: Default::default(),
-            solution: Default::default(),
-        }
+        crate::task::Task::minimal(id)
     }
 
     #[test]

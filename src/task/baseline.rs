@@ -101,15 +101,7 @@ mod tests {
     use crate::task::TaskMeta;
 
     fn task() -> Task {
-        let meta: TaskMeta = toml::from_str("[task]\nid = \"t\"\n").unwrap();
-        let mut t = Task {
-            meta,
-            instruction: "do it".into(),
-            truth: String::new(),
-            environment: Default::default(),
-            tests: Default::default(),
-            solution: Default::default(),
-        };
+        let mut t = Task::minimal("t");
         t.tests
             .insert_text("test_final_state.py", "def test_a(): pass\n");
         t

@@ -34,6 +34,22 @@ pub struct Task {
 }
 
 impl Task {
+    /// A task with only an id and an instruction (tests of what stores,
+    /// indexes or records tasks).
+    #[cfg(test)]
+    pub(crate) fn minimal(id: &str) -> Self {
+        let mut meta = TaskMeta::default();
+        meta.task.id = id.into();
+        Self {
+            meta,
+            instruction: "do it".into(),
+            truth: String::new(),
+            environment: Default::default(),
+            tests: Default::default(),
+            solution: Default::default(),
+        }
+    }
+
     /// The task id (`[task] id`).
     pub fn id(&self) -> &str {
         &self.meta.task.id

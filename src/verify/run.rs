@@ -251,7 +251,11 @@ fn run_pytest(
         env: user_env(session),
         cwd: session.info().workdir.clone(),
         warm: mode == VerifierMode::Warm,
-        hints: warm_hints(task),
+        hints: if mode == VerifierMode::Warm {
+            warm_hints(task)
+        } else {
+            WarmHints::default()
+        },
     };
     let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
     let (out, junit, path) = match run {

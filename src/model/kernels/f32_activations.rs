@@ -9,9 +9,6 @@
 
 use super::blocks::{Isa, W8Block, QK};
 
-/// Activation rows a weight row is multiplied with at once.
-const TILE: usize = 4;
-
 /// Logits per row recomputed exactly: the largest of the 8-bit product.
 pub(super) const REFINED: usize = 64;
 
@@ -33,67 +30,52 @@ pub(super) fn refine_top(w: &[W8Block], n: usize, xs: &[f32], m: usize, out: &mu
             order.truncate(REFINED);
         }
         for &col in &order {
-            row[col] = dots(&w[col * kb..(col + 1) * kb], x, k, isa)[0];
+            row[col] = dot(&w[col * kb..(col + 1) * kb], x, isa);
         }
     }
 }
 
-/// One weight row against up to [`TILE`] activation rows of `k` values.
-fn dots(w: &[W8Block], rows: &[f32], k: usize, isa: Isa) -> [f32; TILE] {
+/// One weight row against one activation row of as many values.
+fn dot(w: &[W8Block], x: &[f32], isa: Isa) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Avx2 is only chosen where AVX2 and FMA were detected.
-        Isa::Avx2 => unsafe { dots_avx2(w, rows, k) },
-        _ => dots_scalar(w, rows, k),
+        Isa::Avx2 => unsafe { dot_avx2(w, x) },
+        _ => dot_scalar(w, x),
     }
 }
 
-fn dots_scalar(w: &[W8Block], rows: &[f32], k: usize) -> [f32; TILE] {
-    let mut out = [0f32; TILE];
-    for (o, x) in out.iter_mut().zip(rows.chunks_exact(k)) {
-        for (b, x) in w.iter().zip(x.chunks_exact(QK)) {
-            for (&q, &x) in b.qs.iter().zip(x) {
-                *o += b.d * q as f32 * x;
-            }
+fn dot_scalar(w: &[W8Block], x: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    for (b, x) in w.iter().zip(x.chunks_exact(QK)) {
+        for (&q, &x) in b.qs.iter().zip(x) {
+            sum += b.d * q as f32 * x;
         }
     }
-    out
+    sum
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn dots_avx2(w: &[W8Block], rows: &[f32], k: usize) -> [f32; TILE] {
+fn dot_avx2(w: &[W8Block], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
-    let r = rows.len() / k;
-    assert!(r <= TILE && w.len() * QK == k);
-    let mut acc = [_mm256_setzero_ps(); TILE];
-    for (b, blk) in w.iter().enumerate() {
+    assert_eq!(w.len() * QK, x.len());
+    let mut acc = _mm256_setzero_ps();
+    for (blk, x) in w.iter().zip(x.chunks_exact(QK)) {
         // SAFETY: 32 bytes of `qs`; AVX2 is enabled.
         let q = unsafe { _mm256_loadu_si256(blk.qs.as_ptr().cast()) };
         let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
         let d = _mm256_set1_ps(blk.d);
-        let wd = [
-            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))),
-            _mm256_mul_ps(
-                d,
-                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo))),
-            ),
-            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))),
-            _mm256_mul_ps(
-                d,
-                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi))),
-            ),
-        ];
-        for (j, acc) in acc.iter_mut().enumerate().take(r) {
-            let x = &rows[j * k + b * QK..j * k + (b + 1) * QK];
-            for (i, wd) in wd.iter().enumerate() {
-                // SAFETY: 8 floats of the block's 32.
-                let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(i * 8)) };
-                *acc = _mm256_fmadd_ps(*wd, xv, *acc);
-            }
+        let eighths = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
+        for (i, q8) in eighths.into_iter().enumerate() {
+            // Dequantised as the f32 model's weights are: d * q.
+            let wd = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
+            // SAFETY: 8 floats of the block's 32.
+            let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(i * 8)) };
+            acc = _mm256_fmadd_ps(wd, xv, acc);
         }
     }
-    std::array::from_fn(|j| super::blocks::hsum(acc[j]))
+    super::blocks::hsum(acc)
 }
 
 #[cfg(test)]

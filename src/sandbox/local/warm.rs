@@ -201,17 +201,18 @@ impl WarmVerifier {
         pass("fd_gate", gate_r.as_raw_fd());
         request.insert("env".into(), serde_json::json!(env));
         request.insert("prebuild".into(), serde_json::json!(hints.plugin_args));
-        let mut body = serde_json::Value::Object(request.clone()).to_string();
         let modules: serde_json::Map<_, _> = hints
             .modules
             .iter()
             .map(|(path, source)| (path.clone(), source.clone().into()))
             .collect();
         request.insert("compile".into(), modules.into());
-        let with_modules = serde_json::Value::Object(request).to_string();
+        let full = serde_json::Value::Object(request);
+        let mut body = full.to_string();
         // One datagram: modules that would not fit are compiled by pytest.
-        if with_modules.len() <= MAX_REQUEST {
-            body = with_modules;
+        if let (true, serde_json::Value::Object(mut small)) = (body.len() > MAX_REQUEST, full) {
+            small.remove("compile");
+            body = serde_json::Value::Object(small).to_string();
         }
         if let Err(e) = send_with_fds(zygote.ctl.as_raw_fd(), body.as_bytes(), &fds) {
             self.retire(&zygote);
