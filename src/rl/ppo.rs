@@ -8,7 +8,8 @@
 use super::batch::RolloutBatch;
 use super::error::Result;
 use super::gae::{gae, terminal_rewards};
-use candle_core::{DType, Device, Tensor, D};
+use crate::model::kernels::train_ops::log_softmax_pick;
+use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// PPO hyper-parameters.
@@ -207,17 +208,18 @@ pub fn ppo_loss(
     old_values: Option<&Tensor>,
     cfg: &PpoConfig,
 ) -> Result<PpoLoss> {
-    let logits = if (cfg.temperature - 1.0).abs() > 1e-12 && cfg.temperature > 0.0 {
-        (logits / cfg.temperature)?
+    let temperature = if (cfg.temperature - 1.0).abs() > 1e-12 && cfg.temperature > 0.0 {
+        cfg.temperature
     } else {
-        logits.clone()
+        1.0
     };
     let dt = logits.dtype();
     let (adv, returns) = (&adv.to_dtype(dt)?, &returns.to_dtype(dt)?);
     let w = &prep.weights.to_dtype(dt)?;
     let old = prep.old_logprobs.to_dtype(dt)?;
-    let lp_all = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-    let lp = lp_all.gather(&prep.targets.unsqueeze(1)?, 1)?.squeeze(1)?;
+    // (log-probability of the sampled token, entropy) per agent token.
+    let picked = log_softmax_pick(logits, &prep.targets, temperature)?;
+    let lp = picked.narrow(1, 0, 1)?.squeeze(1)?;
     let ratio = (&lp - &old)?.exp()?;
     let clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)?;
     let neg_adv = adv.neg()?;
@@ -232,9 +234,7 @@ pub fn ppo_loss(
         v_sq = v_sq.maximum(&clipped)?;
     }
     let value_loss = ((v_sq * 0.5)? * w)?.sum_all()?;
-    let probs = lp_all.exp()?;
-    let ent_tok = (&probs * &lp_all)?.sum(D::Minus1)?.neg()?;
-    let entropy = (&ent_tok * w)?.sum_all()?;
+    let entropy = (picked.narrow(1, 1, 1)?.squeeze(1)? * w)?.sum_all()?;
     let mut policy_term = policy_loss.clone();
     if cfg.entropy_coef != 0.0 {
         policy_term = (policy_term - (&entropy * cfg.entropy_coef)?)?;

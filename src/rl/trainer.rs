@@ -13,6 +13,7 @@ use super::metrics::{MetricsLog, StepMetrics};
 use super::policy::Policy;
 use super::ppo::{advantages, ppo_loss, prepare, PpoConfig, Prepared};
 use super::reward::{normalize_rewards, RewardMode};
+use crate::model::kernels::train_ops::log_softmax_pick;
 use candle_core::Device;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -500,8 +501,8 @@ impl Trainer {
         let start = Instant::now();
         let prep = prepare(batch, self.policy.device())?;
         let (logits, _) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
-        let lp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)?;
-        let picked = lp.gather(&prep.targets.unsqueeze(1)?, 1)?.squeeze(1)?;
+        let picked = log_softmax_pick(&logits, &prep.targets, 1.0)?;
+        let picked = picked.narrow(1, 0, 1)?.squeeze(1)?;
         let loss = (picked * &prep.weights)?.sum_all()?.neg()?;
         let value = loss.to_scalar::<f32>()? as f64;
         if !value.is_finite() {

@@ -5,9 +5,14 @@
 //! pass, and their composed equivalents cost several full passes over memory
 //! (and build large graphs): the causal-mask add and the softmax of the
 //! attention scores dominated a PPO step. `swiglu` fuses the MLP's
-//! `silu(gate) * up`, whose composed backward takes about ten passes. These ops run one pass forward and
-//! one backward, on f32 CPU tensors; anything else (another dtype, a GPU)
-//! takes the composed, differentiable path.
+//! `silu(gate) * up`, whose composed backward takes about ten passes.
+//! `log_softmax_pick` gives the policy loss the log-probability of each
+//! sampled token and the entropy of each row of logits without the
+//! vocabulary-wide log-softmax tensor (a dozen passes over `(tokens, vocab)`
+//! floats forward and back, more for SmolLM2's 49,152 tokens than for the
+//! whole rest of the head). These ops run one pass forward and one backward,
+//! on f32 CPU tensors; anything else (another dtype, a GPU) takes the
+//! composed, differentiable path.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape};
 use candle_core::{Tensor, D};
@@ -318,8 +323,16 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
 // ---------------------------------------------------------------------------
 // SwiGLU.
 
+/// `1 / (1 + e^-x)` through [`exp_nonpositive`] of `-|x|` (vectorisable).
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    let e = exp_nonpositive(-x.abs());
+    let s = 1.0 / (1.0 + e);
+    if x >= 0.0 {
+        s
+    } else {
+        e * s
+    }
 }
 
 /// `silu(gate) * up`.
@@ -411,6 +424,172 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         return gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu);
     }
     gate.silu()? * up
+}
+
+// ---------------------------------------------------------------------------
+// Log-probabilities of picked tokens and entropies.
+
+/// Per row of `scale * logits`: the log-softmax at the row's target token and
+/// the entropy of the softmax, as `(rows, 2)`.
+struct LogSoftmaxPick {
+    scale: f32,
+}
+
+/// The targets as row indices, each checked against the vocabulary `n`.
+fn target_indices(s: &CpuStorage, l: &Layout, rows: usize, n: usize) -> Result<Vec<usize>> {
+    let (a, b) = match l.contiguous_offsets() {
+        Some(ab) => ab,
+        None => candle_core::bail!("log_softmax_pick: targets must be contiguous"),
+    };
+    let idx: Vec<usize> = match s {
+        CpuStorage::U32(v) => v[a..b].iter().map(|&t| t as usize).collect(),
+        CpuStorage::I64(v) => v[a..b].iter().map(|&t| t.max(0) as usize).collect(),
+        _ => candle_core::bail!("log_softmax_pick: targets must be u32 or i64"),
+    };
+    if idx.len() != rows {
+        candle_core::bail!("log_softmax_pick: {} targets for {rows} rows", idx.len());
+    }
+    if let Some(t) = idx.iter().find(|&&t| t >= n) {
+        candle_core::bail!("log_softmax_pick: target {t} outside a vocabulary of {n}");
+    }
+    Ok(idx)
+}
+
+impl CustomOp2 for LogSoftmaxPick {
+    fn name(&self) -> &'static str {
+        "log-softmax-pick"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s1, l1)?;
+        let n = l1.dims().last().copied().unwrap_or(1).max(1);
+        let rows = x.len() / n;
+        let targets = target_indices(s2, l2, rows, n)?;
+        let scale = self.scale;
+        let mut out = vec![0f32; rows * 2];
+        let row = |r: usize, o: &mut [f32]| {
+            let xr = &x[r * n..(r + 1) * n];
+            let mut max = f32::NEG_INFINITY;
+            for &v in xr {
+                max = max.max(v * scale);
+            }
+            // sum e^(z - max) and sum e^(z - max) (z - max), eight lanes each.
+            let (mut sum, mut dot) = ([0f32; 8], [0f32; 8]);
+            let chunks = xr.chunks_exact(8);
+            let tail = chunks.remainder();
+            for c in chunks {
+                for i in 0..8 {
+                    let d = c[i] * scale - max;
+                    let e = exp_nonpositive(d);
+                    sum[i] += e;
+                    dot[i] += e * d;
+                }
+            }
+            let (mut s, mut sd) = (sum.iter().sum::<f32>(), dot.iter().sum::<f32>());
+            for &v in tail {
+                let d = v * scale - max;
+                let e = exp_nonpositive(d);
+                s += e;
+                sd += e * d;
+            }
+            let ln_s = s.ln();
+            o[0] = xr[targets[r]] * scale - max - ln_s;
+            // H = lse - E[z] = ln s - E[z - max].
+            o[1] = ln_s - sd / s;
+        };
+        if x.len() >= 2 * MIN_PAR_ELEMS {
+            let per = (MIN_PAR_ELEMS / n).max(1);
+            out.par_chunks_mut(2)
+                .with_min_len(per)
+                .enumerate()
+                .for_each(|(r, o)| row(r, o));
+        } else {
+            out.chunks_mut(2).enumerate().for_each(|(r, o)| row(r, o));
+        }
+        Ok((CpuStorage::F32(out), Shape::from((rows, 2))))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // (lp, H, g_lp, g_H) per row: small beside the logits.
+        let rows = Tensor::cat(&[res, grad], 1)?.contiguous()?;
+        let back = LogSoftmaxPickBackward { scale: self.scale };
+        Ok((Some(logits.apply_op3_no_bwd(targets, &rows, &back)?), None))
+    }
+}
+
+/// `d x_j = scale * (g_lp (1[j = t] - p_j) - g_H p_j (log p_j + H))` per
+/// row, from the logits, the targets and `(lp, H, g_lp, g_H)` rows. The
+/// row's log-sum-exp is not stored: the target's logit gives it back
+/// (`lse = z_t - lp`).
+struct LogSoftmaxPickBackward {
+    scale: f32,
+}
+
+impl CustomOp3 for LogSoftmaxPickBackward {
+    fn name(&self) -> &'static str {
+        "log-softmax-pick-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, packed) = (f32_slice(s1, l1)?, f32_slice(s3, l3)?);
+        let n = l1.dims().last().copied().unwrap_or(1).max(1);
+        let targets = target_indices(s2, l2, x.len() / n, n)?;
+        let scale = self.scale;
+        let mut out = vec![0f32; x.len()];
+        rows_mut(&mut out, n, |r, o| {
+            let xr = &x[r * n..(r + 1) * n];
+            let [lp, h, g_lp, g_h] = [0, 1, 2, 3].map(|i| packed[4 * r + i]);
+            let t = targets[r];
+            let lse = xr[t] * scale - lp;
+            for (o, &v) in o.iter_mut().zip(xr) {
+                let log_p = (v * scale - lse).min(0.0);
+                let p = exp_nonpositive(log_p);
+                *o = -scale * p * (g_lp + g_h * (log_p + h));
+            }
+            o[t] += scale * g_lp;
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// Per row of `logits / temperature` `(rows, vocab)`: the log-probability of
+/// the row's token in `targets` `(rows,)` (u32 or i64) and the softmax's
+/// entropy, as `(rows, 2)`; differentiable with respect to the logits.
+pub fn log_softmax_pick(logits: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
+    let scale = 1.0 / temperature;
+    if fused_ok(&[logits]) && logits.rank() == 2 {
+        return logits.contiguous()?.apply_op2(
+            &targets.contiguous()?,
+            LogSoftmaxPick {
+                scale: scale as f32,
+            },
+        );
+    }
+    let z = (logits * scale)?;
+    let lp_all = candle_nn::ops::log_softmax(&z, D::Minus1)?;
+    let lp = lp_all.gather(&targets.unsqueeze(1)?, 1)?;
+    let entropy = (lp_all.exp()? * &lp_all)?.sum_keepdim(D::Minus1)?.neg()?;
+    Tensor::cat(&[lp, entropy], 1)
 }
 
 // ---------------------------------------------------------------------------
@@ -602,5 +781,46 @@ mod tests {
         close(&fused, &slow, 1e-6);
         let (gf, gs) = (grads(fused), grads(slow));
         close(gf.get(&x).unwrap(), gs.get(&x).unwrap(), 1e-5);
+    }
+
+    /// The picked log-probabilities, the entropies and the logits' gradient
+    /// through both equal the composed log-softmax's, at a temperature, over
+    /// rows wide enough to run in parallel and with a tail of odd width.
+    #[test]
+    fn log_softmax_pick_matches_the_composed_log_softmax_and_its_gradient() {
+        let dev = Device::Cpu;
+        for (rows, vocab) in [(3, 5), (40, 2051)] {
+            let logits = Tensor::randn(0f32, 3.0, (rows, vocab), &dev).unwrap();
+            let logits = Var::from_tensor(&logits).unwrap();
+            let targets: Vec<u32> = (0..rows as u32)
+                .map(|r| (r * 7919) % vocab as u32)
+                .collect();
+            let targets = Tensor::new(targets, &dev).unwrap();
+            let probe = Tensor::randn(0f32, 1.0, (rows, 2), &dev).unwrap();
+            let temperature = 0.7;
+            let fused = log_softmax_pick(logits.as_tensor(), &targets, temperature).unwrap();
+            let z = (logits.as_tensor() / temperature).unwrap();
+            let lp_all = candle_nn::ops::log_softmax(&z, D::Minus1).unwrap();
+            let lp = lp_all.gather(&targets.unsqueeze(1).unwrap(), 1).unwrap();
+            let ent = (lp_all.exp().unwrap() * &lp_all)
+                .unwrap()
+                .sum_keepdim(D::Minus1)
+                .unwrap()
+                .neg()
+                .unwrap();
+            let slow = Tensor::cat(&[lp, ent], 1).unwrap();
+            close(&fused, &slow, 1e-5);
+            let grad = |y: &Tensor| {
+                let g = (y * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+                g.get(&logits).unwrap().clone()
+            };
+            close(&grad(&fused), &grad(&slow), 1e-5);
+        }
+        let bad = Tensor::new(&[9u32, 0], &dev).unwrap();
+        let logits = Tensor::zeros((2, 4), DType::F32, &dev).unwrap();
+        let err = log_softmax_pick(&logits, &bad, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("target 9 outside a vocabulary of 4"), "{err}");
     }
 }
