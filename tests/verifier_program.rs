@@ -110,3 +110,97 @@ fn what_the_zygote_prepares_is_used_and_changes_no_result() {
     assert_eq!(run("changed")["rc"], 0, "{v}");
     assert_eq!(run("other_plugins")["used"]["get_config"], 1, "{v}");
 }
+
+/// Runs one failing test module in a fresh interpreter, with or without the
+/// program's statement-range memo (argv[2] == "memo"), and prints pytest's
+/// report, its JUnit XML without timings, and how many syntax-tree walks
+/// the tracebacks took.
+const TRACEBACKS: &str = r#"
+import ast, os, re, sys, tempfile
+program, mode = sys.argv[1], sys.argv[2]
+v = {"__name__": "verifier"}
+exec(compile(open(program).read(), program, "exec"), v)
+v["add_runtime_site_dirs"]()
+work = tempfile.mkdtemp()
+tests = os.path.join(work, "tests")
+os.makedirs(tests)
+path = os.path.join(tests, "test_state.py")
+helpers = "".join(
+    "def check_%d(p):\n    # a comment\n    assert os.path.exists(p), 'missing ' + p\n\n" % i
+    for i in range(3))
+cases = "".join(
+    "def test_%d():\n    check_%d('/nonexistent/%d')\n\n" % (i, i % 3, i) for i in range(8))
+with open(path, "w") as f:
+    f.write("import os\n\n" + helpers + cases + "def test_passes():\n    assert True\n")
+ini = os.path.join(work, "pytest.ini")
+with open(ini, "w") as f:
+    f.write("[pytest]\n")
+walks = [0]
+walk = ast.walk
+def counting_walk(node):
+    walks[0] += 1
+    return walk(node)
+ast.walk = counting_walk
+import pytest
+if mode == "memo":
+    v["remember_statement_ranges"]()
+junit = os.path.join(work, "junit.xml")
+fd = os.dup(1)
+report = os.path.join(work, "report.txt")
+os.dup2(os.open(report, os.O_WRONLY | os.O_CREAT), 1)
+rc = pytest.main(["-p", "no:cacheprovider", "--noconftest", "--color=no", "-q", "-rA",
+                  "--rootdir=" + tests, "-c=" + ini, "--junitxml=" + junit, path])
+sys.stdout.flush()
+os.dup2(fd, 1)
+def masked(t):
+    t = t.replace(work, "WORK")
+    return re.sub(r"0x[0-9a-f]+", "0x?", t)
+text = masked(re.sub(r" in [0-9.]+s", "", open(report).read()))
+xml = masked(re.sub(r'(time|timestamp|hostname)="[^"]*"', "", open(junit).read()))
+print("rc=%d walks=%d" % (rc, walks[0]))
+print(text)
+print(xml)
+"#;
+
+#[test]
+fn remembered_statement_ranges_change_no_traceback() {
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/verifier/verifier.py");
+    let run = |mode: &str| {
+        let out = Command::new("/usr/bin/python3")
+            .args(["-I", "-S", "-B", "-c", TRACEBACKS, program, mode])
+            .output()
+            .expect("run /usr/bin/python3");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{mode}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (head, rest) = stdout.split_once('\n').expect(&stdout);
+        let walks: usize = head
+            .split("walks=")
+            .nth(1)
+            .and_then(|w| w.parse().ok())
+            .expect(head);
+        assert!(head.starts_with("rc=1 "), "{mode}: {head}");
+        (walks, rest.to_string())
+    };
+    let (plain_walks, plain) = run("plain");
+    let (memo_walks, memo) = run("memo");
+    assert!(plain.contains("missing /nonexistent/7"), "{plain}");
+    assert!(
+        plain.contains("# a comment"),
+        "source lines in the traceback: {plain}"
+    );
+    assert!(
+        memo == plain,
+        "the report or JUnit XML differ:\n{memo}\n---\n{plain}"
+    );
+    // Eight failures of two entries each, at eleven distinct lines: pytest
+    // walks the module's tree for each entry (and again for each entry's
+    // indentation); remembered, once per tree and line.
+    assert!(
+        memo_walks + 8 <= plain_walks,
+        "walks: {memo_walks} remembered against {plain_walks}"
+    );
+}
