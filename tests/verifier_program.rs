@@ -112,9 +112,10 @@ fn what_the_zygote_prepares_is_used_and_changes_no_result() {
 }
 
 /// Runs one failing test module in a fresh interpreter, with or without the
-/// program's statement-range memo (argv[2] == "memo"), and prints pytest's
-/// report, its JUnit XML without timings, and how many syntax-tree walks
-/// the tracebacks took.
+/// program's memos (argv[2] == "memo": statement ranges and option parsers),
+/// and prints pytest's report, its JUnit XML without timings, how many
+/// syntax-tree walks the tracebacks took and how many option parsers
+/// pytest built.
 const TRACEBACKS: &str = r#"
 import ast, os, re, sys, tempfile
 program, mode = sys.argv[1], sys.argv[2]
@@ -142,8 +143,16 @@ def counting_walk(node):
     return walk(node)
 ast.walk = counting_walk
 import pytest
+from _pytest.config.argparsing import MyOptionParser
+parsers = [0]
+init = MyOptionParser.__init__
+def counting_init(self, *a, **k):
+    parsers[0] += 1
+    init(self, *a, **k)
+MyOptionParser.__init__ = counting_init
 if mode == "memo":
     v["remember_statement_ranges"]()
+    v["reuse_option_parsers"]()
 junit = os.path.join(work, "junit.xml")
 fd = os.dup(1)
 report = os.path.join(work, "report.txt")
@@ -157,13 +166,13 @@ def masked(t):
     return re.sub(r"0x[0-9a-f]+", "0x?", t)
 text = masked(re.sub(r" in [0-9.]+s", "", open(report).read()))
 xml = masked(re.sub(r'(time|timestamp|hostname)="[^"]*"', "", open(junit).read()))
-print("rc=%d walks=%d" % (rc, walks[0]))
+print("rc=%d walks=%d parsers=%d" % (rc, walks[0], parsers[0]))
 print(text)
 print(xml)
 "#;
 
 #[test]
-fn remembered_statement_ranges_change_no_traceback() {
+fn remembered_statement_ranges_and_parsers_change_no_report() {
     let program = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/verifier/verifier.py");
     let run = |mode: &str| {
         let out = Command::new("/usr/bin/python3")
@@ -177,16 +186,18 @@ fn remembered_statement_ranges_change_no_traceback() {
             String::from_utf8_lossy(&out.stderr)
         );
         let (head, rest) = stdout.split_once('\n').expect(&stdout);
-        let walks: usize = head
-            .split("walks=")
-            .nth(1)
-            .and_then(|w| w.parse().ok())
-            .expect(head);
+        let count = |key: &str| -> usize {
+            head.split(&format!("{key}="))
+                .nth(1)
+                .and_then(|w| w.split(' ').next())
+                .and_then(|w| w.parse().ok())
+                .expect(head)
+        };
         assert!(head.starts_with("rc=1 "), "{mode}: {head}");
-        (walks, rest.to_string())
+        (count("walks"), count("parsers"), rest.to_string())
     };
-    let (plain_walks, plain) = run("plain");
-    let (memo_walks, memo) = run("memo");
+    let (plain_walks, plain_parsers, plain) = run("plain");
+    let (memo_walks, memo_parsers, memo) = run("memo");
     assert!(plain.contains("missing /nonexistent/7"), "{plain}");
     assert!(
         plain.contains("# a comment"),
@@ -202,5 +213,11 @@ fn remembered_statement_ranges_change_no_traceback() {
     assert!(
         memo_walks + 8 <= plain_walks,
         "walks: {memo_walks} remembered against {plain_walks}"
+    );
+    // pytest parses the arguments six times a run; the parser is rebuilt
+    // only after plugins added options.
+    assert!(
+        memo_parsers * 2 <= plain_parsers,
+        "option parsers built: {memo_parsers} reused against {plain_parsers}"
     );
 }
