@@ -443,14 +443,21 @@ fn target_indices(s: &CpuStorage, l: &Layout, rows: usize, n: usize) -> Result<V
     };
     let idx: Vec<usize> = match s {
         CpuStorage::U32(v) => v[a..b].iter().map(|&t| t as usize).collect(),
-        CpuStorage::I64(v) => v[a..b].iter().map(|&t| t.max(0) as usize).collect(),
+        CpuStorage::I64(v) => v[a..b]
+            .iter()
+            .map(|&t| usize::try_from(t).unwrap_or(usize::MAX))
+            .collect(),
         _ => candle_core::bail!("log_softmax_pick: targets must be u32 or i64"),
     };
     if idx.len() != rows {
         candle_core::bail!("log_softmax_pick: {} targets for {rows} rows", idx.len());
     }
-    if let Some(t) = idx.iter().find(|&&t| t >= n) {
-        candle_core::bail!("log_softmax_pick: target {t} outside a vocabulary of {n}");
+    if let Some(r) = idx.iter().position(|&t| t >= n) {
+        let t = match s {
+            CpuStorage::I64(v) => v[a + r].to_string(),
+            _ => idx[r].to_string(),
+        };
+        candle_core::bail!("log_softmax_pick: target {t} of row {r} outside a vocabulary of {n}");
     }
     Ok(idx)
 }
@@ -821,6 +828,14 @@ mod tests {
         let err = log_softmax_pick(&logits, &bad, 1.0)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("target 9 outside a vocabulary of 4"), "{err}");
+        assert!(
+            err.contains("target 9 of row 0 outside a vocabulary of 4"),
+            "{err}"
+        );
+        let negative = Tensor::new(&[1i64, -3], &dev).unwrap();
+        let err = log_softmax_pick(&logits, &negative, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("target -3 of row 1 outside"), "{err}");
     }
 }
