@@ -136,7 +136,10 @@ def reuse_option_parsers():
         return
 
     def _getparser(self):
-        key = tuple((id(g), len(g.options)) for g in self._groups + [self._anonymous])
+        try:
+            key = tuple((id(g), len(g.options)) for g in self._groups + [self._anonymous])
+        except (AttributeError, TypeError):  # another layout of pytest's Parser
+            return build(self)
         built = self.__dict__.get("_endless_parser")
         if built is None or built[0] != key:
             built = self.__dict__["_endless_parser"] = (key, build(self))

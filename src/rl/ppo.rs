@@ -208,7 +208,8 @@ pub fn ppo_loss(
     old_values: Option<&Tensor>,
     cfg: &PpoConfig,
 ) -> Result<PpoLoss> {
-    let temperature = if (cfg.temperature - 1.0).abs() > 1e-12 && cfg.temperature > 0.0 {
+    // Logits are divided by the sampling temperature (none when it is not positive).
+    let temperature = if cfg.temperature > 0.0 {
         cfg.temperature
     } else {
         1.0
