@@ -154,6 +154,7 @@ if mode == "memo":
     v["remember_statement_ranges"]()
     v["reuse_option_parsers"]()
 junit = os.path.join(work, "junit.xml")
+os.chdir(work)  # paths in the report relative to the same place, wherever the test runs
 fd = os.dup(1)
 report = os.path.join(work, "report.txt")
 os.dup2(os.open(report, os.O_WRONLY | os.O_CREAT), 1)
@@ -162,7 +163,7 @@ rc = pytest.main(["-p", "no:cacheprovider", "--noconftest", "--color=no", "-q", 
 sys.stdout.flush()
 os.dup2(fd, 1)
 def masked(t):
-    t = t.replace(work, "WORK")
+    t = t.replace(work, "WORK").replace(os.path.basename(work), "WORK")
     return re.sub(r"0x[0-9a-f]+", "0x?", t)
 text = masked(re.sub(r" in [0-9.]+s", "", open(report).read()))
 xml = masked(re.sub(r'(time|timestamp|hostname)="[^"]*"', "", open(junit).read()))
