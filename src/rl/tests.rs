@@ -503,3 +503,50 @@ fn policy_loads_a_model_dir_and_adds_a_value_head() {
     let _ = lm.name();
     let _ = &mut lm;
 }
+
+/// A warm-start batch run in several forward passes (one sequence each)
+/// makes the update of one pass: the passes' gradients are summed with the
+/// batch's sequence weights. Passes keep the order and at least one sequence.
+#[test]
+fn a_supervised_step_in_passes_makes_the_one_pass_update() {
+    let mut one = bandit_trainer(5);
+    let batch = bandit_batch(&mut one, 6);
+    let mut split = bandit_trainer(5);
+    assert_eq!(weights(&one), weights(&split));
+    let a = one.sft_step_in_passes(&batch, 1e-2, usize::MAX).unwrap();
+    let b = split.sft_step_in_passes(&batch, 1e-2, 1).unwrap();
+    assert!((a.loss - b.loss).abs() < 1e-5, "{} vs {}", a.loss, b.loss);
+    for ((name, x), (_, y)) in weights(&one).iter().zip(weights(&split)) {
+        let d = x
+            .iter()
+            .zip(&y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f32, f32::max);
+        assert!(d < 1e-5, "{name}: max |diff| {d}");
+    }
+    assert_ne!(
+        weights(&one),
+        weights(&bandit_trainer(5)),
+        "the step changed the weights"
+    );
+
+    let seq = |len: usize| RolloutSequence {
+        tokens: vec![1; len],
+        agent_mask: (0..len).map(|i| i > 0).collect(),
+        old_logprobs: vec![0.0; len],
+        reward: 0.0,
+        passed: false,
+    };
+    let batch = RolloutBatch {
+        sequences: [3, 5, 2, 7].into_iter().map(seq).collect(),
+    };
+    let lens = |budget| -> Vec<Vec<usize>> {
+        trainer::passes(&batch, budget)
+            .iter()
+            .map(|b| b.sequences.iter().map(|s| s.tokens.len()).collect())
+            .collect()
+    };
+    assert_eq!(lens(10), vec![vec![3, 5], vec![2], vec![7]]);
+    assert_eq!(lens(1), vec![vec![3], vec![5], vec![2], vec![7]]);
+    assert_eq!(lens(usize::MAX), vec![vec![3, 5, 2, 7]]);
+}

@@ -14,12 +14,42 @@ use super::policy::Policy;
 use super::ppo::{advantages, ppo_loss, prepare, PpoConfig, Prepared};
 use super::reward::{normalize_rewards, RewardMode};
 use crate::model::kernels::train_ops::log_softmax_pick;
+use candle_core::backprop::GradStore;
 use candle_core::Device;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// Padded tokens (sequences times the longest) one supervised forward pass
+/// takes at most; a longer batch runs in passes whose gradients are summed.
+/// A pass keeps every layer's attention probabilities (heads x length^2
+/// floats per sequence) for the backward pass: one pass over SmolLM2's
+/// 8 x ~950-token warm-start batches held 11-13 GB.
+const SFT_PASS_TOKENS: usize = 4096;
+
+/// `batch` split, in order, into batches of at most `pass_tokens` padded
+/// tokens (at least one sequence each).
+pub(super) fn passes(batch: &RolloutBatch, pass_tokens: usize) -> Vec<RolloutBatch> {
+    let mut parts = Vec::new();
+    let (mut current, mut longest) = (Vec::new(), 0);
+    for s in &batch.sequences {
+        let len = s.tokens.len();
+        if !current.is_empty() && longest.max(len) * (current.len() + 1) > pass_tokens {
+            parts.push(RolloutBatch {
+                sequences: std::mem::take(&mut current),
+            });
+            longest = 0;
+        }
+        longest = longest.max(len);
+        current.push(s.clone());
+    }
+    if !current.is_empty() {
+        parts.push(RolloutBatch { sequences: current });
+    }
+    parts
+}
 
 /// Training hyper-parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -480,8 +510,12 @@ impl Trainer {
     /// Backward `loss`, clip the gradient norm and update; returns the norm
     /// before clipping. A non-finite norm leaves everything untouched.
     fn apply(&mut self, loss: &candle_core::Tensor, lr: f64) -> Result<f64> {
-        let grads = loss.backward()?;
-        let norm = grad_norm(self.opt.vars(), &grads)?;
+        self.apply_grads(&loss.backward()?, lr)
+    }
+
+    /// Clip the norm of `grads` and update with them (see [`Self::apply`]).
+    fn apply_grads(&mut self, grads: &GradStore, lr: f64) -> Result<f64> {
+        let norm = grad_norm(self.opt.vars(), grads)?;
         if !norm.is_finite() {
             return Err(RlError::NonFinite {
                 step: self.step,
@@ -490,7 +524,7 @@ impl Trainer {
             });
         }
         self.opt
-            .step(&grads, lr, clip_scale(norm, self.cfg.max_grad_norm))?;
+            .step(grads, lr, clip_scale(norm, self.cfg.max_grad_norm))?;
         Ok(norm)
     }
 
@@ -498,13 +532,45 @@ impl Trainer {
     /// (sequence-level averaging, as in PPO), at learning rate `lr`. Does not
     /// count as a PPO step.
     pub fn sft_step(&mut self, batch: &RolloutBatch, lr: f64) -> Result<SftMetrics> {
+        self.sft_step_in_passes(batch, lr, SFT_PASS_TOKENS)
+    }
+
+    /// [`Self::sft_step`], running the batch in forward passes of at most
+    /// `pass_tokens` padded tokens (at least one sequence each) and summing
+    /// their gradients: the same update, in less memory.
+    pub(super) fn sft_step_in_passes(
+        &mut self,
+        batch: &RolloutBatch,
+        lr: f64,
+        pass_tokens: usize,
+    ) -> Result<SftMetrics> {
         let start = Instant::now();
-        let prep = prepare(batch, self.policy.device())?;
-        let (logits, _) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
-        let picked = log_softmax_pick(&logits, &prep.targets, 1.0)?;
-        let picked = picked.narrow(1, 0, 1)?.squeeze(1)?;
-        let loss = (picked * &prep.weights)?.sum_all()?.neg()?;
-        let value = loss.to_scalar::<f32>()? as f64;
+        let live = |b: &RolloutBatch| b.sequences.iter().filter(|s| s.agent_tokens() > 0).count();
+        let all = live(batch).max(1) as f64;
+        let (mut grads, mut value) = (GradStore::default(), 0.0);
+        for part in passes(batch, pass_tokens) {
+            if live(&part) == 0 {
+                continue;
+            }
+            let prep = prepare(&part, self.policy.device())?;
+            let (logits, _) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
+            let picked = log_softmax_pick(&logits, &prep.targets, 1.0)?;
+            let picked = picked.narrow(1, 0, 1)?.squeeze(1)?;
+            // `prepare` weighs each sequence by 1 / (the pass's sequences).
+            let share = live(&part) as f64 / all;
+            let loss = ((picked * &prep.weights)?.sum_all()?.neg()? * share)?;
+            value += loss.to_scalar::<f32>()? as f64;
+            let part_grads = loss.backward()?;
+            for (_, v) in self.opt.vars() {
+                if let Some(g) = part_grads.get(v.as_tensor()) {
+                    let sum = match grads.remove(v.as_tensor()) {
+                        Some(acc) => (acc + g)?,
+                        None => g.clone(),
+                    };
+                    grads.insert(v.as_tensor(), sum);
+                }
+            }
+        }
         if !value.is_finite() {
             return Err(RlError::NonFinite {
                 step: self.step,
@@ -512,7 +578,7 @@ impl Trainer {
                 value,
             });
         }
-        self.apply(&loss, lr)?;
+        self.apply_grads(&grads, lr)?;
         let tokens: usize = batch.sequences.iter().map(|s| s.tokens.len()).sum();
         Ok(SftMetrics {
             step: self.opt.steps(),
