@@ -22,21 +22,32 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Padded tokens (sequences times the longest) one supervised forward pass
-/// takes at most; a longer batch runs in passes whose gradients are summed.
-/// A pass keeps every layer's attention probabilities (heads x length^2
-/// floats per sequence) for the backward pass: one pass over SmolLM2's
-/// 8 x ~950-token warm-start batches held 11-13 GB.
-const SFT_PASS_TOKENS: usize = 4096;
+/// Attention scores (floats: sequences x heads x layers x longest^2) one
+/// supervised forward pass may keep for its backward pass; a larger batch
+/// runs in passes whose gradients are summed. One pass over SmolLM2's
+/// 8-sequence warm-start batches (9 heads, 30 layers, ~600-950 tokens) held
+/// 13 GB; the tiny model's batches stay one pass.
+const SFT_PASS_SCORES: usize = 256 << 20;
 
-/// `batch` split, in order, into batches of at most `pass_tokens` padded
-/// tokens (at least one sequence each).
-pub(super) fn passes(batch: &RolloutBatch, pass_tokens: usize) -> Vec<RolloutBatch> {
+/// `batch` split, in order, into batches whose attention scores
+/// (`per_position` floats per query-key pair: heads x layers) stay within
+/// `budget` (at least one sequence each).
+pub(super) fn passes(
+    batch: &RolloutBatch,
+    per_position: usize,
+    budget: usize,
+) -> Vec<RolloutBatch> {
+    let cost = |longest: usize, n: usize| {
+        longest
+            .saturating_mul(longest)
+            .saturating_mul(per_position)
+            .saturating_mul(n)
+    };
     let mut parts = Vec::new();
     let (mut current, mut longest) = (Vec::new(), 0);
     for s in &batch.sequences {
         let len = s.tokens.len();
-        if !current.is_empty() && longest.max(len) * (current.len() + 1) > pass_tokens {
+        if !current.is_empty() && cost(longest.max(len), current.len() + 1) > budget {
             parts.push(RolloutBatch {
                 sequences: std::mem::take(&mut current),
             });
@@ -532,23 +543,25 @@ impl Trainer {
     /// (sequence-level averaging, as in PPO), at learning rate `lr`. Does not
     /// count as a PPO step.
     pub fn sft_step(&mut self, batch: &RolloutBatch, lr: f64) -> Result<SftMetrics> {
-        self.sft_step_in_passes(batch, lr, SFT_PASS_TOKENS)
+        self.sft_step_in_passes(batch, lr, SFT_PASS_SCORES)
     }
 
-    /// [`Self::sft_step`], running the batch in forward passes of at most
-    /// `pass_tokens` padded tokens (at least one sequence each) and summing
-    /// their gradients: the same update, in less memory.
+    /// [`Self::sft_step`], running the batch in forward passes that keep at
+    /// most `budget` attention scores (see [`passes`]) and summing their
+    /// gradients: the same update, in less memory.
     pub(super) fn sft_step_in_passes(
         &mut self,
         batch: &RolloutBatch,
         lr: f64,
-        pass_tokens: usize,
+        budget: usize,
     ) -> Result<SftMetrics> {
         let start = Instant::now();
         let live = |b: &RolloutBatch| b.sequences.iter().filter(|s| s.agent_tokens() > 0).count();
         let all = live(batch).max(1) as f64;
         let (mut grads, mut value) = (GradStore::default(), 0.0);
-        for part in passes(batch, pass_tokens) {
+        let cfg = self.policy.config();
+        let per_position = cfg.num_attention_heads * cfg.num_hidden_layers;
+        for part in passes(batch, per_position, budget) {
             if live(&part) == 0 {
                 continue;
             }
