@@ -25,8 +25,8 @@ use std::time::Instant;
 /// Attention scores (floats: sequences x heads x layers x longest^2) one
 /// supervised forward pass may keep for its backward pass; a larger batch
 /// runs in passes whose gradients are summed. One pass over SmolLM2's
-/// 8-sequence warm-start batches (9 heads, 30 layers, ~600-950 tokens) held
-/// 13 GB; the tiny model's batches stay one pass.
+/// 8-sequence warm-start batches (9 heads, 30 layers) held 13 GB; the tiny
+/// model's batches stay one pass.
 const SFT_PASS_SCORES: usize = 256 << 20;
 
 /// `batch` split, in order, into batches whose attention scores
@@ -562,7 +562,8 @@ impl Trainer {
         let cfg = self.policy.config();
         let per_position = cfg.num_attention_heads * cfg.num_hidden_layers;
         for part in passes(batch, per_position, budget) {
-            if live(&part) == 0 {
+            let part_live = live(&part);
+            if part_live == 0 {
                 continue;
             }
             let prep = prepare(&part, self.policy.device())?;
@@ -570,7 +571,7 @@ impl Trainer {
             let picked = log_softmax_pick(&logits, &prep.targets, 1.0)?;
             let picked = picked.narrow(1, 0, 1)?.squeeze(1)?;
             // `prepare` weighs each sequence by 1 / (the pass's sequences).
-            let share = live(&part) as f64 / all;
+            let share = part_live as f64 / all;
             let loss = ((picked * &prep.weights)?.sum_all()?.neg()? * share)?;
             value += loss.to_scalar::<f32>()? as f64;
             let part_grads = loss.backward()?;

@@ -8,9 +8,8 @@
 //! `silu(gate) * up`, whose composed backward takes about ten passes.
 //! `log_softmax_pick` gives the policy loss the log-probability of each
 //! sampled token and the entropy of each row of logits without the
-//! vocabulary-wide log-softmax tensor (a dozen passes over `(tokens, vocab)`
-//! floats forward and back, more for SmolLM2's 49,152 tokens than for the
-//! whole rest of the head). These ops run one pass forward and one backward,
+//! vocabulary-wide log-softmax tensor (about a dozen passes over
+//! `(tokens, vocab)` floats forward and back). These ops run one pass forward and one backward,
 //! on f32 CPU tensors; anything else (another dtype, a GPU) takes the
 //! composed, differentiable path.
 
@@ -37,14 +36,26 @@ fn fused_ok(xs: &[&Tensor]) -> bool {
 
 /// Apply `f(row_index, row_out)` to each `n`-long row of `out`, in parallel when large.
 fn rows_mut(out: &mut [f32], n: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    if out.len() >= 2 * MIN_PAR_ELEMS {
-        let per = (MIN_PAR_ELEMS / n.max(1)).max(1);
-        out.par_chunks_mut(n)
+    rows_mut_reading(out, n, n, f)
+}
+
+/// [`rows_mut`] for rows of `width` outputs that each read `reads` inputs:
+/// in parallel when the reads are large.
+fn rows_mut_reading(
+    out: &mut [f32],
+    width: usize,
+    reads: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let (width, reads) = (width.max(1), reads.max(1));
+    if out.len() / width * reads >= 2 * MIN_PAR_ELEMS {
+        let per = (MIN_PAR_ELEMS / reads).max(1);
+        out.par_chunks_mut(width)
             .with_min_len(per)
             .enumerate()
             .for_each(|(i, r)| f(i, r));
     } else {
-        out.chunks_mut(n).enumerate().for_each(|(i, r)| f(i, r));
+        out.chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r));
     }
 }
 
@@ -480,7 +491,7 @@ impl CustomOp2 for LogSoftmaxPick {
         let targets = target_indices(s2, l2, rows, n)?;
         let scale = self.scale;
         let mut out = vec![0f32; rows * 2];
-        let row = |r: usize, o: &mut [f32]| {
+        rows_mut_reading(&mut out, 2, n, |r, o| {
             let xr = &x[r * n..(r + 1) * n];
             let mut max = f32::NEG_INFINITY;
             for &v in xr {
@@ -509,16 +520,7 @@ impl CustomOp2 for LogSoftmaxPick {
             o[0] = xr[targets[r]] * scale - max - ln_s;
             // H = lse - E[z] = ln s - E[z - max].
             o[1] = ln_s - sd / s;
-        };
-        if x.len() >= 2 * MIN_PAR_ELEMS {
-            let per = (MIN_PAR_ELEMS / n).max(1);
-            out.par_chunks_mut(2)
-                .with_min_len(per)
-                .enumerate()
-                .for_each(|(r, o)| row(r, o));
-        } else {
-            out.chunks_mut(2).enumerate().for_each(|(r, o)| row(r, o));
-        }
+        });
         Ok((CpuStorage::F32(out), Shape::from((rows, 2))))
     }
 
@@ -816,12 +818,14 @@ mod tests {
                 .neg()
                 .unwrap();
             let slow = Tensor::cat(&[lp, ent], 1).unwrap();
-            close(&fused, &slow, 1e-5);
+            // Log-probabilities reach -40 here: f32 rounding of a few 1e-6.
+            close(&fused, &slow, 1e-4);
             let grad = |y: &Tensor| {
                 let g = (y * &probe).unwrap().sum_all().unwrap().backward().unwrap();
                 g.get(&logits).unwrap().clone()
             };
-            close(&grad(&fused), &grad(&slow), 1e-5);
+            // Gradients reach a few units (probe x 1 / temperature).
+            close(&grad(&fused), &grad(&slow), 5e-5);
         }
         let bad = Tensor::new(&[9u32, 0], &dev).unwrap();
         let logits = Tensor::zeros((2, 4), DType::F32, &dev).unwrap();
