@@ -1,8 +1,9 @@
 //! CPU kernels: the SIMD quantized matmul used for sampling GGUF models
 //! ([`q4_1`], with f32 activations for output layers in
 //! [`f32_activations`]) and the fused training ops with backward passes
-//! ([`train_ops`]).
+//! ([`train_ops`], and the whole causal attention in [`attention`]).
 
+pub mod attention;
 mod blocks;
 pub mod f32_activations;
 pub mod q4_1;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// Rows per rayon task: below this much work, threads cost more than they save.
 const MIN_PAR_ELEMS: usize = 16 * 1024;
 
-fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+pub(super) fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     let all = s.as_slice::<f32>()?;
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&all[a..b]),
@@ -29,7 +29,7 @@ fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     }
 }
 
-fn fused_ok(xs: &[&Tensor]) -> bool {
+pub(super) fn fused_ok(xs: &[&Tensor]) -> bool {
     xs.iter()
         .all(|x| x.device().is_cpu() && x.dtype() == DType::F32)
 }
@@ -66,7 +66,7 @@ fn rows_mut_reading(
 /// the compiler vectorises it: `2^k * e^r` with `|r| <= ln 2 / 2` and a
 /// degree-6 Taylor polynomial (relative error below 2e-7); 0 below -87.
 #[inline(always)]
-fn exp_nonpositive(x_in: f32) -> f32 {
+pub(super) fn exp_nonpositive(x_in: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
@@ -92,7 +92,7 @@ fn exp_nonpositive(x_in: f32) -> f32 {
 }
 
 /// Sum with eight independent accumulators (vectorisable).
-fn lane_sum(v: &[f32]) -> f32 {
+pub(super) fn lane_sum(v: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let chunks = v.chunks_exact(8);
     let tail: f32 = chunks.remainder().iter().sum();
@@ -629,7 +629,29 @@ impl Rope {
         })
     }
 
-    fn positions(&self) -> usize {
+    /// Rotate one head's row `x` (`head_dim` floats) at position `p` into `o`;
+    /// `inverse` rotates by minus the angle.
+    #[inline]
+    pub(super) fn rotate(&self, x: &[f32], p: usize, inverse: bool, o: &mut [f32]) {
+        let h = self.half;
+        let sign = if inverse { -1.0 } else { 1.0 };
+        let (c, s) = (&self.cos[p * h..(p + 1) * h], &self.sin[p * h..(p + 1) * h]);
+        let (x1, x2) = x[..2 * h].split_at(h);
+        let (o1, o2) = o[..2 * h].split_at_mut(h);
+        for i in 0..h {
+            let (ci, si) = (c[i], sign * s[i]);
+            o1[i] = x1[i] * ci - x2[i] * si;
+            o2[i] = x1[i] * si + x2[i] * ci;
+        }
+    }
+
+    /// Head width the tables rotate.
+    pub(super) fn head_dim(&self) -> usize {
+        2 * self.half
+    }
+
+    /// Rotary positions the tables cover.
+    pub(super) fn positions(&self) -> usize {
         self.cos.len() / self.half.max(1)
     }
 
@@ -664,19 +686,9 @@ impl CustomOp1 for Rope {
         let x = f32_slice(s, l)?;
         let dims = l.dims();
         let (t, d) = (dims[dims.len() - 2], dims[dims.len() - 1]);
-        let h = self.half;
-        let sign = if self.inverse { -1.0 } else { 1.0 };
         let mut out = vec![0f32; x.len()];
         rows_mut(&mut out, d, |r, o| {
-            let xr = &x[r * d..(r + 1) * d];
-            let p = r % t;
-            let (c, s) = (&self.cos[p * h..(p + 1) * h], &self.sin[p * h..(p + 1) * h]);
-            for i in 0..h {
-                let (x1, x2) = (xr[i], xr[i + h]);
-                let (ci, si) = (c[i], sign * s[i]);
-                o[i] = x1 * ci - x2 * si;
-                o[i + h] = x1 * si + x2 * ci;
-            }
+            self.rotate(&x[r * d..(r + 1) * d], r % t, self.inverse, o)
         });
         Ok((CpuStorage::F32(out), l.shape().clone()))
     }

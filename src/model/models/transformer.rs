@@ -12,6 +12,7 @@
 //! - [`Transformer::forward_cached`]: fused ops plus a [`KvCache`], for sampling.
 
 use crate::model::config::{Arch, ModelConfig};
+use crate::model::kernels::attention::causal_attention;
 use crate::model::kernels::train_ops::{self, Rope};
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Embedding, Init, Linear, VarBuilder};
@@ -418,8 +419,8 @@ impl Transformer {
     }
 
     /// The training forward pass with the fused differentiable kernels of
-    /// [`crate::model::kernels::train_ops`] (one pass each for RMS norm, rope and the causal
-    /// softmax; grouped-query attention without copying key/value heads;
+    /// [`crate::model::kernels::train_ops`] (one pass each for RMS norm and SwiGLU; the
+    /// whole causal attention, rope included, as one op reading grouped key/value heads in place;
     /// projections as single 2-D matrix products).
     fn run_train(&self, ids: &Tensor) -> Result<Tensor> {
         let (_b, t) = ids.dims2()?;
@@ -461,21 +462,7 @@ impl Transformer {
         if let Some(w) = &layer.k_norm {
             k = train_ops::rms_norm(&k, w, eps)?;
         }
-        let q = rope.apply(&q.transpose(1, 2)?)?;
-        let k = rope.apply(&k.transpose(1, 2)?)?;
-        let v = v.transpose(1, 2)?.contiguous()?;
-        // Query heads of one key/value group are adjacent: view them as one
-        // taller matrix per group instead of repeating keys and values.
-        let groups = nh / nkv;
-        let q = q.reshape((b, nkv, groups * t, hd))?;
-        let att = q.matmul(&k.t()?)?;
-        let att = train_ops::causal_softmax(&att, 1.0 / (hd as f64).sqrt(), t, 0)?;
-        let out = att
-            .matmul(&v)?
-            .reshape((b, nh, t, hd))?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b, t, nh * hd))?;
+        let out = causal_attention(&q, &k, &v, rope, 1.0 / (hd as f64).sqrt())?;
         linear2d(&layer.o_proj, &out)
     }
 
