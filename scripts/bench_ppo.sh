@@ -63,4 +63,4 @@ for r in "${rows[@]}"; do
     echo "$r"
 done
 echo "(ratio: mean step times; best/best: fastest steps, less sensitive to other load on the machine)"
-echo "(target: candle >= 0.7x torch; results in $OUT/<size>/{candle,torch}.json)"
+echo "(goal: candle >= 1.0x torch; results in $OUT/<size>/{candle,torch}.json)"

@@ -23,10 +23,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Attention scores (floats: sequences x heads x layers x longest^2) one
-/// supervised forward pass may keep for its backward pass; a larger batch
-/// runs in passes whose gradients are summed. One pass over SmolLM2's
-/// 8-sequence warm-start batches (9 heads, 30 layers) held 13 GB; the tiny
-/// model's batches stay one pass.
+/// supervised forward pass may cover; a larger batch runs in passes whose
+/// gradients are summed. The composed attention keeps these scores for the
+/// backward pass: one pass over SmolLM2's 8-sequence warm-start batches (9
+/// heads, 30 layers) held 13 GB. The fused CPU attention recomputes them, so
+/// there the bound limits the other activations kept (SmolLM2's warm start
+/// peaked at 5.9 GB); the tiny model's batches stay one pass.
 const SFT_PASS_SCORES: usize = 256 << 20;
 
 /// `batch` split, in order, into batches whose attention scores
