@@ -47,7 +47,8 @@ pub fn causal_attention(
             rope.head_dim()
         );
     }
-    if fused_ok(&[q, k, v]) {
+    // An empty batch (no rows to split among threads) takes the composed path.
+    if fused_ok(&[q, k, v]) && q.elem_count() > 0 {
         let op = CausalAttention {
             rope: rope.clone(),
             shape: Dims { b, t, nh, nkv, hd },
@@ -283,7 +284,6 @@ impl CausalAttention {
     }
 
     /// Gradients of one batch row: `dq`, `dk`, `dv` start zeroed.
-    #[allow(clippy::too_many_arguments)]
     fn backward_row(
         &self,
         (q, k, v): (&[f32], &[f32], &[f32]),
@@ -522,5 +522,9 @@ mod tests {
         let k = Tensor::zeros((1, 4, 1, 4), candle_core::DType::F32, &dev).unwrap();
         let err = causal_attention(&q, &k, &k, &long, 0.5).unwrap_err();
         assert!(err.to_string().contains("rope tables"), "{err}");
+        // No positions: an empty result, not a panic.
+        let empty = Tensor::zeros((2, 0, 1, 4), candle_core::DType::F32, &dev).unwrap();
+        let out = causal_attention(&empty, &empty, &empty, &long, 0.5).unwrap();
+        assert_eq!(out.dims(), &[2, 0, 4]);
     }
 }
