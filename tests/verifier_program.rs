@@ -145,27 +145,20 @@ with open(path, "w") as f:
 ini = os.path.join(work, "pytest.ini")
 with open(ini, "w") as f:
     f.write("[pytest]\n")
-walks = [0]
-walk = ast.walk
-def counting_walk(node):
-    walks[0] += 1
-    return walk(node)
-ast.walk = counting_walk
+counts = {}
+def counting(owner, name, key):
+    original = getattr(owner, name)
+    counts[key] = 0
+    def counted(*args, **kwargs):
+        counts[key] += 1
+        return original(*args, **kwargs)
+    setattr(owner, name, counted)
+counting(ast, "walk", "walks")
 import pytest
-from _pytest.config.argparsing import MyOptionParser
-parsers = [0]
-init = MyOptionParser.__init__
-def counting_init(self, *a, **k):
-    parsers[0] += 1
-    init(self, *a, **k)
-MyOptionParser.__init__ = counting_init
 from _pytest import fixtures
-lookups = [0]
-marker_of = fixtures.getfixturemarker
-def counting_marker_of(obj):
-    lookups[0] += 1
-    return marker_of(obj)
-fixtures.getfixturemarker = counting_marker_of
+from _pytest.config.argparsing import MyOptionParser
+counting(MyOptionParser, "__init__", "parsers")
+counting(fixtures, "getfixturemarker", "lookups")
 if mode == "memo":
     v["remember_statement_ranges"]()
     v["reuse_option_parsers"]()
@@ -182,16 +175,16 @@ def run(name, *extra):
     os.dup2(fd, 1)
     return rc, open(report).read()
 run("warm-up.txt", "--junitxml=" + junit)
-walks[0] = parsers[0] = lookups[0] = 0
+counts.update(dict.fromkeys(counts, 0))
 rc, report = run("report.txt", "--junitxml=" + junit)
-counts = (rc, walks[0], parsers[0], lookups[0])
+seen = (rc, counts["walks"], counts["parsers"], counts["lookups"])
 _, listing = run("fixtures.txt", "--fixtures", "-v")
 def masked(t):
     t = t.replace(work, "WORK").replace(os.path.basename(work), "WORK")
     return re.sub(r"0x[0-9a-f]+", "0x?", t)
 text = masked(re.sub(r" in [0-9.]+s", "", report))
 xml = masked(re.sub(r'(time|timestamp|hostname)="[^"]*"', "", open(junit).read()))
-print("rc=%d walks=%d parsers=%d lookups=%d" % counts)
+print("rc=%d walks=%d parsers=%d lookups=%d" % seen)
 print(text)
 print(xml)
 print(masked(re.sub(r" in [0-9.]+s", "", listing)))
