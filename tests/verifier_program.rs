@@ -159,9 +159,7 @@ from _pytest import fixtures
 from _pytest.config.argparsing import MyOptionParser
 counting(MyOptionParser, "__init__", "parsers")
 counting(fixtures, "getfixturemarker", "lookups")
-if mode == "memo":
-    v["remember_statement_ranges"]()
-    v["reuse_option_parsers"]()
+if mode == "memo":  # as the zygote, before its warm-up run
     v["remember_plugin_fixtures"]()
 junit = os.path.join(work, "junit.xml")
 os.chdir(work)  # paths in the report relative to the same place, wherever the test runs
@@ -175,6 +173,9 @@ def run(name, *extra):
     os.dup2(fd, 1)
     return rc, open(report).read()
 run("warm-up.txt", "--junitxml=" + junit)
+if mode == "memo":  # as a forked run
+    v["remember_statement_ranges"]()
+    v["reuse_option_parsers"]()
 counts.update(dict.fromkeys(counts, 0))
 rc, report = run("report.txt", "--junitxml=" + junit)
 seen = (rc, counts["walks"], counts["parsers"], counts["lookups"])
