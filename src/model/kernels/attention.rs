@@ -201,7 +201,7 @@ struct Scratch {
     /// Roped queries and keys of one head, `(t, hd)`.
     q: Vec<f32>,
     k: Vec<f32>,
-    /// Probabilities `(t, t)`, lower triangle per block; then their gradient.
+    /// Probabilities `(t, t)`: each block's rows up to the block's end.
     p: Vec<f32>,
     /// Gradient of the probabilities `(t, t)`, then of the scores.
     dp: Vec<f32>,
