@@ -538,6 +538,18 @@ pub struct TrainArgs {
     /// reference implementation's switches); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Train LoRA adapters of this rank on the frozen base instead of every
+    /// weight (a pretrained `--init` only); checkpoints then hold the
+    /// adapters (`adapter.safetensors`) and `adapter.json` naming the base.
+    #[arg(long, value_name = "RANK")]
+    pub lora: Option<usize>,
+    /// LoRA updates are scaled by alpha / rank (default: 2 x rank).
+    #[arg(long, requires = "lora")]
+    pub lora_alpha: Option<f64>,
+    /// Projections that get adapters: comma-separated q, k, v, o, gate, up,
+    /// down, or `all` (the default).
+    #[arg(long, requires = "lora", value_name = "LIST")]
+    pub lora_targets: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

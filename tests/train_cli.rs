@@ -324,11 +324,21 @@ fn bad_training_input_is_named() {
             "--json",
         ],
     ));
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--init", "/nonexistent/model"], "/nonexistent/model"),
         (&["--reward", "bogus"], "--reward"),
         (&["--temperature", "0"], "--temperature"),
         (&["--dev", "*"], "overlaps the training tasks"),
+        (&["--lora", "4"], "--lora needs a pretrained --init"),
+        (
+            &["--lora", "0", "--init", "smollm2"],
+            "--lora: 0 is not in 1..=4096",
+        ),
+        (
+            &["--lora", "4", "--lora-targets", "q,qkv"],
+            "--lora-targets: unknown LoRA target `qkv`",
+        ),
+        (&["--lora-alpha", "8"], "--lora <RANK>"),
     ];
     for (args, want) in cases {
         let mut full = vec!["train", "--steps", "1", "--out"];
@@ -442,4 +452,125 @@ fn dynamic_sampling_makes_no_update_without_signal() {
         ]
     );
     assert!(lines(&out.join("metrics.jsonl")).is_empty());
+}
+
+/// `--lora` on a pretrained model directory: a warm start and a PPO step
+/// train only the adapters, the checkpoints hold `adapter.json` and
+/// `adapter.safetensors` (no full weights), a second run resumes from them,
+/// and the checkpoint evaluates as a `local:` policy.
+#[test]
+fn lora_training_checkpoints_adapters_that_resume_and_evaluate() {
+    use endless::model::models::tiny::{tiny_config, train_tokenizer, write_model_dir};
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    json(&endless(
+        ws,
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "2",
+            "--seed",
+            "1",
+            "--split",
+            "train",
+            "--json",
+        ],
+    ));
+    let base = ws.join("base-model");
+    let tok = train_tokenizer(["<command>ls -la</command>", "cat x"].iter(), 400).unwrap();
+    // Room for whole oracle episodes in a tokenizer that knows few merges.
+    let mut cfg = tiny_config(endless::model::Arch::Qwen2, 400);
+    cfg.max_position_embeddings = 8192;
+    write_model_dir(&base, &cfg, &tok, 3).unwrap();
+    let out = ws.join("checkpoints").join("lora");
+    let run = |steps: &str| {
+        json(&endless(
+            ws,
+            &[
+                "train",
+                "--init",
+                base.to_str().unwrap(),
+                "--lora",
+                "4",
+                "--lora-targets",
+                "q,v,down",
+                "--sft",
+                "--sft-steps",
+                "1",
+                "--steps",
+                steps,
+                "--samples",
+                "2",
+                "--max-turns",
+                "2",
+                "--max-tokens",
+                "12",
+                "--concurrency",
+                "2",
+                "--checkpoint-every",
+                "1",
+                "--out",
+                out.to_str().unwrap(),
+                "--json",
+            ],
+        ))
+    };
+    let first = run("1");
+    assert_eq!(first["status"], "finished", "{first}");
+    let ckpt = out.join("step-00000001");
+    for f in [
+        "adapter.json",
+        "adapter.safetensors",
+        "config.json",
+        "tokenizer.json",
+    ] {
+        assert!(ckpt.join(f).is_file(), "{f}");
+    }
+    assert!(!ckpt.join("model.safetensors").exists());
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpt.join("adapter.json")).unwrap()).unwrap();
+    assert_eq!(spec["rank"], 4);
+    assert_eq!(
+        spec["targets"],
+        serde_json::json!(["q_proj", "v_proj", "down_proj"])
+    );
+    assert_eq!(spec["base"], base.canonicalize().unwrap().to_str().unwrap());
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
+    // Trained: rank 4 x (in + out) on three projections of each layer, and the value head.
+    let (h, i, l) = (
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.num_hidden_layers,
+    );
+    let q = cfg.num_attention_heads * cfg.head_dim;
+    let kv = cfg.num_key_value_heads * cfg.head_dim;
+    let want = l * 4 * ((h + q) + (h + kv) + (i + h)) + h + 1;
+    assert_eq!(info["params"].as_u64(), Some(want as u64), "{info}");
+
+    let second = run("2");
+    assert_eq!(second["status"], "finished", "{second}");
+    assert_eq!(second["steps_done"], 2);
+    assert!(out.join("step-00000002").join("adapter.json").is_file());
+    let task = std::fs::read_dir(ws.join("tasks"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let policy = format!("local:{}", out.join("step-00000002").display());
+    let eval = json(&endless(
+        ws,
+        &[
+            "eval",
+            "--policy",
+            &policy,
+            "--tasks",
+            &task.file_name().to_string_lossy(),
+            "--max-turns",
+            "1",
+            "--json",
+        ],
+    ));
+    assert_eq!(eval["episodes"].as_u64(), Some(1), "{eval}");
 }

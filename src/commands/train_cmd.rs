@@ -56,6 +56,9 @@ pub fn request(args: &TrainArgs) -> TrainRequest {
         checkpoint_every: args.checkpoint_every,
         out: args.out.clone(),
         protocol: args.protocol.clone(),
+        lora: args.lora,
+        lora_alpha: args.lora_alpha,
+        lora_targets: args.lora_targets.clone(),
     }
 }
 

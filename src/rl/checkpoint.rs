@@ -1,5 +1,6 @@
 //! Training checkpoints: `step-<N>/` directories holding the weights
-//! (`model.safetensors`, decoder + value head), the optimizer moments
+//! (`model.safetensors`, decoder + value head; for LoRA `adapter.safetensors`,
+//! adapters + value head, and `adapter.json` naming the base), the optimizer moments
 //! (`optimizer.safetensors`), a separate critic's weights and moments when
 //! there is one (`critic.safetensors`, `critic_optimizer.safetensors`), `trainer.json` (step, RNG state, configs), the
 //! model's `config.json` and tokenizer files when known, and last
@@ -12,6 +13,7 @@
 
 use super::error::{Result, RlError};
 use crate::fsutil::{write_atomic, AtomicDir};
+use crate::model::models::lora::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
 use crate::model::ModelConfig;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -142,8 +144,13 @@ pub fn verify(dir: &Path) -> Result<TrainerState> {
     })?;
     let files: BTreeMap<String, FileEntry> = serde_json::from_str(&text)
         .map_err(|e| RlError::ckpt(dir, format!("{MANIFEST} is corrupt: {e}")))?;
-    for required in [WEIGHTS, OPTIMIZER, TRAINER] {
-        if !files.contains_key(required) {
+    let weights: &[&str] = if files.contains_key(ADAPTER_SPEC) {
+        &[ADAPTER_WEIGHTS]
+    } else {
+        &[WEIGHTS]
+    };
+    for required in weights.iter().chain(&[OPTIMIZER, TRAINER]) {
+        if !files.contains_key(*required) {
             return Err(RlError::ckpt(
                 dir,
                 format!("{MANIFEST} does not list {required}"),

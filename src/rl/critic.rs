@@ -68,19 +68,19 @@ impl std::fmt::Debug for Critic {
 
 impl Critic {
     /// A critic whose trunk is a copy of `policy`'s current decoder weights
-    /// (no storage shared) and whose value head starts at zero.
+    /// (no storage shared; a LoRA policy's adapters merged, every weight of
+    /// the copy trained) and whose value head starts at zero.
     pub fn from_policy(policy: &Policy) -> Result<Self> {
         let varmap = VarMap::new();
         {
             let mut data = varmap.data().lock().map_err(|_| {
                 RlError::Model(LocalError::Generation("var map lock poisoned".into()))
             })?;
-            for (name, var) in policy.vars() {
-                if name.starts_with(VALUE_HEAD) {
-                    continue;
-                }
-                let copy = var.as_detached_tensor().copy()?;
-                data.insert(format!("{CRITIC_PREFIX}.{name}"), Var::from_tensor(&copy)?);
+            for (name, weight) in policy.model().merged_weights()? {
+                data.insert(
+                    format!("{CRITIC_PREFIX}.{name}"),
+                    Var::from_tensor(&weight)?,
+                );
             }
         }
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, policy.device()).pp(CRITIC_PREFIX);

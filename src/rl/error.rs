@@ -35,6 +35,9 @@ pub enum RlError {
         #[source]
         source: std::io::Error,
     },
+    /// A training setting cannot be used (the message names it).
+    #[error("{0}")]
+    Setting(String),
     /// Loading the model failed.
     #[error(transparent)]
     Model(#[from] crate::model::LocalError),

@@ -4,10 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::Result;
+use super::error::{Result, RlError};
 use super::policy::Policy;
 use crate::agent::policy::oracle_command;
 use crate::agent::protocol::{CORRECTIVE_MESSAGE, SYSTEM_PROMPT};
+use crate::model::models::lora::LoraConfig;
 use crate::model::models::tiny::{qwen2_config, train_tokenizer, DecoderShape};
 use crate::model::{ChatTokenizer, ModelConfig};
 use crate::task::Task;
@@ -94,27 +95,56 @@ pub fn tiny_tokenizer(tasks: &[Task]) -> Result<ChatTokenizer> {
 }
 
 /// Build the initial policy. `tasks` feed the tiny tokenizer; `model_cache`
-/// is where `smollm2` is fetched to.
+/// is where `smollm2` is fetched to. With `lora`, the pretrained weights are
+/// frozen and only adapters are trained (a LoRA checkpoint given as `spec`
+/// goes on training its own adapters, which must have the same shape).
 pub fn build_policy(
     spec: &InitSpec,
     tasks: &[Task],
     model_cache: &Path,
     device: &Device,
     seed: u64,
+    lora: Option<&LoraConfig>,
 ) -> Result<Policy> {
-    match spec {
+    let (policy, base) = match spec {
         InitSpec::Tiny => {
+            if lora.is_some() {
+                return Err(RlError::Setting(
+                    "LoRA needs a pretrained base, not `tiny`".into(),
+                ));
+            }
             let tok = tiny_tokenizer(tasks)?;
             let vocab = tok.tokenizer().get_vocab_size(true);
             let mut cfg = tiny_policy_config(vocab);
             cfg.eos_token_ids = tok.eos_ids().to_vec();
-            Ok(Policy::from_config(&cfg, device, seed)?.with_tokenizer(tok))
+            return Ok(Policy::from_config(&cfg, device, seed)?.with_tokenizer(tok));
         }
-        InitSpec::Dir(dir) => Policy::from_dir(dir, device),
-        InitSpec::Gguf(path) => Policy::from_gguf(path, device),
+        InitSpec::Dir(dir) => (Policy::from_dir(dir, device)?, dir.clone()),
+        InitSpec::Gguf(path) => (Policy::from_gguf(path, device)?, path.clone()),
         InitSpec::SmolLm2 => {
             let path = crate::model::fetch_smollm2(model_cache)?;
-            Policy::from_gguf(&path, device)
+            (Policy::from_gguf(&path, device)?, path)
         }
+    };
+    match (lora, policy.adapter()) {
+        (None, _) => Ok(policy),
+        (Some(want), Some(have)) if have.lora == *want => Ok(policy),
+        (Some(want), Some(have)) => Err(RlError::Setting(format!(
+            "{} holds LoRA adapters of rank {} alpha {} on {}; asked for rank {} alpha {} on {}",
+            spec.describe(),
+            have.lora.rank,
+            have.lora.alpha,
+            targets_text(&have.lora),
+            want.rank,
+            want.alpha,
+            targets_text(want)
+        ))),
+        (Some(want), None) => policy.with_lora(want, &base, seed),
     }
+}
+
+/// `q,k,v` for a configuration's targets.
+fn targets_text(lora: &LoraConfig) -> String {
+    let names: Vec<&str> = lora.targets.iter().map(|t| t.short()).collect();
+    names.join(",")
 }

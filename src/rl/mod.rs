@@ -47,4 +47,6 @@ pub use reward::{baseline_for, progress_reward, RewardMode};
 pub use trainer::{train_loop, LoopOutcome, Resumed, TrainConfig, Trainer};
 
 #[cfg(test)]
+mod lora_tests;
+#[cfg(test)]
 mod tests;

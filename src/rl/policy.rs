@@ -1,8 +1,13 @@
 //! The trainable policy: the project's decoder plus a value head (a linear
-//! layer on the final hidden state), all in one `VarMap`.
+//! layer on the final hidden state). Its `VarMap` holds what is trained:
+//! every weight, or, with LoRA, only the adapters and the value head (the
+//! base weights are then plain tensors).
 
 use super::error::{Result, RlError};
 use crate::model::config::ModelConfig;
+use crate::model::models::lora::{
+    adapter_base, reseed_adapters, AdapterSpec, LoraConfig, ADAPTER_SPEC, ADAPTER_WEIGHTS,
+};
 use crate::model::models::tiny::reinit_seeded;
 use crate::model::models::transformer::weight_shapes;
 use crate::model::quantized::dequant::dequantize_gguf;
@@ -22,6 +27,8 @@ pub struct Policy {
     model: Transformer,
     value_head: Linear,
     tokenizer: Option<ChatTokenizer>,
+    /// The adapters' description when only LoRA adapters are trained.
+    adapter: Option<AdapterSpec>,
 }
 
 impl std::fmt::Debug for Policy {
@@ -57,14 +64,20 @@ impl Policy {
             model,
             value_head,
             tokenizer: None,
+            adapter: None,
         })
     }
 
     /// Load a Hugging Face-style model directory for training (any dtype on
-    /// disk, f32 in memory); the value head starts at zero.
+    /// disk, f32 in memory); the value head starts at zero. A LoRA checkpoint
+    /// (`adapter.json`) loads as its frozen base with its adapters and value
+    /// head, training the adapters on.
     pub fn from_dir(dir: &Path, device: &Device) -> Result<Self> {
         let cfg_path = dir.join("config.json");
         let cfg = ModelConfig::from_file(&cfg_path)?;
+        if dir.join(ADAPTER_SPEC).is_file() {
+            return Self::from_adapter_dir(dir, &cfg, device);
+        }
         let (varmap, model) = build(&cfg, device)?;
         let required: Vec<String> = weight_shapes(&cfg).into_iter().map(|(n, _)| n).collect();
         load_into_varmap(&varmap, &weight_files(dir)?, &required, device)?;
@@ -75,6 +88,7 @@ impl Policy {
             model,
             value_head,
             tokenizer: Some(tokenizer),
+            adapter: None,
         })
     }
 
@@ -100,7 +114,74 @@ impl Policy {
             model,
             value_head,
             tokenizer: Some(dense.tokenizer),
+            adapter: None,
         })
+    }
+
+    /// Train only LoRA adapters on this policy's current weights, which
+    /// become the frozen base; `base` is where those weights were read
+    /// from (recorded with its digest in the checkpoints' `adapter.json`).
+    /// The adapters' `A` matrices are drawn from `seed`, `B` starts at zero,
+    /// and the value head at zero.
+    pub fn with_lora(self, lora: &LoraConfig, base: &Path, seed: u64) -> Result<Self> {
+        if let Some((field, message)) = lora.problem() {
+            return Err(RlError::Setting(format!("LoRA {field}: {message}")));
+        }
+        let spec = AdapterSpec::new(base, lora.clone())?;
+        let device = self.device().clone();
+        let frozen: HashMap<String, Tensor> = self
+            .vars()
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with(VALUE_HEAD))
+            .map(|(n, v)| (n, v.as_detached_tensor()))
+            .collect();
+        let vb = VarBuilder::from_tensors(frozen, DType::F32, &device);
+        let model = Transformer::new(self.config(), vb)?;
+        let policy = Self::adapted(model, spec, &device, self.tokenizer)?;
+        reseed_adapters(&policy.varmap, seed)?;
+        Ok(policy)
+    }
+
+    /// A LoRA checkpoint directory: its base (checked against the digest in
+    /// `adapter.json`) with the adapters and value head of `adapter.safetensors`.
+    fn from_adapter_dir(dir: &Path, cfg: &ModelConfig, device: &Device) -> Result<Self> {
+        let (spec, model) = adapter_base(dir, cfg, device)?;
+        let tokenizer = if dir.join("tokenizer.json").is_file() {
+            Some(ChatTokenizer::from_dir(dir, &cfg.eos_token_ids)?)
+        } else {
+            None
+        };
+        let policy = Self::adapted(model, spec, device, tokenizer)?;
+        policy.load_weights(&dir.join(ADAPTER_WEIGHTS))?;
+        Ok(policy)
+    }
+
+    /// `model` (frozen) with fresh adapters of `spec` and a value head, the
+    /// only variables.
+    fn adapted(
+        mut model: Transformer,
+        spec: AdapterSpec,
+        device: &Device,
+        tokenizer: Option<ChatTokenizer>,
+    ) -> Result<Self> {
+        let varmap = VarMap::new();
+        model.attach_lora(
+            &spec.lora,
+            VarBuilder::from_varmap(&varmap, DType::F32, device),
+        )?;
+        let value_head = add_value_head(&varmap, model.config(), device)?;
+        Ok(Self {
+            varmap,
+            model,
+            value_head,
+            tokenizer,
+            adapter: Some(spec),
+        })
+    }
+
+    /// The LoRA adapters' description, when only adapters are trained.
+    pub fn adapter(&self) -> Option<&AdapterSpec> {
+        self.adapter.as_ref()
     }
 
     /// Attach a tokenizer (for sampling through [`crate::model::LocalModel`]).
@@ -129,7 +210,8 @@ impl Policy {
         self.model.device()
     }
 
-    /// Every trainable variable, by name.
+    /// Every trainable variable, by name (with LoRA: the adapters and the
+    /// value head).
     pub fn vars(&self) -> Vec<(String, Var)> {
         self.varmap
             .data()
@@ -172,22 +254,17 @@ impl Policy {
     }
 
     /// A copy of the current decoder weights for sampling (no gradient
-    /// tracking), with the tokenizer; `None` without a tokenizer.
+    /// tracking, adapters merged), with the tokenizer; `None` without a tokenizer.
     pub fn sampling_model(&self, name: &str) -> Result<Option<LocalModel>> {
         let Some(tok) = &self.tokenizer else {
             return Ok(None);
         };
-        let tensors: HashMap<String, Tensor> = self
-            .vars()
-            .into_iter()
-            .map(|(n, v)| Ok((n, v.as_detached_tensor().copy()?)))
-            .collect::<std::result::Result<_, candle_core::Error>>()?;
-        let vb = VarBuilder::from_tensors(tensors, DType::F32, self.device());
+        let vb = VarBuilder::from_tensors(self.model.merged_weights()?, DType::F32, self.device());
         let model = Transformer::new(self.config(), vb)?;
         Ok(Some(LocalModel::from_parts(model, tok.clone(), name)))
     }
 
-    /// Save every variable (decoder and value head) as safetensors.
+    /// Save every variable (decoder or adapters, and value head) as safetensors.
     pub fn save_weights(&self, path: &Path) -> Result<()> {
         self.varmap.save(path).map_err(|e| {
             RlError::Model(LocalError::Weight {

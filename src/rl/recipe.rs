@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 pub const TINY_LR: f64 = 5e-5;
 /// Policy learning rate of pretrained policies.
 pub const PRETRAINED_LR: f64 = 1e-6;
+/// A LoRA run's default learning rates (PPO and warm start) are this many
+/// times the full fine-tune's: its few adapter weights start at zero, and
+/// LoRA fine-tunes are commonly run at about ten times a full fine-tune's rate.
+pub const LORA_LR_FACTOR: f64 = 10.0;
 /// Separate-critic learning rate of pretrained policies (the reference's).
 pub const PRETRAINED_CRITIC_LR: f64 = 1e-6;
 /// Separate-critic learning rate of `--init tiny`.

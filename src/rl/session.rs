@@ -49,6 +49,8 @@ pub struct TrainOptions {
     /// Where the policy comes from (`tiny`, `smollm2`, a model directory,
     /// or a checkpoint).
     pub init: InitSpec,
+    /// Train LoRA adapters on the frozen `init` instead of every weight.
+    pub lora: Option<crate::model::models::lora::LoraConfig>,
     /// Supervised warm-start steps on oracle trajectories (0: none).
     pub sft_steps: u64,
     /// PPO steps.
@@ -258,6 +260,16 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
                     r.trainer.step()
                 )));
                 let mut trainer = r.trainer;
+                let held = trainer.policy().adapter().map(|a| &a.lora);
+                if held != opts.lora.as_ref() {
+                    on_event(TrainEvent::Log(format!(
+                        "the checkpoint trains {}: going on with it",
+                        match held {
+                            Some(l) => format!("LoRA adapters of rank {}", l.rank),
+                            None => "every weight".into(),
+                        }
+                    )));
+                }
                 if trainer.config() != &opts.train {
                     on_event(TrainEvent::Log(
                         "the training settings differ from the checkpoint's: using the new ones"
@@ -278,6 +290,7 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
                     &opts.model_cache,
                     &device,
                     opts.train.seed,
+                    opts.lora.as_ref(),
                 )
                 .with_context(|| format!("building the policy `{}`", opts.init.describe()))?;
                 if policy.tokenizer().is_none() {

@@ -14,6 +14,7 @@ use super::policy::Policy;
 use super::ppo::{advantages, ppo_loss, prepare, PpoConfig, Prepared};
 use super::reward::{normalize_rewards, RewardMode};
 use crate::model::kernels::train_ops::log_softmax_pick;
+use crate::model::models::lora::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
 use candle_core::backprop::GradStore;
 use candle_core::Device;
 use rand::SeedableRng;
@@ -627,7 +628,13 @@ impl Trainer {
     pub fn save_checkpoint(&self, root: &Path) -> Result<PathBuf> {
         let state = self.state();
         checkpoint::save(root, &state, |dir| {
-            self.policy.save_weights(&dir.join(WEIGHTS))?;
+            match self.policy.adapter() {
+                Some(spec) => {
+                    self.policy.save_weights(&dir.join(ADAPTER_WEIGHTS))?;
+                    spec.write(dir)?;
+                }
+                None => self.policy.save_weights(&dir.join(WEIGHTS))?,
+            }
             let opt = dir.join(OPTIMIZER);
             candle_core::safetensors::save(&self.opt.state_tensors(), &opt)?;
             let cfg = dir.join("config.json");
@@ -670,12 +677,17 @@ impl Trainer {
     fn load_checkpoint_verified(dir: &Path, state: TrainerState, device: &Device) -> Result<Self> {
         let cfg: TrainConfig = serde_json::from_value(state.train.clone())
             .map_err(|e| RlError::ckpt(dir, format!("trainer.json field `train`: {e}")))?;
-        let mut policy = Policy::from_config(&state.model, device, 0)?;
-        policy.load_weights(&dir.join(WEIGHTS))?;
-        if dir.join("tokenizer.json").is_file() {
-            let t = crate::model::ChatTokenizer::from_dir(dir, &state.model.eos_token_ids)?;
-            policy = policy.with_tokenizer(t);
-        }
+        let policy = if dir.join(ADAPTER_SPEC).is_file() {
+            Policy::from_dir(dir, device)?
+        } else {
+            let mut policy = Policy::from_config(&state.model, device, 0)?;
+            policy.load_weights(&dir.join(WEIGHTS))?;
+            if dir.join("tokenizer.json").is_file() {
+                let t = crate::model::ChatTokenizer::from_dir(dir, &state.model.eos_token_ids)?;
+                policy = policy.with_tokenizer(t);
+            }
+            policy
+        };
         let moments = candle_core::safetensors::load(dir.join(OPTIMIZER), device)?;
         let mut trainer = Self::new(policy, cfg);
         trainer.opt.load_state(moments, state.optimizer_steps)?;

@@ -12,9 +12,11 @@ use anyhow::{bail, Result};
 
 use super::{select_tasks, Context};
 use crate::jobs::JobContext;
+use crate::model::models::lora::{LoraConfig, LoraTarget};
 use crate::model::SamplingConfig;
 use crate::procgen::{task_split, Split};
 use crate::rl::init::InitSpec;
+use crate::rl::recipe::LORA_LR_FACTOR;
 use crate::rl::session::{TrainEvent, TrainOptions, TrainSummary};
 use crate::rl::{Recipe, RecipeFlags};
 use crate::task::Task;
@@ -62,6 +64,12 @@ pub struct TrainRequest {
     pub out: Option<PathBuf>,
     /// Agent protocol profile (`None`: `[agent] protocol`).
     pub protocol: Option<String>,
+    /// LoRA rank (`None`: train every weight).
+    pub lora: Option<usize>,
+    /// LoRA alpha (`None`: 2 x rank).
+    pub lora_alpha: Option<f64>,
+    /// LoRA targets, `q,k,v,o,gate,up,down` or `all` (`None`: all).
+    pub lora_targets: Option<String>,
 }
 
 impl Default for TrainRequest {
@@ -90,6 +98,9 @@ impl Default for TrainRequest {
             checkpoint_every: 5,
             out: None,
             protocol: None,
+            lora: None,
+            lora_alpha: None,
+            lora_targets: None,
         }
     }
 }
@@ -146,6 +157,10 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
             );
         }
     }
+    let lora = lora_config(args)?;
+    if lora.is_some() && init == InitSpec::Tiny {
+        bail!("--lora needs a pretrained --init (smollm2, a .gguf file or a model directory): tiny is trained from scratch");
+    }
     let protocol = ctx.protocol(args.protocol.as_deref())?;
     let recipe = recipe(ctx, args, &init)?;
     let out = match &args.out {
@@ -161,10 +176,12 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
         sft_tasks,
         dev_tasks,
         sft_steps: if args.sft { args.sft_steps } else { 0 },
-        sft_lr: args.sft_lr.unwrap_or(match init {
-            InitSpec::Tiny => 2e-3,
-            _ => 2e-5,
+        sft_lr: args.sft_lr.unwrap_or(match (&init, &lora) {
+            (InitSpec::Tiny, _) => 2e-3,
+            (_, Some(_)) => 2e-5 * LORA_LR_FACTOR,
+            (_, None) => 2e-5,
         }),
+        lora,
         init,
         steps: args.steps,
         time_budget: args
@@ -204,8 +221,39 @@ pub fn recipe(ctx: &Context, args: &TrainRequest, init: &InitSpec) -> Result<Rec
         tiny,
     )
     .map_err(anyhow::Error::msg)?;
+    if args.lora.is_some() && args.recipe.lr.unwrap_or(ctx.config.train.lr) == 0.0 {
+        recipe.train.lr *= LORA_LR_FACTOR;
+    }
     recipe.protocol = ctx.protocol(args.protocol.as_deref())?.describe();
     Ok(recipe)
+}
+
+/// The LoRA settings of `--lora`, `--lora-alpha` and `--lora-targets`
+/// (`None` without `--lora`); errors name the flag.
+fn lora_config(args: &TrainRequest) -> Result<Option<LoraConfig>> {
+    let Some(rank) = args.lora else {
+        if args.lora_alpha.is_some() || args.lora_targets.is_some() {
+            bail!("--lora-alpha and --lora-targets need --lora RANK");
+        }
+        return Ok(None);
+    };
+    let mut cfg = LoraConfig::with_rank(rank);
+    if let Some(a) = args.lora_alpha {
+        cfg.alpha = a;
+    }
+    if let Some(t) = &args.lora_targets {
+        cfg.targets =
+            LoraTarget::parse_list(t).map_err(|e| anyhow::anyhow!("--lora-targets: {e}"))?;
+    }
+    if let Some((field, message)) = cfg.problem() {
+        let flag = match field {
+            "alpha" => "--lora-alpha",
+            "targets" => "--lora-targets",
+            _ => "--lora",
+        };
+        bail!("{flag}: {message}");
+    }
+    Ok(Some(cfg))
 }
 
 /// Run `opts` (from [`options`]) as job `job`: every [`TrainEvent`] goes

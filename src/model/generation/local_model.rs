@@ -4,6 +4,7 @@
 use crate::model::config::{token_ids, ModelConfig};
 use crate::model::error::{LocalError, Result};
 use crate::model::generation::sampling::{Sampler, SamplingConfig};
+use crate::model::models::lora::{load_adapted, ADAPTER_SPEC};
 use crate::model::models::transformer::{KvCache, Transformer};
 use crate::model::quantized::gguf::GgufModel;
 use crate::model::text::chat_template::TemplateMessage;
@@ -114,7 +115,9 @@ impl LocalModel {
         Self::load_dir(path, device)
     }
 
-    /// Load `config.json`, the tokenizer files and the safetensors weights of `dir`.
+    /// Load `config.json`, the tokenizer files and the safetensors weights of
+    /// `dir`, or, in a LoRA checkpoint (`adapter.json`), its base with the
+    /// adapters merged.
     pub fn load_dir(dir: &Path, device: &Device) -> Result<Self> {
         if !dir.is_dir() {
             return Err(LocalError::MissingFile {
@@ -138,11 +141,15 @@ impl LocalModel {
                 .filter(|e| !cfg.eos_token_ids.contains(e)),
         );
         let tokenizer = ChatTokenizer::from_dir(dir, &eos)?;
-        let files = weight_files(dir)?;
-        let st = mmap(&files)?;
-        check_weights(&files, &st, &cfg)?;
-        let vb = VarBuilder::from_backend(Box::new(st), DType::F32, device.clone());
-        let model = Transformer::new(&cfg, vb)?;
+        let model = if dir.join(ADAPTER_SPEC).is_file() {
+            load_adapted(dir, &cfg, device)?
+        } else {
+            let files = weight_files(dir)?;
+            let st = mmap(&files)?;
+            check_weights(&files, &st, &cfg)?;
+            let vb = VarBuilder::from_backend(Box::new(st), DType::F32, device.clone());
+            Transformer::new(&cfg, vb)?
+        };
         Ok(Self {
             backend: Backend::Dense(Box::new(model)),
             tokenizer,

@@ -3,5 +3,6 @@
 //! ([`tiny`]) for tests and `--init tiny`.
 
 pub mod gguf_llama;
+pub mod lora;
 pub mod tiny;
 pub mod transformer;

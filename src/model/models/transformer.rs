@@ -13,9 +13,12 @@
 
 use crate::model::config::{Arch, ModelConfig};
 use crate::model::kernels::attention::causal_attention;
+use crate::model::kernels::frozen_matmul::frozen_matmul;
 use crate::model::kernels::train_ops::{self, Rope};
+use crate::model::models::lora::{LoraConfig, LoraTarget, Proj};
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Embedding, Init, Linear, VarBuilder};
+use std::collections::HashMap;
 
 /// Standard deviation of freshly initialised weight matrices.
 const INIT_STD: f64 = 0.02;
@@ -184,17 +187,44 @@ impl KvCache {
 
 #[derive(Debug, Clone)]
 struct Layer {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
+    q_proj: Proj,
+    k_proj: Proj,
+    v_proj: Proj,
+    o_proj: Proj,
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    gate_proj: Proj,
+    up_proj: Proj,
+    down_proj: Proj,
     input_layernorm: Tensor,
     post_attention_layernorm: Tensor,
+}
+
+impl Layer {
+    fn proj_mut(&mut self, target: LoraTarget) -> &mut Proj {
+        match target {
+            LoraTarget::QProj => &mut self.q_proj,
+            LoraTarget::KProj => &mut self.k_proj,
+            LoraTarget::VProj => &mut self.v_proj,
+            LoraTarget::OProj => &mut self.o_proj,
+            LoraTarget::GateProj => &mut self.gate_proj,
+            LoraTarget::UpProj => &mut self.up_proj,
+            LoraTarget::DownProj => &mut self.down_proj,
+        }
+    }
+
+    /// Every projection with its module path inside the layer.
+    fn projs(&self) -> [(&'static str, &Proj); 7] {
+        [
+            (LoraTarget::QProj.module(), &self.q_proj),
+            (LoraTarget::KProj.module(), &self.k_proj),
+            (LoraTarget::VProj.module(), &self.v_proj),
+            (LoraTarget::OProj.module(), &self.o_proj),
+            (LoraTarget::GateProj.module(), &self.gate_proj),
+            (LoraTarget::UpProj.module(), &self.up_proj),
+            (LoraTarget::DownProj.module(), &self.down_proj),
+        ]
+    }
 }
 
 /// A decoder-only transformer of one of the supported families.
@@ -208,6 +238,9 @@ pub struct Transformer {
     cos: Tensor,
     sin: Tensor,
     device: Device,
+    /// Base weights are not trained (LoRA): their matrix products skip the
+    /// weight gradient.
+    frozen: bool,
 }
 
 fn weight(vb: &VarBuilder, out_dim: usize, in_dim: usize, name: &str) -> Result<Tensor> {
@@ -221,14 +254,14 @@ fn weight(vb: &VarBuilder, out_dim: usize, in_dim: usize, name: &str) -> Result<
     )
 }
 
-fn linear(vb: VarBuilder, in_dim: usize, out_dim: usize, bias: bool) -> Result<Linear> {
+fn linear(vb: VarBuilder, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
     let w = weight(&vb, out_dim, in_dim, "weight")?;
     let b = if bias {
         Some(vb.get_with_hints(out_dim, "bias", Init::Const(0.0))?)
     } else {
         None
     };
-    Ok(Linear::new(w, b))
+    Ok(Proj::new(Linear::new(w, b)))
 }
 
 fn norm_weight(vb: VarBuilder, dim: usize) -> Result<Tensor> {
@@ -342,7 +375,63 @@ impl Transformer {
             cos: freqs.cos()?.to_dtype(dtype)?,
             sin: freqs.sin()?.to_dtype(dtype)?,
             device,
+            frozen: false,
         })
+    }
+
+    /// Freeze every weight of the model and add LoRA adapters to the
+    /// `lora.targets` projections of every layer, their matrices taken from
+    /// (or created in) `vb` under the projections' own names
+    /// (`model.layers.0.self_attn.q_proj.lora_A.weight`).
+    pub fn attach_lora(&mut self, lora: &LoraConfig, vb: VarBuilder) -> Result<()> {
+        let m = vb.pp("model");
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            for t in &lora.targets {
+                let vb = m.pp("layers").pp(i).pp(t.module());
+                layer.proj_mut(*t).attach(vb, lora.rank, lora.scale())?;
+            }
+        }
+        self.frozen = true;
+        Ok(())
+    }
+
+    /// A copy of every weight the model reads, by Hugging Face name, with
+    /// adapters merged into their projections: what a model without
+    /// adapters needs to compute the same function.
+    pub fn merged_weights(&self) -> Result<HashMap<String, Tensor>> {
+        let mut out = HashMap::new();
+        out.insert(
+            "model.embed_tokens.weight".to_string(),
+            self.embed_tokens.embeddings().copy()?,
+        );
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            for (module, proj) in l.projs() {
+                out.insert(format!("{p}.{module}.weight"), proj.merged_weight()?);
+                if let Some(b) = proj.bias() {
+                    out.insert(format!("{p}.{module}.bias"), b.copy()?);
+                }
+            }
+            let norms = [
+                ("self_attn.q_norm", l.q_norm.as_ref()),
+                ("self_attn.k_norm", l.k_norm.as_ref()),
+                ("input_layernorm", Some(&l.input_layernorm)),
+                (
+                    "post_attention_layernorm",
+                    Some(&l.post_attention_layernorm),
+                ),
+            ];
+            for (name, w) in norms {
+                if let Some(w) = w {
+                    out.insert(format!("{p}.{name}.weight"), w.copy()?);
+                }
+            }
+        }
+        out.insert("model.norm.weight".to_string(), self.norm.copy()?);
+        if !self.cfg.tie_word_embeddings {
+            out.insert("lm_head.weight".to_string(), self.lm_head.weight().copy()?);
+        }
+        Ok(out)
     }
 
     /// The model's configuration.
@@ -406,7 +495,15 @@ impl Transformer {
 
     /// Project hidden states to vocabulary logits.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        self.lm_head.forward(hidden)
+        if !self.frozen {
+            return self.lm_head.forward(hidden);
+        }
+        let mut dims = hidden.dims().to_vec();
+        let d = dims.pop().unwrap_or(1);
+        let w = self.lm_head.weight();
+        let y = frozen_matmul(&hidden.reshape(((), d))?, w)?;
+        dims.push(w.dim(0)?);
+        y.reshape(dims)
     }
 
     fn rms(&self, x: &Tensor, w: &Tensor, fused: bool) -> Result<Tensor> {
@@ -437,10 +534,10 @@ impl Transformer {
             let h = train_ops::rms_norm(&x, &layer.input_layernorm, eps)?;
             x = (self.attention_train(layer, &h, &rope)? + &x)?;
             let h = train_ops::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
-            let gate = linear2d(&layer.gate_proj, &h)?;
-            let up = linear2d(&layer.up_proj, &h)?;
+            let gate = layer.gate_proj.forward_2d(&h, self.frozen)?;
+            let up = layer.up_proj.forward_2d(&h, self.frozen)?;
             let act = train_ops::swiglu(&gate, &up)?;
-            x = (linear2d(&layer.down_proj, &act)? + &x)?;
+            x = (layer.down_proj.forward_2d(&act, self.frozen)? + &x)?;
         }
         train_ops::rms_norm(&x, &self.norm, eps)
     }
@@ -453,9 +550,10 @@ impl Transformer {
             self.cfg.head_dim,
         );
         let eps = self.cfg.rms_norm_eps;
-        let mut q = linear2d(&layer.q_proj, x)?.reshape((b, t, nh, hd))?;
-        let mut k = linear2d(&layer.k_proj, x)?.reshape((b, t, nkv, hd))?;
-        let v = linear2d(&layer.v_proj, x)?.reshape((b, t, nkv, hd))?;
+        let f = self.frozen;
+        let mut q = layer.q_proj.forward_2d(x, f)?.reshape((b, t, nh, hd))?;
+        let mut k = layer.k_proj.forward_2d(x, f)?.reshape((b, t, nkv, hd))?;
+        let v = layer.v_proj.forward_2d(x, f)?.reshape((b, t, nkv, hd))?;
         if let Some(w) = &layer.q_norm {
             q = train_ops::rms_norm(&q, w, eps)?;
         }
@@ -463,7 +561,7 @@ impl Transformer {
             k = train_ops::rms_norm(&k, w, eps)?;
         }
         let out = causal_attention(&q, &k, &v, rope, 1.0 / (hd as f64).sqrt())?;
-        linear2d(&layer.o_proj, &out)
+        layer.o_proj.forward_2d(&out, f)
     }
 
     fn run(&self, ids: &Tensor, mut cache: Option<&mut KvCache>, fused: bool) -> Result<Tensor> {
@@ -599,22 +697,6 @@ impl Transformer {
 fn fused_train_ops() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("ENDLESS_COMPOSED_TRAIN_OPS").is_none())
-}
-
-/// A linear layer on `(.., in)` as one 2-D matrix product (candle's `Linear`
-/// broadcasts the weight over the batch, whose backward pass then runs one
-/// product per batch element and sums them).
-fn linear2d(l: &Linear, x: &Tensor) -> Result<Tensor> {
-    let mut dims = x.dims().to_vec();
-    let in_dim = dims.pop().unwrap_or(1);
-    let rows = x.elem_count() / in_dim.max(1);
-    let y = x.reshape((rows, in_dim))?.matmul(&l.weight().t()?)?;
-    let y = match l.bias() {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    dims.push(y.dim(1)?);
-    y.reshape(dims)
 }
 
 /// Repeat key/value heads for grouped-query attention (differentiable).

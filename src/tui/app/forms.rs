@@ -209,9 +209,10 @@ fn train_form() -> Form {
             ("samples", d.samples.to_string()),
             ("max turns", d.max_turns.to_string()),
             ("tasks per step", d.tasks_per_step.to_string()),
+            ("lora rank", String::new()),
         ],
     )
-    .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no time limit. Follow the run in the Training view.")
+    .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no time limit; lora rank empty: train every weight, else adapters on a pretrained init. Follow the run in the Training view.")
 }
 
 /// Why a form's values cannot start its job: the field and the reason.
@@ -357,6 +358,20 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                     _ => return Err(("minutes", format!("expected a positive number, got {m:?}"))),
                 },
             };
+            let lora = match form.value("lora rank") {
+                "" => None,
+                _ if init == "tiny" => {
+                    return Err((
+                        "lora rank",
+                        "LoRA needs a pretrained init (smollm2, a model dir or .gguf), not tiny"
+                            .into(),
+                    ))
+                }
+                r => match r.parse::<usize>() {
+                    Ok(n) if n > 0 => Some(n),
+                    _ => return Err(("lora rank", format!("expected a positive rank, got {r:?}"))),
+                },
+            };
             JobSpec::Train(TrainSpec {
                 tasks: form.value("tasks").to_string(),
                 dev: form.value("dev").to_string(),
@@ -368,6 +383,7 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                 samples: num(form, "samples")?,
                 max_turns: num(form, "max turns")?,
                 tasks_per_step: num(form, "tasks per step")?,
+                lora,
             })
         }
     })

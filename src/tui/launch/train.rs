@@ -37,6 +37,8 @@ pub struct TrainSpec {
     pub max_turns: u32,
     /// Tasks per PPO step.
     pub tasks_per_step: usize,
+    /// LoRA rank (`None`: train every weight).
+    pub lora: Option<usize>,
 }
 
 impl Default for TrainSpec {
@@ -54,6 +56,7 @@ impl Default for TrainSpec {
             samples: 16,
             max_turns: 16,
             tasks_per_step: 1,
+            lora: None,
         }
     }
 }
@@ -83,6 +86,9 @@ impl TrainSpec {
         flag("samples", self.samples.to_string());
         flag("max-turns", self.max_turns.to_string());
         flag("tasks-per-step", self.tasks_per_step.to_string());
+        if let Some(r) = self.lora {
+            flag("lora", r.to_string());
+        }
         if self.sft {
             v.push("--sft".into());
         }
@@ -128,6 +134,7 @@ impl TrainSpec {
                 prompts_per_step: Some(self.tasks_per_step),
                 ..defaults.recipe.clone()
             },
+            lora: self.lora,
             ..defaults
         }
     }
@@ -138,7 +145,7 @@ impl TrainSpec {
             "tasks": self.tasks, "dev": self.dev, "init": self.init, "sft": self.sft,
             "sft_steps": self.sft_steps, "steps": self.steps, "minutes": self.minutes,
             "samples": self.samples, "max_turns": self.max_turns,
-            "tasks_per_step": self.tasks_per_step,
+            "tasks_per_step": self.tasks_per_step, "lora": self.lora,
         })
     }
 }
@@ -341,6 +348,17 @@ mod tests {
         };
         let args = off.request();
         assert!(!args.sft && args.tasks.is_none() && args.dev.is_none());
+        assert!(args.lora.is_none());
+        let lora = TrainSpec {
+            init: "smollm2".into(),
+            lora: Some(8),
+            ..TrainSpec::default()
+        };
+        assert_eq!(lora.request().lora, Some(8));
+        assert!(
+            lora.command_line().contains("--init smollm2 ")
+                && lora.command_line().contains("--lora 8 ")
+        );
     }
 
     #[test]

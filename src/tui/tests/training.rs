@@ -274,6 +274,16 @@ fn the_train_form_builds_a_training_job() {
     let error = app.form.as_ref().and_then(|(_, f)| f.error.clone());
     assert_eq!(error.map(|e| e.0), Some("steps"));
     assert!(app.outbox.is_empty());
+    press(&mut app, KeyCode::Backspace);
+    // A LoRA rank on the tiny init (trained from scratch) is named.
+    for _ in 0..5 {
+        press(&mut app, KeyCode::Tab);
+    }
+    typed(&mut app, "8");
+    press(&mut app, KeyCode::Enter);
+    let error = app.form.as_ref().and_then(|(_, f)| f.error.clone());
+    assert_eq!(error.as_ref().map(|e| e.0), Some("lora rank"), "{error:?}");
+    assert!(error.unwrap().1.contains("pretrained"));
     press(&mut app, KeyCode::Esc);
     assert!(app.form.is_none());
 }
