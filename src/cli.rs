@@ -567,9 +567,12 @@ pub struct BenchArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// `ppo`: model size (`1m` or `10m` parameters).
+    /// `ppo`, `lora`: model size (`1m`, `10m` or `135m` parameters).
     #[arg(long, value_enum, default_value_t = PpoSize::M1)]
     pub size: PpoSize,
+    /// `lora`: the adapters' rank.
+    #[arg(long, default_value_t = 8)]
+    pub rank: usize,
     /// `ppo`: untimed steps before the timed ones.
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
@@ -606,6 +609,9 @@ pub enum PpoSize {
     /// ~10M parameters (hidden 256, 10 layers, vocab 8192).
     #[value(name = "10m")]
     M10,
+    /// SmolLM2-135M's dimensions (hidden 576, 30 layers, vocab 49152).
+    #[value(name = "135m")]
+    M135,
 }
 
 impl PpoSize {
@@ -614,6 +620,7 @@ impl PpoSize {
         match self {
             PpoSize::M1 => "1m",
             PpoSize::M10 => "10m",
+            PpoSize::M135 => "135m",
         }
     }
 }
@@ -636,6 +643,9 @@ pub enum BenchTarget {
     Tui,
     /// PPO update throughput of the candle trainer (see `scripts/bench_ppo.sh`).
     Ppo,
+    /// The supervised step training every weight beside LoRA adapters only
+    /// (`--size`, `--rank`, --n timed steps each, default 3).
+    Lora,
     /// Local-model sampling tokens/s, batch 1 and batch 16 (greedy, fixed prompt).
     Sample,
     /// Oracle episodes over HTTP from many clients against one server, beside the

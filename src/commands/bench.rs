@@ -53,6 +53,15 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchTarget::Lora => {
+            let report = super::bench_lora::bench_lora(args.size, args.rank, args.n.unwrap_or(3))?;
+            if args.json {
+                print_json(&report)?;
+            } else {
+                say!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchTarget::Serve => {
             let episodes = args.episodes.or(args.n).unwrap_or(args.clients * 2);
             let report = super::bench_serve::run(ctx, args.clients, episodes)?;

@@ -49,6 +49,19 @@ pub fn ppo_model_config(size: PpoSize) -> ModelConfig {
             8192,
             512,
         ),
+        // SmolLM2-135M-Instruct's dimensions.
+        PpoSize::M135 => qwen2_config(
+            DecoderShape {
+                hidden: 576,
+                intermediate: 1536,
+                layers: 30,
+                heads: 9,
+                kv_heads: 3,
+                head_dim: 64,
+            },
+            49152,
+            512,
+        ),
     }
 }
 
@@ -230,7 +243,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_are_about_one_and_ten_million_parameters() {
+    fn sizes_are_about_one_ten_and_135_million_parameters() {
         let count = |s| {
             crate::model::models::transformer::weight_shapes(&ppo_model_config(s))
                 .iter()
@@ -240,6 +253,9 @@ mod tests {
         let (small, large) = (count(PpoSize::M1), count(PpoSize::M10));
         assert!((800_000..1_500_000).contains(&small), "{small}");
         assert!((8_000_000..12_000_000).contains(&large), "{large}");
+        // SmolLM2-135M has 134,515,008 (no biases): ours adds q/k/v biases.
+        let smol = count(PpoSize::M135);
+        assert!((134_515_008..134_600_000).contains(&smol), "{smol}");
         let b = synthetic_batch(BATCH, SEQ_LEN);
         assert_eq!(b.sequences.len(), 8);
         assert!(b.validate().is_ok());

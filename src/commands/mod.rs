@@ -24,6 +24,7 @@ macro_rules! say_err {
 
 pub mod bench;
 mod bench_images;
+pub mod bench_lora;
 pub mod bench_ppo;
 mod bench_sample;
 mod bench_serve;

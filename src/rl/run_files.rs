@@ -65,9 +65,11 @@ pub struct RunInfo {
     pub created: String,
     /// RFC 3339 time of the last update.
     pub updated: String,
-    /// The initial policy (`tiny`, a model directory, a GGUF file, `smollm2`).
+    /// The initial policy (`tiny`, a model directory, a GGUF file, `smollm2`),
+    /// and `+ LoRA rank N` when only adapters are trained.
     pub init: String,
-    /// Parameters of the policy.
+    /// Trained parameters of the policy (with LoRA: the adapters' and the
+    /// value head's).
     pub params: usize,
     /// Training tasks.
     pub tasks: usize,

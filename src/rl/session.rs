@@ -312,7 +312,10 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
                 .unwrap_or_default(),
             created: previous.map(|p| p.created).unwrap_or_else(now),
             updated: now(),
-            init: opts.init.describe(),
+            init: match trainer.policy().adapter() {
+                Some(a) => format!("{} + LoRA rank {}", opts.init.describe(), a.lora.rank),
+                None => opts.init.describe(),
+            },
             params: trainer.policy().num_params(),
             tasks: opts.tasks.len(),
             eval_tasks: opts.dev_tasks.len(),

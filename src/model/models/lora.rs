@@ -16,7 +16,7 @@
 
 use crate::model::config::ModelConfig;
 use crate::model::error::{LocalError, Result};
-use crate::model::kernels::frozen_matmul::frozen_matmul;
+use crate::model::kernels::frozen_matmul::{frozen_matmul, lora_matmul};
 use crate::model::models::transformer::{weight_shapes, Transformer};
 use crate::model::quantized::dequant::dequantize_gguf;
 use crate::model::weights::{mmap, weight_files};
@@ -342,7 +342,7 @@ struct Adapter {
 impl Adapter {
     /// `scale · x Aᵀ Bᵀ` for `x` `(rows, in)`.
     fn delta_2d(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        Ok((x.matmul(&self.a.t()?)?.matmul(&self.b.t()?)? * self.scale)?)
+        x.matmul(&self.a.t()?)?.matmul(&self.b.t()?)? * self.scale
     }
 }
 
@@ -411,19 +411,17 @@ impl Proj {
         let rows = x.elem_count() / in_dim.max(1);
         let x = x.reshape((rows, in_dim))?;
         let w = self.linear.weight();
-        let mut y = if frozen {
-            frozen_matmul(&x, w)?
-        } else {
-            x.matmul(&w.t()?)?
+        let mut y = match (&self.adapter, frozen) {
+            (Some(ad), true) => lora_matmul(&x, w, &ad.a, &ad.b, ad.scale)?,
+            (Some(ad), false) => (x.matmul(&w.t()?)? + ad.delta_2d(&x)?)?,
+            (None, true) => frozen_matmul(&x, w)?,
+            (None, false) => x.matmul(&w.t()?)?,
         };
         if let Some(b) = self.linear.bias() {
             y = y.broadcast_add(b)?;
         }
-        if let Some(ad) = &self.adapter {
-            y = (y + ad.delta_2d(&x)?)?;
-        }
         dims.push(y.dim(1)?);
-        Ok(y.reshape(dims)?)
+        y.reshape(dims)
     }
 
     /// The sampling path's forward (candle's `Linear`, plus the adapter).
@@ -434,7 +432,7 @@ impl Proj {
         };
         let in_dim = x.dim(candle_core::D::Minus1)?;
         let delta = ad.delta_2d(&x.reshape(((), in_dim))?)?;
-        Ok((&y + delta.reshape(y.shape())?)?)
+        &y + delta.reshape(y.shape())?
     }
 }
 
