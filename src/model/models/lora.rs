@@ -411,11 +411,11 @@ impl Proj {
         let rows = x.elem_count() / in_dim.max(1);
         let x = x.reshape((rows, in_dim))?;
         let w = self.linear.weight();
-        let mut y = match (&self.adapter, frozen) {
-            (Some(ad), true) => lora_matmul(&x, w, &ad.a, &ad.b, ad.scale)?,
-            (Some(ad), false) => (x.matmul(&w.t()?)? + ad.delta_2d(&x)?)?,
-            (None, true) => frozen_matmul(&x, w)?,
-            (None, false) => x.matmul(&w.t()?)?,
+        // An adapter's base weight is always frozen.
+        let mut y = match &self.adapter {
+            Some(ad) => lora_matmul(&x, w, &ad.a, &ad.b, ad.scale)?,
+            None if frozen => frozen_matmul(&x, w)?,
+            None => x.matmul(&w.t()?)?,
         };
         if let Some(b) = self.linear.bias() {
             y = y.broadcast_add(b)?;
