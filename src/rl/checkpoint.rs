@@ -13,7 +13,7 @@
 
 use super::error::{Result, RlError};
 use crate::fsutil::{write_atomic, AtomicDir};
-use crate::model::models::lora::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
+use crate::model::models::adapter::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
 use crate::model::ModelConfig;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};

@@ -7,7 +7,8 @@
 use super::batch::{RolloutBatch, RolloutSequence};
 use super::init::{build_policy, InitSpec};
 use super::{Policy, TrainConfig, Trainer};
-use crate::model::models::lora::{LoraConfig, LoraTarget, ADAPTER_SPEC, ADAPTER_WEIGHTS};
+use crate::model::models::adapter::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
+use crate::model::models::lora::{LoraConfig, LoraTarget};
 use crate::model::models::tiny::{tiny_config, train_tokenizer, write_model_dir};
 use crate::model::{Arch, Backend, LocalModel};
 use candle_core::{Device, Tensor};

@@ -5,9 +5,8 @@
 
 use super::error::{Result, RlError};
 use crate::model::config::ModelConfig;
-use crate::model::models::lora::{
-    adapter_base, reseed_adapters, AdapterSpec, LoraConfig, ADAPTER_SPEC, ADAPTER_WEIGHTS,
-};
+use crate::model::models::adapter::{adapter_base, AdapterSpec, ADAPTER_SPEC, ADAPTER_WEIGHTS};
+use crate::model::models::lora::{reseed_adapters, LoraConfig};
 use crate::model::models::tiny::reinit_seeded;
 use crate::model::models::transformer::weight_shapes;
 use crate::model::quantized::dequant::dequantize_gguf;

@@ -14,7 +14,7 @@ use super::policy::Policy;
 use super::ppo::{advantages, ppo_loss, prepare, PpoConfig, Prepared};
 use super::reward::{normalize_rewards, RewardMode};
 use crate::model::kernels::train_ops::log_softmax_pick;
-use crate::model::models::lora::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
+use crate::model::models::adapter::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
 use candle_core::backprop::GradStore;
 use candle_core::Device;
 use rand::SeedableRng;

@@ -4,7 +4,7 @@
 use crate::model::config::{token_ids, ModelConfig};
 use crate::model::error::{LocalError, Result};
 use crate::model::generation::sampling::{Sampler, SamplingConfig};
-use crate::model::models::lora::{load_adapted, ADAPTER_SPEC};
+use crate::model::models::adapter::{load_adapted, ADAPTER_SPEC};
 use crate::model::models::transformer::{KvCache, Transformer};
 use crate::model::quantized::gguf::GgufModel;
 use crate::model::text::chat_template::TemplateMessage;
