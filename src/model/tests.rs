@@ -410,6 +410,111 @@ fn prompts_of_different_lengths_are_sampled_as_one_padded_batch() {
 }
 
 #[test]
+fn long_prompts_run_in_chunks_give_the_whole_pass_s_logits() {
+    use crate::model::models::transformer::PREFILL_CHUNK;
+    for arch in [Arch::Qwen2, Arch::Llama] {
+        let cfg = ModelConfig {
+            max_position_embeddings: 4 * PREFILL_CHUNK,
+            ..tiny_config(arch, 300)
+        };
+        let varmap = VarMap::new();
+        let m = Transformer::new(
+            &cfg,
+            VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+        )
+        .unwrap();
+        tiny::reinit_seeded(&varmap, 5, 0.3).unwrap();
+        let n = 2 * PREFILL_CHUNK + 77;
+        let ids: Vec<u32> = (0..n).map(|i| (i * 37 % 290) as u32 + 3).collect();
+        let input = Tensor::new(ids.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let whole = m.logits(&m.hidden_states(&input).unwrap()).unwrap();
+        // From an empty cache, and from a cache that already holds a prefix.
+        for prefix in [0, 100] {
+            let mut cache = m.new_cache();
+            let mut parts = Vec::new();
+            if prefix > 0 {
+                let h = m.forward_cached(&input.i((.., ..prefix)).unwrap(), &mut cache);
+                parts.push(m.logits(&h.unwrap()).unwrap());
+            }
+            let h = m.forward_cached(&input.i((.., prefix..)).unwrap(), &mut cache);
+            parts.push(m.logits(&h.unwrap()).unwrap());
+            assert_eq!(cache.len(), n);
+            let chunked = Tensor::cat(&parts, 1).unwrap();
+            let diff = (&whole - chunked)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap();
+            let diff = diff.to_scalar::<f32>().unwrap();
+            assert!(diff < 1e-4, "{arch:?}, prefix {prefix}: max diff {diff}");
+        }
+    }
+}
+
+#[test]
+fn a_batch_over_its_kv_budget_is_sampled_in_groups_with_the_same_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, mut lm) in models_of_each_arch(dir.path(), 31) {
+        let full = lm.tokenizer().encode_chat(&msgs()).unwrap();
+        let prompts: Vec<Vec<u32>> = [full.len(), 3, full.len(), 5, full.len() / 2]
+            .iter()
+            .map(|&n| full[..n].to_vec())
+            .collect();
+        let samplers: Vec<Sampler> = (0..prompts.len())
+            .map(|s| {
+                let cfg = SamplingConfig {
+                    temperature: 1.0,
+                    top_p: 1.0,
+                    max_tokens: [6, 4, 5, 7, 3][s],
+                };
+                Sampler::new(cfg, 500 + s as u64)
+            })
+            .collect();
+        let whole = lm.generate_many(&prompts, &mut samplers.clone()).unwrap();
+        let Backend::Dense(m) = lm.backend() else {
+            panic!("a dense model")
+        };
+        // Room for two rows of the longest prompt: three groups or more.
+        let row = (full.len() + 7) * m.kv_bytes_per_position();
+        for budget in [2 * row, 1] {
+            lm.set_kv_budget(budget);
+            let mut split_samplers = samplers.clone();
+            let mut caches = vec![PromptCache::default(); prompts.len()];
+            let (grouped, timings) = lm
+                .generate_many_cached(&prompts, &mut split_samplers, &mut caches)
+                .unwrap();
+            assert_eq!(timings.batch, prompts.len());
+            for (i, (g, w)) in grouped.iter().zip(&whole).enumerate() {
+                assert_eq!(
+                    g.prompt_ids, prompts[i],
+                    "{arch:?}: results in prompt order"
+                );
+                assert_eq!(
+                    g.token_ids, w.token_ids,
+                    "{arch:?}, budget {budget}, prompt {i}"
+                );
+                for (a, b) in g.logprobs.iter().zip(&w.logprobs) {
+                    assert!((a - b).abs() < 1e-4, "{arch:?}: {a} vs {b}");
+                }
+            }
+            // Each conversation's cache now holds its own prompt: running
+            // them again runs one token a prompt pass (the repeated prompt
+            // shares its pass unless the budget puts each prompt alone).
+            let (_, again) = lm
+                .generate_many_cached(&prompts, &mut samplers.clone(), &mut caches)
+                .unwrap();
+            let passes = if budget == 1 { 5 } else { 4 };
+            assert_eq!(again.prefill_tokens, passes, "{arch:?}, budget {budget}");
+        }
+        lm.set_kv_budget(crate::model::generation::batch_plan::DEFAULT_KV_BUDGET);
+    }
+}
+
+#[test]
 fn conversations_continue_from_their_prompt_caches() {
     let dir = tempfile::tempdir().unwrap();
     for (arch, mut lm) in models_of_each_arch(dir.path(), 41) {

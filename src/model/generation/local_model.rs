@@ -3,6 +3,7 @@
 
 use crate::model::config::{token_ids, ModelConfig};
 use crate::model::error::{LocalError, Result};
+use crate::model::generation::batch_plan::{plan_groups, DEFAULT_KV_BUDGET};
 use crate::model::generation::sampling::{Sampler, SamplingConfig};
 use crate::model::models::adapter::{load_adapted, ADAPTER_SPEC};
 use crate::model::models::transformer::{KvCache, Transformer};
@@ -64,6 +65,8 @@ pub struct LocalModel {
     device: Device,
     name: String,
     defaults: SamplingConfig,
+    /// See [`LocalModel::set_kv_budget`].
+    kv_budget: usize,
 }
 
 impl std::fmt::Debug for LocalModel {
@@ -110,6 +113,7 @@ impl LocalModel {
                 tokenizer,
                 device: device.clone(),
                 defaults: SamplingConfig::default(),
+                kv_budget: DEFAULT_KV_BUDGET,
             });
         }
         Self::load_dir(path, device)
@@ -159,6 +163,7 @@ impl LocalModel {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             defaults,
+            kv_budget: DEFAULT_KV_BUDGET,
         })
     }
 
@@ -170,6 +175,7 @@ impl LocalModel {
             tokenizer,
             name: name.to_string(),
             defaults: SamplingConfig::default(),
+            kv_budget: DEFAULT_KV_BUDGET,
         }
     }
 
@@ -358,6 +364,17 @@ impl LocalModel {
             batch: prompts.len(),
             ..GenTimings::default()
         };
+        if let Backend::Dense(m) = &self.backend {
+            let groups = plan_groups(
+                prompts,
+                longest_reply.unwrap_or(0),
+                m.kv_bytes_per_position(),
+                self.kv_budget,
+            );
+            if groups.len() > 1 {
+                return self.generate_groups(&groups, prompts, samplers, caches);
+            }
+        }
         let start = Instant::now();
         let mut step = Stepper::new(&mut self.backend, prompts.len());
         let (logits, run) = step.prefill_padded(prompts, caches, &self.device)?;
@@ -374,6 +391,57 @@ impl LocalModel {
             &mut timings,
         )?;
         Ok((out, timings))
+    }
+
+    /// [`LocalModel::generate_many_cached`] one group of `groups` (see
+    /// [`plan_groups`]) after another; results in the order of `prompts`.
+    fn generate_groups(
+        &mut self,
+        groups: &[Vec<usize>],
+        prompts: &[Vec<u32>],
+        samplers: &mut [Sampler],
+        caches: &mut [PromptCache],
+    ) -> Result<(Vec<Generation>, GenTimings)> {
+        let mut timings = GenTimings {
+            batch: prompts.len(),
+            ..GenTimings::default()
+        };
+        let mut out: Vec<Option<Generation>> = vec![None; prompts.len()];
+        for group in groups {
+            let sub_prompts: Vec<Vec<u32>> = group.iter().map(|&i| prompts[i].clone()).collect();
+            let mut sub_samplers: Vec<Sampler> =
+                group.iter().map(|&i| samplers[i].clone()).collect();
+            let mut sub_caches: Vec<PromptCache> = group
+                .iter()
+                .map(|&i| std::mem::take(&mut caches[i]))
+                .collect();
+            let result =
+                self.generate_many_cached(&sub_prompts, &mut sub_samplers, &mut sub_caches);
+            for (j, &i) in group.iter().enumerate() {
+                samplers[i] = sub_samplers[j].clone();
+                caches[i] = std::mem::take(&mut sub_caches[j]);
+            }
+            let (gens, t) = result?;
+            timings.add(&t);
+            for (g, &i) in gens.into_iter().zip(group) {
+                out[i] = Some(g);
+            }
+        }
+        out.into_iter()
+            .map(|g| {
+                g.ok_or_else(|| {
+                    LocalError::Generation("a prompt of the batch was not sampled".into())
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(|g| (g, timings))
+    }
+
+    /// Bytes a padded batch's key/value cache may take before
+    /// [`LocalModel::generate_many_cached`] samples it in groups
+    /// ([`DEFAULT_KV_BUDGET`] unless set).
+    pub fn set_kv_budget(&mut self, bytes: usize) {
+        self.kv_budget = bytes;
     }
 }
 

@@ -50,6 +50,12 @@ pub(crate) fn retain_rows(layers: &mut [Option<(Tensor, Tensor)>], rows: &[usize
 /// whose keys are all padding still gets a (meaningless) finite softmax.
 const PAD_KEY: f32 = -1e9;
 
+/// Positions [`Transformer::forward_cached`] runs in one pass at most: a pass
+/// over `t` new positions holds `heads × t × positions` attention scores, so
+/// an 8k-position prompt run whole would hold 2.4 GB per intermediate in
+/// SmolLM2 (9 heads), and a chunk of 512 holds 150 MB.
+pub const PREFILL_CHUNK: usize = 512;
+
 /// Per-layer key/value cache of the sampling path.
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -488,9 +494,29 @@ impl Transformer {
     }
 
     /// Sampling forward pass with fused ops: appends `ids` `(batch, time)` to the
-    /// cache and returns hidden states `(batch, time, hidden)` for the new positions.
+    /// cache and returns hidden states `(batch, time, hidden)` for the new positions
+    /// (run [`PREFILL_CHUNK`] positions at a time).
     pub fn forward_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
-        self.run(ids, Some(cache), true)
+        let t = ids.dim(1)?;
+        if t <= PREFILL_CHUNK {
+            return self.run(ids, Some(cache), true);
+        }
+        let mut parts = Vec::with_capacity(t.div_ceil(PREFILL_CHUNK));
+        for start in (0..t).step_by(PREFILL_CHUNK) {
+            let n = PREFILL_CHUNK.min(t - start);
+            parts.push(self.run(&ids.narrow(1, start, n)?, Some(cache), true)?);
+        }
+        Tensor::cat(&parts, 1)
+    }
+
+    /// Bytes of key/value cache one position of one sequence takes.
+    pub fn kv_bytes_per_position(&self) -> usize {
+        let c = &self.cfg;
+        c.num_hidden_layers
+            * 2
+            * c.num_key_value_heads
+            * c.head_dim
+            * self.cos.dtype().size_in_bytes()
     }
 
     /// Project hidden states to vocabulary logits.
