@@ -695,13 +695,25 @@ impl Transformer {
             Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
             None => (k, v),
         };
-        let kv = (k.clone(), v.clone());
+        // The query heads that share a key/value head (`groups` consecutive
+        // ones) attend as one matrix of `groups × t` rows: no copy of the
+        // keys and values per query head.
         let groups = nh / nkv;
-        let (k, v) = (repeat_kv(&k, groups)?, repeat_kv(&v, groups)?);
+        let total = k.dim(2)?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let mut att = (q.matmul(&k.t()?.contiguous()?)? * scale)?;
+        let q = q.reshape((b, nkv, groups * t, hd))?;
+        let mut att = (q.matmul(&k.t()?)? * scale)?;
         if let Some(m) = mask {
-            att = att.broadcast_add(m)?;
+            // `(t, total)`, or `(b, 1, t or 1, total)`: one more axis for the groups.
+            let m = if m.rank() == 4 {
+                m.unsqueeze(1)?
+            } else {
+                m.clone()
+            };
+            att = att
+                .reshape((b, nkv, groups, t, total))?
+                .broadcast_add(&m)?
+                .reshape((b, nkv, groups * t, total))?;
         }
         let att = if fused {
             candle_nn::ops::softmax_last_dim(&att)?
@@ -710,10 +722,11 @@ impl Transformer {
         };
         let out = att
             .matmul(&v)?
+            .reshape((b, nh, t, hd))?
             .transpose(1, 2)?
             .contiguous()?
             .reshape((b, t, nh * hd))?;
-        Ok((layer.o_proj.forward(&out)?, kv))
+        Ok((layer.o_proj.forward(&out)?, (k, v)))
     }
 }
 
@@ -723,18 +736,6 @@ impl Transformer {
 fn fused_train_ops() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("ENDLESS_COMPOSED_TRAIN_OPS").is_none())
-}
-
-/// Repeat key/value heads for grouped-query attention (differentiable).
-fn repeat_kv(x: &Tensor, groups: usize) -> Result<Tensor> {
-    if groups == 1 {
-        return Ok(x.clone());
-    }
-    let (b, h, t, d) = x.dims4()?;
-    x.unsqueeze(2)?
-        .broadcast_as((b, h, groups, t, d))?
-        .contiguous()?
-        .reshape((b, h * groups, t, d))
 }
 
 /// Every weight the model reads, with its shape, in Hugging Face naming.
