@@ -362,6 +362,30 @@ fn batched_sampling_equals_one_sequence_at_a_time() {
     }
 }
 
+/// Prefixes of `full` of lengths `lens`, each with a sampler at temperature 1
+/// with its own reply limit (`max_tokens`) and seed (from `seed` on).
+fn prefixes(
+    full: &[u32],
+    lens: &[usize],
+    max_tokens: &[usize],
+    seed: u64,
+) -> (Vec<Vec<u32>>, Vec<Sampler>) {
+    let prompts = lens.iter().map(|&n| full[..n].to_vec()).collect();
+    let samplers = max_tokens
+        .iter()
+        .enumerate()
+        .map(|(s, &max_tokens)| {
+            let cfg = SamplingConfig {
+                temperature: 1.0,
+                top_p: 1.0,
+                max_tokens,
+            };
+            Sampler::new(cfg, seed + s as u64)
+        })
+        .collect();
+    (prompts, samplers)
+}
+
 #[test]
 fn prompts_of_different_lengths_are_sampled_as_one_padded_batch() {
     let dir = tempfile::tempdir().unwrap();
@@ -369,20 +393,12 @@ fn prompts_of_different_lengths_are_sampled_as_one_padded_batch() {
         let full = lm.tokenizer().encode_chat(&msgs()).unwrap();
         // Prompts of 4 lengths (one of them twice), each with its own seed
         // and reply limit, including a sequence that samples nothing.
-        let prompts: Vec<Vec<u32>> = [full.len(), 3, full.len() / 2, 3, 1]
-            .iter()
-            .map(|&n| full[..n].to_vec())
-            .collect();
-        let samplers: Vec<Sampler> = (0..prompts.len())
-            .map(|s| {
-                let cfg = SamplingConfig {
-                    temperature: 1.0,
-                    top_p: 1.0,
-                    max_tokens: [9, 4, 0, 7, 6][s],
-                };
-                Sampler::new(cfg, 300 + s as u64)
-            })
-            .collect();
+        let (prompts, samplers) = prefixes(
+            &full,
+            &[full.len(), 3, full.len() / 2, 3, 1],
+            &[9, 4, 0, 7, 6],
+            300,
+        );
         let batch = lm.generate_many(&prompts, &mut samplers.clone()).unwrap();
         assert_eq!(batch.len(), prompts.len());
         for ((g, p), mut s) in batch.iter().zip(&prompts).zip(samplers) {
@@ -460,20 +476,8 @@ fn a_batch_over_its_kv_budget_is_sampled_in_groups_with_the_same_samples() {
     let dir = tempfile::tempdir().unwrap();
     for (arch, mut lm) in models_of_each_arch(dir.path(), 31) {
         let full = lm.tokenizer().encode_chat(&msgs()).unwrap();
-        let prompts: Vec<Vec<u32>> = [full.len(), 3, full.len(), 5, full.len() / 2]
-            .iter()
-            .map(|&n| full[..n].to_vec())
-            .collect();
-        let samplers: Vec<Sampler> = (0..prompts.len())
-            .map(|s| {
-                let cfg = SamplingConfig {
-                    temperature: 1.0,
-                    top_p: 1.0,
-                    max_tokens: [6, 4, 5, 7, 3][s],
-                };
-                Sampler::new(cfg, 500 + s as u64)
-            })
-            .collect();
+        let lens = [full.len(), 3, full.len(), 5, full.len() / 2];
+        let (prompts, samplers) = prefixes(&full, &lens, &[6, 4, 5, 7, 3], 500);
         let whole = lm.generate_many(&prompts, &mut samplers.clone()).unwrap();
         let Backend::Dense(m) = lm.backend() else {
             panic!("a dense model")
