@@ -18,12 +18,31 @@ const MAX_MARKER: usize = 256;
 /// (the tty turns `\n` into `\r\n`); the filter drops that whole line and
 /// its leading newline, ends an output line left unterminated (so the next
 /// output starts on a line of its own), and reports where a marker was.
-#[derive(Debug, Default, Clone)]
+///
+/// The tty may hand a marker's leading `\r\n` over in one read and the
+/// marker in the next. A newline that ends a line of output is shown at
+/// once, so the cursor follows a command's last line without waiting; one
+/// that would leave a blank line (it follows another newline) is held until
+/// the next read shows whether a marker follows it. Every split of a stream
+/// into reads shows the same screen.
+#[derive(Debug, Clone)]
 pub struct MarkerFilter {
     /// Bytes held back: the possible start of a marker.
     pending: Vec<u8>,
-    /// Something was shown since the last `\n`.
+    /// Something other than `\r` was shown since the last `\n`.
     mid_line: bool,
+    /// The last byte shown (`\n` at the start: a line begins there).
+    last: u8,
+}
+
+impl Default for MarkerFilter {
+    fn default() -> Self {
+        MarkerFilter {
+            pending: Vec::new(),
+            mid_line: false,
+            last: b'\n',
+        }
+    }
 }
 
 /// One piece of filtered output.
@@ -51,8 +70,29 @@ impl MarkerFilter {
         let mut i = 0;
         while i < data.len() {
             let Some(pos) = find(&data[i..], MARKER) else {
-                // Hold back a tail that could begin a marker.
-                let keep = partial_tail(&data[i..]);
+                // Hold back a tail that could begin a marker, and a newline
+                // that would leave a blank line.
+                let keep = match partial_tail(&data[i..]) {
+                    0 => {
+                        // `\r` may be the first half of a `\r\n`.
+                        let nl = match newline_before(&data[i..]) {
+                            0 => usize::from(data.ends_with(b"\r")),
+                            nl => nl,
+                        };
+                        let before = match data.len() - nl {
+                            n if n > i => data[n - 1],
+                            // Right after a marker: a line begins there.
+                            _ if i > 0 => b'\n',
+                            _ => self.last,
+                        };
+                        if before == b'\n' {
+                            nl
+                        } else {
+                            0
+                        }
+                    }
+                    keep => keep,
+                };
                 let end = data.len() - keep;
                 shown.extend_from_slice(&data[i..end]);
                 self.pending = data[end..].to_vec();
@@ -123,9 +163,13 @@ impl MarkerFilter {
         for piece in pieces {
             match piece {
                 Piece::Bytes(b) => {
-                    if let Some(last) = b.last() {
-                        self.mid_line = *last != b'\n';
-                    }
+                    // A carriage return alone leaves a line empty.
+                    let text = |bytes: &[u8]| bytes.iter().any(|c| *c != b'\r');
+                    self.mid_line = match b.iter().rposition(|c| *c == b'\n') {
+                        Some(nl) => text(&b[nl + 1..]),
+                        None => self.mid_line || text(&b),
+                    };
+                    self.last = b.last().copied().unwrap_or(self.last);
                     out.push(Piece::Bytes(b));
                 }
                 Piece::Marker => {
@@ -133,6 +177,7 @@ impl MarkerFilter {
                         self.mid_line = false;
                         out.push(Piece::Bytes(b"\r\n".to_vec()));
                     }
+                    self.last = b'\n';
                     out.push(Piece::Marker);
                 }
             }
@@ -273,19 +318,39 @@ mod tests {
     fn markers_are_removed_across_chunks() {
         let s = b"a\r\nb\r\n__ENDLESS_tok_1_0__\r\nc\r\n\r\n__ENDLESS_tok_2_127__\r\n";
         assert_eq!(run(&[s]), b"a\r\nb\r\n|c\r\n|");
-        // Any split shows the same lines.
-        let screen = |bytes: Vec<u8>| {
-            let mut p = vt100::Parser::new(10, 20, 0);
-            p.process(&bytes);
-            p.screen().contents()
-        };
-        for cut in 1..s.len() {
-            let out = run(&[&s[..cut], &s[cut..]]);
-            // A bare newline split from its marker is shown at once: at
-            // worst one blank line more.
-            let text = screen(out).replace("\n\n", "\n");
-            assert_eq!(text, "a\nb\n|c\n|", "cut at {cut}");
+        // Any split, in two or three reads, shows the same screen with the
+        // cursor in the same place, on a screen that scrolls too.
+        for rows in [10, 3] {
+            let screen = |bytes: Vec<u8>| {
+                let mut p = vt100::Parser::new(rows, 20, 0);
+                p.process(&bytes);
+                (p.screen().contents(), p.screen().cursor_position())
+            };
+            let whole = screen(run(&[s]));
+            for cut in 1..s.len() {
+                let out = run(&[&s[..cut], &s[cut..]]);
+                assert_eq!(screen(out), whole, "cut at {cut}, {rows} rows");
+                for second in cut + 1..s.len() {
+                    let out = run(&[&s[..cut], &s[cut..second], &s[second..]]);
+                    assert_eq!(screen(out), whole, "cuts at {cut}, {second}");
+                }
+            }
         }
+        // The tty's usual split: the output, its newline, then the marker.
+        // The cursor moves below the last line at once.
+        let seq: Vec<u8> = (1..=60).flat_map(|i| format!("{i}\r\n").into_bytes()).collect();
+        let mut f = MarkerFilter::default();
+        let mut p = vt100::Parser::new(48, 20, 0);
+        p.process(&f.push_bytes(&seq));
+        assert_eq!(p.screen().cursor_position(), (47, 0));
+        for chunk in [b"\r\n".as_slice(), b"__ENDLESS_t_1_0__\r\n"] {
+            p.process(&f.push_bytes(chunk));
+        }
+        assert!(p.screen().contents().ends_with("59\n60"));
+        assert_eq!(p.screen().cursor_position(), (47, 0));
+        // A blank line that no marker follows is shown with the next read.
+        assert_eq!(f.push_bytes(b"x\r\n\r\n"), b"x\r\n");
+        assert_eq!(f.push_bytes(b"y"), b"\r\ny");
         // Not a marker: shown as is.
         assert_eq!(run(&[b"x __ENDLESS_ y\r\n"]), b"x __ENDLESS_ y\r\n");
         assert_eq!(
