@@ -4,6 +4,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod agent;
+pub mod allocator;
 pub mod cli;
 pub mod commands;
 pub mod config;

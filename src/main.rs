@@ -8,6 +8,11 @@ use clap::Parser;
 use endless::cli::{BenchTarget, Cli, Command};
 use endless::workbench::Context;
 
+/// mimalloc (see `endless::allocator` for why); `ENDLESS_ALLOCATOR=system`
+/// selects the C library's.
+#[global_allocator]
+static ALLOCATOR: endless::allocator::Switchable = endless::allocator::Switchable;
+
 fn main() -> ExitCode {
     endless::model::threads::use_one_pool();
     let cli = Cli::parse();
