@@ -15,8 +15,19 @@
 /// Give candle's elementwise ops no pool of their own (unless the user set
 /// `CANDLE_NUM_THREADS`): rayon's pool is then the only one. Call before
 /// any other thread starts, as `main` does first.
+///
+/// Also fixes the thread count in `RAYON_NUM_THREADS` (unless set) to what
+/// candle would pick, the physical cores: candle 0.11 works it out again at
+/// every matmul, and without the variable that means reading and parsing
+/// `/proc/cpuinfo` each time (5% of a PPO run's rollout phase, sampling a
+/// 1.9M-parameter policy). rayon's pool then has as many threads as gemm is
+/// told to use.
 pub fn use_one_pool() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let n = candle_core::utils::get_num_threads();
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
 }
