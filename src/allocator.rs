@@ -19,14 +19,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use mimalloc::MiMalloc;
 
-/// The environment variable that selects the C library's allocator.
-pub const ALLOCATOR_VAR: &str = "ENDLESS_ALLOCATOR";
-
 const UNDECIDED: u8 = 0;
 const MIMALLOC: u8 = 1;
 const SYSTEM: u8 = 2;
 
-/// mimalloc unless [`ALLOCATOR_VAR`] is `system`, decided once, at the
+/// mimalloc unless `ENDLESS_ALLOCATOR` is `system`, decided once, at the
 /// first allocation, before any memory could come from the other one.
 pub struct Switchable;
 
@@ -47,15 +44,6 @@ fn choice() -> u8 {
             c
         }
         c => c,
-    }
-}
-
-/// Which allocator this process uses: `"mimalloc"` or `"system"`.
-pub fn name() -> &'static str {
-    if choice() == SYSTEM {
-        "system"
-    } else {
-        "mimalloc"
     }
 }
 

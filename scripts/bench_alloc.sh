@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# PPO throughput of a `tiny` policy with the binary's allocator (mimalloc)
+# beside glibc's (ENDLESS_ALLOCATOR=system), in one run: a short warm start
+# on oracle trajectories, then PPO from that same checkpoint for MINUTES
+# with each allocator in turn (ROUNDS times, alternating), on the same tasks
+# and recipe as scripts/replicate.sh. Prints, per run, PPO updates, draws of
+# 16 episodes, episodes per minute, peak resident memory and CPU split, and
+# the ratio of the means.
+#
+#   scripts/bench_alloc.sh                   # 4 minutes each, one round
+#   MINUTES=2 ROUNDS=2 scripts/bench_alloc.sh
+#
+# The warm start takes about 5 minutes on 2 cores; the workspace
+# (target/bench-alloc) is reused by later runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MINUTES=${MINUTES:-4}
+ROUNDS=${ROUNDS:-1}
+WS=${WS:-target/bench-alloc}
+FAMILIES=fix-permissions,cleanup-temp-files,extract-archive-subset,find-replace-config,dedupe-lines,todo-extract,zip-and-xz-bundle,bashrc-environment
+command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)" >&2; exit 2; }
+
+cargo build --release --quiet
+E=target/release/endless
+WARM=$WS/checkpoints/warm
+if [ ! -d "$WARM/step-00000000" ]; then
+    mkdir -p "$WS"
+    "$E" --workspace "$WS" generate --offline --families "$FAMILIES" --split train \
+        --count 900 --seed 1 >/dev/null
+    ls "$WS/tasks" | grep -E -- '[0-8]-c[12]$' | sort > "$WS/easy.txt"
+    head -n 200 "$WS/easy.txt" > "$WS/sft-tasks.txt"
+    tail -n +201 "$WS/easy.txt" > "$WS/ppo-tasks.txt"
+    "$E" --workspace "$WS" train --init tiny --sft --sft-steps 300 \
+        --sft-tasks "$(paste -sd, "$WS/sft-tasks.txt")" \
+        --tasks "$(paste -sd, "$WS/ppo-tasks.txt")" --steps 0 --seed 1 \
+        --out "$WARM" >/dev/null
+fi
+
+run() { # allocator, run name
+    local log="$WS/$2.log"
+    rm -rf "$WS/checkpoints/$2"
+    ENDLESS_ALLOCATOR=$1 /usr/bin/time -v "$E" --workspace "$WS" train \
+        --init "$WARM/step-00000000" \
+        --tasks "$(paste -sd, "$WS/ppo-tasks.txt")" \
+        --steps 100000 --minutes "$MINUTES" \
+        --samples 16 --tasks-per-step 1 --max-turns 4 --max-tokens 160 \
+        --temperature 0.7 --reward clean --lr 1e-4 --minibatch 4 --concurrency 16 \
+        --checkpoint-every 100000 --seed 1 --dynamic-sampling \
+        --critic shared --ppo-epochs 1 --value-clip 0 --weight-decay 0 \
+        --normalize-reward=false --out "$WS/checkpoints/$2" >"$log" 2>&1
+    local updates draws eps rss user sys
+    updates=$(grep -cE '^step .*reward' "$log" || true)
+    eps=$(find "$WS/checkpoints/$2/rollouts" -name '*.json' 2>/dev/null | wc -l)
+    draws=$((eps / 16))
+    rss=$(awk -F': ' '/Maximum resident/ {printf "%.2f", $2 / 1048576}' "$log")
+    user=$(awk -F': ' '/User time/ {print $2}' "$log")
+    sys=$(awk -F': ' '/System time/ {print $2}' "$log")
+    printf '%-9s %8s %6s %12s %10s %8s %8s\n' "$1" "$updates" "$draws" \
+        "$(awk -v e="$eps" -v m="$MINUTES" 'BEGIN {printf "%.1f", e / m}')" "$rss" "$user" "$sys"
+    echo "$1 $updates $eps" >> "$WS/results.txt"
+}
+
+rm -f "$WS/results.txt"
+printf '%-9s %8s %6s %12s %10s %8s %8s\n' allocator updates draws episodes/min "peak GB" "user s" "sys s"
+for r in $(seq "$ROUNDS"); do
+    run system "glibc-$r"
+    run mimalloc "mimalloc-$r"
+done
+awk '{u[$1] += $2; e[$1] += $3}
+     END {printf "mimalloc / glibc: updates %.2fx, episodes %.2fx\n",
+          u["mimalloc"] / (u["system"] > 0 ? u["system"] : 1),
+          e["mimalloc"] / (e["system"] > 0 ? e["system"] : 1)}' "$WS/results.txt"
