@@ -21,8 +21,9 @@ use std::path::{Path, PathBuf};
 /// Top-level modules, bottom layer first. `main` (the binary) and `lib`
 /// (the module declarations) sit above everything.
 const LAYERS: &[&[&str]] = &[
-    // 1. Foundations: atomic files, the task model, settings, tracing set-up.
-    &["fsutil", "task", "config", "logging"],
+    // 1. Foundations: atomic files, the task model, settings, tracing set-up,
+    // the memory allocator.
+    &["fsutil", "task", "config", "logging", "allocator"],
     // 2. Storage and engines that know tasks but run nothing.
     &["store", "images", "procgen", "model"],
     // 3. Running things: sandboxes, verification, chat models.

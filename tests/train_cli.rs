@@ -19,6 +19,24 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `count` offline tasks of `split` (seed 1) into the workspace.
+fn generate(ws: &Path, count: &str, split: &str) {
+    json(&endless(
+        ws,
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            count,
+            "--seed",
+            "1",
+            "--split",
+            split,
+            "--json",
+        ],
+    ));
+}
+
 fn train(ws: &Path, dev: &str, out: &Path, steps: &str) -> serde_json::Value {
     json(&endless(
         ws,
@@ -62,25 +80,9 @@ fn tiny_training_runs_resumes_and_survives_a_corrupt_checkpoint() {
             .map(|r| r["id"].as_str().unwrap().to_string())
             .collect()
     };
-    let generate = |count: &str, split: &str| {
-        json(&endless(
-            ws,
-            &[
-                "generate",
-                "--offline",
-                "--count",
-                count,
-                "--seed",
-                "1",
-                "--split",
-                split,
-                "--json",
-            ],
-        ))
-    };
-    generate("3", "train");
+    generate(ws, "3", "train");
     let train_ids = ids(ws);
-    generate("1", "dev");
+    generate(ws, "1", "dev");
     let dev = ids(ws)
         .into_iter()
         .find(|id| !train_ids.contains(id))
@@ -310,20 +312,7 @@ fn bad_training_input_is_named() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no training tasks"), "{err}");
-    json(&endless(
-        ws,
-        &[
-            "generate",
-            "--offline",
-            "--count",
-            "2",
-            "--seed",
-            "1",
-            "--split",
-            "train",
-            "--json",
-        ],
-    ));
+    generate(ws, "2", "train");
     let cases: [(&[&str], &str); 8] = [
         (&["--init", "/nonexistent/model"], "/nonexistent/model"),
         (&["--reward", "bogus"], "--reward"),
@@ -389,20 +378,7 @@ fn bad_training_input_is_named() {
 fn dynamic_sampling_makes_no_update_without_signal() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
-    json(&endless(
-        ws,
-        &[
-            "generate",
-            "--offline",
-            "--count",
-            "3",
-            "--seed",
-            "1",
-            "--split",
-            "train",
-            "--json",
-        ],
-    ));
+    generate(ws, "3", "train");
     let out = ws.join("checkpoints").join("d");
     let run = endless(
         ws,
@@ -463,20 +439,7 @@ fn lora_training_checkpoints_adapters_that_resume_and_evaluate() {
     use endless::model::models::tiny::{tiny_config, train_tokenizer, write_model_dir};
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path();
-    json(&endless(
-        ws,
-        &[
-            "generate",
-            "--offline",
-            "--count",
-            "2",
-            "--seed",
-            "1",
-            "--split",
-            "train",
-            "--json",
-        ],
-    ));
+    generate(ws, "2", "train");
     let base = ws.join("base-model");
     let tok = train_tokenizer(["<command>ls -la</command>", "cat x"].iter(), 400).unwrap();
     // Room for whole oracle episodes in a tokenizer that knows few merges.
