@@ -560,7 +560,7 @@ fn what_the_tests_start_runs_in_the_sessions_cgroups_and_dies_with_it() {
         let mut t = task("cgroup");
         t.tests.insert_text(
             "test_final_state.py",
-            &format!("import subprocess\ndef test_starts_a_daemon():\n    subprocess.Popen(['setsid', 'sleep', '{secs}'])\n"),
+            format!("import subprocess\ndef test_starts_a_daemon():\n    subprocess.Popen(['setsid', 'sleep', '{secs}'])\n"),
         );
         let mut s = session(&b, &t);
         s.exec("(sleep 418 &) ; echo started", T).unwrap();

@@ -338,7 +338,9 @@ mod tests {
         }
         // The tty's usual split: the output, its newline, then the marker.
         // The cursor moves below the last line at once.
-        let seq: Vec<u8> = (1..=60).flat_map(|i| format!("{i}\r\n").into_bytes()).collect();
+        let seq: Vec<u8> = (1..=60)
+            .flat_map(|i| format!("{i}\r\n").into_bytes())
+            .collect();
         let mut f = MarkerFilter::default();
         let mut p = vt100::Parser::new(48, 20, 0);
         p.process(&f.push_bytes(&seq));
