@@ -11,7 +11,9 @@
 #   MINUTES=2 ROUNDS=2 scripts/bench_alloc.sh
 #
 # The warm start takes about 5 minutes on 2 cores; the workspace
-# (target/bench-alloc) is reused by later runs.
+# (target/bench-alloc) is reused by later runs. Episodes per minute is the
+# steady figure: updates come only from groups with mixed rewards, and this
+# short warm start passes few episodes, so a few minutes make few of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${MINUTES:-4}
@@ -49,9 +51,11 @@ run() { # allocator, run name
         --critic shared --ppo-epochs 1 --value-clip 0 --weight-decay 0 \
         --normalize-reward=false --out "$WS/checkpoints/$2" >"$log" 2>&1
     local updates draws eps rss user sys
-    updates=$(grep -cE '^step .*reward' "$log" || true)
-    eps=$(find "$WS/checkpoints/$2/rollouts" -name '*.json' 2>/dev/null | wc -l)
-    draws=$((eps / 16))
+    updates=$(grep -cE '^step +[0-9]+/[0-9]+ +reward' "$log" || true)
+    # Every group of 16 episodes sampled, kept or dropped by dynamic sampling.
+    draws=$(grep -oE '^step [0-9]+: [0-9]+ of [0-9]+ drawn' "$log" \
+        | awk '{s += $5} END {print s + 0}')
+    eps=$((draws * 16))
     rss=$(awk -F': ' '/Maximum resident/ {printf "%.2f", $2 / 1048576}' "$log")
     user=$(awk -F': ' '/User time/ {print $2}' "$log")
     sys=$(awk -F': ' '/System time/ {print $2}' "$log")
