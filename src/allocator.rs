@@ -47,50 +47,35 @@ fn choice() -> u8 {
     }
 }
 
+/// The allocator [`choice`] picked.
+fn chosen() -> &'static dyn GlobalAlloc {
+    if choice() == SYSTEM {
+        &System
+    } else {
+        &MiMalloc
+    }
+}
+
 // SAFETY: every call goes to the one allocator chosen before the first
 // allocation, so memory is always freed by the allocator that gave it.
 unsafe impl GlobalAlloc for Switchable {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            if choice() == SYSTEM {
-                System.alloc(layout)
-            } else {
-                MiMalloc.alloc(layout)
-            }
-        }
+        unsafe { chosen().alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            if choice() == SYSTEM {
-                System.alloc_zeroed(layout)
-            } else {
-                MiMalloc.alloc_zeroed(layout)
-            }
-        }
+        unsafe { chosen().alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from the same allocator (see above).
-        unsafe {
-            if choice() == SYSTEM {
-                System.dealloc(ptr, layout)
-            } else {
-                MiMalloc.dealloc(ptr, layout)
-            }
-        }
+        unsafe { chosen().dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` came from the same allocator (see above).
-        unsafe {
-            if choice() == SYSTEM {
-                System.realloc(ptr, layout, new_size)
-            } else {
-                MiMalloc.realloc(ptr, layout, new_size)
-            }
-        }
+        unsafe { chosen().realloc(ptr, layout, new_size) }
     }
 }

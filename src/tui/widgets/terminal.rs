@@ -60,6 +60,27 @@ fn is_tag_byte(b: u8) -> bool {
 }
 
 impl MarkerFilter {
+    /// How many trailing bytes of `data[i..]` (output after any marker) to
+    /// hold back: a newline that would leave a blank line, or a `\r` that may
+    /// be the first half of one, in case a marker follows in the next read.
+    fn blank_line_tail(&self, data: &[u8], i: usize) -> usize {
+        let nl = match newline_before(&data[i..]) {
+            0 => usize::from(data.ends_with(b"\r")),
+            nl => nl,
+        };
+        let before = match data.len() - nl {
+            n if n > i => data[n - 1],
+            // Right after a marker: a line begins there.
+            _ if i > 0 => b'\n',
+            _ => self.last,
+        };
+        if before == b'\n' {
+            nl
+        } else {
+            0
+        }
+    }
+
     /// Filter the next chunk: returns the pieces to show, in order. Bytes
     /// that may start a marker are kept until the next chunk decides.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<Piece> {
@@ -73,24 +94,7 @@ impl MarkerFilter {
                 // Hold back a tail that could begin a marker, and a newline
                 // that would leave a blank line.
                 let keep = match partial_tail(&data[i..]) {
-                    0 => {
-                        // `\r` may be the first half of a `\r\n`.
-                        let nl = match newline_before(&data[i..]) {
-                            0 => usize::from(data.ends_with(b"\r")),
-                            nl => nl,
-                        };
-                        let before = match data.len() - nl {
-                            n if n > i => data[n - 1],
-                            // Right after a marker: a line begins there.
-                            _ if i > 0 => b'\n',
-                            _ => self.last,
-                        };
-                        if before == b'\n' {
-                            nl
-                        } else {
-                            0
-                        }
-                    }
+                    0 => self.blank_line_tail(&data, i),
                     keep => keep,
                 };
                 let end = data.len() - keep;
