@@ -500,6 +500,11 @@ pub struct TrainArgs {
     /// normalize_reward`, on as the reference).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub normalize_reward: Option<bool>,
+    /// Weight of a KL penalty (k3 estimator, per agent token) to the policy
+    /// PPO starts from, e.g. the warm start (default: `[train] kl_coef`, 0:
+    /// none, as the paper).
+    #[arg(long)]
+    pub kl_coef: Option<f64>,
     /// Print the effective recipe (each setting beside the paper's /
     /// reference's value, and why ours differs) and exit; with `--json`, as JSON.
     #[arg(long)]

@@ -138,6 +138,10 @@ pub struct TrainSettings {
     /// Normalise each step's rewards to mean 0 / std 1 over the step's
     /// episodes (all-equal rewards become 0). Default on.
     pub normalize_reward: bool,
+    /// Weight of a KL penalty to the policy PPO started from; 0 (the
+    /// default, as the paper): none.
+    #[serde(default)]
+    pub kl_coef: f64,
 }
 
 /// `[images]`: how a task's `FROM` / `From:` becomes a base image (see

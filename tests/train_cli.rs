@@ -430,6 +430,67 @@ fn dynamic_sampling_makes_no_update_without_signal() {
     assert!(lines(&out.join("metrics.jsonl")).is_empty());
 }
 
+/// `--kl-coef`: the step metrics carry the KL to the policy PPO started
+/// from; a resumed run measures against that policy, reloaded from its
+/// `step-00000000`, and without it refuses to go on, naming the directory.
+#[test]
+fn kl_penalty_resumes_against_the_start_and_names_a_missing_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    generate(ws, "2", "train");
+    let out = ws.join("checkpoints").join("k");
+    let run = |steps: &str| {
+        endless(
+            ws,
+            &[
+                "train",
+                "--init",
+                "tiny",
+                "--kl-coef",
+                "0.5",
+                "--steps",
+                steps,
+                "--samples",
+                "2",
+                "--max-turns",
+                "1",
+                "--max-tokens",
+                "6",
+                "--concurrency",
+                "2",
+                "--checkpoint-every",
+                "1",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        )
+    };
+    let first = run("1");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = run("2");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{err}");
+    assert!(err.contains("resuming from"), "{err}");
+    let metrics = lines(&out.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 2);
+    assert!(metrics.iter().all(|m| m["kl_ref"]
+        .as_f64()
+        .is_some_and(|k| k.is_finite() && k >= 0.0)));
+    std::fs::remove_dir_all(out.join("step-00000000")).unwrap();
+    let third = run("3");
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(!third.status.success());
+    assert!(
+        err.contains("--kl-coef") && err.contains("step-00000000"),
+        "{err}"
+    );
+    assert_eq!(lines(&out.join("metrics.jsonl")).len(), 2, "nothing lost");
+}
+
 /// `--lora` on a pretrained model directory: a warm start and a PPO step
 /// train only the adapters, the checkpoints hold `adapter.json` and
 /// `adapter.safetensors` (no full weights), a second run resumes from them,

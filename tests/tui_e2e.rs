@@ -358,7 +358,9 @@ fn take_over_a_live_session_in_tmux() {
     wait_for(s, "recorded as a human step");
     wait_for_up_to(s, "DONE_42", Duration::from_secs(30));
     tmux(&["send-keys", "-t", s, "C-]"]);
-    wait_for(s, "given back");
+    // Not waiting for the "given back" status line: the agent's last turns
+    // are quick, and the job's result can replace that line before a poll
+    // sees it. The header losing "YOU HAVE THE SESSION" says the same.
     let screen = wait_for_up_to(s, "PASSED", Duration::from_secs(60));
     assert!(!screen.contains("YOU HAVE THE SESSION"), "{screen}");
     // The job says the episode was not the policy's own.

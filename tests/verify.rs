@@ -553,6 +553,19 @@ fn pids_running(argv: &[&str]) -> Vec<u32> {
         .collect()
 }
 
+/// `pids_running`, waiting up to 5 s for the first one: a fork returns before its child
+/// has exec'd, and on a loaded machine the exec can come after the verifier's verdict.
+fn pids_started(argv: &[&str]) -> Vec<u32> {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids = pids_running(argv);
+        if !pids.is_empty() || std::time::Instant::now() >= until {
+            return pids;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn what_the_tests_start_runs_in_the_sessions_cgroups_and_dies_with_it() {
     let Some(b) = backend() else { return };
@@ -566,7 +579,7 @@ fn what_the_tests_start_runs_in_the_sessions_cgroups_and_dies_with_it() {
         s.exec("(sleep 418 &) ; echo started", T).unwrap();
         let r = verify_with(&mut s, &t, TestSet::Final, mode).unwrap();
         assert!(r.passed, "{mode:?}: {}", r.output);
-        let daemon = pids_running(&["sleep", secs]);
+        let daemon = pids_started(&["sleep", secs]);
         eprintln!(
             "{mode:?}: {:?} daemon {daemon:?} in {:?}",
             r.verifier, r.duration
@@ -578,7 +591,7 @@ fn what_the_tests_start_runs_in_the_sessions_cgroups_and_dies_with_it() {
         );
         if b.uses_cgroups() {
             let cgroups = |p: u32| std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap();
-            let agent = pids_running(&["sleep", "418"]);
+            let agent = pids_started(&["sleep", "418"]);
             assert_eq!(agent.len(), 1, "{agent:?}");
             assert_eq!(
                 cgroups(daemon[0]),

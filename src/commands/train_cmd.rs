@@ -46,6 +46,7 @@ pub fn request(args: &TrainArgs) -> TrainRequest {
             value_clip: args.value_clip,
             weight_decay: args.weight_decay,
             normalize_reward: args.normalize_reward,
+            kl_coef: args.kl_coef,
             reward: args.reward.clone(),
             seed: args.seed,
         },
@@ -127,9 +128,14 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
                 bar.set_position(done as u64);
             }
             TrainEvent::Step { total, metrics: m } => println(format!(
-                "step {:>4}/{total}  reward {:.3}  pass {:.2}  pg {:+.4}  v {:.4}  clip {:.3}  ent {:.3}  kl {:+.4}  |g| {:.3}  {:.0} tok/s",
+                "step {:>4}/{total}  reward {:.3}  pass {:.2}  pg {:+.4}  v {:.4}  clip {:.3}  ent {:.3}  kl {:+.4}{}  |g| {:.3}  {:.0} tok/s",
                 m.step, m.reward, m.pass_rate, m.policy_loss, m.value_loss, m.clip_frac,
-                m.entropy, m.approx_kl, m.grad_norm, m.tokens_per_s
+                m.entropy, m.approx_kl,
+                match m.kl_ref {
+                    k if k > 0.0 => format!("  kl-start {k:.4}"),
+                    _ => String::new(),
+                },
+                m.grad_norm, m.tokens_per_s
             )),
             TrainEvent::Eval(e) => println(format!(
                 "dev pass@1 {}: {:.3} ({}/{})",

@@ -41,9 +41,9 @@ pub use generation::local_model::{
 };
 pub use generation::sampling::{Sampler, SamplingConfig};
 pub use generation::shared::{Seat, SharedModel};
-pub use models::transformer::{KvCache, Transformer};
+pub use models::transformer::{KvCache, Transformer, KV_RESERVE};
 pub use text::chat_template::{ChatTemplate, TemplateMessage};
 pub use text::tokenizer::ChatTokenizer;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

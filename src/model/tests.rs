@@ -84,6 +84,89 @@ fn sampling_path_matches_training_path() {
     }
 }
 
+/// Logits of each sequence's positions from `from` on, each run one position
+/// at a time through its cache, the sequences taking turns.
+fn step_logits(m: &Transformer, runs: &mut [(&mut KvCache, &Tensor)], from: usize) -> Vec<Tensor> {
+    let mut parts = vec![Vec::new(); runs.len()];
+    for p in from..runs[0].1.dim(1).unwrap() {
+        for ((cache, ids), out) in runs.iter_mut().zip(&mut parts) {
+            let h = m.forward_cached(&ids.i((.., p..p + 1)).unwrap(), cache);
+            out.push(m.logits(&h.unwrap()).unwrap());
+        }
+    }
+    parts.iter().map(|p| Tensor::cat(p, 1).unwrap()).collect()
+}
+
+/// Largest absolute difference between the elements of `a` and `b`.
+pub(crate) fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+/// The cache grows by `reserve` positions: growing at every step (1), at
+/// some steps (3) or never (256) gives the logits of the whole-sequence pass;
+/// a clone and its original then go different ways without writing into each
+/// other's positions (copy on write), and a truncated cache is overwritten.
+#[test]
+fn kv_cache_reserve_clones_and_truncation_keep_every_position() {
+    let (_vm, mut m) = model(Arch::Qwen2, 3);
+    let ids: Vec<u32> = (0..20).map(|i| (i * 37 % 290) as u32 + 3).collect();
+    let other: Vec<u32> = ids.iter().map(|i| (i * 5) % 290 + 3).collect();
+    let tensor = |v: &[u32]| Tensor::new(v, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let (input, branch) = (tensor(&ids), tensor(&[&ids[..8], &other[8..]].concat()));
+    let full = m.logits(&m.hidden_states(&input).unwrap()).unwrap();
+    let full_branch = m.logits(&m.hidden_states(&branch).unwrap()).unwrap();
+    for reserve in [1, 3, 256] {
+        m.set_kv_reserve(reserve);
+        let mut cache = m.new_cache();
+        m.forward_cached(&input.i((.., ..8)).unwrap(), &mut cache)
+            .unwrap();
+        let mut copy = cache.clone();
+        let ab = step_logits(&m, &mut [(&mut cache, &input), (&mut copy, &branch)], 8);
+        assert!(
+            max_diff(&ab[0], &full.i((.., 8..)).unwrap()) < 1e-4,
+            "reserve {reserve}"
+        );
+        assert!(
+            max_diff(&ab[1], &full_branch.i((.., 8..)).unwrap()) < 1e-4,
+            "reserve {reserve}"
+        );
+        // Cut back to the shared prefix and take the other branch in place.
+        cache.truncate(8).unwrap();
+        let c = step_logits(&m, &mut [(&mut cache, &branch)], 8);
+        assert!(
+            max_diff(&c[0], &full_branch.i((.., 8..)).unwrap()) < 1e-4,
+            "reserve {reserve}"
+        );
+    }
+}
+
+#[test]
+fn sampling_settings_are_counts_or_a_named_error() {
+    use crate::model::models::transformer::parse_setting;
+    let reserve = |v| parse_setting("ENDLESS_KV_RESERVE", v, KV_RESERVE, 1..=usize::MAX);
+    assert_eq!(reserve(None).unwrap(), KV_RESERVE);
+    assert_eq!(reserve(Some(" 1 ")).unwrap(), 1);
+    assert_eq!(
+        parse_setting("ENDLESS_DECODE_KERNELS", Some("0"), 1, 0..=1).unwrap(),
+        0
+    );
+    assert!(parse_setting("ENDLESS_DECODE_KERNELS", Some("2"), 1, 0..=1).is_err());
+    for bad in ["0", "-3", "lots", ""] {
+        let e = reserve(Some(bad)).unwrap_err().to_string();
+        assert!(
+            e.contains("ENDLESS_KV_RESERVE") && e.contains(&format!("{bad:?}")),
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn every_weight_gets_a_gradient() {
     for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {

@@ -10,6 +10,7 @@ use super::{Policy, TrainConfig, Trainer};
 use crate::model::models::adapter::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
 use crate::model::models::lora::{LoraConfig, LoraTarget};
 use crate::model::models::tiny::{tiny_config, train_tokenizer, write_model_dir};
+use crate::model::tests::max_diff;
 use crate::model::{Arch, Backend, LocalModel};
 use candle_core::{Device, Tensor};
 use std::path::{Path, PathBuf};
@@ -23,17 +24,6 @@ fn base_dir(root: &Path, seed: u64) -> PathBuf {
 
 fn ids() -> Tensor {
     Tensor::new(&[[3u32, 4, 5, 40, 41, 7]], &Device::Cpu).unwrap()
-}
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
 }
 
 fn sampled_logits(lm: &LocalModel) -> Tensor {

@@ -24,6 +24,10 @@ pub struct StepMetrics {
     pub entropy: f64,
     /// Approximate KL(old || new) over agent tokens.
     pub approx_kl: f64,
+    /// KL estimate to the reference policy (0 without a KL penalty; absent
+    /// in files written before it existed).
+    #[serde(default)]
+    pub kl_ref: f64,
     /// Gradient norm before clipping.
     pub grad_norm: f64,
     /// Learning rate used.

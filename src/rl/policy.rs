@@ -258,9 +258,18 @@ impl Policy {
         let Some(tok) = &self.tokenizer else {
             return Ok(None);
         };
+        Ok(Some(LocalModel::from_parts(
+            self.frozen_model()?,
+            tok.clone(),
+            name,
+        )))
+    }
+
+    /// A copy of the current decoder weights (no gradient tracking,
+    /// adapters merged): what sampling runs, or a KL penalty's reference.
+    pub fn frozen_model(&self) -> Result<Transformer> {
         let vb = VarBuilder::from_tensors(self.model.merged_weights()?, DType::F32, self.device());
-        let model = Transformer::new(self.config(), vb)?;
-        Ok(Some(LocalModel::from_parts(model, tok.clone(), name)))
+        Ok(Transformer::new(self.config(), vb)?)
     }
 
     /// Save every variable (decoder or adapters, and value head) as safetensors.

@@ -1,7 +1,10 @@
 //! The PPO objective of the paper: asymmetric ratio clipping
 //! (eps_low = 0.2, eps_high = 0.28), sequence-level averaging (mean over each
-//! sequence's agent tokens, then over sequences), no KL term; prompt and
-//! observation tokens are masked out. Plus a squared-error value loss,
+//! sequence's agent tokens, then over sequences), no KL term by default;
+//! prompt and observation tokens are masked out. An optional KL penalty to a
+//! frozen reference policy (`kl_coef`, the k3 estimator
+//! `exp(ref - lp) - (ref - lp) - 1` per agent token, averaged like the
+//! policy loss) holds the policy near its warm start. Plus a squared-error value loss,
 //! clipped around the values at collection time as in PPO (the reference's
 //! `value_clip: 0.2`): `0.5 max((v - R)^2, (v_old + clip(v - v_old, -c, c) - R)^2)`.
 
@@ -33,6 +36,10 @@ pub struct PpoConfig {
     /// Absent in files written before it existed: off, as those runs were.
     #[serde(default)]
     pub value_clip: f64,
+    /// Weight of the KL penalty to the reference policy (0: none, as the
+    /// paper). Absent in files written before it existed: none.
+    #[serde(default)]
+    pub kl_coef: f64,
 }
 
 impl Default for PpoConfig {
@@ -46,6 +53,19 @@ impl Default for PpoConfig {
             gamma: 1.0,
             lambda: 1.0,
             value_clip: 0.2,
+            kl_coef: 0.0,
+        }
+    }
+}
+
+impl PpoConfig {
+    /// What the logits are divided by: the sampling temperature, or 1 when
+    /// it is not positive.
+    pub fn logit_temperature(&self) -> f64 {
+        if self.temperature > 0.0 {
+            self.temperature
+        } else {
+            1.0
         }
     }
 }
@@ -92,6 +112,10 @@ pub struct Prepared {
     pub seq_of: Vec<usize>,
     /// Rewards per sequence.
     pub rewards: Vec<f32>,
+    /// The reference policy's log-probs of the agent tokens `(n,)`, at the
+    /// sampling temperature, when the loss has a KL penalty (`None` from
+    /// [`prepare`]; the trainer fills it).
+    pub ref_logprobs: Option<Tensor>,
 }
 
 /// Pad and shift a batch (padding id 0; right padding never affects the
@@ -130,6 +154,7 @@ pub fn prepare(batch: &RolloutBatch, device: &Device) -> Result<Prepared> {
         weights: Tensor::from_vec(weights, n, device)?,
         seq_of,
         rewards: batch.sequences.iter().map(|s| s.reward).collect(),
+        ref_logprobs: None,
     })
 }
 
@@ -176,9 +201,10 @@ pub fn advantages(
 /// The loss and its parts for one batch.
 #[derive(Debug, Clone)]
 pub struct PpoLoss {
-    /// `policy + value_coef * value - entropy_coef * entropy`, differentiable.
+    /// `policy + kl_coef * kl_ref + value_coef * value - entropy_coef *
+    /// entropy`, differentiable.
     pub loss: Tensor,
-    /// `policy - entropy_coef * entropy`, differentiable (the policy's own
+    /// `policy + kl_coef * kl_ref - entropy_coef * entropy`, differentiable (the policy's own
     /// objective when the critic is a separate model).
     pub policy_term: Tensor,
     /// The (clipped) value loss, differentiable, without `value_coef`.
@@ -193,6 +219,9 @@ pub struct PpoLoss {
     pub clip_frac: f64,
     /// Approximate KL(old || new), `E[(r - 1) - log r]` over agent tokens.
     pub approx_kl: f64,
+    /// The KL estimate to the reference policy (k3, sequence-averaged; 0
+    /// without one), before `kl_coef`.
+    pub kl_ref: f64,
 }
 
 /// Compute the PPO loss from the policy's logits `(n, vocab)` at the agent
@@ -208,12 +237,7 @@ pub fn ppo_loss(
     old_values: Option<&Tensor>,
     cfg: &PpoConfig,
 ) -> Result<PpoLoss> {
-    // Logits are divided by the sampling temperature (none when it is not positive).
-    let temperature = if cfg.temperature > 0.0 {
-        cfg.temperature
-    } else {
-        1.0
-    };
+    let temperature = cfg.logit_temperature();
     let dt = logits.dtype();
     let (adv, returns) = (&adv.to_dtype(dt)?, &returns.to_dtype(dt)?);
     let w = &prep.weights.to_dtype(dt)?;
@@ -240,6 +264,14 @@ pub fn ppo_loss(
     if cfg.entropy_coef != 0.0 {
         policy_term = (policy_term - (&entropy * cfg.entropy_coef)?)?;
     }
+    let mut kl_ref = 0.0;
+    if let (Some(reference), true) = (&prep.ref_logprobs, cfg.kl_coef > 0.0) {
+        let d = (reference.to_dtype(dt)? - &lp)?;
+        let k3 = ((d.exp()? - &d)? - 1.0)?;
+        let kl = (k3 * w)?.sum_all()?;
+        kl_ref = kl.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        policy_term = (policy_term + (kl * cfg.kl_coef)?)?;
+    }
     let loss = (&policy_term + (&value_loss * cfg.value_coef)?)?;
     // Diagnostics on the CPU.
     let r: Vec<f32> = ratio.detach().to_dtype(DType::F32)?.to_vec1()?;
@@ -258,6 +290,7 @@ pub fn ppo_loss(
         entropy: scalar(&entropy.detach())?,
         clip_frac: clipped_n as f64 / n.max(1) as f64,
         approx_kl: kl / n.max(1) as f64,
+        kl_ref,
         loss,
         policy_term,
         value_term: value_loss,
@@ -354,6 +387,51 @@ mod tests {
         assert!((out.clip_frac - 2.0 / 3.0).abs() < 1e-9);
         let total = out.loss.to_scalar::<f32>().unwrap() as f64;
         assert!((total - (want + 0.5 * vl)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn kl_penalty_is_k3_to_the_reference_and_pulls_towards_it() {
+        use super::super::batch::RolloutSequence;
+        let dev = Device::Cpu;
+        let batch = RolloutBatch {
+            sequences: vec![RolloutSequence {
+                tokens: vec![0, 1, 0],
+                agent_mask: vec![false, true, true],
+                old_logprobs: vec![0.0, -0.5, -0.5],
+                reward: 0.0,
+                passed: false,
+            }],
+        };
+        let mut prep = prepare(&batch, &dev).unwrap();
+        let logits = candle_core::Var::new(&[[0.0f32, 1.0], [0.0, 0.0]], &dev).unwrap();
+        let zeros = Tensor::zeros(2, DType::F32, &dev).unwrap();
+        let cfg = PpoConfig {
+            kl_coef: 0.5,
+            ..PpoConfig::default()
+        };
+        // Without reference log-probs there is no term.
+        let none = ppo_loss(&prep, &logits, &zeros, &zeros, &zeros, None, &cfg).unwrap();
+        assert_eq!(none.kl_ref, 0.0);
+        let reference = [-0.2f64, -1.5];
+        prep.ref_logprobs = Some(Tensor::new(&[-0.2f32, -1.5], &dev).unwrap());
+        let out = ppo_loss(&prep, &logits, &zeros, &zeros, &zeros, None, &cfg).unwrap();
+        let lse = |a: f64, b: f64| (a.exp() + b.exp()).ln();
+        let lp = [1.0 - lse(0.0, 1.0), 0.0 - lse(0.0, 0.0)];
+        let k3 = |r: f64, l: f64| (r - l).exp() - (r - l) - 1.0;
+        let want = (k3(reference[0], lp[0]) + k3(reference[1], lp[1])) / 2.0;
+        assert!((out.kl_ref - want).abs() < 1e-6, "{} vs {want}", out.kl_ref);
+        // Zero advantages: the policy term is the penalty alone.
+        let term = out.policy_term.to_scalar::<f32>().unwrap() as f64;
+        assert!((term - 0.5 * want).abs() < 1e-6, "{term}");
+        // Its gradient raises a token the reference finds likelier (row 0:
+        // lp -0.31 < ref -0.2) and lowers one it finds less likely (row 1).
+        let g = out.policy_term.backward().unwrap();
+        let g: Vec<Vec<f32>> = g.get(logits.as_tensor()).unwrap().to_vec2().unwrap();
+        assert!(g[0][1] < 0.0 && g[1][0] > 0.0, "{g:?}");
+        // A policy equal to the reference pays nothing.
+        prep.ref_logprobs = Some(Tensor::new(&[lp[0] as f32, lp[1] as f32], &dev).unwrap());
+        let same = ppo_loss(&prep, &logits, &zeros, &zeros, &zeros, None, &cfg).unwrap();
+        assert!(same.kl_ref.abs() < 1e-6, "{}", same.kl_ref);
     }
 
     #[test]

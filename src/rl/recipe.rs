@@ -84,6 +84,9 @@ pub struct RecipeFlags {
     pub weight_decay: Option<f64>,
     /// `--normalize-reward` (default: `[train] normalize_reward`).
     pub normalize_reward: Option<bool>,
+    /// `--kl-coef`: weight of the KL penalty to the policy PPO starts from
+    /// (default: `[train] kl_coef`, 0: none).
+    pub kl_coef: Option<f64>,
     /// `--reward`: `binary`, `partial` or `clean`.
     pub reward: String,
     /// `--seed`: seed of initialisation, task order and sampling.
@@ -152,6 +155,7 @@ impl Recipe {
             ppo: PpoConfig {
                 temperature,
                 value_clip: nonneg("value-clip", flags.value_clip.unwrap_or(cfg.value_clip))?,
+                kl_coef: nonneg("kl-coef", flags.kl_coef.unwrap_or(cfg.kl_coef))?,
                 ..PpoConfig::default()
             },
             adam: super::adamw::AdamWConfig {
@@ -210,6 +214,9 @@ impl Recipe {
             "clip" => format!("{} / {}", t.ppo.eps_low, t.ppo.eps_high),
             "dual_clip" => "none".into(),
             "loss_reduction" => "sequence mean".into(),
+            "kl" if t.ppo.kl_coef > 0.0 => {
+                format!("k3 to the PPO start, coef {}", t.ppo.kl_coef)
+            }
             "kl" => "none".into(),
             "gae" => format!("gamma {} lambda {}", t.ppo.gamma, t.ppo.lambda),
             "warmup_steps" => t.warmup_steps.to_string(),
@@ -388,9 +395,18 @@ mod tests {
             temperature: Some(1.0),
             prompts_per_step: Some(4),
             critic_lr: Some(3e-6),
+            kl_coef: Some(0.25),
             ..flags()
         };
         let r = Recipe::resolve(&defaults(), 16, &f, false).unwrap();
+        assert_eq!(r.train.ppo.kl_coef, 0.25);
+        assert_eq!(r.value_of("kl"), "k3 to the PPO start, coef 0.25");
+        assert_eq!(
+            Recipe::resolve(&defaults(), 16, &flags(), false)
+                .unwrap()
+                .value_of("kl"),
+            "none"
+        );
         assert_eq!(r.train.critic, CriticMode::Shared);
         assert_eq!(r.train.ppo_epochs, 3);
         assert_eq!(r.train.ppo.value_clip, 0.0);
@@ -414,6 +430,13 @@ mod tests {
                 ..flags()
             },
             "--value-clip",
+        );
+        bad(
+            RecipeFlags {
+                kl_coef: Some(f64::NAN),
+                ..flags()
+            },
+            "--kl-coef",
         );
         bad(
             RecipeFlags {

@@ -389,6 +389,9 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             }
             self.checkpoint()?;
         }
+        if self.trainer.config().ppo.kl_coef > 0.0 && !self.trainer.has_reference() {
+            self.set_reference()?;
+        }
         if self.eval_record("before").is_none() {
             self.evaluate("before")?;
         }
@@ -662,6 +665,27 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
         };
         append_line(&self.opts.out, EVALS, &record)?;
         self.emit(TrainEvent::Eval(record));
+        Ok(())
+    }
+
+    /// The KL penalty's reference: the policy PPO started from, which is
+    /// the current one before the first step, and the run's step-0
+    /// checkpoint after it (a resumed run).
+    fn set_reference(&mut self) -> anyhow::Result<()> {
+        let start = if self.trainer.step() == 0 {
+            self.trainer.policy().frozen_model()?
+        } else {
+            let dir = self.opts.out.join(step_dir_name(0));
+            let device = self.trainer.policy().device();
+            let loaded = Trainer::load_checkpoint(&dir, device).with_context(|| {
+                format!(
+                    "--kl-coef measures against the policy PPO started from, {}, which cannot be loaded",
+                    dir.display()
+                )
+            })?;
+            loaded.policy().frozen_model()?
+        };
+        self.trainer.set_reference(start);
         Ok(())
     }
 

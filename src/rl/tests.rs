@@ -296,6 +296,38 @@ fn epochs_reuse_the_old_log_probs_of_sampling_time() {
     assert!(two.approx_kl > 1e-6, "kl {}", two.approx_kl);
 }
 
+/// A KL penalty needs a reference; it is 0 while the policy is its
+/// reference, grows as the policy moves (the reference is a copy, not the
+/// trained weights), and a strong one keeps the policy closer to it.
+#[test]
+fn kl_penalty_holds_the_policy_near_its_frozen_start() {
+    let run = |kl_coef: f64| {
+        let mut t = bandit_trainer(31);
+        let mut cfg = t.config().clone();
+        cfg.ppo_epochs = 1;
+        cfg.warmup_steps = 0;
+        cfg.ppo.kl_coef = kl_coef;
+        t.set_config(cfg);
+        let b = varied_batch(&mut t, 8);
+        let err = t.ppo_step(&b).unwrap_err().to_string();
+        assert!(err.contains("reference"), "{err}");
+        let start = t.policy().frozen_model().unwrap();
+        t.set_reference(start);
+        let first = t.ppo_step(&b).unwrap();
+        assert!(first.kl_ref.abs() < 1e-6, "kl {}", first.kl_ref);
+        let mut last = first;
+        for _ in 0..12 {
+            let b = varied_batch(&mut t, 8);
+            last = t.ppo_step(&b).unwrap();
+        }
+        last.kl_ref
+    };
+    let weak = run(1e-4);
+    let strong = run(1.0);
+    assert!(weak > 1e-3, "the policy moved from its start: kl {weak}");
+    assert!(strong < weak / 2.0, "strong {strong} vs weak {weak}");
+}
+
 /// With `critic = separate` the values come from the critic: it gets
 /// gradients and updates; the policy's own value head gets none and stays
 /// as it was; the critic's trunk is a copy, not shared storage.
@@ -491,14 +523,7 @@ fn policy_loads_a_model_dir_and_adds_a_value_head() {
         panic!()
     };
     let l2 = m.logits(&m.hidden_states(&ids).unwrap()).unwrap();
-    let d = (logits - l2)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let d = crate::model::tests::max_diff(&logits, &l2);
     assert!(d < 1e-6);
     let _ = lm.name();
     let _ = &mut lm;

@@ -11,10 +11,11 @@ use super::error::{Result, RlError};
 use super::metrics::SftMetrics;
 use super::metrics::{MetricsLog, StepMetrics};
 use super::policy::Policy;
-use super::ppo::{advantages, ppo_loss, prepare, PpoConfig, Prepared};
+use super::ppo::{advantages, ppo_loss, prepare, select_agent_positions, PpoConfig, Prepared};
 use super::reward::{normalize_rewards, RewardMode};
 use crate::model::kernels::train_ops::log_softmax_pick;
 use crate::model::models::adapter::{ADAPTER_SPEC, ADAPTER_WEIGHTS};
+use crate::model::models::transformer::Transformer;
 use candle_core::backprop::GradStore;
 use candle_core::Device;
 use rand::SeedableRng;
@@ -122,6 +123,8 @@ struct Fixed {
     old_values: candle_core::Tensor,
     adv: candle_core::Tensor,
     ret: candle_core::Tensor,
+    /// The reference policy's log-probs (with a KL penalty).
+    ref_logprobs: Option<candle_core::Tensor>,
 }
 
 /// What one minibatch update measured.
@@ -131,6 +134,7 @@ struct MinibatchStats {
     clip_frac: f64,
     entropy: f64,
     approx_kl: f64,
+    kl_ref: f64,
     grad_norm: f64,
 }
 
@@ -189,6 +193,8 @@ pub struct Trainer {
     step: u64,
     rng: ChaCha8Rng,
     metrics: Option<MetricsLog>,
+    /// The frozen policy a KL penalty measures against (`ppo.kl_coef > 0`).
+    reference: Option<Transformer>,
 }
 
 /// A trainer restored from disk.
@@ -235,6 +241,7 @@ impl Trainer {
             cfg,
             step: 0,
             metrics: None,
+            reference: None,
         };
         t.match_critic();
         t
@@ -285,6 +292,17 @@ impl Trainer {
         self
     }
 
+    /// The reference of the KL penalty: a frozen copy of the policy PPO
+    /// started from ([`Policy::frozen_model`]).
+    pub fn set_reference(&mut self, model: Transformer) {
+        self.reference = Some(model);
+    }
+
+    /// Whether a reference policy is set.
+    pub fn has_reference(&self) -> bool {
+        self.reference.is_some()
+    }
+
     /// The policy being trained.
     pub fn policy(&self) -> &Policy {
         &self.policy
@@ -332,6 +350,11 @@ impl Trainer {
     /// the minibatch that produced it is not applied.
     pub fn ppo_step(&mut self, batch: &RolloutBatch) -> Result<StepMetrics> {
         batch.validate()?;
+        if self.cfg.ppo.kl_coef > 0.0 && self.reference.is_none() {
+            return Err(RlError::Setting(
+                "kl_coef is above 0 but no reference policy is set".into(),
+            ));
+        }
         if self.cfg.critic == CriticMode::Separate && self.critic.is_none() {
             self.init_critic()?;
         }
@@ -395,6 +418,7 @@ impl Trainer {
             clip_frac: mean(|p| p.clip_frac),
             entropy: mean(|p| p.entropy),
             approx_kl: mean(|p| p.approx_kl),
+            kl_ref: mean(|p| p.kl_ref),
             grad_norm: mean(|p| p.grad_norm),
             lr,
             agent_tokens: batch.agent_tokens(),
@@ -424,7 +448,20 @@ impl Trainer {
             old_values,
             adv,
             ret,
+            ref_logprobs: self.reference_logprobs(prep)?,
         })
+    }
+
+    /// The reference policy's log-probs of `prep`'s agent tokens at the
+    /// sampling temperature (`None` without a KL penalty).
+    fn reference_logprobs(&self, prep: &Prepared) -> Result<Option<candle_core::Tensor>> {
+        let (Some(reference), true) = (&self.reference, self.cfg.ppo.kl_coef > 0.0) else {
+            return Ok(None);
+        };
+        let h = select_agent_positions(prep, &reference.hidden_states(&prep.inputs)?)?;
+        let logits = reference.logits(&h)?;
+        let picked = log_softmax_pick(&logits, &prep.targets, self.cfg.ppo.logit_temperature())?;
+        Ok(Some(picked.narrow(1, 0, 1)?.squeeze(1)?.detach()))
     }
 
     /// The fixed part of a minibatch's loss, from a values-only pass now.
@@ -443,7 +480,7 @@ impl Trainer {
         lr: f64,
         critic_lr: f64,
     ) -> Result<MinibatchStats> {
-        let prep = prepare(batch, self.policy.device())?;
+        let mut prep = prepare(batch, self.policy.device())?;
         let (logits, trunk_values) = self.policy.forward_at(&prep.inputs, &prep.positions)?;
         let values = match &self.critic {
             Some((c, _)) => c.values_at(&prep.inputs, &prep.positions)?,
@@ -455,6 +492,7 @@ impl Trainer {
         let Some(f) = fixed.as_ref() else {
             unreachable!("filled above")
         };
+        prep.ref_logprobs = f.ref_logprobs.clone();
         let out = ppo_loss(
             &prep,
             &logits,
@@ -499,6 +537,7 @@ impl Trainer {
             clip_frac: out.clip_frac,
             entropy: out.entropy,
             approx_kl: out.approx_kl,
+            kl_ref: out.kl_ref,
             grad_norm,
         })
     }

@@ -443,6 +443,22 @@ impl LocalModel {
     pub fn set_kv_budget(&mut self, bytes: usize) {
         self.kv_budget = bytes;
     }
+
+    /// Positions a dense model's key/value caches grow by (see
+    /// [`Transformer::set_kv_reserve`]); no effect on GGUF models.
+    pub fn set_kv_reserve(&mut self, positions: usize) {
+        if let Backend::Dense(m) = &mut self.backend {
+            m.set_kv_reserve(positions);
+        }
+    }
+
+    /// Whether a dense model's decoding steps run the project's kernels (see
+    /// [`Transformer::set_decode_kernels`]); no effect on GGUF models.
+    pub fn set_decode_kernels(&mut self, on: bool) {
+        if let Backend::Dense(m) = &mut self.backend {
+            m.set_decode_kernels(on);
+        }
+    }
 }
 
 /// What a conversation's last prompt left in a dense model (its tokens, and
@@ -679,7 +695,7 @@ impl<'a> Stepper<'a> {
             let h = m.forward_cached(&input, &mut kv)?;
             let last = h.i((.., p.len() - start - 1.., ..))?;
             let logits = m
-                .logits(&last)?
+                .sampling_logits(&last)?
                 .flatten_all()?
                 .to_dtype(DType::F32)?
                 .to_vec1::<f32>()?;
@@ -726,7 +742,7 @@ impl<'a> Stepper<'a> {
             (Backend::Dense(m), Some(cache)) => {
                 let h = m.forward_cached(input, cache)?;
                 let last = h.i((.., t - 1..t, ..))?;
-                m.logits(&last)?
+                m.sampling_logits(&last)?
             }
             (Backend::Gguf(g), _) => g.forward(input, self.pos)?,
             (Backend::Dense(_), None) => {

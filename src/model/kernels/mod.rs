@@ -2,11 +2,16 @@
 //! ([`q4_1`], with f32 activations for output layers in
 //! [`f32_activations`]) and the fused training ops with backward passes
 //! ([`train_ops`], and the whole causal attention in [`attention`]), and
-//! the weight-gradient-free product of frozen weights ([`frozen_matmul`]).
+//! the weight-gradient-free product of frozen weights ([`frozen_matmul`]),
+//! and for decoding steps the product of a few rows with a weight
+//! ([`few_rows`]) and the attention over the cache ([`decode_attention`]).
 
 pub mod attention;
 mod blocks;
+mod columns;
+pub mod decode_attention;
 pub mod f32_activations;
+pub mod few_rows;
 pub mod frozen_matmul;
 pub mod q4_1;
 pub mod train_ops;

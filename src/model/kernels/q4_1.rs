@@ -26,6 +26,7 @@ use candle_core::{Result, Tensor};
 use std::ops::Range;
 
 use super::blocks::{hsum, Isa, W8Block, QK};
+use super::columns::{for_columns, SyncPtr};
 
 /// Activation rows a weight row is multiplied with at once (rows > 1).
 const TILE: usize = 8;
@@ -349,29 +350,11 @@ fn matmul<B: WeightBlock>(
     }
     let mut out = vec![0f32; m * n];
     let dst = SyncPtr(out.as_mut_ptr());
-    for_columns(n, n * m * kb, |cols| {
+    for_columns(n, n * m * kb >= SERIAL_WORK, |cols| {
         // SAFETY: work items cover disjoint columns, and `out` outlives them.
         unsafe { columns(w, n, kb, isa, act, m, &sums, cols, &dst) }
     });
     out
-}
-
-/// `body` over disjoint ranges of the columns `0..n`, on rayon's threads
-/// when `work` (block products) is worth waking them.
-fn for_columns(n: usize, work: usize, body: impl Fn(Range<usize>) + Sync) {
-    let threads = rayon::current_num_threads();
-    if threads <= 1 || work < SERIAL_WORK {
-        body(0..n);
-    } else {
-        // A few work items per thread, so that a thread descheduled on a
-        // shared machine leaves its share to the others.
-        let items = (threads * 4).min(n);
-        let per = n.div_ceil(items);
-        use rayon::prelude::*;
-        (0..n.div_ceil(per))
-            .into_par_iter()
-            .for_each(|c| body(c * per..((c + 1) * per).min(n)));
-    }
 }
 
 /// Output columns `cols` of every row.
@@ -436,11 +419,6 @@ unsafe fn columns<B: WeightBlock>(
         }
     }
 }
-
-struct SyncPtr(*mut f32);
-// SAFETY: writers touch disjoint elements (see `matmul`).
-unsafe impl Sync for SyncPtr {}
-unsafe impl Send for SyncPtr {}
 
 /// `quantize_row_q8_1`: per block, `d = max|x| / 127`, `q = round(x / d)`.
 /// Tests only: store activation scales rounded to f16, as ggml (llama.cpp)

@@ -10,6 +10,7 @@
 //! file knows nothing of the decoder around a projection.
 
 use crate::model::error::{LocalError, Result};
+use crate::model::kernels::few_rows::rows_times_weight_t;
 use crate::model::kernels::frozen_matmul::{frozen_matmul, lora_matmul};
 use candle_core::{Module, Tensor};
 use candle_nn::{Init, Linear, VarBuilder, VarMap};
@@ -264,7 +265,34 @@ impl Proj {
         y.reshape(dims)
     }
 
-    /// The sampling path's forward (candle's `Linear`, plus the adapter).
+    /// The sampling path's forward without a backward pass: up to
+    /// `few_rows` rows (a decoding step's) through [`rows_times_weight_t`],
+    /// more through [`Proj::forward`]; plus the bias and the adapter.
+    pub(crate) fn forward_sampling(
+        &self,
+        x: &Tensor,
+        few_rows: usize,
+    ) -> candle_core::Result<Tensor> {
+        let mut dims = x.dims().to_vec();
+        let in_dim = dims.pop().unwrap_or(1);
+        let rows = x.elem_count() / in_dim.max(1);
+        if rows > few_rows {
+            return self.forward(x);
+        }
+        let x = x.reshape((rows, in_dim))?;
+        let mut y = rows_times_weight_t(&x, self.linear.weight())?;
+        if let Some(b) = self.linear.bias() {
+            y = y.broadcast_add(b)?;
+        }
+        if let Some(ad) = &self.adapter {
+            y = (y + ad.delta_2d(&x)?)?;
+        }
+        dims.push(y.dim(1)?);
+        y.reshape(dims)
+    }
+
+    /// candle's `Linear` plus the adapter, differentiable (the sampling path's
+    /// prompts, and the composed training path).
     pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let y = self.linear.forward(x)?;
         let Some(ad) = &self.adapter else {

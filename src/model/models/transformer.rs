@@ -13,12 +13,16 @@
 
 use crate::model::config::{Arch, ModelConfig};
 use crate::model::kernels::attention::causal_attention;
+use crate::model::kernels::decode_attention;
+use crate::model::kernels::few_rows::{rows_times_weight_t, FEW_ROWS};
 use crate::model::kernels::frozen_matmul::frozen_matmul;
 use crate::model::kernels::train_ops::{self, Rope};
 use crate::model::models::lora::{LoraConfig, LoraTarget, Proj};
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Embedding, Init, Linear, VarBuilder};
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Standard deviation of freshly initialised weight matrices.
 const INIT_STD: f64 = 0.02;
@@ -56,10 +60,56 @@ const PAD_KEY: f32 = -1e9;
 /// SmolLM2 (9 heads), and a chunk of 512 holds 150 MB.
 pub const PREFILL_CHUNK: usize = 512;
 
+/// Positions a [`KvCache`] grows by at a time (see
+/// [`Transformer::set_kv_reserve`]): a decoding step then writes its keys and
+/// values into room already there, where growing by exactly the new
+/// positions copied the whole cache at every step (17% of a tiny policy's
+/// rollout time).
+pub const KV_RESERVE: usize = 256;
+
+/// The environment's `name` as a whole number in `range`, `default` where
+/// unset: `ENDLESS_KV_RESERVE` (1 grows the cache at every step, as before
+/// [`KV_RESERVE`]) and `ENDLESS_DECODE_KERNELS` (0 leaves a decoding step's
+/// products and attention to candle's ops), to compare each with what it
+/// replaced in one benchmark run.
+fn setting(name: &str, default: usize, range: RangeInclusive<usize>) -> Result<usize> {
+    let value = std::env::var_os(name);
+    let value = value.as_ref().map(|v| v.to_string_lossy());
+    parse_setting(name, value.as_deref(), default, range)
+}
+
+/// [`setting`] of an environment value.
+pub(crate) fn parse_setting(
+    name: &str,
+    value: Option<&str>,
+    default: usize,
+    range: RangeInclusive<usize>,
+) -> Result<usize> {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    match v.trim().parse::<usize>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => candle_core::bail!(
+            "{name} must be a whole number from {} to {}, not {v:?}",
+            range.start(),
+            range.end()
+        ),
+    }
+}
+
 /// Per-layer key/value cache of the sampling path.
-#[derive(Debug, Clone)]
+///
+/// Each layer holds `(batch, kv_heads, capacity, head_dim)` buffers whose
+/// first [`KvCache::stored`] positions are valid; new positions are written
+/// in place while they fit. A clone shares the buffers until either side
+/// appends, which then copies them first (copy on write).
+#[derive(Debug)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
+    /// Set when the buffers may be shared with a clone: the next append
+    /// copies them instead of writing in place.
+    shared: AtomicBool,
     len: usize,
     /// Rotary position of the first cached key (0 unless moved by
     /// [`Transformer::shift_cache`]); `len` counts from position 0.
@@ -79,6 +129,19 @@ fn pad_positions_left(x: &Tensor, n: usize) -> Result<Tensor> {
         &[&Tensor::zeros((b, h, n, d), x.dtype(), x.device())?, x],
         2,
     )
+}
+
+impl Clone for KvCache {
+    fn clone(&self) -> Self {
+        self.shared.store(true, Ordering::Relaxed);
+        Self {
+            layers: self.layers.clone(),
+            shared: AtomicBool::new(true),
+            len: self.len,
+            origin: self.origin,
+            key_mask: self.key_mask.clone(),
+        }
+    }
 }
 
 impl KvCache {
@@ -126,11 +189,11 @@ impl KvCache {
             let mut keys = Vec::with_capacity(rows.len());
             let mut values = Vec::with_capacity(rows.len());
             for c in &rows {
-                let Some((k, v)) = &c.layers[l] else {
+                let Some((k, v)) = c.layer(l)? else {
                     candle_core::bail!("a cache to join is empty");
                 };
-                keys.push(pad_positions_left(k, c.origin)?);
-                values.push(pad_positions_left(v, c.origin)?);
+                keys.push(pad_positions_left(&k, c.origin)?);
+                values.push(pad_positions_left(&v, c.origin)?);
             }
             layers.push(Some((Tensor::cat(&keys, 0)?, Tensor::cat(&values, 0)?)));
         }
@@ -144,6 +207,7 @@ impl KvCache {
             .collect();
         Ok(KvCache {
             layers,
+            shared: AtomicBool::new(false),
             len: width,
             origin: 0,
             key_mask: Some(Tensor::from_vec(mask, (rows.len(), width), &device)?),
@@ -155,20 +219,71 @@ impl KvCache {
         self.len - self.origin
     }
 
+    /// Layer `l`'s valid keys and values, `(batch, kv_heads, stored, head_dim)`.
+    fn layer(&self, l: usize) -> Result<Option<(Tensor, Tensor)>> {
+        let Some((k, v)) = &self.layers[l] else {
+            return Ok(None);
+        };
+        let n = self.stored();
+        Ok(Some((k.narrow(2, 0, n)?, v.narrow(2, 0, n)?)))
+    }
+
+    /// Append `k` and `v` (`(batch, kv_heads, t, head_dim)`) to layer `l`'s
+    /// stored positions (`len` moves on once every layer has appended): in
+    /// place when the buffers are this cache's own and have room, else into
+    /// new buffers with room for up to `reserve` positions more (the size
+    /// rounded up to a multiple of it). Returns every stored position's keys
+    /// and values, the new ones included.
+    fn append(
+        &mut self,
+        l: usize,
+        k: &Tensor,
+        v: &Tensor,
+        reserve: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let stored = self.stored();
+        let need = stored + k.dim(2)?;
+        let own = !*self.shared.get_mut();
+        match &self.layers[l] {
+            Some((bk, bv))
+                if own && bk.dim(2)? >= need && bk.is_contiguous() && bv.is_contiguous() =>
+            {
+                bk.slice_set(k, 2, stored)?;
+                bv.slice_set(v, 2, stored)?;
+            }
+            past => {
+                let (b, h, _, d) = k.dims4()?;
+                let room = need.next_multiple_of(reserve.max(1)) - need;
+                let grow = |past: Option<&Tensor>, new: &Tensor| -> Result<Tensor> {
+                    let mut parts = Vec::with_capacity(3);
+                    if let Some(p) = past.filter(|_| stored > 0) {
+                        parts.push(p.narrow(2, 0, stored)?.contiguous()?);
+                    }
+                    parts.push(new.contiguous()?);
+                    if room > 0 {
+                        parts.push(Tensor::zeros((b, h, room, d), new.dtype(), new.device())?);
+                    }
+                    Tensor::cat(&parts, 2)
+                };
+                let (pk, pv) = match past {
+                    Some((pk, pv)) => (Some(pk), Some(pv)),
+                    None => (None, None),
+                };
+                self.layers[l] = Some((grow(pk, k)?, grow(pv, v)?));
+            }
+        }
+        let (bk, bv) = self.layers[l].as_ref().expect("layer set above");
+        Ok((bk.narrow(2, 0, need)?, bv.narrow(2, 0, need)?))
+    }
+
     /// Keep only the first `n` positions of an unmoved, unpadded batch-1
     /// cache (a conversation that went another way after them).
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         if self.origin != 0 || self.key_mask.is_some() {
             candle_core::bail!("only an unmoved, unpadded cache can be cut");
         }
-        if n >= self.len {
-            return Ok(());
-        }
-        for (k, v) in self.layers.iter_mut().flatten() {
-            *k = k.narrow(2, 0, n)?;
-            *v = v.narrow(2, 0, n)?;
-        }
-        self.len = n;
+        // Positions past `n` are overwritten by the next append.
+        self.len = self.len.min(n);
         Ok(())
     }
 
@@ -180,7 +295,8 @@ impl KvCache {
         };
         let (b, width) = m.dims2()?;
         if width < total {
-            let zeros = Tensor::zeros((b, total - width), m.dtype(), m.device())?;
+            // Room for as many positions again: not a copy at every step.
+            let zeros = Tensor::zeros((b, total.max(2 * width) - width), m.dtype(), m.device())?;
             *m = Tensor::cat(&[&*m, &zeros], 1)?;
         }
         Ok(Some(
@@ -247,6 +363,12 @@ pub struct Transformer {
     /// Base weights are not trained (LoRA): their matrix products skip the
     /// weight gradient.
     frozen: bool,
+    /// Positions a [`KvCache`] grows by ([`KV_RESERVE`] unless set).
+    kv_reserve: usize,
+    /// A decoding step's products of up to [`FEW_ROWS`] rows run
+    /// [`rows_times_weight_t`] and its attention
+    /// [`decode_attention::decode_attention`] (unless turned off).
+    decode_kernels: bool,
 }
 
 fn weight(vb: &VarBuilder, out_dim: usize, in_dim: usize, name: &str) -> Result<Tensor> {
@@ -382,6 +504,8 @@ impl Transformer {
             sin: freqs.sin()?.to_dtype(dtype)?,
             device,
             frozen: false,
+            kv_reserve: setting("ENDLESS_KV_RESERVE", KV_RESERVE, 1..=usize::MAX)?,
+            decode_kernels: setting("ENDLESS_DECODE_KERNELS", 1, 0..=1)? == 1,
         })
     }
 
@@ -450,10 +574,35 @@ impl Transformer {
         &self.device
     }
 
+    /// Let key/value caches grow by `positions` at a time (at least 1): 1
+    /// reallocates and copies the cache at every decoding step, more trades
+    /// that copy for up to `positions - 1` unused positions per sequence.
+    pub fn set_kv_reserve(&mut self, positions: usize) {
+        self.kv_reserve = positions.max(1);
+    }
+
+    /// Whether decoding steps run the kernels of
+    /// [`crate::model::kernels::few_rows`] and
+    /// [`crate::model::kernels::decode_attention`] (the default) or
+    /// candle's ops (to compare them).
+    pub fn set_decode_kernels(&mut self, on: bool) {
+        self.decode_kernels = on;
+    }
+
+    /// Rows up to which the sampling path's products skip gemm.
+    fn few_rows(&self) -> usize {
+        if self.decode_kernels {
+            FEW_ROWS
+        } else {
+            0
+        }
+    }
+
     /// An empty cache for [`Transformer::forward_cached`].
     pub fn new_cache(&self) -> KvCache {
         KvCache {
             layers: vec![None; self.layers.len()],
+            shared: AtomicBool::new(false),
             len: 0,
             origin: 0,
             key_mask: None,
@@ -480,8 +629,11 @@ impl Transformer {
             cos.broadcast_as((cache.len, half))?.contiguous()?,
             sin.broadcast_as((cache.len, half))?.contiguous()?,
         );
-        for (k, _) in out.layers.iter_mut().flatten() {
-            *k = candle_nn::rotary_emb::rope(&k.contiguous()?, &cos, &sin)?;
+        for l in 0..out.layers.len() {
+            if let Some((k, v)) = cache.layer(l)? {
+                let k = candle_nn::rotary_emb::rope(&k.contiguous()?, &cos, &sin)?;
+                out.layers[l] = Some((k, v));
+            }
         }
         Ok(out)
     }
@@ -517,6 +669,32 @@ impl Transformer {
             * c.num_key_value_heads
             * c.head_dim
             * self.cos.dtype().size_in_bytes()
+    }
+
+    /// [`Transformer::logits`] for sampling, without a backward pass (a
+    /// decoding step's few rows through
+    /// [`crate::model::kernels::few_rows`]).
+    pub fn sampling_logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let mut dims = hidden.dims().to_vec();
+        let d = dims.pop().unwrap_or(1);
+        let rows = hidden.elem_count() / d.max(1);
+        if rows > self.few_rows() {
+            return self.logits(hidden);
+        }
+        let w = self.lm_head.weight();
+        let y = rows_times_weight_t(&hidden.reshape((rows, d))?, w)?;
+        dims.push(w.dim(0)?);
+        y.reshape(dims)
+    }
+
+    /// `p` applied to `x`: the sampling path's product when `fused` (no
+    /// backward pass), the differentiable one otherwise.
+    fn project(&self, p: &Proj, x: &Tensor, fused: bool) -> Result<Tensor> {
+        if fused {
+            p.forward_sampling(x, self.few_rows())
+        } else {
+            p.forward(x)
+        }
     }
 
     /// Project hidden states to vocabulary logits.
@@ -632,21 +810,20 @@ impl Transformer {
         for (i, layer) in self.layers.iter().enumerate() {
             let residual = &x;
             let h = self.rms(&x, &layer.input_layernorm, fused)?;
-            let past = cache.as_mut().and_then(|c| c.layers[i].take());
-            let (attn, kv) = self.attention(layer, &h, &cos, &sin, mask.as_ref(), past, fused)?;
-            if let Some(c) = cache.as_mut() {
-                c.layers[i] = Some(kv);
-            }
+            let layer_cache = cache.as_deref_mut().map(|c| (c, i));
+            let attn = self.attention(layer, &h, &cos, &sin, mask.as_ref(), layer_cache, fused)?;
             x = (attn + residual)?;
             let residual = &x;
             let h = self.rms(&x, &layer.post_attention_layernorm, fused)?;
-            let gate = layer.gate_proj.forward(&h)?.silu()?;
-            let up = layer.up_proj.forward(&h)?;
-            let mlp = layer.down_proj.forward(&(gate * up)?)?;
+            let gate = self.project(&layer.gate_proj, &h, fused)?.silu()?;
+            let up = self.project(&layer.up_proj, &h, fused)?;
+            let mlp = self.project(&layer.down_proj, &(gate * up)?, fused)?;
             x = (mlp + residual)?;
         }
         if let Some(c) = cache {
             c.len += t;
+            // Every layer has appended: the buffers are this cache's own.
+            *c.shared.get_mut() = false;
         }
         self.rms(&x, &self.norm, fused)
     }
@@ -659,18 +836,24 @@ impl Transformer {
         cos: &Tensor,
         sin: &Tensor,
         mask: Option<&Tensor>,
-        past: Option<(Tensor, Tensor)>,
+        cache: Option<(&mut KvCache, usize)>,
         fused: bool,
-    ) -> Result<(Tensor, (Tensor, Tensor))> {
+    ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (
             self.cfg.num_attention_heads,
             self.cfg.num_key_value_heads,
             self.cfg.head_dim,
         );
-        let mut q = layer.q_proj.forward(x)?.reshape((b, t, nh, hd))?;
-        let mut k = layer.k_proj.forward(x)?.reshape((b, t, nkv, hd))?;
-        let v = layer.v_proj.forward(x)?.reshape((b, t, nkv, hd))?;
+        let mut q = self
+            .project(&layer.q_proj, x, fused)?
+            .reshape((b, t, nh, hd))?;
+        let mut k = self
+            .project(&layer.k_proj, x, fused)?
+            .reshape((b, t, nkv, hd))?;
+        let v = self
+            .project(&layer.v_proj, x, fused)?
+            .reshape((b, t, nkv, hd))?;
         if let Some(w) = &layer.q_norm {
             q = self.rms(&q, w, fused)?;
         }
@@ -691,10 +874,18 @@ impl Transformer {
                 candle_nn::rotary_emb::rope_slow(&k, cos, sin)?,
             )
         };
-        let (k, v) = match past {
-            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
+        // `(cache, layer index)`: the keys and values so far, the new ones included.
+        let (k, v) = match cache {
+            Some((c, l)) => c.append(l, &k, &v, self.kv_reserve)?,
             None => (k, v),
         };
+        if fused && t == 1 && self.decode_kernels && decode_attention::fits(&q, &k, &v) {
+            // A decoding step: the mask, if any, is the padding keys'.
+            let keys = mask.map(|m| m.reshape((b, k.dim(2)?))).transpose()?;
+            let scale = 1.0 / (hd as f32).sqrt();
+            let out = decode_attention::decode_attention(&q, &k, &v, keys.as_ref(), scale)?;
+            return self.project(&layer.o_proj, &out, fused);
+        }
         // The query heads that share a key/value head (`groups` consecutive
         // ones) attend as one matrix of `groups × t` rows: no copy of the
         // keys and values per query head.
@@ -726,7 +917,7 @@ impl Transformer {
             .transpose(1, 2)?
             .contiguous()?
             .reshape((b, t, nh * hd))?;
-        Ok((layer.o_proj.forward(&out)?, (k, v)))
+        self.project(&layer.o_proj, &out, fused)
     }
 }
 

@@ -210,9 +210,10 @@ fn train_form() -> Form {
             ("max turns", d.max_turns.to_string()),
             ("tasks per step", d.tasks_per_step.to_string()),
             ("lora rank", String::new()),
+            ("kl coef", String::new()),
         ],
     )
-    .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no time limit; lora rank empty: train every weight, else adapters on a pretrained init. Follow the run in the Training view.")
+    .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no limit; lora rank empty: every weight, else adapters on a pretrained init; kl coef empty: [train] kl_coef.")
 }
 
 /// Why a form's values cannot start its job: the field and the reason.
@@ -372,6 +373,18 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                     _ => return Err(("lora rank", format!("expected a positive rank, got {r:?}"))),
                 },
             };
+            let kl_coef = match form.value("kl coef") {
+                "" => None,
+                k => match k.parse::<f64>() {
+                    Ok(x) if x >= 0.0 && x.is_finite() => Some(x),
+                    _ => {
+                        return Err((
+                            "kl coef",
+                            format!("expected a number of at least 0, got {k:?}"),
+                        ))
+                    }
+                },
+            };
             JobSpec::Train(TrainSpec {
                 tasks: form.value("tasks").to_string(),
                 dev: form.value("dev").to_string(),
@@ -384,6 +397,7 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                 max_turns: num(form, "max turns")?,
                 tasks_per_step: num(form, "tasks per step")?,
                 lora,
+                kl_coef,
             })
         }
     })

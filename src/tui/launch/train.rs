@@ -39,6 +39,9 @@ pub struct TrainSpec {
     pub tasks_per_step: usize,
     /// LoRA rank (`None`: train every weight).
     pub lora: Option<usize>,
+    /// Weight of the KL penalty to the policy PPO starts from (`None`: the
+    /// configuration's `[train] kl_coef`).
+    pub kl_coef: Option<f64>,
 }
 
 impl Default for TrainSpec {
@@ -57,6 +60,7 @@ impl Default for TrainSpec {
             max_turns: 16,
             tasks_per_step: 1,
             lora: None,
+            kl_coef: None,
         }
     }
 }
@@ -88,6 +92,9 @@ impl TrainSpec {
         flag("tasks-per-step", self.tasks_per_step.to_string());
         if let Some(r) = self.lora {
             flag("lora", r.to_string());
+        }
+        if let Some(k) = self.kl_coef {
+            flag("kl-coef", k.to_string());
         }
         if self.sft {
             v.push("--sft".into());
@@ -132,6 +139,7 @@ impl TrainSpec {
                 samples: Some(self.samples),
                 max_turns: Some(self.max_turns),
                 prompts_per_step: Some(self.tasks_per_step),
+                kl_coef: self.kl_coef,
                 ..defaults.recipe.clone()
             },
             lora: self.lora,
@@ -146,6 +154,7 @@ impl TrainSpec {
             "sft_steps": self.sft_steps, "steps": self.steps, "minutes": self.minutes,
             "samples": self.samples, "max_turns": self.max_turns,
             "tasks_per_step": self.tasks_per_step, "lora": self.lora,
+            "kl_coef": self.kl_coef,
         })
     }
 }
@@ -359,6 +368,13 @@ mod tests {
             lora.command_line().contains("--init smollm2 ")
                 && lora.command_line().contains("--lora 8 ")
         );
+        assert_eq!(lora.request().recipe.kl_coef, None);
+        let kl = TrainSpec {
+            kl_coef: Some(0.3),
+            ..TrainSpec::default()
+        };
+        assert_eq!(kl.request().recipe.kl_coef, Some(0.3));
+        assert!(kl.command_line().contains("--kl-coef 0.3 "));
     }
 
     #[test]

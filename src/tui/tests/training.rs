@@ -36,6 +36,7 @@ fn step(i: u64) -> StepMetrics {
         clip_frac: 0.05 + 0.01 * (t * 0.5).sin().abs(),
         entropy: 2.2 - 0.04 * t,
         approx_kl: 0.004 + 0.001 * (t * 0.7).sin().abs(),
+        kl_ref: 0.0,
         grad_norm: 1.5 - 0.03 * t,
         lr: 1e-4,
         agent_tokens: 2000,
@@ -284,6 +285,15 @@ fn the_train_form_builds_a_training_job() {
     let error = app.form.as_ref().and_then(|(_, f)| f.error.clone());
     assert_eq!(error.as_ref().map(|e| e.0), Some("lora rank"), "{error:?}");
     assert!(error.unwrap().1.contains("pretrained"));
+    // So is a negative KL coefficient.
+    for _ in 0..8 {
+        press(&mut app, KeyCode::Backspace);
+    }
+    press(&mut app, KeyCode::Tab);
+    typed(&mut app, "-1");
+    press(&mut app, KeyCode::Enter);
+    let error = app.form.as_ref().and_then(|(_, f)| f.error.clone());
+    assert_eq!(error.as_ref().map(|e| e.0), Some("kl coef"), "{error:?}");
     press(&mut app, KeyCode::Esc);
     assert!(app.form.is_none());
 }

@@ -355,11 +355,22 @@ fn panels(run: &RunView, kind: ChartKind, theme: &Theme) -> Vec<Vec<Series>> {
                 theme.accent,
                 ppo_points(ppo, |m| m.entropy),
             )],
-            vec![series(
-                "approx KL",
-                theme.warning,
-                ppo_points(ppo, |m| m.approx_kl),
-            )],
+            {
+                let mut kl = vec![series(
+                    "approx KL",
+                    theme.warning,
+                    ppo_points(ppo, |m| m.approx_kl),
+                )];
+                // Runs with a KL penalty: the distance to where PPO started.
+                if ppo.iter().any(|m| m.kl_ref > 0.0) {
+                    kl.push(series(
+                        "KL to start",
+                        theme.accent,
+                        ppo_points(ppo, |m| m.kl_ref),
+                    ));
+                }
+                kl
+            },
             vec![series(
                 "clip frac",
                 theme.privileged,
