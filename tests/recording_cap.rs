@@ -49,7 +49,11 @@ fn yes_leaves_a_recording_under_the_cap_and_a_live_session() {
     };
     let mut s = backend.start(&image, &opts).unwrap();
     let mut live = s.subscribe();
-    let flood = s.exec("timeout 3 yes", Duration::from_secs(20)).unwrap();
+    // A fixed amount (3 MB, more than the cap in raw bytes and in JSON), not
+    // a fixed time: a loaded machine's PTY once passed under 1 MiB in 3 s.
+    let flood = s
+        .exec("yes | head -c 3000000", Duration::from_secs(60))
+        .unwrap();
     assert!(flood.truncated, "the command's own output is capped too");
     let after = s.exec("echo still-here", Duration::from_secs(10)).unwrap();
     assert_eq!(after.output.trim_end(), "still-here");
