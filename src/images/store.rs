@@ -8,6 +8,11 @@
 //!
 //! A reference is registered only once all its blobs are stored and
 //! verified, so an interrupted pull leaves nothing half-registered.
+//!
+//! The store's root and its directories (`blobs`, `layers`, `refs`, `tmp`)
+//! are mode 0700: only the operator enters them (the sandbox reaches
+//! unpacked layers through overlay mounts made by the operator). Unpacked
+//! layers hold no set-user-id or set-group-id files (see unpack.rs).
 
 use std::path::{Path, PathBuf};
 
@@ -108,10 +113,25 @@ impl ImageStore {
         self.blob_path(digest).is_some_and(|p| p.is_file())
     }
 
+    /// `<root>/<rel>` (`/`-separated), created if missing; the root and
+    /// every directory on the way are made mode 0700.
+    fn private_dir(&self, rel: &str) -> Result<PathBuf, ImageError> {
+        let mut dir = self.root.clone();
+        let make = |d: &Path| {
+            crate::fsutil::create_private_dir(d)
+                .map_err(ImageError::io("create store directory", d))
+        };
+        make(&dir)?;
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            dir.push(part);
+            make(&dir)?;
+        }
+        Ok(dir)
+    }
+
     /// A fresh temporary path in the store, for a download in progress.
     pub fn temp_path(&self, label: &str) -> Result<PathBuf, ImageError> {
-        let dir = self.root.join("tmp");
-        std::fs::create_dir_all(&dir).map_err(ImageError::io("create store directory", &dir))?;
+        let dir = self.private_dir("tmp")?;
         let mut rnd = [0u8; 8];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
         Ok(dir.join(format!(
@@ -140,18 +160,14 @@ impl ImageStore {
                 actual,
             });
         }
-        if let Some(dir) = target.parent() {
-            std::fs::create_dir_all(dir).map_err(ImageError::io("create store directory", dir))?;
-        }
+        self.private_dir("blobs/sha256")?;
         std::fs::rename(tmp, &target).map_err(ImageError::io("store blob", &target))
     }
 
     /// Register `image` under its reference (the last step of a pull).
     pub fn register(&self, image: &StoredImage) -> Result<(), ImageError> {
         let path = self.ref_path(&image.reference);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(ImageError::io("create store directory", dir))?;
-        }
+        self.private_dir("refs")?;
         let bytes = serde_json::to_vec_pretty(image).map_err(|e| ImageError::Malformed {
             reference: image.reference.clone(),
             reason: e.to_string(),
@@ -228,10 +244,7 @@ impl ImageStore {
                         return Err(e);
                     }
                 }
-                if let Some(parent) = dir.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(ImageError::io("create store directory", parent))?;
-                }
+                self.private_dir("layers")?;
                 if std::fs::rename(&tmp, &dir).is_err() {
                     // Another process unpacked it first.
                     let _ = std::fs::remove_dir_all(&tmp);

@@ -13,13 +13,25 @@
 //! sandbox's id range (overlays mounted as root), `user.overlay.opaque`
 //! when unpacking rootless (overlays mounted in a user namespace with
 //! `userxattr`, which reads the `user.` attributes).
+//! A whiteout must name an entry of its own directory: `.wh.`, `.wh..` and
+//! `.wh...` (which would name the directory itself or its parent, and so
+//! empty the layer or the store's temporary directory beside it, where
+//! other pulls unpack) are refused.
 //! Owners are shifted into the sandbox's id range when one is given.
+//!
+//! Set-user-id and set-group-id bits are stripped on unpack (files and
+//! directories): the unpacked layer stays in the host's cache, where a
+//! set-id file would hand its owner's ids (the operator's when rootless,
+//! the sandbox root's host id otherwise) to whoever can reach it. Inside
+//! the sandbox those programs (`su`, `sudo`, `ping`) therefore run with
+//! the caller's ids.
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::ImageError;
+use crate::fsutil::{without_setid, SETID_BITS};
 
 /// The largest sparse file a layer may hold (its logical size): real
 /// images have small ones (`lastlog`); a claim of gigabytes stored in a
@@ -84,6 +96,8 @@ pub fn unpack_tar(
     archive.set_overwrite(true);
     archive.set_unpack_xattrs(false);
     archive.set_preserve_mtime(true);
+    // No set-id bits in the host's cache (see the module docs).
+    archive.set_mask(SETID_BITS);
     let mut report = UnpackReport::default();
     let hostile = |entry: &str, reason: &str| ImageError::HostileEntry {
         layer: name.to_string(),
@@ -131,6 +145,11 @@ pub fn unpack_tar(
         if let Some(hidden) = file_name.strip_prefix(".wh.") {
             if hidden == ".wh..opq" {
                 opaque_dirs.push(parent.clone());
+            } else if matches!(hidden, "" | "." | "..") {
+                return Err(hostile(
+                    &shown,
+                    "a whiteout must name an entry of its directory, not the directory itself or its parent",
+                ));
             } else {
                 whiteout(&dest.join(&parent).join(hidden), &mut report)?;
             }
@@ -192,8 +211,8 @@ pub fn unpack_tar(
             std::os::unix::fs::lchown(&at, Some(uid), Some(gid))
                 .map_err(ImageError::io("chown unpacked entry", &at))?;
             if kind.is_file() || kind.is_dir() {
-                // chown clears set-id bits; put the mode back.
-                let mode = h.mode().unwrap_or(0o644) & 0o7777;
+                // chown clears set-id bits; put the mode back, without them.
+                let mode = without_setid(h.mode().unwrap_or(0o644));
                 std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))
                     .map_err(ImageError::io("chmod unpacked entry", &at))?;
             }
@@ -471,5 +490,60 @@ mod tests {
         };
         assert_eq!(n, 1, "{}", std::io::Error::last_os_error());
         assert_eq!(v[0], b'y');
+    }
+
+    #[test]
+    fn whiteouts_of_the_directory_itself_or_its_parent_are_refused() {
+        for name in [".wh.", ".wh..", ".wh...", "etc/.wh..."] {
+            let d = tempfile::tempdir().unwrap();
+            let sibling = d.path().join("other-pull");
+            std::fs::create_dir(&sibling).unwrap();
+            std::fs::write(sibling.join("blob"), "x").unwrap();
+            let layer = d.path().join("layer");
+            std::fs::create_dir(&layer).unwrap();
+            let t = tar_of(|b| {
+                file(b, "etc/keep", b"k");
+                file(b, name, b"");
+            });
+            let e = unpack_tar(&t[..], &layer, "l1", opts()).unwrap_err();
+            match &e {
+                ImageError::HostileEntry { layer, entry, .. } => {
+                    assert_eq!((layer.as_str(), entry.as_str()), ("l1", name));
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            assert!(sibling.join("blob").is_file(), "{name}: {e}");
+            assert!(layer.join("etc/keep").is_file(), "{name}: {e}");
+        }
+    }
+
+    #[test]
+    fn set_id_bits_are_stripped() {
+        let t = tar_of(|b| {
+            for (path, mode) in [("bin/su", 0o4755), ("bin/wall", 0o2755), ("tmp/", 0o1777)] {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(0);
+                h.set_mode(mode);
+                let kind = if path.ends_with('/') {
+                    tar::EntryType::Directory
+                } else {
+                    tar::EntryType::Regular
+                };
+                h.set_entry_type(kind);
+                b.append_data(&mut h, path, &[][..]).unwrap();
+            }
+        });
+        let d = tempfile::tempdir().unwrap();
+        unpack_tar(&t[..], d.path(), "l1", opts()).unwrap();
+        let mode = |p: &str| {
+            std::fs::symlink_metadata(d.path().join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("bin/su"), 0o755);
+        assert_eq!(mode("bin/wall"), 0o755);
+        assert_eq!(mode("tmp"), 0o1777, "the sticky bit stays");
     }
 }

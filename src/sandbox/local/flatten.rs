@@ -22,6 +22,10 @@
 //! non-directory becomes opaque (the original stack hid the base's entry
 //! behind the non-directory). The kernel's `redirect_dir` and `metacopy`
 //! features, off by default, are refused where a layer uses them.
+//!
+//! Set-user-id and set-group-id bits are not carried into the merge (step
+//! layers are stored without them, see `stepcache.rs`; this also holds for
+//! layers cached before that).
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -114,7 +118,8 @@ fn place(src: &Path, meta: &std::fs::Metadata, dst: &Path, linked: &mut Linked) 
     std::fs::copy(src, dst)?;
     // The owner first: changing it clears set-id bits and file capabilities.
     std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
-    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    let mode = crate::fsutil::without_setid(meta.mode());
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode))?;
     for name in list_xattrs(src)? {
         if let Some(value) = get_xattr(src, &name)? {
             set_xattr(dst, &name, &value)?;
@@ -172,7 +177,8 @@ fn copy_dir_meta(src: &Path, dst: &Path) -> io::Result<()> {
     if (have.uid(), have.gid()) != (meta.uid(), meta.gid()) {
         std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
     }
-    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    let mode = crate::fsutil::without_setid(meta.mode());
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode))?;
     for name in list_xattrs(src)? {
         if let Some(kind) = overlay_attr(&name) {
             if REFUSED_OVERLAY_ATTRS.contains(&kind) {

@@ -1,4 +1,11 @@
 //! On-disk layout of the local backend's cache, and the base layer.
+//!
+//! The cache's root (`<cache>/local`), its built images and its step cache
+//! are mode 0700: they hold the sandboxes' files (owned by the sandbox's
+//! host ids), which no other host user may reach. Sandboxes reach them
+//! through overlay and bind mounts made by the operator (as root,
+//! bubblewrap's own bind sources live under [`Layout::stage`], outside the
+//! cache).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -177,14 +184,14 @@ impl Layout {
         }
     }
 
-    /// Create the skeleton and mount points if missing.
+    /// Create the skeleton and mount points if missing; the cache's root,
+    /// its images and its step cache are (made) private, mode 0700.
     pub fn ensure(&self) -> Result<(), SandboxError> {
-        for dir in [
-            self.images(),
-            self.merged(),
-            self.scratch(),
-            self.sessions(),
-        ] {
+        for dir in [self.root.clone(), self.images(), self.steps()] {
+            crate::fsutil::create_private_dir(&dir)
+                .map_err(SandboxError::io("create cache directory", &dir))?;
+        }
+        for dir in [self.merged(), self.scratch(), self.sessions()] {
             std::fs::create_dir_all(&dir)
                 .map_err(SandboxError::io("create cache directory", &dir))?;
         }

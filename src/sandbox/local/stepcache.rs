@@ -15,9 +15,16 @@
 //! A layer is built under a `.build-<pid>-...` name and renamed into place
 //! when complete, so a failed, killed or out-of-space build leaves nothing
 //! that a later build would take for a finished layer.
+//!
+//! The cache directory is mode 0700, and a step's output keeps no
+//! set-user-id or set-group-id bit: they are stripped from every file and
+//! directory of the layer before it is stored (a step's `chmod u+s` would
+//! otherwise leave, in the host's cache, a program that runs with the
+//! sandbox root's host ids, or the operator's when rootless).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -162,7 +169,8 @@ pub struct Lock {
 /// whoever holds it.
 pub fn lock(path: &Path) -> Result<Lock, SandboxError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(SandboxError::io("create cache directory", dir))?;
+        crate::fsutil::create_private_dir(dir)
+            .map_err(SandboxError::io("create cache directory", dir))?;
     }
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -210,6 +218,8 @@ impl StepCache {
 
     /// A fresh directory to build a layer in.
     pub fn temp(&self) -> Result<PathBuf, SandboxError> {
+        crate::fsutil::create_private_dir(&self.dir)
+            .map_err(SandboxError::io("create cache directory", &self.dir))?;
         let mut rnd = [0u8; 6];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
         let p = self.dir.join(format!(
@@ -221,9 +231,11 @@ impl StepCache {
         Ok(p)
     }
 
-    /// Complete the layer built in `tmp` as `key`: its metadata is written,
-    /// then it is renamed into place (a layer already there wins).
+    /// Complete the layer built in `tmp` as `key`: its set-id bits are
+    /// stripped, its metadata is written, then it is renamed into place (a
+    /// layer already there wins).
     pub fn commit(&self, tmp: &Path, key: &str, meta: &StepMeta) -> Result<PathBuf, SandboxError> {
+        strip_setid(tmp)?;
         let bytes =
             serde_json::to_vec_pretty(meta).map_err(|e| SandboxError::Start(e.to_string()))?;
         let at = tmp.join("step.json");
@@ -239,6 +251,63 @@ impl StepCache {
         }
         Ok(dest)
     }
+}
+
+/// Remove the set-user-id and set-group-id bits from everything under
+/// `dir` (symlinks are not followed). A directory its owner made
+/// unreadable is opened up while it is walked, then given its mode back.
+pub fn strip_setid(dir: &Path) -> Result<(), SandboxError> {
+    /// Work left: a path to visit, or a directory's mode to restore once
+    /// everything below it was visited.
+    enum Todo {
+        Visit(PathBuf),
+        Restore(PathBuf, u32),
+    }
+    let mut todo = vec![Todo::Visit(dir.to_path_buf())];
+    while let Some(next) = todo.pop() {
+        let path = match next {
+            Todo::Visit(path) => path,
+            Todo::Restore(path, mode) => {
+                set_mode(&path, mode, "restore step output mode")?;
+                continue;
+            }
+        };
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(SandboxError::io("stat step output", &path))?;
+        let mode = meta.mode() & 0o7777;
+        let clean = crate::fsutil::without_setid(mode);
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        if clean != mode {
+            set_mode(&path, clean, "strip set-id bits from step output")?;
+        }
+        if !meta.is_dir() {
+            continue;
+        }
+        if clean & 0o700 != 0o700 && meta.uid() == current_uid() {
+            // Our own locked directory (rootless): open it for the walk.
+            set_mode(&path, clean | 0o700, "read step output")?;
+            todo.push(Todo::Restore(path.clone(), clean));
+        }
+        let entries =
+            std::fs::read_dir(&path).map_err(SandboxError::io("read step output", &path))?;
+        for entry in entries {
+            let entry = entry.map_err(SandboxError::io("read step output", &path))?;
+            todo.push(Todo::Visit(entry.path()));
+        }
+    }
+    Ok(())
+}
+
+fn set_mode(path: &Path, mode: u32, what: &str) -> Result<(), SandboxError> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(SandboxError::io(what.to_string(), path))
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 /// What [`prune_steps`] removed.
@@ -373,6 +442,52 @@ mod tests {
         cache.commit(&tmp2, "k", &meta).unwrap();
         assert!(at.join("root/etc").is_dir() && !tmp2.exists());
         let _held = cache.lock("k").unwrap();
+    }
+}
+
+#[cfg(test)]
+mod setid_tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn stored_step_layers_keep_no_set_id_bits_and_the_cache_is_private() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = StepCache::new(&d.path().join("steps"));
+        let tmp = cache.temp().unwrap();
+        let root = tmp.join("root");
+        std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+        std::fs::create_dir_all(root.join("locked/inner")).unwrap();
+        for (f, m) in [
+            ("usr/bin/su", 0o4755),
+            ("usr/bin/wall", 0o2711),
+            ("locked/inner/x", 0o6700),
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+            std::fs::set_permissions(root.join(f), std::fs::Permissions::from_mode(m)).unwrap();
+        }
+        std::fs::set_permissions(root.join("usr"), std::fs::Permissions::from_mode(0o2755))
+            .unwrap();
+        std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o000))
+            .unwrap();
+        std::os::unix::fs::symlink("/usr/bin/passwd", root.join("link")).unwrap();
+        let at = cache.commit(&tmp, "k", &StepMeta::default()).unwrap();
+        let root = at.join("root");
+        assert_eq!(mode(&root.join("usr/bin/su")), 0o755);
+        assert_eq!(mode(&root.join("usr/bin/wall")), 0o711);
+        assert_eq!(mode(&root.join("usr")), 0o755);
+        assert_eq!(
+            mode(&root.join("locked")),
+            0o000,
+            "a locked directory keeps its mode"
+        );
+        std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        assert_eq!(mode(&root.join("locked/inner/x")), 0o700);
+        assert_eq!(mode(&d.path().join("steps")), 0o700);
     }
 }
 
