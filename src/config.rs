@@ -30,6 +30,23 @@ pub struct Config {
     pub images: ImagesConfig,
     /// `[tui]`: theme and key overrides.
     pub tui: TuiConfig,
+    /// `[serve]`: what `endless serve` answers without a token.
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+/// `[serve]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    /// Let `GET /v1/health` and `GET /metrics` answer without a token, for
+    /// a local scraper or health check that cannot send one; allowed on a
+    /// loopback `--bind` only (the server refuses to start otherwise).
+    /// Default false: every request needs a token, as health tells the
+    /// version and session counts and metrics every client's load and
+    /// errors (`--open-metrics` sets it for one server).
+    #[serde(default)]
+    pub open_metrics: bool,
 }
 
 /// `[sandbox]`

@@ -24,6 +24,14 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
     if args.max_sessions == 0 || args.max_sessions_per_token == Some(0) {
         bail!("--max-sessions and --max-sessions-per-token must be at least 1");
     }
+    let open_metrics = args.open_metrics || ctx.config.serve.open_metrics;
+    if open_metrics && !args.bind.ip().is_loopback() {
+        bail!(
+            "--open-metrics ([serve] open_metrics) is only allowed on a loopback address, not {}: \
+             a remote scraper sends a token",
+            args.bind
+        );
+    }
     let auth = if args.no_auth {
         if !args.bind.ip().is_loopback() {
             bail!(
@@ -43,7 +51,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
         } else {
             say_err!("endless serve: tokens from {}", path.display());
         }
-        auth
+        auth.with_open_metrics(open_metrics)
     };
     let protocol = ctx.protocol(args.protocol.as_deref())?;
     let ws = ctx.workspace()?;

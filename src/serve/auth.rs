@@ -1,6 +1,16 @@
 //! Bearer tokens: read from a token file (one token per line, each a
 //! client with its own session quota), generated with mode 0600 when the
 //! file does not exist.
+//!
+//! Every route needs a token, `GET /v1/health` and `GET /metrics`
+//! included, unless the operator opens those two ([`Auth::with_open_metrics`],
+//! `[serve] open_metrics` or `--open-metrics`), which only a loopback bind
+//! allows. Closed by default: health tells the version and the session
+//! counts, metrics the load, the outcomes and the errors of every client,
+//! and a token costs a scraper nothing (Prometheus sends one from
+//! `authorization.credentials_file`). Open on loopback is for a local
+//! scraper or health check that cannot send one: only this machine's users
+//! reach it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,22 +49,51 @@ pub enum AuthError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Client(pub String);
 
-/// The accepted tokens (`None`: auth off, loopback only).
+/// The accepted tokens (`None`: auth off, loopback only), and whether
+/// health and metrics answer without one.
 #[derive(Debug, Clone)]
 pub struct Auth {
     /// SHA-256 of each token, with its client name.
     tokens: Option<Vec<([u8; 32], Client)>>,
+    /// `GET /v1/health` and `GET /metrics` need no token (loopback only).
+    open_metrics: bool,
 }
 
 impl Auth {
     /// No authentication (refused by the server for non-loopback binds).
     pub fn disabled() -> Self {
-        Self { tokens: None }
+        Self {
+            tokens: None,
+            open_metrics: false,
+        }
     }
 
     /// Whether requests must carry a token.
     pub fn is_enabled(&self) -> bool {
         self.tokens.is_some()
+    }
+
+    /// Let `GET /v1/health` and `GET /metrics` answer without a token
+    /// (`open`), for a local scraper or health check; the server then
+    /// refuses to start on a non-loopback address. Default: closed (see
+    /// the module docs for why).
+    pub fn with_open_metrics(mut self, open: bool) -> Self {
+        self.open_metrics = open;
+        self
+    }
+
+    /// Whether health and metrics answer without a token.
+    pub fn metrics_open(&self) -> bool {
+        self.open_metrics
+    }
+
+    /// Check a request for `GET /v1/health` or `GET /metrics`: free when
+    /// they are open (or auth is off), else as [`Auth::check`].
+    pub fn check_metrics(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if self.open_metrics {
+            return Ok(());
+        }
+        self.check(headers).map(drop)
     }
 
     /// Tokens from `path`, creating it with one fresh random token (mode
@@ -97,6 +136,7 @@ impl Auth {
         Ok((
             Self {
                 tokens: Some(tokens),
+                open_metrics: false,
             },
             created,
         ))
@@ -168,6 +208,25 @@ mod tests {
         assert!(auth.check(&headers).is_err());
         let (_, created) = Auth::from_file(&path).unwrap();
         assert!(!created);
+    }
+
+    #[test]
+    fn health_and_metrics_need_the_token_unless_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let (auth, _) = Auth::from_file(&dir.path().join("t")).unwrap();
+        let none = HeaderMap::new();
+        assert!(matches!(
+            auth.check_metrics(&none),
+            Err(ApiError::Unauthorized)
+        ));
+        let mut wrong = HeaderMap::new();
+        wrong.insert("authorization", "Bearer nope".parse().unwrap());
+        assert!(auth.check_metrics(&wrong).is_err());
+        let open = auth.with_open_metrics(true);
+        assert!(open.metrics_open());
+        assert!(open.check_metrics(&none).is_ok());
+        assert!(open.check(&none).is_err(), "only health and metrics open");
+        assert!(Auth::disabled().check_metrics(&none).is_ok());
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! The HTTP API, versioned under `/v1`, plus `GET /metrics`.
+//! The HTTP API, versioned under `/v1`, plus `GET /metrics`. Every route
+//! needs a token; health and metrics only unless opened (see
+//! [`super::auth`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -100,24 +102,29 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-async fn health(State(app): Shared) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
+async fn health(
+    State(app): Shared,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    app.auth.check_metrics(&headers)?;
+    Ok(Json(serde_json::json!({
         "status": if app.draining.load(Ordering::Relaxed) { "draining" } else { "ok" },
         "version": env!("CARGO_PKG_VERSION"),
         "sessions": app.registry.open_count(),
         "max_sessions": app.registry.max_sessions,
         "lost_sessions": app.lost.len(),
-    }))
+    })))
 }
 
-async fn metrics(State(app): Shared) -> impl IntoResponse {
-    (
+async fn metrics(State(app): Shared, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
+    app.auth.check_metrics(&headers)?;
+    Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         app.metrics.render(app.registry.open_count()),
-    )
+    ))
 }
 
 /// `GET /v1/tasks` filters.

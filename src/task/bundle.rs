@@ -8,15 +8,21 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use super::safe_read::{read_tree_bounded, ReadLimits};
-use super::text::{parse_toml, read_text, read_text_opt};
+use super::safe_read::{BundleDir, ReadLimits};
+use super::text::parse_toml;
 use super::{is_valid_id, BundleError, FileTree, Task, TaskMeta};
 use crate::fsutil::AtomicDir;
 
-/// Read a native bundle from `dir`.
+/// Read a native bundle from `dir` (see [`read_native_in`]).
 pub fn read_native(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
-    let toml_path = dir.join("task.toml");
-    let meta: TaskMeta = parse_toml(&toml_path, &read_text(&toml_path)?)?;
+    read_native_in(&BundleDir::open(dir)?, limits)
+}
+
+/// Read a native bundle from the opened directory `dir`: every file
+/// through its descriptor, never leaving it (see [`BundleDir`]).
+pub fn read_native_in(dir: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> {
+    let toml_path = dir.shown("task.toml");
+    let meta: TaskMeta = parse_toml(&toml_path, &dir.read_text("task.toml", limits)?)?;
     if !is_valid_id(&meta.task.id) {
         return Err(BundleError::invalid(
             &toml_path,
@@ -27,12 +33,12 @@ pub fn read_native(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError>
             ),
         ));
     }
-    let instruction = read_text(&dir.join("instruction.md"))?;
-    let truth = read_text_opt(&dir.join("truth.md"))?.unwrap_or_default();
+    let instruction = dir.read_text("instruction.md", limits)?;
+    let truth = dir.read_text_opt("truth.md", limits)?.unwrap_or_default();
     let mut total = instruction.len() as u64 + truth.len() as u64;
-    let environment = read_tree_bounded(dir, &dir.join("environment"), limits, &mut total)?;
-    let tests = read_tree_bounded(dir, &dir.join("tests"), limits, &mut total)?;
-    let solution = read_tree_bounded(dir, &dir.join("solution"), limits, &mut total)?;
+    let environment = dir.read_tree("environment", limits, &mut total)?;
+    let tests = dir.read_tree("tests", limits, &mut total)?;
+    let solution = dir.read_tree("solution", limits, &mut total)?;
     Ok(Task {
         meta,
         instruction,

@@ -2,6 +2,7 @@
 
 mod baseline;
 mod bundle;
+mod dirfd;
 pub mod envdef;
 mod error;
 mod escape;
@@ -12,9 +13,11 @@ pub mod text;
 mod validate;
 
 pub use baseline::{baseline_digest, Baseline};
-pub use bundle::{read_native, save_native_atomic, write_meta_atomic, write_native, write_tree};
+pub use bundle::{
+    read_native, read_native_in, save_native_atomic, write_meta_atomic, write_native, write_tree,
+};
 pub use error::{BundleError, Problem};
 pub use escape::terminal_safe;
 pub use model::*;
-pub use safe_read::{read_tree_bounded, ReadLimits, SafeReadError};
+pub use safe_read::{read_tree_bounded, BundleDir, ReadLimits, SafeReadError, MAX_DEPTH};
 pub use validate::validate;

@@ -24,14 +24,17 @@ fn attr(e: &BytesStart, key: &[u8]) -> Option<String> {
 
 /// Parse JUnit XML into test cases, in document order. A `<failure>` or
 /// `<error>` makes a test fail (its message and text become the message);
-/// a `<skipped>` test counts as passed with a note.
+/// a `<skipped>` test counts as passed with a note. A document that ends
+/// inside an element (cut short) is an error: its cases are not all there.
 pub fn parse_junit(xml: &str) -> Result<Vec<TestCase>, SandboxError> {
     let mut reader = Reader::from_str(xml);
     let mut out = Vec::new();
     let mut cur: Option<Current> = None;
+    let mut open = OpenElements::default();
     let bad = |e: quick_xml::Error| SandboxError::Verify(format!("JUnit XML is malformed: {e}"));
     loop {
         let event = reader.read_event().map_err(bad)?;
+        open.track(&event);
         let event_kind = if matches!(event, Event::Empty(_)) {
             Kind::Empty
         } else {
@@ -103,6 +106,7 @@ pub fn parse_junit(xml: &str) -> Result<Vec<TestCase>, SandboxError> {
             _ => {}
         }
     }
+    open.check_closed()?;
     if let Some(done) = cur.take() {
         out.push(finish(done));
     }
@@ -128,6 +132,36 @@ fn finish(c: Current) -> TestCase {
 enum Kind {
     Empty,
     Other,
+}
+
+/// The elements open at the reader's position (quick-xml checks that end
+/// tags match, not that the document ends with none open).
+#[derive(Default)]
+struct OpenElements(Vec<String>);
+
+impl OpenElements {
+    fn track(&mut self, event: &Event) {
+        match event {
+            Event::Start(e) => self
+                .0
+                .push(String::from_utf8_lossy(e.name().as_ref()).into_owned()),
+            Event::End(_) => {
+                self.0.pop();
+            }
+            _ => {}
+        }
+    }
+
+    /// An error naming the innermost element still open at the end.
+    fn check_closed(&self) -> Result<(), SandboxError> {
+        match self.0.last() {
+            None => Ok(()),
+            Some(name) => Err(SandboxError::Verify(format!(
+                "JUnit XML ends inside <{name}> ({} elements left open): the report is incomplete (cut short?), so it is not scored",
+                self.0.len()
+            ))),
+        }
+    }
 }
 
 fn new_case(e: &BytesStart) -> Current {
@@ -173,5 +207,23 @@ E       assert 1 == 2</failure></testcase><testcase classname="test_final_state"
     fn malformed_xml_is_an_error() {
         assert!(parse_junit("<testsuite><testcase name='a'></testsuite>").is_err());
         assert!(parse_junit("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_cut_report_is_an_error_wherever_it_is_cut() {
+        // Every prefix of a report that ends inside an element is refused,
+        // never scored on the cases before the cut.
+        let end = XML.rfind("</testsuites>").unwrap();
+        for cut in (XML.find("<testsuites>").unwrap() + 1..end).step_by(7) {
+            let Ok(cases) = parse_junit(&XML[..cut]) else {
+                continue;
+            };
+            panic!("cut at {cut} was accepted with {} cases", cases.len());
+        }
+        // Cut inside a failure's text, as a capture limit cuts a long traceback.
+        let in_text = XML.find("E       assert 1 == 2").unwrap() + 3;
+        let err = parse_junit(&XML[..in_text]).unwrap_err();
+        assert!(err.to_string().contains("incomplete"), "{err}");
+        assert!(parse_junit(XML).is_ok());
     }
 }

@@ -11,6 +11,6 @@ pub use bench::{bench_verify, Latency, VerifyBench};
 pub use junit::parse_junit;
 pub use run::{
     verify, verify_initial_and_final, verify_with, TestCase, TestReport, TestSet, VerifierMode,
-    PYTHON,
+    MAX_REPORT_BYTES, PYTHON,
 };
 pub use validate::{validate_task, validate_task_reporting, Validation};

@@ -12,23 +12,24 @@ use super::convert::{
 };
 use super::test_script::{adopt_runner, harbor_test_sh, take_truth, TRUTH};
 use super::{BundleError, Task};
-use crate::task::text::{parse_toml, read_text};
-use crate::task::{read_tree_bounded, ReadLimits};
+use crate::task::text::parse_toml;
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
+use crate::task::{BundleDir, ReadLimits};
 
 const TEST_SH: &str = "test.sh";
 /// Lists the top-level keys the export added only because Harbor needs them.
 const ADDED_KEYS: &str = "added_keys";
 
 /// Read a Harbor task directory.
-pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
-    let toml_path = dir.join("task.toml");
-    let mut table: toml::Table = parse_toml(&toml_path, &read_text(&toml_path)?)?;
-    let instruction = read_text(&dir.join("instruction.md"))?;
+pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> {
+    let dir = root.path();
+    let toml_path = root.shown("task.toml");
+    let mut table: toml::Table = parse_toml(&toml_path, &root.read_text("task.toml", limits)?)?;
+    let instruction = root.read_text("instruction.md", limits)?;
     let mut total = instruction.len() as u64;
-    let mut environment = read_tree_bounded(dir, &dir.join("environment"), limits, &mut total)?;
-    let mut tests = read_tree_bounded(dir, &dir.join("tests"), limits, &mut total)?;
-    let solution = read_tree_bounded(dir, &dir.join("solution"), limits, &mut total)?;
+    let mut environment = root.read_tree("environment", limits, &mut total)?;
+    let mut tests = root.read_tree("tests", limits, &mut total)?;
+    let solution = root.read_tree("solution", limits, &mut total)?;
     drop_generated(&mut environment);
 
     let mut native = table.remove("endless");

@@ -18,8 +18,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{read_native, write_native, BundleError, Task};
-use crate::task::ReadLimits;
+use super::{read_native_in, write_native, BundleError, Task};
+use crate::task::{BundleDir, ReadLimits};
 
 /// A supported on-disk task format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -48,9 +48,15 @@ impl Format {
 
     /// Which format `dir` holds, if it looks like a task at all.
     pub fn detect(dir: &Path) -> Option<Format> {
-        let toml_path = dir.join("task.toml");
-        if toml_path.is_file() {
-            let is_native = std::fs::read_to_string(&toml_path)
+        Self::detect_in(&BundleDir::open(dir).ok()?)
+    }
+
+    /// Which format the opened directory `dir` holds (its marker files are
+    /// looked at through its descriptor, see [`BundleDir`]).
+    pub fn detect_in(dir: &BundleDir) -> Option<Format> {
+        if dir.is_file("task.toml") {
+            let is_native = dir
+                .read_text("task.toml", &ReadLimits::default())
                 .ok()
                 .and_then(|t| t.parse::<toml::Table>().ok())
                 .is_some_and(|t| t.get("task").and_then(|s| s.get("id")).is_some());
@@ -60,10 +66,10 @@ impl Format {
                 Format::Harbor
             });
         }
-        if dir.join("task.json").is_file() {
+        if dir.is_file("task.json") {
             return Some(Format::Reference);
         }
-        if dir.join("task.yaml").is_file() {
+        if dir.is_file("task.yaml") {
             return Some(Format::Tb1);
         }
         None
@@ -71,8 +77,14 @@ impl Format {
 
     /// Read the task in `dir` in this format.
     pub fn read(self, dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
+        self.read_in(&BundleDir::open(dir)?, limits)
+    }
+
+    /// Read the task in the opened directory `dir` in this format: every
+    /// file through its descriptor, never leaving it (see [`BundleDir`]).
+    pub fn read_in(self, dir: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> {
         match self {
-            Format::Native => read_native(dir, limits),
+            Format::Native => read_native_in(dir, limits),
             Format::Reference => reference::read(dir, limits),
             Format::Harbor => harbor::read(dir, limits),
             Format::Tb1 => tb1::read(dir, limits),

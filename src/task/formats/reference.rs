@@ -21,9 +21,9 @@ use super::convert::{
 use super::solver_summary::{self, O3_SUMMARY};
 use super::{id_from_dir, BundleError, Task};
 use crate::task::envdef;
-use crate::task::text::{parse_json, read_text};
-use crate::task::{read_tree_bounded, ReadLimits};
+use crate::task::text::parse_json;
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
+use crate::task::{BundleDir, ReadLimits};
 
 const SOLUTIONS: &str = "solutions";
 
@@ -33,9 +33,11 @@ fn is_test_file(name: &str) -> bool {
 }
 
 /// Read a reference-layout task directory.
-pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
-    let json_path = dir.join("task.json");
-    let mut doc: Map<String, Value> = parse_json(&json_path, &read_text(&json_path)?)?;
+pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> {
+    let dir = root.path();
+    let json_path = root.shown("task.json");
+    let mut doc: Map<String, Value> =
+        parse_json(&json_path, &root.read_text("task.json", limits)?)?;
     let take_string =
         |doc: &mut Map<String, Value>, key: &str| -> Result<Option<String>, BundleError> {
             match doc.remove(key) {
@@ -80,7 +82,7 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
     }
 
     let mut total = instruction.len() as u64 + truth.len() as u64;
-    let all = read_tree_bounded(dir, dir, limits, &mut total)?;
+    let all = root.read_tree("", limits, &mut total)?;
     let mut environment = FileTree::default();
     let mut tests = FileTree::default();
     let mut solution = FileTree::default();

@@ -13,17 +13,19 @@ use super::convert::{
 };
 use super::test_script::{adopt_runner, harbor_test_sh, take_truth, TRUTH};
 use super::{BundleError, Task};
-use crate::task::text::{parse_yaml, read_text};
-use crate::task::{read_tree_bounded, ReadLimits};
+use crate::task::text::parse_yaml;
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
+use crate::task::{BundleDir, ReadLimits};
 
 const RUN_TESTS: &str = "run-tests.sh";
 const SOLUTION: &str = "solution.sh";
 
 /// Read a Terminal-Bench 1 task directory.
-pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
-    let yaml_path = dir.join("task.yaml");
-    let mut doc: Map<String, Value> = parse_yaml(&yaml_path, &read_text(&yaml_path)?)?;
+pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> {
+    let dir = root.path();
+    let yaml_path = root.shown("task.yaml");
+    let mut doc: Map<String, Value> =
+        parse_yaml(&yaml_path, &root.read_text("task.yaml", limits)?)?;
     let instruction = match doc.remove("instruction") {
         Some(Value::String(s)) => s,
         Some(_) => {
@@ -46,7 +48,7 @@ pub fn read(dir: &Path, limits: &ReadLimits) -> Result<Task, BundleError> {
         None => TaskMeta::default(),
     };
     let mut total = instruction.len() as u64;
-    let all = read_tree_bounded(dir, dir, limits, &mut total)?;
+    let all = root.read_tree("", limits, &mut total)?;
     let mut environment = FileTree::default();
     let mut tests = FileTree::default();
     let mut solution = FileTree::default();
