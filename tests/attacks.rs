@@ -367,6 +367,301 @@ chmod +x ~/tool"#,
     });
 }
 
+#[test]
+fn agent_code_run_by_a_test_cannot_plant_modules_on_the_import_path() {
+    both(
+        "agent_code_run_by_a_test_cannot_plant_modules_on_the_import_path",
+        |b| {
+            for user in ["user", "root"] {
+                let home = if user == "root" {
+                    "/root"
+                } else {
+                    "/home/user"
+                };
+                let mut t = task(&format!("atk-plant-{user}"), user, "true\n");
+                // One test runs the agent's tool; a later one imports a
+                // module pytest has not loaded yet (stdlib `colorsys`).
+                t.tests.insert_text(
+                    "test_final_state.py",
+                    format!(
+                        "import subprocess\ndef test_tool_runs():\n    subprocess.run(['{home}/tool'])\n\
+                         def test_done():\n    import colorsys\n    assert False, 'never passes'\n"
+                    ),
+                );
+                t.tests.insert_text("helpers.py", "VALUE = 1\n");
+                let mut s = session(b, &t);
+                // The tool plants a `colorsys` that reports every test
+                // passed wherever it could precede the standard library:
+                // the tests' directory (pytest puts it first), the working
+                // directory, home and PYTHONPATH's; it also tries to rewrite
+                // the tests' own files.
+                run(
+                    &mut s,
+                    &format!(
+                        r#"cat > ~/evil.py <<'EOF'
+import os
+R = b'<testsuite><testcase classname="test_final_state" name="test_done"/><testcase classname="test_final_state" name="test_tool_runs"/></testsuite>'
+os.write(3, R)
+os._exit(0)
+EOF
+cat > ~/tool <<'EOF'
+#!/bin/sh
+for d in /run/endless-verifier/tests /run/endless-verifier "$PWD" {home} /tmp; do
+  cp {home}/evil.py "$d/colorsys.py" 2>/dev/null && echo "planted in $d" >> /tmp/planted
+done
+for f in /run/endless-verifier/tests/*.py /run/endless-verifier/pytest.ini; do
+  cp {home}/evil.py "$f" 2>/dev/null && echo "rewrote $f" >> /tmp/planted
+  chmod u+w "$f" 2>/dev/null && cp {home}/evil.py "$f" 2>/dev/null && echo "rewrote $f" >> /tmp/planted
+done
+exit 0
+EOF
+chmod +x ~/tool; echo 'export PYTHONPATH=/tmp' >> ~/.profile"#
+                    ),
+                );
+                let r = verify_both(&mut s, &t, TestSet::Final);
+                assert!(
+                    !r.passed,
+                    "{user}: a planted module forged the verdict: {:?}",
+                    r.tests
+                );
+                let done = r
+                    .tests
+                    .iter()
+                    .find(|c| c.name.ends_with("test_done"))
+                    .unwrap();
+                assert!(
+                    !done.passed && done.message.contains("never passes"),
+                    "{user}: {:?}\n{}",
+                    r.tests,
+                    r.output
+                );
+                let planted = run(&mut s, "cat /tmp/planted 2>/dev/null; echo end");
+                assert!(
+                    !planted.contains("/run/endless-verifier"),
+                    "{user}: the tests' directory was writable: {planted}"
+                );
+                s.close();
+            }
+        },
+    );
+}
+
+/// Host files only host root may read, planted for the test and removed
+/// after: a 0600 file and a 0700 directory under `/usr/local/share`.
+struct HostSecrets;
+
+impl HostSecrets {
+    const SECRET: &'static str = "HOST-ROOT-ONLY-4d1c";
+    const FILE: &'static str = "/usr/local/share/endless-attack-canary";
+    const DIR: &'static str = "/usr/local/share/endless-attack-private";
+
+    /// Plant them (as root; another user finds them planted by the run
+    /// that started it).
+    fn plant() -> HostSecrets {
+        use std::os::unix::fs::PermissionsExt;
+        let (file, dir) = (Path::new(Self::FILE), Path::new(Self::DIR));
+        if uid() == 0 {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(file, Self::SECRET).unwrap();
+            std::fs::write(dir.join("inner"), Self::SECRET).unwrap();
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::set_permissions(dir.join("inner"), std::fs::Permissions::from_mode(0o644))
+                .unwrap();
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        HostSecrets
+    }
+}
+
+impl Drop for HostSecrets {
+    fn drop(&mut self) {
+        if uid() == 0 {
+            let _ = std::fs::remove_file(Self::FILE);
+            let _ = std::fs::remove_dir_all(Self::DIR);
+        }
+    }
+}
+
+#[test]
+fn root_agents_and_build_steps_read_no_host_file_that_only_host_root_may_read() {
+    let secrets = HostSecrets::plant();
+    both(
+        "root_agents_and_build_steps_read_no_host_file_that_only_host_root_may_read",
+        |_| {
+            let (file, dir) = (HostSecrets::FILE, HostSecrets::DIR);
+            let inner = format!("{dir}/inner");
+            // A hostile build step copies both into the image; the root
+            // agent (the oracle) reads them; the final test, as root
+            // inside, fails if any of it got the secret, or sees them.
+            let mut t = task(
+                "atk-host-secret",
+                "root",
+                &format!(
+                    "cat {file} > /root/from-build 2>&1; cat {inner} >> /root/from-build 2>&1; \
+                     cp -a {dir} /root/dir-from-build 2>/dev/null; true\n"
+                ),
+            );
+            t.solution.insert_text(
+                "solve.sh",
+                format!(
+                    "cat {file} {inner} > /root/from-agent 2>&1; ls -la /usr/local/share >> /root/from-agent 2>&1\n\
+                     echo HELLO > /root/out.txt\n"
+                ),
+            );
+            t.tests.insert_text(
+                "test_final_state.py",
+                format!(
+                    "import os, subprocess\n\
+                     def test_done():\n\
+                     \x20   for f in ['/root/from-build', '/root/from-agent']:\n\
+                     \x20       assert '{secret}' not in open(f).read(), f\n\
+                     \x20   out = subprocess.run(['grep', '-r', '{secret}', '/root/dir-from-build'], capture_output=True, text=True)\n\
+                     \x20   assert '{secret}' not in out.stdout\n\
+                     \x20   if {masked}:\n\
+                     \x20       assert not os.path.lexists('{file}')\n\
+                     \x20       assert not os.path.lexists('{dir}')\n\
+                     \x20   assert open('/root/out.txt').read().strip() == 'HELLO'\n",
+                    secret = HostSecrets::SECRET,
+                    // Run unprivileged, the sandbox's root is that user, who
+                    // may see (not read) them: nothing is masked.
+                    masked = if rootless() { "False" } else { "True" },
+                ),
+            );
+            // A fresh `endless` process, which looks at the host as it is now.
+            let ws_dir = tempfile::tempdir().unwrap();
+            let ws = endless::store::Workspace::open(ws_dir.path()).unwrap();
+            ws.add_task(&t, endless::store::TaskStatus::Candidate)
+                .unwrap();
+            let out = support::cli::endless(
+                ws_dir.path(),
+                &["run", "atk-host-secret", "--policy", "oracle", "--json"],
+            );
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let result: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(
+                result["passed"], true,
+                "a host secret reached the sandbox: {text}"
+            );
+        },
+    );
+    drop(secrets);
+}
+
+#[test]
+fn what_the_limits_leave_out_is_said_and_memory_is_limited_as_a_whole_with_cgroups() {
+    both(
+        "what_the_limits_leave_out_is_said_and_memory_is_limited_as_a_whole_with_cgroups",
+        |_| {
+            let b = backend(small_limits()).unwrap();
+            let (survivors, gap) = survivors_of_two_hogs(&b);
+            let cgroups = endless::sandbox::local::cgroups_available();
+            match gap {
+                None => {
+                    assert!(cgroups, "no gap said, yet no cgroups");
+                    assert!(survivors < 2, "both hogs survived a 200 MiB limit");
+                }
+                Some(gap) if gap.contains("rlimits") => {
+                    assert!(!cgroups, "cgroups are usable, yet rlimits were used");
+                    assert!(gap.contains("per process") && gap.contains("CPU"), "{gap}");
+                }
+                Some(gap) => assert!(gap.contains("CPU"), "{gap}"),
+            }
+        },
+    );
+}
+
+/// Two processes of 150 MiB each in a session limited to 200 MiB; how many
+/// of them lived to the end.
+fn survivors_of_two_hogs(b: &LocalBackend) -> (usize, Option<String>) {
+    let mut s = session(b, &task("atk-limits", "user", "true\n"));
+    let hog =
+        "python3 -c 'import time; x = b\"x\" * (150 << 20); time.sleep(3); print(\"survived\")'";
+    let out = run(&mut s, &format!("({hog} & {hog} & wait) 2>&1; echo end"));
+    let gap = s.info().limits.clone();
+    s.close();
+    (out.matches("survived").count(), gap)
+}
+
+/// A session budget (200 MiB of memory, a small writable layer) that two
+/// 150 MiB processes cannot both fit in.
+fn small_limits() -> Limits {
+    Limits {
+        memory_bytes: 200 << 20,
+        disk_bytes: 16 << 20,
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn cgroups_given_to_an_unprivileged_user_limit_its_sessions_as_a_whole() {
+    const NAME: &str = "cgroups_given_to_an_unprivileged_user_limit_its_sessions_as_a_whole";
+    if std::env::var_os(INNER).is_some() {
+        assert!(endless::sandbox::local::cgroups_available());
+        let b = backend(small_limits()).unwrap();
+        let (survivors, gap) = survivors_of_two_hogs(&b);
+        assert!(
+            gap.as_deref().is_none_or(|g| !g.contains("rlimits")),
+            "{gap:?}"
+        );
+        assert!(survivors < 2, "both hogs survived a 200 MiB limit");
+        return;
+    }
+    if uid() != 0 || !endless::sandbox::local::cgroups_available() {
+        eprintln!("SKIP: needs root and cgroup v1 to hand cgroups to uid 65534");
+        return;
+    }
+    // What an administrator does: give the user the `endless` cgroups.
+    let dirs: Vec<std::path::PathBuf> = ["pids", "memory", "cpu", "freezer"]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c).join("endless"))
+        .filter(|d| d.is_dir())
+        .collect();
+    let chown = |id: u32| {
+        for d in &dirs {
+            std::os::unix::fs::chown(d, Some(id), Some(id)).unwrap();
+            std::os::unix::fs::chown(d.join("cgroup.procs"), Some(id), Some(id)).unwrap();
+        }
+    };
+    support::nobody::rerun_between(NAME, INNER, || chown(support::nobody::NOBODY), || chown(0));
+}
+
+/// Python that opens an `AF_VSOCK` socket and prints `vsock=ERRNO` (0: it
+/// opened).
+const VSOCK_PROBE: &str = r#"python3 -c '
+import socket
+try:
+    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close()
+    print("vsock=0")
+except OSError as e:
+    print("vsock=%d" % e.errno)
+'"#;
+
+#[test]
+fn no_sandboxed_process_opens_vsock_sockets() {
+    both("no_sandboxed_process_opens_vsock_sockets", |b| {
+        // No network namespace isolates vsock: it reaches the hypervisor
+        // and the host's VM sockets. A build step and a session try.
+        let t = task(
+            "atk-vsock",
+            "user",
+            &format!("{VSOCK_PROBE} | sed 's/vsock/build_vsock/' > /home/user/probe\n"),
+        );
+        let mut s = session(b, &t);
+        let out = run(&mut s, &format!("cat ~/probe; {VSOCK_PROBE}"));
+        let got = codes(&out);
+        for name in ["build_vsock", "vsock"] {
+            let code = got.iter().find(|(k, _)| k == name).map(|(_, c)| *c);
+            assert_eq!(code, Some(libc::EPERM), "`{name}` was not refused: {out}");
+        }
+        s.close();
+    });
+}
+
 /// A ptrace and /proc probe in Python (ctypes): for each pid given, whether
 /// `PTRACE_SEIZE`, reading `/proc/PID/mem` and following `/proc/PID/fd/0` work,
 /// as `pid verifier=0|1 attach=OK|errno mem=... fd=...` lines (`verifier=1`:
@@ -814,3 +1109,14 @@ fn a_build_with_network_cannot_reach_host_loopback_and_its_session_stays_offline
         },
     );
 }
+
+// Keystrokes into the operator's terminal.
+#[path = "attacks/operator_terminal.rs"]
+mod operator_terminal;
+// Attacks on what `endless` reads and keeps on the host (image archives and
+// layers, the image and step caches), apart from the sessions above.
+#[path = "attacks/image_store.rs"]
+mod image_store;
+// Attacks through task bundles, verifier reports and the server.
+#[path = "attacks/bundles_and_reports.rs"]
+mod bundles_and_reports;

@@ -55,12 +55,7 @@ def run_tests(payload, gate=None):
                     os._exit(125)
                 os.close(gate)
         plugins.append(Gate())
-    root = payload["root"]
-    for rel, data in payload["files"].items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(bytes.fromhex(data))
+    write_tests(payload)
     os.set_inheritable(3, False)
     r, w = os.pipe()
     junit = []
@@ -84,6 +79,31 @@ def run_tests(payload, gate=None):
     sys.stdout.flush()
     sys.stderr.flush()
     return int(rc)
+
+
+def write_tests(payload):
+    """Write the payload's files under its root, but those already there:
+    where the backend can, they were written before privileges were dropped
+    and the directory is read-only (see `seal_tests`)."""
+    root = payload["root"]
+    for rel, data in payload["files"].items():
+        path = os.path.join(root, rel)
+        if os.path.lexists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "xb") as f:
+            f.write(bytes.fromhex(data))
+
+
+def seal_tests(payload, req, calls):
+    """Still privileged: write the tests into the private tmpfs (as the
+    task's user: host root is not mapped in the sandbox's namespace) and make
+    it read-only, so that nothing a test starts (whatever its user) can
+    plant a module beside them, which pytest puts first on sys.path."""
+    calls["set_fs_ids"](req["uid"], req["gid"])
+    write_tests(payload)
+    calls["mount"](None, payload["root"], None,
+                   MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
 
 def remember_statement_ranges():
@@ -310,8 +330,10 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
@@ -367,6 +389,12 @@ def libc_calls():
         enc = lambda s: None if s is None else s.encode()
         call("mount", enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
 
+    def set_fs_ids(uid, gid):
+        # Only the file-system ids: capabilities other than the file
+        # system's stay (setfsuid reports no error; the writes would).
+        libc.setfsgid(ctypes.c_uint(gid))
+        libc.setfsuid(ctypes.c_uint(uid))
+
     def drop_all_capabilities():
         if os.getuid() == 0:
             prctl(PR_SET_SECUREBITS, SECURE_BITS)
@@ -384,6 +412,7 @@ def libc_calls():
                  ctypes.byref(prog), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
     return {"prctl": prctl, "setns": setns, "unshare": unshare, "mount": mount,
+            "set_fs_ids": set_fs_ids,
             "drop_all_capabilities": drop_all_capabilities, "load_seccomp": load_seccomp}
 
 
@@ -507,6 +536,9 @@ def serve_one(req, fds, calls, seccomp, ctl):
     pid = os.fork()
     if pid == 0:
         try:
+            with os.fdopen(os.dup(stdin), "rb") as f:
+                payload = json.loads(f.read())
+            seal_tests(payload, req, calls)
             become_task_user(req, calls)
             os.dup2(stdin, 0)
             os.dup2(out, 1)
@@ -518,7 +550,6 @@ def serve_one(req, fds, calls, seccomp, ctl):
             os.environ.clear()
             os.environ.update(dict(req["env"]))
             calls["load_seccomp"](seccomp)
-            payload = json.loads(sys.stdin.buffer.read())
             rc = run_tests(payload, gate)
         except BaseException as e:  # noqa: B036 - nothing may return to the zygote's loop
             try:

@@ -33,6 +33,9 @@ pub struct Verification {
     /// How the verifier ran (`warm`, `cold`, `cold (why)`), when the
     /// provider says.
     pub verifier: Option<String>,
+    /// What the session's resource limits left out, when the provider says
+    /// (see [`crate::sandbox::SessionInfo::limits`]).
+    pub limits: Option<String>,
 }
 
 /// Starts terminals for tasks and checks their final state. Implemented for

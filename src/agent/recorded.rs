@@ -251,7 +251,7 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             t0,
         } = self;
         let trajectory = stepper.finish();
-        let mut verifier = None;
+        let (mut verifier, mut limits) = (None, None);
         let verification = if !trajectory.end_reason.can_verify() {
             Ok(Vec::new())
         } else {
@@ -260,6 +260,7 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             timings.verify_secs = v0.elapsed().as_secs_f64();
             v.map(|v| {
                 verifier = v.verifier.clone();
+                limits = v.limits.clone();
                 let junit = &recording.paths.junit;
                 if let Some(xml) = &v.junit_xml {
                     if let Err(e) = crate::fsutil::write_atomic(junit, xml.as_bytes()) {
@@ -273,6 +274,7 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
         timings.total_secs = t0.elapsed().as_secs_f64();
         let mut result = EpisodeResult::new(id, &trajectory, verification, timings);
         result.verifier = verifier;
+        result.limits = limits;
         observer.line(serde_json::json!({
             "type": "end", "end_reason": result.end_reason, "passed": result.passed,
             "failure_mode": result.failure_mode,

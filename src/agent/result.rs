@@ -132,6 +132,10 @@ pub struct EpisodeResult {
     /// the episode was recorded before this existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<String>,
+    /// What the sandbox's resource limits left out (rlimits alone: memory
+    /// per process, no CPU limit); absent when all were enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
     /// Set when a human took the session over (the TUI's ctrl-t): the
     /// episode is not the policy's own, and evaluations leave it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,6 +208,7 @@ impl EpisodeResult {
             tokens: trajectory.tokens,
             timings,
             verifier: None,
+            limits: None,
             taken_over: trajectory.takeover.clone(),
             forked_from: None,
         }
@@ -231,6 +236,7 @@ impl EpisodeResult {
             tokens: TokenUsage::default(),
             timings,
             verifier: None,
+            limits: None,
             taken_over: None,
             forked_from: None,
         }

@@ -114,6 +114,7 @@ impl SandboxProvider for BackendProvider {
             tests,
             junit_xml: (!report.junit_xml.is_empty()).then(|| report.junit_xml.clone()),
             verifier: Some(report.verifier.describe()),
+            limits: term.info().limits.clone(),
             output: report.output,
         })
     }

@@ -465,6 +465,7 @@ pub(crate) mod tests {
             tokens: TokenUsage::default(),
             timings: Timings::default(),
             verifier: None,
+            limits: None,
             taken_over: None,
             forked_from: None,
         }

@@ -363,6 +363,7 @@ mod tests {
             tokens: Default::default(),
             timings: Default::default(),
             verifier: None,
+            limits: None,
             taken_over: None,
             forked_from: None,
         }

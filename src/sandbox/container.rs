@@ -146,6 +146,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
             user: image.user.clone(),
             workdir: image.workdir.clone(),
             image: image.hash.clone(),
+            limits: None,
         };
         let shell = command(&self.engine.shell_argv(&name, image))?;
         let init = "HISTSIZE=0; set +o history; PS1=''; PS2=''; PROMPT_COMMAND=''";

@@ -173,13 +173,23 @@ fn doctor_local() -> BackendStatus {
         ));
     }
     let cg = local::cgroups_available();
+    let cpu = Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists();
     checks.push(Check {
-        name: "cgroups (pids, memory)".into(),
+        name: "cgroups (pids, memory, cpu)".into(),
         ok: true,
-        detail: if cg {
-            "cgroup v1 pids and memory are writable: limits use cgroups".into()
-        } else {
-            "not writable: limits fall back to rlimits (RLIMIT_NPROC, RLIMIT_AS), which are per user and coarser".into()
+        detail: match (cg, cpu) {
+            (true, true) => "cgroup v1 pids, memory and cpu are writable by this user: sessions \
+                             are limited as a whole"
+                .into(),
+            (true, false) => "cgroup v1 pids and memory are writable by this user; no cpu \
+                              controller: no CPU limit"
+                .into(),
+            (false, _) => format!(
+                "not writable by this user: {} (each result says so in `limits`); to limit \
+                 sessions as a whole, run as root or give this user the `endless` cgroups \
+                 (mkdir /sys/fs/cgroup/{{pids,memory,cpu,freezer}}/endless and chown them)",
+                local::RLIMITS_ONLY
+            ),
         },
         fix: None,
     });

@@ -225,11 +225,16 @@ fn run_pytest(
             )));
         }
     }
-    let mut payload_files = serde_json::Map::new();
-    for (path, file) in task.tests.iter() {
-        payload_files.insert(format!("tests/{path}"), hex::encode(&file.bytes).into());
-    }
-    payload_files.insert("pytest.ini".into(), hex::encode("[pytest]\n").into());
+    let mut test_files: Vec<(String, Vec<u8>)> = task
+        .tests
+        .iter()
+        .map(|(path, file)| (format!("tests/{path}"), file.bytes.clone()))
+        .collect();
+    test_files.push(("pytest.ini".into(), b"[pytest]\n".to_vec()));
+    let payload_files: serde_json::Map<String, serde_json::Value> = test_files
+        .iter()
+        .map(|(path, bytes)| (path.clone(), hex::encode(bytes).into()))
+        .collect();
     let mut args: Vec<String> = PLUGIN_ARGS
         .iter()
         .chain(&["--noconftest", "--color=no", "-q", "-rA"])
@@ -256,12 +261,14 @@ fn run_pytest(
         } else {
             WarmHints::default()
         },
+        files: test_files,
     };
     let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
     let (out, junit, path) = match run {
         Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),
         other => other?,
     };
+    check_report_size(junit.len())?;
     let junit_xml = String::from_utf8_lossy(&junit).into_owned();
     let tests = if junit_xml.is_empty() {
         Vec::new()
@@ -282,6 +289,25 @@ fn run_pytest(
         verifier: path,
         exit_code: out.code,
     })
+}
+
+/// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture
+/// (`spawn_capture`, behind both the fresh and the pre-warmed verifier)
+/// keeps the first 16 MiB and drops the rest. A report that reaches it was
+/// cut, or may have been.
+pub const MAX_REPORT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Refuse a JUnit report of `len` bytes that reached [`MAX_REPORT_BYTES`]:
+/// the cases after the cut are missing, so any score of it would be wrong
+/// (issue 30, gap 3). The verification is an error, unscored.
+fn check_report_size(len: usize) -> Result<(), SandboxError> {
+    if len < MAX_REPORT_BYTES {
+        return Ok(());
+    }
+    Err(SandboxError::Verify(format!(
+        "the JUnit report reached the {} MiB capture limit of the verifier's result pipe ({len} bytes kept) and was cut; a partial report is not scored (shorten the tests' failure messages or output)",
+        MAX_REPORT_BYTES >> 20
+    )))
 }
 
 /// The plugins every run blocks (no cache directory is written).
@@ -477,6 +503,17 @@ mod tests {
             duration: Duration::ZERO,
             verifier: VerifierPath::Warm,
             exit_code,
+        }
+    }
+
+    #[test]
+    fn a_report_at_the_capture_limit_is_an_error_naming_it() {
+        assert!(check_report_size(0).is_ok());
+        assert!(check_report_size(MAX_REPORT_BYTES - 1).is_ok());
+        for len in [MAX_REPORT_BYTES, MAX_REPORT_BYTES + 16383] {
+            let err = check_report_size(len).unwrap_err();
+            assert!(matches!(err, SandboxError::Verify(_)), "{err}");
+            assert!(err.to_string().contains("16 MiB capture limit"), "{err}");
         }
     }
 

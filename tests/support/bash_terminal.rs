@@ -140,6 +140,7 @@ impl SandboxProvider for BashProvider {
                 .collect::<String>()
         );
         Ok(Verification {
+            limits: None,
             tests,
             junit_xml: Some(xml),
             output: String::new(),

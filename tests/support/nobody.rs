@@ -16,8 +16,24 @@ pub const NOBODY: u32 = 65_534;
 /// falls back to rlimits, which count every process of the user (a fork
 /// bomb in one run would starve another).
 pub fn rerun(name: &str, inner: &str) {
+    rerun_between(name, inner, || {}, || {});
+}
+
+/// [`rerun`], with `before` run ahead of it and `after` once it is over
+/// (also when it fails), while no other rerun can start: for a change of
+/// the host (such as cgroups handed to uid 65534) that only this run may see.
+pub fn rerun_between(name: &str, inner: &str, before: impl FnOnce(), after: impl FnOnce()) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    before();
+    let outcome = std::panic::catch_unwind(|| rerun_now(name, inner));
+    after();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn rerun_now(name: &str, inner: &str) {
     let dir = tempfile::Builder::new()
         .prefix("endless-nobody-")
         .tempdir()

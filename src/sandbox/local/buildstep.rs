@@ -79,7 +79,12 @@ fn stack(
             std::fs::create_dir_all(d).map_err(SandboxError::io("create build directory", d))?;
         }
         let (at, lower) = match part.strip_prefix("sys/") {
-            Some(d) => (target.join(d), vec![merged.join(part), backend.base_dir(d)]),
+            Some(d) => (
+                target.join(d),
+                std::iter::once(merged.join(part))
+                    .chain(backend.base_dirs(d)?)
+                    .collect(),
+            ),
             None => {
                 let mut lower = vec![merged.join(part)];
                 match base_layers {

@@ -121,7 +121,13 @@ impl LocalControl {
 
 impl LocalControl {
     /// What the verifier's child does to enter the sandbox (both paths).
-    fn verifier_plan(&mut self, call: &VerifierCall) -> Result<VerifierPlan, SandboxError> {
+    /// With `files`, the plan writes them and seals the directory (the
+    /// cold path; the pre-warmed verifier does both itself from the payload).
+    fn verifier_plan(
+        &mut self,
+        call: &VerifierCall,
+        files: &[(String, Vec<u8>)],
+    ) -> Result<VerifierPlan, SandboxError> {
         let init = self
             .init_pid()
             .ok_or_else(|| SandboxError::Verify("the sandbox's init process is gone".into()))?;
@@ -137,6 +143,7 @@ impl LocalControl {
             self.task_ids,
             &call.cwd,
             EXCHANGE_INSIDE,
+            files,
             !self.rootless,
             self.seccomp.clone(),
         )
@@ -192,7 +199,7 @@ impl SessionControl for LocalControl {
     }
 
     fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
-        let plan = self.verifier_plan(call)?;
+        let plan = self.verifier_plan(call, &call.files)?;
         let program = call
             .argv
             .first()
@@ -218,7 +225,7 @@ impl SessionControl for LocalControl {
             Ok(warm) => std::sync::Arc::clone(warm),
             Err(why) => return Ok(Err(why.clone())),
         };
-        let plan = self.verifier_plan(call)?;
+        let plan = self.verifier_plan(call, &[])?;
         warm.run(&plan, &call.env, &call.hints, input.to_vec(), timeout)
     }
 

@@ -36,13 +36,25 @@ impl Default for Limits {
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// Whether cgroup v1 pids and memory controllers are writable here.
+/// Whether this process can make cgroups under the cgroup v1 pids and
+/// memory controllers: tried by making (and removing) one, since an
+/// `endless` directory another user made may exist without being ours.
 pub fn cgroups_available() -> bool {
     ["pids", "memory"].iter().all(|c| {
         let dir = Path::new(CGROUP_ROOT).join(c);
-        dir.join("cgroup.procs").exists() && std::fs::create_dir_all(dir.join("endless")).is_ok()
+        let probe = dir
+            .join("endless")
+            .join(format!("probe-{}", std::process::id()));
+        let made = dir.join("cgroup.procs").exists() && std::fs::create_dir_all(&probe).is_ok();
+        let _ = std::fs::remove_dir(&probe);
+        made
     })
 }
+
+/// What a session limited by rlimits alone lacks (said in its results and
+/// by `sandbox doctor`).
+pub const RLIMITS_ONLY: &str = "rlimits only (no writable cgroups): memory is limited per process \
+     (several processes may together use more), processes per user, and CPU not at all";
 
 /// The cgroups of one session.
 pub struct Cgroups {
@@ -99,6 +111,13 @@ impl Cgroups {
             made.freezer = Some(freezer);
         }
         Some(made)
+    }
+
+    /// What these cgroups leave unlimited (`None`: nothing).
+    pub fn gaps(&self) -> Option<String> {
+        let cpu = Path::new(CGROUP_ROOT).join("cpu");
+        (!self.dirs.iter().any(|d| d.starts_with(&cpu)))
+            .then(|| "no CPU limit (no cpu cgroup controller)".to_string())
     }
 
     /// The `cgroup.procs` files a child writes `0` to, to join.

@@ -27,6 +27,7 @@ mod flatten;
 mod image;
 mod layout;
 mod limits;
+mod mask;
 mod net;
 mod overlay;
 mod runtime;
@@ -50,7 +51,7 @@ use seccompiler::BpfProgram;
 pub use bwrap::{bwrap_path, which};
 pub use control::EXCHANGE_INSIDE;
 pub use layout::SYSTEM_DIRS;
-pub use limits::{cgroups_available, Limits};
+pub use limits::{cgroups_available, Limits, RLIMITS_ONLY};
 pub use net::pasta_path;
 pub use seccomp::summary as seccomp_summary;
 pub use state::{BaseImage, BuildState, StepCacheState, StepState};
@@ -128,6 +129,37 @@ pub struct LocalBackend {
     userns_pool: Option<std::sync::Arc<userns::UsernsPool>>,
     /// The pre-warmed verifier, or why verifications run cold.
     warm: Result<std::sync::Arc<warm::WarmVerifier>, String>,
+    /// The mask of private host files (mapped mode, see `mask.rs`), made
+    /// when a host directory is first shown.
+    mask: std::sync::OnceLock<Result<Option<PathBuf>, String>>,
+}
+
+/// This process's scan of the host's system directories for private
+/// entries (see `mask.rs`): started in the background by the first mapped
+/// backend, awaited when a host directory is first shown.
+static HOST_SCAN: std::sync::OnceLock<mask::Hidden> = std::sync::OnceLock::new();
+
+/// Scan the host's `dirs` for private entries (see `mask.rs`), saying how
+/// long it took.
+fn scan_host(dirs: &[String]) -> mask::Hidden {
+    let t0 = std::time::Instant::now();
+    let hidden = mask::scan(Path::new("/"), dirs);
+    tracing::debug!(
+        hidden = hidden.len(),
+        secs = t0.elapsed().as_secs_f64(),
+        "scanned the host's system directories for private entries"
+    );
+    hidden
+}
+
+/// The system directories the mask covers (`/etc` is a copy of its own).
+fn masked_dirs(layout: &Layout) -> Vec<String> {
+    layout
+        .system_dirs
+        .iter()
+        .filter(|d| *d != "etc")
+        .cloned()
+        .collect()
 }
 
 /// Where the image store of a backend caching under `cache_dir` lives
@@ -242,6 +274,12 @@ impl LocalBackend {
             )),
             HostIdentity::Rootless(..) => Err("rootless backends verify cold".to_string()),
         };
+        if let HostIdentity::Mapped(_) = identity {
+            let dirs = masked_dirs(&layout);
+            std::thread::spawn(move || {
+                HOST_SCAN.get_or_init(|| scan_host(&dirs));
+            });
+        }
         Ok(LocalBackend {
             layout,
             bwrap,
@@ -257,6 +295,7 @@ impl LocalBackend {
             resolver: images::Resolver::default(),
             userns_pool: map.map(userns::UsernsPool::new),
             warm,
+            mask: std::sync::OnceLock::new(),
         })
     }
 
@@ -325,25 +364,43 @@ impl LocalBackend {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned());
         // `merge:copy`: images whose step layers were merged by hard links
-        // (a link count of 2 that gzip refuses) are not reused.
+        // (a link count of 2 that gzip refuses) are not reused. `mask`:
+        // nor are images built before private host files were masked (a
+        // root build step could have copied them in).
         format!(
-            "{}|{ids}|etc:{}|merge:copy",
+            "{}|{ids}|etc:{}|merge:copy|mask",
             self.layout.base_id(),
             etc.unwrap_or_default()
         )
     }
 
-    /// The lower layer under the image for system directory `d`: the
+    /// The lower layers under the image for system directory `d`: the
     /// minimal `/etc`, or the host directory (through its idmapped view
-    /// when sandboxes run in mapped user namespaces).
-    fn base_dir(&self, d: &str) -> PathBuf {
+    /// when sandboxes run in mapped user namespaces, under the mask of what
+    /// no unprivileged host user could read).
+    fn base_dirs(&self, d: &str) -> Result<Vec<PathBuf>, SandboxError> {
         if d == "etc" {
-            return self.etc.clone();
+            return Ok(vec![self.etc.clone()]);
         }
-        match self.identity {
-            HostIdentity::Mapped(_) => self.layout.idmapped().join(d),
-            HostIdentity::Rootless(..) => PathBuf::from("/").join(d),
-        }
+        let HostIdentity::Mapped(map) = self.identity else {
+            return Ok(vec![PathBuf::from("/").join(d)]);
+        };
+        let mask = self
+            .mask
+            .get_or_init(|| {
+                let hidden = HOST_SCAN.get_or_init(|| scan_host(&masked_dirs(&self.layout)));
+                mask::materialize(&self.layout.root.join("masks"), hidden, &map)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| SandboxError::Start(format!("mask of private host files: {e}")))?;
+        let mut dirs: Vec<PathBuf> = mask
+            .iter()
+            .map(|m| m.join(d))
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.push(self.layout.idmapped().join(d));
+        Ok(dirs)
     }
 
     /// The privilege drop of a child (session or build): the mapped user
@@ -488,7 +545,9 @@ impl LocalBackend {
             uppers.push(scratch.join("u").join(d));
             layers.push(Layer {
                 target: layout.merged().join(d),
-                lower: vec![image.path.join("sys").join(d), self.base_dir(d)],
+                lower: std::iter::once(image.path.join("sys").join(d))
+                    .chain(self.base_dirs(d)?)
+                    .collect(),
                 upper: scratch.join("u").join(d),
                 work: scratch.join("w").join(d),
             });
@@ -576,6 +635,10 @@ impl LocalBackend {
             user: image.user.clone(),
             workdir: image.workdir.clone(),
             image: image.hash.clone(),
+            limits: match &control.cgroups {
+                Some(cg) => cg.gaps(),
+                None => Some(limits::RLIMITS_ONLY.to_string()),
+            },
         };
         let attach = net_parent.map(|ends| {
             let ns = userns.as_ref().and_then(|u| u.try_clone().ok());

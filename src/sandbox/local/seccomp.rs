@@ -4,7 +4,11 @@
 //! sandbox escape: no kernel modules, keyrings, BPF, perf events, file
 //! handles (`open_by_handle_at`), new mounts, namespace changes (`unshare`,
 //! `setns`, `clone` with a namespace flag), clock changes, `kexec`, swap,
-//! reboot, `userfaultfd` or io_uring. Everything else is allowed, so `apt-get`,
+//! reboot, `userfaultfd` or io_uring; no terminal input injection (`ioctl`
+//! `TIOCSTI`, `TIOCLINUX`, as in Docker's profile: a process that reaches the
+//! operator's terminal must not type into it); no `AF_VSOCK` sockets (no
+//! network namespace isolates them: they reach the hypervisor and the host's
+//! VM sockets). Everything else is allowed, so `apt-get`,
 //! `dpkg`, `pip`, compilers, debuggers (`ptrace`) and services keep working.
 //!
 //! Two programs: the deny list answers `EPERM`; `clone3` answers `ENOSYS`
@@ -108,6 +112,25 @@ fn compile(
         .map_err(|e: seccompiler::BackendError| SandboxError::Start(format!("seccomp filter: {e}")))
 }
 
+/// `ioctl` requests that push bytes into a terminal's input queue
+/// (`TIOCSTI`) or drive the Linux console (`TIOCLINUX`, which can also
+/// paste a selection as input).
+#[allow(clippy::unnecessary_cast)] // `libc::Ioctl` is not u64 on every architecture
+const TERMINAL_INJECTION: [u64; 2] = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+
+/// `AF_VSOCK`: host/VM sockets, which no network namespace isolates. Denied
+/// to every process, with or without network access (tasks with network
+/// reach the internet through `pasta`, never through vsock), which is
+/// stricter than "unless the task has network" and needs no second filter.
+const AF_VSOCK: u64 = libc::AF_VSOCK as u64;
+
+/// A rule matching argument `arg` (compared as `len`) equal to `value`.
+fn arg_equals(arg: u8, len: SeccompCmpArgLen, value: u64) -> Result<SeccompRule, SandboxError> {
+    SeccompCondition::new(arg, len, SeccompCmpOp::Eq, value)
+        .and_then(|c| SeccompRule::new(vec![c]))
+        .map_err(|e| SandboxError::Start(format!("seccomp rule: {e}")))
+}
+
 /// The two filter programs (deny list, then `clone3`), in load order.
 pub fn programs() -> Result<Vec<BpfProgram>, SandboxError> {
     let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
@@ -127,6 +150,18 @@ pub fn programs() -> Result<Vec<BpfProgram>, SandboxError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     deny.insert(libc::SYS_clone, clone_rules);
+    // The kernel reads an ioctl request as a 32-bit `unsigned int`: compare
+    // the low 32 bits only, so set high bits do not slip past.
+    let ioctl_rules = TERMINAL_INJECTION
+        .iter()
+        .map(|req| arg_equals(1, SeccompCmpArgLen::Dword, *req))
+        .collect::<Result<Vec<_>, _>>()?;
+    deny.insert(libc::SYS_ioctl, ioctl_rules);
+    // The family is an `int`: likewise only its low 32 bits count.
+    deny.insert(
+        libc::SYS_socket,
+        vec![arg_equals(0, SeccompCmpArgLen::Dword, AF_VSOCK)?],
+    );
     let clone3: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, Vec::new())].into();
     Ok(vec![
         compile(deny, SeccompAction::Errno(libc::EPERM as u32))?,
@@ -143,7 +178,8 @@ pub fn summary() -> Result<String, String> {
     let p = programs().map_err(|e| e.to_string())?;
     Ok(format!(
         "{} system calls denied (mounts, namespaces, keyrings, BPF, perf, file handles, kexec, clocks, io_uring), \
-         clone with namespace flags denied, clone3 answers ENOSYS; {} BPF instructions; no_new_privs",
+         clone with namespace flags, ioctl TIOCSTI/TIOCLINUX and AF_VSOCK sockets denied, clone3 answers ENOSYS; \
+         {} BPF instructions; no_new_privs",
         denied().len() + 1,
         p.iter().map(|x| x.len()).sum::<usize>()
     ))

@@ -13,8 +13,10 @@
 //!    namespaces, then the sandbox's innermost user namespace (rootless
 //!    bubblewrap nests one), its root, and a private copy of the mount
 //!    namespace, in which it mounts a fresh tmpfs on
-//!    [`super::EXCHANGE_INSIDE`] (for the tests and their results) and hides
-//!    an `/etc/ld.so.preload` the agent may have written;
+//!    [`super::EXCHANGE_INSIDE`], writes the tests' files there and makes
+//!    it read-only (no process the tests start can plant a module beside
+//!    them, whatever its user), and hides an `/etc/ld.so.preload` the agent
+//!    may have written;
 //! 3. forks once, as `nsenter` does, so that the verifier is a member of the
 //!    PID namespace;
 //! 4. becomes the task's user without any capability, changes to the task's
@@ -54,6 +56,92 @@ pub struct VerifierPlan {
     gid: u32,
     set_groups: bool,
     seccomp: Vec<BpfProgram>,
+    sealed: SealedFiles,
+}
+
+/// The tests' files as the child writes them into its private tmpfs
+/// before it drops its privileges: directories (parents first), then files.
+#[derive(Default)]
+struct SealedFiles {
+    dirs: Vec<CString>,
+    files: Vec<(CString, Vec<u8>)>,
+}
+
+impl SealedFiles {
+    /// `files` (paths relative to `private_dir`) at their paths inside.
+    fn new(private_dir: &str, files: &[(String, Vec<u8>)]) -> Result<SealedFiles, SandboxError> {
+        let mut dirs = std::collections::BTreeSet::new();
+        let mut sealed = SealedFiles::default();
+        for (rel, bytes) in files {
+            let path = std::path::Path::new(rel);
+            let plain = path
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !plain || rel.is_empty() {
+                return Err(SandboxError::Verify(format!(
+                    "test file path `{rel}` is not a plain relative path"
+                )));
+            }
+            let mut parent = path.parent();
+            while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+                dirs.insert(p.to_path_buf());
+                parent = p.parent();
+            }
+            sealed
+                .files
+                .push((inside(private_dir, &path.to_string_lossy())?, bytes.clone()));
+        }
+        // A BTreeSet of paths orders every parent before its children.
+        for d in dirs {
+            sealed.dirs.push(inside(private_dir, &d.to_string_lossy())?);
+        }
+        Ok(sealed)
+    }
+
+    /// Write everything (the directory is fresh: nothing may exist yet).
+    ///
+    /// # Safety
+    /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+    unsafe fn write(&self) -> io::Result<()> {
+        unsafe {
+            for d in &self.dirs {
+                check(libc::mkdir(d.as_ptr(), 0o755))?;
+            }
+            for (path, bytes) in &self.files {
+                let fd = libc::open(
+                    path.as_ptr(),
+                    libc::O_WRONLY
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o644,
+                );
+                check(fd)?;
+                let mut rest: &[u8] = bytes;
+                while !rest.is_empty() {
+                    let n = libc::write(fd, rest.as_ptr().cast(), rest.len());
+                    if n < 0 {
+                        if *libc::__errno_location() == libc::EINTR {
+                            continue;
+                        }
+                        let e = io::Error::last_os_error();
+                        libc::close(fd);
+                        return Err(e);
+                    }
+                    rest = &rest[n as usize..];
+                }
+                check(libc::close(fd))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `private_dir/rel` as a C string.
+fn inside(private_dir: &str, rel: &str) -> Result<CString, SandboxError> {
+    CString::new(format!("{private_dir}/{rel}"))
+        .map_err(|_| SandboxError::Verify(format!("NUL byte in test file path `{rel}`")))
 }
 
 fn open_ns(path: &str) -> Result<OwnedFd, SandboxError> {
@@ -65,7 +153,8 @@ fn open_ns(path: &str) -> Result<OwnedFd, SandboxError> {
 impl VerifierPlan {
     /// Prepare a verifier for the sandbox whose init is `init`, entering
     /// first the user namespace at `userns_path` (the one we made), running as
-    /// inside `uid`:`gid` in `cwd`, with a private tmpfs at `private_dir`.
+    /// inside `uid`:`gid` in `cwd`, with a private tmpfs at `private_dir`
+    /// that holds `files` (relative paths) and is then made read-only.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         init: i32,
@@ -74,6 +163,7 @@ impl VerifierPlan {
         (uid, gid): (u32, u32),
         cwd: &str,
         private_dir: &str,
+        files: &[(String, Vec<u8>)],
         set_groups: bool,
         seccomp: Vec<BpfProgram>,
     ) -> Result<VerifierPlan, SandboxError> {
@@ -125,6 +215,7 @@ impl VerifierPlan {
             gid,
             set_groups,
             seccomp,
+            sealed: SealedFiles::new(private_dir, files)?,
         })
     }
 
@@ -206,6 +297,23 @@ impl VerifierPlan {
                 c"tmpfs".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 self.tmpfs_data.as_ptr().cast(),
+            ))?;
+            // Files are made as the task's user (an id every namespace
+            // here maps; host root is not mapped in the sandbox's). Only the
+            // file-system ids change: CAP_SYS_ADMIN stays for the remount.
+            libc::setfsgid(self.gid);
+            libc::setfsuid(self.uid);
+            self.sealed.write()?;
+            check(libc::mount(
+                std::ptr::null(),
+                self.private_dir.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+                std::ptr::null(),
             ))?;
             hide_preload()?;
             become_member_of_pid_namespace()?;

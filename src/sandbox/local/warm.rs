@@ -608,10 +608,13 @@ fn spawn(runtime: &Runtime, seccomp: &[BpfProgram], log: &Path) -> Result<Zygote
         .stdout(Stdio::null())
         .stderr(stderr);
     let raw = theirs.as_raw_fd();
-    // SAFETY: ZygoteMounts::apply, dup2, fcntl and close_inherited are
-    // async-signal-safe and allocate nothing.
+    // SAFETY: setsid, ZygoteMounts::apply, dup2, fcntl and close_inherited
+    // are async-signal-safe and allocate nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // A session of its own: no verification it forks (nor what a
+            // test starts) has the operator's terminal.
+            check(libc::setsid())?;
             mounts.apply()?;
             if raw == 3 {
                 check(libc::fcntl(3, libc::F_SETFD, 0))?;
