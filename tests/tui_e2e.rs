@@ -456,13 +456,17 @@ fn a_live_pane_follows_seq_1_60_at_80x24_in_tmux() {
     wait_for_up_to(s, "│60 ", Duration::from_secs(60));
     // The pane may be caught between two frames (the output drawn, the
     // cursor not yet moved) on a loaded machine: give it a few frames.
+    // The agent's next command, echoed, follows the output at once.
     let settled = |screen: &str| {
         let lines: Vec<&str> = screen.lines().collect();
         let at = lines.iter().position(|l| l.starts_with("│60 "));
         at.is_some_and(|at| {
             at > 0
                 && lines[at - 1].starts_with("│59 ")
-                && lines.get(at + 1).is_some_and(|l| l.starts_with("│█"))
+                && lines
+                    .get(at + 1)
+                    .is_some_and(|l| l.starts_with("│agent$ sleep 4 "))
+                && lines.get(at + 2).is_some_and(|l| l.starts_with("│█"))
         })
     };
     let start = Instant::now();
@@ -473,11 +477,197 @@ fn a_live_pane_follows_seq_1_60_at_80x24_in_tmux() {
     }
     assert!(
         settled(&screen),
-        "59, 60, and the cursor on the line below 60: {screen}"
+        "59, 60, the next command, and the cursor below it: {screen}"
     );
     assert!(!screen.contains("__ENDLESS"), "{screen}");
     wait_for_up_to(s, "✓ PASSED upper#0", Duration::from_secs(120));
     tmux(&["send-keys", "-t", s, "q"]);
+}
+
+/// Start an evaluation of the `script:` policy at `script` from the Jobs
+/// view and switch to the Live view.
+fn evaluate_script(s: &str, script: &Path) {
+    open_form(s, "E", "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    tmux(&["send-keys", "-t", s, "F2"]);
+}
+
+/// The line of `screen` holding `needle` and the one below it.
+fn line_and_next<'a>(screen: &'a str, needle: &str) -> Option<(&'a str, &'a str)> {
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines.iter().position(|l| l.contains(needle))?;
+    Some((lines[at], lines.get(at + 1).copied().unwrap_or("")))
+}
+
+/// The agent's commands show in its live pane and in the replay, each on a
+/// prompt line of its own (`agent$ `, styled apart from the output) before
+/// its output, as a terminal shows them: the pane's title, where a long
+/// `script:` policy leaves no room for the command, is not the only place.
+/// Uses the real sandbox.
+#[test]
+fn the_agents_commands_show_in_the_pane_and_the_replay_in_tmux() {
+    let Some((dir, home, script)) = sandboxed_workspace(
+        "a-scripted-policy-whose-long-file-name-fills-the-title-of-its-pane.txt",
+        "echo first-$((6*7))\nprintf no-newline\nsleep 4\ntr a-z A-Z < ~/data/a.txt > ~/out.txt\n",
+    ) else {
+        return;
+    };
+    let session = start_tui(
+        format!("endless-e2e-commands-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    evaluate_script(s, &script);
+    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    // In the pane's body: each command on its prompt line, its output below.
+    let screen = wait_for_up_to(s, "│agent$ sleep 4", Duration::from_secs(60));
+    let (echo, output) = line_and_next(&screen, "│agent$ echo first-$((6*7))")
+        .unwrap_or_else(|| panic!("the first command is not in the pane: {screen}"));
+    assert!(output.starts_with("│first-42 "), "{echo}\n{output}");
+    // Output left without a newline ends its line before the next prompt.
+    let (_, next) = line_and_next(&screen, "│agent$ printf no-newline").unwrap();
+    assert!(next.starts_with("│no-newline "), "{screen}");
+    assert!(!screen.contains("__ENDLESS"), "{screen}");
+    // Styled apart from the output: bold cyan.
+    let styled = tmux(&["capture-pane", "-p", "-e", "-t", s]);
+    let line = styled
+        .lines()
+        .find(|l| l.contains("agent$ echo first-"))
+        .unwrap();
+    let before = &line[..line.find("agent$").unwrap()];
+    let cyan = before.contains("38;5;6m") || before.contains("36m");
+    assert!(cyan && before.contains("1m"), "not bold cyan: {line:?}");
+    wait_for_up_to(s, "✓ PASSED upper#0", Duration::from_secs(120));
+    // The replay of the recording shows them the same way.
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "failure mode");
+    wait_for(s, "PASS ");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "Trajectory");
+    tmux(&["send-keys", "-t", s, "]"]);
+    tmux(&["send-keys", "-t", s, "]"]);
+    let screen = wait_for(s, "│agent$ tr a-z A-Z < ~/data/a.txt > ~/out.txt ");
+    let (_, output) = line_and_next(&screen, "│agent$ echo first-$((6*7))")
+        .unwrap_or_else(|| panic!("the first command is not in the replay: {screen}"));
+    assert!(output.starts_with("│first-42 "), "{screen}");
+    assert!(screen.contains("│agent$ sleep 4 "), "{screen}");
+    assert!(!screen.contains("__ENDLESS"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+}
+
+/// A recording is clean asciicast v2 that a stock player shows as the
+/// terminal looked: `asciinema play` (the Debian package), run in tmux on
+/// the recording of a CLI episode, prints each command on its prompt line
+/// and its output, in order, and nothing else: no marker of the exec
+/// protocol. Skips without asciinema.
+#[test]
+fn asciinema_plays_a_recording_with_the_commands_and_no_marker_in_tmux() {
+    let have_asciinema = Command::new("asciinema")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_asciinema {
+        eprintln!("skipping: asciinema is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let Some((dir, home, script)) = sandboxed_workspace(
+        "agent.txt",
+        "echo first-$((6*7))\nprintf no-newline\nbash -c 'printf \"%s\\n\" one two'\ntr a-z A-Z < ~/data/a.txt > ~/out.txt; cat ~/out.txt\n",
+    ) else {
+        return;
+    };
+    let run = Command::new(env!("CARGO_BIN_EXE_endless"))
+        .env("XDG_CACHE_HOME", home.path().join("cache"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .args(["--workspace", dir.path().to_str().unwrap(), "run", "upper"])
+        .arg("--policy")
+        .arg(format!("script:{}", script.display()))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let runs = std::fs::read_dir(dir.path().join("runs")).unwrap();
+    let run_dir = runs.map(|e| e.unwrap().path()).next().unwrap();
+    let cast = run_dir.join("episodes/upper/0.cast");
+    let session = Session(format!("endless-e2e-asciinema-{}", std::process::id()));
+    let play = format!(
+        "asciinema play -i 0.2 {}; echo PLAYER-EXITED-$?; sleep 60",
+        shell_quote(&cast)
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session.0,
+        "-x",
+        "160",
+        "-y",
+        "48",
+        &play,
+    ]);
+    let screen = wait_for_up_to(&session.0, "PLAYER-EXITED-", Duration::from_secs(30));
+    assert!(screen.contains("PLAYER-EXITED-0"), "{screen}");
+    assert!(
+        !screen.contains("__ENDLESS"),
+        "the player shows the exec protocol's markers:\n{screen}"
+    );
+    let shown: Vec<&str> = screen.lines().map(str::trim_end).collect();
+    let at = |l: &str| shown.iter().position(|s| *s == l);
+    let expected = [
+        "agent$ echo first-$((6*7))",
+        "first-42",
+        "agent$ printf no-newline",
+        "no-newline",
+        "agent$ bash -c 'printf \"%s\\n\" one two'",
+        "one",
+        "two",
+        "agent$ tr a-z A-Z < ~/data/a.txt > ~/out.txt; cat ~/out.txt",
+        "HELLO",
+    ];
+    let positions: Vec<Option<usize>> = expected.iter().map(|l| at(l)).collect();
+    assert!(
+        positions.iter().all(Option::is_some) && positions.windows(2).all(|w| w[0] < w[1]),
+        "expected these lines in order: {expected:#?}\nthe player showed:\n{screen}"
+    );
+    // Every line the player showed is one of these, or the end.
+    for line in shown.iter().filter(|l| !l.is_empty()) {
+        assert!(
+            expected.contains(line) || line.starts_with("PLAYER-EXITED-"),
+            "an unexpected line {line:?}: {screen}"
+        );
+    }
+
+    // Asciicast v2: a header, then [time, code, data] events in time order.
+    let text = std::fs::read_to_string(&cast).unwrap();
+    let mut lines = text.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["version"], 2, "{text}");
+    assert_eq!(
+        (header["width"].as_u64(), header["height"].as_u64()),
+        (Some(160), Some(48))
+    );
+    let mut last = 0.0;
+    for line in lines {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        let t = e[0].as_f64().unwrap();
+        assert!(t >= last, "time goes back: {line}");
+        last = t;
+        assert!(["o", "i", "r"].contains(&e[1].as_str().unwrap()), "{line}");
+        assert!(
+            e[2].is_string() && e.as_array().unwrap().len() == 3,
+            "{line}"
+        );
+    }
+    assert!(!text.contains("__ENDLESS"), "{text}");
 }
 
 /// Offline generation runs `endless generate --offline` as a job: its output

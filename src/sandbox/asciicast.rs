@@ -1,5 +1,7 @@
-//! Asciicast v2 recording of a session's raw output stream, and of the
-//! command lines a human typed into it.
+//! Asciicast v2 recording of what people see of a session: its output
+//! (the exec protocol's markers taken out before it gets here) and each
+//! command line echoed after its prompt ([`Prompt`]), the agent's and a
+//! human's alike, as a terminal would have shown it.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -8,12 +10,94 @@ use std::time::Instant;
 
 use super::SandboxError;
 
-/// What a human's command line is echoed after (bold yellow `you$ `), in
-/// recordings and in live panes alike.
-pub const HUMAN_ECHO_START: &str = "\x1b[1;33myou$ ";
+/// Whose command line is echoed, and after which prompt: in recordings, in
+/// live panes and in replays alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prompt {
+    /// The policy's command: a bold cyan `agent$ ` line.
+    Agent,
+    /// A person's, typed while holding the session: a bold yellow `you$ `
+    /// line.
+    Human,
+}
 
-/// What ends a human's echoed command line.
-pub const HUMAN_ECHO_END: &str = "\x1b[0m\r\n";
+/// What ends an echoed command line: the style reset, then a new line.
+const ECHO_END: &str = "\x1b[0m\r\n";
+
+/// What starts a continuation line of a multi-line command (bash's `PS2`).
+const CONTINUATION: &str = "\r\n> ";
+
+impl Prompt {
+    /// The prompt itself: `agent$ ` or `you$ `.
+    pub fn text(self) -> &'static str {
+        match self {
+            Prompt::Agent => "agent$ ",
+            Prompt::Human => "you$ ",
+        }
+    }
+
+    /// The escape sequence that styles the echoed line.
+    fn style(self) -> &'static str {
+        match self {
+            Prompt::Agent => "\x1b[1;36m",
+            Prompt::Human => "\x1b[1;33m",
+        }
+    }
+
+    /// `command` as a terminal shows it typed after this prompt, styled and
+    /// ending with a new line: each further line of a multi-line command
+    /// after `> `, control characters as `^X` (so that no command can drive
+    /// the viewer's terminal).
+    pub fn echo(self, command: &str) -> String {
+        let mut out = String::with_capacity(command.len() + 24);
+        out.push_str(self.style());
+        out.push_str(self.text());
+        for (i, line) in command_lines(command).enumerate() {
+            if i > 0 {
+                out.push_str(CONTINUATION);
+            }
+            push_visible(line, &mut out);
+        }
+        out.push_str(ECHO_END);
+        out
+    }
+}
+
+/// The lines of `command`, without the newline that usually ends it.
+fn command_lines(command: &str) -> impl Iterator<Item = &str> {
+    command
+        .trim_end_matches(['\n', '\r'])
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+}
+
+/// The keys typed to enter `command`: each line and the Enter after it.
+fn keystrokes(command: &str) -> String {
+    let mut out = String::with_capacity(command.len() + 1);
+    for line in command_lines(command) {
+        out.push_str(line);
+        out.push('\r');
+    }
+    out
+}
+
+/// Append `line` with its control characters made visible: `^X` for C0
+/// and DEL (as the tty's `echoctl` shows them), `\u{fffd}` for C1; tabs
+/// stay.
+fn push_visible(line: &str, out: &mut String) {
+    for c in line.chars() {
+        match c {
+            '\t' => out.push(c),
+            '\x00'..='\x1f' => {
+                out.push('^');
+                out.push(char::from(c as u8 + 0x40));
+            }
+            '\x7f' => out.push_str("^?"),
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+}
 
 /// Room kept below the cap for the final marker event.
 const MARKER_ROOM: u64 = 128;
@@ -120,13 +204,24 @@ impl Recorder {
         self.event("i", &String::from_utf8_lossy(bytes));
     }
 
-    /// Record a command line a human typed while holding the session: as
-    /// input (`"i"`, the line and the Enter that sent it) and as the echo a
-    /// person would have seen (`"o"`, `you$ line`), since the session's
-    /// terminal does not echo and the exec protocol sends it unseen.
-    pub fn human_line(&mut self, line: &str) {
-        self.event("i", &format!("{line}\r"));
-        self.event("o", &format!("{HUMAN_ECHO_START}{line}{HUMAN_ECHO_END}"));
+    /// Record a command line about to run: as input (`"i"`, each line and
+    /// the Enter that sent it) and as the echo a person would have seen
+    /// (`"o"`, the line after `prompt`), since the session's terminal does
+    /// not echo and the exec protocol sends commands unseen.
+    pub fn command_line(&mut self, prompt: Prompt, line: &str) {
+        self.flush_carry();
+        self.event("i", &keystrokes(line));
+        self.event("o", &prompt.echo(line));
+    }
+
+    /// Write out an incomplete UTF-8 sequence still carried (nothing will
+    /// complete it before the next event).
+    fn flush_carry(&mut self) {
+        if !self.carry.is_empty() {
+            let text = String::from_utf8_lossy(&self.carry).into_owned();
+            self.carry.clear();
+            self.event("o", &text);
+        }
     }
 
     /// Record a terminal resize.
@@ -204,7 +299,7 @@ mod tests {
         {
             let mut r = Recorder::create(&path, 80, 24, 1 << 20).unwrap();
             r.output(b"agent output\r\n");
-            r.human_line("ls -l ~/data");
+            r.command_line(Prompt::Human, "ls -l ~/data");
         }
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text
@@ -249,6 +344,40 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn an_agents_command_is_echoed_after_its_own_prompt_as_a_terminal_would() {
+        assert_eq!(
+            Prompt::Agent.echo("ls -la"),
+            "\x1b[1;36magent$ ls -la\x1b[0m\r\n"
+        );
+        // Multi-line: continuation prompts; the trailing newline is the Enter.
+        assert_eq!(
+            Prompt::Agent.echo("cat <<EOF\nhi\r\nEOF\n"),
+            "\x1b[1;36magent$ cat <<EOF\r\n> hi\r\n> EOF\x1b[0m\r\n"
+        );
+        assert_eq!(keystrokes("cat <<EOF\nhi\nEOF\n"), "cat <<EOF\rhi\rEOF\r");
+        // No command drives the viewer's terminal.
+        assert_eq!(
+            Prompt::Human.echo("printf '\x1b[2J\x07'\t\u{9b}x\x7f"),
+            "\x1b[1;33myou$ printf '^[[2J^G'\t\u{fffd}x^?\x1b[0m\r\n"
+        );
+        // A split character still waiting is written before the echo.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.cast");
+        {
+            let mut r = Recorder::create(&path, 80, 24, 1 << 20).unwrap();
+            r.output(&"é".as_bytes()[..1]);
+            r.command_line(Prompt::Agent, "true");
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kinds: Vec<String> = text
+            .lines()
+            .skip(1)
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[1].to_string())
+            .collect();
+        assert_eq!(kinds, ["\"o\"", "\"i\"", "\"o\""]);
     }
 
     #[test]

@@ -6,6 +6,9 @@ use super::MAX_OUTPUT_CHARS;
 /// Longest line typed into the PTY (the tty's canonical line limit is 4095).
 const CHUNK: usize = 900;
 
+/// What every end marker starts with: `__ENDLESS_<tag>_<status>__`.
+pub const MARKER_START: &str = "__ENDLESS_";
+
 /// Raw bytes a session keeps per command before cleaning (enough for the
 /// character cap).
 pub const MAX_KEPT_BYTES: usize = 4 * MAX_OUTPUT_CHARS + 4096;
@@ -54,12 +57,12 @@ pub fn wrap_command(cmd: &str, tag: &str) -> String {
 
 /// `printf` line that prints the marker for `tag` with status `status`.
 pub fn marker_printf(tag: &str, status: &str) -> String {
-    format!("printf '\\n__ENDLESS_%s_%s__\\n' '{tag}' \"{status}\"\n")
+    format!("printf '\\n{MARKER_START}%s_%s__\\n' '{tag}' \"{status}\"\n")
 }
 
 /// The marker prefix to look for in the output.
 pub fn marker_prefix(tag: &str) -> Vec<u8> {
-    format!("__ENDLESS_{tag}_").into_bytes()
+    format!("{MARKER_START}{tag}_").into_bytes()
 }
 
 /// Find the marker for `prefix` in `buf`, searching from `from`: returns

@@ -6,6 +6,7 @@
 
 pub mod apptainer;
 mod asciicast;
+mod audience;
 pub mod bench;
 mod container;
 pub mod doctor;
@@ -14,19 +15,21 @@ mod fds;
 mod image;
 pub mod local;
 mod marker;
+mod marker_filter;
 pub mod oci;
 mod session;
 mod types;
 
 use std::path::Path;
 
-pub use asciicast::{Recorder, HUMAN_ECHO_END, HUMAN_ECHO_START};
+pub use asciicast::{Prompt, Recorder};
 pub use bench::{bench, BenchReport};
 pub use doctor::{doctor, doctor_images, DoctorReport};
 pub use error::SandboxError;
 pub use fds::seal_inherited;
 pub use image::{home_of, image_hash, Image};
 pub use marker::clean_output;
+pub use marker_filter::{MarkerFilter, Piece};
 pub use session::{
     run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo, VerifierCall,
     VerifierPath, WarmHints, VERIFIER_PROGRAM,

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use portable_pty::{MasterPty, PtySize};
 use tokio::sync::broadcast;
 
-use super::asciicast::{stop_marker, Recorder};
+use super::asciicast::Recorder;
+use super::audience::{Audience, LiveSender};
 use super::marker;
 use super::{ExecResult, SandboxError, SessionOptions};
 
@@ -96,6 +97,11 @@ pub struct VerifierCall {
     pub warm: bool,
     /// What that interpreter may prepare once and reuse (ignored cold).
     pub hints: WarmHints,
+    /// The files the tests need (path relative to the private directory,
+    /// bytes). A backend that can writes them before the verifier drops its
+    /// privileges and makes them read-only, so that nothing a test starts can
+    /// plant a module beside them; the program writes those not there yet.
+    pub files: Vec<(String, Vec<u8>)>,
 }
 
 /// What a pre-warmed verifier may prepare before it forks, once for every
@@ -141,6 +147,10 @@ pub struct SessionInfo {
     pub workdir: String,
     /// Image hash the session started from.
     pub image: String,
+    /// What the session's resource limits leave out, said in every result
+    /// (`None`: processes, memory and CPU are all limited for the session
+    /// as a whole, or the engine limits them).
+    pub limits: Option<String>,
 }
 
 /// Output of a command run beside the shell (see [`Session::run_as_root`]).
@@ -165,7 +175,8 @@ pub struct Session {
     writer: Box<dyn Write + Send>,
     events: Receiver<Event>,
     live: broadcast::Sender<Chunk>,
-    recorder: Arc<Mutex<Option<Recorder>>>,
+    /// What people see: the recording and live viewers.
+    audience: Arc<Mutex<Audience>>,
     child: Child,
     control: Box<dyn SessionControl>,
     token: String,
@@ -259,15 +270,13 @@ impl Session {
             )?),
             None => None,
         };
-        let recorder = Arc::new(Mutex::new(recorder));
         let (live, _) = broadcast::channel(BROADCAST_CAPACITY);
-        let (tx, events) = mpsc::channel();
-        spawn_reader(
-            reader,
-            tx,
+        let audience = Arc::new(Mutex::new(Audience::new(
+            recorder,
             LiveSender::new(live.clone(), opts.max_recording_bytes),
-            recorder.clone(),
-        );
+        )));
+        let (tx, events) = mpsc::channel();
+        spawn_reader(reader, tx, audience.clone());
         let watchdog = spawn_watchdog(child.id(), opts.wall_clock);
         let mut token = [0u8; 8];
         rand::Rng::fill(&mut rand::rng(), &mut token);
@@ -276,7 +285,7 @@ impl Session {
             writer,
             events,
             live,
-            recorder,
+            audience,
             child,
             control,
             token: hex::encode(token),
@@ -344,6 +353,7 @@ impl Session {
         self.seq += 1;
         let tag = format!("{}_{}", self.token, self.seq);
         let prefix = marker::marker_prefix(&tag);
+        self.show(|a| a.command(cmd));
         self.write_raw(marker::wrap_command(cmd, &tag).as_bytes())?;
         let mut got = Collected::default();
         if let Some(code) = self.read_until(&prefix, deadline, &mut got)? {
@@ -386,22 +396,21 @@ impl Session {
 
     /// Type raw bytes into the terminal, as a human at the keyboard would.
     pub fn write_input(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
-        if let Ok(mut rec) = self.recorder.lock() {
-            if let Some(r) = rec.as_mut() {
-                r.input(bytes);
-            }
-        }
+        self.show(|a| a.input(bytes));
         self.write_raw(bytes)
     }
 
     /// Note in the recording a command line a human typed (it then runs
-    /// through [`Session::exec`], unseen like an agent's): see
-    /// [`Recorder::human_line`].
+    /// through [`Session::exec`], which echoes every other command after
+    /// the agent's prompt): see [`Recorder::command_line`].
     pub fn record_human_line(&self, line: &str) {
-        if let Ok(mut rec) = self.recorder.lock() {
-            if let Some(r) = rec.as_mut() {
-                r.human_line(line);
-            }
+        self.show(|a| a.human_line(line));
+    }
+
+    /// Tell the session's audience (recording, live viewers) something.
+    fn show(&self, f: impl FnOnce(&mut Audience)) {
+        if let Ok(mut audience) = self.audience.lock() {
+            f(&mut audience);
         }
     }
 
@@ -415,11 +424,7 @@ impl Session {
                 pixel_height: 0,
             })
             .map_err(|e| SandboxError::Start(format!("resize PTY: {e}")))?;
-        if let Ok(mut rec) = self.recorder.lock() {
-            if let Some(r) = rec.as_mut() {
-                r.resize(cols, rows);
-            }
-        }
+        self.show(|a| a.resize(cols, rows));
         Ok(())
     }
 
@@ -607,11 +612,7 @@ impl Session {
         self.control.teardown(&mut self.child);
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Ok(mut rec) = self.recorder.lock() {
-            if let Some(r) = rec.as_mut() {
-                r.flush();
-            }
-        }
+        self.show(Audience::flush);
     }
 }
 
@@ -701,47 +702,12 @@ fn disable_echo(fd: i32) {
     }
 }
 
-/// The live broadcast, cut off with a marker after `left` bytes.
-struct LiveSender {
-    live: broadcast::Sender<Chunk>,
-    left: u64,
-    max_bytes: u64,
-}
-
-impl LiveSender {
-    fn new(live: broadcast::Sender<Chunk>, max_bytes: u64) -> Self {
-        Self {
-            live,
-            left: max_bytes,
-            max_bytes,
-        }
-    }
-
-    /// Send `chunk` to viewers while the budget lasts; the chunk that
-    /// exhausts it is replaced by the marker, later ones are dropped.
-    fn send(&mut self, chunk: &Chunk) {
-        if self.left == 0 {
-            return;
-        }
-        match self.left.checked_sub(chunk.len() as u64) {
-            Some(left) => {
-                self.left = left;
-                let _ = self.live.send(chunk.clone());
-            }
-            None => {
-                self.left = 0;
-                let marker = stop_marker("live output", self.max_bytes);
-                let _ = self.live.send(Arc::from(marker.as_bytes()));
-            }
-        }
-    }
-}
-
+/// The thread reading the PTY: every chunk goes to the session's audience
+/// (which the exec protocol's markers never reach), then to the session.
 fn spawn_reader(
     mut reader: Box<dyn Read + Send>,
     tx: mpsc::Sender<Event>,
-    mut live: LiveSender,
-    recorder: Arc<Mutex<Option<Recorder>>>,
+    audience: Arc<Mutex<Audience>>,
 ) {
     std::thread::Builder::new()
         .name("endless-pty-reader".into())
@@ -752,12 +718,9 @@ fn spawn_reader(
                     Ok(0) => break,
                     Ok(n) => {
                         let chunk: Chunk = Arc::from(&buf[..n]);
-                        if let Ok(mut rec) = recorder.lock() {
-                            if let Some(r) = rec.as_mut() {
-                                r.output(&chunk);
-                            }
+                        if let Ok(mut audience) = audience.lock() {
+                            audience.output(&chunk);
                         }
-                        live.send(&chunk);
                         if tx.send(Event::Data(chunk)).is_err() {
                             break;
                         }
@@ -765,6 +728,9 @@ fn spawn_reader(
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 }
+            }
+            if let Ok(mut audience) = audience.lock() {
+                audience.finish();
             }
             let _ = tx.send(Event::Closed);
         })
@@ -823,8 +789,10 @@ fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
     Ok((std::fs::File::from(r), std::fs::File::from(w)))
 }
 
-/// Run `cmd` with stdout and stderr captured (interleaved) in its own process
-/// group; kill the group after `timeout`.
+/// Run `cmd` with stdout and stderr captured (interleaved) in a session of
+/// its own (so without the operator's controlling terminal: `/dev/tty`
+/// cannot be opened, and nothing it starts can type into the terminal);
+/// kill its process group after `timeout`.
 pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput, SandboxError> {
     run_capturing(cmd, timeout, false, None, Vec::new()).map(|(out, _)| out)
 }
@@ -856,7 +824,8 @@ pub fn run_capturing(
             None
         }
     };
-    cmd.stdout(writer).stderr(writer2).process_group(0);
+    cmd.stdout(writer).stderr(writer2);
+    detach_from_terminal(&mut cmd);
     let mut side = None;
     if fd3 {
         let (r3, w3) = pipe()?;
@@ -935,8 +904,37 @@ pub fn run_capturing(
     ))
 }
 
+/// Make `cmd`'s process the leader of a new session and process group
+/// (`setsid`): it has no controlling terminal, so what it runs can neither
+/// open the operator's `/dev/tty` nor inject input into it (`TIOCSTI`
+/// works only on a process's controlling terminal), and one `kill(-pid)`
+/// reaches all of it. Every spawn of task-controlled code goes through here
+/// (build steps, verifiers, setup and root commands) or a PTY of its own.
+pub fn detach_from_terminal(cmd: &mut Command) {
+    // SAFETY: setsid is async-signal-safe; a freshly forked child is never
+    // a process group leader, so it cannot fail with EPERM.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_captured_command_has_no_controlling_terminal() {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "ps -o tty= -p $$; ps -o sid= -p $$; echo $$"]);
+        let out = super::run_with_timeout(cmd, std::time::Duration::from_secs(10)).unwrap();
+        let lines: Vec<&str> = out.output.lines().map(str::trim).collect();
+        assert_eq!(lines[0], "?", "no terminal: {lines:?}");
+        assert_eq!(lines[1], lines[2], "its own session: {lines:?}");
+    }
+
     #[test]
     fn session_is_send() {
         fn assert_send<T: Send>() {}

@@ -5,10 +5,11 @@
 //! The live panes get what a session sends, through the same events and
 //! the same path as a job's panes (marker filter, `vt100` parser, the view
 //! that follows the newest output): each emulates the sessions' 48x160
-//! terminal, every agent command is a step event, its output a few lines
-//! in chunks that split lines, escape sequences and the exec protocol's
-//! end markers. After the last frame each pane must show its newest line
-//! and no marker (`following`).
+//! terminal, every agent command is a step event and its echo after the
+//! `agent$ ` prompt, its output a few lines in chunks that split lines,
+//! escape sequences and the exec protocol's end markers (sessions take
+//! them out now; recordings made before may hold them). After the last
+//! frame each pane must show its newest line and no marker (`following`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use super::action::{Action, LiveEvent};
 use super::app::{App, View};
 use super::keymap::{Command, Keymap};
 use super::theme::Theme;
+use crate::sandbox::Prompt;
 use crate::store::{TaskRow, TaskStatus};
 
 /// Frames rendered per view.
@@ -118,16 +120,22 @@ fn percentiles(mut v: Vec<Duration>) -> Percentiles {
 }
 
 /// What pane `p` is sent before frame `frame`: at each frame's start a
-/// new agent command (every 4th frame; a step event), and output lines
-/// `out <frame>-<p> …`, coloured, in chunks that split the lines and the
-/// end marker that follows a command's output.
+/// new agent command (every 4th frame; a step event and the command's
+/// echo), and output lines `out <frame>-<p> …`, coloured, in chunks that
+/// split the lines and the end marker that follows a command's output.
 fn feed_for(frame: usize, p: usize) -> (Option<String>, Vec<Vec<u8>>) {
     let command = (frame % 4 == 0).then(|| format!("ls -la /home/user/work/{frame}"));
-    let mut bytes = format!(
-        "out {frame}-{p} \x1b[32m-rw-r--r--\x1b[0m 1 user user {} Jan  1 00:00 file-{p}.txt\r\n",
-        frame * 37 + p
-    )
-    .into_bytes();
+    let mut bytes = command
+        .as_deref()
+        .map(|c| Prompt::Agent.echo(c).into_bytes())
+        .unwrap_or_default();
+    bytes.extend_from_slice(
+        format!(
+            "out {frame}-{p} \x1b[32m-rw-r--r--\x1b[0m 1 user user {} Jan  1 00:00 file-{p}.txt\r\n",
+            frame * 37 + p
+        )
+        .as_bytes(),
+    );
     if frame % 4 == 3 {
         // The command ends: its end marker follows (never shown).
         bytes.extend_from_slice(format!("\r\n__ENDLESS_bench{p}_{frame}_0__\r\n").as_bytes());

@@ -125,13 +125,14 @@ fn result(sample: u32, passed: bool) -> EpisodeResult {
         tokens: Default::default(),
         timings: Default::default(),
         verifier: None,
+        limits: None,
         taken_over: None,
         forked_from: None,
     }
 }
 
 /// Result JSON and a small recording next to the fixture's episode rows.
-fn write_episode_files(ws: &Workspace) {
+pub(super) fn write_episode_files(ws: &Workspace) {
     let dir = ws.root().join("runs/eval-1/episodes/archive-logs");
     std::fs::create_dir_all(&dir).unwrap();
     for (sample, passed) in [(0, true), (1, false)] {

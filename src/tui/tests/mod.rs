@@ -32,6 +32,7 @@ macro_rules! snap {
     };
 }
 
+mod commands;
 mod episodes;
 mod images;
 mod jobs;

@@ -18,6 +18,7 @@ use crate::tui::keymap::Command;
 use crate::tui::replay::Replay;
 pub use crate::tui::runtime::episode_io::LoadedEpisode;
 use crate::tui::theme::Theme;
+use crate::tui::widgets::terminal::Following;
 
 /// Failure labels a rater can give, as stored (`label`) and shown.
 pub const LABELS: [(&str, &str); 4] = [
@@ -200,13 +201,15 @@ impl Inspector {
             return;
         };
         let parser = r.screen();
-        let term = PseudoTerminal::new(parser.screen())
-            .block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .border_style(theme.muted())
-                    .title(Span::styled(" recording ", theme.accent())),
-            )
+        let block = Block::default()
+            .borders(Borders::ALL)
+            .border_style(theme.muted())
+            .title(Span::styled(" recording ", theme.accent()));
+        // The recorded terminal is usually taller than the area: show the
+        // rows that end at the newest output, as a live pane does.
+        let screen = Following::new(parser.screen(), block.inner(screen_area).height);
+        let term = PseudoTerminal::new(&screen)
+            .block(block)
             .style(Style::new().fg(theme.foreground).bg(theme.background));
         frame.render_widget(term, screen_area);
         let n = r.cast.events.len();

@@ -13,7 +13,7 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 use tui_term::widget::{Cursor, PseudoTerminal};
 
-use crate::sandbox::{HUMAN_ECHO_END, HUMAN_ECHO_START};
+use crate::sandbox::Prompt;
 use crate::tui::action::LiveEvent;
 use crate::tui::keymap::Command;
 use crate::tui::takeover::TakeoverHandle;
@@ -110,11 +110,12 @@ impl LivePane {
     }
 
     /// Show a command the user ran on its own line, marked as theirs (the
-    /// session's terminal does not echo), and follow the output again.
+    /// session's terminal does not echo; the session echoes the agent's
+    /// commands itself), and follow the output again.
     pub fn echo(&mut self, command: &str) {
         let mid_line = self.parser.screen().cursor_position().1 > 0;
         let nl = if mid_line { "\r\n" } else { "" };
-        let shown = format!("{nl}{HUMAN_ECHO_START}{command}{HUMAN_ECHO_END}");
+        let shown = format!("{nl}{}", Prompt::Human.echo(command));
         self.parser.process(shown.as_bytes());
         self.parser.screen_mut().set_scrollback(0);
     }
@@ -703,10 +704,10 @@ fn draw_pane(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme, 
 /// The taken-over pane's command line: `you$ ` and what is typed, with the
 /// cursor; commands still waiting for the session are counted after it.
 fn draw_command_line(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme) {
-    const PROMPT: &str = "you$ ";
+    let prompt = Prompt::Human.text();
     let input = &pane.line.input;
     let mut spans = vec![
-        Span::styled(PROMPT, theme.warning()),
+        Span::styled(prompt, theme.warning()),
         Span::styled(input.value.clone(), Style::new().fg(theme.foreground)),
     ];
     let queued = pane.input.as_ref().map_or(0, |h| h.queued());
@@ -717,7 +718,7 @@ fn draw_command_line(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: 
         ));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)).style(theme.base()), area);
-    let x = area.x + (PROMPT.len() + input.cursor()) as u16;
+    let x = area.x + (prompt.len() + input.cursor()) as u16;
     if x < area.right() {
         frame.set_cursor_position(Position::new(x, area.y));
     }
