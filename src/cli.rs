@@ -164,7 +164,8 @@ pub enum TasksCommand {
         /// Where to write (created if missing).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
-        /// Datasets: rows in `validation` (default: a tenth of the tasks).
+        /// Datasets: re-split, N rows in `validation` (default: the tasks' own
+        /// train/dev split; a tenth of those without one).
         #[arg(long, value_name = "N")]
         dev_count: Option<usize>,
         /// Datasets: seed of the shuffle that picks the validation rows.
@@ -394,6 +395,11 @@ pub struct ServeArgs {
     /// Accept requests without a token (loopback binds only).
     #[arg(long, conflicts_with = "token_file")]
     pub no_auth: bool,
+    /// Let `GET /v1/health` and `GET /metrics` answer without a token, for
+    /// a local scraper (loopback binds only; default: `[serve] open_metrics`,
+    /// false: they need the token like every request).
+    #[arg(long)]
+    pub open_metrics: bool,
     /// How final tests become the reward.
     #[arg(long, value_parser = ["binary", "partial", "clean"], default_value = "binary")]
     pub reward: String,

@@ -705,7 +705,7 @@ async fn a_vanished_client_is_reaped_and_a_stopped_server_records_open_sessions(
     assert!(status.success(), "{said}");
     assert!(descendants(pid).is_empty());
     let rows = episodes(ws.path());
-    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows.len(), 2, "{rows:?}\n{said}");
     assert!(rows.iter().all(|r| r.end_reason == "error" && !r.passed));
     let result: Value =
         serde_json::from_slice(&std::fs::read(ws.path().join(&rows[1].path)).unwrap()).unwrap();
@@ -721,6 +721,52 @@ fn no_auth_is_refused_off_loopback() {
     let out = endless(ws.path(), &["serve", "--bind", "0.0.0.0:0", "--no-auth"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
+
+/// `/v1/health` and `/metrics` need the token like every request, unless
+/// `--open-metrics` or `[serve] open_metrics = true` opens those two (on
+/// loopback only; the rest of the API still needs the token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_metrics_need_the_token_unless_opened() {
+    let ws = tempfile::tempdir().unwrap();
+    let statuses = |server: &Served| {
+        let (with, without) = (
+            server.client(),
+            Api {
+                token: None,
+                ..server.client()
+            },
+        );
+        async move {
+            let mut out = Vec::new();
+            for path in ["/v1/health", "/metrics", "/v1/tasks"] {
+                out.push((with.get(path).await.0, without.get(path).await.0));
+            }
+            out
+        }
+    };
+    let server = Served::start(ws.path(), &[]);
+    assert_eq!(statuses(&server).await, [(200, 401); 3], "by default");
+    assert!(server.stop().0.success());
+    let opened = [(200, 200), (200, 200), (200, 401)];
+    let server = Served::start(ws.path(), &["--open-metrics"]);
+    assert_eq!(statuses(&server).await, opened, "--open-metrics");
+    assert!(server.stop().0.success());
+    std::fs::write(
+        ws.path().join("endless.toml"),
+        "[serve]\nopen_metrics = true\n",
+    )
+    .unwrap();
+    let server = Served::start(ws.path(), &[]);
+    assert_eq!(statuses(&server).await, opened, "[serve] open_metrics");
+    assert!(server.stop().0.success());
+    let out = endless(ws.path(), &["serve", "--bind", "0.0.0.0:0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("open_metrics") && err.contains("loopback"),
+        "{err}"
+    );
 }
 
 /// Lines of the mount table that mention `path`.

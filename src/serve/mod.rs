@@ -32,6 +32,10 @@ pub enum ServeError {
     /// A non-loopback address (given) was asked for with authentication off.
     #[error("refusing to serve on {0} without a token: non-loopback binds need authentication")]
     NoAuthOffLoopback(SocketAddr),
+    /// A non-loopback address (given) was asked for with health and
+    /// metrics open ([`Auth::with_open_metrics`]).
+    #[error("refusing to serve /v1/health and /metrics without a token on {0}: open metrics ([serve] open_metrics, --open-metrics) need a loopback bind")]
+    OpenMetricsOffLoopback(SocketAddr),
     /// The listening socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -108,6 +112,9 @@ impl Server {
         if !self.auth.is_enabled() && !self.bind.ip().is_loopback() {
             return Err(ServeError::NoAuthOffLoopback(self.bind));
         }
+        if self.auth.metrics_open() && !self.bind.ip().is_loopback() {
+            return Err(ServeError::OpenMetricsOffLoopback(self.bind));
+        }
         let listener = tokio::net::TcpListener::bind(self.bind)
             .await
             .map_err(|source| ServeError::Bind {
@@ -126,7 +133,8 @@ impl Server {
             lost: self.lost,
         });
         on_bound(listener.local_addr()?);
-        let reaper = tokio::spawn(reap_idle(app.clone()));
+        let (stop_reaper, reaper_stopped) = tokio::sync::oneshot::channel();
+        let reaper = tokio::spawn(reap_idle(app.clone(), reaper_stopped));
         let draining = app.clone();
         http::serve(
             listener,
@@ -139,7 +147,9 @@ impl Server {
             },
         )
         .await;
-        reaper.abort();
+        // The reaper records the sessions it already took before it ends.
+        let _ = stop_reaper.send(());
+        let _ = reaper.await;
         let left = app.registry.take_all();
         if !left.is_empty() {
             tracing::info!(
@@ -173,17 +183,27 @@ async fn shutdown_signal() {
     }
 }
 
-/// End and record sessions idle for longer than the idle timeout.
-async fn reap_idle(app: Arc<app::App>) {
+/// End and record sessions idle for longer than the idle timeout, until
+/// `stop`; then wait until those it took are recorded (the server must not
+/// exit with one half-written). A session counts as reaped once recorded.
+async fn reap_idle(app: Arc<app::App>, mut stop: tokio::sync::oneshot::Receiver<()>) {
     let idle = app.settings.idle_timeout;
     let every = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+    let mut ending = tokio::task::JoinSet::new();
     loop {
-        tokio::time::sleep(every).await;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = &mut stop => break,
+        }
+        while ending.try_join_next().is_some() {}
         for slot in app.registry.take_idle(idle) {
-            app.metrics.reaped.fetch_add(1, Ordering::Relaxed);
             let app = app.clone();
             let why = format!("no request for {} s: the client went away", idle.as_secs());
-            tokio::task::spawn_blocking(move || app.abandon(&slot, &why));
+            ending.spawn_blocking(move || {
+                app.abandon(&slot, &why);
+                app.metrics.reaped.fetch_add(1, Ordering::Relaxed);
+            });
         }
     }
+    while ending.join_next().await.is_some() {}
 }

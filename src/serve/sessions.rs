@@ -156,7 +156,14 @@ impl Registry {
         let mut slots = self.slots.lock();
         let ids: Vec<String> = slots
             .values()
-            .filter(|s| s.idle_for() > idle && s.state.try_lock().is_some())
+            // A session still starting is not idle (its start may outlast
+            // the timeout); neither is one a request holds.
+            .filter(|s| {
+                s.idle_for() > idle
+                    && s.state
+                        .try_lock()
+                        .is_some_and(|state| !matches!(*state, State::Starting))
+            })
             .map(|s| s.id.clone())
             .collect();
         ids.iter().filter_map(|id| slots.remove(id)).collect()
@@ -247,6 +254,42 @@ mod tests {
         ] {
             assert!(validate_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_session_still_starting_is_never_taken_as_idle() {
+        let r = Registry::new(4, 4);
+        let task = crate::task::Task {
+            meta: crate::task::TaskMeta::default(),
+            instruction: String::new(),
+            truth: String::new(),
+            environment: crate::task::FileTree::default(),
+            tests: crate::task::FileTree::default(),
+            solution: crate::task::FileTree::default(),
+        };
+        let new = || NewSession {
+            owner: crate::serve::auth::Client("c".into()),
+            task: Arc::new(task.clone()),
+            run_id: "run".into(),
+        };
+        let (starting, done) = (r.reserve(new()).unwrap(), r.reserve(new()).unwrap());
+        let id = crate::agent::EpisodeId {
+            task: "t".into(),
+            category: String::new(),
+            complexity: None,
+            sample: 0,
+            policy: "http".into(),
+        };
+        let result = EpisodeResult::failed_to_start(id, "x".into(), Default::default());
+        *done.state.lock() = State::Finished(Box::new(result));
+        std::thread::sleep(Duration::from_millis(20));
+        let taken: Vec<String> = r
+            .take_idle(Duration::from_millis(10))
+            .iter()
+            .map(|s| s.id.clone())
+            .collect();
+        assert_eq!(taken, std::slice::from_ref(&done.id));
+        assert!(r.get(&starting.id, &starting.owner).is_ok());
     }
 
     #[test]
