@@ -326,3 +326,50 @@ fn merge_of_something_not_a_workspace_names_the_path() {
     // Nothing was created in the other directory.
     assert!(!empty.path().join("runs").exists());
 }
+
+/// Whether an offline task id (`FAMILY-SEED-cN`) is held out: the documented
+/// split (`procgen::split_of`).
+fn held_out(id: &str) -> bool {
+    let mut parts = id.rsplitn(3, '-');
+    let (_, seed, family) = (parts.next(), parts.next(), parts.next());
+    let seed: u64 = seed.unwrap().parse().unwrap();
+    endless::procgen::split_of(family.unwrap(), seed) == endless::procgen::Split::Dev
+}
+
+#[test]
+fn an_export_keeps_every_held_out_task_out_of_train() {
+    let (ws, ids) = workspace(30, 7);
+    let dev: Vec<&String> = ids.iter().filter(|id| held_out(id)).collect();
+    assert!(!dev.is_empty(), "the sample has held-out tasks: {ids:?}");
+    let out = ws.path().join("data");
+    ok_json(&endless(
+        ws.path(),
+        &[
+            "tasks",
+            "export",
+            "--all",
+            "--format",
+            "jsonl",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    let ids_in = |name: &str| -> Vec<String> {
+        jsonl(&out.join(name))
+            .iter()
+            .map(|r| r["extra_info"]["task_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (train, validation) = (ids_in("train.jsonl"), ids_in("validation.jsonl"));
+    for id in &dev {
+        assert!(validation.contains(id), "{id} is held out: {validation:?}");
+        assert!(!train.contains(id), "{id} leaked into train");
+    }
+    assert_eq!(train.len() + validation.len(), ids.len());
+    assert_eq!(
+        validation.len(),
+        dev.len(),
+        "only held-out tasks are held out"
+    );
+}

@@ -24,6 +24,7 @@ use serde::Serialize;
 
 use crate::agent::protocol::{initial_messages, Protocol};
 use crate::fsutil::write_atomic;
+use crate::procgen::{task_split, Split};
 use crate::store::{TaskFilter, TaskStatus, Workspace};
 use crate::task::Task;
 
@@ -228,9 +229,39 @@ pub fn split(
     (train, validation)
 }
 
+/// Split `rows` by each task's own split (`splits`, one per row): held-out
+/// tasks go to validation, training tasks to train, so that no held-out
+/// task is ever trained on; rows whose task has no split of its own (not
+/// made by the offline generator) are split as [`split`] splits, a tenth of
+/// them to validation.
+pub fn split_by_task(
+    rows: Vec<DatasetRow>,
+    splits: &[Option<Split>],
+    seed: u64,
+) -> (Vec<DatasetRow>, Vec<DatasetRow>) {
+    let (mut train, mut validation, mut unsplit) = (Vec::new(), Vec::new(), Vec::new());
+    for (row, split) in rows.into_iter().zip(splits) {
+        match split {
+            Some(Split::Dev) => validation.push(row),
+            Some(Split::Train) => train.push(row),
+            None => unsplit.push(row),
+        }
+    }
+    let tenth = unsplit.len() / 10;
+    let (more_train, more_validation) = split(unsplit, tenth, seed);
+    train.extend(more_train);
+    validation.extend(more_validation);
+    let by_id = |a: &DatasetRow, b: &DatasetRow| a.extra_info.task_id.cmp(&b.extra_info.task_id);
+    train.sort_by(by_id);
+    validation.sort_by(by_id);
+    (train, validation)
+}
+
 /// Export the tasks `ids` of `ws` to `out` as `train.*` and
-/// `validation.*`; `dev_count` rows (default: a tenth) go to validation;
-/// prompts are those `protocol` gives a policy.
+/// `validation.*`: by the tasks' own train/dev split (see
+/// [`split_by_task`]), or, with `dev_count`, re-split: that many rows picked
+/// by a shuffle seeded with `seed` go to validation. Prompts are those
+/// `protocol` gives a policy.
 pub fn export_dataset(
     ws: &Workspace,
     protocol: &Protocol,
@@ -244,20 +275,22 @@ pub fn export_dataset(
         bail!("no tasks to export");
     }
     let mut rows = Vec::with_capacity(ids.len());
+    let mut splits = Vec::with_capacity(ids.len());
     for id in ids {
         let task = ws
             .load_task(id)
             .with_context(|| format!("task {id:?} in {}", ws.task_dir(id).display()))?;
         rows.push(DatasetRow::of(&task, protocol));
+        splits.push(task_split(&task));
     }
-    let dev_count = dev_count.unwrap_or(rows.len() / 10);
-    if dev_count > rows.len() {
-        bail!(
-            "--dev-count {dev_count} is more than the {} tasks exported",
+    let (train, validation) = match dev_count {
+        Some(n) if n > rows.len() => bail!(
+            "--dev-count {n} is more than the {} tasks exported",
             rows.len()
-        );
-    }
-    let (train, validation) = split(rows, dev_count, seed);
+        ),
+        Some(n) => split(rows, n, seed),
+        None => split_by_task(rows, &splits, seed),
+    };
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut files = Vec::new();
     for (name, part) in [("train", &train), ("validation", &validation)] {
@@ -410,6 +443,35 @@ mod tests {
         assert_eq!(all.len(), 20);
         all.dedup();
         assert_eq!(all.len(), 20);
+    }
+
+    #[test]
+    fn held_out_tasks_never_reach_train_unless_re_split() {
+        let rows: Vec<DatasetRow> = (0..30).map(|i| row(&format!("t{i:02}"))).collect();
+        // t00..t05 held out, t06..t19 training, t20..t29 of no split.
+        let splits: Vec<Option<Split>> = (0..30)
+            .map(|i| match i {
+                0..=5 => Some(Split::Dev),
+                6..=19 => Some(Split::Train),
+                _ => None,
+            })
+            .collect();
+        let (train, dev) = split_by_task(rows, &splits, 3);
+        let ids = |part: &[DatasetRow]| -> Vec<String> {
+            part.iter().map(|r| r.extra_info.task_id.clone()).collect()
+        };
+        let (train, dev) = (ids(&train), ids(&dev));
+        for i in 0..=5 {
+            assert!(dev.contains(&format!("t{i:02}")), "{dev:?}");
+        }
+        for i in 6..=19 {
+            assert!(train.contains(&format!("t{i:02}")), "{train:?}");
+        }
+        // A tenth of the ten without a split is held out.
+        assert_eq!((train.len(), dev.len()), (23, 7));
+        let mut sorted = train.clone();
+        sorted.sort();
+        assert_eq!(train, sorted, "each part keeps id order");
     }
 
     #[test]
