@@ -10,7 +10,9 @@ use tokio::sync::broadcast;
 
 use super::asciicast::{stop_marker, Prompt, Recorder};
 use super::marker_filter::MarkerFilter;
-use super::session::Chunk;
+
+/// A chunk of raw PTY output, shared with every subscriber.
+pub type Chunk = Arc<[u8]>;
 
 /// The live broadcast, cut off with a notice after `max_bytes`.
 pub(super) struct LiveSender {

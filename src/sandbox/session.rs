@@ -25,8 +25,7 @@ const INTERRUPT_GRACE: Duration = Duration::from_millis(1500);
 /// Capacity of the live broadcast channel (chunks).
 const BROADCAST_CAPACITY: usize = 4096;
 
-/// A chunk of raw PTY output, shared with every subscriber.
-pub type Chunk = Arc<[u8]>;
+pub use super::audience::Chunk;
 
 /// Backend-specific control over a running sandbox.
 pub trait SessionControl: Send {
@@ -911,16 +910,37 @@ pub fn run_capturing(
 /// reaches all of it. Every spawn of task-controlled code goes through here
 /// (build steps, verifiers, setup and root commands) or a PTY of its own.
 pub fn detach_from_terminal(cmd: &mut Command) {
+    // SAFETY: `leave_terminal` only makes async-signal-safe calls.
+    unsafe {
+        cmd.pre_exec(|| leave_terminal());
+    }
+}
+
+/// Set in a spawned child, between fork and exec, once it leads a session
+/// of its own: a process an earlier step forked from it (to enter a PID
+/// namespace) stays in that session, within reach of `kill(-pid)`. Never
+/// set in `endless` itself: each child has its own copy.
+static IN_OWN_SESSION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Between fork and exec: become the leader of a new session (see
+/// [`detach_from_terminal`]), unless this spawn did already, in this
+/// process or in the one it was forked from. A step that forks before
+/// exec calls this first, so the fork stays in the session.
+///
+/// # Safety
+/// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+pub unsafe fn leave_terminal() -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    if IN_OWN_SESSION.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     // SAFETY: setsid is async-signal-safe; a freshly forked child is never
     // a process group leader, so it cannot fail with EPERM.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    if unsafe { libc::setsid() } < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    IN_OWN_SESSION.store(true, Ordering::Relaxed);
+    Ok(())
 }
 
 #[cfg(test)]

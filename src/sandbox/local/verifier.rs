@@ -267,6 +267,9 @@ impl VerifierPlan {
     /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
     pub unsafe fn apply(&self) -> io::Result<()> {
         unsafe {
+            // A session of its own before the fork below, so that the
+            // verifier itself is in it (and dies with its process group).
+            crate::sandbox::session::leave_terminal()?;
             join_cgroups(&self.cgroup_procs);
             check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
             check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
