@@ -906,6 +906,72 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
     tmux(&["send-keys", "-t", s, "q"]);
 }
 
+/// An evaluation in another process killed with SIGKILL mid-episode (no
+/// result is ever written): within seconds its pane stops running and
+/// collapses to a strip labelled interrupted, which `x` clears. Uses the
+/// real sandbox.
+#[test]
+fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
+    use std::os::unix::process::CommandExt;
+    let Some((dir, home, script)) = sandboxed_workspace("slow.txt", "sleep 1\n".repeat(120)) else {
+        return;
+    };
+    let session = start_tui(
+        format!("endless-e2e-killed-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for(s, "No live sessions");
+    let log = std::fs::File::create(dir.path().join("cli.log")).unwrap();
+    let mut eval = Command::new(env!("CARGO_BIN_EXE_endless"))
+        .env("XDG_CACHE_HOME", home.path().join("cache"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .arg("--workspace")
+        .arg(dir.path())
+        .args(["eval", "--policy"])
+        .arg(format!("script:{}", script.display()))
+        .args(["--tasks", "upper"])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        // Its own group, for the cleanup below.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = eval.id();
+    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    wait_for_up_to(s, "turn 2", Duration::from_secs(60));
+    // SIGKILL: nothing of it gets to write a result.
+    eval.kill().unwrap();
+    eval.wait().unwrap();
+    let killed = Instant::now();
+    let screen = wait_for(s, "⊘ INTERRUPTED upper#0");
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "within seconds: {screen}"
+    );
+    assert!(!screen.contains("┌ upper#0"), "not running: {screen}");
+    assert!(!screen.contains("FAILED"), "{screen}");
+    tmux(&["send-keys", "-t", s, "x"]);
+    wait_for(s, "No live sessions");
+    // It stays cleared.
+    sleep(Duration::from_secs(2));
+    let screen = tmux(&["capture-pane", "-p", "-t", s]);
+    assert!(screen.contains("No live sessions"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+    // What the killed evaluation left running (its sandbox), if anything.
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 /// `q` while an evaluation runs asks first; `esc` stays, `q` twice quits.
 #[test]
 fn quitting_with_a_running_job_asks_first_in_tmux() {

@@ -29,7 +29,7 @@ pub use failure::{
 };
 pub use index::index_episode;
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
-pub use recorded::{RecordedEpisode, Recording, Started};
+pub use recorded::{EpisodeOwner, RecordedEpisode, Recording, Started};
 pub use result::{EpisodeId, EpisodeResult, ForkOf, TestOutcome, Timings};
 pub use rollout::{
     load_result, load_run, run_rollouts, run_sandboxed_episode, RolloutConfig, RunSummary,

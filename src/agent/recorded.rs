@@ -75,6 +75,65 @@ impl Recording {
     }
 }
 
+/// The process recording an episode, named in its trajectory's `start` line
+/// so that a watcher can tell a running episode from one whose process died
+/// without writing a result (killed, or quit mid-episode).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EpisodeOwner {
+    /// Its process id.
+    pub pid: u32,
+    /// Its start time (`/proc/PID/stat` field 22, clock ticks since boot):
+    /// a later process given the same pid is not mistaken for it.
+    pub start: u64,
+    /// The boot and pid namespace it ran in: a pid means nothing elsewhere.
+    pub host: String,
+}
+
+impl EpisodeOwner {
+    /// This process; `None` without `/proc`.
+    pub fn current() -> Option<EpisodeOwner> {
+        EpisodeOwner::of(std::process::id())
+    }
+
+    /// The running process `pid`; `None` when it is not running (or
+    /// without `/proc`).
+    pub fn of(pid: u32) -> Option<EpisodeOwner> {
+        Some(EpisodeOwner {
+            pid,
+            start: proc_start(pid)?,
+            host: proc_host()?,
+        })
+    }
+
+    /// `Some(running)` when this machine and namespace can tell (it is the
+    /// one the owner ran in), `None` when it cannot.
+    pub fn is_alive(&self) -> Option<bool> {
+        if proc_host()? != self.host {
+            return None;
+        }
+        Some(proc_start(self.pid) == Some(self.start))
+    }
+}
+
+/// The start time of a running (not zombie) `pid`, from `/proc/PID/stat`.
+fn proc_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces and parentheses):
+    // the state is field 3, the start time field 22.
+    let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    if matches!(rest.next()?, "Z" | "X" | "x") {
+        return None;
+    }
+    rest.nth(18)?.parse().ok()
+}
+
+/// This boot and pid namespace.
+fn proc_host() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    Some(format!("{}/{}", boot.trim(), ns.display()))
+}
+
 /// Writes the trajectory as JSON lines and forwards steps as events.
 struct JsonlObserver {
     file: Option<std::io::BufWriter<std::fs::File>>,
@@ -189,7 +248,10 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             sample,
             events: recording.events.clone(),
         };
-        observer.line(serde_json::json!({"type": "start", "task": id.task, "sample": sample, "policy": id.policy}));
+        observer.line(serde_json::json!({
+            "type": "start", "task": id.task, "sample": sample, "policy": id.policy,
+            "owner": EpisodeOwner::current(),
+        }));
         let stepper = EpisodeStepper::start(&task.instruction, config, &mut observer);
         Ok(Started::Running(Self {
             id,
@@ -281,5 +343,40 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             "failure_labels": result.failure_labels, "error": result.error,
         }));
         recording.save(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_alive_until_its_process_exits_and_a_reused_pid_is_not_it() {
+        let Some(me) = EpisodeOwner::current() else {
+            return; // no /proc
+        };
+        assert_eq!(me.is_alive(), Some(true));
+        // The same pid started at another time is another process.
+        let other = EpisodeOwner {
+            start: me.start + 1,
+            ..me.clone()
+        };
+        assert_eq!(other.is_alive(), Some(false));
+        // Elsewhere (another boot or pid namespace) it cannot tell.
+        let elsewhere = EpisodeOwner {
+            host: "other".into(),
+            ..me.clone()
+        };
+        assert_eq!(elsewhere.is_alive(), None);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let owner = EpisodeOwner::of(child.id()).unwrap();
+        assert_eq!(owner.is_alive(), Some(true));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(owner.is_alive(), Some(false));
+        assert_eq!(EpisodeOwner::of(owner.pid), None);
     }
 }

@@ -121,6 +121,12 @@ pub enum LiveEvent {
         /// The failure mode of a failed episode (`wrong_output`, ...).
         failure: Option<String>,
     },
+    /// The process running the episode is gone without writing a result
+    /// (killed, or quit mid-episode): it will never finish.
+    Interrupted {
+        /// `run/task/sample`.
+        key: String,
+    },
     /// An event of an episode found through the workspace's run files (run
     /// by another process, or by a job here): it opens a read-only pane,
     /// and feeds only panes it opened.

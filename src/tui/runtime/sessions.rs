@@ -4,7 +4,9 @@
 //! but no result yet (`runs/<run>/episodes/<task>/<n>.jsonl` without
 //! `<n>.json`), tails their trajectory (one step per line) and their
 //! asciicast (terminal bytes, flushed per event), and marks them finished
-//! when the result appears. Read-only: watching never disturbs a session.
+//! when the result appears, or interrupted when the process that records
+//! them (the trajectory's `start` line names it) is gone without writing
+//! one. Read-only: watching never disturbs a session.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -16,12 +18,16 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use crate::agent::StepKind;
+use crate::agent::{EpisodeOwner, StepKind};
 use crate::tui::action::{pane_command, Action, LiveEvent, Msg};
 
 /// Episodes whose files have not changed for this long are not shown as
 /// running (their process probably died without writing a result).
 const STALE: Duration = Duration::from_secs(30 * 60);
+
+/// An episode whose trajectory names no owner (recorded before owners
+/// were) counts as running only while its files changed this recently.
+const QUIET: Duration = Duration::from_secs(60);
 
 /// Terminal size assumed until the recording's header says otherwise.
 const DEFAULT_SIZE: (u16, u16) = (48, 160);
@@ -87,6 +93,8 @@ struct Followed {
     bytes: Tail,
     /// The asciicast header was read.
     header: bool,
+    /// The process recording it, once its `start` line is read.
+    owner: Option<EpisodeOwner>,
 }
 
 /// The running episodes under a `runs/` directory, found and followed
@@ -132,7 +140,8 @@ impl SessionScan {
     /// running episodes.
     pub fn poll(&mut self, runs: &Path) -> Vec<LiveEvent> {
         let mut events = Vec::new();
-        if self.polls % DISCOVER_EVERY == 0 {
+        let discovering = self.polls % DISCOVER_EVERY == 0;
+        if discovering {
             self.discover(runs, &mut events);
         }
         self.polls += 1;
@@ -142,14 +151,12 @@ impl SessionScan {
                 continue;
             };
             follow(f, &mut events);
-            let finished = f.result.is_file();
-            let stale = modified(&f.trajectory)
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > STALE)
-                && modified(&f.cast)
-                    .and_then(|t| t.elapsed().ok())
-                    .is_none_or(|age| age > STALE);
-            if finished || stale {
+            let mut finished = f.result.is_file();
+            // Whether the owner is alive is asked about once a second.
+            let gone = !finished && discovering && gone(f);
+            // Its process may have written the result just before exiting.
+            finished = finished || f.result.is_file();
+            if finished || gone {
                 if finished {
                     follow(f, &mut events);
                     let (passed, failure) = read_result(&f.result);
@@ -158,6 +165,8 @@ impl SessionScan {
                         passed,
                         failure,
                     });
+                } else {
+                    events.push(LiveEvent::Interrupted { key: key.clone() });
                 }
                 self.followed.remove(&key);
                 self.done.insert(key);
@@ -208,7 +217,23 @@ impl SessionScan {
                         continue;
                     }
                     let cast = task_dir.join(format!("{sample}.cast"));
-                    let (rows, cols) = cast_size(&cast).unwrap_or(DEFAULT_SIZE);
+                    let mut followed = Followed {
+                        key: key.clone(),
+                        trajectory,
+                        cast,
+                        result,
+                        steps: Tail::default(),
+                        bytes: Tail::default(),
+                        header: false,
+                        owner: None,
+                    };
+                    followed.owner = start_owner(&followed.trajectory);
+                    if gone(&followed) {
+                        // Its process died earlier: nothing to watch.
+                        self.done.insert(key);
+                        continue;
+                    }
+                    let (rows, cols) = cast_size(&followed.cast).unwrap_or(DEFAULT_SIZE);
                     events.push(LiveEvent::Open {
                         key: key.clone(),
                         title: format!("{task}#{sample}"),
@@ -217,22 +242,50 @@ impl SessionScan {
                         cols,
                         input: None,
                     });
-                    self.followed.insert(
-                        key.clone(),
-                        Followed {
-                            key,
-                            trajectory,
-                            cast,
-                            result,
-                            steps: Tail::default(),
-                            bytes: Tail::default(),
-                            header: false,
-                        },
-                    );
+                    self.followed.insert(key, followed);
                 }
             }
         }
     }
+}
+
+/// How long ago `path` last changed (`None`: it cannot be read).
+fn age(path: &Path) -> Option<Duration> {
+    modified(path).and_then(|t| t.elapsed().ok())
+}
+
+/// Whether the process recording `f` is gone: its owner is not running
+/// any more; without an owner this machine can check (one recorded before
+/// owners were, or elsewhere), its files have been still for long.
+fn gone(f: &Followed) -> bool {
+    let still_for = |limit: Duration| {
+        age(&f.trajectory).is_some_and(|a| a > limit) && age(&f.cast).is_none_or(|a| a > limit)
+    };
+    match &f.owner {
+        Some(owner) => match owner.is_alive() {
+            Some(alive) => !alive,
+            None => still_for(STALE),
+        },
+        None => still_for(QUIET),
+    }
+}
+
+/// The owner named by a trajectory's `start` line (its first).
+fn start_owner(path: &Path) -> Option<EpisodeOwner> {
+    let f = File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(64 * 1024).read_to_end(&mut buf).ok()?;
+    let line = buf.split(|b| *b == b'\n').next()?;
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    owner_of(&v)
+}
+
+/// The owner in a `start` line.
+fn owner_of(v: &serde_json::Value) -> Option<EpisodeOwner> {
+    if v.get("type").and_then(|t| t.as_str()) != Some("start") {
+        return None;
+    }
+    serde_json::from_value(v.get("owner")?.clone()).ok()
 }
 
 /// `(rows, cols)` from an asciicast's header line.
@@ -276,6 +329,10 @@ fn follow(f: &mut Followed, events: &mut Vec<LiveEvent>) {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
+        if let Some(owner) = owner_of(&v) {
+            // Read late (the file was empty when found) or a retry's.
+            f.owner = Some(owner);
+        }
         if v.get("type").and_then(|t| t.as_str()) != Some("step") {
             continue;
         }
@@ -342,6 +399,74 @@ impl Drop for SessionWatcher {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A trajectory whose `start` line names `owner`.
+    fn started(path: &Path, owner: Option<&EpisodeOwner>) {
+        let line = serde_json::json!({"type": "start", "task": "count", "owner": owner});
+        std::fs::write(path, format!("{line}\n")).unwrap();
+    }
+
+    #[test]
+    fn an_episode_whose_owner_dies_is_interrupted_and_dead_ones_are_not_opened() {
+        let Some(me) = EpisodeOwner::current() else {
+            return; // no /proc
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        let ep = runs.join("eval-abc").join("episodes").join("count");
+        std::fs::create_dir_all(&ep).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        started(&ep.join("0.jsonl"), EpisodeOwner::of(child.id()).as_ref());
+        // A reused pid: not its owner, so not opened.
+        let before_me = EpisodeOwner {
+            start: me.start + 1,
+            ..me.clone()
+        };
+        started(&ep.join("1.jsonl"), Some(&before_me));
+        // Recorded before owners were and still for long: not opened.
+        started(&ep.join("2.jsonl"), None);
+        let old = SystemTime::now() - Duration::from_secs(120);
+        File::options()
+            .write(true)
+            .open(ep.join("2.jsonl"))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        // Recorded before owners were, and changing: running.
+        started(&ep.join("3.jsonl"), None);
+        let mut scan = SessionScan::default();
+        let mut opened: Vec<String> = scan
+            .poll(&runs)
+            .into_iter()
+            .filter_map(|e| match e {
+                LiveEvent::Open { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect();
+        opened.sort();
+        assert_eq!(opened, ["eval-abc/count/0", "eval-abc/count/3"]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Within a second (a discovery's round of polls).
+        let evs: Vec<LiveEvent> = (0..DISCOVER_EVERY).flat_map(|_| scan.poll(&runs)).collect();
+        assert_eq!(
+            evs,
+            [LiveEvent::Interrupted {
+                key: "eval-abc/count/0".into()
+            }]
+        );
+        assert!((0..DISCOVER_EVERY).all(|_| scan.poll(&runs).is_empty()));
+        // A new scan (the TUI restarted) does not open it again.
+        let mut scan = SessionScan::default();
+        let evs = scan.poll(&runs);
+        assert!(
+            matches!(&evs[..], [LiveEvent::Open { key, .. }] if key == "eval-abc/count/3"),
+            "{evs:?}"
+        );
+    }
 
     #[test]
     fn finds_follows_and_finishes_an_episode_of_another_process() {

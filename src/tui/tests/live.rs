@@ -330,6 +330,75 @@ fn finished_panes_collapse_to_summary_strips() {
     assert_eq!(app.live.panes[0].title, "other#0");
 }
 
+/// An episode of another process that died without a result (killed, or
+/// quit mid-episode): its pane stops its clock, collapses to a strip
+/// labelled interrupted, and `x` clears it like the finished ones.
+#[test]
+fn an_episode_whose_process_is_gone_is_interrupted_and_cleared() {
+    let mut app = live_app();
+    let watched = |ev: LiveEvent| Action::Live(LiveEvent::Watched(Box::new(ev)));
+    for (key, title) in [("eval-y/count/0", "count#0"), ("eval-y/other/0", "other#0")] {
+        app.update(watched(LiveEvent::Open {
+            key: key.into(),
+            title: title.into(),
+            policy: "eval-y".into(),
+            rows: 48,
+            cols: 160,
+            input: None,
+        }));
+    }
+    app.update(watched(LiveEvent::Feed {
+        key: "eval-y/count/0".into(),
+        bytes: seq_60_bytes(),
+    }));
+    app.update(watched(LiveEvent::Step {
+        key: "eval-y/count/0".into(),
+        turn: 1,
+        command: "seq 1 60".into(),
+    }));
+    app.update(watched(LiveEvent::Interrupted {
+        key: "eval-y/count/0".into(),
+    }));
+    assert_eq!(app.live.running(), 1);
+    let p = app
+        .live
+        .panes
+        .iter()
+        .find(|p| p.title == "count#0")
+        .unwrap();
+    assert!(p.interrupted && p.outcome == Some(false), "{p:?}");
+    // Its clock stopped.
+    let frozen = p.elapsed();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(app.live.panes[1].elapsed(), frozen);
+    // A later result or a second interruption changes nothing.
+    app.update(watched(LiveEvent::Finished {
+        key: "eval-y/count/0".into(),
+        passed: true,
+        failure: None,
+    }));
+    assert_eq!(app.live.panes[1].outcome, Some(false));
+    for p in &mut app.live.panes {
+        p.finished_after = p.outcome.map(|_| std::time::Duration::from_secs(75));
+    }
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("⊘ INTERRUPTED count#0"), "{screen}");
+    assert!(!screen.contains("FAILED"), "{screen}");
+    snap!("live_interrupted_strip_80x24", &mut app, 80, 24);
+    snap!("live_interrupted_strip_120x40", &mut app, 120, 40);
+    // Zoomed, its header says so.
+    app.update(Action::Command(Command::Bottom));
+    app.update(Action::Command(Command::Select));
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("INTERRUPTED"), "{screen}");
+    snap!("live_interrupted_zoomed_80x24", &mut app, 80, 24);
+    snap!("live_interrupted_zoomed_120x40", &mut app, 120, 40);
+    app.update(Action::Command(Command::Back));
+    app.update(Action::Command(Command::ClearFilters));
+    assert_eq!(app.live.panes.len(), 1);
+    assert_eq!(app.live.panes[0].title, "other#0");
+}
+
 #[test]
 fn a_job_takes_over_the_pane_its_files_opened_and_watched_events_never_double_feed() {
     let mut app = live_app();

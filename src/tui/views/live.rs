@@ -49,6 +49,8 @@ pub struct LivePane {
     pub outcome: Option<bool>,
     /// The failure mode of a failed episode (`wrong_output`, `timeout`, ...).
     pub failure: Option<String>,
+    /// Its process is gone without a result (`outcome` is `Some(false)`).
+    pub interrupted: bool,
     /// Takes the protocol's end markers out of the stream.
     filter: MarkerFilter,
     /// How long it ran, frozen when it finished.
@@ -88,6 +90,7 @@ impl LivePane {
             key: None,
             outcome: None,
             failure: None,
+            interrupted: false,
             filter: MarkerFilter::default(),
             finished_after: None,
             input: None,
@@ -158,6 +161,9 @@ impl LivePane {
         }
         match self.outcome {
             Some(true) => spans.push(Span::styled("PASSED ", theme.success())),
+            Some(false) if self.interrupted => {
+                spans.push(Span::styled("INTERRUPTED ", theme.warning()))
+            }
             Some(false) => spans.push(Span::styled("FAILED ", theme.failure())),
             None => {}
         }
@@ -191,6 +197,7 @@ impl LivePane {
         let mark = Span::styled(if selected { "▶ " } else { "  " }, theme.accent());
         let result = match self.outcome {
             Some(true) => Span::styled("✓ PASSED ", theme.success()),
+            _ if self.interrupted => Span::styled("⊘ INTERRUPTED ", theme.warning()),
             _ => Span::styled("✗ FAILED ", theme.failure()),
         };
         let mut tail = Vec::new();
@@ -267,7 +274,8 @@ fn ev_key(ev: &LiveEvent) -> &str {
         LiveEvent::Open { key, .. }
         | LiveEvent::Feed { key, .. }
         | LiveEvent::Step { key, .. }
-        | LiveEvent::Finished { key, .. } => key,
+        | LiveEvent::Finished { key, .. }
+        | LiveEvent::Interrupted { key } => key,
         LiveEvent::Watched(ev) => ev_key(ev),
     }
 }
@@ -435,29 +443,35 @@ impl LiveView {
                 key,
                 passed,
                 failure,
-            } => {
-                let Some(i) = self
-                    .panes
-                    .iter()
-                    .position(|p| p.key.as_deref() == Some(&key))
-                else {
-                    return;
-                };
-                let p = &mut self.panes[i];
-                if p.outcome.is_some() {
-                    return;
-                }
-                if let Some(h) = &p.input {
-                    h.set_taken(false);
-                }
-                p.outcome = Some(passed);
-                p.failure = failure;
-                p.finished_after = Some(p.started.elapsed());
-                // The newest finished pane heads the summary strips.
-                let to = self.running();
-                self.move_pane(i, to);
-            }
+            } => self.finish(&key, passed, failure, false),
+            LiveEvent::Interrupted { key } => self.finish(&key, false, None, true),
         }
+    }
+
+    /// The episode `key` ended: its pane stops its clock and moves to the
+    /// finished strips (`interrupted`: its process is gone, no result).
+    fn finish(&mut self, key: &str, passed: bool, failure: Option<String>, interrupted: bool) {
+        let Some(i) = self
+            .panes
+            .iter()
+            .position(|p| p.key.as_deref() == Some(key))
+        else {
+            return;
+        };
+        let p = &mut self.panes[i];
+        if p.outcome.is_some() {
+            return;
+        }
+        if let Some(h) = &p.input {
+            h.set_taken(false);
+        }
+        p.outcome = Some(passed);
+        p.failure = failure;
+        p.interrupted = interrupted;
+        p.finished_after = Some(p.started.elapsed());
+        // The newest finished pane heads the summary strips.
+        let to = self.running();
+        self.move_pane(i, to);
     }
 
     /// The pane the user has taken over, if any.
