@@ -1024,3 +1024,340 @@ async fn ten_times_max_sessions_at_once_get_clean_429s() {
     let (status, said) = server.stop();
     assert!(status.success(), "{said}");
 }
+
+/// Write `tokens` as the workspace's token file (mode 0600), one per line.
+fn write_tokens(ws: &Path, tokens: &[&str]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(ws.join("serve.token"))
+        .unwrap();
+    for t in tokens {
+        writeln!(f, "{t}").unwrap();
+    }
+}
+
+/// RFC 7235: the auth scheme is case-insensitive (`bearer`, `BEARER`); the
+/// token itself is matched exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_case_insensitive_and_the_token_exact() {
+    let ws = tempfile::tempdir().unwrap();
+    write_tokens(ws.path(), &["Mixed-Case-Token"]);
+    let server = Served::start(ws.path(), &[]);
+    let http = reqwest::Client::new();
+    let status = |value: &'static str| {
+        let req = http
+            .get(format!("{}/v1/tasks", server.url))
+            .header("authorization", value);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let body: Value = resp.json().await.unwrap();
+            (status, body)
+        }
+    };
+    for ok in [
+        "Bearer Mixed-Case-Token",
+        "bearer Mixed-Case-Token",
+        "BEARER Mixed-Case-Token",
+        "bEaReR Mixed-Case-Token",
+    ] {
+        let (s, body) = status(ok).await;
+        assert_eq!(s, 200, "{ok}: {body}");
+    }
+    for bad in [
+        "Bearer mixed-case-token",
+        "bearer MIXED-CASE-TOKEN",
+        "Basic Mixed-Case-Token",
+        "BearerMixed-Case-Token",
+    ] {
+        let (s, body) = status(bad).await;
+        assert_eq!(s, 401, "{bad}: {body}");
+        assert!(body["error"].is_string(), "{bad}: {body}");
+    }
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}
+
+/// A misspelt field is refused with a 400 naming it, not silently ignored;
+/// every field the Python client sends is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_request_fields_are_refused_and_named() {
+    let (ws, task) = workspace();
+    let server = Served::start(ws.path(), &[]);
+    let api = server.client();
+    let (s, body) = api
+        .post("/v1/sessions", json!({"task_id": task, "temprature": 0.7}))
+        .await;
+    assert_eq!(s, 400, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("unknown field \"temprature\" in the request body"),
+        "{error}"
+    );
+    let (s, body) = api.get("/v1/tasks?stauts=candidate").await;
+    assert_eq!(s, 400, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("unknown field \"stauts\" in the query"),
+        "{error}"
+    );
+    // Everything python/endless_env's Client.open sends.
+    let (s, opened) = api
+        .post(
+            "/v1/sessions",
+            json!({"task_id": task, "max_turns": 4, "seed": 1, "run": "fields",
+                   "policy": "pytest", "protocol": "endless"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{opened}");
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    let step = format!("/v1/sessions/{id}/step");
+    let (s, body) = api
+        .post(
+            &step,
+            json!({"reply": "<command>pwd</command>", "logprobs": []}),
+        )
+        .await;
+    assert_eq!(s, 400, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains("unknown field \"logprobs\""), "{error}");
+    let (s, stepped) = api
+        .post(&step, json!({"reply": "<command>pwd</command>"}))
+        .await;
+    assert_eq!(s, 200, "{stepped}");
+    assert_eq!(stepped["info"]["turn"], 1, "the refused step took no turn");
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}
+
+/// After SIGTERM and until it exits, the server answers new requests 503
+/// with a JSON error (instead of refusing connections) while the request
+/// in flight finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_server_answers_503_until_it_exits() {
+    let (ws, task) = workspace();
+    let mut server = Served::start(ws.path(), &[]);
+    let api = server.client();
+    let (s, opened) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{opened}");
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    let busy = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("{}/v1/sessions/{id}/step", server.url))
+            .bearer_auth(&server.token)
+            .json(&json!({"reply": "<command>sleep 4; echo slept</command>"}))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    // Each request on a fresh connection, as a new client would.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let (s, body) = server.client().get("/v1/tasks").await;
+        if s == 503 {
+            break;
+        }
+        assert_eq!(s, 200, "{body}");
+        assert!(Instant::now() < deadline, "no 503 after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (what, (s, body)) in [
+        (
+            "open",
+            server
+                .client()
+                .post("/v1/sessions", json!({"task_id": task}))
+                .await,
+        ),
+        ("health", server.client().get("/v1/health").await),
+        ("sessions", server.client().get("/v1/sessions").await),
+        ("unknown route", server.client().get("/v2/x").await),
+        (
+            "step",
+            server
+                .client()
+                .post(&format!("/v1/sessions/{id}/step"), json!({"reply": "x"}))
+                .await,
+        ),
+    ] {
+        assert_eq!(s, 503, "{what}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("shutting down"),
+            "{what}: {body}"
+        );
+    }
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "exited before the step in flight finished"
+    );
+    let answer = busy.await.unwrap().unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    let stepped: Value = answer.json().await.unwrap();
+    assert!(
+        stepped["observation"].as_str().unwrap().contains("slept"),
+        "{stepped}"
+    );
+    // Until it exits, a new request gets 503 or finds it gone: never a
+    // hang, never anything else.
+    loop {
+        if server.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        let attempt = reqwest::Client::new()
+            .get(format!("{}/v1/tasks", server.url))
+            .bearer_auth(&server.token)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        if let Ok(resp) = attempt {
+            assert_eq!(resp.status().as_u16(), 503);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+    let rows = episodes(ws.path());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].end_reason, "error", "recorded as interrupted");
+}
+
+/// `GET /v1/sessions/{id}` and `GET /v1/sessions`: a token sees its own
+/// sessions (task, run, sample, state, turns, the result once finished),
+/// and no other token's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_lists_and_inspects_its_own_sessions() {
+    let (ws, task) = workspace();
+    write_tokens(ws.path(), &["first-client-token", "second-client-token"]);
+    let server = Served::start(ws.path(), &["--reward", "binary"]);
+    let api = server.client();
+    let other = Api {
+        token: Some("second-client-token".into()),
+        ..server.client()
+    };
+    let (s, list) = api.get("/v1/sessions").await;
+    assert_eq!((s, list), (200, json!([])));
+    let (s, opened) = api
+        .post("/v1/sessions", json!({"task_id": task, "run": "look"}))
+        .await;
+    assert_eq!(s, 200, "{opened}");
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    let path = format!("/v1/sessions/{id}");
+    let (s, view) = api.get(&path).await;
+    assert_eq!(s, 200, "{view}");
+    assert_eq!(view["session_id"], id.as_str());
+    assert_eq!(view["task_id"], task.as_str());
+    assert_eq!(view["run_id"], "serve-look");
+    assert_eq!(view["sample"], opened["sample"]);
+    assert_eq!(view["max_turns"], opened["max_turns"]);
+    assert_eq!(
+        (&view["state"], &view["turns"]),
+        (&json!("running"), &json!(0))
+    );
+    assert!(view["result"].is_null(), "{view}");
+    let (s, _) = api
+        .post(
+            &format!("{path}/step"),
+            json!({"reply": "<command>pwd</command>"}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (_, view) = api.get(&path).await;
+    assert_eq!(view["turns"], 1, "{view}");
+
+    // Another token sees nothing of it.
+    let (s, body) = other.get(&path).await;
+    assert_eq!(s, 404, "{body}");
+    assert!(body["error"].is_string());
+    let (s, theirs) = other.get("/v1/sessions").await;
+    assert_eq!((s, theirs), (200, json!([])));
+    let (s, _) = api.get("/v1/sessions/abc").await;
+    assert_eq!(s, 400);
+
+    let (s, done) = api
+        .post(
+            &format!("{path}/step"),
+            json!({"reply": oracle_reply(ws.path(), &task)}),
+        )
+        .await;
+    assert_eq!(s, 200, "{done}");
+    let (s, done) = api
+        .post(
+            &format!("{path}/step"),
+            json!({"reply": "<action>done</action>"}),
+        )
+        .await;
+    assert_eq!((s, &done["done"]), (200, &json!(true)), "{done}");
+    let (s, view) = api.get(&path).await;
+    assert_eq!(s, 200, "{view}");
+    assert_eq!(
+        (&view["state"], &view["turns"]),
+        (&json!("finished"), &json!(3))
+    );
+    assert_eq!(view["result"]["reward"], 1.0, "{view}");
+    assert_eq!(view["result"]["info"]["passed"], true, "{view}");
+
+    let (s, second) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{second}");
+    let (s, list) = api.get("/v1/sessions").await;
+    assert_eq!(s, 200, "{list}");
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str(), second["session_id"].as_str().unwrap()]);
+    assert_eq!(list[0]["state"], "finished");
+    assert_eq!(list[1]["state"], "running");
+
+    let (s, _) = api.delete(&path).await;
+    assert_eq!(s, 200);
+    let (s, _) = api.get(&path).await;
+    assert_eq!(s, 404);
+    let (_, list) = api.get("/v1/sessions").await;
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}
+
+/// `GET /v1/openapi.json` is an OpenAPI 3 document, and every operation it
+/// lists is served (the unit test `the_openapi_document_lists_every_route`
+/// checks the converse).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_the_served_routes() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = Served::start(ws.path(), &[]);
+    let api = server.client();
+    let (s, doc) = api.get("/v1/openapi.json").await;
+    assert_eq!(s, 200, "{doc}");
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{doc}");
+    let none = Api {
+        token: None,
+        ..server.client()
+    };
+    assert_eq!(none.get("/v1/openapi.json").await.0, 401);
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 7, "{paths:?}");
+    for (path, ops) in paths {
+        let path = path.replace("{id}", "0123abcd-0000-4000-8000-000000000000");
+        for method in ops.as_object().unwrap().keys() {
+            if method == "parameters" {
+                continue;
+            }
+            let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let body = (m == reqwest::Method::POST).then(|| b"{}".to_vec());
+            let (s, answer) = api.send(m, &path, body).await;
+            let unrouted = s == 405
+                || answer["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no such route"));
+            assert!(!unrouted, "{method} {path}: {s} {answer}");
+        }
+    }
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}

@@ -104,6 +104,15 @@ class Client:
         """`POST /v1/sessions/{id}/step`: `{observation, done, reward, info}`."""
         return self._call("POST", f"/v1/sessions/{session_id}/step", {"reply": reply})
 
+    def session(self, session_id: str) -> Dict[str, Any]:
+        """`GET /v1/sessions/{id}`: one of this token's sessions: `task_id`, `run_id`, `sample`,
+        `state` (`starting`, `running`, `finished`), `turns`, and `result` once finished."""
+        return self._call("GET", f"/v1/sessions/{session_id}")
+
+    def sessions(self) -> List[Dict[str, Any]]:
+        """`GET /v1/sessions`: this token's sessions, oldest first (as `session` gives each)."""
+        return self._call("GET", "/v1/sessions")
+
     def close(self, session_id: str) -> Dict[str, Any]:
         """`DELETE /v1/sessions/{id}`: the final result (a running episode is recorded as interrupted)."""
         return self._call("DELETE", f"/v1/sessions/{session_id}")

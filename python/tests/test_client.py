@@ -31,3 +31,27 @@ def test_errors_are_typed(server, task_ids):
     with pytest.raises(EndlessError) as e:
         Client(server.url, "wrong").tasks()
     assert e.value.status == 401
+
+
+def test_sessions_can_be_inspected(server, workspace, task_ids):
+    c = Client(server.url, server.token)
+    s = c.open(task_ids[1], run="pytest-inspect", policy="pytest")
+    view = c.session(s.id)
+    assert view["state"] == "running" and view["turns"] == 0 and view["task_id"] == task_ids[1]
+    assert view["run_id"] == s.run_id and view["sample"] == s.sample and view["result"] is None
+    assert s.id in [v["session_id"] for v in c.sessions()]
+    c.step(s.id, "<action>done</action>")
+    view = c.session(s.id)
+    assert view["state"] == "finished" and view["result"]["done"] is True
+    c.close(s.id)
+    assert s.id not in [v["session_id"] for v in c.sessions()]
+    with pytest.raises(EndlessError) as e:
+        c.session(s.id)
+    assert e.value.status == 404
+
+
+def test_unknown_fields_are_refused_by_name(server, task_ids):
+    c = Client(server.url, server.token)
+    with pytest.raises(EndlessError) as e:
+        c._call("POST", "/v1/sessions", {"task_id": task_ids[0], "temprature": 0.7})
+    assert e.value.status == 400 and 'unknown field "temprature"' in e.value.message

@@ -3,7 +3,7 @@
 //! blocking pool.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,8 +58,10 @@ pub struct App {
     pub auth: Auth,
     /// The server's settings.
     pub settings: Settings,
-    /// Set on SIGTERM: no new sessions.
+    /// Set on SIGTERM: new requests get 503.
     pub draining: AtomicBool,
+    /// Requests admitted and not yet answered (the drain waits for them).
+    pub in_flight: AtomicUsize,
     /// Where open sessions are journaled (none: not journaled).
     pub journal: Option<Journal>,
     /// Sessions a server killed before this one left open, recorded as
@@ -135,7 +137,52 @@ pub struct Stepped {
     pub info: Info,
 }
 
+/// A session as `GET /v1/sessions/{id}` and `GET /v1/sessions` show it.
+#[derive(Debug, Serialize)]
+pub struct SessionView {
+    /// The session's id.
+    pub session_id: String,
+    /// The task being run.
+    pub task_id: String,
+    /// The run the episode is recorded under.
+    pub run_id: String,
+    /// The episode's sample index (null while it is still being chosen).
+    pub sample: Option<u32>,
+    /// `starting`, `running` or `finished`.
+    pub state: &'static str,
+    /// Turns taken so far.
+    pub turns: u32,
+    /// The turn limit in force (null while starting).
+    pub max_turns: Option<u32>,
+    /// When the session was opened (RFC 3339, UTC).
+    pub opened_at: String,
+    /// Once finished: the final answer, as `DELETE` gives it.
+    pub result: Option<Stepped>,
+}
+
 impl App {
+    /// What session `slot` is at, without waiting for a request using it
+    /// (a session busy with a step or a close shows as `running`). Blocking
+    /// (a finished session's partial reward may measure its baseline).
+    pub fn describe(&self, slot: &Slot) -> SessionView {
+        let (state, finished) = match slot.state.try_lock().as_deref() {
+            Some(State::Starting) => ("starting", None),
+            Some(State::Finished(r)) => ("finished", Some((**r).clone())),
+            Some(State::Running(_)) | None => ("running", None),
+        };
+        SessionView {
+            session_id: slot.id.clone(),
+            task_id: slot.task.id().to_string(),
+            run_id: slot.run_id.clone(),
+            sample: slot.sample.get().copied(),
+            state,
+            turns: slot.turns.load(Ordering::Relaxed),
+            max_turns: slot.max_turns.get().copied(),
+            opened_at: slot.opened_at.clone(),
+            result: finished.map(|r| self.final_answer(String::new(), &slot.task, &r)),
+        }
+    }
+
     /// The run id for a client's run name (validated) or the server's own.
     pub fn run_id(&self, run: Option<&str>) -> Result<String, ApiError> {
         let Some(name) = run else {
@@ -188,6 +235,7 @@ impl App {
         })?;
         let run_dir = self.run_dir(&run_id);
         let sample = self.registry.next_sample(&run_dir, &run_id, task.id());
+        let _ = slot.sample.set(sample);
         if let Some(journal) = &self.journal {
             let entry = Entry {
                 session_id: slot.id.clone(),
@@ -215,6 +263,7 @@ impl App {
         let profile = protocol.profile;
         let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout)
             .with_protocol(protocol);
+        let _ = slot.max_turns.set(config.max_turns);
         let recording = Recording {
             paths: EpisodePaths::new(&run_dir, task.id(), sample),
             record_cast: true,
@@ -287,6 +336,7 @@ impl App {
         self.metrics.step_latency.observe(t0.elapsed());
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         let turn = episode.turns();
+        slot.turns.store(turn, Ordering::Relaxed);
         if !outcome.done {
             slot.touch();
             return Ok(Stepped {
@@ -354,6 +404,7 @@ impl App {
             .map_err(|e| ApiError::Internal(format!("cannot record the episode: {e}")))?;
         self.recorded(&slot.run_id, &result);
         self.unjournal(&slot.id);
+        slot.turns.store(result.turns, Ordering::Relaxed);
         *state = State::Finished(Box::new(result.clone()));
         Ok(result)
     }

@@ -150,8 +150,7 @@ impl Auth {
         let given = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(bearer_token)
             .ok_or(ApiError::Unauthorized)?;
         let d = digest(given);
         // Compare digests in full every time (no early exit on a match).
@@ -168,6 +167,16 @@ impl Auth {
         }
         found.ok_or(ApiError::Unauthorized)
     }
+}
+
+/// The token of an `Authorization` header value `Bearer TOKEN`: the scheme
+/// is matched case-insensitively (RFC 7235: `bearer`, `BEARER`), the token
+/// exactly; spaces around the token are ignored. `None` for another scheme
+/// or no token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -208,6 +217,56 @@ mod tests {
         assert!(auth.check(&headers).is_err());
         let (_, created) = Auth::from_file(&path).unwrap();
         assert!(!created);
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive_and_the_token_exact() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER  abc "), Some("abc"));
+        assert_eq!(bearer_token("BeArEr AbC"), Some("AbC"));
+        for bad in [
+            "Basic abc",
+            "Bearer",
+            "Bearer ",
+            "Bearerabc",
+            "Bear abc",
+            "",
+        ] {
+            assert_eq!(bearer_token(bad), None, "{bad:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .unwrap();
+            writeln!(f, "Secret-Token").unwrap();
+        }
+        let (auth, _) = Auth::from_file(&path).unwrap();
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("authorization", value.parse().unwrap());
+            auth.check(&headers)
+        };
+        for ok in [
+            "Bearer Secret-Token",
+            "bearer Secret-Token",
+            "BEARER Secret-Token",
+        ] {
+            assert_eq!(with(ok).unwrap(), Client("token-1".into()), "{ok}");
+        }
+        for bad in [
+            "Bearer secret-token",
+            "BEARER SECRET-TOKEN",
+            "Basic Secret-Token",
+        ] {
+            assert!(with(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

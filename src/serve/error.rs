@@ -78,7 +78,11 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
         match r.status() {
             StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(BODY_LIMIT),
             StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
-                ApiError::BadRequest(format!("invalid JSON body: {}", r.body_text()))
+                let text = r.body_text();
+                ApiError::BadRequest(
+                    unknown_field(&text, "the request body")
+                        .unwrap_or_else(|| format!("invalid JSON body: {text}")),
+                )
             }
             status => ApiError::Other(status, r.body_text()),
         }
@@ -87,6 +91,43 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
 
 impl From<axum::extract::rejection::QueryRejection> for ApiError {
     fn from(r: axum::extract::rejection::QueryRejection) -> Self {
-        ApiError::BadRequest(format!("invalid query: {}", r.body_text()))
+        let text = r.body_text();
+        ApiError::BadRequest(
+            unknown_field(&text, "the query").unwrap_or_else(|| format!("invalid query: {text}")),
+        )
+    }
+}
+
+/// serde's refusal of an unknown field (`unknown field `x`, expected one of
+/// `a`, `b` at line 1 column 9`), as `unknown field "x" in WHERE (expected
+/// one of "a", "b")`; `None` for any other error.
+fn unknown_field(text: &str, place: &str) -> Option<String> {
+    let rest = &text[text.find("unknown field `")? + "unknown field `".len()..];
+    let (name, rest) = rest.split_once('`')?;
+    let expected = rest
+        .strip_prefix(", ")
+        .map(|e| e.split(" at line ").next().unwrap_or(e).replace('`', "\""));
+    Some(match expected {
+        Some(e) if !e.is_empty() => format!("unknown field {name:?} in {place} ({e})"),
+        _ => format!("unknown field {name:?} in {place}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let serde = "Failed to deserialize the JSON body into the target type: unknown field `temprature`, expected one of `task_id`, `seed` at line 1 column 30";
+        assert_eq!(
+            unknown_field(serde, "the request body").unwrap(),
+            "unknown field \"temprature\" in the request body (expected one of \"task_id\", \"seed\")"
+        );
+        assert_eq!(
+            unknown_field("unknown field `x`, expected `reply`", "the request body").unwrap(),
+            "unknown field \"x\" in the request body (expected \"reply\")"
+        );
+        assert_eq!(unknown_field("missing field `reply`", "the query"), None);
     }
 }

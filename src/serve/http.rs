@@ -15,9 +15,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-/// Serve `router` on `listener` until `shutdown` resolves, then wait for
-/// the connections to finish their requests. Clients get `read_timeout`
-/// to send a request's headers.
+/// Serve `router` on `listener` until `shutdown` resolves (new connections
+/// are accepted while it runs: the server drains then, see
+/// [`super::Server::run_until`]), then close the listener and wait for the
+/// connections to finish their requests. Clients get `read_timeout` to
+/// send a request's headers.
 pub async fn serve(
     listener: TcpListener,
     router: Router,

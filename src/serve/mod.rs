@@ -14,7 +14,7 @@ mod routes;
 mod sessions;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,8 +94,8 @@ impl Server {
         lost
     }
 
-    /// Listen, then serve until SIGTERM or Ctrl-C:
-    /// new sessions are refused, requests in flight finish, sessions still
+    /// Listen, then serve until SIGTERM or Ctrl-C: new requests get 503
+    /// (until the server exits), requests in flight finish, sessions still
     /// open are recorded as interrupted. Prints `listening on ADDR` on
     /// stderr once bound, through `on_bound`.
     pub async fn run(self, on_bound: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
@@ -129,6 +129,7 @@ impl Server {
             auth: self.auth,
             settings: self.settings,
             draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
             journal: self.journal,
             lost: self.lost,
         });
@@ -140,29 +141,35 @@ impl Server {
             listener,
             routes::router(app.clone()),
             app.settings.read_timeout,
+            // The server keeps accepting while this runs: new requests get
+            // 503 until it ends and the listener closes.
             async move {
                 stop.await;
-                draining.draining.store(true, Ordering::Relaxed);
-                tracing::info!("shutting down: no new sessions");
+                draining.draining.store(true, Ordering::SeqCst);
+                tracing::info!("shutting down: new requests get 503");
+                // The requests admitted before finish first.
+                while draining.in_flight.load(Ordering::SeqCst) > 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                // The reaper records the sessions it already took before it ends.
+                let _ = stop_reaper.send(());
+                let _ = reaper.await;
+                let left = draining.registry.take_all();
+                if !left.is_empty() {
+                    tracing::info!(
+                        sessions = left.len(),
+                        "recording open sessions as interrupted"
+                    );
+                }
+                let mut set = tokio::task::JoinSet::new();
+                for slot in left {
+                    let app = draining.clone();
+                    set.spawn_blocking(move || app.abandon(&slot, "the server shut down"));
+                }
+                while set.join_next().await.is_some() {}
             },
         )
         .await;
-        // The reaper records the sessions it already took before it ends.
-        let _ = stop_reaper.send(());
-        let _ = reaper.await;
-        let left = app.registry.take_all();
-        if !left.is_empty() {
-            tracing::info!(
-                sessions = left.len(),
-                "recording open sessions as interrupted"
-            );
-        }
-        let mut set = tokio::task::JoinSet::new();
-        for slot in left {
-            let app = app.clone();
-            set.spawn_blocking(move || app.abandon(&slot, "the server shut down"));
-        }
-        while set.join_next().await.is_some() {}
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::app::{App, Open, Opened, Stepped};
+use super::app::{App, Open, Opened, SessionView, Stepped};
 use super::error::{ApiError, BODY_LIMIT};
 use crate::agent::protocol::Profile;
 use crate::procgen::{task_split, Split};
@@ -26,14 +26,19 @@ type Shared = State<Arc<App>>;
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi))
         .route("/v1/tasks", get(tasks))
-        .route("/v1/sessions", post(open))
+        .route("/v1/sessions", get(list).post(open))
         .route("/v1/sessions/{id}/step", post(step))
-        .route("/v1/sessions/{id}", axum::routing::delete(close))
+        .route("/v1/sessions/{id}", get(show).delete(close))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), body_in_time))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            refuse_when_draining,
+        ))
         .layer(middleware::from_fn_with_state(app.clone(), count_errors))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
@@ -56,6 +61,37 @@ async fn count_errors(State(app): Shared, request: Request, next: Next) -> Respo
         app.metrics.error(status.as_u16());
     }
     response
+}
+
+/// While the server drains (after SIGTERM), answer every new request 503
+/// with a JSON error, `GET /metrics` excepted (the final counters stay
+/// readable); the requests admitted before are counted in
+/// [`App::in_flight`], and the drain waits for them.
+async fn refuse_when_draining(State(app): Shared, request: Request, next: Next) -> Response {
+    // Counted before the check (the drain sets the flag, then reads the
+    // count): a request either sees the flag or is waited for.
+    let _admitted = InFlight::enter(&app);
+    if app.draining.load(Ordering::SeqCst) && request.uri().path() != "/metrics" {
+        return ApiError::Draining.into_response();
+    }
+    next.run(request).await
+}
+
+/// One request in [`App::in_flight`], until dropped (also when the client
+/// goes away mid-request).
+struct InFlight<'a>(&'a App);
+
+impl<'a> InFlight<'a> {
+    fn enter(app: &'a App) -> Self {
+        app.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(app)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Read the whole request body (up to [`BODY_LIMIT`]) within the read
@@ -114,6 +150,18 @@ async fn health(
         "max_sessions": app.registry.max_sessions,
         "lost_sessions": app.lost.len(),
     })))
+}
+
+/// The OpenAPI 3 document of this API (hand-written; a test checks that it
+/// lists every route of [`router`]).
+pub const OPENAPI: &str = include_str!("../../assets/serve/openapi.json");
+
+async fn openapi(State(app): Shared, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
+    app.auth.check(&headers)?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    ))
 }
 
 async fn metrics(State(app): Shared, headers: HeaderMap) -> Result<impl IntoResponse, ApiError> {
@@ -181,8 +229,9 @@ async fn tasks(
     .await
 }
 
-/// `POST /v1/sessions` body.
+/// `POST /v1/sessions` body (an unknown field is a 400 naming it).
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct OpenBody {
     task_id: String,
     max_turns: Option<u32>,
@@ -229,8 +278,9 @@ async fn open(
     blocking(move || app.open(client, open)).await.map(Json)
 }
 
-/// `POST /v1/sessions/{id}/step` body.
+/// `POST /v1/sessions/{id}/step` body (an unknown field is a 400 naming it).
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StepBody {
     reply: String,
 }
@@ -260,4 +310,79 @@ async fn close(
     })
     .await?;
     Ok(Json(answer))
+}
+
+/// `GET /v1/sessions/{id}`: one of the caller's sessions.
+async fn show(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let client = app.auth.check(&headers)?;
+    let slot = app.registry.get(&id, &client)?;
+    blocking(move || Ok(app.describe(&slot))).await.map(Json)
+}
+
+/// `GET /v1/sessions`: the caller's sessions, oldest first.
+async fn list(State(app): Shared, headers: HeaderMap) -> Result<Json<Vec<SessionView>>, ApiError> {
+    let client = app.auth.check(&headers)?;
+    let slots = app.registry.of(&client);
+    blocking(move || Ok(slots.iter().map(|s| app.describe(s)).collect()))
+        .await
+        .map(Json)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every `(method, path)` that `router` routes, read from its source.
+    fn routed() -> Vec<(String, String)> {
+        let source = include_str!("routes.rs");
+        let body = &source[source.find("pub fn router(").unwrap()..];
+        let body = &body[..body.find("\n}\n").unwrap()];
+        let mut out = Vec::new();
+        for line in body.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix(".route(\"") else {
+                continue;
+            };
+            let (path, handlers) = rest.split_once('"').unwrap();
+            for method in ["get", "post", "put", "patch", "delete"] {
+                let called = handlers
+                    .match_indices(&format!("{method}("))
+                    .any(|(i, _)| i == 0 || !handlers.as_bytes()[i - 1].is_ascii_alphanumeric());
+                if called {
+                    out.push((method.to_string(), path.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_openapi_document_lists_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+        let routes = routed();
+        assert!(routes.len() >= 8, "{routes:?}");
+        for (method, path) in &routes {
+            assert!(
+                doc["paths"][path][method].is_object(),
+                "{} {path} is missing from assets/serve/openapi.json",
+                method.to_uppercase()
+            );
+        }
+        // And nothing else.
+        let documented: usize = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|ops| {
+                ops.as_object()
+                    .unwrap()
+                    .keys()
+                    .filter(|k| *k != "parameters")
+                    .count()
+            })
+            .sum();
+        assert_eq!(documented, routes.len(), "{routes:?}");
+    }
 }

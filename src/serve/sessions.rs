@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -37,6 +37,15 @@ pub struct Slot {
     pub run_id: String,
     /// The episode (locked by the one request using it).
     pub state: Mutex<State>,
+    /// The episode's sample index, once chosen.
+    pub sample: OnceLock<u32>,
+    /// The turn limit in force, once the episode is configured.
+    pub max_turns: OnceLock<u32>,
+    /// Turns taken so far (readable while a step holds `state`).
+    pub turns: AtomicU32,
+    /// When it was opened (RFC 3339).
+    pub opened_at: String,
+    opened: Instant,
     last_used: Mutex<Instant>,
     open: AtomicBool,
 }
@@ -127,6 +136,11 @@ impl Registry {
             task: new.task,
             run_id: new.run_id,
             state: Mutex::new(State::Starting),
+            sample: OnceLock::new(),
+            max_turns: OnceLock::new(),
+            turns: AtomicU32::new(0),
+            opened_at: crate::store::now(),
+            opened: Instant::now(),
             last_used: Mutex::new(Instant::now()),
             open: AtomicBool::new(true),
         });
@@ -143,6 +157,19 @@ impl Registry {
             .filter(|s| &s.owner == client)
             .cloned()
             .ok_or_else(|| ApiError::NotFound(format!("no session {id}")))
+    }
+
+    /// The sessions of `client`, oldest first.
+    pub fn of(&self, client: &Client) -> Vec<Arc<Slot>> {
+        let mut mine: Vec<Arc<Slot>> = self
+            .slots
+            .lock()
+            .values()
+            .filter(|s| &s.owner == client)
+            .cloned()
+            .collect();
+        mine.sort_by_key(|s| s.opened);
+        mine
     }
 
     /// Forget session `id`.
