@@ -325,6 +325,23 @@ fn root_agent_cannot_hijack_the_verifier_through_ld_so_preload() {
     );
 }
 
+/// The verdict of tests whose `test_done` fails (`never passes`) was not
+/// forged: the report fails, and `test_done` fails with its own message.
+fn assert_not_forged(r: &endless::verify::TestReport, who: &str) {
+    assert!(!r.passed, "{who}: a forged verdict passed: {:?}", r.tests);
+    let done = r
+        .tests
+        .iter()
+        .find(|c| c.name.ends_with("test_done"))
+        .unwrap();
+    assert!(
+        !done.passed && done.message.contains("never passes"),
+        "{who}: {:?}\n{}",
+        r.tests,
+        r.output
+    );
+}
+
 #[test]
 fn agent_code_run_by_a_test_cannot_rewrite_the_results() {
     both("agent_code_run_by_a_test_cannot_rewrite_the_results", |b| {
@@ -352,17 +369,7 @@ EOF
 chmod +x ~/tool"#,
         );
         let r = verify_both(&mut s, &t, TestSet::Final);
-        assert!(!r.passed, "{:?}", r.tests);
-        let done = r
-            .tests
-            .iter()
-            .find(|c| c.name.ends_with("test_done"))
-            .unwrap();
-        assert!(
-            !done.passed && done.message.contains("never passes"),
-            "{:?}",
-            r.tests
-        );
+        assert_not_forged(&r, "");
         s.close();
     });
 }
@@ -419,22 +426,7 @@ chmod +x ~/tool; echo 'export PYTHONPATH=/tmp' >> ~/.profile"#
                     ),
                 );
                 let r = verify_both(&mut s, &t, TestSet::Final);
-                assert!(
-                    !r.passed,
-                    "{user}: a planted module forged the verdict: {:?}",
-                    r.tests
-                );
-                let done = r
-                    .tests
-                    .iter()
-                    .find(|c| c.name.ends_with("test_done"))
-                    .unwrap();
-                assert!(
-                    !done.passed && done.message.contains("never passes"),
-                    "{user}: {:?}\n{}",
-                    r.tests,
-                    r.output
-                );
+                assert_not_forged(&r, user);
                 let planted = run(&mut s, "cat /tmp/planted 2>/dev/null; echo end");
                 assert!(
                     !planted.contains("/run/endless-verifier"),

@@ -32,7 +32,7 @@ pub use marker::clean_output;
 pub use marker_filter::{MarkerFilter, Piece};
 pub use session::{
     run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo, VerifierCall,
-    VerifierPath, WarmHints, VERIFIER_PROGRAM,
+    VerifierPath, WarmHints, CAPTURE_LIMIT, VERIFIER_PROGRAM,
 };
 pub use types::*;
 

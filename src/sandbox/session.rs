@@ -764,8 +764,13 @@ fn spawn_error(cmd: &Command, e: std::io::Error) -> SandboxError {
     SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program()))
 }
 
-/// A thread reading `file` to its end, keeping the first 16 MiB (the rest
-/// is read and dropped, so the writer never blocks).
+/// The most [`spawn_capture`] keeps of a stream (a command's output, the
+/// verifier's result pipe); the rest is read and dropped.
+pub const CAPTURE_LIMIT: usize = 16 * 1024 * 1024;
+
+/// A thread reading `file` to its end, keeping the first
+/// [`CAPTURE_LIMIT`] bytes (the rest is read and dropped, so the writer
+/// never blocks).
 pub fn spawn_capture(mut file: std::fs::File) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut out = Vec::new();
@@ -774,7 +779,7 @@ pub fn spawn_capture(mut file: std::fs::File) -> std::thread::JoinHandle<Vec<u8>
             if n == 0 {
                 break;
             }
-            if out.len() < 16 * 1024 * 1024 {
+            if out.len() < CAPTURE_LIMIT {
                 out.extend_from_slice(&buf[..n]);
             }
         }

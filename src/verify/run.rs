@@ -291,11 +291,10 @@ fn run_pytest(
     })
 }
 
-/// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture
-/// (`spawn_capture`, behind both the fresh and the pre-warmed verifier)
-/// keeps the first 16 MiB and drops the rest. A report that reaches it was
-/// cut, or may have been.
-pub const MAX_REPORT_BYTES: usize = 16 * 1024 * 1024;
+/// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture,
+/// behind both the fresh and the pre-warmed verifier. A report that reaches
+/// it was cut, or may have been.
+pub const MAX_REPORT_BYTES: usize = crate::sandbox::CAPTURE_LIMIT;
 
 /// Refuse a JUnit report of `len` bytes that reached [`MAX_REPORT_BYTES`]:
 /// the cases after the cut are missing, so any score of it would be wrong
