@@ -12,15 +12,19 @@ cargo test --all-targets --locked
 cargo build --all-targets --locked
 
 # The Python package (python/) against a real `endless serve`, in a venv
-# under target/ (reused; pip keeps its own download cache).
-VENV=target/pyenv
+# under target/ (reused; pip keeps its own download cache). Harbor needs
+# Python >= 3.12: Debian 12's python3 is 3.11, so take a 3.12+ interpreter
+# from PATH or pyenv (scripts/find_python312.sh says where to get one).
+VENV=target/pyenv312
 if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
+  PY="$(bash scripts/find_python312.sh)"
+  "$PY" -m venv "$VENV"
 fi
 # ray: for the Ray example's test (python/examples/ray_rollouts.py); datasets: for
-# loading the exported parquet as SkyRL does. If PyPI
-# cannot be reached this fails, and so does the script: no test is skipped.
-"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray datasets
+# loading the exported parquet as SkyRL does; harbor: Harbor's own CLI runs
+# trials in endless sandboxes; atif: the trajectory format's reference models.
+# If PyPI cannot be reached this fails, and so does the script: no test is skipped.
+"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray datasets harbor atif httpx
 export ENDLESS_BIN="$PWD/target/debug/endless"
 # pytest exits 5 when it collects no tests: that fails this script too.
 "$VENV/bin/python" -m pytest -q python/tests
