@@ -1175,3 +1175,115 @@ fn forking_a_failed_episode_from_the_inspector_in_tmux() {
         "{result:#}"
     );
 }
+
+/// Every failure label is shown first, searchable and filterable, by the
+/// name the screen shows or the one the store keeps: of three failed
+/// episodes (a loop that ran out of turns, a plain turn exhaustion, a
+/// premature `done`), `/turn_exhaustion` and `/turn exhaustion` find both
+/// that ran out of turns whatever their primary label, so does the `f`
+/// filter, the inspector's first line is the verdict and every label, and a
+/// premature `done` gets its banner. Uses the real sandbox.
+#[test]
+fn failure_labels_are_first_searchable_and_filterable_in_tmux() {
+    let Some((dir, home, looping)) = sandboxed_workspace("loop.txt", "ls\nls\nls\nls\n") else {
+        return;
+    };
+    let counting = dir.path().join("count.txt");
+    std::fs::write(&counting, "echo 1\necho 2\necho 3\necho 4\n").unwrap();
+    let early = dir.path().join("early.txt");
+    std::fs::write(&early, "echo hi\n").unwrap();
+    for script in [&looping, &counting, &early] {
+        let out = Command::new(env!("CARGO_BIN_EXE_endless"))
+            .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .arg("--workspace")
+            .arg(dir.path())
+            .args(["eval", "--tasks", "upper", "--max-turns", "4", "--policy"])
+            .arg(format!("script:{}", script.display()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", script.display());
+    }
+    let mut labels: Vec<Vec<String>> = Workspace::open(dir.path())
+        .unwrap()
+        .list_episodes(None)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.failure_labels)
+        .collect();
+    labels.sort();
+    assert_eq!(
+        labels,
+        [
+            vec!["loop", "turn_exhaustion"],
+            vec!["premature_done"],
+            vec!["turn_exhaustion"]
+        ],
+        "the index keeps every label"
+    );
+    let session = start_tui(
+        format!("endless-e2e-labels-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F3"]);
+    let screen = wait_for(s, "3/3 shown, 0 passed");
+    assert!(
+        screen.contains("loop +1"),
+        "the second label is counted: {screen}"
+    );
+    for query in ["turn_exhaustion", "turn exhaustion"] {
+        tmux(&["send-keys", "-t", s, "/"]);
+        tmux(&["send-keys", "-t", s, "-l", query]);
+        tmux(&["send-keys", "-t", s, "Enter"]);
+        let screen = wait_for(s, "2/3 shown");
+        assert!(!screen.contains("premature_done"), "{query}: {screen}");
+        tmux(&["send-keys", "-t", s, "Escape"]);
+        wait_for(s, "3/3 shown");
+    }
+    // The filter picker lists every label and takes the shown spelling.
+    tmux(&["send-keys", "-t", s, "f"]);
+    wait_for(s, "failure mode");
+    tmux(&["send-keys", "-t", s, "-l", "turn exhaustion"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "2/3 shown");
+    assert!(screen.contains("loop +1"), "{screen}");
+    // The inspector of the loop: the verdict and both labels first.
+    tmux(&["send-keys", "-t", s, "Escape"]);
+    wait_for(s, "3/3 shown");
+    tmux(&["send-keys", "-t", s, "/"]);
+    tmux(&["send-keys", "-t", s, "-l", "loop"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "1/3 shown");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "Trajectory");
+    let first = screen
+        .lines()
+        .find(|l| l.contains("FAIL"))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(
+        first.contains("FAIL · loop · turn_exhaustion"),
+        "verdict and labels first: {first:?}"
+    );
+    // A premature done has a banner.
+    tmux(&["send-keys", "-t", s, "Escape"]);
+    wait_for(s, "1/3 shown");
+    tmux(&["send-keys", "-t", s, "Escape"]);
+    wait_for(s, "3/3 shown");
+    tmux(&["send-keys", "-t", s, "/"]);
+    tmux(&["send-keys", "-t", s, "-l", "premature done"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(s, "1/3 shown");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for(
+        s,
+        "⚑ the agent said done too early: 1 of 1 final tests fail",
+    );
+    tmux(&["send-keys", "-t", s, "q"]);
+}

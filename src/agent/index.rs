@@ -35,5 +35,10 @@ pub fn index_episode(
         label: None,
         notes: String::new(),
         taken_over: episode.taken_over.is_some(),
+        failure_labels: episode
+            .labels()
+            .iter()
+            .map(|m| m.as_str().to_string())
+            .collect(),
     })
 }

@@ -351,6 +351,7 @@ mod tests {
             label: None,
             notes: String::new(),
             taken_over: false,
+            failure_labels: Vec::new(),
         };
         ws.index_episode(&row).unwrap();
         ws.rate_episode("r", "t", 0, Some(2), Some("test_wrong"), "flaky")

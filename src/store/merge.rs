@@ -17,7 +17,7 @@ use rusqlite::{params, Connection, OpenFlags};
 use serde::Serialize;
 
 use super::migrations::SCHEMA_VERSION;
-use super::runs::result_taken_over;
+use super::runs::result_facts;
 use super::{now, StoreError, Workspace};
 use crate::fsutil::write_atomic;
 
@@ -309,6 +309,7 @@ impl Workspace {
                     .join("episodes")
                     .join(&e.task_id)
                     .join(format!("{}.json", e.sample));
+                let facts = result_facts(&root.join(&path));
                 tx.execute(
                     "INSERT INTO runs (id, kind, created_at) VALUES (?1, 'merged', ?2)
                      ON CONFLICT (id) DO NOTHING",
@@ -316,8 +317,9 @@ impl Workspace {
                 )?;
                 tx.execute(
                     "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason,
-                         failure_mode, path, rating, label, notes, created_at, taken_over)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                         failure_mode, path, rating, label, notes, created_at, taken_over,
+                         failure_labels)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
                      ON CONFLICT (run_id, task_id, sample) DO NOTHING",
                     params![
                         e.run_id,
@@ -334,8 +336,10 @@ impl Workspace {
                         e.notes,
                         e.created_at,
                         // Read from the copied result: the other index may
-                        // predate the column.
-                        result_taken_over(&root.join(&path))
+                        // predate these columns.
+                        facts.taken_over,
+                        serde_json::to_string(&facts.failure_labels)
+                            .unwrap_or_else(|_| "[]".into()),
                     ],
                 )?;
             }

@@ -75,10 +75,20 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE episodes ADD COLUMN taken_over INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 4: every failure label of an episode (a JSON list: a loop can also
+    // exhaust its turns), so that the Episodes view filters and searches by
+    // each; rows of older databases are filled from their result files when
+    // the workspace is opened.
+    r#"
+    ALTER TABLE episodes ADD COLUMN failure_labels TEXT NOT NULL DEFAULT '[]';
+    "#,
 ];
 
 /// The first schema version with `episodes.taken_over`.
 pub const EPISODES_TAKEN_OVER: usize = 3;
+
+/// The first schema version with `episodes.failure_labels`.
+pub const EPISODES_FAILURE_LABELS: usize = 4;
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();

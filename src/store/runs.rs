@@ -54,7 +54,13 @@ pub struct EpisodeRow {
     /// A human took the session over during the episode (the result's
     /// `taken_over` is set): not the policy's own run.
     pub taken_over: bool,
+    /// Every failure label that applies, as stored (`loop`,
+    /// `turn_exhaustion`...; they overlap); empty when it passed.
+    pub failure_labels: Vec<String>,
 }
+
+/// The columns [`episode_from_row`] reads, in its order.
+const EPISODE_COLUMNS: &str = "run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over, failure_labels";
 
 fn run_from_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
     let config: String = r.get(3)?;
@@ -85,16 +91,45 @@ fn episode_from_row(r: &Row<'_>) -> rusqlite::Result<EpisodeRow> {
         label: r.get(10)?,
         notes: r.get(11)?,
         taken_over: r.get(12)?,
+        failure_labels: serde_json::from_str(&r.get::<_, String>(13)?).unwrap_or_default(),
     })
 }
 
-/// Whether the episode result at `path` records a take-over (its
-/// `taken_over` is set); false for a file that cannot be read as JSON.
-pub(super) fn result_taken_over(path: &std::path::Path) -> bool {
-    std::fs::read(path)
+/// What the index keeps of an episode's result file beyond its row's
+/// first columns: whether a human took it over, and its failure labels
+/// (for a result recorded before labels existed: its primary mode).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct ResultFacts {
+    pub taken_over: bool,
+    pub failure_labels: Vec<String>,
+}
+
+/// [`ResultFacts`] of the result at `path`; the default for a file that
+/// cannot be read as JSON.
+pub(super) fn result_facts(path: &std::path::Path) -> ResultFacts {
+    let Some(v) = std::fs::read(path)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| v.get("taken_over").is_some_and(|t| !t.is_null()))
+    else {
+        return ResultFacts::default();
+    };
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|l| l.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut failure_labels = strings(&v["failure_labels"]);
+    if failure_labels.is_empty() {
+        failure_labels.extend(v["failure_mode"].as_str().map(String::from));
+    }
+    ResultFacts {
+        taken_over: v.get("taken_over").is_some_and(|t| !t.is_null()),
+        failure_labels,
+    }
 }
 
 impl Workspace {
@@ -135,25 +170,27 @@ impl Workspace {
     /// Index one finished episode (replacing an earlier row for the same sample).
     pub fn index_episode(&self, e: &EpisodeRow) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, created_at, taken_over)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, created_at, taken_over, failure_labels)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (run_id, task_id, sample) DO UPDATE SET passed = excluded.passed,
                  reward = excluded.reward, turns = excluded.turns, end_reason = excluded.end_reason,
                  failure_mode = excluded.failure_mode, path = excluded.path,
-                 taken_over = excluded.taken_over",
-            params![e.run_id, e.task_id, e.sample, e.passed, e.reward, e.turns, e.end_reason, e.failure_mode, e.path, now(), e.taken_over],
+                 taken_over = excluded.taken_over, failure_labels = excluded.failure_labels",
+            params![e.run_id, e.task_id, e.sample, e.passed, e.reward, e.turns, e.end_reason, e.failure_mode, e.path, now(), e.taken_over, serde_json::to_string(&e.failure_labels).unwrap_or_else(|_| "[]".into())],
         )?;
         Ok(())
     }
 
-    /// Fill `taken_over` of indexed episodes from their result files (for
-    /// a database made before the index had the column). A result that
-    /// cannot be read leaves its row as it is: `workspace rebuild` reports
-    /// such files. Returns how many rows were marked.
-    pub(super) fn backfill_taken_over(&self) -> Result<usize, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT run_id, task_id, sample, path FROM episodes WHERE taken_over = 0")?;
+    /// Fill the columns later schema versions added (`taken_over`,
+    /// `failure_labels`) of indexed episodes from their result files, for a
+    /// database made before the index had them. A result that cannot be
+    /// read leaves its row as it is: `workspace rebuild` reports such
+    /// files. Returns how many rows changed.
+    pub(super) fn backfill_from_results(&self) -> Result<usize, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT run_id, task_id, sample, path FROM episodes
+             WHERE taken_over = 0 OR (passed = 0 AND failure_labels = '[]')",
+        )?;
         let rows = stmt
             .query_map([], |r| {
                 Ok((
@@ -164,33 +201,46 @@ impl Workspace {
                 ))
             })?
             .collect::<Result<Vec<_>, _>>()?;
-        let mut marked = 0;
+        let mut changed = 0;
         for (run, task, sample, path) in rows {
-            if path.is_empty() || !result_taken_over(&self.root().join(&path)) {
+            if path.is_empty() {
                 continue;
             }
-            marked += self.conn.execute(
-                "UPDATE episodes SET taken_over = 1 WHERE run_id = ?1 AND task_id = ?2 AND sample = ?3",
-                params![run, task, sample],
+            let facts = result_facts(&self.root().join(&path));
+            if facts == ResultFacts::default() {
+                continue;
+            }
+            changed += self.conn.execute(
+                "UPDATE episodes SET taken_over = taken_over OR ?1, failure_labels = ?2
+                 WHERE run_id = ?3 AND task_id = ?4 AND sample = ?5",
+                params![
+                    facts.taken_over,
+                    serde_json::to_string(&facts.failure_labels).unwrap_or_else(|_| "[]".into()),
+                    run,
+                    task,
+                    sample
+                ],
             )?;
         }
-        Ok(marked)
+        Ok(changed)
     }
 
     /// Episodes of a run (or of every run when `run_id` is `None`).
     pub fn list_episodes(&self, run_id: Option<&str>) -> Result<Vec<EpisodeRow>, StoreError> {
-        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over
-                   FROM episodes WHERE (?1 IS NULL OR run_id = ?1) ORDER BY run_id, task_id, sample";
-        let mut stmt = self.conn.prepare(sql)?;
+        let sql = format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE (?1 IS NULL OR run_id = ?1) ORDER BY run_id, task_id, sample"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([run_id], episode_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Episodes of one task across all runs (uses the `episodes_task` index).
     pub fn task_episodes(&self, task_id: &str) -> Result<Vec<EpisodeRow>, StoreError> {
-        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over
-                   FROM episodes WHERE task_id = ?1 ORDER BY run_id, task_id, sample";
-        let mut stmt = self.conn.prepare(sql)?;
+        let sql = format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE task_id = ?1 ORDER BY run_id, task_id, sample"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([task_id], episode_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -230,10 +280,11 @@ impl Workspace {
         task_id: &str,
         sample: u32,
     ) -> Result<EpisodeRow, StoreError> {
-        let sql = "SELECT run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over
-                   FROM episodes WHERE run_id = ?1 AND task_id = ?2 AND sample = ?3";
+        let sql = format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE run_id = ?1 AND task_id = ?2 AND sample = ?3"
+        );
         self.conn
-            .query_row(sql, params![run_id, task_id, sample], episode_from_row)
+            .query_row(&sql, params![run_id, task_id, sample], episode_from_row)
             .map_err(|e| match e {
                 rusqlite::Error::QueryReturnedNoRows => {
                     StoreError::Invalid(format!("no episode {run_id}/{task_id}/{sample}"))
@@ -268,6 +319,7 @@ mod tests {
                 label: None,
                 notes: String::new(),
                 taken_over: false,
+                failure_labels: Vec::new(),
             })
             .unwrap();
         }
@@ -277,7 +329,7 @@ mod tests {
     }
 
     #[test]
-    fn an_older_index_learns_which_episodes_were_taken_over_from_their_results() {
+    fn an_older_index_learns_takeovers_and_failure_labels_from_their_results() {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         ws.upsert_run("r", "eval", "oracle", &serde_json::json!({}))
@@ -291,12 +343,16 @@ mod tests {
             } else {
                 serde_json::Value::Null
             };
-            std::fs::write(
-                dir.path().join(&path),
-                serde_json::json!({"task": "t", "sample": sample, "taken_over": takeover})
-                    .to_string(),
-            )
-            .unwrap();
+            // The taken-over one failed with two labels; the other, a
+            // result from before labels, has only its primary mode.
+            let result = if taken {
+                serde_json::json!({"task": "t", "sample": sample, "taken_over": takeover,
+                    "failure_mode": "loop", "failure_labels": ["loop", "turn_exhaustion"]})
+            } else {
+                serde_json::json!({"task": "t", "sample": sample, "taken_over": takeover,
+                    "failure_mode": "premature_done"})
+            };
+            std::fs::write(dir.path().join(&path), result.to_string()).unwrap();
             ws.index_episode(&EpisodeRow {
                 run_id: "r".into(),
                 task_id: "t".into(),
@@ -311,12 +367,17 @@ mod tests {
                 label: None,
                 notes: String::new(),
                 taken_over: false,
+                failure_labels: Vec::new(),
             })
             .unwrap();
         }
-        // Make it the database an older build wrote: no column, schema 2.
+        // Make it the database an older build wrote: no columns, schema 2.
         ws.conn
-            .execute_batch("ALTER TABLE episodes DROP COLUMN taken_over; PRAGMA user_version = 2;")
+            .execute_batch(
+                "ALTER TABLE episodes DROP COLUMN taken_over;
+                 ALTER TABLE episodes DROP COLUMN failure_labels;
+                 PRAGMA user_version = 2;",
+            )
             .unwrap();
         drop(ws);
         let ws = Workspace::open(dir.path()).unwrap();
@@ -327,5 +388,15 @@ mod tests {
             .map(|e| e.taken_over)
             .collect();
         assert_eq!(marks, [true, false]);
+        let labels: Vec<Vec<String>> = ws
+            .list_episodes(None)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.failure_labels)
+            .collect();
+        assert_eq!(
+            labels,
+            [vec!["loop", "turn_exhaustion"], vec!["premature_done"]]
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use super::migrations::{migrate, EPISODES_TAKEN_OVER};
+use super::migrations::{migrate, EPISODES_FAILURE_LABELS};
 use super::tasks::index_task_in;
 use super::{StoreError, TaskStatus};
 use crate::fsutil::{replace_dir_atomic, AtomicDir};
@@ -58,9 +58,10 @@ impl Workspace {
             conn,
             created: version == 0,
         };
-        // An index made before it had `taken_over` learns it from the files.
-        if version > 0 && (version as usize) < EPISODES_TAKEN_OVER {
-            ws.backfill_taken_over()?;
+        // An index made before it had `taken_over` or `failure_labels`
+        // learns them from the files.
+        if version > 0 && (version as usize) < EPISODES_FAILURE_LABELS {
+            ws.backfill_from_results()?;
         }
         ws.reconcile()?;
         Ok(ws)

@@ -30,6 +30,12 @@ fn episodes_view_snapshots() {
     assert!(app.picker.is_none());
     assert_eq!(app.episodes.failure.as_deref(), Some("loop"));
     snap!("episodes_loop_80x24", &mut app, 80, 24);
+    // A secondary label filters too, picked by the name the screen shows.
+    cmd(&mut app, &ws, Command::FilterFailure);
+    typed(&mut app, "turn exhaustion");
+    key(&mut app, &ws, KeyCode::Enter);
+    assert_eq!(app.episodes.failure.as_deref(), Some("turn_exhaustion"));
+    snap!("episodes_turn_exhaustion_120x40", &mut app, 120, 40);
     // T jumps to the episode's task, on its Episodes tab (Enter inspects).
     cmd(&mut app, &ws, Command::GotoTask);
     assert_eq!(app.view, View::Tasks);

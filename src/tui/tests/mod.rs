@@ -149,6 +149,17 @@ fn fixture(dir: &std::path::Path) -> Workspace {
         label: None,
         notes: String::new(),
         taken_over: false,
+        // A loop that ran out of turns carries both labels, as the
+        // classifier gives them.
+        failure_labels: mode
+            .map(|m| {
+                let mut labels = vec![m.to_string()];
+                if end == "max_turns" && m != "turn_exhaustion" {
+                    labels.push("turn_exhaustion".into());
+                }
+                labels
+            })
+            .unwrap_or_default(),
     };
     ws.index_episode(&ep("archive-logs", 0, true, None, "done"))
         .unwrap();

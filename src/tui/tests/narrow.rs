@@ -42,6 +42,7 @@ fn long_episodes() -> Vec<EpisodeRow> {
         label: None,
         notes: String::new(),
         taken_over: taken,
+        failure_labels: mode.map(|m| vec![m.to_string()]).unwrap_or_default(),
     };
     vec![
         ep(

@@ -18,7 +18,7 @@ use crate::tui::widgets::columns::{self, constraints, cut_end, cut_middle, fit, 
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::task_marks::{result_cell, stars};
 
-use super::episodes_order::shown;
+use super::episodes_order::{labels, shown};
 pub use super::episodes_order::{EpisodeSort, ANY_FAILURE, NO_FAILURE};
 
 /// State of the Episodes view.
@@ -58,12 +58,20 @@ impl EpisodesView {
         self.refresh();
     }
 
-    /// The failure modes of the loaded episodes (`none` for passed ones), sorted.
+    /// Every failure label of the loaded episodes (`none` for passed
+    /// ones), sorted.
     pub fn modes(&self) -> Vec<String> {
         let mut m: Vec<String> = self
             .rows
             .iter()
-            .map(|r| r.failure_mode.clone().unwrap_or_else(|| NO_FAILURE.into()))
+            .flat_map(|r| {
+                let l = labels(r);
+                if l.is_empty() {
+                    vec![NO_FAILURE.to_string()]
+                } else {
+                    l.into_iter().map(String::from).collect()
+                }
+            })
             .collect();
         m.sort();
         m.dedup();
@@ -263,6 +271,7 @@ impl EpisodesView {
         // keep their width longest; the end reason shrinks and goes first.
         let vis = || self.visible.iter().map(|&i| &self.rows[i]);
         let any_taken = vis().any(|e| e.taken_over);
+        let failures: Vec<String> = vis().map(failure_cell_text).collect();
         let cols = [
             Column::new(widest("Run↑", vis().map(|e| e.run_id.as_str())), 10, 8),
             Column::new(widest("Task↑", vis().map(|e| e.task_id.as_str())), 10, 9),
@@ -272,13 +281,7 @@ impl EpisodesView {
             Column::fixed(6, 2).optional(),
             Column::fixed(6, 3).optional(),
             Column::new(widest("End", vis().map(|e| e.end_reason.as_str())), 6, 1).optional(),
-            Column::fixed(
-                widest(
-                    "Failure↑",
-                    vis().map(|e| e.failure_mode.as_deref().unwrap_or("-")),
-                ),
-                10,
-            ),
+            Column::fixed(widest("Failure↑", failures.iter().map(String::as_str)), 10),
             Column::fixed(7, 4).optional(),
         ];
         // The highlight symbol takes two cells.
@@ -297,7 +300,7 @@ impl EpisodesView {
                     Cell::from(e.turns.to_string()),
                     Cell::from(cut_end(&e.end_reason, w(6))),
                     Cell::from(Span::styled(
-                        e.failure_mode.clone().unwrap_or_else(|| "-".into()),
+                        failure_cell_text(e),
                         if e.failure_mode.is_some() {
                             theme.warning()
                         } else {
@@ -354,5 +357,15 @@ impl Component for EpisodesView {
 
     fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
         EpisodesView::draw(self, frame, area, ctx.theme);
+    }
+}
+
+/// The Failure cell: the primary label, and how many more apply (`loop +1`:
+/// the inspector names them all); `-` for a pass.
+fn failure_cell_text(e: &EpisodeRow) -> String {
+    match labels(e).as_slice() {
+        [] => "-".into(),
+        [one] => (*one).to_string(),
+        [first, rest @ ..] => format!("{first} +{}", rest.len()),
     }
 }

@@ -66,22 +66,52 @@ impl EpisodeSort {
             EpisodeSort::Task => a.task_id.cmp(&b.task_id),
             EpisodeSort::Result => a.passed.cmp(&b.passed).then(a.reward.total_cmp(&b.reward)),
             EpisodeSort::Turns => a.turns.cmp(&b.turns),
-            EpisodeSort::Failure => a.failure_mode.cmp(&b.failure_mode),
+            EpisodeSort::Failure => labels(a).cmp(&labels(b)),
             EpisodeSort::Rating => a.rating.cmp(&b.rating),
         };
         first.then(natural)
     }
 }
 
+/// A name as the screen and the store both may spell it: lower case, with
+/// `_` and `-` read as spaces (`agent_error` is shown `agent error`).
+pub fn spoken(name: &str) -> String {
+    name.to_lowercase().replace(['_', '-'], " ")
+}
+
+/// Whether `row` carries failure label `label` (its primary mode or any
+/// other label), however `label` is spelled (see [`spoken`]).
+pub fn has_label(row: &EpisodeRow, label: &str) -> bool {
+    let want = spoken(label);
+    row.failure_mode
+        .iter()
+        .chain(&row.failure_labels)
+        .any(|l| spoken(l) == want)
+}
+
+/// The failure labels of `row`, its primary mode first (empty when it
+/// passed).
+pub fn labels(row: &EpisodeRow) -> Vec<&str> {
+    let mut out: Vec<&str> = row.failure_mode.iter().map(String::as_str).collect();
+    for l in &row.failure_labels {
+        if !out.contains(&l.as_str()) {
+            out.push(l);
+        }
+    }
+    out
+}
+
 /// Whether `row` passes the failure filter `failure` and the lower-case
-/// search text `search` (run, task, end, failure mode, label, notes;
-/// `taken over` finds the episodes a human took over).
+/// search text `search` (run, task, end, every failure label, the
+/// reviewer's label as stored and as shown, notes; `taken over` finds the
+/// episodes a human took over). Names match however they are spelled:
+/// `turn exhaustion` finds `turn_exhaustion`.
 pub fn shown(row: &EpisodeRow, failure: Option<&str>, search: &str) -> bool {
-    let mode = row.failure_mode.as_deref().unwrap_or(NO_FAILURE);
     let failure_ok = match failure {
         None => true,
         Some(ANY_FAILURE) => !row.passed,
-        Some(f) => mode == f,
+        Some(NO_FAILURE) => row.failure_mode.is_none(),
+        Some(f) => has_label(row, f),
     };
     if !failure_ok {
         return false;
@@ -89,17 +119,24 @@ pub fn shown(row: &EpisodeRow, failure: Option<&str>, search: &str) -> bool {
     if search.is_empty() {
         return true;
     }
+    let search = spoken(search);
+    let labels = labels(row);
     [
         row.run_id.as_str(),
         row.task_id.as_str(),
         row.end_reason.as_str(),
-        mode,
         row.label.as_deref().unwrap_or(""),
         row.notes.as_str(),
         if row.taken_over { "taken over" } else { "" },
+        if row.failure_mode.is_none() {
+            NO_FAILURE
+        } else {
+            ""
+        },
     ]
     .iter()
-    .any(|f| f.to_lowercase().contains(search))
+    .chain(&labels)
+    .any(|f| spoken(f).contains(&search))
 }
 
 #[cfg(test)]
@@ -121,6 +158,7 @@ mod tests {
             label: None,
             notes: "Flaky test".into(),
             taken_over: false,
+            failure_labels: mode.map(|m| vec![m.to_string()]).unwrap_or_default(),
         }
     }
 
@@ -140,5 +178,37 @@ mod tests {
         assert_eq!(EpisodeSort::Turns.compare(&ok, &lp), Ordering::Less);
         assert_eq!(EpisodeSort::Result.compare(&ok, &lp), Ordering::Greater);
         assert_eq!(EpisodeSort::Rating.next(), EpisodeSort::Run);
+    }
+
+    #[test]
+    fn every_label_filters_and_is_found_by_the_name_shown() {
+        // A loop that ran out of turns: both labels, the loop primary.
+        let mut both = row("b", false, Some("loop"), 64);
+        both.failure_labels = vec!["loop".into(), "turn_exhaustion".into()];
+        both.label = Some("agent_error".into());
+        let only_loop = row("c", false, Some("loop"), 9);
+        assert!(
+            shown(&both, Some("turn_exhaustion"), ""),
+            "a secondary label filters"
+        );
+        assert!(!shown(&only_loop, Some("turn_exhaustion"), ""));
+        for spelling in ["turn_exhaustion", "turn exhaustion", "Turn-Exhaustion"] {
+            let s = spelling.to_lowercase();
+            assert!(shown(&both, None, &s), "{spelling}");
+            assert!(!shown(&only_loop, None, &s), "{spelling}");
+        }
+        assert!(
+            shown(&both, None, "agent error"),
+            "the reviewer's label as shown"
+        );
+        assert!(shown(&both, None, "agent_error"), "and as stored");
+        assert_eq!(labels(&both), vec!["loop", "turn_exhaustion"]);
+        assert!(has_label(&both, "turn exhaustion"));
+        let ok = row("a", true, None, 3);
+        assert!(labels(&ok).is_empty());
+        assert!(
+            shown(&ok, None, "none"),
+            "a pass is found as `none`, as filtered"
+        );
     }
 }

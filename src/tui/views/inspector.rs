@@ -126,7 +126,7 @@ impl Inspector {
     /// Draw into `area`.
     pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
         let [head, tabs, body] = Layout::vertical([
-            Constraint::Length(2),
+            Constraint::Length(3),
             Constraint::Length(1),
             Constraint::Fill(1),
         ])
@@ -204,7 +204,14 @@ impl Inspector {
         let block = Block::default()
             .borders(Borders::ALL)
             .border_style(theme.muted())
-            .title(Span::styled(" recording ", theme.accent()));
+            .title(Span::styled(
+                if r.cast.transcript {
+                    " transcript (no terminal recording) "
+                } else {
+                    " recording "
+                },
+                theme.accent(),
+            ));
         // The recorded terminal is usually taller than the area: show the
         // rows that end at the newest output, as a live pane does.
         let screen = Following::new(parser.screen(), block.inner(screen_area).height);
@@ -234,23 +241,21 @@ impl Inspector {
 
 fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
     let row = &ep.row;
-    let mut first = vec![
-        Span::styled(format!("{}#{} ", row.task_id, row.sample), theme.accent()),
-        if row.passed {
-            Span::styled("PASS ", theme.success())
-        } else {
-            Span::styled("FAIL ", theme.failure())
-        },
-        Span::raw(format!(
-            "run {} · {} turns · end {}",
-            row.run_id, row.turns, row.end_reason
-        )),
-    ];
-    if let Ok(r) = &ep.result {
-        first.push(Span::raw(format!(" · policy {}", r.policy)));
+    // The verdict and every failure label come first, so that a narrow
+    // terminal cuts the run's details, never what went wrong.
+    let mut first = vec![if row.passed {
+        Span::styled("PASS", theme.success().add_modifier(Modifier::BOLD))
+    } else {
+        Span::styled("FAIL", theme.failure().add_modifier(Modifier::BOLD))
+    }];
+    for label in crate::tui::views::episodes_order::labels(row) {
+        first.push(Span::styled(format!(" · {label}"), theme.failure()));
     }
-    if let Some(m) = &row.failure_mode {
-        first.push(Span::styled(format!(" · {m}"), theme.failure()));
+    if ep.result.as_ref().is_ok_and(|r| r.taken_over.is_some()) {
+        first.push(Span::styled(
+            " · ✋ TAKEN OVER",
+            theme.warning().add_modifier(Modifier::BOLD),
+        ));
     }
     if let Some(f) = ep.result.as_ref().ok().and_then(|r| r.forked_from.as_ref()) {
         first.push(Span::styled(
@@ -261,11 +266,15 @@ fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
             theme.accent(),
         ));
     }
-    if ep.result.as_ref().is_ok_and(|r| r.taken_over.is_some()) {
-        first.push(Span::styled(
-            " · ✋ TAKEN OVER",
-            theme.warning().add_modifier(Modifier::BOLD),
-        ));
+    let mut details = vec![
+        Span::styled(format!("{}#{} ", row.task_id, row.sample), theme.accent()),
+        Span::raw(format!(
+            "run {} · {} turns · end {}",
+            row.run_id, row.turns, row.end_reason
+        )),
+    ];
+    if let Ok(r) = &ep.result {
+        details.push(Span::raw(format!(" · policy {}", r.policy)));
     }
     let label = row
         .label
@@ -293,7 +302,7 @@ fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
             row.notes.clone()
         }),
     ];
-    vec![Line::from(first), Line::from(second)]
+    vec![Line::from(first), Line::from(details), Line::from(second)]
 }
 
 /// The trajectory, step by step.
@@ -308,6 +317,18 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
     if let Some(s) = loop_start {
         out.push(Line::from(Span::styled(
             format!("↻ the agent loops from step {s}: repeated commands highlighted"),
+            theme.warning(),
+        )));
+    }
+    if r.labels()
+        .contains(&crate::agent::FailureMode::PrematureDone)
+    {
+        let failing = r.tests.iter().filter(|t| !t.passed).count();
+        out.push(Line::from(Span::styled(
+            format!(
+                "⚑ the agent said done too early: {failing} of {} final tests fail",
+                r.tests.len()
+            ),
             theme.warning(),
         )));
     }

@@ -210,9 +210,11 @@ impl Picker {
 /// that follow each other, start a word or the text, and a short text
 /// score more. Also returns the matched characters' positions.
 pub fn fuzzy_match(query: &str, text: &str) -> Option<(i64, Vec<usize>)> {
+    // Spaces, `_` and `-` in the query separate words and match anything
+    // between them: `agent_error` finds the choice shown `agent error`.
     let q: Vec<char> = query
         .chars()
-        .filter(|c| !c.is_whitespace())
+        .filter(|c| !c.is_whitespace() && *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
         .collect();
     let t: Vec<char> = text.chars().collect();
@@ -294,6 +296,10 @@ mod tests {
             fuzzy_match("ARC", "archives").map(|m| m.1),
             Some(vec![0, 1, 2])
         );
+        // What the store spells and what the screen shows meet.
+        assert!(fuzzy_match("agent_error", "agent error").is_some());
+        assert!(fuzzy_match("turn exhaustion", "turn_exhaustion").is_some());
+        assert!(fuzzy_match("text_processing", "text-processing").is_some());
     }
 
     #[test]
