@@ -723,7 +723,10 @@ fn offline_generation_job_reports_the_cli_verdict_in_tmux() {
 }
 
 /// Cancelling an evaluation stops its running episode at the next command;
-/// the cut-short episode is not indexed as a result.
+/// the cut-short episode is not indexed as a result, and the screen says
+/// so: Live shows it cancelled (never failed), the job's log says it was
+/// cut and not counted (not that it finishes), and the job stops at 0 of
+/// 1 episodes done, not at 100%.
 #[test]
 fn cancel_an_evaluation_in_tmux() {
     let Some((dir, home, script)) = sandboxed_workspace("slow.txt", "sleep 1\n".repeat(60)) else {
@@ -750,6 +753,14 @@ fn cancel_an_evaluation_in_tmux() {
     tmux(&["send-keys", "-t", s, "C"]);
     wait_for_up_to(s, "cancelled", Duration::from_secs(30));
     assert!(started.elapsed() < Duration::from_secs(30));
+    tmux(&["send-keys", "-t", s, "F2"]);
+    let screen = wait_for(s, "⊘ CANCELLED");
+    let strip = screen.lines().find(|l| l.contains("⊘ CANCELLED")).unwrap();
+    assert!(strip.contains("upper#0"), "{screen}");
+    assert!(!screen.contains("FAILED"), "a cancel is not a failure: {screen}");
+    tmux(&["send-keys", "-t", s, "F4"]);
+    let screen = wait_for(s, "cancelled at 0/1");
+    assert!(!screen.contains("running ones finish"), "{screen}");
     tmux(&["send-keys", "-t", s, "q"]);
     let ws = Workspace::open(dir.path()).unwrap();
     assert!(ws.list_episodes(None).unwrap().is_empty());

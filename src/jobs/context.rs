@@ -32,6 +32,9 @@ pub struct JobContext {
     pub(super) last_journal: Mutex<Option<Instant>>,
     /// The last progress reported (0..=1), kept for the final journal entry.
     pub(super) fraction: Mutex<f64>,
+    /// The last progress as words (`3/10 (episodes)`), for the journal entry
+    /// of a cancelled job: how far it got.
+    pub(super) how_far: Mutex<String>,
 }
 
 /// How often progress is written to the journal at most.
@@ -53,6 +56,7 @@ impl JobContext {
             journal: None,
             last_journal: Mutex::new(None),
             fraction: Mutex::new(0.0),
+            how_far: Mutex::new(String::new()),
         };
         (ctx, rx)
     }
@@ -98,6 +102,7 @@ impl JobContext {
         });
         if total > 0 {
             *self.fraction.lock() = (done as f64 / total as f64).clamp(0.0, 1.0);
+            *self.how_far.lock() = format!("{done}/{total} ({stage})");
         }
         let mut last = self.last_journal.lock();
         if last.is_none_or(|t| t.elapsed() >= JOURNAL_EVERY) || done == total {

@@ -82,6 +82,7 @@ impl JobManager {
             journal,
             last_journal: Mutex::new(None),
             fraction: Mutex::new(0.0),
+            how_far: Mutex::new(String::new()),
         };
         let _ = self.events.send(JobEvent::Started {
             id: id.clone(),
@@ -103,10 +104,16 @@ impl JobManager {
                     Err(_) => JobOutcome::Failed("the job panicked; see the log file".into()),
                 };
                 if let Some(ws) = &ctx.journal {
+                    // A cancelled job says how far it got, as the Jobs view does.
+                    let how_far = ctx.how_far.lock().clone();
+                    let cancelled = match how_far.as_str() {
+                        "" => String::new(),
+                        far => format!("cancelled at {far}"),
+                    };
                     let (status, message) = match &outcome {
                         JobOutcome::Succeeded(m) => ("succeeded", m.as_str()),
                         JobOutcome::Failed(m) => ("failed", m.as_str()),
-                        JobOutcome::Cancelled => ("cancelled", ""),
+                        JobOutcome::Cancelled => ("cancelled", cancelled.as_str()),
                         JobOutcome::Empty(m) => ("empty", m.as_str()),
                     };
                     // The progress it made, truthfully (a cancelled job is
@@ -187,9 +194,12 @@ mod tests {
             .unwrap();
         jobs.wait(&ok);
         let slow = jobs
-            .spawn("slow", serde_json::json!({}), |ctx| loop {
-                ctx.check()?;
-                std::thread::sleep(std::time::Duration::from_millis(5));
+            .spawn("slow", serde_json::json!({}), |ctx| {
+                ctx.progress(1, 4, "steps");
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
             })
             .unwrap();
         assert!(jobs.cancel(&slow));
@@ -212,7 +222,7 @@ mod tests {
                 _ => {}
             }
         }
-        assert_eq!(progress, 3);
+        assert_eq!(progress, 4);
         assert_eq!(finished[&ok], JobOutcome::Succeeded("3 counted".into()));
         assert_eq!(finished[&slow], JobOutcome::Cancelled);
         assert_eq!(
@@ -224,6 +234,8 @@ mod tests {
         let status = |id: &JobId| rows.iter().find(|r| r.id == id.0).unwrap().status.clone();
         assert_eq!(status(&ok), "succeeded");
         assert_eq!(status(&slow), "cancelled");
+        let message = |id: &JobId| rows.iter().find(|r| r.id == id.0).unwrap().message.clone();
+        assert_eq!(message(&slow), "cancelled at 1/4 (steps)", "how far it got");
         assert_eq!(status(&failing), "failed");
     }
 

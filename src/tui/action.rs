@@ -127,6 +127,12 @@ pub enum LiveEvent {
         /// `run/task/sample`.
         key: String,
     },
+    /// The episode was cut short by cancelling its job: not a result, not
+    /// counted, retried when the evaluation is run again.
+    Cancelled {
+        /// `run/task/sample`.
+        key: String,
+    },
     /// An event of an episode found through the workspace's run files (run
     /// by another process, or by a job here): it opens a read-only pane,
     /// and feeds only panes it opened.

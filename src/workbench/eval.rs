@@ -35,8 +35,17 @@ use crate::task::Task;
 /// the same evaluation retries them.
 pub const CANCELLED: &str = "cancelled from the TUI";
 
+/// Whether `result` is an episode a cancel cut short (ended with
+/// [`CANCELLED`]): not a result, shown as cancelled, never as a failure.
+pub fn cut_by_cancel(result: &EpisodeResult) -> bool {
+    result
+        .error
+        .as_deref()
+        .is_some_and(|m| m.contains(CANCELLED))
+}
+
 /// An evaluation: `endless eval`'s flags, or the TUI's evaluation form.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EvalRequest {
     /// The policy spec (`oracle`, `openai:MODEL@URL`, `local:DIR`...).
     pub policy: String,
@@ -98,6 +107,13 @@ pub trait RolloutHooks {
     /// Every event of run `run_id`, after the job has reported it. Called
     /// inside the run's tokio runtime, so it may spawn tasks.
     fn on_event(&mut self, run_id: &str, event: RolloutEvent);
+
+    /// Whether its provider stops running episodes once the job is
+    /// cancelled (they end with [`CANCELLED`]); otherwise they run on to
+    /// their end and only new ones are not started.
+    fn cuts_running_on_cancel(&self) -> bool {
+        false
+    }
 }
 
 /// No hooks: the real provider, events reported through the job only.
@@ -283,6 +299,7 @@ fn rollouts<H: RolloutHooks>(
         tokio::pin!(run);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let (mut done, mut total) = (0u64, total_planned);
+        let cuts_running = hooks.cuts_running_on_cancel();
         let mut on_event = |ev: RolloutEvent| {
             match &ev {
                 RolloutEvent::Planned { total: t, finished } => {
@@ -301,6 +318,12 @@ fn rollouts<H: RolloutHooks>(
                     job.log(format!(
                         "{task}#{sample} turn {}{who}: {command}",
                         step.turn
+                    ));
+                }
+                RolloutEvent::Finished { result } if cut_by_cancel(result) => {
+                    job.log(format!(
+                        "{}#{}: cancelled after {} turns (not counted)",
+                        result.task, result.sample, result.turns
                     ));
                 }
                 RolloutEvent::Finished { result } => {
@@ -328,7 +351,11 @@ fn rollouts<H: RolloutHooks>(
                 Some(ev) = erx.recv() => on_event(ev),
                 _ = tick.tick() => {
                     if job.is_cancelled() && !cancel.load(Ordering::Relaxed) {
-                        job.log("cancelling: no new episodes start; running ones finish");
+                        job.log(if cuts_running {
+                            "cancelling: no new episodes start; running ones stop now and are not counted (running the evaluation again retries them)"
+                        } else {
+                            "cancelling: no new episodes start; running ones finish"
+                        });
                         cancel.store(true, Ordering::Relaxed);
                     }
                 }
@@ -342,7 +369,7 @@ fn rollouts<H: RolloutHooks>(
     let (episodes, cut): (Vec<_>, Vec<_>) = summary
         .episodes
         .into_iter()
-        .partition(|e| !e.error.as_deref().is_some_and(|m| m.contains(CANCELLED)));
+        .partition(|e| !cut_by_cancel(e));
     if !cut.is_empty() {
         job.log(format!(
             "{} episodes cut short by the cancel are not indexed; re-running this evaluation retries them",

@@ -317,9 +317,16 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
                 tracing::info!("{candidate}: {stage:?}")
             }
             PipelineEvent::Finished { candidate, outcome } => {
-                let n = done.fetch_add(1, Ordering::Relaxed) as u64 + 1;
-                let t = (total.load(Ordering::Relaxed) as u64).max(n);
-                job.progress(n, t, "candidates finished");
+                // A candidate the model server never answered for is no
+                // work done: the bar does not move for it (a generation
+                // that cannot reach its server fails at 0%, not at 100%).
+                let no_answer = matches!(&outcome, CandidateOutcome::Rejected { reason, .. }
+                    if server_unreachable(reason).is_some());
+                if !no_answer {
+                    let n = done.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+                    let t = (total.load(Ordering::Relaxed) as u64).max(n);
+                    job.progress(n, t, "candidates finished");
+                }
                 match outcome {
                     CandidateOutcome::Accepted { task_id } => {
                         let a = accepted.fetch_add(1, Ordering::Relaxed) + 1;

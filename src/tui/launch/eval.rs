@@ -14,6 +14,7 @@ use crate::agent::{BackendProvider, RolloutEvent};
 use crate::jobs::JobContext;
 use crate::tui::action::{pane_command, Action, LiveEvent, Msg};
 use crate::tui::takeover::TakeoverProvider;
+use crate::workbench::eval::cut_by_cancel;
 use crate::workbench::{Context, EvalRequest, RolloutHooks, RunRequest};
 
 fn send(tx: &Sender<Msg>, ev: LiveEvent) {
@@ -34,6 +35,11 @@ impl RolloutHooks for LivePanes<'_> {
         let provider = Arc::new(TakeoverProvider::new(inner, stop));
         self.provider = Some(provider.clone());
         provider
+    }
+
+    /// The takeover provider ends running episodes on a cancel.
+    fn cuts_running_on_cancel(&self) -> bool {
+        true
     }
 
     fn on_event(&mut self, run_id: &str, event: RolloutEvent) {
@@ -83,6 +89,13 @@ impl RolloutHooks for LivePanes<'_> {
                     key: format!("{run_id}/{task}/{sample}"),
                     turn: step.turn,
                     command: pane_command(step.kind, step.command.as_deref()),
+                },
+            ),
+            // Cut short by the cancel: not a failure of the agent.
+            RolloutEvent::Finished { result } if cut_by_cancel(&result) => send(
+                self.tx,
+                LiveEvent::Cancelled {
+                    key: format!("{run_id}/{}/{}", result.task, result.sample),
                 },
             ),
             RolloutEvent::Finished { result } => send(

@@ -2,6 +2,7 @@
 //! taking a session over.
 
 use super::*;
+use crate::tui::views::live::Stopped;
 
 fn live_app() -> App {
     let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
@@ -366,7 +367,10 @@ fn an_episode_whose_process_is_gone_is_interrupted_and_cleared() {
         .iter()
         .find(|p| p.title == "count#0")
         .unwrap();
-    assert!(p.interrupted && p.outcome == Some(false), "{p:?}");
+    assert!(
+        p.stopped == Some(Stopped::Interrupted) && p.outcome == Some(false),
+        "{p:?}"
+    );
     // Its clock stopped.
     let frozen = p.elapsed();
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -397,6 +401,39 @@ fn an_episode_whose_process_is_gone_is_interrupted_and_cleared() {
     app.update(Action::Command(Command::ClearFilters));
     assert_eq!(app.live.panes.len(), 1);
     assert_eq!(app.live.panes[0].title, "other#0");
+}
+
+/// An episode its cancelled job cut short: shown cancelled (a re-run
+/// retries it), never failed, and cleared like the finished ones.
+#[test]
+fn an_episode_cut_by_a_cancel_is_shown_cancelled_not_failed() {
+    let mut app = live_app();
+    app.update(Action::Live(LiveEvent::Open {
+        key: "eval-c/upper/0".into(),
+        title: "upper#0".into(),
+        policy: "script:slow.txt".into(),
+        rows: 48,
+        cols: 160,
+        input: None,
+    }));
+    app.update(Action::Live(LiveEvent::Step {
+        key: "eval-c/upper/0".into(),
+        turn: 2,
+        command: "sleep 1".into(),
+    }));
+    app.update(Action::Live(LiveEvent::Cancelled {
+        key: "eval-c/upper/0".into(),
+    }));
+    let p = &app.live.panes[0];
+    assert_eq!((p.stopped, p.outcome), (Some(Stopped::Cancelled), Some(false)));
+    app.live.panes[0].finished_after = Some(std::time::Duration::from_secs(3));
+    let screen = render(&mut app, 80, 24);
+    assert!(screen.contains("⊘ CANCELLED upper#0"), "{screen}");
+    assert!(!screen.contains("FAILED"), "{screen}");
+    snap!("live_cancelled_strip_80x24", &mut app, 80, 24);
+    snap!("live_cancelled_strip_120x40", &mut app, 120, 40);
+    app.update(Action::Command(Command::ClearFilters));
+    assert!(app.live.panes.is_empty());
 }
 
 #[test]

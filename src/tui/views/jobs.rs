@@ -107,8 +107,9 @@ impl JobsView {
                 created_at: r.created_at,
             };
             match self.items.iter_mut().find(|i| i.id == item.id) {
-                // A live job knows more than the journal (which lags).
-                Some(i) if i.status == "running" && item.status == "running" => {}
+                // A live job knows more than the journal (which lags, and
+                // keeps only a fraction): its exact counts stay.
+                Some(i) if i.status == item.status || i.status == CANCELLING && item.status == "running" => {}
                 Some(i) => *i = item,
                 None => self.items.push(item),
             }

@@ -23,6 +23,25 @@ use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::shell_line::ShellLine;
 use crate::tui::widgets::terminal::{Following, MarkerFilter};
 
+/// Why an episode ended without a result: neither a pass nor a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Its process is gone (killed, or quit mid-episode).
+    Interrupted,
+    /// Its job was cancelled: cut short, not counted, retried by a re-run.
+    Cancelled,
+}
+
+impl Stopped {
+    /// The word its pane and strip show.
+    pub fn word(self) -> &'static str {
+        match self {
+            Stopped::Interrupted => "INTERRUPTED",
+            Stopped::Cancelled => "CANCELLED",
+        }
+    }
+}
+
 /// Scrollback kept per pane.
 const SCROLLBACK: usize = 1000;
 
@@ -49,8 +68,9 @@ pub struct LivePane {
     pub outcome: Option<bool>,
     /// The failure mode of a failed episode (`wrong_output`, `timeout`, ...).
     pub failure: Option<String>,
-    /// Its process is gone without a result (`outcome` is `Some(false)`).
-    pub interrupted: bool,
+    /// Why it ended without a result, if it did (`outcome` is then
+    /// `Some(false)`, shown as neither a pass nor a failure).
+    pub stopped: Option<Stopped>,
     /// Takes the protocol's end markers out of the stream.
     filter: MarkerFilter,
     /// How long it ran, frozen when it finished.
@@ -90,7 +110,7 @@ impl LivePane {
             key: None,
             outcome: None,
             failure: None,
-            interrupted: false,
+            stopped: None,
             filter: MarkerFilter::default(),
             finished_after: None,
             input: None,
@@ -161,9 +181,10 @@ impl LivePane {
         }
         match self.outcome {
             Some(true) => spans.push(Span::styled("PASSED ", theme.success())),
-            Some(false) if self.interrupted => {
-                spans.push(Span::styled("INTERRUPTED ", theme.warning()))
-            }
+            Some(false) if self.stopped.is_some() => spans.push(Span::styled(
+                format!("{} ", self.stopped.map_or("", Stopped::word)),
+                theme.warning(),
+            )),
             Some(false) => spans.push(Span::styled("FAILED ", theme.failure())),
             None => {}
         }
@@ -197,7 +218,10 @@ impl LivePane {
         let mark = Span::styled(if selected { "▶ " } else { "  " }, theme.accent());
         let result = match self.outcome {
             Some(true) => Span::styled("✓ PASSED ", theme.success()),
-            _ if self.interrupted => Span::styled("⊘ INTERRUPTED ", theme.warning()),
+            _ if self.stopped.is_some() => Span::styled(
+                format!("⊘ {} ", self.stopped.map_or("", Stopped::word)),
+                theme.warning(),
+            ),
             _ => Span::styled("✗ FAILED ", theme.failure()),
         };
         let mut tail = Vec::new();
@@ -275,7 +299,8 @@ fn ev_key(ev: &LiveEvent) -> &str {
         | LiveEvent::Feed { key, .. }
         | LiveEvent::Step { key, .. }
         | LiveEvent::Finished { key, .. }
-        | LiveEvent::Interrupted { key } => key,
+        | LiveEvent::Interrupted { key }
+        | LiveEvent::Cancelled { key } => key,
         LiveEvent::Watched(ev) => ev_key(ev),
     }
 }
@@ -443,14 +468,23 @@ impl LiveView {
                 key,
                 passed,
                 failure,
-            } => self.finish(&key, passed, failure, false),
-            LiveEvent::Interrupted { key } => self.finish(&key, false, None, true),
+            } => self.finish(&key, passed, failure, None),
+            LiveEvent::Interrupted { key } => {
+                self.finish(&key, false, None, Some(Stopped::Interrupted))
+            }
+            LiveEvent::Cancelled { key } => self.finish(&key, false, None, Some(Stopped::Cancelled)),
         }
     }
 
     /// The episode `key` ended: its pane stops its clock and moves to the
-    /// finished strips (`interrupted`: its process is gone, no result).
-    fn finish(&mut self, key: &str, passed: bool, failure: Option<String>, interrupted: bool) {
+    /// finished strips (`stopped`: why it ended with no result).
+    fn finish(
+        &mut self,
+        key: &str,
+        passed: bool,
+        failure: Option<String>,
+        stopped: Option<Stopped>,
+    ) {
         let Some(i) = self
             .panes
             .iter()
@@ -467,7 +501,7 @@ impl LiveView {
         }
         p.outcome = Some(passed);
         p.failure = failure;
-        p.interrupted = interrupted;
+        p.stopped = stopped;
         p.finished_after = Some(p.started.elapsed());
         // The newest finished pane heads the summary strips.
         let to = self.running();
