@@ -61,7 +61,7 @@ TEMPERATURE=${TEMPERATURE:-0.7}
 # no malformed reply. Dynamic sampling trains only on tasks whose 16 samples
 # got different rewards (at a ~4% pass rate most all fail: no signal).
 REWARD=${REWARD:-clean}
-# README's replication table was measured before the reference recipe became the
+# docs/benchmarks.md's replication table was measured before the reference recipe became the
 # default (shared value head, one epoch, no value clipping, weight decay or reward
 # normalisation); these keep the script reproducing it. RECIPE="" runs the
 # defaults of `endless train --print-config` instead (not measured here yet).

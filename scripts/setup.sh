@@ -5,7 +5,7 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-PKGS="bubblewrap passt iproute2 docker-registry mmdebstrap skopeo umoci python3 python3-pytest python3-venv tmux asciinema sqlite3 git jq bc zip unzip xz-utils file procps util-linux ca-certificates curl build-essential pkg-config"
+PKGS="slurm-wlm munge bubblewrap passt iproute2 docker-registry mmdebstrap skopeo umoci python3 python3-pytest python3-venv tmux asciinema sqlite3 git jq bc zip unzip xz-utils file procps util-linux ca-certificates curl build-essential pkg-config"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Print a TUI insta snapshot (src/tui/tests/snapshots/*.snap) as the plain
-text of its screen, trailing spaces removed: the README's TUI captures are
+text of its screen, trailing spaces removed: the TUI captures in README.md and docs/ are
 made with it, e.g.
 
     python3 scripts/snapshot_text.py live_takeover_echo_80x24

@@ -24,7 +24,7 @@ fi
 # loading the exported parquet as SkyRL does; harbor: Harbor's own CLI runs
 # trials in endless sandboxes; atif: the trajectory format's reference models.
 # If PyPI cannot be reached this fails, and so does the script: no test is skipped.
-"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray datasets harbor atif httpx
+"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray datasets harbor atif httpx openai
 export ENDLESS_BIN="$PWD/target/debug/endless"
 # pytest exits 5 when it collects no tests: that fails this script too.
 "$VENV/bin/python" -m pytest -q python/tests

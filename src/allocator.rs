@@ -1,5 +1,7 @@
-//! The process's memory allocator: mimalloc, or the C library's with
-//! `ENDLESS_ALLOCATOR=system` (to compare the two in one benchmark run).
+//! The process's memory allocator: mimalloc, except for `endless serve`
+//! (and `endless bench serve`, which measures it), which runs on the C
+//! library's; `ENDLESS_ALLOCATOR=system` or `=mimalloc` chooses for any
+//! command (to compare the two in one benchmark run).
 //!
 //! Why not glibc's: candle gives every op's output a buffer of its own, so
 //! sampling and training churn through buffers of many sizes on several
@@ -13,6 +15,13 @@
 //! `execve` tearing the copy down again, and 15% to faulting in pages glibc
 //! had given back. mimalloc returns freed pages to the system soon after
 //! and keeps sizes apart, so the process stays near what it really uses.
+//!
+//! Why not mimalloc for `serve`: the server is a long-lived process whose
+//! many short requests run on tokio's blocking pool (a thread per
+//! concurrent session). mimalloc commits its arenas eagerly and keeps
+//! per-thread pages, so after 64 concurrent sessions the server held
+//! 463 MB resident against 66 MB with glibc's (`endless bench serve`
+//! shows both); the server does no tensor work for mimalloc to win back.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -23,8 +32,10 @@ const UNDECIDED: u8 = 0;
 const MIMALLOC: u8 = 1;
 const SYSTEM: u8 = 2;
 
-/// mimalloc unless `ENDLESS_ALLOCATOR` is `system`, decided once, at the
-/// first allocation, before any memory could come from the other one.
+/// mimalloc or the C library's, decided once, at the first allocation,
+/// before any memory could come from the other one: `ENDLESS_ALLOCATOR`
+/// (`system` or `mimalloc`) if set, else the C library's for the commands
+/// [`system_for`] names, else mimalloc.
 pub struct Switchable;
 
 static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
@@ -32,18 +43,90 @@ static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 fn choice() -> u8 {
     match CHOICE.load(Ordering::Relaxed) {
         UNDECIDED => {
-            // `getenv` allocates nothing; the first allocation happens on
-            // the main thread before any other thread exists.
+            // `getenv` and the reads below allocate nothing; the first
+            // allocation happens on the main thread before any other
+            // thread exists.
             // SAFETY: a NUL-terminated name; the value is only read here.
             let value = unsafe { libc::getenv(c"ENDLESS_ALLOCATOR".as_ptr()) };
-            // SAFETY: `getenv` returns null or a NUL-terminated string.
-            let system = !value.is_null()
-                && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"system";
+            let named = if value.is_null() {
+                None
+            } else {
+                // SAFETY: `getenv` returns null or a NUL-terminated string.
+                Some(unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes())
+            };
+            let system = match named {
+                Some(b"system") => true,
+                Some(b"mimalloc") => false,
+                _ => {
+                    let mut buf = [0u8; 4096];
+                    let n = read_cmdline(&mut buf);
+                    system_for(&buf[..n])
+                }
+            };
             let c = if system { SYSTEM } else { MIMALLOC };
             CHOICE.store(c, Ordering::Relaxed);
             c
         }
         c => c,
+    }
+}
+
+/// Whether the command line `cmdline` (NUL-separated, as in
+/// `/proc/self/cmdline`) runs a command that uses the C library's
+/// allocator: `serve`, and `bench serve`. Global options before the
+/// command (`--workspace DIR`, `--workspace=DIR`, `--create`) are skipped.
+pub fn system_for(cmdline: &[u8]) -> bool {
+    let mut words = cmdline.split(|b| *b == 0).skip(1).filter(|w| !w.is_empty());
+    let mut positional = || loop {
+        let w = words.next()?;
+        if w == b"--workspace" {
+            words.next();
+        } else if !w.starts_with(b"-") {
+            return Some(w);
+        }
+    };
+    match positional() {
+        Some(b"serve") => true,
+        Some(b"bench") => positional() == Some(b"serve"),
+        _ => false,
+    }
+}
+
+/// Read `/proc/self/cmdline` into `buf` without allocating; the bytes read
+/// (0 when it cannot be read).
+fn read_cmdline(buf: &mut [u8]) -> usize {
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/cmdline".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return 0;
+    }
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: writes at most `buf.len() - len` bytes into `buf[len..]`.
+        let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if n <= 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    len
+}
+
+/// The allocator this process runs on: `"mimalloc"` or `"system"` (also
+/// when [`Switchable`] is not the global allocator, as in tests: then it
+/// has never been asked for memory, and Rust's default is the system's).
+pub fn name() -> &'static str {
+    if CHOICE.load(Ordering::Relaxed) == MIMALLOC {
+        "mimalloc"
+    } else {
+        "system"
     }
 }
 
@@ -77,5 +160,43 @@ unsafe impl GlobalAlloc for Switchable {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` came from the same allocator (see above).
         unsafe { chosen().realloc(ptr, layout, new_size) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::system_for;
+
+    fn cmd(words: &[&str]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.bytes().chain([0])).collect()
+    }
+
+    #[test]
+    fn serve_and_its_bench_run_on_the_system_allocator() {
+        for yes in [
+            &["endless", "serve"][..],
+            &[
+                "endless",
+                "--workspace",
+                "ws",
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+            ],
+            &["endless", "--workspace=ws", "--create", "serve"],
+            &["/usr/bin/endless", "bench", "serve", "--clients", "64"],
+        ] {
+            assert!(system_for(&cmd(yes)), "{yes:?}");
+        }
+        for no in [
+            &["endless"][..],
+            &["endless", "train"],
+            &["endless", "--workspace", "serve", "train"],
+            &["endless", "bench", "ppo"],
+            &["endless", "eval", "serve"],
+        ] {
+            assert!(!system_for(&cmd(no)), "{no:?}");
+        }
+        assert!(!system_for(b""));
     }
 }

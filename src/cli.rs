@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::store::{OnConflict, TaskStatus};
+use crate::store::{OnConflict, Shard, TaskStatus};
 use crate::task::formats::Format;
+
+pub mod reference;
 
 /// Generate, run, evaluate and train terminal agents on verifiable tasks.
 /// With no command, opens the TUI on the workspace.
@@ -63,6 +65,62 @@ pub enum Command {
     /// its index from its files.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+    /// Slurm: run a sharded command as a job array, with a merge job.
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
+    /// Episodes in other formats: export them as ATIF trajectories, import
+    /// runs made elsewhere (Harbor job and trial directories).
+    #[command(subcommand)]
+    Episodes(EpisodesCommand),
+}
+
+/// `endless episodes ...`
+#[derive(Debug, Subcommand)]
+pub enum EpisodesCommand {
+    /// Write finished episodes as ATIF trajectories (Harbor's Agent
+    /// Trajectory Interchange Format, ATIF-v1.8), one
+    /// `OUT/<run>/<task>/<n>.atif.json` per episode.
+    Export {
+        /// The output format.
+        #[arg(long, value_enum, default_value = "atif")]
+        format: EpisodeFormat,
+        /// Only this run: a run id in the workspace, or a run directory
+        /// (one holding `episodes/`, e.g. a training step's rollouts).
+        /// Default: every run in the workspace.
+        #[arg(long)]
+        run: Option<String>,
+        /// Only these tasks: comma-separated ids or `*` globs.
+        #[arg(long)]
+        task: Option<String>,
+        /// The directory to write into (created).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Print the written files as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import a Harbor job directory (or a single trial directory) as a
+    /// run: each trial's result, reward, verifier output and ATIF
+    /// trajectory become an episode the TUI shows, labels, rates and
+    /// replays as a transcript. All or nothing: bad input is refused
+    /// naming the file and field, and nothing is written.
+    Import {
+        /// The job (or trial) directory `harbor run` wrote.
+        dir: PathBuf,
+        /// The run id to import as (default: `harbor-<job name>`).
+        #[arg(long)]
+        run: Option<String>,
+        /// Print the import report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `endless episodes export --format`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EpisodeFormat {
+    /// ATIF-v1.8 JSON, one document per episode.
+    Atif,
 }
 
 /// `endless workspace ...`
@@ -72,10 +130,32 @@ pub enum WorkspaceCommand {
     /// of a cluster, say) into this one: files and index rows, run ids kept.
     /// Idempotent; an episode that exists here with other content is
     /// reported as a conflict and this workspace's is kept (exit status 3).
+    ///
+    /// Shard workspaces (with a `shard.json`: `--shard I/N` runs), or
+    /// directories of them (`shard-*`), are merged as one job: refused,
+    /// naming the shards missing or not done, unless `--allow-partial`; an
+    /// evaluation's report and pass@k are then written over all shards.
     Merge {
-        /// The other workspace's directory.
-        other: PathBuf,
+        /// The other workspaces' directories.
+        #[arg(required = true)]
+        other: Vec<PathBuf>,
+        /// Merge the shards that are done even when others are missing.
+        #[arg(long)]
+        allow_partial: bool,
         /// Print the merge report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make (or complete) N shard workspaces DIR/shard-0 ... DIR/shard-(N-1)
+    /// for `--shard I/N` runs, each with this workspace's task bundles
+    /// hard-linked (copied across filesystems).
+    Shards {
+        /// Where to make them.
+        dir: PathBuf,
+        /// How many.
+        #[arg(long, value_name = "N")]
+        count: u32,
+        /// Print what was made as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -183,6 +263,17 @@ pub enum TasksCommand {
         /// Every task.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
+        /// Validate only shard I of N of the selection (0-based; tasks split
+        /// by a hash of their id), recording it in the workspace's `shard.json`.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<Shard>,
+        /// Report the verdicts stored by earlier validations
+        /// (`tasks/<id>/validation.json`) instead of validating.
+        #[arg(long, conflicts_with = "shard")]
+        stored: bool,
+        /// Tasks validated at once (default: the CPUs, at least 2).
+        #[arg(long, value_name = "N")]
+        concurrency: Option<usize>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -305,6 +396,11 @@ pub struct GenerateArgs {
     /// `[generate] max_env_attempts`).
     #[arg(long)]
     pub max_env_attempts: Option<u32>,
+    /// Offline only: write only shard I of N of the tasks (0-based; split
+    /// by a hash of each task's id), recording it in the workspace's
+    /// `shard.json`.
+    #[arg(long, value_name = "I/N", requires = "offline")]
+    pub shard: Option<Shard>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -330,8 +426,9 @@ pub struct RunArgs {
     /// Turn limit of the episode (default: the task's own `agent.max_turns`).
     #[arg(long)]
     pub max_turns: Option<u32>,
-    /// Agent protocol profile: `endless` (ours) or `reference` (the
-    /// reference implementation's switches); default: `[agent] protocol`.
+    /// Agent protocol profile: `endless` (ours), `reference` (the
+    /// reference implementation's switches) or `tools` (`bash` / `finish`
+    /// tool calls); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
     /// Fork a recorded episode (its result file, or RUN/TASK/SAMPLE): a
@@ -366,10 +463,16 @@ pub struct EvalArgs {
     /// Episodes running at once (default 2).
     #[arg(long)]
     pub concurrency: Option<usize>,
-    /// Agent protocol profile: `endless` (ours) or `reference` (the
-    /// reference implementation's switches); default: `[agent] protocol`.
+    /// Agent protocol profile: `endless` (ours), `reference` (the
+    /// reference implementation's switches) or `tools` (`bash` / `finish`
+    /// tool calls); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Run only shard I of N of the selected tasks (0-based; split by a
+    /// hash of the task id), under the run id of the whole selection,
+    /// recording it in the workspace's `shard.json`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -388,6 +491,14 @@ pub struct ServeArgs {
     /// Episodes running at once per token (default: --max-sessions).
     #[arg(long)]
     pub max_sessions_per_token: Option<usize>,
+    /// Creates that may wait in line for a place when the server (or their
+    /// token) runs all the sessions it may; more get 429.
+    #[arg(long, default_value_t = 1024)]
+    pub max_queue: usize,
+    /// Longest a create may wait in line, seconds (a client asks with
+    /// `POST /v1/sessions?wait=SECONDS`; longer asks are cut to this).
+    #[arg(long, default_value_t = 600.0)]
+    pub max_wait: f64,
     /// Bearer tokens, one per line, one per client (created with one fresh
     /// token, mode 0600, if missing). Default: `serve.token` in the state dir.
     #[arg(long, value_name = "FILE")]
@@ -415,7 +526,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub run: Option<String>,
     /// Agent protocol profile of sessions that name none in their
-    /// `"protocol"` field: `endless` or `reference`; default: `[agent] protocol`.
+    /// `"protocol"` field: `endless`, `reference` or `tools`; default:
+    /// `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
 }
@@ -545,8 +657,9 @@ pub struct TrainArgs {
     /// existing run there resumes from its last good checkpoint.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Agent protocol profile: `endless` (ours) or `reference` (the
-    /// reference implementation's switches); default: `[agent] protocol`.
+    /// Agent protocol profile: `endless` (ours), `reference` (the
+    /// reference implementation's switches) or `tools` (`bash` / `finish`
+    /// tool calls); default: `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
     /// Train LoRA adapters of this rank on the frozen base instead of every
@@ -667,6 +780,58 @@ pub enum BenchTarget {
     /// after a change to step 9, disk for 20 tasks on one base (--n runs,
     /// default 5; needs root, docker-registry, skopeo, umoci).
     Images,
+    /// Shard overhead: one validation of --n offline tasks (default 48) as 4
+    /// shard processes with a quarter of the parallelism each, against one
+    /// unsharded process, as a wall-time ratio.
+    Shards,
+}
+
+/// `endless slurm ...`
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// Write a job array's batch script (kept in the workspace under
+    /// `slurm/<name>/`) whose task I runs COMMAND with `--shard I/N` in
+    /// shard workspace `slurm/<name>/shard-I`, and a merge job that runs
+    /// after all of them succeed; submit both with `sbatch`.
+    Submit {
+        /// Shards (array tasks).
+        #[arg(long, default_value_t = 4)]
+        shards: u32,
+        /// The Slurm partition (`sbatch --partition`).
+        #[arg(long)]
+        partition: Option<String>,
+        /// Time limit of each array task (`sbatch --time`, e.g. `1:00:00`).
+        #[arg(long)]
+        time: Option<String>,
+        /// CPUs per array task (`sbatch --cpus-per-task`).
+        #[arg(long)]
+        cpus: Option<u32>,
+        /// Memory per array task (`sbatch --mem`, e.g. `8G`).
+        #[arg(long)]
+        mem: Option<String>,
+        /// The job's name (default: the command and the time).
+        #[arg(long)]
+        name: Option<String>,
+        /// Write the scripts and shard workspaces, but do not submit.
+        #[arg(long)]
+        no_submit: bool,
+        /// Print what was submitted as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The endless command to shard: `tasks validate ...`, `eval ...`
+        /// or `generate --offline ...` (after `--`).
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// The progress of submitted jobs (from `squeue` and `sacct`) and their
+    /// shards' results (`shard.json`), with the log of each failed shard.
+    Status {
+        /// The job's name (default: every job submitted from this workspace).
+        job: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `endless sandbox ...`

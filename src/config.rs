@@ -33,6 +33,20 @@ pub struct Config {
     /// `[serve]`: what `endless serve` answers without a token.
     #[serde(default)]
     pub serve: ServeConfig,
+    /// `[record]`: what is written beside each episode's result.
+    #[serde(default)]
+    pub record: RecordConfig,
+}
+
+/// `[record]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordConfig {
+    /// Write each finished episode (`eval`, `run`, `serve`) as an ATIF
+    /// trajectory, `<n>.atif.json`, beside its result. Default false
+    /// (`endless episodes export --format atif` writes them afterwards).
+    #[serde(default)]
+    pub atif: bool,
 }
 
 /// `[serve]`
@@ -71,8 +85,9 @@ pub struct AgentConfig {
     pub train_max_turns: u32,
     /// Seconds one command may run before it is interrupted. Default 60.
     pub command_timeout_sec: f64,
-    /// The protocol profile: `endless` (ours) or `reference` (the
-    /// reference implementation's switches; `--protocol` overrides it).
+    /// The protocol profile: `endless` (ours), `reference` (the
+    /// reference implementation's switches) or `tools` (tool calls);
+    /// `--protocol` overrides it.
     pub protocol: String,
     /// Which `<command>` tag runs: `first` or `last`; empty: the profile's.
     pub command_tag: String,

@@ -8,8 +8,8 @@ use clap::Parser;
 use endless::cli::{BenchTarget, Cli, Command};
 use endless::workbench::Context;
 
-/// mimalloc (see `endless::allocator` for why); `ENDLESS_ALLOCATOR=system`
-/// selects the C library's.
+/// mimalloc, or the C library's for `serve` (see `endless::allocator` for
+/// why); `ENDLESS_ALLOCATOR=system|mimalloc` chooses for any command.
 #[global_allocator]
 static ALLOCATOR: endless::allocator::Switchable = endless::allocator::Switchable;
 

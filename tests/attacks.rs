@@ -1,5 +1,5 @@
 //! The attack suite of the `local` sandbox: one test per attack the
-//! sandbox claims to stop (README, "Threat model"), each run as root (as CI
+//! sandbox claims to stop (docs/security.md), each run as root (as CI
 //! and most users run `endless`) and again as an unprivileged user (uid
 //! 65534 through `setpriv`, where user namespaces allow it), with root
 //! agents and hostile build steps.
@@ -1112,3 +1112,6 @@ mod image_store;
 // Attacks through task bundles, verifier reports and the server.
 #[path = "attacks/bundles_and_reports.rs"]
 mod bundles_and_reports;
+// Attacks through the sandbox API of `endless serve` (the Harbor environment's).
+#[path = "attacks/sandbox_api.rs"]
+mod sandbox_api;

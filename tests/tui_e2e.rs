@@ -757,7 +757,10 @@ fn cancel_an_evaluation_in_tmux() {
     let screen = wait_for(s, "⊘ CANCELLED");
     let strip = screen.lines().find(|l| l.contains("⊘ CANCELLED")).unwrap();
     assert!(strip.contains("upper#0"), "{screen}");
-    assert!(!screen.contains("FAILED"), "a cancel is not a failure: {screen}");
+    assert!(
+        !screen.contains("FAILED"),
+        "a cancel is not a failure: {screen}"
+    );
     tmux(&["send-keys", "-t", s, "F4"]);
     let screen = wait_for(s, "cancelled at 0/1");
     assert!(!screen.contains("running ones finish"), "{screen}");
@@ -1297,4 +1300,187 @@ fn failure_labels_are_first_searchable_and_filterable_in_tmux() {
         "⚑ the agent said done too early: 1 of 1 final tests fail",
     );
     tmux(&["send-keys", "-t", s, "q"]);
+}
+
+/// Issue 33 item 7: a test-code line wider than a 120x40 terminal is cut
+/// at first; scrolling sideways (`l`) brings its end into view with the
+/// position in the border, and so does wrapping (`w`).
+#[test]
+fn a_long_code_line_scrolls_sideways_and_wraps_in_tmux() {
+    if !have_tmux() {
+        eprintln!("skipping: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    let ws = Workspace::open(dir.path()).unwrap();
+    let mut meta = TaskMeta::default();
+    meta.task.id = "long-lines".into();
+    meta.task.name = "long lines".into();
+    meta.task.category = "text".into();
+    let names: Vec<String> = (0..30).map(|i| format!("'file-{i:02}.log'")).collect();
+    let mut tests = FileTree::default();
+    tests.insert_text("test_initial_state.py", "def test_ok():\n    assert True\n");
+    tests.insert_text(
+        "test_final_state.py",
+        format!(
+            "def test_long():\n    assert names() == [{}]  # END-OF-LONG-LINE\n",
+            names.join(", ")
+        ),
+    );
+    let task = Task {
+        meta,
+        instruction: "Make the logs.".into(),
+        truth: "Thirty logs.".into(),
+        environment: FileTree::default(),
+        tests,
+        solution: FileTree::default(),
+    };
+    ws.add_task(&task, TaskStatus::Candidate).unwrap();
+    let session = start_tui(
+        format!("endless-e2e-long-line-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "long-lines");
+    // The Final tests tab, focused.
+    for _ in 0..4 {
+        tmux(&["send-keys", "-t", s, "]"]);
+    }
+    wait_for(s, "[Final tests]");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "def test_long");
+    assert!(!screen.contains("END-OF-LONG-LINE"), "{screen}");
+    for _ in 0..60 {
+        tmux(&["send-keys", "-t", s, "l"]);
+    }
+    let screen = wait_for(s, "END-OF-LONG-LINE");
+    assert!(screen.contains("line 1/"), "{screen}");
+    assert!(!screen.contains("col 1 "), "{screen}");
+    // Back to the left, then wrap: the whole line shows.
+    for _ in 0..60 {
+        tmux(&["send-keys", "-t", s, "h"]);
+    }
+    wait_for(s, "col 1 ");
+    tmux(&["send-keys", "-t", s, "w"]);
+    let screen = wait_for(s, "· wrap");
+    assert!(screen.contains("END-OF-LONG-LINE"), "{screen}");
+    assert!(screen.contains("'file-00.log'"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+}
+
+/// Issue 33 item 7: a step whose output is longer than the inspector shows
+/// ends in `… N more lines`; Enter shows them all, with the position in
+/// the border. Uses the real sandbox.
+#[test]
+fn a_steps_hidden_output_expands_in_the_inspector_in_tmux() {
+    let Some((dir, home, script)) = sandboxed_workspace("agent.txt", "seq -f 'out-%02g' 1 40\n")
+    else {
+        return;
+    };
+    let session = start_tui(
+        format!("endless-e2e-expand-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    open_form(s, "E", "Evaluate a policy");
+    for _ in 0.."oracle".len() {
+        tmux(&["send-keys", "-t", s, "BSpace"]);
+    }
+    let policy = format!("script:{}", script.display());
+    tmux(&["send-keys", "-t", s, "-l", &policy]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    wait_for_up_to(s, "0/1 episodes passed", Duration::from_secs(120));
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "FAIL ");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "more lines");
+    assert!(screen.contains("out-12"), "{screen}");
+    assert!(!screen.contains("out-13"), "{screen}");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "· expanded");
+    assert!(screen.contains("out-13"), "{screen}");
+    assert!(!screen.contains("more lines"), "{screen}");
+    for _ in 0..3 {
+        tmux(&["send-keys", "-t", s, "PageDown"]);
+    }
+    let screen = wait_for(s, "out-40");
+    assert!(screen.contains("line 31/"), "{screen}");
+    tmux(&["send-keys", "-t", s, "q"]);
+}
+
+/// Issue 33 item 10: a training run started from the Training view's form
+/// shows there, selected (▶), under the job's id; Enter opens that job in
+/// the Jobs view.
+#[test]
+fn the_training_view_follows_the_run_it_starts_in_tmux() {
+    if !have_tmux() || !Path::new(endless::verify::PYTHON).exists() {
+        eprintln!("skipping: tmux or {} is missing", endless::verify::PYTHON);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = sandbox_home();
+    let out = Command::new(env!("CARGO_BIN_EXE_endless"))
+        .args(["--workspace", dir.path().to_str().unwrap()])
+        .args(["generate", "--offline", "--seed", "1", "--split", "train"])
+        .args(["--count", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let session = start_tui(
+        format!("endless-e2e-train-follow-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        160,
+        48,
+    );
+    let s = &session.0;
+    wait_for(s, "Tasks");
+    tmux(&["send-keys", "-t", s, "F5"]);
+    wait_for(s, "[Training]");
+    tmux(&["send-keys", "-t", s, "M"]);
+    wait_for(s, "Train a policy");
+    // Fields: tasks, dev, init, sft, sft steps, steps, ... Keep it tiny.
+    let field = |erase: usize, value: &str| {
+        tmux(&["send-keys", "-t", s, "Tab"]);
+        for _ in 0..erase {
+            tmux(&["send-keys", "-t", s, "BSpace"]);
+        }
+        if !value.is_empty() {
+            tmux(&["send-keys", "-t", s, "-l", value]);
+        }
+    };
+    field(0, "");
+    field(0, "");
+    field(0, "");
+    field("300".len(), "2");
+    field("10".len(), "1");
+    field(0, "");
+    field("16".len(), "2");
+    field("16".len(), "2");
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for_up_to(s, "▶ train-", Duration::from_secs(120));
+    let id: String = screen
+        .split("▶ ")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    assert!(screen.contains("Training runs (1)"), "{screen}");
+    // The run directory is named after the job: Enter shows the job.
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "[Jobs]");
+    assert!(screen.contains(&id), "{id}: {screen}");
+    assert!(
+        dir.path().join("checkpoints").join(&id).is_dir(),
+        "no run directory {id}"
+    );
 }

@@ -3,6 +3,12 @@
 Importing this module needs `skyrl-gym` (`pip install skyrl-gym`); `endless_env` itself
 does not. Rows of `endless tasks export --format skyrl` carry what it reads in
 `extra_info`: `task_id`, and optionally `server_url`, `max_turns`, `run`.
+
+The turn limit is the trainer's first: SkyRL's generator puts its own `generator.max_turns`
+in `extras["max_turns"]`; then `env_config.max_turns` (SkyRL's `environment.skyrl_gym.endless`
+section), then the row's `extra_info.max_turns`, else the task's own (the server decides).
+The first prompt is the session's: `init` opens the session and returns the messages the
+server built (its protocol and system prompt), not the dataset row's prompt.
 """
 
 from __future__ import annotations
@@ -25,11 +31,26 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
     return getattr(config, key, default)
 
 
+def turn_limit(env_config: Any, extras: Dict[str, Any]) -> Optional[int]:
+    """The turn limit: the trainer's (`extras["max_turns"]`, which SkyRL's generator sets from
+    `generator.max_turns`), else `env_config.max_turns`, else the row's `extra_info.max_turns`,
+    else none (the task's own)."""
+    info = extras.get("extra_info") or {}
+    for value in (extras.get("max_turns"), _get(env_config, "max_turns"), info.get("max_turns")):
+        if value is not None:
+            turns = int(value)
+            if turns < 1:
+                raise ValueError(f"max_turns must be at least 1, not {value!r}")
+            return turns
+    return None
+
+
 class EndlessEnv(BaseTextEnv):
     """One episode of an `endless` task, in a sandbox of the node's `endless serve`.
 
-    The server session starts lazily on the first `step`, so that environments built
-    early (in Ray actors, say) hold no sandbox until they are used.
+    The server session starts at `init` (SkyRL calls it right before the first generation),
+    or at the first `step` when `init` was skipped, so that environments built early (in Ray
+    actors, say) hold no sandbox until they are used.
     """
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
@@ -37,22 +58,31 @@ class EndlessEnv(BaseTextEnv):
         extras = extras or {}
         info = extras.get("extra_info") or extras
         self.task_id: str = info["task_id"]
-        self.max_turns: Optional[int] = info.get("max_turns")
+        self.max_turns = turn_limit(env_config, extras)
         self.run: Optional[str] = info.get("run") or _get(env_config, "run")
         url = info.get("server_url") or _get(env_config, "server_url")
         token = _get(env_config, "token")
         self.client = Client(url=url, token=token)
         self.session_id: Optional[str] = None
+        self.messages: List[Dict[str, Any]] = []
         self.last_result: Optional[Dict[str, Any]] = None
 
-    def init(self, prompt: List[Dict[str, str]]) -> Tuple[List[Dict[str, str]], Dict[str, Any]]:
-        """The prompt is the dataset row's (the same messages the server would give)."""
-        return prompt, {}
+    def init(self, prompt: List[Dict[str, str]]) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+        """Open the session and return its own first messages (system prompt and instruction, as
+        the server's protocol writes them); the dataset row's `prompt` is not used. The metadata
+        holds the session's id, turn limit, run and sample."""
+        self._ensure_session()
+        return [dict(m) for m in self.messages], dict(self._opened)
 
     def _ensure_session(self) -> str:
         if self.session_id is None:
             session = self.client.open(self.task_id, max_turns=self.max_turns, run=self.run, policy="skyrl")
             self.session_id = session.id
+            self.messages = session.messages
+            if self.max_turns is None:
+                self.max_turns = session.max_turns
+            self._opened = {"session_id": session.id, "max_turns": session.max_turns,
+                            "run_id": session.run_id, "sample": session.sample}
         return self.session_id
 
     def step(self, action: str) -> BaseTextEnvStepOutput:

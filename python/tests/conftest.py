@@ -33,14 +33,14 @@ def oracle_reply(ws, task_id):
 
 
 class Server:
-    def __init__(self, ws):
+    def __init__(self, ws, *extra):
         self.ws = ws
         token_file = ws / "serve.token"
         env = dict(os.environ, XDG_CACHE_HOME=str(ws / ".cache"), XDG_STATE_HOME=str(ws / ".state"),
                    XDG_CONFIG_HOME=str(ws / ".config"))
         self.proc = subprocess.Popen(
             [BIN, "--workspace", str(ws), "serve", "--bind", "127.0.0.1:0", "--token-file", str(token_file),
-             "--run", "pytest"],
+             "--run", "pytest", *extra],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
         found = threading.Event()

@@ -1,9 +1,12 @@
 """The SkyRL environment against a real server (skyrl-gym is installed by scripts/test.sh)."""
 
+from endless_env import Client
 from conftest import oracle_reply
 
+LOOP = "<think>Look again.</think>\n<command>ls</command>"
 
-def test_endless_env_runs_an_episode_lazily(server, workspace, task_ids):
+
+def test_endless_env_runs_an_episode_from_the_sessions_own_prompt(server, workspace, task_ids):
     from endless_env.skyrl import EndlessEnv
     from skyrl_gym.envs.base_text_env import BaseTextEnv
 
@@ -11,9 +14,17 @@ def test_endless_env_runs_an_episode_lazily(server, workspace, task_ids):
     extras = {"extra_info": {"task_id": task, "server_url": server.url}, "reward_spec": {"method": "endless"}}
     env = EndlessEnv({"token": server.token}, extras)
     assert isinstance(env, BaseTextEnv)
-    prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    out, meta = env.init(prompt)
-    assert out == prompt and env.session_id is None  # no sandbox until the first step
+    assert env.session_id is None  # no sandbox until init
+    row_prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    out, meta = env.init(row_prompt)
+    # The first prompt is the session's own: the server's system prompt and the instruction,
+    # the same messages a client opening this task gets; not the dataset row's.
+    c = Client(server.url, server.token)
+    other = c.open(task, run="pytest-skyrl-prompt")
+    c.close(other.id)
+    assert out == other.messages and out != row_prompt
+    assert [m["role"] for m in out] == ["system", "user"]
+    assert meta["session_id"] == env.session_id and meta["max_turns"] == env.max_turns
     step = env.step(oracle_reply(workspace, task))
     assert step["done"] is False and step["observations"][0]["role"] == "user"
     step = env.step("<think>ok</think><action>done</action>")
@@ -22,11 +33,45 @@ def test_endless_env_runs_an_episode_lazily(server, workspace, task_ids):
     env.close()
 
 
+def test_the_trainers_max_turns_comes_before_the_tasks(server, task_ids):
+    """SkyRL's generator puts `generator.max_turns` in `extras["max_turns"]` and builds the env
+    with `skyrl_gym.make(env_class, env_config=..., extras=...)`; here `generator.max_turns=3`
+    against a row that says 10."""
+    import skyrl_gym
+    import endless_env.skyrl  # noqa: F401  (registers)
+
+    extras = {"extra_info": {"task_id": task_ids[1], "server_url": server.url, "max_turns": 10},
+              "reward_spec": {"method": "endless"}}
+    extras["max_turns"] = 3  # what SkyRLGymGenerator.agent_loop does with generator.max_turns
+    env = skyrl_gym.make("endless", env_config={"token": server.token}, extras=extras)
+    _, meta = env.init([])
+    assert meta["max_turns"] == 3 and env.max_turns == 3
+    turns = []
+    for _ in range(10):
+        step = env.step(LOOP)
+        turns.append(step["metadata"]["turn"])
+        if step["done"]:
+            break
+    assert turns == [1, 2, 3] and step["done"] is True
+    assert step["metadata"]["end_reason"] == "max_turns"
+    env.close()
+
+
+def test_turn_limits_in_order_trainer_env_config_row_task():
+    from endless_env.skyrl import turn_limit
+
+    row = {"extra_info": {"task_id": "t", "max_turns": 10}}
+    assert turn_limit({"max_turns": 5}, dict(row, max_turns=3)) == 3
+    assert turn_limit({"max_turns": 5}, row) == 5
+    assert turn_limit({}, row) == 10
+    assert turn_limit(None, {"extra_info": {"task_id": "t"}}) is None
+
+
 def test_registered_as_env_class_endless(server, task_ids):
     import skyrl_gym
     import endless_env.skyrl  # noqa: F401  (registers)
 
     env = skyrl_gym.make("endless", env_config={"token": server.token},
                          extras={"extra_info": {"task_id": task_ids[1], "server_url": server.url}})
-    assert type(env).__name__ == "EndlessEnv"
+    assert type(env).__name__ == "EndlessEnv" and env.session_id is None
     env.close()

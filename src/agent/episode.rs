@@ -255,6 +255,10 @@ pub struct StepOutcome {
     /// The user message the reply produced: the command's observation, or
     /// the corrective message after a malformed reply; empty when none.
     pub observation: String,
+    /// The messages that carry it, as added to the conversation: one user
+    /// message, or under the `tools` protocol an answer to each tool call
+    /// (`tool` messages, or a user turn of `<tool_response>` blocks).
+    pub messages: Vec<ChatMessage>,
     /// The episode is over (the agent said done, a limit was reached, or
     /// its shell failed).
     pub done: bool,
@@ -310,6 +314,11 @@ impl EpisodeStepper {
     /// The conversation so far (what the policy answers next).
     pub fn messages(&self) -> &[ChatMessage] {
         &self.trajectory.messages
+    }
+
+    /// The functions the protocol offers the policy (`tools` profile).
+    pub fn offered_tools(&self) -> Vec<crate::llm::ToolSpec> {
+        self.config.protocol.offered_tools()
     }
 
     /// Whether the episode is over.
@@ -389,9 +398,25 @@ impl EpisodeStepper {
         terminal: &mut dyn Terminal,
         observer: &mut dyn EpisodeObserver,
     ) -> StepOutcome {
+        let reply = ChatMessage::assistant(text);
+        self.step_message(reply, usage, policy_secs, terminal, observer)
+    }
+
+    /// [`step`](Self::step) with a whole assistant message: under the
+    /// `tools` protocol its `tool_calls` are the reply's action, and the
+    /// message is kept in the conversation with them.
+    pub fn step_message(
+        &mut self,
+        reply: ChatMessage,
+        usage: TokenUsage,
+        policy_secs: f64,
+        terminal: &mut dyn Terminal,
+        observer: &mut dyn EpisodeObserver,
+    ) -> StepOutcome {
         if self.ended {
             return StepOutcome {
                 observation: String::new(),
+                messages: Vec::new(),
                 done: true,
             };
         }
@@ -399,18 +424,20 @@ impl EpisodeStepper {
         let t = &mut self.trajectory;
         t.policy_secs += policy_secs;
         t.tokens.add(usage);
-        self.push(ChatMessage::assistant(text.to_string()), observer);
-        let parsed = self.config.protocol.parse_reply(text);
+        let parsed = self.config.protocol.parse_message(&reply);
+        let text = self.config.protocol.reply_text(&reply);
+        self.push(reply, observer);
         let mut step = Step {
-            think: parsed.think,
-            reply: text.to_string(),
+            think: parsed.think.clone(),
+            reply: text,
             policy_secs,
             tokens: usage,
             ..Step::new(turn, StepKind::Malformed)
         };
         let mut observation = String::new();
         let then_done = matches!(parsed.action, Action::CommandThenDone(_));
-        match parsed.action {
+        let mut answers = Vec::new();
+        match parsed.action.clone() {
             Action::Done => {
                 step.kind = StepKind::Done;
                 observer.on_step(&step);
@@ -422,7 +449,10 @@ impl EpisodeStepper {
                 observer.on_step(&step);
                 self.trajectory.steps.push(step);
                 observation = self.config.protocol.corrective_message.clone();
-                self.push(ChatMessage::user(observation.clone()), observer);
+                answers = self
+                    .config
+                    .protocol
+                    .observation_messages(&parsed, &observation);
             }
             Action::Command(cmd) | Action::CommandThenDone(cmd) => {
                 step.kind = StepKind::Command;
@@ -455,7 +485,7 @@ impl EpisodeStepper {
                             protocol.truncate_output(&r.output, protocol::MAX_OBSERVATION_CHARS);
                         observer.on_step(&step);
                         self.trajectory.steps.push(step);
-                        self.push(ChatMessage::user(observation.clone()), observer);
+                        answers = protocol.observation_messages(&parsed, &observation);
                         if r.timed_out && cut_by_deadline {
                             self.end(EndReason::Timeout, None);
                         } else if then_done {
@@ -474,9 +504,13 @@ impl EpisodeStepper {
                 }
             }
         }
+        for message in &answers {
+            self.push(message.clone(), observer);
+        }
         self.check_limits();
         StepOutcome {
             observation,
+            messages: answers,
             done: self.ended,
         }
     }
@@ -545,10 +579,11 @@ pub fn run_episode(
     let mut episode = EpisodeStepper::start(instruction, config, observer);
     while !episode.is_done() {
         let asked = Instant::now();
-        match policy.act(episode.messages()) {
+        let tools = episode.offered_tools();
+        match super::policy::ask(policy, episode.messages(), &tools) {
             Ok(reply) => {
                 let secs = asked.elapsed().as_secs_f64();
-                episode.step(&reply.text, reply.usage, secs, terminal, observer);
+                episode.step_message(reply.message(), reply.usage, secs, terminal, observer);
             }
             Err(e) => episode.policy_failed(&e.to_string(), asked.elapsed().as_secs_f64()),
         }

@@ -120,6 +120,9 @@ pub struct EpisodePaths {
     pub junit: PathBuf,
     /// `<sample>.json`: the [`EpisodeResult`].
     pub result: PathBuf,
+    /// `<sample>.atif.json`: the episode as an ATIF document, written
+    /// beside the result when asked (`[record] atif = true`); `None`: not.
+    pub atif: Option<PathBuf>,
 }
 
 impl EpisodePaths {
@@ -131,6 +134,14 @@ impl EpisodePaths {
             cast: dir.join(format!("{sample}.cast")),
             junit: dir.join(format!("{sample}.junit.xml")),
             result: dir.join(format!("{sample}.json")),
+            atif: None,
         }
+    }
+
+    /// The same paths, with the ATIF document written beside the result
+    /// when `on`.
+    pub fn with_atif(mut self, on: bool) -> Self {
+        self.atif = on.then(|| self.result.with_extension("atif.json"));
+        self
     }
 }

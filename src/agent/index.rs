@@ -14,6 +14,12 @@ pub fn index_episode(
     run_id: &str,
     episode: &EpisodeResult,
 ) -> Result<(), StoreError> {
+    ws.index_episode(&episode_row(ws, run_id, episode))
+}
+
+/// The index row of `episode` of run `run_id` (indexed now: its
+/// `created_at` is empty; an import sets the time the episode finished).
+pub fn episode_row(ws: &Workspace, run_id: &str, episode: &EpisodeResult) -> EpisodeRow {
     let root: &Path = ws.root();
     let path = EpisodePaths::new(&ws.runs_dir().join(run_id), &episode.task, episode.sample).result;
     let rel = path
@@ -21,7 +27,7 @@ pub fn index_episode(
         .unwrap_or(&path)
         .to_string_lossy()
         .into_owned();
-    ws.index_episode(&EpisodeRow {
+    EpisodeRow {
         run_id: run_id.into(),
         task_id: episode.task.clone(),
         sample: episode.sample,
@@ -40,5 +46,12 @@ pub fn index_episode(
             .iter()
             .map(|m| m.as_str().to_string())
             .collect(),
-    })
+        policy: episode.policy.clone(),
+        duration_secs: episode.timings.total_secs,
+        forked_from: episode
+            .forked_from
+            .as_ref()
+            .map(|f| format!("{}/{}/{}@{}", f.run, f.task, f.sample, f.at_step)),
+        created_at: String::new(),
+    }
 }

@@ -2,6 +2,7 @@
 //! rollout engine, and the failure labels each finished episode records
 //! ([`classify_failure`]); `eval` aggregates them and never reaches back.
 
+pub mod atif;
 mod bench;
 mod episode;
 mod episode_io;
@@ -14,6 +15,7 @@ mod result;
 pub mod rollout;
 mod sandboxed;
 mod terminal;
+pub mod tool_calls;
 
 pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
@@ -27,9 +29,9 @@ pub use episode_io::{
 pub use failure::{
     classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS,
 };
-pub use index::index_episode;
+pub use index::{episode_row, index_episode};
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
-pub use recorded::{EpisodeOwner, RecordedEpisode, Recording, Started};
+pub use recorded::{run_of, EpisodeOwner, RecordedEpisode, Recording, Started};
 pub use result::{EpisodeId, EpisodeResult, ForkOf, TestOutcome, Timings};
 pub use rollout::{
     load_result, load_run, run_rollouts, run_sandboxed_episode, RolloutConfig, RunSummary,

@@ -1,16 +1,24 @@
 //! The paper's minimal agent protocol: the system prompt, parsing of the
-//! model's reply into an action, and the wording of observations, in two
-//! profiles ([`Protocol`]) that differ only where the reference
-//! implementation (github.com/kanishkg/endless-terminals) and this project
-//! differ:
+//! model's reply into an action, and the wording of observations, in three
+//! profiles ([`Protocol`]): `endless` and `reference` differ only where the
+//! reference implementation (github.com/kanishkg/endless-terminals) and
+//! this project differ; `tools` is ours for agents that act through tool
+//! calls (see [`super::tool_calls`]):
 //!
-//! | switch | `endless` (ours) | `reference` |
-//! |---|---|---|
-//! | done and a command in one reply | the command runs, then the episode ends | the episode ends, the command does not run |
-//! | several `<command>` tags | the last one runs | the last one runs (`command_tag = "first"` for checkpoints trained before the reference switched) |
-//! | exit code in the observation | the real code (`timeout`, `unknown`) | `0` or `1` |
-//! | malformed-reply nudge | [`CORRECTIVE_MESSAGE`] | [`REFERENCE_CORRECTIVE_MESSAGE`] |
-//! | truncation note | `[output truncated: showing the first N of M characters]` | `[Output truncated: showing first N of N characters]` |
+//! | switch | `endless` (ours) | `reference` | `tools` |
+//! |---|---|---|---|
+//! | a reply's action | a `<command>` or `<action>done</action>` tag | the same | a call of `bash` (`{"command": ...}`, alias `execute`) or `finish`: OpenAI `tool_calls`, or Hermes `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` text (local models) |
+//! | the tools offered | none | none | `bash` and `finish`: the request's `tools` array (OpenAI), or described in the system prompt the Hermes way (local models) |
+//! | done and a command in one reply | the command runs, then the episode ends | the episode ends, the command does not run | `finish` after `bash`: the command runs, then the episode ends; `finish` first: it ends, nothing runs |
+//! | several commands | the last `<command>` runs | the last one runs (`command_tag = "first"` for checkpoints trained before the reference switched) | the first `bash` call runs; every other call is answered "not run" |
+//! | malformed reply (a turn, nothing runs) | no tag, an empty or unclosed one | the same | no call, `bash` arguments that are not JSON, no `command` or an empty one, an unknown function, an unclosed `<tool_call>` (`finish`'s arguments are ignored): each call is answered with its error, the others "not run", then the nudge |
+//! | observation | a user message | a user message | a `tool` message per call id (OpenAI), or one user turn of `<tool_response>` blocks (Hermes) |
+//! | exit code in the observation | the real code (`timeout`, `unknown`) | `0` or `1` | the real code |
+//! | malformed-reply nudge | [`CORRECTIVE_MESSAGE`] | [`REFERENCE_CORRECTIVE_MESSAGE`] | [`TOOLS_CORRECTIVE_MESSAGE`] |
+//! | truncation note | `[output truncated: showing the first N of M characters]` | `[Output truncated: showing first N of N characters]` | as `endless` |
+//!
+//! The turn limit, the command and episode time limits and the failure
+//! labels are the same under every profile: a malformed reply is a turn.
 //!
 //! What the `reference` profile reproduces was read in the reference's code:
 //! `generator/sample_solutions.py` (`_extract_action`: `DONE_RE` is searched
@@ -29,10 +37,17 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::tool_calls::{self, Answers, ToolAction};
+use crate::llm::tools::render_assistant_text;
+use crate::llm::{ChatMessage, ToolSpec};
 use crate::sandbox::ExecResult;
 
 /// The agent's system prompt (`assets/prompts/agent_system.md`).
 pub const SYSTEM_PROMPT: &str = include_str!("../../assets/prompts/agent_system.md");
+
+/// The system prompt of the `tools` profile
+/// (`assets/prompts/agent_tools_system.md`).
+pub const TOOLS_SYSTEM_PROMPT: &str = include_str!("../../assets/prompts/agent_tools_system.md");
 
 /// Characters of command output shown to the agent before it is cut.
 pub const MAX_OBSERVATION_CHARS: usize = 50_000;
@@ -51,6 +66,10 @@ pub const CORRECTIVE_MESSAGE: &str = "Your response could not be parsed. First r
 /// send it.
 pub const REFERENCE_CORRECTIVE_MESSAGE: &str = "Could not parse a single <command>...</command> or <action>done</action>. Please respond with exactly one of those.";
 
+/// The nudge after a reply without one valid tool call (the `tools`
+/// profile).
+pub const TOOLS_CORRECTIVE_MESSAGE: &str = "Your response did not make a valid function call. Call bash with {\"command\": \"...\"} to run exactly one shell command, or call finish if the task is complete.";
+
 /// A named set of protocol switches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -61,14 +80,18 @@ pub enum Profile {
     /// The reference implementation's training environment and stage-4
     /// sampler.
     Reference,
+    /// Tool calls: `bash` and `finish` functions (OpenAI `tools`, or
+    /// Hermes `<tool_call>` text for local models).
+    Tools,
 }
 
 impl Profile {
-    /// The profile's name (`endless`, `reference`).
+    /// The profile's name (`endless`, `reference`, `tools`).
     pub fn as_str(self) -> &'static str {
         match self {
             Profile::Endless => "endless",
             Profile::Reference => "reference",
+            Profile::Tools => "tools",
         }
     }
 
@@ -77,6 +100,7 @@ impl Profile {
         match name.trim().to_ascii_lowercase().as_str() {
             "endless" => Ok(Profile::Endless),
             "reference" => Ok(Profile::Reference),
+            "tools" => Ok(Profile::Tools),
             _ => Err(ProtocolError::UnknownProfile(name.to_string())),
         }
     }
@@ -133,7 +157,7 @@ pub enum TruncationNote {
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
     /// `--protocol` / `[agent] protocol` named no known profile.
-    #[error("unknown protocol profile {0:?} (expected \"endless\" or \"reference\")")]
+    #[error("unknown protocol profile {0:?} (expected \"endless\", \"reference\" or \"tools\")")]
     UnknownProfile(String),
     /// `[agent] command_tag` is neither `first` nor `last`.
     #[error("unknown command tag choice {0:?} (expected \"first\" or \"last\")")]
@@ -170,6 +194,9 @@ pub struct Protocol {
     pub corrective_message: String,
     /// How cut output is marked.
     pub truncation_note: TruncationNote,
+    /// Replies act through tool calls (`bash`, `finish`) instead of tags,
+    /// and observations answer the calls (the `tools` profile).
+    pub tool_calls: bool,
     /// The system message of every episode.
     #[serde(skip)]
     pub system_prompt: String,
@@ -193,8 +220,20 @@ impl Protocol {
             binary_exit_code: false,
             corrective_message: CORRECTIVE_MESSAGE.to_string(),
             truncation_note: TruncationNote::Endless,
+            tool_calls: false,
             system_prompt: SYSTEM_PROMPT.to_string(),
             system_prompt_file: None,
+        }
+    }
+
+    /// Tool calls: ours, acting through `bash` and `finish` calls.
+    pub fn tools() -> Self {
+        Protocol {
+            profile: Profile::Tools,
+            corrective_message: TOOLS_CORRECTIVE_MESSAGE.to_string(),
+            tool_calls: true,
+            system_prompt: TOOLS_SYSTEM_PROMPT.to_string(),
+            ..Protocol::endless()
         }
     }
 
@@ -208,6 +247,7 @@ impl Protocol {
             binary_exit_code: true,
             corrective_message: REFERENCE_CORRECTIVE_MESSAGE.to_string(),
             truncation_note: TruncationNote::Reference,
+            tool_calls: false,
             system_prompt: SYSTEM_PROMPT.to_string(),
             system_prompt_file: None,
         }
@@ -218,6 +258,7 @@ impl Protocol {
         match profile {
             Profile::Endless => Protocol::endless(),
             Profile::Reference => Protocol::reference(),
+            Profile::Tools => Protocol::tools(),
         }
     }
 
@@ -227,12 +268,27 @@ impl Protocol {
     }
 
     /// The switches of `profile`, keeping this protocol's system prompt
-    /// (a server's `system_prompt_file` applies to every session's profile).
+    /// when it was read from a file (a server's `system_prompt_file`
+    /// applies to every session's profile); else the profile's own.
     pub fn with_profile(&self, profile: Profile) -> Self {
-        Protocol {
-            system_prompt: self.system_prompt.clone(),
-            system_prompt_file: self.system_prompt_file.clone(),
-            ..Protocol::of(profile)
+        let own = Protocol::of(profile);
+        match &self.system_prompt_file {
+            Some(file) => Protocol {
+                system_prompt: self.system_prompt.clone(),
+                system_prompt_file: Some(file.clone()),
+                ..own
+            },
+            None => own,
+        }
+    }
+
+    /// The functions offered to the model: `bash` and `finish` under the
+    /// `tools` profile, none otherwise.
+    pub fn offered_tools(&self) -> Vec<ToolSpec> {
+        if self.tool_calls {
+            tool_calls::agent_tools()
+        } else {
+            Vec::new()
         }
     }
 
@@ -271,14 +327,61 @@ impl Protocol {
         s
     }
 
+    /// Parse a whole assistant message: its tool calls under the `tools`
+    /// profile, else its text ([`parse_reply`](Self::parse_reply)).
+    pub fn parse_message(&self, reply: &ChatMessage) -> ParsedReply {
+        if !self.tool_calls {
+            return self.parse_reply(&reply.content);
+        }
+        let think = pick_tag(&reply.content, "think", CommandTag::Last)
+            .map(|(_, body)| body.trim().to_string());
+        let turn = tool_calls::read_turn(reply);
+        let action = match turn.action {
+            ToolAction::Run(cmd) => Action::Command(cmd),
+            ToolAction::RunThenFinish(cmd) => Action::CommandThenDone(cmd),
+            ToolAction::Finish => Action::Done,
+            ToolAction::Invalid(reason) => Action::Malformed(reason),
+        };
+        ParsedReply {
+            think,
+            action,
+            answers: turn.answers,
+        }
+    }
+
+    /// A reply as one text, as steps record it: its content, then its
+    /// tool calls, if any, as Hermes `<tool_call>` blocks.
+    pub fn reply_text(&self, reply: &ChatMessage) -> String {
+        if reply.tool_calls.is_empty() {
+            reply.content.clone()
+        } else {
+            render_assistant_text(reply)
+        }
+    }
+
+    /// The messages that carry `observation` (a command's result or the
+    /// corrective message) back to the model after `parsed`: one user
+    /// message, or under the `tools` profile an answer to each call.
+    pub fn observation_messages(
+        &self,
+        parsed: &ParsedReply,
+        observation: &str,
+    ) -> Vec<ChatMessage> {
+        tool_calls::answer_messages(&parsed.answers, observation)
+    }
+
     /// Parse a model reply under this protocol's switches.
     ///
     /// `<command>done</command>` and `<action>done</action>` mean done.
     /// With `done_anywhere`, a done action anywhere wins over every command
     /// (the reference searches `DONE_RE` first). Otherwise a done action
     /// after the chosen command makes it [`Action::CommandThenDone`], and one
-    /// before it is ignored.
+    /// before it is ignored. Under the `tools` profile the text's Hermes
+    /// `<tool_call>` blocks are read (see [`parse_message`](Self::parse_message)).
     pub fn parse_reply(&self, text: &str) -> ParsedReply {
+        if self.tool_calls {
+            return self.parse_message(&ChatMessage::assistant(text));
+        }
         let think =
             pick_tag(text, "think", CommandTag::Last).map(|(_, body)| body.trim().to_string());
         let command = pick_tag(text, "command", self.command_tag);
@@ -291,6 +394,7 @@ impl Protocol {
             return ParsedReply {
                 think,
                 action: Action::Done,
+                answers: Answers::User,
             };
         }
         let action = match (command, done) {
@@ -317,7 +421,11 @@ impl Protocol {
                 }
             }
         };
-        ParsedReply { think, action }
+        ParsedReply {
+            think,
+            action,
+            answers: Answers::User,
+        }
     }
 
     /// Cut `output` to `max` characters, with this protocol's note.
@@ -384,13 +492,16 @@ pub enum Action {
     Malformed(String),
 }
 
-/// A parsed reply: the reasoning (if any) and the action.
+/// A parsed reply: the reasoning (if any), the action, and how its
+/// observation is addressed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedReply {
     /// The reasoning inside `<think>`, if the reply had any.
     pub think: Option<String>,
     /// What the reply asks for.
     pub action: Action,
+    /// Who the observation answers: the user turn, or each tool call.
+    pub answers: Answers,
 }
 
 /// The first user message: the task instruction.
@@ -401,10 +512,10 @@ pub fn initial_user_message(instruction: &str) -> String {
 /// The prompt every episode starts from: the profile's system message and
 /// the task's instruction as the first user message. `endless eval`,
 /// `endless serve` and the exported datasets all give a policy exactly these.
-pub fn initial_messages(protocol: &Protocol, instruction: &str) -> Vec<crate::llm::ChatMessage> {
+pub fn initial_messages(protocol: &Protocol, instruction: &str) -> Vec<ChatMessage> {
     vec![
-        crate::llm::ChatMessage::system(protocol.system_prompt.clone()),
-        crate::llm::ChatMessage::user(initial_user_message(instruction)),
+        ChatMessage::system(protocol.system_prompt.clone()),
+        ChatMessage::user(initial_user_message(instruction)),
     ]
 }
 
@@ -639,7 +750,11 @@ mod tests {
         );
         assert_eq!(Protocol::named(" Endless ").unwrap(), Protocol::endless());
         let e = Protocol::named("ours").unwrap_err().to_string();
-        assert!(e.contains("\"ours\"") && e.contains("reference"), "{e}");
+        assert!(
+            e.contains("\"ours\"") && e.contains("reference") && e.contains("tools"),
+            "{e}"
+        );
+        assert_eq!(Protocol::named("TOOLS").unwrap(), Protocol::tools());
         assert!(CommandTag::parse("middle").is_err());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("prompt.txt");
@@ -662,5 +777,62 @@ mod tests {
         assert!(e.to_string().contains("nope.txt"), "{e}");
         std::fs::write(&path, " \n").unwrap();
         assert!(Protocol::endless().with_system_prompt_file(&path).is_err());
+    }
+
+    /// The `tools` profile reads calls, not tags, and answers each call.
+    #[test]
+    fn the_tools_profile_reads_calls_and_answers_them() {
+        use crate::llm::{Role, ToolCall};
+        let tools = Protocol::tools();
+        assert_eq!(tools.system_prompt, TOOLS_SYSTEM_PROMPT);
+        let names: Vec<String> = tools.offered_tools().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["bash", "finish"]);
+        assert!(Protocol::endless().offered_tools().is_empty());
+        // the tags of the text profiles are not actions here
+        assert!(matches!(
+            tools.parse_reply("<command>ls</command>").action,
+            Action::Malformed(_)
+        ));
+        let hermes = "<think>check</think><tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}</tool_call>";
+        let parsed = tools.parse_reply(hermes);
+        assert_eq!(
+            (parsed.action.clone(), parsed.think.as_deref()),
+            (Action::Command("ls".into()), Some("check"))
+        );
+        let msgs = tools.observation_messages(&parsed, "OUT");
+        assert_eq!(
+            msgs,
+            vec![ChatMessage::user("<tool_response>\nOUT\n</tool_response>")]
+        );
+        let reply = ChatMessage::assistant_calls(
+            "<think>done?</think>",
+            vec![ToolCall::new("c9", "finish", "{}")],
+        );
+        assert_eq!(tools.parse_message(&reply).action, Action::Done);
+        assert!(tools
+            .reply_text(&reply)
+            .contains("<tool_call>\n{\"arguments\":{},\"name\":\"finish\"}"));
+        let reply = ChatMessage::assistant_calls(
+            "",
+            vec![ToolCall::new("c1", "bash", "{\"command\":\"pwd\"}")],
+        );
+        let parsed = tools.parse_message(&reply);
+        let msgs = tools.observation_messages(&parsed, "OUT");
+        assert_eq!(
+            (msgs[0].role, msgs[0].tool_call_id.as_deref()),
+            (Role::Tool, Some("c1"))
+        );
+        // the text profiles ignore tool calls and answer with a user message
+        let text =
+            Protocol::endless().parse_message(&ChatMessage::assistant("<command>ls</command>"));
+        assert_eq!(
+            Protocol::endless().observation_messages(&text, "OUT"),
+            vec![ChatMessage::user("OUT")]
+        );
+        // a session's tools profile keeps its own prompt unless the server's came from a file
+        assert_eq!(
+            Protocol::endless().with_profile(Profile::Tools),
+            Protocol::tools()
+        );
     }
 }

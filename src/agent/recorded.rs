@@ -30,7 +30,10 @@ impl Recording {
     /// Remove an earlier attempt's files and create the directory.
     fn prepare(&self) -> Result<(), RolloutError> {
         let p = &self.paths;
-        for f in [&p.trajectory, &p.cast, &p.junit, &p.result] {
+        for f in [&p.trajectory, &p.cast, &p.junit, &p.result]
+            .into_iter()
+            .chain(&p.atif)
+        {
             let _ = std::fs::remove_file(f);
         }
         let dir = p.result.parent().unwrap_or(Path::new("."));
@@ -52,6 +55,13 @@ impl Recording {
             path: path.clone(),
             source,
         })?;
+        if let Some(atif) = &self.paths.atif {
+            // Beside the result, after it: a failure here loses no episode.
+            let doc = super::atif::episode_document(&run_of(path), &self.paths, &result);
+            if let Err(e) = doc.and_then(|doc| super::atif::write_atif(atif, &doc)) {
+                tracing::warn!(%e, "cannot write the ATIF trajectory");
+            }
+        }
         if let Some(tx) = &self.events {
             let _ = tx.send(RolloutEvent::Finished {
                 result: Box::new(result.clone()),
@@ -73,6 +83,16 @@ impl Recording {
             Timings::default(),
         ))
     }
+}
+
+/// The run of an episode result at `runs/<run>/episodes/<task>/<n>.json`.
+pub fn run_of(result: &Path) -> String {
+    result
+        .ancestors()
+        .nth(3)
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The process recording an episode, named in its trajectory's `start` line
@@ -277,6 +297,27 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
     /// Turns taken so far.
     pub fn turns(&self) -> u32 {
         self.stepper.turns()
+    }
+
+    /// The functions the protocol offers the policy (`tools` profile).
+    pub fn offered_tools(&self) -> Vec<crate::llm::ToolSpec> {
+        self.stepper.offered_tools()
+    }
+
+    /// Apply one whole assistant message (see [`EpisodeStepper::step_message`]).
+    pub fn step_message(
+        &mut self,
+        reply: ChatMessage,
+        usage: TokenUsage,
+        policy_secs: f64,
+    ) -> StepOutcome {
+        self.stepper.step_message(
+            reply,
+            usage,
+            policy_secs,
+            &mut self.term,
+            &mut self.observer,
+        )
     }
 
     /// Apply one reply of the policy (see [`EpisodeStepper::step`]).

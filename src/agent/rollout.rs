@@ -44,6 +44,9 @@ pub struct RolloutConfig {
     pub cancel: Option<Arc<AtomicBool>>,
     /// The agent protocol every episode follows.
     pub protocol: Protocol,
+    /// Write each episode as an ATIF document beside its result
+    /// (`[record] atif`).
+    pub atif: bool,
 }
 
 impl RolloutConfig {
@@ -59,6 +62,7 @@ impl RolloutConfig {
             retry_errors: true,
             cancel: None,
             protocol: Protocol::endless(),
+            atif: false,
         }
     }
 }
@@ -141,10 +145,11 @@ pub fn run_sandboxed_episode<P: SandboxProvider>(
         };
     while !episode.is_done() {
         let asked = Instant::now();
-        match agent.act(episode.messages()) {
+        let tools = episode.offered_tools();
+        match super::policy::ask(agent.as_mut(), episode.messages(), &tools) {
             Ok(reply) => {
                 let secs = asked.elapsed().as_secs_f64();
-                episode.step(&reply.text, reply.usage, secs);
+                episode.step_message(reply.message(), reply.usage, secs);
             }
             Err(e) => episode.policy_failed(&e.to_string(), asked.elapsed().as_secs_f64()),
         }
@@ -175,7 +180,8 @@ pub async fn run_rollouts<P: SandboxProvider>(
     let mut todo = Vec::new();
     for task in tasks.into_iter().map(Arc::new) {
         for sample in 0..config.samples {
-            let paths = EpisodePaths::new(&config.run_dir, task.id(), sample);
+            let paths =
+                EpisodePaths::new(&config.run_dir, task.id(), sample).with_atif(config.atif);
             match load_result(&paths.result) {
                 Some(r) if !(config.retry_errors && r.end_reason == EndReason::Error) => {
                     summary.episodes.push(r);

@@ -96,6 +96,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchTarget::Shards => super::bench_shards::run(ctx, args.n, args.json),
         BenchTarget::Verify => {
             let backend = ctx.backend()?;
             let (families, _missing) = crate::procgen::usable_families();

@@ -2,7 +2,9 @@
 //! concurrent clients against one in-process `endless serve`, beside the
 //! same episodes run in-process (as `endless eval` runs them), with the
 //! same concurrency. Reports sessions per minute, step latency p50/p99 on
-//! both sides, the server's overhead per step, and memory per open session.
+//! both sides, the server's overhead per step, memory per open session,
+//! and the memory of a real `endless serve` after `--clients` sessions at
+//! once on each allocator (see [`super::bench_serve_memory`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,6 +24,8 @@ use crate::serve::{Auth, Server, Settings};
 use crate::store::Workspace;
 use crate::task::Task;
 use crate::workbench::Context;
+
+use super::bench_serve_memory::ServerMemory;
 
 /// The reply that says done.
 const DONE: &str = "<think>Finished.</think>\n<action>done</action>";
@@ -81,6 +85,11 @@ pub struct ServeBench {
     pub ratio_step_p99: f64,
     /// Memory per open session (over HTTP).
     pub memory: Memory,
+    /// The allocator this process (both sides above) runs on.
+    pub allocator: &'static str,
+    /// A real `endless serve`'s memory after `clients` sessions at once,
+    /// per allocator.
+    pub server_memory: Vec<ServerMemory>,
 }
 
 impl std::fmt::Display for ServeBench {
@@ -140,13 +149,15 @@ impl std::fmt::Display for ServeBench {
             "server overhead per step: p50 {:.2} ms, p99 {:.2} ms",
             self.overhead_p50_ms, self.overhead_p99_ms
         )?;
-        write!(
+        writeln!(
             f,
             "memory per open session ({} open): server {:.0} KiB, sandbox {:.0} KiB",
             self.memory.open_sessions,
             self.memory.server_kib_per_session,
             self.memory.sandbox_kib_per_session
-        )
+        )?;
+        writeln!(f, "allocator of both sides above: {}", self.allocator)?;
+        super::bench_serve_memory::table(&self.server_memory, f)
     }
 }
 
@@ -300,6 +311,24 @@ pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench>
         episodes,
         command_timeout,
     ))?;
+    let pairs: Vec<(String, String)> = tasks
+        .iter()
+        .map(|t| t.id().to_string())
+        .zip(replies.iter().cloned())
+        .collect();
+    let mut server_memory = Vec::new();
+    for allocator in ["system", "mimalloc"] {
+        server_memory.push(
+            rt.block_on(super::bench_serve_memory::measure(
+                work.path(),
+                allocator,
+                &pairs,
+                DONE,
+                clients,
+            ))
+            .with_context(|| format!("measuring endless serve on {allocator}"))?,
+        );
+    }
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     Ok(ServeBench {
         clients,
@@ -312,6 +341,8 @@ pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench>
         http,
         in_process,
         memory,
+        allocator: crate::allocator::name(),
+        server_memory,
     })
 }
 
@@ -438,10 +469,12 @@ async fn over_http(
             default_run: "serve-bench".into(),
             read_timeout: Duration::from_secs(30),
             protocol: crate::agent::protocol::Protocol::endless(),
+            atif: false,
         },
         bind: "127.0.0.1:0".parse()?,
         max_sessions: clients,
         per_token: clients,
+        queue: Default::default(),
         journal: None,
         lost: Vec::new(),
     };

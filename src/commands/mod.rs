@@ -28,7 +28,10 @@ pub mod bench_lora;
 pub mod bench_ppo;
 mod bench_sample;
 mod bench_serve;
+mod bench_serve_memory;
+mod bench_shards;
 mod config_cmd;
+mod episodes_cmd;
 mod generate_cmd;
 mod images_cmd;
 mod offline;
@@ -36,6 +39,7 @@ mod progress;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod serve_cmd;
+mod slurm_cmd;
 mod tasks;
 pub mod train_cmd;
 mod workspace_cmd;
@@ -64,6 +68,8 @@ pub fn dispatch(ctx: &Context, command: Command) -> Result<ExitCode> {
         Command::Sandbox(cmd) => sandbox_cmd::run(ctx, cmd),
         Command::Images(cmd) => images_cmd::run(ctx, cmd),
         Command::Workspace(cmd) => workspace_cmd::run(ctx, cmd),
+        Command::Slurm(cmd) => slurm_cmd::run(ctx, cmd),
+        Command::Episodes(cmd) => episodes_cmd::run(ctx, cmd),
         Command::Models(crate::cli::ModelsCommand::Fetch { .. }) => {
             let path = crate::model::fetch_smollm2(&ctx.paths.cache_dir.join("models"))?;
             say!("{}", path.display());

@@ -10,7 +10,7 @@ use super::progress::{BarStyle, JobBar};
 use crate::cli::GenerateArgs;
 use crate::jobs::JobContext;
 use crate::procgen::Split;
-use crate::workbench::generate::{offline, OfflineRequest};
+use crate::workbench::generate::{offline_shard, OfflineRequest};
 use crate::workbench::Context;
 
 /// `endless generate --offline ...`
@@ -35,7 +35,7 @@ pub fn run(ctx: &Context, args: &GenerateArgs) -> Result<ExitCode> {
             },
         )
     });
-    let report = offline(ctx, &req, &job);
+    let report = offline_shard(ctx, &req, args.shard, &job);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }

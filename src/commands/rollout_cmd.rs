@@ -63,7 +63,7 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         protocol: args.protocol.clone(),
     };
     let outcome = foreground(args.json, |job, hooks| {
-        workbench::eval(ctx, &req, job, hooks)
+        workbench::eval::eval_shard(ctx, &req, args.shard, job, hooks)
     })?;
     if args.json {
         let mut value = serde_json::to_value(&outcome.report)?;

@@ -9,7 +9,7 @@ use super::Context;
 use crate::agent::BackendProvider;
 use crate::cli::ServeArgs;
 use crate::rl::RewardMode;
-use crate::serve::{Auth, Journal, Server, Settings};
+use crate::serve::{Auth, Journal, QueueLimits, Server, Settings};
 
 /// `endless serve`
 pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
@@ -23,6 +23,9 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
     }
     if args.max_sessions == 0 || args.max_sessions_per_token == Some(0) {
         bail!("--max-sessions and --max-sessions-per-token must be at least 1");
+    }
+    if !(args.max_wait.is_finite() && args.max_wait >= 0.0) {
+        bail!("--max-wait must be a number of seconds >= 0");
     }
     let open_metrics = args.open_metrics || ctx.config.serve.open_metrics;
     if open_metrics && !args.bind.ip().is_loopback() {
@@ -73,10 +76,15 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
             default_run: default_run.clone(),
             read_timeout: Duration::from_secs_f64(args.read_timeout),
             protocol,
+            atif: ctx.config.record.atif,
         },
         bind: args.bind,
         max_sessions: args.max_sessions,
         per_token: args.max_sessions_per_token.unwrap_or(args.max_sessions),
+        queue: QueueLimits {
+            max_waiting: args.max_queue,
+            max_wait: Duration::from_secs_f64(args.max_wait),
+        },
         journal: Some(journal),
         lost: Vec::new(),
     };

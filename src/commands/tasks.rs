@@ -16,7 +16,9 @@ use crate::store::{import_paths, ImportOutcome, TaskFilter, TaskRow, Workspace};
 use crate::task::formats::Format;
 use crate::task::Task;
 use crate::workbench::export::{self, DatasetFormat, Selection};
-use crate::workbench::{validate_tasks, Context};
+use crate::workbench::validate::validate_tasks_with;
+use crate::workbench::verdicts::stored_verdict;
+use crate::workbench::{shard_run, Context};
 
 /// Run one `endless tasks` subcommand.
 pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
@@ -145,45 +147,19 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        TasksCommand::Validate { ids, all, json } => {
+        TasksCommand::Validate {
+            ids,
+            all,
+            shard,
+            stored,
+            concurrency,
+            json,
+        } => {
             let ids = select(&ws, ids, all)?;
-            let (job, events) = JobContext::standalone("validate");
-            // Tasks done, and what is being pulled or built, on a bar
-            // (drawn only on a terminal).
-            let bar = JobBar::start(
-                events,
-                BarStyle {
-                    template: "{spinner} {pos}/{len} tasks {wide_msg}",
-                    stage_as_message: true,
-                    print_logs: false,
-                },
-            );
-            let above = bar.bar().clone();
-            // One line per task as it finishes, unless `--json`.
-            let backend = ctx.backend()?;
-            let results = validate_tasks(ctx, Ok(backend), &ids, &job, |v| {
-                if !json {
-                    above.suspend(|| {
-                        match v.ok {
-                            true => say!("ok      {}", v.id),
-                            false => say!("invalid {}: {}", v.id, v.problems.join("; ")),
-                        }
-                        for note in v.notes() {
-                            say!("        {}: note: {note}", v.id);
-                        }
-                    });
-                }
-            });
-            bar.finish_and_clear();
-            let results = results?;
-            let bad = results.iter().filter(|r| !r.ok).count();
-            if json {
-                print_json(&results)?;
+            if stored {
+                return report_stored(&ws, &ids, json);
             }
-            say_err!("{} of {} tasks valid", ids.len() - bad, ids.len());
-            if bad > 0 {
-                return Ok(ExitCode::FAILURE);
-            }
+            return validate(ctx, ids, shard, concurrency, json);
         }
         TasksCommand::Set {
             ids,
@@ -209,6 +185,155 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `endless tasks validate IDS [--shard I/N]`: validate (shard `shard` of)
+/// the tasks, one line each as they finish; each verdict is stored.
+fn validate(
+    ctx: &Context,
+    ids: Vec<String>,
+    shard: Option<crate::store::Shard>,
+    concurrency: Option<usize>,
+    json: bool,
+) -> Result<ExitCode> {
+    let ws = ctx.workspace()?;
+    let (ids, running) = match shard {
+        Some(shard) => {
+            let key = shard_run::selection_key(
+                "validate",
+                &ids.iter().map(String::as_str).collect::<Vec<_>>(),
+            );
+            let total = ids.len();
+            let mine = shard.select(ids.clone(), |id| id.as_str());
+            let run = shard_run::ShardRun::begin(
+                ws.root(),
+                shard,
+                shard_run::ShardJob {
+                    kind: "validate",
+                    key,
+                    request: serde_json::json!({ "ids": ids }),
+                    items: mine.len(),
+                    total,
+                },
+            )?;
+            say_err!("shard {shard}: {} of {total} tasks", mine.len());
+            // Resumed: tasks validated since the shard first started are
+            // not validated again.
+            let mine = match run.resumed_since() {
+                Some(since) => {
+                    let (done, todo): (Vec<String>, Vec<String>) = mine
+                        .into_iter()
+                        .partition(|id| validated_since(&ws, id, since));
+                    if !done.is_empty() {
+                        say_err!(
+                            "shard {shard}: resuming; {} tasks validated before are kept (`tasks validate --stored` shows them)",
+                            done.len()
+                        );
+                    }
+                    todo
+                }
+                None => mine,
+            };
+            (mine, Some(run))
+        }
+        None => (ids, None),
+    };
+    let (job, events) = JobContext::standalone("validate");
+    // Tasks done, and what is being pulled or built, on a bar
+    // (drawn only on a terminal).
+    let bar = JobBar::start(
+        events,
+        BarStyle {
+            template: "{spinner} {pos}/{len} tasks {wide_msg}",
+            stage_as_message: true,
+            print_logs: false,
+        },
+    );
+    let above = bar.bar().clone();
+    // One line per task as it finishes, unless `--json`.
+    let backend = ctx.backend()?;
+    let results = validate_tasks_with(ctx, Ok(backend), &ids, concurrency, &job, |v| {
+        if !json {
+            above.suspend(|| {
+                match v.ok {
+                    true => say!("ok      {}", v.id),
+                    false => say!("invalid {}: {}", v.id, v.problems.join("; ")),
+                }
+                for note in v.notes() {
+                    say!("        {}: note: {note}", v.id);
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let results = results?;
+    if let Some(run) = running {
+        run.finish()?;
+    }
+    let bad = results.iter().filter(|r| !r.ok).count();
+    if json {
+        print_json(&results)?;
+    }
+    say_err!("{} of {} tasks valid", ids.len() - bad, ids.len());
+    Ok(if bad > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Whether task `id` has a verdict stored at or after `since`.
+fn validated_since(ws: &Workspace, id: &str, since: chrono::DateTime<chrono::Utc>) -> bool {
+    stored_verdict(ws, id).ok().flatten().is_some_and(|v| {
+        chrono::DateTime::parse_from_rfc3339(&v.validated_at).is_ok_and(|at| at >= since)
+    })
+}
+
+/// `endless tasks validate IDS --stored`: the verdicts earlier validations
+/// stored, validating nothing. A task never validated counts as not valid.
+fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode> {
+    let mut out = Vec::new();
+    let (mut bad, mut never) = (0, 0);
+    for id in ids {
+        match stored_verdict(ws, id)? {
+            Some(v) => {
+                if !v.ok {
+                    bad += 1;
+                }
+                if !json {
+                    match v.ok {
+                        true => say!("ok      {id}  ({})", v.validated_at),
+                        false => say!(
+                            "invalid {id}: {}  ({})",
+                            v.problems.join("; "),
+                            v.validated_at
+                        ),
+                    }
+                }
+                out.push(serde_json::to_value(&v)?);
+            }
+            None => {
+                never += 1;
+                if !json {
+                    say!("never   {id}: not validated yet");
+                }
+                out.push(serde_json::json!({ "id": id, "ok": null }));
+            }
+        }
+    }
+    if json {
+        print_json(&out)?;
+    }
+    say_err!(
+        "{} of {} tasks valid, {bad} invalid, {never} not validated yet",
+        ids.len() - bad - never,
+        ids.len()
+    );
+    Ok(if bad + never > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// The ids named, or all of them with `--all`; unknown ids are an error.

@@ -1,12 +1,15 @@
-//! `endless workspace merge OTHER`, `endless workspace rebuild`
+//! `endless workspace merge OTHER...`, `endless workspace shards DIR`,
+//! `endless workspace rebuild`
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
 
 use super::print_json;
 use crate::cli::WorkspaceCommand;
+use crate::store::SHARD_FILE;
+use crate::workbench::shards::{make_shard_workspaces, merge_shards, shard_workspaces};
 use crate::workbench::{rebuild_index, Context};
 
 /// `endless workspace ...`
@@ -25,38 +28,112 @@ pub fn run(ctx: &Context, cmd: WorkspaceCommand) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        WorkspaceCommand::Merge { other, json } => {
-            let mut ws = ctx.workspace()?;
-            let report = ws.merge_from(&other).with_context(|| {
-                format!("merging {} into {}", other.display(), ws.root().display())
-            })?;
+        WorkspaceCommand::Merge {
+            other,
+            allow_partial,
+            json,
+        } => merge(ctx, &other, allow_partial, json),
+        WorkspaceCommand::Shards { dir, count, json } => {
+            let ws = ctx.workspace()?;
+            let made = make_shard_workspaces(&ws, &dir, count)?;
             if json {
-                print_json(&report)?;
+                let list: Vec<_> = made
+                    .iter()
+                    .map(|(p, r)| serde_json::json!({ "path": p, "linked": r.linked, "present": r.present }))
+                    .collect();
+                print_json(&list)?;
             }
-            say_err!(
-                "merged {}: {} runs and {} episodes added, {} episodes already here, {} conflicts",
-                other.display(),
-                report.runs_added,
-                report.episodes_added,
-                report.episodes_unchanged,
-                report.conflicts.len()
-            );
-            if !report.missing_tasks.is_empty() {
+            for (path, r) in &made {
                 say_err!(
-                    "note: this workspace lacks tasks {} (their episodes were merged)",
-                    report.missing_tasks.join(", ")
+                    "{}: {} task bundles linked, {} already there",
+                    path.display(),
+                    r.linked,
+                    r.present
                 );
             }
-            for c in &report.conflicts {
-                say_err!("conflict: {c}");
-            }
-            Ok(if report.conflicts.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(3)
-            })
+            Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `endless workspace merge OTHER... [--allow-partial]`: plain workspaces
+/// one by one, shard workspaces (or directories of them) as one job.
+fn merge(ctx: &Context, other: &[PathBuf], allow_partial: bool, json: bool) -> Result<ExitCode> {
+    let mut ws = ctx.workspace()?;
+    let (shard_paths, plain): (Vec<PathBuf>, Vec<PathBuf>) =
+        other.iter().cloned().partition(|p| is_shards(p));
+    let mut reports = Vec::new();
+    for path in &plain {
+        let report = ws
+            .merge_from(path)
+            .with_context(|| format!("merging {} into {}", path.display(), ws.root().display()))?;
+        reports.push(report);
+    }
+    let mut job = None;
+    if !shard_paths.is_empty() {
+        let shards = shard_workspaces(&shard_paths)?;
+        let merged = merge_shards(&mut ws, &shards, allow_partial)
+            .with_context(|| format!("merging shards into {}", ws.root().display()))?;
+        if !merged.job.missing.is_empty() {
+            say_err!("partial merge: {}", merged.job.missing_line());
+        }
+        if let Some(run) = &merged.finished {
+            say_err!("finished run {run} over the merged shards");
+        }
+        reports.extend(merged.merges.iter().cloned());
+        job = Some(merged);
+    }
+    if json {
+        match &job {
+            Some(job) if plain.is_empty() => print_json(job)?,
+            None if reports.len() == 1 => print_json(&reports[0])?,
+            _ => print_json(&reports)?,
+        }
+    }
+    let mut conflicts = 0;
+    for report in &reports {
+        say_err!(
+            "merged {}: {} tasks and {} verdicts, {} runs and {} episodes added, {} episodes already here, {} conflicts",
+            report.from.display(),
+            report.tasks_added,
+            report.verdicts_merged,
+            report.runs_added,
+            report.episodes_added,
+            report.episodes_unchanged,
+            report.conflicts.len()
+        );
+        if !report.missing_tasks.is_empty() {
+            say_err!(
+                "note: this workspace lacks tasks {} (their episodes were merged)",
+                report.missing_tasks.join(", ")
+            );
+        }
+        for c in &report.conflicts {
+            say_err!("conflict: {c}");
+        }
+        conflicts += report.conflicts.len();
+    }
+    Ok(if conflicts == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+/// Whether `path` is a shard workspace (it has a `shard.json`) or a
+/// directory of them (no `endless.db`, some `shard-*` in it).
+fn is_shards(path: &Path) -> bool {
+    if path.join(SHARD_FILE).is_file() {
+        return true;
+    }
+    if path.join("endless.db").exists() {
+        return false;
+    }
+    std::fs::read_dir(path).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("shard-"))
+    })
 }
 
 /// Asks the user whether to create a workspace at a path.

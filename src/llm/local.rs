@@ -2,6 +2,7 @@
 //! Concurrent requests are sampled in batches ([`SharedModel`]), on blocking
 //! threads.
 
+use crate::llm::tools::as_text_conversation;
 use crate::llm::{
     ChatMessage, ChatModel, ChatResponse, LlmError, Role, SamplingParams, TokenUsage,
 };
@@ -33,10 +34,12 @@ impl LocalChat {
     }
 }
 
+/// The chat template's role name. `tool` never reaches a template here:
+/// [`as_text_conversation`] turns tool results into user turns first.
 fn role(r: Role) -> &'static str {
     match r {
         Role::System => "system",
-        Role::User => "user",
+        Role::User | Role::Tool => "user",
         Role::Assistant => "assistant",
     }
 }
@@ -52,7 +55,8 @@ impl ChatModel for LocalChat {
         messages: &[ChatMessage],
         params: &SamplingParams,
     ) -> Result<ChatResponse, LlmError> {
-        let msgs: Vec<TemplateMessage> = messages
+        // Tool calls and results, if any, as Hermes text.
+        let msgs: Vec<TemplateMessage> = as_text_conversation(messages, &[])
             .iter()
             .map(|m| TemplateMessage {
                 role: role(m.role).to_string(),
@@ -85,6 +89,7 @@ impl ChatModel for LocalChat {
         })?;
         Ok(ChatResponse {
             content: g.text,
+            tool_calls: Vec::new(),
             usage: TokenUsage {
                 prompt_tokens: g.prompt_ids.len() as u64,
                 completion_tokens: g.token_ids.len() as u64,

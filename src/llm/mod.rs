@@ -8,10 +8,12 @@
 mod local;
 mod openai;
 mod request_shape;
+pub mod tools;
 
 pub use local::{LocalChat, DEFAULT_MAX_TOKENS};
 pub use openai::{api_key_from_env, OpenAiChat, OpenAiConfig, RetryPolicy};
 pub use request_shape::is_reasoning_model;
+pub use tools::{FunctionCall, ToolCall, ToolSpec};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,37 +27,65 @@ pub enum Role {
     User,
     /// The model.
     Assistant,
+    /// The result of a tool call (OpenAI's `tool` role; the `tools`
+    /// protocol's observations).
+    Tool,
 }
 
-/// One chat message.
+/// One chat message, in the OpenAI chat API's shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// Who wrote it.
     pub role: Role,
-    /// The text.
+    /// The text (a `null` content reads as empty).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub content: String,
+    /// The calls an assistant message makes (the `tools` protocol).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 impl ChatMessage {
+    /// A message of `role` with `content` and no tool calls.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
     /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::System,
-            content: content.into(),
-        }
+        Self::new(Role::System, content)
     }
     /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::User,
-            content: content.into(),
-        }
+        Self::new(Role::User, content)
     }
     /// An assistant message.
     pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+    /// An assistant message making `calls` after `content`.
+    pub fn assistant_calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Self {
         Self {
-            role: Role::Assistant,
-            content: content.into(),
+            tool_calls: calls,
+            ..Self::assistant(content)
+        }
+    }
+    /// The result of the call `id`.
+    pub fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(id.into()),
+            ..Self::new(Role::Tool, content)
         }
     }
 }
@@ -107,6 +137,9 @@ impl TokenUsage {
 pub struct ChatResponse {
     /// The assistant text (empty when the server sent none).
     pub content: String,
+    /// The calls the model made (when it was offered tools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
     /// Tokens the request used, as the server counted them.
     pub usage: TokenUsage,
     /// The server's finish reason, when given (`stop`, `length`, ...).
@@ -170,4 +203,20 @@ pub trait ChatModel: Send + Sync {
         messages: &[ChatMessage],
         params: &SamplingParams,
     ) -> Result<ChatResponse, LlmError>;
+
+    /// Like [`chat`](Self::chat), offering the model `tools`. By default
+    /// the model is a text model: the tools are described in its system
+    /// prompt and earlier calls and results written out the Hermes way
+    /// ([`tools::as_text_conversation`]); its calls come back as
+    /// `<tool_call>` text in the content. Models with a native tools API
+    /// (OpenAI-compatible servers) override this.
+    async fn chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        params: &SamplingParams,
+    ) -> Result<ChatResponse, LlmError> {
+        let text = tools::as_text_conversation(messages, tools);
+        self.chat(&text, params).await
+    }
 }

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use super::request_shape::{Adaptation, RequestShape};
-use super::{ChatMessage, ChatModel, ChatResponse, LlmError, SamplingParams, TokenUsage};
+use super::{
+    ChatMessage, ChatModel, ChatResponse, LlmError, SamplingParams, TokenUsage, ToolCall, ToolSpec,
+};
 
 /// Largest reply body accepted, in bytes.
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -125,6 +127,8 @@ struct WireChoice {
 struct WireMessage {
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCall>>,
 }
 
 #[derive(Deserialize)]
@@ -336,8 +340,16 @@ fn parse_reply(text: &str) -> Result<ChatResponse, String> {
             completion_tokens: u.completion_tokens,
         })
         .unwrap_or_default();
+    let (content, tool_calls) = match choice.message {
+        Some(m) => (
+            m.content.unwrap_or_default(),
+            m.tool_calls.unwrap_or_default(),
+        ),
+        None => (String::new(), Vec::new()),
+    };
     Ok(ChatResponse {
-        content: choice.message.and_then(|m| m.content).unwrap_or_default(),
+        content,
+        tool_calls,
         usage,
         finish_reason: choice.finish_reason,
         attempts: 1,
@@ -355,12 +367,35 @@ impl ChatModel for OpenAiChat {
         messages: &[ChatMessage],
         params: &SamplingParams,
     ) -> Result<ChatResponse, LlmError> {
+        self.request(messages, &[], params).await
+    }
+
+    /// Offers `tools` in the request's OpenAI `tools` array; the reply's
+    /// `tool_calls` come back as they are.
+    async fn chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        params: &SamplingParams,
+    ) -> Result<ChatResponse, LlmError> {
+        self.request(messages, tools, params).await
+    }
+}
+
+impl OpenAiChat {
+    /// One chat request with its retries and adaptations.
+    async fn request(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        params: &SamplingParams,
+    ) -> Result<ChatResponse, LlmError> {
         let mut shape = self.shape();
         let mut attempts = 0u32;
         let mut retry = 0u32;
         loop {
             attempts += 1;
-            let body = shape.body(&self.config.model, messages, params);
+            let body = shape.body(&self.config.model, messages, tools, params);
             match self.attempt(&body, attempts).await {
                 Attempt::Done(r) => return Ok(r),
                 Attempt::Fail(e) => return Err(e),
@@ -408,6 +443,15 @@ mod tests {
         let r = parse_reply(r#"{"choices":[{"message":{"content":null}}]}"#).unwrap();
         assert_eq!(r.content, "");
         assert!(parse_reply(r#"{"choices":[]}"#).is_err());
+        let body = serde_json::json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}
+        ]}, "finish_reason": "tool_calls"}]});
+        let r = parse_reply(&body.to_string()).unwrap();
+        assert_eq!(r.content, "");
+        assert_eq!(
+            r.tool_calls,
+            vec![ToolCall::new("call_1", "bash", r#"{"command":"ls"}"#)]
+        );
         assert!(parse_reply("<html>").is_err());
     }
 

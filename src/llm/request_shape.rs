@@ -9,7 +9,7 @@
 
 use serde::Deserialize;
 
-use super::{ChatMessage, SamplingParams};
+use super::{ChatMessage, SamplingParams, ToolSpec};
 
 /// Whether `model` names an OpenAI reasoning model: `o1`, `o3`, `o4` or
 /// `gpt-5`, alone or followed by `-` (`o3-mini`, `o4-mini-2025-04-16`) or, for
@@ -75,16 +75,21 @@ impl RequestShape {
         }
     }
 
-    /// The JSON body of a chat-completion request in this shape.
+    /// The JSON body of a chat-completion request in this shape, offering
+    /// `tools` (the OpenAI `tools` array; none: no `tools` field).
     pub fn body(
         &self,
         model: &str,
         messages: &[ChatMessage],
+        tools: &[ToolSpec],
         params: &SamplingParams,
     ) -> serde_json::Value {
         let mut body = serde_json::Map::new();
         body.insert("model".into(), model.into());
         body.insert("messages".into(), serde_json::json!(messages));
+        if !tools.is_empty() {
+            body.insert("tools".into(), super::tools::openai_tools(tools));
+        }
         if self.temperature {
             body.insert("temperature".into(), params.temperature.into());
         }
@@ -222,16 +227,25 @@ mod tests {
             max_tokens: Some(64),
         };
         let msgs = [ChatMessage::user("hi")];
-        let chat = RequestShape::for_model("gpt-4o").body("gpt-4o", &msgs, &params);
+        let chat = RequestShape::for_model("gpt-4o").body("gpt-4o", &msgs, &[], &params);
         assert_eq!(chat["max_tokens"], 64);
         assert_eq!(chat["temperature"], 0.5);
         assert!(chat["top_p"].is_number());
-        let o3 = RequestShape::for_model("o3").body("o3", &msgs, &params);
+        let o3 = RequestShape::for_model("o3").body("o3", &msgs, &[], &params);
         assert_eq!(o3["max_completion_tokens"], 64);
         for key in ["max_tokens", "temperature", "top_p"] {
             assert!(o3.get(key).is_none(), "{key}");
         }
         assert_eq!(o3["messages"][0]["content"], "hi");
+        assert!(chat.get("tools").is_none());
+        let tool = ToolSpec {
+            name: "bash".into(),
+            description: "Run a command.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let with = RequestShape::CHAT.body("m", &msgs, &[tool], &params);
+        assert_eq!(with["tools"][0]["function"]["name"], "bash");
+        assert_eq!(with["tools"][0]["type"], "function");
     }
 
     #[test]

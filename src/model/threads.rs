@@ -8,7 +8,7 @@
 //! a thread spinning for one pool holds the core the other pool's thread
 //! waits for: on a loaded 2-core machine an update of the 1M model at 2
 //! threads ran 3x slower than with the elementwise ops on the calling thread
-//! (on a quiet one, within noise: `endless bench ppo`, see README). This
+//! (on a quiet one, within noise: `endless bench ppo`, see docs/benchmarks.md). This
 //! crate's own kernels (the fused training ops, the quantized matmul, AdamW)
 //! and gemm all use rayon's pool.
 

@@ -148,6 +148,7 @@ pub fn collect_rollouts<P: SandboxProvider>(
         };
         let baseline = baselines.get(&ep.task).map(Arc::as_ref);
         let seq = builder.finish(episode_reward(ep, reward_mode, baseline), ep.passed);
+        record_turn_tokens(run_dir, ep, &seq);
         if seq.agent_tokens() > 0 {
             batch.sequences.push(seq);
             batch_tasks.push(ep.task.clone());
@@ -276,6 +277,17 @@ pub fn oracle_conversations<P: SandboxProvider>(
         .filter(|e| e.passed)
         .filter_map(|e| read_conversation(&trajectory_path(run_dir, e)))
         .collect())
+}
+
+/// Write the rollout's exact tokens beside its result (`<n>.tokens.jsonl`,
+/// for ATIF's token ids and log-probs); a failure loses no training data.
+fn record_turn_tokens(run_dir: &Path, ep: &EpisodeResult, seq: &RolloutSequence) {
+    use crate::agent::atif::{tokens_path, turns_from_stream, write_turn_tokens};
+    let paths = crate::agent::EpisodePaths::new(run_dir, &ep.task, ep.sample);
+    let turns = turns_from_stream(&seq.tokens, &seq.agent_mask, &seq.old_logprobs);
+    if let Err(e) = write_turn_tokens(&tokens_path(&paths), &turns) {
+        tracing::warn!(%e, "cannot write the rollout's tokens");
+    }
 }
 
 fn trajectory_path(run_dir: &Path, ep: &EpisodeResult) -> PathBuf {

@@ -285,7 +285,7 @@ pub struct RecipeRow {
 }
 
 /// `(setting, the paper's / reference's value, why ours differs)`; `why` is
-/// empty where the default is the reference's. README's recipe table says
+/// empty where the default is the reference's. docs/training.md's recipe table says
 /// the same.
 pub const RECIPE_TABLE: &[(&str, &str, &str)] = &[
     ("critic", "separate", ""),

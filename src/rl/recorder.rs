@@ -28,7 +28,7 @@ pub fn template_messages(messages: &[ChatMessage]) -> Vec<TemplateMessage> {
         .map(|m| TemplateMessage {
             role: match m.role {
                 Role::System => "system",
-                Role::User => "user",
+                Role::User | Role::Tool => "user",
                 Role::Assistant => "assistant",
             }
             .to_string(),
@@ -182,6 +182,16 @@ pub struct RecordingPolicy {
 }
 
 impl Policy for RecordingPolicy {
+    /// The `tools` protocol: the tools described in the system prompt the
+    /// Hermes way (the same text every turn, so the token stream only grows).
+    fn act_with_tools(
+        &mut self,
+        messages: &[ChatMessage],
+        tools: &[crate::llm::ToolSpec],
+    ) -> Result<PolicyReply, PolicyError> {
+        self.act(&crate::llm::tools::as_text_conversation(messages, tools))
+    }
+
     fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError> {
         let other = |e: String| PolicyError::Other(e);
         let tokenizer = self.seat.model().tokenizer();
@@ -217,6 +227,7 @@ impl Policy for RecordingPolicy {
                 prompt_tokens: prompt_len as u64,
                 completion_tokens: generation.token_ids.len() as u64,
             },
+            tool_calls: Vec::new(),
         })
     }
 }

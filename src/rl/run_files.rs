@@ -310,12 +310,12 @@ mod tests {
         std::fs::write(dir.path().join("train.json"), v.to_string()).unwrap();
         let old = read_info(dir.path()).unwrap().unwrap();
         assert_eq!(old.recipe, None);
-        // Every setting of the table is in README's recipe table.
-        let readme = include_str!("../../README.md");
+        // Every setting of the table is in docs/training.md's recipe table.
+        let readme = include_str!("../../docs/training.md");
         for (setting, _, _) in crate::rl::recipe::RECIPE_TABLE {
             assert!(
                 readme.contains(&format!("| `{setting}` |")),
-                "README's recipe table lacks `{setting}`"
+                "docs/training.md's recipe table lacks `{setting}`"
             );
         }
     }

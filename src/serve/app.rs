@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::auth::{Auth, Client};
 use super::error::ApiError;
+use super::idempotency::{self, Key, Remembered};
 use super::journal::{Entry, Journal, Lost};
 use super::metrics::Metrics;
 use super::sessions::{NewSession, Registry, Slot, State};
@@ -42,6 +44,9 @@ pub struct Settings {
     /// The agent protocol of sessions that name no profile (its system
     /// prompt applies to every session).
     pub protocol: Protocol,
+    /// Write each finished session as an ATIF document beside its result
+    /// (`[record] atif`).
+    pub atif: bool,
 }
 
 /// Everything the handlers share.
@@ -67,6 +72,8 @@ pub struct App {
     /// Sessions a server killed before this one left open, recorded as
     /// interrupted at start.
     pub lost: Vec<Lost>,
+    /// The bare sandboxes of `/v1/sandboxes` (see [`super::sandboxes`]).
+    pub sandboxes: super::sandboxes::Sandboxes,
 }
 
 /// What a client asks for when it opens a session.
@@ -105,6 +112,10 @@ pub struct Opened {
     pub protocol: Profile,
     /// The prompt: system message and the task's instruction.
     pub messages: Vec<ChatMessage>,
+    /// The functions the session offers, as the OpenAI `tools` array to
+    /// pass to the model (the `tools` protocol; absent otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<serde_json::Value>,
 }
 
 /// Per-step details, as `info` in a step's answer.
@@ -135,6 +146,11 @@ pub struct Stepped {
     pub reward: f64,
     /// Turn count and, once done, the outcome.
     pub info: Info,
+    /// The messages this step added after the reply, ready to append to
+    /// the conversation: the observation as a user message, or under the
+    /// `tools` protocol a `tool` message per call (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<ChatMessage>,
 }
 
 /// A session as `GET /v1/sessions/{id}` and `GET /v1/sessions` show it.
@@ -207,32 +223,43 @@ impl App {
         self.ws.lock().runs_dir().join(run_id)
     }
 
-    /// Open a session: reserve it, start its sandbox, record the run.
-    /// Blocking.
-    pub fn open(&self, client: Client, open: Open) -> Result<Opened, ApiError> {
+    /// What a create of `client` asks for, checked (the run's name, the
+    /// task), with the run recorded: the session to reserve. Blocking.
+    pub fn prepare(
+        &self,
+        client: Client,
+        open: &Open,
+        key: Option<(Key, u64)>,
+    ) -> Result<NewSession, ApiError> {
         if self.draining.load(Ordering::Relaxed) {
             return Err(ApiError::Draining);
         }
         let run_id = self.run_id(open.run.as_deref())?;
-        let task = {
-            let ws = self.ws.lock();
-            let task = ws
-                .load_task(&open.task_id)
-                .map_err(|_| ApiError::NotFound(format!("no task {:?}", open.task_id)))?;
-            ws.upsert_run(
-                &run_id,
-                "serve",
-                "http",
-                &serde_json::json!({ "reward": self.settings.reward }),
-            )
-            .map_err(|e| ApiError::Internal(format!("cannot record the run: {e}")))?;
-            Arc::new(task)
-        };
-        let slot = self.registry.reserve(NewSession {
+        let ws = self.ws.lock();
+        let task = ws
+            .load_task(&open.task_id)
+            .map_err(|_| ApiError::NotFound(format!("no task {:?}", open.task_id)))?;
+        ws.upsert_run(
+            &run_id,
+            "serve",
+            "http",
+            &serde_json::json!({ "reward": self.settings.reward }),
+        )
+        .map_err(|e| ApiError::Internal(format!("cannot record the run: {e}")))?;
+        Ok(NewSession {
             owner: client,
-            task: task.clone(),
-            run_id: run_id.clone(),
-        })?;
+            task: Arc::new(task),
+            run_id,
+            key,
+        })
+    }
+
+    /// Start the episode of session `slot` (reserved for `open`): its
+    /// sample, journal entry and sandbox. The answer, as JSON, is kept in
+    /// the session for a retried create. Blocking.
+    pub fn start(&self, slot: &Slot, open: Open) -> Result<Bytes, ApiError> {
+        let task = slot.task.clone();
+        let run_id = slot.run_id.clone();
         let run_dir = self.run_dir(&run_id);
         let sample = self.registry.next_sample(&run_dir, &run_id, task.id());
         let _ = slot.sample.set(sample);
@@ -261,11 +288,12 @@ impl App {
             None => self.settings.protocol.clone(),
         };
         let profile = protocol.profile;
+        let tools = super::tool_messages::offered(&protocol);
         let config = EpisodeConfig::for_task(&task, open.max_turns, self.settings.command_timeout)
             .with_protocol(protocol);
         let _ = slot.max_turns.set(config.max_turns);
         let recording = Recording {
-            paths: EpisodePaths::new(&run_dir, task.id(), sample),
+            paths: EpisodePaths::new(&run_dir, task.id(), sample).with_atif(self.settings.atif),
             record_cast: true,
             events: None,
         };
@@ -298,10 +326,7 @@ impl App {
         self.metrics
             .sessions_started
             .fetch_add(1, Ordering::Relaxed);
-        let messages = episode.messages().to_vec();
-        *slot.state.lock() = State::Running(Box::new(episode));
-        slot.touch();
-        Ok(Opened {
+        let opened = Opened {
             session_id: slot.id.clone(),
             task_id: task.id().to_string(),
             run_id,
@@ -309,18 +334,71 @@ impl App {
             max_turns: config.max_turns,
             seed: open.seed,
             protocol: profile,
-            messages,
-        })
+            messages: episode.messages().to_vec(),
+            tools,
+        };
+        let body = Bytes::from(
+            serde_json::to_vec(&opened)
+                .map_err(|e| ApiError::Internal(format!("cannot encode the answer: {e}")))?,
+        );
+        let mut state = slot.state.lock();
+        let _ = slot.opened_reply.set(body.clone());
+        *state = State::Running(Box::new(episode));
+        drop(state);
+        slot.touch();
+        Ok(body)
+    }
+
+    /// [`App::step`] for a request named by `key`: a retry of the step the
+    /// session last answered with this key gets that answer again (the
+    /// command does not run twice); while the first request still runs,
+    /// the retry waits for it. Answers as JSON. Blocking.
+    pub fn step_once(&self, slot: &Slot, reply: &ChatMessage, key: Key) -> Result<Bytes, ApiError> {
+        // Longer than any step (a command, then final tests) may take.
+        let patience = self.settings.command_timeout * 4 + Duration::from_secs(300);
+        let mut state = slot
+            .state
+            .try_lock_for(patience)
+            .ok_or_else(|| ApiError::Conflict("another request is using this session".into()))?;
+        let fingerprint =
+            idempotency::fingerprint(&[&super::tool_messages::fingerprint_bytes(reply)]);
+        if let Some(remembered) = slot.last_reply.lock().as_ref() {
+            if let Some(body) = remembered.replay(&key, fingerprint)? {
+                slot.touch();
+                return Ok(body);
+            }
+        }
+        let stepped = self.step_locked(slot, &mut state, reply)?;
+        let body = Bytes::from(
+            serde_json::to_vec(&stepped)
+                .map_err(|e| ApiError::Internal(format!("cannot encode the answer: {e}")))?,
+        );
+        *slot.last_reply.lock() = Some(Remembered {
+            key,
+            fingerprint,
+            body: body.clone(),
+        });
+        Ok(body)
     }
 
     /// Apply the model's `reply` to session `slot`. Blocking.
-    pub fn step(&self, slot: &Slot, reply: &str) -> Result<Stepped, ApiError> {
+    pub fn step(&self, slot: &Slot, reply: &ChatMessage) -> Result<Stepped, ApiError> {
         let mut state = slot
             .state
             .try_lock()
             .ok_or_else(|| ApiError::Conflict("another request is using this session".into()))?;
+        self.step_locked(slot, &mut state, reply)
+    }
+
+    /// [`App::step`] with the session's state locked by the caller.
+    fn step_locked(
+        &self,
+        slot: &Slot,
+        state: &mut State,
+        reply: &ChatMessage,
+    ) -> Result<Stepped, ApiError> {
         let policy_secs = slot.touch();
-        let episode = match &mut *state {
+        let episode = match state {
             State::Starting => {
                 return Err(ApiError::Conflict("the session is still starting".into()))
             }
@@ -332,7 +410,7 @@ impl App {
             State::Running(e) => e,
         };
         let t0 = Instant::now();
-        let outcome = episode.step(reply, TokenUsage::default(), policy_secs);
+        let outcome = episode.step_message(reply.clone(), TokenUsage::default(), policy_secs);
         self.metrics.step_latency.observe(t0.elapsed());
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         let turn = episode.turns();
@@ -341,6 +419,7 @@ impl App {
             slot.touch();
             return Ok(Stepped {
                 observation: outcome.observation,
+                messages: outcome.messages,
                 done: false,
                 reward: 0.0,
                 info: Info {
@@ -353,9 +432,11 @@ impl App {
                 },
             });
         }
-        let result = self.conclude(slot, &mut state, None)?;
+        let result = self.conclude(slot, state, None)?;
         slot.touch();
-        Ok(self.final_answer(outcome.observation, &slot.task, &result))
+        let mut answer = self.final_answer(outcome.observation, &slot.task, &result);
+        answer.messages = outcome.messages;
+        Ok(answer)
     }
 
     /// End session `slot` and forget it: its final result (an episode
@@ -395,7 +476,7 @@ impl App {
         let State::Running(mut episode) = std::mem::replace(state, State::Starting) else {
             return Err(ApiError::Conflict("the session is not running".into()));
         };
-        slot.close();
+        self.registry.finish(slot);
         if let Some(why) = why {
             episode.interrupt(why);
         }
@@ -450,6 +531,7 @@ impl App {
         };
         Stepped {
             observation,
+            messages: Vec::new(),
             done: true,
             reward: f64::from(episode_reward(
                 result,

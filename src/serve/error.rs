@@ -6,6 +6,14 @@ use axum::response::{IntoResponse, Response};
 /// Largest request body accepted, in bytes.
 pub const BODY_LIMIT: usize = 1 << 20;
 
+/// `Retry-After` of a 429, seconds: a place frees when an episode ends
+/// (a client that can wait asks to, with `?wait=SECONDS`).
+pub const RETRY_AFTER_BUSY: u32 = 1;
+
+/// `Retry-After` of a 503 (the server drains before it exits; a
+/// supervisor that restarts it takes a few seconds).
+pub const RETRY_AFTER_DRAINING: u32 = 5;
+
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -63,6 +71,16 @@ impl IntoResponse for ApiError {
             axum::Json(serde_json::json!({ "error": self.to_string() })),
         )
             .into_response();
+        let retry_after = match status {
+            StatusCode::TOO_MANY_REQUESTS => Some(RETRY_AFTER_BUSY),
+            StatusCode::SERVICE_UNAVAILABLE => Some(RETRY_AFTER_DRAINING),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

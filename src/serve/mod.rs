@@ -8,10 +8,21 @@ mod app;
 mod auth;
 mod error;
 mod http;
+mod idempotency;
 mod journal;
 mod metrics;
+mod queue;
 mod routes;
+mod sandbox_journal;
+mod sandbox_ops;
+mod sandbox_routes;
+mod sandbox_source;
+mod sandboxes;
 mod sessions;
+mod slot;
+mod tar_io;
+mod tool_messages;
+mod waiters;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,6 +33,7 @@ pub use app::Settings;
 pub use auth::{Auth, AuthError, Client};
 pub use error::{ApiError, BODY_LIMIT};
 pub use journal::{Entry as JournalEntry, Journal, Lost};
+pub use queue::QueueLimits;
 
 use crate::agent::BackendProvider;
 use crate::store::Workspace;
@@ -65,6 +77,8 @@ pub struct Server {
     pub max_sessions: usize,
     /// Open sessions at once per token.
     pub per_token: usize,
+    /// The wait queue of creates over the limits: its length and longest wait.
+    pub queue: QueueLimits,
     /// Where open sessions are journaled, so that a later server reports
     /// those a killed one left (none: not journaled).
     pub journal: Option<Journal>,
@@ -124,12 +138,20 @@ impl Server {
         let app = Arc::new(app::App {
             ws: parking_lot::Mutex::new(self.ws),
             provider: self.provider,
-            registry: sessions::Registry::new(self.max_sessions, self.per_token),
+            registry: sessions::Registry::new(self.max_sessions, self.per_token)
+                .with_queue(self.queue),
             metrics: metrics::Metrics::default(),
             auth: self.auth,
             settings: self.settings,
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            sandboxes: sandboxes::Sandboxes::new(
+                self.max_sessions,
+                self.per_token,
+                self.journal
+                    .as_ref()
+                    .map(|j| sandbox_journal::SandboxJournal::in_dir(j.dir().join("sandboxes"))),
+            ),
             journal: self.journal,
             lost: self.lost,
         });
@@ -146,6 +168,8 @@ impl Server {
             async move {
                 stop.await;
                 draining.draining.store(true, Ordering::SeqCst);
+                // Waiting creates are answered 503 now, not at their deadline.
+                draining.registry.close_queue();
                 tracing::info!("shutting down: new requests get 503");
                 // The requests admitted before finish first.
                 while draining.in_flight.load(Ordering::SeqCst) > 0 {
@@ -165,6 +189,9 @@ impl Server {
                 for slot in left {
                     let app = draining.clone();
                     set.spawn_blocking(move || app.abandon(&slot, "the server shut down"));
+                }
+                for sandbox in draining.sandboxes.take_all() {
+                    set.spawn_blocking(move || sandboxes::shut(&sandbox));
                 }
                 while set.join_next().await.is_some() {}
             },
@@ -203,6 +230,14 @@ async fn reap_idle(app: Arc<app::App>, mut stop: tokio::sync::oneshot::Receiver<
             _ = &mut stop => break,
         }
         while ending.try_join_next().is_some() {}
+        for sandbox in app.sandboxes.take_idle(idle) {
+            tracing::info!(
+                sandbox = sandbox.id,
+                "deleting a sandbox idle for {} s",
+                idle.as_secs()
+            );
+            ending.spawn_blocking(move || sandboxes::shut(&sandbox));
+        }
         for slot in app.registry.take_idle(idle) {
             let app = app.clone();
             let why = format!("no request for {} s: the client went away", idle.as_secs());

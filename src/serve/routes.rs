@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::HeaderMap;
@@ -14,8 +15,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::app::{App, Open, Opened, SessionView, Stepped};
+use super::app::{App, Open, SessionView, Stepped};
 use super::error::{ApiError, BODY_LIMIT};
+use super::idempotency::{self, Key};
+use super::queue::{self, Acquired};
+use super::sandbox_routes as sb;
 use crate::agent::protocol::Profile;
 use crate::procgen::{task_split, Split};
 use crate::store::{TaskFilter, TaskStatus};
@@ -31,6 +35,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/sessions", get(list).post(open))
         .route("/v1/sessions/{id}/step", post(step))
         .route("/v1/sessions/{id}", get(show).delete(close))
+        .route("/v1/sandboxes", get(sb::list).post(sb::create))
+        .route("/v1/sandboxes/{id}", get(sb::show).delete(sb::delete))
+        .route("/v1/sandboxes/{id}/exec", post(sb::exec))
+        .route("/v1/sandboxes/{id}/files", get(sb::pack).put(sb::unpack))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -99,7 +107,9 @@ impl Drop for InFlight<'_> {
 async fn body_in_time(State(app): Shared, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     let limit = app.settings.read_timeout;
-    let bytes = match tokio::time::timeout(limit, axum::body::to_bytes(body, BODY_LIMIT)).await {
+    // Sandbox routes carry archives: a larger limit of their own.
+    let max = sb::body_limit(parts.uri.path());
+    let bytes = match tokio::time::timeout(limit, axum::body::to_bytes(body, max)).await {
         Err(_) => {
             return ApiError::Other(
                 axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -116,7 +126,7 @@ async fn body_in_time(State(app): Shared, request: Request, next: Next) -> Respo
                 .downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
-                return ApiError::TooLarge(BODY_LIMIT).into_response();
+                return ApiError::TooLarge(max).into_response();
             }
             return ApiError::BadRequest(format!("cannot read the request body: {inner}"))
                 .into_response();
@@ -148,7 +158,11 @@ async fn health(
         "version": env!("CARGO_PKG_VERSION"),
         "sessions": app.registry.open_count(),
         "max_sessions": app.registry.max_sessions,
+        "queued": app.registry.waiting(),
+        "allocator": crate::allocator::name(),
         "lost_sessions": app.lost.len(),
+        "sandboxes": app.sandboxes.open_count(),
+        "lost_sandboxes": app.sandboxes.lost.len(),
     })))
 }
 
@@ -245,16 +259,40 @@ struct OpenBody {
     protocol: Option<String>,
 }
 
+/// `POST /v1/sessions` query: how long to wait in line for a place.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenQuery {
+    wait: Option<f64>,
+}
+
+/// A JSON body kept as bytes (a replayed answer is sent as first encoded).
+fn json_bytes(body: Bytes) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
 async fn open(
     State(app): Shared,
     headers: HeaderMap,
+    query: Result<Query<OpenQuery>, QueryRejection>,
     body: Result<Json<OpenBody>, JsonRejection>,
-) -> Result<Json<Opened>, ApiError> {
+) -> Result<Response, ApiError> {
     let client = app.auth.check(&headers)?;
+    let Query(q) = query?;
     let Json(b) = body?;
+    let key = Key::from_headers(&headers)?;
+    let wait = queue::asked_wait(q.wait, &headers, app.registry.queue.max_wait)?;
     if b.max_turns == Some(0) {
         return Err(ApiError::BadRequest("max_turns must be at least 1".into()));
     }
+    let key = key.map(|k| {
+        let asked = format!("{b:?}");
+        (k, idempotency::fingerprint(&[asked.as_bytes()]))
+    });
     let policy = b.policy.unwrap_or_else(|| "http".into());
     if policy.is_empty() || policy.len() > 128 || policy.chars().any(char::is_control) {
         return Err(ApiError::BadRequest(
@@ -275,14 +313,30 @@ async fn open(
         policy,
         protocol,
     };
-    blocking(move || app.open(client, open)).await.map(Json)
+    let new = {
+        let (app, open) = (app.clone(), open.clone());
+        blocking(move || app.prepare(client, &open, key)).await?
+    };
+    match queue::acquire(&app.registry, new, wait).await? {
+        Acquired::New(slot) => blocking(move || app.start(&slot, open))
+            .await
+            .map(json_bytes),
+        Acquired::Existing(slot) => queue::first_answer(&app.registry, &slot)
+            .await
+            .map(json_bytes),
+    }
 }
 
 /// `POST /v1/sessions/{id}/step` body (an unknown field is a 400 naming it).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StepBody {
-    reply: String,
+    /// The model's reply as text.
+    #[serde(default)]
+    reply: Option<String>,
+    /// The model's reply as an assistant message (with `tool_calls`).
+    #[serde(default)]
+    message: Option<super::tool_messages::StepMessage>,
 }
 
 async fn step(
@@ -290,11 +344,21 @@ async fn step(
     headers: HeaderMap,
     Path(id): Path<String>,
     body: Result<Json<StepBody>, JsonRejection>,
-) -> Result<Json<Stepped>, ApiError> {
+) -> Result<Response, ApiError> {
     let client = app.auth.check(&headers)?;
     let slot = app.registry.get(&id, &client)?;
     let Json(b) = body?;
-    blocking(move || app.step(&slot, &b.reply)).await.map(Json)
+    let reply = super::tool_messages::reply_message(b.reply, b.message)?;
+    // With a key, a retried step gets the first one's answer (see
+    // `App::step_once`).
+    match Key::from_headers(&headers)? {
+        Some(key) => blocking(move || app.step_once(&slot, &reply, key))
+            .await
+            .map(json_bytes),
+        None => blocking(move || app.step(&slot, &reply))
+            .await
+            .map(|s: Stepped| Json(s).into_response()),
+    }
 }
 
 async fn close(

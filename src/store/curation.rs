@@ -352,6 +352,10 @@ mod tests {
             notes: String::new(),
             taken_over: false,
             failure_labels: Vec::new(),
+            policy: "oracle".into(),
+            duration_secs: 1.5,
+            forked_from: None,
+            created_at: String::new(),
         };
         ws.index_episode(&row).unwrap();
         ws.rate_episode("r", "t", 0, Some(2), Some("test_wrong"), "flaky")

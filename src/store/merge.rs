@@ -1,6 +1,7 @@
 //! `endless workspace merge OTHER`: bring the runs and episodes recorded in
 //! another workspace (another node of a cluster, say) into this one: their
-//! files under `runs/<run>/` and their index rows, with run ids kept.
+//! files under `runs/<run>/` and their index rows, with run ids kept; and
+//! the task bundles and validation verdicts it has (see [`super::merge_tasks`]).
 //!
 //! Idempotent: an episode already here with the same files is skipped, so
 //! merging twice changes nothing. An episode whose (run, task, sample) is
@@ -37,6 +38,19 @@ pub struct MergeReport {
     /// Tasks the merged episodes are about that this workspace does not
     /// have (their episodes are merged all the same).
     pub missing_tasks: Vec<String>,
+    /// Task bundles copied in.
+    pub tasks_added: usize,
+    /// Validation verdicts taken (newer than this workspace's).
+    pub verdicts_merged: usize,
+}
+
+/// How to merge.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MergeOptions {
+    /// Leave out the run-level files (`runs/<run>/report.md`, ...): a
+    /// shard's are about its part of the run only, and the merge writes the
+    /// whole run's afterwards.
+    pub skip_run_files: bool,
 }
 
 /// One episode row of the other workspace.
@@ -181,6 +195,15 @@ impl Workspace {
     /// one (see the module docs). Errors name `other` when it is not a
     /// workspace, or is this one.
     pub fn merge_from(&mut self, other: &Path) -> Result<MergeReport, StoreError> {
+        self.merge_from_with(other, MergeOptions::default())
+    }
+
+    /// [`Self::merge_from`], as `options` say.
+    pub fn merge_from_with(
+        &mut self,
+        other: &Path,
+        options: MergeOptions,
+    ) -> Result<MergeReport, StoreError> {
         let conn = open_other(other)?;
         let here = fs::canonicalize(self.root()).map_err(StoreError::io(self.root()))?;
         let there = fs::canonicalize(other).map_err(StoreError::io(other))?;
@@ -194,8 +217,12 @@ impl Workspace {
         let episodes = other_episodes(&conn)?;
         drop(conn);
 
+        let tasks = self.merge_tasks_from(other)?;
         let mut report = MergeReport {
             from: other.to_path_buf(),
+            tasks_added: tasks.tasks_added,
+            verdicts_merged: tasks.verdicts_merged,
+            conflicts: tasks.conflicts,
             ..Default::default()
         };
         let known_runs: BTreeSet<String> = self.list_runs()?.into_iter().map(|r| r.id).collect();
@@ -279,7 +306,7 @@ impl Workspace {
         }
         report.missing_tasks = missing.into_iter().collect();
         for run in &runs {
-            if !bad_runs.contains(&run.id) {
+            if !bad_runs.contains(&run.id) && !options.skip_run_files {
                 self.merge_run_files(other, &run.id, &mut report)?;
             }
         }
@@ -318,8 +345,9 @@ impl Workspace {
                 tx.execute(
                     "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason,
                          failure_mode, path, rating, label, notes, created_at, taken_over,
-                         failure_labels)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                         failure_labels, policy, duration_secs, forked_from)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                         ?16, ?17, ?18)
                      ON CONFLICT (run_id, task_id, sample) DO NOTHING",
                     params![
                         e.run_id,
@@ -340,6 +368,9 @@ impl Workspace {
                         facts.taken_over,
                         serde_json::to_string(&facts.failure_labels)
                             .unwrap_or_else(|_| "[]".into()),
+                        facts.policy,
+                        facts.duration_secs,
+                        facts.forked_from,
                     ],
                 )?;
             }

@@ -82,13 +82,21 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE episodes ADD COLUMN failure_labels TEXT NOT NULL DEFAULT '[]';
     "#,
+    // 5: what the Episodes view shows of each episode besides its verdict:
+    // the policy that played it, how long it took, and the episode it was
+    // forked from (`run/task/sample@step`); filled from the result files
+    // of older databases when the workspace is opened.
+    r#"
+    ALTER TABLE episodes ADD COLUMN policy TEXT NOT NULL DEFAULT '';
+    ALTER TABLE episodes ADD COLUMN duration_secs REAL NOT NULL DEFAULT 0;
+    ALTER TABLE episodes ADD COLUMN forked_from TEXT;
+    "#,
 ];
 
-/// The first schema version with `episodes.taken_over`.
-pub const EPISODES_TAKEN_OVER: usize = 3;
-
-/// The first schema version with `episodes.failure_labels`.
-pub const EPISODES_FAILURE_LABELS: usize = 4;
+/// The last schema version whose episode columns an older index learns
+/// from the result files (`taken_over` from 3, `failure_labels` from 4,
+/// `policy`, `duration_secs` and `forked_from` from 5).
+pub const EPISODES_CONTEXT: usize = 5;
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();

@@ -6,9 +6,12 @@
 mod curation;
 mod import;
 mod jobs;
+mod link;
 mod merge;
+mod merge_tasks;
 mod migrations;
 mod runs;
+mod shard;
 mod tasks;
 mod workspace;
 
@@ -17,9 +20,15 @@ use std::path::PathBuf;
 pub use curation::{EpisodeReview, TaskCuration, REVIEW_EXTENSION, TASK_CURATION_FILE};
 pub use import::{discover, import_paths, ImportOutcome, ImportReport, OnConflict};
 pub use jobs::JobRow;
-pub use merge::MergeReport;
+pub use link::LinkReport;
+pub use merge::{MergeOptions, MergeReport};
+pub use merge_tasks::{TaskMergeReport, VALIDATION_FILE};
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{EpisodeRow, RunRow};
+pub use shard::{
+    fnv1a64, read_shard_record, shard_of, write_shard_record, Shard, ShardRecord, ShardSet,
+    MAX_SHARDS, SHARD_FILE,
+};
 pub use tasks::{TaskFilter, TaskRow, TaskStatus};
 pub use workspace::{Recovered, Workspace};
 

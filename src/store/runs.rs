@@ -57,10 +57,19 @@ pub struct EpisodeRow {
     /// Every failure label that applies, as stored (`loop`,
     /// `turn_exhaustion`...; they overlap); empty when it passed.
     pub failure_labels: Vec<String>,
+    /// The policy that played it (`oracle`, `openai:M@URL`...).
+    pub policy: String,
+    /// How long it took, sandbox start to verification, in seconds.
+    pub duration_secs: f64,
+    /// The episode it was forked from, `run/task/sample@step`.
+    pub forked_from: Option<String>,
+    /// When it was indexed (RFC 3339): when it finished, or when it was
+    /// imported; a merge keeps the other workspace's.
+    pub created_at: String,
 }
 
 /// The columns [`episode_from_row`] reads, in its order.
-const EPISODE_COLUMNS: &str = "run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over, failure_labels";
+const EPISODE_COLUMNS: &str = "run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, rating, label, notes, taken_over, failure_labels, policy, duration_secs, forked_from, created_at";
 
 fn run_from_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
     let config: String = r.get(3)?;
@@ -92,6 +101,10 @@ fn episode_from_row(r: &Row<'_>) -> rusqlite::Result<EpisodeRow> {
         notes: r.get(11)?,
         taken_over: r.get(12)?,
         failure_labels: serde_json::from_str(&r.get::<_, String>(13)?).unwrap_or_default(),
+        policy: r.get(14)?,
+        duration_secs: r.get(15)?,
+        forked_from: r.get(16)?,
+        created_at: r.get(17)?,
     })
 }
 
@@ -102,6 +115,9 @@ fn episode_from_row(r: &Row<'_>) -> rusqlite::Result<EpisodeRow> {
 pub(super) struct ResultFacts {
     pub taken_over: bool,
     pub failure_labels: Vec<String>,
+    pub policy: String,
+    pub duration_secs: f64,
+    pub forked_from: Option<String>,
 }
 
 /// [`ResultFacts`] of the result at `path`; the default for a file that
@@ -126,9 +142,21 @@ pub(super) fn result_facts(path: &std::path::Path) -> ResultFacts {
     if failure_labels.is_empty() {
         failure_labels.extend(v["failure_mode"].as_str().map(String::from));
     }
+    let fork = &v["forked_from"];
     ResultFacts {
         taken_over: v.get("taken_over").is_some_and(|t| !t.is_null()),
         failure_labels,
+        policy: v["policy"].as_str().unwrap_or_default().to_string(),
+        duration_secs: v["timings"]["total_secs"].as_f64().unwrap_or(0.0),
+        forked_from: fork.is_object().then(|| {
+            format!(
+                "{}/{}/{}@{}",
+                fork["run"].as_str().unwrap_or("?"),
+                fork["task"].as_str().unwrap_or("?"),
+                fork["sample"],
+                fork["at_step"]
+            )
+        }),
     }
 }
 
@@ -167,30 +195,38 @@ impl Workspace {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Index one finished episode (replacing an earlier row for the same sample).
+    /// Index one finished episode (replacing an earlier row for the same
+    /// sample); an empty `created_at` is now.
     pub fn index_episode(&self, e: &EpisodeRow) -> Result<(), StoreError> {
+        let created = if e.created_at.is_empty() {
+            now()
+        } else {
+            e.created_at.clone()
+        };
         self.conn.execute(
-            "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, created_at, taken_over, failure_labels)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+            "INSERT INTO episodes (run_id, task_id, sample, passed, reward, turns, end_reason, failure_mode, path, created_at, taken_over, failure_labels, policy, duration_secs, forked_from)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
              ON CONFLICT (run_id, task_id, sample) DO UPDATE SET passed = excluded.passed,
                  reward = excluded.reward, turns = excluded.turns, end_reason = excluded.end_reason,
                  failure_mode = excluded.failure_mode, path = excluded.path,
-                 taken_over = excluded.taken_over, failure_labels = excluded.failure_labels",
-            params![e.run_id, e.task_id, e.sample, e.passed, e.reward, e.turns, e.end_reason, e.failure_mode, e.path, now(), e.taken_over, serde_json::to_string(&e.failure_labels).unwrap_or_else(|_| "[]".into())],
+                 taken_over = excluded.taken_over, failure_labels = excluded.failure_labels,
+                 policy = excluded.policy, duration_secs = excluded.duration_secs,
+                 forked_from = excluded.forked_from",
+            params![e.run_id, e.task_id, e.sample, e.passed, e.reward, e.turns, e.end_reason, e.failure_mode, e.path, created, e.taken_over, serde_json::to_string(&e.failure_labels).unwrap_or_else(|_| "[]".into()), e.policy, e.duration_secs, e.forked_from],
         )?;
         Ok(())
     }
 
     /// Fill the columns later schema versions added (`taken_over`,
-    /// `failure_labels`) of indexed episodes from their result files, for a
-    /// database made before the index had them. A result that cannot be
+    /// `failure_labels`, `policy`, `duration_secs`, `forked_from`) of
+    /// indexed episodes from their result files, for a database made
+    /// before the index had them. A result that cannot be
     /// read leaves its row as it is: `workspace rebuild` reports such
     /// files. Returns how many rows changed.
     pub(super) fn backfill_from_results(&self) -> Result<usize, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT run_id, task_id, sample, path FROM episodes
-             WHERE taken_over = 0 OR (passed = 0 AND failure_labels = '[]')",
-        )?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT run_id, task_id, sample, path FROM episodes WHERE policy = ''")?;
         let rows = stmt
             .query_map([], |r| {
                 Ok((
@@ -211,11 +247,15 @@ impl Workspace {
                 continue;
             }
             changed += self.conn.execute(
-                "UPDATE episodes SET taken_over = taken_over OR ?1, failure_labels = ?2
-                 WHERE run_id = ?3 AND task_id = ?4 AND sample = ?5",
+                "UPDATE episodes SET taken_over = taken_over OR ?1, failure_labels = ?2,
+                     policy = ?3, duration_secs = ?4, forked_from = ?5
+                 WHERE run_id = ?6 AND task_id = ?7 AND sample = ?8",
                 params![
                     facts.taken_over,
                     serde_json::to_string(&facts.failure_labels).unwrap_or_else(|_| "[]".into()),
+                    facts.policy,
+                    facts.duration_secs,
+                    facts.forked_from,
                     run,
                     task,
                     sample
@@ -320,6 +360,10 @@ mod tests {
                 notes: String::new(),
                 taken_over: false,
                 failure_labels: Vec::new(),
+                policy: "oracle".into(),
+                duration_secs: 1.5,
+                forked_from: None,
+                created_at: String::new(),
             })
             .unwrap();
         }
@@ -329,7 +373,7 @@ mod tests {
     }
 
     #[test]
-    fn an_older_index_learns_takeovers_and_failure_labels_from_their_results() {
+    fn an_older_index_learns_what_it_lacks_from_the_results() {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         ws.upsert_run("r", "eval", "oracle", &serde_json::json!({}))
@@ -347,7 +391,9 @@ mod tests {
             // result from before labels, has only its primary mode.
             let result = if taken {
                 serde_json::json!({"task": "t", "sample": sample, "taken_over": takeover,
-                    "failure_mode": "loop", "failure_labels": ["loop", "turn_exhaustion"]})
+                    "failure_mode": "loop", "failure_labels": ["loop", "turn_exhaustion"],
+                    "policy": "oracle", "timings": {"total_secs": 2.5},
+                    "forked_from": {"run": "r0", "task": "t", "sample": 3, "at_step": 1}})
             } else {
                 serde_json::json!({"task": "t", "sample": sample, "taken_over": takeover,
                     "failure_mode": "premature_done"})
@@ -368,6 +414,10 @@ mod tests {
                 notes: String::new(),
                 taken_over: false,
                 failure_labels: Vec::new(),
+                policy: "oracle".into(),
+                duration_secs: 1.5,
+                forked_from: None,
+                created_at: String::new(),
             })
             .unwrap();
         }
@@ -376,6 +426,9 @@ mod tests {
             .execute_batch(
                 "ALTER TABLE episodes DROP COLUMN taken_over;
                  ALTER TABLE episodes DROP COLUMN failure_labels;
+                 ALTER TABLE episodes DROP COLUMN policy;
+                 ALTER TABLE episodes DROP COLUMN duration_secs;
+                 ALTER TABLE episodes DROP COLUMN forked_from;
                  PRAGMA user_version = 2;",
             )
             .unwrap();
@@ -398,5 +451,11 @@ mod tests {
             labels,
             [vec!["loop", "turn_exhaustion"], vec!["premature_done"]]
         );
+        let first = &ws.list_episodes(None).unwrap()[0];
+        assert_eq!(
+            (first.policy.as_str(), first.duration_secs),
+            ("oracle", 2.5)
+        );
+        assert_eq!(first.forked_from.as_deref(), Some("r0/t/3@1"));
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use super::migrations::{migrate, EPISODES_FAILURE_LABELS};
+use super::migrations::{migrate, EPISODES_CONTEXT};
 use super::tasks::index_task_in;
 use super::{StoreError, TaskStatus};
 use crate::fsutil::{replace_dir_atomic, AtomicDir};
@@ -58,9 +58,9 @@ impl Workspace {
             conn,
             created: version == 0,
         };
-        // An index made before it had `taken_over` or `failure_labels`
-        // learns them from the files.
-        if version > 0 && (version as usize) < EPISODES_FAILURE_LABELS {
+        // An index made before it had the columns taken from the result
+        // files (`taken_over`, `failure_labels`, `policy`...) learns them.
+        if version > 0 && (version as usize) < EPISODES_CONTEXT {
             ws.backfill_from_results()?;
         }
         ws.reconcile()?;

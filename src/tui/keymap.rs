@@ -91,6 +91,8 @@ commands! {
     TakeOver => "take_over", ["ctrl-t"], "Live: type into the zoomed session (ctrl-] gives it back)";
     Faster => "faster", ["+"], "Replay: faster";
     Slower => "slower", ["-"], "Replay: slower";
+    Wrap => "wrap", ["w"], "Detail code: wrap long lines (off: left / right scroll sideways)";
+    Maximise => "maximise", ["z"], "Maximise the detail pane / inspector body (esc restores)";
 }
 
 impl Command {

@@ -11,6 +11,9 @@ pub struct Cast {
     pub height: u16,
     /// `(seconds, bytes)` of each output event, in order.
     pub events: Vec<(f64, Vec<u8>)>,
+    /// Made from the episode's steps (no terminal was recorded, as for a
+    /// run imported from Harbor), not from a `.cast` file.
+    pub transcript: bool,
 }
 
 impl Cast {
@@ -26,6 +29,7 @@ impl Cast {
             width: dim("width").max(1),
             height: dim("height").max(1),
             events: Vec::new(),
+            transcript: false,
         };
         for (n, line) in lines.enumerate() {
             if line.trim().is_empty() {
@@ -60,6 +64,48 @@ impl Cast {
             last.extend(filter.finish());
         }
         self.events.retain(|(_, b)| !b.is_empty());
+    }
+
+    /// A transcript to play where no terminal was recorded: each step's
+    /// command after a `$ ` prompt, then its output, one event per step,
+    /// timed by the steps' own durations.
+    pub fn transcript(steps: &[crate::agent::Step]) -> Cast {
+        let mut events = Vec::new();
+        let mut t = 0.0;
+        for s in steps {
+            t += s.policy_secs.max(0.0) + 0.1;
+            let mut text = String::new();
+            if s.kind == crate::agent::StepKind::Human {
+                text.push_str("[human] ");
+            }
+            match &s.command {
+                Some(c) => text.push_str(&format!("$ {c}\n")),
+                None if s.kind == crate::agent::StepKind::Done => text.push_str("[done]\n"),
+                None => text.push_str(&format!(
+                    "[turn {}: {}]\n",
+                    s.turn,
+                    s.error.as_deref().unwrap_or("no command")
+                )),
+            }
+            if !s.output.is_empty() {
+                text.push_str(&s.output);
+                if !s.output.ends_with('\n') {
+                    text.push('\n');
+                }
+            }
+            // A terminal needs carriage returns; control bytes from the
+            // output are shown, never obeyed.
+            let text = text.replace("\r\n", "\n");
+            let shown = crate::task::terminal_safe(&text).replace('\n', "\r\n");
+            events.push((t, shown.into_bytes()));
+            t += s.exec_secs.max(0.0);
+        }
+        Cast {
+            width: 100,
+            height: 30,
+            events,
+            transcript: true,
+        }
     }
 
     /// Length in seconds.
@@ -184,6 +230,32 @@ mod tests {
         assert_eq!(r.position, 2);
         assert!(!r.playing);
         assert!(Cast::parse("{}\n[1]\n").unwrap_err().contains("line 2"));
+    }
+
+    #[test]
+    fn steps_play_as_a_transcript_without_a_recording() {
+        use crate::agent::{Step, StepKind};
+        let mut ls = Step::new(1, StepKind::Command);
+        ls.command = Some("ls".into());
+        ls.output = "a.txt\r\nb.txt\x1b[2J".into();
+        ls.exec_secs = 1.0;
+        let mut bad = Step::new(2, StepKind::Malformed);
+        bad.error = Some("no command".into());
+        let done = Step::new(3, StepKind::Done);
+        let cast = Cast::transcript(&[ls, bad, done]);
+        assert!(cast.transcript);
+        assert_eq!(cast.events.len(), 3);
+        assert!(cast.events[1].0 > cast.events[0].0 + 1.0);
+        let screen = Replay::new(cast).screen().screen().contents();
+        assert!(screen.contains("$ ls\na.txt\nb.txt"), "{screen}");
+        assert!(
+            screen.contains("\\x1b[2J"),
+            "control bytes are shown: {screen}"
+        );
+        assert!(
+            screen.contains("[turn 2: no command]") && screen.contains("[done]"),
+            "{screen}"
+        );
     }
 
     #[test]

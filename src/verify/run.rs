@@ -396,7 +396,7 @@ fn tampered(why: String, start: Instant) -> TestReport {
 /// `/logs/verifier/reward.txt`), run as Harbor does: as the sandbox's root
 /// (never host root) in the agent's environment, with the tests copied to
 /// `/tests`. Such scripts use the agent's own tools, so unlike pytest tests
-/// they can be fooled by a root agent; README's threat model says so.
+/// they can be fooled by a root agent; docs/security.md says so.
 fn run_script(
     session: &mut Session,
     task: &Task,

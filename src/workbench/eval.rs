@@ -140,8 +140,39 @@ pub fn eval<H: RolloutHooks>(
     job: &JobContext,
     hooks: &mut H,
 ) -> Result<EvalOutcome> {
+    eval_shard(ctx, req, None, job, hooks)
+}
+
+/// The run id of evaluation `req` over `tasks`: stable for the same
+/// inputs, so a re-run resumes; every shard of a sharded evaluation has the
+/// id of the whole one.
+fn eval_run_id(req: &EvalRequest, tasks: &[Task], protocol: &Protocol) -> String {
+    let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
+    let (joined, samples) = (ids.join(","), req.samples.to_string());
+    let turns = format!("{:?}", req.max_turns);
+    let mut id_parts = vec![req.policy.as_str(), &joined, &samples, &turns];
+    // Another protocol is another run (the default keeps earlier runs' ids).
+    let protocol_name = protocol.describe();
+    if *protocol != Protocol::endless() {
+        id_parts.push(&protocol_name);
+    }
+    run_id("eval", &id_parts)
+}
+
+/// [`eval`], of shard `shard` only (`--shard I/N`): the tasks of the
+/// selection whose id hashes to this shard, under the run id of the whole
+/// selection, recorded in the workspace's `shard.json` (done once the
+/// shard's episodes are); the shards' workspaces merged give the run one
+/// unsharded evaluation gives.
+pub fn eval_shard<H: RolloutHooks>(
+    ctx: &Context,
+    req: &EvalRequest,
+    shard: Option<crate::store::Shard>,
+    job: &JobContext,
+    hooks: &mut H,
+) -> Result<EvalOutcome> {
     let ws = ctx.workspace()?;
-    let tasks = select_tasks(&ws, req.tasks.as_deref())?;
+    let mut tasks = select_tasks(&ws, req.tasks.as_deref())?;
     if tasks.is_empty() {
         bail!(
             "no tasks selected in {} (try `endless generate --offline --count 20`)",
@@ -150,16 +181,29 @@ pub fn eval<H: RolloutHooks>(
     }
     let policy = PolicyFactory::from_spec(&req.policy, &ctx.policy_options())?;
     let protocol = ctx.protocol(req.protocol.as_deref())?;
-    let ids: Vec<&str> = tasks.iter().map(Task::id).collect();
-    let (joined, samples) = (ids.join(","), req.samples.to_string());
-    let turns = format!("{:?}", req.max_turns);
-    let mut id_parts = vec![req.policy.as_str(), &joined, &samples, &turns];
-    // Another protocol is another run (the default keeps earlier runs' ids).
-    let protocol_name = protocol.describe();
-    if protocol != Protocol::endless() {
-        id_parts.push(&protocol_name);
-    }
-    let run_id = run_id("eval", &id_parts);
+    let run_id = eval_run_id(req, &tasks, &protocol);
+    let planned_tasks = tasks.len();
+    let shard_run = match shard {
+        Some(shard) => {
+            tasks = shard.select(tasks, |t| t.id());
+            job.log(format!(
+                "shard {shard}: {} of {planned_tasks} tasks",
+                tasks.len()
+            ));
+            Some(super::shard_run::ShardRun::begin(
+                ws.root(),
+                shard,
+                super::shard_run::ShardJob {
+                    kind: "eval",
+                    key: run_id.clone(),
+                    request: serde_json::to_value(req)?,
+                    items: tasks.len(),
+                    total: planned_tasks,
+                },
+            )?)
+        }
+        None => None,
+    };
     job.log(format!("run {run_id}: {} tasks", tasks.len()));
     let plan = Plan {
         run_id: &run_id,
@@ -169,6 +213,7 @@ pub fn eval<H: RolloutHooks>(
         max_turns: req.max_turns,
         concurrency: req.concurrency,
         protocol,
+        planned_tasks,
     };
     let (episodes, cut_short) = rollouts(ctx, &ws, &plan, tasks, policy, job, hooks)?;
     let report = crate::eval::evaluate(&episodes);
@@ -181,6 +226,11 @@ pub fn eval<H: RolloutHooks>(
     )
     .context("writing the report")?;
     ws.finish_run(&run_id, &serde_json::to_value(&report)?)?;
+    if let Some(shard_run) = shard_run {
+        if cut_short == 0 && !job.is_cancelled() {
+            shard_run.finish()?;
+        }
+    }
     Ok(EvalOutcome {
         run_id,
         run_dir,
@@ -189,6 +239,24 @@ pub fn eval<H: RolloutHooks>(
         episodes,
         cut_short,
     })
+}
+
+/// Finish evaluation run `run_id` of `req` in `ws` from the episodes on
+/// disk (the shards' episodes, merged): its pass@k, Markdown report and
+/// summary, as one unsharded run writes them. Runs no episode. Returns the
+/// run id.
+pub fn finish_merged(ws: &Workspace, req: &EvalRequest, run_id: &str) -> Result<String> {
+    let run_dir = ws.runs_dir().join(run_id);
+    let episodes: Vec<EpisodeResult> = crate::agent::load_run(&run_dir)
+        .into_iter()
+        .filter(|e| !e.error.as_deref().is_some_and(|m| m.contains(CANCELLED)))
+        .collect();
+    let report = crate::eval::evaluate(&episodes);
+    record_pass_at_k(ws, &report)?;
+    crate::eval::write_markdown_report(&report, &format!("Evaluation of {}", req.policy), &run_dir)
+        .context("writing the report")?;
+    ws.finish_run(run_id, &serde_json::to_value(&report)?)?;
+    Ok(run_id.to_string())
 }
 
 /// Run one episode of `req.policy` on `req.task` (a fresh run each time:
@@ -237,6 +305,7 @@ pub fn run_episode<H: RolloutHooks>(
         max_turns: req.max_turns,
         concurrency: 1,
         protocol,
+        planned_tasks: 1,
     };
     let (episodes, _) = rollouts(ctx, &ws, &plan, vec![task], policy, job, hooks)?;
     let episode = episodes
@@ -258,6 +327,8 @@ struct Plan<'a> {
     max_turns: Option<u32>,
     concurrency: usize,
     protocol: Protocol,
+    /// Tasks of the whole run (a shard runs some of them).
+    planned_tasks: usize,
 }
 
 /// Run the episodes, report them through `job` and `hooks`, index those
@@ -279,13 +350,14 @@ fn rollouts<H: RolloutHooks>(
     config.max_turns = plan.max_turns;
     config.protocol = plan.protocol.clone();
     config.command_timeout = Duration::from_secs_f64(ctx.config.agent.command_timeout_sec.max(1.0));
+    config.atif = ctx.config.record.atif;
     let cancel = Arc::new(AtomicBool::new(false));
     config.cancel = Some(cancel.clone());
     ws.upsert_run(
         plan.run_id,
         plan.kind,
         plan.policy_spec,
-        &serde_json::json!({ "samples": plan.samples, "max_turns": plan.max_turns, "tasks": tasks.len() }),
+        &serde_json::json!({ "samples": plan.samples, "max_turns": plan.max_turns, "tasks": plan.planned_tasks }),
     )?;
     let mut inner = BackendProvider::new(backend);
     inner.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;

@@ -79,5 +79,14 @@ pub fn link_fork(run_dir: &Path, mut result: EpisodeResult, link: ForkOf) -> Res
     let json = serde_json::to_vec_pretty(&result)?;
     crate::fsutil::write_atomic(&path, &json)
         .with_context(|| format!("writing {}", path.display()))?;
+    // An ATIF document written as the episode finished (`[record] atif`)
+    // learns the link too: the replayed steps are copied context.
+    let paths = EpisodePaths::new(run_dir, &result.task, result.sample).with_atif(true);
+    if let Some(atif) = paths.atif.as_ref().filter(|p| p.is_file()) {
+        let run = crate::agent::run_of(&path);
+        crate::agent::atif::episode_document(&run, &paths, &result)
+            .and_then(|doc| crate::agent::atif::write_atif(atif, &doc))
+            .with_context(|| format!("writing {}", atif.display()))?;
+    }
     Ok(result)
 }

@@ -124,6 +124,31 @@ pub fn offline_into(
     req: &OfflineRequest,
     job: &JobContext,
 ) -> Result<OfflineReport> {
+    offline_shard_into(ws, req, None, job)
+}
+
+/// [`offline`], writing only the tasks of shard `shard` (`--shard I/N`):
+/// the whole batch is drawn (cheap: no sandbox, no model) and the tasks
+/// whose id hashes to this shard are written, so N shards write exactly
+/// the tasks one unsharded run writes. The shard is recorded in the
+/// workspace's `shard.json`.
+pub fn offline_shard(
+    ctx: &Context,
+    req: &OfflineRequest,
+    shard: Option<crate::store::Shard>,
+    job: &JobContext,
+) -> Result<OfflineReport> {
+    let mut ws = ctx.workspace()?;
+    offline_shard_into(&mut ws, req, shard, job)
+}
+
+/// [`offline_shard`] into an opened workspace.
+pub fn offline_shard_into(
+    ws: &mut Workspace,
+    req: &OfflineRequest,
+    shard: Option<crate::store::Shard>,
+    job: &JobContext,
+) -> Result<OfflineReport> {
     let start = Instant::now();
     let (mut families, skipped) = usable_families();
     if !req.families.is_empty() {
@@ -146,8 +171,43 @@ pub fn offline_into(
     }
     let count = req.count as u64;
     job.progress(0, count, "generating");
-    let tasks = generate_batch_from(&families, req.count, req.seed, req.split);
+    let mut tasks = generate_batch_from(&families, req.count, req.seed, req.split);
     job.check()?;
+    let shard_run = match shard {
+        Some(shard) => {
+            let split = format!("{:?}", req.split);
+            let (seed, count, fams) = (
+                req.seed.to_string(),
+                req.count.to_string(),
+                req.families.join(","),
+            );
+            let total = tasks.len();
+            tasks = shard.select(tasks, |t| t.id());
+            job.log(format!("shard {shard}: {} of {total} tasks", tasks.len()));
+            Some(super::shard_run::ShardRun::begin(
+                ws.root(),
+                shard,
+                super::shard_run::ShardJob {
+                    kind: "generate",
+                    key: super::shard_run::selection_key(
+                        "generate",
+                        &[&seed, &count, &split, &fams],
+                    ),
+                    request: serde_json::json!({
+                        "count": req.count, "seed": req.seed, "split": split, "families": req.families,
+                    }),
+                    items: tasks.len(),
+                    total,
+                },
+            )?)
+        }
+        None => None,
+    };
+    let count = if shard.is_some() {
+        tasks.len() as u64
+    } else {
+        count
+    };
     job.progress(tasks.len() as u64 / 2, count, "writing");
     let (fresh, existing): (Vec<_>, Vec<_>) = tasks.iter().partition(|t| !ws.has_task(t.id()));
     let items: Vec<(&crate::task::Task, bool)> = fresh.iter().map(|t| (*t, false)).collect();
@@ -160,7 +220,7 @@ pub fn offline_into(
     job.progress(count, count, "done");
     let seconds = start.elapsed().as_secs_f64();
     let report = OfflineReport {
-        requested: req.count,
+        requested: count as usize,
         written: results.iter().filter(|r| r.is_ok()).count(),
         existing: existing.len(),
         failed,
@@ -175,7 +235,7 @@ pub fn offline_into(
         seed: req.seed,
     };
     let mut report = report;
-    if report.nothing_written() {
+    if report.nothing_written() && shard.is_none() {
         report.next_free_seed = first_free_seed(
             ws,
             &families,
@@ -193,6 +253,11 @@ pub fn offline_into(
         job.log(format!("failed: {f}"));
     }
     job.log(report.summary());
+    if let Some(run) = shard_run {
+        if report.failed.is_empty() {
+            run.finish()?;
+        }
+    }
     Ok(report)
 }
 

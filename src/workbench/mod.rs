@@ -14,25 +14,37 @@
 //!   anything starts (the TUI's forms, inline).
 //! - Task selection, run ids, indexing a run's episodes and pass@k.
 //! - [`eval()`] and [`run_episode`]: evaluations and single episodes.
-//! - [`validate_tasks`]: structural and sandbox checks.
+//! - [`validate_tasks`]: structural and sandbox checks; [`verdicts`]: the
+//!   verdicts they store.
+//! - [`shards`]: `--shard I/N` runs, shard workspaces and their merge;
+//!   [`slurm`]: the same as Slurm job arrays.
 //! - [`generate`]: offline and LLM generation, in-process.
 //! - [`train()`]: a [`TrainRequest`] resolved into training options and run.
 //! - [`export`]: datasets for RL trainers (SkyRL parquet, JSON lines).
 //! - [`image_users`]: which tasks build on which base image.
+//! - [`episodes_export`] and [`import_runs`]: episodes as ATIF
+//!   trajectories, and Harbor job directories imported as runs.
 //! - [`rebuild_index`] and [`open_rebuilding`]: the index rebuilt from the
 //!   workspace's files (a deleted or corrupt `endless.db`).
 
 mod checks;
 mod context;
+pub mod episodes_export;
 pub mod eval;
 pub mod export;
 pub mod fork;
 pub mod generate;
+mod harbor_job;
 mod images;
+pub mod import_runs;
 mod rebuild;
 mod runs;
+pub mod shard_run;
+pub mod shards;
+pub mod slurm;
 mod train;
-mod validate;
+pub mod validate;
+pub mod verdicts;
 
 pub use checks::{check_policy_spec, unmatched_patterns};
 pub use context::Context;

@@ -53,6 +53,26 @@ impl Verdict {
         line
     }
 
+    /// The form `tasks validate` stores (see [`super::verdicts`]), validated now.
+    pub fn stored(&self) -> anyhow::Result<super::verdicts::StoredVerdict> {
+        Ok(super::verdicts::StoredVerdict {
+            id: self.id.clone(),
+            ok: self.ok,
+            problems: self.problems.clone(),
+            notes: self.notes().to_vec(),
+            validated_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            seconds: self
+                .validation
+                .as_ref()
+                .map_or(0.0, |x| x.duration.as_secs_f64()),
+            validation: self
+                .validation
+                .as_ref()
+                .map(serde_json::to_value)
+                .transpose()?,
+        })
+    }
+
     fn verdict_line(&self) -> String {
         match (&self.validation, self.ok) {
             (Some(v), true) => {
@@ -140,7 +160,8 @@ fn record_baseline(dir: &Path, task: &crate::task::Task, v: &mut Validation) {
 /// `backend` (usually `ctx.backend()`). Reports progress (with each image's
 /// pull and build steps as the stage) and one log line per task through
 /// `job`, and calls `on_verdict` as each task finishes (in no set order);
-/// returns the verdicts in the order of `ids`. Once the job is cancelled no
+/// returns the verdicts in the order of `ids`. Each verdict is also stored
+/// in the task's bundle directory (`validation.json`). Once the job is cancelled no
 /// new task starts, and the result is `Err(Cancelled)`.
 pub fn validate_tasks(
     ctx: &Context,
@@ -149,16 +170,30 @@ pub fn validate_tasks(
     job: &JobContext,
     on_verdict: impl Fn(&Verdict) + Sync,
 ) -> anyhow::Result<Vec<Verdict>> {
+    validate_tasks_with(ctx, backend, ids, None, job, on_verdict)
+}
+
+/// [`validate_tasks`], `concurrency` tasks at once (`None`: the CPUs, at
+/// least 2).
+pub fn validate_tasks_with(
+    ctx: &Context,
+    backend: BackendOrError,
+    ids: &[String],
+    concurrency: Option<usize>,
+    job: &JobContext,
+    on_verdict: impl Fn(&Verdict) + Sync,
+) -> anyhow::Result<Vec<Verdict>> {
     let tasks_dir = ctx.workspace()?.tasks_dir();
     let total = ids.len() as u64;
     let done = std::sync::atomic::AtomicU64::new(0);
     job.progress(0, total, "validating");
+    let threads = concurrency.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .max(2)
+    });
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(
-            std::thread::available_parallelism()
-                .map_or(2, |n| n.get())
-                .max(2),
-        )
+        .num_threads(threads.max(1))
         .build();
     let run = || {
         ids.par_iter()
@@ -169,7 +204,21 @@ pub fn validate_tasks(
                     let n = done.load(std::sync::atomic::Ordering::Relaxed);
                     job.progress(n, total, &format!("{id}: {}", p.line()));
                 };
-                let verdict = validate_one(&tasks_dir, &backend, id, &building);
+                let mut verdict = validate_one(&tasks_dir, &backend, id, &building);
+                // Kept in the workspace, so shards' verdicts can be merged
+                // and reported later (`tasks validate --stored`).
+                let stored = verdict.stored();
+                let stored = stored.and_then(|s| super::verdicts::store_verdict(&tasks_dir, &s));
+                if let Err(e) = stored {
+                    if let Some(v) = verdict.validation.as_mut() {
+                        v.notes.push(format!("the verdict was not stored: {e:#}"));
+                    } else {
+                        verdict
+                            .problems
+                            .push(format!("the verdict was not stored: {e:#}"));
+                        verdict.ok = false;
+                    }
+                }
                 on_verdict(&verdict);
                 job.log(if verdict.ok {
                     format!("{id}: {}", verdict.summary())

@@ -269,10 +269,12 @@ fn server(ws: &Path, auth: Auth, bind: &str) -> Server {
             default_run: "serve-attacks".into(),
             read_timeout: T,
             protocol: endless::agent::protocol::Protocol::endless(),
+            atif: false,
         },
         bind: bind.parse().unwrap(),
         max_sessions: 1,
         per_token: 1,
+        queue: Default::default(),
         journal: None,
         lost: Vec::new(),
     }
@@ -315,7 +317,7 @@ fn token_file(dir: &Path, token: &str) -> PathBuf {
 }
 
 /// Gap 4: `/v1/health` and `/metrics` answered without a token while
-/// README says every request needs one. By default they need it; opened
+/// docs/serve.md says every request needs one. By default they need it; opened
 /// (`[serve] open_metrics`), they answer without one on loopback, the rest
 /// of the API still needs it, and no server opens them off loopback.
 #[test]

@@ -63,6 +63,48 @@ impl Request {
             .map(|m| m.1.clone())
             .unwrap_or_default()
     }
+    /// The `tools` array the request offered (empty when none).
+    pub fn tools(&self) -> Vec<serde_json::Value> {
+        self.body["tools"].as_array().cloned().unwrap_or_default()
+    }
+    /// The names of the functions the request offered.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.tools()
+            .iter()
+            .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+            .collect()
+    }
+    /// The `tool` messages sent: (`tool_call_id`, content), in order.
+    pub fn tool_messages(&self) -> Vec<(String, String)> {
+        self.body["messages"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|m| m["role"] == "tool")
+                    .map(|m| {
+                        (
+                            m["tool_call_id"].as_str().unwrap_or("").to_string(),
+                            m["content"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    /// The `tool_calls` of every assistant message sent, in order.
+    pub fn sent_tool_calls(&self) -> Vec<serde_json::Value> {
+        self.body["messages"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|m| m["role"] == "assistant")
+                    .filter_map(|m| m["tool_calls"].as_array())
+                    .flatten()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
     /// A header's value (name compared case-insensitively).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -79,6 +121,13 @@ pub enum Reply {
     Text(String),
     /// A chat completion whose content is `null`.
     NullContent,
+    /// A chat completion with `tool_calls`: (function name, arguments as
+    /// JSON text, sent as they are even when not valid JSON), and this
+    /// content (`None`: `null`). Call ids are `call_<turn>_<index>`.
+    ToolCalls {
+        content: Option<String>,
+        calls: Vec<(String, String)>,
+    },
     /// An HTTP error status with a body (and an optional `Retry-After` in seconds).
     Status {
         code: u16,
@@ -107,6 +156,28 @@ impl Reply {
     /// A well-formed done reply.
     pub fn done() -> Self {
         Reply::Text("<think>The task is complete.</think>\n<action>done</action>".into())
+    }
+    /// A reply that calls `name` with `arguments` (JSON text).
+    pub fn tool_call(name: &str, arguments: &str) -> Self {
+        Reply::tool_calls(&[(name, arguments)])
+    }
+    /// A reply with these calls, in order, and no content.
+    pub fn tool_calls(calls: &[(&str, &str)]) -> Self {
+        Reply::ToolCalls {
+            content: None,
+            calls: calls
+                .iter()
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .collect(),
+        }
+    }
+    /// A `bash` call running `cmd`.
+    pub fn bash(cmd: &str) -> Self {
+        Reply::tool_call("bash", &serde_json::json!({ "command": cmd }).to_string())
+    }
+    /// A `finish` call.
+    pub fn finish() -> Self {
+        Reply::tool_call("finish", "{}")
     }
     /// An HTTP error.
     pub fn status(code: u16) -> Self {
@@ -292,6 +363,11 @@ fn handle(stream: TcpStream, requests: &Mutex<Vec<Request>>, responder: &Respond
             String::new(),
             completion(&request, serde_json::Value::Null),
         ),
+        Reply::ToolCalls { content, calls } => (
+            200,
+            String::new(),
+            tool_call_completion(&request, content, &calls),
+        ),
         Reply::Status {
             code,
             body,
@@ -324,6 +400,33 @@ fn completion(request: &Request, content: serde_json::Value) -> Vec<u8> {
         "model": request.body["model"],
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": prompt / 4 + 1, "completion_tokens": completion / 4 + 1},
+    }))
+    .unwrap()
+}
+
+fn tool_call_completion(
+    request: &Request,
+    content: Option<String>,
+    calls: &[(String, String)],
+) -> Vec<u8> {
+    let turn = request.turn();
+    let calls: Vec<serde_json::Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, arguments))| {
+            serde_json::json!({
+                "id": format!("call_{turn}_{i}"),
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "id": "fixture",
+        "object": "chat.completion",
+        "model": request.body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
     }))
     .unwrap()
 }

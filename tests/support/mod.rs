@@ -7,4 +7,5 @@ pub mod cli;
 pub mod fixture_llm;
 pub mod nobody;
 pub mod registry;
+pub mod served;
 pub mod verifier;

@@ -88,6 +88,34 @@ impl Policy for ForkPolicy {
             None => self.then.act(messages),
         }
     }
+
+    /// Under the `tools` protocol each re-run command is a `bash` call
+    /// (id `replay_N`), so the conversation the next policy continues is
+    /// one its tools API accepts.
+    fn act_with_tools(
+        &mut self,
+        messages: &[ChatMessage],
+        tools: &[crate::llm::ToolSpec],
+    ) -> Result<PolicyReply, PolicyError> {
+        match self.prefix.get(self.next) {
+            Some(cmd) => {
+                self.next += 1;
+                let call = crate::llm::ToolCall::new(
+                    format!("replay_{}", self.next),
+                    crate::agent::tool_calls::BASH,
+                    serde_json::json!({ "command": cmd }).to_string(),
+                );
+                Ok(PolicyReply {
+                    tool_calls: vec![call],
+                    ..PolicyReply::free(format!(
+                        "<think>Re-running step {} of the parent episode.</think>",
+                        self.next
+                    ))
+                })
+            }
+            None => self.then.act_with_tools(messages, tools),
+        }
+    }
 }
 
 #[cfg(test)]

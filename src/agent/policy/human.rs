@@ -21,11 +21,43 @@ impl HumanPolicy {
 
 impl Policy for HumanPolicy {
     fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError> {
+        Ok(PolicyReply::free(match self.read_command(messages)? {
+            None => "<action>done</action>".to_string(),
+            Some(cmd) => format!("<command>{cmd}</command>"),
+        }))
+    }
+
+    /// Under the `tools` protocol the command is a Hermes `bash` call, and
+    /// the end a `finish` call.
+    fn act_with_tools(
+        &mut self,
+        messages: &[ChatMessage],
+        _tools: &[crate::llm::ToolSpec],
+    ) -> Result<PolicyReply, PolicyError> {
+        use crate::agent::tool_calls::{BASH, FINISH};
+        use crate::llm::{tools::render_hermes_call, FunctionCall};
+        let call = match self.read_command(messages)? {
+            None => FunctionCall {
+                name: FINISH.into(),
+                arguments: "{}".into(),
+            },
+            Some(cmd) => FunctionCall {
+                name: BASH.into(),
+                arguments: serde_json::json!({ "command": cmd }).to_string(),
+            },
+        };
+        Ok(PolicyReply::free(render_hermes_call(&call)))
+    }
+}
+
+impl HumanPolicy {
+    /// Show the new messages and read one command (`None`: done).
+    fn read_command(&mut self, messages: &[ChatMessage]) -> Result<Option<String>, PolicyError> {
         let mut err = std::io::stderr().lock();
         for m in messages
             .iter()
             .skip(self.shown)
-            .filter(|m| m.role == Role::User)
+            .filter(|m| matches!(m.role, Role::User | Role::Tool))
         {
             let _ = writeln!(err, "\n{}\n", m.content);
         }
@@ -38,10 +70,6 @@ impl Policy for HumanPolicy {
             .read_line(&mut line)
             .map_err(|e| PolicyError::Other(format!("cannot read from the terminal: {e}")))?;
         let cmd = line.trim();
-        Ok(PolicyReply::free(if cmd.is_empty() || cmd == "done" {
-            "<action>done</action>".to_string()
-        } else {
-            format!("<command>{cmd}</command>")
-        }))
+        Ok((!cmd.is_empty() && cmd != "done").then(|| cmd.to_string()))
     }
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::llm::{
     ChatMessage, ChatModel, LlmError, OpenAiChat, OpenAiConfig, SamplingParams, TokenUsage,
+    ToolCall, ToolSpec,
 };
 use crate::task::Task;
 
@@ -32,6 +33,9 @@ pub struct PolicyReply {
     pub text: String,
     /// Tokens the reply cost (zero for non-model policies).
     pub usage: TokenUsage,
+    /// The calls the reply made through a model's tools API (the `tools`
+    /// protocol); empty for text replies.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 impl PolicyReply {
@@ -40,7 +44,13 @@ impl PolicyReply {
         Self {
             text: text.into(),
             usage: TokenUsage::default(),
+            tool_calls: Vec::new(),
         }
+    }
+
+    /// The reply as the assistant message the conversation keeps.
+    pub fn message(&self) -> ChatMessage {
+        ChatMessage::assistant_calls(self.text.clone(), self.tool_calls.clone())
     }
 }
 
@@ -82,6 +92,32 @@ pub trait Policy: Send {
     /// The next assistant message, given the conversation so far (system
     /// prompt, instruction, then alternating replies and observations).
     fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError>;
+
+    /// The next reply when the protocol offers `tools` (the `tools`
+    /// profile). By default the tools are left out and [`act`](Self::act)
+    /// answers; model policies offer them to their model.
+    fn act_with_tools(
+        &mut self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<PolicyReply, PolicyError> {
+        let _ = tools;
+        self.act(messages)
+    }
+}
+
+/// Ask `policy` for its next reply to `messages`, offering `tools` when
+/// there are any (the episode's protocol decides).
+pub fn ask(
+    policy: &mut dyn Policy,
+    messages: &[ChatMessage],
+    tools: &[ToolSpec],
+) -> Result<PolicyReply, PolicyError> {
+    if tools.is_empty() {
+        policy.act(messages)
+    } else {
+        policy.act_with_tools(messages, tools)
+    }
 }
 
 /// Options used when building policies from specs.

@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{Policy, PolicyError, PolicyReply};
-use crate::llm::{ChatMessage, ChatModel, SamplingParams};
+use crate::llm::{ChatMessage, ChatModel, SamplingParams, ToolSpec};
 
 /// Asks a chat model for each reply. Must be called from a thread that may
 /// block (e.g. `tokio::task::spawn_blocking`), not from inside async code.
@@ -45,14 +45,30 @@ fn fallback_runtime() -> Result<&'static tokio::runtime::Runtime, PolicyError> {
 
 impl Policy for ChatPolicy {
     fn act(&mut self, messages: &[ChatMessage]) -> Result<PolicyReply, PolicyError> {
+        self.act_with_tools(messages, &[])
+    }
+
+    /// Offers `tools` to the model ([`ChatModel::chat_with_tools`]): an
+    /// OpenAI-compatible server gets the `tools` array and its reply's
+    /// `tool_calls` are kept; a text model reads them the Hermes way.
+    fn act_with_tools(
+        &mut self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<PolicyReply, PolicyError> {
         let model = self.model.clone();
         let sampling = self.sampling.clone();
-        let reply = self
-            .handle
-            .block_on(async move { model.chat(messages, &sampling).await })?;
+        let reply = self.handle.block_on(async move {
+            if tools.is_empty() {
+                model.chat(messages, &sampling).await
+            } else {
+                model.chat_with_tools(messages, tools, &sampling).await
+            }
+        })?;
         Ok(PolicyReply {
             text: reply.content,
             usage: reply.usage,
+            tool_calls: reply.tool_calls,
         })
     }
 }

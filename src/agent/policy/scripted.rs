@@ -31,6 +31,29 @@ impl Policy for ScriptedPolicy {
         self.next += 1;
         Ok(PolicyReply::free(text))
     }
+
+    /// Under the `tools` protocol each command is a Hermes `bash` call,
+    /// and the end a `finish` call.
+    fn act_with_tools(
+        &mut self,
+        _messages: &[ChatMessage],
+        _tools: &[crate::llm::ToolSpec],
+    ) -> Result<PolicyReply, PolicyError> {
+        use crate::agent::tool_calls::{BASH, FINISH};
+        use crate::llm::{tools::render_hermes_call, FunctionCall};
+        let call = match self.commands.get(self.next) {
+            Some(cmd) => FunctionCall {
+                name: BASH.into(),
+                arguments: serde_json::json!({ "command": cmd }).to_string(),
+            },
+            None => FunctionCall {
+                name: FINISH.into(),
+                arguments: "{}".into(),
+            },
+        };
+        self.next += 1;
+        Ok(PolicyReply::free(render_hermes_call(&call)))
+    }
 }
 
 /// The oracle's single command: `solve.sh` fed to bash through a quoted heredoc.

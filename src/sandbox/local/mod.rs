@@ -17,7 +17,7 @@
 //! ids instead. Tasks with network access get their own namespace wired by
 //! `pasta` (`net.rs`). The verifier runs beside the shell out of the agent's
 //! reach (`verifier.rs`, `runtime.rs`). The attacks this stops are in
-//! `tests/attacks.rs`; README's threat model lists them.
+//! `tests/attacks.rs`; docs/security.md lists them.
 
 mod buildstep;
 mod bwrap;

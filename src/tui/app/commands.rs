@@ -176,6 +176,8 @@ impl App {
             return;
         }
         match cmd {
+            // Esc first restores a maximised body, then closes.
+            Command::Back if insp.maximised => insp.maximised = false,
             Command::Back => self.inspector = None,
             Command::Label => self.open_picker(PickerKind::Label),
             Command::Note => {
@@ -277,6 +279,30 @@ impl App {
         match cmd {
             // The training form opens here too (the job shows in the Jobs view).
             Command::JobTrain => self.open_form(FormKind::Train),
+            // Cancel the selected run's job / open its log in the Jobs view.
+            Command::JobCancel | Command::Select => {
+                let Some(job) = self.training.selected_job() else {
+                    self.error("no training run selected".into());
+                    return;
+                };
+                let Some(i) = self.jobs.items.iter().position(|j| j.id == job) else {
+                    self.error(format!(
+                        "no job wrote run {job} (started outside this workspace's jobs)"
+                    ));
+                    return;
+                };
+                if cmd == Command::Select {
+                    self.jobs.selected = i;
+                    self.jobs.log_scroll = 0;
+                    self.view = View::Jobs;
+                } else if self.jobs.items[i].status == "running" {
+                    self.info(format!("cancelling {job}…"));
+                    self.jobs.cancelling(&job);
+                    self.outbox.push(Request::CancelJob(job));
+                } else {
+                    self.error(format!("{job} is not running"));
+                }
+            }
             other => {
                 let next = self.training.handle_command(other);
                 self.follow(next);

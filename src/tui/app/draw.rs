@@ -5,7 +5,7 @@
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Paragraph, Tabs};
+use ratatui::widgets::{Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 
 use super::{App, PromptKind, View};
@@ -22,7 +22,7 @@ impl App {
         let [top, body, bottom] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Fill(1),
-            Constraint::Length(1),
+            Constraint::Length(self.status_rows(area.width)),
         ])
         .areas(area);
         self.draw_tabs(frame, top);
@@ -104,6 +104,15 @@ impl App {
         );
     }
 
+    /// Rows the status line takes: a message wider than the screen wraps
+    /// onto up to three rows (without a prompt open).
+    fn status_rows(&self, width: u16) -> u16 {
+        match (&self.status, &self.prompt) {
+            (Some(m), None) => status_rows(&m.text, width),
+            _ => 1,
+        }
+    }
+
     fn draw_status(&self, frame: &mut Frame<'_>, area: Rect) {
         let t = &self.theme;
         if let Some(p) = &self.prompt {
@@ -142,6 +151,35 @@ impl App {
                 Line::from(spans)
             }
         };
-        frame.render_widget(Paragraph::new(line), area);
+        let para = Paragraph::new(line);
+        // A message wraps onto the rows it was given; the footer is cut.
+        let para = if self.status.is_some() {
+            para.wrap(Wrap { trim: false })
+        } else {
+            para
+        };
+        frame.render_widget(para, area);
+    }
+}
+
+/// Rows a status message of `text` needs at `width` columns: one, or as
+/// many as it wraps onto, at most three.
+pub fn status_rows(text: &str, width: u16) -> u16 {
+    let w = width.max(1) as usize;
+    let cols = text.chars().count();
+    cols.div_ceil(w).clamp(1, 3) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_rows;
+
+    #[test]
+    fn a_long_status_message_takes_up_to_three_rows() {
+        assert_eq!(status_rows("", 80), 1);
+        assert_eq!(status_rows(&"x".repeat(80), 80), 1);
+        assert_eq!(status_rows(&"x".repeat(81), 80), 2);
+        assert_eq!(status_rows(&"x".repeat(1000), 80), 3);
+        assert_eq!(status_rows("abc", 0), 3);
     }
 }

@@ -240,6 +240,12 @@ impl App {
             Action::EpisodesLoaded(_) => self.follow_up(View::Episodes, action),
             Action::Live(_) => self.follow_up(View::Live, action),
             Action::Job(ev) => {
+                // A training run this TUI starts is selected in Training.
+                if let JobEvent::Started { id, kind } = &ev {
+                    if kind == "train" {
+                        self.training.follow_job(&id.0);
+                    }
+                }
                 if let JobEvent::Finished { id, outcome } = &ev {
                     match outcome {
                         JobOutcome::Succeeded(m) => self.info(format!("{}: {m}", id.0)),

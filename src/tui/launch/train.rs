@@ -274,9 +274,14 @@ pub fn summary_line(s: &TrainSummary) -> String {
 
 /// Run the training; returns a one-line summary.
 pub fn run(ctx: &JobContext, root: &Path, spec: &TrainSpec) -> anyhow::Result<String> {
-    let request = spec.request();
+    let mut request = spec.request();
     ctx.log(spec.command_line());
     let cctx = Context::new(Some(root.to_path_buf()))?;
+    // The run directory is named after the job: one id in the Jobs and the
+    // Training views, which selects the run a form started.
+    if request.out.is_none() {
+        request.out = Some(cctx.workspace()?.checkpoints_dir().join(&ctx.id().0));
+    }
     let opts = options(&cctx, &request)?;
     ctx.log(format!(
         "run directory {} ({} training tasks, {} dev tasks)",

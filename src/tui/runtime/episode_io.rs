@@ -28,7 +28,13 @@ pub fn load_episode(ws: &Workspace, row: EpisodeRow) -> LoadedEpisode {
     let cast_path = path.with_extension("cast");
     let cast = match std::fs::read_to_string(&cast_path) {
         Ok(text) => Cast::parse(&text).map_err(|e| format!("{}: {e}", cast_path.display())),
-        Err(e) => Err(format!("{}: {e}", cast_path.display())),
+        // No recording (an imported run, `--no-record`): the transcript.
+        Err(e) => match &result {
+            Ok(r) if e.kind() == std::io::ErrorKind::NotFound && !r.steps.is_empty() => {
+                Ok(Cast::transcript(&r.steps))
+            }
+            _ => Err(format!("{}: {e}", cast_path.display())),
+        },
     };
     LoadedEpisode { row, result, cast }
 }

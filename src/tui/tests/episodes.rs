@@ -59,7 +59,9 @@ fn episodes_search_and_sort() {
     assert!(app.prompt.is_none());
     assert_eq!(app.episodes.selected_row().unwrap().task_id, "count-words");
     cmd(&mut app, &ws, Command::ClearFilters);
-    // Sort by task, then turns descending: the 64-turn episodes first.
+    // Newest first by default; then run, task, result, turns: turns
+    // descending puts the 64-turn episodes first.
+    cmd(&mut app, &ws, Command::SortNext);
     cmd(&mut app, &ws, Command::SortNext);
     cmd(&mut app, &ws, Command::SortNext);
     cmd(&mut app, &ws, Command::SortNext);

@@ -425,7 +425,10 @@ fn an_episode_cut_by_a_cancel_is_shown_cancelled_not_failed() {
         key: "eval-c/upper/0".into(),
     }));
     let p = &app.live.panes[0];
-    assert_eq!((p.stopped, p.outcome), (Some(Stopped::Cancelled), Some(false)));
+    assert_eq!(
+        (p.stopped, p.outcome),
+        (Some(Stopped::Cancelled), Some(false))
+    );
     app.live.panes[0].finished_after = Some(std::time::Duration::from_secs(3));
     let screen = render(&mut app, 80, 24);
     assert!(screen.contains("⊘ CANCELLED upper#0"), "{screen}");

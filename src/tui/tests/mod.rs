@@ -35,8 +35,10 @@ macro_rules! snap {
 mod commands;
 mod episodes;
 mod images;
+mod imported_runs;
 mod jobs;
 mod live;
+mod long_text;
 mod narrow;
 mod screen;
 mod tasks;
@@ -160,6 +162,18 @@ fn fixture(dir: &std::path::Path) -> Workspace {
                 labels
             })
             .unwrap_or_default(),
+        policy: "script:fixture".into(),
+        duration_secs: if passed { 4.2 } else { 61.0 },
+        forked_from: None,
+        // Newest first is the recorded order: archive-logs#0 on top.
+        created_at: format!(
+            "2026-12-04T10:0{}:00Z",
+            match (task, sample) {
+                ("archive-logs", 0) => 9,
+                ("archive-logs", _) => 8,
+                _ => 7,
+            }
+        ),
     };
     ws.index_episode(&ep("archive-logs", 0, true, None, "done"))
         .unwrap();

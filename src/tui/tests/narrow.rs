@@ -43,6 +43,10 @@ fn long_episodes() -> Vec<EpisodeRow> {
         notes: String::new(),
         taken_over: taken,
         failure_labels: mode.map(|m| vec![m.to_string()]).unwrap_or_default(),
+        policy: "openai:qwen3-coder-30b-a3b-instruct@http://127.0.0.1:8000/v1".into(),
+        duration_secs: 95.0,
+        forked_from: None,
+        created_at: String::new(),
     };
     vec![
         ep(
@@ -64,6 +68,14 @@ fn long_episodes() -> Vec<EpisodeRow> {
             false,
         ),
     ]
+    .into_iter()
+    .enumerate()
+    // Newest first keeps the order above.
+    .map(|(i, mut e)| {
+        e.created_at = format!("2026-12-04T10:{:02}:00Z", 50 - i);
+        e
+    })
+    .collect()
 }
 
 #[test]

@@ -297,3 +297,67 @@ fn the_train_form_builds_a_training_job() {
     press(&mut app, KeyCode::Esc);
     assert!(app.form.is_none());
 }
+
+/// Issue 33 item 10: a training run this TUI starts is selected in the
+/// Training view once its directory (named after the job) appears; from
+/// there `C` cancels its job and Enter opens the job (and its log) in Jobs.
+#[test]
+fn the_training_view_follows_a_started_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = dir.path().join("checkpoints");
+    write_runs(&checkpoints);
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewTraining);
+    let job = "train-20261127T080000-1";
+    app.update(Action::Job(JobEvent::Started {
+        id: JobId(job.into()),
+        kind: "train".into(),
+    }));
+    let mut cache = RunCache::default();
+    app.update(Action::TrainingLoaded(
+        cache.refresh(&checkpoints).expect("the first refresh"),
+    ));
+    // Not there yet: the newest run stays selected.
+    assert_eq!(app.training.selected, 0);
+    let mut started = info(job, RunStatus::Running, 20, 3);
+    started.created = "2026-11-27T08:00:00Z".into();
+    write_run(&checkpoints, &started, 3, &[eval("before", 0, 8)], &[]);
+    app.update(Action::TrainingLoaded(
+        cache
+            .refresh(&checkpoints)
+            .expect("the new run is reported"),
+    ));
+    assert_eq!(app.training.runs.len(), 3);
+    assert_eq!(app.training.selected_job().as_deref(), Some(job));
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains(&format!("▶ {job}")), "{screen}");
+    snap!("training_follows_started_run_80x24", &mut app, 80, 24);
+    snap!("training_follows_started_run_120x40", &mut app, 120, 40);
+    // Moving away and back to it keeps working; the selection sticks on
+    // later reloads.
+    cmd(&mut app, &ws, Command::Top);
+    assert_ne!(app.training.selected_job().as_deref(), Some(job));
+    cmd(&mut app, &ws, Command::Bottom);
+    // Cancel asks the worker to cancel the run's job.
+    app.update(Action::Command(Command::JobCancel));
+    assert!(
+        app.outbox
+            .iter()
+            .any(|r| matches!(r, Request::CancelJob(id) if id == job)),
+        "{:?}",
+        app.outbox
+    );
+    app.outbox.clear();
+    // Enter: the job in the Jobs view, selected.
+    app.update(Action::Command(Command::Select));
+    assert_eq!(app.view, View::Jobs);
+    assert_eq!(app.jobs.selected_item().map(|j| j.id.as_str()), Some(job));
+    // A run no job of this workspace wrote says so.
+    cmd(&mut app, &ws, Command::ViewTraining);
+    cmd(&mut app, &ws, Command::Top);
+    app.update(Action::Command(Command::JobCancel));
+    assert!(app.outbox.is_empty());
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("no job wrote run"), "{screen}");
+}

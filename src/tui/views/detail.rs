@@ -118,11 +118,17 @@ pub struct DetailState {
     pub episodes: Vec<EpisodeRow>,
     /// The tab shown.
     pub tab: DetailTab,
+    /// The pane fills the whole view (`z`; esc restores).
+    pub maximised: bool,
     /// The shown task's image and build-cache state (Environment tab),
     /// once loaded.
     pub env: Option<crate::workbench::TaskEnv>,
     env_requested: Option<String>,
     scroll: u16,
+    /// Columns scrolled sideways (code tabs, when not wrapping).
+    hscroll: u16,
+    /// Wrap long code lines instead of scrolling them sideways.
+    wrap: bool,
     requested: Option<String>,
     area: Rect,
     tab_areas: Vec<(Rect, DetailTab)>,
@@ -169,6 +175,7 @@ impl DetailState {
         }
         if self.task.as_ref().map(|t| t.id()) != Some(task.id()) {
             self.scroll = 0;
+            self.hscroll = 0;
         }
         self.requested = Some(task.id().to_string());
         self.task = Some(task);
@@ -190,6 +197,30 @@ impl DetailState {
         self.scroll = line;
     }
 
+    /// Scroll code sideways by `delta` columns (ignored while wrapping;
+    /// the next draw clamps it to the widest visible line).
+    pub fn scroll_sideways(&mut self, delta: i32) {
+        if !self.wrap {
+            self.hscroll = (self.hscroll as i32 + delta).clamp(0, u16::MAX as i32) as u16;
+        }
+    }
+
+    /// Toggle wrapping long code lines (scrolling sideways resets).
+    pub fn toggle_wrap(&mut self) {
+        self.wrap = !self.wrap;
+        self.hscroll = 0;
+    }
+
+    /// Whether long code lines wrap.
+    pub fn wraps(&self) -> bool {
+        self.wrap
+    }
+
+    /// Columns scrolled sideways.
+    pub fn sideways(&self) -> u16 {
+        self.hscroll
+    }
+
     /// Move `delta` tabs (wrapping).
     pub fn next_tab(&mut self, delta: isize) {
         let n = DetailTab::ALL.len() as isize;
@@ -199,6 +230,7 @@ impl DetailState {
             .unwrap_or(0) as isize;
         self.tab = DetailTab::ALL[((i + delta).rem_euclid(n)) as usize];
         self.scroll = 0;
+        self.hscroll = 0;
     }
 
     /// A click: switch tab if it hit one.
@@ -382,10 +414,13 @@ impl DetailState {
         let max = lines.len().saturating_sub(1) as u16;
         self.scroll = self.scroll.min(max);
         let from = self.scroll as usize;
-        let out: Vec<Line<'static>> = lines
+        let shown = &lines[from.min(lines.len())..(from + area.height as usize).min(lines.len())];
+        // Sideways scrolling stops once the widest visible line's end shows.
+        let widest = shown.iter().map(src_width).max().unwrap_or(0);
+        let room = widest.saturating_sub(area.width as usize);
+        self.hscroll = self.hscroll.min(room.min(u16::MAX as usize) as u16);
+        let out: Vec<Line<'static>> = shown
             .iter()
-            .skip(from)
-            .take(area.height as usize)
             .map(|l| match l {
                 Src::Header(h) => Line::from(Span::styled(h.clone(), theme.accent())),
                 Src::Text(t) => Line::from(Span::styled(t.clone(), theme.muted())),
@@ -397,7 +432,31 @@ impl DetailState {
                 }
             })
             .collect();
-        frame.render_widget(Paragraph::new(out), area);
+        let para = if self.wrap {
+            Paragraph::new(out).wrap(Wrap { trim: false })
+        } else {
+            Paragraph::new(out).scroll((0, self.hscroll))
+        };
+        frame.render_widget(para, area);
+        let overflows = widest > area.width as usize || lines.len() > area.height as usize;
+        if overflows || self.wrap {
+            let pos = position_label(from, lines.len(), self.hscroll, self.wrap);
+            self.draw_position(frame, &pos, theme);
+        }
+    }
+
+    /// Write `pos` into the pane's bottom border, right-aligned.
+    fn draw_position(&self, frame: &mut Frame<'_>, pos: &str, theme: &Theme) {
+        let a = self.area;
+        let w = (pos.chars().count() as u16).min(a.width.saturating_sub(2));
+        if a.height < 2 || w == 0 {
+            return;
+        }
+        let r = Rect::new(a.right().saturating_sub(w + 1), a.bottom() - 1, w, 1);
+        frame.render_widget(
+            Paragraph::new(Span::styled(pos.to_string(), theme.muted())),
+            r,
+        );
     }
 
     fn draw_episodes(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
@@ -444,6 +503,29 @@ impl DetailState {
         )
         .style(Style::new().fg(theme.foreground));
         frame.render_widget(table, area);
+    }
+}
+
+/// Display columns of a code-tab line as drawn (gutter included).
+fn src_width(l: &Src<'_>) -> usize {
+    match l {
+        Src::Header(h) | Src::Text(h) => h.chars().count(),
+        Src::Code(_, text, _, total) => {
+            // A tab is drawn as four spaces.
+            let tabs = text.matches('\t').count();
+            total.to_string().len() + 1 + text.chars().count() + tabs * 3
+        }
+    }
+}
+
+/// The scroll position shown in the border: `line 12/80 · col 40`, or
+/// `· wrap` while wrapping.
+pub fn position_label(from: usize, total: usize, hscroll: u16, wrap: bool) -> String {
+    let line = (from + 1).min(total.max(1));
+    if wrap {
+        format!(" line {line}/{total} · wrap ")
+    } else {
+        format!(" line {line}/{total} · col {} ", hscroll as usize + 1)
     }
 }
 

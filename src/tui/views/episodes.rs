@@ -224,7 +224,7 @@ impl EpisodesView {
             spans.push(Span::styled("  search ", theme.muted()));
             spans.push(Span::styled(format!("{:?}", self.search), theme.accent()));
         }
-        if self.sort != EpisodeSort::Run || self.reverse {
+        if self.sort != EpisodeSort::default() || self.reverse {
             spans.push(Span::styled("  sort ", theme.muted()));
             spans.push(Span::styled(
                 format!(
@@ -270,19 +270,26 @@ impl EpisodesView {
         // Columns give way by priority: task, run, result and failure mode
         // keep their width longest; the end reason shrinks and goes first.
         let vis = || self.visible.iter().map(|&i| &self.rows[i]);
-        let any_taken = vis().any(|e| e.taken_over);
+        // A taken-over episode's result carries a hand (a space and two
+        // cells), a fork a ⑂ (a space and one).
+        let marks = 3 * usize::from(vis().any(|e| e.taken_over))
+            + 2 * usize::from(vis().any(|e| e.forked_from.is_some()));
         let failures: Vec<String> = vis().map(failure_cell_text).collect();
         let cols = [
+            // At 80 columns the start time, the duration and the end
+            // reason give way first; the verdict, turns and failure stay.
+            Column::fixed(11, 2).optional(),
             Column::new(widest("Run↑", vis().map(|e| e.run_id.as_str())), 10, 8),
             Column::new(widest("Task↑", vis().map(|e| e.task_id.as_str())), 10, 9),
             Column::fixed(3, 6),
-            // A taken-over episode's result carries a hand (two cells).
-            Column::fixed(if any_taken { 7 } else { 4 }, 10),
-            Column::fixed(6, 2).optional(),
+            Column::fixed(4 + marks, 10),
+            Column::fixed(7, 3).optional(),
             Column::fixed(6, 3).optional(),
+            Column::fixed(6, 2).optional(),
             Column::new(widest("End", vis().map(|e| e.end_reason.as_str())), 6, 1).optional(),
             Column::fixed(widest("Failure↑", failures.iter().map(String::as_str)), 10),
             Column::fixed(7, 4).optional(),
+            Column::new(widest("Policy↑", vis().map(|e| e.policy.as_str())), 8, 1).optional(),
         ];
         // The highlight symbol takes two cells.
         let widths = fit(&cols, table.width.saturating_sub(2), 1);
@@ -292,13 +299,24 @@ impl EpisodesView {
             .map(|&i| {
                 let e = &self.rows[i];
                 let cells = [
-                    Cell::from(cut_middle(&e.run_id, w(0))),
-                    Cell::from(cut_middle(&e.task_id, w(1))),
+                    Cell::from(Span::styled(started(e), theme.muted())),
+                    Cell::from(cut_middle(&e.run_id, w(1))),
+                    Cell::from(cut_middle(&e.task_id, w(2))),
                     Cell::from(e.sample.to_string()),
                     result_cell(e, theme),
-                    Cell::from(format!("{:.2}", e.reward)),
+                    // The share of final tests passed: the score only of a
+                    // pass; a failure's is muted, a hint, not a result.
+                    Cell::from(Span::styled(
+                        format!("{:.2}", e.reward),
+                        if e.passed {
+                            theme.base()
+                        } else {
+                            theme.muted()
+                        },
+                    )),
                     Cell::from(e.turns.to_string()),
-                    Cell::from(cut_end(&e.end_reason, w(6))),
+                    Cell::from(duration(e.duration_secs)),
+                    Cell::from(cut_end(&e.end_reason, w(8))),
                     Cell::from(Span::styled(
                         failure_cell_text(e),
                         if e.failure_mode.is_some() {
@@ -308,16 +326,20 @@ impl EpisodesView {
                         },
                     )),
                     Cell::from(stars(e.rating)),
+                    Cell::from(cut_middle(&e.policy, w(11))),
                 ];
                 Row::new(columns::shown(cells, &widths))
             })
             .collect();
         let header = [
-            "Run", "Task", "#", "Res", "Reward", "Turns", "End", "Failure", "Rating",
+            "Started", "Run", "Task", "#", "Res", "Partial", "Turns", "Time", "End", "Failure",
+            "Rating", "Policy",
         ]
         .map(|h| {
-            // The sorted column carries an arrow (once sorted).
-            let sorted = (self.sort != EpisodeSort::Run || self.reverse) && h == self.sort.column();
+            // The sorted column carries an arrow (once sorted otherwise
+            // than newest first).
+            let sorted =
+                (self.sort != EpisodeSort::default() || self.reverse) && h == self.sort.column();
             match (sorted, self.reverse) {
                 (true, false) => format!("{h}↑"),
                 (true, true) => format!("{h}↓"),
@@ -367,5 +389,31 @@ fn failure_cell_text(e: &EpisodeRow) -> String {
         [] => "-".into(),
         [one] => (*one).to_string(),
         [first, rest @ ..] => format!("{first} +{}", rest.len()),
+    }
+}
+
+/// When the episode started (`12-04 10:00`, UTC): when it was indexed,
+/// less how long it took; `-` when unknown.
+fn started(e: &EpisodeRow) -> String {
+    chrono::DateTime::parse_from_rfc3339(&e.created_at)
+        .ok()
+        .map(|t| {
+            let took = chrono::Duration::milliseconds((e.duration_secs * 1000.0) as i64);
+            (t.with_timezone(&chrono::Utc) - took)
+                .format("%m-%d %H:%M")
+                .to_string()
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+/// `4.2s`, `1:05`, `1:02:03`.
+fn duration(secs: f64) -> String {
+    if secs < 60.0 {
+        return format!("{secs:.1}s");
+    }
+    let s = secs.round() as u64;
+    match s / 3600 {
+        0 => format!("{}:{:02}", s / 60, s % 60),
+        h => format!("{h}:{:02}:{:02}", s / 60 % 60, s % 60),
     }
 }

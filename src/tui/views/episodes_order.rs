@@ -14,8 +14,10 @@ pub const ANY_FAILURE: &str = "any failure";
 /// The column the Episodes view sorts by.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum EpisodeSort {
-    /// Run, task, sample (as recorded).
+    /// Newest first (when it finished, or was imported).
     #[default]
+    Started,
+    /// Run, task, sample (as recorded).
     Run,
     /// Task, then run and sample.
     Task,
@@ -27,17 +29,24 @@ pub enum EpisodeSort {
     Failure,
     /// Reviewer's rating.
     Rating,
+    /// The policy that played it.
+    Policy,
+    /// How long it took.
+    Duration,
 }
 
 impl EpisodeSort {
     /// Every sort key, in cycling order.
-    pub const ALL: [EpisodeSort; 6] = [
+    pub const ALL: [EpisodeSort; 9] = [
+        EpisodeSort::Started,
         EpisodeSort::Run,
         EpisodeSort::Task,
         EpisodeSort::Result,
         EpisodeSort::Turns,
         EpisodeSort::Failure,
         EpisodeSort::Rating,
+        EpisodeSort::Policy,
+        EpisodeSort::Duration,
     ];
 
     /// The column header it sorts.
@@ -49,6 +58,9 @@ impl EpisodeSort {
             EpisodeSort::Turns => "Turns",
             EpisodeSort::Failure => "Failure",
             EpisodeSort::Rating => "Rating",
+            EpisodeSort::Started => "Started",
+            EpisodeSort::Policy => "Policy",
+            EpisodeSort::Duration => "Time",
         }
     }
 
@@ -68,6 +80,10 @@ impl EpisodeSort {
             EpisodeSort::Turns => a.turns.cmp(&b.turns),
             EpisodeSort::Failure => labels(a).cmp(&labels(b)),
             EpisodeSort::Rating => a.rating.cmp(&b.rating),
+            // Newest first: the default order reads like a log, latest on top.
+            EpisodeSort::Started => b.created_at.cmp(&a.created_at),
+            EpisodeSort::Policy => a.policy.cmp(&b.policy),
+            EpisodeSort::Duration => a.duration_secs.total_cmp(&b.duration_secs),
         };
         first.then(natural)
     }
@@ -103,8 +119,9 @@ pub fn labels(row: &EpisodeRow) -> Vec<&str> {
 
 /// Whether `row` passes the failure filter `failure` and the lower-case
 /// search text `search` (run, task, end, every failure label, the
-/// reviewer's label as stored and as shown, notes; `taken over` finds the
-/// episodes a human took over). Names match however they are spelled:
+/// reviewer's label as stored and as shown, notes, policy; `fork` finds
+/// forks, `taken over` the episodes a human took over). Names match
+/// however they are spelled:
 /// `turn exhaustion` finds `turn_exhaustion`.
 pub fn shown(row: &EpisodeRow, failure: Option<&str>, search: &str) -> bool {
     let failure_ok = match failure {
@@ -127,6 +144,8 @@ pub fn shown(row: &EpisodeRow, failure: Option<&str>, search: &str) -> bool {
         row.end_reason.as_str(),
         row.label.as_deref().unwrap_or(""),
         row.notes.as_str(),
+        row.policy.as_str(),
+        row.forked_from.as_ref().map_or("", |_| "fork"),
         if row.taken_over { "taken over" } else { "" },
         if row.failure_mode.is_none() {
             NO_FAILURE
@@ -159,6 +178,10 @@ mod tests {
             notes: "Flaky test".into(),
             taken_over: false,
             failure_labels: mode.map(|m| vec![m.to_string()]).unwrap_or_default(),
+            policy: "oracle".into(),
+            duration_secs: f64::from(turns),
+            forked_from: None,
+            created_at: format!("2026-12-04T10:00:{turns:02}Z"),
         }
     }
 
@@ -177,7 +200,14 @@ mod tests {
         assert!(!shown(&ok, None, "taken over"));
         assert_eq!(EpisodeSort::Turns.compare(&ok, &lp), Ordering::Less);
         assert_eq!(EpisodeSort::Result.compare(&ok, &lp), Ordering::Greater);
-        assert_eq!(EpisodeSort::Rating.next(), EpisodeSort::Run);
+        assert_eq!(EpisodeSort::Duration.next(), EpisodeSort::Started);
+        assert_eq!(
+            EpisodeSort::default().compare(&ok, &lp),
+            Ordering::Greater,
+            "newest first: {} after {}",
+            ok.created_at,
+            lp.created_at
+        );
     }
 
     #[test]

@@ -130,6 +130,18 @@ const TASKS: &[Group] = &[
             e(C::Back, "back", "Back to the table"),
             e(C::Edit, "edit", "Open the tab's bundle file in $EDITOR"),
             e(C::Validate, "validate", "Validate the task now (a job)"),
+            e(
+                C::Maximise,
+                "maximise",
+                "Maximise the detail pane (again or esc: restore)",
+            ),
+            e(
+                C::Wrap,
+                "wrap",
+                "Wrap long code lines (off: they scroll sideways)",
+            ),
+            e(C::Left, "col left", "Focused code: scroll left"),
+            e(C::Right, "col right", "Focused code: scroll right"),
         ],
     },
     Group {
@@ -278,6 +290,16 @@ const INSPECTOR: &[Group] = &[
             e(C::PageDown, "page down", "A page down"),
             e(C::PageUp, "page up", "A page up"),
             e(C::Top, "top", "Back to the top"),
+            e(
+                C::Select,
+                "expand",
+                "Show every step's whole output (again: first lines)",
+            ),
+            e(
+                C::Maximise,
+                "maximise",
+                "Maximise the body (again or esc: restore)",
+            ),
         ],
     },
     Group {
@@ -334,6 +356,12 @@ const TRAINING: &[Group] = &[Group {
         e(C::NextTab, "next chart", "Next chart"),
         e(C::PrevTab, "prev chart", "Previous chart"),
         e(C::JobTrain, "train", "Start a training run (form)"),
+        e(
+            C::Select,
+            "job log",
+            "The run's job in the Jobs view, with its log",
+        ),
+        e(C::JobCancel, "cancel", "Cancel the run's job"),
     ],
 }];
 

@@ -75,6 +75,11 @@ pub struct Inspector {
     pub scroll: u16,
     /// Playback of the recording, when there is one.
     pub replay: Option<Replay>,
+    /// Every step's whole output is shown (enter toggles), not its first
+    /// lines.
+    pub expanded: bool,
+    /// The body fills the view, without the header and tabs (`z`).
+    pub maximised: bool,
 }
 
 impl Inspector {
@@ -87,6 +92,8 @@ impl Inspector {
             tab: InspectorTab::Trajectory,
             scroll: 0,
             replay,
+            expanded: false,
+            maximised: false,
         }
     }
 
@@ -101,6 +108,10 @@ impl Inspector {
             Command::PageUp => self.scroll = self.scroll.saturating_sub(10),
             Command::PageDown => self.scroll = self.scroll.saturating_add(10),
             Command::Top => self.scroll = 0,
+            Command::Select if self.tab != InspectorTab::Replay => {
+                self.expanded = !self.expanded;
+            }
+            Command::Maximise => self.maximised = !self.maximised,
             Command::PlayPause
             | Command::Left
             | Command::Right
@@ -125,13 +136,31 @@ impl Inspector {
 
     /// Draw into `area`.
     pub fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+        let (head_h, tabs_h) = if self.maximised {
+            (0, 0)
+        } else {
+            (3 + note_rows(&self.episode.row.notes, area.width), 1)
+        };
         let [head, tabs, body] = Layout::vertical([
-            Constraint::Length(3),
-            Constraint::Length(1),
+            Constraint::Length(head_h),
+            Constraint::Length(tabs_h),
             Constraint::Fill(1),
         ])
         .areas(area);
+        if self.maximised {
+            self.draw_body(frame, body, theme);
+            return;
+        }
+        let [head, notes] =
+            Layout::vertical([Constraint::Length(3), Constraint::Fill(1)]).areas(head);
         frame.render_widget(Paragraph::new(header(&self.episode, theme)), head);
+        if notes.height > 0 {
+            frame.render_widget(
+                Paragraph::new(note_lines(&self.episode.row.notes, theme))
+                    .wrap(Wrap { trim: false }),
+                notes,
+            );
+        }
         let titles: Vec<Line<'_>> = InspectorTab::ALL
             .iter()
             .map(|t| {
@@ -152,6 +181,12 @@ impl Inspector {
                 .padding("", ""),
             tabs,
         );
+        self.draw_body(frame, body, theme);
+    }
+
+    /// The tab's body: the trajectory or tests (side by side when
+    /// comparing), or the replay.
+    fn draw_body(&mut self, frame: &mut Frame<'_>, body: Rect, theme: &Theme) {
         match self.tab {
             InspectorTab::Replay => self.draw_replay(frame, body, theme),
             tab => {
@@ -159,11 +194,24 @@ impl Inspector {
                     .chain(self.other.as_ref())
                     .collect();
                 let areas = Layout::horizontal(vec![Constraint::Fill(1); panes.len()]).split(body);
+                let mut longest = 0;
                 for (ep, a) in panes.iter().zip(areas.iter()) {
                     let lines = match tab {
                         InspectorTab::Tests => test_lines(ep, theme),
-                        _ => trajectory_lines(ep, theme),
+                        _ => trajectory_lines(ep, theme, self.expanded),
                     };
+                    longest = longest.max(lines.len());
+                    let scroll = self.scroll.min(longest.saturating_sub(1) as u16);
+                    let pos = format!(
+                        " line {}/{}{} ",
+                        (scroll as usize + 1).min(lines.len().max(1)),
+                        lines.len(),
+                        if tab == InspectorTab::Trajectory && self.expanded {
+                            " · expanded"
+                        } else {
+                            ""
+                        }
+                    );
                     let title = format!(
                         " {}#{} {} ",
                         ep.row.task_id,
@@ -175,13 +223,17 @@ impl Inspector {
                             Block::default()
                                 .borders(Borders::ALL)
                                 .border_style(theme.muted())
-                                .title(Span::styled(title, theme.accent())),
+                                .title(Span::styled(title, theme.accent()))
+                                .title_bottom(
+                                    Line::from(Span::styled(pos, theme.muted())).right_aligned(),
+                                ),
                         )
                         .style(theme.base())
                         .wrap(Wrap { trim: false })
-                        .scroll((self.scroll, 0));
+                        .scroll((scroll, 0));
                     frame.render_widget(p, *a);
                 }
+                self.scroll = self.scroll.min(longest.saturating_sub(1) as u16);
             }
         }
     }
@@ -296,17 +348,33 @@ fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
         Span::styled("  label ", theme.muted()),
         Span::raw(label),
         Span::styled("  notes ", theme.muted()),
-        Span::raw(if row.notes.is_empty() {
-            "-".to_string()
-        } else {
-            row.notes.clone()
-        }),
+        Span::raw(if row.notes.is_empty() { "-" } else { "below" }),
     ];
     vec![Line::from(first), Line::from(details), Line::from(second)]
 }
 
-/// The trajectory, step by step.
-pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
+/// The notes in full, indented, to wrap under the header.
+fn note_lines(notes: &str, theme: &Theme) -> Vec<Line<'static>> {
+    let style = Style::new().fg(theme.foreground);
+    notes
+        .lines()
+        .map(|l| Line::from(Span::styled(format!("  {l}"), style)))
+        .collect()
+}
+
+/// Rows the wrapped notes take at `width` columns, at most six.
+pub fn note_rows(notes: &str, width: u16) -> u16 {
+    let w = width.max(1) as usize;
+    let rows: usize = notes
+        .lines()
+        .map(|l| (l.chars().count() + 2).div_ceil(w).max(1))
+        .sum();
+    rows.min(6) as u16
+}
+
+/// The trajectory, step by step; `expanded` shows every output line
+/// instead of each step's first [`OUTPUT_LINES`].
+pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme, expanded: bool) -> Vec<Line<'static>> {
     let r = match &ep.result {
         Ok(r) => r,
         Err(e) => return vec![Line::from(Span::styled(e.clone(), theme.failure()))],
@@ -404,12 +472,13 @@ pub fn trajectory_lines(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>>
             }
         }
         let lines: Vec<&str> = s.output.trim_end().lines().collect();
-        for l in lines.iter().take(OUTPUT_LINES) {
+        let keep = if expanded { lines.len() } else { OUTPUT_LINES };
+        for l in lines.iter().take(keep) {
             out.push(Line::from(format!("    {l}")));
         }
-        if lines.len() > OUTPUT_LINES {
+        if lines.len() > keep {
             out.push(Line::from(Span::styled(
-                format!("    … {} more lines", lines.len() - OUTPUT_LINES),
+                format!("    … {} more lines (enter shows all)", lines.len() - keep),
                 theme.muted(),
             )));
         }

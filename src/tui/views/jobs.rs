@@ -109,7 +109,9 @@ impl JobsView {
             match self.items.iter_mut().find(|i| i.id == item.id) {
                 // A live job knows more than the journal (which lags, and
                 // keeps only a fraction): its exact counts stay.
-                Some(i) if i.status == item.status || i.status == CANCELLING && item.status == "running" => {}
+                Some(i)
+                    if i.status == item.status
+                        || i.status == CANCELLING && item.status == "running" => {}
                 Some(i) => *i = item,
                 None => self.items.push(item),
             }

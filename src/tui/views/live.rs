@@ -472,7 +472,9 @@ impl LiveView {
             LiveEvent::Interrupted { key } => {
                 self.finish(&key, false, None, Some(Stopped::Interrupted))
             }
-            LiveEvent::Cancelled { key } => self.finish(&key, false, None, Some(Stopped::Cancelled)),
+            LiveEvent::Cancelled { key } => {
+                self.finish(&key, false, None, Some(Stopped::Cancelled))
+            }
         }
     }
 

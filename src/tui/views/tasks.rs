@@ -282,7 +282,18 @@ impl TasksView {
                     self.detail.scroll_to(0);
                     return None;
                 }
+                Command::Left | Command::Right => {
+                    let step = if cmd == Command::Left { -8 } else { 8 };
+                    self.detail.scroll_sideways(step);
+                    return None;
+                }
+                // Esc first restores a maximised pane, then unfocuses.
+                Command::Back if self.detail.maximised => {
+                    self.detail.maximised = false;
+                    return None;
+                }
                 Command::Back | Command::Select => {
+                    self.detail.maximised = false;
                     self.focus = Focus::Table;
                     return None;
                 }
@@ -312,6 +323,17 @@ impl TasksView {
             }
             Command::NextTab => {
                 self.detail.next_tab(1);
+                None
+            }
+            Command::Wrap => {
+                self.detail.toggle_wrap();
+                None
+            }
+            Command::Maximise => {
+                if self.selected_row().is_some() {
+                    self.detail.maximised = !self.detail.maximised;
+                    self.focus = Focus::Detail;
+                }
                 None
             }
             Command::PrevTab => {
@@ -407,6 +429,19 @@ impl TasksView {
             );
             return;
         }
+        let row = self.selected_row().cloned();
+        if self.detail.maximised && row.is_some() {
+            // The maximised detail pane takes the whole view.
+            self.table_area = Rect::default();
+            self.detail.draw(
+                frame,
+                area,
+                theme,
+                row.as_ref(),
+                self.focus == Focus::Detail,
+            );
+            return;
+        }
         let [bar, table, detail] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Percentage(40),
@@ -415,7 +450,6 @@ impl TasksView {
         .areas(area);
         self.draw_filter_bar(frame, bar, theme);
         self.draw_table(frame, table, theme);
-        let row = self.selected_row().cloned();
         self.detail.draw(
             frame,
             detail,

@@ -13,7 +13,8 @@ use ratatui::style::{Color, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{
-    Axis, Block, Borders, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table, TableState, Wrap,
+    Axis, Block, Borders, Cell, Chart, Dataset, GraphType, HighlightSpacing, Paragraph, Row, Table,
+    TableState, Wrap,
 };
 use ratatui::Frame;
 
@@ -83,6 +84,9 @@ pub struct TrainingView {
     table_area: Rect,
     /// First row shown in the run table.
     offset: usize,
+    /// A training job this TUI started: its run is selected once its
+    /// directory (named after the job) appears.
+    following: Option<String>,
 }
 
 impl TrainingView {
@@ -96,6 +100,29 @@ impl TrainingView {
             }
         }
         self.selected = self.selected.min(self.runs.len().saturating_sub(1));
+        self.select_followed();
+    }
+
+    /// Select the run of training job `job` (now, or once it appears).
+    pub fn follow_job(&mut self, job: &str) {
+        self.following = Some(job.to_string());
+        self.select_followed();
+    }
+
+    fn select_followed(&mut self) {
+        let Some(job) = self.following.as_deref() else {
+            return;
+        };
+        if let Some(i) = self.runs.iter().position(|r| run_dir_name(r) == job) {
+            self.selected = i;
+            self.following = None;
+        }
+    }
+
+    /// The job that wrote the selected run: its directory's name (a run
+    /// the TUI started is named after its job).
+    pub fn selected_job(&self) -> Option<String> {
+        self.selected_run().map(run_dir_name)
     }
 
     /// The selected run.
@@ -212,6 +239,8 @@ impl TrainingView {
             .style(theme.muted()),
         )
         .row_highlight_style(theme.selected())
+        .highlight_symbol("▶ ")
+        .highlight_spacing(HighlightSpacing::Always)
         .block(
             Block::default()
                 .borders(Borders::ALL)
@@ -255,6 +284,14 @@ fn status_style(theme: &Theme, s: RunStatus) -> Style {
         RunStatus::Stopped => theme.warning(),
         RunStatus::Failed => theme.failure(),
     }
+}
+
+/// The run directory's name.
+fn run_dir_name(r: &RunView) -> String {
+    r.dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn run_id(r: &RunView) -> String {

@@ -35,9 +35,10 @@ pub fn pass_cell(passed: bool, theme: &Theme) -> Cell<'static> {
     }
 }
 
-/// An episode's PASS / FAIL, with a hand when a human took the session over.
+/// An episode's PASS / FAIL, with a hand when a human took the session
+/// over and a ⑂ when it is a fork of another episode.
 pub fn result_cell(e: &EpisodeRow, theme: &Theme) -> Cell<'static> {
-    if !e.taken_over {
+    if !e.taken_over && e.forked_from.is_none() {
         return pass_cell(e.passed, theme);
     }
     let (text, style) = if e.passed {
@@ -45,8 +46,12 @@ pub fn result_cell(e: &EpisodeRow, theme: &Theme) -> Cell<'static> {
     } else {
         ("FAIL", theme.failure())
     };
-    Cell::from(Line::from(vec![
-        Span::styled(text, style),
-        Span::styled(" ✋", theme.warning()),
-    ]))
+    let mut spans = vec![Span::styled(text, style)];
+    if e.taken_over {
+        spans.push(Span::styled(" ✋", theme.warning()));
+    }
+    if e.forked_from.is_some() {
+        spans.push(Span::styled(" ⑂", theme.accent()));
+    }
+    Cell::from(Line::from(spans))
 }

@@ -1,0 +1,187 @@
+"""endless as a Harbor environment, through the real `harbor` CLI from PyPI.
+
+`harbor run -e endless_env.harbor:EndlessEnvironment` against a real `endless serve` on a
+random loopback port: Harbor's own agents (`oracle`, `nop`) and Harbor's own verifier run
+in endless sandboxes, with no Docker daemon. The fixture tasks are Harbor-format tasks of
+this repository whose tests need no network.
+
+The job directories are kept for tools that read Harbor jobs back (`endless runs import`):
+`$ENDLESS_HARBOR_JOBS` (default `target/harbor-jobs` of this checkout), one per job name
+(`oracle`, `nop`, `nop-mixed`, `terminus-2`, `terminus-2-wrong`), each replaced by the
+next run of this file. The terminus-2 jobs hold Harbor's ATIF trajectories
+(`agent/trajectory.json`) and asciinema recordings of the agent's tmux pane.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+import harbor  # noqa: F401  (a missing harbor fails these tests; it is never skipped)
+from conftest import ROOT, Server
+
+FIXTURES = ROOT / "tests" / "fixtures"
+HARBOR_TASKS = FIXTURES / "harbor"
+OFFLINE_TASKS = {"count-words", "drop-dir", "prebuilt-image"}
+JOBS = pathlib.Path(os.environ.get("ENDLESS_HARBOR_JOBS", ROOT / "target" / "harbor-jobs"))
+ENVIRONMENT = "endless_env.harbor:EndlessEnvironment"
+
+
+def harbor_bin():
+    path = shutil.which("harbor", path=os.path.dirname(sys.executable)) or shutil.which("harbor")
+    assert path, "the harbor CLI is not installed (pip install harbor, Python >= 3.12)"
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    ws = tmp_path_factory.mktemp("harbor-ws")
+    config = ws / ".config" / "endless"
+    config.mkdir(parents=True)
+    # No network in tests: FROM ubuntu/debian builds on the host's system directories.
+    (config / "config.toml").write_text('[images]\npull = "never"\n')
+    server = Server(ws)
+    yield server
+    server.stop()
+
+
+def run_job(served, agent, tasks, name, *extra, env_extra=None):
+    """`harbor run` with endless as the environment; the job's trial results by task."""
+    job = JOBS / name
+    shutil.rmtree(job, ignore_errors=True)
+    JOBS.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, ENDLESS_URL=served.url, ENDLESS_TOKEN_FILE=str(served.ws / "serve.token"),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+               # No network: LiteLLM's model price list is the packaged one.
+               LITELLM_LOCAL_MODEL_COST_MAP="True", **(env_extra or {}))
+    cmd = [harbor_bin(), "run", "-e", ENVIRONMENT, "-a", agent, "-p", str(tasks), "-o", str(JOBS),
+           "--job-name", name, "-n", "3", "-y", *extra]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout}\n{out.stderr}"
+    trials = {}
+    for result in job.glob("*/result.json"):
+        trial = json.loads(result.read_text())
+        trials[trial["task_name"]] = trial
+    assert trials, f"no trial in {job}:\n{out.stdout}\n{out.stderr}"
+    return trials
+
+
+def reward(trial):
+    assert trial.get("exception_info") is None, json.dumps(trial["exception_info"], indent=1)
+    return (trial.get("verifier_result") or {}).get("rewards", {}).get("reward")
+
+
+def sandboxes_left(served):
+    health = httpx.get(f"{served.url}/v1/health", headers={"Authorization": f"Bearer {served.token}"})
+    return health.json()["sandboxes"]
+
+
+def test_oracle_scores_1_on_every_offline_fixture_task(served):
+    trials = run_job(served, "oracle", HARBOR_TASKS, "oracle")
+    assert set(trials) == OFFLINE_TASKS
+    for name, trial in trials.items():
+        assert reward(trial) == 1.0, (name, trial.get("verifier_result"))
+    # Harbor read the verifier's files back from the sandbox, and the oracle's log.
+    job = JOBS / "oracle"
+    drop = next(job.glob("drop-dir__*"))
+    assert json.loads((drop / "verifier" / "reward.json").read_text()) == {"reward": 1.0, "mode_ok": 1.0}
+    assert (next(job.glob("count-words__*")) / "agent" / "oracle.txt").exists()
+    # Every trial deleted its sandbox.
+    assert sandboxes_left(served) == 0
+
+
+def test_nop_scores_0(served):
+    trials = run_job(served, "nop", HARBOR_TASKS, "nop")
+    assert set(trials) == OFFLINE_TASKS
+    for name, trial in trials.items():
+        assert reward(trial) == 0.0, (name, trial.get("verifier_result"))
+    # A task of the mixed fixtures (no solution; Harbor's custom verifier script).
+    trials = run_job(served, "nop", FIXTURES / "mixed" / "harbor-custom-verifier", "nop-mixed")
+    assert [reward(t) for t in trials.values()] == [0.0]
+    assert sandboxes_left(served) == 0
+
+
+def test_an_unreachable_server_is_said_before_any_trial(served, tmp_path):
+    env = dict(os.environ, ENDLESS_URL="http://127.0.0.1:9", ENDLESS_TOKEN="x",
+               PYTHONPATH=str(ROOT / "python"), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    out = subprocess.run([harbor_bin(), "run", "-e", ENVIRONMENT, "-a", "nop", "-p",
+                          str(HARBOR_TASKS / "count-words"), "-o", str(tmp_path), "-y"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "endless serve is not reachable at http://127.0.0.1:9" in out.stdout + out.stderr
+
+
+class FixtureLLM:
+    """An OpenAI-compatible server whose every reply, in terminus-2's JSON format, types
+    `keys` into the agent's terminal and says the task is complete (terminus-2 asks to
+    confirm; the same reply confirms)."""
+
+    def __init__(self, keys):
+        self.requests = 0
+        fixture = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                fixture.requests += 1
+                content = json.dumps({"analysis": "The task is described above.", "plan": "Type the solution.",
+                                      "commands": [{"keystrokes": keys, "duration": 0.5}],
+                                      "task_complete": True})
+                data = json.dumps({
+                    "id": f"fixture-{fixture.requests}", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model", "fixture"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                }).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def run_terminus(served, keys, name):
+    llm = FixtureLLM(keys)
+    try:
+        trials = run_job(served, "terminus-2", HARBOR_TASKS / "count-words", name, "-m", "openai/fixture",
+                         "--ak", f"api_base={llm.url}", env_extra={"OPENAI_API_KEY": "fixture"})
+    finally:
+        llm.close()
+    assert llm.requests >= 2, "terminus-2 never asked the fixture model (or never confirmed)"
+    (trial,) = trials.values()
+    return trial
+
+
+def test_terminus_2_acts_through_tmux_in_the_sandbox(served):
+    trial = run_terminus(served, "wc -w < /app/data/poem.txt > /app/word_count.txt\n", "terminus-2")
+    assert reward(trial) == 1.0, trial.get("verifier_result")
+    job = JOBS / "terminus-2"
+    trajectory = json.loads(next(job.glob("*/agent/trajectory.json")).read_text())
+    assert trajectory["schema_version"].startswith("ATIF-")
+    seen = json.dumps(trajectory["steps"])
+    # The pane is the sandbox's: its hostname and the command's echo.
+    assert "root@sandbox:/app# wc -w" in seen, seen[:2000]
+    # Keystrokes that do not solve the task score 0: the reward is the agent's doing.
+    wrong = run_terminus(served, "echo 3 > /app/word_count.txt\n", "terminus-2-wrong")
+    assert reward(wrong) == 0.0, wrong.get("verifier_result")
+    assert sandboxes_left(served) == 0

@@ -1,0 +1,522 @@
+//! The handlers of `/v1/sandboxes`: create (from a task, an uploaded
+//! environment directory or an image), list, show, delete, exec (output as
+//! NDJSON lines, then the exit status), and files up and down as tar.
+//! Every route needs a token, and a token sees only its own sandboxes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use serde::Deserialize;
+
+use super::app::App;
+use super::error::ApiError;
+use super::sandbox_ops::{self, ExecRequest, Identity, OpError};
+use super::sandbox_source::{task_for, Shape, Source, SourceError};
+use super::sandboxes::{shut, Sandbox, SandboxState};
+use super::tar_io::{check_upload, sandbox_path};
+use crate::agent::{SandboxProvider, StartOptions};
+
+type Shared = State<Arc<App>>;
+
+/// Largest request body of a sandbox route (an uploaded archive, an
+/// environment in a create).
+pub const SANDBOX_BODY_LIMIT: usize = 256 << 20;
+
+/// A command's limit when the client names none.
+const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The longest limit a client may ask for.
+const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// Limit of packing or unpacking one archive.
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(600);
+/// Bytes of output per NDJSON line.
+const LINE_BYTES: usize = 64 * 1024;
+
+/// The body limit of a request to `path`: sandbox routes carry archives.
+pub fn body_limit(path: &str) -> usize {
+    if path.starts_with("/v1/sandboxes") {
+        SANDBOX_BODY_LIMIT
+    } else {
+        super::error::BODY_LIMIT
+    }
+}
+
+/// Run blocking sandbox work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("the sandbox worker failed: {e}")))?
+}
+
+/// Read a JSON body (already buffered, see `routes::body_in_time`).
+async fn json_body<T: serde::de::DeserializeOwned>(body: Body) -> Result<T, ApiError> {
+    let bytes = axum::body::to_bytes(body, SANDBOX_BODY_LIMIT)
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("cannot read the request body: {e}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+impl From<SourceError> for ApiError {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::NoTask(_) => ApiError::NotFound(e.to_string()),
+            SourceError::Io(_) => ApiError::Internal(e.to_string()),
+            SourceError::Invalid(_) | SourceError::Archive(_) => {
+                ApiError::BadRequest(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<OpError> for ApiError {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::Missing(_) => ApiError::NotFound(e.to_string()),
+            OpError::TooLarge(_) => ApiError::Other(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+            OpError::Failed { .. } => ApiError::BadRequest(e.to_string()),
+            OpError::Sandbox(_) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// `POST /v1/sandboxes` body: exactly one of `task_id`, `environment` (a
+/// base64 tar, plain or gzip, of an environment directory with its
+/// Dockerfile) or `image`; `image` with `environment` is the base of an
+/// environment without a Dockerfile.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    task_id: Option<String>,
+    environment: Option<String>,
+    image: Option<String>,
+    workdir: Option<String>,
+    cpus: Option<f64>,
+    memory_mb: Option<u64>,
+    /// Wall-clock limit of the sandbox, in seconds.
+    lifetime_sec: Option<f64>,
+}
+
+impl CreateBody {
+    fn source(&mut self) -> Result<Source, ApiError> {
+        let bad = |m: &str| ApiError::BadRequest(m.to_string());
+        match (
+            self.task_id.take(),
+            self.environment.take(),
+            self.image.take(),
+        ) {
+            (Some(id), None, None) => Ok(Source::Task(id)),
+            (None, Some(env), image) => {
+                let archive = base64::engine::general_purpose::STANDARD
+                    .decode(env.as_bytes())
+                    .map_err(|e| bad(&format!("environment: not base64: {e}")))?;
+                Ok(Source::Environment { archive, image })
+            }
+            (None, None, Some(image)) => Ok(Source::Image(image)),
+            (None, None, None) => Err(bad(
+                "name what the sandbox starts from: task_id, environment or image",
+            )),
+            _ => Err(bad("task_id cannot be combined with environment or image")),
+        }
+    }
+
+    fn shape(&self) -> Result<Shape, ApiError> {
+        let workdir = match &self.workdir {
+            Some(w) => {
+                Some(sandbox_path(w).map_err(|e| ApiError::BadRequest(format!("workdir: {e}")))?)
+            }
+            None => None,
+        };
+        if self.cpus.is_some_and(|c| !(c > 0.0 && c <= 1024.0)) {
+            return Err(ApiError::BadRequest("cpus: a number above 0".into()));
+        }
+        let lifetime = match self.lifetime_sec {
+            Some(s) if s.is_finite() && s > 0.0 && s <= MAX_EXEC_TIMEOUT.as_secs_f64() => {
+                Some(Duration::from_secs_f64(s))
+            }
+            Some(_) => {
+                return Err(ApiError::BadRequest(
+                    "lifetime_sec: seconds, above 0 and at most a day".into(),
+                ))
+            }
+            None => None,
+        };
+        Ok(Shape {
+            workdir,
+            cpus: self.cpus,
+            memory_mb: self.memory_mb,
+            lifetime,
+        })
+    }
+}
+
+/// `POST /v1/sandboxes`.
+pub async fn create(
+    State(app): Shared,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let client = app.auth.check(&headers)?;
+    let mut b: CreateBody = json_body(body).await?;
+    let source = b.source()?;
+    let shape = b.shape()?;
+    blocking(move || {
+        if app.draining.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(ApiError::Draining);
+        }
+        let sandbox = app.sandboxes.reserve(client, source.label())?;
+        let started = start(&app, &sandbox, &source, &shape);
+        if let Err(e) = started {
+            app.sandboxes.remove(&sandbox.id);
+            shut(&sandbox);
+            return Err(e);
+        }
+        sandbox.touch();
+        Ok((StatusCode::CREATED, Json(sandbox.view())))
+    })
+    .await
+}
+
+/// Build and start `sandbox`, learn who runs in it, journal it.
+fn start(app: &App, sandbox: &Sandbox, source: &Source, shape: &Shape) -> Result<(), ApiError> {
+    let task = task_for(source, shape, &app.ws)?;
+    let mut session = app
+        .provider
+        .start(&task, &StartOptions { record: None })
+        .map_err(|e| ApiError::Internal(e.message))?;
+    let who = sandbox_ops::identity(&mut session)?;
+    let _ = sandbox.identity.set(who);
+    *sandbox.state.lock() = SandboxState::Ready(Box::new(session));
+    if !app.sandboxes.contains(&sandbox.id) {
+        return Err(ApiError::Conflict(
+            "the sandbox was deleted while it started".into(),
+        ));
+    }
+    app.sandboxes.journal(sandbox)
+}
+
+/// `GET /v1/sandboxes`: the caller's sandboxes, oldest first.
+pub async fn list(
+    State(app): Shared,
+    headers: HeaderMap,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let client = app.auth.check(&headers)?;
+    Ok(Json(
+        app.sandboxes.of(&client).iter().map(|s| s.view()).collect(),
+    ))
+}
+
+/// `GET /v1/sandboxes/{id}`.
+pub async fn show(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let client = app.auth.check(&headers)?;
+    Ok(Json(app.sandboxes.get(&id, &client)?.view()))
+}
+
+/// `DELETE /v1/sandboxes/{id}`: every process of the sandbox ends, its
+/// files are gone.
+pub async fn delete(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let client = app.auth.check(&headers)?;
+    let sandbox = app.sandboxes.get(&id, &client)?;
+    app.sandboxes.remove(&sandbox.id);
+    blocking(move || {
+        shut(&sandbox);
+        Ok(Json(
+            serde_json::json!({ "sandbox_id": sandbox.id, "deleted": true }),
+        ))
+    })
+    .await
+}
+
+/// Run `f` on the ready session of `sandbox` (waiting for a request
+/// using it), marking it used before and after. Blocking.
+fn with_session<T>(
+    sandbox: &Sandbox,
+    f: impl FnOnce(&mut crate::sandbox::Session, &Identity) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    sandbox.touch();
+    let mut state = sandbox.state.lock();
+    let who = sandbox
+        .identity
+        .get()
+        .ok_or_else(|| ApiError::Conflict("the sandbox is still starting".into()))?;
+    let out = match &mut *state {
+        SandboxState::Ready(session) => f(session, who),
+        SandboxState::Starting => Err(ApiError::Conflict("the sandbox is still starting".into())),
+        SandboxState::Closed => Err(ApiError::NotFound(format!("no sandbox {}", sandbox.id))),
+    };
+    sandbox.touch();
+    out
+}
+
+/// `POST /v1/sandboxes/{id}/exec` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecBody {
+    command: String,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// A user name or uid: only the sandbox's own user is accepted.
+    user: Option<serde_json::Value>,
+    timeout_sec: Option<f64>,
+}
+
+/// Whether `user` (a name or uid, as Harbor passes it) is the one every
+/// command of the sandbox runs as.
+fn check_user(user: Option<&serde_json::Value>, who: &Identity) -> Result<(), ApiError> {
+    let ok = match user {
+        None | Some(serde_json::Value::Null) => true,
+        Some(serde_json::Value::Number(n)) => n.as_u64() == Some(u64::from(who.uid)),
+        Some(serde_json::Value::String(s)) => {
+            s == &who.user
+                || s.parse::<u32>().ok() == Some(who.uid)
+                || (s == "root" && who.uid == 0)
+        }
+        Some(_) => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "user: commands in this sandbox run as {} (uid {}); {} is not available",
+            who.user,
+            who.uid,
+            user.map(|u| u.to_string()).unwrap_or_default()
+        )))
+    }
+}
+
+fn exec_request(b: ExecBody) -> Result<ExecRequest, ApiError> {
+    if b.command.contains('\0') {
+        return Err(ApiError::BadRequest("command: holds a NUL byte".into()));
+    }
+    let cwd = match &b.cwd {
+        Some(c) => Some(sandbox_path(c).map_err(|e| ApiError::BadRequest(format!("cwd: {e}")))?),
+        None => None,
+    };
+    for (k, v) in &b.env {
+        let name_ok = !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+        if !name_ok {
+            return Err(ApiError::BadRequest(format!(
+                "env: {k:?} is not a variable name (letters, digits, _)"
+            )));
+        }
+        if v.contains('\0') {
+            return Err(ApiError::BadRequest(format!(
+                "env: the value of {k} holds a NUL byte"
+            )));
+        }
+    }
+    let timeout = match b.timeout_sec {
+        None => DEFAULT_EXEC_TIMEOUT,
+        Some(s) if s.is_finite() && s > 0.0 => Duration::from_secs_f64(s).min(MAX_EXEC_TIMEOUT),
+        Some(_) => return Err(ApiError::BadRequest("timeout_sec: seconds, above 0".into())),
+    };
+    Ok(ExecRequest {
+        command: b.command,
+        cwd,
+        env: b.env.into_iter().collect(),
+        timeout,
+    })
+}
+
+/// `POST /v1/sandboxes/{id}/exec`: the command's output as NDJSON lines
+/// (`{"stream": "stdout"|"stderr", "data": ...}`, at most 64 KiB each),
+/// then `{"exit_code", "timed_out", "duration_secs"}`.
+pub async fn exec(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let client = app.auth.check(&headers)?;
+    let sandbox = app.sandboxes.get(&id, &client)?;
+    let b: ExecBody = json_body(body).await?;
+    let user = b.user.clone();
+    let req = exec_request(b)?;
+    let out = blocking(move || {
+        with_session(&sandbox, |session, who| {
+            check_user(user.as_ref(), who)?;
+            Ok(sandbox_ops::exec(session, who, &req)?)
+        })
+    })
+    .await?;
+    let mut lines = String::new();
+    for (stream, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        for piece in pieces(text, LINE_BYTES) {
+            lines.push_str(&serde_json::json!({ "stream": stream, "data": piece }).to_string());
+            lines.push('\n');
+        }
+    }
+    lines.push_str(
+        &serde_json::json!({
+            "exit_code": out.exit_code,
+            "timed_out": out.timed_out,
+            "duration_secs": out.duration.as_secs_f64(),
+        })
+        .to_string(),
+    );
+    lines.push('\n');
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], lines).into_response())
+}
+
+/// `text` in pieces of at most `max` bytes, cut at character boundaries.
+fn pieces(text: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(max);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    out
+}
+
+/// `?path=` of the file routes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathQuery {
+    path: String,
+}
+
+/// `PUT /v1/sandboxes/{id}/files?path=DIR`: unpack the tar body into
+/// directory `DIR` (created when missing).
+pub async fn unpack(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Result<Query<PathQuery>, QueryRejection>,
+    body: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let client = app.auth.check(&headers)?;
+    let sandbox = app.sandboxes.get(&id, &client)?;
+    let Query(q) = query?;
+    let dir = sandbox_path(&q.path).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let archive = axum::body::to_bytes(body, SANDBOX_BODY_LIMIT)
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("cannot read the archive: {e}")))?
+        .to_vec();
+    let checked = check_upload(&archive).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let target = dir.clone();
+    blocking(move || {
+        with_session(&sandbox, |session, who| {
+            Ok(sandbox_ops::upload(
+                session,
+                who,
+                &target,
+                archive,
+                TRANSFER_TIMEOUT,
+            )?)
+        })
+    })
+    .await?;
+    Ok(Json(serde_json::json!({
+        "path": dir, "entries": checked.entries, "bytes": checked.bytes,
+    })))
+}
+
+/// `GET /v1/sandboxes/{id}/files?path=PATH`: a tar of `PATH` (a
+/// directory's content, or one file under its own name).
+pub async fn pack(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Result<Query<PathQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let client = app.auth.check(&headers)?;
+    let sandbox = app.sandboxes.get(&id, &client)?;
+    let Query(q) = query?;
+    let path = sandbox_path(&q.path).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let archive = blocking(move || {
+        with_session(&sandbox, |session, who| {
+            Ok(sandbox_ops::download(
+                session,
+                who,
+                &path,
+                TRANSFER_TIMEOUT,
+            )?)
+        })
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "application/x-tar")], archive).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(uid: u32, user: &str) -> Identity {
+        Identity {
+            user: user.into(),
+            uid,
+            home: "/root".into(),
+            workdir: "/app".into(),
+        }
+    }
+
+    #[test]
+    fn only_the_sandboxes_own_user_is_accepted() {
+        let root = who(0, "root");
+        for ok in [json_user("root"), json_user("0"), serde_json::json!(0)] {
+            assert!(check_user(Some(&ok), &root).is_ok(), "{ok}");
+        }
+        assert!(check_user(None, &root).is_ok());
+        let e = check_user(Some(&json_user("agent")), &root)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("run as root (uid 0)"), "{e}");
+        let user = who(1000, "user");
+        assert!(check_user(Some(&json_user("root")), &user).is_err());
+        assert!(check_user(Some(&serde_json::json!(1000)), &user).is_ok());
+    }
+
+    fn json_user(s: &str) -> serde_json::Value {
+        serde_json::Value::String(s.into())
+    }
+
+    #[test]
+    fn exec_requests_are_checked_by_field() {
+        let body = |v: serde_json::Value| exec_request(serde_json::from_value(v).unwrap());
+        let e = body(serde_json::json!({"command": "ls", "cwd": "/a/../b"})).unwrap_err();
+        assert!(e.to_string().starts_with("cwd:"), "{e}");
+        let e = body(serde_json::json!({"command": "ls", "env": {"A B": "x"}})).unwrap_err();
+        assert!(e.to_string().starts_with("env:"), "{e}");
+        let e = body(serde_json::json!({"command": "ls", "timeout_sec": -1})).unwrap_err();
+        assert!(e.to_string().starts_with("timeout_sec:"), "{e}");
+        let r = body(serde_json::json!({"command": "ls", "timeout_sec": 5, "env": {"A": "1"}}))
+            .unwrap();
+        assert_eq!(r.timeout, Duration::from_secs(5));
+        assert_eq!(r.env, [("A".to_string(), "1".to_string())]);
+    }
+
+    #[test]
+    fn output_is_cut_at_character_boundaries() {
+        let text = "é".repeat(10);
+        let parts = pieces(&text, 3);
+        assert!(parts.iter().all(|p| p.len() <= 3));
+        assert_eq!(parts.concat(), text);
+        assert!(pieces("", 3).is_empty());
+    }
+}

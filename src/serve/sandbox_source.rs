@@ -1,0 +1,269 @@
+//! What a sandbox is made from: a served task's environment (by id), an
+//! environment directory the client uploads (a Harbor task's
+//! `environment/`, with its `Dockerfile` and build context), or an image
+//! reference (a `FROM` line of its own). Uploaded environments become a
+//! minimal Harbor task read by the same reader as every Harbor task, so the
+//! image is built (and cached) as any task's is.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::tar_io::{unpack_environment, TarError};
+use crate::store::Workspace;
+use crate::task::formats::Format;
+use crate::task::{ReadLimits, Task};
+
+/// Largest environment directory accepted, unpacked.
+pub const MAX_ENVIRONMENT_BYTES: u64 = 256 << 20;
+
+/// Why no task could be made for a sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The request is wrong (named field and why).
+    #[error("{0}")]
+    Invalid(String),
+    /// No such workspace task.
+    #[error("no task {0:?}")]
+    NoTask(String),
+    /// The uploaded environment is refused.
+    #[error("environment: {0}")]
+    Archive(#[from] TarError),
+    /// Writing or reading the environment on the server failed.
+    #[error("cannot prepare the environment: {0}")]
+    Io(String),
+}
+
+/// Where a sandbox comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A workspace task's environment.
+    Task(String),
+    /// An environment directory (tar, plain or gzip), optionally built on
+    /// `image` when it has no Dockerfile of its own.
+    Environment {
+        /// The archive.
+        archive: Vec<u8>,
+        /// Base image for an environment without a Dockerfile.
+        image: Option<String>,
+    },
+    /// An image reference alone.
+    Image(String),
+}
+
+/// How the sandbox is shaped, beyond its environment.
+#[derive(Debug, Clone, Default)]
+pub struct Shape {
+    /// Working directory of commands (default: the environment's WORKDIR).
+    pub workdir: Option<String>,
+    /// CPUs (Harbor's `[environment] cpus`).
+    pub cpus: Option<f64>,
+    /// Memory in MB (Harbor's `[environment] memory_mb`).
+    pub memory_mb: Option<u64>,
+    /// How long the sandbox may live (its wall-clock limit).
+    pub lifetime: Option<Duration>,
+}
+
+impl Source {
+    /// A short label: `task:ID`, `image:REF`, `environment:HASH`.
+    pub fn label(&self) -> String {
+        match self {
+            Source::Task(id) => format!("task:{id}"),
+            Source::Image(r) => format!("image:{r}"),
+            Source::Environment { archive, .. } => format!("environment:{}", short_hash(archive)),
+        }
+    }
+}
+
+fn short_hash(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))[..12].to_string()
+}
+
+/// An image reference as it may appear after `FROM`: no whitespace or
+/// control characters, at most 256 bytes.
+fn check_image(reference: &str) -> Result<(), SourceError> {
+    let ok = !reference.is_empty()
+        && reference.len() <= 256
+        && !reference.starts_with('-')
+        && reference
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\' | b'$' | b'`'));
+    if ok {
+        Ok(())
+    } else {
+        Err(SourceError::Invalid(format!(
+            "image: {reference:?} is not an image reference (name[:tag][@digest], no spaces or quotes)"
+        )))
+    }
+}
+
+/// The task a sandbox of `source` starts from. Blocking (reads the
+/// workspace, unpacks and reads the environment).
+pub fn task_for(
+    source: &Source,
+    shape: &Shape,
+    ws: &parking_lot::Mutex<Workspace>,
+) -> Result<Task, SourceError> {
+    let mut task = match source {
+        Source::Task(id) => ws
+            .lock()
+            .load_task(id)
+            .map_err(|_| SourceError::NoTask(id.clone()))?,
+        Source::Image(reference) => {
+            check_image(reference)?;
+            built(source, &[], Some(reference), shape)?
+        }
+        Source::Environment { archive, image } => {
+            if let Some(r) = image {
+                check_image(r)?;
+            }
+            built(source, archive, image.as_deref(), shape)?
+        }
+    };
+    if let Some(w) = &shape.workdir {
+        task.meta.environment.workdir = w.clone();
+    }
+    Ok(task)
+}
+
+/// A minimal Harbor task around the environment `archive` (or none),
+/// read back with the Harbor reader.
+fn built(
+    source: &Source,
+    archive: &[u8],
+    image: Option<&str>,
+    shape: &Shape,
+) -> Result<Task, SourceError> {
+    let io = |e: std::io::Error| SourceError::Io(e.to_string());
+    let tmp = tempfile::Builder::new()
+        .prefix("endless-sandbox-")
+        .tempdir()
+        .map_err(io)?;
+    // The directory's name is the task id: the same environment, the same id.
+    let name = match source.label().split_once(':') {
+        Some((_, rest)) if matches!(source, Source::Environment { .. }) => {
+            format!("sandbox-{rest}")
+        }
+        _ => format!("sandbox-{}", short_hash(source.label().as_bytes())),
+    };
+    let dir = tmp.path().join(name);
+    let env_dir = dir.join("environment");
+    std::fs::create_dir_all(&env_dir).map_err(io)?;
+    std::fs::create_dir_all(dir.join("tests")).map_err(io)?;
+    if !archive.is_empty() {
+        unpack_environment(archive, &env_dir, MAX_ENVIRONMENT_BYTES)?;
+    }
+    let dockerfile = env_dir.join("Dockerfile");
+    if std::fs::symlink_metadata(&dockerfile).is_err() {
+        let Some(image) = image else {
+            return Err(SourceError::Invalid(
+                "environment: the archive has no Dockerfile at its top and no image was named"
+                    .into(),
+            ));
+        };
+        let mut text = format!("FROM {image}\n");
+        // An image's own WORKDIR is not known here: Docker's default is /.
+        let workdir = shape.workdir.as_deref().unwrap_or("/");
+        text.push_str(&format!("WORKDIR {workdir}\n"));
+        std::fs::write(&dockerfile, text).map_err(io)?;
+    }
+    std::fs::write(dir.join("task.toml"), task_toml(shape)).map_err(io)?;
+    std::fs::write(
+        dir.join("instruction.md"),
+        "A sandbox of the endless sandbox API.\n",
+    )
+    .map_err(io)?;
+    read(&dir)
+}
+
+fn read(dir: &Path) -> Result<Task, SourceError> {
+    Format::Harbor
+        .read(dir, &ReadLimits::default())
+        .map_err(|e| SourceError::Invalid(format!("environment: {e}")))
+}
+
+/// The `task.toml` of a sandbox's Harbor task.
+fn task_toml(shape: &Shape) -> String {
+    let mut t = String::from("version = \"1.0\"\n\n[agent]\n");
+    let lifetime = shape.lifetime.unwrap_or(Duration::from_secs(3600));
+    t.push_str(&format!(
+        "timeout_sec = {:.1}\n\n[environment]\n",
+        lifetime.as_secs_f64()
+    ));
+    if let Some(c) = shape.cpus {
+        t.push_str(&format!("cpus = {c}\n"));
+    }
+    if let Some(m) = shape.memory_mb {
+        t.push_str(&format!("memory_mb = {m}\n"));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, parking_lot::Mutex<Workspace>) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        (dir, parking_lot::Mutex::new(ws))
+    }
+
+    #[test]
+    fn an_uploaded_environment_becomes_a_harbor_task_with_its_workdir() {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, body) in [
+            (
+                "Dockerfile",
+                &b"FROM debian:bookworm\nWORKDIR /srv\nCOPY data/x /srv/x\n"[..],
+            ),
+            ("data/x", b"hello\n"),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(body.len() as u64);
+            h.set_mode(0o644);
+            h.set_path(name).unwrap();
+            h.set_cksum();
+            b.append(&h, body).unwrap();
+        }
+        let archive = b.into_inner().unwrap();
+        let (_d, ws) = ws();
+        let source = Source::Environment {
+            archive: archive.clone(),
+            image: None,
+        };
+        let task = task_for(&source, &Shape::default(), &ws).unwrap();
+        assert_eq!(task.meta.environment.workdir, "/srv");
+        assert_eq!(task.meta.agent.user, "root");
+        assert!(task.environment.contains("data/x"));
+        assert!(task.id().starts_with("sandbox-"), "{}", task.id());
+        // The same archive makes the same task id (one cached image).
+        assert_eq!(
+            task_for(&source, &Shape::default(), &ws).unwrap().id(),
+            task.id()
+        );
+    }
+
+    #[test]
+    fn images_and_missing_dockerfiles_are_checked() {
+        let (_d, ws) = ws();
+        let shape = Shape {
+            workdir: Some("/app".into()),
+            ..Shape::default()
+        };
+        let task = task_for(&Source::Image("python:3.12-slim".into()), &shape, &ws).unwrap();
+        assert_eq!(task.meta.environment.workdir, "/app");
+        let bad = task_for(&Source::Image("x\nRUN rm -rf /".into()), &shape, &ws).unwrap_err();
+        assert!(bad.to_string().contains("image:"), "{bad}");
+        let empty = Source::Environment {
+            archive: tar::Builder::new(Vec::new()).into_inner().unwrap(),
+            image: None,
+        };
+        let e = task_for(&empty, &shape, &ws).unwrap_err().to_string();
+        assert!(e.contains("no Dockerfile"), "{e}");
+        assert!(matches!(
+            task_for(&Source::Task("nope".into()), &shape, &ws),
+            Err(SourceError::NoTask(_))
+        ));
+    }
+}

@@ -1,0 +1,222 @@
+//! The documentation, checked against the code it describes:
+//!
+//! - `docs/cli.md` is exactly what `endless::cli::reference` renders from
+//!   the clap definitions;
+//! - every relative link in README.md, python/README.md and docs/**/*.md
+//!   resolves (the file exists, an `#anchor` is one of its headings);
+//! - every `endless ...` command in their code blocks parses, and every one
+//!   quoted inline names real subcommands and options;
+//! - every `scripts/...`, `python/...`, `src/...` (and other repository
+//!   directory) path they name exists;
+//! - every TUI capture is the screen of the snapshot test it names;
+//! - README.md stays a short guide.
+//!
+//! `UPDATE_DOCS=1 cargo test --test docs` rewrites docs/cli.md and the
+//! captures instead of failing on them.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly
+
+#[path = "docs/captures.rs"]
+mod captures;
+#[path = "docs/checks.rs"]
+mod checks;
+#[path = "docs/markdown.rs"]
+mod markdown;
+
+use std::path::{Path, PathBuf};
+
+/// README.md's length limit: the guide people read first stays short; the
+/// rest belongs in docs/.
+const README_MAX_LINES: usize = 250;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn update() -> bool {
+    std::env::var_os("UPDATE_DOCS").is_some_and(|v| v == "1")
+}
+
+/// The Markdown files the checks read, below `root`.
+fn doc_files(root: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = ["README.md", "python/README.md"]
+        .iter()
+        .map(|f| root.join(f))
+        .filter(|f| f.exists())
+        .collect();
+    let docs = root.join("docs");
+    if docs.is_dir() {
+        let mut found: Vec<PathBuf> = walkdir::WalkDir::new(&docs)
+            .into_iter()
+            .filter_map(Result::ok)
+            .map(|e| e.into_path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        found.sort();
+        files.extend(found);
+    }
+    files
+}
+
+/// Every problem the link, command, path and capture checks find below
+/// `root`; with `update`, captures that differ are rewritten instead.
+fn problems(root: &Path, update: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for file in doc_files(root) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let doc = markdown::parse(&text);
+        out.extend(checks::links(root, &file, &doc));
+        out.extend(checks::commands(root, &file, &doc));
+        out.extend(checks::paths(root, &file, &text));
+        let (found, rewritten) = captures::check(root, &file, &text, &doc, update);
+        out.extend(found);
+        if let Some(new) = rewritten {
+            endless::fsutil::write_atomic(&file, new.as_bytes()).unwrap();
+            eprintln!("rewrote the captures of {}", file.display());
+        }
+    }
+    out
+}
+
+#[test]
+fn cli_reference_is_generated_from_clap() {
+    let path = root().join("docs/cli.md");
+    let want = endless::cli::reference::markdown();
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    if have == want {
+        return;
+    }
+    if update() {
+        endless::fsutil::write_atomic(&path, want.as_bytes()).unwrap();
+        eprintln!("rewrote {}", path.display());
+        return;
+    }
+    let line = have
+        .lines()
+        .zip(want.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or_else(|| have.lines().count().min(want.lines().count()));
+    panic!(
+        "docs/cli.md is not what the clap definitions render (first difference at line {}:\n  file:      {:?}\n  rendered:  {:?})\n\
+         After changing src/cli.rs, run `UPDATE_DOCS=1 cargo test --test docs` to regenerate it.",
+        line + 1,
+        have.lines().nth(line).unwrap_or("<end of file>"),
+        want.lines().nth(line).unwrap_or("<end of file>"),
+    );
+}
+
+#[test]
+fn links_commands_paths_and_captures_hold() {
+    let found = problems(&root(), update());
+    assert!(
+        found.is_empty(),
+        "{} problem(s) in the documentation:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn readme_is_short() {
+    let n = std::fs::read_to_string(root().join("README.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        n <= README_MAX_LINES,
+        "README.md has {n} lines (at most {README_MAX_LINES}): move the details into docs/"
+    );
+}
+
+/// The checks on a made-up repository with one mistake of each kind: each
+/// is reported, naming the file and line.
+#[test]
+fn checks_catch_each_kind_of_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    std::fs::write(root.join("scripts/run.sh"), "").unwrap();
+    std::fs::create_dir_all(root.join("src/tui/tests/snapshots")).unwrap();
+    std::fs::write(
+        root.join("src/tui/tests/snapshots/endless__tui__tests__x__tiny_80x24.snap"),
+        "---\nsource: x\nexpression: y\n---\n\" Tasks | Live | Training  \"\n\"row one\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("docs/guide.md"),
+        "# Guide\n\n## Good part\n\nBack to [the start](../README.md#start).\n",
+    )
+    .unwrap();
+    let readme = [
+        "# Start",                                                                         // 1
+        "",                                                                                // 2
+        "[fine](docs/guide.md#good-part) [self](#start)",                                  // 3
+        "[gone](docs/missing.md)",                                                         // 4
+        "[bad anchor](docs/guide.md#no-such-part)",                                        // 5
+        "",                                                                                // 6
+        "```sh",                                                                           // 7
+        "./scripts/run.sh",                                                                // 8
+        "endless tasks list --json",                                                       // 9
+        "endless frobnicate --now",                                                        // 10
+        "endless tasks list --no-such-flag && endless eval --policy oracle",               // 11
+        "endless tasks show <ID>   # (placeholders)",                                      // 12
+        "```",                                                                             // 13
+        "",                                                                                // 14
+        "Run `endless tasks lst` or `endless bench bogus` or `endless eval --samplez 3`.", // 15
+        "See `scripts/missing.sh` and scripts/run.sh.",                                    // 16
+        "",                                                                                // 17
+        "<!-- snapshot: tiny_80x24 -->",                                                   // 18
+        "```text",                                                                         // 19
+        " Tasks | Live | Training",                                                        // 20
+        "row two",                                                                         // 21
+        "```",                                                                             // 22
+        "",                                                                                // 23
+        "```text",                                                                         // 24
+        " Tasks | Live | Training",                                                        // 25
+        "```",                                                                             // 26
+    ]
+    .join("\n");
+    std::fs::write(root.join("README.md"), &readme).unwrap();
+
+    let found = problems(root, false);
+    let expect = [
+        "README.md:4: link to `docs/missing.md`: docs/missing.md does not exist",
+        "README.md:5: link to `docs/guide.md#no-such-part`: docs/guide.md has no heading with anchor #no-such-part",
+        "README.md:10: `endless frobnicate --now` does not parse: unrecognized subcommand 'frobnicate'",
+        "README.md:11: `endless tasks list --no-such-flag` does not parse: unexpected argument '--no-such-flag' found",
+        "README.md:15: `endless tasks lst`: `endless tasks` has no subcommand `lst`",
+        "README.md:15: `endless bench bogus`: `endless bench` does not take `bogus`",
+        "README.md:15: `endless eval --samplez 3`: `endless eval` has no option `--samplez`",
+        "README.md:16: `scripts/missing.sh` does not exist",
+        "README.md:20: the capture differs from snapshot `tiny_80x24`",
+        "README.md:25: a TUI capture without `<!-- snapshot: NAME -->` above it",
+    ];
+    for e in expect {
+        assert!(
+            found.iter().any(|f| f.starts_with(e)),
+            "not reported: {e}\nfound:\n{}",
+            found.join("\n")
+        );
+    }
+    assert_eq!(
+        found.len(),
+        expect.len(),
+        "unexpected reports:\n{}",
+        found.join("\n")
+    );
+
+    // UPDATE_DOCS rewrites the stale capture from its snapshot and leaves the rest.
+    let after = problems(root, true);
+    assert_eq!(after.len(), expect.len() - 1, "{}", after.join("\n"));
+    let text = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        text.contains(
+            "<!-- snapshot: tiny_80x24 -->\n```text\n Tasks | Live | Training\nrow one\n```"
+        ),
+        "{text}"
+    );
+    assert!(problems(root, false)
+        .iter()
+        .all(|p| !p.contains("tiny_80x24")));
+}

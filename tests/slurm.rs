@@ -1,0 +1,482 @@
+//! `endless slurm submit|status` on a real single-node Slurm cluster that
+//! the test starts: `munged`, `slurmctld` and `slurmd` (Debian's `munge`
+//! and `slurm-wlm`), on loopback ports, with their key, state, spool and
+//! logs in a temporary directory, stopped at the end even when the test
+//! fails. A 4-shard validation and a 4-shard oracle evaluation of offline
+//! tasks, submitted as job arrays with their merge jobs, give the same
+//! verdicts, report and pass@k as one unsharded run; a failed shard is
+//! reported with its log, re-run alone from the kept batch script, and
+//! merged.
+//!
+//! Needs root (the daemons run as root) and the packages: the test fails,
+//! saying so, without them.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A single-node Slurm cluster, stopped on drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+    conf: PathBuf,
+}
+
+fn need(tool: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+        || Path::new("/usr/sbin").join(tool).is_file();
+    assert!(
+        found,
+        "`{tool}` is not installed: this test starts a real Slurm cluster and needs Debian's \
+         slurm-wlm and munge (`apt-get install -y slurm-wlm munge`)"
+    );
+}
+
+fn sbin(tool: &str) -> PathBuf {
+    let p = Path::new("/usr/sbin").join(tool);
+    if p.is_file() {
+        p
+    } else {
+        PathBuf::from(tool)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn run_ok(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        for tool in [
+            "munged",
+            "slurmctld",
+            "slurmd",
+            "sbatch",
+            "squeue",
+            "sinfo",
+            "scancel",
+        ] {
+            need(tool);
+        }
+        let user = String::from_utf8(run_ok(Command::new("id").arg("-un"), "id").stdout).unwrap();
+        assert_eq!(
+            user.trim(),
+            "root",
+            "the Slurm test starts slurmd, which runs as root"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let munge = d.join("munge");
+        for sub in ["munge", "state", "spool", "log"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&munge, std::fs::Permissions::from_mode(0o711)).unwrap();
+        // A fresh munge key: 1 KiB of randomness, readable by its owner only.
+        let key = munge.join("munge.key");
+        let mut bytes = vec![0u8; 1024];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+            .unwrap();
+        std::fs::write(&key, &bytes).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let host = String::from_utf8(run_ok(Command::new("hostname").arg("-s"), "hostname").stdout)
+            .unwrap()
+            .trim()
+            .to_string();
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let p = |s: &str| d.join(s).display().to_string();
+        let conf = format!(
+            "ClusterName=endlesstest\n\
+             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldPort={ctld}\n\
+             SlurmdPort={slurmd}\n\
+             AuthType=auth/munge\n\
+             AuthInfo=socket={sock}\n\
+             CredType=cred/munge\n\
+             SlurmUser=root\n\
+             SlurmdUser=root\n\
+             StateSaveLocation={state}\n\
+             SlurmdSpoolDir={spool}\n\
+             SlurmctldPidFile={ctldpid}\n\
+             SlurmdPidFile={slurmdpid}\n\
+             SlurmctldLogFile={ctldlog}\n\
+             SlurmdLogFile={slurmdlog}\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             JobCompType=jobcomp/none\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_CPU\n\
+             MpiDefault=none\n\
+             ReturnToService=2\n\
+             MinJobAge=600\n\
+             NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n\
+             PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4\n",
+            ctld = free_port(),
+            slurmd = free_port(),
+            sock = munge.join("munge.sock").display(),
+            state = p("state"),
+            spool = p("spool"),
+            ctldpid = p("slurmctld.pid"),
+            slurmdpid = p("slurmd.pid"),
+            ctldlog = p("log/slurmctld.log"),
+            slurmdlog = p("log/slurmd.log"),
+        );
+        let conf_path = d.join("slurm.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let cluster = Cluster {
+            dir,
+            conf: conf_path,
+        };
+        run_ok(
+            Command::new(sbin("munged"))
+                .arg("--force")
+                .arg(format!("--key-file={}", key.display()))
+                .arg(format!("--socket={}", munge.join("munge.sock").display()))
+                .arg(format!("--pid-file={}", munge.join("munged.pid").display()))
+                .arg(format!("--log-file={}", munge.join("munged.log").display()))
+                .arg(format!("--seed-file={}", munge.join("seed").display())),
+            "starting munged",
+        );
+        run_ok(
+            Command::new(sbin("slurmctld"))
+                .args(["-i", "-f"])
+                .arg(&cluster.conf),
+            "starting slurmctld",
+        );
+        run_ok(
+            Command::new(sbin("slurmd"))
+                .args(["-N", &host, "-f"])
+                .arg(&cluster.conf),
+            "starting slurmd",
+        );
+        let start = Instant::now();
+        loop {
+            let out = cluster
+                .cmd("sinfo")
+                .args(["-h", "-o", "%T"])
+                .output()
+                .unwrap();
+            let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if state == "idle" {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the Slurm node did not come up (state {state:?}): {}",
+                cluster.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        cluster
+    }
+
+    /// A Slurm client command against this cluster.
+    fn cmd(&self, tool: &str) -> Command {
+        let mut c = Command::new(tool);
+        c.env("SLURM_CONF", &self.conf);
+        c
+    }
+
+    fn logs(&self) -> String {
+        ["log/slurmctld.log", "log/slurmd.log", "munge/munged.log"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                format!(
+                    "--- {f}\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Stop a daemon by its pid file, waiting for it to go.
+    fn stop(&self, pid_file: &str) {
+        let Ok(pid) = std::fs::read_to_string(self.dir.path().join(pid_file)) else {
+            return;
+        };
+        let pid = pid.trim();
+        if pid.is_empty() {
+            return;
+        }
+        let _ = Command::new("kill").args(["-TERM", pid]).status();
+        let proc_dir = Path::new("/proc").join(pid);
+        let start = Instant::now();
+        while proc_dir.exists() && start.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if proc_dir.exists() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Jobs of this private cluster first, then the daemons.
+        let _ = self
+            .cmd("scancel")
+            .args(["--quiet", "--user", "root"])
+            .status();
+        std::thread::sleep(Duration::from_millis(500));
+        self.stop("slurmd.pid");
+        self.stop("slurmctld.pid");
+        self.stop("munge/munged.pid");
+    }
+}
+
+/// `endless --workspace WS ARGS...` against `cluster`, with cache, state
+/// and config shared below `home`.
+fn endless(cluster: &Cluster, home: &Path, ws: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws)
+        .arg("--create")
+        .args(args)
+        .env("SLURM_CONF", &cluster.conf)
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("XDG_STATE_HOME", home.join(".state"))
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+fn json(out: Output) -> Value {
+    let out = ok(out);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Poll `endless slurm status NAME --json` until `done` says so.
+fn wait_for(
+    cluster: &Cluster,
+    home: &Path,
+    main: &Path,
+    name: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let out = endless(cluster, home, main, &["slurm", "status", name, "--json"]);
+        let status: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        if done(&status[0]) {
+            return status[0].clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "job {name} did not finish: {status:#}\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn merged(s: &Value) -> bool {
+    s["merge"] == "COMPLETED"
+}
+
+fn log(path: &Value) -> String {
+    std::fs::read_to_string(path.as_str().unwrap()).unwrap_or_default()
+}
+
+fn with_tasks(cluster: &Cluster, home: &Path, name: &str) -> PathBuf {
+    let ws = home.join(name);
+    ok(endless(
+        cluster,
+        home,
+        &ws,
+        &["generate", "--offline", "--count", "8", "--seed", "4"],
+    ));
+    ws
+}
+
+fn stored_verdicts(cluster: &Cluster, home: &Path, ws: &Path) -> Vec<(Value, Value, Value)> {
+    let v = json(endless(
+        cluster,
+        home,
+        ws,
+        &["tasks", "validate", "--all", "--stored", "--json"],
+    ));
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["id"].clone(), x["ok"].clone(), x["problems"].clone()))
+        .collect()
+}
+
+fn pass_at_k(cluster: &Cluster, home: &Path, ws: &Path) -> Vec<(Value, Value)> {
+    json(endless(cluster, home, ws, &["tasks", "list", "--json"]))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].clone(), t["pass_at_k"].clone()))
+        .collect()
+}
+
+#[test]
+fn sharded_validation_and_eval_as_slurm_arrays_merge_to_one_unsharded_run() {
+    let cluster = Cluster::start();
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let whole = with_tasks(&cluster, home, "whole");
+    let main = with_tasks(&cluster, home, "main");
+    ok(endless(
+        &cluster,
+        home,
+        &whole,
+        &["tasks", "validate", "--all"],
+    ));
+    let eval = ["eval", "--policy", "oracle", "--samples", "2"];
+    let mut eval_json = eval.to_vec();
+    eval_json.push("--json");
+    let one = json(endless(&cluster, home, &whole, &eval_json));
+    let run = one["run"].as_str().unwrap().to_string();
+
+    // Validation: 4 array tasks and the merge job.
+    let mut submit = vec![
+        "slurm", "submit", "--shards", "4", "--name", "val", "--json", "--",
+    ];
+    submit.extend(["tasks", "validate", "--all"]);
+    let job = json(endless(&cluster, home, &main, &submit));
+    assert!(
+        job["array_job"].is_string() && job["merge_job"].is_string(),
+        "{job}"
+    );
+    let dir = PathBuf::from(job["dir"].as_str().unwrap());
+    assert!(dir.join("array.sbatch").is_file() && dir.join("merge.sbatch").is_file());
+    let status = wait_for(&cluster, home, &main, "val", |s| {
+        merged(s) || s["merge"] == "CANCELLED" || s["merge"] == "FAILED"
+    });
+    assert!(merged(&status), "{status:#}\n{}", cluster.logs());
+    for shard in status["shards"].as_array().unwrap() {
+        assert_eq!(shard["done"], true, "{status:#}");
+        assert_eq!(shard["state"], "COMPLETED", "{status:#}");
+    }
+    assert!(
+        log(&Value::String(
+            dir.join("logs/merge.out").display().to_string()
+        ))
+        .contains("merged"),
+        "the merge job's log says what it merged"
+    );
+    assert_eq!(
+        stored_verdicts(&cluster, home, &main),
+        stored_verdicts(&cluster, home, &whole)
+    );
+    ok(endless(&cluster, home, &main, &["slurm", "status", "val"]));
+
+    // Evaluation, written first and submitted by the same command; shard 2
+    // is broken before it runs, fails, and is re-run alone.
+    let mut write = vec![
+        "slurm",
+        "submit",
+        "--shards",
+        "4",
+        "--name",
+        "ev",
+        "--no-submit",
+        "--json",
+        "--",
+    ];
+    write.extend(eval);
+    let job = json(endless(&cluster, home, &main, &write));
+    assert!(job["array_job"].is_null(), "{job}");
+    let dir = PathBuf::from(job["dir"].as_str().unwrap());
+    let broken = dir.join("shard-2").join("endless.toml");
+    std::fs::write(&broken, "[sandbox\nnot toml").unwrap();
+    let mut submit = vec![
+        "slurm", "submit", "--shards", "4", "--name", "ev", "--json", "--",
+    ];
+    submit.extend(eval);
+    let job = json(endless(&cluster, home, &main, &submit));
+    assert!(job["array_job"].is_string(), "{job}");
+    let status = wait_for(&cluster, home, &main, "ev", |s| {
+        s["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["done"] == true || x["state"] == "FAILED")
+            && s["merge"] != "PENDING"
+    });
+    let shards = status["shards"].as_array().unwrap();
+    assert_eq!(shards[2]["state"], "FAILED", "{status:#}");
+    assert!(
+        log(&shards[2]["log"]).contains("endless.toml"),
+        "{}",
+        log(&shards[2]["log"])
+    );
+    assert_ne!(status["merge"], "COMPLETED", "{status:#}");
+    let text = endless(&cluster, home, &main, &["slurm", "status", "ev"]);
+    assert!(!text.status.success(), "a failed shard fails the status");
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        out.contains("shard 2 failed: log") && out.contains("sbatch --array=2"),
+        "{out}"
+    );
+    // Re-run shard 2 alone from the kept script, then merge.
+    std::fs::remove_file(&broken).unwrap();
+    let again = cluster
+        .cmd("sbatch")
+        .args(["--parsable", "--wait", "--array=2"])
+        .arg(dir.join("array.sbatch"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("XDG_STATE_HOME", home.join(".state"))
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let merged_out = json(endless(
+        &cluster,
+        home,
+        &main,
+        &["workspace", "merge", dir.to_str().unwrap(), "--json"],
+    ));
+    assert_eq!(merged_out["finished"], run.as_str(), "{merged_out}");
+    let report =
+        |ws: &Path| std::fs::read_to_string(ws.join("runs").join(&run).join("report.md")).unwrap();
+    assert_eq!(report(&main), report(&whole));
+    assert_eq!(
+        pass_at_k(&cluster, home, &main),
+        pass_at_k(&cluster, home, &whole)
+    );
+}
