@@ -1361,3 +1361,193 @@ async fn the_openapi_document_describes_the_served_routes() {
     let (status, said) = server.stop();
     assert!(status.success(), "{said}");
 }
+
+/// `GET path` read as NDJSON as it arrives: the status, and each line
+/// (parsed) with when it came, until the answer ends (then the channel
+/// closes).
+async fn ndjson_lines(
+    api: &Api,
+    path: &str,
+) -> (u16, tokio::sync::mpsc::UnboundedReceiver<(Value, Instant)>) {
+    let mut req = api.http.get(format!("{}{path}", api.url));
+    if let Some(t) = &api.token {
+        req = req.bearer_auth(t);
+    }
+    let mut resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    if status == 200 {
+        assert_eq!(
+            resp.headers()["content-type"],
+            "application/x-ndjson",
+            "{path}"
+        );
+    }
+    tokio::spawn(async move {
+        let mut buf = Vec::new();
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            buf.extend_from_slice(&chunk);
+            while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=end).collect();
+                let v: Value = serde_json::from_slice(&line).unwrap();
+                if tx.send((v, Instant::now())).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (status, rx)
+}
+
+/// The next line of `rx` that is not a `ping` (within 60 s).
+async fn next_line(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(Value, Instant)>,
+) -> (Value, Instant) {
+    loop {
+        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("no line within 60 s")
+            .expect("the stream ended");
+        if got.0["type"] != "ping" {
+            return got;
+        }
+    }
+}
+
+/// Issue 36: a session's terminal output and turns, live over the API
+/// (what the TUI's Live shows of another node's sessions), to its own
+/// token only, ending with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_streams_its_terminal_and_turns_live_to_its_token() {
+    let (ws, task) = workspace();
+    write_tokens(ws.path(), &["first-client-token", "second-client-token"]);
+    let server = Served::start(ws.path(), &["--reward", "binary"]);
+    let api = server.client();
+    let other = Api {
+        token: Some("second-client-token".into()),
+        ..server.client()
+    };
+    let (s, opened) = api
+        .post("/v1/sessions", json!({"task_id": task, "run": "watch"}))
+        .await;
+    assert_eq!(s, 200, "{opened}");
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    let path = format!("/v1/sessions/{id}");
+
+    // Another token, no token, a bad id: refused.
+    assert_eq!(ndjson_lines(&other, &format!("{path}/stream")).await.0, 404);
+    let none = Api {
+        token: None,
+        ..server.client()
+    };
+    assert_eq!(ndjson_lines(&none, &format!("{path}/stream")).await.0, 401);
+    assert_eq!(ndjson_lines(&api, "/v1/sessions/abc/stream").await.0, 400);
+
+    let (s, mut rx) = ndjson_lines(&api, &format!("{path}/stream")).await;
+    assert_eq!(s, 200);
+    let (hello, _) = next_line(&mut rx).await;
+    assert_eq!(hello["type"], "session", "{hello}");
+    assert_eq!(hello["session_id"], id.as_str());
+    assert_eq!(hello["task_id"], task.as_str());
+    assert_eq!(hello["turns"], 0);
+
+    // The command's first line arrives while it still runs (it sleeps 2 s
+    // before its second); the shell's echo of the command line shows
+    // `$((40+2))`, its output `42`.
+    let step = {
+        let api = Api {
+            token: Some("first-client-token".into()),
+            ..server.client()
+        };
+        let path = path.clone();
+        tokio::spawn(async move {
+            let answer = api
+                .post(
+                    &format!("{path}/step"),
+                    json!({"reply": "<command>echo FIRST-$((40+2)); sleep 2; echo SECOND-$((40+3))</command>"}),
+                )
+                .await;
+            (answer, Instant::now())
+        })
+    };
+    let mut output = String::new();
+    let first_at = loop {
+        let (v, at) = next_line(&mut rx).await;
+        assert_eq!(v["type"], "output", "{v}");
+        output.push_str(v["data"].as_str().unwrap());
+        if output.contains("FIRST-42") {
+            break at;
+        }
+    };
+    assert!(
+        output.contains("echo FIRST-$((40+2))"),
+        "the command line is echoed: {output:?}"
+    );
+    let turn = loop {
+        let (v, _) = next_line(&mut rx).await;
+        match v["type"].as_str() {
+            Some("output") => output.push_str(v["data"].as_str().unwrap()),
+            Some("turn") => break v,
+            _ => panic!("{v}"),
+        }
+    };
+    let ((s, stepped), stepped_at) = step.await.unwrap();
+    assert_eq!(s, 200, "{stepped}");
+    assert!(
+        stepped_at.duration_since(first_at) > Duration::from_millis(1500),
+        "the first line came {:?} before the step's answer",
+        stepped_at.duration_since(first_at)
+    );
+    assert!(output.contains("SECOND-43"), "{output:?}");
+    assert!(!output.contains("__ENDLESS"), "markers leak: {output:?}");
+    assert_eq!(
+        (turn["turn"].as_u64(), turn["kind"].as_str()),
+        (Some(1), Some("command")),
+        "{turn}"
+    );
+    assert_eq!(turn["exit_code"], 0, "{turn}");
+
+    // A second watcher joins mid-session; both see the end, then the
+    // answers end.
+    let (_, mut late) = ndjson_lines(&api, &format!("{path}/stream")).await;
+    assert_eq!(next_line(&mut late).await.0["turns"], 1);
+    let (s, done) = api
+        .post(
+            &format!("{path}/step"),
+            json!({"reply": "<action>done</action>"}),
+        )
+        .await;
+    assert_eq!((s, &done["done"]), (200, &json!(true)), "{done}");
+    for rx in [&mut rx, &mut late] {
+        let end = loop {
+            let (v, _) = next_line(rx).await;
+            if v["type"] == "end" {
+                break v;
+            }
+            assert!(
+                ["output", "turn"].contains(&v["type"].as_str().unwrap()),
+                "{v}"
+            );
+        };
+        assert_eq!(end["end_reason"], done["info"]["end_reason"], "{end}");
+        assert_eq!(end["passed"], false, "{end}");
+        assert_eq!(end["turns"], 2, "{end}");
+        let closed = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+        assert!(
+            matches!(closed, Ok(None)),
+            "the stream did not end: {closed:?}"
+        );
+    }
+
+    // A session that ended answers its hello and its end at once.
+    let (s, mut after) = ndjson_lines(&api, &format!("{path}/stream")).await;
+    assert_eq!(s, 200);
+    assert_eq!(next_line(&mut after).await.0["type"], "session");
+    assert_eq!(next_line(&mut after).await.0["type"], "end");
+    let closed = tokio::time::timeout(Duration::from_secs(10), after.recv()).await;
+    assert!(matches!(closed, Ok(None)), "{closed:?}");
+    let (s, _) = api.delete(&path).await;
+    assert_eq!(s, 200);
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}

@@ -425,3 +425,116 @@ async fn a_served_tasks_environment_by_id_without_its_tests_or_solution() {
         ran.stdout
     );
 }
+
+/// Issue 32: an exec's output leaves the server as the command writes it
+/// (Harbor shows an agent's long commands live), stdout and stderr apart,
+/// then the exit status.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_output_arrives_as_the_command_writes_it() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &[]);
+    let api = served.client();
+    let created = api
+        .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
+        .await;
+    assert_eq!(created.status, 201, "{}", created.raw);
+    let id = created.body["sandbox_id"].as_str().unwrap().to_string();
+    let t0 = Instant::now();
+    let mut resp = api
+        .http
+        .post(format!("{}/v1/sandboxes/{id}/exec", api.url))
+        .bearer_auth(&api.token)
+        .json(&json!({"command": "echo a; echo e >&2; sleep 2; echo b", "timeout_sec": 30}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    let (mut buf, mut lines) = (Vec::new(), Vec::<(Value, Duration)>::new());
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        buf.extend_from_slice(&chunk);
+        while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            lines.push((serde_json::from_slice(&line).unwrap(), t0.elapsed()));
+        }
+    }
+    let text = |stream: &str| -> String {
+        lines
+            .iter()
+            .filter(|(v, _)| v["stream"] == stream)
+            .map(|(v, _)| v["data"].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        (text("stdout").as_str(), text("stderr").as_str()),
+        ("a\nb\n", "e\n")
+    );
+    let first = lines.iter().find(|(v, _)| v["stream"] == "stdout").unwrap();
+    let (last, ended) = lines.last().unwrap();
+    assert_eq!(last["exit_code"], 0, "{last}");
+    assert_eq!(last["timed_out"], false);
+    assert!(last["duration_secs"].as_f64().unwrap() >= 2.0, "{last}");
+    assert!(
+        *ended - first.1 > Duration::from_millis(1500),
+        "the first piece came at {:?}, the end at {ended:?}",
+        first.1
+    );
+}
+
+/// Issue 32: `user` in an exec: the sandbox's own user always; another
+/// account of its /etc/passwd when the server runs as root (its sandboxes
+/// map other ids); refused with a 400 naming `user` otherwise (see
+/// tests/attacks/sandbox_exec_users.rs for what such a user can reach).
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_runs_as_the_accounts_of_the_sandboxes_passwd() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &[]);
+    let api = served.client();
+    let created = api
+        .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
+        .await;
+    assert_eq!(created.status, 201, "{}", created.raw);
+    let id = created.body["sandbox_id"].as_str().unwrap().to_string();
+    let own = created.body["user"].as_str().unwrap().to_string();
+    let ran = exec(&api, &id, json!({"command": "id -un", "user": own})).await;
+    assert_eq!(ran.stdout, format!("{own}\n"), "{}", ran.stderr);
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    for user in [json!("nobody"), json!(65534), json!("65534")] {
+        let ran = exec(
+            &api,
+            &id,
+            json!({"command": "id -un; id -g; echo $HOME", "user": user}),
+        )
+        .await;
+        if root {
+            assert_eq!(ran.status, 200, "{user}: {}", ran.last);
+            assert_eq!(
+                ran.stdout, "nobody\n65534\n/nonexistent\n",
+                "{user}: {}",
+                ran.stderr
+            );
+        } else {
+            assert_eq!(ran.status, 400, "{user}: {}", ran.last);
+            let e = ran.last["error"].as_str().unwrap();
+            assert!(e.starts_with("user:") && e.contains("unprivileged"), "{e}");
+        }
+    }
+    for (user, says) in [
+        (
+            json!("no-such-user"),
+            "not an account of the sandbox's /etc/passwd",
+        ),
+        (json!(4242), "not an account of the sandbox's /etc/passwd"),
+        (json!(-1), "neither an account name nor a uid"),
+        (json!({"name": "root"}), "neither an account name nor a uid"),
+    ] {
+        let ran = exec(&api, &id, json!({"command": "true", "user": user})).await;
+        assert_eq!(ran.status, 400, "{user}: {}", ran.last);
+        let e = ran.last["error"].as_str().unwrap();
+        assert!(e.starts_with("user:"), "{e}");
+        if root {
+            assert!(e.contains(says), "{user}: {e}");
+        }
+    }
+}

@@ -6,7 +6,8 @@ The environment talks to a running ``endless serve`` through its sandbox API
 (``/v1/sandboxes``): the task's ``environment/`` directory (its Dockerfile and build
 context) is sent at start and built by endless like any Harbor task's; commands, the
 agent's and Harbor's own verifier's, run in the sandbox as its user (root for Harbor
-tasks) under the same isolation as every endless session; files go up and down as tar.
+tasks), or as the ``user`` Harbor asks for, under the same isolation as every endless
+session, their output streamed as it comes; files go up and down as tar.
 
 Where the server is:
 
@@ -14,8 +15,10 @@ Where the server is:
 * ``--ek token=TOKEN``, ``--ek token_file=PATH``, ``$ENDLESS_TOKEN`` or the first token
   in ``$ENDLESS_TOKEN_FILE`` (the file ``endless serve --token-file`` wrote).
 
-Limits: sandboxes have no network (tasks whose tests download packages fail), commands
-run as the sandbox's one user, and a download is at most 16 MiB. Needs Python >= 3.12
+Limits: sandboxes have no network (tasks whose tests download packages fail), another
+``user`` than the sandbox's runs only when the server runs as root (its sandboxes map the
+image's accounts; a rootless server's run their own user only), and a download is at most
+16 MiB. Needs Python >= 3.12
 and ``harbor`` (``pip install 'endless-env[harbor]'``); the rest of ``endless_env``
 does not import this module.
 """

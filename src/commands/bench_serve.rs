@@ -77,6 +77,10 @@ pub struct ServeBench {
     pub overhead_p50_ms: f64,
     /// HTTP p99 command-step latency minus in-process, milliseconds.
     pub overhead_p99_ms: f64,
+    /// The server's own time per command step, measured per request: the
+    /// client's latency minus the episode's step inside the server (its
+    /// `Server-Timing` header): HTTP, JSON, routing, the worker hand-off.
+    pub server_overhead: Overhead,
     /// HTTP over in-process: sessions per minute.
     pub ratio_sessions_per_minute: f64,
     /// HTTP over in-process: step latency p50.
@@ -90,6 +94,69 @@ pub struct ServeBench {
     /// A real `endless serve`'s memory after `clients` sessions at once,
     /// per allocator.
     pub server_memory: Vec<ServerMemory>,
+    /// The figures against issue 32's goals.
+    pub goals: Goals,
+}
+
+/// The server's own time per step, from [`ServeBench::server_overhead`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Overhead {
+    /// Steps measured.
+    pub steps: usize,
+    /// Median, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile, milliseconds.
+    pub p99_ms: f64,
+}
+
+/// Server overhead per step at p50 under this (issue 32's goal).
+pub const OVERHEAD_GOAL_MS: f64 = 1.0;
+/// `endless serve`'s memory after the sessions, at most this many times
+/// the C library allocator's figure (issue 32's goal).
+pub const MEMORY_GOAL_RATIO: f64 = 2.0;
+
+/// The bench's figures against its goals.
+#[derive(Debug, Clone, Serialize)]
+pub struct Goals {
+    /// Built with optimizations (the goals are for a release build).
+    pub release_build: bool,
+    /// Server overhead per step at p50 is under [`OVERHEAD_GOAL_MS`].
+    pub overhead_met: bool,
+    /// `endless serve`'s memory after the sessions (on the allocator it
+    /// runs on) over the C library allocator's (glibc's), when both ran.
+    pub memory_vs_glibc: Option<f64>,
+    /// That ratio is at most [`MEMORY_GOAL_RATIO`].
+    pub memory_met: Option<bool>,
+}
+
+impl Goals {
+    /// The goals of a run with these figures.
+    fn of(overhead_p50_ms: f64, memory: &[ServerMemory]) -> Goals {
+        let after = |pick: &dyn Fn(&ServerMemory) -> bool| {
+            memory.iter().find(|m| pick(m)).map(|m| m.after_mib)
+        };
+        let ratio = match (
+            after(&|m| m.serve_default),
+            after(&|m| m.allocator == "system"),
+        ) {
+            (Some(serve), Some(glibc)) if glibc > 0.0 => Some(serve / glibc),
+            _ => None,
+        };
+        Goals {
+            release_build: !cfg!(debug_assertions),
+            overhead_met: overhead_p50_ms < OVERHEAD_GOAL_MS,
+            memory_vs_glibc: ratio,
+            memory_met: ratio.map(|r| r <= MEMORY_GOAL_RATIO),
+        }
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
 }
 
 impl std::fmt::Display for ServeBench {
@@ -146,8 +213,13 @@ impl std::fmt::Display for ServeBench {
         )?;
         writeln!(
             f,
-            "server overhead per step: p50 {:.2} ms, p99 {:.2} ms",
+            "step latency, http minus in-process (both sides' sandboxes vary): p50 {:.2} ms, p99 {:.2} ms",
             self.overhead_p50_ms, self.overhead_p99_ms
+        )?;
+        writeln!(
+            f,
+            "server overhead per step (each request's latency minus its step inside the server, {} steps): p50 {:.3} ms, p99 {:.3} ms",
+            self.server_overhead.steps, self.server_overhead.p50_ms, self.server_overhead.p99_ms
         )?;
         writeln!(
             f,
@@ -157,7 +229,30 @@ impl std::fmt::Display for ServeBench {
             self.memory.sandbox_kib_per_session
         )?;
         writeln!(f, "allocator of both sides above: {}", self.allocator)?;
-        super::bench_serve_memory::table(&self.server_memory, f)
+        super::bench_serve_memory::table(&self.server_memory, f)?;
+        writeln!(f)?;
+        let g = &self.goals;
+        writeln!(
+            f,
+            "goal: server overhead per step p50 under {OVERHEAD_GOAL_MS} ms with {} clients: {:.3} ms, {}{}",
+            self.clients,
+            self.server_overhead.p50_ms,
+            verdict(g.overhead_met),
+            if g.release_build {
+                ""
+            } else {
+                " (a debug build: the goal is for a release build)"
+            }
+        )?;
+        match (g.memory_vs_glibc, g.memory_met) {
+            (Some(r), Some(met)) => write!(
+                f,
+                "goal: `endless serve`'s memory after {} sessions within {MEMORY_GOAL_RATIO}x of glibc's: {r:.2}x, {}",
+                self.clients,
+                verdict(met)
+            ),
+            _ => write!(f, "goal: `endless serve`'s memory against glibc's: not measured"),
+        }
     }
 }
 
@@ -302,7 +397,7 @@ pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench>
     )?;
 
     let rt = tokio::runtime::Runtime::new()?;
-    let (http, memory) = rt.block_on(over_http(
+    let (http, memory, server_overhead) = rt.block_on(over_http(
         work.path(),
         backend,
         &tasks,
@@ -330,10 +425,13 @@ pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench>
         );
     }
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let overhead_p50_ms = http.step_p50_ms - in_process.step_p50_ms;
     Ok(ServeBench {
+        goals: Goals::of(server_overhead.p50_ms, &server_memory),
+        server_overhead,
         clients,
         tasks: tasks.len(),
-        overhead_p50_ms: http.step_p50_ms - in_process.step_p50_ms,
+        overhead_p50_ms,
         overhead_p99_ms: http.step_p99_ms - in_process.step_p99_ms,
         ratio_sessions_per_minute: ratio(http.sessions_per_minute, in_process.sessions_per_minute),
         ratio_step_p50: ratio(http.step_p50_ms, in_process.step_p50_ms),
@@ -432,6 +530,36 @@ fn in_process(
     ))
 }
 
+/// [`post`], also returning the episode's own time of a step in the
+/// server, milliseconds (its `Server-Timing: step;dur=MS` header).
+async fn post_timed(
+    http: &reqwest::Client,
+    url: &str,
+    body: serde_json::Value,
+) -> Result<(serde_json::Value, Option<f64>)> {
+    let resp = http.post(url).json(&body).send().await?;
+    let status = resp.status();
+    let step_ms = resp
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .and_then(step_duration_ms);
+    let value: serde_json::Value = resp.json().await?;
+    if !status.is_success() {
+        bail!("{url}: HTTP {status}: {value}");
+    }
+    Ok((value, step_ms))
+}
+
+/// `dur` of the `step` metric of a `Server-Timing` header.
+fn step_duration_ms(header: &str) -> Option<f64> {
+    header.split(',').find_map(|metric| {
+        let mut parts = metric.split(';').map(str::trim);
+        (parts.next()? == "step").then_some(())?;
+        parts.find_map(|p| p.strip_prefix("dur=")?.parse().ok())
+    })
+}
+
 /// POST `body` to `url`; the answer's JSON, or why not.
 async fn post(
     http: &reqwest::Client,
@@ -457,7 +585,7 @@ async fn over_http(
     clients: usize,
     episodes: usize,
     command_timeout: Duration,
-) -> Result<(Side, Memory)> {
+) -> Result<(Side, Memory, Overhead)> {
     let server = Server {
         ws: Workspace::open(root)?,
         provider: BackendProvider::new(backend),
@@ -498,6 +626,7 @@ async fn over_http(
     let next = Arc::new(AtomicUsize::new(0));
     let steps = Arc::new(Mutex::new(Vec::new()));
     let dones = Arc::new(Mutex::new(Vec::new()));
+    let overheads = Arc::new(Mutex::new(Vec::new()));
     let passed = Arc::new(AtomicUsize::new(0));
     let ids: Vec<String> = tasks.iter().map(|t| t.id().to_string()).collect();
     let t0 = Instant::now();
@@ -511,6 +640,7 @@ async fn over_http(
             dones.clone(),
             passed.clone(),
         );
+        let overheads = overheads.clone();
         let (ids, replies) = (ids.clone(), replies.to_vec());
         workers.spawn(async move {
             loop {
@@ -531,9 +661,13 @@ async fn over_http(
                     .to_string();
                 let step_url = format!("{base}/v1/sessions/{id}/step");
                 let t = Instant::now();
-                let mut last =
-                    post(&http, &step_url, serde_json::json!({"reply": replies[k]})).await?;
-                steps.lock().push(t.elapsed().as_secs_f64() * 1e3);
+                let (mut last, inside_ms) =
+                    post_timed(&http, &step_url, serde_json::json!({"reply": replies[k]})).await?;
+                let client_ms = t.elapsed().as_secs_f64() * 1e3;
+                steps.lock().push(client_ms);
+                if let Some(inside) = inside_ms {
+                    overheads.lock().push((client_ms - inside).max(0.0));
+                }
                 let t = Instant::now();
                 if last["done"] != serde_json::json!(true) {
                     last = post(&http, &step_url, serde_json::json!({"reply": DONE})).await?;
@@ -567,6 +701,12 @@ async fn over_http(
         &steps.lock(),
         &dones.lock(),
     );
+    let overheads = overheads.lock().clone();
+    let overhead = Overhead {
+        steps: overheads.len(),
+        p50_ms: quantile(&overheads, 0.5),
+        p99_ms: quantile(&overheads, 0.99),
+    };
 
     // Memory: `clients` sessions open at once.
     let me = std::process::id();
@@ -598,5 +738,53 @@ async fn over_http(
     }
     let _ = stop_tx.send(());
     serving.await??;
-    Ok((side, memory))
+    Ok((side, memory, overhead))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(allocator: &str, serve_default: bool, after_mib: f64) -> ServerMemory {
+        ServerMemory {
+            allocator: allocator.into(),
+            serve_default,
+            sessions: 64,
+            passed: 64,
+            start_mib: 20.0,
+            after_mib,
+            peak_mib: after_mib,
+        }
+    }
+
+    #[test]
+    fn the_steps_server_timing_is_read() {
+        assert_eq!(step_duration_ms("step;dur=12.5"), Some(12.5));
+        assert_eq!(
+            step_duration_ms("db;dur=1, step;desc=\"x\";dur=3"),
+            Some(3.0)
+        );
+        assert_eq!(step_duration_ms("db;dur=1"), None);
+        assert_eq!(step_duration_ms("step;dur=x"), None);
+    }
+
+    #[test]
+    fn goals_compare_serves_allocator_with_glibcs() {
+        let both = [
+            memory("system", true, 50.0),
+            memory("mimalloc", false, 300.0),
+        ];
+        let g = Goals::of(0.4, &both);
+        assert!(g.overhead_met);
+        assert_eq!((g.memory_vs_glibc, g.memory_met), (Some(1.0), Some(true)));
+        let on_mimalloc = [
+            memory("system", false, 50.0),
+            memory("mimalloc", true, 300.0),
+        ];
+        let g = Goals::of(1.5, &on_mimalloc);
+        assert!(!g.overhead_met);
+        assert_eq!((g.memory_vs_glibc, g.memory_met), (Some(6.0), Some(false)));
+        let g = Goals::of(0.1, &[]);
+        assert_eq!((g.memory_vs_glibc, g.memory_met), (None, None));
+    }
 }

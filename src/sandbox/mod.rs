@@ -18,6 +18,7 @@ mod marker;
 mod marker_filter;
 pub mod oci;
 mod session;
+mod streaming;
 mod types;
 
 use std::path::Path;
@@ -30,10 +31,12 @@ pub use fds::seal_inherited;
 pub use image::{home_of, image_hash, Image};
 pub use marker::clean_output;
 pub use marker_filter::{MarkerFilter, Piece};
+use session::detach_from_terminal;
 pub use session::{
     run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo, VerifierCall,
     VerifierPath, WarmHints, CAPTURE_LIMIT, VERIFIER_PROGRAM,
 };
+pub use streaming::{Pipe, StreamedExit};
 pub use types::*;
 
 use crate::task::Task;

@@ -64,6 +64,30 @@ pub trait SessionControl: Send {
     fn verifier_python(&self) -> Vec<String> {
         vec!["/usr/bin/python3".into()]
     }
+    /// Whether [`SessionControl::user_command`] can run as other ids than
+    /// the task user's (the sandbox maps them).
+    fn runs_other_users(&self) -> bool {
+        false
+    }
+    /// Whether inside ids `uid`:`gid` are mapped in the sandbox, so that
+    /// [`SessionControl::user_command`] can run as them.
+    fn maps_ids(&self, ids: (u32, u32)) -> bool {
+        let _ = ids;
+        false
+    }
+    /// [`SessionControl::verifier_command`] as inside `uid`:`gid` instead
+    /// of the task's user, with the same isolation. Backends that cannot
+    /// refuse.
+    fn user_command(
+        &mut self,
+        call: &VerifierCall,
+        (uid, gid): (u32, u32),
+    ) -> Result<Command, SandboxError> {
+        let _ = call;
+        Err(SandboxError::Verify(format!(
+            "this backend runs commands only as the task's user, not as {uid}:{gid}"
+        )))
+    }
     /// A directory shared with the sandbox for copying files in: the host
     /// path and its path inside the sandbox.
     fn exchange_dir(&self) -> Option<(PathBuf, String)>;
@@ -477,6 +501,42 @@ impl Session {
     /// The argv prefix that starts the verifier's Python inside the sandbox.
     pub fn verifier_python(&self) -> Vec<String> {
         self.control.verifier_python()
+    }
+
+    /// Run `call` beside the shell, afresh like the verifier's cold path
+    /// (as the task's user, or as inside `uid`:`gid` with `as_ids`), with
+    /// stdin closed, handing `sink` its output as it comes: stdout and
+    /// stderr interleaved, and what it writes to fd 3, each up to
+    /// [`CAPTURE_LIMIT`] bytes; killed after `timeout`. `started` is
+    /// called once the command is prepared, just before it is spawned
+    /// (an error before it means nothing ran).
+    pub fn run_beside_streaming(
+        &mut self,
+        call: &VerifierCall,
+        as_ids: Option<(u32, u32)>,
+        timeout: Duration,
+        started: &mut dyn FnMut(),
+        sink: &mut dyn FnMut(super::streaming::Pipe, &[u8]),
+    ) -> Result<super::streaming::StreamedExit, SandboxError> {
+        self.check_usable()?;
+        let cmd = match as_ids {
+            None => self.control.verifier_command(call)?,
+            Some(ids) => self.control.user_command(call, ids)?,
+        };
+        started();
+        super::streaming::run_streaming(cmd, timeout, sink)
+    }
+
+    /// Whether [`Session::run_beside_streaming`] can run as other users
+    /// than the task's.
+    pub fn runs_other_users(&self) -> bool {
+        self.control.runs_other_users()
+    }
+
+    /// Whether the sandbox maps inside ids `uid`:`gid` (a command can run
+    /// as them, see [`Session::run_beside_streaming`]).
+    pub fn maps_ids(&self, ids: (u32, u32)) -> bool {
+        self.control.maps_ids(ids)
     }
 
     /// The verifier's exchange directory: host path and path inside.

@@ -151,6 +151,12 @@ pub struct Stepped {
     /// `tools` protocol a `tool` message per call (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<ChatMessage>,
+    /// Seconds the episode's step took inside the server (the command, and
+    /// the final tests once done): sent as the `Server-Timing` header, so
+    /// that a client can tell the server's own overhead from the sandbox's
+    /// time; not part of the JSON.
+    #[serde(skip)]
+    pub step_secs: f64,
 }
 
 /// A session as `GET /v1/sessions/{id}` and `GET /v1/sessions` show it.
@@ -295,7 +301,8 @@ impl App {
         let recording = Recording {
             paths: EpisodePaths::new(&run_dir, task.id(), sample).with_atif(self.settings.atif),
             record_cast: true,
-            events: None,
+            // Watchers of the session (GET /v1/sessions/{id}/stream).
+            events: slot.watch.feed(),
         };
         let started = RecordedEpisode::start(
             &self.provider,
@@ -418,6 +425,7 @@ impl App {
         if !outcome.done {
             slot.touch();
             return Ok(Stepped {
+                step_secs: t0.elapsed().as_secs_f64(),
                 observation: outcome.observation,
                 messages: outcome.messages,
                 done: false,
@@ -436,6 +444,7 @@ impl App {
         slot.touch();
         let mut answer = self.final_answer(outcome.observation, &slot.task, &result);
         answer.messages = outcome.messages;
+        answer.step_secs = t0.elapsed().as_secs_f64();
         Ok(answer)
     }
 
@@ -531,6 +540,7 @@ impl App {
         };
         Stepped {
             observation,
+            step_secs: 0.0,
             messages: Vec::new(),
             done: true,
             reward: f64::from(episode_reward(

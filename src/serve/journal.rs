@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::journal_dir::{JournalDir, Journaled};
 use crate::agent::{EpisodeId, EpisodePaths, EpisodeResult, Timings};
 use crate::store::Workspace;
 
@@ -51,22 +52,22 @@ pub struct Lost {
     pub pid: u32,
 }
 
-/// The journal directory of one workspace.
-#[derive(Debug, Clone)]
-pub struct Journal {
-    dir: PathBuf,
+impl Journaled for Entry {
+    fn id(&self) -> &str {
+        &self.session_id
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn since(&self) -> &str {
+        &self.opened_at
+    }
 }
 
-/// Whether process `pid` is alive (a zombie counts as dead).
-fn pid_alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // The state is the first field after the command name in parentheses.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, Some("Z") | Some("X") | None)
+/// The session journal directory of one workspace.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    entries: JournalDir<Entry>,
 }
 
 impl Journal {
@@ -77,68 +78,35 @@ impl Journal {
         let root =
             std::fs::canonicalize(workspace_root).unwrap_or_else(|_| workspace_root.to_path_buf());
         let hash = hex::encode(Sha256::digest(root.to_string_lossy().as_bytes()));
-        Journal {
-            dir: state_dir.join("serve-sessions").join(&hash[..16]),
-        }
+        Journal::in_dir(state_dir.join("serve-sessions").join(&hash[..16]))
     }
 
     /// A journal in `dir` itself.
     pub fn in_dir(dir: PathBuf) -> Journal {
-        Journal { dir }
+        Journal {
+            entries: JournalDir::in_dir(dir, "session"),
+        }
     }
 
     /// Its directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    fn path(&self, session_id: &str) -> PathBuf {
-        self.dir.join(format!("{session_id}.json"))
+        self.entries.dir()
     }
 
     /// Note an open session.
     pub fn record(&self, entry: &Entry) -> std::io::Result<()> {
-        let json = serde_json::to_vec_pretty(entry).map_err(std::io::Error::other)?;
-        crate::fsutil::write_atomic(&self.path(&entry.session_id), &json)
+        self.entries.record(entry)
     }
 
     /// Forget a session (its episode is recorded).
     pub fn remove(&self, session_id: &str) {
-        let path = self.path(session_id);
-        if let Err(e) = std::fs::remove_file(&path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %path.display(), %e, "cannot remove a journal entry");
-            }
-        }
+        self.entries.remove(session_id)
     }
 
     /// The entries left by servers that are no longer running, oldest first.
     /// Unreadable entries are dropped with a warning.
     pub fn orphans(&self) -> Vec<Entry> {
-        let Ok(dir) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let me = std::process::id();
-        let mut out = Vec::new();
-        for e in dir.flatten() {
-            let path = e.path();
-            if path.extension().is_none_or(|x| x != "json") {
-                continue;
-            }
-            let entry: Option<Entry> = std::fs::read(&path)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            match entry {
-                Some(entry) if entry.pid != me && pid_alive(entry.pid) => {}
-                Some(entry) => out.push(entry),
-                None => {
-                    tracing::warn!(path = %path.display(), "dropping an unreadable journal entry");
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
-        }
-        out.sort_by(|a, b| (&a.opened_at, &a.session_id).cmp(&(&b.opened_at, &b.session_id)));
-        out
+        self.entries.orphans()
     }
 
     /// Record the sessions of dead servers as interrupted episodes in `ws`

@@ -20,6 +20,7 @@ use super::error::{ApiError, BODY_LIMIT};
 use super::idempotency::{self, Key};
 use super::queue::{self, Acquired};
 use super::sandbox_routes as sb;
+use super::session_stream;
 use crate::agent::protocol::Profile;
 use crate::procgen::{task_split, Split};
 use crate::store::{TaskFilter, TaskStatus};
@@ -34,6 +35,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/tasks", get(tasks))
         .route("/v1/sessions", get(list).post(open))
         .route("/v1/sessions/{id}/step", post(step))
+        .route("/v1/sessions/{id}/stream", get(session_stream::stream))
         .route("/v1/sessions/{id}", get(show).delete(close))
         .route("/v1/sandboxes", get(sb::list).post(sb::create))
         .route("/v1/sandboxes/{id}", get(sb::show).delete(sb::delete))
@@ -357,7 +359,12 @@ async fn step(
             .map(json_bytes),
         None => blocking(move || app.step(&slot, &reply))
             .await
-            .map(|s: Stepped| Json(s).into_response()),
+            .map(|s: Stepped| {
+                // The episode's own time (W3C Server-Timing), for
+                // clients that measure the server's overhead.
+                let timing = format!("step;dur={:.3}", s.step_secs * 1e3);
+                ([("server-timing", timing)], Json(s)).into_response()
+            }),
     }
 }
 

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::journal_dir::{JournalDir, Journaled};
+
 /// One open sandbox, as journaled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandboxEntry {
@@ -25,85 +27,57 @@ pub struct SandboxEntry {
     pub created_at: String,
 }
 
+impl Journaled for SandboxEntry {
+    fn id(&self) -> &str {
+        &self.sandbox_id
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn since(&self) -> &str {
+        &self.created_at
+    }
+}
+
 /// The sandbox journal directory.
 #[derive(Debug, Clone)]
 pub struct SandboxJournal {
-    dir: PathBuf,
+    entries: JournalDir<SandboxEntry>,
 }
 
 impl SandboxJournal {
     /// The journal in `dir`.
     pub fn in_dir(dir: PathBuf) -> SandboxJournal {
-        SandboxJournal { dir }
+        SandboxJournal {
+            entries: JournalDir::in_dir(dir, "sandbox"),
+        }
     }
 
     /// Its directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    fn path(&self, id: &str) -> PathBuf {
-        self.dir.join(format!("{id}.json"))
+        self.entries.dir()
     }
 
     /// Note an open sandbox.
     pub fn record(&self, entry: &SandboxEntry) -> std::io::Result<()> {
-        let json = serde_json::to_vec_pretty(entry).map_err(std::io::Error::other)?;
-        crate::fsutil::write_atomic(&self.path(&entry.sandbox_id), &json)
+        self.entries.record(entry)
     }
 
     /// Forget a sandbox (deleted or reaped).
     pub fn remove(&self, id: &str) {
-        let path = self.path(id);
-        if let Err(e) = std::fs::remove_file(&path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %path.display(), %e, "cannot remove a sandbox journal entry");
-            }
-        }
+        self.entries.remove(id)
     }
 
     /// Forget and return the sandboxes of servers no longer running, oldest
-    /// first (unreadable entries are dropped with a warning).
+    /// first (unreadable entries are dropped with a warning). Nothing is
+    /// left of them to record: they died with their server.
     pub fn recover(&self) -> Vec<SandboxEntry> {
-        let Ok(dir) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let me = std::process::id();
-        let mut lost = Vec::new();
-        for e in dir.flatten() {
-            let path = e.path();
-            if path.extension().is_none_or(|x| x != "json") {
-                continue;
-            }
-            let entry: Option<SandboxEntry> = std::fs::read(&path)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            match entry {
-                Some(entry) if entry.pid != me && alive(entry.pid) => {}
-                Some(entry) => {
-                    let _ = std::fs::remove_file(&path);
-                    lost.push(entry);
-                }
-                None => {
-                    tracing::warn!(path = %path.display(), "dropping an unreadable sandbox journal entry");
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
+        let lost = self.entries.orphans();
+        for entry in &lost {
+            self.entries.remove(&entry.sandbox_id);
         }
-        lost.sort_by(|a, b| (&a.created_at, &a.sandbox_id).cmp(&(&b.created_at, &b.sandbox_id)));
         lost
     }
-}
-
-/// Whether process `pid` is alive (a zombie counts as dead).
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, Some("Z") | Some("X") | None)
 }
 
 #[cfg(test)]

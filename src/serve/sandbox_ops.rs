@@ -1,15 +1,17 @@
 //! What the sandbox API does inside one sandbox: run a command, unpack an
 //! archive, pack a path. Each runs beside the sandbox's shell exactly as
 //! the verifier does (see [`Session::run_verifier`]): in the sandbox's
-//! namespaces and cgroups, as the task's user without capabilities, under
+//! namespaces and cgroups, as the task's user (or, where the sandbox maps
+//! them, another account of its `/etc/passwd`) without capabilities, under
 //! the sandbox's seccomp filter, never as anyone on the host. Separate
 //! standard output and error come back through two pipes only the server
 //! holds (the command's stdout, and file descriptor 3 for its stderr or
-//! for an archive).
+//! for an archive); a command's output is handed over as it comes.
 
 use std::time::{Duration, Instant};
 
-use crate::sandbox::{SandboxError, Session, VerifierCall, WarmHints, CAPTURE_LIMIT};
+use super::utf8_pieces::Utf8Pieces;
+use crate::sandbox::{Pipe, SandboxError, Session, VerifierCall, WarmHints, CAPTURE_LIMIT};
 
 /// PATH inside a sandbox.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -36,6 +38,10 @@ pub enum OpError {
         /// What it printed.
         output: String,
     },
+    /// The user asked for cannot run commands in this sandbox (why, naming
+    /// the `user` field).
+    #[error("user: {0}")]
+    User(String),
     /// The sandbox itself failed (it ended, or cannot start a process).
     #[error("the sandbox failed: {0}")]
     Sandbox(#[from] SandboxError),
@@ -67,19 +73,174 @@ pub struct ExecRequest {
     pub timeout: Duration,
 }
 
-/// What a command did.
+/// How a command ended (its output went to the caller as it came).
 #[derive(Debug, Clone)]
-pub struct ExecOutcome {
-    /// Its standard output (lossy UTF-8, capped at [`CAPTURE_LIMIT`]).
-    pub stdout: String,
-    /// Its standard error (lossy UTF-8, capped at [`CAPTURE_LIMIT`]).
-    pub stderr: String,
+pub struct ExecEnd {
     /// Exit status (`None`: killed, or timed out).
     pub exit_code: Option<i32>,
     /// It ran past its timeout and was killed.
     pub timed_out: bool,
+    /// Output past [`CAPTURE_LIMIT`] bytes of one stream was dropped.
+    pub truncated: bool,
     /// Wall-clock time.
     pub duration: Duration,
+}
+
+/// Which of a command's streams a piece of output is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl Stream {
+    /// Its name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// An account of a sandbox's `/etc/passwd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    /// Its name.
+    pub name: String,
+    /// Its uid inside the sandbox.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+    /// Its home directory.
+    pub home: String,
+}
+
+/// The accounts of a `/etc/passwd` (lines that are not `name:pw:uid:gid:
+/// gecos:home:shell` are skipped).
+pub fn parse_passwd(text: &str) -> Vec<Account> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            if f.len() < 7 || f[0].is_empty() || line.starts_with('#') {
+                return None;
+            }
+            Some(Account {
+                name: f[0].to_string(),
+                uid: f[2].parse().ok()?,
+                gid: f[3].parse().ok()?,
+                home: f[5].to_string(),
+            })
+        })
+        .collect()
+}
+
+/// A `user` as a client names it: an account's name, or a uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wanted {
+    Name(String),
+    Uid(u32),
+}
+
+impl std::fmt::Display for Wanted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wanted::Name(n) => write!(f, "{n:?}"),
+            Wanted::Uid(u) => write!(f, "uid {u}"),
+        }
+    }
+}
+
+/// `user` of an exec (a name, a uid, or a uid as text, as Harbor passes
+/// it); `None`: not given.
+fn wanted(user: Option<&serde_json::Value>) -> Result<Option<Wanted>, OpError> {
+    let bad = |v: &serde_json::Value| {
+        OpError::User(format!(
+            "{v} is neither an account name nor a uid (0 to 4294967294)"
+        ))
+    };
+    match user {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v @ serde_json::Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n != u32::MAX)
+            .map(|n| Some(Wanted::Uid(n)))
+            .ok_or_else(|| bad(v)),
+        Some(v @ serde_json::Value::String(s)) => {
+            if let Ok(n) = s.parse::<u32>() {
+                return Ok(Some(Wanted::Uid(n)));
+            }
+            let ok = !s.is_empty()
+                && s.len() <= 256
+                && !s.contains([':', '\n', '\0'])
+                && !s.chars().any(char::is_control);
+            if ok {
+                Ok(Some(Wanted::Name(s.clone())))
+            } else {
+                Err(bad(v))
+            }
+        }
+        Some(v) => Err(bad(v)),
+    }
+}
+
+/// Who an exec asking for `user` runs as in `session`: `None` for the
+/// sandbox's own user (also when not given), else another account of the
+/// sandbox's `/etc/passwd` whose ids the sandbox maps. Refused, naming
+/// the field, when the sandbox runs no other users (a rootless one), the
+/// account does not exist there, or its ids are not mapped.
+pub fn resolve_user(
+    session: &mut Session,
+    who: &Identity,
+    user: Option<&serde_json::Value>,
+) -> Result<Option<Account>, OpError> {
+    let Some(want) = wanted(user)? else {
+        return Ok(None);
+    };
+    let own = match &want {
+        Wanted::Name(n) => n == &who.user || (n == "root" && who.uid == 0),
+        Wanted::Uid(u) => *u == who.uid,
+    };
+    if own {
+        return Ok(None);
+    }
+    if !session.runs_other_users() {
+        return Err(OpError::User(format!(
+            "commands in this sandbox run as {} (uid {}) only: the server runs unprivileged, \
+             so its sandboxes map no other user; {want} is not available",
+            who.user, who.uid
+        )));
+    }
+    let c = call(who, "cat /etc/passwd", &[], &[]);
+    let (out, _, _) = session.run_verifier(&c, Vec::new(), Duration::from_secs(30))?;
+    if out.code != Some(0) {
+        return Err(OpError::Failed {
+            what: "reading the sandbox's /etc/passwd".into(),
+            code: code(out.code),
+            output: out.output,
+        });
+    }
+    let account = parse_passwd(&out.output)
+        .into_iter()
+        .find(|a| match &want {
+            Wanted::Name(n) => &a.name == n,
+            Wanted::Uid(u) => a.uid == *u,
+        })
+        .ok_or_else(|| {
+            OpError::User(format!(
+                "{want} is not an account of the sandbox's /etc/passwd"
+            ))
+        })?;
+    if !session.maps_ids((account.uid, account.gid)) {
+        return Err(OpError::User(format!(
+            "{} (uid {}, gid {}) is outside the ids the sandbox maps",
+            account.name, account.uid, account.gid
+        )));
+    }
+    Ok(Some(account))
 }
 
 /// The script every exec runs: the image's environment (`ENV` lines),
@@ -166,12 +327,18 @@ pub fn identity(session: &mut Session) -> Result<Identity, OpError> {
     Ok(Identity { uid, ..who })
 }
 
-/// Run `req` in `session`.
+/// Run `req` in `session` as `account` (`None`: the sandbox's user),
+/// handing `output` its stdout and stderr as text as they come (each
+/// piece cut at a character boundary); `started` is called once the
+/// command is about to start (an error before then means nothing ran).
 pub fn exec(
     session: &mut Session,
     identity: &Identity,
+    account: Option<&Account>,
     req: &ExecRequest,
-) -> Result<ExecOutcome, OpError> {
+    started: &mut dyn FnMut(),
+    output: &mut dyn FnMut(Stream, &str),
+) -> Result<ExecEnd, OpError> {
     // No cwd: the sandbox's workdir, else home (as its shell does).
     let cwd = req.cwd.clone().unwrap_or_default();
     let vars: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -181,14 +348,48 @@ pub fn exec(
         req.command.as_str(),
     ];
     args.extend(vars.iter().map(String::as_str));
-    let c = call(identity, EXEC_SCRIPT, &args, &[]);
+    let as_account = account.map(|a| Identity {
+        user: a.name.clone(),
+        uid: a.uid,
+        home: a.home.clone(),
+        workdir: identity.workdir.clone(),
+    });
+    let c = call(
+        as_account.as_ref().unwrap_or(identity),
+        EXEC_SCRIPT,
+        &args,
+        &[],
+    );
     let start = Instant::now();
-    let (out, err, _) = session.run_verifier(&c, Vec::new(), req.timeout)?;
-    Ok(ExecOutcome {
-        stdout: out.output,
-        stderr: String::from_utf8_lossy(&err).into_owned(),
-        exit_code: out.code,
-        timed_out: out.timed_out,
+    // EXEC_SCRIPT moves stderr onto fd 3 before anything runs: the output
+    // pipe (stdout and stderr) carries stdout only.
+    let mut text = [Utf8Pieces::default(), Utf8Pieces::default()];
+    let exit = session.run_beside_streaming(
+        &c,
+        account.map(|a| (a.uid, a.gid)),
+        req.timeout,
+        started,
+        &mut |pipe, bytes| {
+            let stream = match pipe {
+                Pipe::Output => Stream::Stdout,
+                Pipe::Fd3 => Stream::Stderr,
+            };
+            let piece = text[stream as usize].push(bytes);
+            if !piece.is_empty() {
+                output(stream, &piece);
+            }
+        },
+    )?;
+    for stream in [Stream::Stdout, Stream::Stderr] {
+        let rest = text[stream as usize].finish();
+        if !rest.is_empty() {
+            output(stream, &rest);
+        }
+    }
+    Ok(ExecEnd {
+        exit_code: exit.code,
+        timed_out: exit.timed_out,
+        truncated: exit.truncated,
         duration: start.elapsed(),
     })
 }
@@ -238,4 +439,60 @@ pub fn download(
 
 fn code(c: Option<i32>) -> String {
     c.map_or_else(|| "none".into(), |c| c.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwd_accounts_are_read_and_bad_lines_skipped() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n\
+                    # a comment:x:1:1::/:/bin/sh\n\
+                    broken:x:notanumber:1::/:/bin/sh\n\
+                    short:x:1\n\
+                    agent:x:1000:1001:Agent,,,:/home/agent:/bin/bash\n";
+        let accounts = parse_passwd(text);
+        assert_eq!(
+            accounts,
+            [
+                Account {
+                    name: "root".into(),
+                    uid: 0,
+                    gid: 0,
+                    home: "/root".into()
+                },
+                Account {
+                    name: "agent".into(),
+                    uid: 1000,
+                    gid: 1001,
+                    home: "/home/agent".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn users_are_names_or_uids() {
+        let w = |v: serde_json::Value| wanted(Some(&v));
+        assert_eq!(w(serde_json::json!(0)).unwrap(), Some(Wanted::Uid(0)));
+        assert_eq!(w(serde_json::json!("0")).unwrap(), Some(Wanted::Uid(0)));
+        assert_eq!(
+            w(serde_json::json!("agent")).unwrap(),
+            Some(Wanted::Name("agent".into()))
+        );
+        assert_eq!(wanted(None).unwrap(), None);
+        assert_eq!(w(serde_json::Value::Null).unwrap(), None);
+        for bad in [
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!(4294967296u64),
+            serde_json::json!(""),
+            serde_json::json!("a:b"),
+            serde_json::json!(["root"]),
+        ] {
+            let e = w(bad.clone()).unwrap_err().to_string();
+            assert!(e.starts_with("user: "), "{bad}: {e}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The handlers of `/v1/sandboxes`: create (from a task, an uploaded
 //! environment directory or an image), list, show, delete, exec (output as
-//! NDJSON lines, then the exit status), and files up and down as tar.
+//! NDJSON lines sent as the command writes it, then the exit status), and
+//! files up and down as tar.
 //! Every route needs a token, and a token sees only its own sandboxes.
 
 use std::collections::BTreeMap;
@@ -18,6 +19,7 @@ use serde::Deserialize;
 
 use super::app::App;
 use super::error::ApiError;
+use super::ndjson::Lines;
 use super::sandbox_ops::{self, ExecRequest, Identity, OpError};
 use super::sandbox_source::{task_for, Shape, Source, SourceError};
 use super::sandboxes::{shut, Sandbox, SandboxState};
@@ -83,7 +85,7 @@ impl From<OpError> for ApiError {
         match e {
             OpError::Missing(_) => ApiError::NotFound(e.to_string()),
             OpError::TooLarge(_) => ApiError::Other(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
-            OpError::Failed { .. } => ApiError::BadRequest(e.to_string()),
+            OpError::Failed { .. } | OpError::User(_) => ApiError::BadRequest(e.to_string()),
             OpError::Sandbox(_) => ApiError::Internal(e.to_string()),
         }
     }
@@ -273,34 +275,10 @@ struct ExecBody {
     cwd: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
-    /// A user name or uid: only the sandbox's own user is accepted.
+    /// A user name or uid: the sandbox's own user, or (where the sandbox
+    /// maps them) another account of its `/etc/passwd`.
     user: Option<serde_json::Value>,
     timeout_sec: Option<f64>,
-}
-
-/// Whether `user` (a name or uid, as Harbor passes it) is the one every
-/// command of the sandbox runs as.
-fn check_user(user: Option<&serde_json::Value>, who: &Identity) -> Result<(), ApiError> {
-    let ok = match user {
-        None | Some(serde_json::Value::Null) => true,
-        Some(serde_json::Value::Number(n)) => n.as_u64() == Some(u64::from(who.uid)),
-        Some(serde_json::Value::String(s)) => {
-            s == &who.user
-                || s.parse::<u32>().ok() == Some(who.uid)
-                || (s == "root" && who.uid == 0)
-        }
-        Some(_) => false,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::BadRequest(format!(
-            "user: commands in this sandbox run as {} (uid {}); {} is not available",
-            who.user,
-            who.uid,
-            user.map(|u| u.to_string()).unwrap_or_default()
-        )))
-    }
 }
 
 fn exec_request(b: ExecBody) -> Result<ExecRequest, ApiError> {
@@ -341,7 +319,10 @@ fn exec_request(b: ExecBody) -> Result<ExecRequest, ApiError> {
 
 /// `POST /v1/sandboxes/{id}/exec`: the command's output as NDJSON lines
 /// (`{"stream": "stdout"|"stderr", "data": ...}`, at most 64 KiB each),
-/// then `{"exit_code", "timed_out", "duration_secs"}`.
+/// sent as the command writes it, then `{"exit_code", "timed_out",
+/// "duration_secs"}` (with `"error"` when the sandbox failed mid-command).
+/// A request refused before the command starts (bad user, sandbox still
+/// starting or gone) is an error status, not a stream.
 pub async fn exec(
     State(app): Shared,
     headers: HeaderMap,
@@ -353,30 +334,71 @@ pub async fn exec(
     let b: ExecBody = json_body(body).await?;
     let user = b.user.clone();
     let req = exec_request(b)?;
-    let out = blocking(move || {
-        with_session(&sandbox, |session, who| {
-            check_user(user.as_ref(), who)?;
-            Ok(sandbox_ops::exec(session, who, &req)?)
-        })
-    })
-    .await?;
-    let mut lines = String::new();
-    for (stream, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
-        for piece in pieces(text, LINE_BYTES) {
-            lines.push_str(&serde_json::json!({ "stream": stream, "data": piece }).to_string());
-            lines.push('\n');
-        }
+    let (head_tx, head_rx) = tokio::sync::oneshot::channel();
+    let (lines, response) = Lines::channel();
+    tokio::task::spawn_blocking(move || run_exec(&sandbox, user.as_ref(), &req, head_tx, &lines));
+    match head_rx.await {
+        Ok(Ok(())) => Ok(response),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ApiError::Internal("the sandbox worker failed".into())),
     }
-    lines.push_str(
-        &serde_json::json!({
-            "exit_code": out.exit_code,
-            "timed_out": out.timed_out,
-            "duration_secs": out.duration.as_secs_f64(),
-        })
-        .to_string(),
-    );
-    lines.push('\n');
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], lines).into_response())
+}
+
+/// Run an exec for [`exec`]: `head` learns whether the command started
+/// (or why not), then its output and final line go to `lines`. Blocking.
+fn run_exec(
+    sandbox: &Sandbox,
+    user: Option<&serde_json::Value>,
+    req: &ExecRequest,
+    head: tokio::sync::oneshot::Sender<Result<(), ApiError>>,
+    lines: &Lines,
+) {
+    let mut head = Some(head);
+    let ran = with_session(sandbox, |session, who| {
+        let account = sandbox_ops::resolve_user(session, who, user)?;
+        let mut started = || {
+            if let Some(h) = head.take() {
+                let _ = h.send(Ok(()));
+            }
+        };
+        let mut output = |stream: sandbox_ops::Stream, text: &str| {
+            for piece in pieces(text, LINE_BYTES) {
+                // A client gone away reads nothing more; the command goes
+                // on to its end or timeout, as a detached one would.
+                lines.blocking_send(&serde_json::json!({ "stream": stream.name(), "data": piece }));
+            }
+        };
+        Ok(sandbox_ops::exec(
+            session,
+            who,
+            account.as_ref(),
+            req,
+            &mut started,
+            &mut output,
+        )?)
+    });
+    match ran {
+        Ok(end) => {
+            lines.blocking_send(&serde_json::json!({
+                "exit_code": end.exit_code,
+                "timed_out": end.timed_out,
+                "truncated": end.truncated,
+                "duration_secs": end.duration.as_secs_f64(),
+            }));
+        }
+        Err(e) => match head.take() {
+            Some(h) => {
+                let _ = h.send(Err(e));
+            }
+            None => {
+                lines.blocking_send(&serde_json::json!({
+                    "exit_code": null,
+                    "timed_out": false,
+                    "error": e.to_string(),
+                }));
+            }
+        },
+    }
 }
 
 /// `text` in pieces of at most `max` bytes, cut at character boundaries.
@@ -466,35 +488,6 @@ pub async fn pack(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn who(uid: u32, user: &str) -> Identity {
-        Identity {
-            user: user.into(),
-            uid,
-            home: "/root".into(),
-            workdir: "/app".into(),
-        }
-    }
-
-    #[test]
-    fn only_the_sandboxes_own_user_is_accepted() {
-        let root = who(0, "root");
-        for ok in [json_user("root"), json_user("0"), serde_json::json!(0)] {
-            assert!(check_user(Some(&ok), &root).is_ok(), "{ok}");
-        }
-        assert!(check_user(None, &root).is_ok());
-        let e = check_user(Some(&json_user("agent")), &root)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("run as root (uid 0)"), "{e}");
-        let user = who(1000, "user");
-        assert!(check_user(Some(&json_user("root")), &user).is_err());
-        assert!(check_user(Some(&serde_json::json!(1000)), &user).is_ok());
-    }
-
-    fn json_user(s: &str) -> serde_json::Value {
-        serde_json::Value::String(s.into())
-    }
 
     #[test]
     fn exec_requests_are_checked_by_field() {

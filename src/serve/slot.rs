@@ -52,6 +52,8 @@ pub struct Slot {
     pub opened_reply: OnceLock<Bytes>,
     /// The last keyed step's answer, for a retry of that step.
     pub last_reply: Mutex<Option<Remembered>>,
+    /// Its live stream for watchers (see [`super::watch`]).
+    pub watch: Arc<super::watch::Watch>,
     /// When it was opened (for ordering).
     pub(super) opened: Instant,
     last_used: Mutex<Instant>,
@@ -74,6 +76,7 @@ impl Slot {
             create_key: new.key,
             opened_reply: OnceLock::new(),
             last_reply: Mutex::new(None),
+            watch: Arc::default(),
             opened: Instant::now(),
             last_used: Mutex::new(Instant::now()),
             open: AtomicBool::new(true),

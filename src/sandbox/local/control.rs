@@ -127,6 +127,7 @@ impl LocalControl {
         &mut self,
         call: &VerifierCall,
         files: &[(String, Vec<u8>)],
+        ids: (u32, u32),
     ) -> Result<VerifierPlan, SandboxError> {
         let init = self
             .init_pid()
@@ -140,13 +141,40 @@ impl LocalControl {
             init,
             &format!("/proc/{}/ns/user", self.outer),
             &procs,
-            self.task_ids,
+            ids,
             &call.cwd,
             EXCHANGE_INSIDE,
             files,
             !self.rootless,
             self.seccomp.clone(),
         )
+    }
+}
+
+impl LocalControl {
+    /// `call` entering the sandbox as the verifier does (see
+    /// [`VerifierPlan`]), as inside `ids`, with `files` sealed in its
+    /// private directory.
+    fn command_as(
+        &mut self,
+        call: &VerifierCall,
+        files: &[(String, Vec<u8>)],
+        ids: (u32, u32),
+    ) -> Result<Command, SandboxError> {
+        let plan = self.verifier_plan(call, files, ids)?;
+        let program = call
+            .argv
+            .first()
+            .ok_or_else(|| SandboxError::Verify("empty verifier command".into()))?;
+        let mut cmd = Command::new(program);
+        cmd.args(&call.argv[1..])
+            .env_clear()
+            .envs(call.env.iter().map(|(k, v)| (k, v)));
+        // SAFETY: VerifierPlan::apply only makes async-signal-safe calls.
+        unsafe {
+            cmd.pre_exec(move || plan.apply());
+        }
+        Ok(cmd)
     }
 }
 
@@ -199,20 +227,7 @@ impl SessionControl for LocalControl {
     }
 
     fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
-        let plan = self.verifier_plan(call, &call.files)?;
-        let program = call
-            .argv
-            .first()
-            .ok_or_else(|| SandboxError::Verify("empty verifier command".into()))?;
-        let mut cmd = Command::new(program);
-        cmd.args(&call.argv[1..])
-            .env_clear()
-            .envs(call.env.iter().map(|(k, v)| (k, v)));
-        // SAFETY: VerifierPlan::apply only makes async-signal-safe calls.
-        unsafe {
-            cmd.pre_exec(move || plan.apply());
-        }
-        Ok(cmd)
+        self.command_as(call, &call.files, self.task_ids)
     }
 
     fn run_warm_verifier(
@@ -225,7 +240,7 @@ impl SessionControl for LocalControl {
             Ok(warm) => std::sync::Arc::clone(warm),
             Err(why) => return Ok(Err(why.clone())),
         };
-        let plan = self.verifier_plan(call, &[])?;
+        let plan = self.verifier_plan(call, &[], self.task_ids)?;
         warm.run(&plan, &call.env, &call.hints, input.to_vec(), timeout)
     }
 
@@ -236,6 +251,42 @@ impl SessionControl for LocalControl {
 
     fn verifier_python(&self) -> Vec<String> {
         self.runtime_python.clone()
+    }
+
+    fn runs_other_users(&self) -> bool {
+        // Rootless sandboxes map one id only (the task user's).
+        !self.rootless
+    }
+
+    fn maps_ids(&self, (uid, gid): (u32, u32)) -> bool {
+        if self.rootless {
+            (uid, gid) == self.task_ids
+        } else {
+            uid < super::userns::MAPPED_IDS && gid < super::userns::MAPPED_IDS
+        }
+    }
+
+    fn user_command(
+        &mut self,
+        call: &VerifierCall,
+        ids: (u32, u32),
+    ) -> Result<Command, SandboxError> {
+        if !self.maps_ids(ids) {
+            return Err(SandboxError::Verify(if self.rootless {
+                format!(
+                    "a rootless sandbox maps only the task user's id, not {}:{}",
+                    ids.0, ids.1
+                )
+            } else {
+                format!(
+                    "{}:{} is outside the ids the sandbox maps (0-{})",
+                    ids.0,
+                    ids.1,
+                    super::userns::MAPPED_IDS - 1
+                )
+            }));
+        }
+        self.command_as(call, &[], ids)
     }
 
     fn exchange_dir(&self) -> Option<(PathBuf, String)> {
