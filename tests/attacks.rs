@@ -1115,3 +1115,9 @@ mod bundles_and_reports;
 // Attacks through the sandbox API of `endless serve` (the Harbor environment's).
 #[path = "attacks/sandbox_api.rs"]
 mod sandbox_api;
+// Attacks through `user` in the sandbox API's exec (root and other accounts).
+#[path = "attacks/sandbox_exec_users.rs"]
+mod sandbox_exec_users;
+// Modules planted for the sealed verifier environment (`[verifier] packages`).
+#[path = "attacks/verifier_site_packages.rs"]
+mod verifier_site_packages;

@@ -100,10 +100,31 @@ def seal_tests(payload, req, calls):
     task's user: host root is not mapped in the sandbox's namespace) and make
     it read-only, so that nothing a test starts (whatever its user) can
     plant a module beside them, which pytest puts first on sys.path."""
+    has_tests = any(rel.startswith("tests/") for rel in payload["files"])
+    if has_tests:
+        tests_mount_point()
     calls["set_fs_ids"](req["uid"], req["gid"])
     write_tests(payload)
     calls["mount"](None, payload["root"], None,
                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    if has_tests:
+        # The tests folder at /tests too, read-only, in this namespace only
+        # (as VerifierPlan::apply does on the cold path).
+        calls["mount"](os.path.join(payload["root"], "tests"), "/tests", None, MS_BIND, None)
+        calls["mount"](None, "/tests", None,
+                       MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+
+def tests_mount_point():
+    """A directory at /tests to bind the tests folder on: made when missing;
+    anything else there (a link the agent planted) is refused."""
+    try:
+        st = os.lstat("/tests")
+    except FileNotFoundError:
+        os.mkdir("/tests", 0o755)
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refused("tests", 0)
 
 
 def remember_statement_ranges():

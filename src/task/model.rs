@@ -270,6 +270,18 @@ pub struct VerifierSection {
     /// `test.sh`); it passes when it writes `1` to `/logs/verifier/reward.txt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// The `X.Y` Python version the tests need in their sealed verifier
+    /// environment (see [`crate::task::formats::VerifierEnvSpec`]); none: the image's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    /// PyPI packages (`name==version`) the tests import, installed in the
+    /// sealed verifier environment (none, with no `python` or `apt`
+    /// either: the built-in runtime runs the tests).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    /// Debian packages the verifier environment's build installs first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apt: Vec<String>,
     /// Unknown `[verifier]` keys, kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
@@ -282,6 +294,9 @@ impl Default for VerifierSection {
             initial_tests: default_initial_tests(),
             final_tests: default_final_tests(),
             script: None,
+            python: None,
+            packages: Vec::new(),
+            apt: Vec::new(),
             extra: toml::Table::new(),
         }
     }

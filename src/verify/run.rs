@@ -13,11 +13,13 @@
 //! no conftest files, no plugin autoloading, no cache, and a fixed rootdir
 //! and ini file.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::sandbox::{
     home_of, SandboxError, Session, VerifierCall, VerifierPath, WarmHints, VERIFIER_PROGRAM,
 };
+use crate::task::formats::VerifierEnvSpec;
 use crate::task::{write_tree, Task};
 
 use super::junit::parse_junit;
@@ -245,18 +247,26 @@ fn run_pytest(
     args.extend(extra_args.iter().map(|a| a.to_string()));
     args.extend(files.iter().map(|f| format!("{PRIVATE_DIR}/tests/{f}")));
     let payload = serde_json::json!({ "root": PRIVATE_DIR, "files": payload_files, "args": args });
-    let mut argv = session.verifier_python();
-    argv.extend(
-        ["-I", "-S", "-B", "-c", VERIFIER_PROGRAM, "cold"]
-            .iter()
-            .map(|s| s.to_string()),
-    );
+    let sealed = sealed_env(session, task)?;
+    let warm = mode == VerifierMode::Warm && sealed.is_none();
+    let argv = match &sealed {
+        Some(env) => env_argv(env),
+        None => {
+            let mut argv = session.verifier_python();
+            argv.extend(
+                ["-I", "-S", "-B", "-c", VERIFIER_PROGRAM, "cold"]
+                    .iter()
+                    .map(|s| s.to_string()),
+            );
+            argv
+        }
+    };
     let call = VerifierCall {
         argv,
         env: user_env(session),
         cwd: session.info().workdir.clone(),
-        warm: mode == VerifierMode::Warm,
-        hints: if mode == VerifierMode::Warm {
+        warm,
+        hints: if warm {
             warm_hints(task)
         } else {
             WarmHints::default()
@@ -264,10 +274,15 @@ fn run_pytest(
         files: test_files,
     };
     let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
-    let (out, junit, path) = match run {
+    let (out, junit, mut path) = match run {
         Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),
         other => other?,
     };
+    if sealed.is_some() {
+        path = VerifierPath::Cold(Some(
+            "the task's sealed verifier environment runs its tests".into(),
+        ));
+    }
     check_report_size(junit.len())?;
     let junit_xml = String::from_utf8_lossy(&junit).into_owned();
     let tests = if junit_xml.is_empty() {
@@ -289,6 +304,48 @@ fn run_pytest(
         verifier: path,
         exit_code: out.code,
     })
+}
+
+/// The sealed verifier environment `task` asks for (`[verifier] python`,
+/// `packages`, `apt`), or `None` when the built-in runtime serves. Only
+/// the local backend builds them.
+fn sealed_env(session: &Session, task: &Task) -> Result<Option<VerifierEnvSpec>, SandboxError> {
+    let spec = VerifierEnvSpec::from_section(&task.meta.verifier, Path::new("task.toml"))
+        .map_err(|e| SandboxError::Verify(e.to_string()))?;
+    if spec.is_empty() {
+        return Ok(None);
+    }
+    if session.info().backend != "local" {
+        return Err(SandboxError::Verify(format!(
+            "the task's tests need a sealed verifier environment ([verifier] python/packages/apt), which only the local backend builds, not `{}`",
+            session.info().backend
+        )));
+    }
+    Ok(Some(spec))
+}
+
+/// The verifier's command in the sealed environment `env` (see
+/// `sandbox/local/verifier_env.rs`): its interpreter started through its
+/// own loader, isolated (`-I -S -B`), with only the environment's site
+/// directory added to `sys.path`, and a line on stderr when its Python is
+/// not the version the tests asked for.
+fn env_argv(env: &VerifierEnvSpec) -> Vec<String> {
+    let quote = |s: &str| serde_json::Value::from(s).to_string();
+    let asked = env.python.as_deref().unwrap_or("");
+    let prelude = format!(
+        "import site as _site, sys as _sys\n\
+         _site.addsitedir({site})\n\
+         if {asked} and '%d.%d' % _sys.version_info[:2] != {asked}:\n\
+         \x20   _sys.stderr.write('endless: the tests asked for Python ' + {asked} + '; the verifier environment runs Python %d.%d, the nearest available\\n' % _sys.version_info[:2])\n\
+         del _site, _sys\n",
+        site = quote(&crate::sandbox::local::env_site(env)),
+        asked = quote(asked),
+    );
+    let mut argv = crate::sandbox::local::env_python(env);
+    argv.extend(["-I", "-S", "-B", "-c"].iter().map(|s| s.to_string()));
+    argv.push(format!("{prelude}{VERIFIER_PROGRAM}"));
+    argv.push("cold".into());
+    argv
 }
 
 /// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture,
@@ -417,10 +474,12 @@ fn run_script(
     let run_id = format!("run-{}", hex::encode(rnd));
     let host_run = host.join(&run_id);
     write_tree(&host_run.join("tests"), &task.tests)?;
+    let workdir = session.info().workdir.clone();
     let result = run_script_in(
         session,
         script,
         &format!("{inside}/{run_id}"),
+        &workdir,
         timeout,
         start,
     );
@@ -428,37 +487,79 @@ fn run_script(
     result
 }
 
+/// The script's reward file (`reward.txt`, else `reward.json`), as the
+/// script is run: written to fd 3 with `txt:` or `json:` before it.
+const REWARD_TO_FD3: &str =
+    "if [ -f /logs/verifier/reward.txt ] && [ ! -L /logs/verifier/reward.txt ]; then \
+     printf txt: >&3; head -c 64 /logs/verifier/reward.txt >&3; \
+     elif [ -f /logs/verifier/reward.json ] && [ ! -L /logs/verifier/reward.json ]; then \
+     printf json: >&3; head -c 4096 /logs/verifier/reward.json >&3; fi";
+
+/// The reward a verifier script reported on fd 3 (see [`REWARD_TO_FD3`]):
+/// a number in `reward.txt`, or in `reward.json` the number under
+/// `"reward"` (or its only number). `Err`: what was wrong with it.
+fn parse_reward(fd3: &str) -> Result<f64, String> {
+    if let Some(text) = fd3.strip_prefix("txt:") {
+        return text.trim().parse::<f64>().map_err(|_| {
+            format!(
+                "/logs/verifier/reward.txt holds `{}`, not a number",
+                text.trim()
+            )
+        });
+    }
+    let Some(json) = fd3.strip_prefix("json:") else {
+        return Err("the verifier script wrote no /logs/verifier/reward.txt or reward.json".into());
+    };
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| format!("/logs/verifier/reward.json is not JSON: {e}"))?;
+    if let Some(r) = value.as_f64() {
+        return Ok(r);
+    }
+    let obj = value
+        .as_object()
+        .ok_or("/logs/verifier/reward.json is neither a number nor an object")?;
+    if let Some(r) = obj.get("reward") {
+        return r
+            .as_f64()
+            .ok_or_else(|| "/logs/verifier/reward.json: `reward` is not a number".to_string());
+    }
+    let numbers: Vec<f64> = obj.values().filter_map(|v| v.as_f64()).collect();
+    match numbers[..] {
+        [only] => Ok(only),
+        _ => {
+            Err("/logs/verifier/reward.json has no `reward` key and not exactly one number".into())
+        }
+    }
+}
+
 fn run_script_in(
     session: &mut Session,
     script: &str,
     inside_run: &str,
+    workdir: &str,
     timeout: Duration,
     start: Instant,
 ) -> Result<TestReport, SandboxError> {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let body = format!(
-        "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests && cd /tests && \
-         bash /tests/{script}; st=$?; \
-         if [ -f /logs/verifier/reward.txt ] && [ ! -L /logs/verifier/reward.txt ]; then head -c 64 /logs/verifier/reward.txt >&3; fi; \
+        "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests && \
+         {{ cd {workdir} 2>/dev/null || cd /; }} && \
+         bash /tests/{script}; st=$?; {REWARD_TO_FD3}; \
          rm -rf /tests; exit $st",
         run = q(inside_run),
+        workdir = q(workdir),
         script = q(script).trim_matches('\'')
     );
     let mut argv = clean_env(inside_run);
     argv.extend(["/bin/bash".to_string(), "-c".to_string(), body]);
     let (out, reward) = session.run_as_root_fd3(&argv, timeout)?;
     let code = out.code;
-    let reward = String::from_utf8_lossy(&reward).into_owned();
-    let passed = reward
-        .trim()
-        .parse::<f64>()
-        .map(|r| r >= 1.0)
-        .unwrap_or(false);
+    let reward = parse_reward(&String::from_utf8_lossy(&reward));
+    let passed = reward.as_ref().is_ok_and(|r| *r >= 1.0);
     let junit_xml = String::new();
-    let message = if reward.is_empty() {
-        "the verifier script wrote no /logs/verifier/reward.txt".to_string()
-    } else {
-        format!("reward: {}", reward.trim())
+    let message = match &reward {
+        Ok(r) => format!("reward: {r}"),
+        Err(why) => why.clone(),
     };
     let mut output = out.output;
     if out.timed_out {
@@ -503,6 +604,46 @@ mod tests {
             verifier: VerifierPath::Warm,
             exit_code,
         }
+    }
+
+    #[test]
+    fn script_rewards_come_from_reward_txt_or_reward_json() {
+        assert_eq!(parse_reward("txt:1\n"), Ok(1.0));
+        assert_eq!(parse_reward("txt: 0.5 "), Ok(0.5));
+        assert!(parse_reward("txt:yes")
+            .unwrap_err()
+            .contains("not a number"));
+        assert_eq!(parse_reward("json:{\"reward\": 0.25}"), Ok(0.25));
+        assert_eq!(parse_reward("json:1"), Ok(1.0));
+        assert_eq!(parse_reward("json:{\"accuracy\": 1}"), Ok(1.0));
+        assert!(parse_reward("json:{\"a\": 1, \"b\": 0}").is_err());
+        assert!(parse_reward("json:{\"reward\": \"1\"}").is_err());
+        assert!(parse_reward("json:{").unwrap_err().contains("not JSON"));
+        assert!(parse_reward("").unwrap_err().contains("wrote no"));
+    }
+
+    #[test]
+    fn the_sealed_environment_runs_isolated_with_only_its_site_added() {
+        let v = crate::task::VerifierSection {
+            python: Some("3.13".into()),
+            packages: vec!["numpy==2.3.3".into(), "pytest==8.4.1".into()],
+            ..Default::default()
+        };
+        let env = VerifierEnvSpec::from_section(&v, Path::new("task.toml")).unwrap();
+        let argv = env_argv(&env);
+        let program = &argv[argv.len() - 2];
+        assert_eq!(argv[argv.len() - 1], "cold");
+        assert!(argv.iter().any(|a| a == "-I") && argv.iter().any(|a| a == "-S"));
+        let site = crate::sandbox::local::env_site(&env);
+        assert!(
+            program.contains(&format!("addsitedir(\"{site}\")")),
+            "{program}"
+        );
+        assert!(program.ends_with(VERIFIER_PROGRAM));
+        assert!(
+            argv[0].starts_with("/run/endless-verifier-envs/"),
+            "{argv:?}"
+        );
     }
 
     #[test]

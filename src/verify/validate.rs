@@ -118,6 +118,16 @@ pub fn validate_task_reporting(
     if let Some(note) = &image.base_note {
         v.notes.push(format!("base image: {note}"));
     }
+    if image.backend == "local" {
+        let file = std::path::Path::new("task.toml");
+        if let Ok(spec) =
+            crate::task::formats::VerifierEnvSpec::from_section(&task.meta.verifier, file)
+        {
+            if let Some(note) = crate::sandbox::local::env_note(&image.path, &spec) {
+                v.notes.push(format!("verifier environment: {note}"));
+            }
+        }
+    }
     let wall = Duration::from_secs_f64(
         task.meta.agent.timeout_sec.clamp(1.0, 86_400.0)
             + task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0) * 2.0

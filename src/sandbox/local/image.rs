@@ -35,9 +35,23 @@ impl LocalBackend {
             });
         }
         let def = parse_task(task)?;
+        let image = self.build_image_from(task, &def, progress)?;
+        // The sealed verifier environment the tests ask for, if any.
+        self.ensure_verifier_env(task, &def, &image, progress)?;
+        Ok(image)
+    }
+
+    /// Build (or find in the cache) the image of `task` from its parsed
+    /// definition `def`.
+    pub(super) fn build_image_from(
+        &self,
+        task: &Task,
+        def: &EnvDefinition,
+        progress: ProgressFn<'_>,
+    ) -> Result<Image, SandboxError> {
         let layout = &self.layout;
         layout.ensure()?;
-        let (base, base_note) = self.resolve_base(&def, progress)?;
+        let (base, base_note) = self.resolve_base(def, progress)?;
         let base_id = self.base_fingerprint(base.as_ref().map(|(stored, _)| stored));
         let hash = image_hash(task, "local", &base_id);
         let dir = layout.images().join(&hash);
@@ -58,7 +72,7 @@ impl LocalBackend {
         ));
         let result = self.build_into(
             task,
-            &def,
+            def,
             Base {
                 image: base.as_ref(),
                 id: &base_id,

@@ -37,6 +37,7 @@ mod stepcache;
 mod steps;
 mod userns;
 mod verifier;
+mod verifier_env;
 mod warm;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -58,6 +59,7 @@ pub use state::{BaseImage, BuildState, StepCacheState, StepState};
 pub use stepcache::{build_record, prune_steps, BuiltStep, StepOutcome, StepPruneReport};
 pub use userns::IdMap;
 pub use verifier::PRELOAD_REFUSED;
+pub use verifier_env::{env_dir, env_name, env_note, env_python, env_site};
 
 use self::bwrap::Bind;
 use self::control::LocalControl;
@@ -556,6 +558,19 @@ impl LocalBackend {
         let network = image.network && self.allow_network;
         let (net_parent, net_child, pidfile) = self.net_setup(network, &sid)?;
         let (staged_x, staged_rt) = (layout.staged("x"), layout.staged("rt"));
+        let mut host_binds = vec![
+            (exchange.clone(), staged_x.clone()),
+            (self.runtime.dir.clone(), staged_rt.clone()),
+        ];
+        // The image's sealed verifier environments (`verifier_env.rs`).
+        let envs = image.path.join(verifier_env::IMAGE_DIR);
+        let staged_envs = layout.staged("venv");
+        let with_envs = envs.is_dir();
+        if with_envs {
+            std::fs::create_dir_all(&staged_envs)
+                .map_err(SandboxError::io("create mount point", &staged_envs))?;
+            host_binds.push((envs, staged_envs.clone()));
+        }
         let plan = MountPlan::new(MountSpec {
             tmpfs: Some((&scratch, limits.disk_bytes)),
             mkdirs: &mkdirs,
@@ -563,10 +578,7 @@ impl LocalBackend {
             cgroup_procs: &procs,
             rlimits,
             identity: self.child_identity(&userns, &uppers, image.base_layers.is_empty())?,
-            binds: vec![
-                (exchange.clone(), staged_x.clone()),
-                (self.runtime.dir.clone(), staged_rt.clone()),
-            ],
+            binds: host_binds,
             net: net_child,
         })?;
         let seccomp = seccomp::program_files(&self.seccomp)?;
@@ -583,6 +595,13 @@ impl LocalBackend {
                 read_only: true,
             },
         ];
+        if with_envs {
+            binds.push(Bind {
+                source: staged_envs,
+                inside: verifier_env::INSIDE.into(),
+                read_only: true,
+            });
+        }
         for (host, inside) in self.runtime.host_binds() {
             binds.push(Bind {
                 source: host,

@@ -57,6 +57,10 @@ pub struct VerifierPlan {
     set_groups: bool,
     seccomp: Vec<BpfProgram>,
     sealed: SealedFiles,
+    /// `<private_dir>/tests`, when the sealed files hold a tests folder: it
+    /// is also shown, read-only, at `/tests` (in the verifier's mount
+    /// namespace only), where Harbor's tests read their files.
+    tests_dir: Option<CString>,
 }
 
 /// The tests' files as the child writes them into its private tmpfs
@@ -216,6 +220,11 @@ impl VerifierPlan {
             set_groups,
             seccomp,
             sealed: SealedFiles::new(private_dir, files)?,
+            tests_dir: if files.iter().any(|(rel, _)| rel.starts_with("tests/")) {
+                Some(c(&format!("{private_dir}/tests"))?)
+            } else {
+                None
+            },
         })
     }
 
@@ -301,6 +310,10 @@ impl VerifierPlan {
                 libc::MS_NOSUID | libc::MS_NODEV,
                 self.tmpfs_data.as_ptr().cast(),
             ))?;
+            if self.tests_dir.is_some() {
+                // Still with every file-system capability of the sandbox's root.
+                tests_mount_point()?;
+            }
             // Files are made as the task's user (an id every namespace
             // here maps; host root is not mapped in the sandbox's). Only the
             // file-system ids change: CAP_SYS_ADMIN stays for the remount.
@@ -318,6 +331,26 @@ impl VerifierPlan {
                     | libc::MS_NODEV,
                 std::ptr::null(),
             ))?;
+            if let Some(tests) = &self.tests_dir {
+                check(libc::mount(
+                    tests.as_ptr(),
+                    c"/tests".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    std::ptr::null(),
+                    c"/tests".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REMOUNT
+                        | libc::MS_BIND
+                        | libc::MS_RDONLY
+                        | libc::MS_NOSUID
+                        | libc::MS_NODEV,
+                    std::ptr::null(),
+                ))?;
+            }
             hide_preload()?;
             become_member_of_pid_namespace()?;
             if self.set_groups {
@@ -331,6 +364,26 @@ impl VerifierPlan {
             }
             seccomp::load(&self.seccomp)
         }
+    }
+}
+
+/// Make sure `/tests` is a directory the tests folder can be bound on:
+/// made (empty, in the sandbox's file system) when missing; anything else
+/// than a directory there (a link the agent planted) is refused like an
+/// unhideable `/etc/ld.so.preload`.
+unsafe fn tests_mount_point() -> io::Result<()> {
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::lstat(c"/tests".as_ptr(), &mut st) < 0 {
+            if *libc::__errno_location() != libc::ENOENT {
+                return Err(io::Error::last_os_error());
+            }
+            return check(libc::mkdir(c"/tests".as_ptr(), 0o755));
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(io::Error::from_raw_os_error(PRELOAD_REFUSED));
+        }
+        Ok(())
     }
 }
 

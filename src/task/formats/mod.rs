@@ -13,8 +13,11 @@ mod reference;
 mod solver_summary;
 mod tb1;
 mod test_script;
+mod verifier_spec;
 
 use std::path::Path;
+
+pub use verifier_spec::{parse_test_sh, Package, Runner, VerifierEnvSpec, VerifierSpec};
 
 use serde::{Deserialize, Serialize};
 

@@ -1,32 +1,128 @@
-//! Recognising the usual Harbor / Terminal-Bench test runner boilerplate
-//! (install pytest from the internet, run it, write a reward file) so that
-//! the same test files can run with the sandbox's own `python3 -m pytest`.
+//! Adopting a foreign format's test runner script (Harbor's `test.sh`,
+//! Terminal-Bench 1's `run-tests.sh`): the script is read by
+//! [`parse_test_sh`]; one that only installs test tools and runs pytest on
+//! some files is dropped, those files become the final tests, and what the
+//! tests import is kept in `[verifier]` (`python`, `packages`, `apt`) for
+//! the sealed verifier environment; anything else runs as it is.
 
 use std::path::Path;
 
+use super::verifier_spec::{parse_test_sh, Runner};
 use crate::task::{BundleError, FileTree, TaskMeta};
 
-/// Adopt a foreign format's test runner `name` (already in `tests`): a
-/// script that only runs pytest on some files is dropped and those files
-/// become the final tests; anything else (including a script that is not
-/// UTF-8) is kept and run as-is.
-pub fn adopt_runner(meta: &mut TaskMeta, tests: &mut FileTree, name: &str) {
+/// Adopt a foreign format's test runner `name` (already in `tests`; shown
+/// in errors as `shown`): a script that only runs pytest on some files is
+/// dropped and those files become the final tests, with the packages they
+/// need recorded in `[verifier]` when the built-in runtime lacks them; any
+/// other script (including one that is not UTF-8) is kept and run as-is.
+/// A line installing or running test tools in a form the parser cannot
+/// read, and a pytest run on files the bundle lacks, are errors naming the
+/// script (and the line).
+pub fn adopt_runner(
+    meta: &mut TaskMeta,
+    tests: &mut FileTree,
+    name: &str,
+    shown: &Path,
+) -> Result<(), BundleError> {
     let names: Vec<String> = tests.iter().map(|(p, _)| p.clone()).collect();
-    let verdict = match tests.text(name) {
-        Some(script) => classify(script, &names),
-        None => TestScript::Custom,
+    let spec = match tests.text(name) {
+        Some(script) => Some(parse_test_sh(script, &shown.to_string_lossy())?),
+        None => None,
     };
-    match verdict {
-        TestScript::Pytest(files) => {
-            tests.remove(name);
-            meta.verifier.final_tests = files;
-            meta.verifier.script = None;
+    match spec {
+        Some(spec) => match spec.runner {
+            Runner::Pytest(args) => {
+                let files = pytest_files(&args, &names)
+                    .map_err(|why| BundleError::invalid(shown, None, why))?;
+                tests.remove(name);
+                meta.verifier.final_tests = files;
+                meta.verifier.script = None;
+                if spec.env.needs_environment() {
+                    spec.env.store_in(&mut meta.verifier);
+                }
+            }
+            Runner::Script => keep_script(meta, name),
+        },
+        None => keep_script(meta, name),
+    }
+    Ok(())
+}
+
+fn keep_script(meta: &mut TaskMeta, name: &str) {
+    meta.verifier.script = Some(name.into());
+    meta.verifier.final_tests.clear();
+}
+
+/// pytest options that take a value as the next argument.
+const VALUED: &[&str] = &[
+    "-k",
+    "-m",
+    "-p",
+    "-c",
+    "-o",
+    "--ctrf",
+    "--junitxml",
+    "--junit-xml",
+    "--rootdir",
+    "--tb",
+    "--timeout",
+    "--json-report-file",
+    "--maxfail",
+    "--durations",
+    "--basetemp",
+    "-W",
+    "--log-level",
+    "--deselect",
+    "--ignore",
+    "--confcutdir",
+];
+
+/// The test files (relative to tests/) a pytest run on `args` covers:
+/// the `.py` files it names (`/tests/x.py`, `$TEST_DIR/x.py`, `x.py::test`),
+/// or, when it names none or only the tests folder, the `test_*.py` files at
+/// the top of `test_files`. A named file the bundle lacks is an error.
+fn pytest_files(args: &[String], test_files: &[String]) -> Result<Vec<String>, String> {
+    let mut files = Vec::new();
+    let mut skip = false;
+    for a in args {
+        if std::mem::take(&mut skip) {
+            continue;
         }
-        TestScript::Custom => {
-            meta.verifier.script = Some(name.into());
-            meta.verifier.final_tests.clear();
+        if a.starts_with('-') {
+            skip = VALUED.contains(&a.as_str());
+            continue;
+        }
+        let path = a.split("::").next().unwrap_or(a);
+        let mut rel = path;
+        for prefix in ["/tests/", "$TEST_DIR/", "${TEST_DIR}/", "./", "tests/"] {
+            rel = rel.strip_prefix(prefix).unwrap_or(rel);
+        }
+        if matches!(
+            rel,
+            "/tests" | "$TEST_DIR" | "${TEST_DIR}" | "." | "tests" | ""
+        ) {
+            continue;
+        }
+        if !test_files.iter().any(|f| f == rel) {
+            return Err(format!(
+                "pytest runs `{a}`, which is not a file of the tests folder"
+            ));
+        }
+        if !files.contains(&rel.to_string()) {
+            files.push(rel.to_string());
         }
     }
+    if files.is_empty() {
+        files = test_files
+            .iter()
+            .filter(|f| !f.contains('/') && f.starts_with("test_") && f.ends_with(".py"))
+            .cloned()
+            .collect();
+    }
+    if files.is_empty() {
+        return Err("pytest runs, but the tests folder has no test_*.py file".into());
+    }
+    Ok(files)
 }
 
 /// Take the privileged truth out of a foreign task's `tests/truth.md`
@@ -40,120 +136,6 @@ pub fn take_truth(tests: &mut FileTree, dir: &Path) -> Result<String, BundleErro
 
 /// Where foreign formats keep the truth, under tests/.
 pub const TRUTH: &str = "truth.md";
-
-/// The verdict on a `test.sh` / `run-tests.sh`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TestScript {
-    /// Only boilerplate around pytest on these files (relative to tests/).
-    Pytest(Vec<String>),
-    /// Something else: keep it and run it as-is.
-    Custom,
-}
-
-/// Classify a test runner script. `test_files` are the files under tests/,
-/// used when the pytest line names none.
-pub fn classify(script: &str, test_files: &[String]) -> TestScript {
-    let mut files = Vec::new();
-    let mut saw_pytest = false;
-    let joined = script.replace("\\\n", " ");
-    for raw in joined.lines() {
-        let line = raw.trim().trim_start_matches(['(', '{', ' ']);
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if line.contains("setup-uv-pytest.sh") {
-            continue;
-        }
-        // Terminal-Bench 1's harness script runs pytest on $TEST_DIR's tests.
-        if line.contains("run-uv-pytest.sh") {
-            saw_pytest = true;
-            continue;
-        }
-        if line.contains("pytest") && !is_install(line) {
-            saw_pytest = true;
-            for tok in line.split_whitespace() {
-                let tok = tok.trim_matches(|c| c == '"' || c == '\'');
-                if tok.ends_with(".py") {
-                    let name = tok.rsplit('/').next().unwrap_or(tok);
-                    files.push(name.to_string());
-                }
-            }
-            continue;
-        }
-        if !is_boilerplate(line) {
-            return TestScript::Custom;
-        }
-    }
-    if !saw_pytest {
-        return TestScript::Custom;
-    }
-    if files.is_empty() {
-        files = test_files
-            .iter()
-            .filter(|f| !f.contains('/') && f.starts_with("test_") && f.ends_with(".py"))
-            .cloned()
-            .collect();
-    }
-    if files.is_empty() || files.iter().any(|f| !test_files.contains(f)) {
-        return TestScript::Custom;
-    }
-    TestScript::Pytest(files)
-}
-
-fn is_install(line: &str) -> bool {
-    let first = line.split_whitespace().next().unwrap_or("");
-    matches!(first, "pip" | "pip3" | "uv" | "apt-get" | "apt")
-        || line.contains("pip install")
-        || line.contains("uv pip install")
-        || line.contains("uv add")
-}
-
-fn is_boilerplate(line: &str) -> bool {
-    let first = line.split_whitespace().next().unwrap_or("");
-    const WORDS: &[&str] = &[
-        "apt-get",
-        "apt",
-        "curl",
-        "wget",
-        "pip",
-        "pip3",
-        "uv",
-        "uvx",
-        "source",
-        ".",
-        "export",
-        "if",
-        "then",
-        "else",
-        "elif",
-        "fi",
-        "cd",
-        "mkdir",
-        "set",
-        "exit",
-        "echo",
-        "[",
-        "[[",
-        "true",
-        "fi;",
-        "else;",
-        "}",
-        "{",
-        "PATH=",
-        "DEBIAN_FRONTEND=noninteractive",
-    ];
-    if WORDS.contains(&first) || first.starts_with("export") {
-        // `echo` is boilerplate only when it reports or writes the reward.
-        if first == "echo" {
-            return line.contains("reward") || !line.contains('>');
-        }
-        return true;
-    }
-    // `VAR=value` assignments and `... | sh` installers.
-    (first.contains('=') && !first.starts_with('='))
-        || line.ends_with("| sh")
-        || line.ends_with("| bash")
-}
 
 /// The `test.sh` that endless writes for Harbor: run the final tests with the
 /// environment's pytest (installing it only if missing) and write the reward.
@@ -180,8 +162,33 @@ mod tests {
         vec!["test_outputs.py".into(), "helper.json".into()]
     }
 
+    /// Adopt `script` as tests/test.sh of a bundle holding `files()`.
+    fn adopt(script: &str) -> Result<TaskMeta, BundleError> {
+        let mut meta = TaskMeta::default();
+        let mut tests = FileTree::default();
+        for f in files() {
+            tests.insert_text(&f, "x");
+        }
+        tests.insert_text("test.sh", script);
+        adopt_runner(
+            &mut meta,
+            &mut tests,
+            "test.sh",
+            Path::new("t/tests/test.sh"),
+        )?;
+        assert_eq!(tests.contains("test.sh"), meta.verifier.script.is_some());
+        Ok(meta)
+    }
+
+    fn pytest_on(meta: &TaskMeta) -> Option<Vec<String>> {
+        meta.verifier
+            .script
+            .is_none()
+            .then(|| meta.verifier.final_tests.clone())
+    }
+
     #[test]
-    fn recognises_uv_boilerplate() {
+    fn recognises_uv_boilerplate_and_keeps_what_the_tests_import() {
         let script = r#"#!/bin/bash
 apt-get update
 apt-get install -y curl
@@ -198,23 +205,31 @@ else
   echo 0 > /logs/verifier/reward.txt
 fi
 "#;
+        let meta = adopt(script).unwrap();
+        assert_eq!(pytest_on(&meta), Some(vec!["test_outputs.py".into()]));
+        // pytest and its report plugin alone: the built-in runtime serves.
+        assert!(meta.verifier.packages.is_empty() && meta.verifier.python.is_none());
+        let with_numpy = script.replace("-w pytest==8.4.1", "-w pytest==8.4.1 -w numpy==2.3.3");
+        let meta = adopt(&with_numpy).unwrap();
+        assert_eq!(meta.verifier.python.as_deref(), Some("3.13"));
         assert_eq!(
-            classify(script, &files()),
-            TestScript::Pytest(vec!["test_outputs.py".into()])
+            meta.verifier.packages,
+            ["numpy==2.3.3", "pytest==8.4.1", "pytest-json-ctrf==0.3.5"]
         );
+        assert_eq!(meta.verifier.apt, ["curl"]);
     }
 
     #[test]
     fn recognises_own_output_and_bare_pytest() {
         let ours = harbor_test_sh(&["test_outputs.py".into()], "/tests");
         assert_eq!(
-            classify(&ours, &files()),
-            TestScript::Pytest(vec!["test_outputs.py".into()])
+            pytest_on(&adopt(&ours).unwrap()),
+            Some(vec!["test_outputs.py".into()])
         );
         let bare = "pip install pytest\ncd $TEST_DIR\npytest -rA\n";
         assert_eq!(
-            classify(bare, &files()),
-            TestScript::Pytest(vec!["test_outputs.py".into()])
+            pytest_on(&adopt(bare).unwrap()),
+            Some(vec!["test_outputs.py".into()])
         );
     }
 
@@ -223,24 +238,33 @@ fi
         let tb1 =
             "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash $TEST_DIR/run-uv-pytest.sh\n";
         assert_eq!(
-            classify(tb1, &files()),
-            TestScript::Pytest(vec!["test_outputs.py".into()])
+            pytest_on(&adopt(tb1).unwrap()),
+            Some(vec!["test_outputs.py".into()])
         );
     }
 
     #[test]
-    fn custom_scripts_are_kept() {
-        assert_eq!(
-            classify("./check.sh && echo ok\n", &files()),
-            TestScript::Custom
+    fn custom_scripts_are_kept_and_bad_runs_are_errors() {
+        for custom in [
+            "./check.sh && echo ok\n",
+            "python3 /tests/verify.py\n",
+            "pytest /tests/test_outputs.py\nrm -rf /app/cache\n",
+        ] {
+            assert_eq!(pytest_on(&adopt(custom).unwrap()), None, "{custom}");
+        }
+        let err = adopt("pytest /tests/test_other.py\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("t/tests/test.sh") && err.contains("test_other.py"),
+            "{err}"
         );
-        assert_eq!(
-            classify("python3 /tests/verify.py\n", &files()),
-            TestScript::Custom
+        let err = adopt("echo hi\npip install -r /tests/requirements.txt\npytest\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("t/tests/test.sh") && err.contains("line 2"),
+            "{err}"
         );
-        let extra = "pytest /tests/test_outputs.py\nrm -rf /app/cache\n";
-        assert_eq!(classify(extra, &files()), TestScript::Custom);
-        let missing = "pytest /tests/test_other.py\n";
-        assert_eq!(classify(missing, &files()), TestScript::Custom);
     }
 }

@@ -1,0 +1,105 @@
+//! The sealed verifier environment (`[verifier] python / packages / apt`,
+//! issue 31) against a root agent that plants modules wherever Python
+//! could look: `numpy.py`, `pytest.py`, `_pytest.py`, `sitecustomize.py`,
+//! `usercustomize.py` and a `.pth` file in every `sys.path` and
+//! site-packages directory it can see, its home's user site, and the
+//! environment itself. The verdict must not be forged (a planted `pytest`
+//! would report a pass on fd 3), none of the planted files may run in the
+//! verifier, and the environment must stay read-only. The environment is
+//! built offline here (the host's Python, no PyPI package), from the
+//! image's own interpreter, as it is for any task.
+
+use endless::verify::verify;
+
+#[allow(unused_imports)]
+use super::*;
+
+/// `X.Y` of the host's python3 (the host base's interpreter).
+fn host_python() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// What every planted module does when imported: leave a marker, and (as
+/// `pytest`) write a passing JUnit report to the verifier's result pipe.
+const PAYLOAD: &str = r#"import os, sys
+open('/tmp/planted-' + __name__.replace('.', '_'), 'w').close()
+if __name__ in ('pytest', '_pytest'):
+    os.write(3, b'<testsuite tests="1"><testcase classname="test_final_state" name="test_done"/></testsuite>')
+    os._exit(0)
+"#;
+
+#[test]
+fn planted_modules_do_not_reach_the_sealed_verifier_environment() {
+    both(
+        "verifier_site_packages::planted_modules_do_not_reach_the_sealed_verifier_environment",
+        |b| {
+            let mut t = task("atk-venv", "root", "true\n");
+            t.meta.verifier.python = Some(host_python());
+            t.tests.insert_text(
+                "test_final_state.py",
+                "import os\ntry:\n    import numpy  # only the agent's could be found\nexcept ImportError:\n    pass\n\n\
+                 def test_done():\n    with open(os.path.expanduser('~/out.txt')) as f:\n        assert f.read().strip() == 'HELLO'\n",
+            );
+            let mut s = session(b, &t);
+            let plant = format!(
+                "cat > /tmp/payload.py <<'EOF'\n{PAYLOAD}EOF\n\
+                 dirs=\"$(python3 -c 'import site, sys; print(\" \".join([p for p in sys.path if p] + site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null) \
+                 /usr/lib/python3/dist-packages /usr/local/lib/python3/dist-packages $HOME/.local/lib/python3/site-packages /tests /run/endless-verifier \
+                 $(ls -d /run/endless-verifier-envs/*/site /run/endless-verifier-envs/*/usr/lib/python3* /run/endless-verifier-envs/*/usr/local/lib/python3* 2>/dev/null)\"\n\
+                 planted=0\n\
+                 for d in $dirs; do\n\
+                   mkdir -p \"$d\" 2>/dev/null || continue\n\
+                   for m in numpy pytest _pytest sitecustomize usercustomize; do cp /tmp/payload.py \"$d/$m.py\" 2>/dev/null && planted=$((planted+1)); done\n\
+                   echo 'import os; open(\"/tmp/planted-pth\", \"w\").close()' > \"$d/zz-endless.pth\" 2>/dev/null\n\
+                 done\n\
+                 echo planted=$planted\n\
+                 ls -d /run/endless-verifier-envs/*/site >/dev/null 2>&1; echo env_visible=$?\n\
+                 touch /run/endless-verifier-envs/x 2>/dev/null; echo write_envs=$?\n\
+                 touch \"$(ls -d /run/endless-verifier-envs/*/site | head -1)/numpy.py\" 2>/dev/null; echo write_site=$?\n\
+                 mount -o remount,rw /run/endless-verifier-envs 2>/dev/null; echo remount=$?\n\
+                 umount /run/endless-verifier-envs 2>/dev/null; echo umount=$?\n\
+                 export PYTHONPATH=/tmp PYTHONSTARTUP=/tmp/payload.py"
+            );
+            let out = run(&mut s, &plant);
+            let got = codes(&out);
+            let planted = got.iter().find(|(k, _)| k == "planted").map(|(_, c)| *c);
+            assert!(planted.is_some_and(|n| n >= 10), "{out}");
+            assert!(
+                got.contains(&("env_visible".to_string(), 0)),
+                "the environment is bound read-only for the verifier: {out}"
+            );
+            all_failed(&out, &["write_envs", "write_site", "remount", "umount"]);
+
+            // The task is not done: the verdict must say so.
+            let report = verify(&mut s, &t, TestSet::Final).unwrap();
+            assert!(!report.passed, "forged: {report:#?}");
+            assert!(
+                report
+                    .tests
+                    .iter()
+                    .any(|c| c.name.ends_with("test_done") && !c.passed),
+                "{report:#?}"
+            );
+            // Done honestly: it passes, in the sealed environment, and no
+            // planted file ran in any verification.
+            run(&mut s, "echo HELLO > ~/out.txt");
+            let report = verify(&mut s, &t, TestSet::Final).unwrap();
+            assert!(report.passed, "{report:#?}");
+            assert!(
+                format!("{:?}", report.verifier).contains("sealed verifier environment"),
+                "{:?}",
+                report.verifier
+            );
+            let markers = run(&mut s, "ls /tmp/planted-* 2>/dev/null; echo markers=$(ls /tmp/planted-* 2>/dev/null | wc -l)");
+            assert!(
+                codes(&markers).contains(&("markers".to_string(), 0)),
+                "a planted module ran in the verifier: {markers}"
+            );
+            s.close();
+        },
+    );
+}
