@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod allocator;
+pub mod audit;
 pub mod cli;
 pub mod commands;
 pub mod config;

@@ -31,7 +31,7 @@ const LAYERS: &[&[&str]] = &[
     // 4. Episodes and their evaluation.
     &["agent", "eval"],
     // 5. Pipelines built on episodes.
-    &["generate", "rl"],
+    &["generate", "rl", "audit"],
     // 6. Jobs, the use cases both front ends call, and the environment
     // server (a use case the CLI starts).
     &["jobs", "workbench", "serve"],

@@ -97,6 +97,7 @@ pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchTarget::Shards => super::bench_shards::run(ctx, args.n, args.json),
+        BenchTarget::Audit => super::bench_audit::run(ctx, args.n, args.json),
         BenchTarget::Verify => {
             let backend = ctx.backend()?;
             let (families, _missing) = crate::procgen::usable_families();

@@ -22,7 +22,9 @@ macro_rules! say_err {
     };
 }
 
+pub mod audit_cmd;
 pub mod bench;
+mod bench_audit;
 mod bench_images;
 pub mod bench_lora;
 pub mod bench_ppo;

@@ -54,9 +54,13 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
 
 /// `endless eval --policy P`
 pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
+    let tasks = match args.exclude_audit.as_deref() {
+        Some(labels) => super::audit_cmd::exclude(ctx, args.tasks.as_deref(), labels, false)?,
+        None => args.tasks.clone(),
+    };
     let req = EvalRequest {
         policy: args.policy.clone(),
-        tasks: args.tasks.clone(),
+        tasks,
         samples: args.samples,
         max_turns: args.max_turns,
         concurrency: args.concurrency.unwrap_or(2),

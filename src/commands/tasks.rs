@@ -92,14 +92,24 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             dev_count,
             seed,
             json,
+            exclude_audit,
         } => {
+            let excluded = |ids: Vec<String>| -> Result<Vec<String>> {
+                let Some(labels) = exclude_audit.as_deref() else {
+                    return Ok(ids);
+                };
+                let labels = crate::audit::parse_labels(labels)?;
+                let (kept, out) = crate::workbench::audit::exclude_audited(&ws, ids, &labels)?;
+                say_err!("--exclude-audit: {} tasks left out", out.len());
+                Ok(kept)
+            };
             let Some(format) = format.task_format() else {
                 let selection = match (all, status) {
                     (true, _) => Selection::All,
                     (false, Some(status)) => Selection::Status(status),
                     (false, None) => Selection::Ids(ids),
                 };
-                let ids = export::select(&ws, &selection)?;
+                let ids = excluded(export::select(&ws, &selection)?)?;
                 let kind = if format == ExportFormat::Jsonl {
                     DatasetFormat::Jsonl
                 } else {
@@ -128,10 +138,10 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             if dev_count.is_some() || seed != 0 {
                 bail!("--dev-count and --seed are for datasets (--format skyrl or jsonl)");
             }
-            let ids = match status {
+            let ids = excluded(match status {
                 Some(status) => export::select(&ws, &Selection::Status(status))?,
                 None => select(&ws, ids, all)?,
-            };
+            })?;
             let failed = export(&ws, &ids, format, &out);
             for (id, e) in &failed {
                 say_err!("failed {id}: {e}");
@@ -161,6 +171,7 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             }
             return validate(ctx, ids, shard, concurrency, json);
         }
+        TasksCommand::Audit(args) => return super::audit_cmd::run(ctx, args),
         TasksCommand::Set {
             ids,
             status,

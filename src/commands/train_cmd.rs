@@ -65,7 +65,10 @@ pub fn request(args: &TrainArgs) -> TrainRequest {
 
 /// `endless train ...`
 pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
-    let request = request(&args);
+    let mut request = request(&args);
+    if let Some(labels) = args.exclude_audit.as_deref() {
+        request.tasks = super::audit_cmd::exclude(ctx, args.tasks.as_deref(), labels, true)?;
+    }
     if args.print_config {
         let spec = args
             .init

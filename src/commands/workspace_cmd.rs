@@ -83,6 +83,10 @@ fn merge(ctx: &Context, other: &[PathBuf], allow_partial: bool, json: bool) -> R
         reports.extend(merged.merges.iter().cloned());
         job = Some(merged);
     }
+    // Audit reports merged or brought in with new tasks join the index.
+    for problem in crate::workbench::audit::reindex_audits(&ws)? {
+        say_err!("note: {problem}");
+    }
     if json {
         match &job {
             Some(job) if plain.is_empty() => print_json(job)?,

@@ -53,7 +53,7 @@ fn bundle_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, StoreError> {
                     .unwrap_or(&path)
                     .to_string_lossy()
                     .into_owned();
-                if rel != TASK_CURATION_FILE && rel != VALIDATION_FILE {
+                if rel != TASK_CURATION_FILE && rel != VALIDATION_FILE && rel != AUDIT_FILE {
                     out.insert(rel, path);
                 }
             }
@@ -97,7 +97,37 @@ fn validated_at(bytes: &[u8]) -> String {
         .unwrap_or_default()
 }
 
+/// A task's audit report (`tasks/<id>/audit.json`, written by
+/// [`crate::audit`]): merged like a verdict, the later one wins; the
+/// caller re-indexes what was taken.
+pub const AUDIT_FILE: &str = "audit.json";
+
+/// The `audited_at` of an audit report ('' when unreadable).
+fn audited_at(bytes: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("audited_at")?.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 impl Workspace {
+    /// Task `id` is here and in the bundle directory `theirs` (a shard's):
+    /// take their `audit.json` when it is newer than ours (or we have
+    /// none). Returns whether it was taken; the audit index is brought up
+    /// to date by [`crate::audit`]'s re-index after the merge.
+    fn take_newer_audit(&self, id: &str, theirs: &Path) -> Result<bool, StoreError> {
+        let their_path = theirs.join(AUDIT_FILE);
+        let Some(their) = read(&their_path)? else {
+            return Ok(false);
+        };
+        let ours_path = self.task_dir(id).join(AUDIT_FILE);
+        if read(&ours_path)?.is_some_and(|o| audited_at(&o) >= audited_at(&their)) {
+            return Ok(false);
+        }
+        write_atomic(&ours_path, &their).map_err(StoreError::io(&ours_path))?;
+        Ok(true)
+    }
+
     /// `tasks/<id>/validation.json`.
     pub fn validation_path(&self, id: &str) -> PathBuf {
         self.task_dir(id).join(VALIDATION_FILE)
@@ -143,6 +173,7 @@ impl Workspace {
                 staging.commit().map_err(StoreError::io(&target))?;
                 self.index_task(&task, TaskStatus::Candidate)?;
                 self.restore_task_curation(&id)?;
+                self.index_audit_file(&id)?;
                 report.tasks_added += 1;
                 continue;
             }
@@ -173,6 +204,9 @@ impl Workspace {
             if a != b && !differing.contains(name) {
                 differing.push(name.clone());
             }
+        }
+        if differing.iter().all(|n| n == "task.toml") {
+            self.take_newer_audit(id, theirs)?;
         }
         let their_verdict = read(&theirs.join(VALIDATION_FILE))?;
         let our_verdict = read(&ours_dir.join(VALIDATION_FILE))?;

@@ -91,6 +91,24 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE episodes ADD COLUMN duration_secs REAL NOT NULL DEFAULT 0;
     ALTER TABLE episodes ADD COLUMN forked_from TEXT;
     "#,
+    // 6: each task's latest audit (`tasks/<id>/audit.json`, see
+    // `crate::audit`): its finding labels (a JSON list), how many findings,
+    // the mutation score, whether every check finished, each check's
+    // status (a JSON object); dropped with its task. Indexed by `tasks
+    // audit` and rebuilt from the files by `workspace rebuild`. (`IF NOT
+    // EXISTS`: a database rolled back to an older version keeps the table.)
+    r#"
+    CREATE TABLE IF NOT EXISTS task_audits (
+        task_id         TEXT PRIMARY KEY REFERENCES tasks (id) ON DELETE CASCADE,
+        labels          TEXT NOT NULL DEFAULT '[]',
+        findings        INTEGER NOT NULL DEFAULT 0,
+        mutation_killed INTEGER,
+        mutation_total  INTEGER,
+        complete        INTEGER NOT NULL DEFAULT 1,
+        checks          TEXT NOT NULL DEFAULT '{}',
+        audited_at      TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// The last schema version whose episode columns an older index learns

@@ -22,6 +22,7 @@ pub use import::{discover, import_paths, ImportOutcome, ImportReport, OnConflict
 pub use jobs::JobRow;
 pub use link::LinkReport;
 pub use merge::{MergeOptions, MergeReport};
+pub use merge_tasks::AUDIT_FILE;
 pub use merge_tasks::{TaskMergeReport, VALIDATION_FILE};
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{EpisodeRow, RunRow};

@@ -14,6 +14,8 @@
 //!   anything starts (the TUI's forms, inline).
 //! - Task selection, run ids, indexing a run's episodes and pass@k.
 //! - [`eval()`] and [`run_episode`]: evaluations and single episodes.
+//! - [`audit`]: the task audit (weak, flaky, hackable, underspecified
+//!   tasks), its stored reports and `--exclude-audit`.
 //! - [`validate_tasks`]: structural and sandbox checks; [`verdicts`]: the
 //!   verdicts they store.
 //! - [`shards`]: `--shard I/N` runs, shard workspaces and their merge;
@@ -27,6 +29,7 @@
 //! - [`rebuild_index`] and [`open_rebuilding`]: the index rebuilt from the
 //!   workspace's files (a deleted or corrupt `endless.db`).
 
+pub mod audit;
 mod checks;
 mod context;
 pub mod episodes_export;

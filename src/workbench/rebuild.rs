@@ -68,6 +68,7 @@ pub fn rebuild_index(ws: &Workspace) -> Result<RebuildReport> {
             Err(e) => report.problems.push(e.to_string()),
         }
     }
+    report.problems.extend(super::audit::reindex_audits(ws)?);
     let runs_dir = ws.runs_dir();
     let mut run_ids: Vec<String> = std::fs::read_dir(&runs_dir)
         .with_context(|| format!("reading {}", runs_dir.display()))?
