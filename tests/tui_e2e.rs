@@ -281,10 +281,10 @@ fn oracle_evaluation_from_the_jobs_view_in_tmux() {
     wait_for(s, "eval-");
 
     // Live view: the episode's pane with its title and the oracle's command.
-    // A pane's title ("┌ upper#0 turn …") is the Live view's own; the Jobs
+    // A pane's title ("┏ upper#0 turn …") is the Live view's own; the Jobs
     // log also names "upper#0", so waiting for that alone would race F2.
     tmux(&["send-keys", "-t", s, "F2"]);
-    let screen = wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    let screen = wait_for_up_to(s, "┏ upper#0", Duration::from_secs(120));
     assert!(screen.contains("oracle"), "{screen}");
     let screen = wait_for_up_to(s, "PASSED", Duration::from_secs(120));
     assert!(screen.contains("tr a-z A-Z"), "{screen}");
@@ -340,7 +340,7 @@ fn take_over_a_live_session_in_tmux() {
     tmux(&["send-keys", "-t", s, "-l", &policy]);
     tmux(&["send-keys", "-t", s, "Enter"]);
     tmux(&["send-keys", "-t", s, "F2"]);
-    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    wait_for_up_to(s, "┏ upper#0", Duration::from_secs(120));
     tmux(&["send-keys", "-t", s, "Enter"]);
     tmux(&["send-keys", "-t", s, "C-t"]);
     wait_for(s, "YOU HAVE THE SESSION");
@@ -452,21 +452,21 @@ fn a_live_pane_follows_seq_1_60_at_80x24_in_tmux() {
     tmux(&["send-keys", "-t", s, "-l", &policy]);
     tmux(&["send-keys", "-t", s, "Enter"]);
     tmux(&["send-keys", "-t", s, "F2"]);
-    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
-    wait_for_up_to(s, "│60 ", Duration::from_secs(60));
+    wait_for_up_to(s, "┏ upper#0", Duration::from_secs(120));
+    wait_for_up_to(s, "┃60 ", Duration::from_secs(60));
     // The pane may be caught between two frames (the output drawn, the
     // cursor not yet moved) on a loaded machine: give it a few frames.
     // The agent's next command, echoed, follows the output at once.
     let settled = |screen: &str| {
         let lines: Vec<&str> = screen.lines().collect();
-        let at = lines.iter().position(|l| l.starts_with("│60 "));
+        let at = lines.iter().position(|l| l.starts_with("┃60 "));
         at.is_some_and(|at| {
             at > 0
-                && lines[at - 1].starts_with("│59 ")
+                && lines[at - 1].starts_with("┃59 ")
                 && lines
                     .get(at + 1)
-                    .is_some_and(|l| l.starts_with("│agent$ sleep 4 "))
-                && lines.get(at + 2).is_some_and(|l| l.starts_with("│█"))
+                    .is_some_and(|l| l.starts_with("┃agent$ sleep 4 "))
+                && lines.get(at + 2).is_some_and(|l| l.starts_with("┃█"))
         })
     };
     let start = Instant::now();
@@ -527,15 +527,15 @@ fn the_agents_commands_show_in_the_pane_and_the_replay_in_tmux() {
     let s = &session.0;
     wait_for(s, "upper");
     evaluate_script(s, &script);
-    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    wait_for_up_to(s, "┏ upper#0", Duration::from_secs(120));
     // In the pane's body: each command on its prompt line, its output below.
-    let screen = wait_for_up_to(s, "│agent$ sleep 4", Duration::from_secs(60));
-    let (echo, output) = line_and_next(&screen, "│agent$ echo first-$((6*7))")
+    let screen = wait_for_up_to(s, "┃agent$ sleep 4", Duration::from_secs(60));
+    let (echo, output) = line_and_next(&screen, "┃agent$ echo first-$((6*7))")
         .unwrap_or_else(|| panic!("the first command is not in the pane: {screen}"));
-    assert!(output.starts_with("│first-42 "), "{echo}\n{output}");
+    assert!(output.starts_with("┃first-42 "), "{echo}\n{output}");
     // Output left without a newline ends its line before the next prompt.
-    let (_, next) = line_and_next(&screen, "│agent$ printf no-newline").unwrap();
-    assert!(next.starts_with("│no-newline "), "{screen}");
+    let (_, next) = line_and_next(&screen, "┃agent$ printf no-newline").unwrap();
+    assert!(next.starts_with("┃no-newline "), "{screen}");
     assert!(!screen.contains("__ENDLESS"), "{screen}");
     // Styled apart from the output: bold cyan.
     let styled = tmux(&["capture-pane", "-p", "-e", "-t", s]);
@@ -909,10 +909,10 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
         shell_quote(&dir.path().join("cli.log")),
     );
     tmux(&["new-window", "-d", "-t", s, &cli]);
-    let screen = wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    let screen = wait_for_up_to(s, "┏ upper#0", Duration::from_secs(120));
     assert!(screen.contains("eval-"), "the run names the pane: {screen}");
     // The pane follows the output: the last line of `seq 101 160` shows.
-    let screen = wait_for_up_to(s, "│160", Duration::from_secs(60));
+    let screen = wait_for_up_to(s, "┃160", Duration::from_secs(60));
     assert!(!screen.contains("__ENDLESS"), "{screen}");
     // Finished: a summary strip with the result.
     let screen = wait_for_up_to(s, "✓ PASSED upper#0", Duration::from_secs(120));
@@ -959,7 +959,7 @@ fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
         .spawn()
         .unwrap();
     let group = eval.id();
-    wait_for_up_to(s, "┌ upper#0", Duration::from_secs(120));
+    wait_for_up_to(s, "┏ upper#0", Duration::from_secs(120));
     wait_for_up_to(s, "turn 2", Duration::from_secs(60));
     // SIGKILL: nothing of it gets to write a result.
     eval.kill().unwrap();
@@ -970,7 +970,7 @@ fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
         killed.elapsed() < Duration::from_secs(10),
         "within seconds: {screen}"
     );
-    assert!(!screen.contains("┌ upper#0"), "not running: {screen}");
+    assert!(!screen.contains("┏ upper#0"), "not running: {screen}");
     assert!(!screen.contains("FAILED"), "{screen}");
     tmux(&["send-keys", "-t", s, "x"]);
     wait_for(s, "No live sessions");
@@ -1075,7 +1075,7 @@ fn deleting_the_database_loses_no_curation_in_tmux() {
     tmux(&["send-keys", "-t", s, "Enter"]);
     wait_for(s, "Trajectory");
     tmux(&["send-keys", "-t", s, "2"]);
-    wait_for(s, "rating ★★☆☆☆");
+    wait_for(s, "rating ★★···");
     // The label picker: `amb` narrows it to "task ambiguous".
     tmux(&["send-keys", "-t", s, "b"]);
     wait_for(s, "failure label");
@@ -1104,7 +1104,7 @@ fn deleting_the_database_loses_no_curation_in_tmux() {
     let screen = wait_for(s, "failure mode");
     assert!(screen.contains("eval-e2e"), "the episode is back: {screen}");
     tmux(&["send-keys", "-t", s, "Enter"]);
-    let screen = wait_for(s, "rating ★★☆☆☆");
+    let screen = wait_for(s, "rating ★★···");
     assert!(screen.contains("label task ambiguous"), "{screen}");
     tmux(&["send-keys", "-t", s, "q"]);
     let ws = Workspace::open(dir.path()).unwrap();
@@ -1484,3 +1484,7 @@ fn the_training_view_follows_the_run_it_starts_in_tmux() {
         "no run directory {id}"
     );
 }
+
+/// Issue 33, items 8 and 9, and two TUIs on one workspace.
+#[path = "tui_e2e/jobs_and_links.rs"]
+mod jobs_and_links;

@@ -1,7 +1,8 @@
 //! What a running job sees: its id, progress and log reporting, and the
 //! cancellation flag it must poll.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,35 @@ pub struct JobContext {
     /// The last progress as words (`3/10 (episodes)`), for the journal entry
     /// of a cancelled job: how far it got.
     pub(super) how_far: Mutex<String>,
+    /// The last progress reported, as given (`done`, `total`, `stage`): a
+    /// turn re-reports it with the turn count.
+    pub(super) last: Mutex<(u64, u64, String)>,
+    /// Turns played so far (evaluations: progress moves per turn).
+    pub(super) turns: AtomicU64,
+    /// The job's log file under the workspace (kept across restarts).
+    pub(super) log_file: Option<Mutex<std::fs::File>>,
+}
+
+/// The fields of a fresh context that only its reports fill in.
+pub(super) struct Reports {
+    pub(super) last_journal: Mutex<Option<Instant>>,
+    pub(super) fraction: Mutex<f64>,
+    pub(super) how_far: Mutex<String>,
+    pub(super) last: Mutex<(u64, u64, String)>,
+    pub(super) turns: AtomicU64,
+}
+
+impl Reports {
+    /// Nothing reported yet.
+    pub(super) fn new() -> Reports {
+        Reports {
+            last_journal: Mutex::new(None),
+            fraction: Mutex::new(0.0),
+            how_far: Mutex::new(String::new()),
+            last: Mutex::new((0, 0, String::new())),
+            turns: AtomicU64::new(0),
+        }
+    }
 }
 
 /// How often progress is written to the journal at most.
@@ -46,19 +76,36 @@ impl JobContext {
     /// returned receiver hears the job's events.
     pub fn standalone(kind: &str) -> (JobContext, broadcast::Receiver<JobEvent>) {
         let (events, rx) = broadcast::channel(4096);
-        let ctx = JobContext {
-            id: JobId(format!(
-                "{kind}-{}",
-                chrono::Utc::now().format("%Y%m%dT%H%M%S")
-            )),
-            cancel: Arc::new(AtomicBool::new(false)),
-            events,
-            journal: None,
-            last_journal: Mutex::new(None),
-            fraction: Mutex::new(0.0),
-            how_far: Mutex::new(String::new()),
-        };
+        let id = JobId(format!(
+            "{kind}-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S")
+        ));
+        let ctx = JobContext::new(id, Arc::new(AtomicBool::new(false)), events, None, None);
         (ctx, rx)
+    }
+
+    /// A context for job `id` (`journal`: the workspace it is journalled
+    /// in; `log_file`: where its log lines are kept).
+    pub(super) fn new(
+        id: JobId,
+        cancel: Arc<AtomicBool>,
+        events: broadcast::Sender<JobEvent>,
+        journal: Option<Mutex<Workspace>>,
+        log_file: Option<std::fs::File>,
+    ) -> JobContext {
+        let r = Reports::new();
+        JobContext {
+            id,
+            cancel,
+            events,
+            journal,
+            last_journal: r.last_journal,
+            fraction: r.fraction,
+            how_far: r.how_far,
+            last: r.last,
+            turns: r.turns,
+            log_file: log_file.map(Mutex::new),
+        }
     }
 
     /// Ask this job to stop, as [`super::JobManager::cancel`] does (a
@@ -92,13 +139,21 @@ impl JobContext {
         }
     }
 
-    /// Report progress: `done` of `total` items in `stage`.
+    /// Report progress: `done` of `total` items in `stage` (with the turns
+    /// played so far, once there are any: `episodes · 12 turns`).
     pub fn progress(&self, done: u64, total: u64, stage: &str) {
+        *self.last.lock() = (done, total, stage.to_string());
+        let turns = self.turns.load(Ordering::Relaxed);
+        let stage = match turns {
+            0 => stage.to_string(),
+            1 => format!("{stage} · 1 turn"),
+            n => format!("{stage} · {n} turns"),
+        };
         let _ = self.events.send(JobEvent::Progress {
             id: self.id.clone(),
             done,
             total,
-            stage: stage.to_string(),
+            stage: stage.clone(),
         });
         if total > 0 {
             *self.fraction.lock() = (done as f64 / total as f64).clamp(0.0, 1.0);
@@ -113,15 +168,49 @@ impl JobContext {
                 } else {
                     done as f64 / total as f64
                 };
-                let _ = ws.lock().update_job(&self.id.0, "running", fraction, stage);
+                let _ = ws
+                    .lock()
+                    .update_job(&self.id.0, "running", fraction, &stage);
             }
         }
+    }
+
+    /// One turn was played (an evaluation's agent ran a command): progress
+    /// moves per turn, not only per finished item.
+    pub fn turn(&self) {
+        self.turns.fetch_add(1, Ordering::Relaxed);
+        let (done, total, stage) = self.last.lock().clone();
+        self.progress(done, total, &stage);
+    }
+
+    /// Turns played so far.
+    pub fn turns(&self) -> u64 {
+        self.turns.load(Ordering::Relaxed)
+    }
+
+    /// Name the run this job works on: it is journalled with the job and
+    /// shown as the job's id from now on (one id per thing).
+    pub fn set_run(&self, run: &str) {
+        if let Some(ws) = &self.journal {
+            let _ = ws.lock().set_job_run(&self.id.0, run);
+        }
+        let _ = self.events.send(JobEvent::Run {
+            id: self.id.clone(),
+            run: run.to_string(),
+        });
     }
 
     /// Report one log line.
     pub fn log(&self, line: impl Into<String>) {
         let line = line.into();
         tracing::info!(job = %self.id.0, "{line}");
+        if let Some(f) = &self.log_file {
+            // Kept across restarts; a failed write loses a log line, not the job.
+            let mut f = f.lock();
+            let _ = f
+                .write_all(line.as_bytes())
+                .and_then(|_| f.write_all(b"\n"));
+        }
         let _ = self.events.send(JobEvent::Log {
             id: self.id.clone(),
             line,

@@ -44,6 +44,14 @@ pub enum JobEvent {
         /// What the job is doing now.
         stage: String,
     },
+    /// A job works on run `run` (an evaluation's run id): the id it is
+    /// shown by from now on, so that one thing has one id.
+    Run {
+        /// The job.
+        id: JobId,
+        /// The run's id.
+        run: String,
+    },
     /// A job wrote a line to its log.
     Log {
         /// The job.

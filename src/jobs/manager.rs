@@ -66,24 +66,23 @@ impl JobManager {
                 *n
             ))
         };
-        let journal = match &self.workspace {
+        let (journal, log_file) = match &self.workspace {
             Some(root) => {
                 let ws = Workspace::open(root)?;
                 ws.insert_job(&id.0, kind, &params)?;
-                Some(Mutex::new(ws))
+                let log = ws.create_job_log(&id.0)?;
+                (Some(Mutex::new(ws)), Some(log))
             }
-            None => None,
+            None => (None, None),
         };
         let cancel = Arc::new(AtomicBool::new(false));
-        let ctx = JobContext {
-            id: id.clone(),
-            cancel: cancel.clone(),
-            events: self.events.clone(),
+        let ctx = JobContext::new(
+            id.clone(),
+            cancel.clone(),
+            self.events.clone(),
             journal,
-            last_journal: Mutex::new(None),
-            fraction: Mutex::new(0.0),
-            how_far: Mutex::new(String::new()),
-        };
+            log_file,
+        );
         let _ = self.events.send(JobEvent::Started {
             id: id.clone(),
             kind: kind.into(),
@@ -237,6 +236,10 @@ mod tests {
         let message = |id: &JobId| rows.iter().find(|r| r.id == id.0).unwrap().message.clone();
         assert_eq!(message(&slow), "cancelled at 1/4 (steps)", "how far it got");
         assert_eq!(status(&failing), "failed");
+        // The log lines are kept in the workspace, for a later process.
+        let ws = Workspace::open(dir.path()).unwrap();
+        assert_eq!(ws.job_log_tail(&ok.0, 10).unwrap(), vec!["counted"]);
+        assert!(ws.job_log_tail(&slow.0, 10).unwrap().is_empty());
     }
 
     #[test]

@@ -51,6 +51,11 @@ pub enum Action {
     Job(JobEvent),
     /// The jobs journal.
     JobsLoaded(Vec<JobRow>),
+    /// Another connection (another TUI, the CLI) changed these tables of
+    /// the index: reload them.
+    IndexChanged(IndexChange),
+    /// The last lines of a job's kept log (`jobs/<id>.log`), by job id.
+    JobLogLoaded(String, Vec<String>),
     /// The training runs under `<workspace>/checkpoints/`, newest first.
     TrainingLoaded(Vec<crate::rl::run_files::RunView>),
     /// An episode read from disk for the inspector (`compare`: the side-by-side one).
@@ -75,6 +80,24 @@ pub enum Action {
     Info(String),
     /// An error for the status line.
     Error(String),
+}
+
+/// Which tables of the index another connection changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexChange {
+    /// Task rows (curation, new or removed tasks).
+    pub tasks: bool,
+    /// Episode rows (new episodes, ratings, labels, notes).
+    pub episodes: bool,
+    /// The jobs journal.
+    pub jobs: bool,
+}
+
+impl IndexChange {
+    /// Whether anything changed.
+    pub fn any(self) -> bool {
+        self.tasks || self.episodes || self.jobs
+    }
 }
 
 /// What a running episode reports to its live pane, keyed by
@@ -159,6 +182,9 @@ pub type FormValues =
 pub enum Request {
     /// Every task row (after reconciling the index with the bundles).
     LoadTasks,
+    /// Every task row as the index has it (no reconcile: another process
+    /// changed the index, not the bundles).
+    RefreshTasks,
     /// One task's bundle and its episodes.
     LoadTask(String),
     /// One task's image and build-cache state (the Environment tab).
@@ -182,12 +208,24 @@ pub enum Request {
     },
     /// The jobs journal.
     LoadJobs,
+    /// The last lines of a job's kept log, by job id.
+    LoadJobLog(String),
     /// Read an episode's result and recording for the inspector.
     LoadEpisode {
         /// The episode's index row.
         row: EpisodeRow,
         /// Open it beside the inspected one.
         compare: bool,
+    },
+    /// Find an episode in the index by its key and read it for the
+    /// inspector (a finished Live strip opens its episode this way).
+    OpenEpisode {
+        /// The episode's run.
+        run: String,
+        /// Its task.
+        task: String,
+        /// Its sample number.
+        sample: u32,
     },
     /// Rate / label / annotate an episode.
     RateEpisode {

@@ -55,9 +55,10 @@ commands! {
     Back => "back", ["esc"], "Back: unfocus, unzoom, close";
     NextTab => "next_tab", ["]"], "Next detail tab";
     PrevTab => "prev_tab", ["["], "Previous detail tab";
-    Search => "search", ["/"], "Search id, name and instruction";
+    Search => "search", ["/"], "Search id, name, instruction and tags";
     FilterStatus => "filter_status", ["s"], "Cycle the status filter";
     FilterCategory => "filter_category", ["c"], "Pick the category filter (a fuzzy list)";
+    FilterTag => "filter_tag", ["#"], "Pick the tag filter (tasks; a fuzzy list)";
     FilterFailure => "filter_failure", ["f"], "Pick the failure-mode filter (episodes; a fuzzy list)";
     ClearFilters => "clear_filters", ["x"], "Clear all filters";
     SortNext => "sort_next", ["o"], "Sort by the next column";
@@ -83,6 +84,7 @@ commands! {
     JobOffline => "job_offline", ["P"], "Jobs: offline (procedural) task generation (form)";
     JobTrain => "job_train", ["M"], "Jobs / Training: start a training run (form)";
     JobCancel => "job_cancel", ["C"], "Jobs: cancel the selected job";
+    JobRetry => "job_retry", ["R"], "Jobs: run the selected job again (an interrupted or cancelled evaluation resumes)";
     Label => "label", ["b"], "Episode: pick the failure label (a fuzzy list)";
     Compare => "compare", ["m"], "Episode: side by side with another episode of the task";
     ExportRatings => "export_ratings", ["X"], "Episodes: export ratings to ratings.jsonl";

@@ -9,6 +9,7 @@ use crate::tui::action::Request;
 use crate::tui::component::Component;
 use crate::tui::keymap::Command;
 use crate::tui::launch::JobSpec;
+use crate::tui::views::jobs::CANCELLING;
 use crate::tui::widgets::input::TextInput;
 
 impl App {
@@ -92,6 +93,19 @@ impl App {
                     ),
                     Err(e) => self.error(e),
                 },
+                // Enter on a finished strip opens its episode.
+                View::Live if cmd == Command::Select && !self.live.zoomed => {
+                    match self.live.selected_finished() {
+                        Some(Ok((run, task, sample))) => {
+                            self.open_episode(Request::OpenEpisode { run, task, sample }, View::Live)
+                        }
+                        Some(Err(why)) => self.error(why),
+                        None => {
+                            let next = self.live.handle_command(cmd);
+                            self.follow(next);
+                        }
+                    }
+                }
                 View::Live => {
                     let next = self.live.handle_command(cmd);
                     self.follow(next);
@@ -103,6 +117,14 @@ impl App {
         }
     }
 
+    /// Read an episode for the inspector (`req`: a `LoadEpisode` or an
+    /// `OpenEpisode`); once it arrives it shows over the Episodes view, and
+    /// closing it goes back to `from`.
+    fn open_episode(&mut self, req: Request, from: View) {
+        self.outbox.push(req);
+        self.opening = Some(from);
+    }
+
     fn episodes_command(&mut self, cmd: Command) {
         if self.inspector.is_some() {
             self.inspector_command(cmd);
@@ -111,6 +133,8 @@ impl App {
         match cmd {
             Command::Select => {
                 if let Some(row) = self.episodes.selected_row().cloned() {
+                    self.inspector_from = None;
+                    self.opening = None;
                     self.outbox.push(Request::LoadEpisode {
                         row,
                         compare: false,
@@ -142,13 +166,20 @@ impl App {
             }
         }
         // Enter on an episode opens its task's Episodes tab.
-        let Some(task) = self.episodes.selected_row().map(|e| e.task_id.clone()) else {
+        let Some((task, run, sample)) = self
+            .episodes
+            .selected_row()
+            .map(|e| (e.task_id.clone(), e.run_id.clone(), e.sample))
+        else {
             return;
         };
         let sel = self.tasks.select_id(&task);
         if sel.as_deref() == Some(task.as_str()) {
             self.view = View::Tasks;
             self.tasks.detail.tab = crate::tui::views::detail::DetailTab::Episodes;
+            // The Episodes tab takes the keys, on this episode (Enter inspects).
+            self.tasks.focus = crate::tui::views::tasks::Focus::Detail;
+            self.tasks.detail.select_episode(&run, sample);
             self.load_selected(sel);
         } else {
             self.error(format!("task {task} is not in the workspace"));
@@ -178,7 +209,13 @@ impl App {
         match cmd {
             // Esc first restores a maximised body, then closes.
             Command::Back if insp.maximised => insp.maximised = false,
-            Command::Back => self.inspector = None,
+            // Back to where the episode was opened from.
+            Command::Back => {
+                self.inspector = None;
+                if let Some(v) = self.inspector_from.take() {
+                    self.view = v;
+                }
+            }
             Command::Label => self.open_picker(PickerKind::Label),
             Command::Note => {
                 self.prompt = Some(Prompt {
@@ -222,17 +259,42 @@ impl App {
                     })
                 };
                 let rows = self.episodes.rows();
+                // A parent is compared with its newest fork.
+                let me = format!("{}/{}/{}", row.run_id, row.task_id, row.sample);
+                let is_child = |r: &&EpisodeRow| {
+                    r.forked_from
+                        .as_deref()
+                        .and_then(|f| f.split('@').next())
+                        .is_some_and(|f| f == me)
+                };
+                let child = rows
+                    .iter()
+                    .filter(is_child)
+                    .max_by(|a, b| a.created_at.cmp(&b.created_at));
                 let other = rows
                     .iter()
                     .find(is_parent)
+                    .or(child)
                     .or_else(|| rows.iter().find(same));
-                match other.cloned() {
-                    Some(other) => self.outbox.push(Request::LoadEpisode {
+                let fork_running =
+                    self.jobs.items.iter().any(|j| {
+                        j.kind == "fork" && (j.status == "running" || j.status == CANCELLING)
+                    });
+                match (other.cloned(), parent) {
+                    (Some(other), _) => self.outbox.push(Request::LoadEpisode {
                         row: other,
                         compare: true,
                     }),
-                    None => self.error(format!(
-                        "{} has no other episode to compare with",
+                    (None, Some(p)) => self.error(format!(
+                        "this fork's parent {}/{}/{} is not in the index (its run was deleted or not imported)",
+                        p.run, p.task, p.sample
+                    )),
+                    (None, None) if fork_running => self.error(format!(
+                        "the fork of {}#{} is still running (see Live): m compares once its job finishes",
+                        row.task_id, row.sample
+                    )),
+                    (None, None) => self.error(format!(
+                        "{} has no other episode to compare with (fork this one with f, or run the task again)",
                         row.task_id
                     )),
                 }
@@ -254,14 +316,18 @@ impl App {
             Command::JobCancel => {
                 match self.jobs.selected_item() {
                     Some(j) if j.status == "running" => {
-                        let id = j.id.clone();
-                        self.info(format!("cancelling {id}…"));
+                        let (id, name) = (j.id.clone(), j.shown_id().to_string());
+                        self.info(format!("cancelling {name}…"));
                         self.jobs.cancelling(&id);
                         self.outbox.push(Request::CancelJob(id));
                     }
-                    Some(j) => self.error(format!("{} is not running", j.id)),
+                    Some(j) => self.error(format!("{} is not running", j.shown_id())),
                     None => self.error("no job selected".into()),
                 }
+                None
+            }
+            Command::JobRetry => {
+                self.retry_job();
                 None
             }
             other => {
@@ -272,6 +338,37 @@ impl App {
         };
         if let Some(kind) = form {
             self.open_form(kind);
+        }
+    }
+
+    /// Run the selected job again with its journalled parameters: an
+    /// interrupted or cancelled evaluation resumes its run (the episodes it
+    /// recorded are kept; the rest run).
+    fn retry_job(&mut self) {
+        let Some(j) = self.jobs.selected_item() else {
+            self.error("no job selected".into());
+            return;
+        };
+        if matches!(j.status.as_str(), "running" | "queued" | CANCELLING) {
+            self.error(format!(
+                "{} is still running (cancel it first with {})",
+                j.shown_id(),
+                self.keymap.hint(Command::JobCancel)
+            ));
+            return;
+        }
+        let name = j.shown_id().to_string();
+        let resumes = j.kind == "eval" && matches!(j.status.as_str(), "interrupted" | "cancelled");
+        match JobSpec::from_params(&j.kind, &j.params) {
+            Ok(spec) => {
+                self.info(if resumes {
+                    format!("resuming {name}: its recorded episodes are kept, the rest run")
+                } else {
+                    format!("running {name} again…")
+                });
+                self.outbox.push(Request::Launch(spec));
+            }
+            Err(why) => self.error(format!("{name}: {why}")),
         }
     }
 
@@ -333,8 +430,33 @@ impl App {
             return;
         }
         let id_s = id.clone().unwrap_or_default();
+        // Enter on a row of the focused Episodes tab inspects that episode.
+        let in_episodes = self.tasks.focus == crate::tui::views::tasks::Focus::Detail
+            && self.tasks.detail.tab == crate::tui::views::detail::DetailTab::Episodes;
+        if cmd == Command::Select && in_episodes {
+            let shown = self
+                .tasks
+                .detail
+                .task
+                .as_ref()
+                .is_some_and(|t| Some(t.id()) == id.as_deref());
+            match self.tasks.detail.selected_episode().cloned() {
+                Some(row) if shown => {
+                    self.open_episode(
+                        Request::LoadEpisode {
+                            row,
+                            compare: false,
+                        },
+                        View::Tasks,
+                    );
+                }
+                _ => self.error(format!("{id_s} has no episodes to open yet")),
+            }
+            return;
+        }
         match cmd {
             Command::FilterCategory => self.open_picker(PickerKind::Category),
+            Command::FilterTag => self.open_picker(PickerKind::Tag),
             Command::Accept => self.curate_task(Request::SetStatus(id_s, TaskStatus::Accepted)),
             Command::Reject => self.curate_task(Request::SetStatus(id_s, TaskStatus::Rejected)),
             Command::Archive => self.curate_task(Request::SetStatus(id_s, TaskStatus::Archived)),

@@ -109,7 +109,7 @@ impl App {
                     self.tasks.selected_id().unwrap_or_else(|| "all".into()),
                 )],
             )
-            .with_note("task ids, comma-separated, or `all`"),
+            .with_note("task ids or * globs, comma-separated, or `all`"),
             FormKind::Generate => Form::new(
                 "Generate tasks with an LLM",
                 &[
@@ -125,9 +125,11 @@ impl App {
                 &[
                     ("count", d.count.to_string()),
                     ("seed", d.offline_seed.to_string()),
+                    ("split", String::new()),
+                    ("families", String::new()),
                 ],
             )
-            .with_note("what `endless generate --offline` does, as a job"),
+            .with_note("what `endless generate --offline` does, as a job; split: train or dev (empty: both); families: names or * globs, comma-separated (empty: every usable one)"),
             FormKind::Train => train_form(),
             FormKind::Fork => {
                 let (title, at) = match &self.fork_target {
@@ -303,15 +305,38 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
             }
         }
         FormKind::Validate => {
-            let tasks: Vec<String> = form
+            // Ids or `*` globs, as in every task field; `all` (or empty):
+            // every task.
+            let patterns: Vec<&str> = form
                 .value("tasks")
                 .split(',')
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty() && t != "all")
+                .map(str::trim)
+                .filter(|t| !t.is_empty() && *t != "all")
                 .collect();
-            if let Some(t) = tasks.iter().find(|t| !ids.contains(&t.as_str())) {
-                return Err(("tasks", format!("no task {t:?}")));
+            let bad: Vec<&str> = patterns
+                .iter()
+                .copied()
+                .filter(|p| !unmatched_patterns(p, ids).is_empty())
+                .collect();
+            if !bad.is_empty() {
+                let s = if bad.len() == 1 { "es" } else { "" };
+                return Err((
+                    "tasks",
+                    format!(
+                        "{} match{s} no task (ids or * globs, comma-separated, or all)",
+                        bad.join(", ")
+                    ),
+                ));
             }
+            let tasks = ids
+                .iter()
+                .filter(|id| {
+                    patterns
+                        .iter()
+                        .any(|p| unmatched_patterns(p, &[**id]).is_empty())
+                })
+                .map(|id| id.to_string())
+                .collect();
             JobSpec::Validate { tasks }
         }
         FormKind::Generate => {
@@ -326,10 +351,48 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                 solutions: num(form, "solutions")?,
             }
         }
-        FormKind::Offline => JobSpec::Offline {
-            count: num(form, "count")?,
-            seed: num(form, "seed")?,
-        },
+        FormKind::Offline => {
+            let split = match form.value("split").trim() {
+                "" => None,
+                s => Some(crate::tui::launch::parse_split(s).map_err(|e| ("split", e))?),
+            };
+            let names: Vec<&str> = crate::procgen::families()
+                .iter()
+                .map(|f| f.name())
+                .collect();
+            let bad = unmatched_patterns(form.value("families"), &names);
+            if !bad.is_empty() {
+                return Err((
+                    "families",
+                    format!(
+                        "no family {} (known: {}, …)",
+                        bad.join(", "),
+                        names.iter().take(6).copied().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            let patterns: Vec<&str> = form
+                .value("families")
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .collect();
+            let families = names
+                .iter()
+                .filter(|n| {
+                    patterns
+                        .iter()
+                        .any(|p| unmatched_patterns(p, &[**n]).is_empty())
+                })
+                .map(|n| n.to_string())
+                .collect();
+            JobSpec::Offline {
+                count: num(form, "count")?,
+                seed: num(form, "seed")?,
+                split,
+                families,
+            }
+        }
         FormKind::Fork => return Err(("policy", "no episode to fork".into())),
         FormKind::Train => {
             let init = form.value("init").to_string();

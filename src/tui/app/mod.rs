@@ -165,6 +165,12 @@ pub struct App {
     pub form_values: Option<super::action::FormValues>,
     /// The episode the fork form forks (set when it opens).
     pub fork_target: Option<ForkTarget>,
+    /// The view an episode was opened from (a task's Episodes tab, a
+    /// finished Live strip): closing the inspector goes back there.
+    pub inspector_from: Option<View>,
+    /// An episode asked for from this view is on its way: the inspector
+    /// opens over Episodes when it arrives (an error leaves the view as is).
+    pub opening: Option<View>,
     tab_areas: Vec<(Rect, View)>,
 }
 
@@ -199,6 +205,8 @@ impl App {
             undo: Vec::new(),
             form_values: None,
             fork_target: None,
+            inspector_from: None,
+            opening: None,
             tab_areas: Vec::new(),
         }
     }
@@ -247,25 +255,57 @@ impl App {
                     }
                 }
                 if let JobEvent::Finished { id, outcome } = &ev {
+                    // Named by its run, as the Jobs view shows it.
+                    let name = self.jobs.shown_id_of(&id.0);
                     match outcome {
-                        JobOutcome::Succeeded(m) => self.info(format!("{}: {m}", id.0)),
-                        JobOutcome::Failed(m) => self.error(format!("{}: {m}", id.0)),
-                        JobOutcome::Cancelled => self.info(format!("{}: cancelled", id.0)),
-                        JobOutcome::Empty(m) => self.info(format!("{}: {m}", id.0)),
+                        JobOutcome::Succeeded(m) => self.info(format!("{name}: {m}")),
+                        JobOutcome::Failed(m) => self.error(format!(
+                            "{name}: {}",
+                            crate::tui::widgets::text::once_per_url(m)
+                        )),
+                        JobOutcome::Cancelled => self.info(format!("{name}: cancelled")),
+                        JobOutcome::Empty(m) => self.info(format!("{name}: {m}")),
                     }
                     self.outbox.extend([
                         Request::LoadEpisodes,
                         Request::LoadTasks,
                         Request::LoadJobs,
                     ]);
+                    // The shown task's Episodes tab gets the new episodes.
+                    self.tasks.detail.invalidate();
+                    self.load_selected(self.tasks.selected_id());
                 }
                 self.follow_up(View::Jobs, Action::Job(ev));
             }
-            Action::JobsLoaded(_) => self.follow_up(View::Jobs, action),
+            Action::IndexChanged(change) => {
+                if change.tasks {
+                    self.outbox.push(Request::RefreshTasks);
+                }
+                if change.episodes {
+                    self.outbox.push(Request::LoadEpisodes);
+                }
+                if change.tasks || change.episodes {
+                    // The shown task's bundle and episodes, read again.
+                    self.tasks.detail.invalidate();
+                    self.load_selected(self.tasks.selected_id());
+                }
+                if change.jobs {
+                    self.outbox.push(Request::LoadJobs);
+                }
+            }
+            Action::JobsLoaded(_) | Action::JobLogLoaded(..) => self.follow_up(View::Jobs, action),
             Action::TrainingLoaded(_) => self.follow_up(View::Training, action),
             Action::EpisodeLoaded { episode, compare } => match (&mut self.inspector, compare) {
                 (Some(insp), true) => insp.other = Some(*episode),
-                (_, _) => self.inspector = Some(Inspector::new(*episode)),
+                (_, _) => {
+                    self.inspector = Some(Inspector::new(*episode));
+                    // Opened from another view: shown over Episodes, and
+                    // closing it goes back there.
+                    if let Some(from) = self.opening.take() {
+                        self.inspector_from = Some(from);
+                        self.view = View::Episodes;
+                    }
+                }
             },
             Action::TakeoverKey(key) => {
                 use crossterm::event::KeyCode;
@@ -299,7 +339,10 @@ impl App {
             }
             Action::FormValuesLoaded(values) => self.form_values = Some(values),
             Action::Info(s) => self.info(s),
-            Action::Error(s) => self.error(s),
+            Action::Error(s) => {
+                self.opening = None;
+                self.error(s)
+            }
         }
         self.load_env();
     }
@@ -339,6 +382,13 @@ impl App {
     /// Where the user is, for the help overlay and the footer.
     pub fn help_context(&self) -> HelpContext {
         match self.view {
+            View::Tasks if self.tasks.focus == super::views::tasks::Focus::Detail => {
+                if self.tasks.detail.tab == super::views::detail::DetailTab::Episodes {
+                    HelpContext::TaskEpisodes
+                } else {
+                    HelpContext::TaskDetail
+                }
+            }
             View::Tasks => HelpContext::Tasks,
             View::Live if self.live.taken().is_some() => HelpContext::Takeover,
             View::Live => HelpContext::Live,
@@ -358,11 +408,17 @@ impl App {
     }
 
     /// Ask for the shown task's image and build-cache state while the
-    /// Environment tab is open.
+    /// Environment tab is open, and for the selected job's kept log while
+    /// the Jobs view shows a job this process did not run.
     fn load_env(&mut self) {
         if self.view == View::Tasks {
             if let Some(id) = self.tasks.detail.wants_env() {
                 self.outbox.push(Request::LoadTaskEnv(id));
+            }
+        }
+        if self.view == View::Jobs {
+            if let Some(id) = self.jobs.wants_log() {
+                self.outbox.push(Request::LoadJobLog(id));
             }
         }
     }

@@ -14,6 +14,8 @@ use crate::tui::widgets::picker::{Choice, PickOutcome, Picker};
 pub enum PickerKind {
     /// The Tasks view's category filter.
     Category,
+    /// The Tasks view's tag filter.
+    Tag,
     /// The Episodes view's failure-mode filter.
     Failure,
     /// The inspected episode's failure label.
@@ -33,6 +35,15 @@ impl App {
                         .map(|c| Choice::new(Some(c.as_str()), c.as_str())),
                 );
                 Picker::new("category", choices, self.tasks.filter.category.as_deref())
+            }
+            PickerKind::Tag => {
+                let mut choices = vec![Choice::new(None, "any tag")];
+                let tags = self.tasks.tags();
+                choices.extend(
+                    tags.iter()
+                        .map(|t| Choice::new(Some(t.as_str()), t.as_str())),
+                );
+                Picker::new("tag", choices, self.tasks.filter.tag.as_deref())
             }
             PickerKind::Failure => {
                 let mut choices = vec![
@@ -83,6 +94,10 @@ impl App {
         match kind {
             PickerKind::Category => {
                 let sel = self.tasks.set_category(value);
+                self.load_selected(sel);
+            }
+            PickerKind::Tag => {
+                let sel = self.tasks.set_tag(value);
                 self.load_selected(sel);
             }
             PickerKind::Failure => self.episodes.set_failure(value),

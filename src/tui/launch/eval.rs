@@ -26,6 +26,10 @@ struct LivePanes<'a> {
     tx: &'a Sender<Msg>,
     policy: String,
     provider: Option<Arc<TakeoverProvider>>,
+    /// The job: told the run's id once, and each turn (progress per turn).
+    job: &'a JobContext,
+    /// The run the job was told of.
+    named: bool,
 }
 
 impl RolloutHooks for LivePanes<'_> {
@@ -44,6 +48,14 @@ impl RolloutHooks for LivePanes<'_> {
 
     fn on_event(&mut self, run_id: &str, event: RolloutEvent) {
         let (rows, cols) = (48u16, 160u16);
+        if !self.named {
+            // The job is shown by its run's id from now on.
+            self.named = true;
+            self.job.set_run(run_id);
+        }
+        if let RolloutEvent::Step { .. } = &event {
+            self.job.turn();
+        }
         match event {
             RolloutEvent::Planned { .. } => {}
             RolloutEvent::Started {
@@ -129,6 +141,8 @@ pub fn run(
         tx,
         policy: req.policy.clone(),
         provider: None,
+        job: ctx,
+        named: false,
     };
     let outcome = crate::workbench::eval(&cctx, req, ctx, &mut hooks)?;
     ctx.check()?;
@@ -144,11 +158,8 @@ pub fn run(
     } else {
         String::new()
     };
-    Ok(format!(
-        "{passed}/{} episodes passed (run {}{taken})",
-        counted.len(),
-        outcome.run_id
-    ))
+    // The job is shown by the run's id: the summary does not repeat it.
+    Ok(format!("{passed}/{} episodes passed{taken}", counted.len()))
 }
 
 /// Run the fork `req` (a [`RunRequest`] with `fork` set) in the workspace
@@ -165,6 +176,8 @@ pub fn fork(
         tx,
         policy: req.policy.clone(),
         provider: None,
+        job: ctx,
+        named: false,
     };
     let episode = crate::workbench::run_episode(&cctx, req, ctx, &mut hooks)?;
     ctx.check()?;

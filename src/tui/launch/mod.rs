@@ -47,6 +47,10 @@ pub enum JobSpec {
         count: usize,
         /// The seed.
         seed: u64,
+        /// Draw from the train or the held-out dev split (`None`: both).
+        split: Option<crate::procgen::Split>,
+        /// Just these families (empty: every usable one).
+        families: Vec<String>,
     },
     /// A training run (`endless train`; see [`train`]).
     Train(TrainSpec),
@@ -99,7 +103,15 @@ impl JobSpec {
             } => serde_json::json!({
                 "url": url, "model": model, "count": count, "solutions": solutions,
             }),
-            JobSpec::Offline { count, seed } => serde_json::json!({ "count": count, "seed": seed }),
+            JobSpec::Offline {
+                count,
+                seed,
+                split,
+                families,
+            } => serde_json::json!({
+                "count": count, "seed": seed, "split": split.map(split_name),
+                "families": families,
+            }),
             JobSpec::Train(spec) => spec.params(),
             JobSpec::Fork {
                 parent,
@@ -110,6 +122,108 @@ impl JobSpec {
                 "parent": parent, "task": task, "at_step": at_step, "policy": policy,
             }),
         }
+    }
+}
+
+impl JobSpec {
+    /// The job a journalled job of `kind` with `params` (as [`JobSpec::params`]
+    /// wrote them) runs again: an evaluation re-run is the same run, so it
+    /// resumes (episodes already recorded are kept). Why not, for a job
+    /// that cannot be run again this way.
+    pub fn from_params(kind: &str, params: &serde_json::Value) -> Result<JobSpec, String> {
+        let text = |k: &str| -> Result<String, String> {
+            params
+                .get(k)
+                .and_then(|v| v.as_str())
+                .map(String::from)
+                .ok_or_else(|| format!("the journal's {kind} job has no {k:?} parameter"))
+        };
+        let num = |k: &str| -> Result<u64, String> {
+            params.get(k).and_then(|v| v.as_u64()).ok_or_else(|| {
+                format!("the journal's {kind} job has no whole-number {k:?} parameter")
+            })
+        };
+        let small = |k: &str| -> Result<u32, String> {
+            u32::try_from(num(k)?).map_err(|_| format!("{kind} job: {k:?} is out of range"))
+        };
+        Ok(match kind {
+            "eval" => JobSpec::Eval {
+                policy: text("policy")?,
+                tasks: text("tasks")?,
+                samples: small("samples")?,
+                max_turns: match params.get("max_turns") {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(_) => Some(small("max_turns")?),
+                },
+                concurrency: num("concurrency")? as usize,
+            },
+            "validate" => JobSpec::Validate {
+                tasks: params
+                    .get("tasks")
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| t.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            "generate" => JobSpec::Generate {
+                url: text("url")?,
+                model: text("model")?,
+                count: num("count")? as usize,
+                solutions: small("solutions")?,
+            },
+            "generate-offline" => JobSpec::Offline {
+                count: num("count")? as usize,
+                seed: num("seed")?,
+                split: match params.get("split").and_then(|v| v.as_str()) {
+                    None => None,
+                    Some(s) => Some(parse_split(s)?),
+                },
+                families: params
+                    .get("families")
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| t.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            "fork" => JobSpec::Fork {
+                parent: text("parent")?,
+                task: text("task")?,
+                at_step: num("at_step")? as usize,
+                policy: text("policy")?,
+            },
+            "train" => {
+                return Err(
+                    "a training run starts afresh: open the form (M) to start it again".into(),
+                )
+            }
+            other => return Err(format!("a {other} job cannot be run again from here")),
+        })
+    }
+}
+
+/// The name of a procedural split, as the offline form and the journal
+/// write it.
+pub fn split_name(split: crate::procgen::Split) -> &'static str {
+    match split {
+        crate::procgen::Split::Train => "train",
+        crate::procgen::Split::Dev => "dev",
+    }
+}
+
+/// A split by name (`train`, `dev`).
+pub fn parse_split(name: &str) -> Result<crate::procgen::Split, String> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "train" => Ok(crate::procgen::Split::Train),
+        "dev" => Ok(crate::procgen::Split::Dev),
+        other => Err(format!(
+            "expected train or dev (empty: both), got {other:?}"
+        )),
     }
 }
 
@@ -159,5 +273,63 @@ impl JobDefaults {
             solutions: config.generate.solutions,
             ..JobDefaults::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobSpec;
+
+    #[test]
+    fn a_journalled_job_runs_again_with_its_own_parameters() {
+        let specs = [
+            JobSpec::Eval {
+                policy: "oracle".into(),
+                tasks: "up*".into(),
+                samples: 2,
+                max_turns: Some(5),
+                concurrency: 3,
+            },
+            JobSpec::Eval {
+                policy: "oracle".into(),
+                tasks: String::new(),
+                samples: 1,
+                max_turns: None,
+                concurrency: 1,
+            },
+            JobSpec::Validate {
+                tasks: vec!["a".into()],
+            },
+            JobSpec::Offline {
+                count: 4,
+                seed: 9,
+                split: None,
+                families: Vec::new(),
+            },
+            JobSpec::Offline {
+                count: 4,
+                seed: 9,
+                split: Some(crate::procgen::Split::Dev),
+                families: vec!["log-archive".into()],
+            },
+            JobSpec::Fork {
+                parent: "eval-1/t/0".into(),
+                task: "t".into(),
+                at_step: 1,
+                policy: "oracle".into(),
+            },
+        ];
+        for spec in specs {
+            let mut params = spec.params();
+            // The run id the job was shown by is journalled beside them.
+            params["run"] = "eval-abc".into();
+            assert_eq!(JobSpec::from_params(spec.kind(), &params), Ok(spec));
+        }
+        let err =
+            JobSpec::from_params("eval", &serde_json::json!({"policy": "oracle"})).unwrap_err();
+        assert!(err.contains("\"tasks\""), "{err}");
+        assert!(JobSpec::from_params("train", &serde_json::json!({}))
+            .unwrap_err()
+            .contains("form"));
     }
 }

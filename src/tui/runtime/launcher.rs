@@ -104,11 +104,17 @@ impl Launcher {
                 let funnel = crate::workbench::generate::llm(&cctx, &req, ctx)?;
                 Ok(crate::workbench::generate::funnel_summary(&funnel))
             })?,
-            JobSpec::Offline { count, seed } => self.manager.spawn(kind, params, move |ctx| {
+            JobSpec::Offline {
+                count,
+                seed,
+                split,
+                families,
+            } => self.manager.spawn(kind, params, move |ctx| {
                 let req = OfflineRequest {
                     count,
                     seed,
-                    ..OfflineRequest::default()
+                    split,
+                    families,
                 };
                 let cctx = Context::new(Some(root))?;
                 let report = crate::workbench::generate::offline(&cctx, &req, ctx)?;

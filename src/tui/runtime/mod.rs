@@ -2,13 +2,15 @@
 //! threads around it — terminal input ([`input`]), the store worker
 //! ([`worker`], with the inspector's file reads in [`episode_io`]), the job
 //! launcher ([`launcher`]), the training-run watcher ([`watcher`]), the
-//! running-episode watcher ([`sessions`]) and the Environment tab's loader
+//! running-episode watcher ([`sessions`]), the index watcher
+//! ([`index_watch`]: another TUI's changes) and the Environment tab's loader
 //! ([`task_env`]) — all
 //! talking to the app through [`Msg`]s on one channel. The terminal itself
 //! (raw mode, alternate screen, the external editor) is [`terminal`].
 
 pub mod episode_io;
 pub mod form_values;
+pub mod index_watch;
 pub mod input;
 pub mod launcher;
 pub mod sessions;
@@ -70,6 +72,12 @@ pub fn run_with_channel(
     let _training = watcher::Watcher::spawn(checkpoints, tx.clone(), Duration::from_secs(1));
     // Running episodes of every process on this workspace, a few times a second.
     let _sessions = sessions::SessionWatcher::spawn(runs, tx.clone(), Duration::from_millis(250));
+    // Changes another TUI or the CLI makes to the index, about once a second.
+    let _index = index_watch::IndexWatcher::spawn(
+        workspace_root.to_path_buf(),
+        tx.clone(),
+        Duration::from_secs(1),
+    );
     let env_tx = tx.clone();
     let input = InputThread::spawn(tx);
     let mut last_tick = Instant::now();
@@ -90,8 +98,18 @@ pub fn run_with_channel(
                         let _ = req_tx.send(Request::OpenEditor { id, file });
                     }
                 }
-                Request::Launch(spec) => match launcher.launch(spec) {
-                    Ok(id) => app.update(Action::Info(format!("started {}", id.0))),
+                Request::Launch(spec) => match launcher.launch(spec.clone()) {
+                    // The Jobs view names it (by its run, once known); a
+                    // message of the app's own (resuming…) stays.
+                    Ok(_) => {
+                        let said = app
+                            .status
+                            .as_ref()
+                            .is_some_and(|m| !m.error && !m.text.starts_with("starting "));
+                        if !said {
+                            app.update(Action::Info(format!("started the {} job", spec.kind())));
+                        }
+                    }
                     Err(e) => app.update(Action::Error(format!(
                         "cannot start the job: {}",
                         crate::logging::error_text(&e)

@@ -62,6 +62,10 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             Ok(rows) => vec![Action::TasksLoaded(rows)],
             Err(e) => vec![err(e)],
         },
+        Request::RefreshTasks => match ws.list_tasks(&Default::default()) {
+            Ok(rows) => vec![Action::TasksLoaded(rows)],
+            Err(e) => vec![err(e)],
+        },
         Request::NextFreeSeed(count) => crate::workbench::generate::next_free_seed(ws, count)
             .map(Action::OfflineSeed)
             .into_iter()
@@ -86,10 +90,23 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             Ok(rows) => vec![Action::JobsLoaded(rows)],
             Err(e) => vec![err(e)],
         },
+        Request::LoadJobLog(id) => match ws.job_log_tail(&id, 500) {
+            Ok(lines) => vec![Action::JobLogLoaded(id, lines)],
+            Err(e) => vec![err(e)],
+        },
         Request::LoadEpisode { row, compare } => vec![Action::EpisodeLoaded {
             episode: Box::new(super::episode_io::load_episode(ws, row)),
             compare,
         }],
+        Request::OpenEpisode { run, task, sample } => match ws.episode_row(&run, &task, sample) {
+            Ok(row) => vec![Action::EpisodeLoaded {
+                episode: Box::new(super::episode_io::load_episode(ws, row)),
+                compare: false,
+            }],
+            Err(e) => vec![Action::Error(format!(
+                "cannot open {task}#{sample} of run {run}: {e} (not indexed yet? ctrl-r reloads)"
+            ))],
+        },
         Request::RateEpisode {
             run,
             task,

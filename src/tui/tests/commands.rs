@@ -102,12 +102,12 @@ fn a_pane_shows_each_command_on_its_prompt_line() {
             at.and_then(|at| lines.get(at + 1).copied())
                 .unwrap_or_else(|| panic!("{needle:?} is not in the pane: {screen}"))
         };
-        assert!(below("│agent$ ls ~/logs ").contains("│a.log  b.log  c.log "));
-        assert!(below("│you$ mkdir -p ~/backup ").contains("│agent$ cat <<EOF"));
+        assert!(below("┃agent$ ls ~/logs ").contains("┃a.log  b.log  c.log "));
+        assert!(below("┃you$ mkdir -p ~/backup ").contains("┃agent$ cat <<EOF"));
         // A multi-line command goes on after bash's continuation prompt.
-        assert!(below("│agent$ cat <<EOF > ~/backup/README ").contains("│> logs of the week "));
-        assert!(below("│> logs of the week ").contains("│> EOF "));
-        assert!(below("│agent$ tar -czf ~/backup/logs.tar.gz -C").contains("│archived "));
+        assert!(below("┃agent$ cat <<EOF > ~/backup/README ").contains("┃> logs of the week "));
+        assert!(below("┃> logs of the week ").contains("┃> EOF "));
+        assert!(below("┃agent$ tar -czf ~/backup/logs.tar.gz -C").contains("┃archived "));
     }
     // Styled apart from the output: the agent's bold cyan, a human's bold
     // yellow.

@@ -294,7 +294,7 @@ fn a_pane_follows_the_newest_output_and_the_cursor() {
         assert!(!screen.contains("ENDLESS"), "a marker leaked: {screen}");
         // The cursor sits on the line after 60.
         let lines: Vec<&str> = screen.lines().collect();
-        let at = lines.iter().position(|l| l.contains("│60 ")).unwrap();
+        let at = lines.iter().position(|l| l.contains("┃60 ")).unwrap();
         assert!(lines[at + 1].contains('█'), "{screen}");
     }
     snap!("live_follow_80x24", &mut app, 80, 24);

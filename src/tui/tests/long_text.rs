@@ -83,7 +83,11 @@ fn the_detail_pane_maximises_and_esc_restores() {
     let screen = render(&mut app, 80, 24);
     // The table is gone: the pane's border starts right under the tab bar.
     assert!(
-        screen.lines().nth(1).unwrap().starts_with("\"┌ long-lines"),
+        screen
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("\"┏▶ long-lines"),
         "{screen}"
     );
     snap!("detail_maximised_80x24", &mut app, 80, 24);

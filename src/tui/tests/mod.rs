@@ -37,11 +37,14 @@ mod episodes;
 mod images;
 mod imported_runs;
 mod jobs;
+mod jobs_over_time;
+mod links;
 mod live;
 mod long_text;
 mod narrow;
 mod screen;
 mod tasks;
+mod tasks_find;
 mod training;
 mod undo;
 

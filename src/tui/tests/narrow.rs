@@ -149,7 +149,7 @@ fn list_views_give_way_by_priority_at_80x24() {
     // Narrower still: the progress goes, then ids are shortened in the
     // middle, keeping their number.
     let screen = render(&mut app, 50, 24);
-    assert!(screen.contains("generate-…-0042"), "{screen}");
+    assert!(screen.contains("evaluate-script…-0007"), "{screen}");
     assert!(!screen.contains("12/40"), "{screen}");
 }
 

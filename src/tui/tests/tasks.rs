@@ -103,7 +103,7 @@ fn search_filter_and_sort() {
     cmd(&mut app, &ws, Command::ClearFilters);
 
     // Sort by rating (descending): count-words (4) first.
-    for _ in 0..5 {
+    for _ in 0..6 {
         cmd(&mut app, &ws, Command::SortNext);
     }
     cmd(&mut app, &ws, Command::SortReverse);

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
+use ratatui::widgets::{
+    Block, BorderType, Borders, Cell, HighlightSpacing, Paragraph, Row, Table, TableState, Wrap,
+};
 use ratatui::Frame;
 
 use crate::store::{EpisodeRow, TaskRow};
@@ -132,6 +134,13 @@ pub struct DetailState {
     requested: Option<String>,
     area: Rect,
     tab_areas: Vec<(Rect, DetailTab)>,
+    /// The selected row of the Episodes tab (Enter opens it).
+    ep_selected: usize,
+    /// The episode (`run`, `sample`) to select once the task's episodes
+    /// arrive (a jump from the Episodes view).
+    ep_wanted: Option<(String, u32)>,
+    /// Rows of the Episodes tab scrolled past.
+    ep_offset: usize,
 }
 
 impl DetailState {
@@ -173,13 +182,65 @@ impl DetailState {
         if self.requested.as_deref().is_some_and(|r| r != task.id()) {
             return;
         }
-        if self.task.as_ref().map(|t| t.id()) != Some(task.id()) {
+        let same = self.task.as_ref().map(|t| t.id()) == Some(task.id());
+        // Newest first, as in the Episodes view; the selection stays on its
+        // episode across reloads (or goes to the one asked for).
+        let kept = self
+            .selected_episode()
+            .map(|e| (e.run_id.clone(), e.sample));
+        let keep = self.ep_wanted.take().or(kept.filter(|_| same));
+        if !same {
             self.scroll = 0;
             self.hscroll = 0;
+            self.ep_selected = 0;
+            self.ep_offset = 0;
         }
+        let mut episodes = episodes;
+        episodes.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then_with(|| b.run_id.cmp(&a.run_id))
+                .then_with(|| a.sample.cmp(&b.sample))
+        });
         self.requested = Some(task.id().to_string());
         self.task = Some(task);
         self.episodes = episodes;
+        if let Some((run, sample)) = keep {
+            if let Some(i) = self
+                .episodes
+                .iter()
+                .position(|e| e.run_id == run && e.sample == sample)
+            {
+                self.ep_selected = i;
+            }
+        }
+        self.ep_selected = self.ep_selected.min(self.episodes.len().saturating_sub(1));
+    }
+
+    /// The selected row of the Episodes tab.
+    pub fn selected_episode(&self) -> Option<&EpisodeRow> {
+        self.episodes.get(self.ep_selected)
+    }
+
+    /// Select episode `run`#`sample` in the Episodes tab: now if the shown
+    /// list has it, and again when the next load of the task arrives.
+    pub fn select_episode(&mut self, run: &str, sample: u32) {
+        if let Some(i) = self
+            .episodes
+            .iter()
+            .position(|e| e.run_id == run && e.sample == sample)
+        {
+            self.ep_selected = i;
+        }
+        // The shown list may be another task's: the next load selects it too.
+        self.ep_wanted = Some((run.to_string(), sample));
+    }
+
+    /// Move the Episodes tab's selection by `delta` rows (clamped).
+    pub fn move_episode(&mut self, delta: isize) {
+        self.ep_wanted = None;
+        let max = self.episodes.len().saturating_sub(1) as isize;
+        self.ep_selected = (self.ep_selected as isize + delta).clamp(0, max.max(0)) as usize;
     }
 
     /// The pane's last drawn area (for the mouse).
@@ -264,10 +325,22 @@ impl DetailState {
             Some(r) => format!(" {} — {} ", r.id, r.name),
             None => " no task selected ".into(),
         };
+        // Focus shows by more than colour: a thick border and a marked,
+        // bold title.
+        let (title, title_style, border_type) = if focused {
+            (
+                format!("▶{title}"),
+                theme.accent().add_modifier(Modifier::BOLD),
+                BorderType::Thick,
+            )
+        } else {
+            (title, theme.accent(), BorderType::Plain)
+        };
         let mut block = Block::default()
             .borders(Borders::ALL)
+            .border_type(border_type)
             .border_style(border)
-            .title(Span::styled(title, theme.accent()));
+            .title(Span::styled(title, title_style));
         if privileged {
             block = block.title_top(
                 Line::from(Span::styled(
@@ -315,7 +388,7 @@ impl DetailState {
                 Some("PRIVILEGED: ground truth for tests and review; never shown to the agent."),
                 theme,
             ),
-            DetailTab::Episodes => self.draw_episodes(frame, body, theme),
+            DetailTab::Episodes => self.draw_episodes(frame, body, theme, focused),
             DetailTab::Provenance => {
                 let text = provenance_text(task, row);
                 self.draw_prose(
@@ -459,7 +532,7 @@ impl DetailState {
         );
     }
 
-    fn draw_episodes(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
+    fn draw_episodes(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme, focused: bool) {
         if self.episodes.is_empty() {
             frame.render_widget(
                 Paragraph::new(vec![
@@ -473,17 +546,30 @@ impl DetailState {
             );
             return;
         }
-        let rows = self.episodes.iter().skip(self.scroll as usize).map(|e| {
-            Row::new(vec![
-                Cell::from(e.run_id.clone()),
-                Cell::from(e.sample.to_string()),
-                result_cell(e, theme),
-                Cell::from(format!("{:.2}", e.reward)),
-                Cell::from(e.turns.to_string()),
-                Cell::from(e.end_reason.clone()),
-                Cell::from(e.failure_mode.clone().unwrap_or_else(|| "-".into())),
-            ])
-        });
+        // Only the visible window becomes rows; the selection stays in it.
+        let height = area.height.saturating_sub(1).max(1) as usize;
+        self.ep_selected = self.ep_selected.min(self.episodes.len() - 1);
+        if self.ep_selected < self.ep_offset {
+            self.ep_offset = self.ep_selected;
+        } else if self.ep_selected >= self.ep_offset + height {
+            self.ep_offset = self.ep_selected + 1 - height;
+        }
+        let rows = self
+            .episodes
+            .iter()
+            .skip(self.ep_offset)
+            .take(height)
+            .map(|e| {
+                Row::new(vec![
+                    Cell::from(e.run_id.clone()),
+                    Cell::from(e.sample.to_string()),
+                    result_cell(e, theme),
+                    Cell::from(format!("{:.2}", e.reward)),
+                    Cell::from(e.turns.to_string()),
+                    Cell::from(e.end_reason.clone()),
+                    Cell::from(e.failure_mode.clone().unwrap_or_else(|| "-".into())),
+                ])
+            });
         let table = Table::new(
             rows,
             [
@@ -501,8 +587,19 @@ impl DetailState {
             Row::new(vec!["Run", "#", "Res", "Reward", "Turns", "End", "Failure"])
                 .style(theme.muted()),
         )
+        // The selected episode is marked like other tables' rows (Enter
+        // opens it in the inspector while the pane has the focus).
+        .row_highlight_style(if focused {
+            theme.selected()
+        } else {
+            Style::new().bg(theme.selection)
+        })
+        .highlight_symbol("▶ ")
+        .highlight_spacing(HighlightSpacing::Always)
         .style(Style::new().fg(theme.foreground));
-        frame.render_widget(table, area);
+        let mut state =
+            TableState::default().with_selected(Some(self.ep_selected - self.ep_offset));
+        frame.render_stateful_widget(table, area, &mut state);
     }
 }
 

@@ -10,9 +10,13 @@ use Command as C;
 /// Where the user is, for help and footers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum HelpContext {
-    /// The task table and its detail pane.
+    /// The task table (its detail pane unfocused).
     #[default]
     Tasks,
+    /// The Tasks view's detail pane, focused.
+    TaskDetail,
+    /// The detail pane's Episodes tab, focused.
+    TaskEpisodes,
     /// The live panes.
     Live,
     /// A live session the user has taken over.
@@ -32,6 +36,8 @@ impl HelpContext {
     pub fn title(self) -> &'static str {
         match self {
             HelpContext::Tasks => "Tasks",
+            HelpContext::TaskDetail => "Task detail",
+            HelpContext::TaskEpisodes => "Task episodes",
             HelpContext::Live => "Live",
             HelpContext::Takeover => "Take-over",
             HelpContext::Episodes => "Episodes",
@@ -105,7 +111,8 @@ const TASKS: &[Group] = &[
     Group {
         title: "find",
         entries: &[
-            e(C::Search, "search", "Search id, name and instruction"),
+            e(C::Search, "search", "Search id, name, instruction and tags"),
+            e(C::FilterTag, "tag", "Pick the tag filter from a fuzzy list"),
             e(C::FilterStatus, "status", "Cycle the status filter"),
             e(
                 C::FilterCategory,
@@ -157,11 +164,93 @@ const TASKS: &[Group] = &[
     },
 ];
 
+const CURATE_SHOWN: Group = Group {
+    title: "curate the task",
+    entries: &[
+        e(C::Accept, "accept", "Accept the task"),
+        e(C::Reject, "reject", "Reject it"),
+        RATE,
+        e(C::Tag, "tags", "Edit its tags (comma-separated)"),
+        e(C::Note, "note", "Edit its note"),
+    ],
+};
+
+const TASK_DETAIL: &[Group] = &[
+    Group {
+        title: "detail pane",
+        entries: &[
+            e(C::NextTab, "next tab", "Next detail tab"),
+            e(C::PrevTab, "prev tab", "Previous detail tab"),
+            e(C::Back, "table", "Back to the task table (also enter)"),
+            e(
+                C::Maximise,
+                "maximise",
+                "Maximise the detail pane (again or esc: restore)",
+            ),
+            e(
+                C::Wrap,
+                "wrap",
+                "Wrap long code lines (off: they scroll sideways)",
+            ),
+            e(C::Edit, "edit", "Open the tab's bundle file in $EDITOR"),
+        ],
+    },
+    CURATE_SHOWN,
+    Group {
+        title: "move",
+        entries: &[
+            e(C::Up, "up", "Scroll up"),
+            e(C::Down, "down", "Scroll down"),
+            e(C::PageUp, "page up", "A page up"),
+            e(C::PageDown, "page down", "A page down"),
+            e(C::Left, "col left", "Code: scroll left"),
+            e(C::Right, "col right", "Code: scroll right"),
+        ],
+    },
+];
+
+const TASK_EPISODES: &[Group] = &[
+    Group {
+        title: "the task's episodes",
+        entries: &[
+            e(
+                C::Select,
+                "open episode",
+                "Inspect the selected episode (esc there comes back here)",
+            ),
+            e(C::NextTab, "next tab", "Next detail tab"),
+            e(C::PrevTab, "prev tab", "Previous detail tab"),
+            e(C::Back, "table", "Back to the task table"),
+            e(
+                C::Maximise,
+                "maximise",
+                "Maximise the detail pane (again or esc: restore)",
+            ),
+        ],
+    },
+    CURATE_SHOWN,
+    Group {
+        title: "move",
+        entries: &[
+            e(C::Up, "up", "Previous episode"),
+            e(C::Down, "down", "Next episode"),
+            e(C::PageUp, "page up", "A page up"),
+            e(C::PageDown, "page down", "A page down"),
+            e(C::Top, "first", "Newest episode"),
+            e(C::Bottom, "last", "Oldest episode"),
+        ],
+    },
+];
+
 const LIVE: &[Group] = &[
     Group {
         title: "panes",
         entries: &[
-            e(C::Select, "zoom", "Zoom the selected pane (again: unzoom)"),
+            e(
+                C::Select,
+                "zoom/open",
+                "Zoom the selected pane (again: unzoom); on a finished strip: open its episode",
+            ),
             e(C::Back, "unzoom", "Back to the grid"),
             e(
                 C::TakeOver,
@@ -328,6 +417,11 @@ const JOBS: &[Group] = &[
             e(C::JobOffline, "offline", "Generate tasks offline (form)"),
             e(C::JobTrain, "train", "Start a training run (form)"),
             e(C::JobCancel, "cancel", "Cancel the selected job"),
+            e(
+                C::JobRetry,
+                "retry",
+                "Run the selected job again: an interrupted or cancelled evaluation resumes its run",
+            ),
         ],
     },
     Group {
@@ -387,6 +481,8 @@ pub const EVERYWHERE: Group = Group {
 pub fn groups(ctx: HelpContext) -> &'static [Group] {
     match ctx {
         HelpContext::Tasks => TASKS,
+        HelpContext::TaskDetail => TASK_DETAIL,
+        HelpContext::TaskEpisodes => TASK_EPISODES,
         HelpContext::Live => LIVE,
         HelpContext::Takeover => TAKEOVER,
         HelpContext::Episodes => EPISODES,
@@ -441,6 +537,8 @@ mod tests {
     fn every_command_is_somewhere_and_footers_name_the_views_keys() {
         let contexts = [
             HelpContext::Tasks,
+            HelpContext::TaskDetail,
+            HelpContext::TaskEpisodes,
             HelpContext::Live,
             HelpContext::Takeover,
             HelpContext::Episodes,
@@ -464,12 +562,28 @@ mod tests {
         }
         let keymap = Keymap::default();
         let live = footer(&keymap, HelpContext::Live);
-        for want in ["zoom", "take over", "scroll back", "clear done", "quit"] {
+        for want in [
+            "zoom/open",
+            "take over",
+            "scroll back",
+            "clear done",
+            "quit",
+        ] {
             assert!(live.iter().any(|(_, s)| *s == want), "{want}: {live:?}");
         }
         let tasks = footer(&keymap, HelpContext::Tasks);
         assert!(tasks.contains(&("1-5".into(), "rate")), "{tasks:?}");
         assert!(tasks.contains(&("u".into(), "undo")), "{tasks:?}");
         assert_eq!(key_text(&keymap, Key::Cmd(C::Up), true), "up/k");
+        // The footer follows the focus: the detail pane's keys come first.
+        let detail = footer(&keymap, HelpContext::TaskDetail);
+        assert_eq!(detail[1], ("]".into(), "next tab"), "{detail:?}");
+        assert!(detail.contains(&("esc".into(), "table")), "{detail:?}");
+        let episodes = footer(&keymap, HelpContext::TaskEpisodes);
+        assert_eq!(
+            episodes[1],
+            ("enter".into(), "open episode"),
+            "{episodes:?}"
+        );
     }
 }

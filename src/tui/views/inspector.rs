@@ -338,10 +338,11 @@ fn header(ep: &LoadedEpisode, theme: &Theme) -> Vec<Line<'static>> {
                 .map_or(l.to_string(), |(_, h)| h.to_string())
         })
         .unwrap_or_else(|| "-".into());
-    let rating = row
-        .rating
-        .map(|r| format!("{}{}", "★".repeat(r as usize), "☆".repeat(5 - r as usize)))
-        .unwrap_or_else(|| "unrated".into());
+    // The same stars as every table (`★★★··`).
+    let rating = match row.rating {
+        Some(r) => crate::tui::widgets::task_marks::stars(Some(r)),
+        None => "unrated".into(),
+    };
     let second = vec![
         Span::styled("rating ", theme.muted()),
         Span::styled(rating, theme.warning()),

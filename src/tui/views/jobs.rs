@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
+use ratatui::widgets::{Block, Borders, Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
 use crate::jobs::{JobEvent, JobOutcome};
@@ -17,7 +17,7 @@ use crate::store::JobRow;
 use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
 use crate::tui::widgets::columns::{constraints, cut_end, cut_middle, fit, shown, widest, Column};
-use crate::tui::widgets::text::bar;
+use crate::tui::widgets::text::{bar, once_per_url};
 
 /// Log lines kept per job.
 const LOG_LINES: usize = 500;
@@ -56,9 +56,20 @@ pub struct JobItem {
     pub message: String,
     /// When it was started.
     pub created_at: String,
+    /// The run it works on (an evaluation's run id), once known: the id it
+    /// is shown by.
+    pub run: Option<String>,
+    /// Its parameters as journalled (what a retry runs again).
+    pub params: serde_json::Value,
 }
 
 impl JobItem {
+    /// The id the job is shown by: its run's, once known, else its own
+    /// (one id per thing).
+    pub fn shown_id(&self) -> &str {
+        self.run.as_deref().unwrap_or(&self.id)
+    }
+
     fn fraction(&self) -> f64 {
         if self.total == 0 {
             if self.status == "succeeded" || self.status == "empty" {
@@ -89,6 +100,8 @@ pub struct JobsView {
     pub local: std::collections::BTreeSet<String>,
     /// The selected job's log fills the view (Enter; Enter or Esc again: back).
     pub log_full: bool,
+    /// Jobs whose kept log (`jobs/<id>.log`) was asked for.
+    log_requested: std::collections::BTreeSet<String>,
     table_area: Rect,
 }
 
@@ -97,21 +110,38 @@ impl JobsView {
     pub fn set_rows(&mut self, rows: Vec<JobRow>) {
         for r in rows {
             let total = 1000;
+            let run = r
+                .params
+                .get("run")
+                .and_then(|v| v.as_str())
+                .map(String::from);
             let item = JobItem {
                 done: (r.progress * total as f64).round() as u64,
                 total,
                 id: r.id,
                 kind: r.kind,
                 status: r.status,
-                message: r.message,
+                message: once_per_url(&r.message),
                 created_at: r.created_at,
+                run,
+                params: r.params,
             };
+            // A job another process runs writes on to its log: read it again.
+            if item.status == "running" && !self.local.contains(&item.id) {
+                self.log_requested.remove(&item.id);
+            }
             match self.items.iter_mut().find(|i| i.id == item.id) {
                 // A live job knows more than the journal (which lags, and
                 // keeps only a fraction): its exact counts stay.
                 Some(i)
                     if i.status == item.status
-                        || i.status == CANCELLING && item.status == "running" => {}
+                        || i.status == CANCELLING && item.status == "running" =>
+                {
+                    i.params = item.params;
+                    if i.run.is_none() {
+                        i.run = item.run;
+                    }
+                }
                 Some(i) => *i = item,
                 None => self.items.push(item),
             }
@@ -119,6 +149,42 @@ impl JobsView {
         self.items
             .sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         self.clamp();
+    }
+
+    /// The selected job's kept log, when it should be read: a job of an
+    /// earlier process (or another one) whose lines this view never heard.
+    pub fn wants_log(&mut self) -> Option<String> {
+        let j = self.selected_item()?;
+        if self.local.contains(&j.id) || self.log_requested.contains(&j.id) {
+            return None;
+        }
+        let id = j.id.clone();
+        self.log_requested.insert(id.clone());
+        Some(id)
+    }
+
+    /// Job `id`'s kept log lines arrived (they replace what is shown).
+    pub fn set_log(&mut self, id: String, lines: Vec<String>) {
+        if self.local.contains(&id) {
+            return;
+        }
+        let log: VecDeque<String> = lines
+            .iter()
+            .rev()
+            .take(LOG_LINES)
+            .rev()
+            .map(|l| once_per_url(l))
+            .collect();
+        self.logs.insert(id, log);
+    }
+
+    /// The shown id of job `id` (its run's, once known).
+    pub fn shown_id_of(&self, id: &str) -> String {
+        self.items
+            .iter()
+            .find(|i| i.id == id)
+            .map_or(id, JobItem::shown_id)
+            .to_string()
     }
 
     /// Apply a job event.
@@ -137,6 +203,8 @@ impl JobsView {
                             total: 0,
                             message: "starting".into(),
                             created_at: crate::store::now(),
+                            run: None,
+                            params: serde_json::Value::Null,
                         },
                     );
                     self.selected = 0;
@@ -157,8 +225,15 @@ impl JobsView {
                     }
                 }
             }
+            JobEvent::Run { id, run } => {
+                if let Some(i) = self.item(&id.0) {
+                    i.run = Some(run);
+                }
+            }
             JobEvent::Log { id, line } => {
                 let log = self.logs.entry(id.0).or_default();
+                // A URL is said once (transport errors repeat their caller's).
+                let line = once_per_url(&line);
                 for l in line.split('\n') {
                     log.push_back(l.trim_end_matches('\r').to_string());
                 }
@@ -170,7 +245,7 @@ impl JobsView {
                 if let Some(i) = self.item(&id.0) {
                     let (status, msg) = match outcome {
                         JobOutcome::Succeeded(m) => ("succeeded", m),
-                        JobOutcome::Failed(m) => ("failed", m),
+                        JobOutcome::Failed(m) => ("failed", once_per_url(&m)),
                         JobOutcome::Cancelled => {
                             // Say how far it got: the progress stays as it was.
                             let how_far = if i.total > 0 && i.total != 1000 {
@@ -275,13 +350,14 @@ impl JobsView {
         self.table_area = table_area;
         let k = |c| keys.hint(c);
         let launch = format!(
-            " {} eval · {} validate · {} LLM gen · {} offline gen · {} train · {} cancel ",
+            " {} eval · {} validate · {} LLM gen · {} offline · {} train · {} cancel · {} retry ",
             k(Command::JobEval),
             k(Command::JobValidate),
             k(Command::JobGenerate),
             k(Command::JobOffline),
             k(Command::JobTrain),
             k(Command::JobCancel),
+            k(Command::JobRetry),
         );
         let block = Block::default()
             .borders(Borders::ALL)
@@ -318,7 +394,7 @@ impl JobsView {
             let messages: Vec<String> = self.items.iter().map(first_line).collect();
             let cols = [
                 Column::new(
-                    widest("job", self.items.iter().map(|j| j.id.as_str())),
+                    widest("job", self.items.iter().map(JobItem::shown_id)),
                     14,
                     9,
                 ),
@@ -334,12 +410,13 @@ impl JobsView {
                 .optional(),
                 Column::new(
                     widest("stage / result", messages.iter().map(String::as_str)),
-                    24,
+                    16,
                     1,
                 )
                 .grow(),
             ];
-            let widths = fit(&cols, table_area.width.saturating_sub(2), 1);
+            // The borders and the selection mark take four cells.
+            let widths = fit(&cols, table_area.width.saturating_sub(4), 1);
             let w = |k: usize| widths[k].unwrap_or(0) as usize;
             let rows: Vec<Row<'_>> = self
                 .items
@@ -356,7 +433,7 @@ impl JobsView {
                     };
                     let bar_w = w(2).saturating_sub(count.chars().count()).min(BAR);
                     let cells = [
-                        Cell::from(cut_middle(&j.id, w(0) as u16)),
+                        Cell::from(cut_middle(j.shown_id(), w(0) as u16)),
                         Cell::from(Span::styled(j.status.clone(), status_style)),
                         Cell::from(Line::from(vec![
                             Span::styled(bar(j.fraction(), bar_w), theme.accent()),
@@ -375,9 +452,12 @@ impl JobsView {
                 })
                 .collect();
             let header = shown(["job", "status", "progress", "stage / result"], &widths);
+            // The selected row is marked as in the other tables.
             let table = Table::new(rows, constraints(&widths))
                 .header(Row::new(header).style(theme.muted()))
                 .row_highlight_style(theme.selected())
+                .highlight_symbol("▶ ")
+                .highlight_spacing(HighlightSpacing::Always)
                 .block(block)
                 .style(theme.base());
             let mut state = TableState::default().with_selected(Some(self.selected));
@@ -416,7 +496,7 @@ impl JobsView {
         let start = end.saturating_sub(room);
         let mut title = vec![Span::styled(
             match self.selected_item() {
-                Some(j) => format!(" log: {} ", j.id),
+                Some(j) => format!(" log: {} ", j.shown_id()),
                 None => " log ".into(),
             },
             theme.accent(),
@@ -464,6 +544,7 @@ impl Component for JobsView {
         match action {
             Action::Job(ev) => self.event(ev),
             Action::JobsLoaded(rows) => self.set_rows(rows),
+            Action::JobLogLoaded(id, lines) => self.set_log(id, lines),
             _ => {}
         }
         None

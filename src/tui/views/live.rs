@@ -9,7 +9,7 @@ use crossterm::event::{KeyEvent, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph};
+use ratatui::widgets::{Block, BorderType, Borders, Paragraph};
 use ratatui::Frame;
 use tui_term::widget::{Cursor, PseudoTerminal};
 
@@ -510,6 +510,27 @@ impl LiveView {
         self.move_pane(i, to);
     }
 
+    /// The selected pane's episode if it finished with a result, as
+    /// `(run, task, sample)`; why it cannot be opened if it ended without
+    /// one; `None` while it runs (or with no pane).
+    pub fn selected_finished(&self) -> Option<Result<(String, String, u32), String>> {
+        let p = self.panes.get(self.selected)?;
+        p.outcome?;
+        if let Some(stopped) = p.stopped {
+            return Some(Err(format!(
+                "{} was {}: it has no result to open (running the evaluation again retries it)",
+                p.title,
+                stopped.word().to_lowercase()
+            )));
+        }
+        let parsed = p.key.as_deref().and_then(|k| {
+            let (run, rest) = k.split_once('/')?;
+            let (task, sample) = rest.rsplit_once('/')?;
+            Some((run.to_string(), task.to_string(), sample.parse().ok()?))
+        });
+        Some(parsed.ok_or_else(|| format!("{} has no recorded episode to open", p.title)))
+    }
+
     /// The pane the user has taken over, if any.
     pub fn taken(&self) -> Option<usize> {
         self.panes
@@ -705,7 +726,7 @@ impl LiveView {
             let line = if k + 1 == strip_rows && finished > strip_rows {
                 Line::from(Span::styled(
                     format!(
-                        "  … {} more finished (x clears finished panes)",
+                        "  +{} more finished · x clears finished panes",
                         finished - strip_rows + 1
                     ),
                     theme.muted(),
@@ -720,8 +741,14 @@ impl LiveView {
 
 fn draw_pane(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme, selected: bool) {
     let taken = pane.is_taken();
+    // The selected pane shows by more than colour: a thick border.
     let block = Block::default()
         .borders(Borders::ALL)
+        .border_type(if selected || taken {
+            BorderType::Thick
+        } else {
+            BorderType::Plain
+        })
         .border_style(if taken {
             theme.failure()
         } else if selected {

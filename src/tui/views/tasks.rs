@@ -10,7 +10,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use super::detail::DetailState;
+use super::detail::{DetailState, DetailTab};
 use crate::store::{TaskRow, TaskStatus};
 use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
@@ -24,6 +24,8 @@ pub enum SortKey {
     /// Task id.
     #[default]
     Id,
+    /// Name (the id where a task has none).
+    Name,
     /// Category.
     Category,
     /// Complexity (1-5).
@@ -37,8 +39,9 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    const ALL: [SortKey; 6] = [
+    const ALL: [SortKey; 7] = [
         SortKey::Id,
+        SortKey::Name,
         SortKey::Category,
         SortKey::Complexity,
         SortKey::Status,
@@ -50,6 +53,7 @@ impl SortKey {
     pub fn label(self) -> &'static str {
         match self {
             SortKey::Id => "id",
+            SortKey::Name => "name",
             SortKey::Category => "category",
             SortKey::Complexity => "complexity",
             SortKey::Status => "status",
@@ -71,7 +75,9 @@ pub struct Filter {
     pub status: Option<TaskStatus>,
     /// Only tasks of this category.
     pub category: Option<String>,
-    /// Case-insensitive substring of id, name or instruction.
+    /// Only tasks with this tag.
+    pub tag: Option<String>,
+    /// Case-insensitive substring of id, name, instruction or a tag.
     pub search: String,
 }
 
@@ -89,7 +95,7 @@ pub enum Focus {
 #[derive(Debug, Default)]
 pub struct TasksView {
     rows: Vec<TaskRow>,
-    /// Lowercased id + name + instruction, aligned with `rows`.
+    /// Lowercased id + name + instruction + tags, aligned with `rows`.
     haystacks: Vec<String>,
     /// Whether the first load has arrived.
     pub loaded: bool,
@@ -111,6 +117,27 @@ pub struct TasksView {
     clicks: crate::tui::widgets::double_click::DoubleClick,
 }
 
+/// What the search looks in: id, name, instruction and tags, lowercased.
+fn haystack(r: &TaskRow) -> String {
+    format!(
+        "{}\n{}\n{}\n{}",
+        r.id,
+        r.name,
+        r.instruction,
+        r.tags.join("\n")
+    )
+    .to_lowercase()
+}
+
+/// The name a row sorts by: its name, or its id where it has none.
+fn sort_name(r: &TaskRow) -> String {
+    if r.name.is_empty() {
+        r.id.to_lowercase()
+    } else {
+        r.name.to_lowercase()
+    }
+}
+
 fn pass1(r: &TaskRow) -> f64 {
     r.pass_at_k.get("1").copied().unwrap_or(-1.0)
 }
@@ -129,10 +156,7 @@ impl TasksView {
     /// Returns the id now selected.
     pub fn set_rows(&mut self, rows: Vec<TaskRow>) -> Option<String> {
         let keep = self.selected_id();
-        self.haystacks = rows
-            .iter()
-            .map(|r| format!("{}\n{}\n{}", r.id, r.name, r.instruction).to_lowercase())
-            .collect();
+        self.haystacks = rows.iter().map(haystack).collect();
         self.rows = rows;
         self.loaded = true;
         self.refresh(keep)
@@ -142,8 +166,7 @@ impl TasksView {
     pub fn update_row(&mut self, row: TaskRow) {
         let keep = self.selected_id();
         if let Some(i) = self.rows.iter().position(|r| r.id == row.id) {
-            self.haystacks[i] =
-                format!("{}\n{}\n{}", row.id, row.name, row.instruction).to_lowercase();
+            self.haystacks[i] = haystack(&row);
             self.rows[i] = row;
         }
         self.refresh(keep);
@@ -202,6 +225,7 @@ impl TasksView {
                 let r = &self.rows[i];
                 f.status.is_none_or(|s| r.status == s)
                     && f.category.as_ref().is_none_or(|c| &r.category == c)
+                    && f.tag.as_ref().is_none_or(|t| r.tags.contains(t))
                     && (needle.is_empty() || self.haystacks[i].contains(&needle))
             })
             .collect();
@@ -210,6 +234,7 @@ impl TasksView {
             let (x, y) = (&rows[a], &rows[b]);
             let ord = match self.sort {
                 SortKey::Id => std::cmp::Ordering::Equal,
+                SortKey::Name => sort_name(x).cmp(&sort_name(y)),
                 SortKey::Category => x.category.cmp(&y.category),
                 SortKey::Complexity => x.complexity.cmp(&y.complexity),
                 SortKey::Status => status_rank(x.status).cmp(&status_rank(y.status)),
@@ -236,6 +261,21 @@ impl TasksView {
         self.refresh(keep)
     }
 
+    /// Filter by `tag` (`None`: any). Returns the id now selected.
+    pub fn set_tag(&mut self, tag: Option<String>) -> Option<String> {
+        let keep = self.selected_id();
+        self.filter.tag = tag;
+        self.refresh(keep)
+    }
+
+    /// The tags of the loaded tasks, sorted, each once.
+    pub fn tags(&self) -> Vec<String> {
+        let mut t: Vec<String> = self.rows.iter().flat_map(|r| r.tags.clone()).collect();
+        t.sort();
+        t.dedup();
+        t
+    }
+
     /// The categories of the loaded tasks, sorted.
     pub fn categories(&self) -> Vec<String> {
         let mut c: Vec<String> = self.rows.iter().map(|r| r.category.clone()).collect();
@@ -260,6 +300,22 @@ impl TasksView {
     /// Apply a view-level command. Returns the id to load if the selection
     /// may have changed.
     pub fn command(&mut self, cmd: Command) -> Option<String> {
+        if self.focus == Focus::Detail && self.detail.tab == DetailTab::Episodes {
+            // The Episodes tab is a list: the keys move its selection.
+            let step = match cmd {
+                Command::Up => Some(-1),
+                Command::Down => Some(1),
+                Command::PageUp => Some(-10),
+                Command::PageDown => Some(10),
+                Command::Top => Some(isize::MIN / 2),
+                Command::Bottom => Some(isize::MAX / 2),
+                _ => None,
+            };
+            if let Some(step) = step {
+                self.detail.move_episode(step);
+                return None;
+            }
+        }
         if self.focus == Focus::Detail {
             match cmd {
                 Command::Up => {
@@ -468,6 +524,10 @@ impl TasksView {
             Span::styled("  category ", theme.muted()),
             Span::styled(val(f.category.as_deref()), theme.accent()),
         ];
+        if let Some(tag) = &f.tag {
+            spans.push(Span::styled("  tag ", theme.muted()));
+            spans.push(Span::styled(tag.clone(), theme.accent()));
+        }
         if !f.search.is_empty() {
             spans.push(Span::styled("  search ", theme.muted()));
             spans.push(Span::styled(format!("{:?}", f.search), theme.accent()));
@@ -580,7 +640,7 @@ impl TasksView {
         };
         let header = [
             sort_mark(SortKey::Id, "ID"),
-            Cell::from("Name"),
+            sort_mark(SortKey::Name, "Name"),
             sort_mark(SortKey::Category, "Category"),
             sort_mark(SortKey::Complexity, "Cx"),
             sort_mark(SortKey::Status, "Status"),
