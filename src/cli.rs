@@ -254,6 +254,10 @@ pub enum TasksCommand {
         /// Datasets: print what was written as JSON.
         #[arg(long)]
         json: bool,
+        /// Leave out tasks whose audit has any of these labels (comma-separated,
+        /// e.g. `weak-tests,flaky`; see `endless tasks audit`).
+        #[arg(long, value_name = "LABELS")]
+        exclude_audit: Option<String>,
     },
     /// Build each environment; initial tests must pass, final tests must fail on the
     /// initial state, the oracle (if any) must pass. Non-zero exit if any fails.
@@ -278,6 +282,9 @@ pub enum TasksCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Audit tasks for weak, flaky, hackable and underspecified tests; each
+    /// report is stored as `tasks/<id>/audit.json` (see docs/audit.md).
+    Audit(AuditArgs),
     /// Curate: set status, rating, notes or tags of tasks.
     Set {
         /// The tasks to change.
@@ -396,10 +403,11 @@ pub struct GenerateArgs {
     /// `[generate] max_env_attempts`).
     #[arg(long)]
     pub max_env_attempts: Option<u32>,
-    /// Offline only: write only shard I of N of the tasks (0-based; split
-    /// by a hash of each task's id), recording it in the workspace's
-    /// `shard.json`.
-    #[arg(long, value_name = "I/N", requires = "offline")]
+    /// Run only shard I of N (0-based): offline, the tasks whose id hashes
+    /// to it; with an LLM, the candidates whose id does. Recorded in the
+    /// workspace's `shard.json`; `endless workspace merge` brings the
+    /// shards together (an LLM run's funnel over all its candidates).
+    #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -473,6 +481,10 @@ pub struct EvalArgs {
     /// recording it in the workspace's `shard.json`.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
+    /// Leave out tasks whose audit has any of these labels (comma-separated,
+    /// e.g. `weak-tests,flaky`; see `endless tasks audit`).
+    #[arg(long, value_name = "LABELS")]
+    pub exclude_audit: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -539,6 +551,10 @@ pub struct TrainArgs {
     /// task in the workspace).
     #[arg(long)]
     pub tasks: Option<String>,
+    /// Leave out tasks whose audit has any of these labels (comma-separated,
+    /// e.g. `weak-tests,flaky`; see `endless tasks audit`).
+    #[arg(long, value_name = "LABELS")]
+    pub exclude_audit: Option<String>,
     /// Held-out tasks for pass@1 before and after PPO (ids or globs;
     /// default: none).
     #[arg(long)]
@@ -784,6 +800,10 @@ pub enum BenchTarget {
     /// shard processes with a quarter of the parallelism each, against one
     /// unsharded process, as a wall-time ratio.
     Shards,
+    /// The cost of a full audit (every check) of one task as a multiple of
+    /// its validation, side by side, over --n offline tasks of different
+    /// families (default 6); goal under 10x.
+    Audit,
 }
 
 /// `endless slurm ...`
@@ -922,4 +942,46 @@ pub enum ConfigCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `endless tasks audit`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// The tasks to audit.
+    pub ids: Vec<String>,
+    /// Every task.
+    #[arg(long, conflicts_with = "ids")]
+    pub all: bool,
+    /// The checks to run, comma-separated (default: all): passes-without-work,
+    /// weak-tests, cheap-solutions, flaky, time-order, underspecified, needs-network.
+    #[arg(long, value_name = "CHECKS")]
+    pub checks: Option<String>,
+    /// Each check's time budget in seconds; a check that runs out is
+    /// reported as out of time, never as a pass.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub budget: f64,
+    /// Oracle runs (and test re-runs) of the flaky check.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub flaky_runs: u32,
+    /// The most mutants the weak-tests check runs per task.
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub max_mutants: usize,
+    /// The share of final tests passing without work that is a
+    /// passes-without-work finding (default 1: only all of them; a smaller
+    /// share is a note naming the tests).
+    #[arg(long, value_name = "SHARE", default_value_t = 1.0)]
+    pub pass_share: f64,
+    /// Audit again tasks whose stored report already covers the checks.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Tasks audited at once (default: half the CPUs, at least 1).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// Audit only shard I of N of the selection (0-based; tasks split by a
+    /// hash of their id), recording it in the workspace's `shard.json`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -98,6 +98,7 @@ fn pipeline(server: &FixtureLlm, ws_root: &Path, count: usize, seed: u64) -> Fun
         test_sampling: SamplingParams::default(),
         generator_name: "fixture-gen".into(),
         solver_name: "fixture-solver".into(),
+        shard: None,
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(run_pipeline(
@@ -445,6 +446,7 @@ fn bench_pipeline_overhead() {
             test_sampling: SamplingParams::default(),
             generator_name: "fixture-gen".into(),
             solver_name: "fixture-solver".into(),
+            shard: None,
         };
         let rt = tokio::runtime::Runtime::new().unwrap();
         let t0 = std::time::Instant::now();
@@ -479,62 +481,176 @@ fn bench_pipeline_overhead() {
 
 /// Prints the funnel of a fixture run whose candidates differ by the category
 /// they were sampled with (run with `-- --ignored --nocapture`).
+/// A category hash of a request's task (mixed runs).
+fn kind(req: &Request) -> u64 {
+    let first = req
+        .messages()
+        .first()
+        .map(|m| m.1.clone())
+        .unwrap_or_default();
+    let task = first.split("<task>").nth(1).unwrap_or(&first).to_string();
+    task.bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % 5
+}
+
+/// A generator/solver whose candidates differ by category: malformed
+/// tasks, broken environments, vacuous final tests, unsolvable ones and
+/// good ones.
+fn mixed_reply(req: &Request) -> Reply {
+    let first = req
+        .messages()
+        .first()
+        .map(|m| m.1.clone())
+        .unwrap_or_default();
+    if first.contains("You write realistic tasks") {
+        // The category decides what kind of candidate this is.
+        let k = first
+            .bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+            % 5;
+        return Reply::text(match k {
+            0 => "<task>no truth given</task>".to_string(),
+            _ => TASK.replace("hello", &format!("hello{k}")),
+        });
+    }
+    let k = ["hello1", "hello2", "hello3", "hello4"]
+        .iter()
+        .position(|w| first.contains(w))
+        .map(|p| p as u64 + 1)
+        .unwrap_or(kind(req));
+    if first.contains("You build the starting environment") {
+        Reply::text(if k == 1 { BROKEN_ENV } else { GOOD_ENV })
+    } else if first.contains("You write the completion check") {
+        Reply::text(if k == 2 {
+            VACUOUS_FINAL.to_string()
+        } else {
+            GOOD_FINAL.replace("hello", &format!("hello{k}"))
+        })
+    } else {
+        let words = ["hello1", "hello2", "hello3", "hello4"];
+        let found = words.iter().position(|w| req.instruction().contains(*w));
+        let word = found.map_or("hello", |p| words[p]);
+        match (found.map_or(0, |p| p as u64 + 1), req.turn()) {
+            (3, _) => Reply::done(),
+            (_, 0) => Reply::command(&format!("echo {word} > /home/user/out.txt")),
+            _ => Reply::done(),
+        }
+    }
+}
+
 #[test]
 #[ignore]
 fn funnel_of_a_mixed_fixture_run() {
-    fn kind(req: &Request) -> u64 {
-        let first = req
-            .messages()
-            .first()
-            .map(|m| m.1.clone())
-            .unwrap_or_default();
-        let task = first.split("<task>").nth(1).unwrap_or(&first).to_string();
-        task.bytes()
-            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
-            % 5
-    }
-    let server = FixtureLlm::start(|req: &Request| {
-        let first = req
-            .messages()
-            .first()
-            .map(|m| m.1.clone())
-            .unwrap_or_default();
-        if first.contains("You write realistic tasks") {
-            // The category decides what kind of candidate this is.
-            let k = first
-                .bytes()
-                .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
-                % 5;
-            return Reply::text(match k {
-                0 => "<task>no truth given</task>".to_string(),
-                _ => TASK.replace("hello", &format!("hello{k}")),
-            });
-        }
-        let k = ["hello1", "hello2", "hello3", "hello4"]
-            .iter()
-            .position(|w| first.contains(w))
-            .map(|p| p as u64 + 1)
-            .unwrap_or(kind(req));
-        if first.contains("You build the starting environment") {
-            Reply::text(if k == 1 { BROKEN_ENV } else { GOOD_ENV })
-        } else if first.contains("You write the completion check") {
-            Reply::text(if k == 2 {
-                VACUOUS_FINAL.to_string()
-            } else {
-                GOOD_FINAL.replace("hello", &format!("hello{k}"))
-            })
-        } else {
-            let words = ["hello1", "hello2", "hello3", "hello4"];
-            let found = words.iter().position(|w| req.instruction().contains(*w));
-            let word = found.map_or("hello", |p| words[p]);
-            match (found.map_or(0, |p| p as u64 + 1), req.turn()) {
-                (3, _) => Reply::done(),
-                (_, 0) => Reply::command(&format!("echo {word} > /home/user/out.txt")),
-                _ => Reply::done(),
-            }
-        }
-    });
+    let server = FixtureLlm::start(mixed_reply);
     let ws = tempfile::tempdir().unwrap();
     let funnel = pipeline(&server, ws.path(), 20, 4);
     println!("{funnel}");
+}
+
+/// `endless --workspace WS --create ARGS...` with cache, state and config
+/// below `home` (shared by every workspace of a test).
+fn endless_in(home: &Path, ws: &Path, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws)
+        .arg("--create")
+        .args(args)
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("XDG_STATE_HOME", home.join(".state"))
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// The funnel a workspace recorded for run `id`.
+fn recorded_funnel(ws: &Path, id: &str) -> serde_json::Value {
+    let ws = Workspace::open(ws).unwrap();
+    let run = ws.list_runs().unwrap().into_iter().find(|r| r.id == id);
+    run.unwrap_or_else(|| panic!("no run {id}")).summary
+}
+
+#[test]
+fn two_llm_generation_shards_merge_to_the_tasks_and_funnel_of_one_run() {
+    // Candidates of every kind: the funnel has rejects at each stage.
+    let server = FixtureLlm::start(mixed_reply);
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let url = server.url();
+    let generate = |ws: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--count",
+            "10",
+            "--seed",
+            "4",
+            "--llm",
+            &url,
+            "--model",
+            "fixture",
+            "--solutions",
+            "2",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        endless_in(home, ws, &args)
+    };
+    let whole = home.join("whole");
+    let unsharded = generate(&whole, &[]);
+    assert_eq!(unsharded["sampled"], 10, "{unsharded:#}");
+
+    let main = home.join("main");
+    let dir = home.join("gen");
+    endless_in(
+        home,
+        &main,
+        &["workspace", "shards", dir.to_str().unwrap(), "--count", "2"],
+    );
+    let mut sampled = 0;
+    for i in 0..2 {
+        let part = generate(
+            &dir.join(format!("shard-{i}")),
+            &["--shard", &format!("{i}/2")],
+        );
+        sampled += part["sampled"].as_u64().unwrap();
+    }
+    assert_eq!(sampled, 10, "each candidate is run by exactly one shard");
+    let merged = endless_in(
+        home,
+        &main,
+        &["workspace", "merge", dir.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(merged["finished"], "gen-4", "{merged:#}");
+    let ids = |ws: &Path| {
+        let ws = Workspace::open(ws).unwrap();
+        let mut ids: Vec<String> = ws
+            .list_tasks(&TaskFilter::default())
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&main), ids(&whole));
+    assert_eq!(
+        recorded_funnel(&main, "gen-4"),
+        recorded_funnel(&whole, "gen-4")
+    );
+    // Merging again changes nothing.
+    endless_in(
+        home,
+        &main,
+        &["workspace", "merge", dir.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        recorded_funnel(&main, "gen-4"),
+        recorded_funnel(&whole, "gen-4")
+    );
 }

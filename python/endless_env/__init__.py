@@ -2,12 +2,13 @@
 
 from typing import Any
 
-from .client import (AuthError, BadRequest, Client, Conflict, EndlessError, KeyReused, NotFound, Retry,
-                     ServerBusy, ServerError, ServerUnavailable, Session, SessionGone, Unreachable)
+from .client import (AuthError, BadRequest, Client, Conflict, EndlessError, KeyReused, Node, NodeLost, NotFound,
+                     Retry, ServerBusy, ServerError, ServerUnavailable, Session, SessionGone, Unreachable)
 
-__all__ = ["AsyncClient", "AuthError", "BadRequest", "Client", "Conflict", "EndlessError", "KeyReused",
-           "NotFound", "Retry", "ServerBusy", "ServerError", "ServerUnavailable", "Session", "SessionGone",
-           "Unreachable"]
+# `endless_env.ray` and `endless_env.pool` (Ray) are imported by those who use them.
+__all__ = ["AsyncClient", "AuthError", "BadRequest", "Client", "Conflict", "EndlessError", "KeyReused", "Node",
+           "NodeLost", "NotFound", "Retry", "ServerBusy", "ServerError", "ServerUnavailable", "Session",
+           "SessionGone", "Unreachable"]
 __version__ = "0.1.0"
 
 

@@ -6,6 +6,13 @@ Creates wait in the server's queue when it runs all the sessions it may
 answer gets the first answer and never runs twice. Retries back off exponentially
 with jitter. Everything else raises a typed `EndlessError` at once.
 `endless_env.aclient.AsyncClient` is the same API over httpx, for asyncio.
+
+Given several servers (`Client([url1, url2, ...])`, or the nodes of an
+`endless_env.pool.ServePool`), a client spreads its sessions over them: each create
+goes to the node with the fewest of this client's sessions open (round robin among
+equals), and to the next one when a node is full (429), shutting down (503) or does
+not answer; every later call of a session goes to its node. A node that stops
+answering loses only its own sessions: their calls raise `NodeLost`.
 """
 
 from __future__ import annotations
@@ -13,10 +20,11 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import requests
@@ -78,6 +86,17 @@ class ServerError(EndlessError):
 
 class Unreachable(EndlessError):
     """No answer after every retry: the connection failed or timed out (`status` 0)."""
+
+
+class NodeLost(Unreachable):
+    """The node of a session stopped answering (after every retry): the session is lost
+    with it; sessions on the client's other nodes go on. `node` is the node's URL and
+    `session_id` the session's id."""
+
+    def __init__(self, node: str, session_id: str, cause: EndlessError):
+        super().__init__(0, f"node {node} is lost, and session {session_id} with it: {cause.message}")
+        self.node = node
+        self.session_id = session_id
 
 
 _BY_STATUS = {400: BadRequest, 401: AuthError, 404: NotFound, 409: Conflict, 422: KeyReused,
@@ -189,6 +208,100 @@ def create_path(retry: Retry, wait: Optional[float], timeout: float) -> str:
     return f"/v1/sessions?wait={w:g}" if w > 0 else "/v1/sessions"
 
 
+def session_of(path: str) -> Optional[str]:
+    """The session id of a `/v1/sessions/{id}...` path."""
+    m = re.match(r"/v1/sessions/([^/?]+)", path)
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class Node:
+    """One server of several: its base URL and its token (`None`: the client's token)."""
+
+    url: str
+    token: Optional[str] = None
+
+
+Servers = Union[None, str, Node, Sequence[Union[str, Node]]]
+
+# How long a node that did not answer is tried only after the others, seconds.
+DOWN_SECONDS = 30.0
+
+
+class Nodes:
+    """The servers of a client and where its sessions are: which node a new session
+    should go to (the one with the fewest of this client's sessions open, round robin
+    among equals; nodes that did not answer lately last) and which node an open
+    session is on. Bookkeeping only (no I/O), shared by `Client` and `AsyncClient`;
+    thread-safe."""
+
+    def __init__(self, servers: Servers, token: Optional[str]):
+        if servers is None or isinstance(servers, (str, Node)):
+            servers = [servers]  # type: ignore[list-item]
+        nodes: List[Node] = []
+        for s in servers:  # type: ignore[union-attr]
+            n = s if isinstance(s, Node) else Node(base_url(s))
+            nodes.append(Node(n.url.rstrip("/"), n.token if n.token is not None else token))
+        if not nodes:
+            raise ValueError("url: no server given (an empty list)")
+        urls = [n.url for n in nodes]
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"url: a server is named twice in {urls}")
+        self.all = nodes
+        self._lock = threading.Lock()
+        self._load = {n.url: 0 for n in nodes}
+        self._down_until = {n.url: 0.0 for n in nodes}
+        self._where: Dict[str, Node] = {}
+        self._turn = 0
+
+    @property
+    def single(self) -> bool:
+        """One server: the client behaves as it always did."""
+        return len(self.all) == 1
+
+    def order(self) -> List[Node]:
+        """The nodes to try a create on, best first."""
+        with self._lock:
+            self._turn += 1
+            now = time.monotonic()
+            k = len(self.all)
+            ranked = sorted(range(k), key=lambda i: (self._down_until[self.all[i].url] > now,
+                                                     self._load[self.all[i].url], (i - self._turn) % k))
+            return [self.all[i] for i in ranked]
+
+    def opened(self, node: Node, session_id: str) -> None:
+        """A session was opened on `node`."""
+        with self._lock:
+            if self._where.get(session_id) is None:
+                self._load[node.url] += 1
+            self._where[session_id] = node
+            self._down_until[node.url] = 0.0
+
+    def forget(self, session_id: str) -> None:
+        """A session was closed, or lost."""
+        with self._lock:
+            node = self._where.pop(session_id, None)
+            if node is not None:
+                self._load[node.url] = max(0, self._load[node.url] - 1)
+
+    def node_of(self, session_id: str) -> Optional[Node]:
+        """The node of a session this client opened (or found); with one server, that one."""
+        if self.single:
+            return self.all[0]
+        with self._lock:
+            return self._where.get(session_id)
+
+    def down(self, node: Node) -> None:
+        """`node` did not answer: try it after the others for a while."""
+        with self._lock:
+            self._down_until[node.url] = time.monotonic() + DOWN_SECONDS
+
+    def load(self) -> Dict[str, int]:
+        """Sessions of this client open per node URL."""
+        with self._lock:
+            return dict(self._load)
+
+
 @dataclass
 class Session:
     """An open session: its id and the prompt (system and user messages)."""
@@ -221,18 +334,23 @@ def decode(status: int, headers: Mapping[str, str], text: str, parse_json, path:
 
 
 class Client:
-    """The API of one server.
+    """The API of one server, or of several.
 
     `url` defaults to `$ENDLESS_URL` (else `http://127.0.0.1:8765`); `token` to
     `$ENDLESS_TOKEN` or the first token in `$ENDLESS_TOKEN_FILE`; `timeout` is per request
     (seconds); `retry` says how to retry (`Retry()` by default; `Retry(attempts=1)`: never).
     One client may be shared by threads.
+
+    `url` may also be a list of servers (URLs, or `Node`s with their own tokens): sessions
+    are then spread over them (see the module's documentation); `tasks`, `health` and
+    `metrics` ask the first node that answers, `sessions` every node.
     """
 
-    def __init__(self, url: Optional[str] = None, token: Optional[str] = None, timeout: float = 600.0,
+    def __init__(self, url: Servers = None, token: Optional[str] = None, timeout: float = 600.0,
                  retry: Optional[Retry] = None):
-        self.url = base_url(url)
         self.token = default_token(token)
+        self.nodes = Nodes(url, self.token)
+        self.url = self.nodes.all[0].url
         self.timeout = timeout
         self.retry = retry or Retry()
         self._http = requests.Session()
@@ -250,39 +368,92 @@ class Client:
         """Close the pooled connections."""
         self._http.close()
 
-    def _once(self, method: str, path: str, body: Optional[Dict[str, Any]], headers: Dict[str, str]) -> Any:
-        if self.token:
-            headers = dict(headers, Authorization=f"Bearer {self.token}")
+    def _once(self, method: str, path: str, body: Optional[Dict[str, Any]], headers: Dict[str, str],
+              node: Optional[Node] = None) -> Any:
+        node = node or self.nodes.all[0]
+        if node.token:
+            headers = dict(headers, Authorization=f"Bearer {node.token}")
         try:
-            resp = self._http.request(method, self.url + path, json=body, headers=headers, timeout=self.timeout)
+            resp = self._http.request(method, node.url + path, json=body, headers=headers, timeout=self.timeout)
         except requests.RequestException as e:
-            raise Unreachable(0, f"{method} {path}: {e}") from e
+            raise Unreachable(0, f"{method} {node.url}{path}: {e}") from e
         return decode(resp.status_code, resp.headers, resp.text, resp.json, path)
 
     def _call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None, kind: str = "read",
-              headers: Optional[Dict[str, str]] = None) -> Any:
+              headers: Optional[Dict[str, str]] = None, node: Optional[Node] = None,
+              attempts: Optional[int] = None) -> Any:
+        if node is None and not self.nodes.single:
+            # A session's call made without naming its node (`endless_env.tools` does).
+            session_id = session_of(path)
+            if session_id:
+                return self._on_node(session_id, method, path, body, kind, headers)
         headers = headers or {}
         deadline = time.monotonic() + self.retry.deadline
+        attempts = attempts or self.retry.attempts
         tries = 0
         while True:
             try:
-                return self._once(method, path, body, headers)
+                return self._once(method, path, body, headers, node)
             except EndlessError as e:
                 tries += 1
                 pause = self.retry.delay(tries, e.retry_after)
-                if (not retryable(kind, e) or tries >= self.retry.attempts
+                if (not retryable(kind, e) or tries >= attempts
                         or time.monotonic() + pause > deadline):
                     raise
                 time.sleep(pause)
 
+    def _any(self, path: str) -> Any:
+        """A read any node may answer: the first that does."""
+        if self.nodes.single:
+            return self._call("GET", path)
+        err: Optional[EndlessError] = None
+        for node in self.nodes.order():
+            try:
+                return self._call("GET", path, node=node, attempts=1)
+            except EndlessError as e:
+                if not retryable("read", e):
+                    raise
+                self.nodes.down(node)
+                err = e
+        assert err is not None
+        raise err
+
+    def _on_node(self, session_id: str, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+                 kind: str = "read", headers: Optional[Dict[str, str]] = None) -> Any:
+        """A call about one session, sent to its node: `NodeLost` when that node does not answer."""
+        if self.nodes.single:
+            return self._call(method, path, body, kind, headers)
+        node = self.nodes.node_of(session_id) or self._locate(session_id)
+        try:
+            return self._call(method, path, body, kind, headers, node)
+        except Unreachable as e:
+            self.nodes.down(node)
+            self.nodes.forget(session_id)
+            raise NodeLost(node.url, session_id, e) from e
+        except SessionGone:
+            self.nodes.forget(session_id)
+            raise
+
+    def _locate(self, session_id: str) -> Node:
+        """The node of a session this client did not open: the one that knows it."""
+        for node in self.nodes.all:
+            try:
+                self._once("GET", f"/v1/sessions/{session_id}", None, {}, node)
+            except (SessionGone, Unreachable):
+                continue
+            self.nodes.opened(node, session_id)
+            return node
+        raise SessionGone(404, f"session {session_id} is on none of the nodes "
+                               f"{[n.url for n in self.nodes.all]}")
+
     def health(self) -> Dict[str, Any]:
         """`GET /v1/health`."""
-        return self._call("GET", "/v1/health")
+        return self._any("/v1/health")
 
     def tasks(self, status: Optional[str] = None, category: Optional[str] = None,
               split: Optional[str] = None) -> List[Dict[str, Any]]:
         """`GET /v1/tasks` with optional filters."""
-        return self._call("GET", tasks_path(status, category, split))
+        return self._any(tasks_path(status, category, split))
 
     def open(self, task_id: str, max_turns: Optional[int] = None, seed: Optional[int] = None,
              run: Optional[str] = None, policy: Optional[str] = None,
@@ -291,37 +462,79 @@ class Client:
         `reference`; default the server's `--protocol`). When the server is full it waits in the
         server's queue up to `wait` seconds per try (default `retry.queue_wait`), and retries
         after 429/503 and lost answers; a retry carries the same `Idempotency-Key`, so it never
-        opens a second session."""
+        opens a second session. With several nodes, a full or silent node passes the create to
+        the next; only the last one of a round waits in its queue."""
         body = open_request(task_id, max_turns, seed, run, policy, protocol)
         key = {"Idempotency-Key": f"create-{uuid.uuid4()}"}
-        r = self._call("POST", create_path(self.retry, wait, self.timeout), body, kind="create", headers=key)
-        return Session.from_answer(r)
+        if self.nodes.single:
+            r = self._call("POST", create_path(self.retry, wait, self.timeout), body, kind="create", headers=key)
+            return Session.from_answer(r)
+        deadline = time.monotonic() + self.retry.deadline
+        tries = 0
+        while True:
+            order = self.nodes.order()
+            err: Optional[EndlessError] = None
+            for i, node in enumerate(order):
+                queue = wait if i == len(order) - 1 else 0.0
+                try:
+                    r = self._once("POST", create_path(self.retry, queue, self.timeout), body, key, node)
+                except EndlessError as e:
+                    if not retryable("create", e):
+                        raise
+                    if e.status == 0:
+                        self.nodes.down(node)
+                    err = e
+                    continue
+                s = Session.from_answer(r)
+                self.nodes.opened(node, s.id)
+                return s
+            assert err is not None
+            tries += 1
+            pause = self.retry.delay(tries, err.retry_after)
+            if tries >= self.retry.attempts or time.monotonic() + pause > deadline:
+                raise err
+            time.sleep(pause)
 
     def step(self, session_id: str, reply: str) -> Dict[str, Any]:
         """`POST /v1/sessions/{id}/step`: `{observation, done, reward, info}`. Sent with an
         `Idempotency-Key`: retried after a lost answer, it still runs once."""
         key = {"Idempotency-Key": f"step-{uuid.uuid4()}"}
-        return self._call("POST", f"/v1/sessions/{session_id}/step", {"reply": reply}, kind="step", headers=key)
+        return self._on_node(session_id, "POST", f"/v1/sessions/{session_id}/step", {"reply": reply},
+                             kind="step", headers=key)
 
     def session(self, session_id: str) -> Dict[str, Any]:
         """`GET /v1/sessions/{id}`: one of this token's sessions: `task_id`, `run_id`, `sample`,
         `state` (`starting`, `running`, `finished`), `turns`, and `result` once finished."""
-        return self._call("GET", f"/v1/sessions/{session_id}")
+        return self._on_node(session_id, "GET", f"/v1/sessions/{session_id}")
 
     def sessions(self) -> List[Dict[str, Any]]:
-        """`GET /v1/sessions`: this token's sessions, oldest first (as `session` gives each)."""
-        return self._call("GET", "/v1/sessions")
+        """`GET /v1/sessions`: this token's sessions, oldest first (as `session` gives each).
+        With several nodes: those of every node that answers, each with its `node` URL."""
+        if self.nodes.single:
+            return self._call("GET", "/v1/sessions")
+        out: List[Dict[str, Any]] = []
+        for node in self.nodes.all:
+            try:
+                views = self._call("GET", "/v1/sessions", node=node, attempts=1)
+            except Unreachable:
+                self.nodes.down(node)
+                continue
+            out.extend(dict(v, node=node.url) for v in views)
+        return out
 
     def close(self, session_id: str) -> Dict[str, Any]:
         """`DELETE /v1/sessions/{id}`: the final result (a running episode is recorded as interrupted)."""
-        return self._call("DELETE", f"/v1/sessions/{session_id}", kind="close")
+        r = self._on_node(session_id, "DELETE", f"/v1/sessions/{session_id}", kind="close")
+        self.nodes.forget(session_id)
+        return r
 
     def metrics(self) -> str:
-        """`GET /metrics` (Prometheus text)."""
-        return self._call("GET", "/metrics")
+        """`GET /metrics` (Prometheus text; with several nodes, the first that answers)."""
+        return self._any("/metrics")
 
 
 __all__: Tuple[str, ...] = (
-    "AuthError", "BadRequest", "Client", "Conflict", "EndlessError", "KeyReused", "NotFound", "Retry",
-    "ServerBusy", "ServerError", "ServerUnavailable", "Session", "SessionGone", "Unreachable",
+    "AuthError", "BadRequest", "Client", "Conflict", "EndlessError", "KeyReused", "Node", "NodeLost",
+    "NotFound", "Retry", "ServerBusy", "ServerError", "ServerUnavailable", "Session", "SessionGone",
+    "Unreachable",
 )

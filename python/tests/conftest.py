@@ -87,3 +87,27 @@ def server(workspace):
     s = Server(workspace)
     yield s
     assert s.stop() == 0, "".join(s.lines)
+
+
+def endless_home(home, ws, *args, check=True):
+    """`endless --workspace WS --create ARGS` with the cache, state and config of `home`, shared
+    by every workspace of a test (as a cluster's nodes share them)."""
+    return subprocess.run([BIN, "--workspace", str(ws), "--create", *args], env=dict(os.environ, **home_env(home)),
+                          capture_output=True, text=True, check=check, timeout=600)
+
+
+def home_env(home):
+    """The XDG directories below `home`."""
+    return {"XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".state"),
+            "XDG_CONFIG_HOME": str(home / ".config")}
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local Ray cluster of 2 worker CPUs for the session (`ray` is installed by scripts/test.sh)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"ENDLESS_BIN": BIN}})
+    yield ray
+    ray.shutdown()

@@ -30,6 +30,7 @@ pub fn run(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
         solutions: args.solutions,
         concurrency: args.concurrency,
         max_env_attempts: args.max_env_attempts,
+        shard: args.shard,
     };
     let (job, rx) = JobContext::standalone("generate");
     let bar = (!args.json).then(|| {

@@ -51,6 +51,10 @@ pub struct PipelineConfig {
     pub generator_name: String,
     /// Recorded as the `solver` key of `[provenance]`.
     pub solver_name: String,
+    /// Run only the candidates of this shard (`--shard I/N`: candidate
+    /// `cand-<seed>-<index>` is in shard fnv1a64(id) mod N), so N shards
+    /// run exactly the candidates of one unsharded run; `None`: all.
+    pub shard: Option<crate::store::Shard>,
 }
 
 /// What every candidate shares.

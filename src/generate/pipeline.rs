@@ -64,10 +64,8 @@ pub async fn run_pipeline(
     let journal = Journal::new(&config.run_dir);
     let done = journal.finished();
     let mut funnel = Funnel::default();
-    let ids: Vec<String> = (0..config.count)
-        .map(|i| candidate_id(config.seed, i))
-        .collect();
-    for id in &ids {
+    let ids = candidate_ids(config.seed, config.count, config.shard);
+    for (_, id) in &ids {
         if let Some(outcome) = done.get(id) {
             funnel.record(outcome);
         }
@@ -91,7 +89,7 @@ pub async fn run_pipeline(
     });
     let in_flight = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
     let mut handles = Vec::new();
-    for (index, id) in ids.into_iter().enumerate() {
+    for (index, id) in ids {
         if done.contains_key(&id) {
             continue;
         }
@@ -130,6 +128,20 @@ pub async fn run_pipeline(
 /// Ids are stable across resumes: `cand-<seed>-<index>`.
 pub fn candidate_id(seed: u64, index: usize) -> String {
     format!("cand-{seed}-{index:05}")
+}
+
+/// The candidates of a run of `count` (index, id), those of `shard` only
+/// when given: the split depends on the id alone, so the shards of a run
+/// together hold each of its candidates exactly once.
+pub fn candidate_ids(
+    seed: u64,
+    count: usize,
+    shard: Option<crate::store::Shard>,
+) -> Vec<(usize, String)> {
+    (0..count)
+        .map(|i| (i, candidate_id(seed, i)))
+        .filter(|(_, id)| shard.is_none_or(|s| s.contains(id)))
+        .collect()
 }
 
 async fn run_candidate(

@@ -15,6 +15,7 @@ use crate::agent::PolicyFactory;
 use crate::generate::config::PipelineConfig;
 use crate::generate::funnel::{CandidateOutcome, Funnel};
 use crate::generate::pipeline::{run_pipeline, PipelineEvent};
+use crate::generate::record::Journal;
 use crate::jobs::{Cancelled, JobContext};
 use crate::llm::{api_key_from_env, OpenAiChat, OpenAiConfig, SamplingParams};
 use crate::procgen::{generate_batch_from, usable_families, Split};
@@ -284,6 +285,9 @@ pub struct LlmRequest {
     pub concurrency: Option<usize>,
     /// Environment repair attempts (`None`: `[generate] max_env_attempts`).
     pub max_env_attempts: Option<u32>,
+    /// Run only the candidates of shard I of N (`--shard I/N`), recording
+    /// it in the workspace's `shard.json`; `None`: all.
+    pub shard: Option<crate::store::Shard>,
 }
 
 /// Run the LLM pipeline into the workspace; returns the funnel. Reports
@@ -309,6 +313,19 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
     let solver = PolicyFactory::from_spec(&solver_spec, &ctx.policy_options())?;
     let seed = req.seed.unwrap_or(1);
     let ws = ctx.workspace()?;
+    let shard_run = match req.shard {
+        Some(shard) => Some(begin_llm_shard(
+            &ws,
+            req,
+            shard,
+            seed,
+            &model,
+            &url,
+            &solver_spec,
+            job,
+        )?),
+        None => None,
+    };
     let run_id = format!("gen-{seed}");
     let run_dir = ws.runs_dir().join(&run_id);
     ws.upsert_run(
@@ -351,6 +368,7 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
         },
         generator_name: model.clone(),
         solver_name: solver_model,
+        shard: req.shard,
     };
     let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
     let rt = tokio::runtime::Runtime::new()?;
@@ -442,7 +460,98 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
     if let Some(why) = down {
         bail!("{why}");
     }
+    if let Some(run) = shard_run {
+        run.finish()?;
+    }
     Ok(funnel)
+}
+
+/// Record in the workspace that shard `shard` of this LLM generation has
+/// started: the job is the seed, count, models, servers and settings that
+/// decide which candidates exist and how each is made.
+#[allow(clippy::too_many_arguments)]
+fn begin_llm_shard(
+    ws: &Workspace,
+    req: &LlmRequest,
+    shard: crate::store::Shard,
+    seed: u64,
+    model: &str,
+    url: &str,
+    solver: &str,
+    job: &JobContext,
+) -> Result<super::shard_run::ShardRun> {
+    let items = crate::generate::pipeline::candidate_ids(seed, req.count, Some(shard)).len();
+    job.log(format!(
+        "shard {shard}: {items} of {} candidates",
+        req.count
+    ));
+    let opt = |v: Option<u32>| v.map_or(String::new(), |v| v.to_string());
+    let (seed_s, count) = (seed.to_string(), req.count.to_string());
+    let (solutions, attempts) = (opt(req.solutions), opt(req.max_env_attempts));
+    super::shard_run::ShardRun::begin(
+        ws.root(),
+        shard,
+        super::shard_run::ShardJob {
+            kind: LLM_SHARD_KIND,
+            key: super::shard_run::selection_key(
+                LLM_SHARD_KIND,
+                &[&seed_s, &count, model, url, solver, &solutions, &attempts],
+            ),
+            request: serde_json::json!({
+                "count": req.count, "seed": seed, "model": model, "url": url, "solver": solver,
+                "solutions": req.solutions, "max_env_attempts": req.max_env_attempts,
+            }),
+            items,
+            total: req.count,
+        },
+    )
+}
+
+/// The `kind` of an LLM generation's shards in `shard.json`.
+pub const LLM_SHARD_KIND: &str = "generate-llm";
+
+/// After the shards of an LLM generation (`request`: their `shard.json`
+/// request) were merged into `main`: bring their journals
+/// (`runs/gen-<seed>/candidates/`) together in `main` and record the run
+/// with the funnel of all its candidates, as one unsharded run records it.
+/// Returns the run id.
+pub fn finish_merged_llm(
+    main: &Workspace,
+    shards: &[std::path::PathBuf],
+    request: &serde_json::Value,
+) -> Result<String> {
+    let field = |name: &str| {
+        request[name]
+            .as_u64()
+            .with_context(|| format!("the shards' shard.json request has no whole-number {name:?}"))
+    };
+    let (seed, count) = (field("seed")?, field("count")? as usize);
+    let run_id = format!("gen-{seed}");
+    let journal = Journal::new(&main.runs_dir().join(&run_id));
+    let mut outcomes = journal.finished();
+    for shard in shards {
+        for (id, outcome) in Journal::new(&shard.join("runs").join(&run_id)).finished() {
+            if let std::collections::btree_map::Entry::Vacant(slot) = outcomes.entry(id) {
+                journal.finish(slot.key(), &outcome)?;
+                slot.insert(outcome);
+            }
+        }
+    }
+    let mut funnel = Funnel::default();
+    for (_, id) in crate::generate::pipeline::candidate_ids(seed, count, None) {
+        if let Some(outcome) = outcomes.get(&id) {
+            funnel.record(outcome);
+        }
+    }
+    let text = |name: &str| request[name].as_str().unwrap_or_default().to_string();
+    main.upsert_run(
+        &run_id,
+        "generate",
+        &text("solver"),
+        &serde_json::json!({ "count": count, "model": text("model"), "url": text("url") }),
+    )?;
+    main.finish_run(&run_id, &serde_json::to_value(&funnel)?)?;
+    Ok(run_id)
 }
 
 /// The model-server failure a reject reason reports (`cannot reach the

@@ -119,7 +119,8 @@ pub fn shard_workspaces(paths: &[PathBuf]) -> Result<Vec<(PathBuf, ShardRecord)>
 /// shards, when some are missing or not done, unless `allow_partial`. The
 /// shards' own run-level files (reports of their part) are left out; an
 /// evaluation's report, pass@k and summary are then written from all the
-/// merged episodes, as one unsharded run writes them. Running it again
+/// merged episodes, as one unsharded run writes them; an LLM generation's
+/// journal and funnel over every shard's candidates. Running it again
 /// changes nothing.
 pub fn merge_shards(
     main: &mut Workspace,
@@ -156,6 +157,18 @@ pub fn merge_shards(
             let req: super::EvalRequest = serde_json::from_value(job.request.clone())
                 .context("the shards' shard.json has no readable eval request")?;
             Some(super::eval::finish_merged(main, &req, &job.key)?)
+        }
+        super::generate::LLM_SHARD_KIND => {
+            let done: Vec<PathBuf> = shards
+                .iter()
+                .filter(|(_, r)| r.done)
+                .map(|(p, _)| p.clone())
+                .collect();
+            Some(super::generate::finish_merged_llm(
+                main,
+                &done,
+                &job.request,
+            )?)
         }
         _ => None,
     };
