@@ -126,20 +126,25 @@ fn exec_as_root_inside_gains_nothing_outside() {
                 // B's sandbox, with a file and a process of its own.
                 let (theirs, _) = create(&b, json!({ "image": "debian:bookworm" })).await;
                 let mark = canary();
+                // (A pattern that does not match its own command line.)
+                let pattern = format!("[{}]{}", &mark[..1], &mark[1..]);
+                // The exec waits until the process runs under its new name: it
+                // has left the exec's process group, which is killed at its end.
                 let (s, _, err, _) = exec_as(
                     &b,
                     &theirs,
                     Value::Null,
                     &format!(
                         "echo {mark} > /tmp/mark; \
-                         setsid bash -c 'exec -a {mark} sleep 300' </dev/null >/dev/null 2>&1 &"
+                         setsid bash -c 'exec -a {mark} sleep 300' </dev/null >/dev/null 2>&1 & \
+                         for i in $(seq 200); do \
+                         cat /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -q '{pattern}' && break; \
+                         sleep 0.05; done"
                     ),
                 )
                 .await;
                 assert_eq!(s, 200, "{err}");
                 // It runs there (so that not seeing it elsewhere means something).
-                // (A pattern that does not match its own command line.)
-                let pattern = format!("[{}]{}", &mark[..1], &mark[1..]);
                 let seen = format!("cat /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c '{pattern}'");
                 let (_, out, _, _) = exec_as(&b, &theirs, Value::Null, &seen).await;
                 assert_ne!(out.trim(), "0", "the marker process is gone");
