@@ -738,6 +738,10 @@ pub struct BenchArgs {
     /// `scripts/bench_llamacpp.sh`).
     #[arg(long)]
     pub check: bool,
+    /// `bench tui`: another `endless` binary (e.g. an older release) measured
+    /// the same way in the same run, alternating rounds, with the ratios.
+    #[arg(long, value_name = "ENDLESS_BINARY")]
+    pub baseline: Option<PathBuf>,
 }
 
 /// Model size of `endless bench ppo`.
@@ -924,9 +928,30 @@ pub enum ImagesCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Build stand-ins, from Debian's archive and PyPI only, for the images
+    /// tasks are written for (python:3.X[-slim][-bookworm|-trixie],
+    /// ubuntu:24.04/22.04, debian:*[-slim], ghcr.io/astral-sh/uv:VERSION),
+    /// and serve those references with them. Each is built once; each
+    /// records what differs from the real image.
+    StandIns {
+        /// The references to build stand-ins for (default: the bases of the
+        /// workspace's tasks that have stand-ins, else a common set).
+        #[arg(long, num_args = 1..)]
+        only: Vec<String>,
+        /// The Debian archive.
+        #[arg(long, default_value = "http://deb.debian.org/debian")]
+        mirror: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove the layers and blobs no stored image uses, and the cached build
     /// steps no built task image uses (run it while no build is running).
     Prune {
+        /// Also remove all but the N most recently used built task images
+        /// and stored images (with what they use); least recently used first.
+        #[arg(long, value_name = "N")]
+        keep_recent: Option<usize>,
         /// Print JSON.
         #[arg(long)]
         json: bool,

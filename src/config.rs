@@ -193,6 +193,11 @@ pub struct ImagesConfig {
     /// `= "host"`); a task built on a substitute says so.
     #[serde(default)]
     pub aliases: std::collections::BTreeMap<String, String>,
+    /// The most the sandbox cache (stored images, build steps, built task
+    /// images) may take, in GB; past it, what was least recently used and
+    /// no build holds is evicted after each build. Unset: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_store_gb: Option<f64>,
 }
 
 /// `[images] pull`.
@@ -228,6 +233,29 @@ pub struct TuiConfig {
     /// the TUI lists the actions.
     #[serde(default)]
     pub keys: toml::Table,
+    /// `[[tui.remote]]`: other machines' `endless serve` whose sessions
+    /// the Live view watches next to local ones.
+    #[serde(default)]
+    pub remote: Vec<RemoteNode>,
+}
+
+/// `[[tui.remote]]`: one `endless serve` node the TUI's Live view
+/// watches. Its token is not written here: `token_env` names the
+/// environment variable holding it (or `token_file` a file whose first
+/// line it is, as `serve --token-file` writes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteNode {
+    /// The name its panes are marked with (`node-1`).
+    pub name: String,
+    /// Its base URL (`http://10.0.0.2:8765`).
+    pub url: String,
+    /// The environment variable holding its bearer token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// A file whose first non-comment line is its bearer token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
 }
 
 /// Where things live on this machine.

@@ -58,9 +58,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Bench(args)) if args.what == BenchTarget::Tui => {
-            endless::tui::bench::run_cli(args.n, args.json)
-        }
+        Some(Command::Bench(args)) if args.what == BenchTarget::Tui => match &args.baseline {
+            Some(other) => endless::tui::bench_baseline::run_cli(other, args.n, args.json),
+            None => endless::tui::bench::run_cli(args.n, args.json),
+        },
         Some(command) => endless::commands::dispatch(&ctx, command),
     }
 }

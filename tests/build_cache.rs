@@ -590,10 +590,14 @@ fn a_full_disk_fails_the_step_or_the_unpack_and_leaves_nothing() {
             "fills",
             "RUN echo small > /opt/small\nRUN head -c 100000000 /dev/zero > /opt/big\n",
         ))
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+    // The run's infrastructure error, named, never the task's failure.
+    assert!(matches!(err, SandboxError::DiskFull { .. }), "{err:?}");
+    let err = err.to_string();
     assert!(
-        err.contains("line 2: RUN head -c") && err.contains("No space left on device"),
+        err.contains("line 2: RUN head -c")
+            && err.contains("the disk is full")
+            && err.contains("not the task's failure"),
         "{err}"
     );
     assert_eq!(
@@ -620,6 +624,32 @@ fn a_full_disk_fails_the_step_or_the_unpack_and_leaves_nothing() {
         ))
         .unwrap();
     assert_eq!(outcomes(&image)[1], (1, StepOutcome::Cached));
+    drop(b);
+
+    // A step that fits, whose merge into the image does not.
+    let disk = Tmpfs::mount("48m");
+    let Some(b) = backend(disk.0.path()) else {
+        return;
+    };
+    let err = b
+        .prepare(&docker_task(
+            "merge",
+            "RUN head -c 30000000 /dev/zero > /opt/thirty\n",
+        ))
+        .unwrap_err();
+    assert!(matches!(err, SandboxError::DiskFull { .. }), "{err:?}");
+    assert!(err.to_string().contains("the disk is full"), "{err}");
+    assert!(
+        leftovers(disk.0.path()).is_empty(),
+        "{:?}",
+        leftovers(disk.0.path())
+    );
+    let images = std::fs::read_dir(disk.0.path().join("local/images"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .count();
+    assert_eq!(images, 0, "no image registered");
     drop(b);
 
     // An image whose layer unpacks to more than the disk holds.

@@ -969,3 +969,58 @@ fn hostile_layers_devices_sparse_claims_and_truncated_blobs() {
     assert_eq!(layer_entries(), before);
     assert_eq!(tmp_entries(), 0, "no half-unpacked temporaries");
 }
+
+#[test]
+fn a_prebuilt_docker_image_is_used_when_it_can_be_had_else_the_dockerfile_is_built() {
+    let cache = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(&image_store_dir(cache.path()));
+    let settings = endless::config::ImagesConfig {
+        pull: endless::config::PullPolicy::Never,
+        ..Default::default()
+    };
+    let backend = LocalBackend::new(cache.path())
+        .unwrap()
+        .with_images(settings);
+    let mut task = a_task_from("host");
+    task.meta.task.id = "prebuilt".into();
+    task.meta
+        .environment
+        .extra
+        .insert("docker_image".into(), "local/prebuilt:1".into());
+    // Not stored, no pulls: the Dockerfile is built, and the result says so.
+    let built = backend.prepare(&task).unwrap();
+    let note = built.base_note.clone().unwrap_or_default();
+    assert!(
+        note.contains("prebuilt image local/prebuilt:1")
+            && note.contains("unavailable")
+            && note.contains("environment/Dockerfile is built instead"),
+        "{note}"
+    );
+    let mut s = backend.start(&built, &SessionOptions::default()).unwrap();
+    let out = s.exec("cat /etc/built-marker", T).unwrap().output;
+    assert_eq!(out.trim(), "built");
+    s.close();
+    // Loaded: the prebuilt image is the environment; nothing is built.
+    endless::images::register_rootfs(&store, "local/prebuilt:1", &debian_base_tar()).unwrap();
+    let prebuilt = backend.prepare(&task).unwrap();
+    assert_ne!(prebuilt.hash, built.hash);
+    assert_eq!(prebuilt.base.as_deref(), Some("docker.io/local/prebuilt:1"));
+    let note = prebuilt.base_note.clone().unwrap_or_default();
+    assert!(
+        note.contains("the prebuilt image local/prebuilt:1")
+            && note.contains("is used; environment/Dockerfile is not built"),
+        "{note}"
+    );
+    let mut s = backend
+        .start(&prebuilt, &SessionOptions::default())
+        .unwrap();
+    let out = s
+        .exec(
+            "test -e /etc/built-marker && echo built; cat /etc/debian_version",
+            T,
+        )
+        .unwrap()
+        .output;
+    assert!(out.starts_with("12."), "{out}");
+    s.close();
+}

@@ -164,10 +164,18 @@ fn browse_search_and_curate_in_tmux() {
     );
 }
 
+/// The binary under test: this build's, or the one `ENDLESS_E2E_BIN` names
+/// (to show that a test fails on an older release).
+fn endless_bin() -> std::path::PathBuf {
+    std::env::var_os("ENDLESS_E2E_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_endless").into())
+}
+
 /// Start the real binary on `workspace` in a detached tmux session of the given
 /// size; with `home`, its cache, config and state directories live there.
 fn start_tui(name: String, workspace: &Path, home: Option<&Path>, cols: u16, rows: u16) -> Session {
-    let bin = shell_quote(Path::new(env!("CARGO_BIN_EXE_endless")));
+    let bin = shell_quote(&endless_bin());
     let env = home.map_or(String::new(), |h| {
         format!(
             "env XDG_CACHE_HOME={} XDG_CONFIG_HOME={} XDG_STATE_HOME={} ",
@@ -585,7 +593,7 @@ fn asciinema_plays_a_recording_with_the_commands_and_no_marker_in_tmux() {
     ) else {
         return;
     };
-    let run = Command::new(env!("CARGO_BIN_EXE_endless"))
+    let run = Command::new(endless_bin())
         .env("XDG_CACHE_HOME", home.path().join("cache"))
         .env("XDG_CONFIG_HOME", home.path().join("config"))
         .env("XDG_STATE_HOME", home.path().join("state"))
@@ -791,7 +799,7 @@ fn training_job_from_the_jobs_view_in_tmux() {
             .unwrap_or_default()
     };
     let generate = |split: &str, count: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_endless"))
+        let out = Command::new(endless_bin())
             .args(["--workspace", dir.path().to_str().unwrap()])
             .args(["generate", "--offline", "--seed", "1", "--split", split])
             .args(["--count", count])
@@ -903,7 +911,7 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
         shell_quote(&home.path().join("cache")),
         shell_quote(&home.path().join("config")),
         shell_quote(&home.path().join("state")),
-        shell_quote(Path::new(env!("CARGO_BIN_EXE_endless"))),
+        shell_quote(&endless_bin()),
         shell_quote(dir.path()),
         script.display(),
         shell_quote(&dir.path().join("cli.log")),
@@ -942,7 +950,7 @@ fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
     tmux(&["send-keys", "-t", s, "F2"]);
     wait_for(s, "No live sessions");
     let log = std::fs::File::create(dir.path().join("cli.log")).unwrap();
-    let mut eval = Command::new(env!("CARGO_BIN_EXE_endless"))
+    let mut eval = Command::new(endless_bin())
         .env("XDG_CACHE_HOME", home.path().join("cache"))
         .env("XDG_CONFIG_HOME", home.path().join("config"))
         .env("XDG_STATE_HOME", home.path().join("state"))
@@ -1207,7 +1215,7 @@ fn failure_labels_are_first_searchable_and_filterable_in_tmux() {
     let early = dir.path().join("early.txt");
     std::fs::write(&early, "echo hi\n").unwrap();
     for script in [&looping, &counting, &early] {
-        let out = Command::new(env!("CARGO_BIN_EXE_endless"))
+        let out = Command::new(endless_bin())
             .env("XDG_CACHE_HOME", home.path().join("cache"))
             .env("XDG_CONFIG_HOME", home.path().join("config"))
             .env("XDG_STATE_HOME", home.path().join("state"))
@@ -1428,7 +1436,7 @@ fn the_training_view_follows_the_run_it_starts_in_tmux() {
     }
     let dir = tempfile::tempdir().unwrap();
     let home = sandbox_home();
-    let out = Command::new(env!("CARGO_BIN_EXE_endless"))
+    let out = Command::new(endless_bin())
         .args(["--workspace", dir.path().to_str().unwrap()])
         .args(["generate", "--offline", "--seed", "1", "--split", "train"])
         .args(["--count", "1"])
@@ -1489,3 +1497,7 @@ fn the_training_view_follows_the_run_it_starts_in_tmux() {
 /// Issue 33, items 8 and 9, and two TUIs on one workspace.
 #[path = "tui_e2e/jobs_and_links.rs"]
 mod jobs_and_links;
+#[path = "tui_e2e/remote.rs"]
+mod remote;
+#[path = "tui_e2e/shards.rs"]
+mod shards;

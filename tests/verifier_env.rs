@@ -57,6 +57,29 @@ fn workspace() -> PathBuf {
     ws
 }
 
+/// The fixtures that must fail validation, each with the one class
+/// `tasks validate` must report (`validation.failure_classes`).
+const CLASSES: &[(&str, &str)] = &[
+    ("class-build-network", "build-network"),
+    ("class-package-not-found", "build-package-not-found"),
+    ("class-missing-module", "tests-missing-module"),
+    ("class-missing-file", "tests-missing-file"),
+    ("class-oracle-fails", "oracle-fails"),
+    ("class-passes-initially", "final-passes-initially"),
+];
+
+/// The verdicts `tasks validate --json` printed (it fails: some fixtures
+/// are meant to be invalid).
+fn verdicts(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// The `[verifier]` section of the imported task `id`.
 fn verifier_of(ws: &Path, id: &str) -> serde_json::Value {
     json(&endless(ws, &["tasks", "show", id, "--json"]))["verifier"].clone()
@@ -104,27 +127,66 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
         ["numpy==2.3.3", "pytest==8.4.1", "pytest-json-ctrf==0.3.5"]
     );
     assert_eq!(numpy["final_tests"][0].as_str(), Some("test_outputs.py"));
+    // Its pytest options are kept for the verifier's pytest (ctrf's report
+    // then needs its plugin, loaded from the environment).
+    assert_eq!(
+        numpy["pytest_args"],
+        serde_json::json!(["--ctrf", "/logs/verifier/ctrf.json"]),
+        "{numpy:#}"
+    );
     let script = verifier_of(&ws, "reward-json");
     assert_eq!(script["script"].as_str(), Some("test.sh"), "{script:#}");
     assert!(script.get("packages").is_none(), "{script:#}");
+    // A test.sh computing its reward with numpy: still a script, with
+    // numpy in its environment (the image has neither Python nor numpy).
+    let sealed_script = verifier_of(&ws, "script-numpy");
+    assert_eq!(
+        sealed_script["script"].as_str(),
+        Some("test.sh"),
+        "{sealed_script:#}"
+    );
+    assert_eq!(
+        sealed_script["packages"][0].as_str(),
+        Some("numpy==2.3.3"),
+        "{sealed_script:#}"
+    );
 
     // Validate twice: the oracles pass, the final tests fail initially.
     let t0 = Instant::now();
-    let first = json(&endless(&ws, &["tasks", "validate", "--all", "--json"]));
+    let first = verdicts(&endless(&ws, &["tasks", "validate", "--all", "--json"]));
     let cold = t0.elapsed();
     let t1 = Instant::now();
-    let second = json(&endless(&ws, &["tasks", "validate", "--all", "--json"]));
+    let second = verdicts(&endless(&ws, &["tasks", "validate", "--all", "--json"]));
     let warm = t1.elapsed();
     eprintln!("validation: first {cold:.1?}, second {warm:.1?}");
     for verdicts in [&first, &second] {
         let verdicts = verdicts.as_array().unwrap();
-        assert_eq!(verdicts.len(), 3, "{verdicts:#?}");
+        assert_eq!(verdicts.len(), 6 + CLASSES.len(), "{verdicts:#?}");
         for v in verdicts {
+            let id = v["id"].as_str().unwrap();
+            if let Some((_, class)) = CLASSES.iter().find(|(t, _)| *t == id) {
+                // Each failing task is reported as its class.
+                assert_eq!(v["ok"], false, "{v:#}");
+                assert_eq!(
+                    v["validation"]["failure_classes"],
+                    serde_json::json!([class]),
+                    "{id}: {v:#}"
+                );
+                continue;
+            }
             assert_eq!(v["ok"], true, "{v:#}");
             assert_eq!(v["validation"]["oracle_passes"], true, "{v:#}");
             assert_eq!(v["validation"]["final_fails_initially"], true, "{v:#}");
+            assert!(v["validation"].get("failure_classes").is_none(), "{v:#}");
         }
     }
+    // The table names the class too.
+    let out = endless(&ws, &["tasks", "validate", "class-oracle-fails"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("invalid class-oracle-fails [oracle-fails]:"),
+        "{stdout}"
+    );
     let by_id = |id: &str| {
         first
             .as_array()
@@ -160,6 +222,15 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
             .contains("asked for Python 3.13"),
         "{oracle:#}"
     );
+    // The script ran with the environment's python3 first on PATH.
+    let script = by_id("script-numpy");
+    assert!(
+        script["validation"]["oracle"]["verifier"]
+            .to_string()
+            .contains("sealed verifier environment"),
+        "{script:#}"
+    );
+
     // The environment lives beside its image, built once.
     let image = numpy["validation"]["image"].as_str().unwrap();
     let envs = ws
@@ -195,6 +266,26 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains("tests/test.sh") && stderr.contains("line 3") && stderr.contains("-r"),
+        "{stderr}"
+    );
+    // A pytest option that would change the verdict: refused at import,
+    // with the file and the line.
+    let out = endless(
+        &ws,
+        &[
+            "tasks",
+            "import",
+            fixtures("harbor-verifier-refused-options")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tests/test.sh")
+            && stderr.contains("line 4")
+            && stderr.contains("`-p` is refused"),
         "{stderr}"
     );
 }

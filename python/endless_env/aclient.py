@@ -15,14 +15,14 @@ Given several servers (`AsyncClient([url1, url2])`) it spreads sessions over the
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional
 
 import httpx
 
-from .client import (EndlessError, Node, NodeLost, Nodes, Retry, Servers, Session, SessionGone, Unreachable,
-                     create_path, decode, default_token, open_request, retryable, session_of, tasks_path)
+from .client import (CreateRounds, EndlessError, Node, NodeLost, Nodes, Retry, Servers, Session, SessionGone,
+                     Tries, Unreachable, create_path, decode, default_token, open_request, retryable, session_of,
+                     stream_cut, stream_event, stream_path, tasks_path)
 
 
 class AsyncClient:
@@ -72,19 +72,12 @@ class AsyncClient:
             if session_id:
                 return await self._on_node(session_id, method, path, body, kind, headers)
         headers = headers or {}
-        deadline = time.monotonic() + self.retry.deadline
-        attempts = attempts or self.retry.attempts
-        tries = 0
+        tries = Tries(self.retry, kind, attempts)
         while True:
             try:
                 return await self._once(method, path, body, headers, node)
             except EndlessError as e:
-                tries += 1
-                pause = self.retry.delay(tries, e.retry_after)
-                if (not retryable(kind, e) or tries >= attempts
-                        or time.monotonic() + pause > deadline):
-                    raise
-                await asyncio.sleep(pause)
+                await asyncio.sleep(tries.after(e))
 
     async def _any(self, path: str) -> Any:
         """A read any node may answer: the first that does."""
@@ -149,31 +142,14 @@ class AsyncClient:
             r = await self._call("POST", create_path(self.retry, wait, self.timeout), body, kind="create",
                                  headers=key)
             return Session.from_answer(r)
-        deadline = time.monotonic() + self.retry.deadline
-        tries = 0
+        rounds = CreateRounds(self.nodes, self.retry, wait, self.timeout)
         while True:
-            order = self.nodes.order()
-            err: Optional[EndlessError] = None
-            for i, node in enumerate(order):
-                queue = wait if i == len(order) - 1 else 0.0
+            for node, path in rounds.round():
                 try:
-                    r = await self._once("POST", create_path(self.retry, queue, self.timeout), body, key, node)
+                    return rounds.opened(node, await self._once("POST", path, body, key, node))
                 except EndlessError as e:
-                    if not retryable("create", e):
-                        raise
-                    if e.status == 0:
-                        self.nodes.down(node)
-                    err = e
-                    continue
-                s = Session.from_answer(r)
-                self.nodes.opened(node, s.id)
-                return s
-            assert err is not None
-            tries += 1
-            pause = self.retry.delay(tries, err.retry_after)
-            if tries >= self.retry.attempts or time.monotonic() + pause > deadline:
-                raise err
-            await asyncio.sleep(pause)
+                    rounds.failed(node, e)
+            await asyncio.sleep(rounds.pause())
 
     async def step(self, session_id: str, reply: str) -> Dict[str, Any]:
         """`POST /v1/sessions/{id}/step` with an `Idempotency-Key` (see `Client.step`)."""
@@ -198,6 +174,37 @@ class AsyncClient:
                 continue
             out.extend(dict(v, node=node.url) for v in views)
         return out
+
+    async def stream(self, session_id: str) -> AsyncIterator[Dict[str, Any]]:
+        """`GET /v1/sessions/{id}/stream` as an async iterator of the session's events,
+        ending after `end` (see `Client.stream`): `async for event in client.stream(id)`."""
+        node = self.nodes.node_of(session_id) or await self._locate(session_id)
+        path = stream_path(session_id)
+        url = node.url + path
+        headers = {"Accept": "application/x-ndjson"}
+        if node.token:
+            headers["Authorization"] = f"Bearer {node.token}"
+        try:
+            try:
+                async with self._http.stream("GET", url, headers=headers) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        decode(resp.status_code, resp.headers, resp.text, resp.json, path)
+                    async for line in resp.aiter_lines():
+                        event = stream_event(line, url)
+                        if event is None:
+                            continue
+                        yield event
+                        if event["type"] == "end":
+                            return
+            except httpx.HTTPError as e:
+                raise Unreachable(0, f"GET {url}: {e!r}") from e
+            raise stream_cut(url)
+        except Unreachable as e:
+            if self.nodes.single:
+                raise
+            self.nodes.down(node)
+            raise NodeLost(node.url, session_id, e) from e
 
     async def close(self, session_id: str) -> Dict[str, Any]:
         """`DELETE /v1/sessions/{id}`: the final result."""

@@ -17,6 +17,7 @@ answering loses only its own sessions: their calls raise `NodeLost`.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -24,7 +25,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import requests
@@ -159,6 +160,99 @@ def retryable(kind: str, err: EndlessError) -> bool:
     if err.status == 0 or err.status in (502, 503, 504):
         return True
     return err.status == 429 and kind == "create"
+
+
+class Tries:
+    """The retries of one call, shared by `Client` and `AsyncClient` (which only sleep
+    and send): after each failure, `after(err)` is the pause before the next try, or
+    raises `err` when the call may not be tried again (not retryable, out of tries, or
+    past the deadline)."""
+
+    def __init__(self, retry: "Retry", kind: str, attempts: Optional[int] = None):
+        self.retry = retry
+        self.kind = kind
+        self.attempts = attempts or retry.attempts
+        self.deadline = time.monotonic() + retry.deadline
+        self.tries = 0
+
+    def after(self, err: EndlessError) -> float:
+        """The pause after `err`; raises `err` when there is no next try."""
+        self.tries += 1
+        pause = self.retry.delay(self.tries, err.retry_after)
+        if (not retryable(self.kind, err) or self.tries >= self.attempts
+                or time.monotonic() + pause > self.deadline):
+            raise err
+        return pause
+
+
+class CreateRounds:
+    """A create over several nodes, shared by `Client` and `AsyncClient`: each round
+    tries the nodes best first (`round()`: each node and the path to post to; only the
+    last one waits in its server's queue); a full, draining or silent node passes it to
+    the next (`failed`); after a round where every node refused, `pause()` says how long
+    to wait before the next round (or raises the last error)."""
+
+    def __init__(self, nodes: "Nodes", retry: "Retry", wait: Optional[float], timeout: float):
+        self.nodes = nodes
+        self.tries = Tries(retry, "create")
+        self.wait = wait
+        self.timeout = timeout
+        self.err: Optional[EndlessError] = None
+
+    def round(self) -> List[Tuple["Node", str]]:
+        """The nodes to try this round, with their create paths."""
+        order = self.nodes.order()
+        last = len(order) - 1
+        return [(node, create_path(self.tries.retry, self.wait if i == last else 0.0, self.timeout))
+                for i, node in enumerate(order)]
+
+    def failed(self, node: "Node", err: EndlessError) -> None:
+        """`node` refused or did not answer: go on with the next (raises `err` when a
+        create may not be sent again)."""
+        if not retryable("create", err):
+            raise err
+        if err.status == 0:
+            self.nodes.down(node)
+        self.err = err
+
+    def opened(self, node: "Node", answer: Dict[str, Any]) -> "Session":
+        """`node` opened the session."""
+        s = Session.from_answer(answer)
+        self.nodes.opened(node, s.id)
+        return s
+
+    def pause(self) -> float:
+        """Every node refused this round: the pause before the next (or the last error)."""
+        assert self.err is not None
+        return self.tries.after(self.err)
+
+
+def stream_path(session_id: str) -> str:
+    """`/v1/sessions/{id}/stream`."""
+    return f"/v1/sessions/{quote(session_id, safe='')}/stream"
+
+
+def stream_event(line: Union[str, bytes], url: str) -> Optional[Dict[str, Any]]:
+    """One line of a session's stream as its event (`None`: a blank line); an `Unreachable`
+    naming the URL when it is not a JSON object with a `type`."""
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError as e:
+        raise Unreachable(0, f"GET {url}: a stream line is not JSON ({e}): {line[:200]!r}") from e
+    if not isinstance(event, dict) or "type" not in event:
+        raise Unreachable(0, f"GET {url}: a stream line has no type: {line[:200]!r}")
+    return event
+
+
+def stream_cut(url: str) -> "Unreachable":
+    """The error of a stream that ended before its `end` event."""
+    return Unreachable(0, f"GET {url}: the stream ended before the session's end event "
+                          f"(the server stopped, or the connection was cut); nothing is replayed, "
+                          f"so watch again to see what happens from then on")
 
 
 def open_request(task_id: str, max_turns: Optional[int], seed: Optional[int], run: Optional[str],
@@ -388,19 +482,12 @@ class Client:
             if session_id:
                 return self._on_node(session_id, method, path, body, kind, headers)
         headers = headers or {}
-        deadline = time.monotonic() + self.retry.deadline
-        attempts = attempts or self.retry.attempts
-        tries = 0
+        tries = Tries(self.retry, kind, attempts)
         while True:
             try:
                 return self._once(method, path, body, headers, node)
             except EndlessError as e:
-                tries += 1
-                pause = self.retry.delay(tries, e.retry_after)
-                if (not retryable(kind, e) or tries >= attempts
-                        or time.monotonic() + pause > deadline):
-                    raise
-                time.sleep(pause)
+                time.sleep(tries.after(e))
 
     def _any(self, path: str) -> Any:
         """A read any node may answer: the first that does."""
@@ -469,31 +556,14 @@ class Client:
         if self.nodes.single:
             r = self._call("POST", create_path(self.retry, wait, self.timeout), body, kind="create", headers=key)
             return Session.from_answer(r)
-        deadline = time.monotonic() + self.retry.deadline
-        tries = 0
+        rounds = CreateRounds(self.nodes, self.retry, wait, self.timeout)
         while True:
-            order = self.nodes.order()
-            err: Optional[EndlessError] = None
-            for i, node in enumerate(order):
-                queue = wait if i == len(order) - 1 else 0.0
+            for node, path in rounds.round():
                 try:
-                    r = self._once("POST", create_path(self.retry, queue, self.timeout), body, key, node)
+                    return rounds.opened(node, self._once("POST", path, body, key, node))
                 except EndlessError as e:
-                    if not retryable("create", e):
-                        raise
-                    if e.status == 0:
-                        self.nodes.down(node)
-                    err = e
-                    continue
-                s = Session.from_answer(r)
-                self.nodes.opened(node, s.id)
-                return s
-            assert err is not None
-            tries += 1
-            pause = self.retry.delay(tries, err.retry_after)
-            if tries >= self.retry.attempts or time.monotonic() + pause > deadline:
-                raise err
-            time.sleep(pause)
+                    rounds.failed(node, e)
+            time.sleep(rounds.pause())
 
     def step(self, session_id: str, reply: str) -> Dict[str, Any]:
         """`POST /v1/sessions/{id}/step`: `{observation, done, reward, info}`. Sent with an
@@ -522,6 +592,44 @@ class Client:
             out.extend(dict(v, node=node.url) for v in views)
         return out
 
+    def stream(self, session_id: str) -> Iterator[Dict[str, Any]]:
+        """`GET /v1/sessions/{id}/stream`: the session's events as they happen, each a dict
+        with its `type`: `session` first, then `output` (`data`), `turn`, `lagged`, `ping`,
+        and `end` last, after which the iterator ends. Not retried and not resumed (the
+        server replays nothing): a connection cut before `end` raises `Unreachable`
+        (`NodeLost` with several nodes), a session that is not this token's `SessionGone`.
+        Closing the iterator early (`break`) closes the connection."""
+        node = self.nodes.node_of(session_id) or self._locate(session_id)
+        path = stream_path(session_id)
+        url = node.url + path
+        headers = {"Accept": "application/x-ndjson"}
+        if node.token:
+            headers["Authorization"] = f"Bearer {node.token}"
+        try:
+            try:
+                resp = self._http.get(url, headers=headers, stream=True, timeout=self.timeout)
+            except requests.RequestException as e:
+                raise Unreachable(0, f"GET {url}: {e}") from e
+            with resp:
+                if resp.status_code >= 400:
+                    decode(resp.status_code, resp.headers, resp.text, resp.json, path)
+                try:
+                    for line in resp.iter_lines():
+                        event = stream_event(line, url)
+                        if event is None:
+                            continue
+                        yield event
+                        if event["type"] == "end":
+                            return
+                except requests.RequestException as e:
+                    raise Unreachable(0, f"GET {url}: {e}") from e
+                raise stream_cut(url)
+        except Unreachable as e:
+            if self.nodes.single:
+                raise
+            self.nodes.down(node)
+            raise NodeLost(node.url, session_id, e) from e
+
     def close(self, session_id: str) -> Dict[str, Any]:
         """`DELETE /v1/sessions/{id}`: the final result (a running episode is recorded as interrupted)."""
         r = self._on_node(session_id, "DELETE", f"/v1/sessions/{session_id}", kind="close")
@@ -536,5 +644,5 @@ class Client:
 __all__: Tuple[str, ...] = (
     "AuthError", "BadRequest", "Client", "Conflict", "EndlessError", "KeyReused", "Node", "NodeLost",
     "NotFound", "Retry", "ServerBusy", "ServerError", "ServerUnavailable", "Session", "SessionGone",
-    "Unreachable",
+    "Unreachable", "Tries", "CreateRounds",
 )

@@ -18,6 +18,12 @@ is merged unless `allow_partial`; calling `run_sharded` again with the same argu
 runs only the shards that are not done (a shard's `shard.json` says so), each resuming
 its own work, then merges.
 
+The run is recorded for viewers (`endless tui`'s Jobs view): `DIR/run.json` (the
+command, N, when it started, where it was merged) written by the driver, and
+`DIR/logs/shard-I.state.json` written by shard I's task when its process starts
+(`running`) and exits (`exited`, with its exit status), or by the driver when Ray lost
+the task (`lost`); each write is atomic. A shard without a state file is queued.
+
 The workspace directory must be reachable at the same path from every Ray node (a
 shared filesystem), and so must the `endless` binary (`binary`, else `$ENDLESS_BIN`,
 else `endless` on PATH).
@@ -33,6 +39,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -128,6 +135,35 @@ class ShardsFailed(RuntimeError):
         self.result = result
 
 
+def _write_json(path: Union[str, os.PathLike], obj: Dict[str, Any]) -> None:
+    """Write `obj` as JSON to `path` atomically (a temporary file renamed over it)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _state_path(log: str) -> str:
+    """Where shard's process state lives: beside its log, `shard-I.state.json`."""
+    return str(pathlib.Path(log).with_suffix(".state.json"))
+
+
 def _endless_env(env: Optional[Mapping[str, str]]) -> Dict[str, str]:
     out = dict(os.environ)
     out.update(env or {})
@@ -138,7 +174,9 @@ def _endless_env(env: Optional[Mapping[str, str]]) -> Dict[str, str]:
 def _run_shard(argv: List[str], env: Dict[str, str], log: str, timeout: Optional[float]) -> Dict[str, Any]:
     """One shard's `endless` process in a Ray worker, its output in `log`."""
     start = time.monotonic()
-    pathlib.Path(log).parent.mkdir(parents=True, exist_ok=True)
+    node = socket.gethostname()
+    state = _state_path(log)
+    _write_json(state, {"state": "running", "node": node, "pid": os.getpid(), "started_at": _now()})
     with open(log, "w", encoding="utf-8") as out:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
@@ -150,7 +188,10 @@ def _run_shard(argv: List[str], env: Dict[str, str], log: str, timeout: Optional
             rc, error = None, f"timed out after {timeout:g}s"
         except OSError as e:
             rc, error = None, f"could not start {argv[0]}: {e}"
-    return {"returncode": rc, "error": error, "seconds": time.monotonic() - start, "node": socket.gethostname()}
+    seconds = time.monotonic() - start
+    _write_json(state, {"state": "exited", "node": node, "returncode": rc, "error": error,
+                        "seconds": seconds, "ended_at": _now()})
+    return {"returncode": rc, "error": error, "seconds": seconds, "node": node}
 
 
 def _record(shard_ws: pathlib.Path) -> Optional[Dict[str, Any]]:
@@ -179,6 +220,11 @@ def _endless(binary: str, workspace: str, args: Sequence[str], env: Dict[str, st
     if r.returncode != 0:
         raise RuntimeError(f"`{shlex.join(argv)}` failed (exit status {r.returncode}):\n{r.stderr.strip()}")
     return r.stdout
+
+
+def _kind(cmd: List[str]) -> str:
+    """What the sharded command does: `validate`, `audit`, `eval`, `generate`."""
+    return cmd[1] if cmd[0] == "tasks" and len(cmd) > 1 else cmd[0]
 
 
 def _check_command(command: Union[str, Sequence[str]]) -> List[str]:
@@ -224,8 +270,22 @@ def run_sharded(command: Union[str, Sequence[str]], shards: int, workspace: Unio
             s.state = "done-before"
         else:
             todo.append(s)
+    manifest_path = shard_dir / "run.json"
+    manifest = {"engine": "ray", "name": slug, "kind": _kind(cmd), "command": cmd, "shards": count,
+                "created_at": _now(), "merged": None}
+    try:
+        manifest["created_at"] = json.loads(manifest_path.read_text(encoding="utf-8"))["created_at"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     if todo:
         _endless(exe, str(main), ["workspace", "shards", str(shard_dir), "--count", str(count)], full_env)
+        _write_json(manifest_path, manifest)
+        for s in todo:
+            # Queued again: what an earlier call's process said is over.
+            try:
+                os.unlink(_state_path(s.log))
+            except FileNotFoundError:
+                pass
         if not ray.is_initialized():
             ray.init()
         remote = _run_shard.options(num_cpus=num_cpus)
@@ -236,6 +296,7 @@ def run_sharded(command: Union[str, Sequence[str]], shards: int, workspace: Unio
                 out = ray.get(ref)
             except ray.exceptions.RayError as e:
                 s.state, s.error = "failed", f"Ray lost the task: {e}"
+                _write_json(_state_path(s.log), {"state": "lost", "error": s.error, "ended_at": _now()})
                 continue
             s.returncode, s.seconds, s.node, s.error = out["returncode"], out["seconds"], out["node"], out["error"]
             if s.returncode == 0 and _finished(_record(pathlib.Path(s.workspace)), cmd, s.index, count):
@@ -250,6 +311,8 @@ def run_sharded(command: Union[str, Sequence[str]], shards: int, workspace: Unio
         args = ["workspace", "merge", str(shard_dir), "--json"] + (["--allow-partial"] if result.missing else [])
         result.merge = json.loads(_endless(exe, str(main), args, full_env))
         result.merged = str(main)
+        manifest["merged"] = str(main)
+        _write_json(manifest_path, manifest)
     if result.failed and check:
         raise ShardsFailed(result)
     return result

@@ -46,3 +46,30 @@ def test_async_errors_are_typed(server, task_ids):
                 await c.tasks()
 
     run(main())
+
+
+def test_a_session_is_watched_live_over_the_async_client(server, workspace, task_ids):
+    async def main():
+        async with AsyncClient(server.url, server.token) as c:
+            s = await c.open(task_ids[1], run="pytest-async-stream")
+            events, first = [], asyncio.Event()
+
+            async def watch():
+                async for event in c.stream(s.id):
+                    events.append(event)
+                    first.set()
+
+            watcher = asyncio.create_task(watch())
+            await asyncio.wait_for(first.wait(), 30)
+            await c.step(s.id, oracle_reply(workspace, task_ids[1]))
+            await c.step(s.id, "<action>done</action>")
+            await asyncio.wait_for(watcher, 60)
+            types = [e["type"] for e in events]
+            assert types[0] == "session" and types[-1] == "end", types
+            assert events[-1]["passed"] is True and "turn" in types, events
+            await c.close(s.id)
+            with pytest.raises(SessionGone):
+                async for _ in c.stream(s.id):
+                    pass
+
+    run(main())

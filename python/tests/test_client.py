@@ -149,3 +149,36 @@ def test_backoff_grows_with_jitter_and_respects_retry_after():
     busy, gone = EndlessError(429, "full"), EndlessError(404, "gone")
     assert retryable("create", busy) and not retryable("step", busy)
     assert retryable("step", EndlessError(0, "reset")) and not retryable("create", gone)
+
+
+def test_a_session_is_watched_live_until_its_end(server, workspace, task_ids):
+    c = Client(server.url, server.token)
+    s = c.open(task_ids[2], run="pytest-stream")
+    events, first = [], threading.Event()
+
+    def watch():
+        for event in c.stream(s.id):
+            events.append(event)
+            first.set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert first.wait(30), "the stream said nothing"
+    c.step(s.id, oracle_reply(workspace, task_ids[2]))
+    c.step(s.id, "<action>done</action>")
+    watcher.join(60)
+    assert not watcher.is_alive(), f"the stream did not end: {events}"
+    types = [e["type"] for e in events]
+    assert types[0] == "session" and events[0]["session_id"] == s.id, events
+    assert types[-1] == "end" and events[-1]["passed"] is True, events
+    assert "output" in types and "turn" in types, types
+    turns = [e for e in events if e["type"] == "turn"]
+    assert turns[0]["turn"] == 1 and turns[0]["exit_code"] == 0, turns
+    # A finished session: its view, then its end.
+    again = [e["type"] for e in c.stream(s.id)]
+    assert again == ["session", "end"], again
+    c.close(s.id)
+    with pytest.raises(SessionGone):
+        list(c.stream(s.id))
+    with pytest.raises(AuthError):
+        list(Client(server.url, "wrong").stream(s.id))

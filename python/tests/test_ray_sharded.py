@@ -78,12 +78,23 @@ def test_a_failed_shard_is_reported_with_its_log_and_re_run_alone(ray_local, tmp
     message = str(failed.value)
     assert "shard 1/4 failed (exit status" in message and result.shards[1].log in message
     assert "another eval job that has not finished" in message, message
+    # The run is recorded for viewers (the TUI's Jobs view): its manifest, each shard's process.
+    run_dir = main / "ray" / "val"
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert (manifest["engine"], manifest["name"], manifest["kind"]) == ("ray", "val", "validate")
+    assert (manifest["command"], manifest["shards"], manifest["merged"]) == (["tasks", "validate", "--all"], 4, None)
+    states = [json.loads((run_dir / "logs" / f"shard-{i}.state.json").read_text()) for i in range(4)]
+    assert [s["state"] for s in states] == ["exited"] * 4
+    assert states[1]["returncode"] not in (0, None) and states[0]["returncode"] == 0
     # Nothing was merged: the main workspace has no verdicts yet.
     assert endless_home(tmp_path, main, "tasks", "validate", "--all", "--stored", check=False).returncode != 0
     blocker.unlink()
     again = run_sharded("tasks validate --all", 4, main, name="val", env=home_env(tmp_path))
     assert [s.state for s in again.shards] == ["done-before", "done", "done-before", "done-before"]
     assert again.ok and len(verdicts(tmp_path, main)) == 4
+    merged = json.loads((run_dir / "run.json").read_text())
+    assert merged["merged"] == str(main.resolve()) and merged["created_at"] == manifest["created_at"]
+    assert json.loads((run_dir / "logs" / "shard-1.state.json").read_text())["returncode"] == 0
 
 
 def test_bad_commands_are_clear_errors(tmp_path):

@@ -43,8 +43,8 @@ use serde::{Deserialize, Serialize};
 
 pub use index::AuditRow;
 pub use report::{
-    audit_digest, AuditReport, CheckResult, CheckStatus, Finding, MutationScore, AUDIT_FORMAT,
-    LABELS,
+    audit_digest, label_named, short_label, AuditReport, CheckResult, CheckStatus, Finding,
+    MutationScore, AUDIT_FORMAT, LABELS, SHORT_LABELS,
 };
 pub use run::{audit_task, AuditOptions};
 
@@ -185,6 +185,17 @@ mod tests {
         let e = Check::parse_list("weak,flaky").unwrap_err().to_string();
         assert!(e.contains("\"weak\"") && e.contains("weak-tests"), "{e}");
         assert!(Check::parse_list(" , ").is_err());
+    }
+
+    #[test]
+    fn labels_have_short_forms_that_name_them_back() {
+        for (l, s) in LABELS.iter().zip(SHORT_LABELS) {
+            assert_eq!(short_label(l), s);
+            assert_eq!(label_named(l), Some(*l));
+            assert_eq!(label_named(&format!(" {} ", s.to_uppercase())), Some(*l));
+        }
+        assert_eq!(label_named("weakish"), None);
+        assert_eq!(short_label("other"), "other");
     }
 
     #[test]

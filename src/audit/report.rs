@@ -21,6 +21,37 @@ pub const LABELS: [&str; 8] = [
     "needs-network",
 ];
 
+/// The short form of each of [`LABELS`] (same order), for narrow columns.
+pub const SHORT_LABELS: [&str; 8] = [
+    "no-work",
+    "weak",
+    "cheap",
+    "flaky",
+    "time",
+    "order",
+    "underspec",
+    "network",
+];
+
+/// The short form of a finding label (the label itself when unknown).
+pub fn short_label(label: &str) -> &str {
+    LABELS
+        .iter()
+        .position(|l| *l == label)
+        .map_or(label, |i| SHORT_LABELS[i])
+}
+
+/// The label `text` names, as stored (`weak-tests`) or in its short form
+/// (`weak`), case and surrounding blanks ignored.
+pub fn label_named(text: &str) -> Option<&'static str> {
+    let t = text.trim().to_lowercase();
+    LABELS
+        .iter()
+        .zip(SHORT_LABELS)
+        .find(|(l, s)| **l == t || *s == t)
+        .map(|(l, _)| *l)
+}
+
 /// What an audit depends on: the task's tests and environment (its
 /// [`crate::task::baseline_digest`]), its instruction and its oracle. A
 /// report whose digest no longer matches the task is stale.

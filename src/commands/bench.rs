@@ -17,6 +17,12 @@ use crate::workbench::Context;
 /// `endless bench ...`: run the benchmark `args` names and print its table
 /// (or JSON).
 pub fn run(ctx: &Context, args: BenchArgs) -> Result<ExitCode> {
+    if let Some(b) = &args.baseline {
+        anyhow::bail!(
+            "--baseline {}: only `bench tui` compares with another binary",
+            b.display()
+        );
+    }
     match args.what {
         BenchTarget::Import => {
             let report = bench_import(args.n.unwrap_or(2000))?;

@@ -7,7 +7,8 @@ use anyhow::Result;
 
 use super::print_json;
 use crate::cli::SlurmCommand;
-use crate::workbench::slurm::{jobs, status, submit, JobStatus, SubmitRequest};
+use crate::workbench::sharded_runs::{slurm_runs, ShardedRun};
+use crate::workbench::slurm::{submit, JobStatus, SubmitRequest};
 use crate::workbench::Context;
 
 /// `endless slurm ...`
@@ -59,8 +60,9 @@ pub fn run(ctx: &Context, cmd: SlurmCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         SlurmCommand::Status { job, json } => {
-            let all = jobs(ctx, job.as_deref())?;
-            let states: Vec<JobStatus> = all.iter().map(status).collect::<Result<_>>()?;
+            // The one reader the TUI's Jobs view uses too.
+            let runs = slurm_runs(&ctx.workspace_root, job.as_deref())?;
+            let states: Vec<&JobStatus> = runs.iter().map(|(s, _)| s).collect();
             if json {
                 print_json(&states)?;
             } else if states.is_empty() {
@@ -70,9 +72,9 @@ pub fn run(ctx: &Context, cmd: SlurmCommand) -> Result<ExitCode> {
                 );
             }
             let mut failed = 0;
-            for s in &states {
+            for (s, run) in &runs {
                 if !json {
-                    print_status(s);
+                    print_status(s, run);
                 }
                 failed += s.failed().len();
             }
@@ -85,9 +87,9 @@ pub fn run(ctx: &Context, cmd: SlurmCommand) -> Result<ExitCode> {
     }
 }
 
-/// A job's lines: array and merge state, each shard, and what to do about
-/// failed ones.
-fn print_status(s: &JobStatus) {
+/// A job's lines: array and merge state, each shard (queued, running,
+/// done or failed, with Slurm's word), and what to do about failed ones.
+fn print_status(s: &JobStatus, run: &ShardedRun) {
     let job = &s.job;
     let done = s.shards.iter().filter(|x| x.done).count();
     say!(
@@ -99,16 +101,16 @@ fn print_status(s: &JobStatus) {
         job.merge_job.as_deref().unwrap_or("-"),
         s.merge
     );
-    for shard in &s.shards {
+    for shard in &run.shards {
         let items = shard
             .items
             .map_or(String::new(), |n| format!(", {n} tasks"));
         say!(
-            "  shard {}/{}: {}{}{items}",
-            shard.shard,
+            "  shard {}/{}: {} ({}){items}",
+            shard.index,
             job.shards,
             shard.state,
-            if shard.done { " (done)" } else { "" }
+            shard.detail
         );
     }
     for shard in s.failed() {

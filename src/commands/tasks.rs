@@ -268,7 +268,12 @@ fn validate(
             above.suspend(|| {
                 match v.ok {
                     true => say!("ok      {}", v.id),
-                    false => say!("invalid {}: {}", v.id, v.problems.join("; ")),
+                    false => say!(
+                        "invalid {}{}: {}",
+                        v.id,
+                        v.classes_label(),
+                        v.problems.join("; ")
+                    ),
                 }
                 for note in v.notes() {
                     say!("        {}: note: {note}", v.id);
@@ -300,6 +305,23 @@ fn validated_since(ws: &Workspace, id: &str, since: chrono::DateTime<chrono::Utc
     })
 }
 
+/// The failure classes a stored verdict's validation recorded, as
+/// ` [a, b]`, or nothing.
+fn stored_classes(v: &crate::workbench::verdicts::StoredVerdict) -> String {
+    let keys: Vec<&str> = v
+        .validation
+        .as_ref()
+        .and_then(|x| x.get("failure_classes"))
+        .and_then(|c| c.as_array())
+        .map(|a| a.iter().filter_map(|k| k.as_str()).collect())
+        .unwrap_or_default();
+    if keys.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", keys.join(", "))
+    }
+}
+
 /// `endless tasks validate IDS --stored`: the verdicts earlier validations
 /// stored, validating nothing. A task never validated counts as not valid.
 fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode> {
@@ -315,7 +337,8 @@ fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode>
                     match v.ok {
                         true => say!("ok      {id}  ({})", v.validated_at),
                         false => say!(
-                            "invalid {id}: {}  ({})",
+                            "invalid {id}{}: {}  ({})",
+                            stored_classes(&v),
                             v.problems.join("; "),
                             v.validated_at
                         ),

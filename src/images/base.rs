@@ -23,6 +23,9 @@ pub struct BaseSpec {
     pub packages: Vec<String>,
     /// mmdebstrap's variant (`minbase`: apt and essentials only).
     pub variant: String,
+    /// Shell commands run on the finished root (`$1`), as mmdebstrap's
+    /// `--customize-hook`s.
+    pub hooks: Vec<String>,
 }
 
 impl Default for BaseSpec {
@@ -32,6 +35,7 @@ impl Default for BaseSpec {
             mirror: "http://deb.debian.org/debian".into(),
             packages: Vec::new(),
             variant: "minbase".into(),
+            hooks: Vec::new(),
         }
     }
 }
@@ -60,6 +64,9 @@ pub fn debian_rootfs_tar(spec: &BaseSpec, out: &Path) -> Result<(), ImageError> 
         .arg("--quiet");
     if !spec.packages.is_empty() {
         cmd.arg(format!("--include={}", spec.packages.join(",")));
+    }
+    for hook in &spec.hooks {
+        cmd.arg(format!("--customize-hook={hook}"));
     }
     cmd.arg(&spec.suite).arg(out).arg(&spec.mirror);
     let output = cmd.output().map_err(|e| ImageError::Tool {
@@ -91,6 +98,23 @@ pub fn register_rootfs(
     name: &str,
     rootfs: &Path,
 ) -> Result<LoadReport, ImageError> {
+    let env = [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG=C.UTF-8",
+    ]
+    .map(String::from)
+    .to_vec();
+    register_layer(store, name, rootfs, env)
+}
+
+/// Register the uncompressed layer tar `rootfs` as the one-layer image
+/// `name` with the environment `env` (`KEY=value` entries).
+pub fn register_layer(
+    store: &ImageStore,
+    name: &str,
+    rootfs: &Path,
+    env: Vec<String>,
+) -> Result<LoadReport, ImageError> {
     let reference = ImageRef::parse(name)?;
     let digest = file_digest(rootfs)?;
     if !store.has_blob(&digest) {
@@ -108,10 +132,7 @@ pub fn register_rootfs(
             size,
         }],
         config: ImageConfig {
-            env: vec![
-                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-                "LANG=C.UTF-8".into(),
-            ],
+            env,
             workdir: None,
             user: None,
         },

@@ -65,6 +65,20 @@ pub enum ImageError {
         /// Why it could not be had.
         reason: String,
     },
+    /// A reference of a family with stand-ins (python, ubuntu, debian, uv)
+    /// whose version or variant has none.
+    #[error("{reference} has no stand-in: {reason} (stand-ins exist for {exist})")]
+    NoStandIn {
+        /// The image asked for.
+        reference: String,
+        /// Why there is none.
+        reason: String,
+        /// What exists.
+        exist: String,
+    },
+    /// PyPI could not be reached or has no usable file.
+    #[error("PyPI: {0}")]
+    Pypi(String),
     /// An outside tool (mmdebstrap) is missing or failed.
     #[error("{tool}: {reason}")]
     Tool {

@@ -1,7 +1,9 @@
 //! OCI images: references, pulls from any registry, a content-addressed
 //! store shared by all tasks, and safe layer unpacking. The `local` sandbox
 //! uses a pulled image's layers as the base of a task whose environment
-//! says `FROM <image>`.
+//! says `FROM <image>`; stand-ins built from Debian and PyPI serve the
+//! Docker Hub and ghcr.io images tasks are written for when those cannot be
+//! pulled.
 
 mod base;
 mod error;
@@ -10,16 +12,21 @@ mod progress;
 mod pull;
 mod reference;
 mod resolve;
+mod standin;
+mod standin_build;
 mod store;
 mod unpack;
+mod wheel;
 
-pub use base::{build_base, debian_rootfs_tar, register_rootfs, BaseSpec};
+pub use base::{build_base, debian_rootfs_tar, register_layer, register_rootfs, BaseSpec};
 pub use error::ImageError;
 pub use load::{load, LoadReport};
 pub use progress::{megabytes, no_progress, Progress, ProgressFn};
 pub use pull::{client_for, pull, pull_from, PullReport};
 pub use reference::{is_host, ImageRef, HOST};
 pub use resolve::{Base, Resolver};
+pub use standin::{catalog_summary, default_set, stand_in_for, Recipe, StandIn, STAND_IN_PREFIX};
+pub use standin_build::{build_stand_ins, StandInReport};
 pub use store::{
     digest_hex, file_digest, ImageConfig, ImageStore, PruneReport, StoredImage, StoredLayer,
 };

@@ -8,7 +8,8 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use super::{
-    is_host, no_progress, pull_from, ImageError, ImageRef, ImageStore, ProgressFn, StoredImage,
+    is_host, no_progress, pull_from, stand_in_for, ImageError, ImageRef, ImageStore, ProgressFn,
+    StoredImage,
 };
 use crate::config::{BaseFallback, ImagesConfig, PullPolicy};
 
@@ -72,6 +73,38 @@ impl Resolver {
         written: Option<&str>,
         progress: ProgressFn<'_>,
     ) -> Result<Base, ImageError> {
+        self.resolve_inner(store, written, progress, false)
+    }
+
+    /// The image `written` resolves to through aliases, the store, its
+    /// stand-in or a pull, never the `[images] fallback` (for a task's
+    /// prebuilt `docker_image`, which is used only when it can be had).
+    pub fn resolve_available(
+        &self,
+        store: &ImageStore,
+        written: &str,
+        progress: ProgressFn<'_>,
+    ) -> Result<Base, ImageError> {
+        self.resolve_inner(store, Some(written), progress, true)
+    }
+
+    fn resolve_inner(
+        &self,
+        store: &ImageStore,
+        written: Option<&str>,
+        progress: ProgressFn<'_>,
+        strict: bool,
+    ) -> Result<Base, ImageError> {
+        let fall_back = |target: &str, alias_note: Option<String>, err: ImageError| {
+            if strict {
+                Err(ImageError::Unavailable {
+                    reference: target.to_string(),
+                    reason: err.to_string(),
+                })
+            } else {
+                self.fall_back(target, alias_note, err)
+            }
+        };
         let Some(written) = written.map(str::trim).filter(|w| !w.is_empty()) else {
             return Ok(Base::Host { note: None });
         };
@@ -92,13 +125,28 @@ impl Resolver {
             Ok(r) => r,
             // `./ubuntu_22.04.sif` (Apptainer's localimage) and the like.
             Err(e) => {
-                return self.fall_back(&target, alias_note, e);
+                return fall_back(&target, alias_note, e);
             }
         };
         if let Some(image) = store.get(&reference) {
+            store.touch(&reference);
             return Ok(Base::Image {
                 image,
                 note: alias_note,
+            });
+        }
+        // A stand-in built by `endless images stand-ins` serves it, as an alias would.
+        if let Some((stand_in, image)) = store.stand_in(&reference) {
+            if let Ok(r) = ImageRef::parse(&image.reference) {
+                store.touch(&r);
+            }
+            let note = stand_in.note(&target);
+            return Ok(Base::Image {
+                image,
+                note: Some(match alias_note {
+                    Some(a) => format!("{a}; {note}"),
+                    None => note,
+                }),
             });
         }
         let canonical = reference.canonical();
@@ -130,7 +178,7 @@ impl Resolver {
                 }
             }
         };
-        self.fall_back(&target, alias_note, err)
+        fall_back(&target, alias_note, err)
     }
 
     /// The canonical reference `written` asks for once aliases are applied
@@ -181,15 +229,16 @@ impl Resolver {
         alias_note: Option<String>,
         err: ImageError,
     ) -> Result<Base, ImageError> {
+        let hint = stand_in_hint(target);
         match self.settings.fallback {
             BaseFallback::Error => Err(ImageError::Unavailable {
                 reference: target.to_string(),
-                reason: err.to_string(),
+                reason: format!("{err}{hint}"),
             }),
             BaseFallback::Host => {
                 let why = match alias_note {
-                    Some(a) => format!("{a}, which is unavailable ({err})"),
-                    None => format!("{target} is unavailable ({err})"),
+                    Some(a) => format!("{a}, which is unavailable ({err}{hint})"),
+                    None => format!("{target} is unavailable ({err}{hint})"),
                 };
                 Ok(Base::Host {
                     note: Some(format!(
@@ -199,6 +248,28 @@ impl Resolver {
                 })
             }
         }
+    }
+}
+
+/// What to say about stand-ins when `target` cannot be had: the command
+/// that builds its stand-in, or why it has none (empty for other images).
+fn stand_in_hint(target: &str) -> String {
+    let Ok(reference) = ImageRef::parse(target) else {
+        return String::new();
+    };
+    match stand_in_for(&reference) {
+        Ok(Some(s)) => format!(
+            "; a stand-in exists: build it with `endless images stand-ins --only {target}` \
+             (it serves {target} as {}{})",
+            s.name,
+            if s.differs.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", s.differs.join("; "))
+            }
+        ),
+        Ok(None) => String::new(),
+        Err(e) => format!("; {e}"),
     }
 }
 
@@ -304,5 +375,59 @@ mod tests {
         assert!(source.is_loopback());
         let other = ImageRef::parse("ghcr.io/x/y:1").unwrap();
         assert_eq!(r.source_of(&other).unwrap(), other);
+    }
+
+    #[test]
+    fn stand_ins_serve_their_references_and_errors_name_the_command() {
+        let d = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(d.path());
+        let strict = Resolver::new(settings(PullPolicy::Never, BaseFallback::Error));
+        let e = strict
+            .resolve(&store, Some("python:3.13-slim-bookworm"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a stand-in exists")
+                && e.contains("endless images stand-ins --only python:3.13-slim-bookworm"),
+            "{e}"
+        );
+        let e = strict
+            .resolve(&store, Some("python:3.8-slim"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("has no stand-in") && e.contains("python:3.9 to python:3.14"),
+            "{e}"
+        );
+        // Once built and recorded, the stand-in serves it, with a note.
+        let stand_in = stand_in_for(&ImageRef::parse("python:3.13-slim-bookworm").unwrap())
+            .unwrap()
+            .unwrap();
+        store.register(&stored(&stand_in.name)).unwrap();
+        store.record_stand_in(&stand_in).unwrap();
+        match strict
+            .resolve(&store, Some("python:3.13-slim-bookworm"))
+            .unwrap()
+        {
+            Base::Image { image, note } => {
+                assert_eq!(image.reference, "localhost/stand-in/python:3.13-slim");
+                let note = note.unwrap();
+                assert!(
+                    note.contains("stand-in localhost/stand-in/python:3.13-slim")
+                        && note.contains("trixie instead of bookworm"),
+                    "{note}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(store.stand_ins().len(), 1);
+        // Its image removed, the record no longer serves.
+        store
+            .remove(&ImageRef::parse(&stand_in.name).unwrap())
+            .unwrap();
+        assert!(strict
+            .resolve(&store, Some("python:3.13-slim-bookworm"))
+            .is_err());
+        assert!(store.stand_ins().is_empty());
     }
 }

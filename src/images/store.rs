@@ -195,6 +195,62 @@ impl ImageStore {
         out
     }
 
+    /// Mark `reference` as used now (for least-recently-used eviction).
+    pub fn touch(&self, reference: &ImageRef) {
+        let path = self.ref_path(&reference.canonical());
+        if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
+    }
+
+    /// When `reference` (canonical) was last used (registered, or resolved
+    /// for a build); the epoch when unknown.
+    pub fn last_use(&self, reference: &str) -> std::time::SystemTime {
+        std::fs::metadata(self.ref_path(reference))
+            .and_then(|m| m.modified())
+            .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
+    }
+
+    fn stand_in_path(&self, requested: &str) -> PathBuf {
+        let key = hex::encode(Sha256::digest(requested.as_bytes()));
+        self.root.join("stand-ins").join(format!("{key}.json"))
+    }
+
+    /// Record that `stand_in.requested` is served by the stored image
+    /// `stand_in.name` (written after that image is registered).
+    pub fn record_stand_in(&self, stand_in: &super::StandIn) -> Result<(), ImageError> {
+        self.private_dir("stand-ins")?;
+        let path = self.stand_in_path(&stand_in.requested);
+        let bytes = serde_json::to_vec_pretty(stand_in).map_err(|e| ImageError::Malformed {
+            reference: stand_in.requested.clone(),
+            reason: e.to_string(),
+        })?;
+        crate::fsutil::write_atomic(&path, &bytes).map_err(ImageError::io("record stand-in", &path))
+    }
+
+    /// The stand-in recorded for `reference`, if its image is still stored.
+    pub fn stand_in(&self, reference: &ImageRef) -> Option<(super::StandIn, StoredImage)> {
+        let bytes = std::fs::read(self.stand_in_path(&reference.canonical())).ok()?;
+        let stand_in: super::StandIn = serde_json::from_slice(&bytes).ok()?;
+        let image = self.get(&ImageRef::parse(&stand_in.name).ok()?)?;
+        Some((stand_in, image))
+    }
+
+    /// Every recorded stand-in whose image is stored.
+    pub fn stand_ins(&self) -> Vec<super::StandIn> {
+        let mut out: Vec<super::StandIn> = std::fs::read_dir(self.root.join("stand-ins"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| std::fs::read(e.path()).ok())
+                    .filter_map(|b| serde_json::from_slice::<super::StandIn>(&b).ok())
+                    .filter(|s| ImageRef::parse(&s.name).is_ok_and(|r| self.get(&r).is_some()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_by(|a, b| a.requested.cmp(&b.requested));
+        out
+    }
+
     /// Forget `reference` (its blobs stay until `prune`); whether it was there.
     pub fn remove(&self, reference: &ImageRef) -> Result<bool, ImageError> {
         let path = self.ref_path(&reference.canonical());

@@ -69,6 +69,15 @@ pub enum SandboxError {
     /// Starting the sandbox failed.
     #[error("could not start the sandbox: {0}")]
     Start(String),
+    /// The disk under the cache filled up during a build or merge: an
+    /// infrastructure error of the run (unscored), never the task's.
+    #[error("the disk is full: {what} ({path}) ran out of space; this is not the task's failure: free space, lower [images] max_store_gb or run `endless images prune`, then run again")]
+    DiskFull {
+        /// What was being done.
+        what: String,
+        /// Where.
+        path: PathBuf,
+    },
     /// The task's base image could not be had or unpacked.
     #[error(transparent)]
     Image(#[from] crate::images::ImageError),

@@ -817,7 +817,7 @@ fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()
 fn spawn_error(cmd: &Command, e: std::io::Error) -> SandboxError {
     if e.raw_os_error() == Some(super::local::PRELOAD_REFUSED) {
         return SandboxError::Tampered(
-            "/etc/ld.so.preload is not a regular file, so it cannot be hidden from the verifier"
+            "a path the verifier mounts over (/etc/ld.so.preload, /tests or /logs/verifier) is not what it must be (the agent may have planted a file or link there)"
                 .into(),
         );
     }

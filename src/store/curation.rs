@@ -69,6 +69,23 @@ impl TaskCuration {
             && self.tags.is_empty()
             && self.pass_at_k.is_empty()
     }
+
+    /// Whether someone curated the task: a status other than candidate, a
+    /// rating, notes, or tags other than `bundle_tags` (those the bundle
+    /// brought when it was indexed). Machine-written pass@k (an
+    /// evaluation's, the solvability filter's) is not curation.
+    pub fn is_curated(&self, bundle_tags: &[String]) -> bool {
+        let mut tags = self.tags.clone();
+        let mut bundle = bundle_tags.to_vec();
+        tags.sort();
+        tags.dedup();
+        bundle.sort();
+        bundle.dedup();
+        self.status != TaskStatus::Candidate
+            || self.rating.is_some()
+            || !self.notes.trim().is_empty()
+            || tags != bundle
+    }
 }
 
 /// An episode's review, as its `<sample>.review` file holds it.
@@ -176,12 +193,13 @@ impl Workspace {
 
     /// Make task `id`'s index row and curation file agree: a file is put
     /// into the row; a row with curation but no file writes the file.
-    /// Returns whether the task has curation.
+    /// Returns whether someone curated the task ([`TaskCuration::is_curated`]
+    /// against the bundle's own tags): pass@k alone is not curation.
     pub fn sync_task_curation(&self, id: &str) -> Result<bool, StoreError> {
-        match self.read_task_curation(id)? {
+        let c = match self.read_task_curation(id)? {
             Some(c) => {
                 self.apply_task_curation(id, &c)?;
-                Ok(!c.is_blank())
+                c
             }
             None => {
                 let c = TaskCuration::of(&self.task_row(id)?);
@@ -189,9 +207,11 @@ impl Workspace {
                     return Ok(false);
                 }
                 self.save_task_curation(id)?;
-                Ok(true)
+                c
             }
-        }
+        };
+        let bundle_tags = self.load_task(id)?.meta.task.tags;
+        Ok(c.is_curated(&bundle_tags))
     }
 
     /// Apply a newly indexed bundle's curation file, if it has one (a
@@ -327,6 +347,38 @@ mod tests {
         assert!(err.contains("status"), "{err}");
         // The row is untouched.
         assert_eq!(ws.task_row("a").unwrap().status, TaskStatus::Accepted);
+    }
+
+    #[test]
+    fn only_what_someone_did_counts_as_curated() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let mut t = task("a");
+        t.meta.task.tags = vec!["files".into(), "easy".into()];
+        ws.add_task(&t, TaskStatus::Candidate).unwrap();
+        // The solvability filter's pass@k and the bundle's own tags: not curated.
+        let mut c = TaskCuration::of(&ws.task_row("a").unwrap());
+        c.pass_at_k.insert("1".into(), 0.5);
+        let bundle = ["easy".to_string(), "files".to_string()];
+        assert!(!c.is_curated(&bundle));
+        write_json(&ws.task_curation_path("a"), &c).unwrap();
+        assert!(!ws.sync_task_curation("a").unwrap());
+        // Each thing a curator does counts.
+        let cases: [fn(&mut TaskCuration); 4] = [
+            |c| c.status = TaskStatus::Accepted,
+            |c| c.rating = Some(2),
+            |c| c.notes = "tests too weak".into(),
+            |c| c.tags.push("reviewed".into()),
+        ];
+        for edit in cases {
+            let mut d = c.clone();
+            edit(&mut d);
+            assert!(d.is_curated(&bundle), "{d:?}");
+        }
+        let mut d = c.clone();
+        d.rating = Some(3);
+        write_json(&ws.task_curation_path("a"), &d).unwrap();
+        assert!(ws.sync_task_curation("a").unwrap());
     }
 
     #[test]

@@ -282,6 +282,12 @@ pub struct VerifierSection {
     /// Debian packages the verifier environment's build installs first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apt: Vec<String>,
+    /// The pytest options the task's own test runner gave (Harbor's
+    /// `tests/test.sh`: `-rA`, `--ctrf /logs/verifier/ctrf.json`, `-k ...`),
+    /// passed through to the verifier's pytest; only options that cannot
+    /// change the verdict are kept (see `task/formats/pytest_args.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pytest_args: Vec<String>,
     /// Unknown `[verifier]` keys, kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
@@ -297,6 +303,7 @@ impl Default for VerifierSection {
             python: None,
             packages: Vec::new(),
             apt: Vec::new(),
+            pytest_args: Vec::new(),
             extra: toml::Table::new(),
         }
     }

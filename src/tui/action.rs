@@ -43,6 +43,11 @@ pub enum Action {
     TaskEnvLoaded(Box<crate::workbench::TaskEnv>),
     /// One row changed (after curation).
     TaskRowUpdated(Box<TaskRow>),
+    /// Every task's indexed audit (sent with the task rows).
+    AuditsLoaded(Vec<crate::audit::AuditRow>),
+    /// One task's stored audit report (`None`: not audited), for the
+    /// detail pane's Audit tab.
+    AuditLoaded(String, Option<Box<crate::audit::AuditReport>>),
     /// All episodes from the store.
     EpisodesLoaded(Vec<EpisodeRow>),
     /// A keyed event of a running episode (from an evaluation job).
@@ -56,6 +61,8 @@ pub enum Action {
     IndexChanged(IndexChange),
     /// The last lines of a job's kept log (`jobs/<id>.log`), by job id.
     JobLogLoaded(String, Vec<String>),
+    /// The workspace's sharded runs (Slurm, Ray), newest first.
+    ShardRunsLoaded(Vec<crate::workbench::sharded_runs::ShardedRun>),
     /// The training runs under `<workspace>/checkpoints/`, newest first.
     TrainingLoaded(Vec<crate::rl::run_files::RunView>),
     /// An episode read from disk for the inspector (`compare`: the side-by-side one).
@@ -156,6 +163,11 @@ pub enum LiveEvent {
         /// `run/task/sample`.
         key: String,
     },
+    /// The stream of a remote node's session broke before its end.
+    Lost {
+        /// `NODE:session`.
+        key: String,
+    },
     /// An event of an episode found through the workspace's run files (run
     /// by another process, or by a job here): it opens a read-only pane,
     /// and feeds only panes it opened.
@@ -210,6 +222,8 @@ pub enum Request {
     LoadJobs,
     /// The last lines of a job's kept log, by job id.
     LoadJobLog(String),
+    /// The last lines of a shard's log file, for the Jobs view row `id`.
+    LoadFileLog(String, PathBuf),
     /// Read an episode's result and recording for the inspector.
     LoadEpisode {
         /// The episode's index row.

@@ -59,7 +59,7 @@ commands! {
     FilterStatus => "filter_status", ["s"], "Cycle the status filter";
     FilterCategory => "filter_category", ["c"], "Pick the category filter (a fuzzy list)";
     FilterTag => "filter_tag", ["#"], "Pick the tag filter (tasks; a fuzzy list)";
-    FilterFailure => "filter_failure", ["f"], "Pick the failure-mode filter (episodes; a fuzzy list)";
+    FilterFailure => "filter_failure", ["f"], "Pick the failure-mode filter (episodes) or the audit filter (tasks; a fuzzy list)";
     ClearFilters => "clear_filters", ["x"], "Clear all filters";
     SortNext => "sort_next", ["o"], "Sort by the next column";
     SortReverse => "sort_reverse", ["O"], "Reverse the sort order";
@@ -80,6 +80,7 @@ commands! {
     Undo => "undo", ["u"], "Undo the last curation change (status, rating, tags, note; episode rating, label, note)";
     JobEval => "job_eval", ["E"], "Jobs: start an evaluation (form)";
     JobValidate => "job_validate", ["V"], "Jobs: validate the selected task / all tasks (form)";
+    JobAudit => "job_audit", ["U"], "Jobs / Tasks: audit the selected task / all tasks (form)";
     JobGenerate => "job_generate", ["L"], "Jobs: LLM task generation (form)";
     JobOffline => "job_offline", ["P"], "Jobs: offline (procedural) task generation (form)";
     JobTrain => "job_train", ["M"], "Jobs / Training: start a training run (form)";

@@ -23,6 +23,7 @@
 pub mod action;
 pub mod app;
 pub mod bench;
+pub mod bench_baseline;
 pub mod component;
 pub mod keymap;
 pub mod launch;

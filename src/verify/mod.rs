@@ -3,11 +3,13 @@
 //! forge, and read the per-test results from JUnit XML.
 
 mod bench;
+mod failure;
 mod junit;
 mod run;
 mod validate;
 
 pub use bench::{bench_verify, Latency, VerifyBench};
+pub use failure::{classify, FailureClass};
 pub use junit::parse_junit;
 pub use run::{
     verify, verify_initial_and_final, verify_with, TestCase, TestReport, TestSet, VerifierMode,

@@ -17,7 +17,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::sandbox::{
-    home_of, SandboxError, Session, VerifierCall, VerifierPath, WarmHints, VERIFIER_PROGRAM,
+    home_of, CommandOutput, SandboxError, Session, VerifierCall, VerifierPath, WarmHints,
+    VERIFIER_PROGRAM,
 };
 use crate::task::formats::VerifierEnvSpec;
 use crate::task::{write_tree, Task};
@@ -245,9 +246,13 @@ fn run_pytest(
     args.push(format!("--rootdir={PRIVATE_DIR}/tests"));
     args.push(format!("-c={PRIVATE_DIR}/pytest.ini"));
     args.extend(extra_args.iter().map(|a| a.to_string()));
+    let sealed = sealed_env(session, task)?;
+    // Checked again here: a native task.toml may list them by hand.
+    let own = crate::task::formats::safe_pytest_options(&task.meta.verifier.pytest_args)
+        .map_err(|why| SandboxError::Verify(format!("task.toml: [verifier] pytest_args: {why}")))?;
+    args.extend(pass_through(&own, sealed.as_ref()));
     args.extend(files.iter().map(|f| format!("{PRIVATE_DIR}/tests/{f}")));
     let payload = serde_json::json!({ "root": PRIVATE_DIR, "files": payload_files, "args": args });
-    let sealed = sealed_env(session, task)?;
     let warm = mode == VerifierMode::Warm && sealed.is_none();
     let argv = match &sealed {
         Some(env) => env_argv(env),
@@ -346,6 +351,32 @@ fn env_argv(env: &VerifierEnvSpec) -> Vec<String> {
     argv.push(format!("{prelude}{VERIFIER_PROGRAM}"));
     argv.push("cold".into());
     argv
+}
+
+/// The task's own pytest options (`[verifier] pytest_args`, kept at import
+/// only when they cannot change the verdict) for a run in `env` (`None`:
+/// the built-in runtime). `--ctrf FILE` needs pytest-json-ctrf: with it in
+/// the sealed environment its plugin is loaded by name (plugins are not
+/// loaded automatically); without it the option is left out.
+fn pass_through(options: &[String], env: Option<&VerifierEnvSpec>) -> Vec<String> {
+    let ctrf = env.is_some_and(|e| e.packages.iter().any(|p| p.name == "pytest-json-ctrf"));
+    let mut out = Vec::new();
+    let mut it = options.iter();
+    while let Some(o) = it.next() {
+        if o == "--ctrf" || o.starts_with("--ctrf=") {
+            let value = (o == "--ctrf").then(|| it.next()).flatten();
+            if ctrf {
+                if !out.iter().any(|a| a == "ctrf.main") {
+                    out.extend(["-p".to_string(), "ctrf.main".to_string()]);
+                }
+                out.push(o.clone());
+                out.extend(value.cloned());
+            }
+            continue;
+        }
+        out.push(o.clone());
+    }
+    out
 }
 
 /// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture,
@@ -466,6 +497,9 @@ fn run_script(
             "tests/{script} is named by task.toml [verifier] script but missing from the bundle"
         )));
     }
+    if let Some(env) = sealed_env(session, task)? {
+        return run_script_sealed(session, task, &env, script, timeout, start);
+    }
     let (host, inside) = session
         .exchange_dir()
         .ok_or_else(|| SandboxError::Verify("this session has no exchange directory".into()))?;
@@ -532,6 +566,91 @@ fn parse_reward(fd3: &str) -> Result<f64, String> {
     }
 }
 
+/// The sealed environment's commands for a test script, as files of the
+/// verifier's private directory (`bin/` is made executable there):
+/// `python3`, `python` (its interpreter, through its own loader, with its
+/// site directory on `sys.path`), `pip` and `pip3` (`python3 -m pip`).
+fn script_env_bin(env: &VerifierEnvSpec) -> Vec<(String, Vec<u8>)> {
+    let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let argv: Vec<String> = crate::sandbox::local::env_python(env)
+        .iter()
+        .map(|a| q(a))
+        .collect();
+    let python = format!(
+        "#!/bin/sh\n# Written by endless: the sealed verifier environment's Python.\n\
+         PYTHONPATH={site}${{PYTHONPATH:+:$PYTHONPATH}} exec {argv} \"$@\"\n",
+        site = q(&crate::sandbox::local::env_site(env)),
+        argv = argv.join(" "),
+    );
+    // What the script's install lines ask for was installed when the
+    // environment was built (from those very lines); the environment is
+    // read-only, so they only say so here.
+    let pip = format!(
+        "#!/bin/sh\nif [ \"$1\" = install ]; then\n  echo 'endless: the sealed verifier environment was built with the packages of this script; nothing to install' >&2\n  exit 0\nfi\nexec {PRIVATE_DIR}/bin/python3 -m pip \"$@\"\n"
+    );
+    ["python3", "python"]
+        .iter()
+        .map(|n| (format!("bin/{n}"), python.clone().into_bytes()))
+        .chain(
+            ["pip", "pip3"]
+                .iter()
+                .map(|n| (format!("bin/{n}"), pip.clone().into_bytes())),
+        )
+        .collect()
+}
+
+/// A test script (`tests/test.sh` computing the reward itself) of a task
+/// with a sealed verifier environment: run as the verifier runs (its
+/// private mount namespace, the tests read-only at `/tests`, a fresh
+/// writable `/logs/verifier/`, the task's user without capabilities, the
+/// task's WORKDIR as cwd), with the environment's `python3`/`python`/`pip`
+/// first on `PATH`. The reward comes from `reward.txt` / `reward.json`.
+fn run_script_sealed(
+    session: &mut Session,
+    task: &Task,
+    env: &VerifierEnvSpec,
+    script: &str,
+    timeout: Duration,
+    start: Instant,
+) -> Result<TestReport, SandboxError> {
+    let mut files: Vec<(String, Vec<u8>)> = task
+        .tests
+        .iter()
+        .map(|(path, file)| (format!("tests/{path}"), file.bytes.clone()))
+        .collect();
+    files.extend(script_env_bin(env));
+    let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let workdir = session.info().workdir.clone();
+    let body = format!(
+        "{{ cd {workdir} 2>/dev/null || cd /; }}; bash /tests/{script}; st=$?; {REWARD_TO_FD3}; exit $st",
+        workdir = q(&workdir),
+        script = q(script).trim_matches('\''),
+    );
+    let mut env_vars = user_env(session);
+    for (k, v) in env_vars.iter_mut() {
+        if k == "PATH" {
+            *v = format!("{PRIVATE_DIR}/bin:{v}");
+        }
+    }
+    let call = VerifierCall {
+        argv: vec!["/bin/bash".into(), "-c".into(), body],
+        env: env_vars,
+        cwd: workdir,
+        warm: false,
+        hints: WarmHints::default(),
+        files,
+    };
+    let (out, reward, _) = match session.run_verifier(&call, Vec::new(), timeout) {
+        Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),
+        other => other?,
+    };
+    let mut report = script_report(script, out, &reward, timeout, start);
+    report.verifier = VerifierPath::Cold(Some(
+        "the verifier script runs with the task's sealed verifier environment".into(),
+    ));
+    Ok(report)
+}
+
 fn run_script_in(
     session: &mut Session,
     script: &str,
@@ -553,8 +672,20 @@ fn run_script_in(
     let mut argv = clean_env(inside_run);
     argv.extend(["/bin/bash".to_string(), "-c".to_string(), body]);
     let (out, reward) = session.run_as_root_fd3(&argv, timeout)?;
+    Ok(script_report(script, out, &reward, timeout, start))
+}
+
+/// The report of a verifier script that ended with `out`, having written
+/// `reward` to fd 3 (see [`REWARD_TO_FD3`]).
+fn script_report(
+    script: &str,
+    out: CommandOutput,
+    reward: &[u8],
+    timeout: Duration,
+    start: Instant,
+) -> TestReport {
     let code = out.code;
-    let reward = parse_reward(&String::from_utf8_lossy(&reward));
+    let reward = parse_reward(&String::from_utf8_lossy(reward));
     let passed = reward.as_ref().is_ok_and(|r| *r >= 1.0);
     let junit_xml = String::new();
     let message = match &reward {
@@ -565,7 +696,7 @@ fn run_script_in(
     if out.timed_out {
         output.push_str(&format!("\n[verifier timed out after {timeout:?}]"));
     }
-    Ok(TestReport {
+    TestReport {
         tests: vec![TestCase {
             name: script.to_string(),
             passed,
@@ -579,7 +710,7 @@ fn run_script_in(
             "verifier scripts run in the agent's environment".into(),
         )),
         exit_code: code,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -604,6 +735,32 @@ mod tests {
             verifier: VerifierPath::Warm,
             exit_code,
         }
+    }
+
+    #[test]
+    fn the_tasks_pytest_options_pass_through_ctrf_only_with_its_plugin() {
+        let opts: Vec<String> = ["--ctrf", "/logs/verifier/ctrf.json", "-rA", "-k", "x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(pass_through(&opts, None), ["-rA", "-k", "x"]);
+        let v = crate::task::VerifierSection {
+            packages: vec!["numpy==2.3.3".into(), "pytest-json-ctrf==0.3.5".into()],
+            ..crate::task::VerifierSection::default()
+        };
+        let env = VerifierEnvSpec::from_section(&v, Path::new("task.toml")).unwrap();
+        assert_eq!(
+            pass_through(&opts, Some(&env)),
+            [
+                "-p",
+                "ctrf.main",
+                "--ctrf",
+                "/logs/verifier/ctrf.json",
+                "-rA",
+                "-k",
+                "x"
+            ]
+        );
     }
 
     #[test]
@@ -641,7 +798,7 @@ mod tests {
         );
         assert!(program.ends_with(VERIFIER_PROGRAM));
         assert!(
-            argv[0].starts_with("/run/endless-verifier-envs/"),
+            argv[0].starts_with("/run/endless-verifier/envs/"),
             "{argv:?}"
         );
     }

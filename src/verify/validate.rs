@@ -27,6 +27,10 @@ pub struct Validation {
     /// substituted for the one the task asks for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The classes of the problems, for a curator (see
+    /// [`super::FailureClass`]); empty when the task is valid.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failure_classes: Vec<super::FailureClass>,
     /// The initial tests' report.
     pub initial: Option<TestReport>,
     /// The final tests' report on the initial state.
@@ -93,6 +97,7 @@ pub fn validate_task_reporting(
         oracle_passes: None,
         problems: Vec::new(),
         notes: Vec::new(),
+        failure_classes: Vec::new(),
         initial: None,
         final_on_initial: None,
         baseline: None,
@@ -109,6 +114,7 @@ pub fn validate_task_reporting(
         ) => {
             v.problems
                 .push(format!("the environment did not build: {e}"));
+            v.failure_classes = super::classify(&v);
             v.duration = start.elapsed();
             return Ok(v);
         }
@@ -203,6 +209,7 @@ pub fn validate_task_reporting(
         }
         session.close();
     }
+    v.failure_classes = super::classify(&v);
     v.duration = start.elapsed();
     Ok(v)
 }

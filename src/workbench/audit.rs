@@ -201,6 +201,67 @@ impl crate::sandbox::Backend for NoBackend {
     }
 }
 
+/// The tasks a selection names, sorted: comma-separated ids or `*` globs;
+/// empty or `all`: every task. A pattern that matches no task is an error
+/// naming it.
+pub fn select_audit_ids(ws: &Workspace, selection: &str) -> anyhow::Result<Vec<String>> {
+    let all = ws.task_ids()?;
+    let patterns: Vec<&str> = selection
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if patterns.is_empty() || patterns == ["all"] {
+        return Ok(all);
+    }
+    let mut out = Vec::new();
+    for p in patterns {
+        let matched: Vec<&String> = all
+            .iter()
+            .filter(|id| super::runs::glob_match(p, id))
+            .collect();
+        if matched.is_empty() {
+            anyhow::bail!("tasks: {p:?} matches no task");
+        }
+        out.extend(matched.into_iter().cloned());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// One line for people about an audit's outcomes: how many tasks have
+/// findings (and which labels), how many are clean, how many are not.
+pub fn outcome_summary(outcomes: &[AuditOutcome]) -> String {
+    let mut flagged = 0;
+    let mut clean = 0;
+    let mut labels: Vec<String> = Vec::new();
+    for o in outcomes {
+        match o.report.as_ref().filter(|_| o.error.is_none()) {
+            Some(r) if r.findings().next().is_some() => {
+                flagged += 1;
+                labels.extend(r.labels());
+            }
+            Some(r) if r.complete() => clean += 1,
+            _ => {}
+        }
+    }
+    let labels: Vec<&str> = audit::LABELS
+        .into_iter()
+        .filter(|l| labels.iter().any(|x| x == l))
+        .collect();
+    let rest = outcomes.len() - flagged - clean;
+    let mut line = format!("{} tasks audited: {flagged} with findings", outcomes.len());
+    if !labels.is_empty() {
+        line.push_str(&format!(" ({})", labels.join(", ")));
+    }
+    line.push_str(&format!(", {clean} clean"));
+    if rest > 0 {
+        line.push_str(&format!(", {rest} incomplete or not audited"));
+    }
+    line
+}
+
 /// Task `id`'s stored audit report, if it has one (what a detail view
 /// shows); a bad file is an error naming it and the field at fault.
 pub fn load_audit(ws: &Workspace, id: &str) -> anyhow::Result<Option<AuditReport>> {
@@ -301,6 +362,40 @@ mod tests {
             checks: vec![CheckResult::done(Check::Flaky, findings, vec![])],
             mutation: None,
         }
+    }
+
+    #[test]
+    fn selections_take_globs_and_all_and_outcomes_read_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        for id in ["up-a", "up-b", "other"] {
+            ws.add_task(&Task::minimal(id), TaskStatus::Candidate)
+                .unwrap();
+        }
+        assert_eq!(select_audit_ids(&ws, "up-*").unwrap(), ["up-a", "up-b"]);
+        assert_eq!(select_audit_ids(&ws, " all ").unwrap().len(), 3);
+        assert_eq!(select_audit_ids(&ws, "").unwrap().len(), 3);
+        assert_eq!(
+            select_audit_ids(&ws, "other, up-a").unwrap(),
+            ["other", "up-a"]
+        );
+        let e = select_audit_ids(&ws, "up-a,nope*").unwrap_err().to_string();
+        assert!(e.contains("\"nope*\" matches no task"), "{e}");
+        let o = |id: &str, label: Option<&str>, error: Option<&str>| AuditOutcome {
+            id: id.into(),
+            report: Some(report(id, label)),
+            error: error.map(String::from),
+            resumed: false,
+        };
+        let line = outcome_summary(&[
+            o("a", Some("flaky"), None),
+            o("b", None, None),
+            o("c", None, Some("not stored")),
+        ]);
+        assert_eq!(
+            line,
+            "3 tasks audited: 1 with findings (flaky), 1 clean, 1 incomplete or not audited"
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub mod import_runs;
 mod rebuild;
 mod runs;
 pub mod shard_run;
+pub mod sharded_runs;
 pub mod shards;
 pub mod slurm;
 mod train;

@@ -493,7 +493,8 @@ pub fn status(job: &SlurmJob) -> Result<JobStatus> {
             Err(why) => sacct_note = Some(why),
         }
         // squeue knows best about what is still queued or running.
-        states.extend(squeue_states(&ids)?);
+        // Without squeue (the TUI off a submit host), the shards' records say.
+        states.extend(squeue_states(&ids).unwrap_or_default());
     }
     let state_of = |id: &str| {
         states

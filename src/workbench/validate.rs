@@ -36,6 +36,25 @@ impl Verdict {
         }
     }
 
+    /// The classes of its problems (see [`crate::verify::FailureClass`]):
+    /// those of the sandbox checks; none for a bundle refused before them.
+    pub fn classes(&self) -> &[crate::verify::FailureClass] {
+        self.validation
+            .as_ref()
+            .map_or(&[], |v| v.failure_classes.as_slice())
+    }
+
+    /// The classes as one bracketed word list (`[build-network]`), or
+    /// nothing when there are none.
+    pub fn classes_label(&self) -> String {
+        let keys: Vec<&str> = self.classes().iter().map(|c| c.key()).collect();
+        if keys.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", keys.join(", "))
+        }
+    }
+
     /// What the user should know even when the task is valid (a base
     /// image substituted for the one it asks for).
     pub fn notes(&self) -> &[String] {

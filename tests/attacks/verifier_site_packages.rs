@@ -5,7 +5,9 @@
 //! site-packages directory it can see, its home's user site, and the
 //! environment itself. The verdict must not be forged (a planted `pytest`
 //! would report a pass on fd 3), none of the planted files may run in the
-//! verifier, and the environment must stay read-only. The environment is
+//! verifier, and the environment must stay read-only. The agent's session
+//! must not see the environment at all (it is attached for the verifier
+//! only): listing, opening or searching for it finds nothing. The environment is
 //! built offline here (the host's Python, no PyPI package), from the
 //! image's own interpreter, as it is for any task.
 
@@ -41,15 +43,20 @@ fn planted_modules_do_not_reach_the_sealed_verifier_environment() {
             t.meta.verifier.python = Some(host_python());
             t.tests.insert_text(
                 "test_final_state.py",
-                "import os\ntry:\n    import numpy  # only the agent's could be found\nexcept ImportError:\n    pass\n\n\
+                "import os, sys\ntry:\n    import numpy  # only the agent's could be found\nexcept ImportError:\n    pass\n\n\
+                 def test_env_read_only():\n    site = [p for p in sys.path if p.startswith('/run/endless-verifier/envs/') and p.endswith('/site')]\n    assert site, sys.path\n    try:\n        open(site[0] + '/planted_by_tests.py', 'w').close()\n    except OSError:\n        return\n    raise AssertionError('the verifier environment is writable')\n\n\
                  def test_done():\n    with open(os.path.expanduser('~/out.txt')) as f:\n        assert f.read().strip() == 'HELLO'\n",
             );
             let mut s = session(b, &t);
             let plant = format!(
                 "cat > /tmp/payload.py <<'EOF'\n{PAYLOAD}EOF\n\
+                 ls -A /run/endless-verifier/envs /run/endless-verifier-envs 2>/dev/null | grep -q . ; echo env_listed=$?\n\
+                 ls -d /run/endless-verifier/envs/*/site /run/endless-verifier-envs/*/site >/dev/null 2>&1; echo env_visible=$?\n\
+                 found=$(find / \\( -path /proc -o -path /sys \\) -prune -o \\( -name endless-python3 -o -name endless-verifier-env.sh \\) -print 2>/dev/null | head -3); echo \"found=[$found]\"; test -n \"$found\"; echo env_found=$?\n\
+                 grep -q verifier-envs /proc/self/mountinfo; echo env_mounted=$?\n\
                  dirs=\"$(python3 -c 'import site, sys; print(\" \".join([p for p in sys.path if p] + site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null) \
                  /usr/lib/python3/dist-packages /usr/local/lib/python3/dist-packages $HOME/.local/lib/python3/site-packages /tests /run/endless-verifier \
-                 $(ls -d /run/endless-verifier-envs/*/site /run/endless-verifier-envs/*/usr/lib/python3* /run/endless-verifier-envs/*/usr/local/lib/python3* 2>/dev/null)\"\n\
+                 /run/endless-verifier/envs\"\n\
                  planted=0\n\
                  for d in $dirs; do\n\
                    mkdir -p \"$d\" 2>/dev/null || continue\n\
@@ -57,22 +64,18 @@ fn planted_modules_do_not_reach_the_sealed_verifier_environment() {
                    echo 'import os; open(\"/tmp/planted-pth\", \"w\").close()' > \"$d/zz-endless.pth\" 2>/dev/null\n\
                  done\n\
                  echo planted=$planted\n\
-                 ls -d /run/endless-verifier-envs/*/site >/dev/null 2>&1; echo env_visible=$?\n\
-                 touch /run/endless-verifier-envs/x 2>/dev/null; echo write_envs=$?\n\
-                 touch \"$(ls -d /run/endless-verifier-envs/*/site | head -1)/numpy.py\" 2>/dev/null; echo write_site=$?\n\
-                 mount -o remount,rw /run/endless-verifier-envs 2>/dev/null; echo remount=$?\n\
-                 umount /run/endless-verifier-envs 2>/dev/null; echo umount=$?\n\
                  export PYTHONPATH=/tmp PYTHONSTARTUP=/tmp/payload.py"
             );
             let out = run(&mut s, &plant);
             let got = codes(&out);
             let planted = got.iter().find(|(k, _)| k == "planted").map(|(_, c)| *c);
             assert!(planted.is_some_and(|n| n >= 10), "{out}");
-            assert!(
-                got.contains(&("env_visible".to_string(), 0)),
-                "the environment is bound read-only for the verifier: {out}"
+            // The environment is attached for the verifier only: the
+            // agent's session neither lists, opens, finds nor mounts it.
+            all_failed(
+                &out,
+                &["env_listed", "env_visible", "env_found", "env_mounted"],
             );
-            all_failed(&out, &["write_envs", "write_site", "remount", "umount"]);
 
             // The task is not done: the verdict must say so.
             let report = verify(&mut s, &t, TestSet::Final).unwrap();

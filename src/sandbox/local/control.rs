@@ -39,6 +39,10 @@ pub struct LocalControl {
     /// The backend's pre-warmed verifier (`None`: rootless, or turned off;
     /// the string says why).
     pub warm: Result<std::sync::Arc<WarmVerifier>, String>,
+    /// The image's sealed verifier environments on the host (see
+    /// `verifier_env.rs`): attached for the verifier only, never in the
+    /// agent's sessions.
+    pub verifier_envs: PathBuf,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -147,6 +151,9 @@ impl LocalControl {
             files,
             !self.rootless,
             self.seccomp.clone(),
+            // Cold runs only use them (the pre-warmed verifier serves the
+            // built-in runtime), but the plan is the same for both.
+            Some(self.verifier_envs.as_path()),
         )
     }
 }

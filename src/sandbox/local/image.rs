@@ -19,7 +19,7 @@ use crate::sandbox::SandboxError;
 use crate::task::envdef::{parse_task, EnvDefinition, Step};
 use crate::task::{write_tree, Task};
 
-pub(super) const IMAGE_META: &str = "image.json";
+pub(super) use super::layout::IMAGE_META;
 
 impl LocalBackend {
     /// Build (or find in the cache) the image of `task`, reporting the
@@ -34,11 +34,48 @@ impl LocalBackend {
                 task: task.id().to_string(),
             });
         }
-        let def = parse_task(task)?;
-        let image = self.build_image_from(task, &def, progress)?;
+        let parsed = parse_task(task)?;
+        let (def, origin) = self.prebuilt_or_definition(task, parsed, progress);
+        let cache = self.layout.images();
+        let full = |e| super::diskfull::classify(e, &cache);
+        let image = self
+            .build_image_noted(task, &def, origin, progress)
+            .map_err(full)?;
         // The sealed verifier environment the tests ask for, if any.
-        self.ensure_verifier_env(task, &def, &image, progress)?;
+        self.ensure_verifier_env(task, &def, &image, progress)
+            .map_err(full)?;
+        super::evict::touch_image(&image.path);
+        self.keep_within_cap(&image)?;
         Ok(image)
+    }
+
+    /// Evict what was least recently used past `[images] max_store_gb`
+    /// (never `image`, just built or found).
+    fn keep_within_cap(&self, image: &Image) -> Result<(), SandboxError> {
+        let Some(gb) = self.resolver.settings().max_store_gb.filter(|g| *g > 0.0) else {
+            return Ok(());
+        };
+        // Only after a build: a cache hit adds nothing (and an episode's
+        // start should not walk the cache).
+        if !super::evict::just_built(&image.path) {
+            return Ok(());
+        }
+        let Some(cache_dir) = self
+            .layout
+            .images()
+            .parent()
+            .and_then(|p| p.parent())
+            .map(Path::to_path_buf)
+        else {
+            return Ok(());
+        };
+        super::evict::enforce_cap(
+            &cache_dir,
+            &self.images,
+            (gb * 1e9) as u64,
+            std::slice::from_ref(&image.hash),
+        )?;
+        Ok(())
     }
 
     /// Build (or find in the cache) the image of `task` from its parsed
@@ -49,11 +86,87 @@ impl LocalBackend {
         def: &EnvDefinition,
         progress: ProgressFn<'_>,
     ) -> Result<Image, SandboxError> {
+        self.build_image_noted(task, def, None, progress)
+    }
+
+    /// The definition to build: a task's prebuilt `[environment]
+    /// docker_image` (no steps) when it can be had (stored, aliased, a
+    /// stand-in or pulled), else its own definition; and a note saying
+    /// which, when the task names a prebuilt image.
+    fn prebuilt_or_definition(
+        &self,
+        task: &Task,
+        def: EnvDefinition,
+        progress: ProgressFn<'_>,
+    ) -> (EnvDefinition, Option<Origin>) {
+        let Some(prebuilt) = prebuilt_image(task) else {
+            return (def, None);
+        };
+        match self
+            .resolver
+            .resolve_available(&self.images, &prebuilt, progress)
+        {
+            Ok(_) => {
+                let note = format!(
+                    "the prebuilt image {prebuilt} (task.toml [environment] docker_image) is used; {} is not built",
+                    if def.file.is_empty() { "the definition" } else { def.file.as_str() }
+                );
+                let prebuilt_def = EnvDefinition {
+                    base: Some(prebuilt),
+                    steps: Vec::new(),
+                    session_script: def.session_script,
+                    file: "task.toml [environment] docker_image".into(),
+                    lines: Vec::new(),
+                    stages: Vec::new(),
+                };
+                (
+                    prebuilt_def,
+                    Some(Origin {
+                        note,
+                        prebuilt: true,
+                    }),
+                )
+            }
+            Err(e) => {
+                let note = format!(
+                    "the prebuilt image {prebuilt} (task.toml [environment] docker_image) is unavailable ({e}); {} is built instead",
+                    if def.file.is_empty() { "the definition" } else { def.file.as_str() }
+                );
+                (
+                    def,
+                    Some(Origin {
+                        note,
+                        prebuilt: false,
+                    }),
+                )
+            }
+        }
+    }
+
+    /// [`LocalBackend::build_image_from`], with where the definition came
+    /// from (`origin`) joined to the base note.
+    fn build_image_noted(
+        &self,
+        task: &Task,
+        def: &EnvDefinition,
+        origin: Option<Origin>,
+        progress: ProgressFn<'_>,
+    ) -> Result<Image, SandboxError> {
         let layout = &self.layout;
         layout.ensure()?;
         let (base, base_note) = self.resolve_base(def, progress)?;
+        let base_note = match (origin.as_ref().map(|o| o.note.clone()), base_note) {
+            (Some(o), Some(b)) => Some(format!("{o}; {b}")),
+            (o, b) => o.or(b),
+        };
         let base_id = self.base_fingerprint(base.as_ref().map(|(stored, _)| stored));
-        let hash = image_hash(task, "local", &base_id);
+        // A prebuilt image and the same task built from its definition are
+        // different images.
+        let hash = if origin.as_ref().is_some_and(|o| o.prebuilt) {
+            image_hash(task, "local", &format!("{base_id}|prebuilt"))
+        } else {
+            image_hash(task, "local", &base_id)
+        };
         let dir = layout.images().join(&hash);
         if let Some(image) = load_meta(&dir) {
             return Ok(image);
@@ -408,6 +521,8 @@ impl LocalBackend {
             super::layout::remove_tree(d);
         }
         let failed = |e: SandboxError| {
+            // Whether the disk is full is seen before the layer is removed.
+            let e = super::diskfull::classify(e, &layer);
             super::layout::remove_tree(&layer);
             e
         };
@@ -424,6 +539,27 @@ impl LocalBackend {
         cache.commit(&layer, key, &meta).map_err(failed)?;
         Ok(meta)
     }
+}
+
+/// Where a task's definition came from, when it names a prebuilt image.
+struct Origin {
+    /// What the result says (prebuilt image used, or the definition built
+    /// because it was unavailable).
+    note: String,
+    /// Whether the prebuilt image is used.
+    prebuilt: bool,
+}
+
+/// `[environment] docker_image` of the task (Harbor's prebuilt image), if set.
+fn prebuilt_image(task: &Task) -> Option<String> {
+    task.meta
+        .environment
+        .extra
+        .get("docker_image")
+        .and_then(|v| v.as_str())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 /// What a build was started from.

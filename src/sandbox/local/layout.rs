@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 
 use crate::sandbox::SandboxError;
 
+/// A built image's metadata file, in its directory (its presence marks a
+/// finished build).
+pub(super) const IMAGE_META: &str = "image.json";
+
 /// Host system directories offered to the sandbox read-only (through an
 /// overlay, so writes stay in the episode layer).
 pub const SYSTEM_DIRS: &[&str] = &[

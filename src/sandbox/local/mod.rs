@@ -22,7 +22,9 @@
 mod buildstep;
 mod bwrap;
 mod control;
+mod diskfull;
 mod etc;
+mod evict;
 mod flatten;
 mod image;
 mod layout;
@@ -51,6 +53,7 @@ use seccompiler::BpfProgram;
 
 pub use bwrap::{bwrap_path, which};
 pub use control::EXCHANGE_INSIDE;
+pub use evict::{disk_bytes, enforce_cap, prune_keep_recent, EvictReport, IN_USE_WINDOW};
 pub use layout::SYSTEM_DIRS;
 pub use limits::{cgroups_available, Limits, RLIMITS_ONLY};
 pub use net::pasta_path;
@@ -558,19 +561,10 @@ impl LocalBackend {
         let network = image.network && self.allow_network;
         let (net_parent, net_child, pidfile) = self.net_setup(network, &sid)?;
         let (staged_x, staged_rt) = (layout.staged("x"), layout.staged("rt"));
-        let mut host_binds = vec![
+        let host_binds = vec![
             (exchange.clone(), staged_x.clone()),
             (self.runtime.dir.clone(), staged_rt.clone()),
         ];
-        // The image's sealed verifier environments (`verifier_env.rs`).
-        let envs = image.path.join(verifier_env::IMAGE_DIR);
-        let staged_envs = layout.staged("venv");
-        let with_envs = envs.is_dir();
-        if with_envs {
-            std::fs::create_dir_all(&staged_envs)
-                .map_err(SandboxError::io("create mount point", &staged_envs))?;
-            host_binds.push((envs, staged_envs.clone()));
-        }
         let plan = MountPlan::new(MountSpec {
             tmpfs: Some((&scratch, limits.disk_bytes)),
             mkdirs: &mkdirs,
@@ -595,13 +589,6 @@ impl LocalBackend {
                 read_only: true,
             },
         ];
-        if with_envs {
-            binds.push(Bind {
-                source: staged_envs,
-                inside: verifier_env::INSIDE.into(),
-                read_only: true,
-            });
-        }
         for (host, inside) in self.runtime.host_binds() {
             binds.push(Bind {
                 source: host,
@@ -645,6 +632,8 @@ impl LocalBackend {
             seccomp: self.seccomp.clone(),
             pasta_pidfile: pidfile.clone(),
             warm: self.warm.clone(),
+            // Attached for the verifier only (`verifier.rs`), never here.
+            verifier_envs: image.path.join(verifier_env::IMAGE_DIR),
         };
         if let Ok(warm) = &self.warm {
             warm.start();

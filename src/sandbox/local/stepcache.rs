@@ -368,7 +368,7 @@ pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
 }
 
 /// The lock on `path` if nobody holds it (`None`: someone does).
-fn try_lock(path: &Path) -> Result<Option<Lock>, SandboxError> {
+pub(super) fn try_lock(path: &Path) -> Result<Option<Lock>, SandboxError> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

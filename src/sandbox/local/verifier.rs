@@ -17,6 +17,15 @@
 //!    it read-only (no process the tests start can plant a module beside
 //!    them, whatever its user), and hides an `/etc/ld.so.preload` the agent
 //!    may have written;
+//!    When the task's image has sealed verifier environments
+//!    (`verifier_env.rs`), attaches them read-only at
+//!    [`super::verifier_env::INSIDE`] (inside that tmpfs) in this private
+//!    mount namespace only: right after entering our user namespace, the
+//!    child clones the host's environment directory into a detached mount
+//!    (`open_tree(OPEN_TREE_CLONE)` in a mount namespace of its own, from a
+//!    descriptor the parent opened), and moves it into place
+//!    (`move_mount`) once in the sandbox. The agent's sessions never have
+//!    it mounted: nothing in them can list, open or change it;
 //! 3. forks once, as `nsenter` does, so that the verifier is a member of the
 //!    PID namespace;
 //! 4. becomes the task's user without any capability, changes to the task's
@@ -51,6 +60,8 @@ pub struct VerifierPlan {
     root: OwnedFd,
     private_dir: CString,
     tmpfs_data: CString,
+    /// The options of the tests' `/logs/verifier` tmpfs.
+    logs_data: CString,
     cwd: CString,
     uid: u32,
     gid: u32,
@@ -61,6 +72,9 @@ pub struct VerifierPlan {
     /// is also shown, read-only, at `/tests` (in the verifier's mount
     /// namespace only), where Harbor's tests read their files.
     tests_dir: Option<CString>,
+    /// The image's verifier environments on the host (a directory opened
+    /// `O_PATH`), and where they appear for the verifier.
+    envs: Option<(OwnedFd, CString)>,
 }
 
 /// The tests' files as the child writes them into its private tmpfs
@@ -68,7 +82,7 @@ pub struct VerifierPlan {
 #[derive(Default)]
 struct SealedFiles {
     dirs: Vec<CString>,
-    files: Vec<(CString, Vec<u8>)>,
+    files: Vec<(CString, Vec<u8>, libc::mode_t)>,
 }
 
 impl SealedFiles {
@@ -91,9 +105,18 @@ impl SealedFiles {
                 dirs.insert(p.to_path_buf());
                 parent = p.parent();
             }
-            sealed
-                .files
-                .push((inside(private_dir, &path.to_string_lossy())?, bytes.clone()));
+            // `bin/`: the verifier's own commands (e.g. the sealed
+            // environment's `python3` for test scripts), executable.
+            let mode = if rel.starts_with("bin/") {
+                0o755
+            } else {
+                0o644
+            };
+            sealed.files.push((
+                inside(private_dir, &path.to_string_lossy())?,
+                bytes.clone(),
+                mode,
+            ));
         }
         // A BTreeSet of paths orders every parent before its children.
         for d in dirs {
@@ -111,7 +134,7 @@ impl SealedFiles {
             for d in &self.dirs {
                 check(libc::mkdir(d.as_ptr(), 0o755))?;
             }
-            for (path, bytes) in &self.files {
+            for (path, bytes, mode) in &self.files {
                 let fd = libc::open(
                     path.as_ptr(),
                     libc::O_WRONLY
@@ -119,7 +142,7 @@ impl SealedFiles {
                         | libc::O_EXCL
                         | libc::O_NOFOLLOW
                         | libc::O_CLOEXEC,
-                    0o644,
+                    *mode as libc::c_uint,
                 );
                 check(fd)?;
                 let mut rest: &[u8] = bytes;
@@ -170,8 +193,21 @@ impl VerifierPlan {
         files: &[(String, Vec<u8>)],
         set_groups: bool,
         seccomp: Vec<BpfProgram>,
+        envs: Option<&std::path::Path>,
     ) -> Result<VerifierPlan, SandboxError> {
         let p = |what: &str| format!("/proc/{init}/{what}");
+        let envs = match envs.filter(|d| d.is_dir()) {
+            Some(dir) => Some((
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                    .open(dir)
+                    .map(OwnedFd::from)
+                    .map_err(SandboxError::io("open the verifier environments", dir))?,
+                CString::new(super::verifier_env::INSIDE).expect("no NUL"),
+            )),
+            None => None,
+        };
         let ns = [
             ("ns/net", libc::CLONE_NEWNET),
             ("ns/ipc", libc::CLONE_NEWIPC),
@@ -214,6 +250,7 @@ impl VerifierPlan {
             root,
             private_dir: c(private_dir)?,
             tmpfs_data: c(&format!("size=64m,mode=0700,uid={uid},gid={gid}"))?,
+            logs_data: c(&format!("size=64m,mode=0755,uid={uid},gid={gid}"))?,
             cwd: c(cwd)?,
             uid,
             gid,
@@ -225,6 +262,7 @@ impl VerifierPlan {
             } else {
                 None
             },
+            envs,
         })
     }
 
@@ -282,6 +320,12 @@ impl VerifierPlan {
             join_cgroups(&self.cgroup_procs);
             check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
             check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
+            // Before leaving the host's mount namespace (where the
+            // environments' directory is), with our user namespace's rights.
+            let envs_tree = match &self.envs {
+                Some((dir, _)) => Some(clone_read_only(dir.as_raw_fd())?),
+                None => None,
+            };
             // The mount namespace first: joining it resets our root, and a
             // chrooted process may not change user namespaces.
             for kind in [
@@ -313,6 +357,17 @@ impl VerifierPlan {
             if self.tests_dir.is_some() {
                 // Still with every file-system capability of the sandbox's root.
                 tests_mount_point()?;
+                // Harbor's `/logs/verifier/` (reward.txt, reward.json,
+                // ctrf.json): a fresh tmpfs of the verifier's, writable by
+                // the tests, that the agent neither sees nor pre-fills.
+                logs_mount_point()?;
+                check(libc::mount(
+                    c"tmpfs".as_ptr(),
+                    c"/logs/verifier".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    self.logs_data.as_ptr().cast(),
+                ))?;
             }
             // Files are made as the task's user (an id every namespace
             // here maps; host root is not mapped in the sandbox's). Only the
@@ -320,6 +375,9 @@ impl VerifierPlan {
             libc::setfsgid(self.gid);
             libc::setfsuid(self.uid);
             self.sealed.write()?;
+            if let Some((_, at)) = &self.envs {
+                check(libc::mkdir(at.as_ptr(), 0o755))?;
+            }
             check(libc::mount(
                 std::ptr::null(),
                 self.private_dir.as_ptr(),
@@ -351,6 +409,21 @@ impl VerifierPlan {
                     std::ptr::null(),
                 ))?;
             }
+            if let (Some(tree), Some((_, at))) = (envs_tree, &self.envs) {
+                let rc = libc::syscall(
+                    libc::SYS_move_mount,
+                    tree,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    at.as_ptr(),
+                    libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+                );
+                let e = io::Error::last_os_error();
+                libc::close(tree);
+                if rc < 0 {
+                    return Err(e);
+                }
+            }
             hide_preload()?;
             become_member_of_pid_namespace()?;
             if self.set_groups {
@@ -364,6 +437,48 @@ impl VerifierPlan {
             }
             seccomp::load(&self.seccomp)
         }
+    }
+}
+
+/// A detached, read-only (recursively, and `nosuid`, `nodev`) copy of the
+/// directory `dir` (opened `O_PATH` in the host's mount namespace): made
+/// in a mount namespace of our own, copied from the host's, where the
+/// user namespace just entered may clone mounts. Returns its descriptor.
+///
+/// # Safety
+/// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+unsafe fn clone_read_only(dir: RawFd) -> io::Result<libc::c_int> {
+    unsafe {
+        // The working directory follows into the new namespace's copy of
+        // its mount, which the clone below must be taken from.
+        check(libc::fchdir(dir))?;
+        check(libc::unshare(libc::CLONE_NEWNS))?;
+        let tree = libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c".".as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as u32)
+                as libc::c_uint,
+        ) as libc::c_int;
+        if tree < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut attr: libc::mount_attr = std::mem::zeroed();
+        attr.attr_set = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+        let rc = libc::syscall(
+            libc::SYS_mount_setattr,
+            tree,
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        );
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            libc::close(tree);
+            return Err(e);
+        }
+        Ok(tree)
     }
 }
 
@@ -382,6 +497,26 @@ unsafe fn tests_mount_point() -> io::Result<()> {
         }
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(io::Error::from_raw_os_error(PRELOAD_REFUSED));
+        }
+        Ok(())
+    }
+}
+
+/// Make sure `/logs/verifier` is a directory a tmpfs can be mounted on
+/// (made when missing, as `/tests` is); a link or another file there is
+/// refused like an unhideable `/etc/ld.so.preload`.
+unsafe fn logs_mount_point() -> io::Result<()> {
+    unsafe {
+        for dir in [c"/logs", c"/logs/verifier"] {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::lstat(dir.as_ptr(), &mut st) < 0 {
+                if *libc::__errno_location() != libc::ENOENT {
+                    return Err(io::Error::last_os_error());
+                }
+                check(libc::mkdir(dir.as_ptr(), 0o755))?;
+            } else if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                return Err(io::Error::from_raw_os_error(PRELOAD_REFUSED));
+            }
         }
         Ok(())
     }

@@ -11,9 +11,10 @@
 //! and site directories, the shared libraries it and every extension
 //! module load, the image's dynamic loader), with absolute symbolic links
 //! made relative or removed. The directory then moves into the task image's directory, under
-//! `verifier-envs/<name>`, and every session of that image sees those
-//! directories read-only at [`INSIDE`], outside the episode's overlay: the
-//! agent can neither write nor unmount them, like the built-in runtime.
+//! `verifier-envs/<name>`. The agent's sessions never see it: only the
+//! verifier, in its private mount namespace, has those directories
+//! attached, read-only, at [`INSIDE`] (inside its private read-only tmpfs,
+//! see `verifier.rs`), outside the episode's overlay.
 //!
 //! The verifier starts that interpreter as it starts the runtime's: through
 //! the environment's execute-only loader copy with `--inhibit-cache` and the
@@ -35,8 +36,10 @@ use crate::task::envdef::{EnvDefinition, Step};
 use crate::task::formats::VerifierEnvSpec;
 use crate::task::Task;
 
-/// Where a session sees its image's verifier environments.
-pub const INSIDE: &str = "/run/endless-verifier-envs";
+/// Where the verifier (and only it) sees its image's verifier environments:
+/// inside its private directory ([`super::EXCHANGE_INSIDE`]), which the
+/// verifier covers with a tmpfs of its own.
+pub const INSIDE: &str = "/run/endless-verifier/envs";
 
 /// The directory of an image holding its verifier environments.
 pub const IMAGE_DIR: &str = "verifier-envs";
@@ -317,6 +320,14 @@ mod tests {
         assert!(argv[3].split(':').all(|d| d.starts_with(&base)), "{argv:?}");
         assert_eq!(argv[4], format!("{base}/{PYTHON}"));
         assert_eq!(env_site(&a), format!("{base}/site"));
+    }
+
+    #[test]
+    fn environments_appear_inside_the_verifiers_private_directory() {
+        assert_eq!(
+            INSIDE,
+            format!("{}/envs", crate::sandbox::local::EXCHANGE_INSIDE)
+        );
     }
 
     #[test]

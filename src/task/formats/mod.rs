@@ -9,6 +9,7 @@
 
 mod convert;
 mod harbor;
+mod pytest_args;
 mod reference;
 mod solver_summary;
 mod tb1;
@@ -17,6 +18,7 @@ mod verifier_spec;
 
 use std::path::Path;
 
+pub use pytest_args::safe_options as safe_pytest_options;
 pub use verifier_spec::{parse_test_sh, Package, Runner, VerifierEnvSpec, VerifierSpec};
 
 use serde::{Deserialize, Serialize};

@@ -34,6 +34,13 @@ pub fn adopt_runner(
             Runner::Pytest(args) => {
                 let files = pytest_files(&args, &names)
                     .map_err(|why| BundleError::invalid(shown, None, why))?;
+                let line = format!("line {}", spec.pytest_line);
+                let options = super::pytest_args::safe_options(&args)
+                    .map_err(|why| BundleError::invalid(shown, Some(&line), why))?;
+                // (A task exported by endless keeps its own in `[endless]`.)
+                if !options.is_empty() {
+                    meta.verifier.pytest_args = options;
+                }
                 tests.remove(name);
                 meta.verifier.final_tests = files;
                 meta.verifier.script = None;
@@ -41,7 +48,13 @@ pub fn adopt_runner(
                     spec.env.store_in(&mut meta.verifier);
                 }
             }
-            Runner::Script => keep_script(meta, name),
+            Runner::Script => {
+                keep_script(meta, name);
+                // The script runs with the environment's Python on PATH.
+                if spec.env.needs_environment() {
+                    spec.env.store_in(&mut meta.verifier);
+                }
+            }
         },
         None => keep_script(meta, name),
     }

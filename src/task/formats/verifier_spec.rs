@@ -95,6 +95,8 @@ pub struct VerifierSpec {
     pub env: VerifierEnvSpec,
     /// How the tests run.
     pub runner: Runner,
+    /// The line of the script that runs pytest (1-based; 0: none).
+    pub pytest_line: usize,
 }
 
 impl VerifierEnvSpec {
@@ -233,6 +235,7 @@ impl VerifierEnvSpec {
 pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleError> {
     let mut env = VerifierEnvSpec::default();
     let mut pytest: Option<Vec<String>> = None;
+    let mut pytest_line = 0;
     let mut other = false;
     let mut number = 0;
     let mut pending = String::new();
@@ -277,6 +280,7 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
                         return Err(at(file, first_line, &line, "a second pytest run"));
                     }
                     pytest = Some(args);
+                    pytest_line = first_line;
                 }
                 Ok(Command::Other) => other = true,
                 Ok(Command::Install | Command::Boilerplate) => {}
@@ -299,6 +303,7 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
     Ok(VerifierSpec {
         env: env.finish(),
         runner,
+        pytest_line,
     })
 }
 

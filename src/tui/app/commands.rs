@@ -310,6 +310,7 @@ impl App {
         let form = match cmd {
             Command::JobEval => Some(FormKind::Eval),
             Command::JobValidate => Some(FormKind::Validate),
+            Command::JobAudit => Some(FormKind::Audit),
             Command::JobGenerate => Some(FormKind::Generate),
             Command::JobOffline => Some(FormKind::Offline),
             Command::JobTrain => Some(FormKind::Train),
@@ -349,6 +350,11 @@ impl App {
             self.error("no job selected".into());
             return;
         };
+        if let Some(p) = &j.shard {
+            let text = format!("{} runs on the cluster: re-run it with {}", j.id, p.rerun);
+            self.error(text);
+            return;
+        }
         if matches!(j.status.as_str(), "running" | "queued" | CANCELLING) {
             self.error(format!(
                 "{} is still running (cancel it first with {})",
@@ -457,6 +463,8 @@ impl App {
         match cmd {
             Command::FilterCategory => self.open_picker(PickerKind::Category),
             Command::FilterTag => self.open_picker(PickerKind::Tag),
+            Command::FilterFailure => self.open_picker(PickerKind::Audit),
+            Command::JobAudit => self.open_form(FormKind::Audit),
             Command::Accept => self.curate_task(Request::SetStatus(id_s, TaskStatus::Accepted)),
             Command::Reject => self.curate_task(Request::SetStatus(id_s, TaskStatus::Rejected)),
             Command::Archive => self.curate_task(Request::SetStatus(id_s, TaskStatus::Archived)),

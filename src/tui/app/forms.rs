@@ -15,6 +15,8 @@ pub enum FormKind {
     Eval,
     /// Validate tasks.
     Validate,
+    /// Audit tasks.
+    Audit,
     /// LLM generation.
     Generate,
     /// Offline (procedural) generation.
@@ -42,6 +44,7 @@ impl FormKind {
         match self {
             FormKind::Eval => "eval",
             FormKind::Validate => "validate",
+            FormKind::Audit => "audit",
             FormKind::Generate => "generate",
             FormKind::Offline => "offline",
             FormKind::Train => "train",
@@ -55,7 +58,10 @@ impl FormKind {
     fn remembers(self, label: &str) -> bool {
         !matches!(
             (self, label),
-            (FormKind::Validate, _) | (FormKind::Offline, "seed") | (FormKind::Fork, "at step")
+            (FormKind::Validate, _)
+                | (FormKind::Audit, "tasks")
+                | (FormKind::Offline, "seed")
+                | (FormKind::Fork, "at step")
         )
     }
 }
@@ -110,6 +116,18 @@ impl App {
                 )],
             )
             .with_note("task ids or * globs, comma-separated, or `all`"),
+            FormKind::Audit => Form::new(
+                "Audit tasks",
+                &[
+                    (
+                        "tasks",
+                        self.tasks.selected_id().unwrap_or_else(|| "all".into()),
+                    ),
+                    ("checks", "all".into()),
+                    ("concurrency", d.concurrency.to_string()),
+                ],
+            )
+            .with_note("what `endless tasks audit` does, as a job; tasks: ids or * globs, comma-separated, or all; checks: passes-without-work, weak-tests, cheap-solutions, flaky, time-order, underspecified, needs-network, comma-separated, or all; findings show in Tasks (Audit column, f filters, the Audit tab)"),
             FormKind::Generate => Form::new(
                 "Generate tasks with an LLM",
                 &[
@@ -338,6 +356,26 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                 .map(|id| id.to_string())
                 .collect();
             JobSpec::Validate { tasks }
+        }
+        FormKind::Audit => {
+            let tasks = match form.value("tasks").trim() {
+                "all" => String::new(),
+                t => {
+                    check_selection(form, "tasks", ids)?;
+                    t.to_string()
+                }
+            };
+            crate::tui::launch::audit::parse_checks(form.value("checks"))
+                .map_err(|e| ("checks", e))?;
+            let concurrency: usize = num(form, "concurrency")?;
+            if concurrency == 0 {
+                return Err(("concurrency", "at least 1".into()));
+            }
+            JobSpec::Audit {
+                tasks,
+                checks: form.value("checks").trim().to_string(),
+                concurrency,
+            }
         }
         FormKind::Generate => {
             let model = form.value("model").to_string();

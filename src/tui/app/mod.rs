@@ -241,7 +241,11 @@ impl App {
             Action::Resize(..) => {}
             Action::TaskSelected(id) => self.load_selected(Some(id)),
             Action::TaskEnvLoaded(env) => self.tasks.detail.set_env(*env),
-            Action::TasksLoaded(_) | Action::TaskLoaded(..) | Action::TaskRowUpdated(_) => {
+            Action::TasksLoaded(_)
+            | Action::TaskLoaded(..)
+            | Action::TaskRowUpdated(_)
+            | Action::AuditsLoaded(_)
+            | Action::AuditLoaded(..) => {
                 let next = self.tasks.update(action);
                 self.follow(next);
             }
@@ -293,7 +297,9 @@ impl App {
                     self.outbox.push(Request::LoadJobs);
                 }
             }
-            Action::JobsLoaded(_) | Action::JobLogLoaded(..) => self.follow_up(View::Jobs, action),
+            Action::JobsLoaded(_) | Action::JobLogLoaded(..) | Action::ShardRunsLoaded(_) => {
+                self.follow_up(View::Jobs, action)
+            }
             Action::TrainingLoaded(_) => self.follow_up(View::Training, action),
             Action::EpisodeLoaded { episode, compare } => match (&mut self.inspector, compare) {
                 (Some(insp), true) => insp.other = Some(*episode),
@@ -417,7 +423,9 @@ impl App {
             }
         }
         if self.view == View::Jobs {
-            if let Some(id) = self.jobs.wants_log() {
+            if let Some((id, path)) = self.jobs.wants_file_log() {
+                self.outbox.push(Request::LoadFileLog(id, path));
+            } else if let Some(id) = self.jobs.wants_log() {
                 self.outbox.push(Request::LoadJobLog(id));
             }
         }

@@ -16,6 +16,8 @@ pub enum PickerKind {
     Category,
     /// The Tasks view's tag filter.
     Tag,
+    /// The Tasks view's audit filter.
+    Audit,
     /// The Episodes view's failure-mode filter.
     Failure,
     /// The inspected episode's failure label.
@@ -44,6 +46,23 @@ impl App {
                         .map(|t| Choice::new(Some(t.as_str()), t.as_str())),
                 );
                 Picker::new("tag", choices, self.tasks.filter.tag.as_deref())
+            }
+            PickerKind::Audit => {
+                use crate::tui::views::tasks::{AUDIT_CLEAN, AUDIT_FLAGGED, AUDIT_NONE};
+                let mut choices = vec![
+                    Choice::new(None, "any audit"),
+                    Choice::new(Some(AUDIT_FLAGGED), "flagged (any finding)"),
+                    Choice::new(Some(AUDIT_CLEAN), "clean"),
+                    Choice::new(Some(AUDIT_NONE), "not audited"),
+                ];
+                let shown: Vec<(&'static str, String)> = self
+                    .tasks
+                    .audit_labels()
+                    .into_iter()
+                    .map(|l| (l, format!("{l} ({})", crate::audit::short_label(l))))
+                    .collect();
+                choices.extend(shown.iter().map(|(l, s)| Choice::new(Some(*l), s.as_str())));
+                Picker::new("audit", choices, self.tasks.filter.audit.as_deref())
             }
             PickerKind::Failure => {
                 let mut choices = vec![
@@ -98,6 +117,10 @@ impl App {
             }
             PickerKind::Tag => {
                 let sel = self.tasks.set_tag(value);
+                self.load_selected(sel);
+            }
+            PickerKind::Audit => {
+                let sel = self.tasks.set_audit_filter(value);
                 self.load_selected(sel);
             }
             PickerKind::Failure => self.episodes.set_failure(value),

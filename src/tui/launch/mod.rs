@@ -4,6 +4,7 @@
 //! events as job progress) jobs. Each job is a `crate::workbench` use case;
 //! `runtime::launcher` runs it on a job thread.
 
+pub mod audit;
 pub mod eval;
 pub mod train;
 
@@ -23,6 +24,15 @@ pub enum JobSpec {
         /// Turn limit (`None`: each task's own).
         max_turns: Option<u32>,
         /// Episodes in flight at once.
+        concurrency: usize,
+    },
+    /// Audit tasks (`endless tasks audit`; see [`audit`]).
+    Audit {
+        /// Comma-separated ids or `*` globs; empty or `all`: every task.
+        tasks: String,
+        /// Comma-separated check names; empty or `all`: every check.
+        checks: String,
+        /// Tasks audited at once.
         concurrency: usize,
     },
     /// Validate tasks.
@@ -73,6 +83,7 @@ impl JobSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             JobSpec::Eval { .. } => "eval",
+            JobSpec::Audit { .. } => "audit",
             JobSpec::Validate { .. } => "validate",
             JobSpec::Generate { .. } => "generate",
             JobSpec::Offline { .. } => "generate-offline",
@@ -93,6 +104,13 @@ impl JobSpec {
             } => serde_json::json!({
                 "policy": policy, "tasks": tasks, "samples": samples,
                 "max_turns": max_turns, "concurrency": concurrency,
+            }),
+            JobSpec::Audit {
+                tasks,
+                checks,
+                concurrency,
+            } => serde_json::json!({
+                "tasks": tasks, "checks": checks, "concurrency": concurrency,
             }),
             JobSpec::Validate { tasks } => serde_json::json!({ "tasks": tasks }),
             JobSpec::Generate {
@@ -155,6 +173,11 @@ impl JobSpec {
                     None | Some(serde_json::Value::Null) => None,
                     Some(_) => Some(small("max_turns")?),
                 },
+                concurrency: num("concurrency")? as usize,
+            },
+            "audit" => JobSpec::Audit {
+                tasks: text("tasks")?,
+                checks: text("checks")?,
                 concurrency: num("concurrency")? as usize,
             },
             "validate" => JobSpec::Validate {
@@ -299,6 +322,11 @@ mod tests {
             },
             JobSpec::Validate {
                 tasks: vec!["a".into()],
+            },
+            JobSpec::Audit {
+                tasks: "up*".into(),
+                checks: "flaky,weak-tests".into(),
+                concurrency: 2,
             },
             JobSpec::Offline {
                 count: 4,

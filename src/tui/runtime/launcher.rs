@@ -84,6 +84,13 @@ impl Launcher {
                 };
                 crate::tui::launch::eval::fork(ctx, &root, &req, &tx)
             })?,
+            JobSpec::Audit {
+                tasks,
+                checks,
+                concurrency,
+            } => self.manager.spawn(kind, params, move |ctx| {
+                crate::tui::launch::audit::run(ctx, &root, &tasks, &checks, concurrency)
+            })?,
             JobSpec::Validate { tasks } => self
                 .manager
                 .spawn(kind, params, move |ctx| validate_job(ctx, &root, tasks))?,

@@ -3,7 +3,9 @@
 //! ([`worker`], with the inspector's file reads in [`episode_io`]), the job
 //! launcher ([`launcher`]), the training-run watcher ([`watcher`]), the
 //! running-episode watcher ([`sessions`]), the index watcher
-//! ([`index_watch`]: another TUI's changes) and the Environment tab's loader
+//! ([`index_watch`]: another TUI's changes), the sharded-run watcher
+//! ([`shard_watch`]: Slurm and Ray shards), the remote-session watcher
+//! ([`remote`]: other machines' `endless serve`) and the Environment tab's loader
 //! ([`task_env`]) — all
 //! talking to the app through [`Msg`]s on one channel. The terminal itself
 //! (raw mode, alternate screen, the external editor) is [`terminal`].
@@ -13,7 +15,9 @@ pub mod form_values;
 pub mod index_watch;
 pub mod input;
 pub mod launcher;
+pub mod remote;
 pub mod sessions;
+pub mod shard_watch;
 pub mod task_env;
 pub mod terminal;
 pub mod watcher;
@@ -59,8 +63,12 @@ pub fn run_with_channel(
         app.update(Action::Info(message));
     }
     let paths = crate::config::Paths::detect();
+    let mut remote_nodes = Vec::new();
     if let Ok(config) = crate::config::Config::load(&paths.config_file, Some(workspace_root)) {
         app.defaults = JobDefaults::from_config(&config);
+        // `[[tui.remote]]`: a wrong entry is said before the screen switches.
+        let vars = std::env::vars().collect();
+        remote_nodes = remote::remotes(&config.tui.remote, &vars)?;
     }
     let launcher =
         launcher::Launcher::new(workspace_root, tx.clone()).context("starting the job manager")?;
@@ -77,6 +85,15 @@ pub fn run_with_channel(
         workspace_root.to_path_buf(),
         tx.clone(),
         Duration::from_secs(1),
+    );
+    // Sessions of other machines' `endless serve` ([[tui.remote]]).
+    let _remote = (!remote_nodes.is_empty())
+        .then(|| remote::RemoteWatcher::spawn(remote_nodes, tx.clone(), Duration::from_secs(2)));
+    // Sharded runs (Slurm arrays, Ray): squeue/sacct and the shards' files.
+    let _shards = shard_watch::ShardWatcher::spawn(
+        workspace_root.to_path_buf(),
+        tx.clone(),
+        Duration::from_secs(2),
     );
     let env_tx = tx.clone();
     let input = InputThread::spawn(tx);

@@ -59,11 +59,11 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             .reconcile()
             .and_then(|_| ws.list_tasks(&Default::default()))
         {
-            Ok(rows) => vec![Action::TasksLoaded(rows)],
+            Ok(rows) => vec![Action::TasksLoaded(rows), audits(ws)],
             Err(e) => vec![err(e)],
         },
         Request::RefreshTasks => match ws.list_tasks(&Default::default()) {
-            Ok(rows) => vec![Action::TasksLoaded(rows)],
+            Ok(rows) => vec![Action::TasksLoaded(rows), audits(ws)],
             Err(e) => vec![err(e)],
         },
         Request::NextFreeSeed(count) => crate::workbench::generate::next_free_seed(ws, count)
@@ -94,6 +94,12 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             Ok(lines) => vec![Action::JobLogLoaded(id, lines)],
             Err(e) => vec![err(e)],
         },
+        Request::LoadFileLog(id, path) => {
+            match crate::workbench::sharded_runs::log_tail(&path, 500) {
+                Ok(lines) => vec![Action::JobLogLoaded(id, lines)],
+                Err(e) => vec![Action::Error(format!("reading {}: {e}", path.display()))],
+            }
+        }
         Request::LoadEpisode { row, compare } => vec![Action::EpisodeLoaded {
             episode: Box::new(super::episode_io::load_episode(ws, row)),
             compare,
@@ -163,7 +169,19 @@ fn load_task(ws: &Workspace, id: &str) -> Vec<Action> {
         Ok(eps) => eps,
         Err(e) => return vec![err(e)],
     };
-    vec![Action::TaskLoaded(Box::new(task), eps)]
+    let audit = match crate::workbench::audit::load_audit(ws, id) {
+        Ok(report) => Action::AuditLoaded(id.to_string(), report.map(Box::new)),
+        Err(e) => Action::Error(format!("{id}: {e:#}")),
+    };
+    vec![Action::TaskLoaded(Box::new(task), eps), audit]
+}
+
+/// The audit index, for the Tasks view's Audit column and filter.
+fn audits(ws: &Workspace) -> Action {
+    match ws.audit_rows() {
+        Ok(rows) => Action::AuditsLoaded(rows),
+        Err(e) => err(e),
+    }
 }
 
 /// Re-read an edited bundle and refresh its index row (curation data kept).

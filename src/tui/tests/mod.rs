@@ -32,12 +32,14 @@ macro_rules! snap {
     };
 }
 
+mod audit;
 mod commands;
 mod episodes;
 mod images;
 mod imported_runs;
 mod jobs;
 mod jobs_over_time;
+mod jobs_shards;
 mod links;
 mod live;
 mod long_text;

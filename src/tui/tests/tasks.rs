@@ -38,6 +38,7 @@ fn detail_tab_snapshots() {
         "solution",
         "provenance",
         "episodes",
+        "audit",
     ];
     for name in names {
         snap!(format!("detail_{name}_120x40"), &mut app, 120, 40);

@@ -37,11 +37,13 @@ pub enum DetailTab {
     Provenance,
     /// The task's episodes across runs.
     Episodes,
+    /// The task's audit: each check and each finding with its evidence.
+    Audit,
 }
 
 impl DetailTab {
     /// All tabs in order.
-    pub const ALL: [DetailTab; 8] = [
+    pub const ALL: [DetailTab; 9] = [
         DetailTab::Instruction,
         DetailTab::Truth,
         DetailTab::Environment,
@@ -50,6 +52,7 @@ impl DetailTab {
         DetailTab::Solution,
         DetailTab::Provenance,
         DetailTab::Episodes,
+        DetailTab::Audit,
     ];
 
     /// Tab title; `short` for narrow terminals.
@@ -71,6 +74,8 @@ impl DetailTab {
             (DetailTab::Provenance, true) => "Prov",
             (DetailTab::Episodes, false) => "Episodes",
             (DetailTab::Episodes, true) => "Eps",
+            (DetailTab::Audit, false) => "Audit",
+            (DetailTab::Audit, true) => "Aud",
         }
     }
 
@@ -97,9 +102,14 @@ impl DetailTab {
             )),
             DetailTab::Solution => "solution/solve.sh".into(),
             DetailTab::Provenance | DetailTab::Episodes => "task.toml".into(),
+            DetailTab::Audit => crate::audit::file::AUDIT_FILE.into(),
         }
     }
 }
+
+/// Which tab titles (indices into [`DetailTab::ALL`]) go short first when
+/// the tab bar is too narrow: the longest, bar the privileged marker.
+const SHORTEN_ORDER: [usize; 9] = [3, 4, 2, 0, 6, 1, 5, 7, 8];
 
 /// One line of tab content before styling.
 enum Src<'a> {
@@ -141,6 +151,8 @@ pub struct DetailState {
     ep_wanted: Option<(String, u32)>,
     /// Rows of the Episodes tab scrolled past.
     ep_offset: usize,
+    /// The stored audit of a task (`None`: not audited), once loaded.
+    audit: Option<(String, Option<crate::audit::AuditReport>)>,
 }
 
 impl DetailState {
@@ -215,6 +227,24 @@ impl DetailState {
             }
         }
         self.ep_selected = self.ep_selected.min(self.episodes.len().saturating_sub(1));
+    }
+
+    /// A task's stored audit arrived (stale ones, for a task no longer
+    /// asked for, are dropped).
+    pub fn set_audit(&mut self, id: &str, report: Option<crate::audit::AuditReport>) {
+        if self.requested.as_deref().is_some_and(|r| r != id) {
+            return;
+        }
+        self.audit = Some((id.to_string(), report));
+    }
+
+    /// The shown task's audit: `None` until it is loaded, `Some(None)`
+    /// when the task was never audited.
+    pub fn audit_of(&self, id: &str) -> Option<Option<&crate::audit::AuditReport>> {
+        self.audit
+            .as_ref()
+            .filter(|(a, _)| a == id)
+            .map(|(_, r)| r.as_ref())
     }
 
     /// The selected row of the Episodes tab.
@@ -389,6 +419,16 @@ impl DetailState {
                 theme,
             ),
             DetailTab::Episodes => self.draw_episodes(frame, body, theme, focused),
+            DetailTab::Audit => {
+                let lines = match self.audit_of(task.id()) {
+                    None => vec![Line::from(Span::styled(
+                        "loading the audit…",
+                        theme.muted(),
+                    ))],
+                    Some(report) => super::detail_audit::audit_lines(report, task.id(), theme),
+                };
+                self.draw_lines(frame, body, lines, theme);
+            }
             DetailTab::Provenance => {
                 let text = provenance_text(task, row);
                 self.draw_prose(
@@ -419,20 +459,36 @@ impl DetailState {
     }
 
     fn draw_tabs(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
-        let long: u16 = DetailTab::ALL
+        // Titles go short one by one, the longest first, until they fit.
+        let mut short = [false; DetailTab::ALL.len()];
+        let width = |short: &[bool]| -> u16 {
+            DetailTab::ALL
+                .iter()
+                .zip(short)
+                .map(|(t, s)| t.title(*s).chars().count() as u16 + 3)
+                .sum()
+        };
+        // The active tab keeps its long title longest.
+        let active = DetailTab::ALL.iter().position(|t| *t == self.tab);
+        let order = SHORTEN_ORDER
             .iter()
-            .map(|t| t.title(false).len() as u16 + 3)
-            .sum();
-        let short = long > area.width;
+            .filter(|i| Some(**i) != active)
+            .chain(active.iter());
+        for &i in order {
+            if width(&short) <= area.width {
+                break;
+            }
+            short[i] = true;
+        }
         self.tab_areas.clear();
         let mut spans = Vec::new();
         let mut x = area.x;
-        for t in DetailTab::ALL {
+        for (i, t) in DetailTab::ALL.into_iter().enumerate() {
             // The active tab is bracketed, not only coloured.
             let label = if t == self.tab {
-                format!("[{}]", t.title(short))
+                format!("[{}]", t.title(short[i]))
             } else {
-                format!(" {} ", t.title(short))
+                format!(" {} ", t.title(short[i]))
             };
             let w = label.chars().count() as u16;
             self.tab_areas.push((Rect::new(x, area.y, w, 1), t));
@@ -481,6 +537,32 @@ impl DetailState {
                 .scroll((self.scroll, 0)),
             area,
         );
+    }
+
+    /// Styled lines, wrapped and scrolled, the position in the border when
+    /// they overflow.
+    fn draw_lines(
+        &mut self,
+        frame: &mut Frame<'_>,
+        area: Rect,
+        lines: Vec<Line<'static>>,
+        theme: &Theme,
+    ) {
+        // Rows as wrapped (the scroll counts rows; long words aside).
+        let cols = usize::from(area.width.max(1));
+        let total: usize = lines.iter().map(|l| l.width().div_ceil(cols).max(1)).sum();
+        self.scroll = self
+            .scroll
+            .min(total.saturating_sub(1).min(u16::MAX as usize) as u16);
+        let from = self.scroll as usize;
+        let para = Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .scroll((self.scroll, 0));
+        frame.render_widget(para, area);
+        if total > area.height as usize {
+            let pos = format!(" row {}/{total} ", (from + 1).min(total.max(1)));
+            self.draw_position(frame, &pos, theme);
+        }
     }
 
     fn draw_code(&mut self, frame: &mut Frame<'_>, area: Rect, lines: &[Src<'_>], theme: &Theme) {

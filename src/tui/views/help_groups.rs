@@ -119,6 +119,11 @@ const TASKS: &[Group] = &[
                 "category",
                 "Pick the category filter from a fuzzy list",
             ),
+            e(
+                C::FilterFailure,
+                "audit",
+                "Pick the audit filter: flagged, clean, not audited or a finding label",
+            ),
             e(C::ClearFilters, "clear", "Clear search and filters"),
             e(C::SortNext, "sort", "Sort by the next column"),
             e(C::SortReverse, "reverse", "Reverse the sort order"),
@@ -137,6 +142,11 @@ const TASKS: &[Group] = &[
             e(C::Back, "back", "Back to the table"),
             e(C::Edit, "edit", "Open the tab's bundle file in $EDITOR"),
             e(C::Validate, "validate", "Validate the task now (a job)"),
+            e(
+                C::JobAudit,
+                "audit",
+                "Audit the task (or any tasks: a form, then a job)",
+            ),
             e(
                 C::Maximise,
                 "maximise",
@@ -416,6 +426,7 @@ const JOBS: &[Group] = &[
             ),
             e(C::JobOffline, "offline", "Generate tasks offline (form)"),
             e(C::JobTrain, "train", "Start a training run (form)"),
+            e(C::JobAudit, "audit", "Audit tasks (form)"),
             e(C::JobCancel, "cancel", "Cancel the selected job"),
             e(
                 C::JobRetry,

@@ -5,6 +5,7 @@
 use crate::tui::action::Action;
 use crate::tui::component::{Component, DrawContext};
 use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
 
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Constraint, Layout, Position, Rect};
@@ -18,6 +19,7 @@ use crate::tui::keymap::{Command, Keymap};
 use crate::tui::theme::Theme;
 use crate::tui::widgets::columns::{constraints, cut_end, cut_middle, fit, shown, widest, Column};
 use crate::tui::widgets::text::{bar, once_per_url};
+use crate::workbench::sharded_runs::{ShardState, ShardedRun};
 
 /// Log lines kept per job.
 const LOG_LINES: usize = 500;
@@ -61,13 +63,34 @@ pub struct JobItem {
     pub run: Option<String>,
     /// Its parameters as journalled (what a retry runs again).
     pub params: serde_json::Value,
+    /// A row of a sharded run (Slurm, Ray) rather than of the journal.
+    pub shard: Option<ShardPlace>,
+}
+
+/// Where a row of a sharded run sits: the run's row, or one shard's row
+/// under it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardPlace {
+    /// The run's id (`slurm/NAME`, `ray/NAME`).
+    pub run: String,
+    /// The shard (`None`: the run's own row).
+    pub index: Option<u32>,
+    /// What the row is shown as.
+    pub label: String,
+    /// The shard's log file (read from disk, as it grows).
+    pub log: Option<PathBuf>,
+    /// How to run it again (it runs outside the TUI).
+    pub rerun: String,
 }
 
 impl JobItem {
     /// The id the job is shown by: its run's, once known, else its own
     /// (one id per thing).
     pub fn shown_id(&self) -> &str {
-        self.run.as_deref().unwrap_or(&self.id)
+        match &self.shard {
+            Some(p) => &p.label,
+            None => self.run.as_deref().unwrap_or(&self.id),
+        }
     }
 
     fn fraction(&self) -> f64 {
@@ -125,6 +148,7 @@ impl JobsView {
                 created_at: r.created_at,
                 run,
                 params: r.params,
+                shard: None,
             };
             // A job another process runs writes on to its log: read it again.
             if item.status == "running" && !self.local.contains(&item.id) {
@@ -146,16 +170,167 @@ impl JobsView {
                 None => self.items.push(item),
             }
         }
-        self.items
-            .sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        self.sort();
         self.clamp();
+    }
+
+    /// Newest first; a sharded run's shards in order under its row.
+    fn sort(&mut self) {
+        let key = |j: &JobItem| match &j.shard {
+            Some(p) => (p.run.clone(), p.index.map_or(0, |i| u64::from(i) + 1)),
+            None => (j.id.clone(), 0),
+        };
+        let selected = self.selected_item().map(|j| j.id.clone());
+        self.items.sort_by(|a, b| {
+            let (ga, oa) = key(a);
+            let (gb, ob) = key(b);
+            b.created_at
+                .cmp(&a.created_at)
+                .then(gb.cmp(&ga))
+                .then(oa.cmp(&ob))
+        });
+        if let Some(id) = selected {
+            if let Some(i) = self.items.iter().position(|j| j.id == id) {
+                self.selected = i;
+            }
+        }
+    }
+
+    /// The workspace's sharded runs (Slurm arrays, Ray runs) arrived: each
+    /// is a row with its shards under it (queued, running, done, failed),
+    /// replacing what was shown of them.
+    pub fn set_sharded(&mut self, runs: Vec<ShardedRun>) {
+        let old: BTreeMap<String, String> = self
+            .items
+            .iter()
+            .filter(|j| j.shard.is_some())
+            .map(|j| (j.id.clone(), j.status.clone()))
+            .collect();
+        self.items.retain(|j| j.shard.is_none());
+        for run in runs {
+            let id = run.id();
+            let n = run.shards.len() as u64;
+            let [queued, running, done, failed] = [
+                ShardState::Queued,
+                ShardState::Running,
+                ShardState::Done,
+                ShardState::Failed,
+            ]
+            .map(|s| run.count(s));
+            let status = if running > 0 {
+                "running"
+            } else if failed > 0 {
+                "failed"
+            } else if done as u64 == n {
+                "succeeded"
+            } else {
+                "queued"
+            };
+            let counts: Vec<String> = [
+                (done, "done"),
+                (running, "running"),
+                (failed, "failed"),
+                (queued, "queued"),
+            ]
+            .iter()
+            .filter(|(k, _)| *k > 0)
+            .map(|(k, w)| format!("{k} {w}"))
+            .collect();
+            let mut log = vec![format!(
+                "{} {} run {}: `endless {}` in {} shards, in {}",
+                run.engine,
+                run.kind,
+                run.name,
+                run.command.join(" "),
+                n,
+                run.dir.display()
+            )];
+            for s in &run.shards {
+                log.push(format!(
+                    "shard {}/{n}: {} ({}); log {}",
+                    s.index,
+                    s.state,
+                    s.detail,
+                    s.log.display()
+                ));
+                if s.state == ShardState::Failed {
+                    log.push(format!("  re-run it alone: {}", run.rerun_shard(s.index)));
+                }
+            }
+            log.push(format!("merge: {}", run.merge));
+            if let Some(note) = &run.note {
+                log.push(format!("note: {note}"));
+            }
+            self.logs.insert(id.clone(), log.into());
+            self.items.push(JobItem {
+                id: id.clone(),
+                kind: format!("{} {}", run.engine, run.kind),
+                status: status.into(),
+                done: done as u64,
+                total: n,
+                message: format!("{}; merge: {}", counts.join(" · "), run.merge),
+                created_at: run.created_at.clone(),
+                run: None,
+                params: serde_json::Value::Null,
+                shard: Some(ShardPlace {
+                    run: id.clone(),
+                    index: None,
+                    label: id.clone(),
+                    log: None,
+                    rerun: run.rerun.replace("{i}", "I"),
+                }),
+            });
+            for s in &run.shards {
+                let shard_id = format!("{id}/shard-{}", s.index);
+                let state = s.state.to_string();
+                // A shard's log is read again while it may grow, and when
+                // its state changes.
+                if s.state == ShardState::Running || old.get(&shard_id) != Some(&state) {
+                    self.log_requested.remove(&shard_id);
+                }
+                let items = s.items.map_or(String::new(), |k| format!(" · {k} tasks"));
+                self.items.push(JobItem {
+                    id: shard_id,
+                    kind: "shard".into(),
+                    status: state,
+                    done: if s.state == ShardState::Done { 1000 } else { 0 },
+                    total: 1000,
+                    message: format!("{}{items}", s.detail),
+                    created_at: run.created_at.clone(),
+                    run: None,
+                    params: serde_json::Value::Null,
+                    shard: Some(ShardPlace {
+                        run: id.clone(),
+                        index: Some(s.index),
+                        label: format!("└ shard {}/{n}", s.index),
+                        log: Some(s.log.clone()),
+                        rerun: run.rerun_shard(s.index),
+                    }),
+                });
+            }
+        }
+        self.sort();
+        self.clamp();
+    }
+
+    /// The selected shard's log file, when it should be read (not read
+    /// yet, or it may have grown since).
+    pub fn wants_file_log(&mut self) -> Option<(String, PathBuf)> {
+        let j = self.selected_item()?;
+        let path = j.shard.as_ref()?.log.clone()?;
+        if self.log_requested.contains(&j.id) {
+            return None;
+        }
+        let id = j.id.clone();
+        self.log_requested.insert(id.clone());
+        Some((id, path))
     }
 
     /// The selected job's kept log, when it should be read: a job of an
     /// earlier process (or another one) whose lines this view never heard.
     pub fn wants_log(&mut self) -> Option<String> {
         let j = self.selected_item()?;
-        if self.local.contains(&j.id) || self.log_requested.contains(&j.id) {
+        if j.shard.is_some() || self.local.contains(&j.id) || self.log_requested.contains(&j.id) {
             return None;
         }
         let id = j.id.clone();
@@ -205,6 +380,7 @@ impl JobsView {
                             created_at: crate::store::now(),
                             run: None,
                             params: serde_json::Value::Null,
+                            shard: None,
                         },
                     );
                     self.selected = 0;
@@ -424,7 +600,7 @@ impl JobsView {
                 .zip(counts.iter().zip(&messages))
                 .map(|(j, (count, message))| {
                     let status_style = match j.status.as_str() {
-                        "succeeded" => theme.success(),
+                        "succeeded" | "done" => theme.success(),
                         "failed" | "interrupted" => theme.failure(),
                         // Done, but did nothing: amber.
                         "empty" => theme.warning(),
@@ -496,6 +672,7 @@ impl JobsView {
         let start = end.saturating_sub(room);
         let mut title = vec![Span::styled(
             match self.selected_item() {
+                Some(j) if j.shard.is_some() => format!(" log: {} ", j.id),
                 Some(j) => format!(" log: {} ", j.shown_id()),
                 None => " log ".into(),
             },
@@ -545,6 +722,7 @@ impl Component for JobsView {
             Action::Job(ev) => self.event(ev),
             Action::JobsLoaded(rows) => self.set_rows(rows),
             Action::JobLogLoaded(id, lines) => self.set_log(id, lines),
+            Action::ShardRunsLoaded(runs) => self.set_sharded(runs),
             _ => {}
         }
         None

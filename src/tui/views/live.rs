@@ -30,6 +30,8 @@ pub enum Stopped {
     Interrupted,
     /// Its job was cancelled: cut short, not counted, retried by a re-run.
     Cancelled,
+    /// The stream of a remote node's session broke before its end.
+    Lost,
 }
 
 impl Stopped {
@@ -38,6 +40,7 @@ impl Stopped {
         match self {
             Stopped::Interrupted => "INTERRUPTED",
             Stopped::Cancelled => "CANCELLED",
+            Stopped::Lost => "CONNECTION LOST",
         }
     }
 }
@@ -300,6 +303,7 @@ fn ev_key(ev: &LiveEvent) -> &str {
         | LiveEvent::Step { key, .. }
         | LiveEvent::Finished { key, .. }
         | LiveEvent::Interrupted { key }
+        | LiveEvent::Lost { key }
         | LiveEvent::Cancelled { key } => key,
         LiveEvent::Watched(ev) => ev_key(ev),
     }
@@ -475,6 +479,7 @@ impl LiveView {
             LiveEvent::Cancelled { key } => {
                 self.finish(&key, false, None, Some(Stopped::Cancelled))
             }
+            LiveEvent::Lost { key } => self.finish(&key, false, None, Some(Stopped::Lost)),
         }
     }
 

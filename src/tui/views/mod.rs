@@ -1,6 +1,7 @@
 //! The views (one per top tab) and the help overlay.
 
 pub mod detail;
+mod detail_audit;
 mod detail_env;
 pub mod episodes;
 pub mod episodes_order;

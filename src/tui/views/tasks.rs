@@ -10,7 +10,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, HighlightSpacing, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
+use std::collections::HashMap;
+
 use super::detail::{DetailState, DetailTab};
+use crate::audit::AuditRow;
 use crate::store::{TaskRow, TaskStatus};
 use crate::tui::keymap::Command;
 use crate::tui::theme::Theme;
@@ -36,10 +39,12 @@ pub enum SortKey {
     PassAt1,
     /// The curator's rating.
     Rating,
+    /// The audit: findings, then not audited.
+    Audit,
 }
 
 impl SortKey {
-    const ALL: [SortKey; 7] = [
+    const ALL: [SortKey; 8] = [
         SortKey::Id,
         SortKey::Name,
         SortKey::Category,
@@ -47,6 +52,7 @@ impl SortKey {
         SortKey::Status,
         SortKey::PassAt1,
         SortKey::Rating,
+        SortKey::Audit,
     ];
 
     /// Column label.
@@ -59,6 +65,7 @@ impl SortKey {
             SortKey::Status => "status",
             SortKey::PassAt1 => "pass@1",
             SortKey::Rating => "rating",
+            SortKey::Audit => "audit",
         }
     }
 
@@ -77,8 +84,63 @@ pub struct Filter {
     pub category: Option<String>,
     /// Only tasks with this tag.
     pub tag: Option<String>,
-    /// Case-insensitive substring of id, name, instruction or a tag.
+    /// Only tasks whose audit matches: a finding label as stored
+    /// (`weak-tests`), or [`AUDIT_FLAGGED`], [`AUDIT_CLEAN`],
+    /// [`AUDIT_NONE`].
+    pub audit: Option<String>,
+    /// Case-insensitive substring of id, name, instruction, a tag or an
+    /// audit label (as stored or shown).
     pub search: String,
+}
+
+/// The audit filter's value for tasks with any finding.
+pub const AUDIT_FLAGGED: &str = "flagged";
+/// The audit filter's value for audited tasks without findings.
+pub const AUDIT_CLEAN: &str = "clean";
+/// The audit filter's value for tasks never audited.
+pub const AUDIT_NONE: &str = "not-audited";
+
+/// Whether task audit `row` (`None`: not audited) passes audit filter
+/// `want` (see [`Filter::audit`]).
+pub fn audit_matches(want: &str, row: Option<&AuditRow>) -> bool {
+    match (want, row) {
+        (AUDIT_NONE, r) => r.is_none(),
+        (_, None) => false,
+        (AUDIT_FLAGGED, Some(r)) => r.findings > 0,
+        (AUDIT_CLEAN, Some(r)) => r.findings == 0,
+        (label, Some(r)) => {
+            let label = crate::audit::label_named(label).unwrap_or(label);
+            r.labels.iter().any(|l| l == label)
+        }
+    }
+}
+
+/// The Audit column's cell in `width` characters: `—` not audited,
+/// `✓ clean`, `? partial` (a check ran out of time or failed, nothing
+/// found), or the number of findings with their short labels
+/// (`2 weak,flaky`), `N flags` where those do not fit.
+pub fn audit_cell(row: Option<&AuditRow>, width: u16) -> String {
+    let Some(r) = row else {
+        return "—".into();
+    };
+    if r.findings == 0 {
+        return if r.complete { "✓ clean" } else { "? partial" }.into();
+    }
+    let labels: Vec<&str> = r
+        .labels
+        .iter()
+        .map(|l| crate::audit::short_label(l))
+        .collect();
+    let full = format!("{} {}", r.findings, labels.join(","));
+    if full.chars().count() <= width as usize {
+        return full;
+    }
+    let flags = format!(
+        "{} flag{}",
+        r.findings,
+        if r.findings == 1 { "" } else { "s" }
+    );
+    cut_end(&flags, width)
 }
 
 /// Where keys go inside the view.
@@ -95,7 +157,10 @@ pub enum Focus {
 #[derive(Debug, Default)]
 pub struct TasksView {
     rows: Vec<TaskRow>,
-    /// Lowercased id + name + instruction + tags, aligned with `rows`.
+    /// Each audited task's audit, by task id.
+    audits: HashMap<String, AuditRow>,
+    /// Lowercased id + name + instruction + tags + audit labels, aligned
+    /// with `rows`.
     haystacks: Vec<String>,
     /// Whether the first load has arrived.
     pub loaded: bool,
@@ -117,16 +182,32 @@ pub struct TasksView {
     clicks: crate::tui::widgets::double_click::DoubleClick,
 }
 
-/// What the search looks in: id, name, instruction and tags, lowercased.
-fn haystack(r: &TaskRow) -> String {
+/// What the search looks in: id, name, instruction, tags and audit labels
+/// (as stored and as shown), lowercased.
+fn haystack(r: &TaskRow, audit: Option<&AuditRow>) -> String {
+    let labels: Vec<String> = audit
+        .map(|a| {
+            a.labels
+                .iter()
+                .map(|l| format!("{l}\n{}", crate::audit::short_label(l)))
+                .collect()
+        })
+        .unwrap_or_default();
     format!(
-        "{}\n{}\n{}\n{}",
+        "{}\n{}\n{}\n{}\n{}",
         r.id,
         r.name,
         r.instruction,
-        r.tags.join("\n")
+        r.tags.join("\n"),
+        labels.join("\n")
     )
     .to_lowercase()
+}
+
+/// How a row sorts by audit: not audited first, then clean, then by
+/// number of findings.
+fn audit_rank(a: Option<&AuditRow>) -> i64 {
+    a.map_or(-1, |a| i64::from(a.findings))
 }
 
 /// The name a row sorts by: its name, or its id where it has none.
@@ -156,7 +237,10 @@ impl TasksView {
     /// Returns the id now selected.
     pub fn set_rows(&mut self, rows: Vec<TaskRow>) -> Option<String> {
         let keep = self.selected_id();
-        self.haystacks = rows.iter().map(haystack).collect();
+        self.haystacks = rows
+            .iter()
+            .map(|r| haystack(r, self.audits.get(&r.id)))
+            .collect();
         self.rows = rows;
         self.loaded = true;
         self.refresh(keep)
@@ -166,10 +250,62 @@ impl TasksView {
     pub fn update_row(&mut self, row: TaskRow) {
         let keep = self.selected_id();
         if let Some(i) = self.rows.iter().position(|r| r.id == row.id) {
-            self.haystacks[i] = haystack(&row);
+            self.haystacks[i] = haystack(&row, self.audits.get(&row.id));
             self.rows[i] = row;
         }
         self.refresh(keep);
+    }
+
+    /// Replace every task's audit (from the index), re-applying filter and
+    /// sort. Returns the id now selected.
+    pub fn set_audits(&mut self, audits: Vec<AuditRow>) -> Option<String> {
+        let keep = self.selected_id();
+        self.audits = audits.into_iter().map(|a| (a.task_id.clone(), a)).collect();
+        self.haystacks = self
+            .rows
+            .iter()
+            .map(|r| haystack(r, self.audits.get(&r.id)))
+            .collect();
+        self.refresh(keep)
+    }
+
+    /// Task `id`'s audit, if it was audited.
+    pub fn audit(&self, id: &str) -> Option<&AuditRow> {
+        self.audits.get(id)
+    }
+
+    /// How many loaded tasks have an audit finding.
+    pub fn flagged(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| self.audits.get(&r.id).is_some_and(|a| a.findings > 0))
+            .count()
+    }
+
+    /// The finding labels of the loaded tasks, in [`crate::audit::LABELS`]
+    /// order, each once.
+    pub fn audit_labels(&self) -> Vec<&'static str> {
+        crate::audit::LABELS
+            .into_iter()
+            .filter(|l| {
+                self.rows.iter().any(|r| {
+                    self.audits
+                        .get(&r.id)
+                        .is_some_and(|a| a.labels.iter().any(|x| x == l))
+                })
+            })
+            .collect()
+    }
+
+    /// Filter by audit (`None`: any; see [`Filter::audit`]; a label may be
+    /// given as stored or shown). Returns the id now selected.
+    pub fn set_audit_filter(&mut self, audit: Option<String>) -> Option<String> {
+        let keep = self.selected_id();
+        self.filter.audit = audit.map(|a| match crate::audit::label_named(&a) {
+            Some(label) => label.to_string(),
+            None => a.trim().to_string(),
+        });
+        self.refresh(keep)
     }
 
     /// Total rows, and rows passing the filter.
@@ -226,6 +362,9 @@ impl TasksView {
                 f.status.is_none_or(|s| r.status == s)
                     && f.category.as_ref().is_none_or(|c| &r.category == c)
                     && f.tag.as_ref().is_none_or(|t| r.tags.contains(t))
+                    && f.audit
+                        .as_deref()
+                        .is_none_or(|a| audit_matches(a, self.audits.get(&r.id)))
                     && (needle.is_empty() || self.haystacks[i].contains(&needle))
             })
             .collect();
@@ -240,6 +379,9 @@ impl TasksView {
                 SortKey::Status => status_rank(x.status).cmp(&status_rank(y.status)),
                 SortKey::PassAt1 => pass1(x).total_cmp(&pass1(y)),
                 SortKey::Rating => x.rating.cmp(&y.rating),
+                SortKey::Audit => {
+                    audit_rank(self.audits.get(&x.id)).cmp(&audit_rank(self.audits.get(&y.id)))
+                }
             };
             ord.then_with(|| x.id.cmp(&y.id))
         });
@@ -528,6 +670,10 @@ impl TasksView {
             spans.push(Span::styled("  tag ", theme.muted()));
             spans.push(Span::styled(tag.clone(), theme.accent()));
         }
+        if let Some(audit) = &f.audit {
+            spans.push(Span::styled("  audit ", theme.muted()));
+            spans.push(Span::styled(audit.clone(), theme.accent()));
+        }
         if !f.search.is_empty() {
             spans.push(Span::styled("  search ", theme.muted()));
             spans.push(Span::styled(format!("{:?}", f.search), theme.accent()));
@@ -543,14 +689,21 @@ impl TasksView {
         ));
         let (total, shown) = self.counts();
         let count = format!("{shown}/{total} ");
-        let [left, right] =
-            Layout::horizontal([Constraint::Fill(1), Constraint::Length(count.len() as u16)])
-                .areas(area);
+        let flagged = self.flagged();
+        let mut right_spans = Vec::new();
+        if flagged > 0 {
+            right_spans.push(Span::styled(format!("{flagged} flagged"), theme.warning()));
+            right_spans.push(Span::raw("  "));
+        }
+        right_spans.push(Span::styled(count, theme.muted()));
+        let right_line = Line::from(right_spans);
+        let [left, right] = Layout::horizontal([
+            Constraint::Fill(1),
+            Constraint::Length(right_line.width() as u16),
+        ])
+        .areas(area);
         frame.render_widget(Paragraph::new(Line::from(spans)), left);
-        frame.render_widget(
-            Paragraph::new(Span::styled(count, theme.muted())).right_aligned(),
-            right,
-        );
+        frame.render_widget(Paragraph::new(right_line).right_aligned(), right);
     }
 
     fn draw_table(&mut self, frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
@@ -589,6 +742,11 @@ impl TasksView {
         let ids = || self.visible.iter().map(|&i| self.rows[i].id.as_str());
         let names = || self.visible.iter().map(|&i| self.rows[i].name.as_str());
         let cats = || self.visible.iter().map(|&i| self.rows[i].category.as_str());
+        let audit_cells: Vec<String> = self
+            .visible
+            .iter()
+            .map(|&i| audit_cell(self.audits.get(&self.rows[i].id), u16::MAX))
+            .collect();
         let cols = [
             Column::new(widest("ID↑", ids()), 12, 9),
             Column::new(widest("Name", names()), 10, 1)
@@ -599,6 +757,13 @@ impl TasksView {
             Column::fixed(9, 8),
             Column::fixed(7, 2).optional(),
             Column::fixed(7, 5).optional(),
+            // Audit findings shrink to "N flags" before the name gives way,
+            // and stay.
+            Column::new(
+                widest("Audit", audit_cells.iter().map(String::as_str)),
+                7,
+                0,
+            ),
         ];
         // The highlight symbol takes two cells.
         let widths = fit(&cols, area.width.saturating_sub(2), 1);
@@ -624,6 +789,7 @@ impl TasksView {
                             .unwrap_or_else(|| "-".into()),
                     ),
                     Cell::from(stars(r.rating)),
+                    audit_span(self.audits.get(&r.id), w(7), theme),
                 ];
                 Row::new(shown(cells, &widths))
             })
@@ -646,6 +812,7 @@ impl TasksView {
             sort_mark(SortKey::Status, "Status"),
             sort_mark(SortKey::PassAt1, "pass@1"),
             sort_mark(SortKey::Rating, "Rating"),
+            sort_mark(SortKey::Audit, "Audit"),
         ];
         let header = shown(header, &widths);
         let widths = constraints(&widths);
@@ -662,6 +829,18 @@ impl TasksView {
         let mut state = TableState::default().with_selected(Some(self.selected - self.offset));
         frame.render_stateful_widget(table, area, &mut state);
     }
+}
+
+/// The Audit cell, coloured: findings as warnings, clean as success.
+fn audit_span(row: Option<&AuditRow>, width: u16, theme: &Theme) -> Cell<'static> {
+    let text = audit_cell(row, width);
+    let style = match row {
+        None => theme.muted(),
+        Some(r) if r.findings > 0 => theme.warning(),
+        Some(r) if !r.complete => theme.muted(),
+        Some(_) => theme.success(),
+    };
+    Cell::from(Span::styled(text, style))
 }
 
 impl Component for TasksView {
@@ -682,6 +861,11 @@ impl Component for TasksView {
             }
             Action::TaskRowUpdated(row) => {
                 self.update_row(*row);
+                None
+            }
+            Action::AuditsLoaded(rows) => self.set_audits(rows).map(Action::TaskSelected),
+            Action::AuditLoaded(id, report) => {
+                self.detail.set_audit(&id, report.map(|r| *r));
                 None
             }
             _ => None,
