@@ -113,6 +113,9 @@ fn an_episode_opens_from_a_live_strip_and_the_episodes_tab_in_tmux() {
     tmux(&["send-keys", "-t", s, "F1"]);
     wait_for(s, "[Tasks]");
     tmux(&["send-keys", "-t", s, "Enter"]);
+    // Back from Instruction past Audit, the last tab.
+    tmux(&["send-keys", "-t", s, "["]);
+    wait_for(s, "[Audit]");
     tmux(&["send-keys", "-t", s, "["]);
     wait_for(s, "[Episodes]");
     wait_for(s, "▶ eval-");
