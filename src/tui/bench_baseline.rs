@@ -103,7 +103,7 @@ fn parse_report(binary: &Path, stdout: &[u8]) -> anyhow::Result<Sample> {
 
 fn run_once(binary: &Path, frames: usize) -> anyhow::Result<Sample> {
     let out = Command::new(binary)
-        .args(["bench", "tui", "--json", "-n", &frames.to_string()])
+        .args(["bench", "tui", "--json", "--n", &frames.to_string()])
         .output()
         .with_context(|| format!("running {}", binary.display()))?;
     if !out.status.success() {
