@@ -281,6 +281,10 @@ pub enum TasksCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Run the oracle's and the tests' sessions without network, even for
+        /// tasks that ask for it (image builds keep theirs).
+        #[arg(long, conflicts_with = "stored")]
+        offline: bool,
     },
     /// Audit tasks for weak, flaky, hackable and underspecified tests; each
     /// report is stored as `tasks/<id>/audit.json` (see docs/audit.md).
@@ -409,9 +413,31 @@ pub struct GenerateArgs {
     /// shards together (an LLM run's funnel over all its candidates).
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
+    /// LLM only: audit each solvable candidate as a last stage (the checks
+    /// of `endless tasks audit`): `reject` rejects a candidate with any
+    /// finding (stage `audit` of the funnel); `flag` keeps it and stores
+    /// its findings with the task (`tasks/<id>/audit.json`).
+    #[arg(long, value_enum, value_name = "MODE", conflicts_with = "offline")]
+    pub audit: Option<AuditModeArg>,
+    /// The audit stage's checks, comma-separated, named as `tasks audit
+    /// --checks` names them (default: all).
+    #[arg(long, value_name = "CHECKS", requires = "audit")]
+    pub audit_checks: Option<String>,
+    /// Each audit check's time budget in seconds (default 300).
+    #[arg(long, value_name = "SECS", requires = "audit")]
+    pub audit_budget: Option<f64>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--audit reject|flag`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuditModeArg {
+    /// Reject a candidate with any finding.
+    Reject,
+    /// Keep it and store its findings with the task.
+    Flag,
 }
 
 /// `--split train|dev`
@@ -451,6 +477,10 @@ pub struct RunArgs {
     /// Print the episode as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Run the agent's and the oracle's sessions without network, even for
+    /// tasks that ask for it (image builds keep theirs).
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// `endless eval`
@@ -488,6 +518,10 @@ pub struct EvalArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Run the agent's and the oracle's sessions without network, even for
+    /// tasks that ask for it (image builds keep theirs).
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// `endless serve`

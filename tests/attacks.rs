@@ -879,54 +879,99 @@ fn a_network_session_cannot_reach_host_loopback() {
             eprintln!("SKIP: /dev/net/tun is not open to this user, so pasta cannot run rootless");
             return;
         }
-        let lo = TcpListener::bind("127.0.0.1:0").unwrap();
-        lo.set_nonblocking(true).unwrap();
-        let port = lo.local_addr().unwrap().port();
         let mut t = task("atk-net", "user", "true\n");
         t.meta.environment.network = true;
-        let mut s = session(b, &t);
+        no_way_to_the_host(session(b, &t));
+        // A Harbor task that says nothing about the network has it (Harbor's
+        // default, `public`): the same namespace, the same walls.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("atk-harbor-net");
+        std::fs::create_dir_all(root.join("environment")).unwrap();
+        std::fs::create_dir_all(root.join("tests")).unwrap();
+        std::fs::write(
+            root.join("task.toml"),
+            "version = \"1.0\"\n\n[agent]\ntimeout_sec = 60.0\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("instruction.md"), "Do nothing.\n").unwrap();
+        std::fs::write(
+            root.join("environment/Dockerfile"),
+            "FROM host\nWORKDIR /app\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("tests/test_outputs.py"),
+            "def test_x():\n    pass\n",
+        )
+        .unwrap();
+        let harbor = endless::task::formats::Format::Harbor
+            .read(&root, &Default::default())
+            .unwrap();
+        assert!(
+            harbor.meta.environment.network,
+            "a Harbor task gets the network by default"
+        );
+        no_way_to_the_host(session(b, &harbor));
+    });
+}
+
+/// In a session with network: the host's loopback, the gateway and the
+/// host's own address lead nowhere, while pasta gave it an interface.
+fn no_way_to_the_host(mut s: Session) {
+    let lo = TcpListener::bind("127.0.0.1:0").unwrap();
+    lo.set_nonblocking(true).unwrap();
+    let port = lo.local_addr().unwrap().port();
+    let out = run(
+        &mut s,
+        &format!(
+            "ip -o -4 addr show | grep -v ' lo ' | wc -l | sed 's/^/ifaces=/'\n\
+             timeout 3 bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>/dev/null; echo loopback=$?\n\
+             GW=$(ip -4 route | awk '/default/ {{print $3; exit}}')\n\
+             timeout 3 bash -c \"echo hi > /dev/tcp/$GW/{port}\" 2>/dev/null; echo gateway=$?"
+        ),
+    );
+    all_failed(&out, &["loopback", "gateway"]);
+    assert!(
+        lo.accept().is_err(),
+        "the host's loopback listener was reached"
+    );
+    // The host's CA bundle (as builds get it), read-only, when the host has one.
+    if Path::new("/etc/ssl/certs/ca-certificates.crt").is_file() {
+        let out = run(
+            &mut s,
+            "test \"$SSL_CERT_FILE\" = /run/endless-ca/ca.crt && test -s \"$PIP_CERT\"; echo ca=$?\n\
+             touch /run/endless-ca/ca.crt /run/endless-ca/x 2>/dev/null; echo cawrite=$?",
+        );
+        assert!(out.contains("ca=0"), "{out}");
+        all_failed(&out, &["cawrite"]);
+    }
+    let ifaces = codes(&out)
+        .into_iter()
+        .find(|(k, _)| k == "ifaces")
+        .map(|(_, v)| v);
+    assert!(
+        matches!(ifaces, Some(n) if n >= 1),
+        "pasta set up no interface: {out}"
+    );
+    // pasta gives the namespace a copy of the host's address: even the
+    // host's external address leads back into the sandbox.
+    if let Some(ip) = host_address() {
+        let open = TcpListener::bind("0.0.0.0:0").unwrap();
+        open.set_nonblocking(true).unwrap();
+        let port = open.local_addr().unwrap().port();
         let out = run(
             &mut s,
             &format!(
-                "ip -o -4 addr show | grep -v ' lo ' | wc -l | sed 's/^/ifaces=/'\n\
-                 timeout 3 bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>/dev/null; echo loopback=$?\n\
-                 GW=$(ip -4 route | awk '/default/ {{print $3; exit}}')\n\
-                 timeout 3 bash -c \"echo hi > /dev/tcp/$GW/{port}\" 2>/dev/null; echo gateway=$?"
+                "timeout 3 bash -c 'echo hi > /dev/tcp/{ip}/{port}' 2>/dev/null; echo host=$?"
             ),
         );
-        all_failed(&out, &["loopback", "gateway"]);
+        all_failed(&out, &["host"]);
         assert!(
-            lo.accept().is_err(),
-            "the host's loopback listener was reached"
+            open.accept().is_err(),
+            "a host listener was reached through {ip}"
         );
-        let ifaces = codes(&out)
-            .into_iter()
-            .find(|(k, _)| k == "ifaces")
-            .map(|(_, v)| v);
-        assert!(
-            matches!(ifaces, Some(n) if n >= 1),
-            "pasta set up no interface: {out}"
-        );
-        // pasta gives the namespace a copy of the host's address: even the
-        // host's external address leads back into the sandbox.
-        if let Some(ip) = host_address() {
-            let open = TcpListener::bind("0.0.0.0:0").unwrap();
-            open.set_nonblocking(true).unwrap();
-            let port = open.local_addr().unwrap().port();
-            let out = run(
-                &mut s,
-                &format!(
-                    "timeout 3 bash -c 'echo hi > /dev/tcp/{ip}/{port}' 2>/dev/null; echo host=$?"
-                ),
-            );
-            all_failed(&out, &["host"]);
-            assert!(
-                open.accept().is_err(),
-                "a host listener was reached through {ip}"
-            );
-        }
-        s.close();
-    });
+    }
+    s.close();
 }
 
 /// The host's first non-loopback IPv4 address, if it has one.

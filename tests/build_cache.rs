@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -162,22 +161,166 @@ fn a_rebuild_after_a_change_starts_at_the_changed_step() {
         "a deletion in a later step: {a:?}"
     );
     assert_eq!(&a[9..], ["four", "user"]);
-    // Each image holds its own copy of a cached step's files, never a hard
-    // link to the cache (a link count of 2 changes what gzip and tar do).
-    let nlink = |i: &Image, p: &str| {
-        std::fs::metadata(i.path.join("root").join(p))
-            .unwrap()
-            .nlink()
-    };
+    // The images copy nothing: they stack the cached layers, shared by
+    // both for the steps before 9, and a file shows with its own link
+    // count (a count of 2 would change what gzip and tar do).
     for p in ["opt/s1", "opt/s9"] {
-        assert_eq!((nlink(&first, p), nlink(&second, p)), (1, 1), "{p}");
+        assert!(!first.path.join("root").join(p).exists(), "{p} copied");
+        for i in [&first, &second] {
+            assert_eq!(run(&b, i, &format!("stat -c %h /{p}")).trim(), "1", "{p}");
+        }
     }
+    let steps_dir = cache.path().join("local/steps");
+    let (l1, l2) = (first.step_lowers("root"), second.step_lowers("root"));
+    assert!(l1.iter().all(|l| l.starts_with(&steps_dir)), "{l1:?}");
+    assert!(first.step_lowers("sys/usr").len() == 1, "{first:?}");
+    let shared: Vec<_> = l1.iter().filter(|l| l2.contains(l)).collect();
+    assert!(
+        shared.len() >= 5 && l1.len() > shared.len(),
+        "{l1:?} {l2:?}"
+    );
     // The same task again is the same image, built once.
     let again = b
         .prepare(&docker_task("ten", &ten_steps("echo nine > /opt/s9")))
         .unwrap();
     assert_eq!(again, first);
     assert!(leftovers(cache.path()).is_empty());
+}
+
+/// `n` steps on the host base: each adds a file and deletes the one two
+/// steps back (a whiteout in its layer); every tenth replaces a directory
+/// (an opaque directory in its layer).
+fn deep_steps(n: usize) -> String {
+    let mut s = String::from("RUN mkdir -p /opt/deep/sub && echo base > /opt/deep/sub/first\n");
+    for i in 1..=n {
+        s.push_str(&format!(
+            "RUN echo {i} > /opt/deep/f{i} && rm -f /opt/deep/f{}\n",
+            i.saturating_sub(2)
+        ));
+        if i % 10 == 0 {
+            s.push_str(&format!(
+                "RUN rm -rf /opt/deep/sub && mkdir /opt/deep/sub && echo {i} > /opt/deep/sub/at{i}\n"
+            ));
+        }
+    }
+    s
+}
+
+/// What a session on a [`deep_steps`] image shows: the last two files,
+/// the replaced directory, and whether the deleted files are gone.
+fn deep_show(n: usize) -> String {
+    format!(
+        "cd /opt/deep && echo $(cat f{} f{n}) / $(ls sub) / $(cat sub/*) / \
+         $(for f in f1 f2 f{}; do test -e $f || echo no-$f; done)",
+        n - 1,
+        n - 2
+    )
+}
+
+#[test]
+fn deep_stacks_mount_past_a_page_and_are_merged_past_the_cap() {
+    let cache = tempfile::tempdir().unwrap();
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
+    // 66 step layers: their paths take more than mount(2)'s one page.
+    let image = b.prepare(&docker_task("deep", &deep_steps(60))).unwrap();
+    let lowers = image.step_lowers("root");
+    let bytes: usize = lowers.iter().map(|l| l.as_os_str().len() + 1).sum();
+    assert!(
+        lowers.len() > 60 && bytes > 4096,
+        "{} layers, {bytes} bytes",
+        lowers.len()
+    );
+    assert!(!image.path.join("root/opt/deep").exists(), "nothing copied");
+    assert_eq!(
+        run(&b, &image, "ls /opt/deep")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["f59", "f60", "sub"]
+    );
+    assert_eq!(
+        run(&b, &image, &deep_show(60)).trim(),
+        "59 60 / at60 / 60 / no-f1 no-f2 no-f58"
+    );
+    // Past the cap the layers are merged into the image (whiteouts and
+    // opaque directories applied as overlayfs does); the first 60 steps
+    // come from the cache.
+    let n = 130;
+    let deeper = b.prepare(&docker_task("deeper", &deep_steps(n))).unwrap();
+    assert!(
+        n + n / 10 > endless::sandbox::local::MAX_STEP_LAYERS,
+        "the test passes the cap"
+    );
+    assert!(deeper.step_layers.is_empty(), "{:?}", deeper.step_layers);
+    assert!(deeper.path.join("root/opt/deep/f130").is_file());
+    // (f128 is a whiteout there.)
+    assert!(!deeper.path.join("root/opt/deep/f128").is_file());
+    assert_eq!(
+        run(&b, &deeper, &deep_show(n)).trim(),
+        "129 130 / at130 / 130 / no-f1 no-f2 no-f128"
+    );
+    let cached = outcomes(&deeper)
+        .iter()
+        .filter(|(_, o)| *o == StepOutcome::Cached)
+        .count();
+    assert!(cached >= 66, "{cached} steps from the cache");
+}
+
+#[test]
+fn pruning_frees_an_evicted_images_own_layers_and_keeps_those_in_use() {
+    let cache = tempfile::tempdir().unwrap();
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
+    let dockerfile =
+        |own: &str| format!("RUN echo shared > /opt/shared\nRUN echo {own} > /opt/own\n");
+    let keep = b
+        .prepare(&docker_task("keep", &dockerfile("keep")))
+        .unwrap();
+    let old = b.prepare(&docker_task("old", &dockerfile("old"))).unwrap();
+    // `old` was last used two hours ago.
+    let ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    for f in ["last-use", "image.json"] {
+        let file = std::fs::File::options()
+            .append(true)
+            .open(old.path.join(f))
+            .unwrap();
+        file.set_modified(ago).unwrap();
+    }
+    let kept: Vec<_> = keep.step_layers.values().flatten().cloned().collect();
+    let own: Vec<_> = old
+        .step_layers
+        .values()
+        .flatten()
+        .filter(|l| !kept.contains(l))
+        .cloned()
+        .collect();
+    assert!(
+        !own.is_empty() && kept.len() > own.len(),
+        "{kept:?} {own:?}"
+    );
+    let store = endless::images::ImageStore::new(&cache.path().join("images"));
+    // A lock held for a moment (a forked helper of a parallel test shares
+    // our descriptors until it execs or exits) makes prune skip the image:
+    // try again.
+    let mut removed = 0;
+    for _ in 0..50 {
+        let report = endless::sandbox::local::prune_keep_recent(cache.path(), &store, 1).unwrap();
+        removed += report.built_images;
+        if !old.path.exists() && own.iter().all(|l| !l.exists()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(removed, 1);
+    assert!(!old.path.exists());
+    assert!(own.iter().all(|l| !l.exists()), "{own:?}");
+    assert!(kept.iter().all(|l| l.is_dir()), "{kept:?}");
+    assert_eq!(
+        run(&b, &keep, "cat /opt/shared /opt/own").trim(),
+        "shared\nkeep"
+    );
 }
 
 #[test]
@@ -626,30 +769,26 @@ fn a_full_disk_fails_the_step_or_the_unpack_and_leaves_nothing() {
     assert_eq!(outcomes(&image)[1], (1, StepOutcome::Cached));
     drop(b);
 
-    // A step that fits, whose merge into the image does not.
+    // A step that takes more than half the disk: its image used to copy
+    // it (and ran out of space); it stacks the cached layer now.
     let disk = Tmpfs::mount("48m");
     let Some(b) = backend(disk.0.path()) else {
         return;
     };
-    let err = b
+    let image = b
         .prepare(&docker_task(
-            "merge",
+            "stacked",
             "RUN head -c 30000000 /dev/zero > /opt/thirty\n",
         ))
-        .unwrap_err();
-    assert!(matches!(err, SandboxError::DiskFull { .. }), "{err:?}");
-    assert!(err.to_string().contains("the disk is full"), "{err}");
+        .unwrap();
+    let own = endless::sandbox::local::disk_bytes(&image.path);
+    assert!(own < 1_000_000, "the image's own layer takes {own} bytes");
+    assert_eq!(run(&b, &image, "stat -c %s /opt/thirty").trim(), "30000000");
     assert!(
         leftovers(disk.0.path()).is_empty(),
         "{:?}",
         leftovers(disk.0.path())
     );
-    let images = std::fs::read_dir(disk.0.path().join("local/images"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .count();
-    assert_eq!(images, 0, "no image registered");
     drop(b);
 
     // An image whose layer unpacks to more than the disk holds.

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use endless::agent::{PolicyFactory, PolicyOptions};
-use endless::generate::config::PipelineConfig;
+use endless::audit::{AuditOptions, Check};
+use endless::generate::config::{AuditMode, AuditStage, PipelineConfig};
 use endless::generate::funnel::{CandidateOutcome, Funnel, Stage};
 use endless::generate::pipeline::run_pipeline;
 use endless::llm::{OpenAiChat, OpenAiConfig, RetryPolicy, SamplingParams};
@@ -23,6 +24,8 @@ const TASK: &str = "<task>Please write the word hello into ~/out.txt.</task>\n<t
 const GOOD_ENV: &str = "<setup>\n```bash\nmkdir -p /home/user/docs\necho notes > /home/user/docs/readme.txt\nchown -R user:user /home/user\n```\n</setup>\n<test_initial_state>\nimport os\n\ndef test_home():\n    assert os.path.isfile('/home/user/docs/readme.txt')\n\ndef test_no_output_yet():\n    assert not os.path.exists('/home/user/out.txt')\n</test_initial_state>";
 const BROKEN_ENV: &str = "<setup>\necho 'cannot find the data' >&2\nexit 3\n</setup>\n<test_initial_state>\ndef test_x():\n    assert True\n</test_initial_state>";
 const GOOD_FINAL: &str = "<test_final_state>\n```python\ndef test_out():\n    assert open('/home/user/out.txt').read().strip() == 'hello', 'out.txt must say hello'\n```\n</test_final_state>";
+/// Final tests that accept an empty `out.txt`: only its existence is checked.
+const WEAK_FINAL: &str = "<test_final_state>\nimport os\n\ndef test_out():\n    assert os.path.exists('/home/user/out.txt'), 'out.txt is missing'\n</test_final_state>";
 const VACUOUS_FINAL: &str =
     "<test_final_state>\ndef test_nothing():\n    assert 1 + 1 == 2\n</test_final_state>";
 
@@ -65,6 +68,17 @@ struct Run {
 }
 
 fn pipeline(server: &FixtureLlm, ws_root: &Path, count: usize, seed: u64) -> Funnel {
+    pipeline_with(server, ws_root, count, seed, None)
+}
+
+/// [`pipeline`] with an audit stage.
+fn pipeline_with(
+    server: &FixtureLlm,
+    ws_root: &Path,
+    count: usize,
+    seed: u64,
+    audit: Option<AuditStage>,
+) -> Funnel {
     let cache = ws_root.join(".cache");
     let backend: Arc<dyn endless::sandbox::Backend> =
         endless::sandbox::backend_by_name("local", &cache)
@@ -99,6 +113,7 @@ fn pipeline(server: &FixtureLlm, ws_root: &Path, count: usize, seed: u64) -> Fun
         generator_name: "fixture-gen".into(),
         solver_name: "fixture-solver".into(),
         shard: None,
+        audit,
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(run_pipeline(
@@ -361,7 +376,200 @@ fn server_errors_are_retried_and_a_killed_run_resumes_without_duplicates() {
     assert!(matches!(second.accepted(), 3));
     let _ = CandidateOutcome::Accepted {
         task_id: String::new(),
+        audit: None,
     };
+}
+
+/// The audit stage with cheap checks: the shortcuts (an empty `out.txt`
+/// is one) and the oracle's mutants (skipped: generated tasks carry no
+/// oracle, and the stage must say so rather than fail).
+fn cheap_audit(mode: AuditMode) -> AuditStage {
+    AuditStage {
+        mode,
+        options: AuditOptions {
+            checks: vec![Check::CheapSolutions, Check::WeakTests],
+            budget: Duration::from_secs(120),
+            ..AuditOptions::default()
+        },
+    }
+}
+
+#[test]
+fn the_audit_stage_rejects_tests_that_accept_an_empty_file_and_resumes_without_re_auditing() {
+    let server = FixtureLlm::start(scripted(GOOD_ENV, WEAK_FINAL, Solver::Solves));
+    let ws = tempfile::tempdir().unwrap();
+    let funnel = pipeline_with(
+        &server,
+        ws.path(),
+        1,
+        1,
+        Some(cheap_audit(AuditMode::Reject)),
+    );
+    assert_eq!(funnel.passed.get(&Stage::Solvability), Some(&1), "{funnel}");
+    assert_eq!((funnel.accepted(), funnel.audited), (0, 1), "{funnel}");
+    let (stage, reason) = only_reject(&funnel);
+    assert_eq!(stage, Stage::Audit);
+    assert_eq!(reason, "audit findings: cheap-solution");
+    assert!(
+        funnel.to_string().contains("rejected at Audit:"),
+        "{funnel}"
+    );
+    assert!(Workspace::open(ws.path())
+        .unwrap()
+        .task_ids()
+        .unwrap()
+        .is_empty());
+    // The reject keeps the audit report, with the shortcut's evidence.
+    let rejected = ws.path().join("rejected/cand-1-00000");
+    let report = endless::audit::file::read(&rejected)
+        .unwrap()
+        .expect("audit.json");
+    assert_eq!(report.labels(), vec!["cheap-solution".to_string()]);
+    let finding = report.findings().next().unwrap();
+    assert!(finding.summary.contains("empty-files"), "{finding:?}");
+    let weak = report
+        .checks
+        .iter()
+        .find(|c| c.check == Check::WeakTests)
+        .unwrap();
+    assert_eq!(weak.status.word(), "skipped", "{weak:?}");
+    let reject: toml::Value =
+        toml::from_str(&std::fs::read_to_string(rejected.join("reject.toml")).unwrap()).unwrap();
+    assert_eq!(reject["stage"].as_str(), Some("audit"));
+    // A resumed run takes the decision from the journal: no model call, no
+    // second audit.
+    let stamp = std::fs::metadata(rejected.join("audit.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let asked = server.requests().len();
+    let again = pipeline_with(
+        &server,
+        ws.path(),
+        1,
+        1,
+        Some(cheap_audit(AuditMode::Reject)),
+    );
+    assert_eq!(again, funnel);
+    assert_eq!(server.requests().len(), asked);
+    let after = std::fs::metadata(rejected.join("audit.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(after, stamp);
+
+    // Tests that check the content pass the same audit and are kept.
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let ws = tempfile::tempdir().unwrap();
+    let funnel = pipeline_with(
+        &server,
+        ws.path(),
+        1,
+        1,
+        Some(cheap_audit(AuditMode::Reject)),
+    );
+    assert_eq!((funnel.accepted(), funnel.audited), (1, 1), "{funnel}");
+    assert!(funnel.flagged.is_empty(), "{funnel}");
+    let row = Workspace::open(ws.path())
+        .unwrap()
+        .audit_row("gen-1-00000")
+        .unwrap()
+        .expect("the clean audit is indexed");
+    assert!(row.labels.is_empty() && row.findings == 0, "{row:?}");
+}
+
+#[test]
+fn cli_generate_audit_flag_keeps_the_candidate_and_stores_its_findings() {
+    let server = FixtureLlm::start(scripted(GOOD_ENV, WEAK_FINAL, Solver::Solves));
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let funnel = endless_in(
+        home.path(),
+        &ws,
+        &[
+            "generate",
+            "--count",
+            "1",
+            "--seed",
+            "5",
+            "--llm",
+            &server.url(),
+            "--model",
+            "fixture",
+            "--solutions",
+            "1",
+            "--audit",
+            "flag",
+            "--audit-checks",
+            "cheap-solutions",
+            "--json",
+        ],
+    );
+    assert_eq!(funnel["passed"]["audit"], 1, "{funnel:#}");
+    assert_eq!(funnel["audited"], 1, "{funnel:#}");
+    assert_eq!(funnel["flagged"]["cheap-solution"], 1, "{funnel:#}");
+    // Stored as `tasks audit` stores it: the file beside the task, the index.
+    let w = Workspace::open(&ws).unwrap();
+    assert!(ws.join("tasks/gen-5-00000/audit.json").is_file());
+    let row = w.audit_row("gen-5-00000").unwrap().expect("indexed");
+    assert_eq!(row.labels, vec!["cheap-solution".to_string()]);
+    assert_eq!(
+        w.tasks_with_audit_labels(&["cheap-solution".into()])
+            .unwrap(),
+        vec!["gen-5-00000".to_string()]
+    );
+    // ... and current for it: `tasks audit` takes the stored report.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(&ws)
+        .args([
+            "tasks",
+            "audit",
+            "gen-5-00000",
+            "--checks",
+            "cheap-solutions",
+            "--json",
+        ])
+        .env("XDG_CACHE_HOME", home.path().join(".cache"))
+        .env("XDG_STATE_HOME", home.path().join(".state"))
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .output()
+        .unwrap();
+    let outcomes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcomes[0]["resumed"], true, "{outcomes:#}");
+    // Bad flags are clear errors.
+    for (args, says) in [
+        (
+            vec!["--audit", "flag", "--audit-checks", "weak"],
+            "--audit-checks",
+        ),
+        (vec!["--offline", "--audit", "flag"], "--offline"),
+        (vec!["--audit-checks", "flaky"], "--audit"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+            .arg("--workspace")
+            .arg(&ws)
+            .args([
+                "generate",
+                "--count",
+                "1",
+                "--llm",
+                &server.url(),
+                "--model",
+                "m",
+            ])
+            .args(&args)
+            .env("XDG_CACHE_HOME", home.path().join(".cache"))
+            .env("XDG_STATE_HOME", home.path().join(".state"))
+            .env("XDG_CONFIG_HOME", home.path().join(".config"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 #[test]
@@ -447,6 +655,7 @@ fn bench_pipeline_overhead() {
             generator_name: "fixture-gen".into(),
             solver_name: "fixture-solver".into(),
             shard: None,
+            audit: None,
         };
         let rt = tokio::runtime::Runtime::new().unwrap();
         let t0 = std::time::Instant::now();

@@ -54,6 +54,8 @@ const SAME_LAYER: &[(&str, &str)] = &[
     ("verify", "sandbox"),
     // Evaluation reads the episodes and failure labels the agent records.
     ("eval", "agent"),
+    // Generation's optional last stage is the task audit (which uses nothing of generate).
+    ("generate", "audit"),
     // The use cases report through job events.
     ("workbench", "jobs"),
     // The CLI turns the clap definitions into use-case calls.

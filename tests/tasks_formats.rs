@@ -45,6 +45,14 @@ fn native_round_trips_through_every_format() {
     ] {
         let back = round_trip(&native, via);
         assert_eq!(back, native, "native -> {via:?} -> native changed the task");
+        // The network flag survives every format, either way.
+        let mut networked = native.clone();
+        networked.meta.environment.network = !native.meta.environment.network;
+        assert_eq!(
+            round_trip(&networked, via),
+            networked,
+            "network via {via:?}"
+        );
     }
 }
 
@@ -56,6 +64,10 @@ fn harbor_import_keeps_unknown_keys_and_maps_boilerplate() {
     assert_eq!(task.meta.task.tags, vec!["wc", "files"]);
     assert_eq!(task.meta.agent.user, "root");
     assert_eq!(task.meta.environment.workdir, "/app");
+    assert!(
+        task.meta.environment.network,
+        "Harbor's default network_mode is public"
+    );
     assert_eq!(task.meta.verifier.final_tests, vec!["test_outputs.py"]);
     assert_eq!(
         task.meta.verifier.script, None,
@@ -80,6 +92,10 @@ fn harbor_import_keeps_unknown_keys_and_maps_boilerplate() {
     assert!(test_sh.contains("/logs/verifier/reward.txt"));
     let toml_text = fs::read_to_string(dir.path().join("task.toml")).unwrap();
     assert!(toml_text.contains("custom_rank = 7") && toml_text.contains("build_timeout_sec = 300"));
+    assert!(
+        toml_text.contains("network_mode = \"public\""),
+        "{toml_text}"
+    );
     assert_eq!(read(Format::Harbor, dir.path()), task);
 }
 
@@ -89,6 +105,11 @@ fn custom_harbor_verifier_is_kept_as_is() {
     assert_eq!(task.meta.verifier.script.as_deref(), Some("test.sh"));
     assert!(task.tests.text("test.sh").unwrap().contains("stat -c %a"));
     assert_eq!(task.meta.environment.workdir, "/srv");
+    assert!(
+        !task.meta.environment.network,
+        "allow_internet = false is honoured"
+    );
+    assert!(!task.meta.environment.extra.contains_key("allow_internet"));
     assert_eq!(round_trip(&task, Format::Harbor), task);
     assert_eq!(round_trip(&task, Format::Native), task);
 }
@@ -134,6 +155,10 @@ fn reference_and_tb1_import() {
     assert_eq!(t.meta.agent.timeout_sec, 360.0);
     assert_eq!(t.meta.verifier.final_tests, vec!["test_outputs.py"]);
     assert!(t.environment.contains("docker-compose.yaml"));
+    assert!(
+        t.meta.environment.network,
+        "docker-compose's default network is on"
+    );
     assert_eq!(t.meta.extra["tb1"]["parser_name"].as_str(), Some("pytest"));
     assert!(t.solve_script().unwrap().contains("DEBUG=false"));
     assert_eq!(round_trip(&t, Format::Tb1), t);

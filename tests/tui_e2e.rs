@@ -1494,6 +1494,9 @@ fn the_training_view_follows_the_run_it_starts_in_tmux() {
     );
 }
 
+/// Issue 34: the audit job, its findings in Tasks, and a CLI audit seen live.
+#[path = "tui_e2e/audit.rs"]
+mod audit;
 /// Issue 33, items 8 and 9, and two TUIs on one workspace.
 #[path = "tui_e2e/jobs_and_links.rs"]
 mod jobs_and_links;

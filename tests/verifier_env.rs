@@ -99,6 +99,22 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
         endless::images::register_rootfs(&store, "local/debian:bookworm", &debian_base_tar())
             .unwrap();
     }
+    // `uv-copy` copies uv from its image: the stand-in serves it (built from
+    // the PyPI wheel once; later runs find it in the cache).
+    let out = endless(
+        &ws,
+        &[
+            "images",
+            "stand-ins",
+            "--only",
+            "ghcr.io/astral-sh/uv:0.8.14",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Import: test.sh becomes the final tests plus what they import.
     let out = endless(
@@ -161,7 +177,7 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
     eprintln!("validation: first {cold:.1?}, second {warm:.1?}");
     for verdicts in [&first, &second] {
         let verdicts = verdicts.as_array().unwrap();
-        assert_eq!(verdicts.len(), 6 + CLASSES.len(), "{verdicts:#?}");
+        assert_eq!(verdicts.len(), 8 + CLASSES.len(), "{verdicts:#?}");
         for v in verdicts {
             let id = v["id"].as_str().unwrap();
             if let Some((_, class)) = CLASSES.iter().find(|(t, _)| *t == id) {
@@ -180,6 +196,35 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
             assert!(v["validation"].get("failure_classes").is_none(), "{v:#}");
         }
     }
+    // Harbor's network rules: `allow_internet = true` (also the default)
+    // gives the oracle PyPI; `--offline` takes it away, and the oracle that
+    // pip-installs fails (the task still runs: it is not refused).
+    let shown = json(&endless(
+        &ws,
+        &["tasks", "show", "oracle-pip-install", "--json"],
+    ));
+    assert_eq!(
+        shown["environment"]["settings"]["network"], true,
+        "{shown:#}"
+    );
+    let offline = verdicts(&endless(
+        &ws,
+        &[
+            "tasks",
+            "validate",
+            "oracle-pip-install",
+            "--offline",
+            "--json",
+        ],
+    ));
+    let v = &offline[0];
+    assert_eq!(v["ok"], false, "{v:#}");
+    assert_eq!(v["validation"]["oracle_passes"], false, "{v:#}");
+    assert_eq!(
+        v["validation"]["failure_classes"],
+        serde_json::json!(["oracle-fails"]),
+        "{v:#}"
+    );
     // The table names the class too.
     let out = endless(&ws, &["tasks", "validate", "class-oracle-fails"]);
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -5,7 +5,13 @@
 //! pull + unpack by endless against `skopeo copy` + `umoci unpack` of the
 //! same image; a cached image's episode start; a 10-step Dockerfile built
 //! cold and rebuilt after a change to step 9; and the disk taken by 20
-//! tasks sharing that base.
+//! tasks sharing that base and steps: the store (images stack their
+//! steps' cached layers) against the bytes of its unique layers, side by
+//! side with the layout where each image held a merged copy of its steps
+//! (reproduced in the same run with `apply_layer`); and what a cached
+//! sealed verifier environment adds to a cached episode's start plus
+//! verification, against the same task verified by the built-in runtime
+//! (pre-warmed where it can be, and cold).
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::{Read, Write};
@@ -67,8 +73,25 @@ pub struct ImagesBench {
     /// each cached step layer, once).
     pub unique_layer_bytes: u64,
     /// The whole store (`disk_shared_bytes`) over `unique_layer_bytes`
-    /// (goal: under 1.2; built images today copy their steps' files).
+    /// (goal: under 1.2; images stack their steps' layers).
     pub store_over_unique: f64,
+    /// The same store laid out as before, each image with a merged copy
+    /// of its steps' layers (the copies made in this run, counted too).
+    pub copy_layout_bytes: u64,
+    /// `copy_layout_bytes` over `unique_layer_bytes`.
+    pub copy_over_unique: f64,
+    /// Episode start + verification, the built-in runtime (pre-warmed
+    /// where the backend has it).
+    pub verify_builtin: Stats,
+    /// The same with the built-in runtime cold (a fresh interpreter).
+    pub verify_builtin_cold: Stats,
+    /// The same task with its tests in a cached sealed verifier
+    /// environment (`[verifier] python`; always cold).
+    pub verify_env: Stats,
+    /// `verify_env` over `verify_builtin` (medians; goal: under 1.2).
+    pub verify_env_ratio: f64,
+    /// `verify_env` over `verify_builtin_cold` (medians).
+    pub verify_env_over_cold: f64,
 }
 
 impl std::fmt::Display for ImagesBench {
@@ -122,10 +145,40 @@ impl std::fmt::Display for ImagesBench {
         )?;
         write!(
             f,
-            "\n  store vs its unique layers: {:.1} MB vs {:.1} MB ({:.2}x; goal < 1.2x)",
+            "\n  store vs its unique layers: {:.1} MB vs {:.1} MB ({:.2}x; goal < 1.2x: {}); \
+             as copies: {:.1} MB ({:.2}x)",
             mb(self.disk_shared_bytes),
             mb(self.unique_layer_bytes),
-            self.store_over_unique
+            self.store_over_unique,
+            if self.store_over_unique < 1.2 {
+                "ok"
+            } else {
+                "OVER"
+            },
+            mb(self.copy_layout_bytes),
+            self.copy_over_unique
+        )?;
+        let (b, c, e) = (
+            &self.verify_builtin,
+            &self.verify_builtin_cold,
+            &self.verify_env,
+        );
+        write!(
+            f,
+            "\n  episode start + verification, built-in runtime: median {:.1} ms (cold {:.1} ms); \
+             sealed verifier env (cached): median {:.1} ms ({} runs)\n  \
+             verifier env over built-in: {:.2}x (goal < 1.2x: {}); over built-in cold: {:.2}x",
+            b.median_ms,
+            c.median_ms,
+            e.median_ms,
+            e.runs,
+            self.verify_env_ratio,
+            if self.verify_env_ratio < 1.2 {
+                "ok"
+            } else {
+                "OVER"
+            },
+            self.verify_env_over_cold
         )
     }
 }
@@ -200,29 +253,56 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
         .map(|s| s.index)
         .collect();
 
-    // Disk: 20 tasks on one base, sharing a step, each with one of its own.
+    // Disk: 20 tasks on one base, sharing two steps, each with two of its
+    // own (one replacing a shared file: a whiteout in its layer).
     let tasks = 20;
     let disk_cache = work.path().join("disk");
     let disk = LocalBackend::new(&disk_cache)?;
     let mut one_image = 0;
+    let mut built = Vec::new();
     for i in 0..tasks {
         let image = disk.prepare(&task(
             &format!("disk-{i}"),
             &format!(
                 "FROM {reference}\n\
                  RUN mkdir -p /opt/shared && head -c 2000000 /dev/zero | tr '\\0' x > /opt/shared/blob\n\
-                 RUN echo task-{i} > /opt/id\n"
+                 RUN mkdir -p /opt/lib && for f in $(seq 1 200); do echo lib-$f > /opt/lib/$f; done\n\
+                 RUN echo task-{i} > /opt/id && rm /opt/lib/{}\n\
+                 RUN head -c {} /dev/zero | tr '\\0' y > /opt/own\n",
+                i + 1,
+                100_000 * (i + 1)
             ),
         ))?;
         if i == 0 {
-            one_image = du(std::slice::from_ref(&image.path)) + du(&image.base_layers);
+            let steps: Vec<PathBuf> = image.step_layers.values().flatten().cloned().collect();
+            one_image = du(std::slice::from_ref(&image.path)) + du(&image.base_layers) + du(&steps);
         }
+        built.push(image);
     }
     let disk_shared_bytes = du(&[disk_cache.join("images"), disk_cache.join("local")]);
     let unique_layer_bytes = du(&[
         disk_cache.join("images/layers"),
         disk_cache.join("local/steps"),
     ]);
+    // The layout before: each image with a merged copy of its steps.
+    let copies = work.path().join("copies");
+    for image in &built {
+        for (part, layers) in &image.step_layers {
+            let into = copies.join(&image.hash).join(part);
+            for layer in layers.iter().rev() {
+                crate::sandbox::local::apply_layer(layer, &into, "trusted.overlay.opaque")
+                    .with_context(|| format!("copy step layer {}", layer.display()))?;
+            }
+        }
+    }
+    let copy_layout_bytes = du(&[
+        disk_cache.join("images"),
+        disk_cache.join("local"),
+        copies.clone(),
+    ]);
+    // A cached verifier environment against the built-in runtime.
+    let (verify_builtin, verify_builtin_cold, verify_env) =
+        verifier_env_cost(&work.path().join("verify"), runs * 4)?;
     Ok(ImagesBench {
         profile: if cfg!(debug_assertions) {
             "debug"
@@ -246,7 +326,78 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
         disk_copies_bytes: one_image * tasks as u64,
         unique_layer_bytes,
         store_over_unique: disk_shared_bytes as f64 / unique_layer_bytes.max(1) as f64,
+        copy_layout_bytes,
+        copy_over_unique: copy_layout_bytes as f64 / unique_layer_bytes.max(1) as f64,
+        verify_env_ratio: verify_env.median_ms / verify_builtin.median_ms,
+        verify_env_over_cold: verify_env.median_ms / verify_builtin_cold.median_ms,
+        verify_builtin,
+        verify_builtin_cold,
+        verify_env,
     })
+}
+
+/// A task on the host base whose test checks a file a step wrote: with
+/// `python`, its tests run in a sealed verifier environment with that
+/// Python (the host's own version, so it builds offline: no packages).
+fn verified_task(id: &str, python: Option<&str>) -> Task {
+    let mut t = task(id, "RUN echo ready > /opt/ready\n");
+    t.tests.insert_text(
+        "test_final_state.py",
+        "def test_ready():\n    assert open('/opt/ready').read().strip() == 'ready'\n",
+    );
+    t.meta.verifier.python = python.map(str::to_owned);
+    t
+}
+
+/// Medians of `runs` cached episode starts + verifications (each passing):
+/// the built-in runtime as the backend runs it, the same cold, and the
+/// task whose tests run in its sealed verifier environment.
+fn verifier_env_cost(cache: &Path, runs: usize) -> Result<(Stats, Stats, Stats)> {
+    use crate::verify::{verify, TestSet};
+    let runs = runs.max(3);
+    let backend = LocalBackend::new(cache)?;
+    let cold = LocalBackend::new(cache)?.with_cold_verifier();
+    let python = host_python()?;
+    let plain = verified_task("verify-builtin", None);
+    let sealed = verified_task("verify-env", Some(&python));
+    let measure = |b: &LocalBackend, task: &Task| -> Result<Stats> {
+        // Built (and the environment with it) before anything is timed.
+        let image = b.prepare(task)?;
+        let mut samples = Vec::new();
+        for i in 0..=runs {
+            let t = Instant::now();
+            let mut s = b.start(&image, &SessionOptions::default())?;
+            let report = verify(&mut s, task, TestSet::Final)?;
+            let took = t.elapsed();
+            s.close();
+            if !report.passed {
+                bail!("{}: the verification failed: {}", task.id(), report.output);
+            }
+            // The first run warms what a cached episode finds warm.
+            if i > 0 {
+                samples.push(took);
+            }
+        }
+        Stats::from(&mut samples).context("no samples")
+    };
+    Ok((
+        measure(&backend, &plain)?,
+        measure(&cold, &plain)?,
+        measure(&backend, &sealed)?,
+    ))
+}
+
+/// The `X.Y` version of the host's `/usr/bin/python3` (what a build on
+/// the host base finds).
+fn host_python() -> Result<String> {
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .context("run /usr/bin/python3")?;
+    if !out.status.success() {
+        bail!("/usr/bin/python3 did not report its version");
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn task(id: &str, dockerfile: &str) -> Task {

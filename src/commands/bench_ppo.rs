@@ -11,6 +11,8 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::cli::PpoSize;
+use crate::model::kernels::level::CpuLevel;
+use crate::model::kernels::ran::{KernelReport, Snapshot};
 use crate::model::models::tiny::{qwen2_config, DecoderShape};
 use crate::model::ModelConfig;
 use crate::rl::{Policy, RolloutBatch, RolloutSequence, TrainConfig, Trainer};
@@ -127,6 +129,8 @@ pub struct PpoBench {
     pub value_loss_first: f64,
     /// The first step's gradient norm (before clipping).
     pub grad_norm_first: f64,
+    /// The kernel level and the hand kernels that ran over all steps.
+    pub kernels: KernelReport,
 }
 
 impl std::fmt::Display for PpoBench {
@@ -146,14 +150,15 @@ impl std::fmt::Display for PpoBench {
             self.tokens_per_s,
             self.tokens_per_s_best
         )?;
-        write!(
+        writeln!(
             f,
             "  first-step loss {:.6} (policy {:.6}, value {:.6}), grad norm {:.6}",
             self.losses.first().copied().unwrap_or(f64::NAN),
             self.policy_loss_first,
             self.value_loss_first,
             self.grad_norm_first
-        )
+        )?;
+        write!(f, "  {}", self.kernels)
     }
 }
 
@@ -184,6 +189,8 @@ pub fn bench_ppo(
     steps: usize,
     dump_dir: Option<&Path>,
 ) -> Result<PpoBench> {
+    // A forced kernel level the CPU lacks fails here, before any work.
+    CpuLevel::selected()?;
     let cfg = ppo_model_config(size);
     let policy = Policy::from_config(&cfg, &Device::Cpu, 0)?;
     let params = policy.num_params();
@@ -197,6 +204,7 @@ pub fn bench_ppo(
     let mut losses = Vec::with_capacity(warmup + steps);
     let mut first = None;
     let mut times = Vec::with_capacity(steps);
+    let before = Snapshot::now();
     for i in 0..warmup + steps {
         let start = Instant::now();
         let m = trainer.ppo_step(&batch)?;
@@ -229,6 +237,7 @@ pub fn bench_ppo(
         policy_loss_first: first.policy_loss,
         value_loss_first: first.value_loss,
         grad_norm_first: first.grad_norm,
+        kernels: KernelReport::since(&before)?,
     };
     if let Some(dir) = dump_dir {
         let p = dir.join("candle.json");
@@ -268,6 +277,18 @@ mod tests {
         assert_eq!(r.losses.len(), 2);
         assert!(r.losses.iter().all(|l| l.is_finite()));
         assert!(r.tokens_per_s > 0.0);
+        // The fused training kernels ran, and are named with their path.
+        let names: Vec<&str> = r.kernels.ran.iter().map(|k| k.name.as_str()).collect();
+        for k in [
+            "causal attention portable",
+            "rms norm portable",
+            "swiglu portable",
+        ] {
+            assert!(names.contains(&k), "{k} not in {names:?}");
+        }
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["kernels"]["level"], r.kernels.level.name());
+        assert!(r.to_string().contains("kernels: "));
         for f in [
             "config.json",
             "batch.json",

@@ -10,6 +10,8 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::model::bench::{bench_sample, check_sequences, SampleBench};
+use crate::model::kernels::level::CpuLevel;
+use crate::model::kernels::ran::{KernelReport, Snapshot};
 use crate::model::numerics::{check_numerics, NumericsCheck};
 use crate::model::{fetch_smollm2, LocalModel};
 use crate::workbench::Context;
@@ -23,6 +25,8 @@ pub const BATCH: usize = 16;
 pub struct SampleReport {
     #[serde(flatten)]
     pub bench: SampleBench,
+    /// The kernel level and the hand kernels that ran over the timed runs.
+    pub kernels: KernelReport,
     /// The quantized runner against the f32 dequantised model (`--check`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check: Option<NumericsCheck>,
@@ -30,7 +34,7 @@ pub struct SampleReport {
 
 impl std::fmt::Display for SampleReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.bench)?;
+        write!(f, "{}\n  {}", self.bench, self.kernels)?;
         if let Some(c) = &self.check {
             write!(f, "\n{}", c.to_string().trim_end())?;
         }
@@ -55,11 +59,19 @@ pub fn run(
         None => fetch_smollm2(&ctx.paths.cache_dir.join("models"))
             .context("fetching SmolLM2 (pass --model FILE.gguf to use a local copy)")?,
     };
+    // A forced kernel level the CPU lacks fails here, before the model loads.
+    CpuLevel::selected()?;
     let mut local = LocalModel::load(&path, &Device::Cpu)
         .with_context(|| format!("loading {}", path.display()))?;
+    let before = Snapshot::now();
     let bench = bench_sample(&mut local, tokens, BATCH, 2)?;
+    let kernels = KernelReport::since(&before)?;
     if !check {
-        return Ok(SampleReport { bench, check: None });
+        return Ok(SampleReport {
+            bench,
+            kernels,
+            check: None,
+        });
     }
     let sequences = check_sequences(&local, &bench)?;
     drop(local);
@@ -87,6 +99,7 @@ pub fn run(
     }
     Ok(SampleReport {
         bench,
+        kernels,
         check: Some(report),
     })
 }

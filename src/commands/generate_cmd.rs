@@ -6,11 +6,13 @@
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{bail, Context as _, Result};
 
 use super::print_json;
 use super::progress::{BarStyle, JobBar};
-use crate::cli::GenerateArgs;
+use crate::audit::{AuditOptions, Check};
+use crate::cli::{AuditModeArg, GenerateArgs};
+use crate::generate::config::{AuditMode, AuditStage};
 use crate::jobs::JobContext;
 use crate::workbench::generate::{llm, LlmRequest};
 use crate::workbench::Context;
@@ -31,6 +33,7 @@ pub fn run(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
         concurrency: args.concurrency,
         max_env_attempts: args.max_env_attempts,
         shard: args.shard,
+        audit: audit_stage(&args)?,
     };
     let (job, rx) = JobContext::standalone("generate");
     let bar = (!args.json).then(|| {
@@ -57,4 +60,26 @@ pub fn run(ctx: &Context, args: GenerateArgs) -> Result<ExitCode> {
         say!("{funnel}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The audit stage `--audit`, `--audit-checks` and `--audit-budget` ask for.
+fn audit_stage(args: &GenerateArgs) -> Result<Option<AuditStage>> {
+    let Some(mode) = args.audit else {
+        return Ok(None);
+    };
+    let mut options = AuditOptions::default();
+    if let Some(list) = &args.audit_checks {
+        options.checks = Check::parse_list(list).context("--audit-checks")?;
+    }
+    if let Some(secs) = args.audit_budget {
+        if !(secs > 0.0 && secs <= 86_400.0) {
+            bail!("--audit-budget must be a number of seconds above 0 and at most 86400");
+        }
+        options.budget = std::time::Duration::from_secs_f64(secs);
+    }
+    let mode = match mode {
+        AuditModeArg::Reject => AuditMode::Reject,
+        AuditModeArg::Flag => AuditMode::Flag,
+    };
+    Ok(Some(AuditStage { mode, options }))
 }

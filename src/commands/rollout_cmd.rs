@@ -36,6 +36,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<ExitCode> {
             (None, Some(_)) => anyhow::bail!("--at-step needs --fork EPISODE"),
             (None, None) => None,
         },
+        offline: args.offline,
     };
     let episode = foreground(quiet, |job, hooks| {
         workbench::run_episode(ctx, &req, job, hooks)
@@ -65,6 +66,7 @@ pub fn eval(ctx: &Context, args: EvalArgs) -> Result<ExitCode> {
         max_turns: args.max_turns,
         concurrency: args.concurrency.unwrap_or(2),
         protocol: args.protocol.clone(),
+        offline: args.offline,
     };
     let outcome = foreground(args.json, |job, hooks| {
         workbench::eval::eval_shard(ctx, &req, args.shard, job, hooks)

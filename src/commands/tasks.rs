@@ -164,12 +164,13 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             stored,
             concurrency,
             json,
+            offline,
         } => {
             let ids = select(&ws, ids, all)?;
             if stored {
                 return report_stored(&ws, &ids, json);
             }
-            return validate(ctx, ids, shard, concurrency, json);
+            return validate(ctx, ids, shard, concurrency, json, offline);
         }
         TasksCommand::Audit(args) => return super::audit_cmd::run(ctx, args),
         TasksCommand::Set {
@@ -206,6 +207,7 @@ fn validate(
     shard: Option<crate::store::Shard>,
     concurrency: Option<usize>,
     json: bool,
+    offline: bool,
 ) -> Result<ExitCode> {
     let ws = ctx.workspace()?;
     let (ids, running) = match shard {
@@ -262,7 +264,10 @@ fn validate(
     );
     let above = bar.bar().clone();
     // One line per task as it finishes, unless `--json`.
-    let backend = ctx.backend()?;
+    let backend = crate::sandbox::offline::offline_if(ctx.backend()?, offline);
+    if offline {
+        say_err!("--offline: sessions run without network, also for tasks that ask for it");
+    }
     let results = validate_tasks_with(ctx, Ok(backend), &ids, concurrency, &job, |v| {
         if !json {
             above.suspend(|| {

@@ -32,6 +32,8 @@ pub struct Candidate {
     pub prompt_hashes: BTreeMap<String, String>,
     /// Stage-2 replacements of the initial tests (the model said they were wrong).
     pub test_revisions: Vec<TestRevision>,
+    /// The audit stage's report, when it ran (stored with the task or the reject).
+    pub audit: Option<crate::audit::AuditReport>,
 }
 
 impl Candidate {
@@ -61,6 +63,7 @@ impl Candidate {
             usage: TokenUsage::default(),
             prompt_hashes: BTreeMap::new(),
             test_revisions: Vec::new(),
+            audit: None,
         }
     }
 
@@ -84,5 +87,6 @@ pub fn stage_key(stage: Stage) -> &'static str {
         Stage::Environment => "environment",
         Stage::CompletionTests => "completion_tests",
         Stage::Solvability => "solvability",
+        Stage::Audit => "audit",
     }
 }

@@ -55,6 +55,38 @@ pub struct PipelineConfig {
     /// `cand-<seed>-<index>` is in shard fnv1a64(id) mod N), so N shards
     /// run exactly the candidates of one unsharded run; `None`: all.
     pub shard: Option<crate::store::Shard>,
+    /// The audit stage after solvability (`--audit reject|flag`); `None`: no audit.
+    pub audit: Option<AuditStage>,
+}
+
+/// What the audit stage does with a candidate that has a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuditMode {
+    /// Reject it at stage `audit`, naming the labels.
+    Reject,
+    /// Keep it and store its findings with the task (`tasks/<id>/audit.json`).
+    Flag,
+}
+
+impl AuditMode {
+    /// The name `--audit` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            AuditMode::Reject => "reject",
+            AuditMode::Flag => "flag",
+        }
+    }
+}
+
+/// The audit stage: every solvable candidate is audited as
+/// `endless tasks audit` would audit the stored task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditStage {
+    /// Reject or flag a candidate with findings.
+    pub mode: AuditMode,
+    /// The checks and their budgets.
+    pub options: crate::audit::AuditOptions,
 }
 
 /// What every candidate shares.

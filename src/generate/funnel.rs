@@ -18,15 +18,18 @@ pub enum Stage {
     CompletionTests,
     /// Stage 4: pass@n > 0 with the solver.
     Solvability,
+    /// Optional last stage (`--audit reject|flag`): the task audit.
+    Audit,
 }
 
 impl Stage {
     /// All stages in order.
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::Task,
         Stage::Environment,
         Stage::CompletionTests,
         Stage::Solvability,
+        Stage::Audit,
     ];
 
     /// The funnel row a candidate reaches when it passes this stage.
@@ -36,6 +39,7 @@ impl Stage {
             Stage::Environment => "environment built",
             Stage::CompletionTests => "completion tests valid",
             Stage::Solvability => "solvable",
+            Stage::Audit => "kept by the audit",
         }
     }
 }
@@ -48,6 +52,10 @@ pub enum CandidateOutcome {
     Accepted {
         /// The id of the stored task (`gen-<seed>-<index>`).
         task_id: String,
+        /// The audit stage's labels when it ran (`--audit flag` keeps a
+        /// task with findings; empty: clean); `None`: not audited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audit: Option<Vec<String>>,
     },
     /// Turned down; the partial bundle is normally kept under `rejected/<candidate>/`.
     Rejected {
@@ -67,6 +75,12 @@ pub struct Funnel {
     pub passed: BTreeMap<Stage, usize>,
     /// Reject reasons per stage, with counts.
     pub rejects: BTreeMap<Stage, BTreeMap<String, usize>>,
+    /// Candidates the audit stage decided (kept or rejected).
+    #[serde(default)]
+    pub audited: usize,
+    /// Candidates kept with findings (`--audit flag`), per label.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flagged: BTreeMap<String, usize>,
 }
 
 impl Funnel {
@@ -74,8 +88,19 @@ impl Funnel {
     pub fn record(&mut self, outcome: &CandidateOutcome) {
         self.sampled += 1;
         let reached = match outcome {
-            CandidateOutcome::Accepted { .. } => Stage::ALL.len(),
+            CandidateOutcome::Accepted { audit, .. } => {
+                if let Some(labels) = audit {
+                    self.audited += 1;
+                    for label in labels {
+                        *self.flagged.entry(label.clone()).or_default() += 1;
+                    }
+                }
+                Stage::ALL.len()
+            }
             CandidateOutcome::Rejected { stage, reason } => {
+                if *stage == Stage::Audit {
+                    self.audited += 1;
+                }
                 *self
                     .rejects
                     .entry(*stage)
@@ -90,9 +115,9 @@ impl Funnel {
         }
     }
 
-    /// Candidates accepted.
+    /// Candidates accepted (kept by the last stage they went through).
     pub fn accepted(&self) -> usize {
-        self.passed.get(&Stage::Solvability).copied().unwrap_or(0)
+        self.passed.get(&Stage::Audit).copied().unwrap_or(0)
     }
 }
 
@@ -127,6 +152,9 @@ impl fmt::Display for Funnel {
         writeln!(f, "{:<26} {:>6} {:>7}", "stage", "count", "share")?;
         writeln!(f, "{:<26} {:>6} {:>6.1}%", "sampled", self.sampled, 100.0)?;
         for stage in Stage::ALL {
+            if stage == Stage::Audit && self.audited == 0 {
+                continue;
+            }
             let n = self.passed.get(&stage).copied().unwrap_or(0);
             writeln!(
                 f,
@@ -135,6 +163,12 @@ impl fmt::Display for Funnel {
                 n,
                 pct(n)
             )?;
+        }
+        if !self.flagged.is_empty() {
+            writeln!(f, "kept with audit findings, by label:")?;
+            for (label, n) in &self.flagged {
+                writeln!(f, "  {n:>4}  {label}")?;
+            }
         }
         for (stage, reasons) in &self.rejects {
             writeln!(f, "rejected at {stage:?}:")?;
@@ -157,6 +191,7 @@ mod tests {
         let mut f = Funnel::default();
         f.record(&CandidateOutcome::Accepted {
             task_id: "a".into(),
+            audit: None,
         });
         f.record(&CandidateOutcome::Rejected {
             stage: Stage::Task,
@@ -184,6 +219,43 @@ mod tests {
         assert!(
             table.contains("-> solvable") && table.contains("20.0%"),
             "{table}"
+        );
+        assert!(!table.contains("audit"), "no audit stage ran: {table}");
+    }
+
+    #[test]
+    fn the_audit_stage_counts_kept_flagged_and_rejected_candidates() {
+        let mut f = Funnel::default();
+        f.record(&CandidateOutcome::Accepted {
+            task_id: "a".into(),
+            audit: Some(vec!["cheap-solution".into()]),
+        });
+        f.record(&CandidateOutcome::Accepted {
+            task_id: "b".into(),
+            audit: Some(Vec::new()),
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Audit,
+            reason: "audit findings: weak-tests\nthe final tests accept a mutant".into(),
+        });
+        assert_eq!(f.audited, 3);
+        assert_eq!(f.passed[&Stage::Solvability], 3);
+        assert_eq!(f.accepted(), 2);
+        assert_eq!(f.flagged["cheap-solution"], 1);
+        assert_eq!(f.rejects[&Stage::Audit]["audit findings: weak-tests"], 1);
+        let table = f.to_string();
+        assert!(table.contains("-> kept by the audit"), "{table}");
+        assert!(table.contains("rejected at Audit:"), "{table}");
+        assert!(table.contains("1  cheap-solution"), "{table}");
+        // Journals written before the audit stage existed still read.
+        let old: CandidateOutcome =
+            serde_json::from_str(r#"{"outcome":"accepted","task_id":"t"}"#).unwrap();
+        assert_eq!(
+            old,
+            CandidateOutcome::Accepted {
+                task_id: "t".into(),
+                audit: None
+            }
         );
     }
 }

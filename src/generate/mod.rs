@@ -2,7 +2,8 @@
 //! (2) environment + initial-state tests with up to k repair rounds (the
 //! tests fixed unless the model says they are wrong),
 //! (3) completion tests that must fail on the initial state, (4) a pass@n
-//! solvability filter.
+//! solvability filter; optionally (5) the task audit (`--audit reject|flag`,
+//! see [`crate::audit`]).
 
 mod candidate;
 pub mod config;

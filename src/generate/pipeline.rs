@@ -1,8 +1,8 @@
-//! Running many candidates through the four stages at once, with separate
-//! bounds for candidates in flight, model requests (the chat client's own
-//! limit) and sandboxes; accepted tasks go to `tasks/`, rejects to
-//! `rejected/`, and a journal under the run directory makes a killed run
-//! resume without redoing finished candidates.
+//! Running many candidates through the four stages (and the optional audit
+//! stage) at once, with separate bounds for candidates in flight, model
+//! requests (the chat client's own limit) and sandboxes; accepted tasks go
+//! to `tasks/`, rejects to `rejected/`, and a journal under the run
+//! directory makes a killed run resume without redoing finished candidates.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -144,11 +144,23 @@ pub fn candidate_ids(
         .collect()
 }
 
+/// What a candidate that passed every stage carries to be stored.
+struct Passed {
+    solvability: Solvability,
+    /// The audit stage's labels, when it ran.
+    audit: Option<Vec<String>>,
+}
+
+/// The id a candidate's task is stored under: `gen-<seed>-<index>`.
+fn task_id(seed: u64, index: usize) -> String {
+    format!("gen-{seed}-{index:05}")
+}
+
 async fn run_candidate(
     shared: &Shared,
     cand: &mut Candidate,
     events: &Option<UnboundedSender<PipelineEvent>>,
-) -> Result<Solvability, stages::Reject> {
+) -> Result<Passed, stages::Reject> {
     let id = cand.id.clone();
     let enter = |stage| {
         if let Some(tx) = events {
@@ -165,7 +177,16 @@ async fn run_candidate(
     enter(Stage::CompletionTests);
     stages::completion_tests(shared, cand).await?;
     enter(Stage::Solvability);
-    stages::solvability(shared, cand).await
+    let solvability = stages::solvability(shared, cand).await?;
+    let audit = match &shared.config.audit {
+        Some(stage) => {
+            enter(Stage::Audit);
+            let id = task_id(shared.config.seed, cand.index);
+            Some(stages::audit(shared, cand, stage, &id).await?)
+        }
+        None => None,
+    };
+    Ok(Passed { solvability, audit })
 }
 
 /// Store an accepted task or a reject; returns the outcome to journal.
@@ -173,7 +194,7 @@ fn finish(
     shared: &Shared,
     root: &std::path::Path,
     cand: &Candidate,
-    result: Result<Solvability, stages::Reject>,
+    result: Result<Passed, stages::Reject>,
 ) -> CandidateOutcome {
     let mut task = cand.task.clone();
     let p = &mut task.meta.provenance;
@@ -218,20 +239,32 @@ fn finish(
         }
     };
     match result {
-        Ok(record) => {
-            let task_id = format!("gen-{}-{:05}", shared.config.seed, cand.index);
+        Ok(passed) => {
+            let task_id = task_id(shared.config.seed, cand.index);
             task.meta.task.id = task_id.clone();
-            let pass_at_k = record.pass_at_k.clone();
-            task.meta.provenance.solvability = Some(record);
+            let pass_at_k = passed.solvability.pass_at_k.clone();
+            task.meta.provenance.solvability = Some(passed.solvability);
             let stored = if ws.has_task(&task_id) {
                 Ok(())
             } else {
                 ws.add_task(&task, TaskStatus::Accepted)
             };
-            match stored.and_then(|()| ws.set_pass_at_k(&task_id, &pass_at_k)) {
-                Ok(()) => CandidateOutcome::Accepted { task_id },
+            let last = if passed.audit.is_some() {
+                Stage::Audit
+            } else {
+                Stage::Solvability
+            };
+            let stored = stored
+                .and_then(|()| ws.set_pass_at_k(&task_id, &pass_at_k))
+                .map_err(|e| e.to_string())
+                .and_then(|()| store_audit(&ws, &task_id, cand.audit.as_ref()));
+            match stored {
+                Ok(()) => CandidateOutcome::Accepted {
+                    task_id,
+                    audit: passed.audit,
+                },
                 Err(e) => CandidateOutcome::Rejected {
-                    stage: Stage::Solvability,
+                    stage: last,
                     reason: format!("cannot store the task: {e}"),
                 },
             }
@@ -243,10 +276,33 @@ fn finish(
                 reason: reason.clone(),
                 attempts: cand.attempts.clone(),
             };
-            if let Err(e) = save_rejected(&ws.rejected_dir(), &task, &info, &cand.log) {
-                tracing::warn!("cannot save rejected candidate {}: {e}", cand.id);
+            match save_rejected(&ws.rejected_dir(), &task, &info, &cand.log) {
+                Ok(dir) => {
+                    if let Some(report) = &cand.audit {
+                        if let Err(e) = crate::audit::file::write(&dir, report) {
+                            tracing::warn!("cannot save the audit of {}: {e}", cand.id);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("cannot save rejected candidate {}: {e}", cand.id),
             }
             CandidateOutcome::Rejected { stage, reason }
         }
     }
+}
+
+/// Store an accepted task's audit report as `endless tasks audit` stores it:
+/// `tasks/<id>/audit.json`, then the index.
+fn store_audit(
+    ws: &Workspace,
+    task_id: &str,
+    report: Option<&crate::audit::AuditReport>,
+) -> Result<(), String> {
+    let Some(report) = report else {
+        return Ok(());
+    };
+    crate::audit::file::write(&ws.tasks_dir().join(task_id), report)
+        .map_err(|e| format!("the audit report was not stored: {e}"))?;
+    ws.index_audit(&crate::audit::AuditRow::of(report))
+        .map_err(|e| format!("the audit report was not indexed: {e}"))
 }

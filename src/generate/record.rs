@@ -176,6 +176,7 @@ mod tests {
                 "cand-7-4",
                 &CandidateOutcome::Accepted {
                     task_id: "t".into(),
+                    audit: None,
                 },
             )
             .unwrap();

@@ -442,3 +442,47 @@ pub async fn solvability(shared: &Shared, cand: &mut Candidate) -> Result<Solvab
         source: String::new(),
     })
 }
+
+/// The optional last stage: audit the solvable candidate as `endless tasks
+/// audit` audits a stored task (as `task_id`, the id it is stored under).
+/// The report is kept on the candidate (stored with the task or the
+/// reject); with [`AuditMode::Reject`](super::config::AuditMode) a finding
+/// rejects the candidate, the reason's first line naming the labels.
+/// Returns the labels of the findings (empty: clean).
+pub async fn audit(
+    shared: &Shared,
+    cand: &mut Candidate,
+    stage_config: &super::config::AuditStage,
+    task_id: &str,
+) -> Result<Vec<String>, Reject> {
+    let stage = Stage::Audit;
+    cand.attempt(stage);
+    let backend = shared.backend.clone();
+    let mut task = cand.task.clone();
+    task.meta.task.id = task_id.to_string();
+    let options = stage_config.options.clone();
+    let t0 = Instant::now();
+    let report = in_sandbox(shared, move || {
+        crate::audit::audit_task(backend.as_ref(), &task, &options, &|_| true)
+    })
+    .await
+    .ok_or_else(|| (stage, "the audit stopped before its end".to_string()))?;
+    cand.add_time(stage, t0.elapsed().as_secs_f64());
+    let labels = report.labels();
+    let summaries: Vec<String> = report
+        .findings()
+        .map(|f| format!("[{}] {}", f.label, f.summary))
+        .collect();
+    cand.audit = Some(report);
+    if labels.is_empty() || stage_config.mode == super::config::AuditMode::Flag {
+        return Ok(labels);
+    }
+    Err((
+        stage,
+        format!(
+            "audit findings: {}\n{}",
+            labels.join(", "),
+            summaries.join("\n")
+        ),
+    ))
+}

@@ -908,6 +908,31 @@ fn write_q4_1_llama(path: &std::path::Path, seed: u64) {
     gguf_file::write(&mut file, &md_refs, &t_refs).unwrap();
 }
 
+/// Sampling a Q4_1 model runs the 8-bit kernels on the selected level's
+/// path: one row while decoding one sequence, tiles (AVX2 at most) for the
+/// prompt and for batches; the benchmark's report can name them.
+#[test]
+fn sampling_a_q4_1_model_runs_the_selected_kernels() {
+    use crate::model::kernels::level::CpuLevel;
+    use crate::model::kernels::ran::Snapshot;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.Q4_1.gguf");
+    write_q4_1_llama(&path, 3);
+    let mut model = LocalModel::load(&path, &Device::Cpu).unwrap();
+    let before = Snapshot::now();
+    crate::model::bench::bench_sample(&mut model, 4, 2, 1).unwrap();
+    let level = CpuLevel::selected().unwrap();
+    let ran: Vec<String> = before.ran_since().into_iter().map(|k| k.name).collect();
+    // Tiles run the AVX2 kernel on AVX-512 levels (see `q4_1.rs`).
+    let tile_level = level.min(CpuLevel::Avx2);
+    for name in [
+        format!("q4_1·q8_1 row {level}"),
+        format!("q4_1·q8_1 tile {tile_level}"),
+    ] {
+        assert!(ran.contains(&name), "{name} not in {ran:?}");
+    }
+}
+
 #[test]
 fn numerics_check_compares_the_quantized_runner_with_the_f32_model() {
     use crate::model::numerics::{check_numerics, compare, CheckSequence};

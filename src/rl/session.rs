@@ -477,7 +477,10 @@ impl<'a, P: SandboxProvider> Run<'a, P> {
             self.info.updated = now();
             write_info(&self.opts.out, &self.info)?;
             if self.opts.checkpoint_every > 0
-                && self.trainer.step() % self.opts.checkpoint_every == 0
+                && self
+                    .trainer
+                    .step()
+                    .is_multiple_of(self.opts.checkpoint_every)
             {
                 self.checkpoint()?;
             }

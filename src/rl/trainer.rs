@@ -797,7 +797,7 @@ pub fn train_loop(
             }
             Err(e) => return Err(e),
         }
-        if checkpoint_every > 0 && trainer.step() % checkpoint_every == 0 {
+        if checkpoint_every > 0 && trainer.step().is_multiple_of(checkpoint_every) {
             out.last_checkpoint = Some(trainer.save_checkpoint(root)?);
         }
     }

@@ -85,6 +85,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
             cpu_millis: None,
             base: None,
             base_layers: Vec::new(),
+            step_layers: Default::default(),
             base_note: None,
         };
         if self.engine.is_built(&image)? {

@@ -1,5 +1,6 @@
 //! A built task image, as returned by [`Backend::prepare`](super::Backend::prepare).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
@@ -47,6 +48,21 @@ pub struct Image {
     /// (an alias, or the host's directories in place of an unavailable image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_note: Option<String>,
+    /// The cached build-step layers stacked under the image's own layer
+    /// (`local`), by overlay part (`root`, `sys/<dir>` on the host base),
+    /// top first; parts no step wrote to are absent. Empty for images
+    /// that hold a copy of their steps' files (built before layers were
+    /// shared, or past the stacking cap).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub step_layers: BTreeMap<String, Vec<PathBuf>>,
+}
+
+impl Image {
+    /// The step layers stacked for overlay part `part`, top first (see
+    /// [`Image::step_layers`]).
+    pub fn step_lowers(&self, part: &str) -> &[PathBuf] {
+        self.step_layers.get(part).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// The content hash of what shapes a task's image on `backend`: every file

@@ -17,6 +17,7 @@ pub mod local;
 mod marker;
 mod marker_filter;
 pub mod oci;
+pub mod offline;
 mod session;
 mod streaming;
 mod types;

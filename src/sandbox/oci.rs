@@ -170,6 +170,7 @@ mod tests {
             cpu_millis: None,
             base: None,
             base_layers: Vec::new(),
+            step_layers: Default::default(),
             base_note: None,
         }
     }

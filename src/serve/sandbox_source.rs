@@ -187,7 +187,7 @@ fn task_toml(shape: &Shape) -> String {
     let mut t = String::from("version = \"1.0\"\n\n[agent]\n");
     let lifetime = shape.lifetime.unwrap_or(Duration::from_secs(3600));
     t.push_str(&format!(
-        "timeout_sec = {:.1}\n\n[environment]\n",
+        "timeout_sec = {:.1}\n\n[environment]\nnetwork_mode = \"no-network\"\n",
         lifetime.as_secs_f64()
     ));
     if let Some(c) = shape.cpus {
@@ -235,6 +235,7 @@ mod tests {
         let task = task_for(&source, &Shape::default(), &ws).unwrap();
         assert_eq!(task.meta.environment.workdir, "/srv");
         assert_eq!(task.meta.agent.user, "root");
+        assert!(!task.meta.environment.network, "API sandboxes stay offline");
         assert!(task.environment.contains("data/x"));
         assert!(task.id().starts_with("sandbox-"), "{}", task.id());
         // The same archive makes the same task id (one cached image).

@@ -124,7 +124,9 @@ fn percentiles(mut v: Vec<Duration>) -> Percentiles {
 /// echo), and output lines `out <frame>-<p> …`, coloured, in chunks that
 /// split the lines and the end marker that follows a command's output.
 fn feed_for(frame: usize, p: usize) -> (Option<String>, Vec<Vec<u8>>) {
-    let command = (frame % 4 == 0).then(|| format!("ls -la /home/user/work/{frame}"));
+    let command = frame
+        .is_multiple_of(4)
+        .then(|| format!("ls -la /home/user/work/{frame}"));
     let mut bytes = command
         .as_deref()
         .map(|c| Prompt::Agent.echo(c).into_bytes())

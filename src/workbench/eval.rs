@@ -60,6 +60,9 @@ pub struct EvalRequest {
     pub concurrency: usize,
     /// Agent protocol profile (`endless`, `reference`; `None`: `[agent] protocol`).
     pub protocol: Option<String>,
+    /// Sessions without network even for tasks that ask for it (`--offline`).
+    #[serde(default)]
+    pub offline: bool,
 }
 
 /// One episode: `endless run TASK --policy P`.
@@ -76,6 +79,8 @@ pub struct RunRequest {
     /// Fork a recorded episode instead of starting from the task's initial
     /// state: its commands before the step re-run first.
     pub fork: Option<super::fork::ForkRequest>,
+    /// Sessions without network even for tasks that ask for it (`--offline`).
+    pub offline: bool,
 }
 
 /// What an evaluation produced.
@@ -156,6 +161,10 @@ fn eval_run_id(req: &EvalRequest, tasks: &[Task], protocol: &Protocol) -> String
     if *protocol != Protocol::endless() {
         id_parts.push(&protocol_name);
     }
+    // Offline sessions are another run too (without, ids stay as they were).
+    if req.offline {
+        id_parts.push("offline");
+    }
     run_id("eval", &id_parts)
 }
 
@@ -214,6 +223,7 @@ pub fn eval_shard<H: RolloutHooks>(
         concurrency: req.concurrency,
         protocol,
         planned_tasks,
+        offline: req.offline,
     };
     let (episodes, cut_short) = rollouts(ctx, &ws, &plan, tasks, policy, job, hooks)?;
     let report = crate::eval::evaluate(&episodes);
@@ -306,6 +316,7 @@ pub fn run_episode<H: RolloutHooks>(
         concurrency: 1,
         protocol,
         planned_tasks: 1,
+        offline: req.offline,
     };
     let (episodes, _) = rollouts(ctx, &ws, &plan, vec![task], policy, job, hooks)?;
     let episode = episodes
@@ -329,6 +340,8 @@ struct Plan<'a> {
     protocol: Protocol,
     /// Tasks of the whole run (a shard runs some of them).
     planned_tasks: usize,
+    /// Sessions without network (`--offline`).
+    offline: bool,
 }
 
 /// Run the episodes, report them through `job` and `hooks`, index those
@@ -342,7 +355,18 @@ fn rollouts<H: RolloutHooks>(
     job: &JobContext,
     hooks: &mut H,
 ) -> Result<(Vec<EpisodeResult>, usize)> {
-    let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
+    let backend = crate::sandbox::offline::offline_if(ctx.backend()?, plan.offline);
+    let backend: Arc<dyn crate::sandbox::Backend> = backend.into();
+    if plan.offline {
+        let networked = tasks.iter().filter(|t| t.meta.environment.network).count();
+        if networked > 0 {
+            job.log(format!(
+                "{networked} of {} tasks: {}",
+                tasks.len(),
+                crate::sandbox::offline::OFFLINE_NOTE
+            ));
+        }
+    }
     let run_dir = ws.runs_dir().join(plan.run_id);
     let mut config = RolloutConfig::new(&run_dir);
     config.samples = plan.samples.max(1);

@@ -1,5 +1,5 @@
 //! Generation, in-process: offline procedural tasks ([`offline`]) and the
-//! four-stage LLM pipeline ([`llm`]) against any OpenAI-compatible server.
+//! four-stage LLM pipeline ([`llm`], with an optional audit stage) against any OpenAI-compatible server.
 //! `endless generate` and the TUI's generation jobs both call these; the
 //! TUI runs them on a job thread (it starts no child process).
 
@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::Context;
 use crate::agent::PolicyFactory;
-use crate::generate::config::PipelineConfig;
+use crate::generate::config::{AuditStage, PipelineConfig};
 use crate::generate::funnel::{CandidateOutcome, Funnel};
 use crate::generate::pipeline::{run_pipeline, PipelineEvent};
 use crate::generate::record::Journal;
@@ -288,6 +288,8 @@ pub struct LlmRequest {
     /// Run only the candidates of shard I of N (`--shard I/N`), recording
     /// it in the workspace's `shard.json`; `None`: all.
     pub shard: Option<crate::store::Shard>,
+    /// The audit stage after solvability (`--audit reject|flag`); `None`: none.
+    pub audit: Option<AuditStage>,
 }
 
 /// Run the LLM pipeline into the workspace; returns the funnel. Reports
@@ -369,6 +371,7 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
         generator_name: model.clone(),
         solver_name: solver_model,
         shard: req.shard,
+        audit: req.audit.clone(),
     };
     let backend: Arc<dyn crate::sandbox::Backend> = ctx.backend()?.into();
     let rt = tokio::runtime::Runtime::new()?;
@@ -411,9 +414,16 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
                     job.progress(n, t, "candidates finished");
                 }
                 match outcome {
-                    CandidateOutcome::Accepted { task_id } => {
+                    CandidateOutcome::Accepted { task_id, audit } => {
                         let a = accepted.fetch_add(1, Ordering::Relaxed) + 1;
-                        job.log(format!("accepted {candidate} as {task_id} ({a} so far)"));
+                        let flags = match audit.as_deref() {
+                            Some([]) => ", audit clean".to_string(),
+                            Some(labels) => format!(", audit flagged: {}", labels.join(", ")),
+                            None => String::new(),
+                        };
+                        job.log(format!(
+                            "accepted {candidate} as {task_id} ({a} so far{flags})"
+                        ));
                     }
                     CandidateOutcome::Rejected { stage, reason } => {
                         match server_unreachable(&reason) {
@@ -488,18 +498,26 @@ fn begin_llm_shard(
     let opt = |v: Option<u32>| v.map_or(String::new(), |v| v.to_string());
     let (seed_s, count) = (seed.to_string(), req.count.to_string());
     let (solutions, attempts) = (opt(req.solutions), opt(req.max_env_attempts));
+    // The audit stage decides which candidates are kept: part of the job
+    // when set (a key without it is the key of a run without audit).
+    let audit = req.audit.as_ref().map(|a| {
+        let checks: Vec<&str> = a.options.checks.iter().map(|c| c.name()).collect();
+        format!("{}:{}", a.mode.name(), checks.join(","))
+    });
+    let mut key_parts: Vec<&str> = vec![&seed_s, &count, model, url, solver, &solutions, &attempts];
+    if let Some(a) = &audit {
+        key_parts.push(a);
+    }
     super::shard_run::ShardRun::begin(
         ws.root(),
         shard,
         super::shard_run::ShardJob {
             kind: LLM_SHARD_KIND,
-            key: super::shard_run::selection_key(
-                LLM_SHARD_KIND,
-                &[&seed_s, &count, model, url, solver, &solutions, &attempts],
-            ),
+            key: super::shard_run::selection_key(LLM_SHARD_KIND, &key_parts),
             request: serde_json::json!({
                 "count": req.count, "seed": seed, "model": model, "url": url, "solver": solver,
                 "solutions": req.solutions, "max_env_attempts": req.max_env_attempts,
+                "audit": audit,
             }),
             items,
             total: req.count,
@@ -567,12 +585,17 @@ fn server_unreachable(reason: &str) -> Option<String> {
 
 /// `A of N candidates accepted`, for a job's one-line result.
 pub fn funnel_summary(funnel: &Funnel) -> String {
-    let last = crate::generate::funnel::Stage::ALL.last();
-    let accepted = last
-        .and_then(|s| funnel.passed.get(s))
-        .copied()
-        .unwrap_or(0);
-    format!("{accepted} of {} candidates accepted", funnel.sampled)
+    let flagged = if funnel.flagged.is_empty() {
+        String::new()
+    } else {
+        let labels: Vec<&str> = funnel.flagged.keys().map(String::as_str).collect();
+        format!(" (audit flagged: {})", labels.join(", "))
+    };
+    format!(
+        "{} of {} candidates accepted{flagged}",
+        funnel.accepted(),
+        funnel.sampled
+    )
 }
 
 #[cfg(test)]

@@ -293,6 +293,30 @@ pub fn ray_run(dir: &Path) -> Result<ShardedRun> {
     })
 }
 
+/// The row of a Ray run whose records cannot be read: listed with the
+/// error as its note (naming the file and field), so that one bad record
+/// does not hide every other run.
+fn unreadable_ray_run(dir: &Path, error: &anyhow::Error) -> ShardedRun {
+    let modified = std::fs::metadata(dir.join(RAY_MANIFEST))
+        .and_then(|m| m.modified())
+        .map(|t| chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339())
+        .unwrap_or_default();
+    ShardedRun {
+        engine: Engine::Ray,
+        name: dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        kind: String::new(),
+        command: Vec::new(),
+        dir: dir.to_path_buf(),
+        created_at: modified,
+        shards: Vec::new(),
+        merge: "unknown".into(),
+        rerun: String::new(),
+        note: Some(format!("{error:#}")),
+    }
+}
+
 /// The bytes of a log read from its end at most: a shard's log can be
 /// large, and only its tail is shown.
 const TAIL_BYTES: u64 = 256 * 1024;
@@ -354,7 +378,7 @@ pub fn sharded_runs(root: &Path) -> Result<Vec<ShardedRun>> {
             .collect();
         dirs.sort();
         for dir in dirs {
-            runs.push(ray_run(&dir)?);
+            runs.push(ray_run(&dir).unwrap_or_else(|e| unreadable_ray_run(&dir, &e)));
         }
     }
     runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.name.cmp(&a.name)));
@@ -425,22 +449,40 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_ray_record_names_its_file_and_field() {
+    fn a_bad_ray_record_names_its_file_and_field_and_hides_no_other_run() {
         let root = tempfile::tempdir().unwrap();
+        let good = root.path().join(RAY_DIR).join("good");
+        write(
+            &good.join(RAY_MANIFEST),
+            r#"{"name": "good", "command": ["eval"], "shards": 1}"#,
+        );
         let dir = root.path().join(RAY_DIR).join("bad");
         write(
             &dir.join(RAY_MANIFEST),
             r#"{"name": "bad", "command": ["eval"], "shards": 2}"#,
         );
         write(&dir.join("logs/shard-1.state.json"), r#"{"state": "odd"}"#);
-        let err = format!("{:#}", sharded_runs(root.path()).unwrap_err());
+        let err = format!("{:#}", ray_run(&dir).unwrap_err());
         assert!(
             err.contains("shard-1.state.json") && err.contains("state"),
             "{err}"
         );
         write(&dir.join(RAY_MANIFEST), r#"{"name": "bad", "shards": 2}"#);
-        let err = format!("{:#}", sharded_runs(root.path()).unwrap_err());
+        let err = format!("{:#}", ray_run(&dir).unwrap_err());
         assert!(err.contains("run.json") && err.contains("command"), "{err}");
+
+        let runs = sharded_runs(root.path()).unwrap();
+        let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        let bad = runs.iter().find(|r| r.name == "bad").unwrap();
+        let note = bad.note.as_deref().unwrap();
+        assert!(
+            note.contains("run.json") && note.contains("command"),
+            "{note}"
+        );
+        assert!(bad.shards.is_empty());
+        let good = runs.iter().find(|r| r.name == "good").unwrap();
+        assert!(good.note.is_none() && good.shards.len() == 1);
     }
 
     #[test]

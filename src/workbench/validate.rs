@@ -110,6 +110,49 @@ impl Verdict {
     }
 }
 
+/// What a validation of `verdicts` comes to, in one line (the TUI's job
+/// summary): one task, its verdict with its failure classes
+/// (`t: INVALID [oracle-fails]: ...`); several, how many are valid and
+/// the invalid ones by class, most frequent first (`3/5 valid; invalid:
+/// 1 oracle-fails, 1 build-network`). A task refused before the sandbox
+/// checks (or whose backend did not start) has no class.
+pub fn verdicts_summary(verdicts: &[Verdict]) -> String {
+    match verdicts {
+        [v] if v.ok => format!("{}: {}", v.id, v.summary()),
+        [v] => format!("{}: INVALID{}: {}", v.id, v.classes_label(), v.summary()),
+        _ => {
+            let valid = verdicts.iter().filter(|v| v.ok).count();
+            let mut line = format!("{valid}/{} valid", verdicts.len());
+            let mut counts: Vec<(usize, crate::verify::FailureClass)> = Vec::new();
+            let mut unclassified = 0;
+            for v in verdicts.iter().filter(|v| !v.ok) {
+                if v.classes().is_empty() {
+                    unclassified += 1;
+                }
+                for c in v.classes() {
+                    match counts.iter_mut().find(|(_, k)| k == c) {
+                        Some((n, _)) => *n += 1,
+                        None => counts.push((1, *c)),
+                    }
+                }
+            }
+            counts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut parts: Vec<String> = counts
+                .iter()
+                .map(|(n, c)| format!("{n} {}", c.key()))
+                .collect();
+            if unclassified > 0 {
+                parts.push(format!("{unclassified} without a class"));
+            }
+            if !parts.is_empty() {
+                line.push_str("; invalid: ");
+                line.push_str(&parts.join(", "));
+            }
+            line
+        }
+    }
+}
+
 /// The sandbox backend validation runs with, or why it did not start (then
 /// every task that passes the structural checks is invalid, with that
 /// reason).
@@ -242,7 +285,11 @@ pub fn validate_tasks_with(
                 job.log(if verdict.ok {
                     format!("{id}: {}", verdict.summary())
                 } else {
-                    format!("{id}: INVALID: {}", verdict.summary())
+                    format!(
+                        "{id}: INVALID{}: {}",
+                        verdict.classes_label(),
+                        verdict.summary()
+                    )
                 });
                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 job.progress(n, total, id);
@@ -256,6 +303,35 @@ pub fn validate_tasks_with(
     }?;
     job.progress(total, total, "done");
     Ok(verdicts)
+}
+
+#[cfg(test)]
+/// A verdict with these failure classes (valid when there are none).
+pub(crate) fn test_verdict(id: &str, classes: &[crate::verify::FailureClass]) -> Verdict {
+    let problems: Vec<String> = classes
+        .iter()
+        .map(|c| format!("{} here", c.key()))
+        .collect();
+    Verdict {
+        id: id.into(),
+        ok: classes.is_empty(),
+        problems: problems.clone(),
+        validation: Some(Validation {
+            task_id: id.into(),
+            image: None,
+            initial_passes: true,
+            final_fails_initially: true,
+            oracle_passes: Some(classes.is_empty()),
+            problems,
+            notes: Vec::new(),
+            failure_classes: classes.to_vec(),
+            initial: None,
+            final_on_initial: None,
+            baseline: None,
+            oracle: None,
+            duration: std::time::Duration::from_secs(2),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -285,5 +361,27 @@ mod tests {
             !missing.ok && missing.problems[0] != "unused",
             "{missing:?}"
         );
+    }
+
+    #[test]
+    fn the_summary_counts_the_invalid_tasks_by_class() {
+        use crate::verify::FailureClass::{BuildNetwork, OracleFails};
+        let many = [
+            test_verdict("a", &[]),
+            test_verdict("b", &[OracleFails]),
+            test_verdict("c", &[BuildNetwork]),
+            test_verdict("d", &[OracleFails]),
+            Verdict::invalid("e", vec!["task.toml: bad".into()]),
+        ];
+        assert_eq!(
+            verdicts_summary(&many),
+            "1/5 valid; invalid: 2 oracle-fails, 1 build-network, 1 without a class"
+        );
+        assert_eq!(verdicts_summary(&many[..1]).split(':').next(), Some("a"));
+        assert_eq!(
+            verdicts_summary(&many[1..2]),
+            "b: INVALID [oracle-fails]: oracle-fails here"
+        );
+        assert_eq!(verdicts_summary(&many[..0]), "0/0 valid");
     }
 }

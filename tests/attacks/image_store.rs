@@ -412,8 +412,9 @@ fn a_build_step_cannot_leave_set_id_programs_in_the_step_cache() {
                 }
                 assert_eq!(setid_files(place), Vec::<String>::new());
             }
+            // In the step's layer; the image stacks it (copies nothing).
             assert!(
-                seen >= 4,
+                seen >= 2,
                 "the step's files were not found in the cache ({seen})"
             );
             for dir in [cache.clone(), cache.join("steps"), cache.join("images")] {

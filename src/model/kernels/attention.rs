@@ -49,6 +49,10 @@ pub fn causal_attention(
     }
     // An empty batch (no rows to split among threads) takes the composed path.
     if fused_ok(&[q, k, v]) && q.elem_count() > 0 {
+        super::ran::record(
+            super::ran::Kernel::CausalAttention,
+            super::level::CpuLevel::Portable,
+        );
         let op = CausalAttention {
             rope: rope.clone(),
             shape: Dims { b, t, nh, nkv, hd },

@@ -1,5 +1,6 @@
 //! What the quantized kernels share: the block size, the `Q8_0` weight
-//! block, the instruction sets they choose between, a horizontal sum.
+//! block, a horizontal sum. (The instruction set they use is chosen in
+//! [`super::level`].)
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::__m256;
@@ -13,27 +14,6 @@ pub(super) const QK: usize = 32;
 pub(super) struct W8Block {
     pub(super) d: f32,
     pub(super) qs: [i8; 32],
-}
-
-/// The kernels a processor can run.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Isa {
-    Scalar,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-impl Isa {
-    /// The fastest this processor runs.
-    pub(super) fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                return Self::Avx2;
-            }
-        }
-        Self::Scalar
-    }
 }
 
 /// The sum of the eight lanes of `acc`.

@@ -46,6 +46,10 @@ pub fn decode_attention(
             v.dims()
         );
     }
+    super::ran::record(
+        super::ran::Kernel::DecodeAttention,
+        super::level::CpuLevel::Portable,
+    );
     let q = q.contiguous()?;
     let mask = match mask {
         Some(m) if m.dims() != [b, total] => {

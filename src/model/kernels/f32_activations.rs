@@ -7,7 +7,9 @@
 //! layer only, and there for the largest products of the 8-bit kernel
 //! ([`refine_top`]): about four times its arithmetic per product.
 
-use super::blocks::{Isa, W8Block, QK};
+use super::blocks::{W8Block, QK};
+use super::level::CpuLevel;
+use super::ran::{record, Kernel};
 
 /// Logits per row recomputed exactly: the largest of the 8-bit product.
 pub(super) const REFINED: usize = 64;
@@ -18,7 +20,17 @@ pub(super) const REFINED: usize = 64;
 /// here; whichever token is largest exactly is among its top 64, and only
 /// near-ties at the top decide the next token. The exact product of every
 /// row would cost more than the rest of a decoding step.
-pub(super) fn refine_top(w: &[W8Block], n: usize, xs: &[f32], m: usize, out: &mut [f32], isa: Isa) {
+pub(super) fn refine_top(
+    w: &[W8Block],
+    n: usize,
+    xs: &[f32],
+    m: usize,
+    out: &mut [f32],
+    level: CpuLevel,
+) {
+    // The AVX-512 path serves both AVX-512 levels (no byte products here).
+    let path = level.min(CpuLevel::Avx512);
+    record(Kernel::Q80F32, path);
     let k = xs.len() / m.max(1);
     let kb = k / QK;
     let mut order: Vec<usize> = Vec::with_capacity(n);
@@ -30,17 +42,21 @@ pub(super) fn refine_top(w: &[W8Block], n: usize, xs: &[f32], m: usize, out: &mu
             order.truncate(REFINED);
         }
         for &col in &order {
-            row[col] = dot(&w[col * kb..(col + 1) * kb], x, isa);
+            row[col] = dot(&w[col * kb..(col + 1) * kb], x, path);
         }
     }
 }
 
-/// One weight row against one activation row of as many values.
-fn dot(w: &[W8Block], x: &[f32], isa: Isa) -> f32 {
-    match isa {
+/// One weight row against one activation row of as many values, on the
+/// path of `level` (one the processor has: checked by the caller).
+fn dot(w: &[W8Block], x: &[f32], level: CpuLevel) -> f32 {
+    match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Avx2 is only chosen where AVX2 and FMA were detected.
-        Isa::Avx2 => unsafe { dot_avx2(w, x) },
+        // SAFETY: the processor has AVX2 and FMA.
+        CpuLevel::Avx2 => unsafe { dot_avx2(w, x) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the processor has AVX-512 F, BW and VL.
+        CpuLevel::Avx512 | CpuLevel::Avx512Vnni => unsafe { dot_avx512(w, x) },
         _ => dot_scalar(w, x),
     }
 }
@@ -78,10 +94,34 @@ fn dot_avx2(w: &[W8Block], x: &[f32]) -> f32 {
     super::blocks::hsum(acc)
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]
+fn dot_avx512(w: &[W8Block], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    assert_eq!(w.len() * QK, x.len());
+    let mut acc = _mm512_setzero_ps();
+    for (blk, x) in w.iter().zip(x.chunks_exact(QK)) {
+        let d = _mm512_set1_ps(blk.d);
+        for half in 0..2 {
+            // SAFETY: 16 of the block's 32 bytes and 16 of its 32 floats.
+            let (q, xv) = unsafe {
+                (
+                    _mm_loadu_si128(blk.qs.as_ptr().add(half * 16).cast()),
+                    _mm512_loadu_ps(x.as_ptr().add(half * 16)),
+                )
+            };
+            // Dequantised as the f32 model's weights are: d * q.
+            let wd = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+            acc = _mm512_fmadd_ps(wd, xv, acc);
+        }
+    }
+    _mm512_reduce_add_ps(acc)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::q4_1::QuantMatmul;
-    use super::{Isa, REFINED};
+    use super::{CpuLevel, REFINED};
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
@@ -102,9 +142,12 @@ mod tests {
             for m in [1usize, 2, 5] {
                 let x = Tensor::randn(0f32, 1.0, (m, 128), &dev).unwrap();
                 let want: Vec<Vec<f32>> = x.matmul(&exact.t().unwrap()).unwrap().to_vec2().unwrap();
-                let eight_bit: Vec<Vec<f32>> = plain.forward(&x).unwrap().to_vec2().unwrap();
-                for isa in [Isa::detect(), Isa::Scalar] {
-                    let got: Vec<Vec<f32>> = ours.forward_with(&x, isa).unwrap().to_vec2().unwrap();
+                for level in CpuLevel::ALL.into_iter().filter(|l| l.available()) {
+                    // Ranked by the same level's 8-bit products.
+                    let eight_bit: Vec<Vec<f32>> =
+                        plain.forward_with(&x, level).unwrap().to_vec2().unwrap();
+                    let got: Vec<Vec<f32>> =
+                        ours.forward_with(&x, level).unwrap().to_vec2().unwrap();
                     for r in 0..m {
                         let mut by_size: Vec<usize> = (0..n).collect();
                         by_size.sort_by(|&a, &b| eight_bit[r][b].total_cmp(&eight_bit[r][a]));
@@ -115,7 +158,7 @@ mod tests {
                                 (eight_bit[r][c], 1e-5)
                             };
                             let d = (got[r][c] - reference).abs();
-                            assert!(d < tol, "n={n} m={m} {isa:?} rank {rank}: {d}");
+                            assert!(d < tol, "n={n} m={m} {level} rank {rank}: {d}");
                         }
                         // The refined products moved: 8 bits are not exact.
                         if n > REFINED {

@@ -34,6 +34,10 @@ pub fn rows_times_weight_t(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !fits {
         return x.matmul(&w.t()?);
     }
+    super::ran::record(
+        super::ran::Kernel::FewRows,
+        super::level::CpuLevel::Portable,
+    );
     x.contiguous()?.apply_op2_no_bwd(&w.contiguous()?, &FewRows)
 }
 

@@ -64,6 +64,10 @@ pub fn frozen_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         );
     }
     if x.device().is_cpu() && w.device().is_cpu() {
+        super::ran::record(
+            super::ran::Kernel::FrozenMatmul,
+            super::level::CpuLevel::Portable,
+        );
         x.apply_op2(w, FrozenMatmul)
     } else {
         x.matmul(&w.t()?)

@@ -5,13 +5,23 @@
 //! the weight-gradient-free product of frozen weights ([`frozen_matmul`]),
 //! and for decoding steps the product of a few rows with a weight
 //! ([`few_rows`]) and the attention over the cache ([`decode_attention`]).
+//!
+//! The instruction set of the kernels with SIMD paths is chosen once, at
+//! run time ([`level`]: portable, AVX2, AVX-512, AVX-512 VNNI; the
+//! `ENDLESS_KERNELS` variable forces one), and every kernel counts its calls
+//! per path ([`ran`]) so that benchmarks name the kernels that ran.
 
 pub mod attention;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod blocks;
 mod columns;
 pub mod decode_attention;
 pub mod f32_activations;
 pub mod few_rows;
 pub mod frozen_matmul;
+pub mod level;
 pub mod q4_1;
+pub mod ran;
 pub mod train_ops;
+mod weight_blocks;

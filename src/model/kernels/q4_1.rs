@@ -13,10 +13,14 @@
 //! of a quantization step here and there. `Q8_0` weights: the same with
 //! `ggml_vec_dot_q8_0_q8_0` (activation sums unused).
 //!
-//! Two AVX2 kernels: one weight row against one activation row (decoding one
-//! sequence), and, for several rows (prompts, batches), one weight row against
-//! a tile of up to [`TILE`] activation rows, unpacking each weight block's
-//! nibbles once. Each (weight row, activation row) pair keeps its own vector
+//! Two kernels per instruction set ([`CpuLevel`], chosen at run time): one
+//! weight row against one activation row (decoding one sequence), and, for
+//! several rows (prompts, batches), one weight row against a tile of up to
+//! [`TILE`] activation rows, unpacking each weight block's nibbles once.
+//! AVX2 works on one block at a time; AVX-512 ([`super::avx512`]) on two
+//! blocks per register, with `vpdpbusd` where the CPU has VNNI. Every path
+//! computes the same integer block products; only the order of the f32
+//! additions differs. Each (weight row, activation row) pair keeps its own vector
 //! accumulator, summed horizontally once at the end. (Four weight rows at once
 //! against one activation row measured 1.6x slower decoding one sequence
 //! than one at a time, on a shared 2-core AMD EPYC.)
@@ -25,210 +29,25 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Result, Tensor};
 use std::ops::Range;
 
-use super::blocks::{hsum, Isa, W8Block, QK};
+use super::blocks::{hsum, W8Block, QK};
 use super::columns::{for_columns, SyncPtr};
+use super::level::{selected_for_candle, CpuLevel};
+use super::ran::record;
 
-/// Activation rows a weight row is multiplied with at once (rows > 1).
-const TILE: usize = 8;
+#[cfg(target_arch = "x86_64")]
+use super::avx512::{pack_pairs, APair};
+#[cfg(not(target_arch = "x86_64"))]
+type APair = ();
+#[cfg(not(target_arch = "x86_64"))]
+fn pack_pairs<B>(_: &[ABlock], _: usize, _: usize) -> Vec<APair> {
+    Vec::new()
+}
+use super::weight_blocks::ZERO_A;
+pub(super) use super::weight_blocks::{ABlock, WBlock, WeightBlock, TILE};
+
 /// Block products below which a matmul runs on the calling thread: waking
 /// rayon's workers costs more than they would save.
 const SERIAL_WORK: usize = 4096;
-
-/// One `Q4_1` weight block: `x = d * q + m` for 32 four-bit `q`, low nibbles first.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct WBlock {
-    d: f32,
-    m: f32,
-    qs: [u8; 16],
-}
-
-/// One activation block: `x ≈ d * q`, and `s = d * Σq`.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct ABlock {
-    d: f32,
-    s: f32,
-    qs: [i8; 32],
-}
-
-const ZERO_A: ABlock = ABlock {
-    d: 0.0,
-    s: 0.0,
-    qs: [0; 32],
-};
-
-/// IEEE half to single precision.
-fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let frac = (h & 0x3ff) as u32;
-    let bits = match (exp, frac) {
-        (0, 0) => sign,
-        (0, f) => {
-            // Subnormal: normalise.
-            let mut e = 127 - 15 + 1;
-            let mut f = f;
-            while f & 0x400 == 0 {
-                f <<= 1;
-                e -= 1;
-            }
-            sign | (e << 23) | ((f & 0x3ff) << 13)
-        }
-        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
-        (e, f) => sign | ((e + 127 - 15) << 23) | (f << 13),
-    };
-    f32::from_bits(bits)
-}
-
-fn f16_at(b: &[u8]) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[0], b[1]]))
-}
-
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::{__m256, __m256i};
-
-/// A weight block type: `x = d * q + m` (`m` = 0 without [`WeightBlock::MIN`]).
-trait WeightBlock: Copy + Send + Sync {
-    const DTYPE: GgmlDType;
-    /// Bytes of a block in the GGUF file.
-    const BYTES: usize;
-    /// Whether blocks have an offset `m`, multiplied with the activations' `s`.
-    const MIN: bool;
-    /// The values ready for [`WeightBlock::products`].
-    #[cfg(target_arch = "x86_64")]
-    type Unpacked: Copy;
-
-    fn parse(b: &[u8]) -> Self;
-    fn d(&self) -> f32;
-    fn m(&self) -> f32;
-    /// Σ q_w * q_a.
-    fn dot_i32(&self, a: &ABlock) -> i32;
-
-    /// # Safety
-    /// The processor has AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn unpack(&self) -> Self::Unpacked;
-
-    /// Σ q_w * q_a as 8 partial sums.
-    ///
-    /// # Safety
-    /// The processor has AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn products(w: Self::Unpacked, a: &ABlock) -> __m256;
-}
-
-impl WeightBlock for WBlock {
-    const DTYPE: GgmlDType = GgmlDType::Q4_1;
-    const BYTES: usize = 20;
-    const MIN: bool = true;
-    #[cfg(target_arch = "x86_64")]
-    type Unpacked = __m256i;
-
-    fn parse(b: &[u8]) -> Self {
-        let mut qs = [0u8; 16];
-        qs.copy_from_slice(&b[4..20]);
-        Self {
-            d: f16_at(b),
-            m: f16_at(&b[2..]),
-            qs,
-        }
-    }
-    fn d(&self) -> f32 {
-        self.d
-    }
-    fn m(&self) -> f32 {
-        self.m
-    }
-    fn dot_i32(&self, a: &ABlock) -> i32 {
-        let mut s = 0i32;
-        for j in 0..16 {
-            s += (self.qs[j] & 0x0f) as i32 * a.qs[j] as i32;
-            s += (self.qs[j] >> 4) as i32 * a.qs[j + 16] as i32;
-        }
-        s
-    }
-
-    /// The 32 values as bytes, low nibbles in the low lane.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn unpack(&self) -> __m256i {
-        use std::arch::x86_64::*;
-        // SAFETY: 16 bytes are read from a 16-byte array.
-        let q = unsafe { _mm_loadu_si128(self.qs.as_ptr() as *const __m128i) };
-        let both = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(q), _mm_srli_epi16::<4>(q));
-        _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn products(wq: __m256i, a: &ABlock) -> __m256 {
-        use std::arch::x86_64::*;
-        // SAFETY: 32 bytes are read from a 32-byte array.
-        let aq = unsafe { _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i) };
-        // u8 (0..15) x i8 pairs summed to i16 (|sum| <= 2 * 15 * 128: no overflow).
-        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, aq), _mm256_set1_epi16(1));
-        _mm256_cvtepi32_ps(p)
-    }
-}
-
-impl WeightBlock for W8Block {
-    const DTYPE: GgmlDType = GgmlDType::Q8_0;
-    const BYTES: usize = 34;
-    const MIN: bool = false;
-    /// |q| and q.
-    #[cfg(target_arch = "x86_64")]
-    type Unpacked = (__m256i, __m256i);
-
-    fn parse(b: &[u8]) -> Self {
-        let mut qs = [0i8; 32];
-        for (q, &b) in qs.iter_mut().zip(&b[2..34]) {
-            *q = b as i8;
-        }
-        Self { d: f16_at(b), qs }
-    }
-    fn d(&self) -> f32 {
-        self.d
-    }
-    fn m(&self) -> f32 {
-        0.0
-    }
-    fn dot_i32(&self, a: &ABlock) -> i32 {
-        self.qs
-            .iter()
-            .zip(&a.qs)
-            .map(|(&w, &a)| w as i32 * a as i32)
-            .sum()
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn unpack(&self) -> (__m256i, __m256i) {
-        use std::arch::x86_64::*;
-        // SAFETY: 32 bytes are read from a 32-byte array.
-        let q = unsafe { _mm256_loadu_si256(self.qs.as_ptr() as *const __m256i) };
-        (_mm256_abs_epi8(q), q)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn products((wabs, wq): (__m256i, __m256i), a: &ABlock) -> __m256 {
-        use std::arch::x86_64::*;
-        // SAFETY: 32 bytes are read from a 32-byte array.
-        let aq = unsafe { _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i) };
-        // |w| * (a with w's sign): pairs of at most 128 * 128 stay in i16
-        // (ggml's q8_0 weights are within ±127).
-        let p = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(aq, wq)),
-            _mm256_set1_epi16(1),
-        );
-        _mm256_cvtepi32_ps(p)
-    }
-}
 
 enum Weights {
     Q41(Vec<WBlock>),
@@ -290,11 +109,20 @@ impl QuantMatmul {
     }
 
     /// `x @ w.T` for `x` of shape `(..., in)`: `(..., out)`.
+    /// The kernels are those of [`CpuLevel::selected`].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_with(x, Isa::detect())
+        self.forward_with(x, selected_for_candle()?)
     }
 
-    pub(super) fn forward_with(&self, x: &Tensor, isa: Isa) -> Result<Tensor> {
+    /// [`Self::forward`] on the kernels of `level`, which the processor must
+    /// have ([`CpuLevel::available`]; an error otherwise).
+    pub fn forward_with(&self, x: &Tensor, level: CpuLevel) -> Result<Tensor> {
+        if !level.available() {
+            candle_core::bail!(
+                "quantized matmul: this CPU lacks {} for the {level} kernels",
+                level.needs()
+            );
+        }
         let dims = x.dims().to_vec();
         let Some((&k, rows)) = dims.split_last() else {
             candle_core::bail!("quantized matmul of a scalar");
@@ -316,11 +144,11 @@ impl QuantMatmul {
             quantize_row(row, a);
         }
         let mut out = match &self.w {
-            Weights::Q41(w) => matmul(w, self.n, kb, &act, m, isa),
-            Weights::Q80(w) => matmul(w, self.n, kb, &act, m, isa),
+            Weights::Q41(w) => matmul(w, self.n, kb, &act, m, level),
+            Weights::Q80(w) => matmul(w, self.n, kb, &act, m, level),
         };
         if let (true, Weights::Q80(w)) = (self.f32_activations, &self.w) {
-            super::f32_activations::refine_top(w, self.n, &xs, m, &mut out, isa);
+            super::f32_activations::refine_top(w, self.n, &xs, m, &mut out, level);
         }
         Tensor::from_vec(out, shape, x.device())
     }
@@ -334,8 +162,16 @@ fn matmul<B: WeightBlock>(
     kb: usize,
     act: &[ABlock],
     m: usize,
-    isa: Isa,
+    level: CpuLevel,
 ) -> Vec<f32> {
+    // Tiles (several rows) run the AVX2 kernel on AVX-512 levels too: the
+    // AVX-512 tile kernel disagreed with candle's on a real model's prompt
+    // (`model::tests::gguf_llama_runner_matches_candle_transformers`) and
+    // gained under 8% where it agreed.
+    match m {
+        1 => record(B::KERNELS.0, level),
+        _ => record(B::KERNELS.1, level.min(CpuLevel::Avx2)),
+    }
     // Per tile of activation rows and block, the rows' `s`, side by side.
     let mut sums = Vec::new();
     if m > 1 {
@@ -348,69 +184,134 @@ fn matmul<B: WeightBlock>(
             }
         }
     }
+    // The AVX-512 row kernels read activation blocks two at a time, packed.
+    let pairs = if m == 1 && level >= CpuLevel::Avx512 {
+        pack_pairs::<B>(act, m, kb)
+    } else {
+        Vec::new()
+    };
     let mut out = vec![0f32; m * n];
     let dst = SyncPtr(out.as_mut_ptr());
     for_columns(n, n * m * kb >= SERIAL_WORK, |cols| {
+        let ctx = Operands {
+            kb,
+            level,
+            act,
+            pairs: &pairs,
+            m,
+            sums: &sums,
+        };
         // SAFETY: work items cover disjoint columns, and `out` outlives them.
-        unsafe { columns(w, n, kb, isa, act, m, &sums, cols, &dst) }
+        unsafe { columns(w, n, &ctx, cols, &dst) }
     });
     out
+}
+
+/// `$tile::<B, R>($w, $a, $sums)` for the `$rows` (1 to [`TILE`]) rows of
+/// a tile, as [`TILE`] values.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_of {
+    ($tile:ident, $rows:expr, $($arg:expr),*) => {{
+        let mut v = [0f32; TILE];
+        match $rows {
+            1 => v[..1].copy_from_slice(&$tile::<B, 1>($($arg),*)),
+            2 => v[..2].copy_from_slice(&$tile::<B, 2>($($arg),*)),
+            3 => v[..3].copy_from_slice(&$tile::<B, 3>($($arg),*)),
+            4 => v[..4].copy_from_slice(&$tile::<B, 4>($($arg),*)),
+            5 => v[..5].copy_from_slice(&$tile::<B, 5>($($arg),*)),
+            6 => v[..6].copy_from_slice(&$tile::<B, 6>($($arg),*)),
+            7 => v[..7].copy_from_slice(&$tile::<B, 7>($($arg),*)),
+            _ => v = $tile::<B, TILE>($($arg),*),
+        }
+        v
+    }};
+}
+
+/// A tile kernel for one weight row (`w`), the tile's activation rows
+/// (`r`), their `s` per block and the rows in the tile.
+#[cfg(target_arch = "x86_64")]
+type TileFn<'a, B> = dyn Fn(&[B], Range<usize>, &[[f32; TILE]], usize) -> [f32; TILE] + 'a;
+
+/// What every work item of a matmul reads besides the weights.
+struct Operands<'a> {
+    /// Blocks per row.
+    kb: usize,
+    level: CpuLevel,
+    /// `m` rows of `kb` activation blocks.
+    act: &'a [ABlock],
+    /// The same in pairs for the AVX-512 kernels (`m` rows of
+    /// `kb.div_ceil(2)`), else empty.
+    pairs: &'a [APair],
+    m: usize,
+    /// Per tile of activation rows and block, the rows' `s`.
+    sums: &'a [[f32; TILE]],
 }
 
 /// Output columns `cols` of every row.
 ///
 /// # Safety
-/// `dst` holds `m * n` values, of which no other thread writes these columns.
-#[allow(clippy::too_many_arguments)]
+/// `dst` holds `m * n` values, of which no other thread writes these
+/// columns; the processor has `level`'s instructions.
 unsafe fn columns<B: WeightBlock>(
     blocks: &[B],
     n: usize,
-    kb: usize,
-    isa: Isa,
-    act: &[ABlock],
-    m: usize,
-    sums: &[[f32; TILE]],
+    ops: &Operands,
     cols: Range<usize>,
     dst: &SyncPtr,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    use super::avx512::{row_avx512bw, row_avx512vnni};
+    let Operands {
+        kb,
+        level,
+        act,
+        pairs,
+        m,
+        sums,
+    } = *ops;
     let w = |col: usize| &blocks[col * kb..(col + 1) * kb];
     let put = |r: usize, col: usize, v: f32| unsafe { *dst.0.add(r * n + col) = v };
-    match isa {
+    // One weight row against each tile of activation rows, for the columns.
+    #[cfg(target_arch = "x86_64")]
+    let tiles = |tile: &TileFn<'_, B>| {
+        for (t, sums) in sums.chunks_exact(kb).enumerate() {
+            let r0 = t * TILE;
+            for col in cols.clone() {
+                let v = tile(w(col), r0..m, sums, m - r0);
+                for (j, &v) in v.iter().enumerate().take(m - r0) {
+                    put(r0 + j, col, v);
+                }
+            }
+        }
+    };
+    // SAFETY (all arms): `level` was checked available by the caller; the
+    // tile's rows are in `a`.
+    match level {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 if m == 1 => {
+        CpuLevel::Avx2 if m == 1 => {
             for col in cols {
-                // SAFETY: Avx2 is only chosen where detected.
                 put(0, col, unsafe { row_avx2(w(col), act) });
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            for (t, sums) in sums.chunks_exact(kb).enumerate() {
-                let r0 = t * TILE;
-                let a = &act[r0 * kb..];
-                for col in cols.clone() {
-                    let w = w(col);
-                    let mut v = [0f32; TILE];
-                    // SAFETY: as above; the tile's rows are in `a`.
-                    unsafe {
-                        match m - r0 {
-                            1 => v[..1].copy_from_slice(&tile_avx2::<B, 1>(w, a, sums)),
-                            2 => v[..2].copy_from_slice(&tile_avx2::<B, 2>(w, a, sums)),
-                            3 => v[..3].copy_from_slice(&tile_avx2::<B, 3>(w, a, sums)),
-                            4 => v[..4].copy_from_slice(&tile_avx2::<B, 4>(w, a, sums)),
-                            5 => v[..5].copy_from_slice(&tile_avx2::<B, 5>(w, a, sums)),
-                            6 => v[..6].copy_from_slice(&tile_avx2::<B, 6>(w, a, sums)),
-                            7 => v[..7].copy_from_slice(&tile_avx2::<B, 7>(w, a, sums)),
-                            _ => v = tile_avx2::<B, TILE>(w, a, sums),
-                        }
-                    }
-                    for (j, &v) in v.iter().enumerate().take(m - r0) {
-                        put(r0 + j, col, v);
-                    }
-                }
+        CpuLevel::Avx512 if m == 1 => {
+            for col in cols {
+                put(0, col, unsafe { row_avx512bw(w(col), act, pairs) });
             }
         }
-        Isa::Scalar => {
+        #[cfg(target_arch = "x86_64")]
+        CpuLevel::Avx512Vnni if m == 1 => {
+            for col in cols {
+                put(0, col, unsafe { row_avx512vnni(w(col), act, pairs) });
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        CpuLevel::Avx2 | CpuLevel::Avx512 | CpuLevel::Avx512Vnni => {
+            tiles(&|w, r, sums, rows| unsafe {
+                tile_of!(tile_avx2, rows, w, &act[r.start * kb..], sums)
+            })
+        }
+        _ => {
             for col in cols {
                 for r in 0..m {
                     put(r, col, dot_scalar(w(col), &act[r * kb..(r + 1) * kb]));
@@ -440,7 +341,7 @@ fn round_to_f16(x: f32) -> f32 {
     f32::from_bits(bits.wrapping_add(0x0fff + lsb) & !0x1fff)
 }
 
-fn quantize_row(xs: &[f32], out: &mut [ABlock]) {
+pub(super) fn quantize_row(xs: &[f32], out: &mut [ABlock]) {
     for (x, b) in xs.chunks_exact(QK).zip(out.iter_mut()) {
         let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
         let d = amax / 127.0;
@@ -461,7 +362,7 @@ fn quantize_row(xs: &[f32], out: &mut [ABlock]) {
     }
 }
 
-fn dot_scalar<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
+pub(super) fn dot_scalar<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
     let mut sum = 0f32;
     for (w, a) in w.iter().zip(a) {
         sum += w.dot_i32(a) as f32 * w.d() * a.d;
@@ -475,7 +376,7 @@ fn dot_scalar<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
 /// One weight row (`w`) against one activation row of as many blocks.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn row_avx2<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
+pub(super) fn row_avx2<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = _mm256_setzero_ps();
     let mut summ = 0f32;
@@ -526,9 +427,12 @@ fn tile_avx2<B: WeightBlock, const R: usize>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::weight_blocks::f16_to_f32;
     use super::*;
     use candle_core::quantized::QMatMul;
-    use candle_core::{Device, Module};
+    use candle_core::{DType, Device, Module};
+    #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::__m256;
 
     fn max_abs(t: &Tensor) -> f32 {
         t.abs()
@@ -561,56 +465,194 @@ mod tests {
                     let d = max_abs(&(&a - &b).unwrap());
                     assert!(d < 2e-3 * scale, "{dtype:?} n={n} m={m}: {d} (max {scale})");
                     // The SIMD kernels add in another order than the scalar loop.
-                    let s = ours.forward_with(&x, Isa::Scalar).unwrap();
+                    let s = ours.forward_with(&x, CpuLevel::Portable).unwrap();
                     let d = max_abs(&(&a - &s).unwrap());
                     assert!(d < 1e-5 * scale, "{dtype:?} n={n} m={m} scalar: {d}");
                 }
             }
-        }
-        let wb = [WBlock {
-            d: 0.5,
-            m: -1.0,
-            qs: [0x21; 16],
-        }];
-        let mut ab = [ZERO_A];
-        quantize_row(&[1.0; 32], &mut ab);
-        #[cfg(target_arch = "x86_64")]
-        if Isa::detect() == Isa::Avx2 {
-            let v = unsafe { row_avx2(&wb, &ab) };
-            assert!((dot_scalar(&wb, &ab) - v).abs() < 1e-5);
-            // Q8_0's extreme -128 times -127 in every pair.
-            let w8 = [W8Block {
-                d: 1.0,
-                qs: [-128; 32],
-            }];
-            quantize_row(&[-1.0; 32], &mut ab);
-            let v = unsafe { row_avx2(&w8, &ab) };
-            assert_eq!(v, dot_scalar(&w8, &ab));
         }
         assert!((f16_to_f32(0x3c00) - 1.0).abs() < 1e-9);
         assert!((f16_to_f32(0xc000) + 2.0).abs() < 1e-9);
         assert!((f16_to_f32(0x0001) - 5.960_464_5e-8).abs() < 1e-12);
     }
 
-    /// Timings of SmolLM2's matmul shapes:
+    /// A xorshift generator: the same blocks on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn byte(&mut self) -> u8 {
+            (self.next() >> 24) as u8
+        }
+    }
+
+    /// The levels this processor runs besides the portable one; the others
+    /// are named as skipped.
+    fn simd_levels() -> Vec<CpuLevel> {
+        let (have, lack): (Vec<CpuLevel>, Vec<CpuLevel>) =
+            CpuLevel::ALL[1..].iter().partition(|l| l.available());
+        for l in lack {
+            println!("skipped {l}: this CPU lacks {}", l.needs());
+        }
+        have
+    }
+
+    /// Every kernel path (row and tile, both weight types) computes what the
+    /// portable one does on odd shapes: one to 48 blocks, odd block and
+    /// column counts, tiles with every remainder of rows.
+    #[test]
+    fn every_level_matches_portable() {
+        let dev = Device::Cpu;
+        let levels = simd_levels();
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            for (n, kb) in [
+                (1usize, 1usize),
+                (3, 3),
+                (77, 5),
+                (130, 18),
+                (33, 48),
+                (9, 2),
+            ] {
+                let k = kb * QK;
+                let w = Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap();
+                let q = QTensor::quantize(&w, dtype).unwrap();
+                let ours = QuantMatmul::from_qtensor(&q).unwrap().unwrap();
+                for m in [1usize, 2, 3, 7, 8, 9, 17, 33] {
+                    let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
+                    let want = ours.forward_with(&x, CpuLevel::Portable).unwrap();
+                    let scale = max_abs(&want).max((k as f32).sqrt());
+                    for &level in &levels {
+                        let got = ours.forward_with(&x, level).unwrap();
+                        let d = max_abs(&(&got - &want).unwrap());
+                        assert!(
+                            d < 1e-5 * scale,
+                            "{dtype:?} {level} n={n} kb={kb} m={m}: {d}"
+                        );
+                    }
+                }
+            }
+        }
+        // A level this CPU lacks is an error, not a crash.
+        if let Some(&missing) = CpuLevel::ALL.iter().find(|l| !l.available()) {
+            let q = QTensor::quantize(
+                &Tensor::ones((1, 32), DType::F32, &dev).unwrap(),
+                GgmlDType::Q4_1,
+            );
+            let ours = QuantMatmul::from_qtensor(&q.unwrap()).unwrap().unwrap();
+            let x = Tensor::ones((1, 32), DType::F32, &dev).unwrap();
+            let e = ours.forward_with(&x, missing).unwrap_err().to_string();
+            assert!(e.contains("this CPU lacks"), "{e}");
+        }
+    }
+
+    /// The SIMD paths' integer block products equal the portable ones
+    /// exactly, extremes included (Q8_0's -128 against -127).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn block_products_are_the_same_integers_on_every_level() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let levels = simd_levels();
+        let act = |rng: &mut Rng, extreme: bool| ABlock {
+            d: 0.01,
+            s: 0.0,
+            qs: std::array::from_fn(|_| {
+                if extreme {
+                    -127
+                } else {
+                    ((rng.byte() % 255) as i16 - 127) as i8
+                }
+            }),
+        };
+        for case in 0..200 {
+            let extreme = case % 10 == 0;
+            let w4: [WBlock; 2] = std::array::from_fn(|_| WBlock {
+                d: 0.1,
+                m: 0.2,
+                qs: std::array::from_fn(|_| if extreme { 0xff } else { rng.byte() }),
+            });
+            let w8: [W8Block; 2] = std::array::from_fn(|_| W8Block {
+                d: 0.1,
+                qs: std::array::from_fn(|_| if extreme { -128 } else { rng.byte() as i8 }),
+            });
+            let a: [ABlock; 2] = std::array::from_fn(|_| act(&mut rng, extreme));
+            let want4 = [w4[0].dot_i32(&a[0]), w4[1].dot_i32(&a[1])];
+            let want8 = [w8[0].dot_i32(&a[0]), w8[1].dot_i32(&a[1])];
+            for &level in &levels {
+                // SAFETY: the level is available.
+                let (got4, got8) = unsafe {
+                    match level {
+                        CpuLevel::Avx2 => {
+                            let sum = |p: __m256| {
+                                let mut l = [0f32; 8];
+                                std::arch::x86_64::_mm256_storeu_ps(l.as_mut_ptr(), p);
+                                l.iter().sum::<f32>() as i32
+                            };
+                            (
+                                [0, 1].map(|i| sum(WBlock::products(w4[i].unpack(), &a[i]))),
+                                [0, 1].map(|i| sum(W8Block::products(w8[i].unpack(), &a[i]))),
+                            )
+                        }
+                        _ => {
+                            use super::super::avx512::block_dots;
+                            let vnni = level == CpuLevel::Avx512Vnni;
+                            (block_dots(&w4, &a, vnni), block_dots(&w8, &a, vnni))
+                        }
+                    }
+                };
+                assert_eq!(got4, want4, "q4_1 {level} case {case}");
+                assert_eq!(got8, want8, "q8_0 {level} case {case}");
+            }
+        }
+    }
+
+    /// Timings of SmolLM2's matmul shapes on every level, interleaved, the
+    /// fastest of several rounds each (robust to a busy machine):
     /// `cargo test --release --lib q4_1_bench -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn q4_1_bench() {
         let dev = Device::Cpu;
-        for (n, k) in [(576usize, 576usize), (192, 576), (1536, 576), (576, 1536)] {
+        let levels: Vec<CpuLevel> = CpuLevel::ALL
+            .into_iter()
+            .filter(|l| l.available())
+            .collect();
+        for (dtype, n, k) in [
+            (GgmlDType::Q4_1, 576usize, 576usize),
+            (GgmlDType::Q4_1, 192, 576),
+            (GgmlDType::Q4_1, 1536, 576),
+            (GgmlDType::Q4_1, 576, 1536),
+            (GgmlDType::Q8_0, 49152, 576),
+        ] {
             let w = Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap();
-            let q = QTensor::quantize(&w, GgmlDType::Q4_1).unwrap();
+            let q = QTensor::quantize(&w, dtype).unwrap();
             let ours = QuantMatmul::from_qtensor(&q).unwrap().unwrap();
             for m in [1usize, 16, 47] {
                 let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
-                let reps = 20_000_000 / (n * k * m).max(1) + 1;
-                let t = std::time::Instant::now();
-                for _ in 0..reps {
-                    ours.forward(&x).unwrap();
+                let reps = 20_000_000 / (n * k * m).max(1) + 3;
+                let mut best = vec![f64::INFINITY; levels.len()];
+                for _round in 0..7 {
+                    for (i, &level) in levels.iter().enumerate() {
+                        let t = std::time::Instant::now();
+                        for _ in 0..reps {
+                            ours.forward_with(&x, level).unwrap();
+                        }
+                        let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                        best[i] = best[i].min(us);
+                    }
                 }
-                let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
-                println!("({n:5}, {k:5}) x {m:3} rows: {us:8.1} us");
+                let line: Vec<String> = levels
+                    .iter()
+                    .zip(&best)
+                    .map(|(l, us)| format!("{l} {us:.1}"))
+                    .collect();
+                println!(
+                    "{dtype:?} ({n:5}, {k:5}) x {m:3} rows, us: {}",
+                    line.join(" | ")
+                );
             }
         }
     }

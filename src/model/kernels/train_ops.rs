@@ -188,6 +188,10 @@ impl CustomOp2 for SoftmaxBackward {
 pub fn causal_softmax(x: &Tensor, scale: f64, queries: usize, offset: usize) -> Result<Tensor> {
     let keys = x.dim(D::Minus1)?;
     if fused_ok(&[x]) {
+        super::ran::record(
+            super::ran::Kernel::CausalSoftmax,
+            super::level::CpuLevel::Portable,
+        );
         return x.contiguous()?.apply_op1(CausalSoftmax {
             scale: scale as f32,
             queries,
@@ -324,6 +328,10 @@ impl CustomOp2 for RmsNormBackwardW {
 /// Differentiable RMS norm over the last dimension, weight `w`.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     if fused_ok(&[x, w]) && w.rank() == 1 {
+        super::ran::record(
+            super::ran::Kernel::RmsNorm,
+            super::level::CpuLevel::Portable,
+        );
         return x
             .contiguous()?
             .apply_op2(&w.contiguous()?, RmsNorm { eps: eps as f32 });
@@ -432,6 +440,7 @@ impl CustomOp3 for SwiGluBackward {
 /// Differentiable `silu(gate) * up` (the SwiGLU of the MLP).
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     if fused_ok(&[gate, up]) && gate.dims() == up.dims() {
+        super::ran::record(super::ran::Kernel::SwiGlu, super::level::CpuLevel::Portable);
         return gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu);
     }
     gate.silu()? * up
@@ -587,6 +596,10 @@ impl CustomOp3 for LogSoftmaxPickBackward {
 pub fn log_softmax_pick(logits: &Tensor, targets: &Tensor, temperature: f64) -> Result<Tensor> {
     let scale = 1.0 / temperature;
     if fused_ok(&[logits]) && logits.rank() == 2 {
+        super::ran::record(
+            super::ran::Kernel::LogSoftmaxPick,
+            super::level::CpuLevel::Portable,
+        );
         return logits.contiguous()?.apply_op2(
             &targets.contiguous()?,
             LogSoftmaxPick {
@@ -667,6 +680,7 @@ impl Rope {
             );
         }
         if fused_ok(&[x]) {
+            super::ran::record(super::ran::Kernel::Rope, super::level::CpuLevel::Portable);
             return x.contiguous()?.apply_op1(self.clone());
         }
         let dev = x.device();

@@ -287,13 +287,18 @@ fn find_commit(rng: &mut ChaCha8Rng, c: u8) -> Spec {
     s.reqs.push("Don't change the repository.".into());
     let date = data::date_of(target_day);
     let mut body = format!(
-        "repo, subject = {}, {}\nres = _git(repo, ['log', '--format=%H%x09%s'])\nassert res.returncode == 0, res.stderr\nexpected = [l.split('\\t', 1)[0] for l in res.stdout.splitlines() if l.split('\\t', 1)[1] == subject]\nassert len(expected) == 1, 'the target commit is missing from the history'\nlines = _read({}).split()\nassert lines, 'the answer file is empty'\nassert lines[0] == expected[0], f'wrong commit: {{lines[0]}}'\n",
+        "repo, subject = {}, {}\nres = _git(repo, ['log', '--format=%H%x09%s'])\nassert res.returncode == 0, res.stderr\nexpected = [l.split('\\t', 1)[0] for l in res.stdout.splitlines() if l.split('\\t', 1)[1] == subject]\nassert len(expected) == 1, 'the target commit is missing from the history'\nlines = _read({}).split()\nassert lines, 'the answer file is empty'\nassert lines[0] == expected[0], f'wrong commit: {{lines[0]}}'\nassert len(lines) == {}, f'expected {}, got {{len(lines)}} words'\n",
         py(&repo),
         py(&subject),
-        py(&out)
+        py(&out),
+        if with_date { 2 } else { 1 },
+        if with_date { "the hash and the date only" } else { "just the hash" },
     );
     if with_date {
-        body.push_str(&format!("assert len(lines) >= 2 and lines[1] == {}, f'expected the date {date} on line 2, got {{lines[1:]}}'\n", py(&date)));
+        body.push_str(&format!(
+            "assert lines[1] == {}, f'expected the date {date} on line 2, got {{lines[1]}}'\n",
+            py(&date)
+        ));
     }
     s.checks.push(Check::Custom {
         name: "answer_is_commit".into(),

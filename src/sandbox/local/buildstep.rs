@@ -1,6 +1,7 @@
 //! Running one build step: its script, as root of a user namespace, in an
-//! overlay whose lower layers are the merge of the steps before it and the
-//! base, and whose upper directories become the step's layer.
+//! overlay whose lower layers are the cached layers of the steps before it
+//! (and what of them was merged, see `image.rs`) over the base, and whose
+//! upper directories become the step's layer.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -29,9 +30,11 @@ pub struct StepRun<'a> {
     pub ctx_writable: bool,
     /// Where the step's scripts are placed (a fresh directory).
     pub steps_dir: PathBuf,
-    /// The merge of the earlier steps: one directory per part (`root`,
-    /// `sys/<dir>`), in [`StepRun::parts`] order.
+    /// What of the earlier steps was merged: one directory per part
+    /// (`root`, `sys/<dir>`), in [`StepRun::parts`] order.
     pub merged: &'a Path,
+    /// The earlier steps' layers stacked over `merged`, bottom first.
+    pub steps: &'a [PathBuf],
     /// The overlay parts: `root`, then `sys/<dir>` for each host system
     /// directory (host base only).
     pub parts: &'a [String],
@@ -49,8 +52,10 @@ pub struct StepRun<'a> {
 
 /// An earlier stage's file system, shown read-only at [`steps::FROM`].
 pub struct FromStage<'a> {
-    /// Its merge (one directory per part).
+    /// What of its steps was merged (one directory per part).
     pub merged: &'a Path,
+    /// Its steps' layers stacked over `merged`, bottom first.
+    pub steps: &'a [PathBuf],
     /// Its overlay parts.
     pub parts: &'a [String],
     /// Its base image's layers (`None`: the host's directories).
@@ -59,14 +64,15 @@ pub struct FromStage<'a> {
     pub scratch: &'a Path,
 }
 
-/// The overlays of a stack: for each part, the merge over the base, with
-/// upper and work directories under `upper_dir` (`<upper_dir>/<part>`,
+/// The overlays of a stack: for each part, the step layers (`steps`,
+/// bottom first) over the merge over the base, with upper and work
+/// directories under `upper_dir` (`<upper_dir>/<part>`,
 /// `<upper_dir>/work/<part>`), mounted at `target` (parts `sys/<d>` at
 /// `target/<d>`).
 fn stack(
     backend: &LocalBackend,
     target: &Path,
-    merged: &Path,
+    (merged, steps): (&Path, &[PathBuf]),
     parts: &[String],
     base_layers: Option<&[PathBuf]>,
     upper_dir: &Path,
@@ -78,15 +84,14 @@ fn stack(
         for d in [&upper, &work] {
             std::fs::create_dir_all(d).map_err(SandboxError::io("create build directory", d))?;
         }
+        let mut lower = super::stepcache::layer_parts(steps, part);
+        lower.push(merged.join(part));
         let (at, lower) = match part.strip_prefix("sys/") {
-            Some(d) => (
-                target.join(d),
-                std::iter::once(merged.join(part))
-                    .chain(backend.base_dirs(d)?)
-                    .collect(),
-            ),
+            Some(d) => {
+                lower.extend(backend.base_dirs(d)?);
+                (target.join(d), lower)
+            }
             None => {
-                let mut lower = vec![merged.join(part)];
                 match base_layers {
                     Some(dirs) => lower.extend(dirs.iter().cloned()),
                     None => lower.push(backend.layout.skeleton()),
@@ -114,7 +119,7 @@ impl LocalBackend {
         let mut layers = stack(
             self,
             &layout.merged(),
-            run.merged,
+            (run.merged, run.steps),
             run.parts,
             run.base_layers,
             run.layer,
@@ -125,7 +130,7 @@ impl LocalBackend {
             layers.extend(stack(
                 self,
                 &layout.staged("from"),
-                from.merged,
+                (from.merged, from.steps),
                 from.parts,
                 from.base_layers,
                 from.scratch,

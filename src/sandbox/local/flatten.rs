@@ -1,14 +1,16 @@
-//! Stacking cached step layers into one image layer.
+//! Merging cached step layers into one layer, where an image cannot stack
+//! them (see `image.rs`: a build past `MAX_STEP_LAYERS`, and the derived
+//! builds of verifier environments); `endless bench images` also uses it
+//! to reproduce the copying layout.
 //!
-//! A build keeps one "merged so far" directory per overlay (the root and,
-//! on the host base, each system directory). After each step its layer is
-//! applied onto it: regular files are copied with their owner, mode,
-//! times and extended attributes (files the step hard-linked together stay
-//! linked to each other), symlinks are recreated, whiteouts are linked, and
-//! directories are created with the layer's owner, mode and extended
-//! attributes. The result is what overlayfs would show for the stack of
-//! step layers, as one lower directory, so a session starts on as few
-//! layers as before however many steps the build had.
+//! A merge has one directory per overlay part (the root and, on the host
+//! base, each system directory). Each layer is applied onto it in order:
+//! regular files are copied with their owner, mode, times and extended
+//! attributes (files the step hard-linked together stay linked to each
+//! other), symlinks are recreated, whiteouts are linked, and directories
+//! are created with the layer's owner, mode and extended attributes. The
+//! result is what overlayfs would show for the stack of step layers, as
+//! one lower directory.
 //!
 //! Files are copied, not hard-linked to the cached step: a link would show
 //! through overlayfs as a link count of two, and tools act on that (`gzip`

@@ -1,9 +1,16 @@
 //! Building a task's image: its setup steps run one by one, as root of a
 //! user namespace, each in an overlay on the steps before it; each step's
-//! upper directories are a layer of the per-step cache (`stepcache.rs`),
-//! and the image is the merge of its steps' layers (`flatten.rs`). Each
-//! step is reported as [`Progress::Step`] as it starts (or comes from the
-//! cache).
+//! upper directories are a layer of the per-step cache (`stepcache.rs`).
+//! The image references its steps' layers (recorded, top first, in
+//! [`Image::step_layers`]) and sessions stack them as overlay lower
+//! directories under the image's own small layer (`env.sh`): nothing is
+//! copied. Two cases copy (merge with `flatten.rs`) instead: a build with
+//! more than [`MAX_STEP_LAYERS`] layers (overlayfs stacks at most 500
+//! lower directories, and the base image has its own), whose layers are
+//! merged into the image's directory as they pass the cap; and the
+//! derived builds of verifier environments, whose output is moved out of
+//! the image (`verifier_env.rs`). Each step is reported as
+//! [`Progress::Step`] as it starts (or comes from the cache).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -20,6 +27,12 @@ use crate::task::envdef::{parse_task, EnvDefinition, Step};
 use crate::task::{write_tree, Task};
 
 pub(super) use super::layout::IMAGE_META;
+
+/// The most step layers a build stacks; past it, its layers so far are
+/// merged (copied) into the image's directory. Overlayfs takes at most
+/// 500 lower directories per mount, and a session adds the image's own
+/// layer and its base's layers (one per image layer, or the host's).
+pub const MAX_STEP_LAYERS: usize = 128;
 
 impl LocalBackend {
     /// Build (or find in the cache) the image of `task`, reporting the
@@ -39,7 +52,7 @@ impl LocalBackend {
         let cache = self.layout.images();
         let full = |e| super::diskfull::classify(e, &cache);
         let image = self
-            .build_image_noted(task, &def, origin, progress)
+            .build_image_noted(task, &def, origin, Merge::Stack, progress)
             .map_err(full)?;
         // The sealed verifier environment the tests ask for, if any.
         self.ensure_verifier_env(task, &def, &image, progress)
@@ -86,7 +99,7 @@ impl LocalBackend {
         def: &EnvDefinition,
         progress: ProgressFn<'_>,
     ) -> Result<Image, SandboxError> {
-        self.build_image_noted(task, def, None, progress)
+        self.build_image_noted(task, def, None, Merge::Copy, progress)
     }
 
     /// The definition to build: a task's prebuilt `[environment]
@@ -144,12 +157,14 @@ impl LocalBackend {
     }
 
     /// [`LocalBackend::build_image_from`], with where the definition came
-    /// from (`origin`) joined to the base note.
+    /// from (`origin`) joined to the base note, its steps' layers stacked
+    /// or copied as `merge` says.
     fn build_image_noted(
         &self,
         task: &Task,
         def: &EnvDefinition,
         origin: Option<Origin>,
+        merge: Merge,
         progress: ProgressFn<'_>,
     ) -> Result<Image, SandboxError> {
         let layout = &self.layout;
@@ -183,6 +198,9 @@ impl LocalBackend {
             std::process::id(),
             hex::encode(rnd)
         ));
+        // The step layers the build uses, held (shared) until the image
+        // that names them is in place: a prune meanwhile keeps them.
+        let mut in_use = Vec::new();
         let result = self.build_into(
             task,
             def,
@@ -193,7 +211,11 @@ impl LocalBackend {
             },
             &hash,
             &build,
-            progress,
+            BuildOut {
+                merge,
+                in_use: &mut in_use,
+                progress,
+            },
         );
         let image = match result {
             Ok(image) => image,
@@ -221,8 +243,13 @@ impl LocalBackend {
         base: Base,
         hash: &str,
         build: &Path,
-        progress: ProgressFn<'_>,
+        out: BuildOut,
     ) -> Result<Image, SandboxError> {
+        let BuildOut {
+            merge,
+            in_use,
+            progress,
+        } = out;
         let layout = &self.layout;
         let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
         let user = task.meta.agent.user.clone();
@@ -251,6 +278,12 @@ impl LocalBackend {
             progress,
             steps: step_count,
             step: std::cell::Cell::new(0),
+            merge,
+            opaque_attr: if rootless {
+                "user.overlay.opaque"
+            } else {
+                "trusted.overlay.opaque"
+            },
         };
         let mut record = Vec::new();
         // Earlier stages first (multi-stage builds), each merged apart.
@@ -267,20 +300,42 @@ impl LocalBackend {
                 self.target(scratch.join(format!("stage-{i}")), stage_base, &id, &shared)?;
             let plan = stage_plan(task, def, i, &stage_keys(&stages));
             let mut target = target;
-            self.run_plan(&plan, &mut target, &stages, &shared, Some(i), &mut record)?;
+            self.run_plan(
+                &plan,
+                &mut target,
+                &stages,
+                &shared,
+                Some(i),
+                &mut record,
+                in_use,
+            )?;
             stages[i] = Some(target);
         }
         // The image's own stage: the agent account, the steps, the finish.
         let mut target = self.target(build.to_path_buf(), base.image.cloned(), base.id, &shared)?;
         let plan = image_plan(task, def, &stage_keys(&stages));
-        let ids = self.run_plan(&plan, &mut target, &stages, &shared, None, &mut record)?;
+        let ids = self.run_plan(
+            &plan,
+            &mut target,
+            &stages,
+            &shared,
+            None,
+            &mut record,
+            in_use,
+        )?;
         super::layout::remove_tree(&scratch);
+        // The image's own layer goes on top of its steps' layers: copied
+        // layers (past the cap) are merged all the way up first.
+        if target.flattened {
+            target.flatten(shared.opaque_attr)?;
+        }
+        let step_layers = target.step_layers();
         let (uid, gid) = if user == "root" {
             (0, 0)
         } else {
             ids.unwrap_or((1000, 1000))
         };
-        // A new file (the merge's files are the cached layers' own).
+        // The image's own file, above every step's layer.
         let env_sh = build.join("root/.endless/env.sh");
         let env_text = format!("{}{}", target.image_env, steps::env_file(def));
         crate::fsutil::write_atomic(&env_sh, env_text.as_bytes())
@@ -309,6 +364,7 @@ impl LocalBackend {
             base: base.image.map(|(stored, _)| stored.reference.clone()),
             base_layers: base.image.map(|(_, dirs)| dirs.clone()).unwrap_or_default(),
             base_note: base.note,
+            step_layers,
         };
         let meta =
             serde_json::to_vec_pretty(&image).map_err(|e| SandboxError::Start(e.to_string()))?;
@@ -353,6 +409,8 @@ impl LocalBackend {
             .unwrap_or_default();
         Ok(Target {
             farm,
+            steps: Vec::new(),
+            flattened: false,
             parts,
             base_layers: base.map(|(_, dirs)| dirs),
             key: stepcache::root_key(id, shared.rootless, shared.network),
@@ -360,9 +418,11 @@ impl LocalBackend {
         })
     }
 
-    /// Run (or take from the cache) the steps of `plan` in order, merging
-    /// each step's layer into `target`; returns the agent's ids reported by
+    /// Run (or take from the cache) the steps of `plan` in order, adding
+    /// each step's layer to `target`; returns the agent's ids reported by
     /// a finishing step. `stage`: the earlier stage being built, if any.
+    /// The lock of each layer used, shared, goes to `in_use`.
+    #[allow(clippy::too_many_arguments)]
     fn run_plan(
         &self,
         plan: &[Planned],
@@ -371,14 +431,9 @@ impl LocalBackend {
         shared: &Shared,
         stage: Option<usize>,
         record: &mut Vec<BuiltStep>,
+        in_use: &mut Vec<stepcache::Lock>,
     ) -> Result<Option<(u32, u32)>, SandboxError> {
-        let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
         let cache = StepCache::new(&self.layout.steps());
-        let opaque_attr = if shared.rootless {
-            "user.overlay.opaque"
-        } else {
-            "trusted.overlay.opaque"
-        };
         let mut state = steps::StepState::default();
         let mut ids = None;
         for planned in plan {
@@ -391,7 +446,14 @@ impl LocalBackend {
                     StepOutcome::Config
                 }
                 Some(body) => {
-                    let _held = cache.lock(&key)?;
+                    // Shared while it is only read; exclusive to build it.
+                    let held = cache.lock_shared(&key)?;
+                    let held = if cache.get(&key).is_some() {
+                        held
+                    } else {
+                        drop(held);
+                        cache.lock(&key)?
+                    };
                     let (meta, outcome) = match cache.get(&key) {
                         Some(meta) => {
                             shared.report(&planned.what, true);
@@ -428,15 +490,12 @@ impl LocalBackend {
                             (meta, StepOutcome::Built)
                         }
                     };
+                    held.share()?;
+                    in_use.push(held);
                     if meta.ids.is_some() {
                         ids = meta.ids;
                     }
-                    let layer = cache.layer(&key);
-                    for part in &target.parts {
-                        let (from, to) = (layer.join(part), target.farm.join(part));
-                        flatten::apply_layer(&from, &to, opaque_attr)
-                            .map_err(io("merge step layer", &from))?;
-                    }
+                    target.add_layer(cache.layer(&key), shared)?;
                     outcome
                 }
             };
@@ -497,6 +556,7 @@ impl LocalBackend {
         };
         let from = run.from.map(|stage| FromStage {
             merged: &stage.farm,
+            steps: &stage.steps,
             parts: &stage.parts,
             base_layers: stage.base_layers.as_deref(),
             scratch: &from_dir,
@@ -510,6 +570,7 @@ impl LocalBackend {
             ctx_writable: run.body.writable_context,
             steps_dir: steps_dir.clone(),
             merged: &run.target.farm,
+            steps: &run.target.steps,
             parts: &run.target.parts,
             base_layers: run.target.base_layers.as_deref(),
             layer: &layer,
@@ -589,6 +650,27 @@ struct Shared<'a> {
     /// of the last one reported.
     steps: usize,
     step: std::cell::Cell<usize>,
+    /// Whether step layers are stacked or copied into the image.
+    merge: Merge,
+    /// The name overlayfs reads opaque directories by (see `flatten.rs`).
+    opaque_attr: &'static str,
+}
+
+/// How a built image holds its steps' files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Merge {
+    /// It references the cached step layers (up to [`MAX_STEP_LAYERS`]).
+    Stack,
+    /// It holds a merged copy of them (see the module docs).
+    Copy,
+}
+
+/// Where a build's result and what it holds go.
+struct BuildOut<'a, 'p> {
+    merge: Merge,
+    /// The locks of the step layers used (see `run_plan`).
+    in_use: &'a mut Vec<stepcache::Lock>,
+    progress: ProgressFn<'p>,
 }
 
 impl Shared<'_> {
@@ -605,10 +687,16 @@ impl Shared<'_> {
     }
 }
 
-/// A merge being built: the image's, or an earlier stage's.
+/// A stack being built: the image's, or an earlier stage's.
 struct Target {
-    /// The merge: one directory per part.
+    /// The image's own directory (or the stage's): one directory per part,
+    /// holding the copied layers (past the cap, or all when copying) and,
+    /// at the end, the image's own files.
     farm: PathBuf,
+    /// The step layers stacked over `farm`, bottom first.
+    steps: Vec<PathBuf>,
+    /// Whether layers were merged into `farm`.
+    flattened: bool,
     /// Its overlay parts (`root`, then `sys/<dir>` on the host base).
     parts: Vec<String>,
     /// The base image's layers, top first (`None`: the host's directories).
@@ -617,6 +705,40 @@ struct Target {
     key: String,
     /// `export` lines of the base image's environment.
     image_env: String,
+}
+
+impl Target {
+    /// Add the cached step layer `layer` on top (see the module docs).
+    fn add_layer(&mut self, layer: PathBuf, shared: &Shared) -> Result<(), SandboxError> {
+        self.steps.push(layer);
+        if shared.merge == Merge::Copy || self.steps.len() > MAX_STEP_LAYERS {
+            self.flatten(shared.opaque_attr)?;
+        }
+        Ok(())
+    }
+
+    /// Merge the stacked step layers into `farm`, bottom first.
+    fn flatten(&mut self, opaque_attr: &str) -> Result<(), SandboxError> {
+        for layer in self.steps.drain(..) {
+            for part in &self.parts {
+                let (from, to) = (layer.join(part), self.farm.join(part));
+                flatten::apply_layer(&from, &to, opaque_attr)
+                    .map_err(SandboxError::io("merge step layer", &from))?;
+            }
+        }
+        self.flattened = true;
+        Ok(())
+    }
+
+    /// The stacked layers' directories for each part that holds anything,
+    /// top first (what [`Image::step_layers`] records).
+    fn step_layers(&self) -> std::collections::BTreeMap<String, Vec<PathBuf>> {
+        self.parts
+            .iter()
+            .map(|part| (part.clone(), stepcache::layer_parts(&self.steps, part)))
+            .filter(|(_, dirs)| !dirs.is_empty())
+            .collect()
+    }
 }
 
 /// One step of a plan.

@@ -199,7 +199,7 @@ impl Layout {
             std::fs::create_dir_all(&dir)
                 .map_err(SandboxError::io("create cache directory", &dir))?;
         }
-        let staged = ["x", "rt", "ctx", "steps", "from"].map(|n| self.staged(n));
+        let staged = ["x", "rt", "ctx", "steps", "from", "ca"].map(|n| self.staged(n));
         let idmapped = self.system_dirs.iter().map(|d| self.idmapped().join(d));
         for dir in staged.into_iter().chain(idmapped) {
             std::fs::create_dir_all(&dir).map_err(SandboxError::io("create mount point", &dir))?;

@@ -1,8 +1,9 @@
 //! The `local` backend: bubblewrap plus kernel overlayfs.
 //!
 //! Layers, bottom to top: the base (the host's system directories and a
-//! minimal `/etc`, see `etc.rs`), the task's image (the upper directories
-//! left by running its setup once), and a throwaway episode layer on a tmpfs
+//! minimal `/etc`, see `etc.rs`), the task's image (the cached upper
+//! directories its setup steps left, stacked, under the image's own small
+//! layer; see `image.rs`), and a throwaway episode layer on a tmpfs
 //! of its own size that exists only in the session's private mount
 //! namespace, so nothing is left behind.
 //!
@@ -54,6 +55,8 @@ use seccompiler::BpfProgram;
 pub use bwrap::{bwrap_path, which};
 pub use control::EXCHANGE_INSIDE;
 pub use evict::{disk_bytes, enforce_cap, prune_keep_recent, EvictReport, IN_USE_WINDOW};
+pub use flatten::apply_layer;
+pub use image::MAX_STEP_LAYERS;
 pub use layout::SYSTEM_DIRS;
 pub use limits::{cgroups_available, Limits, RLIMITS_ONLY};
 pub use net::pasta_path;
@@ -368,12 +371,13 @@ impl LocalBackend {
             .etc
             .file_name()
             .map(|n| n.to_string_lossy().into_owned());
-        // `merge:copy`: images whose step layers were merged by hard links
-        // (a link count of 2 that gzip refuses) are not reused. `mask`:
-        // nor are images built before private host files were masked (a
-        // root build step could have copied them in).
+        // `merge:stack`: images that copied their step layers (or merged
+        // them by hard links, a link count of 2 that gzip refuses) are not
+        // reused; images now stack the cached layers (see `image.rs`).
+        // `mask`: nor are images built before private host files were
+        // masked (a root build step could have copied them in).
         format!(
-            "{}|{ids}|etc:{}|merge:copy|mask",
+            "{}|{ids}|etc:{}|merge:stack|mask",
             self.layout.base_id(),
             etc.unwrap_or_default()
         )
@@ -530,7 +534,9 @@ impl LocalBackend {
         let mut mkdirs = vec![scratch.join("u"), scratch.join("w")];
         let mut uppers = vec![scratch.join("u/root")];
         let host_base = image.base_layers.is_empty();
+        // The image's own layer, its steps' layers, the base.
         let mut lower = vec![image.path.join("root")];
+        lower.extend(image.step_lowers("root").iter().cloned());
         if host_base {
             lower.push(layout.skeleton());
         } else {
@@ -551,6 +557,7 @@ impl LocalBackend {
             layers.push(Layer {
                 target: layout.merged().join(d),
                 lower: std::iter::once(image.path.join("sys").join(d))
+                    .chain(image.step_lowers(&format!("sys/{d}")).iter().cloned())
                     .chain(self.base_dirs(d)?)
                     .collect(),
                 upper: scratch.join("u").join(d),
@@ -561,10 +568,18 @@ impl LocalBackend {
         let network = image.network && self.allow_network;
         let (net_parent, net_child, pidfile) = self.net_setup(network, &sid)?;
         let (staged_x, staged_rt) = (layout.staged("x"), layout.staged("rt"));
-        let host_binds = vec![
+        let mut host_binds = vec![
             (exchange.clone(), staged_x.clone()),
             (self.runtime.dir.clone(), staged_rt.clone()),
         ];
+        // With network, the host's CA bundle too, as build steps get it.
+        let ca = match network {
+            true => net::session_ca(&session_dir)?,
+            false => None,
+        };
+        if let Some(dir) = &ca {
+            host_binds.push((dir.clone(), layout.staged("ca")));
+        }
         let plan = MountPlan::new(MountSpec {
             tmpfs: Some((&scratch, limits.disk_bytes)),
             mkdirs: &mkdirs,
@@ -596,13 +611,22 @@ impl LocalBackend {
                 read_only: true,
             });
         }
+        let mut env = bwrap::agent_env(&image.user, &image.home);
+        if ca.is_some() {
+            binds.push(Bind {
+                source: layout.staged("ca"),
+                inside: net::CA_INSIDE.into(),
+                read_only: true,
+            });
+            env.extend(net::ca_env());
+        }
         let rootless = self.is_rootless();
         let (argv, caps) = bwrap::shell_argv(image.uid, image.gid, rootless);
         let spec = bwrap::Spec {
             root: layout.merged(),
             network,
             binds,
-            env: bwrap::agent_env(&image.user, &image.home),
+            env,
             caps,
             seccomp: seccomp.iter().map(|f| f.as_raw_fd()).collect(),
             chdir: "/".into(),
@@ -693,7 +717,7 @@ impl LocalBackend {
         if net::pasta_path().is_none() {
             return Err(SandboxError::ToolMissing {
                 tool: "pasta".into(),
-                hint: "tasks with network = true get their own network namespace through user-mode networking: install passt (Debian/Ubuntu: `apt-get install passt`)".into(),
+                hint: "tasks with network = true get their own network namespace through user-mode networking: install passt (Debian/Ubuntu: `apt-get install passt`), or run them offline with --offline".into(),
             });
         }
         let net_dir = self.layout.staged("pasta");

@@ -27,6 +27,50 @@ use crate::sandbox::SandboxError;
 /// How long `pasta` may take to set the namespace up.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Where a session with network finds the host's CA bundle (`ca.crt`).
+pub const CA_INSIDE: &str = "/run/endless-ca";
+/// The host's CA bundle (Debian's path).
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// For a session with network: a copy of the host's CA bundle in
+/// `session_dir/ca/ca.crt` (public certificates only; world-readable), to
+/// be bound read-only at [`CA_INSIDE`]; `None` when the host has none. A
+/// machine behind a TLS-inspecting proxy trusts that proxy's CA, and the
+/// agent's (and the oracle's) `pip`, `curl` and `git` then do too, as in
+/// the task's build steps.
+pub fn session_ca(session_dir: &Path) -> Result<Option<PathBuf>, SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let host = Path::new(HOST_CA_BUNDLE);
+    if !host.is_file() {
+        return Ok(None);
+    }
+    let dir = session_dir.join("ca");
+    std::fs::create_dir_all(&dir).map_err(SandboxError::io("create the CA directory", &dir))?;
+    let copy = dir.join("ca.crt");
+    std::fs::copy(host, &copy).map_err(SandboxError::io("copy the host's CA bundle", host))?;
+    for (p, mode) in [(&dir, 0o755), (&copy, 0o644)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            .map_err(SandboxError::io("chmod the CA bundle", p))?;
+    }
+    Ok(Some(dir))
+}
+
+/// The variables that point TLS clients at the bundle of [`session_ca`].
+pub fn ca_env() -> Vec<(String, String)> {
+    let file = format!("{CA_INSIDE}/ca.crt");
+    [
+        "SSL_CERT_FILE",
+        "PIP_CERT",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "NODE_EXTRA_CA_CERTS",
+    ]
+    .into_iter()
+    .map(|var| (var.to_string(), file.clone()))
+    .collect()
+}
+
 /// Path of `pasta`, if installed.
 pub fn pasta_path() -> Option<PathBuf> {
     super::which("pasta").or_else(|| Some(PathBuf::from("/usr/bin/pasta")).filter(|p| p.exists()))
@@ -135,7 +179,7 @@ fn attach(
         File::open(&ns_path).map_err(SandboxError::io("open the network namespace", &ns_path))?;
     let pasta = pasta_path().ok_or_else(|| SandboxError::ToolMissing {
         tool: "pasta".into(),
-        hint: "tasks with network = true need user-mode networking: install passt (Debian/Ubuntu: `apt-get install passt`)".into(),
+        hint: "tasks with network = true need user-mode networking: install passt (Debian/Ubuntu: `apt-get install passt`), or run them offline with --offline".into(),
     })?;
     let fd = netns.as_raw_fd();
     let mut cmd = Command::new(pasta);
@@ -186,7 +230,7 @@ fn attach(
         .map_err(|e| SandboxError::Start(format!("start pasta: {e}")))?;
     if !out.status.success() {
         return Err(SandboxError::Start(format!(
-            "pasta could not connect the sandbox's network ({}): {}",
+            "pasta could not connect the sandbox's network ({}): {}; the task asks for network (`--offline` runs its sessions without)",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )));

@@ -6,6 +6,14 @@
 //! Everything is prepared in the parent so that applying it allocates
 //! nothing (the child of a multi-threaded process may only make
 //! async-signal-safe calls).
+//!
+//! Overlays are mounted with the new mount API (`fsopen`, `fsconfig`,
+//! `fsmount`, `move_mount`), adding lower directories one by one with
+//! `lowerdir+` (Linux 6.8): an image stacks its build steps' layers (up to
+//! `image::MAX_STEP_LAYERS`), more than `mount(2)`'s one-page option
+//! string holds. Where the kernel lacks either, one `mount(2)` call with
+//! the same options is made instead (which fails only for stacks too deep
+//! for a page).
 
 use std::ffi::CString;
 use std::io;
@@ -22,6 +30,27 @@ struct MountCall {
     fstype: CString,
     data: CString,
 }
+
+/// One overlay, prepared for both ways of mounting it (see the module docs).
+struct OverlayCall {
+    target: CString,
+    /// Lower directories, top first.
+    lowers: Vec<CString>,
+    upper: CString,
+    work: CString,
+    /// Extended attributes in the `user.` namespace (rootless).
+    userxattr: bool,
+    /// The same overlay as one `mount(2)` call.
+    legacy: MountCall,
+}
+
+/// `fsconfig(2)` commands (`linux/mount.h`; not in the libc crate).
+const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+/// `fsopen(2)` and `fsmount(2)` flags.
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
 
 /// A host directory shown with its owners shifted into the sandbox's id
 /// range (an idmapped mount), at `target`.
@@ -56,7 +85,7 @@ pub enum Identity {
 pub struct MountPlan {
     mkdirs: Vec<CString>,
     tmpfs: Option<MountCall>,
-    overlays: Vec<MountCall>,
+    overlays: Vec<OverlayCall>,
     cgroup_procs: Vec<CString>,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     rootless: Option<(CString, CString)>,
@@ -124,11 +153,8 @@ fn check_option_path(path: &Path) -> Result<String, SandboxError> {
 impl MountPlan {
     /// Prepare `spec`.
     pub fn new(spec: MountSpec) -> Result<MountPlan, SandboxError> {
-        let userxattr = if matches!(spec.identity, Identity::Rootless { .. }) {
-            ",userxattr"
-        } else {
-            ""
-        };
+        let rootless = matches!(spec.identity, Identity::Rootless { .. });
+        let userxattr = if rootless { ",userxattr" } else { "" };
         let tmpfs = match spec.tmpfs {
             Some((at, size)) => Some(MountCall {
                 source: c"tmpfs".to_owned(),
@@ -148,12 +174,23 @@ impl MountPlan {
                 check_option_path(&layer.upper)?,
                 check_option_path(&layer.work)?
             );
-            overlays.push(MountCall {
-                source: c"overlay".to_owned(),
+            overlays.push(OverlayCall {
                 target: cstr(&layer.target)?,
-                fstype: c"overlay".to_owned(),
-                data: CString::new(data)
-                    .map_err(|_| SandboxError::Start("NUL in overlay options".into()))?,
+                lowers: layer
+                    .lower
+                    .iter()
+                    .map(|p| cstr(p))
+                    .collect::<Result<_, _>>()?,
+                upper: cstr(&layer.upper)?,
+                work: cstr(&layer.work)?,
+                userxattr: rootless,
+                legacy: MountCall {
+                    source: c"overlay".to_owned(),
+                    target: cstr(&layer.target)?,
+                    fstype: c"overlay".to_owned(),
+                    data: CString::new(data)
+                        .map_err(|_| SandboxError::Start("NUL in overlay options".into()))?,
+                },
             });
         }
         let (rootless, mapped) = match spec.identity {
@@ -250,7 +287,7 @@ impl MountPlan {
                 }
             }
             for o in &self.overlays {
-                check(mount(o, 0))?;
+                mount_overlay(o)?;
             }
             for (source, target) in &self.binds {
                 check(libc::mount(
@@ -343,6 +380,95 @@ unsafe fn idmapped_mount(source: &CString, target: &CString, userns: RawFd) -> i
         );
         let e = io::Error::last_os_error();
         libc::close(tree);
+        if rc < 0 {
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// Mount the overlay `o` (see the module docs).
+///
+/// # Safety
+/// Async-signal-safe.
+unsafe fn mount_overlay(o: &OverlayCall) -> io::Result<()> {
+    unsafe {
+        let fs =
+            libc::syscall(libc::SYS_fsopen, c"overlay".as_ptr(), FSOPEN_CLOEXEC) as libc::c_int;
+        if fs < 0 {
+            // No new mount API here.
+            return check(mount(&o.legacy, 0));
+        }
+        let result = configure_overlay(fs, o);
+        let result = match result {
+            Ok(()) => attach(fs, &o.target),
+            Err(Some(e)) => Err(e),
+            // No `lowerdir+` here.
+            Err(None) => check(mount(&o.legacy, 0)),
+        };
+        libc::close(fs);
+        result
+    }
+}
+
+/// Set the options of overlay `o` on the file system context `fs`.
+/// `Err(None)`: the kernel does not know `lowerdir+`.
+///
+/// # Safety
+/// Async-signal-safe.
+unsafe fn configure_overlay(fs: libc::c_int, o: &OverlayCall) -> Result<(), Option<io::Error>> {
+    unsafe {
+        let set = |key: &std::ffi::CStr, value: Option<&CString>| -> io::Result<()> {
+            let (cmd, v) = match value {
+                Some(v) => (FSCONFIG_SET_STRING, v.as_ptr()),
+                None => (FSCONFIG_SET_FLAG, std::ptr::null()),
+            };
+            let rc = libc::syscall(libc::SYS_fsconfig, fs, cmd, key.as_ptr(), v, 0);
+            check(rc as libc::c_int)
+        };
+        for (i, lower) in o.lowers.iter().enumerate() {
+            if let Err(e) = set(c"lowerdir+", Some(lower)) {
+                return Err((i > 0 || e.raw_os_error() != Some(libc::EINVAL)).then_some(e));
+            }
+        }
+        set(c"upperdir", Some(&o.upper)).map_err(Some)?;
+        set(c"workdir", Some(&o.work)).map_err(Some)?;
+        if o.userxattr {
+            set(c"userxattr", None).map_err(Some)?;
+        }
+        Ok(())
+    }
+}
+
+/// Create the file system configured on `fs` and mount it at `target`.
+///
+/// # Safety
+/// Async-signal-safe.
+unsafe fn attach(fs: libc::c_int, target: &CString) -> io::Result<()> {
+    unsafe {
+        let rc = libc::syscall(
+            libc::SYS_fsconfig,
+            fs,
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        );
+        check(rc as libc::c_int)?;
+        let mnt = libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0) as libc::c_int;
+        if mnt < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let rc = libc::syscall(
+            libc::SYS_move_mount,
+            mnt,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+        );
+        let e = io::Error::last_os_error();
+        libc::close(mnt);
         if rc < 0 {
             return Err(e);
         }

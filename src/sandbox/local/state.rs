@@ -3,6 +3,9 @@
 //! whether its layer is in the step cache (and how big it is) or would be
 //! built. The step keys are computed as the build computes them
 //! (`image.rs`), so "cached" here means the build takes it from the cache.
+//! A task with a prebuilt `[environment] docker_image` that can be had
+//! (stored, aliased, a stand-in) shows that image's plan, as the build uses
+//! it; when it cannot, the definition's, with a note saying why.
 
 use std::path::Path;
 
@@ -15,7 +18,7 @@ use crate::config::PullPolicy;
 use crate::images::{self, StoredImage};
 use crate::sandbox::image::image_hash;
 use crate::sandbox::SandboxError;
-use crate::task::envdef::parse_task;
+use crate::task::envdef::{parse_task, EnvDefinition};
 use crate::task::Task;
 
 /// The build-cache state of a task on the `local` backend.
@@ -92,9 +95,19 @@ impl LocalBackend {
             };
             Ok((image, note))
         };
+        let (def, origin, prebuilt) = prebuilt_plan(task, def, &peek, &self.images, pulls)?;
         let (base, note) = stored(def.base.as_deref())?;
+        let note = match (origin, note) {
+            (Some(o), Some(b)) => Some(format!("{o}; {b}")),
+            (o, b) => o.or(b),
+        };
         let base_id = self.base_fingerprint(base.as_ref());
-        let hash = image_hash(task, "local", &base_id);
+        // As the build names them: a prebuilt image is another image.
+        let hash = if prebuilt {
+            image_hash(task, "local", &format!("{base_id}|prebuilt"))
+        } else {
+            image_hash(task, "local", &base_id)
+        };
         let built = self
             .layout
             .images()
@@ -144,6 +157,60 @@ impl LocalBackend {
     }
 }
 
+/// The definition a build of `task` uses, as the build decides it: the
+/// prebuilt `[environment] docker_image` (no steps) when it can be had
+/// without a pull, else `def`; the note saying which (when the task names
+/// a prebuilt image), and whether the prebuilt image is used. One that only
+/// a pull could bring is an error naming it, as for any base.
+fn prebuilt_plan(
+    task: &Task,
+    def: EnvDefinition,
+    peek: &images::Resolver,
+    store: &images::ImageStore,
+    pulls: bool,
+) -> Result<(EnvDefinition, Option<String>, bool), SandboxError> {
+    let Some(prebuilt) = task
+        .meta
+        .environment
+        .extra
+        .get("docker_image")
+        .and_then(|v| v.as_str())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+    else {
+        return Ok((def, None, false));
+    };
+    let file = if def.file.is_empty() {
+        "the definition".to_string()
+    } else {
+        def.file.clone()
+    };
+    match peek.resolve_available(store, &prebuilt, &images::no_progress) {
+        Ok(_) => {
+            let note = format!(
+                "the prebuilt image {prebuilt} (task.toml [environment] docker_image) is used; {file} is not built"
+            );
+            let plan = EnvDefinition {
+                base: Some(prebuilt),
+                steps: Vec::new(),
+                session_script: def.session_script,
+                file: "task.toml [environment] docker_image".into(),
+                lines: Vec::new(),
+                stages: Vec::new(),
+            };
+            Ok((plan, Some(note), true))
+        }
+        Err(_) if pulls => Err(images::ImageError::NotStored(prebuilt).into()),
+        Err(e) => {
+            let note = format!(
+                "the prebuilt image {prebuilt} (task.toml [environment] docker_image) is unavailable ({e}); {file} is built instead"
+            );
+            Ok((def, Some(note), false))
+        }
+    }
+}
+
 fn base_image(image: &StoredImage) -> BaseImage {
     BaseImage {
         reference: image.reference.clone(),
@@ -163,4 +230,68 @@ fn files_bytes(dir: &Path) -> u64 {
         .filter_map(|e| e.metadata().ok())
         .map(|m| m.len())
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BaseFallback, ImagesConfig};
+
+    fn task(docker_image: Option<&str>) -> Task {
+        let mut t = Task::minimal("prebuilt-state");
+        t.environment
+            .insert_text("Dockerfile", "RUN echo one > /opt/one\n");
+        if let Some(image) = docker_image {
+            t.meta
+                .environment
+                .extra
+                .insert("docker_image".into(), image.into());
+        }
+        t
+    }
+
+    #[test]
+    fn a_prebuilt_image_that_can_be_had_is_the_plan_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let prebuilt = "registry.example.invalid/tools:1";
+        let settings = |alias: bool| ImagesConfig {
+            pull: PullPolicy::Never,
+            fallback: BaseFallback::Host,
+            aliases: alias
+                .then(|| (prebuilt.to_string(), images::HOST.to_string()))
+                .into_iter()
+                .collect(),
+            ..ImagesConfig::default()
+        };
+        let Ok(backend) = LocalBackend::new(dir.path()) else {
+            eprintln!("SKIP: no local backend here");
+            return;
+        };
+        // The account, the RUN, the finish; without the RUN on a prebuilt image.
+        let runs = |s: &BuildState| s.steps.len() == 3;
+        // No prebuilt image: the Dockerfile's steps.
+        let plain = backend.build_state(&task(None)).unwrap();
+        assert!(runs(&plain) && plain.note.is_none(), "{plain:?}");
+        // One that is served (here by an alias): its plan, none of the steps.
+        let served = LocalBackend::new(dir.path())
+            .unwrap()
+            .with_images(settings(true));
+        let state = served.build_state(&task(Some(prebuilt))).unwrap();
+        assert!(!runs(&state), "{state:?}");
+        let note = state.note.unwrap_or_default();
+        assert!(
+            note.contains("prebuilt image registry.example.invalid/tools:1")
+                && note.contains("is used"),
+            "{note}"
+        );
+        // One that cannot be had without a pull: the Dockerfile, and why.
+        let missing = backend.with_images(settings(false));
+        let state = missing.build_state(&task(Some(prebuilt))).unwrap();
+        assert!(runs(&state), "{state:?}");
+        let note = state.note.unwrap_or_default();
+        assert!(
+            note.contains("unavailable") && note.contains("built instead"),
+            "{note}"
+        );
+    }
 }

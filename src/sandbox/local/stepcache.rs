@@ -16,6 +16,12 @@
 //! when complete, so a failed, killed or out-of-space build leaves nothing
 //! that a later build would take for a finished layer.
 //!
+//! Built images reference their steps' layers (sessions stack them, see
+//! `image.rs`), so a layer lives as long as an image's `build.json` names
+//! it. A build holds the lock of each layer it uses shared (exclusive only
+//! while it builds one) until its image is in place; [`prune_steps`]
+//! removes only layers whose lock it can take exclusively.
+//!
 //! The cache directory is mode 0700, and a step's output keeps no
 //! set-user-id or set-group-id bit: they are stripped from every file and
 //! directory of the layer before it is stored (a step's `chmod u+s` would
@@ -160,14 +166,44 @@ pub struct StepCache {
     dir: PathBuf,
 }
 
-/// An exclusive lock on a file, released on drop.
+/// A lock on a file (exclusive, or shared), released on drop.
 pub struct Lock {
-    _file: File,
+    file: File,
+}
+
+impl Lock {
+    /// Turn an exclusive lock into a shared one (readers may join; no one
+    /// may take it exclusively while it is held).
+    pub fn share(&self) -> Result<(), SandboxError> {
+        flock(&self.file, libc::LOCK_SH)
+            .map_err(|e| SandboxError::Start(format!("share a step layer's lock: {e}")))
+    }
+}
+
+/// `flock(2)` `file` with `op`, retried when interrupted.
+fn flock(file: &File, op: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor we own; released when it closes.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// Take the exclusive lock on `path` (created if missing), waiting for
 /// whoever holds it.
 pub fn lock(path: &Path) -> Result<Lock, SandboxError> {
+    lock_as(path, libc::LOCK_EX)
+}
+
+/// Take the lock on `path` (created if missing) as `op` says (`LOCK_EX`
+/// or `LOCK_SH`), waiting for whoever holds it otherwise.
+fn lock_as(path: &Path, op: libc::c_int) -> Result<Lock, SandboxError> {
     if let Some(dir) = path.parent() {
         crate::fsutil::create_private_dir(dir)
             .map_err(SandboxError::io("create cache directory", dir))?;
@@ -178,18 +214,20 @@ pub fn lock(path: &Path) -> Result<Lock, SandboxError> {
         .write(true)
         .open(path)
         .map_err(SandboxError::io("open lock file", path))?;
-    loop {
-        // SAFETY: flock on a descriptor we own; released when it closes.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc == 0 {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(SandboxError::io("lock", path)(e));
-        }
-    }
-    Ok(Lock { _file: file })
+    flock(&file, op).map_err(SandboxError::io("lock", path))?;
+    Ok(Lock { file })
+}
+
+/// The part `part` (`root`, `sys/<dir>`) of each of `layers` (bottom
+/// first) that holds anything, top first: the lower directories a stack
+/// of them takes (an empty one changes nothing).
+pub fn layer_parts(layers: &[PathBuf], part: &str) -> Vec<PathBuf> {
+    layers
+        .iter()
+        .rev()
+        .map(|l| l.join(part))
+        .filter(|d| std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some()))
+        .collect()
 }
 
 impl StepCache {
@@ -214,6 +252,11 @@ impl StepCache {
     /// Lock `key` while it is looked up and built.
     pub fn lock(&self, key: &str) -> Result<Lock, SandboxError> {
         lock(&self.dir.join(format!("{key}.lock")))
+    }
+
+    /// Lock `key` shared while its layer is used (waits while it is built).
+    pub fn lock_shared(&self, key: &str) -> Result<Lock, SandboxError> {
+        lock_as(&self.dir.join(format!("{key}.lock")), libc::LOCK_SH)
     }
 
     /// A fresh directory to build a layer in.
@@ -321,8 +364,9 @@ pub struct StepPruneReport {
 
 /// Remove the cached step layers of the `local` backend caching under
 /// `cache_dir` that no built image's `build.json` names, skipping those a
-/// build holds (locked). Images keep their files: their merges are
-/// copies.
+/// build holds (locked, shared or not). Images stack the layers they
+/// name, so those stay; an evicted image's layers go here once no other
+/// image names them.
 pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
     let local = cache_dir.join("local");
     let mut used = std::collections::HashSet::new();
@@ -378,7 +422,7 @@ pub(super) fn try_lock(path: &Path) -> Result<Option<Lock>, SandboxError> {
     // SAFETY: flock on a descriptor we own.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc == 0 {
-        return Ok(Some(Lock { _file: file }));
+        return Ok(Some(Lock { file }));
     }
     let e = std::io::Error::last_os_error();
     if e.kind() == std::io::ErrorKind::WouldBlock {
@@ -521,12 +565,21 @@ mod prune_tests {
             serde_json::to_vec(&record).unwrap(),
         )
         .unwrap();
+        // A build that used the layer holds its lock shared.
         let held = cache.lock("held").unwrap();
+        held.share().unwrap();
+        let reader = cache.lock_shared("held").unwrap();
         let report = prune_steps(d.path()).unwrap();
         assert_eq!(report.layers, 1);
         assert!(cache.get("used").is_some() && cache.get("held").is_some());
         assert!(cache.get("unused").is_none());
         drop(held);
+        assert_eq!(
+            prune_steps(d.path()).unwrap().layers,
+            0,
+            "a reader holds it"
+        );
+        drop(reader);
         assert_eq!(prune_steps(d.path()).unwrap().layers, 1);
         assert!(cache.get("held").is_none() && cache.get("used").is_some());
     }

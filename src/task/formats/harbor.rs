@@ -4,12 +4,16 @@
 //! `solution/solve.sh`. Unknown keys are kept. The privileged truth, which
 //! Harbor has no field for, travels as `tests/truth.md` (the agent never
 //! sees tests/), and native-only metadata as an `[endless]` table.
+//! Harbor's network rules (`[environment] network_mode`, `allow_internet`)
+//! map to `[environment] network`, on by default as in Harbor (see
+//! [`super::network`]).
 
 use std::path::Path;
 
 use super::convert::{
     dockerfile_for, drop_generated, foreign_defaults, meta_from_value, meta_to_table,
 };
+use super::network;
 use super::test_script::{adopt_runner, harbor_test_sh, take_truth, TRUTH};
 use super::{BundleError, Task};
 use crate::task::text::parse_toml;
@@ -82,8 +86,16 @@ pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> 
     if let Some(t) = agent.remove("timeout_sec").and_then(|v| as_f64(&v)) {
         meta.agent.timeout_sec = t;
     }
+    let mut environment_keys = section(&mut table, "environment");
+    // Harbor's network rules; without any, Harbor's default (public), or
+    // what an endless export recorded.
+    match network::take_harbor(&toml_path, &mut environment_keys, &mut agent)? {
+        Some(on) => meta.environment.network = on,
+        None if !has_native => meta.environment.network = true,
+        None => {}
+    }
     meta.agent.extra = agent;
-    meta.environment.extra = section(&mut table, "environment");
+    meta.environment.extra = environment_keys;
     if !metadata.is_empty() {
         table.insert("metadata".into(), toml::Value::Table(metadata));
     }
@@ -132,7 +144,9 @@ pub fn write(task: &Task, dir: &Path) -> Result<(), BundleError> {
     let mut agent = meta.agent.extra.clone();
     agent.insert("timeout_sec".into(), meta.agent.timeout_sec.into());
     table.insert("agent".into(), agent.into());
-    table.insert("environment".into(), meta.environment.extra.clone().into());
+    let mut environment = meta.environment.extra.clone();
+    network::put_harbor(&mut environment, meta.environment.network);
+    table.insert("environment".into(), environment.into());
     let mut endless = meta_to_table(meta)?;
     if !added.is_empty() {
         endless.insert(ADDED_KEYS.into(), toml::Value::Array(added));

@@ -9,6 +9,7 @@
 
 mod convert;
 mod harbor;
+mod network;
 mod pytest_args;
 mod reference;
 mod solver_summary;

@@ -1,7 +1,9 @@
 //! Terminal-Bench 1: `task.yaml` (instruction and metadata), `Dockerfile`
 //! (plus `docker-compose.yaml` and other build files), `run-tests.sh`,
 //! `solution.sh` and `tests/`. The truth travels as `tests/truth.md` and
-//! native-only metadata under the `endless` key of task.yaml.
+//! native-only metadata under the `endless` key of task.yaml. The network
+//! is on, as docker-compose's default network gives it, unless
+//! `docker-compose.yaml` says `network_mode: none` (see [`super::network`]).
 
 use std::path::Path;
 
@@ -11,6 +13,7 @@ use super::convert::{
     dockerfile_for, drop_generated, foreign_defaults, json_to_toml, meta_from_value, meta_to_table,
     toml_to_json,
 };
+use super::network;
 use super::test_script::{adopt_runner, harbor_test_sh, take_truth, TRUTH};
 use super::{BundleError, Task};
 use crate::task::text::parse_yaml;
@@ -71,6 +74,13 @@ pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> 
     drop_generated(&mut environment);
     if !has_native {
         foreign_defaults(&mut meta, dir, &environment, "tb1");
+    }
+    // docker-compose's default network, unless the compose file turns it
+    // off; an endless export's own flag when there is no compose file.
+    match network::tb1_compose(dir, &environment)? {
+        Some(on) => meta.environment.network = on,
+        None if !has_native => meta.environment.network = true,
+        None => {}
     }
     if let Some(Value::String(c)) = doc.remove("category") {
         meta.task.category = c;

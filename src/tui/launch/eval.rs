@@ -206,6 +206,7 @@ mod tests {
             max_turns: None,
             concurrency: 1,
             protocol: None,
+            offline: false,
         };
         let err = super::run(&job, std::path::Path::new("/nonexistent"), &req, &tx)
             .err()

@@ -23,6 +23,9 @@ pub struct Signatures {
     tasks: (i64, f64, String),
     episodes: (i64, f64, String),
     jobs: (i64, String, f64),
+    /// The audit index (`task_audits`): a `tasks audit` in another process
+    /// changes the Tasks view's Audit column, filter and count.
+    audits: (i64, String, f64),
 }
 
 /// The index of one workspace, watched.
@@ -66,6 +69,12 @@ impl IndexWatch {
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?,
+            audits: c.query_row(
+                // audited_at has whole seconds: the findings are summed too.
+                "SELECT count(*), coalesce(max(audited_at), ''), total(findings * 3 + length(labels) * 5 + length(checks) * 7 + complete * 11) FROM task_audits",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?,
         })
     }
 
@@ -82,7 +91,8 @@ impl IndexWatch {
         let change = match &self.seen {
             None => IndexChange::default(),
             Some(old) => IndexChange {
-                tasks: old.tasks != now.tasks,
+                // The Tasks view reads the audit index with the tasks.
+                tasks: old.tasks != now.tasks || old.audits != now.audits,
                 episodes: old.episodes != now.episodes,
                 jobs: old.jobs != now.jobs,
             },
@@ -180,5 +190,47 @@ mod tests {
         let change = watch.poll().unwrap();
         assert!(change.jobs && !change.tasks, "{change:?}");
         assert!(!watch.poll().unwrap().any());
+    }
+
+    #[test]
+    fn another_processes_audit_reloads_the_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let mut meta = crate::task::TaskMeta::default();
+        meta.task.id = "t1".into();
+        let task = crate::task::Task {
+            meta,
+            instruction: "do it".into(),
+            truth: String::new(),
+            environment: Default::default(),
+            tests: Default::default(),
+            solution: Default::default(),
+        };
+        ws.add_task(&task, TaskStatus::Candidate).unwrap();
+        let mut watch = IndexWatch::open(dir.path()).unwrap();
+        assert!(!watch.poll().unwrap().any(), "the baseline");
+        let row = |labels: &[&str], findings: u32| crate::audit::AuditRow {
+            task_id: "t1".into(),
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            findings,
+            mutation: None,
+            complete: true,
+            checks: [("flaky".to_string(), "ok".to_string())].into(),
+            audited_at: "2026-12-05T09:00:00Z".into(),
+        };
+        // Another process (`endless tasks audit`) stores a report.
+        let other = Workspace::open(dir.path()).unwrap();
+        other.index_audit(&row(&[], 0)).unwrap();
+        let change = watch.poll().unwrap();
+        assert!(
+            change.tasks && !change.jobs && !change.episodes,
+            "{change:?}"
+        );
+        assert!(!watch.poll().unwrap().any());
+        // Audited again within the same second, now with a finding.
+        other.index_audit(&row(&["flaky"], 1)).unwrap();
+        assert!(watch.poll().unwrap().tasks);
+        other.unindex_audit("t1").unwrap();
+        assert!(watch.poll().unwrap().tasks);
     }
 }

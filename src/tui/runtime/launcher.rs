@@ -66,6 +66,7 @@ impl Launcher {
                     max_turns,
                     concurrency,
                     protocol: None,
+                    offline: false,
                 };
                 crate::tui::launch::eval::run(ctx, &root, &req, &tx)
             })?,
@@ -81,6 +82,7 @@ impl Launcher {
                     max_turns: None,
                     protocol: None,
                     fork: Some(crate::workbench::fork::ForkRequest { parent, at_step }),
+                    offline: false,
                 };
                 crate::tui::launch::eval::fork(ctx, &root, &req, &tx)
             })?,
@@ -165,11 +167,6 @@ fn validate_job(ctx: &JobContext, root: &Path, tasks: Vec<String>) -> anyhow::Re
     // A backend that does not start makes each task invalid, with why.
     let backend = cctx.backend().map_err(|e| crate::logging::error_text(&e));
     let verdicts = crate::workbench::validate_tasks(&cctx, backend, &ids, ctx, |_| {})?;
-    let valid = verdicts.iter().filter(|v| v.ok).count();
-    // One task: its verdict says more than a count.
-    Ok(match verdicts.as_slice() {
-        [v] if v.ok => format!("{}: {}", v.id, v.summary()),
-        [v] => format!("{}: INVALID: {}", v.id, v.summary()),
-        _ => format!("{valid}/{} valid", verdicts.len()),
-    })
+    // One task: its verdict; several: a count, and the failure classes.
+    Ok(crate::workbench::validate::verdicts_summary(&verdicts))
 }

@@ -140,7 +140,7 @@ impl SessionScan {
     /// running episodes.
     pub fn poll(&mut self, runs: &Path) -> Vec<LiveEvent> {
         let mut events = Vec::new();
-        let discovering = self.polls % DISCOVER_EVERY == 0;
+        let discovering = self.polls.is_multiple_of(DISCOVER_EVERY);
         if discovering {
             self.discover(runs, &mut events);
         }

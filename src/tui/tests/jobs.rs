@@ -252,6 +252,46 @@ fn launcher_runs_a_validation_job_and_forwards_its_events() {
 }
 
 #[test]
+fn a_validation_job_names_the_failure_classes() {
+    use crate::verify::FailureClass::{BuildNetwork, OracleFails};
+    use crate::workbench::validate::{test_verdict, verdicts_summary};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    app.view = View::Jobs;
+    let id = JobId("validate-7".into());
+    // The summary the launcher's validation job finishes with.
+    let summary = verdicts_summary(&[
+        test_verdict("archive-logs", &[]),
+        test_verdict("fix-perms", &[OracleFails]),
+        test_verdict("pip-task", &[OracleFails]),
+        test_verdict("net-task", &[BuildNetwork]),
+    ]);
+    for ev in [
+        JobEvent::Started {
+            id: id.clone(),
+            kind: "validate".into(),
+        },
+        JobEvent::Log {
+            id: id.clone(),
+            line: "fix-perms: INVALID [oracle-fails]: the oracle solution does not pass".into(),
+        },
+        JobEvent::Finished {
+            id: id.clone(),
+            outcome: JobOutcome::Succeeded(summary),
+        },
+    ] {
+        app.update(Action::Job(ev));
+    }
+    let screen = render(&mut app, 120, 40);
+    assert!(
+        screen.contains("1/4 valid; invalid: 2 oracle-fails, 1 build-network"),
+        "{screen}"
+    );
+    snap!("jobs_validation_classes_120x40", &mut app, 120, 40);
+}
+
+#[test]
 fn forms_fit_tiny_terminals() {
     let mut app = App::new(Theme::default(), Keymap::default(), "fixture-ws");
     app.view = View::Jobs;
