@@ -610,3 +610,103 @@ fn what_the_tests_start_runs_in_the_sessions_cgroups_and_dies_with_it() {
         }
     }
 }
+
+/// `X.Y` of the host's python3 (the interpreter a sealed environment on
+/// the host base is built from, offline).
+fn host_python() -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_sealed_environments_verifier_started_with_the_session_runs_inside_it_once() {
+    let Some(b) = backend() else { return };
+    let mut t = task("prestarted");
+    t.meta.verifier.python = Some(host_python());
+    t.tests.insert_text(
+        "test_final_state.py",
+        "import os, subprocess\n\
+         def test_where_it_runs():\n\
+         \x20   assert os.getcwd() == '/home/user'\n\
+         \x20   assert os.readlink('/proc/self/ns/pid') == open('/home/user/pidns').read().strip()\n\
+         \x20   assert os.path.isdir('/logs/verifier')\n\
+         \x20   open('/logs/verifier/reward.txt', 'w').write('1')\n\
+         \x20   subprocess.Popen(['setsid', 'sleep', '429'])\n",
+    );
+    let mut s = session(&b, &t);
+    endless::verify::prestart(&mut s, &t);
+    s.exec(
+        "(sleep 428 &) ; readlink /proc/self/ns/pid > /home/user/pidns; echo started",
+        T,
+    )
+    .unwrap();
+    let r = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(r.passed, "{r:#?}");
+    if root() {
+        assert_eq!(r.verifier, VerifierPath::Prestarted, "{r:#?}");
+    }
+    let daemon = pids_started(&["sleep", "429"]);
+    assert_eq!(daemon.len(), 1, "the test's daemon runs on: {daemon:?}");
+    if b.uses_cgroups() {
+        let cgroups = |p: u32| std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap();
+        let agent = pids_started(&["sleep", "428"]);
+        assert_eq!(agent.len(), 1, "{agent:?}");
+        assert_eq!(
+            cgroups(daemon[0]),
+            cgroups(agent[0]),
+            "not in the session's cgroups"
+        );
+    }
+    // Used once: the next verification runs cold, and says why.
+    let again = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(again.passed, "{again:#?}");
+    let VerifierPath::Cold(Some(why)) = &again.verifier else {
+        panic!("{:?}", again.verifier)
+    };
+    assert!(why.contains("sealed verifier environment"), "{why}");
+    s.close();
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while !pids_running(&["sleep", "429"]).is_empty() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the test's daemon outlived its session"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn tests_see_the_tests_folder_and_logs_verifier_on_both_paths() {
+    let Some(b) = backend() else { return };
+    let mut t = task("harbor-paths");
+    t.tests.insert_text("expected.txt", "HELLO\n");
+    t.tests.insert_text(
+        "test_final_state.py",
+        "import os\n\
+         def test_paths():\n\
+         \x20   assert open('/tests/expected.txt').read() == open('/home/user/out.txt').read()\n\
+         \x20   assert os.listdir('/logs/verifier') == []\n\
+         \x20   open('/logs/verifier/reward.txt', 'w').write('1')\n",
+    );
+    let mut s = session(&b, &t);
+    s.exec("echo HELLO > /home/user/out.txt", T).unwrap();
+    let r = verify_both(&mut s, &t, TestSet::Final);
+    assert!(r.passed, "{}", r.output);
+    // The agent sees neither: they were the verifier's own mounts.
+    let out = s
+        .exec(
+            "ls /logs/verifier 2>/dev/null | wc -l; ls /tests 2>/dev/null | wc -l",
+            T,
+        )
+        .unwrap();
+    assert_eq!(
+        out.output.split_whitespace().collect::<Vec<_>>(),
+        ["0", "0"],
+        "{}",
+        out.output
+    );
+    s.close();
+}

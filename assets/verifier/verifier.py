@@ -9,6 +9,10 @@
 #           unix socket only endless holds the other end of). The child
 #           enters the episode's namespaces, becomes the task's user and
 #           runs the tests exactly as the cold path does.
+#   prestarted: python -c SRC prestarted   started with the session, inside
+#           it as the cold path is (a sealed environment's interpreter, see
+#           src/sandbox/local/prestart.rs): a line of hints on stdin, then
+#           the payload when the tests are due; it runs them as cold does.
 #
 # The payload is JSON: {"root": private dir, "files": {rel: hex bytes},
 # "args": pytest arguments}. pytest writes the JUnit XML into a pipe of its
@@ -103,6 +107,11 @@ def seal_tests(payload, req, calls):
     has_tests = any(rel.startswith("tests/") for rel in payload["files"])
     if has_tests:
         tests_mount_point()
+        # Harbor's /logs/verifier/ (reward.txt, reward.json, ctrf.json): a
+        # fresh tmpfs of ours, writable by the tests, as on the cold path.
+        logs_mount_point()
+        calls["mount"]("tmpfs", "/logs/verifier", "tmpfs", MS_NOSUID | MS_NODEV,
+                       req["logs_data"])
     calls["set_fs_ids"](req["uid"], req["gid"])
     write_tests(payload)
     calls["mount"](None, payload["root"], None,
@@ -125,6 +134,19 @@ def tests_mount_point():
         return
     if not stat.S_ISDIR(st.st_mode):
         raise Refused("tests", 0)
+
+
+def logs_mount_point():
+    """Directories /logs and /logs/verifier to mount a tmpfs on: made when
+    missing; anything else there is refused, as for /tests."""
+    for d in ("/logs", "/logs/verifier"):
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            os.mkdir(d, 0o755)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise Refused("tests", 0)
 
 
 def remember_statement_ranges():
@@ -342,6 +364,70 @@ def cold():
     os._exit(run_tests(payload))
 
 
+def prestarted():
+    """Already in the sandbox as the task's user (but not yet a member of
+    its PID namespace: the agent's `ps` does not list us while it works):
+    import pytest and run it once in our scratch directory, build its
+    configuration and compile the test modules ahead (the hints), then wait
+    for the payload. The runner is forked into the PID namespace then; its
+    pid goes to endless on the reply pipe, and it waits at the start of
+    collection (the gate) until endless has moved it into the session's
+    cgroups. We exit with its status."""
+    add_runtime_site_dirs()
+    stdin = sys.stdin.buffer
+    hints = json.loads(stdin.readline() or b"{}")
+    reply, gate = hints["fd_reply"], hints["fd_gate"]
+    for fd in (reply, gate):  # nothing the tests start gets them
+        os.set_inheritable(fd, False)
+    try:
+        import pytest  # noqa: F401 - imported now, while the agent works
+        remember_plugin_fixtures()
+        if hints.get("scratch"):
+            warm_up(hints["scratch"])
+        else:
+            import_common_modules()
+        prebuild(hints.get("prebuild"))
+        compile_ahead(hints.get("compile") or {})
+    except Exception:  # noqa: BLE001 - the run imports it again and reports
+        pass
+    payload = json.loads(stdin.read())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(reply)
+            try:  # the agent may have made it anew since we started
+                os.chdir(hints.get("cwd") or "/")
+            except OSError:
+                os.chdir("/")
+            rc = run_tests(payload, gate)
+        except BaseException as e:  # noqa: B036 - report, as a cold run would
+            try:
+                os.write(2, ("endless verifier: %r\n" % (e,)).encode())
+            except OSError:
+                pass
+            rc = 125
+        os._exit(rc)
+    os.close(gate)
+    os.write(reply, (json.dumps({"runner": pid}) + "\n").encode())
+    os.close(reply)
+    os._exit(exit_code_of(pid))
+
+
+def exit_code_of(pid):
+    """Wait for child `pid`: its exit code, or 128 + the signal that
+    killed it, as a shell reports it."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
 # ---------------------------------------------------------------------------
 # The zygote.
 
@@ -437,23 +523,29 @@ def libc_calls():
             "drop_all_capabilities": drop_all_capabilities, "load_seccomp": load_seccomp}
 
 
-def warm_up(dir_):
-    """Run pytest once on a passing and a failing test, so that what a run
-    imports lazily (assertion rewriting, reporting, JUnit) is loaded."""
+def import_common_modules():
+    """pytest's default plugins and what tests commonly import, loaded
+    once ahead, from the verifier's own interpreter."""
     import importlib
     import _pytest.config
     for name in _pytest.config.default_plugins:
         importlib.import_module("_pytest." + name)
-    # What tests commonly import: loaded once here, from the runtime.
     for name in ("subprocess", "pathlib", "re", "shutil", "glob", "hashlib", "csv",
                  "tempfile", "datetime", "stat", "difflib", "pprint", "textwrap", "json",
                  "gzip", "bz2", "lzma", "tarfile", "zipfile", "configparser", "tomllib",
                  "statistics", "sqlite3", "ast", "socket", "shlex", "fnmatch", "base64",
-                 "struct", "uuid", "urllib.parse"):
+                 "struct", "uuid", "urllib.parse", "xml.etree.ElementTree",
+                 "_pytest.junitxml", "_pytest.assertion.rewrite"):
         try:
             importlib.import_module(name)
         except ImportError:  # an optional module this Python was built without
             pass
+
+
+def warm_up(dir_):
+    """Run pytest once on a passing and a failing test, so that what a run
+    imports lazily (assertion rewriting, reporting, JUnit) is loaded."""
+    import_common_modules()
     tests = os.path.join(dir_, "endless_warm_up")
     os.makedirs(tests, exist_ok=True)
     with open(os.path.join(tests, "test_endless_warm_up.py"), "w") as f:
@@ -479,6 +571,12 @@ def warm_up(dir_):
             os.close(fd)
     for name in [m for m in sys.modules if "endless_warm_up" in m]:
         del sys.modules[name]
+    # pytest put the scratch directory on sys.path: nothing may be imported
+    # from there later (a pre-started verifier's stays writable by the tests).
+    inside = lambda p: p == dir_ or p.startswith(dir_.rstrip("/") + "/")
+    sys.path[:] = [p for p in sys.path if not inside(p)]
+    for p in [p for p in sys.path_importer_cache if inside(p)]:
+        del sys.path_importer_cache[p]
 
 
 def enter(req, fds, calls):
@@ -583,16 +681,7 @@ def serve_one(req, fds, calls, seccomp, ctl):
     for fd in fds:
         if fd != reply:
             os.close(fd)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:  # killed by signal -code, reported as a shell would
-        code = 128 - code
-    say({"exit": code})
+    say({"exit": exit_code_of(pid)})
     os.close(reply)
     os.killpg(0, signal.SIGKILL)
 
@@ -641,4 +730,4 @@ def zygote():
 
 
 if __name__ == "__main__":
-    {"cold": cold, "zygote": zygote}[sys.argv[1]]()
+    {"cold": cold, "zygote": zygote, "prestarted": prestarted}[sys.argv[1]]()

@@ -83,12 +83,15 @@ impl SandboxProvider for BackendProvider {
                 task.meta.agent.timeout_sec + task.meta.verifier.timeout_sec.max(0.0) + 60.0;
             opts.wall_clock = opts.wall_clock.max(Duration::from_secs_f64(limit));
         }
-        self.backend.start(&image, &opts).map_err(|e| {
+        let mut session = self.backend.start(&image, &opts).map_err(|e| {
             TerminalError::infra(format!(
                 "cannot start a {} session: {e}",
                 self.backend.name()
             ))
-        })
+        })?;
+        // A sealed environment's verifier warms up while the agent works.
+        crate::verify::prestart(&mut session, task);
+        Ok(session)
     }
 
     fn verify(&self, term: &mut Session, task: &Task) -> Result<Verification, TerminalError> {

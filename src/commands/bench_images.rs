@@ -11,7 +11,10 @@
 //! (reproduced in the same run with `apply_layer`); and what a cached
 //! sealed verifier environment adds to a cached episode's start plus
 //! verification, against the same task verified by the built-in runtime
-//! (pre-warmed where it can be, and cold).
+//! (pre-warmed where it can be, and cold). Each episode is a session start
+//! (with its verifier started ahead, as every episode's is), an agent turn
+//! that is not timed ([`AGENT_TURN`]: shorter than any model's turn), and
+//! the final tests; the time is the start's plus the verification's.
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::{Read, Write};
@@ -27,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::images::{ImageRef, ImageStore};
 use crate::sandbox::bench::Stats;
 use crate::sandbox::local::{build_record, HostIdentity, LocalBackend, StepOutcome};
-use crate::sandbox::{Backend, SessionOptions};
+use crate::sandbox::{Backend, SessionOptions, VerifierPath};
 use crate::task::{FileTree, Task, TaskMeta};
 
 /// The local backend's episode-start budget (median), in milliseconds.
@@ -86,8 +89,12 @@ pub struct ImagesBench {
     /// The same with the built-in runtime cold (a fresh interpreter).
     pub verify_builtin_cold: Stats,
     /// The same task with its tests in a cached sealed verifier
-    /// environment (`[verifier] python`; always cold).
+    /// environment (`[verifier] python`), its verifier started with the
+    /// session.
     pub verify_env: Stats,
+    /// The same without an agent turn (the verification waits for the
+    /// verifier started with the session: what a cold one costs).
+    pub verify_env_no_turn: Stats,
     /// `verify_env` over `verify_builtin` (medians; goal: under 1.2).
     pub verify_env_ratio: f64,
     /// `verify_env` over `verify_builtin_cold` (medians).
@@ -165,13 +172,15 @@ impl std::fmt::Display for ImagesBench {
         );
         write!(
             f,
-            "\n  episode start + verification, built-in runtime: median {:.1} ms (cold {:.1} ms); \
-             sealed verifier env (cached): median {:.1} ms ({} runs)\n  \
+            "\n  episode start + verification (an untimed {} ms agent turn between), built-in runtime: median {:.1} ms (cold {:.1} ms); \
+             sealed verifier env (cached, started with the session): median {:.1} ms ({} runs; without the agent turn {:.1} ms)\n  \
              verifier env over built-in: {:.2}x (goal < 1.2x: {}); over built-in cold: {:.2}x",
+            AGENT_TURN.as_millis(),
             b.median_ms,
             c.median_ms,
             e.median_ms,
             e.runs,
+            self.verify_env_no_turn.median_ms,
             self.verify_env_ratio,
             if self.verify_env_ratio < 1.2 {
                 "ok"
@@ -301,7 +310,7 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
         copies.clone(),
     ]);
     // A cached verifier environment against the built-in runtime.
-    let (verify_builtin, verify_builtin_cold, verify_env) =
+    let [verify_builtin, verify_builtin_cold, verify_env, verify_env_no_turn] =
         verifier_env_cost(&work.path().join("verify"), runs * 4)?;
     Ok(ImagesBench {
         profile: if cfg!(debug_assertions) {
@@ -333,6 +342,7 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
         verify_builtin,
         verify_builtin_cold,
         verify_env,
+        verify_env_no_turn,
     })
 }
 
@@ -349,29 +359,45 @@ fn verified_task(id: &str, python: Option<&str>) -> Task {
     t
 }
 
-/// Medians of `runs` cached episode starts + verifications (each passing):
-/// the built-in runtime as the backend runs it, the same cold, and the
-/// task whose tests run in its sealed verifier environment.
-fn verifier_env_cost(cache: &Path, runs: usize) -> Result<(Stats, Stats, Stats)> {
-    use crate::verify::{verify, TestSet};
+/// The agent's turn in a timed episode (not timed itself).
+const AGENT_TURN: Duration = Duration::from_millis(500);
+
+/// Medians of `runs` cached episode starts + verifications (each passing;
+/// see the module docs): the built-in runtime as the backend runs it, the
+/// same cold, the task whose tests run in its sealed verifier environment,
+/// and that task without an agent turn.
+fn verifier_env_cost(cache: &Path, runs: usize) -> Result<[Stats; 4]> {
+    use crate::verify::{prestart, verify, TestSet};
     let runs = runs.max(3);
     let backend = LocalBackend::new(cache)?;
     let cold = LocalBackend::new(cache)?.with_cold_verifier();
     let python = host_python()?;
     let plain = verified_task("verify-builtin", None);
     let sealed = verified_task("verify-env", Some(&python));
-    let measure = |b: &LocalBackend, task: &Task| -> Result<Stats> {
+    let measure = |b: &LocalBackend, task: &Task, turn: Duration| -> Result<Stats> {
         // Built (and the environment with it) before anything is timed.
         let image = b.prepare(task)?;
         let mut samples = Vec::new();
         for i in 0..=runs {
             let t = Instant::now();
             let mut s = b.start(&image, &SessionOptions::default())?;
+            prestart(&mut s, task);
+            let started = t.elapsed();
+            std::thread::sleep(turn);
+            let t = Instant::now();
             let report = verify(&mut s, task, TestSet::Final)?;
-            let took = t.elapsed();
+            let took = started + t.elapsed();
             s.close();
             if !report.passed {
                 bail!("{}: the verification failed: {}", task.id(), report.output);
+            }
+            let sealed = task.meta.verifier.python.is_some();
+            if sealed && !turn.is_zero() && report.verifier != VerifierPath::Prestarted {
+                bail!(
+                    "{}: the verifier did not run as started with the session: {}",
+                    task.id(),
+                    report.verifier.describe()
+                );
             }
             // The first run warms what a cached episode finds warm.
             if i > 0 {
@@ -380,11 +406,12 @@ fn verifier_env_cost(cache: &Path, runs: usize) -> Result<(Stats, Stats, Stats)>
         }
         Stats::from(&mut samples).context("no samples")
     };
-    Ok((
-        measure(&backend, &plain)?,
-        measure(&cold, &plain)?,
-        measure(&backend, &sealed)?,
-    ))
+    Ok([
+        measure(&backend, &plain, AGENT_TURN)?,
+        measure(&cold, &plain, AGENT_TURN)?,
+        measure(&backend, &sealed, AGENT_TURN)?,
+        measure(&backend, &sealed, Duration::ZERO)?,
+    ])
 }
 
 /// The `X.Y` version of the host's `/usr/bin/python3` (what a build on

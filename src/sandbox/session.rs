@@ -60,6 +60,25 @@ pub trait SessionControl: Send {
     ) -> Result<Result<(CommandOutput, Vec<u8>), String>, SandboxError> {
         Ok(Err("this backend has no pre-warmed verifier".into()))
     }
+    /// Start the verifier `call` (one in a sealed verifier environment)
+    /// now, while the agent works, so that it has imported what it needs
+    /// when the tests run ([`SessionControl::run_prestarted_verifier`]).
+    /// `Err(why)`: this backend cannot.
+    fn prestart_verifier(&mut self, _call: &VerifierCall) -> Result<(), String> {
+        Err("this backend does not start verifiers ahead".into())
+    }
+    /// Run the verifier `call` in the one [`SessionControl::prestart_verifier`]
+    /// started for the same call, feeding it `input`: what it printed and
+    /// what it wrote to fd 3. `Ok(Err(why))`: there is none to take it (the
+    /// caller then starts [`SessionControl::verifier_command`] afresh).
+    fn run_prestarted_verifier(
+        &mut self,
+        _call: &VerifierCall,
+        _input: &[u8],
+        _timeout: Duration,
+    ) -> Result<Result<(CommandOutput, Vec<u8>), String>, SandboxError> {
+        Ok(Err("no verifier was started with this session".into()))
+    }
     /// The argv prefix that starts the verifier's Python inside the sandbox.
     fn verifier_python(&self) -> Vec<String> {
         vec!["/usr/bin/python3".into()]
@@ -102,22 +121,31 @@ pub trait SessionControl: Send {
 
 /// The verifier's own program (`assets/verifier/verifier.py`): run with
 /// `-c PROGRAM cold` it reads the tests on stdin and runs them once; with
-/// `zygote` it is the local backend's pre-warmed verifier.
+/// `zygote` it is the local backend's pre-warmed verifier; with
+/// `prestarted` it is a sealed environment's verifier started with the
+/// session (`sandbox/local/prestart.rs`).
 pub const VERIFIER_PROGRAM: &str = include_str!("../../assets/verifier/verifier.py");
 
 /// One run of the verifier: a trusted program, its environment (nothing
 /// else is inherited) and working directory inside the sandbox.
 #[derive(Debug, Clone)]
 pub struct VerifierCall {
-    /// The command (starting with [`SessionControl::verifier_python`]).
+    /// The command (starting with [`SessionControl::verifier_python`], or
+    /// a sealed environment's interpreter); its last argument is the
+    /// program's mode, `cold`.
     pub argv: Vec<String>,
     /// Its whole environment.
     pub env: Vec<(String, String)>,
     /// Its working directory inside (falls back to `/`).
     pub cwd: String,
     /// Use the backend's pre-warmed interpreter where it has one (the
-    /// verifier's program then runs forked from it instead of `argv`).
+    /// verifier's program then runs forked from it instead of `argv`), or,
+    /// with `sealed_env`, the verifier started with the session.
     pub warm: bool,
+    /// `argv` runs a task's sealed verifier environment: never forked from
+    /// the built-in runtime's interpreter, but started with the session
+    /// where the backend can ([`Session::prestart_verifier`]).
+    pub sealed_env: bool,
     /// What that interpreter may prepare once and reuse (ignored cold).
     pub hints: WarmHints,
     /// The files the tests need (path relative to the private directory,
@@ -144,6 +172,8 @@ pub struct WarmHints {
 pub enum VerifierPath {
     /// Forked from the backend's pre-warmed interpreter.
     Warm,
+    /// The sealed environment's interpreter, started with the session.
+    Prestarted,
     /// A fresh interpreter; the note says why, where warm was asked for.
     Cold(Option<String>),
 }
@@ -153,6 +183,7 @@ impl VerifierPath {
     pub fn describe(&self) -> String {
         match self {
             VerifierPath::Warm => "warm".into(),
+            VerifierPath::Prestarted => "pre-started".into(),
             VerifierPath::Cold(None) => "cold".into(),
             VerifierPath::Cold(Some(why)) => format!("cold ({why})"),
         }
@@ -487,7 +518,15 @@ impl Session {
     ) -> Result<(CommandOutput, Vec<u8>, VerifierPath), SandboxError> {
         self.check_usable()?;
         let mut note = None;
-        if call.warm {
+        if call.warm && call.sealed_env {
+            match self
+                .control
+                .run_prestarted_verifier(call, &input, timeout)?
+            {
+                Ok((out, fd3)) => return Ok((out, fd3, VerifierPath::Prestarted)),
+                Err(why) => note = Some(why),
+            }
+        } else if call.warm {
             match self.control.run_warm_verifier(call, &input, timeout)? {
                 Ok((out, fd3)) => return Ok((out, fd3, VerifierPath::Warm)),
                 Err(why) => note = Some(why),
@@ -501,6 +540,15 @@ impl Session {
     /// The argv prefix that starts the verifier's Python inside the sandbox.
     pub fn verifier_python(&self) -> Vec<String> {
         self.control.verifier_python()
+    }
+
+    /// Start the verifier `call` (a sealed environment's, see
+    /// [`VerifierCall::sealed_env`]) now, so that a later
+    /// [`Session::run_verifier`] of the same call finds it ready.
+    /// `Err(why)`: it will run cold.
+    pub fn prestart_verifier(&mut self, call: &VerifierCall) -> Result<(), String> {
+        self.check_usable().map_err(|e| e.to_string())?;
+        self.control.prestart_verifier(call)
     }
 
     /// Run `call` beside the shell, afresh like the verifier's cold path
@@ -814,12 +862,13 @@ fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()
 
 /// The error for a spawn that failed: the child's own refusal (the verifier
 /// found the agent tampered with what it needs) or a plain start failure.
+/// Why a verifier refused to start: a path it mounts over was not what
+/// it must be ([`super::local::PRELOAD_REFUSED`]).
+pub const MOUNT_POINT_TAMPERED: &str = "a path the verifier mounts over (/etc/ld.so.preload, /tests or /logs/verifier) is not what it must be (the agent may have planted a file or link there)";
+
 fn spawn_error(cmd: &Command, e: std::io::Error) -> SandboxError {
     if e.raw_os_error() == Some(super::local::PRELOAD_REFUSED) {
-        return SandboxError::Tampered(
-            "a path the verifier mounts over (/etc/ld.so.preload, /tests or /logs/verifier) is not what it must be (the agent may have planted a file or link there)"
-                .into(),
-        );
+        return SandboxError::Tampered(MOUNT_POINT_TAMPERED.into());
     }
     SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program()))
 }
@@ -867,105 +916,185 @@ pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput
 /// is involved. `input`, when given, is fed to its stdin. The command
 /// inherits no other descriptor than `keep`.
 pub fn run_capturing(
-    mut cmd: Command,
+    cmd: Command,
     timeout: Duration,
     fd3: bool,
     input: Option<Vec<u8>>,
     keep: Vec<std::os::fd::RawFd>,
 ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
-    let (reader, writer) = pipe()?;
-    let writer2 = writer
-        .try_clone()
-        .map_err(SandboxError::io("dup pipe", "pipe"))?;
-    let stdin = match &input {
-        Some(_) => {
+    let fed = input.is_some();
+    Capturing::spawn(cmd, fd3, fed, keep)?.finish(input, timeout)
+}
+
+/// A command spawned with its output (and fd 3) being collected, waiting
+/// to be fed and waited for ([`Capturing::finish`]).
+pub struct Capturing {
+    child: Child,
+    stdin: Option<std::fs::File>,
+    output: JoinHandle<Vec<u8>>,
+    side: Option<JoinHandle<Vec<u8>>>,
+    feeder: Option<JoinHandle<()>>,
+}
+
+impl Capturing {
+    /// Spawn `cmd` in a session of its own (see [`detach_from_terminal`])
+    /// with stdout and stderr on one collected pipe, with fd 3 on another
+    /// when `fd3`, and its stdin a pipe when `stdin` (else `/dev/null`).
+    /// It inherits no other descriptor than `keep`.
+    pub fn spawn(
+        mut cmd: Command,
+        fd3: bool,
+        stdin: bool,
+        keep: Vec<std::os::fd::RawFd>,
+    ) -> Result<Capturing, SandboxError> {
+        let (reader, writer) = pipe()?;
+        let writer2 = writer
+            .try_clone()
+            .map_err(SandboxError::io("dup pipe", "pipe"))?;
+        let stdin = if stdin {
             let (r, w) = pipe()?;
             cmd.stdin(Stdio::from(r));
             Some(w)
-        }
-        None => {
+        } else {
             cmd.stdin(Stdio::null());
             None
-        }
-    };
-    cmd.stdout(writer).stderr(writer2);
-    detach_from_terminal(&mut cmd);
-    let mut side = None;
-    if fd3 {
-        let (r3, w3) = pipe()?;
-        let raw = std::os::fd::AsRawFd::as_raw_fd(&w3);
-        // SAFETY: dup2/fcntl are async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                super::fds::close_inherited(&keep)?;
-                if raw == 3 {
-                    if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+        };
+        cmd.stdout(writer).stderr(writer2);
+        detach_from_terminal(&mut cmd);
+        let mut side = None;
+        if fd3 {
+            let (r3, w3) = pipe()?;
+            let raw = std::os::fd::AsRawFd::as_raw_fd(&w3);
+            // SAFETY: dup2/fcntl are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    super::fds::close_inherited(&keep)?;
+                    if raw == 3 {
+                        if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    } else if libc::dup2(raw, 3) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
-                } else if libc::dup2(raw, 3) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        side = Some((r3, w3));
-    } else {
-        // SAFETY: fcntl is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || super::fds::close_inherited(&keep));
-        }
-    }
-    let mut child = cmd.spawn().map_err(|e| spawn_error(&cmd, e))?;
-    drop(cmd);
-    let feeder = stdin.zip(input).map(|(mut w, bytes)| {
-        std::thread::spawn(move || {
-            let _ = w.write_all(&bytes);
-        })
-    });
-    let side_reader = side.map(|(r3, w3)| {
-        drop(w3);
-        spawn_capture(r3)
-    });
-    let pid = child.id() as i32;
-    let collector = spawn_capture(reader);
-    let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() >= deadline => {
-                timed_out = true;
-                // SAFETY: kill(2) on the process group we created.
-                unsafe {
-                    libc::kill(-pid, libc::SIGKILL);
-                }
-                let _ = child.wait();
-                break None;
+                    Ok(())
+                });
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(_) => break None,
+            side = Some((r3, w3));
+        } else {
+            // SAFETY: fcntl is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || super::fds::close_inherited(&keep));
+            }
         }
-    };
-    // Kill leftovers of the group so the pipe closes.
-    // SAFETY: as above.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
+        let child = cmd.spawn().map_err(|e| spawn_error(&cmd, e))?;
+        drop(cmd);
+        let side = side.map(|(r3, w3)| {
+            drop(w3);
+            spawn_capture(r3)
+        });
+        Ok(Capturing {
+            child,
+            stdin,
+            output: spawn_capture(reader),
+            side,
+            feeder: None,
+        })
     }
-    let out = collector.join().unwrap_or_default();
-    if let Some(f) = feeder {
-        let _ = f.join();
+
+    /// The process's pid (on the host).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
-    let side = side_reader
-        .map(|h| h.join().unwrap_or_default())
-        .unwrap_or_default();
-    Ok((
-        CommandOutput {
-            output: String::from_utf8_lossy(&out).into_owned(),
-            code: status.and_then(|s| s.code()),
-            timed_out,
-        },
-        side,
-    ))
+
+    /// Whether the process has exited (or cannot be waited for).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Write `bytes` to its stdin now (it stays open), failing when it has
+    /// no stdin or no longer reads it.
+    pub fn feed(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.stdin {
+            Some(w) => w.write_all(bytes),
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    /// Feed it `input` in the background, then close its stdin (at once,
+    /// when it has none to feed).
+    pub fn send(&mut self, input: Option<Vec<u8>>) {
+        self.feeder = self.stdin.take().map(|mut w| {
+            std::thread::spawn(move || {
+                if let Some(bytes) = input {
+                    let _ = w.write_all(&bytes);
+                }
+            })
+        });
+    }
+
+    /// Feed it `input` (then close its stdin; nothing more where it was
+    /// sent already), wait for it to exit (killing its process group after
+    /// `timeout`), kill what is left of the group, and return what it
+    /// printed and wrote to fd 3.
+    pub fn finish(
+        mut self,
+        input: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(CommandOutput, Vec<u8>), SandboxError> {
+        if self.stdin.is_some() {
+            self.send(input);
+        }
+        let feeder = self.feeder.take();
+        let pid = self.child.id() as i32;
+        let deadline = Instant::now() + timeout;
+        let mut timed_out = false;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() >= deadline => {
+                    timed_out = true;
+                    // SAFETY: kill(2) on the process group we created.
+                    unsafe {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
+                    let _ = self.child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => break None,
+            }
+        };
+        // Kill leftovers of the group so the pipe closes.
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let out = self.output.join().unwrap_or_default();
+        if let Some(f) = feeder {
+            let _ = f.join();
+        }
+        let side = self
+            .side
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        Ok((
+            CommandOutput {
+                output: String::from_utf8_lossy(&out).into_owned(),
+                code: status.and_then(|s| s.code()),
+                timed_out,
+            },
+            side,
+        ))
+    }
+
+    /// Kill its process group and reap it, unused.
+    pub fn kill(mut self) {
+        // SAFETY: kill(2) on the process group we created.
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
 }
 
 /// Make `cmd`'s process the leader of a new session and process group

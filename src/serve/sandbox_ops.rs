@@ -298,6 +298,7 @@ fn call(
         env,
         cwd: "/".into(),
         warm: false,
+        sealed_env: false,
         hints: WarmHints::default(),
         files: Vec::new(),
     }

@@ -12,7 +12,7 @@ pub use bench::{bench_verify, Latency, VerifyBench};
 pub use failure::{classify, FailureClass};
 pub use junit::parse_junit;
 pub use run::{
-    verify, verify_initial_and_final, verify_with, TestCase, TestReport, TestSet, VerifierMode,
-    MAX_REPORT_BYTES, PYTHON,
+    prestart, verify, verify_initial_and_final, verify_with, TestCase, TestReport, TestSet,
+    VerifierMode, MAX_REPORT_BYTES, PYTHON,
 };
 pub use validate::{validate_task, validate_task_reporting, Validation};

@@ -228,16 +228,6 @@ fn run_pytest(
             )));
         }
     }
-    let mut test_files: Vec<(String, Vec<u8>)> = task
-        .tests
-        .iter()
-        .map(|(path, file)| (format!("tests/{path}"), file.bytes.clone()))
-        .collect();
-    test_files.push(("pytest.ini".into(), b"[pytest]\n".to_vec()));
-    let payload_files: serde_json::Map<String, serde_json::Value> = test_files
-        .iter()
-        .map(|(path, bytes)| (path.clone(), hex::encode(bytes).into()))
-        .collect();
     let mut args: Vec<String> = PLUGIN_ARGS
         .iter()
         .chain(&["--noconftest", "--color=no", "-q", "-rA"])
@@ -246,47 +236,29 @@ fn run_pytest(
     args.push(format!("--rootdir={PRIVATE_DIR}/tests"));
     args.push(format!("-c={PRIVATE_DIR}/pytest.ini"));
     args.extend(extra_args.iter().map(|a| a.to_string()));
-    let sealed = sealed_env(session, task)?;
+    let (call, sealed) = pytest_call(session, task, mode)?;
     // Checked again here: a native task.toml may list them by hand.
     let own = crate::task::formats::safe_pytest_options(&task.meta.verifier.pytest_args)
         .map_err(|why| SandboxError::Verify(format!("task.toml: [verifier] pytest_args: {why}")))?;
     args.extend(pass_through(&own, sealed.as_ref()));
     args.extend(files.iter().map(|f| format!("{PRIVATE_DIR}/tests/{f}")));
+    let payload_files: serde_json::Map<String, serde_json::Value> = call
+        .files
+        .iter()
+        .map(|(path, bytes)| (path.clone(), hex::encode(bytes).into()))
+        .collect();
     let payload = serde_json::json!({ "root": PRIVATE_DIR, "files": payload_files, "args": args });
-    let warm = mode == VerifierMode::Warm && sealed.is_none();
-    let argv = match &sealed {
-        Some(env) => env_argv(env),
-        None => {
-            let mut argv = session.verifier_python();
-            argv.extend(
-                ["-I", "-S", "-B", "-c", VERIFIER_PROGRAM, "cold"]
-                    .iter()
-                    .map(|s| s.to_string()),
-            );
-            argv
-        }
-    };
-    let call = VerifierCall {
-        argv,
-        env: user_env(session),
-        cwd: session.info().workdir.clone(),
-        warm,
-        hints: if warm {
-            warm_hints(task)
-        } else {
-            WarmHints::default()
-        },
-        files: test_files,
-    };
     let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
     let (out, junit, mut path) = match run {
         Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),
         other => other?,
     };
-    if sealed.is_some() {
-        path = VerifierPath::Cold(Some(
-            "the task's sealed verifier environment runs its tests".into(),
-        ));
+    if let (Some(_), VerifierPath::Cold(why)) = (&sealed, &path) {
+        let sealed = "the task's sealed verifier environment runs its tests";
+        path = VerifierPath::Cold(Some(match why {
+            Some(why) => format!("{sealed}; not started ahead: {why}"),
+            None => sealed.into(),
+        }));
     }
     check_report_size(junit.len())?;
     let junit_xml = String::from_utf8_lossy(&junit).into_owned();
@@ -309,6 +281,70 @@ fn run_pytest(
         verifier: path,
         exit_code: out.code,
     })
+}
+
+/// Start the verifier of `task`'s final tests now, with the session,
+/// when they run in a sealed verifier environment (see
+/// `sandbox/local/prestart.rs`): its interpreter then imports pytest while
+/// the agent works instead of after. Best effort: when it cannot (another
+/// backend, a rootless one, the built-in runtime serves), the tests run as
+/// they would have, and the report says why.
+pub fn prestart(session: &mut Session, task: &Task) {
+    if task.meta.verifier.script.is_some() || task.meta.verifier.final_tests.is_empty() {
+        return;
+    }
+    match pytest_call(session, task, VerifierMode::Warm) {
+        Ok((call, Some(_))) => {
+            if let Err(why) = session.prestart_verifier(&call) {
+                tracing::debug!(task = %task.id(), %why, "the verifier was not started ahead");
+            }
+        }
+        Ok((_, None)) => {}
+        Err(e) => tracing::debug!(task = %task.id(), error = %e, "no verifier to start ahead"),
+    }
+}
+
+/// The verifier's call for `task`'s pytest files (their payload aside),
+/// and the sealed environment it runs in (`None`: the built-in runtime).
+fn pytest_call(
+    session: &Session,
+    task: &Task,
+    mode: VerifierMode,
+) -> Result<(VerifierCall, Option<VerifierEnvSpec>), SandboxError> {
+    let sealed = sealed_env(session, task)?;
+    let mut files: Vec<(String, Vec<u8>)> = task
+        .tests
+        .iter()
+        .map(|(path, file)| (format!("tests/{path}"), file.bytes.clone()))
+        .collect();
+    files.push(("pytest.ini".into(), b"[pytest]\n".to_vec()));
+    let warm = mode == VerifierMode::Warm;
+    let argv = match &sealed {
+        Some(env) => env_argv(env),
+        None => {
+            let mut argv = session.verifier_python();
+            argv.extend(
+                ["-I", "-S", "-B", "-c", VERIFIER_PROGRAM, "cold"]
+                    .iter()
+                    .map(|s| s.to_string()),
+            );
+            argv
+        }
+    };
+    let call = VerifierCall {
+        argv,
+        env: user_env(session),
+        cwd: session.info().workdir.clone(),
+        warm,
+        sealed_env: sealed.is_some(),
+        hints: if warm {
+            warm_hints(task)
+        } else {
+            WarmHints::default()
+        },
+        files,
+    };
+    Ok((call, sealed))
 }
 
 /// The sealed verifier environment `task` asks for (`[verifier] python`,
@@ -637,6 +673,7 @@ fn run_script_sealed(
         env: env_vars,
         cwd: workdir,
         warm: false,
+        sealed_env: false,
         hints: WarmHints::default(),
         files,
     };

@@ -188,6 +188,7 @@ pub fn validate_task_reporting(
     session.close();
     if task.solve_script().is_some() {
         let mut session = backend.start(&image, &opts)?;
+        super::prestart(&mut session, task);
         match run_oracle(&mut session, task)
             .and_then(|_| verify(&mut session, task, TestSet::Final))
         {

@@ -8,6 +8,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use super::limits::Cgroups;
+use super::prestart::Prestarted;
 use super::verifier::VerifierPlan;
 use super::warm::WarmVerifier;
 use crate::sandbox::session::{CommandOutput, SessionControl, VerifierCall};
@@ -43,6 +44,9 @@ pub struct LocalControl {
     /// `verifier_env.rs`): attached for the verifier only, never in the
     /// agent's sessions.
     pub verifier_envs: PathBuf,
+    /// The sealed environment's verifier started with the session
+    /// (`prestart.rs`; started in the background), until it runs the tests.
+    pub prestarted: Option<std::thread::JoinHandle<Result<Prestarted, SandboxError>>>,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -151,14 +155,21 @@ impl LocalControl {
             files,
             !self.rootless,
             self.seccomp.clone(),
-            // Cold runs only use them (the pre-warmed verifier serves the
-            // built-in runtime), but the plan is the same for both.
+            // Cold and pre-started runs use them (the pre-warmed verifier
+            // serves the built-in runtime), but the plan is the same for all.
             Some(self.verifier_envs.as_path()),
         )
     }
 }
 
 impl LocalControl {
+    /// Stop the verifier started with the session, if any.
+    fn stop_prestarted(&mut self) {
+        if let Some(Ok(Ok(p))) = self.prestarted.take().map(|h| h.join()) {
+            p.stop();
+        }
+    }
+
     /// `call` entering the sandbox as the verifier does (see
     /// [`VerifierPlan`]), as inside `ids`, with `files` sealed in its
     /// private directory.
@@ -251,6 +262,50 @@ impl SessionControl for LocalControl {
         warm.run(&plan, &call.env, &call.hints, input.to_vec(), timeout)
     }
 
+    fn prestart_verifier(&mut self, call: &VerifierCall) -> Result<(), String> {
+        if let Err(why) = &self.warm {
+            return Err(why.clone());
+        }
+        if self.rootless {
+            return Err("rootless backends verify cold".into());
+        }
+        self.stop_prestarted();
+        let init = self
+            .init_pid()
+            .ok_or("the sandbox's init process is gone")?;
+        let plan = self
+            .verifier_plan(call, &call.files, self.task_ids)
+            .map_err(|e| e.to_string())?;
+        // Off the session's start: spawning it (entering the sandbox in
+        // `pre_exec`) takes about as long as the rest of the start.
+        let call = call.clone();
+        self.prestarted = Some(std::thread::spawn(move || {
+            Prestarted::start(plan, &call, init)
+        }));
+        Ok(())
+    }
+
+    fn run_prestarted_verifier(
+        &mut self,
+        call: &VerifierCall,
+        input: &[u8],
+        timeout: Duration,
+    ) -> Result<Result<(CommandOutput, Vec<u8>), String>, SandboxError> {
+        let started = match self.prestarted.take().map(|h| h.join()) {
+            None => return Ok(Err("no verifier was started with this session".into())),
+            Some(Err(_)) => return Ok(Err("starting the verifier ahead panicked".into())),
+            Some(Ok(Err(e))) => return Ok(Err(e.to_string())),
+            Some(Ok(Ok(p))) => p,
+        };
+        if !started.serves(call) {
+            started.stop();
+            return Ok(Err(
+                "the verifier started with the session was for other tests".into(),
+            ));
+        }
+        started.run(input.to_vec(), timeout)
+    }
+
     fn limit_hit(&self) -> Option<String> {
         let kills = self.cgroups.as_ref()?.oom_kills();
         (kills > 0).then(|| format!("memory limit (the OOM killer killed {kills} process(es))"))
@@ -301,6 +356,7 @@ impl SessionControl for LocalControl {
     }
 
     fn teardown(&mut self, child: &mut Child) {
+        self.stop_prestarted();
         // Without cgroups, the sandbox's init tells when its pid namespace is gone.
         let init = if self.cgroups.is_none() {
             self.init_pid()

@@ -33,6 +33,7 @@ mod limits;
 mod mask;
 mod net;
 mod overlay;
+mod prestart;
 mod runtime;
 mod seccomp;
 mod state;
@@ -658,6 +659,7 @@ impl LocalBackend {
             warm: self.warm.clone(),
             // Attached for the verifier only (`verifier.rs`), never here.
             verifier_envs: image.path.join(verifier_env::IMAGE_DIR),
+            prestarted: None,
         };
         if let Ok(warm) = &self.warm {
             warm.start();

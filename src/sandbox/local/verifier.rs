@@ -50,6 +50,10 @@ use crate::sandbox::SandboxError;
 /// that cannot be hidden (not a regular file).
 pub const PRELOAD_REFUSED: i32 = libc::EUCLEAN;
 
+/// The name of a pre-started verifier's scratch directory in its private
+/// directory.
+const WARM_UP: &str = "warm-up";
+
 /// Everything the verifier's child needs, opened and prepared in the parent.
 pub struct VerifierPlan {
     cgroup_procs: Vec<CString>,
@@ -62,6 +66,11 @@ pub struct VerifierPlan {
     tmpfs_data: CString,
     /// The options of the tests' `/logs/verifier` tmpfs.
     logs_data: CString,
+    /// A pre-started verifier's scratch directory for its warm-up run
+    /// (inside the private directory, on a tmpfs of its own), and that
+    /// tmpfs's options.
+    warm_up: CString,
+    warm_up_data: CString,
     cwd: CString,
     uid: u32,
     gid: u32,
@@ -251,6 +260,8 @@ impl VerifierPlan {
             private_dir: c(private_dir)?,
             tmpfs_data: c(&format!("size=64m,mode=0700,uid={uid},gid={gid}"))?,
             logs_data: c(&format!("size=64m,mode=0755,uid={uid},gid={gid}"))?,
+            warm_up: c(&format!("{private_dir}/{WARM_UP}"))?,
+            warm_up_data: c(&format!("size=8m,mode=0700,uid={uid},gid={gid}"))?,
             cwd: c(cwd)?,
             uid,
             gid,
@@ -264,6 +275,12 @@ impl VerifierPlan {
             },
             envs,
         })
+    }
+
+    /// A pre-started verifier's scratch directory inside (see
+    /// [`VerifierPlan::apply_prestarted`]).
+    pub fn warm_up_dir(&self) -> String {
+        self.warm_up.to_string_lossy().into_owned()
     }
 
     /// The `cgroup.procs` files of the session (the pre-warmed verifier's
@@ -301,6 +318,7 @@ impl VerifierPlan {
         let text = |c: &CString| c.to_string_lossy().into_owned();
         req.insert("private_dir".into(), text(&self.private_dir).into());
         req.insert("tmpfs_data".into(), text(&self.tmpfs_data).into());
+        req.insert("logs_data".into(), text(&self.logs_data).into());
         req.insert("cwd".into(), text(&self.cwd).into());
         req.insert("uid".into(), self.uid.into());
         req.insert("gid".into(), self.gid.into());
@@ -313,11 +331,33 @@ impl VerifierPlan {
     /// # Safety
     /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
     pub unsafe fn apply(&self) -> io::Result<()> {
+        unsafe { self.apply_as(false) }
+    }
+
+    /// Apply the plan for a verifier started with the session
+    /// (`prestart.rs`): all of it but what the agent could notice while it
+    /// works, which [`VerifierPlan::seal_prestarted`] does at verification:
+    /// joining the session's cgroups (the caller moves it there then), the
+    /// `/tests` and `/logs/verifier` mount points made in the sandbox's
+    /// file system, and the fork into its PID namespace (the program forks
+    /// the runner there, so no `ps` of the agent lists the waiting verifier).
+    ///
+    /// # Safety
+    /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+    pub unsafe fn apply_prestarted(&self) -> io::Result<()> {
+        unsafe { self.apply_as(true) }
+    }
+
+    /// # Safety
+    /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+    unsafe fn apply_as(&self, prestart: bool) -> io::Result<()> {
         unsafe {
             // A session of its own before the fork below, so that the
             // verifier itself is in it (and dies with its process group).
             crate::sandbox::session::leave_terminal()?;
-            join_cgroups(&self.cgroup_procs);
+            if !prestart {
+                join_cgroups(&self.cgroup_procs);
+            }
             check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
             check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
             // Before leaving the host's mount namespace (where the
@@ -354,20 +394,8 @@ impl VerifierPlan {
                 libc::MS_NOSUID | libc::MS_NODEV,
                 self.tmpfs_data.as_ptr().cast(),
             ))?;
-            if self.tests_dir.is_some() {
-                // Still with every file-system capability of the sandbox's root.
-                tests_mount_point()?;
-                // Harbor's `/logs/verifier/` (reward.txt, reward.json,
-                // ctrf.json): a fresh tmpfs of the verifier's, writable by
-                // the tests, that the agent neither sees nor pre-fills.
-                logs_mount_point()?;
-                check(libc::mount(
-                    c"tmpfs".as_ptr(),
-                    c"/logs/verifier".as_ptr(),
-                    c"tmpfs".as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    self.logs_data.as_ptr().cast(),
-                ))?;
+            if !prestart {
+                self.make_mount_points()?;
             }
             // Files are made as the task's user (an id every namespace
             // here maps; host root is not mapped in the sandbox's). Only the
@@ -378,36 +406,22 @@ impl VerifierPlan {
             if let Some((_, at)) = &self.envs {
                 check(libc::mkdir(at.as_ptr(), 0o755))?;
             }
-            check(libc::mount(
-                std::ptr::null(),
-                self.private_dir.as_ptr(),
-                std::ptr::null(),
-                libc::MS_REMOUNT
-                    | libc::MS_BIND
-                    | libc::MS_RDONLY
-                    | libc::MS_NOSUID
-                    | libc::MS_NODEV,
-                std::ptr::null(),
-            ))?;
-            if let Some(tests) = &self.tests_dir {
+            if prestart {
+                check(libc::mkdir(self.warm_up.as_ptr(), 0o700))?;
+            }
+            remount_read_only(&self.private_dir)?;
+            if prestart {
+                // Writable (the rest is read-only now): where the program
+                // runs pytest once before the tests are due.
                 check(libc::mount(
-                    tests.as_ptr(),
-                    c"/tests".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
+                    c"tmpfs".as_ptr(),
+                    self.warm_up.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    self.warm_up_data.as_ptr().cast(),
                 ))?;
-                check(libc::mount(
-                    std::ptr::null(),
-                    c"/tests".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REMOUNT
-                        | libc::MS_BIND
-                        | libc::MS_RDONLY
-                        | libc::MS_NOSUID
-                        | libc::MS_NODEV,
-                    std::ptr::null(),
-                ))?;
+            } else {
+                self.bind_tests()?;
             }
             if let (Some(tree), Some((_, at))) = (envs_tree, &self.envs) {
                 let rc = libc::syscall(
@@ -425,7 +439,9 @@ impl VerifierPlan {
                 }
             }
             hide_preload()?;
-            become_member_of_pid_namespace()?;
+            if !prestart {
+                become_member_of_pid_namespace()?;
+            }
             if self.set_groups {
                 check(libc::setgroups(0, std::ptr::null()))?;
             }
@@ -437,6 +453,116 @@ impl VerifierPlan {
             }
             seccomp::load(&self.seccomp)
         }
+    }
+
+    /// The `/tests` and `/logs/verifier` mount points (made in the
+    /// sandbox's file system when missing), and Harbor's `/logs/verifier/`
+    /// (reward.txt, reward.json, ctrf.json) on them: a fresh tmpfs of the
+    /// verifier's, writable by the tests, that the agent neither sees nor
+    /// pre-fills. With the sandbox's root's file-system rights.
+    ///
+    /// # Safety
+    /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+    unsafe fn make_mount_points(&self) -> io::Result<()> {
+        if self.tests_dir.is_none() {
+            return Ok(());
+        }
+        unsafe {
+            tests_mount_point()?;
+            logs_mount_point()?;
+            check(libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/logs/verifier".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                self.logs_data.as_ptr().cast(),
+            ))
+        }
+    }
+
+    /// The sealed tests folder at `/tests` too, read-only.
+    ///
+    /// # Safety
+    /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+    unsafe fn bind_tests(&self) -> io::Result<()> {
+        let Some(tests) = &self.tests_dir else {
+            return Ok(());
+        };
+        unsafe {
+            check(libc::mount(
+                tests.as_ptr(),
+                c"/tests".as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
+            remount_read_only(c"/tests")
+        }
+    }
+
+    /// What [`VerifierPlan::apply_prestarted`] left for the verification,
+    /// done in the mount namespace of the pre-started verifier (host pid
+    /// `pid`, opened as `ns` and its root as `root`): the `/tests` and
+    /// `/logs/verifier` mounts, and hiding an `/etc/ld.so.preload` the
+    /// agent wrote since. Runs in a child forked for it, which entered the
+    /// plan's user namespace as the cold verifier does; its exit status
+    /// is 0 or the errno of the step that failed.
+    pub fn seal_prestarted(&self, ns: &OwnedFd, root: &OwnedFd) -> io::Result<()> {
+        // SAFETY: the child makes only async-signal-safe calls (the same as
+        // `apply`'s, on values prepared before the fork) and `_exit`s.
+        unsafe {
+            let pid = libc::fork();
+            if pid < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if pid == 0 {
+                let step = || -> io::Result<()> {
+                    check(libc::setns(self.userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
+                    check(libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS))?;
+                    check(libc::fchdir(root.as_raw_fd()))?;
+                    check(libc::chroot(c".".as_ptr()))?;
+                    self.make_mount_points()?;
+                    self.bind_tests()?;
+                    hide_preload()
+                };
+                let code = match step() {
+                    Ok(()) => 0,
+                    Err(e) => e.raw_os_error().unwrap_or(libc::EIO).clamp(1, 255),
+                };
+                libc::_exit(code);
+            }
+            let mut status = 0;
+            loop {
+                let rc = libc::waitpid(pid, &mut status, 0);
+                if rc == pid {
+                    break;
+                }
+                if rc < 0 && *libc::__errno_location() != libc::EINTR {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+                (true, 0) => Ok(()),
+                (true, errno) => Err(io::Error::from_raw_os_error(errno)),
+                _ => Err(io::Error::other("the sealing child was killed")),
+            }
+        }
+    }
+}
+
+/// Make the mount at `path` read-only (and `nosuid`, `nodev`).
+///
+/// # Safety
+/// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+unsafe fn remount_read_only(path: &std::ffi::CStr) -> io::Result<()> {
+    unsafe {
+        check(libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            std::ptr::null(),
+        ))
     }
 }
 

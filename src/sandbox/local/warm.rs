@@ -285,15 +285,15 @@ enum Exit {
 
 /// What lets the test runner start: the session's cgroups it must join,
 /// and the pipe it waits on before collecting the tests.
-struct Gate<'a> {
-    cgroup_procs: &'a [CString],
-    pipe: File,
+pub(super) struct Gate<'a> {
+    pub(super) cgroup_procs: &'a [CString],
+    pub(super) pipe: File,
 }
 
 impl Gate<'_> {
     /// Move the runner (host pid `runner`) into the session's cgroups, then
     /// let it go on; its children are born there.
-    fn open(mut self, runner: i32) -> Result<(), String> {
+    pub(super) fn open(mut self, runner: i32) -> Result<(), String> {
         let started = Instant::now();
         for procs in self.cgroup_procs {
             let path = Path::new(std::ffi::OsStr::from_bytes(procs.as_bytes()));
@@ -372,13 +372,13 @@ fn wait_for_exit(reply: &mut Replies, gate: Gate<'_>, deadline: Instant) -> Exit
 }
 
 /// JSON lines from the child's reply pipe.
-struct Replies {
+pub(super) struct Replies {
     file: File,
     buf: Vec<u8>,
 }
 
 impl Replies {
-    fn new(fd: OwnedFd) -> Replies {
+    pub(super) fn new(fd: OwnedFd) -> Replies {
         Replies {
             file: File::from(fd),
             buf: Vec::new(),
@@ -387,7 +387,7 @@ impl Replies {
 
     /// The next line as JSON; `None` at the deadline; `Err` when the pipe
     /// closed or the line is not JSON.
-    fn next(&mut self, deadline: Instant) -> Option<Result<serde_json::Value, String>> {
+    pub(super) fn next(&mut self, deadline: Instant) -> Option<Result<serde_json::Value, String>> {
         loop {
             if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=end).collect();
