@@ -207,6 +207,9 @@ struct RayShardState {
     state: String,
     #[serde(default)]
     node: Option<String>,
+    /// The process of the shard's Ray task (on `node`).
+    #[serde(default)]
+    pid: Option<i32>,
     #[serde(default)]
     returncode: Option<i64>,
     #[serde(default)]
@@ -221,6 +224,32 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
+}
+
+/// Whether a shard recorded as running ran on this machine in a process
+/// that no longer exists (its Ray worker was killed with its driver, so it
+/// could not write its end). Other nodes' processes cannot be checked.
+fn gone_here(p: &RayShardState) -> bool {
+    let (Some(node), Some(pid)) = (&p.node, p.pid) else {
+        return false;
+    };
+    if pid <= 0 || Some(node.as_str()) != this_host().as_deref() {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// This machine's host name (what Python's `socket.gethostname()` says).
+fn this_host() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec()).ok()
 }
 
 /// The Ray run in `dir` (holding [`RAY_MANIFEST`]).
@@ -252,6 +281,14 @@ pub fn ray_run(dir: &Path) -> Result<ShardedRun> {
             (None, true) => (ShardState::Done, "finished".to_string()),
             (None, false) => (ShardState::Queued, "waiting for Ray".to_string()),
             (Some(p), false) => match p.state.as_str() {
+                "running" if gone_here(p) => (
+                    ShardState::Failed,
+                    format!(
+                        "its process ({}) is gone without a word: the Ray task or its driver died{}",
+                        p.pid.unwrap_or_default(),
+                        node(p)
+                    ),
+                ),
                 "running" => (ShardState::Running, format!("running{}", node(p))),
                 "exited" | "lost" => {
                     let why = match (&p.error, p.returncode) {
@@ -446,6 +483,44 @@ mod tests {
         assert_eq!(run.shards[1].items, Some(3));
         assert_eq!(run.merge, "not merged");
         assert_eq!(run.count(ShardState::Failed), 1);
+    }
+
+    #[test]
+    fn a_ray_shard_whose_process_is_gone_from_this_machine_is_failed() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(RAY_DIR).join("v2");
+        write(
+            &dir.join(RAY_MANIFEST),
+            r#"{"name": "v2", "command": ["eval"], "shards": 3}"#,
+        );
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let host = this_host().unwrap();
+        let state = |pid: u32, node: &str| {
+            format!(r#"{{"state": "running", "node": "{node}", "pid": {pid}}}"#)
+        };
+        // 0: its process is gone here; 1: alive here; 2: on another node.
+        write(&dir.join("logs/shard-0.state.json"), &state(dead, &host));
+        write(
+            &dir.join("logs/shard-1.state.json"),
+            &state(std::process::id(), &host),
+        );
+        write(
+            &dir.join("logs/shard-2.state.json"),
+            &state(dead, "elsewhere-node"),
+        );
+        let run = ray_run(&dir).unwrap();
+        let states: Vec<ShardState> = run.shards.iter().map(|s| s.state).collect();
+        assert_eq!(
+            states,
+            [ShardState::Failed, ShardState::Running, ShardState::Running]
+        );
+        assert!(
+            run.shards[0].detail.contains(&format!("({dead}) is gone")),
+            "{}",
+            run.shards[0].detail
+        );
     }
 
     #[test]

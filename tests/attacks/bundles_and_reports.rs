@@ -114,6 +114,10 @@ fn a_bundle_swapped_while_it_is_imported_never_brings_in_outside_files() {
                             exchange(a, b).unwrap();
                             swapped.fetch_add(1, Ordering::Relaxed);
                         }
+                        // A pause in each state (all swapped, all as they
+                        // were), so that on a loaded machine some imports
+                        // still meet an intact bundle: the test needs both.
+                        std::thread::sleep(std::time::Duration::from_micros(200));
                     }
                     // Leave the bundle as it was.
                     for (a, b) in &swaps {
