@@ -403,16 +403,21 @@ def prestarted():
                 os.chdir("/")
             rc = run_tests(payload, gate)
         except BaseException as e:  # noqa: B036 - report, as a cold run would
-            try:
-                os.write(2, ("endless verifier: %r\n" % (e,)).encode())
-            except OSError:
-                pass
-            rc = 125
+            rc = crashed(e)
         os._exit(rc)
     os.close(gate)
     os.write(reply, (json.dumps({"runner": pid}) + "\n").encode())
     os.close(reply)
     os._exit(exit_code_of(pid))
+
+
+def crashed(e):
+    """Say on stderr why the runner could not run the tests: exit code 125."""
+    try:
+        os.write(2, ("endless verifier: %r\n" % (e,)).encode())
+    except OSError:
+        pass
+    return 125
 
 
 def exit_code_of(pid):
@@ -671,11 +676,7 @@ def serve_one(req, fds, calls, seccomp, ctl):
             calls["load_seccomp"](seccomp)
             rc = run_tests(payload, gate)
         except BaseException as e:  # noqa: B036 - nothing may return to the zygote's loop
-            try:
-                os.write(2, ("endless verifier: %r\n" % (e,)).encode())
-            except OSError:
-                pass
-            rc = 125
+            rc = crashed(e)
         os._exit(rc)
     say({"runner": pid})
     for fd in fds:

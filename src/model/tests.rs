@@ -827,11 +827,7 @@ fn gguf_llama_runner_matches_candle_transformers() {
     let o = ours
         .forward(&Tensor::new(&[[42u32]], &Device::Cpu).unwrap())
         .unwrap();
-    assert!(
-        max_diff(&r, &o) < 0.5,
-        "after retain: {}",
-        max_diff(&r, &o)
-    );
+    assert!(max_diff(&r, &o) < 0.5, "after retain: {}", max_diff(&r, &o));
 }
 
 /// Write a small random llama GGUF with `Q4_1` weights (and f32 norms) and

@@ -531,16 +531,7 @@ impl VerifierPlan {
                 };
                 libc::_exit(code);
             }
-            let mut status = 0;
-            loop {
-                let rc = libc::waitpid(pid, &mut status, 0);
-                if rc == pid {
-                    break;
-                }
-                if rc < 0 && *libc::__errno_location() != libc::EINTR {
-                    return Err(io::Error::last_os_error());
-                }
-            }
+            let status = wait_for(pid)?;
             match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
                 (true, 0) => Ok(()),
                 (true, errno) => Err(io::Error::from_raw_os_error(errno)),
@@ -689,20 +680,30 @@ unsafe fn become_member_of_pid_namespace() -> io::Result<()> {
             libc::c_uint::MAX,
             0 as libc::c_uint,
         );
-        let mut status = 0;
-        loop {
-            let rc = libc::waitpid(pid, &mut status, 0);
-            if rc == pid {
-                break;
-            }
-            if rc < 0 && *libc::__errno_location() != libc::EINTR {
-                libc::_exit(125);
-            }
-        }
+        let Ok(status) = wait_for(pid) else {
+            libc::_exit(125);
+        };
         if libc::WIFEXITED(status) {
             libc::_exit(libc::WEXITSTATUS(status));
         }
         libc::_exit(128 + libc::WTERMSIG(status));
+    }
+}
+
+/// Wait for child `pid` (through `EINTR`): its wait status. Only
+/// `waitpid`, no allocation: usable between fork and exec.
+fn wait_for(pid: libc::pid_t) -> io::Result<libc::c_int> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child, writing into `status`.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            return Ok(status);
+        }
+        let e = io::Error::last_os_error();
+        if rc < 0 && e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
