@@ -293,13 +293,22 @@ pub fn prestart(session: &mut Session, task: &Task) {
     if task.meta.verifier.script.is_some() || task.meta.verifier.final_tests.is_empty() {
         return;
     }
+    // Every episode's start passes here: the built-in runtime's tasks
+    // (most) return before any call is built.
+    match sealed_env(session, task) {
+        Ok(Some(_)) => {}
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(task = %task.id(), error = %e, "no verifier to start ahead");
+            return;
+        }
+    }
     match pytest_call(session, task, VerifierMode::Warm) {
-        Ok((call, Some(_))) => {
+        Ok((call, _)) => {
             if let Err(why) = session.prestart_verifier(&call) {
                 tracing::debug!(task = %task.id(), %why, "the verifier was not started ahead");
             }
         }
-        Ok((_, None)) => {}
         Err(e) => tracing::debug!(task = %task.id(), error = %e, "no verifier to start ahead"),
     }
 }
