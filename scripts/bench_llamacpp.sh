@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Sampling tokens/s of `endless bench sample` (candle) beside llama.cpp on the
-# same GGUF file, prompt tokens, greedy decoding and thread count, and how close
-# each engine is to the exact computation: teacher-forced on the sequences of
-# `endless bench sample --check` (a few hundred positions), each engine's
-# next-token distribution against the f32 dequantised model's (top-1 agreement,
-# mean KL), prompt run at once and the rest fed one token at a time in both.
+# same GGUF file, prompt tokens, greedy decoding and thread count, at batch 1
+# and batched. Batched, llama.cpp decodes as many sequences as candle's batched
+# run (candle.json's batched.batch) with its own batched API, as its
+# examples/batched and llama-batched-bench do: the prompt prefilled once and its
+# KV cache copied to every sequence (not timed), then one llama_batch per step
+# holding one token of each sequence; both engines count the tokens sampled
+# after each sequence's first one over the decode time.
+# And how close each engine is to the exact computation: teacher-forced on the
+# sequences of `endless bench sample --check` (a few hundred positions), each
+# engine's next-token distribution against the f32 dequantised model's (top-1
+# agreement, mean KL), prompt run at once and the rest fed one token at a time
+# in both.
 #
 #   scripts/bench_llamacpp.sh [TOKENS]     (default 128)
 #
@@ -64,7 +71,9 @@ from llama_cpp import Llama
 
 gguf, candle_json, threads, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 check_dir = sys.argv[5]
-prompt = json.load(open(candle_json))["prompt_ids"]
+candle = json.load(open(candle_json))
+prompt = candle["prompt_ids"]
+n_par = candle["batched"]["batch"]
 llm = Llama(model_path=gguf, n_ctx=2048, n_batch=512, n_threads=threads,
             n_threads_batch=threads, logits_all=False, verbose=False)
 n_vocab = llm.n_vocab()
@@ -96,6 +105,70 @@ for _ in range(2):
     elif pre < best[0]:
         best = (pre, best[1], best[2])
 pre, dec, out = best
+
+def batched():
+    """candle's batched run in llama.cpp's batched API: the prompt prefilled once
+    (all but its last token on sequence 0, whose KV cache is then copied to the
+    other sequences, and the last token once per sequence, which gives each its
+    first token), then n_par sequences greedy-decoded together, one llama_batch
+    of n_par tokens per step (end of sequence ignored). Same model, context
+    settings (flash attention etc.) and threads as `llm`; only the decode steps
+    are timed."""
+    p = len(prompt)
+    per_seq = -(-(p + tokens + 32) // 256) * 256  # KV cells per sequence, padded
+    params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
+    params.n_ctx = n_par * per_seq
+    params.n_batch = params.n_ubatch = max(512, n_par)
+    params.n_seq_max = n_par
+    params.n_threads = params.n_threads_batch = threads
+    ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
+    assert ctx, "llama_init_from_model failed"
+    mem = llama_cpp.llama_get_memory(ctx)
+    batch = llama_cpp.llama_batch_init(max(p, n_par), 0, 1)
+
+    def decode(items):
+        """items: (token, position, sequence id, logits wanted)."""
+        batch.n_tokens = len(items)
+        for j, (tok, pos, seq, want) in enumerate(items):
+            batch.token[j], batch.pos[j], batch.n_seq_id[j] = tok, pos, 1
+            batch.seq_id[j][0], batch.logits[j] = seq, want
+        rc = llama_cpp.llama_decode(ctx, batch)
+        assert rc == 0, f"llama_decode returned {rc}"
+
+    def step_argmax():
+        return [argmax(llama_cpp.llama_get_logits_ith(ctx, j)) for j in range(n_par)]
+
+    def run_batched(n):
+        llama_cpp.llama_memory_clear(mem, True)
+        decode([(t, i, 0, False) for i, t in enumerate(prompt[:-1])])
+        for s in range(1, n_par):
+            llama_cpp.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        # Applies the pending copies (so they are not timed) and gives each
+        # sequence its first token.
+        decode([(prompt[-1], p - 1, s, True) for s in range(n_par)])
+        outs = [[t] for t in step_argmax()]
+        t0 = time.perf_counter()
+        for i in range(1, n):
+            decode([(outs[s][-1], p - 1 + i, s, True) for s in range(n_par)])
+            for s, t in enumerate(step_argmax()):
+                outs[s].append(t)
+        return time.perf_counter() - t0, outs
+
+    try:
+        run_batched(4)  # warm-up
+        dec_b, outs = min((run_batched(tokens) for _ in range(2)), key=lambda r: r[0])
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+    return {
+        "batch": n_par,
+        "tokens_per_sequence": tokens,
+        "decode_tok_s": n_par * (tokens - 1) / dec_b,
+        "ms_per_step": dec_b * 1000 / (tokens - 1),
+        "output_ids": outs[0],
+    }, sum(o == out for o in outs)
+
+batched_figures, batched_equal = batched()
 
 def agreement():
     """llama.cpp's next-token distributions against the f32 model's, teacher-forced
@@ -142,6 +215,8 @@ print(json.dumps({
     "decode_tok_s": (tokens - 1) / dec,
     "ms_per_step": dec * 1000 / (tokens - 1),
     "output_ids": out,
+    "batched": batched_figures,
+    "batched_equal_single": batched_equal,
 }))
 PY
 
@@ -158,7 +233,7 @@ rows = [
     ("prefill tok/s (batch 1)", c["single"]["prefill_tok_s"], l["prefill_tok_s"]),
     ("decode tok/s, batch 1", c["single"]["decode_tok_s"], l["decode_tok_s"]),
     (f"decode tok/s, batch {c['batched']['batch']} (aggregate)",
-     c["batched"]["decode_tok_s"], l["decode_tok_s"]),
+     c["batched"]["decode_tok_s"], l["batched"]["decode_tok_s"]),
 ]
 print(f"{c['model']}: {len(c['prompt_ids'])}-token prompt, {l['tokens']} greedy tokens, "
       f"{c['threads']} threads (candle {c['profile']}, llama.cpp {l['version']})")
@@ -167,7 +242,11 @@ for name, cv, lv in rows:
     print(f"{name:40} {cv:10.1f} {lv:10.1f} {cv / lv:6.2f}x")
 print(f"greedy tokens equal for the first {same} of {len(l['output_ids'])} "
       "(quantized arithmetic differs slightly between the engines)")
-print("(the batched row compares candle's batch against llama.cpp at batch 1)")
+n = c["batched"]["batch"]
+assert l["batched"]["batch"] == n, "llama.cpp's batch differs from candle's"
+print(f"both engines decode {n} sequences in one batch per step; sequences equal to the "
+      f"engine's own batch-1 greedy tokens: candle {c['batched_equal_single']} of {n}, "
+      f"llama.cpp {l['batched_equal_single']} of {n}")
 cc, lc = c["check"], l["check"]
 print(f"against the f32 dequantised model, teacher-forced on {cc['all']['positions']} positions:")
 print(f"{'':40} {'candle':>10} {'llama.cpp':>10}")

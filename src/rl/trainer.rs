@@ -359,6 +359,9 @@ impl Trainer {
             self.init_critic()?;
         }
         let start = Instant::now();
+        // The update frees and reallocates the same large buffers at every
+        // layer: keep them rather than have every page zeroed again.
+        let _hold = crate::allocator::HoldFreedMemory::start();
         let n = batch.sequences.len();
         let size = match self.cfg.minibatch {
             0 => n,
@@ -585,6 +588,7 @@ impl Trainer {
     /// (sequence-level averaging, as in PPO), at learning rate `lr`. Does not
     /// count as a PPO step.
     pub fn sft_step(&mut self, batch: &RolloutBatch, lr: f64) -> Result<SftMetrics> {
+        let _hold = crate::allocator::HoldFreedMemory::start();
         self.sft_step_in_passes(batch, lr, SFT_PASS_SCORES)
     }
 

@@ -1,6 +1,7 @@
 //! Token sampling: temperature, nucleus (top-p), and the log-probability of
 //! each sampled token, recorded at sampling time for PPO.
 
+use crate::model::kernels::exp_sum::sum_exp_below_max;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -96,9 +97,19 @@ impl Sampler {
                 best_v = v;
             }
         }
-        let max = best_v as f64 * inv_t;
-        let sum: f64 = logits.iter().map(|&x| (x as f64 * inv_t - max).exp()).sum();
-        let lse = sum.ln() + max;
+        let (scale, top) = (inv_t as f32, best_v * inv_t as f32);
+        let lse = if top.is_finite() {
+            sum_exp_below_max(logits, scale, top).ln() + top as f64
+        } else {
+            // Infinite or NaN logits: the plain sum says what they give.
+            let max = best_v as f64 * inv_t;
+            logits
+                .iter()
+                .map(|&x| (x as f64 * inv_t - max).exp())
+                .sum::<f64>()
+                .ln()
+                + max
+        };
         let lp = |i: usize| logits[i] as f64 * inv_t - lse;
         if greedy {
             return (best as u32, lp(best) as f32);

@@ -7,7 +7,7 @@
 //! layer only, and there for the largest products of the 8-bit kernel
 //! ([`refine_top`]): about four times its arithmetic per product.
 
-use super::blocks::{W8Block, QK};
+use super::blocks::{half, W8Block, QK};
 use super::level::CpuLevel;
 use super::ran::{record, Kernel};
 
@@ -65,7 +65,7 @@ fn dot_scalar(w: &[W8Block], x: &[f32]) -> f32 {
     let mut sum = 0f32;
     for (b, x) in w.iter().zip(x.chunks_exact(QK)) {
         for (&q, &x) in b.qs.iter().zip(x) {
-            sum += b.d * q as f32 * x;
+            sum += half(b.d) * q as f32 * x;
         }
     }
     sum
@@ -81,7 +81,7 @@ fn dot_avx2(w: &[W8Block], x: &[f32]) -> f32 {
         // SAFETY: 32 bytes of `qs`; AVX2 is enabled.
         let q = unsafe { _mm256_loadu_si256(blk.qs.as_ptr().cast()) };
         let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
-        let d = _mm256_set1_ps(blk.d);
+        let d = _mm256_set1_ps(half(blk.d));
         let eighths = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
         for (i, q8) in eighths.into_iter().enumerate() {
             // Dequantised as the f32 model's weights are: d * q.
@@ -101,7 +101,7 @@ fn dot_avx512(w: &[W8Block], x: &[f32]) -> f32 {
     assert_eq!(w.len() * QK, x.len());
     let mut acc = _mm512_setzero_ps();
     for (blk, x) in w.iter().zip(x.chunks_exact(QK)) {
-        let d = _mm512_set1_ps(blk.d);
+        let d = _mm512_set1_ps(half(blk.d));
         for half in 0..2 {
             // SAFETY: 16 of the block's 32 bytes and 16 of its 32 floats.
             let (q, xv) = unsafe {

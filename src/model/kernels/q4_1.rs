@@ -98,6 +98,51 @@ impl QuantMatmul {
         }))
     }
 
+    /// The matrices `parts` (same weight type and input width) stacked by
+    /// rows, `(Σ out, in)`: the projections of one input as one product,
+    /// so that decoding one sequence wakes the threads once for them, and
+    /// a small projection (a key or value head's) no longer runs alone on
+    /// one thread. The parts back when they differ in type or width.
+    pub fn stack_rows(parts: Vec<QuantMatmul>) -> std::result::Result<Self, Vec<QuantMatmul>> {
+        let same = parts.windows(2).all(|p| {
+            p[0].k == p[1].k
+                && p[0].f32_activations == p[1].f32_activations
+                && matches!(
+                    (&p[0].w, &p[1].w),
+                    (Weights::Q41(_), Weights::Q41(_)) | (Weights::Q80(_), Weights::Q80(_))
+                )
+        });
+        let Some(first) = parts.first().filter(|_| same) else {
+            return Err(parts);
+        };
+        let (k, f32_activations) = (first.k, first.f32_activations);
+        let n = parts.iter().map(|p| p.n).sum();
+        let (mut q41, mut q80) = (Vec::new(), Vec::new());
+        for p in parts {
+            match p.w {
+                Weights::Q41(b) => q41.extend(b),
+                Weights::Q80(b) => q80.extend(b),
+            }
+        }
+        // One of the two is empty: the parts are of one type.
+        let w = if q80.is_empty() {
+            Weights::Q41(q41)
+        } else {
+            Weights::Q80(q80)
+        };
+        Ok(Self {
+            w,
+            n,
+            k,
+            f32_activations,
+        })
+    }
+
+    /// Output width (rows of the weight matrix).
+    pub fn out_dim(&self) -> usize {
+        self.n
+    }
+
     /// Recompute the largest products of each row with `Q8_0` weights and
     /// the activations as they are, in f32, instead of rounded to 8 bits:
     /// the exact product of the dequantised weights where it decides the
@@ -427,7 +472,7 @@ fn tile_avx2<B: WeightBlock, const R: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::weight_blocks::f16_to_f32;
+    use super::super::blocks::{f16_to_f32, half};
     use super::*;
     use candle_core::quantized::QMatMul;
     use candle_core::{DType, Device, Module};
@@ -474,6 +519,14 @@ mod tests {
         assert!((f16_to_f32(0x3c00) - 1.0).abs() < 1e-9);
         assert!((f16_to_f32(0xc000) + 2.0).abs() < 1e-9);
         assert!((f16_to_f32(0x0001) - 5.960_464_5e-8).abs() < 1e-12);
+        // The scales' fast conversion is the same function, value for value.
+        for h in 0..=u16::MAX {
+            let (a, b) = (half(h), f16_to_f32(h));
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "{h:#x}"
+            );
+        }
     }
 
     /// A xorshift generator: the same blocks on every run.
@@ -569,13 +622,14 @@ mod tests {
         };
         for case in 0..200 {
             let extreme = case % 10 == 0;
+            // 0.1 and 0.2 as IEEE half bits.
             let w4: [WBlock; 2] = std::array::from_fn(|_| WBlock {
-                d: 0.1,
-                m: 0.2,
+                d: 0x2e66,
+                m: 0x3266,
                 qs: std::array::from_fn(|_| if extreme { 0xff } else { rng.byte() }),
             });
             let w8: [W8Block; 2] = std::array::from_fn(|_| W8Block {
-                d: 0.1,
+                d: 0x2e66,
                 qs: std::array::from_fn(|_| if extreme { -128 } else { rng.byte() as i8 }),
             });
             let a: [ABlock; 2] = std::array::from_fn(|_| act(&mut rng, extreme));

@@ -6,18 +6,21 @@
 
 use candle_core::quantized::GgmlDType;
 
-use super::blocks::W8Block;
+use super::blocks::{half, W8Block};
 use super::ran::Kernel;
 
 /// Activation rows a weight row is multiplied with at once (rows > 1).
 pub(super) const TILE: usize = 8;
 
-/// One `Q4_1` weight block: `x = d * q + m` for 32 four-bit `q`, low nibbles first.
+/// One `Q4_1` weight block: `x = d * q + m` for 32 four-bit `q`, low
+/// nibbles first; `d` and `m` as IEEE half bits, as in the GGUF file (20
+/// bytes: f32 scales made every block a fifth larger, and decoding one
+/// sequence streams every weight once per token).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(super) struct WBlock {
-    pub(super) d: f32,
-    pub(super) m: f32,
+    pub(super) d: u16,
+    pub(super) m: u16,
     pub(super) qs: [u8; 16],
 }
 
@@ -36,31 +39,8 @@ pub(super) const ZERO_A: ABlock = ABlock {
     qs: [0; 32],
 };
 
-/// IEEE half to single precision.
-pub(super) fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let frac = (h & 0x3ff) as u32;
-    let bits = match (exp, frac) {
-        (0, 0) => sign,
-        (0, f) => {
-            // Subnormal: normalise.
-            let mut e = 127 - 15 + 1;
-            let mut f = f;
-            while f & 0x400 == 0 {
-                f <<= 1;
-                e -= 1;
-            }
-            sign | (e << 23) | ((f & 0x3ff) << 13)
-        }
-        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
-        (e, f) => sign | ((e + 127 - 15) << 23) | (f << 13),
-    };
-    f32::from_bits(bits)
-}
-
-fn f16_at(b: &[u8]) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[0], b[1]]))
+fn f16_at(b: &[u8]) -> u16 {
+    u16::from_le_bytes([b[0], b[1]])
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -153,11 +133,13 @@ impl WeightBlock for WBlock {
             qs,
         }
     }
+    #[inline(always)]
     fn d(&self) -> f32 {
-        self.d
+        half(self.d)
     }
+    #[inline(always)]
     fn m(&self) -> f32 {
-        self.m
+        half(self.m)
     }
     fn dot_i32(&self, a: &ABlock) -> i32 {
         let mut s = 0i32;
@@ -245,8 +227,9 @@ impl WeightBlock for W8Block {
         }
         Self { d: f16_at(b), qs }
     }
+    #[inline(always)]
     fn d(&self) -> f32 {
-        self.d
+        half(self.d)
     }
     fn m(&self) -> f32 {
         0.0

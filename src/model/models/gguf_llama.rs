@@ -5,7 +5,9 @@
 //! sequences leave it. Attention is grouped-query without copying the keys
 //! and values to every query head, and only last-position logits are computed.
 
+use crate::model::kernels::decode_attention;
 use crate::model::kernels::q4_1::QuantMatmul;
+use crate::model::models::transformer::{KvCache, KV_RESERVE};
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, IndexOp, Module, Result, Tensor};
@@ -47,13 +49,59 @@ impl Linear {
     }
 }
 
+/// Projections of one input: stacked into one product where this crate's
+/// kernels run them all ([`QuantMatmul::stack_rows`]), else apart.
+enum Projections {
+    Stacked(QuantMatmul, Vec<usize>),
+    Apart(Vec<Linear>),
+}
+
+impl Projections {
+    fn new(parts: Vec<Linear>) -> Self {
+        if parts.iter().any(|p| matches!(p, Linear::Candle(_))) {
+            return Self::Apart(parts);
+        }
+        let simd: Vec<QuantMatmul> = parts
+            .into_iter()
+            .filter_map(|p| match p {
+                Linear::Simd(q) => Some(q),
+                Linear::Candle(_) => None,
+            })
+            .collect();
+        let widths = simd.iter().map(QuantMatmul::out_dim).collect();
+        match QuantMatmul::stack_rows(simd) {
+            Ok(q) => Self::Stacked(q, widths),
+            Err(apart) => Self::Apart(apart.into_iter().map(Linear::Simd).collect()),
+        }
+    }
+
+    /// Each projection of `x`, in the order given to [`Self::new`].
+    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        match self {
+            Self::Apart(parts) => parts.iter().map(|p| p.forward(x)).collect(),
+            Self::Stacked(q, widths) => {
+                let y = q.forward(x)?;
+                let last = y.rank() - 1;
+                let mut at = 0;
+                widths
+                    .iter()
+                    .map(|&w| {
+                        let part = y.narrow(last, at, w);
+                        at += w;
+                        part
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
 struct Layer {
-    wq: Linear,
-    wk: Linear,
-    wv: Linear,
+    /// Queries, keys, values.
+    qkv: Projections,
     wo: Linear,
-    w_gate: Linear,
-    w_up: Linear,
+    /// Gate, up.
+    gate_up: Projections,
     w_down: Linear,
     attn_norm: Tensor,
     ffn_norm: Tensor,
@@ -71,10 +119,8 @@ pub struct LlamaGguf {
     eps: f32,
     cos: Tensor,
     sin: Tensor,
-    /// Per layer: keys and values `(batch, kv_heads, positions, head_dim)`.
-    cache: Vec<Option<(Tensor, Tensor)>>,
-    /// Positions cached.
-    len: usize,
+    /// Keys and values, written in place as positions come.
+    cache: KvCache,
 }
 
 fn md_u32(ct: &Content, key: &str) -> Result<usize> {
@@ -142,16 +188,14 @@ impl LlamaGguf {
             let mut q = |name: &str| -> Result<Linear> {
                 Linear::new(ct.tensor(reader, &format!("blk.{i}.{name}.weight"), device)?)
             };
-            let (wq, wk, wv, wo) = (q("attn_q")?, q("attn_k")?, q("attn_v")?, q("attn_output")?);
-            let (w_gate, w_up, w_down) = (q("ffn_gate")?, q("ffn_up")?, q("ffn_down")?);
+            let qkv = Projections::new(vec![q("attn_q")?, q("attn_k")?, q("attn_v")?]);
+            let wo = q("attn_output")?;
+            let gate_up = Projections::new(vec![q("ffn_gate")?, q("ffn_up")?]);
             layers.push(Layer {
-                wq,
-                wk,
-                wv,
+                qkv,
                 wo,
-                w_gate,
-                w_up,
-                w_down,
+                gate_up,
+                w_down: q("ffn_down")?,
                 attn_norm: dense(ct.tensor(
                     reader,
                     &format!("blk.{i}.attn_norm.weight"),
@@ -162,7 +206,7 @@ impl LlamaGguf {
         }
         Ok(Self {
             embed,
-            cache: vec![None; layers.len()],
+            cache: KvCache::with_layers(layers.len()),
             layers,
             norm,
             output: Linear::output(output)?,
@@ -172,24 +216,22 @@ impl LlamaGguf {
             eps,
             cos: idx.cos()?,
             sin: idx.sin()?,
-            len: 0,
         })
     }
 
     /// Forget the KV cache.
     pub fn clear_kv_cache(&mut self) {
-        self.cache.iter_mut().for_each(|c| *c = None);
-        self.len = 0;
+        self.cache = KvCache::with_layers(self.layers.len());
     }
 
     /// Copy a batch-1 KV cache to `n` rows.
     pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
-        crate::model::models::transformer::repeat_rows(&mut self.cache, n)
+        self.cache.repeat_batch(n)
     }
 
     /// Keep only the batch rows `rows` of the KV cache.
     pub fn retain(&mut self, rows: &[usize]) -> Result<()> {
-        crate::model::models::transformer::retain_rows(&mut self.cache, rows)
+        self.cache.retain(rows)
     }
 
     /// Append `ids` `(batch, time)` after the cached positions; logits of the
@@ -209,7 +251,7 @@ impl LlamaGguf {
 
     fn forward_in_pool(&mut self, ids: &Tensor, all: bool) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        let offset = self.len;
+        let offset = self.cache.len();
         if offset + t > MAX_SEQ_LEN {
             candle_core::bail!("sequence of {} positions exceeds {MAX_SEQ_LEN}", offset + t);
         }
@@ -239,39 +281,42 @@ impl LlamaGguf {
         let (nh, nkv, hd) = (self.n_head, self.n_kv_head, self.head_dim);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.embed.forward(ids)?;
-        for (layer, cache) in self.layers.iter().zip(self.cache.iter_mut()) {
+        for (l, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let q = layer.wq.forward(&h)?.reshape((b, t, nh, hd))?;
-            let k = layer.wk.forward(&h)?.reshape((b, t, nkv, hd))?;
-            let v = layer.wv.forward(&h)?.reshape((b, t, nkv, hd))?;
+            let [q, k, v] = <[Tensor; 3]>::try_from(layer.qkv.forward(&h)?)
+                .map_err(|_| candle_core::Error::Msg("three projections expected".into()))?;
+            let q = q.reshape((b, t, nh, hd))?;
+            let k = k.reshape((b, t, nkv, hd))?;
+            let v = v.reshape((b, t, nkv, hd))?;
             let q = candle_nn::rotary_emb::rope_i(&q.transpose(1, 2)?.contiguous()?, &cos, &sin)?;
             let k = candle_nn::rotary_emb::rope_i(&k.transpose(1, 2)?.contiguous()?, &cos, &sin)?;
             let v = v.transpose(1, 2)?.contiguous()?;
-            let (k, v) = match cache.take() {
-                Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-                None => (k, v),
+            let (k, v) = self.cache.append(l, &k, &v, KV_RESERVE)?;
+            let y = if t == 1 && decode_attention::fits(&q, &k, &v) {
+                // A decoding step: the cached keys and values read in place.
+                decode_attention::decode_attention(&q, &k, &v, None, scale as f32)?
+            } else {
+                // Grouped-query attention: the query heads sharing a kv head are
+                // stacked as rows, (b, kv_heads, groups * t, head_dim).
+                let q = q.reshape((b, nkv, groups * t, hd))?;
+                let mut att = (q.matmul(&k.t()?)? * scale)?;
+                if let Some(m) = &mask {
+                    att = att.broadcast_add(m)?;
+                }
+                let att = candle_nn::ops::softmax_last_dim(&att)?;
+                att.matmul(&v)?
+                    .reshape((b, nh, t, hd))?
+                    .transpose(1, 2)?
+                    .reshape((b, t, nh * hd))?
             };
-            // Grouped-query attention: the query heads sharing a kv head are
-            // stacked as rows, (b, kv_heads, groups * t, head_dim).
-            let q = q.reshape((b, nkv, groups * t, hd))?;
-            let mut att = (q.matmul(&k.t()?)? * scale)?;
-            if let Some(m) = &mask {
-                att = att.broadcast_add(m)?;
-            }
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att
-                .matmul(&v)?
-                .reshape((b, nh, t, hd))?
-                .transpose(1, 2)?
-                .reshape((b, t, nh * hd))?;
-            *cache = Some((k, v));
             x = (layer.wo.forward(&y)? + x)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let gate = candle_nn::ops::silu(&layer.w_gate.forward(&h)?)?;
-            let up = layer.w_up.forward(&h)?;
+            let [gate, up] = <[Tensor; 2]>::try_from(layer.gate_up.forward(&h)?)
+                .map_err(|_| candle_core::Error::Msg("two projections expected".into()))?;
+            let gate = candle_nn::ops::silu(&gate)?;
             x = (layer.w_down.forward(&(gate * up)?)? + x)?;
         }
-        self.len += t;
+        self.cache.appended(t);
         if all {
             let hidden = x.dim(2)?;
             let x = candle_nn::ops::rms_norm(&x.reshape((b * t, hidden))?, &self.norm, self.eps)?;

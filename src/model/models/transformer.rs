@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 const INIT_STD: f64 = 0.02;
 
 /// Copy per-layer `(keys, values)` of batch 1 to `n` rows.
-pub(crate) fn repeat_rows(layers: &mut [Option<(Tensor, Tensor)>], n: usize) -> Result<()> {
+fn repeat_rows(layers: &mut [Option<(Tensor, Tensor)>], n: usize) -> Result<()> {
     for (k, v) in layers.iter_mut().flatten() {
         *k = k.repeat((n, 1, 1, 1))?;
         *v = v.repeat((n, 1, 1, 1))?;
@@ -37,7 +37,7 @@ pub(crate) fn repeat_rows(layers: &mut [Option<(Tensor, Tensor)>], n: usize) -> 
 }
 
 /// Keep only the batch rows `rows` of per-layer `(keys, values)`.
-pub(crate) fn retain_rows(layers: &mut [Option<(Tensor, Tensor)>], rows: &[usize]) -> Result<()> {
+fn retain_rows(layers: &mut [Option<(Tensor, Tensor)>], rows: &[usize]) -> Result<()> {
     let Some(Some((k, _))) = layers.first() else {
         return Ok(());
     };
@@ -145,6 +145,17 @@ impl Clone for KvCache {
 }
 
 impl KvCache {
+    /// An empty cache of `layers` layers.
+    pub(crate) fn with_layers(layers: usize) -> Self {
+        KvCache {
+            layers: vec![None; layers],
+            shared: AtomicBool::new(false),
+            len: 0,
+            origin: 0,
+            key_mask: None,
+        }
+    }
+
     /// Number of positions cached so far.
     pub fn len(&self) -> usize {
         self.len
@@ -214,6 +225,13 @@ impl KvCache {
         })
     }
 
+    /// Every layer has appended `t` positions: they count from now on, and
+    /// the buffers are this cache's own.
+    pub(crate) fn appended(&mut self, t: usize) {
+        self.len += t;
+        *self.shared.get_mut() = false;
+    }
+
     /// Keys cached (positions from the origin on).
     fn stored(&self) -> usize {
         self.len - self.origin
@@ -234,7 +252,7 @@ impl KvCache {
     /// new buffers with room for up to `reserve` positions more (the size
     /// rounded up to a multiple of it). Returns every stored position's keys
     /// and values, the new ones included.
-    fn append(
+    pub(crate) fn append(
         &mut self,
         l: usize,
         k: &Tensor,
@@ -600,13 +618,7 @@ impl Transformer {
 
     /// An empty cache for [`Transformer::forward_cached`].
     pub fn new_cache(&self) -> KvCache {
-        KvCache {
-            layers: vec![None; self.layers.len()],
-            shared: AtomicBool::new(false),
-            len: 0,
-            origin: 0,
-            key_mask: None,
-        }
+        KvCache::with_layers(self.layers.len())
     }
 
     /// A copy of an unmoved, unpadded `cache` whose positions start at
@@ -821,9 +833,7 @@ impl Transformer {
             x = (mlp + residual)?;
         }
         if let Some(c) = cache {
-            c.len += t;
-            // Every layer has appended: the buffers are this cache's own.
-            *c.shared.get_mut() = false;
+            c.appended(t);
         }
         self.rms(&x, &self.norm, fused)
     }
