@@ -169,7 +169,13 @@ mod tests {
             },
             0,
         );
-        assert_eq!(g.sample(&logits), (1, lp[1] as f32));
+        let (token, logprob) = g.sample(&logits);
+        assert_eq!(token, 1);
+        assert!(
+            (logprob as f64 - lp[1]).abs() < 1e-6,
+            "{logprob} against {}",
+            lp[1]
+        );
         // top_p small enough keeps only the argmax.
         let mut p = Sampler::new(
             SamplingConfig {
