@@ -46,10 +46,12 @@ fi
 if ! "$VENV/bin/python" -c 'import llama_cpp, numpy' 2>/dev/null; then
     echo "== installing llama-cpp-python into $VENV (builds llama.cpp, ~15 min)" >&2
     python3 -m venv "$VENV"
-    # Not -march=native: virtual machines may report CPU features (AMX,
-    # AVX-512) they do not let a process use, and a native build then dies
-    # with an illegal instruction. AVX2 + FMA is what our own kernels use.
-    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}" \
+    # Native: our kernels use what the CPU has (AVX-512, VNNI), so llama.cpp
+    # does too. A virtual machine that reports features it does not let a
+    # process use makes a native build die with an illegal instruction;
+    # there set CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON
+    # -DGGML_F16C=ON" (and ENDLESS_KERNELS=avx2 for a like-for-like run).
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}" \
     CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
         nice -n 10 "$VENV/bin/pip" install --disable-pip-version-check -q llama-cpp-python numpy
 fi

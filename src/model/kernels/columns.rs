@@ -1,5 +1,7 @@
-//! Splitting a kernel's output columns over rayon's threads, shared by the
-//! sampling kernels ([`super::q4_1`], [`super::few_rows`]).
+//! Splitting a kernel's output columns over rayon's threads (or the
+//! spinning [`super::team`] the calling thread leads), shared by the
+//! sampling kernels ([`super::q4_1`], [`super::few_rows`],
+//! [`super::decode_attention`]).
 
 use std::ops::Range;
 
@@ -15,10 +17,19 @@ impl SyncPtr {
     pub(super) unsafe fn write(&self, i: usize, v: f32) {
         unsafe { *self.0.add(i) = v }
     }
+
+    /// # Safety
+    /// `start..start + len` is inside the buffer, and no other thread
+    /// touches it while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
 }
 
-/// `body` over disjoint ranges of the columns `0..n`, on rayon's threads
-/// when `parallel` (the work is worth waking them) and there are several.
+/// `body` over disjoint ranges of the columns `0..n`, on the team this
+/// thread leads or else rayon's threads, when `parallel` (the work is worth
+/// waking them) and there are several.
 pub(super) fn for_columns(n: usize, parallel: bool, body: impl Fn(Range<usize>) + Sync) {
     let threads = rayon::current_num_threads();
     if threads <= 1 || !parallel {
@@ -29,8 +40,30 @@ pub(super) fn for_columns(n: usize, parallel: bool, body: impl Fn(Range<usize>) 
     // machine leaves its share to the others.
     let items = (threads * 4).min(n);
     let per = n.div_ceil(items);
+    let item = |c: usize| body(c * per..((c + 1) * per).min(n));
+    let count = n.div_ceil(per);
+    if super::team::run(count, &item) {
+        return;
+    }
     use rayon::prelude::*;
-    (0..n.div_ceil(per))
-        .into_par_iter()
-        .for_each(|c| body(c * per..((c + 1) * per).min(n)));
+    (0..count).into_par_iter().for_each(item);
+}
+
+/// `body(i, chunk)` for each `chunk`-long piece `i` of `out`, split like
+/// [`for_columns`].
+pub(super) fn for_chunks(
+    out: &mut [f32],
+    chunk: usize,
+    parallel: bool,
+    body: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let pieces = out.len() / chunk;
+    let dst = SyncPtr(out.as_mut_ptr());
+    for_columns(pieces, parallel, |range| {
+        for i in range {
+            // SAFETY: ranges are disjoint, so each piece has one writer, and
+            // `out` outlives the loop.
+            body(i, unsafe { dst.slice(i * chunk, chunk) });
+        }
+    });
 }

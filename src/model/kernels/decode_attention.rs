@@ -6,13 +6,13 @@
 //! every call: with 16 sequences over 1,024 cached positions that packing was
 //! a fifth of the decoding time of the replication's policy. Here each
 //! query head's scores are dot products with the cached keys where they lie,
-//! then the softmax and the weighted sum of values, one rayon task per
-//! sequence and head.
+//! then the softmax and the weighted sum of values, split over the threads
+//! by sequence and head.
 
+use super::columns::for_chunks;
 use super::few_rows::dot;
 use super::train_ops::exp_nonpositive;
 use candle_core::{DType, Layout, Result, Storage, Tensor};
-use rayon::prelude::*;
 
 /// Multiply-adds below which the step runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 15;
@@ -100,13 +100,7 @@ pub fn decode_attention(
             *o /= sum;
         }
     };
-    if b * nh * total * hd < SERIAL_WORK || rayon::current_num_threads() <= 1 {
-        out.chunks_mut(hd).enumerate().for_each(|(t, o)| head(t, o));
-    } else {
-        out.par_chunks_mut(hd)
-            .enumerate()
-            .for_each(|(t, o)| head(t, o));
-    }
+    for_chunks(&mut out, hd, b * nh * total * hd >= SERIAL_WORK, head);
     Tensor::from_vec(out, (b, 1, nh * hd), k.device())
 }
 

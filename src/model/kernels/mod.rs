@@ -5,7 +5,9 @@
 //! the weight-gradient-free product of frozen weights ([`frozen_matmul`]),
 //! the softmax normaliser of a sampled token ([`exp_sum`]),
 //! and for decoding steps the product of a few rows with a weight
-//! ([`few_rows`]) and the attention over the cache ([`decode_attention`]).
+//! ([`few_rows`]) and the attention over the cache ([`decode_attention`]),
+//! whose parallel loops a decoding step hands to a spinning team of rayon's
+//! threads ([`with_spinning_team`]).
 //!
 //! The instruction set of the kernels with SIMD paths is chosen once, at
 //! run time ([`level`]: portable, AVX2, AVX-512, AVX-512 VNNI; the
@@ -25,5 +27,7 @@ pub mod frozen_matmul;
 pub mod level;
 pub mod q4_1;
 pub mod ran;
+mod team;
+pub use team::with_spinning_team;
 pub mod train_ops;
 mod weight_blocks;

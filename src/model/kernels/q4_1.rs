@@ -7,7 +7,8 @@
 //!
 //! This module does what llama.cpp does: activations are quantized to 8 bits per block of 32 (`Q8_1`: scale and scaled sum), and each
 //! weight block's 4-bit values are multiplied with them as bytes
-//! (`maddubs`), on rayon's worker threads. Same arithmetic as
+//! (`maddubs`), on rayon's worker threads (or a decoding step's spinning
+//! team, [`super::team`]). Same arithmetic as
 //! `ggml_vec_dot_q4_1_q8_1`, except that the activation scales stay in f32
 //! (ggml and candle round them to f16), which moves logits by a few tenths
 //! of a quantization step here and there. `Q8_0` weights: the same with
@@ -18,7 +19,8 @@
 //! several rows (prompts, batches), one weight row against a tile of up to
 //! [`TILE`] activation rows, unpacking each weight block's nibbles once.
 //! AVX2 works on one block at a time; AVX-512 ([`super::avx512`]) on two
-//! blocks per register, with `vpdpbusd` where the CPU has VNNI. Every path
+//! blocks per register, with `vpdpbusd` where the CPU has VNNI (tiles keep
+//! the AVX2 layout, taking a 256-bit `vpdpbusd` there). Every path
 //! computes the same integer block products; only the order of the f32
 //! additions differs. Each (weight row, activation row) pair keeps its own vector
 //! accumulator, summed horizontally once at the end. (Four weight rows at once
@@ -209,12 +211,14 @@ fn matmul<B: WeightBlock>(
     m: usize,
     level: CpuLevel,
 ) -> Vec<f32> {
-    // Tiles (several rows) run the AVX2 kernel on AVX-512 levels too: the
-    // AVX-512 tile kernel disagreed with candle's on a real model's prompt
+    // Tiles (several rows) keep the AVX2 layout on AVX-512 levels (with
+    // `vpdpbusd` where there is VNNI): a two-blocks-per-register tile kernel
+    // disagreed with candle's on a real model's prompt
     // (`model::tests::gguf_llama_runner_matches_candle_transformers`) and
     // gained under 8% where it agreed.
-    match m {
-        1 => record(B::KERNELS.0, level),
+    match (m, level) {
+        (1, _) => record(B::KERNELS.0, level),
+        (_, CpuLevel::Avx512Vnni) => record(B::KERNELS.1, level),
         _ => record(B::KERNELS.1, level.min(CpuLevel::Avx2)),
     }
     // Per tile of activation rows and block, the rows' `s`, side by side.
@@ -351,11 +355,13 @@ unsafe fn columns<B: WeightBlock>(
             }
         }
         #[cfg(target_arch = "x86_64")]
-        CpuLevel::Avx2 | CpuLevel::Avx512 | CpuLevel::Avx512Vnni => {
-            tiles(&|w, r, sums, rows| unsafe {
-                tile_of!(tile_avx2, rows, w, &act[r.start * kb..], sums)
-            })
-        }
+        CpuLevel::Avx2 | CpuLevel::Avx512 => tiles(&|w, r, sums, rows| unsafe {
+            tile_of!(tile_avx2, rows, w, &act[r.start * kb..], sums)
+        }),
+        #[cfg(target_arch = "x86_64")]
+        CpuLevel::Avx512Vnni => tiles(&|w, r, sums, rows| unsafe {
+            tile_of!(tile_vnni, rows, w, &act[r.start * kb..], sums)
+        }),
         _ => {
             for col in cols {
                 for r in 0..m {
@@ -436,39 +442,61 @@ pub(super) fn row_avx2<B: WeightBlock>(w: &[B], a: &[ABlock]) -> f32 {
     hsum(acc) + summ
 }
 
-/// One weight row against the first `R` activation rows of a tile starting at
-/// `a` (rows of `w.len()` blocks), whose `s` per block are in `sums`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn tile_avx2<B: WeightBlock, const R: usize>(
-    w: &[B],
-    a: &[ABlock],
-    sums: &[[f32; TILE]],
-) -> [f32; R] {
-    use std::arch::x86_64::*;
-    const { assert!(TILE == 8) };
-    let kb = w.len();
-    assert!(a.len() >= R * kb && sums.len() >= kb);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut summ = _mm256_setzero_ps();
-    for (b, w) in w.iter().enumerate() {
-        // SAFETY: AVX2 is enabled; b < kb, and the lengths were checked above.
-        let wq = unsafe { w.unpack() };
-        if B::MIN {
-            let s = unsafe { _mm256_loadu_ps(sums.get_unchecked(b).as_ptr()) };
-            summ = _mm256_fmadd_ps(_mm256_set1_ps(w.m()), s, summ);
+/// Defines a tile kernel: one weight row against the first `R` activation
+/// rows of a tile starting at `a` (rows of `w.len()` blocks), whose `s` per
+/// block are in `sums`, with `$products` for the block products.
+macro_rules! tile_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $products:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        fn $name<B: WeightBlock, const R: usize>(
+            w: &[B],
+            a: &[ABlock],
+            sums: &[[f32; TILE]],
+        ) -> [f32; R] {
+            use std::arch::x86_64::*;
+            const { assert!(TILE == 8) };
+            let kb = w.len();
+            assert!(a.len() >= R * kb && sums.len() >= kb);
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut summ = _mm256_setzero_ps();
+            for (b, w) in w.iter().enumerate() {
+                // SAFETY: the features are enabled; b < kb, and the lengths
+                // were checked above.
+                let wq = unsafe { w.unpack() };
+                if B::MIN {
+                    let s = unsafe { _mm256_loadu_ps(sums.get_unchecked(b).as_ptr()) };
+                    summ = _mm256_fmadd_ps(_mm256_set1_ps(w.m()), s, summ);
+                }
+                let wd = w.d();
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let a = unsafe { a.get_unchecked(j * kb + b) };
+                    let p = unsafe { B::$products(wq, a) };
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(wd * a.d), p, *acc);
+                }
+            }
+            let mut ms = [0f32; TILE];
+            // SAFETY: TILE == 8 floats are written.
+            unsafe { _mm256_storeu_ps(ms.as_mut_ptr(), summ) };
+            std::array::from_fn(|j| hsum(acc[j]) + ms[j])
         }
-        for (j, acc) in acc.iter_mut().enumerate() {
-            let a = unsafe { a.get_unchecked(j * kb + b) };
-            let p = unsafe { B::products(wq, a) };
-            *acc = _mm256_fmadd_ps(_mm256_set1_ps(w.d() * a.d), p, *acc);
-        }
-    }
-    let mut ms = [0f32; TILE];
-    // SAFETY: TILE == 8 floats are written.
-    unsafe { _mm256_storeu_ps(ms.as_mut_ptr(), summ) };
-    std::array::from_fn(|j| hsum(acc[j]) + ms[j])
+    };
 }
+
+tile_kernel!(
+    /// The tile kernel on AVX2.
+    tile_avx2,
+    "avx2,fma",
+    products
+);
+tile_kernel!(
+    /// The AVX2 tile kernel with `vpdpbusd` (same integers, same order of
+    /// f32 additions: the same results).
+    tile_vnni,
+    "avx2,fma,avx512f,avx512vl,avx512vnni",
+    products_vnni
+);
 
 #[cfg(test)]
 mod tests {
@@ -602,6 +630,15 @@ mod tests {
         }
     }
 
+    /// The sum of 8 lanes of integer products held as f32.
+    #[cfg(target_arch = "x86_64")]
+    fn lanes(p: __m256) -> i32 {
+        let mut l = [0f32; 8];
+        // SAFETY: 8 floats are written to an 8-float array.
+        unsafe { std::arch::x86_64::_mm256_storeu_ps(l.as_mut_ptr(), p) };
+        l.iter().sum::<f32>() as i32
+    }
+
     /// The SIMD paths' integer block products equal the portable ones
     /// exactly, extremes included (Q8_0's -128 against -127).
     #[test]
@@ -639,20 +676,22 @@ mod tests {
                 // SAFETY: the level is available.
                 let (got4, got8) = unsafe {
                     match level {
-                        CpuLevel::Avx2 => {
-                            let sum = |p: __m256| {
-                                let mut l = [0f32; 8];
-                                std::arch::x86_64::_mm256_storeu_ps(l.as_mut_ptr(), p);
-                                l.iter().sum::<f32>() as i32
-                            };
-                            (
-                                [0, 1].map(|i| sum(WBlock::products(w4[i].unpack(), &a[i]))),
-                                [0, 1].map(|i| sum(W8Block::products(w8[i].unpack(), &a[i]))),
-                            )
-                        }
+                        CpuLevel::Avx2 => (
+                            [0, 1].map(|i| lanes(WBlock::products(w4[i].unpack(), &a[i]))),
+                            [0, 1].map(|i| lanes(W8Block::products(w8[i].unpack(), &a[i]))),
+                        ),
                         _ => {
                             use super::super::avx512::block_dots;
                             let vnni = level == CpuLevel::Avx512Vnni;
+                            if vnni {
+                                // The tile kernel's 256-bit VNNI products too.
+                                let ymm4 = [0, 1]
+                                    .map(|i| lanes(WBlock::products_vnni(w4[i].unpack(), &a[i])));
+                                let ymm8 = [0, 1]
+                                    .map(|i| lanes(W8Block::products_vnni(w8[i].unpack(), &a[i])));
+                                assert_eq!(ymm4, want4, "q4_1 256-bit vnni case {case}");
+                                assert_eq!(ymm8, want8, "q8_0 256-bit vnni case {case}");
+                            }
                             (block_dots(&w4, &a, vnni), block_dots(&w8, &a, vnni))
                         }
                     }

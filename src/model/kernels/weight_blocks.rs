@@ -77,6 +77,14 @@ pub(super) trait WeightBlock: Copy + Send + Sync {
     #[cfg(target_arch = "x86_64")]
     unsafe fn products(w: Self::Unpacked, a: &ABlock) -> __m256;
 
+    /// [`WeightBlock::products`] with each four byte products summed by one
+    /// `vpdpbusd` instead of `vpmaddubsw` + `vpmaddwd`: the same integers.
+    ///
+    /// # Safety
+    /// The processor has AVX-512 F, VL and VNNI.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn products_vnni(w: Self::Unpacked, a: &ABlock) -> __m256;
+
     /// Which of the 16 lanes of products of [`WeightBlock::unpack2`]'s
     /// values with [`WeightBlock::pack_pair`]'s bytes belong to the second
     /// block.
@@ -174,6 +182,16 @@ impl WeightBlock for WBlock {
         _mm256_cvtepi32_ps(p)
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn products_vnni(wq: __m256i, a: &ABlock) -> __m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: 32 bytes are read from a 32-byte array.
+        let aq = unsafe { _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i) };
+        _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, aq))
+    }
+
     /// 128-bit lanes: `b0`'s low nibbles, `b1`'s, `b0`'s high nibbles, `b1`'s.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]
@@ -265,6 +283,17 @@ impl WeightBlock for W8Block {
             _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(aq, wq)),
             _mm256_set1_epi16(1),
         );
+        _mm256_cvtepi32_ps(p)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn products_vnni((wabs, wq): (__m256i, __m256i), a: &ABlock) -> __m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: 32 bytes are read from a 32-byte array.
+        let aq = unsafe { _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i) };
+        let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(aq, wq));
         _mm256_cvtepi32_ps(p)
     }
 
