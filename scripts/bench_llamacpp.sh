@@ -21,6 +21,9 @@
 #   THREADS=2          threads for both engines (RAYON_NUM_THREADS for candle)
 #   GGUF=path          model file (default: SmolLM2-135M-Instruct Q4_1, fetched)
 #   ENDLESS=path       the endless binary (default: cargo build --release)
+#   ROUNDS=3           timing rounds, alternating between the engines (the
+#                      first also checks agreement); each side's best round
+#                      is compared, and the ratio of every round is printed
 #   REUSE_CANDLE=1     reuse the candle side of the last run (its figures and
 #                      the f32 logits under target/bench-sample) and run only
 #                      llama.cpp
@@ -29,6 +32,7 @@ cd "$(dirname "$0")/.."
 
 TOKENS="${1:-128}"
 THREADS="${THREADS:-2}"
+ROUNDS="${ROUNDS:-3}"
 VENV=target/llamacpp-venv
 OUT=target/bench-sample
 mkdir -p "$OUT"
@@ -56,23 +60,15 @@ if ! "$VENV/bin/python" -c 'import llama_cpp, numpy' 2>/dev/null; then
         nice -n 10 "$VENV/bin/pip" install --disable-pip-version-check -q llama-cpp-python numpy
 fi
 
-if [ -n "${REUSE_CANDLE:-}" ] && [ -s "$OUT/candle.json" ] && [ -s "$OUT/check/check.json" ]; then
-    echo "== candle: reusing $OUT/candle.json and $OUT/check (REUSE_CANDLE)" >&2
-else
-    echo "== candle: endless bench sample --n $TOKENS ($THREADS threads)" >&2
-    RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
-        --check --dump "$OUT/check" > "$OUT/candle.json"
-fi
-
-echo "== llama.cpp: same prompt tokens, greedy, $THREADS threads" >&2
-"$VENV/bin/python" - "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" "$OUT/check" > "$OUT/llamacpp.json" <<'PY'
+# llama.cpp's side, run once per round (saved so that each round runs it).
+cat > "$OUT/llamacpp_side.py" <<'PY'
 import json, os, sys, time
 import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
 gguf, candle_json, threads, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-check_dir = sys.argv[5]
+check_dir = sys.argv[5]  # empty: timings only (a later round)
 candle = json.load(open(candle_json))
 prompt = candle["prompt_ids"]
 n_par = candle["batched"]["batch"]
@@ -207,7 +203,7 @@ def agreement():
             "decode": summary(lambda k: k == "decode")}
 
 print(json.dumps({
-    "check": agreement(),
+    "check": agreement() if check_dir else None,
     "engine": "llama.cpp",
     "version": llama_cpp.__version__,
     "threads": threads,
@@ -222,26 +218,56 @@ print(json.dumps({
 }))
 PY
 
-python3 - "$OUT/candle.json" "$OUT/llamacpp.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-l = json.load(open(sys.argv[2]))
+rm -f "$OUT"/candle.round*.json "$OUT"/llamacpp.round*.json
+for round in $(seq 1 "$ROUNDS"); do
+    if [ -n "${REUSE_CANDLE:-}" ] && [ -s "$OUT/candle.json" ] && [ -s "$OUT/check/check.json" ]; then
+        [ "$round" = 1 ] && echo "== candle: reusing $OUT/candle.json and $OUT/check (REUSE_CANDLE)" >&2
+    elif [ "$round" = 1 ]; then
+        echo "== round 1/$ROUNDS candle: endless bench sample --n $TOKENS --check ($THREADS threads)" >&2
+        RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
+            --check --dump "$OUT/check" > "$OUT/candle.json"
+    else
+        echo "== round $round/$ROUNDS candle" >&2
+        RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
+            > "$OUT/candle.round$round.json"
+    fi
+    echo "== round $round/$ROUNDS llama.cpp: same prompt tokens, greedy, $THREADS threads" >&2
+    if [ "$round" = 1 ]; then
+        "$VENV/bin/python" "$OUT/llamacpp_side.py" "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" \
+            "$OUT/check" > "$OUT/llamacpp.json"
+    else
+        "$VENV/bin/python" "$OUT/llamacpp_side.py" "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" \
+            "" > "$OUT/llamacpp.round$round.json"
+    fi
+done
+
+python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+c = json.load(open(os.path.join(out, "candle.json")))
+l = json.load(open(os.path.join(out, "llamacpp.json")))
+c_rounds = [c] + [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "candle.round*.json")))]
+l_rounds = [l] + [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "llamacpp.round*.json")))]
+figures = {
+    "prefill tok/s (batch 1)": (lambda r: r["single"]["prefill_tok_s"], lambda r: r["prefill_tok_s"]),
+    "decode tok/s, batch 1": (lambda r: r["single"]["decode_tok_s"], lambda r: r["decode_tok_s"]),
+    f"decode tok/s, batch {c['batched']['batch']} (aggregate)":
+        (lambda r: r["batched"]["decode_tok_s"], lambda r: r["batched"]["decode_tok_s"]),
+}
 same = 0
 for a, b in zip(c["output_ids"], l["output_ids"]):
     if a != b:
         break
     same += 1
-rows = [
-    ("prefill tok/s (batch 1)", c["single"]["prefill_tok_s"], l["prefill_tok_s"]),
-    ("decode tok/s, batch 1", c["single"]["decode_tok_s"], l["decode_tok_s"]),
-    (f"decode tok/s, batch {c['batched']['batch']} (aggregate)",
-     c["batched"]["decode_tok_s"], l["batched"]["decode_tok_s"]),
-]
 print(f"{c['model']}: {len(c['prompt_ids'])}-token prompt, {l['tokens']} greedy tokens, "
       f"{c['threads']} threads (candle {c['profile']}, llama.cpp {l['version']})")
-print(f"{'':40} {'candle':>10} {'llama.cpp':>10} {'ratio':>7}")
-for name, cv, lv in rows:
-    print(f"{name:40} {cv:10.1f} {lv:10.1f} {cv / lv:6.2f}x")
+print(f"each engine's best of {len(c_rounds)} and {len(l_rounds)} alternating rounds "
+      "(ratio of each round after the best's)")
+print(f"{'':40} {'candle':>10} {'llama.cpp':>10} {'ratio':>7}   rounds")
+for name, (cf, lf) in figures.items():
+    cv, lv = max(map(cf, c_rounds)), max(map(lf, l_rounds))
+    each = " ".join(f"{cf(a) / lf(b):.2f}" for a, b in zip(c_rounds, l_rounds))
+    print(f"{name:40} {cv:10.1f} {lv:10.1f} {cv / lv:6.2f}x   {each}")
 print(f"greedy tokens equal for the first {same} of {len(l['output_ids'])} "
       "(quantized arithmetic differs slightly between the engines)")
 n = c["batched"]["batch"]
