@@ -9,7 +9,7 @@ head; the same PPO loss as `src/rl/ppo.rs` (only agent positions reach the LM
 head, sequence-level averaging, asymmetric clipping, squared-error value loss),
 global-norm gradient clipping and AdamW with the same warmup.
 
-Usage: bench_torch_ppo.py DIR [--steps N] [--warmup N] [--threads N] [--json]
+Usage: bench_torch_ppo.py DIR [--steps N] [--warmup N] [--threads N] [--json] [--profile ROWS]
 It prints the first-step loss next to candle's (DIR/candle.json) and fails
 when they differ by more than 1e-3.
 """
@@ -196,6 +196,15 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--tolerance", type=float, default=1e-3)
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="after the timed steps, run one more under torch.profiler and print its "
+        "ROWS most expensive ops by self CPU time (to compare op by op with a perf "
+        "profile of `endless bench ppo`)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -218,9 +227,7 @@ def main():
     ppo = train["ppo"]
     tokens = sum(len(s["tokens"]) for s in batch["sequences"])
 
-    losses, times, first = [], [], None
-    for step in range(args.warmup + args.steps):
-        start = time.perf_counter()
+    def update(step):
         prep = prepare(batch)
         logits, values = model.forward_at(prep["inputs"], prep["positions"])
         adv, ret = advantages(prep, values, ppo["gamma"], ppo["lambda"])
@@ -231,12 +238,28 @@ def main():
         for g in opt.param_groups:
             g["lr"] = warmup_lr(train["lr"], step, train["warmup_steps"])
         opt.step()
+        return prep, pl, vl, ent, norm
+
+    losses, times, first = [], [], None
+    for step in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        prep, pl, vl, ent, norm = update(step)
         secs = time.perf_counter() - start
         losses.append(pl + ppo["value_coef"] * vl)
         if first is None:
             first = {"policy_loss": pl, "value_loss": vl, "grad_norm": norm, "entropy": ent}
         if step >= args.warmup:
             times.append(secs)
+
+    if args.profile > 0:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            update(args.warmup + args.steps)
+        print(
+            prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile),
+            file=sys.stderr,
+        )
 
     mean = sum(times) / max(1, len(times))
     report = {

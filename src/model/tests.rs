@@ -908,8 +908,8 @@ fn write_q4_1_llama(path: &std::path::Path, seed: u64) {
 }
 
 /// Sampling a Q4_1 model runs the 8-bit kernels on the selected level's
-/// path: one row while decoding one sequence, tiles (AVX2 at most) for the
-/// prompt and for batches; the benchmark's report can name them.
+/// path: one row while decoding one sequence, tiles for the prompt and for
+/// batches; the benchmark's report can name them.
 #[test]
 fn sampling_a_q4_1_model_runs_the_selected_kernels() {
     use crate::model::kernels::level::CpuLevel;
@@ -922,8 +922,8 @@ fn sampling_a_q4_1_model_runs_the_selected_kernels() {
     crate::model::bench::bench_sample(&mut model, 4, 2, 1).unwrap();
     let level = CpuLevel::selected().unwrap();
     let ran: Vec<String> = before.ran_since().into_iter().map(|k| k.name).collect();
-    // Tiles run the AVX2 kernel on AVX-512 levels (see `q4_1.rs`).
-    let tile_level = level.min(CpuLevel::Avx2);
+    // Tiles run the AVX2 kernel on AVX-512 without VNNI (see `q4_1.rs`).
+    let tile_level = crate::model::kernels::q4_1::tile_level(level);
     for name in [
         format!("q4_1·q8_1 row {level}"),
         format!("q4_1·q8_1 tile {tile_level}"),

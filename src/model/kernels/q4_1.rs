@@ -216,10 +216,9 @@ fn matmul<B: WeightBlock>(
     // disagreed with candle's on a real model's prompt
     // (`model::tests::gguf_llama_runner_matches_candle_transformers`) and
     // gained under 8% where it agreed.
-    match (m, level) {
-        (1, _) => record(B::KERNELS.0, level),
-        (_, CpuLevel::Avx512Vnni) => record(B::KERNELS.1, level),
-        _ => record(B::KERNELS.1, level.min(CpuLevel::Avx2)),
+    match m {
+        1 => record(B::KERNELS.0, level),
+        _ => record(B::KERNELS.1, tile_level(level)),
     }
     // Per tile of activation rows and block, the rows' `s`, side by side.
     let mut sums = Vec::new();
@@ -254,6 +253,15 @@ fn matmul<B: WeightBlock>(
         unsafe { columns(w, n, &ctx, cols, &dst) }
     });
     out
+}
+
+/// The path the tile kernels take on `level`: AVX-512 without VNNI has no
+/// tile kernel of its own (AVX2's runs).
+pub(crate) fn tile_level(level: CpuLevel) -> CpuLevel {
+    match level {
+        CpuLevel::Avx512 => CpuLevel::Avx2,
+        _ => level,
+    }
 }
 
 /// `$tile::<B, R>($w, $a, $sums)` for the `$rows` (1 to [`TILE`]) rows of
