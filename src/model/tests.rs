@@ -1038,3 +1038,52 @@ fn smollm2_f32_activation_scales_against_ggmls_f16_ones() {
     let decoded = compare(&sequences, &exact, &decoded).unwrap();
     eprintln!("every position decoded one at a time (rows split as above):\n{decoded}");
 }
+
+/// The vendored candle's backward pass (vendor/candle-core: a node's first
+/// gradient stored as it is, not added to zeros) gives the same gradients:
+/// fan-in (a tensor used twice, summed), a first gradient that arrives
+/// transposed (stored contiguous), and the reductions and broadcasts whose
+/// rules now take the argument's shape.
+#[test]
+fn patched_backward_gives_the_analytic_gradients() {
+    let dev = Device::Cpu;
+    let values = [0.5f32, -1.0, 2.0, 3.0, 0.25, -2.0];
+    let x = candle_core::Var::from_vec(values.to_vec(), (2, 3), &dev).unwrap();
+    let rows = |t: &Tensor| t.to_vec2::<f32>().unwrap();
+
+    // sum(x * x + 3x): x reaches the product twice and the affine once.
+    let f = ((x.as_tensor() * x.as_tensor()).unwrap() + (x.as_tensor() * 3.0).unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let g = f.backward().unwrap();
+    let want: Vec<f32> = values.iter().map(|v| 2.0 * v + 3.0).collect();
+    assert_eq!(rows(g.get(&x).unwrap()).concat(), want);
+
+    // sum(xᵀ ⊙ w): x's only gradient is wᵀ, a transposed view.
+    let w = Tensor::from_vec(vec![1f32, 2., 3., 4., 5., 6.], (3, 2), &dev).unwrap();
+    let f = (x.as_tensor().t().unwrap() * &w)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let g = f.backward().unwrap();
+    let gx = g.get(&x).unwrap();
+    assert!(gx.is_contiguous());
+    assert_eq!(rows(gx), rows(&w.t().unwrap()));
+
+    // sum(max over each row) + sum(broadcast of a row): one-hot at each
+    // row's maximum, plus the rows the broadcast copied.
+    let max = x.as_tensor().max_keepdim(1).unwrap().sum_all().unwrap();
+    let row = x
+        .as_tensor()
+        .narrow(0, 0, 1)
+        .unwrap()
+        .broadcast_as((4, 3))
+        .unwrap();
+    let f = (max + row.sum_all().unwrap()).unwrap();
+    let g = f.backward().unwrap();
+    assert_eq!(
+        rows(g.get(&x).unwrap()),
+        vec![vec![4.0, 4.0, 5.0], vec![1.0, 0.0, 0.0]]
+    );
+}
