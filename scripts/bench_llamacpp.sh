@@ -220,25 +220,23 @@ PY
 
 rm -f "$OUT"/candle.round*.json "$OUT"/llamacpp.round*.json
 for round in $(seq 1 "$ROUNDS"); do
+    # Round 1 also checks agreement and writes the files the report starts
+    # from; later rounds only time.
+    if [ "$round" = 1 ]; then
+        check=(--check --dump "$OUT/check") check_dir="$OUT/check" suffix=""
+    else
+        check=() check_dir="" suffix=".round$round"
+    fi
     if [ -n "${REUSE_CANDLE:-}" ] && [ -s "$OUT/candle.json" ] && [ -s "$OUT/check/check.json" ]; then
         [ "$round" = 1 ] && echo "== candle: reusing $OUT/candle.json and $OUT/check (REUSE_CANDLE)" >&2
-    elif [ "$round" = 1 ]; then
-        echo "== round 1/$ROUNDS candle: endless bench sample --n $TOKENS --check ($THREADS threads)" >&2
-        RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
-            --check --dump "$OUT/check" > "$OUT/candle.json"
     else
-        echo "== round $round/$ROUNDS candle" >&2
+        echo "== round $round/$ROUNDS candle: endless bench sample --n $TOKENS ${check[*]:0:1} ($THREADS threads)" >&2
         RAYON_NUM_THREADS="$THREADS" "$ENDLESS" bench sample --json --n "$TOKENS" --model "$GGUF" \
-            > "$OUT/candle.round$round.json"
+            "${check[@]}" > "$OUT/candle$suffix.json"
     fi
     echo "== round $round/$ROUNDS llama.cpp: same prompt tokens, greedy, $THREADS threads" >&2
-    if [ "$round" = 1 ]; then
-        "$VENV/bin/python" "$OUT/llamacpp_side.py" "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" \
-            "$OUT/check" > "$OUT/llamacpp.json"
-    else
-        "$VENV/bin/python" "$OUT/llamacpp_side.py" "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" \
-            "" > "$OUT/llamacpp.round$round.json"
-    fi
+    "$VENV/bin/python" "$OUT/llamacpp_side.py" "$GGUF" "$OUT/candle.json" "$THREADS" "$TOKENS" \
+        "$check_dir" > "$OUT/llamacpp$suffix.json"
 done
 
 python3 - "$OUT" <<'PY'

@@ -26,6 +26,16 @@ use std::sync::Mutex;
 /// than the serial parts of a step (tens of microseconds).
 const SPINS: u32 = 1 << 14;
 
+/// One more idle poll after `polls` before it: spin, then yield the core.
+fn idle_poll(polls: &mut u32) {
+    *polls = polls.saturating_add(1);
+    if *polls < SPINS {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 /// One parallel loop: `items` calls of `body`, claimed through `next`.
 struct Job<'a> {
     body: &'a (dyn Fn(usize) + Sync),
@@ -70,12 +80,7 @@ impl Team {
         let mut idle = 0u32;
         while !self.finished.load(Acquire) {
             if self.job.load(Acquire).is_null() {
-                idle = idle.saturating_add(1);
-                if idle < SPINS {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
+                idle_poll(&mut idle);
                 continue;
             }
             // Registered before reading the pointer again (both SeqCst, as
@@ -187,12 +192,7 @@ pub(super) fn run(items: usize, body: &(dyn Fn(usize) + Sync)) -> bool {
     job.work();
     let mut polls = 0u32;
     while job.done.load(Acquire) < items {
-        polls = polls.saturating_add(1);
-        if polls < SPINS {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
+        idle_poll(&mut polls);
     }
     drop(published);
     if let Some(e) = job.panic.into_inner().unwrap_or_else(|p| p.into_inner()) {
