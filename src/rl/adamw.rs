@@ -3,7 +3,7 @@
 
 use super::error::{Result, RlError};
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Tensor, Var};
+use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Storage, Tensor, Var};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -48,11 +48,7 @@ pub fn grad_norm(vars: &[(String, Var)], grads: &GradStore) -> Result<f64> {
     let mut sq = 0.0f64;
     for (_, v) in vars {
         if let Some(g) = grads.get(v.as_tensor()) {
-            sq += g
-                .sqr()?
-                .sum_all()?
-                .to_dtype(candle_core::DType::F64)?
-                .to_scalar::<f64>()?;
+            sq += sum_squares(g)?;
         }
     }
     Ok(sq.sqrt())
@@ -65,6 +61,78 @@ pub fn clip_scale(norm: f64, max_norm: f64) -> f64 {
     } else {
         1.0
     }
+}
+
+/// The moment tensor of `name` (zeros on first use), checked against the
+/// variable's shape and dtype (a checkpoint's moments may not fit).
+fn moment(moments: &mut HashMap<String, Tensor>, name: &str, var: &Var) -> Result<Tensor> {
+    let t = match moments.get(name) {
+        Some(t) => t.clone(),
+        None => {
+            let t = Tensor::zeros(var.shape(), DType::F32, var.device())?;
+            moments.insert(name.to_string(), t.clone());
+            t
+        }
+    };
+    if t.shape() != var.shape() || t.dtype() != DType::F32 || !t.is_contiguous() {
+        return Err(RlError::Batch(format!(
+            "optimizer state: the moments of `{name}` are {:?} {:?}, the variable {:?} f32",
+            t.dtype(),
+            t.dims(),
+            var.dims()
+        )));
+    }
+    Ok(t)
+}
+
+/// The f32 values of contiguous CPU storage.
+fn f32_values<'a>(s: &'a Storage, l: &Layout) -> candle_core::Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (Storage::Cpu(CpuStorage::F32(all)), Some((a, b))) => Ok(&all[a..b]),
+        _ => candle_core::bail!("adamw: expected contiguous f32 CPU values"),
+    }
+}
+
+/// `f` on the f32 values of `t` (contiguous, on the CPU), changed in place.
+fn with_values_mut(
+    t: &Tensor,
+    f: impl FnOnce(&mut [f32]) -> candle_core::Result<()>,
+) -> candle_core::Result<()> {
+    struct InPlace<F>(std::cell::Cell<Option<F>>);
+    impl<F: FnOnce(&mut [f32]) -> candle_core::Result<()>> InplaceOp1 for InPlace<F> {
+        fn name(&self) -> &'static str {
+            "adamw-in-place"
+        }
+        fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+            let (CpuStorage::F32(all), Some((a, b)), Some(f)) =
+                (s, l.contiguous_offsets(), self.0.take())
+            else {
+                candle_core::bail!("adamw: expected contiguous f32 CPU values");
+            };
+            f(&mut all[a..b])
+        }
+    }
+    t.inplace_op1(&InPlace(std::cell::Cell::new(Some(f))))
+}
+
+/// The sum of the squares of `t`'s values, in f64: over fixed blocks in
+/// parallel on contiguous f32 CPU values (the same sum whatever the
+/// thread count), else through tensor ops.
+fn sum_squares(t: &Tensor) -> Result<f64> {
+    use rayon::prelude::*;
+    if t.device().is_cpu() && t.dtype() == DType::F32 && t.is_contiguous() {
+        let (storage, layout) = t.storage_and_layout();
+        let xs = f32_values(&storage, layout)?;
+        let blocks: Vec<f64> = xs
+            .par_chunks(1 << 14)
+            .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum())
+            .collect();
+        return Ok(blocks.iter().sum());
+    }
+    Ok(t.sqr()?
+        .sum_all()?
+        .to_dtype(DType::F64)?
+        .to_scalar::<f64>()?)
 }
 
 impl AdamW {
@@ -139,7 +207,9 @@ impl AdamW {
     }
 
     /// One variable's update in a single pass over f32 CPU memory (the same
-    /// arithmetic as the tensor-op path below, without a dozen temporaries).
+    /// arithmetic as the tensor-op path below, without a dozen temporaries),
+    /// in place: the weight, both moments and the gradient are read and
+    /// written where they lie, with no copies.
     #[allow(clippy::too_many_arguments)]
     fn step_fused(
         &mut self,
@@ -151,20 +221,11 @@ impl AdamW {
         bc1: f64,
         bc2: f64,
     ) -> Result<()> {
-        let shape = var.shape().clone();
-        let dev = var.device().clone();
-        let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
-        let g = vec(g)?;
-        let mut w = vec(var.as_tensor())?;
-        let n = w.len();
-        let mut m = match self.m.get(name) {
-            Some(t) => vec(t)?,
-            None => vec![0.0; n],
-        };
-        let mut v = match self.v.get(name) {
-            Some(t) => vec(t)?,
-            None => vec![0.0; n],
-        };
+        let m = moment(&mut self.m, name, var)?;
+        let v = moment(&mut self.v, name, var)?;
+        let g = g.contiguous()?;
+        let (g_storage, g_layout) = g.storage_and_layout();
+        let g = f32_values(&g_storage, g_layout)?;
         let c = self.cfg;
         let (b1, b2, gs) = (c.beta1 as f32, c.beta2 as f32, grad_scale as f32);
         let (inv_bc1, inv_bc2) = (1.0 / bc1 as f32, 1.0 / bc2 as f32);
@@ -177,37 +238,44 @@ impl AdamW {
             let u = (*m * inv_bc1) / ((*v * inv_bc2).sqrt() + eps);
             *w = *w * decay - lr32 * u;
         };
-        if n >= 1 << 16 {
-            use rayon::prelude::*;
-            w.par_iter_mut()
-                .zip(m.par_iter_mut())
-                .zip(v.par_iter_mut())
-                .zip(g.par_iter())
-                .with_min_len(1 << 14)
-                .for_each(update);
-        } else {
-            w.iter_mut()
-                .zip(m.iter_mut())
-                .zip(v.iter_mut())
-                .zip(g.iter())
-                .for_each(update);
-        }
-        var.set(&Tensor::from_vec(w, shape.clone(), &dev)?)?;
-        self.m
-            .insert(name.to_string(), Tensor::from_vec(m, shape.clone(), &dev)?);
-        self.v
-            .insert(name.to_string(), Tensor::from_vec(v, shape, &dev)?);
+        let run = |w: &mut [f32], m: &mut [f32], v: &mut [f32]| {
+            if w.len() >= 1 << 16 {
+                use rayon::prelude::*;
+                w.par_iter_mut()
+                    .zip(m.par_iter_mut())
+                    .zip(v.par_iter_mut())
+                    .zip(g.par_iter())
+                    .with_min_len(1 << 14)
+                    .for_each(update);
+            } else {
+                w.iter_mut()
+                    .zip(m.iter_mut())
+                    .zip(v.iter_mut())
+                    .zip(g.iter())
+                    .for_each(update);
+            }
+        };
+        with_values_mut(var.as_tensor(), |w| {
+            with_values_mut(&m, |m| {
+                with_values_mut(&v, |v| {
+                    run(w, m, v);
+                    Ok(())
+                })
+            })
+        })?;
         Ok(())
     }
 
     /// The moments as named tensors (`m.<var>`, `v.<var>`), for checkpoints.
     pub fn state_tensors(&self) -> HashMap<String, Tensor> {
         let mut out = HashMap::new();
-        for (k, t) in &self.m {
-            out.insert(format!("m.{k}"), t.clone());
-        }
-        for (k, t) in &self.v {
-            out.insert(format!("v.{k}"), t.clone());
+        // Copies: the update changes the moments in place.
+        for (kind, moments) in [("m", &self.m), ("v", &self.v)] {
+            for (k, t) in moments {
+                if let Ok(t) = t.copy() {
+                    out.insert(format!("{kind}.{k}"), t);
+                }
+            }
         }
         out
     }
@@ -227,6 +295,8 @@ impl AdamW {
                     "optimizer state: `{name}` is not a variable of this model"
                 )));
             }
+            // A storage of its own: the update changes it in place.
+            let t = t.copy()?;
             match kind {
                 "m" => m.insert(name.to_string(), t),
                 "v" => v.insert(name.to_string(), t),
@@ -343,5 +413,40 @@ mod tests {
         let m = &o32.state_tensors()["m.w"];
         assert_eq!(m.dims(), &[300]);
         assert_eq!(warmup_lr(1.0, 9, 4), 1.0);
+    }
+
+    /// The update changes weights and moments in place: saved moments are
+    /// copies, and restored moments that do not fit the variable are an
+    /// error naming it, with the weight left as it was.
+    #[test]
+    fn in_place_moments_are_copied_out_and_checked_in() {
+        let dev = Device::Cpu;
+        // Above the parallel threshold.
+        let w = Var::from_vec(vec![1f32; 70_000], 70_000, &dev).unwrap();
+        let grads = |w: &Var| w.as_tensor().sqr().unwrap().sum_all().unwrap().backward();
+        let mut opt = AdamW::new(vec![("w".into(), w.clone())], AdamWConfig::default());
+        opt.step(&grads(&w).unwrap(), 0.1, 1.0).unwrap();
+        let saved = opt.state_tensors();
+        let before = saved["m.w"].to_vec1::<f32>().unwrap();
+        opt.step(&grads(&w).unwrap(), 0.1, 1.0).unwrap();
+        assert_eq!(saved["m.w"].to_vec1::<f32>().unwrap(), before);
+        let w1 = w.as_tensor().to_vec1::<f32>().unwrap();
+        assert!(w1.iter().all(|&x| (x - w1[0]).abs() == 0.0 && x < 1.0));
+
+        let bad: HashMap<String, Tensor> = [
+            (
+                "m.w".to_string(),
+                Tensor::zeros(3, DType::F32, &dev).unwrap(),
+            ),
+            (
+                "v.w".to_string(),
+                Tensor::zeros(3, DType::F32, &dev).unwrap(),
+            ),
+        ]
+        .into();
+        opt.load_state(bad, 2).unwrap();
+        let err = opt.step(&grads(&w).unwrap(), 0.1, 1.0).unwrap_err();
+        assert!(err.to_string().contains("`w`"), "{err}");
+        assert_eq!(w.as_tensor().to_vec1::<f32>().unwrap(), w1);
     }
 }

@@ -5,6 +5,7 @@
 
 use super::error::{Result, RlError};
 use crate::model::config::ModelConfig;
+use crate::model::kernels::linear::forward_linear;
 use crate::model::models::adapter::{adapter_base, AdapterSpec, ADAPTER_SPEC, ADAPTER_WEIGHTS};
 use crate::model::models::lora::{reseed_adapters, LoraConfig};
 use crate::model::models::tiny::reinit_seeded;
@@ -12,7 +13,7 @@ use crate::model::models::transformer::weight_shapes;
 use crate::model::quantized::dequant::dequantize_gguf;
 use crate::model::weights::{load_into_varmap, weight_files};
 use crate::model::{ChatTokenizer, LocalError, LocalModel, Transformer};
-use candle_core::{DType, Device, Module, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{Init, Linear, VarBuilder, VarMap};
 use std::collections::HashMap;
 use std::path::Path;
@@ -228,7 +229,7 @@ impl Policy {
     pub fn forward(&self, ids: &Tensor) -> Result<(Tensor, Tensor)> {
         let h = self.model.hidden_states(ids)?;
         let logits = self.model.logits(&h)?;
-        let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
+        let values = forward_linear(&self.value_head, &h)?.squeeze(D::Minus1)?;
         Ok((logits, values))
     }
 
@@ -239,7 +240,7 @@ impl Policy {
         let (b, t, d) = h.dims3()?;
         let h = h.reshape((b * t, d))?.index_select(positions, 0)?;
         let logits = self.model.logits(&h)?;
-        let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
+        let values = forward_linear(&self.value_head, &h)?.squeeze(D::Minus1)?;
         Ok((logits, values))
     }
 
@@ -249,7 +250,7 @@ impl Policy {
         let h = self.model.hidden_states(ids)?;
         let (b, t, d) = h.dims3()?;
         let h = h.reshape((b * t, d))?.index_select(positions, 0)?;
-        Ok(self.value_head.forward(&h)?.squeeze(D::Minus1)?)
+        Ok(forward_linear(&self.value_head, &h)?.squeeze(D::Minus1)?)
     }
 
     /// A copy of the current decoder weights for sampling (no gradient

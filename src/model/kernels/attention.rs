@@ -12,7 +12,7 @@
 //! pass recomputes the attention probabilities instead of keeping
 //! `heads x time^2` floats per layer alive between the passes.
 
-use super::train_ops::{exp_nonpositive, f32_slice, fused_ok, lane_sum, Rope};
+use super::train_ops::{exp_nonpositive, f32_slice, fused_ok, lane_sum, scaled_max, Rope};
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 use rayon::prelude::*;
 
@@ -259,7 +259,7 @@ impl CausalAttention {
             for i in r0..r1 {
                 let row = &mut s.p[i * t..i * t + r1];
                 let (seen, hidden) = row.split_at_mut(i + 1);
-                let max = seen.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) * self.scale;
+                let max = scaled_max(seen, self.scale);
                 for x in seen.iter_mut() {
                     *x = exp_nonpositive(*x * self.scale - max);
                 }

@@ -11,7 +11,7 @@
 
 use super::columns::for_chunks;
 use super::few_rows::dot;
-use super::train_ops::exp_nonpositive;
+use super::train_ops::{exp_nonpositive, lane_max};
 use candle_core::{DType, Layout, Result, Storage, Tensor};
 
 /// Multiply-adds below which the step runs on the calling thread.
@@ -83,7 +83,7 @@ pub fn decode_attention(
                 scale * dot(query, key) + m
             })
             .collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = lane_max(&scores);
         let mut sum = 0.0;
         for s in &mut scores {
             *s = exp_nonpositive(*s - max);

@@ -3,6 +3,7 @@
 //! [`f32_activations`]) and the fused training ops with backward passes
 //! ([`train_ops`], and the whole causal attention in [`attention`]), and
 //! the weight-gradient-free product of frozen weights ([`frozen_matmul`]),
+//! the trained projection with its bias ([`linear`]),
 //! the softmax normaliser of a sampled token ([`exp_sum`]),
 //! and for decoding steps the product of a few rows with a weight
 //! ([`few_rows`]) and the attention over the cache ([`decode_attention`]),
@@ -25,6 +26,7 @@ pub mod f32_activations;
 pub mod few_rows;
 pub mod frozen_matmul;
 pub mod level;
+pub mod linear;
 pub mod q4_1;
 pub mod ran;
 mod team;

@@ -65,22 +65,28 @@ fn rows_mut_reading(
 /// `e^x` for `x <= 0` (softmax after subtracting the maximum), written so that
 /// the compiler vectorises it: `2^k * e^r` with `|r| <= ln 2 / 2` and a
 /// degree-6 Taylor polynomial (relative error below 2e-7); 0 below -87.
+/// `2^k` is built from the rounding sum's own bits (integer adds and a
+/// shift), not through a float-to-int cast, whose saturating semantics
+/// kept the whole loop scalar.
 #[inline(always)]
 pub(super) fn exp_nonpositive(x_in: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
-    // Round to nearest through the float mantissa (1.5 * 2^23).
+    // Round to nearest through the float mantissa (1.5 * 2^23): the sum's
+    // bits are `0x4B40_0000 + k` for the small integer `k`.
     const MAGIC: f32 = 12_582_912.0;
     let under = x_in < -87.0;
     let x = x_in.max(-87.0);
-    let k = (x * LOG2E + MAGIC) - MAGIC;
+    let rounded = x * LOG2E + MAGIC;
+    let k = rounded - MAGIC;
     let r = x - k * LN2_HI - k * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let scale = f32::from_bits(((k as i32 + 127) << 23) as u32);
+    // `(k + 127) << 23`: the shift drops the magic bits above the mantissa.
+    let scale = f32::from_bits(rounded.to_bits().wrapping_add(127) << 23);
     if x_in.is_nan() {
         // Keep NaN visible (the trainer stops on a non-finite loss).
         f32::NAN
@@ -88,6 +94,33 @@ pub(super) fn exp_nonpositive(x_in: f32) -> f32 {
         0.0
     } else {
         p * scale
+    }
+}
+
+/// Maximum with eight independent lanes (vectorisable); NaNs are skipped
+/// like `f32::max` skips them, and an empty slice gives -inf.
+pub(super) fn lane_max(v: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 8];
+    let chunks = v.chunks_exact(8);
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = if x > *a { x } else { *a };
+        }
+    }
+    acc.iter().fold(tail, |m, &x| m.max(x))
+}
+
+/// `max(x * scale)` over `xs`: through [`lane_max`] when `scale >= 0`
+/// (where scaling keeps the order).
+pub(super) fn scaled_max(xs: &[f32], scale: f32) -> f32 {
+    if scale >= 0.0 {
+        lane_max(xs) * scale
+    } else {
+        xs.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x * scale))
     }
 }
 
@@ -126,10 +159,7 @@ impl CustomOp1 for CausalSoftmax {
         rows_mut(&mut out, n, |r, y| {
             let xr = &x[r * n..(r + 1) * n];
             let upto = ((r % q) + off + 1).min(n);
-            let mut max = f32::NEG_INFINITY;
-            for &v in &xr[..upto] {
-                max = max.max(v * scale);
-            }
+            let max = scaled_max(&xr[..upto], scale);
             for (o, &v) in y[..upto].iter_mut().zip(&xr[..upto]) {
                 *o = exp_nonpositive(v * scale - max);
             }
@@ -502,10 +532,7 @@ impl CustomOp2 for LogSoftmaxPick {
         let mut out = vec![0f32; rows * 2];
         rows_mut_reading(&mut out, 2, n, |r, o| {
             let xr = &x[r * n..(r + 1) * n];
-            let mut max = f32::NEG_INFINITY;
-            for &v in xr {
-                max = max.max(v * scale);
-            }
+            let max = scaled_max(xr, scale);
             // sum e^(z - max) and sum e^(z - max) (z - max), eight lanes each.
             let (mut sum, mut dot) = ([0f32; 8], [0f32; 8]);
             let chunks = xr.chunks_exact(8);
@@ -751,6 +778,16 @@ mod tests {
         assert_eq!(exp_nonpositive(0.0), 1.0);
         assert!(exp_nonpositive(f32::NAN).is_nan());
         assert_eq!(lane_sum(&[1.0; 19]), 19.0);
+        let xs: Vec<f32> = (0..19).map(|i| ((i * 7) % 19) as f32 - 9.0).collect();
+        assert_eq!(lane_max(&xs), 9.0);
+        assert_eq!(
+            lane_max(&xs[..5]),
+            xs[..5].iter().fold(f32::MIN, |m, &x| m.max(x))
+        );
+        assert_eq!(lane_max(&[f32::NAN, -1.0, f32::NAN]), -1.0);
+        assert_eq!(lane_max(&[]), f32::NEG_INFINITY);
+        assert_eq!(scaled_max(&xs, 0.5), 4.5);
+        assert_eq!(scaled_max(&xs, -2.0), 18.0);
     }
 
     /// Values and gradients of the fused ops equal those of the composed ops.

@@ -12,6 +12,7 @@
 use crate::model::error::{LocalError, Result};
 use crate::model::kernels::few_rows::rows_times_weight_t;
 use crate::model::kernels::frozen_matmul::{frozen_matmul, lora_matmul};
+use crate::model::kernels::linear::linear;
 use candle_core::{Module, Tensor};
 use candle_nn::{Init, Linear, VarBuilder, VarMap};
 use serde::{Deserialize, Serialize};
@@ -252,15 +253,22 @@ impl Proj {
         let rows = x.elem_count() / in_dim.max(1);
         let x = x.reshape((rows, in_dim))?;
         let w = self.linear.weight();
-        // An adapter's base weight is always frozen.
-        let mut y = match &self.adapter {
-            Some(ad) => lora_matmul(&x, w, &ad.a, &ad.b, ad.scale)?,
-            None if frozen => frozen_matmul(&x, w)?,
-            None => x.matmul(&w.t()?)?,
+        let bias = self.linear.bias();
+        let y = match &self.adapter {
+            // A trained weight: the bias is part of the op.
+            None if !frozen => linear(&x, w, bias)?,
+            // An adapter's base weight is always frozen.
+            adapter => {
+                let y = match adapter {
+                    Some(ad) => lora_matmul(&x, w, &ad.a, &ad.b, ad.scale)?,
+                    None => frozen_matmul(&x, w)?,
+                };
+                match bias {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                }
+            }
         };
-        if let Some(b) = self.linear.bias() {
-            y = y.broadcast_add(b)?;
-        }
         dims.push(y.dim(1)?);
         y.reshape(dims)
     }

@@ -16,6 +16,7 @@ use crate::model::kernels::attention::causal_attention;
 use crate::model::kernels::decode_attention;
 use crate::model::kernels::few_rows::{rows_times_weight_t, FEW_ROWS};
 use crate::model::kernels::frozen_matmul::frozen_matmul;
+use crate::model::kernels::linear::forward_linear;
 use crate::model::kernels::train_ops::{self, Rope};
 use crate::model::models::lora::{LoraConfig, LoraTarget, Proj};
 use candle_core::{DType, Device, Module, Result, Tensor, D};
@@ -712,7 +713,7 @@ impl Transformer {
     /// Project hidden states to vocabulary logits.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         if !self.frozen {
-            return self.lm_head.forward(hidden);
+            return forward_linear(&self.lm_head, hidden);
         }
         let mut dims = hidden.dims().to_vec();
         let d = dims.pop().unwrap_or(1);

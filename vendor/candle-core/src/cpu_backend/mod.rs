@@ -1478,7 +1478,11 @@ impl Map2 for MatMul {
         let dst_rs = dst_strides[0];
         let dst_cs = dst_strides[1];
 
-        let mut dst = vec![T::zero(); b * m * n];
+        // gemm writes every element of `dst` without reading it (`read_dst` is
+        // false; with `k == 0` it writes zeros), so it starts uninitialised
+        // instead of zero-filled on this thread.
+        let mut dst: Vec<T> = Vec::with_capacity(b * m * n);
+        let dst_ptr = dst.as_mut_ptr();
         let num_threads = crate::utils::get_num_threads();
         let parallelism = if num_threads > 1 {
             Parallelism::Rayon(num_threads)
@@ -1502,13 +1506,12 @@ impl Map2 for MatMul {
         for step in 0..b {
             let lhs_p = &lhs[step * a_skip..];
             let rhs_p = &rhs[step * b_skip..];
-            let dst_p = &mut dst[step * c_skip..];
             unsafe {
                 gemm(
                     /* m: usize = */ m,
                     /* n: usize = */ n,
                     /* k: usize = */ k,
-                    /* dst: *mut T = */ dst_p.as_mut_ptr(),
+                    /* dst: *mut T = */ dst_ptr.add(step * c_skip),
                     /* dst_cs: isize = */ dst_cs as isize,
                     /* dst_rs: isize = */ dst_rs as isize,
                     /* read_dst: bool = */ false,
@@ -1527,6 +1530,8 @@ impl Map2 for MatMul {
                 )
             }
         }
+        // SAFETY: the gemm calls above wrote all `b * m * n` elements.
+        unsafe { dst.set_len(b * m * n) };
         Ok(dst)
     }
 
