@@ -71,9 +71,9 @@ impl CpuLevel {
     pub fn needs(self) -> &'static str {
         match self {
             CpuLevel::Portable => "nothing",
-            CpuLevel::Avx2 => "avx2+fma",
-            CpuLevel::Avx512 => "avx512f+avx512bw+avx512vl (and avx2+fma)",
-            CpuLevel::Avx512Vnni => "avx512f+avx512bw+avx512vl+avx512vnni (and avx2+fma)",
+            CpuLevel::Avx2 => "avx2+fma+f16c",
+            CpuLevel::Avx512 => "avx512f+avx512bw+avx512vl (and avx2+fma+f16c)",
+            CpuLevel::Avx512Vnni => "avx512f+avx512bw+avx512vl+avx512vnni (and avx2+fma+f16c)",
         }
     }
 
@@ -97,7 +97,7 @@ impl CpuLevel {
         #[cfg(target_arch = "x86_64")]
         {
             use std::is_x86_feature_detected as has;
-            let avx2 = || has!("avx2") && has!("fma");
+            let avx2 = || has!("avx2") && has!("fma") && has!("f16c");
             let avx512 = || avx2() && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
             match self {
                 CpuLevel::Portable => true,

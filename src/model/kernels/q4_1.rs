@@ -353,13 +353,13 @@ unsafe fn columns<B: WeightBlock>(
         #[cfg(target_arch = "x86_64")]
         CpuLevel::Avx512 if m == 1 => {
             for col in cols {
-                put(0, col, unsafe { row_avx512bw(w(col), act, pairs) });
+                put(0, col, unsafe { row_avx512bw(w(col), pairs) });
             }
         }
         #[cfg(target_arch = "x86_64")]
         CpuLevel::Avx512Vnni if m == 1 => {
             for col in cols {
-                put(0, col, unsafe { row_avx512vnni(w(col), act, pairs) });
+                put(0, col, unsafe { row_avx512vnni(w(col), pairs) });
             }
         }
         #[cfg(target_arch = "x86_64")]

@@ -44,7 +44,7 @@ fn f16_at(b: &[u8]) -> u16 {
 }
 
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::{__m256, __m256i, __m512i};
+use std::arch::x86_64::{__m128, __m256, __m256i, __m512i};
 
 /// A weight block type: `x = d * q + m` (`m` = 0 without [`WeightBlock::MIN`]).
 pub(super) trait WeightBlock: Copy + Send + Sync {
@@ -109,6 +109,23 @@ pub(super) trait WeightBlock: Copy + Send + Sync {
     /// The processor has AVX-512 F, BW and VL.
     #[cfg(target_arch = "x86_64")]
     unsafe fn operands2(w: __m512i, aq: __m512i) -> (__m512i, __m512i);
+
+    /// `[d, m]` of `b0` then of `b1` (`m` = 0 without [`WeightBlock::MIN`]),
+    /// converted from half precision by one instruction.
+    ///
+    /// # Safety
+    /// The processor has F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn scales2(b0: &Self, b1: &Self) -> __m128;
+}
+
+/// Four halves (the low bits of `lo` first) as f32 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "f16c")]
+#[inline]
+fn halves(lo: u32, hi: u32) -> __m128 {
+    use std::arch::x86_64::*;
+    _mm_cvtph_ps(_mm_set_epi32(0, 0, hi as i32, lo as i32))
 }
 
 impl WeightBlock for WBlock {
@@ -215,6 +232,14 @@ impl WeightBlock for WBlock {
     #[inline]
     unsafe fn operands2(w: __m512i, aq: __m512i) -> (__m512i, __m512i) {
         (w, aq)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "f16c")]
+    #[inline]
+    unsafe fn scales2(b0: &Self, b1: &Self) -> __m128 {
+        let dm = |b: &Self| b.d as u32 | (b.m as u32) << 16;
+        halves(dm(b0), dm(b1))
     }
 }
 
@@ -324,5 +349,12 @@ impl WeightBlock for W8Block {
             _mm512_abs_epi8(w),
             _mm512_mask_sub_epi8(aq, negative, _mm512_setzero_si512(), aq),
         )
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "f16c")]
+    #[inline]
+    unsafe fn scales2(b0: &Self, b1: &Self) -> __m128 {
+        halves(b0.d as u32, b1.d as u32)
     }
 }
