@@ -93,7 +93,7 @@ impl CustomOp3 for LinearBias {
         let mut y = product(x, xl, w, wl)?;
         let b = f32_slice(b, bl)?;
         let n = b.len();
-        y.par_chunks_mut(n * SUM_ROWS).for_each(|rows| {
+        y.par_chunks_mut((n * SUM_ROWS).max(1)).for_each(|rows| {
             for row in rows.chunks_exact_mut(n) {
                 row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
             }
@@ -229,6 +229,20 @@ mod tests {
             }
             assert!(grads.get(&w).unwrap().is_contiguous());
         }
+    }
+
+    /// A projection to no outputs gives an empty result and empty
+    /// gradients, not a panic.
+    #[test]
+    fn zero_outputs_are_empty() {
+        let dev = Device::Cpu;
+        let x = Var::randn(0f32, 1.0, (4, 5), &dev).unwrap();
+        let w = Var::zeros((0, 5), candle_core::DType::F32, &dev).unwrap();
+        let b = Var::zeros(0, candle_core::DType::F32, &dev).unwrap();
+        let y = linear(&x, &w, Some(b.as_tensor())).unwrap();
+        assert_eq!(y.dims(), &[4, 0]);
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(grads.get(&b).unwrap().dims(), &[0]);
     }
 
     #[test]
