@@ -1166,3 +1166,6 @@ mod sandbox_exec_users;
 // Modules planted for the sealed verifier environment (`[verifier] packages`).
 #[path = "attacks/verifier_site_packages.rs"]
 mod verifier_site_packages;
+// Links a hostile build step leaves for endless to follow on the host.
+#[path = "attacks/build_output_links.rs"]
+mod build_output_links;

@@ -55,10 +55,26 @@ pub fn open_dir(path: &Path) -> io::Result<File> {
 /// with `EXDEV` before the filesystem is asked. What is opened may be of
 /// any type; callers check that it is the regular file they expect.
 pub fn open_beneath(dir: &File, rel: &Path) -> io::Result<File> {
+    open_with(dir, rel, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS, 0)
+}
+
+/// Open `rel` beneath `dir` following no symlink at all, not even one
+/// that stays inside (`RESOLVE_NO_SYMLINKS`; a link fails with `ELOOP`),
+/// with `extra` open flags (`O_DIRECTORY`). For trees that endless writes
+/// into or changes owners in: a link there is never what endless made.
+pub(super) fn open_no_links(dir: &File, rel: &Path, extra: libc::c_int) -> io::Result<File> {
+    let resolve =
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    open_with(dir, rel, resolve, extra)
+}
+
+/// `openat2` with `resolve`, falling back to the no-symlink walk where the
+/// kernel (or a seccomp filter) refuses `openat2`.
+fn open_with(dir: &File, rel: &Path, resolve: u64, extra: libc::c_int) -> io::Result<File> {
     lexically_beneath(rel)?;
-    match openat2_beneath(dir, rel) {
+    match openat2_beneath(dir, rel, resolve, extra) {
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EPERM)) => {
-            walk_nofollow(dir, rel)
+            walk_nofollow(dir, rel, extra)
         }
         other => other,
     }
@@ -98,13 +114,13 @@ fn cstring(path: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
 }
 
-/// `openat2(dir, rel, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`.
-fn openat2_beneath(dir: &File, rel: &Path) -> io::Result<File> {
+/// `openat2(dir, rel, resolve)`, read-only plus `extra` flags.
+fn openat2_beneath(dir: &File, rel: &Path, resolve: u64, extra: libc::c_int) -> io::Result<File> {
     let c = cstring(rel)?;
     // SAFETY: open_how is plain data; all-zero is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = READ_FLAGS as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    how.flags = (READ_FLAGS | extra) as u64;
+    how.resolve = resolve;
     for _ in 0..EAGAIN_RETRIES {
         // SAFETY: a valid directory descriptor, C string and open_how of
         // the size passed; the descriptor returned is owned by the File.
@@ -132,7 +148,7 @@ fn openat2_beneath(dir: &File, rel: &Path) -> io::Result<File> {
 
 /// Without `openat2`: open each component with `O_NOFOLLOW`, so that no
 /// symlink is followed at all (a symlink fails with `ELOOP`).
-fn walk_nofollow(dir: &File, rel: &Path) -> io::Result<File> {
+fn walk_nofollow(dir: &File, rel: &Path, extra: libc::c_int) -> io::Result<File> {
     let names: Vec<&std::ffi::OsStr> = rel
         .components()
         .filter_map(|c| match c {
@@ -148,7 +164,7 @@ fn walk_nofollow(dir: &File, rel: &Path) -> io::Result<File> {
         let at = owned.as_ref().unwrap_or(dir);
         owned = Some(openat_nofollow(at, name, libc::O_DIRECTORY)?);
     }
-    openat_nofollow(owned.as_ref().unwrap_or(dir), last, 0)
+    openat_nofollow(owned.as_ref().unwrap_or(dir), last, extra)
 }
 
 /// `openat(dir, name, O_NOFOLLOW | extra)`, reporting a symlink as `ELOOP`
@@ -244,11 +260,11 @@ mod tests {
     fn the_fallback_walk_follows_no_symlink() {
         let (_d, dir) = tree();
         assert_eq!(
-            read(walk_nofollow(&dir, Path::new("a/b.txt"))).unwrap(),
+            read(walk_nofollow(&dir, Path::new("a/b.txt"), 0)).unwrap(),
             "inside"
         );
         for link in ["in/b.txt", "up/s.txt", "abs/s.txt", "dotdot.txt"] {
-            let e = walk_nofollow(&dir, Path::new(link)).unwrap_err();
+            let e = walk_nofollow(&dir, Path::new(link), 0).unwrap_err();
             assert!(is_escape(&e), "{link}: {e}");
         }
     }

@@ -15,6 +15,7 @@ use super::limits::{self, Cgroups};
 use super::overlay::{Layer, MountPlan, MountSpec};
 use super::{seccomp, steps};
 use super::{HostIdentity, LocalBackend};
+use crate::fsutil::UntrustedDir;
 use crate::sandbox::session::{run_capturing, CommandOutput};
 use crate::sandbox::SandboxError;
 
@@ -250,14 +251,17 @@ impl LocalBackend {
         // What only the run needed: the overlay's work directories and the
         // mount points bubblewrap made for the context and scripts.
         super::layout::remove_tree(&run.layer.join("work"));
-        let root = run.layer.join("root");
-        for d in [
-            "run/endless-build/ctx",
-            "run/endless-build/steps",
-            "run/endless-build/from",
-            "run/endless-build",
-        ] {
-            let _ = std::fs::remove_dir(root.join(d));
+        // The layer is the step's output: a link it left on the way is
+        // never followed.
+        if let Ok(root) = UntrustedDir::open(&run.layer.join("root")) {
+            for d in [
+                "run/endless-build/ctx",
+                "run/endless-build/steps",
+                "run/endless-build/from",
+                "run/endless-build",
+            ] {
+                let _ = root.remove_empty_dir(Path::new(d));
+            }
         }
         out
     }

@@ -20,6 +20,7 @@ use super::buildstep::{FromStage, StepRun};
 use super::stepcache::{self, BuiltStep, StepCache, StepMeta, StepOutcome};
 use super::LocalBackend;
 use super::{flatten, steps};
+use crate::fsutil::UntrustedDir;
 use crate::images::{Progress, ProgressFn, StoredImage};
 use crate::sandbox::image::{home_of, image_hash, Image};
 use crate::sandbox::SandboxError;
@@ -335,14 +336,17 @@ impl LocalBackend {
         } else {
             ids.unwrap_or((1000, 1000))
         };
-        // The image's own file, above every step's layer.
+        // The image's own file, above every step's layer, read by the
+        // agent's shell. Merged step layers may have left a link at
+        // `/.endless` (a step's `ln -s /etc/profile.d /.endless`): the
+        // directory is endless's, so whatever stands there is replaced,
+        // never written through.
         let env_sh = build.join("root/.endless/env.sh");
         let env_text = format!("{}{}", target.image_env, steps::env_file(def));
-        crate::fsutil::write_atomic(&env_sh, env_text.as_bytes())
+        UntrustedDir::open(&build.join("root"))
+            .and_then(|root| root.ensure_dir(".endless", 0o755))
+            .and_then(|dir| dir.write_atomic("env.sh", env_text.as_bytes(), 0o644))
             .map_err(io("write env.sh", &env_sh))?;
-        // Read by the agent's shell.
-        std::fs::set_permissions(&env_sh, std::fs::Permissions::from_mode(0o644))
-            .map_err(io("chmod env.sh", &env_sh))?;
         let record_bytes =
             serde_json::to_vec_pretty(&record).map_err(|e| SandboxError::Start(e.to_string()))?;
         let record_path = build.join(stepcache::BUILD_RECORD);

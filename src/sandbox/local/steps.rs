@@ -24,16 +24,57 @@ pub fn sq(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Double-quote `s` for bash, keeping `$VAR` expansion (as Docker's `ENV` does).
-pub fn dq(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        if matches!(c, '"' | '\\' | '`') {
-            out.push('\\');
+/// `s` as one bash word in which only `$NAME` and `${NAME}` expand (as
+/// references to variables set before, like Docker's `ENV PATH=/x:$PATH`);
+/// everything else is literal, single-quoted: `$(cmd)`, backquotes,
+/// `${X:-$(cmd)}` and `\` never run or change anything in the shells that
+/// source the environment file.
+pub fn env_word(s: &str) -> String {
+    let mut out = String::new();
+    let mut literal = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        literal.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let name_len = |t: &str| {
+            let starts = t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+            if starts {
+                t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(t.len())
+            } else {
+                0
+            }
+        };
+        let (name, used) = match after.strip_prefix('{') {
+            Some(inner) => {
+                let n = name_len(inner);
+                if n > 0 && inner[n..].starts_with('}') {
+                    (&inner[..n], n + 2)
+                } else {
+                    ("", 0)
+                }
+            }
+            None => {
+                let n = name_len(after);
+                (&after[..n], n)
+            }
+        };
+        if name.is_empty() {
+            literal.push('$');
+            rest = after;
+            continue;
         }
-        out.push(c);
+        if !literal.is_empty() {
+            out.push_str(&sq(&literal));
+            literal.clear();
+        }
+        out.push_str(&format!("\"${{{name}}}\""));
+        rest = &after[used..];
     }
-    out.push('"');
+    literal.push_str(rest);
+    if !literal.is_empty() || out.is_empty() {
+        out.push_str(&sq(&literal));
+    }
     out
 }
 
@@ -83,7 +124,7 @@ impl StepState {
         match step {
             Step::Env { key, value } => {
                 self.exports
-                    .push_str(&format!("export {key}={}\n", dq(value)));
+                    .push_str(&format!("export {key}={}\n", env_word(value)));
             }
             Step::Workdir(dir) => self.cwd = Some(dir.clone()),
             Step::User(u) => self.user = Some((u.clone(), n)),
@@ -241,7 +282,7 @@ pub fn env_file(def: &EnvDefinition) -> String {
     let mut s = String::new();
     for (k, v) in def.env_vars() {
         if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            s.push_str(&format!("export {k}={}\n", dq(v)));
+            s.push_str(&format!("export {k}={}\n", env_word(v)));
         }
     }
     s.push_str(&def.session_script);
@@ -310,6 +351,31 @@ mod tests {
     }
 
     #[test]
+    fn env_values_expand_only_variables_and_run_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let canary = dir.path().join("ran");
+        let c = canary.display();
+        let cases = [
+            ("/opt/bin:$PATH".to_string(), "/opt/bin:/usr/bin".to_string()),
+            ("${PATH}/x".into(), "/usr/bin/x".into()),
+            (format!("$(touch {c})"), format!("$(touch {c})")),
+            (format!("`touch {c}`"), format!("`touch {c}`")),
+            (format!("${{X:-$(touch {c})}}"), format!("${{X:-$(touch {c})}}")),
+            ("it's \\ \"q\" $ $1 ${} end$".into(), "it's \\ \"q\" $ $1 ${} end$".into()),
+            (String::new(), String::new()),
+        ];
+        for (value, want) in cases {
+            let script = format!("PATH=/usr/bin\nexport V={}\nprintf %s \"$V\"", env_word(&value));
+            let out = std::process::Command::new("/bin/bash")
+                .args(["-c", &script])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{value:?} as {script}");
+            assert!(!canary.exists(), "{value:?} ran a command");
+        }
+    }
+
+    #[test]
     fn each_step_gets_the_state_of_the_steps_before_it() {
         let steps = [
             Step::Env {
@@ -336,7 +402,7 @@ mod tests {
         let numbers: Vec<usize> = scripts.iter().map(|s| s.0).collect();
         assert_eq!(numbers, vec![2, 3, 5, 6], "ENV and USER leave no layer");
         let (_, run, b) = &scripts[0];
-        assert!(run.contains("export A=\"it's \\\"$PATH\\\"\""), "{run}");
+        assert!(run.contains(r#"export A='it'\''s "'"${PATH}"'"'"#), "{run}");
         assert_eq!(b.file, Some(("2.sh".to_string(), "echo $A".to_string())));
         let (_, copy, _) = &scripts[2];
         assert!(copy.contains("cd '/app'") && copy.contains("id -u 'bob'"));
@@ -352,7 +418,7 @@ mod tests {
         };
         assert_eq!(
             env_file(&def),
-            "export A=\"it's \\\"$PATH\\\"\"\nexport B=2\n"
+            "export A='it'\\''s \"'\"${PATH}\"'\"'\nexport B=2\n"
         );
         assert_eq!(describe(&def.steps[4]), "COPY files/x /app/");
     }

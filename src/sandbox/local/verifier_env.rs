@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::{HostIdentity, LocalBackend};
+use crate::fsutil::{EntryKind, UntrustedDir};
 use crate::images::ProgressFn;
 use crate::sandbox::image::Image;
 use crate::sandbox::SandboxError;
@@ -218,8 +219,9 @@ impl LocalBackend {
             return Ok(());
         }
         let envs = image.path.join(IMAGE_DIR);
-        let dest = envs.join(env_name(&spec));
-        if is_complete(&dest) {
+        let name = env_name(&spec);
+        let dest = envs.join(&name);
+        if is_complete_at(&image.path, &name) {
             return Ok(());
         }
         std::fs::create_dir_all(&envs).map_err(SandboxError::io("create directory", &envs))?;
@@ -227,31 +229,41 @@ impl LocalBackend {
             .map_err(SandboxError::io("chmod directory", &envs))?;
         // Beside the image (the store's directory is private already; a lock
         // in `envs` would make it private too, out of the verifier's reach).
-        let _lock = super::stepcache::lock(&self.layout.images().join(format!(
-            "{}.verifier-env-{}.lock",
-            image.hash,
-            env_name(&spec)
-        )))?;
-        if is_complete(&dest) {
+        let _lock = super::stepcache::lock(
+            &self
+                .layout
+                .images()
+                .join(format!("{}.verifier-env-{name}.lock", image.hash)),
+        )?;
+        if is_complete_at(&image.path, &name) {
             return Ok(());
         }
         let (dtask, ddef) = derived(task, def, &spec);
         let built = self.build_image_from(&dtask, &ddef, progress)?;
-        let out = built
-            .path
-            .join("root")
-            .join(BUILD_OUT.trim_start_matches('/'));
-        if !is_complete(&out) {
-            return Err(SandboxError::Start(format!(
+        // What the step left is the task's (its `cp` may be the task's own):
+        // reached beneath the derived image's root, never through a link.
+        let root = built.path.join("root");
+        let out_rel = Path::new(BUILD_OUT.trim_start_matches('/'));
+        let shown = root.join(out_rel);
+        let incomplete = || {
+            SandboxError::Start(format!(
                 "the verifier environment's build left no complete environment in {}",
-                out.display()
-            )));
+                shown.display()
+            ))
+        };
+        let root_dir = UntrustedDir::open(&root).map_err(SandboxError::io("open", &root))?;
+        let out = root_dir.subdir(out_rel).map_err(|_| incomplete())?;
+        if !is_complete(&out) {
+            return Err(incomplete());
         }
-        self.seal_loader(&out.join("ld.so"))?;
+        self.seal_loader(&out)?;
+        drop(out);
         if dest.exists() {
             super::layout::remove_tree(&dest);
         }
-        std::fs::rename(&out, &dest)
+        let envs_dir = UntrustedDir::open(&envs).map_err(SandboxError::io("open", &envs))?;
+        root_dir
+            .rename(out_rel, &envs_dir, &name)
             .map_err(SandboxError::io("store the verifier environment", &dest))?;
         // The derived image served its purpose (its step stays cached).
         super::layout::remove_tree(&built.path);
@@ -259,31 +271,45 @@ impl LocalBackend {
     }
 
     /// Make the environment's loader execute-only and owned as the
-    /// built-in runtime's is, so that the verifier is not dumpable.
-    fn seal_loader(&self, ld: &Path) -> Result<(), SandboxError> {
+    /// built-in runtime's is, so that the verifier is not dumpable. The
+    /// loader is changed through its descriptor, and only when it is a
+    /// regular file of the environment (a link is refused, never followed).
+    fn seal_loader(&self, env: &UntrustedDir) -> Result<(), SandboxError> {
         let owner = match self.identity {
             HostIdentity::Mapped(_) => (0, 0),
             HostIdentity::Rootless(uid, gid) => (uid, gid),
         };
-        std::os::unix::fs::chown(ld, Some(owner.0), Some(owner.1))
-            .map_err(SandboxError::io("chown the loader copy", ld))?;
-        std::fs::set_permissions(ld, std::fs::Permissions::from_mode(0o111))
-            .map_err(SandboxError::io("chmod the loader copy", ld))
+        let ld = Path::new("ld.so");
+        env.set_owner_and_mode(ld, owner.0, owner.1, 0o111)
+            .map_err(SandboxError::io("seal the loader copy", &env.path().join(ld)))
     }
 }
 
-/// Whether `dir` is a whole environment (its loader and interpreter).
-fn is_complete(dir: &Path) -> bool {
-    dir.join("ld.so").exists() && dir.join(PYTHON).is_file() && dir.join("site").is_dir()
+/// Whether `env` is a whole environment: its loader and interpreter are
+/// regular files and its site directory a directory, none of them a link.
+fn is_complete(env: &UntrustedDir) -> bool {
+    let is = |rel: &str, kind: EntryKind| env.kind(Path::new(rel)).ok().flatten() == Some(kind);
+    is("ld.so", EntryKind::File) && is(PYTHON, EntryKind::File) && is("site", EntryKind::Dir)
 }
 
+/// Whether the image at `image_dir` holds the whole environment `name`.
+fn is_complete_at(image_dir: &Path, name: &str) -> bool {
+    UntrustedDir::open(&image_dir.join(IMAGE_DIR))
+        .and_then(|envs| envs.subdir(Path::new(name)))
+        .is_ok_and(|env| is_complete(&env))
+}
+
+/// The longest note an environment may record.
+const MAX_NOTE_BYTES: u64 = 4096;
+
 /// The note an environment recorded (its Python differs from the asked
-/// one), for the image at `image_dir`.
+/// one), for the image at `image_dir`. The note is the build step's
+/// output: it is read only when it is a short regular file of the
+/// environment, never through a link.
 pub fn env_note(image_dir: &Path, spec: &VerifierEnvSpec) -> Option<String> {
-    std::fs::read_to_string(env_dir(image_dir, spec).join("note"))
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    let env = UntrustedDir::open(&env_dir(image_dir, spec)).ok()?;
+    let bytes = env.read_regular(Path::new("note"), MAX_NOTE_BYTES).ok()?;
+    Some(String::from_utf8_lossy(&bytes).trim().to_string()).filter(|s| !s.is_empty())
 }
 
 /// Where the environment of `spec` lives on the host, for the image at
