@@ -1166,3 +1166,7 @@ mod sandbox_exec_users;
 // Modules planted for the sealed verifier environment (`[verifier] packages`).
 #[path = "attacks/verifier_site_packages.rs"]
 mod verifier_site_packages;
+// Directories another user shapes: Harbor job directories (`episodes
+// import`) and other workspaces (`workspace merge`).
+#[path = "attacks/untrusted_dirs.rs"]
+mod untrusted_dirs;
