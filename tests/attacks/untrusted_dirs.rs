@@ -187,7 +187,11 @@ fn a_hostile_harbor_job_directory_brings_in_no_outside_file() {
                     "{what}: not refused by name as {why:?}: {err}"
                 );
                 assert!(!err.contains(CANARY), "{what}: {err}");
-                assert!(started.elapsed() < BOUND, "{what}: took {:?}", started.elapsed());
+                assert!(
+                    started.elapsed() < BOUND,
+                    "{what}: took {:?}",
+                    started.elapsed()
+                );
                 let leaked = files_with_canary(&ws_dir);
                 assert!(leaked.is_empty(), "{what}: {leaked:?}");
                 assert!(
@@ -196,7 +200,11 @@ fn a_hostile_harbor_job_directory_brings_in_no_outside_file() {
                 );
             }
             // A step name that leaves the trial: absolute, or through `..`.
-            let steps = [secret.display().to_string(), "../../secret".into(), "..".into()];
+            let steps = [
+                secret.display().to_string(),
+                "../../secret".into(),
+                "..".into(),
+            ];
             for (i, step) in steps.iter().enumerate() {
                 let job = dir.path().join(format!("job-step-{i}"));
                 job_dir(&job, Some(serde_json::json!([{ "step_name": step }])));
