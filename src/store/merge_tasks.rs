@@ -315,4 +315,30 @@ mod tests {
         assert_eq!(r.conflicts.len(), 1, "{r:?}");
         assert!(r.conflicts[0].contains("instruction.md"), "{r:?}");
     }
+
+    /// Issue 46: OTHER's verdict was read by path, following links: a
+    /// `validation.json` linking to a file outside OTHER was taken into
+    /// this workspace. It is refused, naming it, and nothing is taken.
+    #[test]
+    fn a_verdict_linking_out_of_the_other_workspace_is_refused() {
+        let (a, b, c) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let main = Workspace::open(a.path()).unwrap();
+        let other = Workspace::open(b.path()).unwrap();
+        let task = crate::task::Task::minimal("a");
+        main.add_task(&task, TaskStatus::Candidate).unwrap();
+        other.add_task(&task, TaskStatus::Candidate).unwrap();
+        let outside = c.path().join("verdict.json");
+        fs::write(&outside, verdict("2030-01-01T00:00:00Z")).unwrap();
+        std::os::unix::fs::symlink(&outside, other.validation_path(task.id())).unwrap();
+        let e = main.merge_tasks_from(b.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("validation.json") && e.contains("outside"),
+            "{e}"
+        );
+        assert!(!main.validation_path(task.id()).exists());
+    }
 }
