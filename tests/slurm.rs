@@ -501,8 +501,19 @@ fn script_breaking_values_are_refused_and_odd_workspace_paths_run() {
             home,
             &main,
             &[
-                "slurm", "submit", "--shards", "2", "--name", "bad", flag, &hostile, "--no-submit",
-                "--", "tasks", "validate", "--all",
+                "slurm",
+                "submit",
+                "--shards",
+                "2",
+                "--name",
+                "bad",
+                flag,
+                &hostile,
+                "--no-submit",
+                "--",
+                "tasks",
+                "validate",
+                "--all",
             ],
         );
         let err = String::from_utf8_lossy(&out.stderr);
@@ -510,8 +521,21 @@ fn script_breaking_values_are_refused_and_odd_workspace_paths_run() {
         assert!(!main.join("slurm/bad").exists(), "{flag}: written anyway");
     }
     let submit = [
-        "slurm", "submit", "--shards", "2", "--name", "odd", "--partition", "debug", "--time",
-        "30:00", "--json", "--", "tasks", "validate", "--all",
+        "slurm",
+        "submit",
+        "--shards",
+        "2",
+        "--name",
+        "odd",
+        "--partition",
+        "debug",
+        "--time",
+        "30:00",
+        "--json",
+        "--",
+        "tasks",
+        "validate",
+        "--all",
     ];
     let job = json(endless(&cluster, home, &main, &submit));
     let dir = PathBuf::from(job["dir"].as_str().unwrap());

@@ -153,7 +153,7 @@ fn a_hostile_harbor_job_directory_brings_in_no_outside_file() {
                     Box::new(|trial: &Path| {
                         // Replaced by a link to a directory holding the canary.
                         std::fs::remove_dir_all(trial.join("verifier")).unwrap();
-                        symlink(&secret.join("verifier"), trial.join("verifier")).unwrap();
+                        symlink(secret.join("verifier"), trial.join("verifier")).unwrap();
                         trial.join("verifier")
                     }),
                     "verifier",
