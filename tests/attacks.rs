@@ -1169,3 +1169,7 @@ mod verifier_site_packages;
 // Links a hostile build step leaves for endless to follow on the host.
 #[path = "attacks/build_output_links.rs"]
 mod build_output_links;
+// Directories another user shapes: Harbor job directories (`episodes
+// import`) and other workspaces (`workspace merge`).
+#[path = "attacks/untrusted_dirs.rs"]
+mod untrusted_dirs;

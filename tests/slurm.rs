@@ -480,3 +480,79 @@ fn sharded_validation_and_eval_as_slurm_arrays_merge_to_one_unsharded_run() {
         pass_at_k(&cluster, home, &whole)
     );
 }
+
+/// Issue 46: a newline in `--partition`, `--time` or `--mem` became a line
+/// of the batch script (an `#SBATCH` directive or a command of the
+/// caller's choosing). Each is refused by option, before anything is
+/// written. A workspace whose path holds spaces, quotes, `#` and `%` still
+/// runs: sbatch reads its quoted `#SBATCH --output` as one path, the logs
+/// land where `slurm status` says, and the merge job merges.
+#[test]
+fn script_breaking_values_are_refused_and_odd_workspace_paths_run() {
+    let cluster = Cluster::start();
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let main = with_tasks(&cluster, home, "my \"ws\" #1 100%");
+    let pwned = home.join("pwned");
+    let hostile = format!("1\n#SBATCH --chdir=/\ntouch {}", pwned.display());
+    for flag in ["--partition", "--time", "--mem"] {
+        let out = endless(
+            &cluster,
+            home,
+            &main,
+            &[
+                "slurm",
+                "submit",
+                "--shards",
+                "2",
+                "--name",
+                "bad",
+                flag,
+                &hostile,
+                "--no-submit",
+                "--",
+                "tasks",
+                "validate",
+                "--all",
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(flag), "{flag}: {err}");
+        assert!(!main.join("slurm/bad").exists(), "{flag}: written anyway");
+    }
+    let submit = [
+        "slurm",
+        "submit",
+        "--shards",
+        "2",
+        "--name",
+        "odd",
+        "--partition",
+        "debug",
+        "--time",
+        "30:00",
+        "--json",
+        "--",
+        "tasks",
+        "validate",
+        "--all",
+    ];
+    let job = json(endless(&cluster, home, &main, &submit));
+    let dir = PathBuf::from(job["dir"].as_str().unwrap());
+    let status = wait_for(&cluster, home, &main, "odd", |s| {
+        merged(s) || s["merge"] == "CANCELLED" || s["merge"] == "FAILED"
+    });
+    assert!(merged(&status), "{status:#}\n{}", cluster.logs());
+    for i in 0..2 {
+        assert!(
+            dir.join(format!("logs/shard-{i}.out")).is_file(),
+            "no log of shard {i} in {}",
+            dir.display()
+        );
+    }
+    assert!(log(&Value::String(
+        dir.join("logs/merge.out").display().to_string()
+    ))
+    .contains("merged"));
+    assert!(!pwned.exists());
+}

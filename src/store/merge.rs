@@ -9,6 +9,11 @@
 //! Files are copied (atomically, each) before the index rows are written in
 //! one transaction, so a merge that dies half-way is completed by running it
 //! again.
+//!
+//! OTHER may be another user's: it is opened once and its files are read
+//! beneath its descriptor ([`OtherWorkspace`]), regular files only, each
+//! within a size limit; a link that leads out of it (a run directory that
+//! links to a directory elsewhere, say) is refused with an error naming it.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -21,6 +26,93 @@ use super::migrations::SCHEMA_VERSION;
 use super::runs::result_facts;
 use super::{now, StoreError, Workspace};
 use crate::fsutil::write_atomic;
+use crate::task::{BundleDir, FileTree, ReadLimits, SafeReadError};
+
+/// The largest file taken from another workspace, in bytes.
+const MAX_MERGED_FILE_BYTES: u64 = 1 << 30;
+
+/// Another workspace, opened once: every file of it is read beneath its
+/// descriptor (see the module docs).
+pub(super) struct OtherWorkspace {
+    dir: BundleDir,
+}
+
+impl OtherWorkspace {
+    /// Open the workspace directory `path` (links in `path` itself are
+    /// followed: the operator named it).
+    pub(super) fn open(path: &Path) -> Result<Self, StoreError> {
+        let dir = BundleDir::open(path).map_err(|e| refused(path, e))?;
+        Ok(Self { dir })
+    }
+
+    /// The names of the regular files in its directory `rel`, sorted
+    /// (none when `rel` is missing).
+    fn files(&self, rel: &str) -> Result<Vec<String>, StoreError> {
+        let names = self.dir.files(rel).map_err(|e| self.refused(e))?;
+        Ok(names
+            .into_iter()
+            .filter_map(|n| n.into_string().ok())
+            .collect())
+    }
+
+    /// The bytes of its regular file `rel` (`None` when there is none).
+    fn read(&self, rel: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let limits = ReadLimits {
+            max_file_bytes: MAX_MERGED_FILE_BYTES,
+            ..ReadLimits::default()
+        };
+        let entry = self.dir.read_file(rel, &limits);
+        Ok(entry.map_err(|e| self.refused(e))?.map(|e| e.bytes))
+    }
+
+    /// The names of the real directories (not links) in its directory
+    /// `rel`, sorted (none when `rel` is missing or not a directory).
+    pub(super) fn subdirs(&self, rel: &str) -> Result<Vec<String>, StoreError> {
+        let Ok(sub) = self.dir.open_subdir(Path::new(rel)) else {
+            return Ok(Vec::new());
+        };
+        let names = sub.subdirs().map_err(|e| self.refused(e))?;
+        Ok(names
+            .into_iter()
+            .filter_map(|n| n.into_string().ok())
+            .collect())
+    }
+
+    /// Whether its `rel` is a regular file.
+    pub(super) fn is_file(&self, rel: &str) -> bool {
+        self.dir.is_file(rel)
+    }
+
+    /// Every regular file below its directory `rel`, within the limits of
+    /// a task bundle (see [`ReadLimits`]).
+    pub(super) fn tree(&self, rel: &str) -> Result<FileTree, StoreError> {
+        self.dir
+            .read_tree(rel, &ReadLimits::default(), &mut 0)
+            .map_err(|e| self.refused(e))
+    }
+
+    /// Its path, for messages.
+    pub(super) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn refused(&self, e: SafeReadError) -> StoreError {
+        refused(self.dir.path(), e)
+    }
+}
+
+/// `e`, met reading the other workspace `other`, as the store says it.
+fn refused(other: &Path, e: SafeReadError) -> StoreError {
+    match e {
+        SafeReadError::EscapingLink { path, target } => StoreError::Invalid(format!(
+            "{}: symbolic link points outside the workspace merged from, {} ({}); refusing to read it",
+            path.display(),
+            other.display(),
+            target.display()
+        )),
+        other => StoreError::Invalid(other.to_string()),
+    }
+}
 
 /// What a merge did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -90,28 +182,23 @@ fn valid_run_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'+' | b':'))
 }
 
-/// The regular files of sample `sample` in `dir` (`<sample>.json`,
-/// `<sample>.jsonl`, `<sample>.cast`, ...), by name.
-fn sample_files(dir: &Path, sample: i64) -> Vec<String> {
+/// The regular files of sample `sample` in directory `rel` of the other
+/// workspace (`<sample>.json`, `<sample>.jsonl`, `<sample>.cast`, ...),
+/// by name.
+fn sample_files(
+    theirs: &OtherWorkspace,
+    rel: &str,
+    sample: i64,
+) -> Result<Vec<String>, StoreError> {
     let prefix = format!("{sample}.");
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    names.sort();
-    names
+    let mut names = theirs.files(rel)?;
+    names.retain(|n| n.starts_with(&prefix));
+    Ok(names)
 }
 
-/// Whether `a` and `b` hold the same bytes.
-fn same_file(a: &Path, b: &Path) -> Result<bool, StoreError> {
-    let x = fs::read(a).map_err(StoreError::io(a))?;
-    let y = fs::read(b).map_err(StoreError::io(b))?;
-    Ok(x == y)
+/// Whether our file `ours` holds `bytes`.
+fn same_bytes(ours: &Path, bytes: &[u8]) -> Result<bool, StoreError> {
+    Ok(fs::read(ours).map_err(StoreError::io(ours))? == bytes)
 }
 
 /// Open the database of workspace `root` read-only, checking that it is one.
@@ -216,8 +303,9 @@ impl Workspace {
         let runs = other_runs(&conn)?;
         let episodes = other_episodes(&conn)?;
         drop(conn);
+        let theirs = OtherWorkspace::open(other)?;
 
-        let tasks = self.merge_tasks_from(other)?;
+        let tasks = self.merge_tasks_from_open(&theirs)?;
         let mut report = MergeReport {
             from: other.to_path_buf(),
             tasks_added: tasks.tasks_added,
@@ -253,13 +341,9 @@ impl Workspace {
                     .push(format!("{what}: not a valid task id or sample, skipped"));
                 continue;
             }
-            let rel = Path::new("runs")
-                .join(&e.run_id)
-                .join("episodes")
-                .join(&e.task_id);
-            let src_dir = other.join(&rel);
+            let rel = format!("runs/{}/episodes/{}", e.run_id, e.task_id);
             let dst_dir = self.root().join(&rel);
-            let files = sample_files(&src_dir, e.sample);
+            let files = sample_files(&theirs, &rel, e.sample)?;
             if files.is_empty() {
                 report.conflicts.push(format!(
                     "{what}: indexed in {} but its files are missing, skipped",
@@ -267,18 +351,19 @@ impl Workspace {
                 ));
                 continue;
             }
+            let mut theirs_bytes = Vec::new();
+            for name in &files {
+                if let Some(bytes) = theirs.read(&format!("{rel}/{name}"))? {
+                    theirs_bytes.push((name, bytes));
+                }
+            }
             // Same files here already: nothing to do but make sure it is
             // indexed. Other files here: a conflict, ours are kept.
             let mut differing = Vec::new();
-            let mut absent = Vec::new();
-            for name in &files {
+            for (name, bytes) in &theirs_bytes {
                 let dst = dst_dir.join(name);
-                if dst.exists() {
-                    if !same_file(&src_dir.join(name), &dst)? {
-                        differing.push(name.clone());
-                    }
-                } else {
-                    absent.push(name.clone());
+                if dst.exists() && !same_bytes(&dst, bytes)? {
+                    differing.push(name.to_string());
                 }
             }
             if !differing.is_empty() {
@@ -288,11 +373,11 @@ impl Workspace {
                 ));
                 continue;
             }
-            for name in &absent {
-                let src = src_dir.join(name);
-                let bytes = fs::read(&src).map_err(StoreError::io(&src))?;
+            for (name, bytes) in &theirs_bytes {
                 let dst = dst_dir.join(name);
-                write_atomic(&dst, &bytes).map_err(StoreError::io(&dst))?;
+                if !dst.exists() {
+                    write_atomic(&dst, bytes).map_err(StoreError::io(&dst))?;
+                }
             }
             if !self.has_task(&e.task_id) {
                 missing.insert(e.task_id.clone());
@@ -307,7 +392,7 @@ impl Workspace {
         report.missing_tasks = missing.into_iter().collect();
         for run in &runs {
             if !bad_runs.contains(&run.id) && !options.skip_run_files {
-                self.merge_run_files(other, &run.id, &mut report)?;
+                self.merge_run_files(&theirs, &run.id, &mut report)?;
             }
         }
         let root = self.root().to_path_buf();
@@ -388,33 +473,28 @@ impl Workspace {
     /// differs here is a conflict, and ours is kept.
     fn merge_run_files(
         &self,
-        other: &Path,
+        theirs: &OtherWorkspace,
         run: &str,
         report: &mut MergeReport,
     ) -> Result<(), StoreError> {
-        let src_dir = other.join("runs").join(run);
-        let Ok(entries) = fs::read_dir(&src_dir) else {
-            return Ok(());
-        };
+        let rel = format!("runs/{run}");
         let dst_dir = self.runs_dir().join(run);
-        let mut names: Vec<String> = entries
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .filter(|n| !n.starts_with('.'))
-            .collect();
-        names.sort();
-        for name in names {
-            let (src, dst) = (src_dir.join(&name), dst_dir.join(&name));
+        for name in theirs.files(&rel)? {
+            if name.starts_with('.') {
+                continue;
+            }
+            let Some(bytes) = theirs.read(&format!("{rel}/{name}"))? else {
+                continue;
+            };
+            let dst = dst_dir.join(&name);
             if dst.exists() {
-                if !same_file(&src, &dst)? {
+                if !same_bytes(&dst, &bytes)? {
                     report.conflicts.push(format!(
                         "runs/{run}/{name}: differs from this workspace's; kept this workspace's"
                     ));
                 }
                 continue;
             }
-            let bytes = fs::read(&src).map_err(StoreError::io(&src))?;
             write_atomic(&dst, &bytes).map_err(StoreError::io(&dst))?;
         }
         Ok(())

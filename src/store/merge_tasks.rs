@@ -6,7 +6,8 @@
 //! when OTHER's is newer, together with the `task.toml` whose baseline that
 //! validation recorded. A bundle that differs in anything else is a
 //! conflict: reported, and this workspace's is kept. Merging twice changes
-//! nothing.
+//! nothing. OTHER's files are read beneath its descriptor, as the episodes
+//! are (see [`super::merge`]).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -14,8 +15,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::merge::OtherWorkspace;
 use super::{StoreError, TaskStatus, Workspace, TASK_CURATION_FILE};
 use crate::fsutil::{write_atomic, AtomicDir};
+use crate::task::FileTree;
 
 /// The file in a task bundle that holds its latest validation verdict.
 pub const VALIDATION_FILE: &str = "validation.json";
@@ -33,8 +36,14 @@ pub struct TaskMergeReport {
     pub conflicts: Vec<String>,
 }
 
-/// The regular files of bundle `dir` by path relative to it, but for the
-/// curation and verdict files (merged on their own terms).
+/// Whether `rel` is a file of a bundle merged on its own terms (curation,
+/// verdict, audit).
+fn own_terms(rel: &str) -> bool {
+    rel == TASK_CURATION_FILE || rel == VALIDATION_FILE || rel == AUDIT_FILE
+}
+
+/// The regular files of our bundle `dir` by path relative to it, but for
+/// those merged on their own terms.
 fn bundle_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, StoreError> {
     fn walk(
         root: &Path,
@@ -53,7 +62,7 @@ fn bundle_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, StoreError> {
                     .unwrap_or(&path)
                     .to_string_lossy()
                     .into_owned();
-                if rel != TASK_CURATION_FILE && rel != VALIDATION_FILE && rel != AUDIT_FILE {
+                if !own_terms(&rel) {
                     out.insert(rel, path);
                 }
             }
@@ -63,22 +72,6 @@ fn bundle_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, StoreError> {
     let mut out = BTreeMap::new();
     walk(dir, dir, &mut out)?;
     Ok(out)
-}
-
-/// Copy every regular file and directory below `src` into `dst`.
-fn copy_tree(src: &Path, dst: &Path) -> Result<(), StoreError> {
-    for entry in fs::read_dir(src).map_err(StoreError::io(src))? {
-        let entry = entry.map_err(StoreError::io(src))?;
-        let (from, to) = (entry.path(), dst.join(entry.file_name()));
-        let kind = entry.file_type().map_err(StoreError::io(&from))?;
-        if kind.is_dir() {
-            fs::create_dir_all(&to).map_err(StoreError::io(&to))?;
-            copy_tree(&from, &to)?;
-        } else if kind.is_file() {
-            fs::copy(&from, &to).map_err(StoreError::io(&from))?;
-        }
-    }
-    Ok(())
 }
 
 fn read(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
@@ -111,20 +104,19 @@ fn audited_at(bytes: &[u8]) -> String {
 }
 
 impl Workspace {
-    /// Task `id` is here and in the bundle directory `theirs` (a shard's):
+    /// Task `id` is here and in `theirs` (a shard's bundle, as read):
     /// take their `audit.json` when it is newer than ours (or we have
     /// none). Returns whether it was taken; the audit index is brought up
     /// to date by [`crate::audit`]'s re-index after the merge.
-    fn take_newer_audit(&self, id: &str, theirs: &Path) -> Result<bool, StoreError> {
-        let their_path = theirs.join(AUDIT_FILE);
-        let Some(their) = read(&their_path)? else {
+    fn take_newer_audit(&self, id: &str, theirs: &FileTree) -> Result<bool, StoreError> {
+        let Some(their) = theirs.0.get(AUDIT_FILE).map(|e| &e.bytes) else {
             return Ok(false);
         };
         let ours_path = self.task_dir(id).join(AUDIT_FILE);
-        if read(&ours_path)?.is_some_and(|o| audited_at(&o) >= audited_at(&their)) {
+        if read(&ours_path)?.is_some_and(|o| audited_at(&o) >= audited_at(their)) {
             return Ok(false);
         }
-        write_atomic(&ours_path, &their).map_err(StoreError::io(&ours_path))?;
+        write_atomic(&ours_path, their).map_err(StoreError::io(&ours_path))?;
         Ok(true)
     }
 
@@ -136,26 +128,31 @@ impl Workspace {
     /// Merge the task bundles and verdicts of the workspace at `other` into
     /// this one (see the module docs).
     pub fn merge_tasks_from(&self, other: &Path) -> Result<TaskMergeReport, StoreError> {
+        self.merge_tasks_from_open(&OtherWorkspace::open(other)?)
+    }
+
+    /// [`Self::merge_tasks_from`], from the other workspace opened.
+    pub(super) fn merge_tasks_from_open(
+        &self,
+        theirs: &OtherWorkspace,
+    ) -> Result<TaskMergeReport, StoreError> {
         let mut report = TaskMergeReport::default();
-        let dir = other.join("tasks");
-        let Ok(entries) = fs::read_dir(&dir) else {
-            return Ok(report);
-        };
-        let mut ids: Vec<String> = entries
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .filter(|id| crate::task::is_valid_id(id) && dir.join(id).join("task.toml").is_file())
+        let ids: Vec<String> = theirs
+            .subdirs("tasks")?
+            .into_iter()
+            .filter(|id| {
+                crate::task::is_valid_id(id) && theirs.is_file(&format!("tasks/{id}/task.toml"))
+            })
             .collect();
-        ids.sort();
         for id in ids {
-            let theirs = dir.join(&id);
+            let shown = theirs.path().join("tasks").join(&id);
+            let bundle = theirs.tree(&format!("tasks/{id}"))?;
             if !self.has_task(&id) {
                 let target = self.task_dir(&id);
                 let staging = AtomicDir::new(&target).map_err(StoreError::io(&target))?;
-                copy_tree(&theirs, staging.path())?;
+                crate::task::write_tree(staging.path(), &bundle)?;
                 let task = crate::task::read_native(staging.path(), &Default::default())
-                    .map_err(|e| StoreError::Invalid(format!("{}: {e}", theirs.display())));
+                    .map_err(|e| StoreError::Invalid(format!("{}: {e}", shown.display())));
                 let task = match task {
                     Ok(t) if t.id() == id => t,
                     Ok(t) => {
@@ -177,38 +174,39 @@ impl Workspace {
                 report.tasks_added += 1;
                 continue;
             }
-            self.merge_one_bundle(&id, &theirs, &mut report)?;
+            self.merge_one_bundle(&id, &bundle, &mut report)?;
         }
         Ok(report)
     }
 
-    /// Task `id` is here and at `theirs`: take their verdict when it is
+    /// Task `id` is here and `theirs` is its bundle there: take their verdict when it is
     /// newer (with the `task.toml` it recorded a baseline in); anything
     /// else that differs is a conflict.
     fn merge_one_bundle(
         &self,
         id: &str,
-        theirs: &Path,
+        theirs: &FileTree,
         report: &mut TaskMergeReport,
     ) -> Result<(), StoreError> {
         let ours_dir = self.task_dir(id);
-        let (ours, their_files) = (bundle_files(&ours_dir)?, bundle_files(theirs)?);
+        let ours = bundle_files(&ours_dir)?;
+        let their_files: BTreeMap<&String, &Vec<u8>> = theirs
+            .iter()
+            .filter(|(rel, _)| !own_terms(rel))
+            .map(|(rel, e)| (rel, &e.bytes))
+            .collect();
         let mut differing = Vec::new();
-        for name in ours.keys().chain(their_files.keys()) {
+        for name in ours.keys().chain(their_files.keys().copied()) {
             let a = ours.get(name).map(|p| read(p)).transpose()?.flatten();
-            let b = their_files
-                .get(name)
-                .map(|p| read(p))
-                .transpose()?
-                .flatten();
-            if a != b && !differing.contains(name) {
+            let b = their_files.get(name).copied();
+            if a.as_ref() != b && !differing.contains(name) {
                 differing.push(name.clone());
             }
         }
         if differing.iter().all(|n| n == "task.toml") {
             self.take_newer_audit(id, theirs)?;
         }
-        let their_verdict = read(&theirs.join(VALIDATION_FILE))?;
+        let their_verdict = theirs.0.get(VALIDATION_FILE).map(|e| e.bytes.clone());
         let our_verdict = read(&ours_dir.join(VALIDATION_FILE))?;
         let newer = match (&their_verdict, &our_verdict) {
             (Some(t), Some(o)) => t != o && validated_at(t) > validated_at(o),
@@ -239,11 +237,9 @@ impl Workspace {
             report.tasks_unchanged += 1;
             return Ok(());
         }
-        if !differing.is_empty() {
-            let from = theirs.join("task.toml");
-            let bytes = fs::read(&from).map_err(StoreError::io(&from))?;
+        if let Some(toml) = theirs.0.get("task.toml").filter(|_| !differing.is_empty()) {
             let to = ours_dir.join("task.toml");
-            write_atomic(&to, &bytes).map_err(StoreError::io(&to))?;
+            write_atomic(&to, &toml.bytes).map_err(StoreError::io(&to))?;
             let task = self.load_task(id)?;
             self.index_task(&task, TaskStatus::Candidate)?;
         }
@@ -318,5 +314,31 @@ mod tests {
         let r = main.merge_tasks_from(b.path()).unwrap();
         assert_eq!(r.conflicts.len(), 1, "{r:?}");
         assert!(r.conflicts[0].contains("instruction.md"), "{r:?}");
+    }
+
+    /// Issue 46: OTHER's verdict was read by path, following links: a
+    /// `validation.json` linking to a file outside OTHER was taken into
+    /// this workspace. It is refused, naming it, and nothing is taken.
+    #[test]
+    fn a_verdict_linking_out_of_the_other_workspace_is_refused() {
+        let (a, b, c) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let main = Workspace::open(a.path()).unwrap();
+        let other = Workspace::open(b.path()).unwrap();
+        let task = crate::task::Task::minimal("a");
+        main.add_task(&task, TaskStatus::Candidate).unwrap();
+        other.add_task(&task, TaskStatus::Candidate).unwrap();
+        let outside = c.path().join("verdict.json");
+        fs::write(&outside, verdict("2030-01-01T00:00:00Z")).unwrap();
+        std::os::unix::fs::symlink(&outside, other.validation_path(task.id())).unwrap();
+        let e = main.merge_tasks_from(b.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("validation.json") && e.contains("outside"),
+            "{e}"
+        );
+        assert!(!main.validation_path(task.id()).exists());
     }
 }

@@ -206,6 +206,25 @@ impl BundleDir {
             .collect())
     }
 
+    /// The names of the regular files (not links to some, nor FIFOs or
+    /// devices) in the directory `rel` (`""`: this directory), sorted;
+    /// none when `rel` is missing. Links on the way to `rel` are followed
+    /// only while they stay inside.
+    pub fn files(&self, rel: &str) -> Result<Vec<OsString>, SafeReadError> {
+        let Some(Found::Dir(fd)) = self.resolve(rel)? else {
+            return Ok(Vec::new());
+        };
+        let names = dirfd::list(fd.as_fd()).map_err(io_err(&self.shown(rel)))?;
+        Ok(names
+            .into_iter()
+            .filter(|n| {
+                dirfd::open_entry(fd.as_fd(), n)
+                    .and_then(|e| dirfd::stat(e.as_fd()))
+                    .is_ok_and(|st| st.kind == Kind::File)
+            })
+            .collect())
+    }
+
     /// Whether `rel` is a regular file (links inside followed).
     pub fn is_file(&self, rel: &str) -> bool {
         matches!(self.resolve(rel), Ok(Some(Found::File(..))))

@@ -7,6 +7,13 @@
 //! `agent/recording.cast`), as Harbor 0.26's pydantic models
 //! and `TrialPaths` lay them out. Only what endless uses is read;
 //! unknown fields are ignored, missing or mistyped ones refused by name.
+//!
+//! A job directory may be another user's, or written by an agent whose
+//! `/logs/agent` was bound to its trial directory: it is opened once and
+//! every file is read beneath its descriptor ([`BundleDir`]), regular
+//! files only, each within a size limit; a link that leads out of the job
+//! directory, a FIFO or a device is refused with an error naming it, and
+//! a `step_name` that is not one plain file name is refused by field.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +21,14 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::agent::atif::{read_atif, Trajectory};
+use crate::agent::atif::{parse_atif, Trajectory};
+use crate::task::{BundleDir, ReadLimits, SafeReadError};
+
+/// The largest JSON or text file of a trial read, in bytes.
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The largest trajectory or terminal recording read, in bytes.
+const MAX_LOG_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Why a directory could not be read as Harbor output.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +70,27 @@ pub enum HarborError {
     /// The trial's ATIF trajectory is malformed.
     #[error(transparent)]
     Atif(#[from] crate::agent::atif::AtifError),
+    /// A symbolic link in the job directory leads out of it.
+    #[error("{path}: symbolic link points outside the Harbor job directory ({target}); refusing to read it")]
+    EscapingLink {
+        /// The path read through the link.
+        path: PathBuf,
+        /// Where the link points.
+        target: PathBuf,
+    },
+    /// A file of the job directory is not a regular file, is over its
+    /// size limit, or changed while it was read.
+    #[error(transparent)]
+    Read(SafeReadError),
+}
+
+impl From<SafeReadError> for HarborError {
+    fn from(e: SafeReadError) -> Self {
+        match e {
+            SafeReadError::EscapingLink { path, target } => Self::EscapingLink { path, target },
+            other => Self::Read(other),
+        }
+    }
 }
 
 /// `TrialResult.agent_info`.
@@ -141,7 +176,8 @@ pub fn span(start: &str, end: &str) -> Option<f64> {
 /// One step of a multi-step trial (`StepResult`).
 #[derive(Debug, Clone, Deserialize)]
 pub struct StepResult {
-    /// The step's name (its directory under `steps/`).
+    /// The step's name (its directory under `steps/`: one plain file
+    /// name, checked when the trial is read).
     pub step_name: String,
     /// Its verifier's rewards.
     #[serde(default)]
@@ -210,21 +246,21 @@ pub struct Trial {
     /// Its rewards: `result.json`'s, else `verifier/reward.json`'s or
     /// `reward.txt`'s; `None` when the verifier did not run.
     pub rewards: Option<BTreeMap<String, f64>>,
-    /// The agent's ATIF trajectory (`agent/trajectory.json`), when it wrote one.
-    pub trajectory: Option<(PathBuf, Trajectory)>,
+    /// The agent's ATIF trajectory (`agent/trajectory.json`), when it
+    /// wrote one (its bytes: [`Job::trajectory_bytes`]).
+    pub trajectory: Option<Trajectory>,
     /// What the oracle's solution printed (`agent/oracle.txt`).
     pub oracle_log: Option<String>,
-    /// The agent's terminal recording (`agent/recording.cast`, asciicast
-    /// v2: Terminus-2 records its tmux pane with asciinema).
-    pub recording: Option<PathBuf>,
     /// The verifier's output (`verifier/test-stdout.txt`).
     pub test_stdout: Option<String>,
     /// The verifier's per-test report (`verifier/ctrf.json`).
     pub tests: Vec<CtrfTest>,
+    /// Its agent log directory, relative to the job directory.
+    agent: String,
 }
 
 /// A job (or a lone trial) as read from its directory.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Job {
     /// The job's name (`config.json`'s `job_name`, else the directory's).
     pub name: String,
@@ -232,24 +268,77 @@ pub struct Job {
     pub dir: PathBuf,
     /// Its trials, by trial name.
     pub trials: Vec<Trial>,
+    /// The job directory, open: the large files are read from it when
+    /// they are copied.
+    root: BundleDir,
 }
 
-fn read_text(path: &Path) -> Result<String, HarborError> {
-    std::fs::read_to_string(path).map_err(|source| HarborError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-fn optional_text(path: &Path) -> Result<Option<String>, HarborError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(HarborError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
+impl Job {
+    /// The bytes of `trial`'s ATIF trajectory (`None` when it has none),
+    /// read beneath the job directory.
+    pub fn trajectory_bytes(&self, trial: &Trial) -> Result<Option<Vec<u8>>, HarborError> {
+        if trial.trajectory.is_none() {
+            return Ok(None);
+        }
+        read_bytes(
+            &self.root,
+            &join(&trial.agent, "trajectory.json"),
+            MAX_LOG_BYTES,
+        )
     }
+
+    /// The agent's terminal recording of `trial` (`agent/recording.cast`,
+    /// asciicast v2: Terminus-2 records its tmux pane with asciinema),
+    /// read beneath the job directory; `None` when it made none.
+    pub fn recording(&self, trial: &Trial) -> Result<Option<Vec<u8>>, HarborError> {
+        read_bytes(
+            &self.root,
+            &join(&trial.agent, "recording.cast"),
+            MAX_LOG_BYTES,
+        )
+    }
+}
+
+/// `a/b`, or `b` when `a` is the job directory itself (`""`).
+fn join(a: &str, b: &str) -> String {
+    if a.is_empty() {
+        b.to_string()
+    } else {
+        format!("{a}/{b}")
+    }
+}
+
+/// The regular file `rel` beneath `root`, within `limit` bytes; `None`
+/// when there is none.
+fn read_bytes(root: &BundleDir, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, HarborError> {
+    let limits = ReadLimits {
+        max_file_bytes: limit,
+        ..ReadLimits::default()
+    };
+    Ok(root.read_file(rel, &limits)?.map(|e| e.bytes))
+}
+
+/// The UTF-8 file `rel` beneath `root` (`None` when there is none).
+fn optional_text(root: &BundleDir, rel: &str) -> Result<Option<String>, HarborError> {
+    let Some(bytes) = read_bytes(root, rel, MAX_FILE_BYTES)? else {
+        return Ok(None);
+    };
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| HarborError::Io {
+            path: root.shown(rel),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"),
+        })
+}
+
+/// Whether `rel` beneath `root` is a real directory (no link on the way).
+fn is_dir(root: &BundleDir, rel: &str) -> bool {
+    root.open_subdir(Path::new(rel)).is_ok()
+}
+
+/// Whether `name` is one plain file name (no `/`, not `.` or `..`).
+fn plain_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
 }
 
 /// Parse JSON `text` of `path` as `T`, naming the offending field.
@@ -262,15 +351,17 @@ fn parse<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, HarborError>
     })
 }
 
-/// Whether `dir/result.json` is a trial's (it names a `trial_name`).
-fn is_trial(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("result.json"))
+/// Whether `rel/result.json` beneath `root` is a trial's (it names a `trial_name`).
+fn is_trial(root: &BundleDir, rel: &str) -> bool {
+    optional_text(root, &join(rel, "result.json"))
         .ok()
+        .flatten()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .is_some_and(|v| v.get("trial_name").is_some())
 }
 
-/// Read a job directory, or a single trial directory, and every trial in it.
+/// Read a job directory, or a single trial directory, and every trial in
+/// it, beneath its descriptor (see the module docs).
 pub fn read_job(dir: &Path) -> Result<Job, HarborError> {
     let not_harbor = |why: &str| HarborError::NotHarbor {
         path: dir.to_path_buf(),
@@ -279,84 +370,96 @@ pub fn read_job(dir: &Path) -> Result<Job, HarborError> {
     if !dir.is_dir() {
         return Err(not_harbor("no such directory"));
     }
+    let root = BundleDir::open(dir)?;
     let dir_name = dir
         .canonicalize()
         .ok()
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "job".into());
-    if is_trial(dir) {
-        let trial = read_trial(dir)?;
+    if is_trial(&root, "") {
+        let trial = read_trial(&root, "")?;
         return Ok(Job {
             name: trial.result.trial_name.clone(),
             dir: dir.to_path_buf(),
             trials: vec![trial],
+            root,
         });
     }
-    let mut trial_dirs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| HarborError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .map(|e| e.path())
+    let trial_dirs: Vec<String> = root
+        .subdirs()?
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
         .collect();
-    trial_dirs.sort();
     if trial_dirs.is_empty() {
         return Err(not_harbor(
             "no result.json naming a trial_name, and no trial directories",
         ));
     }
-    let config = dir.join("config.json");
-    if !config.is_file() && !dir.join("result.json").is_file() {
+    if !root.is_file("config.json") && !root.is_file("result.json") {
         return Err(not_harbor("no job config.json or result.json"));
     }
-    let name = match optional_text(&config)? {
+    let name = match optional_text(&root, "config.json")? {
         Some(text) => {
             #[derive(Deserialize)]
             struct JobConfig {
                 job_name: Option<String>,
             }
-            parse::<JobConfig>(&config, &text)?.job_name
+            parse::<JobConfig>(&root.shown("config.json"), &text)?.job_name
         }
         None => None,
     }
     .unwrap_or(dir_name);
     let mut trials = Vec::new();
     for d in trial_dirs {
-        if !d.join("result.json").is_file() {
+        if !root.is_file(&join(&d, "result.json")) {
             return Err(HarborError::NotHarbor {
-                path: d,
+                path: root.shown(&d),
                 why: "a trial directory without result.json (the trial did not finish)".into(),
             });
         }
-        trials.push(read_trial(&d)?);
+        trials.push(read_trial(&root, &d)?);
     }
     trials.sort_by(|a, b| a.result.trial_name.cmp(&b.result.trial_name));
     Ok(Job {
         name,
         dir: dir.to_path_buf(),
         trials,
+        root,
     })
 }
 
-/// Read one trial directory.
-pub fn read_trial(dir: &Path) -> Result<Trial, HarborError> {
-    let result_path = dir.join("result.json");
-    let result: TrialResult = parse(&result_path, &read_text(&result_path)?)?;
+/// Read the trial directory `rel` beneath the job directory `root` (`""`:
+/// the job directory is the trial).
+fn read_trial(root: &BundleDir, rel: &str) -> Result<Trial, HarborError> {
+    let result_rel = join(rel, "result.json");
+    let result_path = root.shown(&result_rel);
+    let text = optional_text(root, &result_rel)?.ok_or_else(|| HarborError::Io {
+        path: result_path.clone(),
+        source: std::io::ErrorKind::NotFound.into(),
+    })?;
+    let result: TrialResult = parse(&result_path, &text)?;
+    for (i, step) in result.step_results.iter().flatten().enumerate() {
+        if !plain_name(&step.step_name) {
+            return Err(HarborError::Field {
+                path: result_path,
+                field: format!("step_results[{i}].step_name"),
+                why: format!("{:?} is not one plain file name", step.step_name),
+            });
+        }
+    }
     // A multi-step trial keeps each step's logs under `steps/<name>/`;
     // the last step's are the final state.
     let last_step = result
         .step_results
         .as_ref()
         .and_then(|s| s.last())
-        .map(|s| dir.join("steps").join(&s.step_name));
+        .map(|s| join(rel, &format!("steps/{}", s.step_name)));
     let logs = |sub: &str| {
-        let root = dir.join(sub);
+        let own = join(rel, sub);
         match &last_step {
-            Some(step) if !root.is_dir() => step.join(sub),
-            _ => root,
+            Some(step) if !is_dir(root, &own) => join(step, sub),
+            _ => own,
         }
     };
     let verifier = logs("verifier");
@@ -372,16 +475,16 @@ pub fn read_trial(dir: &Path) -> Result<Trial, HarborError> {
                 .find_map(|s| s.verifier_result.as_ref()?.rewards.clone())
         });
     if rewards.is_none() {
-        let json = verifier.join("reward.json");
-        if let Some(text) = optional_text(&json)? {
-            rewards = Some(parse(&json, &text)?);
+        let json = join(&verifier, "reward.json");
+        if let Some(text) = optional_text(root, &json)? {
+            rewards = Some(parse(&root.shown(&json), &text)?);
         }
     }
     if rewards.is_none() {
-        let txt = verifier.join("reward.txt");
-        if let Some(text) = optional_text(&txt)? {
+        let txt = join(&verifier, "reward.txt");
+        if let Some(text) = optional_text(root, &txt)? {
             let value: f64 = text.trim().parse().map_err(|_| HarborError::Field {
-                path: txt.clone(),
+                path: root.shown(&txt),
                 field: ".".into(),
                 why: format!("{:?} is not a number", text.trim()),
             })?;
@@ -393,31 +496,33 @@ pub fn read_trial(dir: &Path) -> Result<Trial, HarborError> {
             path: result_path,
             why: format!(
                 "no verifier_result.rewards, no {} or reward.json, and no exception_info saying why",
-                verifier.join("reward.txt").display()
+                root.shown(&join(&verifier, "reward.txt")).display()
             ),
         });
     }
     let agent = logs("agent");
-    let traj_path = agent.join("trajectory.json");
-    let trajectory = if traj_path.is_file() {
-        Some((traj_path.clone(), read_atif(&traj_path)?))
-    } else {
-        None
+    let traj = join(&agent, "trajectory.json");
+    let trajectory = match read_bytes(root, &traj, MAX_LOG_BYTES)? {
+        Some(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            Some(parse_atif(&root.shown(&traj), &text)?)
+        }
+        None => None,
     };
-    let ctrf = verifier.join("ctrf.json");
-    let tests = match optional_text(&ctrf)? {
-        Some(text) => read_ctrf(&ctrf, &text)?,
+    let ctrf = join(&verifier, "ctrf.json");
+    let tests = match optional_text(root, &ctrf)? {
+        Some(text) => read_ctrf(&root.shown(&ctrf), &text)?,
         None => Vec::new(),
     };
     Ok(Trial {
-        dir: dir.to_path_buf(),
+        dir: root.shown(rel),
         rewards,
         trajectory,
-        oracle_log: optional_text(&agent.join("oracle.txt"))?,
-        recording: Some(agent.join("recording.cast")).filter(|p| p.is_file()),
-        test_stdout: optional_text(&verifier.join("test-stdout.txt"))?,
+        oracle_log: optional_text(root, &join(&agent, "oracle.txt"))?,
+        test_stdout: optional_text(root, &join(&verifier, "test-stdout.txt"))?,
         tests,
         result,
+        agent,
     })
 }
 

@@ -97,7 +97,7 @@ fn tail(text: &str, n: usize) -> &str {
 /// The steps of a trial: its ATIF trajectory's, or the oracle's one
 /// command (`solution/solve.sh`, its output in `agent/oracle.txt`).
 fn trial_steps(trial: &Trial) -> (Vec<ChatMessage>, Vec<Step>, TokenUsage) {
-    if let Some((_, doc)) = &trial.trajectory {
+    if let Some(doc) = &trial.trajectory {
         let t = atif_to_steps(doc);
         return (t.messages, t.steps, t.tokens);
     }
@@ -309,13 +309,11 @@ pub fn import_harbor(ws: &Workspace, dir: &Path, run: Option<&str>) -> Result<Im
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
         write(&paths.trajectory, &trajectory_lines(e, messages)?)?;
-        if let Some(cast) = &trial.recording {
-            std::fs::copy(cast, &paths.cast)
-                .with_context(|| format!("copying {}", cast.display()))?;
+        // Read beneath the job directory again, as the trial was.
+        if let Some(cast) = job.recording(trial)? {
+            write(&paths.cast, &cast)?;
         }
-        if let Some((source, _)) = &trial.trajectory {
-            let bytes =
-                std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+        if let Some(bytes) = job.trajectory_bytes(trial)? {
             write(&paths.result.with_extension("atif.json"), &bytes)?;
         }
         write(&paths.result, &serde_json::to_vec_pretty(e)?)?;

@@ -123,6 +123,64 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// `s` as one argument of an `#SBATCH` line: in double quotes, with `"`
+/// and `\` escaped (sbatch's rules; an unquoted `#` or space would end it).
+fn sbatch_quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', r"\\").replace('"', r#"\""#))
+}
+
+/// Refuse `value` (of `what`) when it holds a control character: a
+/// newline would start a line of the batch script of its own.
+fn no_control(what: &str, value: &str) -> Result<()> {
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        bail!("{what} {value:?}: holds the control character {c:?}, which would break the batch script");
+    }
+    Ok(())
+}
+
+/// Check every value of `req` that goes into the batch scripts, naming
+/// the option of one that does not fit.
+fn check_request(req: &SubmitRequest) -> Result<()> {
+    if let Some(p) = &req.partition {
+        let ok = !p.is_empty()
+            && p.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b','));
+        if !ok {
+            bail!("--partition {p:?}: use letters, digits, '-', '_' and '.' (a list: separated by ',')");
+        }
+    }
+    if let Some(t) = &req.time {
+        let unlimited = ["unlimited", "infinite"]
+            .iter()
+            .any(|u| t.eq_ignore_ascii_case(u));
+        let clock = t.starts_with(|c: char| c.is_ascii_digit())
+            && t.bytes()
+                .all(|c| c.is_ascii_digit() || matches!(c, b':' | b'-'));
+        if !unlimited && !clock {
+            bail!(
+                "--time {t:?}: use Slurm's forms (`MINUTES`, `H:MM:SS`, `D-HH:MM:SS`, `UNLIMITED`)"
+            );
+        }
+    }
+    if let Some(m) = &req.mem {
+        let digits = m
+            .strip_suffix(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't'])
+            .unwrap_or(m);
+        if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+            bail!(
+                "--mem {m:?}: use a number of megabytes, or one with a unit (`512M`, `8G`, `1T`)"
+            );
+        }
+    }
+    if req.cpus == Some(0) {
+        bail!("--cpus 0: ask for at least one CPU");
+    }
+    for word in &req.command {
+        no_control("the command's word", word)?;
+    }
+    Ok(())
+}
+
 /// A job name usable as a directory and Slurm job name.
 fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
@@ -167,7 +225,7 @@ fn array_script(job: &SlurmJob, req: &SubmitRequest, exe: &Path) -> String {
          #   sbatch --array=0-{last} {script}\n\
          # or re-run shard I alone with `sbatch --array=I {script}`.\n\
          #SBATCH --job-name={name}\n\
-         #SBATCH --output={logs}/shard-%a.out\n\
+         #SBATCH --output={logs}\n\
          {resources}\
          set -uo pipefail\n\
          I=\"${{SLURM_ARRAY_TASK_ID:?submit this script as a job array: sbatch --array=0-{last} {script}}}\"\n\
@@ -183,7 +241,11 @@ fn array_script(job: &SlurmJob, req: &SubmitRequest, exe: &Path) -> String {
         last = n.saturating_sub(1),
         script = sh_quote(&job.array_script().to_string_lossy()),
         name = job.name,
-        logs = job.dir.join("logs").display(),
+        // `%` is the log name's pattern character: a literal one is `%%`.
+        logs = sbatch_quote(&format!(
+            "{}/shard-%a.out",
+            job.dir.join("logs").to_string_lossy().replace('%', "%%")
+        )),
         resources = resource_lines(req, true),
         exe = sh_quote(&exe.to_string_lossy()),
         dir = sh_quote(&job.dir.to_string_lossy()),
@@ -203,7 +265,7 @@ fn merge_script(job: &SlurmJob, req: &SubmitRequest, exe: &Path, main: &Path) ->
          set -euo pipefail\n\
          exec {exe} --workspace {main} workspace merge {dir}\n",
         name = job.name,
-        log = job.merge_log().display(),
+        log = sbatch_quote(&job.merge_log().to_string_lossy().replace('%', "%%")),
         resources = resource_lines(req, false),
         exe = sh_quote(&exe.to_string_lossy()),
         main = sh_quote(&main.to_string_lossy()),
@@ -241,6 +303,7 @@ fn sbatch(args: &[String], script: &Path) -> Result<String> {
 /// `slurm/<name>/`, and submit them (unless `req.submit` is off).
 pub fn submit(ctx: &Context, req: &SubmitRequest) -> Result<SlurmJob> {
     let kind = command_kind(&req.command)?;
+    check_request(req)?;
     if req.shards == 0 || req.shards > crate::store::MAX_SHARDS {
         bail!("--shards must be 1 to {}", crate::store::MAX_SHARDS);
     }
@@ -253,6 +316,9 @@ pub fn submit(ctx: &Context, req: &SubmitRequest) -> Result<SlurmJob> {
     };
     check_name(&name)?;
     let dir = root.join(SLURM_DIR).join(&name);
+    no_control("the workspace path", &dir.to_string_lossy())?;
+    let exe = std::env::current_exe().context("finding the endless binary")?;
+    no_control("the endless binary's path", &exe.to_string_lossy())?;
     // A job written with --no-submit is submitted by the same command
     // without it; one submitted already is not submitted twice.
     if let Some(old) = jobs(ctx, Some(&name))
@@ -276,7 +342,6 @@ pub fn submit(ctx: &Context, req: &SubmitRequest) -> Result<SlurmJob> {
     std::fs::create_dir_all(dir.join("logs"))
         .with_context(|| format!("creating {}", dir.display()))?;
     make_shard_workspaces(&main, &dir, req.shards)?;
-    let exe = std::env::current_exe().context("finding the endless binary")?;
     let mut job = SlurmJob {
         name,
         kind: kind.to_string(),
@@ -612,7 +677,7 @@ mod tests {
         };
         let array = array_script(&job, &req, Path::new("/bin/endless"));
         assert!(
-            array.contains("#SBATCH --output=/ws/slurm/v1/logs/shard-%a.out"),
+            array.contains("#SBATCH --output=\"/ws/slurm/v1/logs/shard-%a.out\"\n"),
             "{array}"
         );
         assert!(array.contains("#SBATCH --partition=debug\n#SBATCH --time=0:10:00\n#SBATCH --cpus-per-task=2\n#SBATCH --mem=1G\n"), "{array}");
@@ -626,5 +691,147 @@ mod tests {
             "{merge}"
         );
         assert!(!merge.contains("--time"), "{merge}");
+    }
+
+    /// Issue 46: a value with a newline became a line of the script (an
+    /// `#SBATCH` directive of the caller's choosing, or a shell command).
+    #[test]
+    fn option_values_that_would_break_the_script_are_refused_by_option() {
+        let ok = SubmitRequest {
+            partition: Some("gpu,debug".into()),
+            time: Some("1-02:00:00".into()),
+            cpus: Some(4),
+            mem: Some("8G".into()),
+            command: words("tasks validate --all"),
+            ..Default::default()
+        };
+        check_request(&ok).unwrap();
+        for time in ["30", "0:10:00", "UNLIMITED"] {
+            let r = SubmitRequest {
+                time: Some(time.into()),
+                ..ok.clone()
+            };
+            check_request(&r).unwrap();
+        }
+        let nl = "1\n#SBATCH --uid=0\ntouch /tmp/pwned";
+        let bad = [
+            (
+                SubmitRequest {
+                    partition: Some(nl.into()),
+                    ..ok.clone()
+                },
+                "--partition",
+            ),
+            (
+                SubmitRequest {
+                    partition: Some("a b".into()),
+                    ..ok.clone()
+                },
+                "--partition",
+            ),
+            (
+                SubmitRequest {
+                    time: Some(nl.into()),
+                    ..ok.clone()
+                },
+                "--time",
+            ),
+            (
+                SubmitRequest {
+                    time: Some("1:00 #".into()),
+                    ..ok.clone()
+                },
+                "--time",
+            ),
+            (
+                SubmitRequest {
+                    mem: Some(nl.into()),
+                    ..ok.clone()
+                },
+                "--mem",
+            ),
+            (
+                SubmitRequest {
+                    mem: Some("8GB\r".into()),
+                    ..ok.clone()
+                },
+                "--mem",
+            ),
+            (
+                SubmitRequest {
+                    cpus: Some(0),
+                    ..ok.clone()
+                },
+                "--cpus",
+            ),
+            (
+                SubmitRequest {
+                    command: vec!["eval".into(), format!("--policy={nl}")],
+                    ..ok.clone()
+                },
+                "the command's word",
+            ),
+        ];
+        for (req, option) in bad {
+            let e = check_request(&req).unwrap_err().to_string();
+            assert!(e.starts_with(option), "{req:?}: {e}");
+        }
+        assert!(no_control("the workspace path", "/ws/a\nb").is_err());
+        no_control("the workspace path", "/ws/with space/#1").unwrap();
+    }
+
+    /// Paths with spaces, quotes, `#` and `%` stay one argument of their
+    /// `#SBATCH` line (sbatch's quoting) and one word of the shell's.
+    #[test]
+    fn odd_workspace_paths_are_quoted_for_sbatch_and_the_shell() {
+        let dir = "/ws/my \"runs\" #2 100%/slurm/v1";
+        let job = SlurmJob {
+            name: "v1".into(),
+            kind: "eval".into(),
+            shards: 2,
+            command: words("eval --policy oracle"),
+            dir: dir.into(),
+            array_job: None,
+            merge_job: None,
+            created_at: String::new(),
+        };
+        let req = SubmitRequest::default();
+        let array = array_script(&job, &req, Path::new("/opt/my endless/endless"));
+        assert!(
+            array.contains(
+                "#SBATCH --output=\"/ws/my \\\"runs\\\" #2 100%%/slurm/v1/logs/shard-%a.out\"\n"
+            ),
+            "{array}"
+        );
+        assert!(
+            array.contains("'/opt/my endless/endless' --workspace '/ws/my \"runs\" #2 100%/slurm/v1'/shard-\"$I\""),
+            "{array}"
+        );
+        let merge = merge_script(
+            &job,
+            &req,
+            Path::new("/bin/endless"),
+            Path::new("/ws/my ws"),
+        );
+        assert!(
+            merge.contains(
+                "#SBATCH --output=\"/ws/my \\\"runs\\\" #2 100%%/slurm/v1/logs/merge.out\"\n"
+            ),
+            "{merge}"
+        );
+        assert!(
+            merge.contains("--workspace '/ws/my ws' workspace merge"),
+            "{merge}"
+        );
+        // Each script is the lines it was written with, and bash reads it.
+        for script in [&array, &merge] {
+            let sbatch_lines = script.lines().filter(|l| l.starts_with("#SBATCH")).count();
+            assert_eq!(sbatch_lines, 2, "{script}");
+            let out = Command::new("bash")
+                .args(["-n", "-c", script])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{script}: {out:?}");
+        }
     }
 }

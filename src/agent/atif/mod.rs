@@ -3,7 +3,7 @@
 //! ([`episode_to_atif`], `endless episodes export --format atif`, and
 //! `<n>.atif.json` beside each result with `[record] atif = true`), and
 //! ATIF documents from other harnesses read back as endless steps
-//! ([`read_atif`], [`atif_to_steps`]) for `endless episodes import`.
+//! ([`parse_atif`], [`atif_to_steps`]) for `endless episodes import`.
 
 mod reader;
 mod schema;
@@ -12,7 +12,7 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 
-pub use reader::{atif_to_steps, parse_atif, read_atif, ImportedTrajectory};
+pub use reader::{atif_to_steps, parse_atif, ImportedTrajectory};
 pub use schema::{
     Agent, AtifStep, Content, FinalMetrics, Metrics, Observation, ObservationResult, Source,
     ToolCall, Trajectory, SCHEMA_VERSION,

@@ -19,7 +19,9 @@ const COMMAND_ARGS: &[&str] = &["command", "keystrokes", "cmd", "script", "code"
 
 /// Parse `text` (the contents of `path`) as an ATIF document: every field
 /// the spec requires present with its type, a known `schema_version`,
-/// `step_id`s 1, 2, 3, ... Errors name the file and the field.
+/// `step_id`s 1, 2, 3, ... Errors name the file and the field. The caller
+/// reads the file (a Harbor job's beneath the job directory's descriptor:
+/// see `workbench::harbor_job`).
 pub fn parse_atif(path: &Path, text: &str) -> Result<Trajectory, AtifError> {
     let de = &mut serde_json::Deserializer::from_str(text);
     let doc: Trajectory = serde_path_to_error::deserialize(de).map_err(|e| AtifError::Field {
@@ -57,15 +59,6 @@ pub fn parse_atif(path: &Path, text: &str) -> Result<Trajectory, AtifError> {
         }
     }
     Ok(doc)
-}
-
-/// Read and parse the ATIF file at `path` (see [`parse_atif`]).
-pub fn read_atif(path: &Path) -> Result<Trajectory, AtifError> {
-    let text = std::fs::read_to_string(path).map_err(|source| AtifError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_atif(path, &text)
 }
 
 /// An ATIF trajectory as endless sees an episode.
