@@ -1166,3 +1166,6 @@ mod sandbox_exec_users;
 // Modules planted for the sealed verifier environment (`[verifier] packages`).
 #[path = "attacks/verifier_site_packages.rs"]
 mod verifier_site_packages;
+// Verdicts an agent cannot dodge: cut reports, Harbor-style test scripts.
+#[path = "attacks/verdicts.rs"]
+mod verdicts;

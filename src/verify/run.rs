@@ -23,7 +23,7 @@ use crate::sandbox::{
 use crate::task::formats::VerifierEnvSpec;
 use crate::task::{write_tree, Task};
 
-use super::junit::parse_junit;
+use super::junit::{read_junit, JunitRead};
 
 /// The host interpreter the verifier's runtime runs (with its pytest).
 pub const PYTHON: &str = "/usr/bin/python3";
@@ -260,18 +260,13 @@ fn run_pytest(
             None => sealed.into(),
         }));
     }
-    check_report_size(junit.len())?;
     let junit_xml = String::from_utf8_lossy(&junit).into_owned();
-    let tests = if junit_xml.is_empty() {
-        Vec::new()
-    } else {
-        parse_junit(&junit_xml)?
-    };
+    let (tests, cut) = report_cases(&junit_xml, junit.len())?;
     let mut output = out.output;
     if out.timed_out {
         output.push_str(&format!("\n[verifier timed out after {timeout:?}]"));
     }
-    let passed = out.code == Some(0) && !tests.is_empty() && tests.iter().all(|t| t.passed);
+    let passed = !cut && out.code == Some(0) && !tests.is_empty() && tests.iter().all(|t| t.passed);
     Ok(TestReport {
         tests,
         passed,
@@ -426,20 +421,53 @@ fn pass_through(options: &[String], env: Option<&VerifierEnvSpec>) -> Vec<String
 
 /// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture,
 /// behind both the fresh and the pre-warmed verifier. A report that reaches
-/// it was cut, or may have been.
+/// it was cut, or may have been. (The verifier bounds the failure text a
+/// report carries, see `bounded_report` in `assets/verifier/verifier.py`,
+/// so that what a test quotes does not bring it there.)
 pub const MAX_REPORT_BYTES: usize = crate::sandbox::CAPTURE_LIMIT;
 
-/// Refuse a JUnit report of `len` bytes that reached [`MAX_REPORT_BYTES`]:
-/// the cases after the cut are missing, so any score of it would be wrong
-/// (issue 30, gap 3). The verification is an error, unscored.
-fn check_report_size(len: usize) -> Result<(), SandboxError> {
-    if len < MAX_REPORT_BYTES {
-        return Ok(());
+/// The most placeholder cases a cut report gets for the tests it lost.
+const MAX_MISSING: usize = 100_000;
+
+/// The test cases of the JUnit report `xml` (`kept` bytes of the result
+/// pipe), and whether it was cut (it reached [`MAX_REPORT_BYTES`], or stops
+/// before its end). A cut report is a failed verification, never an error
+/// (issue 46: an agent that could cut it at will would leave its failure
+/// out of the pass rate): the cases it holds whole keep their results; the
+/// one it stops inside, and every other test its suites declare but it
+/// lost, fail.
+fn report_cases(xml: &str, kept: usize) -> Result<(Vec<TestCase>, bool), SandboxError> {
+    if xml.is_empty() {
+        return Ok((Vec::new(), false));
     }
-    Err(SandboxError::Verify(format!(
-        "the JUnit report reached the {} MiB capture limit of the verifier's result pipe ({len} bytes kept) and was cut; a partial report is not scored (shorten the tests' failure messages or output)",
+    let read = read_junit(xml)?;
+    if !read.cut && kept < MAX_REPORT_BYTES {
+        return Ok((read.cases, false));
+    }
+    Ok((cut_report(read, kept), true))
+}
+
+/// The cases of a cut report (see [`report_cases`]): at least one fails.
+fn cut_report(read: JunitRead, kept: usize) -> Vec<TestCase> {
+    let why = format!(
+        "the JUnit report was cut before this test's result ({kept} bytes kept; the verifier's result pipe keeps {} MiB): a test without a result counts as failed",
         MAX_REPORT_BYTES >> 20
-    )))
+    );
+    let lost = |name: String| TestCase {
+        name,
+        passed: false,
+        message: why.clone(),
+    };
+    let mut tests = read.cases;
+    let cut_inside = read.unfinished.is_some();
+    tests.extend(read.unfinished.map(lost));
+    let missing = read.declared.saturating_sub(tests.len()).min(MAX_MISSING);
+    match missing {
+        0 if cut_inside => {}
+        0 => tests.push(lost("endless::cut_report".into())),
+        n => tests.extend((1..=n).map(|i| lost(format!("endless::cut_report::missing_{i}")))),
+    }
+    tests
 }
 
 /// The plugins every run blocks (no cache directory is written).
@@ -849,15 +877,41 @@ mod tests {
         );
     }
 
+    const REPORT: &str = r#"<testsuites><testsuite name="pytest" tests="3"><testcase classname="test_f" name="test_ok" /><testcase classname="test_f" name="test_quotes"><failure message="AssertionError: XXXX">XXXXXXXX</failure></testcase><testcase classname="test_f" name="test_last" /></testsuite></testsuites>"#;
+
     #[test]
-    fn a_report_at_the_capture_limit_is_an_error_naming_it() {
-        assert!(check_report_size(0).is_ok());
-        assert!(check_report_size(MAX_REPORT_BYTES - 1).is_ok());
-        for len in [MAX_REPORT_BYTES, MAX_REPORT_BYTES + 16383] {
-            let err = check_report_size(len).unwrap_err();
-            assert!(matches!(err, SandboxError::Verify(_)), "{err}");
-            assert!(err.to_string().contains("16 MiB capture limit"), "{err}");
+    fn a_cut_report_is_a_failure_with_every_lost_test_failed() {
+        let (whole, cut) = report_cases(REPORT, REPORT.len()).unwrap();
+        assert!(!cut && whole.len() == 3);
+        for at in 1..REPORT.len() {
+            let (tests, cut) = report_cases(&REPORT[..at], at)
+                .unwrap_or_else(|e| panic!("cut at {at}: an error: {e}"));
+            assert!(cut, "cut at {at}: not seen as cut");
+            assert!(tests.iter().any(|t| !t.passed), "cut at {at}: {tests:?}");
+            // The lost tests count: never fewer cases than the suite declares.
+            let declared = at > REPORT.find("<testcase").unwrap();
+            assert!(!declared || tests.len() >= 3, "cut at {at}: {tests:?}");
         }
+        // Cut inside the failing test's text: it is named, and failed.
+        let at = REPORT.find("XXXXXXXX<").unwrap() + 4;
+        let (tests, _) = report_cases(&REPORT[..at], at).unwrap();
+        let names: Vec<(&str, bool)> = tests.iter().map(|t| (t.name.as_str(), t.passed)).collect();
+        assert_eq!(
+            names,
+            [
+                ("test_f::test_ok", true),
+                ("test_f::test_quotes", false),
+                ("endless::cut_report::missing_1", false)
+            ]
+        );
+        assert!(tests[1]
+            .message
+            .contains("without a result counts as failed"));
+        // Whole but at the capture limit (more may have been dropped): failed.
+        let (tests, cut) = report_cases(REPORT, MAX_REPORT_BYTES).unwrap();
+        assert!(cut && tests.len() == 4 && !tests[3].passed, "{tests:?}");
+        // Malformed before its end: still an error.
+        assert!(report_cases("<testsuite><testcase name='a'></testsuite>", 40).is_err());
     }
 
     #[test]
