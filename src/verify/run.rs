@@ -594,18 +594,57 @@ fn run_script(
     result
 }
 
-/// The script's reward file (`reward.txt`, else `reward.json`), as the
-/// script is run: written to fd 3 with `txt:` or `json:` before it.
-const REWARD_TO_FD3: &str =
-    "if [ -f /logs/verifier/reward.txt ] && [ ! -L /logs/verifier/reward.txt ]; then \
-     printf txt: >&3; head -c 64 /logs/verifier/reward.txt >&3; \
-     elif [ -f /logs/verifier/reward.json ] && [ ! -L /logs/verifier/reward.json ]; then \
-     printf json: >&3; head -c 4096 /logs/verifier/reward.json >&3; fi";
+/// How a verifier script `script` (of `/tests`) runs, in a shell whose
+/// working directory it makes `workdir`, and how its reward leaves: the
+/// shell first holds `/logs/verifier` as its own working directory (the
+/// reward files are read there, even if the directory is renamed or
+/// replaced meanwhile), runs the script in a child without fd 3 (the
+/// result pipe: nothing the script runs may write a reward on it), then
+/// kills every process of the sandbox started since it began (what the
+/// script left running, which could rewrite the reward before it is read),
+/// and writes to fd 3 what [`parse_reward`] reads: `killed:STATUS` when the
+/// script's shell was killed by a signal (a status over 128: a program it
+/// ran may have killed it after writing a reward), `survived:` when some
+/// process outlived it, else the reward file (`reward.txt`, else
+/// `reward.json`, a regular file of this shell's user, not a link) with
+/// `txt:` or `json:` before it. Sets `st` to the script's exit status.
+fn script_and_reward(script: &str, workdir: &str) -> String {
+    let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    format!(
+        "cd /logs/verifier || exit 125; \
+         _start() {{ local l; read -r l < \"/proc/$1/stat\" || return 1; l=${{l##*) }}; set -- $l; \
+         [ \"$1\" != Z ] || return 1; REPLY=${{20}}; }}; \
+         since=; ! _start $$ 2>/dev/null || since=$REPLY; \
+         ( {{ cd {workdir} 2>/dev/null || cd /; }}; exec bash {script} ) 3>&-; st=$?; \
+         left=1; for ((round = 0; round < 50 && left && ${{#since}}; round++)); do left=0; \
+         for d in /proc/[0-9]*; do p=${{d#/proc/}}; [ \"$p\" != $$ ] || continue; \
+         _start \"$p\" 2>/dev/null || continue; [ \"$REPLY\" -ge \"$since\" ] || continue; \
+         kill -9 \"$p\" 2>/dev/null && left=1; done; done; \
+         if [ $st -gt 128 ]; then printf 'killed:%s' $st >&3; \
+         elif [ $left = 1 ]; then printf 'survived:' >&3; \
+         elif [ -f reward.txt ] && [ ! -L reward.txt ] && [ -O reward.txt ]; then \
+         printf txt: >&3; head -c 64 reward.txt >&3; \
+         elif [ -f reward.json ] && [ ! -L reward.json ] && [ -O reward.json ]; then \
+         printf json: >&3; head -c 4096 reward.json >&3; fi; cd /",
+        workdir = q(workdir),
+        script = q(&format!("/tests/{script}")),
+    )
+}
 
-/// The reward a verifier script reported on fd 3 (see [`REWARD_TO_FD3`]):
+/// The reward a verifier script reported on fd 3 (see [`script_and_reward`]):
 /// a number in `reward.txt`, or in `reward.json` the number under
 /// `"reward"` (or its only number). `Err`: what was wrong with it.
 fn parse_reward(fd3: &str) -> Result<f64, String> {
+    if let Some(status) = fd3.strip_prefix("killed:") {
+        return Err(format!(
+            "the verifier script was killed (its shell ended with status {status}): the reward of a script that did not end on its own is not read"
+        ));
+    }
+    if fd3.starts_with("survived:") {
+        return Err(
+            "processes the verifier script started could not all be killed before its reward was read: it is not read".into(),
+        );
+    }
     if let Some(text) = fd3.strip_prefix("txt:") {
         return text.trim().parse::<f64>().map_err(|_| {
             format!(
@@ -692,13 +731,8 @@ fn run_script_sealed(
         .map(|(path, file)| (format!("tests/{path}"), file.bytes.clone()))
         .collect();
     files.extend(script_env_bin(env));
-    let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let workdir = session.info().workdir.clone();
-    let body = format!(
-        "{{ cd {workdir} 2>/dev/null || cd /; }}; bash /tests/{script}; st=$?; {REWARD_TO_FD3}; exit $st",
-        workdir = q(&workdir),
-        script = q(script).trim_matches('\''),
-    );
+    let body = format!("{}; exit $st", script_and_reward(script, &workdir));
     let mut env_vars = user_env(session);
     for (k, v) in env_vars.iter_mut() {
         if k == "PATH" {
@@ -735,13 +769,10 @@ fn run_script_in(
 ) -> Result<TestReport, SandboxError> {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let body = format!(
-        "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests && \
-         {{ cd {workdir} 2>/dev/null || cd /; }} && \
-         bash /tests/{script}; st=$?; {REWARD_TO_FD3}; \
-         rm -rf /tests; exit $st",
+        "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests || exit 125; \
+         {}; rm -rf /tests; exit $st",
+        script_and_reward(script, workdir),
         run = q(inside_run),
-        workdir = q(workdir),
-        script = q(script).trim_matches('\'')
     );
     let mut argv = clean_env(inside_run);
     argv.extend(["/bin/bash".to_string(), "-c".to_string(), body]);
@@ -750,7 +781,7 @@ fn run_script_in(
 }
 
 /// The report of a verifier script that ended with `out`, having written
-/// `reward` to fd 3 (see [`REWARD_TO_FD3`]).
+/// `reward` to fd 3 (see [`script_and_reward`]).
 fn script_report(
     script: &str,
     out: CommandOutput,
@@ -851,6 +882,14 @@ mod tests {
         assert!(parse_reward("json:{\"reward\": \"1\"}").is_err());
         assert!(parse_reward("json:{").unwrap_err().contains("not JSON"));
         assert!(parse_reward("").unwrap_err().contains("wrote no"));
+        // A script killed by a signal, or that left a process that could
+        // not be killed: no reward is read.
+        assert!(parse_reward("killed:137")
+            .unwrap_err()
+            .contains("status 137"));
+        assert!(parse_reward("survived:")
+            .unwrap_err()
+            .contains("could not all be killed"));
     }
 
     #[test]
