@@ -1173,3 +1173,6 @@ mod build_output_links;
 // import`) and other workspaces (`workspace merge`).
 #[path = "attacks/untrusted_dirs.rs"]
 mod untrusted_dirs;
+// Verdicts an agent cannot dodge: cut reports, Harbor-style test scripts.
+#[path = "attacks/verdicts.rs"]
+mod verdicts;

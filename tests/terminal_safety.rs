@@ -106,3 +106,57 @@ fn task_text_and_agent_commands_print_escaped() {
     assert!(eval.status.success());
     assert_no_escape("eval", &eval.stdout);
 }
+
+/// Issue 46, breach 5: `run --policy human` shows the task's instruction to
+/// the operator, on their terminal: an OSC 52 clipboard write, a window
+/// title, a screen clear and a lone carriage return (which would overwrite
+/// the line shown) print as visible escapes, never raw.
+#[test]
+fn the_human_policy_shows_the_instruction_escaped() {
+    let ws = tempfile::tempdir().unwrap();
+    let bundles = tempfile::tempdir().unwrap();
+    let id = write_task(bundles.path());
+    let title = "\x1b]0;pwned-title\x07";
+    std::fs::write(
+        bundles.path().join(&id).join("instruction.md"),
+        format!(
+            "Create ~/done.{OSC52}{title}{CLEAR}\x1b[H Fake prompt\rOVERWRITTEN\r\nLast line.\n"
+        ),
+    )
+    .unwrap();
+    let imported = endless(
+        ws.path(),
+        &["tasks", "import", &bundles.path().display().to_string()],
+    );
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    // stdin is closed: the human policy reads end of input and finishes.
+    let run = endless(ws.path(), &["run", &id, "--policy", "human"]);
+    let shown = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        shown.contains("Create ~/done."),
+        "the instruction was not shown: {shown}"
+    );
+    for (what, bytes) in [
+        ("run --policy human (stderr)", &run.stderr),
+        ("run --policy human", &run.stdout),
+    ] {
+        assert_no_escape(what, bytes);
+        assert!(
+            !bytes.contains(&b'\r'),
+            "{what} printed a carriage return:\n{}",
+            String::from_utf8_lossy(bytes).escape_debug()
+        );
+    }
+    assert!(
+        shown.contains("\\x1b]52;c;aGk=\\x07\\x1b]0;pwned-title\\x07\\x1b[2J"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Fake prompt\\x0dOVERWRITTEN\nLast line."),
+        "{shown}"
+    );
+}

@@ -262,3 +262,87 @@ fn remembered_statement_ranges_parsers_and_plugin_fixtures_change_no_report() {
         "attributes looked at for fixtures: {memo_lookups} remembered against {plain_lookups}"
     );
 }
+
+/// Runs pytest on a passing test, one that fails quoting a 12 MB line (as
+/// an agent's file quoted in an assertion message) and one more test with
+/// a 20,000-character name, writes the JUnit XML, and writes the report the
+/// program passes on (`bounded_report`) to the file argv[2], and the XML's
+/// size before on stderr.
+const BOUNDED: &str = r#"
+import os, sys, tempfile
+program = sys.argv[1]
+v = {"__name__": "verifier"}
+exec(compile(open(program).read(), program, "exec"), v)
+v["add_runtime_site_dirs"]()
+work = tempfile.mkdtemp()
+with open(os.path.join(work, "agent.txt"), "w") as f:
+    f.write("A" * 12_000_000 + "\n")
+tests = os.path.join(work, "tests")
+os.makedirs(tests)
+with open(os.path.join(tests, "test_quotes.py"), "w") as f:
+    f.write("import os, pytest\n\ndef test_passes():\n    pass\n\n"
+            "def test_quotes_the_agents_line():\n"
+            "    data = open(%r).read()\n"
+            "    assert data == 'HELLO', data\n\n"
+            "@pytest.mark.parametrize('x', ['B' * 20_000])\n"
+            "def test_long_name(x):\n    pass\n" % os.path.join(work, "agent.txt"))
+ini = os.path.join(work, "pytest.ini")
+with open(ini, "w") as f:
+    f.write("[pytest]\n")
+junit = os.path.join(work, "junit.xml")
+import pytest
+devnull = os.open(os.devnull, os.O_WRONLY)
+os.dup2(devnull, 1)
+pytest.main(["-p", "no:cacheprovider", "--noconftest", "-q", "--rootdir=" + tests,
+             "-c=" + ini, "--junitxml=" + junit, tests])
+raw = open(junit, "rb").read()
+out = v["bounded_report"](raw)
+os.write(2, b"%d\n" % len(raw))
+with open(sys.argv[2], "wb") as f:
+    f.write(out)
+"#;
+
+/// Issue 46, breach 4: the verifier bounds the failure text its JUnit
+/// report carries, so what a failing test quotes (data the agent shaped)
+/// cannot make the report reach the 16 MiB capture limit: each message,
+/// traceback and name is cut, with a marker, and the report still parses
+/// into every test with its result.
+#[test]
+fn the_report_carries_bounded_failure_text() {
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/verifier/verifier.py");
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.args(["-I", "-S", "-B", "-c", BOUNDED, program])
+        .arg(report.path());
+    let out = cmd.output().expect("run /usr/bin/python3");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "driver failed: {stderr}");
+    let raw: usize = stderr.trim().lines().last().unwrap().parse().unwrap();
+    let xml = std::fs::read_to_string(report.path()).unwrap();
+    assert!(raw > 24_000_000, "pytest's own report: {raw} bytes");
+    assert!(
+        xml.len() < 64 * 1024,
+        "the bounded report: {} bytes",
+        xml.len()
+    );
+    let cases = endless::verify::parse_junit(&xml).unwrap();
+    let names: Vec<(&str, bool)> = cases.iter().map(|c| (c.name.as_str(), c.passed)).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names[0], ("test_quotes::test_passes", true));
+    assert_eq!(
+        names[1],
+        ("test_quotes::test_quotes_the_agents_line", false)
+    );
+    assert!(names[2].0.starts_with("test_quotes::test_long_name[BBB") && names[2].1);
+    assert!(
+        names[2].0.len() < 5000,
+        "the long name was cut: {}",
+        names[2].0.len()
+    );
+    let quoted = &cases[1].message;
+    assert!(
+        quoted.contains("AssertionError: AAAA") && quoted.contains(" characters cut]"),
+        "{}",
+        &quoted[..quoted.len().min(300)]
+    );
+}

@@ -77,12 +77,56 @@ def run_tests(payload, gate=None):
     rc = pytest.main(payload["args"] + ["--junitxml=/proc/self/fd/%d" % w], plugins=plugins)
     os.close(w)
     reader.join()
-    view = memoryview(junit[0] if junit else b"")
+    view = memoryview(bounded_report(junit[0] if junit else b""))
     while view:
         view = view[os.write(3, view):]
     sys.stdout.flush()
     sys.stderr.flush()
     return int(rc)
+
+
+# What the JUnit report may carry: each text and attribute value (a failure's
+# message and traceback, captured output, a test's name) is cut to MAX_TEXT
+# characters, and the whole report is kept under MAX_REPORT bytes (endless
+# keeps 16 MiB of it): data of the agent's that a failing test quotes cannot
+# make the report too long to be scored.
+MAX_TEXT = 4096
+MAX_REPORT = 4 << 20
+
+
+def bounded_report(report):
+    """The JUnit report `report` (bytes) with every text and attribute value
+    longer than MAX_TEXT characters cut to its head and tail around a marker,
+    cut shorter while the report is over MAX_REPORT bytes. A report that does
+    not parse is passed on unchanged (endless counts a cut one as failed)."""
+    if len(report) <= MAX_TEXT:
+        return report
+    from xml.etree import ElementTree
+    out = report
+    for limit in (MAX_TEXT, 512, 64):
+        try:
+            root = ElementTree.fromstring(report)
+        except ElementTree.ParseError:
+            return report
+        for el in root.iter():
+            el.text = cut_text(el.text, limit)
+            el.tail = cut_text(el.tail, limit)
+            for key, value in el.attrib.items():
+                el.attrib[key] = cut_text(value, limit)
+        out = ElementTree.tostring(root, encoding="utf-8")
+        if len(out) <= MAX_REPORT:
+            break
+    return out
+
+
+def cut_text(text, limit):
+    """`text` when it has at most `limit` characters, else its first and last
+    `limit` / 2 around a line saying how many were cut."""
+    if text is None or len(text) <= limit:
+        return text
+    keep = limit // 2
+    return "%s\n[endless: %d characters cut]\n%s" % (
+        text[:keep], len(text) - 2 * keep, text[-keep:])
 
 
 def write_tests(payload):

@@ -1,5 +1,6 @@
 //! JUnit XML (as written by `pytest --junitxml`) to per-test results.
 
+use quick_xml::errors::IllFormedError;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
@@ -22,18 +23,60 @@ fn attr(e: &BytesStart, key: &[u8]) -> Option<String> {
         .and_then(|a| a.unescape_value().ok().map(|v| v.into_owned()))
 }
 
+/// A JUnit report read as far as it goes (see [`read_junit`]).
+#[derive(Debug, Default)]
+pub(super) struct JunitRead {
+    /// The cases whose element the report holds whole, in document order.
+    pub cases: Vec<TestCase>,
+    /// The report stops before its end (it was cut short).
+    pub cut: bool,
+    /// The case the report stops inside, named, when it was cut there.
+    pub unfinished: Option<String>,
+    /// How many tests its suites say they ran (`tests` of each `<testsuite>`).
+    pub declared: usize,
+}
+
 /// Parse JUnit XML into test cases, in document order. A `<failure>` or
 /// `<error>` makes a test fail (its message and text become the message);
 /// a `<skipped>` test counts as passed with a note. A document that ends
 /// inside an element (cut short) is an error: its cases are not all there.
 pub fn parse_junit(xml: &str) -> Result<Vec<TestCase>, SandboxError> {
+    let read = read_junit(xml)?;
+    if read.cut {
+        return Err(SandboxError::Verify(
+            "JUnit XML ends inside an element: the report is incomplete (cut short?), so it is not scored".into(),
+        ));
+    }
+    Ok(read.cases)
+}
+
+/// Read JUnit XML as [`parse_junit`] does, but a document that stops
+/// before its end (inside an element, a tag or a reference: cut short) is
+/// no error: what it holds whole is returned, and that it was cut, with
+/// the case it stops inside. Malformed XML before its end is an error.
+pub(super) fn read_junit(xml: &str) -> Result<JunitRead, SandboxError> {
     let mut reader = Reader::from_str(xml);
-    let mut out = Vec::new();
+    let mut read = JunitRead::default();
     let mut cur: Option<Current> = None;
     let mut open = OpenElements::default();
-    let bad = |e: quick_xml::Error| SandboxError::Verify(format!("JUnit XML is malformed: {e}"));
     loop {
-        let event = reader.read_event().map_err(bad)?;
+        let event = match reader.read_event() {
+            Ok(event) => event,
+            // The input ended inside markup or a reference: it was cut.
+            Err(
+                quick_xml::Error::Syntax(_)
+                | quick_xml::Error::IllFormed(IllFormedError::UnclosedReference),
+            ) => {
+                read.cut = true;
+                break;
+            }
+            Err(e) => {
+                return Err(SandboxError::Verify(format!(
+                    "JUnit XML is malformed at byte {}: {e}",
+                    reader.error_position()
+                )))
+            }
+        };
         open.track(&event);
         let event_kind = if matches!(event, Event::Empty(_)) {
             Kind::Empty
@@ -41,17 +84,22 @@ pub fn parse_junit(xml: &str) -> Result<Vec<TestCase>, SandboxError> {
             Kind::Other
         };
         match event {
+            Event::Start(e) if e.name().as_ref() == b"testsuite" => {
+                read.declared += attr(&e, b"tests")
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0);
+            }
             Event::Start(e) if e.name().as_ref() == b"testcase" => {
                 if let Some(done) = cur.take() {
-                    out.push(finish(done));
+                    read.cases.push(finish(done));
                 }
                 cur = Some(new_case(&e));
             }
             Event::Empty(e) if e.name().as_ref() == b"testcase" => {
                 if let Some(done) = cur.take() {
-                    out.push(finish(done));
+                    read.cases.push(finish(done));
                 }
-                out.push(finish(new_case(&e)));
+                read.cases.push(finish(new_case(&e)));
             }
             Event::Start(e) | Event::Empty(e)
                 if matches!(e.name().as_ref(), b"failure" | b"error" | b"skipped") =>
@@ -99,18 +147,23 @@ pub fn parse_junit(xml: &str) -> Result<Vec<TestCase>, SandboxError> {
             }
             Event::End(e) if e.name().as_ref() == b"testcase" => {
                 if let Some(done) = cur.take() {
-                    out.push(finish(done));
+                    read.cases.push(finish(done));
                 }
             }
             Event::Eof => break,
             _ => {}
         }
     }
-    open.check_closed()?;
-    if let Some(done) = cur.take() {
-        out.push(finish(done));
+    read.cut |= !open.0.is_empty();
+    if let Some(c) = cur.take() {
+        // An element cut inside is not whole: its result is lost.
+        if read.cut && open.0.iter().any(|n| n == "testcase") {
+            read.unfinished = Some(c.name);
+        } else {
+            read.cases.push(finish(c));
+        }
     }
-    Ok(out)
+    Ok(read)
 }
 
 fn finish(c: Current) -> TestCase {
@@ -149,17 +202,6 @@ impl OpenElements {
                 self.0.pop();
             }
             _ => {}
-        }
-    }
-
-    /// An error naming the innermost element still open at the end.
-    fn check_closed(&self) -> Result<(), SandboxError> {
-        match self.0.last() {
-            None => Ok(()),
-            Some(name) => Err(SandboxError::Verify(format!(
-                "JUnit XML ends inside <{name}> ({} elements left open): the report is incomplete (cut short?), so it is not scored",
-                self.0.len()
-            ))),
         }
     }
 }

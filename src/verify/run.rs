@@ -23,7 +23,7 @@ use crate::sandbox::{
 use crate::task::formats::VerifierEnvSpec;
 use crate::task::{write_tree, Task};
 
-use super::junit::parse_junit;
+use super::junit::{read_junit, JunitRead};
 
 /// The host interpreter the verifier's runtime runs (with its pytest).
 pub const PYTHON: &str = "/usr/bin/python3";
@@ -260,18 +260,13 @@ fn run_pytest(
             None => sealed.into(),
         }));
     }
-    check_report_size(junit.len())?;
     let junit_xml = String::from_utf8_lossy(&junit).into_owned();
-    let tests = if junit_xml.is_empty() {
-        Vec::new()
-    } else {
-        parse_junit(&junit_xml)?
-    };
+    let (tests, cut) = report_cases(&junit_xml, junit.len())?;
     let mut output = out.output;
     if out.timed_out {
         output.push_str(&format!("\n[verifier timed out after {timeout:?}]"));
     }
-    let passed = out.code == Some(0) && !tests.is_empty() && tests.iter().all(|t| t.passed);
+    let passed = !cut && out.code == Some(0) && !tests.is_empty() && tests.iter().all(|t| t.passed);
     Ok(TestReport {
         tests,
         passed,
@@ -426,20 +421,53 @@ fn pass_through(options: &[String], env: Option<&VerifierEnvSpec>) -> Vec<String
 
 /// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture,
 /// behind both the fresh and the pre-warmed verifier. A report that reaches
-/// it was cut, or may have been.
+/// it was cut, or may have been. (The verifier bounds the failure text a
+/// report carries, see `bounded_report` in `assets/verifier/verifier.py`,
+/// so that what a test quotes does not bring it there.)
 pub const MAX_REPORT_BYTES: usize = crate::sandbox::CAPTURE_LIMIT;
 
-/// Refuse a JUnit report of `len` bytes that reached [`MAX_REPORT_BYTES`]:
-/// the cases after the cut are missing, so any score of it would be wrong
-/// (issue 30, gap 3). The verification is an error, unscored.
-fn check_report_size(len: usize) -> Result<(), SandboxError> {
-    if len < MAX_REPORT_BYTES {
-        return Ok(());
+/// The most placeholder cases a cut report gets for the tests it lost.
+const MAX_MISSING: usize = 100_000;
+
+/// The test cases of the JUnit report `xml` (`kept` bytes of the result
+/// pipe), and whether it was cut (it reached [`MAX_REPORT_BYTES`], or stops
+/// before its end). A cut report is a failed verification, never an error
+/// (issue 46: an agent that could cut it at will would leave its failure
+/// out of the pass rate): the cases it holds whole keep their results; the
+/// one it stops inside, and every other test its suites declare but it
+/// lost, fail.
+fn report_cases(xml: &str, kept: usize) -> Result<(Vec<TestCase>, bool), SandboxError> {
+    if xml.is_empty() {
+        return Ok((Vec::new(), false));
     }
-    Err(SandboxError::Verify(format!(
-        "the JUnit report reached the {} MiB capture limit of the verifier's result pipe ({len} bytes kept) and was cut; a partial report is not scored (shorten the tests' failure messages or output)",
+    let read = read_junit(xml)?;
+    if !read.cut && kept < MAX_REPORT_BYTES {
+        return Ok((read.cases, false));
+    }
+    Ok((cut_report(read, kept), true))
+}
+
+/// The cases of a cut report (see [`report_cases`]): at least one fails.
+fn cut_report(read: JunitRead, kept: usize) -> Vec<TestCase> {
+    let why = format!(
+        "the JUnit report was cut before this test's result ({kept} bytes kept; the verifier's result pipe keeps {} MiB): a test without a result counts as failed",
         MAX_REPORT_BYTES >> 20
-    )))
+    );
+    let lost = |name: String| TestCase {
+        name,
+        passed: false,
+        message: why.clone(),
+    };
+    let mut tests = read.cases;
+    let cut_inside = read.unfinished.is_some();
+    tests.extend(read.unfinished.map(lost));
+    let missing = read.declared.saturating_sub(tests.len()).min(MAX_MISSING);
+    match missing {
+        0 if cut_inside => {}
+        0 => tests.push(lost("endless::cut_report".into())),
+        n => tests.extend((1..=n).map(|i| lost(format!("endless::cut_report::missing_{i}")))),
+    }
+    tests
 }
 
 /// The plugins every run blocks (no cache directory is written).
@@ -566,18 +594,57 @@ fn run_script(
     result
 }
 
-/// The script's reward file (`reward.txt`, else `reward.json`), as the
-/// script is run: written to fd 3 with `txt:` or `json:` before it.
-const REWARD_TO_FD3: &str =
-    "if [ -f /logs/verifier/reward.txt ] && [ ! -L /logs/verifier/reward.txt ]; then \
-     printf txt: >&3; head -c 64 /logs/verifier/reward.txt >&3; \
-     elif [ -f /logs/verifier/reward.json ] && [ ! -L /logs/verifier/reward.json ]; then \
-     printf json: >&3; head -c 4096 /logs/verifier/reward.json >&3; fi";
+/// How a verifier script `script` (of `/tests`) runs, in a shell whose
+/// working directory it makes `workdir`, and how its reward leaves: the
+/// shell first holds `/logs/verifier` as its own working directory (the
+/// reward files are read there, even if the directory is renamed or
+/// replaced meanwhile), runs the script in a child without fd 3 (the
+/// result pipe: nothing the script runs may write a reward on it), then
+/// kills every process of the sandbox started since it began (what the
+/// script left running, which could rewrite the reward before it is read),
+/// and writes to fd 3 what [`parse_reward`] reads: `killed:STATUS` when the
+/// script's shell was killed by a signal (a status over 128: a program it
+/// ran may have killed it after writing a reward), `survived:` when some
+/// process outlived it, else the reward file (`reward.txt`, else
+/// `reward.json`, a regular file of this shell's user, not a link) with
+/// `txt:` or `json:` before it. Sets `st` to the script's exit status.
+fn script_and_reward(script: &str, workdir: &str) -> String {
+    let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    format!(
+        "cd /logs/verifier || exit 125; \
+         _start() {{ local l; read -r l < \"/proc/$1/stat\" || return 1; l=${{l##*) }}; set -- $l; \
+         [ \"$1\" != Z ] || return 1; REPLY=${{20}}; }}; \
+         since=; ! _start $$ 2>/dev/null || since=$REPLY; \
+         ( {{ cd {workdir} 2>/dev/null || cd /; }}; exec bash {script} ) 3>&-; st=$?; \
+         left=1; for ((round = 0; round < 50 && left && ${{#since}}; round++)); do left=0; \
+         for d in /proc/[0-9]*; do p=${{d#/proc/}}; [ \"$p\" != $$ ] || continue; \
+         _start \"$p\" 2>/dev/null || continue; [ \"$REPLY\" -ge \"$since\" ] || continue; \
+         kill -9 \"$p\" 2>/dev/null && left=1; done; done; \
+         if [ $st -gt 128 ]; then printf 'killed:%s' $st >&3; \
+         elif [ $left = 1 ]; then printf 'survived:' >&3; \
+         elif [ -f reward.txt ] && [ ! -L reward.txt ] && [ -O reward.txt ]; then \
+         printf txt: >&3; head -c 64 reward.txt >&3; \
+         elif [ -f reward.json ] && [ ! -L reward.json ] && [ -O reward.json ]; then \
+         printf json: >&3; head -c 4096 reward.json >&3; fi; cd /",
+        workdir = q(workdir),
+        script = q(&format!("/tests/{script}")),
+    )
+}
 
-/// The reward a verifier script reported on fd 3 (see [`REWARD_TO_FD3`]):
+/// The reward a verifier script reported on fd 3 (see [`script_and_reward`]):
 /// a number in `reward.txt`, or in `reward.json` the number under
 /// `"reward"` (or its only number). `Err`: what was wrong with it.
 fn parse_reward(fd3: &str) -> Result<f64, String> {
+    if let Some(status) = fd3.strip_prefix("killed:") {
+        return Err(format!(
+            "the verifier script was killed (its shell ended with status {status}): the reward of a script that did not end on its own is not read"
+        ));
+    }
+    if fd3.starts_with("survived:") {
+        return Err(
+            "processes the verifier script started could not all be killed before its reward was read: it is not read".into(),
+        );
+    }
     if let Some(text) = fd3.strip_prefix("txt:") {
         return text.trim().parse::<f64>().map_err(|_| {
             format!(
@@ -664,13 +731,8 @@ fn run_script_sealed(
         .map(|(path, file)| (format!("tests/{path}"), file.bytes.clone()))
         .collect();
     files.extend(script_env_bin(env));
-    let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let workdir = session.info().workdir.clone();
-    let body = format!(
-        "{{ cd {workdir} 2>/dev/null || cd /; }}; bash /tests/{script}; st=$?; {REWARD_TO_FD3}; exit $st",
-        workdir = q(&workdir),
-        script = q(script).trim_matches('\''),
-    );
+    let body = format!("{}; exit $st", script_and_reward(script, &workdir));
     let mut env_vars = user_env(session);
     for (k, v) in env_vars.iter_mut() {
         if k == "PATH" {
@@ -707,13 +769,10 @@ fn run_script_in(
 ) -> Result<TestReport, SandboxError> {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let body = format!(
-        "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests && \
-         {{ cd {workdir} 2>/dev/null || cd /; }} && \
-         bash /tests/{script}; st=$?; {REWARD_TO_FD3}; \
-         rm -rf /tests; exit $st",
+        "rm -rf /logs/verifier /tests && mkdir -p /logs/verifier && cp -a {run}/tests /tests || exit 125; \
+         {}; rm -rf /tests; exit $st",
+        script_and_reward(script, workdir),
         run = q(inside_run),
-        workdir = q(workdir),
-        script = q(script).trim_matches('\'')
     );
     let mut argv = clean_env(inside_run);
     argv.extend(["/bin/bash".to_string(), "-c".to_string(), body]);
@@ -722,7 +781,7 @@ fn run_script_in(
 }
 
 /// The report of a verifier script that ended with `out`, having written
-/// `reward` to fd 3 (see [`REWARD_TO_FD3`]).
+/// `reward` to fd 3 (see [`script_and_reward`]).
 fn script_report(
     script: &str,
     out: CommandOutput,
@@ -823,6 +882,14 @@ mod tests {
         assert!(parse_reward("json:{\"reward\": \"1\"}").is_err());
         assert!(parse_reward("json:{").unwrap_err().contains("not JSON"));
         assert!(parse_reward("").unwrap_err().contains("wrote no"));
+        // A script killed by a signal, or that left a process that could
+        // not be killed: no reward is read.
+        assert!(parse_reward("killed:137")
+            .unwrap_err()
+            .contains("status 137"));
+        assert!(parse_reward("survived:")
+            .unwrap_err()
+            .contains("could not all be killed"));
     }
 
     #[test]
@@ -849,15 +916,41 @@ mod tests {
         );
     }
 
+    const REPORT: &str = r#"<testsuites><testsuite name="pytest" tests="3"><testcase classname="test_f" name="test_ok" /><testcase classname="test_f" name="test_quotes"><failure message="AssertionError: XXXX">XXXXXXXX</failure></testcase><testcase classname="test_f" name="test_last" /></testsuite></testsuites>"#;
+
     #[test]
-    fn a_report_at_the_capture_limit_is_an_error_naming_it() {
-        assert!(check_report_size(0).is_ok());
-        assert!(check_report_size(MAX_REPORT_BYTES - 1).is_ok());
-        for len in [MAX_REPORT_BYTES, MAX_REPORT_BYTES + 16383] {
-            let err = check_report_size(len).unwrap_err();
-            assert!(matches!(err, SandboxError::Verify(_)), "{err}");
-            assert!(err.to_string().contains("16 MiB capture limit"), "{err}");
+    fn a_cut_report_is_a_failure_with_every_lost_test_failed() {
+        let (whole, cut) = report_cases(REPORT, REPORT.len()).unwrap();
+        assert!(!cut && whole.len() == 3);
+        for at in 1..REPORT.len() {
+            let (tests, cut) = report_cases(&REPORT[..at], at)
+                .unwrap_or_else(|e| panic!("cut at {at}: an error: {e}"));
+            assert!(cut, "cut at {at}: not seen as cut");
+            assert!(tests.iter().any(|t| !t.passed), "cut at {at}: {tests:?}");
+            // The lost tests count: never fewer cases than the suite declares.
+            let declared = at > REPORT.find("<testcase").unwrap();
+            assert!(!declared || tests.len() >= 3, "cut at {at}: {tests:?}");
         }
+        // Cut inside the failing test's text: it is named, and failed.
+        let at = REPORT.find("XXXXXXXX<").unwrap() + 4;
+        let (tests, _) = report_cases(&REPORT[..at], at).unwrap();
+        let names: Vec<(&str, bool)> = tests.iter().map(|t| (t.name.as_str(), t.passed)).collect();
+        assert_eq!(
+            names,
+            [
+                ("test_f::test_ok", true),
+                ("test_f::test_quotes", false),
+                ("endless::cut_report::missing_1", false)
+            ]
+        );
+        assert!(tests[1]
+            .message
+            .contains("without a result counts as failed"));
+        // Whole but at the capture limit (more may have been dropped): failed.
+        let (tests, cut) = report_cases(REPORT, MAX_REPORT_BYTES).unwrap();
+        assert!(cut && tests.len() == 4 && !tests[3].passed, "{tests:?}");
+        // Malformed before its end: still an error.
+        assert!(report_cases("<testsuite><testcase name='a'></testsuite>", 40).is_err());
     }
 
     #[test]

@@ -182,10 +182,9 @@ fn a_bundle_swapped_while_it_is_imported_never_brings_in_outside_files() {
     );
 }
 
-/// Pytest tests whose JUnit report is over 16 MiB: one passes, then one
-/// fails with a huge traceback (a chained exception: the `message`
-/// attribute stays short, the text is cut), then two fail. Scored whole:
-/// 1 of 4 passed; cut inside the second, the partial XML says 1 of 2.
+/// Pytest tests whose JUnit report would be over 16 MiB: one passes, then
+/// one fails with a huge traceback (a chained exception: the `message`
+/// attribute stays short, the text is long), then two fail.
 const HUGE_REPORT: &str = r#"def test_a_passes():
     pass
 
@@ -202,36 +201,39 @@ def test_d_fails():
     assert False
 "#;
 
-/// Gap 3: a JUnit report over the capture limit was cut and the partial
-/// XML scored. It must be an error (unscored) naming the limit, on the
+/// Gap 3 of issue 30, breach 4 of issue 46: a JUnit report over the
+/// capture limit was cut and the partial XML scored (1 of 2), then refused
+/// as an unscored error (which an agent could bring about to leave a
+/// failure out of the pass rate). The verifier now bounds the failure text
+/// the report carries: it is scored whole, 1 of 4, a failure, on the
 /// fresh-interpreter path and on the pre-warmed one.
 #[test]
-fn a_junit_report_over_the_capture_limit_is_an_error_not_a_score() {
+fn a_junit_report_over_the_capture_limit_is_scored_whole_as_a_failure() {
     both(
-        "bundles_and_reports::a_junit_report_over_the_capture_limit_is_an_error_not_a_score",
+        "bundles_and_reports::a_junit_report_over_the_capture_limit_is_scored_whole_as_a_failure",
         |b| {
             let mut t = task("atk-junit-cap", "user", "true\n");
             t.tests.insert_text("test_final_state.py", HUGE_REPORT);
             t.meta.verifier.timeout_sec = 120.0;
             let mut s = session(b, &t);
             for mode in [VerifierMode::Cold, VerifierMode::Warm] {
-                match verify_with(&mut s, &t, TestSet::Final, mode) {
-                    Ok(r) => panic!(
-                        "{mode:?}: a cut report was scored: {} of {} tests passed (reward {}), {} bytes of XML",
-                        r.tests.iter().filter(|c| c.passed).count(),
-                        r.tests.len(),
-                        r.fraction_passed(),
-                        r.junit_xml.len()
-                    ),
-                    Err(e) => {
-                        let e = e.to_string();
-                        eprintln!("{mode:?} as uid {}: {e}", uid());
-                        assert!(
-                            e.contains("16 MiB") && e.contains("JUnit"),
-                            "{mode:?}: the error does not name the limit: {e}"
-                        );
-                    }
-                }
+                let r = verify_with(&mut s, &t, TestSet::Final, mode)
+                    .unwrap_or_else(|e| panic!("{mode:?}: not scored: {e}"));
+                let verdicts: Vec<(&str, bool)> = r
+                    .tests
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.passed))
+                    .collect();
+                assert!(!r.passed, "{mode:?}: {verdicts:?}");
+                assert_eq!(verdicts.len(), 4, "{mode:?}: {verdicts:?}");
+                assert_eq!(r.fraction_passed(), 0.25, "{mode:?}: {verdicts:?}");
+                assert!(
+                    !verdicts[1].1
+                        && verdicts[1]
+                            .0
+                            .ends_with("test_b_fails_with_a_huge_traceback"),
+                    "{mode:?}: {verdicts:?}"
+                );
             }
             s.close();
         },
