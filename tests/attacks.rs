@@ -1166,3 +1166,6 @@ mod sandbox_exec_users;
 // Modules planted for the sealed verifier environment (`[verifier] packages`).
 #[path = "attacks/verifier_site_packages.rs"]
 mod verifier_site_packages;
+// Limits of the sandbox API: quota slots, CPUs and memory, registries.
+#[path = "attacks/served_limits.rs"]
+mod served_limits;

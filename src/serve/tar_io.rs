@@ -397,4 +397,32 @@ mod tests {
             Err(TarError::TooLarge(_))
         ));
     }
+
+    /// Issue 46: what a client uploads is the server's alone on the host.
+    #[test]
+    fn unpacked_environments_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let env = archive(|b| {
+            file(b, "data/poem.txt", b"words\n");
+            let mut h = tar::Header::new_gnu();
+            h.set_size(3);
+            h.set_mode(0o755);
+            h.set_path("bin/run.sh").unwrap();
+            h.set_cksum();
+            b.append(&h, &b"ls\n"[..]).unwrap();
+        });
+        unpack_environment(&env, dir.path(), 1 << 20).unwrap();
+        let mode = |rel: &str| {
+            std::fs::symlink_metadata(dir.path().join(rel))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("data"), 0o700);
+        assert_eq!(mode("bin"), 0o700);
+        assert_eq!(mode("data/poem.txt"), 0o600);
+        assert_eq!(mode("bin/run.sh"), 0o700);
+    }
 }
