@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,9 +148,10 @@ impl Remote {
             .await
             .map_err(|e| self.error(e.to_string()))?;
         let status = resp.status();
-        let body: Value = resp
-            .json()
+        let bytes = read_capped(resp, MAX_LIST_BYTES)
             .await
+            .map_err(|e| self.error(format!("HTTP {status}: {e}")))?;
+        let body: Value = serde_json::from_slice(&bytes)
             .map_err(|e| self.error(format!("HTTP {status}: {e}")))?;
         if !status.is_success() {
             return Err(self.error(format!("HTTP {status}: {}", body["error"])));
@@ -255,6 +256,23 @@ impl Remote {
     }
 }
 
+/// The body of `resp`, refused (and read no further) past `max` bytes.
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > max {
+            return Err(format!("the answer is larger than {}", mib(max)));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// `n` bytes as whole MiB (`1 MiB`).
+fn mib(n: usize) -> String {
+    format!("{} MiB", n >> 20)
+}
+
 /// The first line of `path` that is not blank or a `#` comment.
 fn token_in(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -302,9 +320,17 @@ impl StreamReader {
     }
 
     /// The next value (`None`: the body ended); `Err` with why the
-    /// connection broke or a line was not JSON.
+    /// connection broke, or a line was not JSON or longer than
+    /// [`MAX_LINE_BYTES`] (read no further).
     pub async fn next(&mut self) -> Result<Option<Value>, String> {
         loop {
+            if self.buf.len() > MAX_LINE_BYTES && !self.buf.contains(&b'\n') {
+                self.buf = Vec::new();
+                return Err(format!(
+                    "a stream line is longer than {}",
+                    mib(MAX_LINE_BYTES)
+                ));
+            }
             if let Some(at) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=at).collect();
                 let text = String::from_utf8_lossy(&line);
@@ -427,27 +453,65 @@ async fn poll(nodes: Vec<Remote>, tx: Sender<Msg>, every: Duration, stop: Arc<At
             return;
         }
     };
-    let mut watched: BTreeSet<String> = BTreeSet::new();
+    // Per node: the sessions watched (or once watched and still listed),
+    // and how many watches run now (at most MAX_PANES_PER_NODE).
+    let mut watched: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let running: BTreeMap<String, Arc<AtomicUsize>> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), Arc::default()))
+        .collect();
     let mut said: BTreeMap<String, String> = BTreeMap::new();
+    let mut cut_said: BTreeSet<String> = BTreeSet::new();
     while !stop.load(Ordering::Relaxed) {
         for node in &nodes {
             match node.sessions(&http).await {
                 Ok(views) => {
                     said.remove(&node.name);
-                    for view in views {
-                        let Some(id) = view["session_id"].as_str() else {
-                            continue;
-                        };
-                        let live = view["state"].as_str() != Some("finished");
-                        if !live || !watched.insert(format!("{}:{id}", node.name)) {
+                    let live: Vec<Value> = views
+                        .into_iter()
+                        .filter(|v| {
+                            v["session_id"].is_string() && v["state"].as_str() != Some("finished")
+                        })
+                        .collect();
+                    let seen = watched.entry(node.name.clone()).or_default();
+                    // A session no longer listed never comes back: forget it.
+                    seen.retain(|id| live.iter().any(|v| v["session_id"] == id.as_str()));
+                    let active = &running[&node.name];
+                    let mut left_out = 0usize;
+                    for view in live.iter() {
+                        let id = view["session_id"].as_str().unwrap_or_default();
+                        if seen.contains(id) {
                             continue;
                         }
-                        let (node, http, tx, stop) =
-                            (node.clone(), http.clone(), tx.clone(), stop.clone());
+                        if active.load(Ordering::SeqCst) >= MAX_PANES_PER_NODE {
+                            left_out += 1;
+                            continue;
+                        }
+                        seen.insert(id.to_string());
+                        active.fetch_add(1, Ordering::SeqCst);
+                        let (node, http, tx, stop, active, view) = (
+                            node.clone(),
+                            http.clone(),
+                            tx.clone(),
+                            stop.clone(),
+                            active.clone(),
+                            view.clone(),
+                        );
                         tokio::spawn(async move {
                             let mut send = |a| tx.send(Msg::Action(a)).is_ok();
                             node.watch(&http, &view, &stop, &mut send).await;
+                            active.fetch_sub(1, Ordering::SeqCst);
                         });
+                    }
+                    if left_out > 0 && cut_said.insert(node.name.clone()) {
+                        let text = format!(
+                            "node {}: {} running sessions listed; at most {MAX_PANES_PER_NODE} are watched at once, the others are left out",
+                            node.name,
+                            live.len()
+                        );
+                        if tx.send(Msg::Action(Action::Error(text))).is_err() {
+                            return;
+                        }
                     }
                 }
                 Err(e) => {
@@ -619,7 +683,9 @@ mod tests {
         let mut panes = BTreeSet::new();
         let mut said = Vec::new();
         let until = std::time::Instant::now() + Duration::from_secs(3);
-        while let Ok(msg) = rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now())) {
+        while let Ok(msg) =
+            rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+        {
             match msg {
                 Msg::Action(Action::Live(LiveEvent::Watched(ev))) => {
                     if let LiveEvent::Open { key, .. } = *ev {
@@ -634,7 +700,11 @@ mod tests {
         assert_eq!(panes.len(), MAX_PANES_PER_NODE, "panes opened for one node");
         assert!(open.load(Ordering::SeqCst) <= MAX_PANES_PER_NODE);
         assert_eq!(said.len(), 1, "{said:?}");
-        assert!(said[0].contains("1500") && said[0].contains(&MAX_PANES_PER_NODE.to_string()), "{}", said[0]);
+        assert!(
+            said[0].contains("1500") && said[0].contains(&MAX_PANES_PER_NODE.to_string()),
+            "{}",
+            said[0]
+        );
     }
 
     /// Issue 46: an endless stream line and an endless session list are
@@ -655,13 +725,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("1 MiB"), "{e}");
-        let resp = node.get(&http, "/v1/sessions/s1/stream").send().await.unwrap();
+        let resp = node
+            .get(&http, "/v1/sessions/s1/stream")
+            .send()
+            .await
+            .unwrap();
         let mut reader = StreamReader::new(resp);
         let e = tokio::time::timeout(Duration::from_secs(20), reader.next())
             .await
             .expect("the line was read without end")
             .unwrap_err();
         assert!(e.contains("1 MiB"), "{e}");
-        assert!(reader.buf.len() <= MAX_LINE_BYTES + (1 << 20), "{}", reader.buf.len());
+        assert!(
+            reader.buf.len() <= MAX_LINE_BYTES + (1 << 20),
+            "{}",
+            reader.buf.len()
+        );
     }
 }
