@@ -183,7 +183,8 @@ pub fn check_upload(archive: &[u8]) -> Result<Checked, TarError> {
 /// Unpack an environment directory a client sent (plain or gzip-compressed
 /// tar) into the empty directory `dir` on the server: regular files and
 /// directories only, at checked relative paths, created fresh (never
-/// through an existing file or link), at most `max_bytes` of content.
+/// through an existing file or link) and private to the server's user
+/// (directories 0700, files 0600 or 0700), at most `max_bytes` of content.
 pub fn unpack_environment(archive: &[u8], dir: &Path, max_bytes: u64) -> Result<usize, TarError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -278,16 +279,23 @@ fn make_dirs(root: &Path, rel: &Path) -> Result<(), TarError> {
                     why: format!("{} is not a directory", at.display()),
                 })
             }
-            Err(_) => std::fs::create_dir(&at).map_err(|source| TarError::Io {
-                path: at.clone(),
-                source,
-            })?,
+            Err(_) => {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&at)
+                    .map_err(|source| TarError::Io {
+                        path: at.clone(),
+                        source,
+                    })?
+            }
         }
     }
     Ok(())
 }
 
-/// Write a new file (never an existing one, never through a link).
+/// Write a new file (never an existing one, never through a link),
+/// readable by the server's user alone (0600, or 0700 when executable).
 fn write_new(path: &Path, bytes: &[u8], executable: bool) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -295,7 +303,7 @@ fn write_new(path: &Path, bytes: &[u8], executable: bool) -> std::io::Result<()>
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .mode(if executable { 0o755 } else { 0o644 })
+        .mode(if executable { 0o700 } else { 0o600 })
         .open(path)?;
     f.write_all(bytes)
 }

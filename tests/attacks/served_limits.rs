@@ -61,7 +61,10 @@ fn sleepers(marker: &str) -> Vec<i32> {
 
 async fn create(api: &Api, body: Value) -> (u16, String, Value) {
     let a = api.post("/v1/sandboxes", body, &[]).await;
-    let id = a.body["sandbox_id"].as_str().unwrap_or_default().to_string();
+    let id = a.body["sandbox_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     (a.status, id, a.body)
 }
 
@@ -111,7 +114,10 @@ fn a_deleted_sandbox_keeps_its_slot_until_its_command_is_dead() {
                 };
                 let deleted = delete.await.unwrap();
                 assert_eq!(deleted.status, 200, "{}", deleted.raw);
-                assert!(sleepers(&mark).is_empty(), "DELETE left the command running");
+                assert!(
+                    sleepers(&mark).is_empty(),
+                    "DELETE left the command running"
+                );
                 // The exec's stream ended (its command was killed), long before its timeout.
                 let ran = tokio::time::timeout(T, exec).await.unwrap().unwrap();
                 assert!(ran.status == 200 || ran.status == 404, "{}", ran.raw);
@@ -127,8 +133,8 @@ fn cores() -> usize {
 }
 
 /// The memory limit (bytes) and CPU quota (microseconds per 100 ms) the
-/// host gives process `pid`: its cgroups where it has them, else its
-/// address-space rlimit (and no CPU quota).
+/// host gives the sandbox of process `pid`: its cgroups where it has them,
+/// else the address-space rlimit of its processes (and no CPU quota).
 fn limits_of(pid: i32) -> (u64, Option<u64>) {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let path_of = |controller: &str| {
@@ -154,12 +160,28 @@ fn limits_of(pid: i32) -> (u64, Option<u64>) {
         let limit = read(format!("/sys/fs/cgroup/memory{p}/memory.limit_in_bytes"));
         return (limit - (1 << 30), quota);
     }
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max address space"))
-        .unwrap();
-    (line.split_whitespace().nth(3).unwrap().parse().unwrap(), quota)
+    // Without cgroups: the address-space rlimit of the sandbox's processes
+    // (its shell; a command run beside it by the API has none, see
+    // docs/security.md).
+    let ns = |p: i32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    let own = ns(pid).unwrap();
+    let limits: Vec<u64> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| ns(*p).as_ref() == Some(&own))
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(format!("/proc/{p}/limits")).ok()?;
+            let line = text.lines().find(|l| l.starts_with("Max address space"))?;
+            line.split_whitespace().nth(3)?.parse().ok()
+        })
+        .collect();
+    assert!(
+        !limits.is_empty(),
+        "no process of the sandbox has a memory limit"
+    );
+    assert!(limits.windows(2).all(|w| w[0] == w[1]), "{limits:?}");
+    (limits[0], quota)
 }
 
 #[test]
@@ -174,8 +196,16 @@ fn served_cpus_and_memory_stay_within_the_operators_maximum() {
                 // Above the maximum: refused, naming the field and the maximum.
                 let over = (cores() + 1) as f64;
                 for (body, field, max) in [
-                    (json!({"image": "debian:bookworm", "cpus": 1024}), "cpus", cores().to_string()),
-                    (json!({"image": "debian:bookworm", "cpus": over}), "cpus", cores().to_string()),
+                    (
+                        json!({"image": "debian:bookworm", "cpus": 1024}),
+                        "cpus",
+                        cores().to_string(),
+                    ),
+                    (
+                        json!({"image": "debian:bookworm", "cpus": over}),
+                        "cpus",
+                        cores().to_string(),
+                    ),
                     (
                         json!({"image": "debian:bookworm", "memory_mb": 4096}),
                         "memory_mb",
@@ -208,7 +238,11 @@ fn served_cpus_and_memory_stay_within_the_operators_maximum() {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 };
                 let (memory, quota) = limits_of(pid);
-                assert_eq!(memory, 300 << 20, "memory_mb 300 is not the sandbox's limit");
+                assert_eq!(
+                    memory,
+                    300 << 20,
+                    "memory_mb 300 is not the sandbox's limit"
+                );
                 if let Some(q) = quota {
                     assert_eq!(q, 50_000, "cpus 0.5 is not the sandbox's CPU quota");
                 }
