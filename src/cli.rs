@@ -576,6 +576,23 @@ pub struct ServeArgs {
     /// `[agent] protocol`.
     #[arg(long, value_name = "PROFILE")]
     pub protocol: Option<String>,
+    /// Most CPUs one sandbox of `/v1/sandboxes` may ask for (`cpus`; more
+    /// is refused, a served task's own is cut to it; default: `[serve]
+    /// max_cpus`, else the host's cores).
+    #[arg(long, value_name = "N")]
+    pub max_cpus: Option<f64>,
+    /// Most memory one sandbox may ask for, MiB (`memory_mb`, which sets
+    /// its memory limit; default: `[serve] max_memory_mb`, else 4096, a
+    /// session's own limit and the most allowed).
+    #[arg(long, value_name = "MIB")]
+    pub max_memory_mb: Option<u64>,
+    /// A registry on a loopback, link-local or private address that
+    /// clients may still name in a sandbox's images (`HOST:PORT`, or
+    /// `HOST` for any port; repeatable; also `[serve] allow_registries`).
+    /// Others are refused: a client cannot make the server contact its own
+    /// machine or network.
+    #[arg(long = "allow-registry", value_name = "HOST[:PORT]")]
+    pub allow_registries: Vec<String>,
 }
 
 /// `endless train`

@@ -50,7 +50,7 @@ pub struct RecordConfig {
 }
 
 /// `[serve]`
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeConfig {
     /// Let `GET /v1/health` and `GET /metrics` answer without a token, for
@@ -61,6 +61,23 @@ pub struct ServeConfig {
     /// errors (`--open-metrics` sets it for one server).
     #[serde(default)]
     pub open_metrics: bool,
+    /// Most CPUs one sandbox of `/v1/sandboxes` may ask for (`cpus`; a
+    /// served task's own is cut to it). Unset: the host's cores
+    /// (`--max-cpus` sets it for one server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpus: Option<f64>,
+    /// Most memory one sandbox may ask for, in MiB (`memory_mb`, which sets
+    /// its memory limit; a served task's own is cut to it). Unset and at
+    /// most: a session's own limit, 4096 (`--max-memory-mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mb: Option<u64>,
+    /// Registries on loopback, link-local or private addresses that
+    /// clients may still name in a sandbox's images (`"host:port"`, or
+    /// `"host"` for any port); others are refused, so that a client cannot
+    /// make the server contact its own machine or network
+    /// (`--allow-registry` adds one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_registries: Vec<String>,
 }
 
 /// `[sandbox]`

@@ -1176,3 +1176,6 @@ mod untrusted_dirs;
 // Verdicts an agent cannot dodge: cut reports, Harbor-style test scripts.
 #[path = "attacks/verdicts.rs"]
 mod verdicts;
+// Limits of the sandbox API: quota slots, CPUs and memory, registries.
+#[path = "attacks/served_limits.rs"]
+mod served_limits;

@@ -598,6 +598,7 @@ async fn over_http(
             read_timeout: Duration::from_secs(30),
             protocol: crate::agent::protocol::Protocol::endless(),
             atif: false,
+            sandbox: crate::serve::SandboxLimits::default(),
         },
         bind: "127.0.0.1:0".parse()?,
         max_sessions: clients,

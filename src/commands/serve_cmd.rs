@@ -9,7 +9,7 @@ use super::Context;
 use crate::agent::BackendProvider;
 use crate::cli::ServeArgs;
 use crate::rl::RewardMode;
-use crate::serve::{Auth, Journal, QueueLimits, Server, Settings};
+use crate::serve::{Auth, Journal, QueueLimits, SandboxLimits, Server, Settings};
 
 /// `endless serve`
 pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
@@ -27,6 +27,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
     if !(args.max_wait.is_finite() && args.max_wait >= 0.0) {
         bail!("--max-wait must be a number of seconds >= 0");
     }
+    let sandbox = sandbox_limits(ctx, &args)?;
     let open_metrics = args.open_metrics || ctx.config.serve.open_metrics;
     if open_metrics && !args.bind.ip().is_loopback() {
         bail!(
@@ -77,6 +78,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
             read_timeout: Duration::from_secs_f64(args.read_timeout),
             protocol,
             atif: ctx.config.record.atif,
+            sandbox,
         },
         bind: args.bind,
         max_sessions: args.max_sessions,
@@ -111,6 +113,44 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
     }))?;
     say_err!("endless serve: stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The maximums of served sandboxes: flags over `[serve]`, checked.
+fn sandbox_limits(ctx: &Context, args: &ServeArgs) -> Result<SandboxLimits> {
+    let config = &ctx.config.serve;
+    let mut limits = SandboxLimits::default();
+    if let Some(c) = args.max_cpus.or(config.max_cpus) {
+        if !(c.is_finite() && c > 0.0 && c <= limits.max_cpus) {
+            bail!(
+                "--max-cpus ([serve] max_cpus) must be above 0 and at most the host's {} cores, not {c}",
+                limits.max_cpus
+            );
+        }
+        limits.max_cpus = c;
+    }
+    if let Some(m) = args.max_memory_mb.or(config.max_memory_mb) {
+        if m == 0 || m > limits.max_memory_mb {
+            bail!(
+                "--max-memory-mb ([serve] max_memory_mb) must be above 0 and at most a session's own limit of {} MiB, not {m}",
+                limits.max_memory_mb
+            );
+        }
+        limits.max_memory_mb = m;
+    }
+    limits.allow_registries = config
+        .allow_registries
+        .iter()
+        .chain(&args.allow_registries)
+        .map(|r| r.trim().to_string())
+        .collect();
+    if let Some(bad) = limits
+        .allow_registries
+        .iter()
+        .find(|r| r.is_empty() || r.contains(['/', ' ']))
+    {
+        bail!("--allow-registry ([serve] allow_registries): {bad:?} is not a registry HOST[:PORT]");
+    }
+    Ok(limits)
 }
 
 /// The state directory (the token file and the session journal live there).

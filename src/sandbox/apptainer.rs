@@ -153,6 +153,7 @@ mod tests {
             workdir: "/home/user".into(),
             network: false,
             cpu_millis: None,
+            memory_mb: None,
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),

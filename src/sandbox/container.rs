@@ -83,6 +83,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
             workdir: task.meta.environment.workdir.clone(),
             network: task.meta.environment.network,
             cpu_millis: None,
+            memory_mb: None,
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),

@@ -38,6 +38,10 @@ pub struct Image {
     /// `[environment] cpus`), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_millis: Option<u32>,
+    /// Memory in MiB a session may use (the task's `[environment]
+    /// memory_mb`), when set: it lowers the backend's limit, never raises it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
     /// The pulled image this one was built `FROM`: its canonical reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,

@@ -85,6 +85,7 @@ mod tests {
             workdir: "/app".into(),
             network,
             cpu_millis: None,
+            memory_mb: None,
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),

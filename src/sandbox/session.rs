@@ -387,6 +387,13 @@ impl Session {
         &self.info
     }
 
+    /// The pid of the sandbox's outermost process (the backend's child,
+    /// not reaped while the session lives). With the local backend,
+    /// killing it ends every process of the sandbox.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the shell is still running.
     pub fn is_alive(&mut self) -> bool {
         self.ended.is_none() && matches!(self.child.try_wait(), Ok(None))

@@ -47,6 +47,9 @@ pub struct Settings {
     /// Write each finished session as an ATIF document beside its result
     /// (`[record] atif`).
     pub atif: bool,
+    /// What a sandbox of `/v1/sandboxes` may ask for: CPUs, memory, and
+    /// the internal registries its images may come from.
+    pub sandbox: super::SandboxLimits,
 }
 
 /// Everything the handlers share.

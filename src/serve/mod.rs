@@ -14,8 +14,10 @@ mod journal_dir;
 mod metrics;
 mod ndjson;
 mod queue;
+mod registry_guard;
 mod routes;
 mod sandbox_journal;
+mod sandbox_limits;
 mod sandbox_ops;
 mod sandbox_routes;
 mod sandbox_source;
@@ -39,6 +41,7 @@ pub use auth::{Auth, AuthError, Client};
 pub use error::{ApiError, BODY_LIMIT};
 pub use journal::{Entry as JournalEntry, Journal, Lost};
 pub use queue::QueueLimits;
+pub use sandbox_limits::SandboxLimits;
 
 use crate::agent::BackendProvider;
 use crate::store::Workspace;
@@ -196,7 +199,9 @@ impl Server {
                     set.spawn_blocking(move || app.abandon(&slot, "the server shut down"));
                 }
                 for sandbox in draining.sandboxes.take_all() {
-                    set.spawn_blocking(move || sandboxes::shut(&sandbox));
+                    set.spawn_blocking(move || {
+                        sandboxes::shut(&sandbox);
+                    });
                 }
                 while set.join_next().await.is_some() {}
             },
@@ -241,7 +246,9 @@ async fn reap_idle(app: Arc<app::App>, mut stop: tokio::sync::oneshot::Receiver<
                 "deleting a sandbox idle for {} s",
                 idle.as_secs()
             );
-            ending.spawn_blocking(move || sandboxes::shut(&sandbox));
+            ending.spawn_blocking(move || {
+                sandboxes::shut(&sandbox);
+            });
         }
         for slot in app.registry.take_idle(idle) {
             let app = app.clone();

@@ -138,9 +138,6 @@ impl CreateBody {
             }
             None => None,
         };
-        if self.cpus.is_some_and(|c| !(c > 0.0 && c <= 1024.0)) {
-            return Err(ApiError::BadRequest("cpus: a number above 0".into()));
-        }
         let lifetime = match self.lifetime_sec {
             Some(s) if s.is_finite() && s > 0.0 && s <= MAX_EXEC_TIMEOUT.as_secs_f64() => {
                 Some(Duration::from_secs_f64(s))
@@ -178,8 +175,9 @@ pub async fn create(
         let sandbox = app.sandboxes.reserve(client, source.label())?;
         let started = start(&app, &sandbox, &source, &shape);
         if let Err(e) = started {
-            app.sandboxes.remove(&sandbox.id);
+            // Its place is given up once it is shut.
             shut(&sandbox);
+            app.sandboxes.remove(&sandbox.id);
             return Err(e);
         }
         sandbox.touch();
@@ -190,18 +188,26 @@ pub async fn create(
 
 /// Build and start `sandbox`, learn who runs in it, journal it.
 fn start(app: &App, sandbox: &Sandbox, source: &Source, shape: &Shape) -> Result<(), ApiError> {
-    let task = task_for(source, shape, &app.ws)?;
+    let task = task_for(source, shape, &app.settings.sandbox, &app.ws)?;
     let mut session = app
         .provider
         .start(&task, &StartOptions { record: None })
         .map_err(|e| ApiError::Internal(e.message))?;
+    sandbox.arm(&session);
     let who = sandbox_ops::identity(&mut session)?;
     let _ = sandbox.identity.set(who);
-    *sandbox.state.lock() = SandboxState::Ready(Box::new(session));
-    if !app.sandboxes.contains(&sandbox.id) {
-        return Err(ApiError::Conflict(
-            "the sandbox was deleted while it started".into(),
-        ));
+    {
+        // A deletion marks it closing before it takes the state: either it
+        // is seen here, or the deletion finds the session and shuts it.
+        let mut state = sandbox.state.lock();
+        if sandbox.is_closing() {
+            drop(state);
+            session.close();
+            return Err(ApiError::Conflict(
+                "the sandbox was deleted while it started".into(),
+            ));
+        }
+        *state = SandboxState::Ready(Box::new(session));
     }
     app.sandboxes.journal(sandbox)
 }
@@ -227,8 +233,10 @@ pub async fn show(
     Ok(Json(app.sandboxes.get(&id, &client)?.view()))
 }
 
-/// `DELETE /v1/sandboxes/{id}`: every process of the sandbox ends, its
-/// files are gone.
+/// `DELETE /v1/sandboxes/{id}`: every process of the sandbox ends (a
+/// running command's too), its files are gone. It counts against the
+/// quotas until then: answered once it is shut (one still starting is
+/// given up by its create, which then frees its place).
 pub async fn delete(
     State(app): Shared,
     headers: HeaderMap,
@@ -236,9 +244,10 @@ pub async fn delete(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let client = app.auth.check(&headers)?;
     let sandbox = app.sandboxes.get(&id, &client)?;
-    app.sandboxes.remove(&sandbox.id);
     blocking(move || {
-        shut(&sandbox);
+        if !shut(&sandbox) {
+            app.sandboxes.remove(&sandbox.id);
+        }
         Ok(Json(
             serde_json::json!({ "sandbox_id": sandbox.id, "deleted": true }),
         ))
@@ -254,6 +263,9 @@ fn with_session<T>(
 ) -> Result<T, ApiError> {
     sandbox.touch();
     let mut state = sandbox.state.lock();
+    if sandbox.is_closing() {
+        return Err(ApiError::NotFound(format!("no sandbox {}", sandbox.id)));
+    }
     let who = sandbox
         .identity
         .get()

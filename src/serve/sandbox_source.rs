@@ -5,9 +5,12 @@
 //! minimal Harbor task read by the same reader as every Harbor task, so the
 //! image is built (and cached) as any task's is.
 
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+use super::registry_guard::{check_reference, check_task};
+use super::sandbox_limits::SandboxLimits;
 use super::tar_io::{unpack_environment, TarError};
 use crate::store::Workspace;
 use crate::task::formats::Format;
@@ -97,13 +100,19 @@ fn check_image(reference: &str) -> Result<(), SourceError> {
     }
 }
 
-/// The task a sandbox of `source` starts from. Blocking (reads the
-/// workspace, unpacks and reads the environment).
+/// The task a sandbox of `source` starts from, within the operator's
+/// `limits` (its CPUs and memory, and the registries of a client's images).
+/// Blocking (reads the workspace, unpacks and reads the environment,
+/// resolves registry hosts).
 pub fn task_for(
     source: &Source,
     shape: &Shape,
+    limits: &SandboxLimits,
     ws: &parking_lot::Mutex<Workspace>,
 ) -> Result<Task, SourceError> {
+    limits.check(shape).map_err(SourceError::Invalid)?;
+    let allowed = &limits.allow_registries;
+    let refused = |e: super::registry_guard::Refused| SourceError::Invalid(e.0);
     let mut task = match source {
         Source::Task(id) => ws
             .lock()
@@ -111,18 +120,25 @@ pub fn task_for(
             .map_err(|_| SourceError::NoTask(id.clone()))?,
         Source::Image(reference) => {
             check_image(reference)?;
+            check_reference("image", reference, allowed).map_err(refused)?;
             built(source, &[], Some(reference), shape)?
         }
         Source::Environment { archive, image } => {
             if let Some(r) = image {
                 check_image(r)?;
+                check_reference("image", r, allowed).map_err(refused)?;
             }
             built(source, archive, image.as_deref(), shape)?
         }
     };
+    // A client's Dockerfile names its bases (and `COPY --from` images).
+    if !matches!(source, Source::Task(_)) {
+        check_task(&task, allowed).map_err(refused)?;
+    }
     if let Some(w) = &shape.workdir {
         task.meta.environment.workdir = w.clone();
     }
+    limits.apply(&mut task, shape);
     Ok(task)
 }
 
@@ -135,10 +151,7 @@ fn built(
     shape: &Shape,
 ) -> Result<Task, SourceError> {
     let io = |e: std::io::Error| SourceError::Io(e.to_string());
-    let tmp = tempfile::Builder::new()
-        .prefix("endless-sandbox-")
-        .tempdir()
-        .map_err(io)?;
+    let tmp = private_tempdir().map_err(io)?;
     // The directory's name is the task id: the same environment, the same id.
     let name = match source.label().split_once(':') {
         Some((_, rest)) if matches!(source, Source::Environment { .. }) => {
@@ -148,8 +161,12 @@ fn built(
     };
     let dir = tmp.path().join(name);
     let env_dir = dir.join("environment");
-    std::fs::create_dir_all(&env_dir).map_err(io)?;
-    std::fs::create_dir_all(dir.join("tests")).map_err(io)?;
+    for d in [&dir, &env_dir, &dir.join("tests")] {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(d)
+            .map_err(io)?;
+    }
     if !archive.is_empty() {
         unpack_environment(archive, &env_dir, MAX_ENVIRONMENT_BYTES)?;
     }
@@ -165,15 +182,36 @@ fn built(
         // An image's own WORKDIR is not known here: Docker's default is /.
         let workdir = shape.workdir.as_deref().unwrap_or("/");
         text.push_str(&format!("WORKDIR {workdir}\n"));
-        std::fs::write(&dockerfile, text).map_err(io)?;
+        write_private(&dockerfile, &text).map_err(io)?;
     }
-    std::fs::write(dir.join("task.toml"), task_toml(shape)).map_err(io)?;
-    std::fs::write(
-        dir.join("instruction.md"),
+    write_private(&dir.join("task.toml"), &task_toml(shape)).map_err(io)?;
+    write_private(
+        &dir.join("instruction.md"),
         "A sandbox of the endless sandbox API.\n",
     )
     .map_err(io)?;
     read(&dir)
+}
+
+/// A fresh directory under the temporary directory that only the server's
+/// user can enter (0700): what a client uploads is read there, unseen.
+fn private_tempdir() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("endless-sandbox-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+}
+
+/// Write a new file only the server's user can read (0600).
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(text.as_bytes())
 }
 
 fn read(dir: &Path) -> Result<Task, SourceError> {
@@ -202,6 +240,27 @@ fn task_toml(shape: &Shape) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn limits() -> SandboxLimits {
+        SandboxLimits::default()
+    }
+
+    /// Issue 46: the directory an uploaded environment is unpacked in is
+    /// the server user's alone.
+    #[test]
+    fn uploads_are_unpacked_in_a_private_directory() {
+        let tmp = private_tempdir().unwrap();
+        let mode = std::fs::metadata(tmp.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let file = tmp.path().join("task.toml");
+        write_private(&file, "x").unwrap();
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(
+            write_private(&file, "again").is_err(),
+            "an existing file is never reused"
+        );
+    }
 
     fn ws() -> (tempfile::TempDir, parking_lot::Mutex<Workspace>) {
         let dir = tempfile::tempdir().unwrap();
@@ -232,7 +291,7 @@ mod tests {
             archive: archive.clone(),
             image: None,
         };
-        let task = task_for(&source, &Shape::default(), &ws).unwrap();
+        let task = task_for(&source, &Shape::default(), &limits(), &ws).unwrap();
         assert_eq!(task.meta.environment.workdir, "/srv");
         assert_eq!(task.meta.agent.user, "root");
         assert!(!task.meta.environment.network, "API sandboxes stay offline");
@@ -240,7 +299,9 @@ mod tests {
         assert!(task.id().starts_with("sandbox-"), "{}", task.id());
         // The same archive makes the same task id (one cached image).
         assert_eq!(
-            task_for(&source, &Shape::default(), &ws).unwrap().id(),
+            task_for(&source, &Shape::default(), &limits(), &ws)
+                .unwrap()
+                .id(),
             task.id()
         );
     }
@@ -252,18 +313,32 @@ mod tests {
             workdir: Some("/app".into()),
             ..Shape::default()
         };
-        let task = task_for(&Source::Image("python:3.12-slim".into()), &shape, &ws).unwrap();
+        let task = task_for(
+            &Source::Image("python:3.12-slim".into()),
+            &shape,
+            &limits(),
+            &ws,
+        )
+        .unwrap();
         assert_eq!(task.meta.environment.workdir, "/app");
-        let bad = task_for(&Source::Image("x\nRUN rm -rf /".into()), &shape, &ws).unwrap_err();
+        let bad = task_for(
+            &Source::Image("x\nRUN rm -rf /".into()),
+            &shape,
+            &limits(),
+            &ws,
+        )
+        .unwrap_err();
         assert!(bad.to_string().contains("image:"), "{bad}");
         let empty = Source::Environment {
             archive: tar::Builder::new(Vec::new()).into_inner().unwrap(),
             image: None,
         };
-        let e = task_for(&empty, &shape, &ws).unwrap_err().to_string();
+        let e = task_for(&empty, &shape, &limits(), &ws)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no Dockerfile"), "{e}");
         assert!(matches!(
-            task_for(&Source::Task("nope".into()), &shape, &ws),
+            task_for(&Source::Task("nope".into()), &shape, &limits(), &ws),
             Err(SourceError::NoTask(_))
         ));
     }

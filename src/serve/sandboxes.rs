@@ -5,6 +5,8 @@
 //! nothing in the workspace: what happens inside is the client's.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,11 @@ pub struct Sandbox {
     pub identity: OnceLock<Identity>,
     /// The sandbox (locked by the one request using it; others wait).
     pub state: Mutex<SandboxState>,
+    /// A pidfd of the sandbox's outermost process, once started: a
+    /// deletion kills through it without waiting for the request using it.
+    killer: OnceLock<OwnedFd>,
+    /// Set when it is being deleted: no request starts in it any more.
+    closing: AtomicBool,
     created: Instant,
     last_used: Mutex<Instant>,
 }
@@ -63,6 +70,44 @@ impl Sandbox {
 
     fn idle_for(&self) -> Duration {
         self.last_used.lock().elapsed()
+    }
+
+    /// Keep a way to kill `session`'s processes from another request (a
+    /// pidfd: never another process that got its pid).
+    pub fn arm(&self, session: &Session) {
+        let pid = session.pid() as libc::pid_t;
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
+        // descriptor or -1; the session's child is not reaped while it lives.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if let Ok(fd) = i32::try_from(fd) {
+            if fd >= 0 {
+                // SAFETY: a descriptor pidfd_open just returned, owned by no one else.
+                let _ = self.killer.set(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+
+    /// Whether it is being deleted (no request may start in it).
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Start deleting it: refuse new requests, and kill every process of
+    /// the sandbox now (a command running in it included).
+    fn kill(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        if let Some(fd) = self.killer.get() {
+            // SAFETY: pidfd_send_signal(2) on our own pidfd; no siginfo.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            }
+        }
     }
 
     /// The view `GET /v1/sandboxes/{id}` gives, without waiting for a
@@ -151,6 +196,8 @@ impl Sandboxes {
             created_at: crate::store::now(),
             identity: OnceLock::new(),
             state: Mutex::new(SandboxState::Starting),
+            killer: OnceLock::new(),
+            closing: AtomicBool::new(false),
             created: Instant::now(),
             last_used: Mutex::new(Instant::now()),
         });
@@ -188,11 +235,6 @@ impl Sandboxes {
             .filter(|s| &s.owner == client)
             .cloned()
             .ok_or_else(|| ApiError::NotFound(format!("no sandbox {id}")))
-    }
-
-    /// Whether sandbox `id` is still open (not deleted nor reaped).
-    pub fn contains(&self, id: &str) -> bool {
-        self.boxes.lock().contains_key(id)
     }
 
     /// The sandboxes of `client`, oldest first.
@@ -268,13 +310,18 @@ fn new_id() -> String {
     )
 }
 
-/// End `sandbox`'s processes (waiting for a request using it to finish).
+/// End `sandbox`'s processes: killed at once, then the sandbox torn down
+/// once a request using it has seen them die. Returns whether it was
+/// still starting (its create then ends it, and gives up its place).
 /// Blocking.
-pub fn shut(sandbox: &Sandbox) {
+pub fn shut(sandbox: &Sandbox) -> bool {
+    sandbox.kill();
     let old = std::mem::replace(&mut *sandbox.state.lock(), SandboxState::Closed);
+    let starting = matches!(old, SandboxState::Starting);
     if let SandboxState::Ready(session) = old {
         session.close();
     }
+    starting
 }
 
 #[cfg(test)]

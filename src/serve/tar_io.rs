@@ -183,7 +183,8 @@ pub fn check_upload(archive: &[u8]) -> Result<Checked, TarError> {
 /// Unpack an environment directory a client sent (plain or gzip-compressed
 /// tar) into the empty directory `dir` on the server: regular files and
 /// directories only, at checked relative paths, created fresh (never
-/// through an existing file or link), at most `max_bytes` of content.
+/// through an existing file or link) and private to the server's user
+/// (directories 0700, files 0600 or 0700), at most `max_bytes` of content.
 pub fn unpack_environment(archive: &[u8], dir: &Path, max_bytes: u64) -> Result<usize, TarError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -278,16 +279,23 @@ fn make_dirs(root: &Path, rel: &Path) -> Result<(), TarError> {
                     why: format!("{} is not a directory", at.display()),
                 })
             }
-            Err(_) => std::fs::create_dir(&at).map_err(|source| TarError::Io {
-                path: at.clone(),
-                source,
-            })?,
+            Err(_) => {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&at)
+                    .map_err(|source| TarError::Io {
+                        path: at.clone(),
+                        source,
+                    })?
+            }
         }
     }
     Ok(())
 }
 
-/// Write a new file (never an existing one, never through a link).
+/// Write a new file (never an existing one, never through a link),
+/// readable by the server's user alone (0600, or 0700 when executable).
 fn write_new(path: &Path, bytes: &[u8], executable: bool) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -295,7 +303,7 @@ fn write_new(path: &Path, bytes: &[u8], executable: bool) -> std::io::Result<()>
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .mode(if executable { 0o755 } else { 0o644 })
+        .mode(if executable { 0o700 } else { 0o600 })
         .open(path)?;
     f.write_all(bytes)
 }
@@ -396,5 +404,33 @@ mod tests {
             unpack_environment(&big, tempfile::tempdir().unwrap().path(), 100),
             Err(TarError::TooLarge(_))
         ));
+    }
+
+    /// Issue 46: what a client uploads is the server's alone on the host.
+    #[test]
+    fn unpacked_environments_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let env = archive(|b| {
+            file(b, "data/poem.txt", b"words\n");
+            let mut h = tar::Header::new_gnu();
+            h.set_size(3);
+            h.set_mode(0o755);
+            h.set_path("bin/run.sh").unwrap();
+            h.set_cksum();
+            b.append(&h, &b"ls\n"[..]).unwrap();
+        });
+        unpack_environment(&env, dir.path(), 1 << 20).unwrap();
+        let mode = |rel: &str| {
+            std::fs::symlink_metadata(dir.path().join(rel))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("data"), 0o700);
+        assert_eq!(mode("bin"), 0o700);
+        assert_eq!(mode("data/poem.txt"), 0o600);
+        assert_eq!(mode("bin/run.sh"), 0o700);
     }
 }

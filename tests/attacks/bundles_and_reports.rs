@@ -276,6 +276,7 @@ fn server(ws: &Path, auth: Auth, bind: &str) -> Server {
             read_timeout: T,
             protocol: endless::agent::protocol::Protocol::endless(),
             atif: false,
+            sandbox: endless::serve::SandboxLimits::default(),
         },
         bind: bind.parse().unwrap(),
         max_sessions: 1,

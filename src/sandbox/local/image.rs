@@ -52,9 +52,13 @@ impl LocalBackend {
         let (def, origin) = self.prebuilt_or_definition(task, parsed, progress);
         let cache = self.layout.images();
         let full = |e| super::diskfull::classify(e, &cache);
-        let image = self
+        let mut image = self
             .build_image_noted(task, &def, origin, Merge::Stack, progress)
             .map_err(full)?;
+        // The limits of the task asking, not of the one that built the
+        // cached image (a served sandbox's `cpus` and `memory_mb`).
+        image.cpu_millis = task_cpu_millis(task);
+        image.memory_mb = task_memory_mb(task);
         // The sealed verifier environment the tests ask for, if any.
         self.ensure_verifier_env(task, &def, &image, progress)
             .map_err(full)?;
@@ -365,6 +369,7 @@ impl LocalBackend {
             workdir,
             network: task.meta.environment.network,
             cpu_millis: task_cpu_millis(task),
+            memory_mb: task_memory_mb(task),
             base: base.image.map(|(stored, _)| stored.reference.clone()),
             base_layers: base.image.map(|(_, dirs)| dirs.clone()).unwrap_or_default(),
             base_note: base.note,
@@ -946,6 +951,14 @@ fn task_cpu_millis(task: &Task) -> Option<u32> {
     let v = task.meta.environment.extra.get("cpus")?;
     let n = v.as_float().or_else(|| v.as_integer().map(|i| i as f64))?;
     (n > 0.0 && n.is_finite()).then(|| (n * 1000.0).clamp(10.0, 1e6) as u32)
+}
+
+/// The task's `[environment] memory_mb` (Harbor's key), when it is a
+/// positive number.
+fn task_memory_mb(task: &Task) -> Option<u64> {
+    let v = task.meta.environment.extra.get("memory_mb")?;
+    let n = v.as_integer().or_else(|| v.as_float().map(|f| f as i64))?;
+    u64::try_from(n).ok().filter(|n| *n > 0)
 }
 
 fn load_meta(dir: &Path) -> Option<Image> {

@@ -520,7 +520,12 @@ impl LocalBackend {
             .map_err(SandboxError::io("chown session directory", &exchange))?;
         let mut limits = self.limits.clone();
         if let Some(millis) = image.cpu_millis {
-            limits.cpus = f64::from(millis) / 1000.0;
+            // More than the host's cores gives nothing but a larger quota.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            limits.cpus = (f64::from(millis) / 1000.0).min(cores as f64);
+        }
+        if let Some(mb) = image.memory_mb {
+            limits.memory_bytes = limits.memory_bytes.min(mb.saturating_mul(1 << 20));
         }
         let cgroups = if self.cgroups {
             Cgroups::create(&sid, &limits)

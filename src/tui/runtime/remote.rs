@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +31,18 @@ const PANE_SIZE: (u16, u16) = (48, 160);
 /// A stream silent this long is taken for lost (the server pings after
 /// 15 s of silence).
 const SILENCE: Duration = Duration::from_secs(45);
+
+/// Sessions of one node watched (as panes) at once: a node listing more
+/// gets the first ones, and the TUI says once how many it left out.
+pub const MAX_PANES_PER_NODE: usize = crate::tui::views::live::MAX_PANES;
+
+/// Largest `GET /v1/sessions` answer read from a node (about 4,000
+/// sessions); a larger one is an error of that node, read no further.
+pub const MAX_LIST_BYTES: usize = 1 << 20;
+
+/// Longest NDJSON line of a session's stream (the server sends output in
+/// pieces of a few KiB); a longer one ends the watch as a lost connection.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
 
 /// Why a remote node cannot be used or asked.
 #[derive(Debug, thiserror::Error)]
@@ -136,9 +148,10 @@ impl Remote {
             .await
             .map_err(|e| self.error(e.to_string()))?;
         let status = resp.status();
-        let body: Value = resp
-            .json()
+        let bytes = read_capped(resp, MAX_LIST_BYTES)
             .await
+            .map_err(|e| self.error(format!("HTTP {status}: {e}")))?;
+        let body: Value = serde_json::from_slice(&bytes)
             .map_err(|e| self.error(format!("HTTP {status}: {e}")))?;
         if !status.is_success() {
             return Err(self.error(format!("HTTP {status}: {}", body["error"])));
@@ -243,6 +256,23 @@ impl Remote {
     }
 }
 
+/// The body of `resp`, refused (and read no further) past `max` bytes.
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > max {
+            return Err(format!("the answer is larger than {}", mib(max)));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// `n` bytes as whole MiB (`1 MiB`).
+fn mib(n: usize) -> String {
+    format!("{} MiB", n >> 20)
+}
+
 /// The first line of `path` that is not blank or a `#` comment.
 fn token_in(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -290,9 +320,17 @@ impl StreamReader {
     }
 
     /// The next value (`None`: the body ended); `Err` with why the
-    /// connection broke or a line was not JSON.
+    /// connection broke, or a line was not JSON or longer than
+    /// [`MAX_LINE_BYTES`] (read no further).
     pub async fn next(&mut self) -> Result<Option<Value>, String> {
         loop {
+            if self.buf.len() > MAX_LINE_BYTES && !self.buf.contains(&b'\n') {
+                self.buf = Vec::new();
+                return Err(format!(
+                    "a stream line is longer than {}",
+                    mib(MAX_LINE_BYTES)
+                ));
+            }
             if let Some(at) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=at).collect();
                 let text = String::from_utf8_lossy(&line);
@@ -415,27 +453,65 @@ async fn poll(nodes: Vec<Remote>, tx: Sender<Msg>, every: Duration, stop: Arc<At
             return;
         }
     };
-    let mut watched: BTreeSet<String> = BTreeSet::new();
+    // Per node: the sessions watched (or once watched and still listed),
+    // and how many watches run now (at most MAX_PANES_PER_NODE).
+    let mut watched: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let running: BTreeMap<String, Arc<AtomicUsize>> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), Arc::default()))
+        .collect();
     let mut said: BTreeMap<String, String> = BTreeMap::new();
+    let mut cut_said: BTreeSet<String> = BTreeSet::new();
     while !stop.load(Ordering::Relaxed) {
         for node in &nodes {
             match node.sessions(&http).await {
                 Ok(views) => {
                     said.remove(&node.name);
-                    for view in views {
-                        let Some(id) = view["session_id"].as_str() else {
-                            continue;
-                        };
-                        let live = view["state"].as_str() != Some("finished");
-                        if !live || !watched.insert(format!("{}:{id}", node.name)) {
+                    let live: Vec<Value> = views
+                        .into_iter()
+                        .filter(|v| {
+                            v["session_id"].is_string() && v["state"].as_str() != Some("finished")
+                        })
+                        .collect();
+                    let seen = watched.entry(node.name.clone()).or_default();
+                    // A session no longer listed never comes back: forget it.
+                    seen.retain(|id| live.iter().any(|v| v["session_id"] == id.as_str()));
+                    let active = &running[&node.name];
+                    let mut left_out = 0usize;
+                    for view in live.iter() {
+                        let id = view["session_id"].as_str().unwrap_or_default();
+                        if seen.contains(id) {
                             continue;
                         }
-                        let (node, http, tx, stop) =
-                            (node.clone(), http.clone(), tx.clone(), stop.clone());
+                        if active.load(Ordering::SeqCst) >= MAX_PANES_PER_NODE {
+                            left_out += 1;
+                            continue;
+                        }
+                        seen.insert(id.to_string());
+                        active.fetch_add(1, Ordering::SeqCst);
+                        let (node, http, tx, stop, active, view) = (
+                            node.clone(),
+                            http.clone(),
+                            tx.clone(),
+                            stop.clone(),
+                            active.clone(),
+                            view.clone(),
+                        );
                         tokio::spawn(async move {
                             let mut send = |a| tx.send(Msg::Action(a)).is_ok();
                             node.watch(&http, &view, &stop, &mut send).await;
+                            active.fetch_sub(1, Ordering::SeqCst);
                         });
+                    }
+                    if left_out > 0 && cut_said.insert(node.name.clone()) {
+                        let text = format!(
+                            "node {}: {} running sessions listed; at most {MAX_PANES_PER_NODE} are watched at once, the others are left out",
+                            node.name,
+                            live.len()
+                        );
+                        if tx.send(Msg::Action(Action::Error(text))).is_err() {
+                            return;
+                        }
                     }
                 }
                 Err(e) => {
@@ -518,5 +594,152 @@ mod tests {
             [LiveEvent::Finished { passed: false, failure: Some(f), .. }] if f == "wrong_output")
         );
         assert!(ev(json!({"type": "ping"})).is_empty());
+    }
+
+    /// A node that answers every request on its own terms: `GET
+    /// /v1/sessions` with `list`, a stream with `stream` (written again
+    /// and again until the client hangs up when `endless`). Returns its
+    /// URL and how many streams it has open now.
+    async fn hostile_node(
+        list: Vec<u8>,
+        stream: Vec<u8>,
+        endless: bool,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let streams = open.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let (list, stream, open) = (list.clone(), stream.clone(), streams.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if conn.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let is_stream = String::from_utf8_lossy(&head)
+                        .lines()
+                        .next()
+                        .is_some_and(|l| l.contains("/stream"));
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+                    if conn.write_all(ok).await.is_err() {
+                        return;
+                    }
+                    let body = if is_stream { stream } else { list };
+                    if is_stream {
+                        open.fetch_add(1, Ordering::SeqCst);
+                    }
+                    loop {
+                        if conn.write_all(&body).await.is_err() || !endless && !is_stream {
+                            break;
+                        }
+                        if !endless {
+                            // A stream that stays open, silent.
+                            let mut sink = [0u8; 64];
+                            let _ = conn.read(&mut sink).await;
+                            break;
+                        }
+                    }
+                    if is_stream {
+                        open.fetch_sub(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        (url, open)
+    }
+
+    fn remote(url: &str) -> Remote {
+        Remote::from_config(&node(None, url), &BTreeMap::new()).unwrap()
+    }
+
+    /// Issue 46: a node listing 1,500 running sessions gets
+    /// [`MAX_PANES_PER_NODE`] panes, and the cut is said once.
+    #[test]
+    fn a_node_with_too_many_sessions_gets_its_share_of_panes() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let list: Vec<Value> = (0..1500)
+            .map(|i| json!({"session_id": format!("s{i}"), "task_id": "t", "sample": 0, "state": "running"}))
+            .collect();
+        let (url, open) = rt.block_on(hostile_node(
+            serde_json::to_vec(&list).unwrap(),
+            b"{\"type\": \"session\"}\n".to_vec(),
+            false,
+        ));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let watcher = RemoteWatcher::spawn(vec![remote(&url)], tx, Duration::from_millis(100));
+        let mut panes = BTreeSet::new();
+        let mut said = Vec::new();
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while let Ok(msg) =
+            rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+        {
+            match msg {
+                Msg::Action(Action::Live(LiveEvent::Watched(ev))) => {
+                    if let LiveEvent::Open { key, .. } = *ev {
+                        panes.insert(key);
+                    }
+                }
+                Msg::Action(Action::Error(e)) => said.push(e),
+                _ => {}
+            }
+        }
+        drop(watcher);
+        assert_eq!(panes.len(), MAX_PANES_PER_NODE, "panes opened for one node");
+        assert!(open.load(Ordering::SeqCst) <= MAX_PANES_PER_NODE);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("1500") && said[0].contains(&MAX_PANES_PER_NODE.to_string()),
+            "{}",
+            said[0]
+        );
+    }
+
+    /// Issue 46: an endless stream line and an endless session list are
+    /// read up to their caps, then given up with a reason.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn endless_lines_and_lists_stop_at_their_caps() {
+        let (url, _) = hostile_node(
+            b"[".to_vec(),
+            b"{\"type\": \"output\", \"data\": \"aaaaaaaaaaaaaaaa".repeat(1024),
+            true,
+        )
+        .await;
+        let node = remote(&url);
+        let http = reqwest::Client::new();
+        let e = tokio::time::timeout(Duration::from_secs(20), node.sessions(&http))
+            .await
+            .expect("the list was read without end")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 MiB"), "{e}");
+        let resp = node
+            .get(&http, "/v1/sessions/s1/stream")
+            .send()
+            .await
+            .unwrap();
+        let mut reader = StreamReader::new(resp);
+        let e = tokio::time::timeout(Duration::from_secs(20), reader.next())
+            .await
+            .expect("the line was read without end")
+            .unwrap_err();
+        assert!(e.contains("1 MiB"), "{e}");
+        assert!(
+            reader.buf.len() <= MAX_LINE_BYTES + (1 << 20),
+            "{}",
+            reader.buf.len()
+        );
     }
 }
