@@ -1166,3 +1166,6 @@ mod sandbox_exec_users;
 // Modules planted for the sealed verifier environment (`[verifier] packages`).
 #[path = "attacks/verifier_site_packages.rs"]
 mod verifier_site_packages;
+// The pre-started verifier's code, confined to the session's cgroups.
+#[path = "attacks/verifier_cgroups.rs"]
+mod verifier_cgroups;
