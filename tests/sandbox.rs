@@ -584,6 +584,12 @@ fn a_sandbox_killed_from_outside_is_not_the_agents_doing() {
     }
     // SAFETY: SIGKILL to our own child, the sandbox's process.
     unsafe { libc::kill(outer, libc::SIGKILL) };
+    // The sandbox's processes die with it, soon.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{sleeper}")).exists() {
+        assert!(Instant::now() < deadline, "the sandbox outlived its process");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // Infrastructure, not the shell's ending (which is the agent's doing).
     let err = s.exec("echo still here", T).unwrap_err();
     assert!(

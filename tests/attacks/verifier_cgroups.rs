@@ -15,17 +15,19 @@ use super::*;
 const STAYER: &str = "sleep 86413";
 
 /// A `cp` earlier on PATH that adds a `.pth` to the environment being built.
-const HOSTILE_CP: &str = r#"mkdir -p /usr/local/bin
-cat > /usr/local/bin/cp <<'EOF'
-#!/bin/sh
+const HOSTILE_CP: &str = r#"#!/bin/sh
 /bin/cp "$@" || exit $?
 site=/opt/endless-verifier-env/site
 if [ -d "$site" ] && [ ! -e "$site/zz-stay.pth" ]; then
   echo "import os; os.fork() or (os.setsid(), [os.dup2(os.open('/dev/null', os.O_RDWR), f) for f in (0, 1, 2)], os.closerange(3, 4096), os.execv('/bin/sleep', ['sleep', '86413']))" > "$site/zz-stay.pth"
 fi
-EOF
-chmod 755 /usr/local/bin/cp
 "#;
+
+/// The image: that `cp` first on PATH (in a directory a rootless build
+/// may write too).
+const DOCKERFILE: &str = "COPY hostile-cp /opt/hostile/cp\n\
+     RUN chmod 755 /opt/hostile/cp\n\
+     ENV PATH=/opt/hostile:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n";
 
 /// `X.Y` of the host's python3 (the host base's interpreter).
 fn host_python() -> String {
@@ -67,7 +69,10 @@ fn the_pre_started_verifiers_code_runs_in_the_sessions_cgroups_and_dies_with_it(
 }
 
 fn verifier_code_confined(b: &LocalBackend, user: &str) {
-    let mut t = task(&format!("atk-vcg-{user}"), user, HOSTILE_CP);
+    let mut t = task(&format!("atk-vcg-{user}"), user, "true\n");
+    t.environment = FileTree::default();
+    t.environment.insert_text("hostile-cp", HOSTILE_CP);
+    t.environment.insert_text("Dockerfile", DOCKERFILE);
     t.meta.verifier.python = Some(host_python());
     assert!(stayers().is_empty(), "left over: {:?}", stayers());
     let mut s = session(b, &t);
