@@ -1179,3 +1179,6 @@ mod verdicts;
 // Limits of the sandbox API: quota slots, CPUs and memory, registries.
 #[path = "attacks/served_limits.rs"]
 mod served_limits;
+// The pre-started verifier's code, confined to the session's cgroups.
+#[path = "attacks/verifier_cgroups.rs"]
+mod verifier_cgroups;

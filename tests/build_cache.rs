@@ -324,6 +324,58 @@ fn pruning_frees_an_evicted_images_own_layers_and_keeps_those_in_use() {
 }
 
 #[test]
+fn a_live_session_keeps_its_image_and_layers_through_eviction() {
+    let cache = tempfile::tempdir().unwrap();
+    let Some(b) = backend(cache.path()) else {
+        return;
+    };
+    let image = b
+        .prepare(&docker_task(
+            "live",
+            "RUN echo one > /opt/one\nRUN echo two > /usr/local/two\n",
+        ))
+        .unwrap();
+    let layers: Vec<_> = image.step_layers.values().flatten().cloned().collect();
+    assert!(!layers.is_empty(), "{:?}", image.step_layers);
+    let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+    // Last used two hours ago: only the session's hold keeps it now.
+    let ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    let age = |image: &Image| {
+        for f in ["last-use", "image.json"] {
+            let file = std::fs::File::options()
+                .append(true)
+                .open(image.path.join(f))
+                .unwrap();
+            file.set_modified(ago).unwrap();
+        }
+    };
+    age(&image);
+    let store = endless::images::ImageStore::new(&cache.path().join("images"));
+    let evict = || endless::sandbox::local::enforce_cap(cache.path(), &store, 0, &[]).unwrap();
+    let report = evict();
+    assert_eq!(report.built_images, 0, "{report:?}");
+    assert!(image.path.join("image.json").is_file());
+    assert!(layers.iter().all(|l| l.is_dir()), "{layers:?}");
+    assert_eq!(
+        s.exec("cat /opt/one /usr/local/two", T)
+            .unwrap()
+            .output
+            .trim(),
+        "one\ntwo"
+    );
+    // Ended, it holds nothing: the next eviction takes the image (a lock
+    // held for a moment by a forked helper of a parallel test: try again).
+    s.close();
+    for _ in 0..50 {
+        if evict().built_images == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!image.path.exists());
+}
+
+#[test]
 fn a_failing_step_names_its_line_and_output_and_caches_nothing() {
     let cache = tempfile::tempdir().unwrap();
     let Some(b) = backend(cache.path()) else {

@@ -549,6 +549,56 @@ fn shell_death_is_reported_and_nothing_hangs() {
     ));
 }
 
+/// The parent of `pid`, from `/proc/PID/stat`.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn a_sandbox_killed_from_outside_is_not_the_agents_doing() {
+    let Some(b) = backend() else { return };
+    let mut s = start(&b);
+    let tag = format!("{}", 400_000 + std::process::id() % 100_000);
+    s.exec(&format!("sleep {tag} & echo started"), T).unwrap();
+    // Our child that holds the sandbox: the sleeper's ancestor whose parent we are.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sleeper = loop {
+        let found = host_processes_with(&format!("sleep {tag}"))
+            .iter()
+            .filter_map(|p| p.split_once(": "))
+            .find(|(_, cmd)| cmd.starts_with("sleep "))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok());
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the sleeper never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let me = std::process::id() as i32;
+    let mut outer = sleeper;
+    while let Some(parent) = parent_of(outer).filter(|p| *p != me) {
+        assert!(parent > 1, "the sandbox is not our child");
+        outer = parent;
+    }
+    // SAFETY: SIGKILL to our own child, the sandbox's process.
+    unsafe { libc::kill(outer, libc::SIGKILL) };
+    // The sandbox's processes die with it, soon.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{sleeper}")).exists() {
+        assert!(Instant::now() < deadline, "the sandbox outlived its process");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Infrastructure, not the shell's ending (which is the agent's doing).
+    let err = s.exec("echo still here", T).unwrap_err();
+    assert!(
+        !matches!(err, SandboxError::SessionEnded { .. })
+            && err.to_string().contains("killed from outside by signal 9"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_setup_steps_are_named_with_their_output() {
     let Some(b) = backend() else { return };

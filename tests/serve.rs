@@ -274,6 +274,41 @@ fn episodes(ws: &Path) -> Vec<endless::store::EpisodeRow> {
         .unwrap()
 }
 
+/// How long a client pauses between steps (a slow LLM call): longer than
+/// the runtime keeps an idle blocking thread (10 s).
+const CLIENT_PAUSE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_outlives_a_long_client_pause() {
+    let (ws, task) = workspace();
+    let server = Served::start(ws.path(), &[]);
+    let api = server.client();
+    let (s, opened) = api.post("/v1/sessions", json!({"task_id": task})).await;
+    assert_eq!(s, 200, "{opened}");
+    let id = opened["session_id"].as_str().unwrap().to_string();
+    let step = |word: &'static str| {
+        let path = format!("/v1/sessions/{id}/step");
+        let reply = format!("<command>echo {word}-$((6*7))</command>");
+        let api = &api;
+        async move { api.post(&path, json!({ "reply": reply })).await }
+    };
+    let (s, before) = step("before").await;
+    assert_eq!(s, 200, "{before}");
+    assert!(
+        before["observation"].as_str().unwrap().contains("before-42"),
+        "{before}"
+    );
+    tokio::time::sleep(CLIENT_PAUSE).await;
+    let (s, after) = step("after").await;
+    assert_eq!((s, &after["done"]), (200, &json!(false)), "{after}");
+    assert!(
+        after["observation"].as_str().unwrap().contains("after-42"),
+        "{after}"
+    );
+    let (status, said) = server.stop();
+    assert!(status.success(), "{said}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oracle_episode_over_http_earns_reward_one_and_is_recorded() {
     let (ws, task) = workspace();

@@ -389,6 +389,34 @@ async fn idle_sandboxes_are_deleted_and_a_killed_servers_are_reported_lost() {
     assert_eq!(health.body["sandboxes"], 0);
 }
 
+/// How long a client pauses between execs (a slow LLM call): longer than
+/// the runtime keeps an idle blocking thread (10 s).
+const CLIENT_PAUSE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_outlives_a_long_client_pause() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &[]);
+    let api = served.client();
+    let a = api
+        .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
+        .await;
+    assert_eq!(a.status, 201, "{}", a.raw);
+    let id = a.body["sandbox_id"].as_str().unwrap().to_string();
+    let ran = exec(&api, &id, json!({"command": "echo before-$((6*7))"})).await;
+    assert_eq!((ran.status, ran.stdout.as_str()), (200, "before-42\n"));
+    tokio::time::sleep(CLIENT_PAUSE).await;
+    let ran = exec(&api, &id, json!({"command": "echo after-$((6*7))"})).await;
+    assert_eq!(
+        (ran.status, ran.stdout.as_str()),
+        (200, "after-42\n"),
+        "{} {}",
+        ran.stderr,
+        ran.last
+    );
+    assert_eq!(ran.last["exit_code"], 0, "{}", ran.last);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_served_tasks_environment_by_id_without_its_tests_or_solution() {
     let ws = workspace();

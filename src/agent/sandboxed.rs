@@ -34,7 +34,8 @@ impl From<SandboxError> for TerminalError {
 /// Whose doing a sandbox error during an episode was: the shell ending or
 /// hanging is the agent's (it ran `exit`, `kill -9 $$`, a trapped busy loop,
 /// or filled its memory until the shell was killed); the session's wall
-/// clock is a limit the agent used up; anything else is infrastructure.
+/// clock is a limit the agent used up; anything else is infrastructure,
+/// a sandbox killed from outside ([`SandboxError::SandboxKilled`]) too.
 fn fault_of(e: &SandboxError) -> Fault {
     match e {
         SandboxError::SessionEnded { .. } | SandboxError::Unresponsive => Fault::ShellDied,
@@ -156,6 +157,10 @@ mod tests {
             SandboxError::Start("no bwrap".into()),
             SandboxError::Verify("no verifier directory".into()),
             SandboxError::UnknownBackend("x".into()),
+            SandboxError::SandboxKilled {
+                signal: libc::SIGKILL,
+                output: String::new(),
+            },
         ] {
             assert_eq!(fault_of(&e), Fault::Infra, "{e}");
         }

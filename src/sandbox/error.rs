@@ -89,6 +89,16 @@ pub enum SandboxError {
         /// Output of the command in flight, if any.
         output: String,
     },
+    /// The sandbox's own process was killed by a signal from outside (the
+    /// host, the operator, a crashed parent): infrastructure, never the
+    /// agent's doing.
+    #[error("the sandbox was killed from outside by signal {signal}; this is not the agent's doing: output so far:\n{output}")]
+    SandboxKilled {
+        /// The signal.
+        signal: i32,
+        /// Output of the command in flight, if any.
+        output: String,
+    },
     /// The shell ended because the session ran into a resource limit.
     #[error("the session's shell was killed at its {limit}; output so far:\n{output}")]
     LimitReached {

@@ -19,6 +19,7 @@ mod marker_filter;
 pub mod oci;
 pub mod offline;
 mod session;
+mod spawner;
 mod streaming;
 mod types;
 

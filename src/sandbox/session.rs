@@ -22,6 +22,9 @@ use super::{ExecResult, SandboxError, SessionOptions};
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long an interrupted command gets to stop before it is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_millis(1500);
+/// How long, once its terminal closed, the sandbox's process gets to end
+/// before its exit status is read.
+const CHILD_EXIT_GRACE: Duration = Duration::from_secs(1);
 /// Capacity of the live broadcast channel (chunks).
 const BROADCAST_CAPACITY: usize = 4096;
 
@@ -304,9 +307,11 @@ impl Session {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program())))?;
+        // From the spawner thread: the sandbox dies with its parent thread
+        // (`--die-with-parent`), which must live as long as the session.
+        let program = cmd.get_program().to_owned();
+        let child = super::spawner::spawn(cmd)
+            .map_err(|e| SandboxError::Start(format!("spawn {program:?}: {e}")))?;
         drop(slave);
         let control = control(child.id());
         let reader = master
@@ -628,11 +633,17 @@ impl Session {
             .write_all(bytes)
             .and_then(|_| self.writer.flush());
         res.map_err(|e| {
-            self.ended
-                .get_or_insert_with(|| format!("PTY write failed: {e}"));
-            SandboxError::SessionEnded {
-                reason: Some(format!("PTY write failed: {e}")),
-                output: String::new(),
+            let reason = format!("PTY write failed: {e}");
+            self.ended.get_or_insert_with(|| reason.clone());
+            match self.killed_from_outside() {
+                Some(signal) => SandboxError::SandboxKilled {
+                    signal,
+                    output: String::new(),
+                },
+                None => SandboxError::SessionEnded {
+                    reason: Some(reason),
+                    output: String::new(),
+                },
             }
         })
     }
@@ -686,17 +697,39 @@ impl Session {
         }
         // Ask before teardown, which removes the cgroups that know.
         let limit = self.control.limit_hit();
+        let killed = match limit {
+            Some(_) => None,
+            None => self.killed_from_outside(),
+        };
         self.ended.get_or_insert_with(|| reason.to_string());
         self.teardown();
-        match limit {
-            Some(limit) => SandboxError::LimitReached {
-                limit,
-                output: marker::clean_output(&got.kept),
-            },
-            None => SandboxError::SessionEnded {
+        let output = marker::clean_output(&got.kept);
+        match (limit, killed) {
+            (Some(limit), _) => SandboxError::LimitReached { limit, output },
+            (None, Some(signal)) => SandboxError::SandboxKilled { signal, output },
+            (None, None) => SandboxError::SessionEnded {
                 reason: Some(reason.to_string()),
-                output: marker::clean_output(&got.kept),
+                output,
             },
+        }
+    }
+
+    /// The signal that killed the sandbox's own process (our child), if one
+    /// did. Nothing inside reaches it (it is outside the sandbox's PID
+    /// namespace, and ends with the exit status of what runs inside when
+    /// that ends), so such a death is never the agent's doing. Waits a
+    /// little for it: its terminal closes as it dies.
+    fn killed_from_outside(&mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let until = Instant::now() + CHILD_EXIT_GRACE;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.signal(),
+                Ok(None) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                _ => return None,
+            }
         }
     }
 

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use super::evict::Held;
 use super::limits::Cgroups;
-use super::prestart::Prestarted;
+use super::prestart::{Confinement, Prestarted};
 use super::verifier::VerifierPlan;
 use super::warm::WarmVerifier;
 use crate::sandbox::session::{CommandOutput, SessionControl, VerifierCall};
@@ -17,12 +18,18 @@ use crate::sandbox::SandboxError;
 /// Where the verifier's exchange directory appears inside the sandbox.
 pub const EXCHANGE_INSIDE: &str = "/run/endless-verifier";
 
+/// The cgroup, nested in each of the session's, of the verifier started
+/// with the session (and of all it starts before verification).
+const PRESTARTED_CGROUP: &str = "verifier";
+
 /// A running local sandbox.
 pub struct LocalControl {
     /// The session's host directory (holds the exchange directory).
     pub session_dir: PathBuf,
     /// Its cgroups, when available.
     pub cgroups: Option<Cgroups>,
+    /// Its rlimits, when it has no cgroups (the pre-started verifier's too).
+    pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// Pid of bubblewrap (our child).
     pub outer: i32,
     /// Pid of the sandbox's init (bubblewrap's child, pid 1 inside).
@@ -47,6 +54,9 @@ pub struct LocalControl {
     /// The sealed environment's verifier started with the session
     /// (`prestart.rs`; started in the background), until it runs the tests.
     pub prestarted: Option<std::thread::JoinHandle<Result<Prestarted, SandboxError>>>,
+    /// The session's hold on its image and step layers (no eviction takes
+    /// them while it lives), released at teardown.
+    pub held: Option<Held>,
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -276,11 +286,20 @@ impl SessionControl for LocalControl {
         let plan = self
             .verifier_plan(call, &call.files, self.task_ids)
             .map_err(|e| e.to_string())?;
+        // Within the session's limits from its first instruction on.
+        let procs = match &self.cgroups {
+            Some(cg) => cg
+                .nested(PRESTARTED_CGROUP)
+                .map_err(|e| format!("a cgroup for the verifier: {e}"))?,
+            None => Vec::new(),
+        };
+        let confinement =
+            Confinement::new(&procs, self.rlimits.clone()).map_err(|e| e.to_string())?;
         // Off the session's start: spawning it (entering the sandbox in
         // `pre_exec`) takes about as long as the rest of the start.
         let call = call.clone();
         self.prestarted = Some(std::thread::spawn(move || {
-            Prestarted::start(plan, &call, init)
+            Prestarted::start(plan, &call, init, confinement)
         }));
         Ok(())
     }
@@ -381,5 +400,6 @@ impl SessionControl for LocalControl {
             super::net::stop(p);
         }
         let _ = std::fs::remove_dir_all(&self.session_dir);
+        self.held = None;
     }
 }

@@ -3,11 +3,14 @@
 //! evicted least recently used first (last use: the mtime of a built
 //! image's `last-use` file, touched at each build or cache hit, and of a
 //! stored image's reference file, touched at each resolve), then the build
-//! steps and layers nothing names any more. What a build holds (locked)
-//! and what was used in the last [`IN_USE_WINDOW`] (what running work needs
-//! now) is never evicted.
+//! steps and layers nothing names any more. What a build or a live
+//! session holds (locked, see [`hold`]) and what was used in the last
+//! [`IN_USE_WINDOW`] (what running work is about to start) is never
+//! evicted.
 
 use std::collections::HashSet;
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -15,7 +18,7 @@ use serde::Serialize;
 
 use super::stepcache::{self, prune_steps};
 use crate::images::{ImageRef, ImageStore};
-use crate::sandbox::SandboxError;
+use crate::sandbox::{Image, SandboxError};
 
 /// Images used this recently are taken to be in use.
 pub const IN_USE_WINDOW: Duration = Duration::from_secs(600);
@@ -65,6 +68,55 @@ fn last_use(path: &Path) -> SystemTime {
     std::fs::metadata(path)
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// A live session's hold on its image and step layers: their lock files
+/// locked shared for as long as it lives. Eviction and pruning lock them
+/// exclusively and skip what they cannot lock.
+pub struct Held {
+    _locks: Vec<File>,
+}
+
+/// Hold `image` (its directory and each of its step layers) for a session
+/// (see [`Held`]). Waits while one is being evicted; fails when the image
+/// is gone.
+pub fn hold(image: &Image) -> Result<Held, SandboxError> {
+    let mut dirs = vec![image.path.clone()];
+    for (part, layers) in &image.step_layers {
+        let depth = Path::new(part).components().count();
+        for layer in layers {
+            if let Some(dir) = layer.ancestors().nth(depth) {
+                if !dirs.iter().any(|d| d == dir) {
+                    dirs.push(dir.to_path_buf());
+                }
+            }
+        }
+    }
+    let mut locks = Vec::with_capacity(dirs.len());
+    for dir in &dirs {
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        let path = dir.with_file_name(format!("{name}.lock"));
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(SandboxError::io("open lock file", &path))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) } < 0 {
+            return Err(SandboxError::io("lock", &path)(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        if !dir.is_dir() {
+            return Err(SandboxError::Start(format!(
+                "{} was evicted from the cache before the session started; prepare the image again",
+                dir.display()
+            )));
+        }
+        locks.push(file);
+    }
+    Ok(Held { _locks: locks })
 }
 
 /// Bytes under `path` on disk, each inode once.
@@ -298,6 +350,44 @@ mod tests {
             .unwrap()
             .flatten()
             .any(|e| e.file_name().to_string_lossy().starts_with(".evict")));
+    }
+
+    #[test]
+    fn a_held_image_and_its_step_layers_outlive_the_cap() {
+        let d = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(&d.path().join("images"));
+        built(d.path(), "held", 2, 3 * HOUR, None);
+        built(d.path(), "free", 2, 3 * HOUR, None);
+        // A step layer no build record names: only the hold keeps it.
+        let layer = d.path().join("local/steps/k1");
+        std::fs::create_dir_all(layer.join("sys/usr")).unwrap();
+        std::fs::write(layer.join("sys/usr/data"), b"x").unwrap();
+        let image: Image = serde_json::from_value(serde_json::json!({
+            "backend": "local",
+            "hash": "held",
+            "path": d.path().join("local/images/held"),
+            "task_id": "t",
+            "user": "root",
+            "uid": 0,
+            "gid": 0,
+            "home": "/root",
+            "workdir": "/",
+            "network": false,
+            "step_layers": { "sys/usr": [layer.join("sys/usr")] },
+        }))
+        .unwrap();
+        let held = hold(&image).unwrap();
+        let r = enforce_cap(d.path(), &store, 0, &[]).unwrap();
+        assert_eq!(r.built_images, 1);
+        assert_eq!(hashes(d.path()), ["held"]);
+        assert!(layer.join("sys/usr/data").is_file());
+        drop(held);
+        enforce_cap(d.path(), &store, 0, &[]).unwrap();
+        assert!(hashes(d.path()).is_empty());
+        assert!(!layer.exists());
+        // An image evicted meanwhile is refused, not started.
+        let err = hold(&image).err().unwrap().to_string();
+        assert!(err.contains("was evicted"), "{err}");
     }
 
     #[test]

@@ -125,6 +125,22 @@ impl Cgroups {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// Make cgroup `name` below each of the session's (within its limits,
+    /// which hold for the whole subtree, and frozen and killed with it, but
+    /// spared by [`Cgroups::kill_except`]); its `cgroup.procs` files.
+    pub fn nested(&self, name: &str) -> std::io::Result<Vec<PathBuf>> {
+        self.dirs
+            .iter()
+            .map(|d| {
+                let dir = d.join(name);
+                match std::fs::create_dir(&dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+                    _ => Ok(dir.join("cgroup.procs")),
+                }
+            })
+            .collect()
+    }
+
     /// How many processes the memory limit's OOM killer has killed.
     pub fn oom_kills(&self) -> u64 {
         let Some(mem) = self.dirs.get(1) else {
@@ -137,26 +153,40 @@ impl Cgroups {
             .unwrap_or(0)
     }
 
-    /// Process ids in the session's cgroup.
-    pub fn pids(&self) -> Vec<i32> {
+    /// Process ids in the session's cgroup, and with `nested` in those
+    /// below it too.
+    fn pids(&self, nested: bool) -> Vec<i32> {
         let Some(dir) = self.dirs.first() else {
             return Vec::new();
         };
-        std::fs::read_to_string(dir.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
+        let mut dirs = vec![dir.clone()];
+        if nested {
+            dirs.extend(subdirs(dir));
+        }
+        dirs.iter()
+            .flat_map(|d| {
+                std::fs::read_to_string(d.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<i32>>()
+            })
             .collect()
     }
 
-    /// SIGKILL every process in the cgroup except `keep`, again and again
-    /// (frozen while signalled, so a fork bomb cannot outrun it) until only
-    /// `keep` are left or `wait` has passed.
+    /// SIGKILL every process in the cgroup except `keep` (and those in
+    /// the [nested](Cgroups::nested) cgroups), again and again (frozen while
+    /// signalled, so a fork bomb cannot outrun it) until only `keep` are
+    /// left or `wait` has passed.
     pub fn kill_except(&self, keep: &[i32], wait: Duration) {
+        self.kill(keep, false, wait);
+    }
+
+    fn kill(&self, keep: &[i32], nested: bool, wait: Duration) {
         let until = Instant::now() + wait;
         loop {
             let victims: Vec<i32> = self
-                .pids()
+                .pids(nested)
                 .into_iter()
                 .filter(|p| !keep.contains(p))
                 .collect();
@@ -182,22 +212,36 @@ impl Cgroups {
         }
     }
 
-    /// Kill everything, wait (up to `wait`) until the cgroup is empty, and remove it.
+    /// Kill everything (in the nested cgroups too), wait (up to `wait`)
+    /// until the cgroup is empty, and remove it.
     pub fn kill_all_and_remove(&mut self, wait: Duration) {
-        self.kill_except(&[], wait);
+        self.kill(&[], true, wait);
         self.remove();
     }
 
     fn remove(&mut self) {
         for dir in self.dirs.drain(..) {
-            for _ in 0..50 {
-                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
-                    break;
+            for dir in subdirs(&dir).into_iter().chain([dir]) {
+                for _ in 0..50 {
+                    if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
                 }
-                std::thread::sleep(Duration::from_millis(2));
             }
         }
     }
+}
+
+/// The cgroups directly below `dir`.
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
 }
 
 impl Drop for Cgroups {

@@ -503,6 +503,8 @@ impl LocalBackend {
         }
         let layout = &self.layout;
         layout.ensure()?;
+        // Held for the session's whole life: no eviction takes its layers.
+        let held = evict::hold(image)?;
         let mut rnd = [0u8; 8];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
         let sid = format!("{}-{}", std::process::id(), hex::encode(rnd));
@@ -591,7 +593,7 @@ impl LocalBackend {
             mkdirs: &mkdirs,
             layers: &layers,
             cgroup_procs: &procs,
-            rlimits,
+            rlimits: rlimits.clone(),
             identity: self.child_identity(&userns, &uppers, image.base_layers.is_empty())?,
             binds: host_binds,
             net: net_child,
@@ -654,6 +656,7 @@ impl LocalBackend {
         let control = LocalControl {
             session_dir: session_dir.clone(),
             cgroups,
+            rlimits,
             outer: 0,
             init: None,
             rootless,
@@ -665,6 +668,7 @@ impl LocalBackend {
             // Attached for the verifier only (`verifier.rs`), never here.
             verifier_envs: image.path.join(verifier_env::IMAGE_DIR),
             prestarted: None,
+            held: Some(held),
         };
         if let Ok(warm) = &self.warm {
             warm.start();

@@ -15,20 +15,28 @@
 //! environment, the task's user without capabilities, the sandbox's
 //! seccomp filter), minus what the agent could notice while it works:
 //! it is not a member of the sandbox's PID namespace yet (no `ps` of the
-//! agent lists it; no process of the agent can signal it), not in the
-//! session's cgroups, and it has made no `/tests` or `/logs/verifier`
-//! mount point in the sandbox's file system. It imports pytest, builds
-//! its configuration and compiles the test modules, then waits on stdin.
+//! agent lists it; no process of the agent can signal it), and it has made
+//! no `/tests` or `/logs/verifier` mount point in the sandbox's file
+//! system. It imports pytest, builds its configuration and compiles the
+//! test modules, then waits on stdin.
+//!
+//! What it runs comes from the task (the environment's interpreter, its
+//! packages and `.pth` files), so before it execs anything it joins a
+//! cgroup of its own nested in the session's ([`Confinement`]): the
+//! session's process, memory and CPU limits hold for it and all it starts,
+//! and the session's teardown freezes and kills them; without cgroups it
+//! gets the session's rlimits.
 //!
 //! At verification we finish its setup from outside
 //! (`VerifierPlan::seal_prestarted`: those mount points, and hiding an
-//! `/etc/ld.so.preload` the agent wrote since), move it into the session's
-//! cgroups and send the payload; it forks the runner into the PID
+//! `/etc/ld.so.preload` the agent wrote since), move its runner into the
+//! session's cgroups and send the payload; it forks the runner into the PID
 //! namespace, which runs the tests as the cold path does. It is used once,
 //! and only for the call it was started for; when the sandbox's mounts
 //! changed since it started (its mount namespace is a copy), or it is
 //! gone, the verification runs cold and says why.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -46,6 +54,65 @@ use crate::sandbox::{SandboxError, VerifierCall};
 /// The largest hints line sent ahead (inside a pipe's default capacity,
 /// so that writing it never waits for the interpreter to start).
 const MAX_HINTS: usize = 60 * 1024;
+
+/// What holds a pre-started verifier to the session's limits from before
+/// its exec: the `cgroup.procs` files it joins (a cgroup nested in each of
+/// the session's), or, for a session without cgroups, its rlimits.
+pub struct Confinement {
+    procs: Vec<CString>,
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+}
+
+impl Confinement {
+    /// Join `procs` (`cgroup.procs` files) and set `rlimits`.
+    pub fn new(
+        procs: &[std::path::PathBuf],
+        rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    ) -> Result<Confinement, SandboxError> {
+        let procs = procs
+            .iter()
+            .map(|p| {
+                CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| {
+                    SandboxError::Verify(format!("a NUL byte in the cgroup path {}", p.display()))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Confinement { procs, rlimits })
+    }
+
+    /// Apply it to this process; any failure is an error (the verifier
+    /// never runs unconfined).
+    ///
+    /// # Safety
+    /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+    unsafe fn apply(&self) -> std::io::Result<()> {
+        let err = std::io::Error::last_os_error;
+        unsafe {
+            for procs in &self.procs {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(err());
+                }
+                let wrote = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let e = err();
+                libc::close(fd);
+                if wrote != 1 {
+                    return Err(e);
+                }
+            }
+            for (resource, value) in &self.rlimits {
+                let lim = libc::rlimit {
+                    rlim_cur: *value,
+                    rlim_max: *value,
+                };
+                if libc::setrlimit(*resource, &lim) < 0 {
+                    return Err(err());
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// A verifier started with the session, waiting for its payload.
 pub struct Prestarted {
@@ -66,11 +133,12 @@ pub struct Prestarted {
 
 impl Prestarted {
     /// Start `call` (its last argument, the mode, `cold`) as planned by
-    /// `plan` for the sandbox whose init is `init`.
+    /// `plan` for the sandbox whose init is `init`, held by `confinement`.
     pub fn start(
         plan: VerifierPlan,
         call: &VerifierCall,
         init: i32,
+        confinement: Confinement,
     ) -> Result<Prestarted, SandboxError> {
         let bad =
             |why: &str| SandboxError::Verify(format!("cannot start the verifier ahead: {why}"));
@@ -96,10 +164,13 @@ impl Prestarted {
         let (gate_r, gate) = pipe().and_then(|(r, w)| Ok((high(r)?, w))).map_err(io)?;
         let keep = vec![reply_w.as_raw_fd(), gate_r.as_raw_fd()];
         let applied = Arc::clone(&plan);
-        // SAFETY: VerifierPlan::apply_prestarted only makes
-        // async-signal-safe calls.
+        // SAFETY: Confinement::apply and VerifierPlan::apply_prestarted
+        // only make async-signal-safe calls.
         unsafe {
-            cmd.pre_exec(move || applied.apply_prestarted());
+            cmd.pre_exec(move || {
+                confinement.apply()?;
+                applied.apply_prestarted()
+            });
         }
         let mut process = Capturing::spawn(cmd, true, true, keep.clone())?;
         drop((reply_w, gate_r));
