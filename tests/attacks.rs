@@ -544,8 +544,14 @@ fn root_agents_and_build_steps_read_no_host_file_that_only_host_root_may_read() 
     drop(secrets);
 }
 
+/// Held by the two tests that look at who may make cgroups: one hands the
+/// `endless` cgroups to uid 65534 for a while, which the other would see
+/// half-way through its own uid 65534 run.
+static CGROUP_OWNERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn what_the_limits_leave_out_is_said_and_memory_is_limited_as_a_whole_with_cgroups() {
+    let _owners = CGROUP_OWNERS.lock().unwrap_or_else(|e| e.into_inner());
     both(
         "what_the_limits_leave_out_is_said_and_memory_is_limited_as_a_whole_with_cgroups",
         |_| {
@@ -592,6 +598,7 @@ fn small_limits() -> Limits {
 #[test]
 fn cgroups_given_to_an_unprivileged_user_limit_its_sessions_as_a_whole() {
     const NAME: &str = "cgroups_given_to_an_unprivileged_user_limit_its_sessions_as_a_whole";
+    let _owners = CGROUP_OWNERS.lock().unwrap_or_else(|e| e.into_inner());
     if std::env::var_os(INNER).is_some() {
         assert!(endless::sandbox::local::cgroups_available());
         let b = backend(small_limits()).unwrap();
