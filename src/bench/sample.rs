@@ -23,6 +23,7 @@ pub const BATCH: usize = 16;
 /// `--check` the numerics.
 #[derive(Debug, Clone, Serialize)]
 pub struct SampleReport {
+    /// The sampling throughput.
     #[serde(flatten)]
     pub bench: SampleBench,
     /// The kernel level and the hand kernels that ran over the timed runs.
