@@ -16,6 +16,7 @@ pub mod output;
 pub mod ppo;
 pub mod rollout;
 pub mod sample;
+pub mod sampling;
 pub mod sandbox;
 pub mod serve;
 pub mod serve_memory;
