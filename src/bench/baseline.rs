@@ -79,7 +79,8 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Every number in `report`, by its dotted path; `{"secs", "nanos"}`
-/// objects (durations) as one figure in milliseconds.
+/// objects (durations) as one figure in milliseconds. A list of whole
+/// numbers (token ids, step indices, tasks per shard) is data, not figures.
 pub fn figures(report: &Value) -> BTreeMap<String, f64> {
     fn walk(v: &Value, path: &str, out: &mut BTreeMap<String, f64>) {
         let key = |k: &str| {
@@ -108,6 +109,7 @@ pub fn figures(report: &Value) -> BTreeMap<String, f64> {
                     walk(v, &key(k), out);
                 }
             }
+            Value::Array(a) if a.iter().all(|v| v.is_u64() || v.is_i64()) => {}
             Value::Array(a) => {
                 for (i, v) in a.iter().enumerate() {
                     walk(v, &key(&i.to_string()), out);
@@ -291,7 +293,8 @@ mod tests {
         let v: Value = serde_json::from_str(
             r#"{"tasks": 10, "ok": true, "name": "x",
                 "p95": {"secs": 1, "nanos": 500000000},
-                "runs": [{"verifier": "cold", "episodes_per_minute": 60.5}]}"#,
+                "runs": [{"verifier": "cold", "episodes_per_minute": 60.5}],
+                "shard_s": [1.5, 2.5], "output_ids": [17, 4]}"#,
         )
         .unwrap();
         let f = figures(&v);
@@ -299,6 +302,8 @@ mod tests {
             ("tasks".to_string(), 10.0),
             ("p95".to_string(), 1500.0),
             ("runs.0.episodes_per_minute".to_string(), 60.5),
+            ("shard_s.0".to_string(), 1.5),
+            ("shard_s.1".to_string(), 2.5),
         ]
         .into_iter()
         .collect();
