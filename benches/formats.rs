@@ -5,7 +5,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented functions
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use endless::commands::bench::{sample_task, write_corpus};
+use endless::bench::import::{sample_task, write_corpus};
 use endless::task::envdef;
 use endless::task::formats::Format;
 use endless::task::EnvKind;

@@ -13,8 +13,8 @@
 
 use candle_core::Device;
 use criterion::{criterion_group, criterion_main, Criterion};
+use endless::bench::ppo::{ppo_model_config, synthetic_batch as batch};
 use endless::cli::PpoSize;
-use endless::commands::bench_ppo::{ppo_model_config, synthetic_batch as batch};
 use endless::model::models::tiny::train_tokenizer;
 use endless::model::{BatchOptions, KV_RESERVE};
 use endless::model::{

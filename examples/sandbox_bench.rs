@@ -10,7 +10,7 @@ fn main() {
         .prefix("endless-bench-")
         .tempdir_in("/var/tmp")
         .expect("temp dir");
-    let report = endless::sandbox::bench(runs, dir.path());
+    let report = endless::bench::sandbox::bench(runs, dir.path());
     println!("{report}");
     println!(
         "{}",

@@ -47,7 +47,9 @@ pub enum Command {
     Train(TrainArgs),
     /// Serve the workspace's environments over HTTP/JSON to RL trainers.
     Serve(ServeArgs),
-    /// Benchmarks: sandbox, rollout, verify, import, tui, ppo, sample, serve.
+    /// Benchmarks, each against another binary with `--baseline`: import,
+    /// sandbox, rollout, verify, tui, ppo, lora, sample, serve, images,
+    /// shards, audit.
     Bench(BenchArgs),
     /// Sandbox backends.
     #[command(subcommand)]
@@ -789,10 +791,16 @@ pub struct BenchArgs {
     /// `scripts/bench_llamacpp.sh`).
     #[arg(long)]
     pub check: bool,
-    /// `bench tui`: another `endless` binary (e.g. an older release) measured
-    /// the same way in the same run, alternating rounds, with the ratios.
+    /// Another `endless` binary (e.g. an older release) running the same
+    /// bench in the same run, in alternating rounds: each side's medians and
+    /// the ratios (ours / baseline). Not with `--dump`: `ppo --dump` and
+    /// `sample --check --dump` feed the comparison with PyTorch and
+    /// llama.cpp (scripts/), where another binary makes no sense.
     #[arg(long, value_name = "ENDLESS_BINARY")]
     pub baseline: Option<PathBuf>,
+    /// `--baseline`: rounds per side (default 3).
+    #[arg(long, requires = "baseline", value_name = "N")]
+    pub rounds: Option<usize>,
 }
 
 /// Model size of `endless bench ppo`.

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod allocator;
 pub mod audit;
+pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod config;

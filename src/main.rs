@@ -1,11 +1,12 @@
 //! The `endless` binary: parse the command line, set up logging, dispatch:
-//! no subcommand opens the TUI, `bench tui` measures it, everything else is
-//! a CLI command. This is the one place that links both front ends.
+//! no subcommand opens the TUI, `bench` measures (the TUI among the rest),
+//! everything else is a CLI command. This is the one place that links both
+//! front ends and the benches.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use endless::cli::{BenchTarget, Cli, Command};
+use endless::cli::{Cli, Command};
 use endless::workbench::Context;
 
 /// mimalloc, or the C library's for `serve` (see `endless::allocator` for
@@ -58,10 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Bench(args)) if args.what == BenchTarget::Tui => match &args.baseline {
-            Some(other) => endless::tui::bench_baseline::run_cli(other, args.n, args.json),
-            None => endless::tui::bench::run_cli(args.n, args.json),
-        },
+        Some(Command::Bench(args)) => endless::bench::run(&ctx, args),
         Some(command) => endless::commands::dispatch(&ctx, command),
     }
 }

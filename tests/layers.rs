@@ -37,7 +37,10 @@ const LAYERS: &[&[&str]] = &[
     &["jobs", "workbench", "serve"],
     // 7. Front ends, and the clap definitions the CLI front end reads.
     &["cli", "commands", "tui"],
-    // 8. The binary (the one place that links both front ends) and the
+    // 8. Benchmarks: they time the use cases and both front ends (the TUI
+    // bench renders the TUI's views); only the binary calls them.
+    &["bench"],
+    // 9. The binary (the one place that links both front ends) and the
     // crate root (module declarations).
     &["main", "lib"],
 ];

@@ -303,10 +303,15 @@ async fn oracle_rollouts_and_run_comparison() {
     assert!(cmp.newly_solved.is_empty());
     assert_eq!(cmp.pass_rate_a, 1.0);
 
-    let bench =
-        endless::agent::bench_rollout(Arc::new(BashProvider::default()), tasks(), 4, 4, dir.path())
-            .await
-            .unwrap();
+    let bench = endless::bench::rollout::bench_rollout(
+        Arc::new(BashProvider::default()),
+        tasks(),
+        4,
+        4,
+        dir.path(),
+    )
+    .await
+    .unwrap();
     assert_eq!((bench.episodes, bench.passed, bench.errors), (12, 12, 0));
     assert!(bench.episodes_per_minute > 0.0 && bench.mean_exec_secs > 0.0);
     assert!(bench.summary().contains("episodes/min"));
@@ -437,7 +442,7 @@ async fn bench_oracle_rollouts_on_local_sandbox() {
     let tasks: Vec<_> = (0..8).map(|i| upper_task(&format!("upper-{i}"))).collect();
     let work = tempfile::tempdir().unwrap();
     for concurrency in [1, 4] {
-        let b = endless::agent::bench_rollout(
+        let b = endless::bench::rollout::bench_rollout(
             provider.clone(),
             tasks.clone(),
             4,
@@ -455,7 +460,7 @@ async fn bench_oracle_rollouts_on_local_sandbox() {
         .unwrap();
     let backend = Arc::new(endless::sandbox::local::LocalBackend::new(cache2.path()).unwrap());
     for concurrency in [1, 4] {
-        let b = endless::agent::bench_rollout_offline(
+        let b = endless::bench::rollout::bench_rollout_offline(
             backend.clone(),
             8,
             4,

@@ -3,7 +3,6 @@
 //! ([`classify_failure`]); `eval` aggregates them and never reaches back.
 
 pub mod atif;
-mod bench;
 mod episode;
 mod episode_io;
 mod failure;
@@ -17,7 +16,6 @@ mod sandboxed;
 mod terminal;
 pub mod tool_calls;
 
-pub use bench::{bench_rollout, bench_rollout_offline, RolloutBench};
 pub use episode::{
     run_episode, EndReason, EpisodeConfig, EpisodeObserver, EpisodeStepper, NoObserver, Step,
     StepKind, StepOutcome, Takeover, Trajectory,

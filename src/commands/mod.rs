@@ -23,15 +23,6 @@ macro_rules! say_err {
 }
 
 pub mod audit_cmd;
-pub mod bench;
-mod bench_audit;
-mod bench_images;
-pub mod bench_lora;
-pub mod bench_ppo;
-mod bench_sample;
-mod bench_serve;
-mod bench_serve_memory;
-mod bench_shards;
 mod config_cmd;
 mod episodes_cmd;
 mod generate_cmd;
@@ -56,12 +47,13 @@ use crate::cli::Command;
 use crate::workbench::Context;
 
 /// Run one subcommand. (`src/main.rs` starts the TUI itself, and runs
-/// `bench tui`, which measures it: this module does not link the TUI.)
+/// `bench` ([`crate::bench`]), which measures the TUI too: this module does
+/// not link the TUI.)
 pub fn dispatch(ctx: &Context, command: Command) -> Result<ExitCode> {
     match command {
         Command::Tasks(cmd) => tasks::run(ctx, cmd),
         Command::Config(cmd) => config_cmd::run(ctx, cmd),
-        Command::Bench(args) => bench::run(ctx, args),
+        Command::Bench(_) => anyhow::bail!("`bench` is run by the endless binary (src/main.rs)"),
         Command::Generate(args) => generate_cmd::run(ctx, args),
         Command::Run(args) => rollout_cmd::run(ctx, args),
         Command::Eval(args) => rollout_cmd::eval(ctx, args),

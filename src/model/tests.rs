@@ -744,7 +744,7 @@ fn batched_sampling_can_ignore_end_of_sequence() {
 
 /// The SmolLM2 GGUF if it was fetched before (`endless models fetch smollm2`
 /// or the `llm_local` integration test); these tests skip without it.
-fn smollm2_gguf() -> Option<std::path::PathBuf> {
+pub(crate) fn smollm2_gguf() -> Option<std::path::PathBuf> {
     let cache = std::env::var_os("ENDLESS_MODEL_CACHE")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
@@ -832,7 +832,7 @@ fn gguf_llama_runner_matches_candle_transformers() {
 
 /// Write a small random llama GGUF with `Q4_1` weights (and f32 norms) and
 /// [`tokenizer`]'s metadata to `path`: hidden 64, 4 heads (2 kv heads), 2 layers.
-fn write_q4_1_llama(path: &std::path::Path, seed: u64) {
+pub(crate) fn write_q4_1_llama(path: &std::path::Path, seed: u64) {
     use candle_core::quantized::gguf_file::{self, Value};
     use candle_core::quantized::{GgmlDType, QTensor};
     let vocab = tokenizer().get_vocab_size(true);
@@ -907,31 +907,6 @@ fn write_q4_1_llama(path: &std::path::Path, seed: u64) {
     gguf_file::write(&mut file, &md_refs, &t_refs).unwrap();
 }
 
-/// Sampling a Q4_1 model runs the 8-bit kernels on the selected level's
-/// path: one row while decoding one sequence, tiles for the prompt and for
-/// batches; the benchmark's report can name them.
-#[test]
-fn sampling_a_q4_1_model_runs_the_selected_kernels() {
-    use crate::model::kernels::level::CpuLevel;
-    use crate::model::kernels::ran::Snapshot;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.Q4_1.gguf");
-    write_q4_1_llama(&path, 3);
-    let mut model = LocalModel::load(&path, &Device::Cpu).unwrap();
-    let before = Snapshot::now();
-    crate::model::bench::bench_sample(&mut model, 4, 2, 1).unwrap();
-    let level = CpuLevel::selected().unwrap();
-    let ran: Vec<String> = before.ran_since().into_iter().map(|k| k.name).collect();
-    // Tiles run the AVX2 kernel on AVX-512 without VNNI (see `q4_1.rs`).
-    let tile_level = crate::model::kernels::q4_1::tile_level(level);
-    for name in [
-        format!("q4_1·q8_1 row {level}"),
-        format!("q4_1·q8_1 tile {tile_level}"),
-    ] {
-        assert!(ran.contains(&name), "{name} not in {ran:?}");
-    }
-}
-
 #[test]
 fn numerics_check_compares_the_quantized_runner_with_the_f32_model() {
     use crate::model::numerics::{check_numerics, compare, CheckSequence};
@@ -970,73 +945,6 @@ fn numerics_check_compares_the_quantized_runner_with_the_f32_model() {
         prompt_len: 2,
     }];
     assert!(check_numerics(&path, &bad).is_err());
-}
-
-/// The figures behind the goal of issue 15: SmolLM2's Q4_1 runner against
-/// its f32 dequantisation (skipped without the fetched model). Minutes in a
-/// debug build: `cargo test --lib smollm2_quantized -- --ignored --nocapture`.
-#[test]
-#[ignore = "minutes in a debug build; needs the fetched SmolLM2 GGUF"]
-fn smollm2_quantized_runner_agrees_with_its_f32_model() {
-    use crate::model::numerics::check_numerics;
-    let Some(path) = smollm2_gguf() else {
-        return;
-    };
-    let mut model = LocalModel::load(&path, &Device::Cpu).unwrap();
-    let bench = crate::model::bench::bench_sample(&mut model, 48, 1, 1).unwrap();
-    let sequences = crate::model::bench::check_sequences(&model, &bench).unwrap();
-    let (report, _) = check_numerics(&path, &sequences).unwrap();
-    eprintln!("{report}");
-    assert!(report.all.positions >= 150, "{report}");
-    assert!(report.all.top1_agreement >= 0.9, "{report}");
-}
-
-/// What ggml's f16 activation scales (llama.cpp's Q4_1 x Q8_1 arithmetic)
-/// cost against this runner's f32 scales, on SmolLM2 (ignored: minutes in a
-/// debug build; needs the fetched model).
-#[test]
-#[ignore = "minutes in a debug build; needs the fetched SmolLM2 GGUF"]
-fn smollm2_f32_activation_scales_against_ggmls_f16_ones() {
-    use crate::model::kernels::q4_1::GGML_F16_SCALES;
-    use crate::model::numerics::{compare, f32_logits, quantized_logits, CheckSequence};
-    use std::sync::atomic::Ordering;
-    let Some(path) = smollm2_gguf() else {
-        return;
-    };
-    let model = LocalModel::load(&path, &Device::Cpu).unwrap();
-    let messages: Vec<TemplateMessage> = crate::model::bench::CHECK_TRANSCRIPT
-        .iter()
-        .map(|(r, c)| TemplateMessage {
-            role: (*r).into(),
-            content: (*c).into(),
-        })
-        .collect();
-    let ids = model.tokenizer().encode_chat(&messages).unwrap();
-    let sequences = vec![CheckSequence {
-        prompt_len: ids.len() / 2,
-        ids,
-    }];
-    let exact = f32_logits(&path, &sequences).unwrap();
-    let ours = compare(
-        &sequences,
-        &exact,
-        &quantized_logits(&path, &sequences).unwrap(),
-    )
-    .unwrap();
-    GGML_F16_SCALES.store(true, Ordering::Relaxed);
-    let ggml = quantized_logits(&path, &sequences);
-    GGML_F16_SCALES.store(false, Ordering::Relaxed);
-    let ggml = compare(&sequences, &exact, &ggml.unwrap()).unwrap();
-    eprintln!("f32 activation scales (ours):\n{ours}\nf16 activation scales (ggml's):\n{ggml}");
-    // The same positions all decoded one token at a time (split as above):
-    // are the prompt positions harder, or is the prefill path worse?
-    let one_by_one = vec![CheckSequence {
-        prompt_len: 1,
-        ids: sequences[0].ids.clone(),
-    }];
-    let decoded = quantized_logits(&path, &one_by_one).unwrap();
-    let decoded = compare(&sequences, &exact, &decoded).unwrap();
-    eprintln!("every position decoded one at a time (rows split as above):\n{decoded}");
 }
 
 /// The vendored candle's backward pass (vendor/candle-core: a node's first

@@ -7,7 +7,6 @@
 pub mod apptainer;
 mod asciicast;
 mod audience;
-pub mod bench;
 mod container;
 pub mod doctor;
 mod error;
@@ -26,7 +25,6 @@ mod types;
 use std::path::Path;
 
 pub use asciicast::{Prompt, Recorder};
-pub use bench::{bench, BenchReport};
 pub use doctor::{doctor, doctor_images, DoctorReport};
 pub use error::SandboxError;
 pub use fds::seal_inherited;

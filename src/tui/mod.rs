@@ -22,13 +22,12 @@
 
 pub mod action;
 pub mod app;
-pub mod bench;
-pub mod bench_baseline;
 pub mod component;
 pub mod keymap;
 pub mod launch;
 pub mod replay;
 pub mod runtime;
+pub mod synthetic;
 pub mod takeover;
 pub mod theme;
 pub mod views;
@@ -42,7 +41,6 @@ use std::sync::mpsc;
 
 pub use action::{Action, LiveEvent, Msg, Request};
 pub use app::{App, View};
-pub use bench::{bench_frames, FrameBench};
 pub use keymap::{Command, Keymap, KeymapError};
 pub use runtime::run_with_channel;
 pub use theme::{Theme, ThemeError};

@@ -13,7 +13,7 @@ fn bare_app() -> App {
 }
 
 fn long_tasks() -> Vec<TaskRow> {
-    let mut rows = crate::tui::bench::synthetic_rows(3);
+    let mut rows = crate::tui::synthetic::synthetic_rows(3);
     let ids = [
         "offline-archives-extract-nested-tarball-0042",
         "offline-text-processing-word-frequencies-0107",

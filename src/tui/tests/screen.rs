@@ -1,5 +1,6 @@
 //! The whole screen: the Jobs, Training and help snapshots of a fixture
-//! workspace, tiny and resized terminals, the frame benchmark, theme colours.
+//! workspace, tiny and resized terminals, theme colours (the frame benchmark is
+//! `crate::bench::tui`).
 
 use super::*;
 
@@ -51,27 +52,6 @@ fn tiny_and_resized_terminals_do_not_panic() {
     }
     app.help.visible = true;
     render(&mut app, 5, 2);
-}
-
-#[test]
-fn bench_runs_on_many_rows() {
-    let b = crate::tui::bench_frames(2_000, crate::tui::bench::LIVE_PANES);
-    assert_eq!(b.frames, 2 * crate::tui::bench::FRAMES_PER_VIEW);
-    assert!(b.p95 >= b.p50);
-    assert!(b.tasks_view.max >= b.tasks_view.p50);
-    assert!(
-        b.following,
-        "every pane shows its newest output and no marker"
-    );
-}
-
-/// Full-size frame benchmark (dev profile unless run with --release):
-/// `cargo test --lib tui::tests::screen::bench_full_size -- --ignored --nocapture`.
-#[test]
-#[ignore = "benchmark; prints frame times"]
-fn bench_full_size() {
-    let b = crate::tui::bench_frames(10_000, 8);
-    println!("{b:#?}");
 }
 
 #[test]

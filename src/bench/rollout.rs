@@ -1,16 +1,21 @@
-//! Rollout benchmark: oracle-policy episodes over a set of tasks, reporting
-//! throughput and where the time goes.
+//! `endless bench rollout`: oracle-policy episodes over a set of tasks,
+//! reporting throughput and where the time goes; for the local backend, once
+//! verifying cold and once pre-warmed, with their ratio.
 
 use std::path::Path;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::episode_io::{RolloutError, SandboxProvider};
-use super::policy::PolicyFactory;
-use super::rollout::{run_rollouts, RolloutConfig};
+use super::output::{print_json, say};
+use crate::agent::policy::PolicyFactory;
+use crate::agent::rollout::{run_rollouts, RolloutConfig};
+use crate::agent::{BackendProvider, EndReason, RolloutError, SandboxProvider, Timings};
 use crate::task::Task;
+use crate::workbench::Context;
 
 /// What [`bench_rollout`] measured. Times are sums over episodes, in
 /// seconds, except `wall_secs`.
@@ -72,7 +77,7 @@ pub async fn bench_rollout<P: SandboxProvider>(
     let _ = std::fs::remove_dir_all(&run_dir);
     let eps = &summary.episodes;
     let n = eps.len().max(1) as f64;
-    let mean = |f: fn(&super::Timings) -> f64| eps.iter().map(|e| f(&e.timings)).sum::<f64>() / n;
+    let mean = |f: fn(&Timings) -> f64| eps.iter().map(|e| f(&e.timings)).sum::<f64>() / n;
     Ok(RolloutBench {
         tasks: n_tasks,
         samples,
@@ -81,7 +86,7 @@ pub async fn bench_rollout<P: SandboxProvider>(
         passed: eps.iter().filter(|e| e.passed).count(),
         errors: eps
             .iter()
-            .filter(|e| e.end_reason == super::EndReason::Error)
+            .filter(|e| e.end_reason == EndReason::Error)
             .count(),
         prepare_secs,
         wall_secs: summary.wall_secs,
@@ -132,6 +137,75 @@ pub async fn bench_rollout_offline(
 ) -> Result<RolloutBench, RolloutError> {
     let (families, _missing) = crate::procgen::usable_families();
     let tasks = crate::procgen::generate_batch_from(&families, n_tasks, seed, None);
-    let provider = Arc::new(super::BackendProvider::new(backend));
+    let provider = Arc::new(BackendProvider::new(backend));
     bench_rollout(provider, tasks, samples, concurrency, work_dir).await
+}
+
+/// `endless bench rollout`: `n` offline tasks (default 50) through every
+/// backend [`rollout_backends`] names, printed as text or JSON.
+pub fn run(ctx: &Context, n: Option<usize>, json: bool) -> Result<ExitCode> {
+    let runs = rollout_backends(ctx)?;
+    let work = tempfile::tempdir()?;
+    let concurrency = std::thread::available_parallelism().map_or(2, |c| c.get()) * 2;
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut reports = Vec::new();
+    for (verifier, backend) in runs {
+        let report = rt.block_on(bench_rollout_offline(
+            backend,
+            n.unwrap_or(50),
+            4,
+            concurrency,
+            1,
+            work.path(),
+        ))?;
+        reports.push(RolloutRun { verifier, report });
+    }
+    let speedup = match reports.as_slice() {
+        [cold, warm] if cold.report.episodes_per_minute > 0.0 => {
+            Some(warm.report.episodes_per_minute / cold.report.episodes_per_minute)
+        }
+        _ => None,
+    };
+    if json {
+        print_json(&serde_json::json!({ "runs": reports, "speedup": speedup }))?;
+    } else {
+        for run in &reports {
+            say(&format!(
+                "verifier {}:\n{}",
+                run.verifier,
+                run.report.summary()
+            ));
+        }
+        if let Some(x) = speedup {
+            say(&format!("pre-warmed over cold: {x:.2}x episodes/min"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One `bench rollout` run and the verifier it used.
+#[derive(Debug, Serialize)]
+struct RolloutRun {
+    verifier: &'static str,
+    #[serde(flatten)]
+    report: RolloutBench,
+}
+
+/// The backends `bench rollout` compares: for `local`, one verifying cold
+/// and one pre-warmed (in that order); else the configured backend alone.
+fn rollout_backends(
+    ctx: &Context,
+) -> Result<Vec<(&'static str, std::sync::Arc<dyn crate::sandbox::Backend>)>> {
+    use crate::sandbox::local::LocalBackend;
+    if ctx.config.sandbox.backend != "local" {
+        return Ok(vec![("of the backend", ctx.backend()?.into())]);
+    }
+    let cache = ctx.paths.cache_dir.join("sandbox");
+    let local = || -> Result<LocalBackend> {
+        Ok(LocalBackend::new(&cache)?.with_images(ctx.config.images.clone()))
+    };
+    Ok(vec![
+        ("cold", std::sync::Arc::new(local()?.with_cold_verifier())),
+        ("pre-warmed", std::sync::Arc::new(local()?)),
+    ])
 }

@@ -1,19 +1,21 @@
 //! `endless bench tui --baseline OTHER`: this binary's frame benchmark side
 //! by side with another `endless` binary's (an older release), in one run.
 //!
-//! Both sides run the same `bench tui --json` as child processes, in
-//! alternating rounds so that load on a shared machine falls on both alike;
-//! each side's figure is its median over the rounds. Peak memory is each
-//! child's own (VmHWM as it reports it), so neither side pays for the other.
+//! Both sides run the same `bench tui --json` as child processes through
+//! the A/B harness ([`super::baseline`]), in alternating rounds; each
+//! side's figure is its median over the rounds. Peak memory is each child's
+//! own (VmHWM as it reports it), so neither side pays for the other. On top
+//! of the harness, this bench gives a verdict: both ratios within
+//! [`ALLOWED_RATIO`].
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-/// Rounds per side.
-pub const ROUNDS: usize = 3;
+use super::baseline::{alternate, median};
 
 /// The largest ratio (this binary over the baseline) the issue allows for
 /// p95 frame time and peak memory.
@@ -82,10 +84,10 @@ struct WireReport {
     peak_rss_mb: Option<f64>,
 }
 
-/// Parse what `endless bench tui --json` printed; `binary` names the source
-/// in errors.
-fn parse_report(binary: &Path, stdout: &[u8]) -> anyhow::Result<Sample> {
-    let r: WireReport = serde_json::from_slice(stdout).with_context(|| {
+/// Read the report `endless bench tui --json` printed; `binary` names the
+/// source in errors.
+fn parse_report(binary: &Path, report: &Value) -> anyhow::Result<Sample> {
+    let r = WireReport::deserialize(report).with_context(|| {
         format!(
             "{}: `bench tui --json` printed no report this version reads (fields frames.p50, frames.p95, peak_rss_mb)",
             binary.display()
@@ -99,28 +101,6 @@ fn parse_report(binary: &Path, stdout: &[u8]) -> anyhow::Result<Sample> {
         p50_ms: r.frames.p50.ms(),
         peak_rss_mb,
     })
-}
-
-fn run_once(binary: &Path, frames: usize) -> anyhow::Result<Sample> {
-    let out = Command::new(binary)
-        .args(["bench", "tui", "--json", "--n", &frames.to_string()])
-        .output()
-        .with_context(|| format!("running {}", binary.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{} bench tui failed ({}): {}",
-            binary.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    parse_report(binary, &out.stdout)
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn side(binary: PathBuf, rounds: Vec<Sample>) -> Side {
@@ -151,18 +131,18 @@ fn compare(frames: usize, current: Side, baseline: Side) -> Comparison {
     }
 }
 
-/// Measure this binary and `baseline` in [`ROUNDS`] alternating rounds of
+/// Measure this binary and `baseline` in `rounds` alternating rounds of
 /// `frames` frames each.
-pub fn run(baseline: &Path, frames: usize) -> anyhow::Result<Comparison> {
-    if !baseline.is_file() {
-        bail!("--baseline {}: no such file", baseline.display());
-    }
+pub fn run(baseline: &Path, frames: usize, rounds: usize) -> anyhow::Result<Comparison> {
     let me = std::env::current_exe().context("finding this binary")?;
-    let (mut mine, mut theirs) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        theirs.push(run_once(baseline, frames)?);
-        mine.push(run_once(&me, frames)?);
-    }
+    let args: Vec<OsString> = ["bench", "tui", "--json", "--n", &frames.to_string()]
+        .map(OsString::from)
+        .into();
+    let (mine, theirs) = alternate(&me, baseline, "tui", &args, rounds)?;
+    let read = |binary: &Path, reports: &[Value]| -> anyhow::Result<Vec<Sample>> {
+        reports.iter().map(|r| parse_report(binary, r)).collect()
+    };
+    let (mine, theirs) = (read(&me, &mine)?, read(baseline, &theirs)?);
     Ok(compare(
         frames,
         side(me, mine),
@@ -200,13 +180,14 @@ impl std::fmt::Display for Comparison {
     }
 }
 
-/// `endless bench tui --baseline BINARY`.
+/// `endless bench tui --baseline BINARY [--rounds N]`.
 pub fn run_cli(
     baseline: &Path,
     n: Option<usize>,
+    rounds: usize,
     json: bool,
 ) -> anyhow::Result<std::process::ExitCode> {
-    let c = run(baseline, n.unwrap_or(10_000))?;
+    let c = run(baseline, n.unwrap_or(10_000), rounds)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&c)?);
     } else {
@@ -229,17 +210,24 @@ mod tests {
 
     #[test]
     fn reads_the_report_bench_tui_prints() {
-        let json = br#"{"frames":{"tasks":10000,"panes":8,"frames":200,
+        let json: Value = serde_json::from_str(
+            r#"{"frames":{"tasks":10000,"panes":8,"frames":200,
             "p50":{"secs":0,"nanos":1500000},"p95":{"secs":0,"nanos":4250000},
             "tasks_view":{},"live_view":{},"following":true},
-            "peak_rss_mb":41.5,"targets":{"p95_ms":16.0}}"#;
-        let s = parse_report(Path::new("old"), json).unwrap();
+            "peak_rss_mb":41.5,"targets":{"p95_ms":16.0}}"#,
+        )
+        .unwrap();
+        let s = parse_report(Path::new("old"), &json).unwrap();
         assert_eq!((s.p50_ms, s.p95_ms, s.peak_rss_mb), (1.5, 4.25, 41.5));
     }
 
     #[test]
     fn a_report_without_the_fields_is_an_error_naming_the_binary() {
-        let e = parse_report(Path::new("/opt/old/endless"), b"{\"frames\":{}}").unwrap_err();
+        let e = parse_report(
+            Path::new("/opt/old/endless"),
+            &serde_json::json!({"frames": {}}),
+        )
+        .unwrap_err();
         assert!(format!("{e:#}").contains("/opt/old/endless"), "{e:#}");
     }
 

@@ -10,7 +10,7 @@ use anyhow::Result;
 use candle_core::Device;
 use serde::Serialize;
 
-use super::bench_ppo::{ppo_model_config, synthetic_batch, BATCH, SEQ_LEN};
+use super::ppo::{ppo_model_config, synthetic_batch, BATCH, SEQ_LEN};
 use crate::cli::PpoSize;
 use crate::model::models::lora::LoraConfig;
 use crate::model::models::tiny::{train_tokenizer, write_model_dir};

@@ -1,5 +1,5 @@
 //! `endless bench sample`: local-model sampling throughput (see
-//! [`crate::model::bench`]), and with `--check` how close the quantized
+//! [`super::sampling`]), and with `--check` how close the quantized
 //! runner is to the f32 dequantised model (see [`crate::model::numerics`]);
 //! `scripts/bench_llamacpp.sh` puts both beside llama.cpp.
 
@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use candle_core::Device;
 use serde::Serialize;
 
-use crate::model::bench::{bench_sample, check_sequences, SampleBench};
+use super::sampling::{bench_sample, check_sequences, SampleBench};
 use crate::model::kernels::level::CpuLevel;
 use crate::model::kernels::ran::{KernelReport, Snapshot};
 use crate::model::numerics::{check_numerics, NumericsCheck};
@@ -23,6 +23,7 @@ pub const BATCH: usize = 16;
 /// `--check` the numerics.
 #[derive(Debug, Clone, Serialize)]
 pub struct SampleReport {
+    /// The sampling throughput.
     #[serde(flatten)]
     pub bench: SampleBench,
     /// The kernel level and the hand kernels that ran over the timed runs.

@@ -27,8 +27,8 @@ use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::sandbox::Stats;
 use crate::images::{ImageRef, ImageStore};
-use crate::sandbox::bench::Stats;
 use crate::sandbox::local::{build_record, HostIdentity, LocalBackend, StepOutcome};
 use crate::sandbox::{Backend, SessionOptions, VerifierPath};
 use crate::task::{FileTree, Task, TaskMeta};

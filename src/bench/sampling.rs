@@ -1,6 +1,7 @@
 //! `endless bench sample`: sampling throughput of a local model, batch 1 and
 //! batched, on a fixed chat prompt with greedy decoding (the settings
-//! `scripts/bench_llamacpp.sh` gives llama.cpp, for a side-by-side table).
+//! `scripts/bench_llamacpp.sh` gives llama.cpp, for a side-by-side table),
+//! and the token sequences of its `--check`.
 
 use crate::model::error::Result;
 use crate::model::generation::local_model::{BatchOptions, GenTimings, LocalModel};
@@ -239,4 +240,103 @@ pub fn check_sequences(
         out.push(CheckSequence { ids, prompt_len });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::{smollm2_gguf, write_q4_1_llama};
+    use candle_core::Device;
+
+    /// Sampling a Q4_1 model runs the 8-bit kernels on the selected level's
+    /// path: one row while decoding one sequence, tiles for the prompt and for
+    /// batches; the benchmark's report can name them.
+    #[test]
+    fn sampling_a_q4_1_model_runs_the_selected_kernels() {
+        use crate::model::kernels::level::CpuLevel;
+        use crate::model::kernels::ran::Snapshot;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.Q4_1.gguf");
+        write_q4_1_llama(&path, 3);
+        let mut model = LocalModel::load(&path, &Device::Cpu).unwrap();
+        let before = Snapshot::now();
+        bench_sample(&mut model, 4, 2, 1).unwrap();
+        let level = CpuLevel::selected().unwrap();
+        let ran: Vec<String> = before.ran_since().into_iter().map(|k| k.name).collect();
+        // Tiles run the AVX2 kernel on AVX-512 without VNNI (see `q4_1.rs`).
+        let tile_level = crate::model::kernels::q4_1::tile_level(level);
+        for name in [
+            format!("q4_1·q8_1 row {level}"),
+            format!("q4_1·q8_1 tile {tile_level}"),
+        ] {
+            assert!(ran.contains(&name), "{name} not in {ran:?}");
+        }
+    }
+
+    /// The figures behind the goal of issue 15: SmolLM2's Q4_1 runner against
+    /// its f32 dequantisation (skipped without the fetched model). Minutes in a
+    /// debug build: `cargo test --lib smollm2_quantized -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "minutes in a debug build; needs the fetched SmolLM2 GGUF"]
+    fn smollm2_quantized_runner_agrees_with_its_f32_model() {
+        use crate::model::numerics::check_numerics;
+        let Some(path) = smollm2_gguf() else {
+            return;
+        };
+        let mut model = LocalModel::load(&path, &Device::Cpu).unwrap();
+        let bench = bench_sample(&mut model, 48, 1, 1).unwrap();
+        let sequences = check_sequences(&model, &bench).unwrap();
+        let (report, _) = check_numerics(&path, &sequences).unwrap();
+        eprintln!("{report}");
+        assert!(report.all.positions >= 150, "{report}");
+        assert!(report.all.top1_agreement >= 0.9, "{report}");
+    }
+
+    /// What ggml's f16 activation scales (llama.cpp's Q4_1 x Q8_1 arithmetic)
+    /// cost against this runner's f32 scales, on SmolLM2 (ignored: minutes in a
+    /// debug build; needs the fetched model).
+    #[test]
+    #[ignore = "minutes in a debug build; needs the fetched SmolLM2 GGUF"]
+    fn smollm2_f32_activation_scales_against_ggmls_f16_ones() {
+        use crate::model::kernels::q4_1::GGML_F16_SCALES;
+        use crate::model::numerics::{compare, f32_logits, quantized_logits, CheckSequence};
+        use std::sync::atomic::Ordering;
+        let Some(path) = smollm2_gguf() else {
+            return;
+        };
+        let model = LocalModel::load(&path, &Device::Cpu).unwrap();
+        let messages: Vec<TemplateMessage> = CHECK_TRANSCRIPT
+            .iter()
+            .map(|(r, c)| TemplateMessage {
+                role: (*r).into(),
+                content: (*c).into(),
+            })
+            .collect();
+        let ids = model.tokenizer().encode_chat(&messages).unwrap();
+        let sequences = vec![CheckSequence {
+            prompt_len: ids.len() / 2,
+            ids,
+        }];
+        let exact = f32_logits(&path, &sequences).unwrap();
+        let ours = compare(
+            &sequences,
+            &exact,
+            &quantized_logits(&path, &sequences).unwrap(),
+        )
+        .unwrap();
+        GGML_F16_SCALES.store(true, Ordering::Relaxed);
+        let ggml = quantized_logits(&path, &sequences);
+        GGML_F16_SCALES.store(false, Ordering::Relaxed);
+        let ggml = compare(&sequences, &exact, &ggml.unwrap()).unwrap();
+        eprintln!("f32 activation scales (ours):\n{ours}\nf16 activation scales (ggml's):\n{ggml}");
+        // The same positions all decoded one token at a time (split as above):
+        // are the prompt positions harder, or is the prefill path worse?
+        let one_by_one = vec![CheckSequence {
+            prompt_len: 1,
+            ids: sequences[0].ids.clone(),
+        }];
+        let decoded = quantized_logits(&path, &one_by_one).unwrap();
+        let decoded = compare(&sequences, &exact, &decoded).unwrap();
+        eprintln!("every position decoded one at a time (rows split as above):\n{decoded}");
+    }
 }

@@ -1,4 +1,4 @@
-//! Frame-time benchmark hook (`endless bench tui`): render frames of the
+//! `endless bench tui`: the frame-time benchmark: render frames of the
 //! Tasks view over many rows and of the Live view with streaming panes on a
 //! `TestBackend`, and report percentiles.
 //!
@@ -11,19 +11,18 @@
 //! them out now; recordings made before may hold them). After the last
 //! frame each pane must show its newest line and no marker (`following`).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use serde::Serialize;
 
-use super::action::{Action, LiveEvent};
-use super::app::{App, View};
-use super::keymap::{Command, Keymap};
-use super::theme::Theme;
 use crate::sandbox::Prompt;
-use crate::store::{TaskRow, TaskStatus};
+use crate::tui::action::{Action, LiveEvent};
+use crate::tui::app::{App, View};
+use crate::tui::keymap::{Command, Keymap};
+use crate::tui::synthetic::synthetic_rows;
+use crate::tui::theme::Theme;
 
 /// Frames rendered per view.
 pub const FRAMES_PER_VIEW: usize = 100;
@@ -62,47 +61,6 @@ pub struct FrameBench {
     /// Every pane showed its newest output line, and no end marker, at the
     /// end.
     pub following: bool,
-}
-
-/// Rows for benchmarks and tests: `n` tasks over a few categories.
-pub fn synthetic_rows(n: usize) -> Vec<TaskRow> {
-    let cats = [
-        "file-ops",
-        "text-processing",
-        "git",
-        "archives",
-        "permissions",
-    ];
-    let statuses = [
-        TaskStatus::Candidate,
-        TaskStatus::Accepted,
-        TaskStatus::Rejected,
-        TaskStatus::Archived,
-    ];
-    (0..n)
-        .map(|i| {
-            let mut pass = BTreeMap::new();
-            if i % 3 != 0 {
-                pass.insert("1".to_string(), (i % 17) as f64 / 16.0);
-            }
-            TaskRow {
-                id: format!("task-{i:06}"),
-                name: format!("synthetic task number {i}"),
-                category: cats[i % cats.len()].into(),
-                complexity: Some((i % 6 + 1) as u8),
-                scenario: "bench".into(),
-                tags: vec![],
-                status: statuses[i % statuses.len()],
-                source_format: "native".into(),
-                pass_at_k: pass,
-                rating: (i % 7 < 5).then_some((i % 5 + 1) as u8),
-                notes: String::new(),
-                instruction: format!("Do the thing number {i} in /home/user/work."),
-                created_at: String::new(),
-                updated_at: String::new(),
-            }
-        })
-        .collect()
 }
 
 fn percentiles(mut v: Vec<Duration>) -> Percentiles {
@@ -269,4 +227,30 @@ fn peak_rss_mb() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_runs_on_many_rows() {
+        let b = bench_frames(2_000, LIVE_PANES);
+        assert_eq!(b.frames, 2 * FRAMES_PER_VIEW);
+        assert!(b.p95 >= b.p50);
+        assert!(b.tasks_view.max >= b.tasks_view.p50);
+        assert!(
+            b.following,
+            "every pane shows its newest output and no marker"
+        );
+    }
+
+    /// Full-size frame benchmark (dev profile unless run with --release):
+    /// `cargo test --lib bench::tui::tests::bench_full_size -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "benchmark; prints frame times"]
+    fn bench_full_size() {
+        let b = bench_frames(10_000, 8);
+        println!("{b:#?}");
+    }
 }

@@ -4,7 +4,7 @@
 //! same concurrency. Reports sessions per minute, step latency p50/p99 on
 //! both sides, the server's overhead per step, memory per open session,
 //! and the memory of a real `endless serve` after `--clients` sessions at
-//! once on each allocator (see [`super::bench_serve_memory`]).
+//! once on each allocator (see [`super::serve_memory`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use crate::store::Workspace;
 use crate::task::Task;
 use crate::workbench::Context;
 
-use super::bench_serve_memory::ServerMemory;
+use super::serve_memory::ServerMemory;
 
 /// The reply that says done.
 const DONE: &str = "<think>Finished.</think>\n<action>done</action>";
@@ -229,7 +229,7 @@ impl std::fmt::Display for ServeBench {
             self.memory.sandbox_kib_per_session
         )?;
         writeln!(f, "allocator of both sides above: {}", self.allocator)?;
-        super::bench_serve_memory::table(&self.server_memory, f)?;
+        super::serve_memory::table(&self.server_memory, f)?;
         writeln!(f)?;
         let g = &self.goals;
         writeln!(
@@ -414,7 +414,7 @@ pub fn run(ctx: &Context, clients: usize, episodes: usize) -> Result<ServeBench>
     let mut server_memory = Vec::new();
     for allocator in ["system", "mimalloc"] {
         server_memory.push(
-            rt.block_on(super::bench_serve_memory::measure(
+            rt.block_on(super::serve_memory::measure(
                 work.path(),
                 allocator,
                 &pairs,

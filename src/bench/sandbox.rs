@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{backend_by_name, Backend, SandboxError, SessionOptions};
+use crate::sandbox::{backend_by_name, Backend, SandboxError, SessionOptions};
 use crate::task::{FileTree, Task, TaskMeta};
 
 /// Summary of one timed operation, in milliseconds.

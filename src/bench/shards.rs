@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
-use super::print_json;
+use super::output::{print_json, say};
 use crate::jobs::JobContext;
 use crate::store::Workspace;
 use crate::workbench::generate::{offline_into, OfflineRequest};
@@ -237,7 +237,7 @@ pub fn run(_ctx: &Context, n: Option<usize>, json: bool) -> Result<ExitCode> {
     if json {
         print_json(&report)?;
     } else {
-        say!("{report}");
+        say(&report.to_string());
     }
     Ok(if report.valid.0 == report.valid.1 {
         ExitCode::SUCCESS

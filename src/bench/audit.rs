@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::print_json;
+use super::output::{print_json, say, say_err};
 use crate::audit::{audit_task, AuditOptions};
 use crate::workbench::Context;
 
@@ -85,11 +85,11 @@ pub fn run(ctx: &Context, n: Option<usize>, json: bool) -> Result<ExitCode> {
             .ok_or_else(|| anyhow::anyhow!("the audit of {} stopped", task.id()))?;
         let audit_s = t.elapsed().as_secs_f64();
         if !v.ok() {
-            say_err!(
+            say_err(&format!(
                 "note: {} is not valid: {}",
                 task.id(),
                 v.problems.join("; ")
-            );
+            ));
         }
         costs.push(AuditCost {
             task: task.id().to_string(),
@@ -111,7 +111,7 @@ pub fn run(ctx: &Context, n: Option<usize>, json: bool) -> Result<ExitCode> {
     if json {
         print_json(&bench)?;
     } else {
-        say!("{bench}");
+        say(&bench.to_string());
     }
     Ok(if median_ratio < GOAL {
         ExitCode::SUCCESS

@@ -2,14 +2,32 @@
 //! interpreter (cold) and forked from the pre-warmed one, side by side on
 //! the same session states, with their verdicts compared.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Result;
 use serde::Serialize;
 
-use super::run::{verify_with, TestReport, TestSet, VerifierMode};
-use super::validate::run_oracle;
+use super::output::print_report;
 use crate::sandbox::{Backend, SandboxError, SessionOptions, VerifierPath};
 use crate::task::Task;
+use crate::verify::{run_oracle, verify_with, TestReport, TestSet, VerifierMode};
+use crate::workbench::Context;
+
+/// `endless bench verify`: `n` offline tasks (default 50) of every usable
+/// family; any verdict that differs between the two paths fails it.
+pub fn run(ctx: &Context, n: Option<usize>, json: bool) -> Result<ExitCode> {
+    let backend = ctx.backend()?;
+    let (families, _missing) = crate::procgen::usable_families();
+    let tasks = crate::procgen::generate_batch_from(&families, n.unwrap_or(50), 1, None);
+    let report = bench_verify(backend.as_ref(), &tasks)?;
+    print_report(&report, json)?;
+    Ok(if report.mismatches.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
 /// Latency of one verification path.
 #[derive(Debug, Clone, Serialize)]
@@ -124,7 +142,10 @@ fn verdicts(r: &TestReport) -> (bool, Vec<(String, bool)>) {
 /// Verify the final tests of each task cold and pre-warmed, first on the
 /// initial state (a policy that does nothing) and then after the oracle,
 /// alternating which path goes first.
-pub fn bench_verify(backend: &dyn Backend, tasks: &[Task]) -> Result<VerifyBench, SandboxError> {
+pub fn bench_verify(
+    backend: &dyn Backend,
+    tasks: &[Task],
+) -> std::result::Result<VerifyBench, SandboxError> {
     let (mut warm, mut cold) = (Vec::new(), Vec::new());
     let (mut ran, mut skipped, mut fallbacks) = (0, 0, 0);
     let mut fallback_reason = None;
