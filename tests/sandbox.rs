@@ -587,7 +587,10 @@ fn a_sandbox_killed_from_outside_is_not_the_agents_doing() {
     // The sandbox's processes die with it, soon.
     let deadline = Instant::now() + Duration::from_secs(10);
     while Path::new(&format!("/proc/{sleeper}")).exists() {
-        assert!(Instant::now() < deadline, "the sandbox outlived its process");
+        assert!(
+            Instant::now() < deadline,
+            "the sandbox outlived its process"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // Infrastructure, not the shell's ending (which is the agent's doing).

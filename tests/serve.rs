@@ -295,7 +295,10 @@ async fn a_session_outlives_a_long_client_pause() {
     let (s, before) = step("before").await;
     assert_eq!(s, 200, "{before}");
     assert!(
-        before["observation"].as_str().unwrap().contains("before-42"),
+        before["observation"]
+            .as_str()
+            .unwrap()
+            .contains("before-42"),
         "{before}"
     );
     tokio::time::sleep(CLIENT_PAUSE).await;

@@ -55,7 +55,12 @@ pub fn open_dir(path: &Path) -> io::Result<File> {
 /// with `EXDEV` before the filesystem is asked. What is opened may be of
 /// any type; callers check that it is the regular file they expect.
 pub fn open_beneath(dir: &File, rel: &Path) -> io::Result<File> {
-    open_with(dir, rel, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS, 0)
+    open_with(
+        dir,
+        rel,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+        0,
+    )
 }
 
 /// Open `rel` beneath `dir` following no symlink at all, not even one
@@ -63,8 +68,7 @@ pub fn open_beneath(dir: &File, rel: &Path) -> io::Result<File> {
 /// with `extra` open flags (`O_DIRECTORY`). For trees that endless writes
 /// into or changes owners in: a link there is never what endless made.
 pub(super) fn open_no_links(dir: &File, rel: &Path, extra: libc::c_int) -> io::Result<File> {
-    let resolve =
-        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     open_with(dir, rel, resolve, extra)
 }
 

@@ -23,19 +23,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::beneath::{open_dir, open_no_links};
-
-/// What an entry of an [`UntrustedDir`] is, seen without following it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Dir,
-    /// A symbolic link.
-    Link,
-    /// A device, FIFO or socket.
-    Other,
-}
+use super::dirfd::EntryKind;
 
 /// An open directory whose contents are not trusted (see the module docs).
 #[derive(Debug)]
@@ -90,12 +78,7 @@ impl UntrustedDir {
                 _ => Err(e),
             };
         }
-        Ok(Some(match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => EntryKind::File,
-            libc::S_IFDIR => EntryKind::Dir,
-            libc::S_IFLNK => EntryKind::Link,
-            _ => EntryKind::Other,
-        }))
+        Ok(Some(EntryKind::of_mode(st.st_mode)))
     }
 
     /// Open the regular file `rel` for reading (anything else, a link
@@ -308,10 +291,19 @@ mod tests {
     fn no_link_is_followed_even_inside() {
         let (_d, dir, _) = tree();
         assert_eq!(dir.read_regular(Path::new("a/f"), 100).unwrap(), b"inside");
-        for rel in ["in/f", "up/secret.txt", "secret", "../secret.txt", "/etc/passwd"] {
+        for rel in [
+            "in/f",
+            "up/secret.txt",
+            "secret",
+            "../secret.txt",
+            "/etc/passwd",
+        ] {
             assert!(dir.read_regular(Path::new(rel), 100).is_err(), "{rel}");
         }
-        assert_eq!(dir.kind(Path::new("secret")).unwrap(), Some(EntryKind::Link));
+        assert_eq!(
+            dir.kind(Path::new("secret")).unwrap(),
+            Some(EntryKind::Link)
+        );
         assert_eq!(dir.kind(Path::new("a")).unwrap(), Some(EntryKind::Dir));
         assert_eq!(dir.kind(Path::new("nothing")).unwrap(), None);
         assert!(dir.subdir(Path::new("in")).is_err());
@@ -354,7 +346,8 @@ mod tests {
         let (d, dir, secret) = tree();
         // A link where a directory of ours belongs is replaced by one.
         let sub = dir.ensure_dir("up", 0o755).unwrap();
-        sub.write_atomic("env.sh", b"export A='1'\n", 0o644).unwrap();
+        sub.write_atomic("env.sh", b"export A='1'\n", 0o644)
+            .unwrap();
         assert!(!d.path().join("env.sh").exists(), "nothing written outside");
         let written = d.path().join("root/up/env.sh");
         assert_eq!(std::fs::read_to_string(&written).unwrap(), "export A='1'\n");
@@ -362,7 +355,10 @@ mod tests {
         // A link where a file of ours belongs is replaced, its target kept.
         dir.write_atomic("secret", b"mine", 0o600).unwrap();
         assert_eq!(std::fs::read_to_string(&secret).unwrap(), "CANARY");
-        assert_eq!(dir.kind(Path::new("secret")).unwrap(), Some(EntryKind::File));
+        assert_eq!(
+            dir.kind(Path::new("secret")).unwrap(),
+            Some(EntryKind::File)
+        );
         for bad in ["a/b", "..", "", "."] {
             assert!(dir.write_atomic(bad, b"x", 0o600).is_err(), "{bad:?}");
         }
@@ -379,8 +375,7 @@ mod tests {
         let (d, dir, _) = tree();
         std::fs::create_dir_all(d.path().join("root/a/out/inner")).unwrap();
         let dest = UntrustedDir::open(d.path()).unwrap();
-        dir.rename(Path::new("a/out"), &dest, "moved")
-            .unwrap();
+        dir.rename(Path::new("a/out"), &dest, "moved").unwrap();
         assert!(d.path().join("moved/inner").is_dir());
         assert!(dir.rename(Path::new("in/f"), &dest, "x").is_err());
         std::fs::create_dir(d.path().join("root/a/empty")).unwrap();

@@ -30,7 +30,11 @@ fn host_python() -> String {
 
 /// A link target that climbs from anywhere in the cache to `host`.
 fn climbing(host: &Path) -> String {
-    format!("{}{}", "../".repeat(40), host.display().to_string().trim_start_matches('/'))
+    format!(
+        "{}{}",
+        "../".repeat(40),
+        host.display().to_string().trim_start_matches('/')
+    )
 }
 
 /// A task whose image puts a `cp` first on `PATH` (in `/opt`, which a
@@ -153,7 +157,10 @@ fn an_endless_link_in_merged_layers_gets_no_env_file_written_through_it() {
             // The image works: `/.endless` is endless's own directory again.
             let image = built.unwrap();
             let mut s = b.start(&image, &SessionOptions::default()).unwrap();
-            let out = run(&mut s, "test -L /.endless; echo link=$?; test -f /.endless/env.sh; echo env=$?");
+            let out = run(
+                &mut s,
+                "test -L /.endless; echo link=$?; test -f /.endless/env.sh; echo env=$?",
+            );
             assert!(out.contains("env=0"), "{out}");
             s.close();
         },

@@ -356,21 +356,37 @@ mod tests {
         let canary = dir.path().join("ran");
         let c = canary.display();
         let cases = [
-            ("/opt/bin:$PATH".to_string(), "/opt/bin:/usr/bin".to_string()),
+            (
+                "/opt/bin:$PATH".to_string(),
+                "/opt/bin:/usr/bin".to_string(),
+            ),
             ("${PATH}/x".into(), "/usr/bin/x".into()),
             (format!("$(touch {c})"), format!("$(touch {c})")),
             (format!("`touch {c}`"), format!("`touch {c}`")),
-            (format!("${{X:-$(touch {c})}}"), format!("${{X:-$(touch {c})}}")),
-            ("it's \\ \"q\" $ $1 ${} end$".into(), "it's \\ \"q\" $ $1 ${} end$".into()),
+            (
+                format!("${{X:-$(touch {c})}}"),
+                format!("${{X:-$(touch {c})}}"),
+            ),
+            (
+                "it's \\ \"q\" $ $1 ${} end$".into(),
+                "it's \\ \"q\" $ $1 ${} end$".into(),
+            ),
             (String::new(), String::new()),
         ];
         for (value, want) in cases {
-            let script = format!("PATH=/usr/bin\nexport V={}\nprintf %s \"$V\"", env_word(&value));
+            let script = format!(
+                "PATH=/usr/bin\nexport V={}\nprintf %s \"$V\"",
+                env_word(&value)
+            );
             let out = std::process::Command::new("/bin/bash")
                 .args(["-c", &script])
                 .output()
                 .unwrap();
-            assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{value:?} as {script}");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                want,
+                "{value:?} as {script}"
+            );
             assert!(!canary.exists(), "{value:?} ran a command");
         }
     }

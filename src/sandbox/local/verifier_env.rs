@@ -281,7 +281,10 @@ impl LocalBackend {
         };
         let ld = Path::new("ld.so");
         env.set_owner_and_mode(ld, owner.0, owner.1, 0o111)
-            .map_err(SandboxError::io("seal the loader copy", &env.path().join(ld)))
+            .map_err(SandboxError::io(
+                "seal the loader copy",
+                &env.path().join(ld),
+            ))
     }
 }
 
