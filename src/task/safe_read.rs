@@ -141,6 +141,7 @@ impl BundleDir {
     /// followed (the caller named it); nothing below it is resolved by path.
     pub fn open(path: &Path) -> Result<Self, SafeReadError> {
         let fd = dirfd::open_dir_path(path).map_err(io_err(path))?;
+        // trusted: the directory the caller named, for messages and absolute links
         let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(Self {
             fd,
