@@ -9,6 +9,10 @@
 //! can write the bundle while it is read may swap any file or directory for
 //! a link at any moment: the swap is refused or not seen, and nothing
 //! outside the task directory is ever opened (`tasks import`, issue 30).
+//!
+//! The system calls come from [`crate::fsutil::dirfd`], the primitives every
+//! walk of an untrusted tree uses; this file adds the task's policy (links
+//! followed only inside, limits, errors that name the task's files).
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
