@@ -23,19 +23,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::beneath::{open_dir, open_no_links};
-
-/// What an entry of an [`UntrustedDir`] is, seen without following it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Dir,
-    /// A symbolic link.
-    Link,
-    /// A device, FIFO or socket.
-    Other,
-}
+use super::dirfd::EntryKind;
 
 /// An open directory whose contents are not trusted (see the module docs).
 #[derive(Debug)]
@@ -90,12 +78,7 @@ impl UntrustedDir {
                 _ => Err(e),
             };
         }
-        Ok(Some(match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => EntryKind::File,
-            libc::S_IFDIR => EntryKind::Dir,
-            libc::S_IFLNK => EntryKind::Link,
-            _ => EntryKind::Other,
-        }))
+        Ok(Some(EntryKind::of_mode(st.st_mode)))
     }
 
     /// Open the regular file `rel` for reading (anything else, a link

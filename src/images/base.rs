@@ -74,6 +74,7 @@ pub fn debian_rootfs_tar(spec: &BaseSpec, out: &Path) -> Result<(), ImageError> 
         reason: e.to_string(),
     })?;
     if !output.status.success() {
+        // trusted: our own temporary in the private image store
         let _ = std::fs::remove_file(out);
         let err = String::from_utf8_lossy(&output.stderr);
         let tail: Vec<&str> = err.lines().rev().take(12).collect();
@@ -119,9 +120,11 @@ pub fn register_layer(
     let digest = file_digest(rootfs)?;
     if !store.has_blob(&digest) {
         let tmp = store.temp_path("rootfs")?;
+        // trusted: the root filesystem the operator named, into our temporary
         std::fs::copy(rootfs, &tmp).map_err(ImageError::io("copy root filesystem", rootfs))?;
         store.put_blob(&tmp, &digest, name)?;
     }
+    // trusted: the root filesystem the operator named, into our temporary
     let size = std::fs::metadata(rootfs).map(|m| m.len()).unwrap_or(0);
     let image = StoredImage {
         reference: reference.canonical(),
@@ -155,6 +158,7 @@ pub fn build_base(
     let tmp = store.temp_path("base.tar")?;
     debian_rootfs_tar(spec, &tmp)?;
     let result = register_rootfs(store, name, &tmp);
+    // trusted: our own temporary in the private image store
     let _ = std::fs::remove_file(&tmp);
     result
 }

@@ -53,6 +53,7 @@ pub fn load(
     tag: Option<&str>,
 ) -> Result<Vec<LoadReport>, ImageError> {
     let label = path.display().to_string();
+    // trusted: the archive the operator named; its contents are read beneath it
     let meta = std::fs::metadata(path).map_err(ImageError::io("read archive", path))?;
     let (dir, extracted) = if meta.is_dir() {
         (path.to_path_buf(), None)
@@ -71,6 +72,7 @@ pub fn load(
             load_dir(store, &archive, tag)
         });
     if let Some(tmp) = extracted {
+        // trusted: our own temporary in the private image store
         let _ = std::fs::remove_dir_all(tmp);
     }
     result
@@ -81,11 +83,13 @@ pub fn load(
 fn extract(path: &Path, tmp: &Path, label: &str) -> Result<(), ImageError> {
     crate::fsutil::create_private_dir(tmp)
         .map_err(ImageError::io("create store directory", tmp))?;
+    // trusted: the archive the operator named; its contents are read beneath it
     let file = File::open(path).map_err(ImageError::io("read archive", path))?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(file));
     archive.set_preserve_permissions(false);
     archive.set_unpack_xattrs(false);
     archive.unpack(tmp).map_err(|e| {
+        // trusted: our own temporary in the private image store
         let _ = std::fs::remove_dir_all(tmp);
         ImageError::Malformed {
             reference: label.to_string(),
@@ -257,6 +261,7 @@ fn store_entry(
     let tmp = store.temp_path("blob")?;
     let copied = copy_file(file, &tmp);
     if let Err(e) = copied {
+        // trusted: our own temporary in the private image store
         let _ = std::fs::remove_file(&tmp);
         return Err(archive.io(name)(e));
     }
@@ -267,6 +272,7 @@ fn store_entry(
 fn copy_file(file: &File, to: &Path) -> std::io::Result<()> {
     let mut reader = file;
     reader.seek(SeekFrom::Start(0))?;
+    // trusted: our own temporary in the private image store
     let mut out = File::create(to)?;
     std::io::copy(&mut reader, &mut out)?;
     out.sync_all()
@@ -283,6 +289,7 @@ fn store_bytes(
         return Ok(());
     }
     let tmp = store.temp_path("blob")?;
+    // trusted: our own temporary in the private image store
     std::fs::write(&tmp, bytes).map_err(ImageError::io("write blob", &tmp))?;
     store.put_blob(&tmp, digest, label)
 }

@@ -127,6 +127,7 @@ fn auth_for(registry: &str) -> RegistryAuth {
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let config = home
         .map(|h| h.join(".docker/config.json"))
+        // trusted: the operator's Docker credentials
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     let entry = config.as_ref().and_then(|c| {
@@ -193,6 +194,7 @@ async fn pull_async(
         .await
         .map_err(registry_error)?;
     let tmp = store.temp_path("config")?;
+    // trusted: our own temporary in the private image store
     std::fs::write(&tmp, &config_bytes).map_err(ImageError::io("write config", &tmp))?;
     store.put_blob(&tmp, &manifest.config.digest, &name)?;
     let config = parse_config(&config_bytes, &name)?;
@@ -231,6 +233,7 @@ async fn pull_async(
         }
         if !store.has_blob(&layer.digest) {
             let tmp = store.temp_path("layer")?;
+            // trusted: our own temporary in the private image store
             let file = tokio::fs::File::create(&tmp)
                 .await
                 .map_err(ImageError::io("create download", &tmp))?;
@@ -247,6 +250,7 @@ async fn pull_async(
             let flushed = tokio::io::AsyncWriteExt::flush(&mut file).await;
             drop(file);
             if let Err(e) = pulled {
+                // trusted: our own temporary in the private image store
                 let _ = std::fs::remove_file(&tmp);
                 return Err(registry_error(e));
             }

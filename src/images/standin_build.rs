@@ -99,6 +99,7 @@ fn build_one(
             build_uv(store, stand_in, version.clone(), &tmp)
         }
     };
+    // trusted: our own temporary in the private image store
     let _ = std::fs::remove_file(&tmp);
     result.map(|()| true)
 }
@@ -128,6 +129,7 @@ fn build_uv(
     )
     .map_err(|e| ImageError::Pypi(format!("{}: {e}", wheel.filename)))?;
     let mut builder = tar::Builder::new(
+        // trusted: our own temporary in the private image store
         std::fs::File::create(tmp).map_err(ImageError::io("write the uv layer", tmp))?,
     );
     for want in ["uv", "uvx"] {

@@ -69,6 +69,7 @@ pub fn unpack_layer(
     name: &str,
     opts: UnpackOptions,
 ) -> Result<UnpackReport, ImageError> {
+    // trusted: a blob of the private image store, checked by digest
     let file = std::fs::File::open(blob).map_err(ImageError::io("open layer blob", blob))?;
     let reader: Box<dyn Read> = if media_type.ends_with("gzip") || media_type.ends_with("+gzip") {
         Box::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)))
@@ -169,6 +170,7 @@ pub fn unpack_tar(
             let target = normalize(&target)
                 .map_err(|reason| hostile(&shown, reason))?
                 .ok_or_else(|| hostile(&shown, "hard link to the layer's root"))?;
+            // trusted: our private layer; parents checked (ensure_real_dirs)
             let meta = std::fs::symlink_metadata(dest.join(&target))
                 .map_err(|_| hostile(&shown, "hard link to a file that is not in the layer"))?;
             if !meta.is_file() {
@@ -181,11 +183,14 @@ pub fn unpack_tar(
         // Replace what an earlier entry left at this path (a symlink is
         // removed, never followed).
         let at = dest.join(&rel);
+        // trusted: our private layer; parents checked (ensure_real_dirs)
         if let Ok(m) = std::fs::symlink_metadata(&at) {
             if !(m.is_dir() && kind.is_dir()) {
                 let _ = if m.is_dir() {
+                    // trusted: our private layer; parents checked (ensure_real_dirs)
                     std::fs::remove_dir_all(&at)
                 } else {
+                    // trusted: our private layer; parents checked (ensure_real_dirs)
                     std::fs::remove_file(&at)
                 };
             }
@@ -208,11 +213,13 @@ pub fn unpack_tar(
             let h = entry.header();
             let uid = shift(base, h.uid().unwrap_or(0));
             let gid = shift(base, h.gid().unwrap_or(0));
+            // trusted: our private layer; parents checked (ensure_real_dirs)
             std::os::unix::fs::lchown(&at, Some(uid), Some(gid))
                 .map_err(ImageError::io("chown unpacked entry", &at))?;
             if kind.is_file() || kind.is_dir() {
                 // chown clears set-id bits; put the mode back, without them.
                 let mode = without_setid(h.mode().unwrap_or(0o644));
+                // trusted: our private layer; parents checked (ensure_real_dirs)
                 std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))
                     .map_err(ImageError::io("chmod unpacked entry", &at))?;
             }
@@ -271,6 +278,7 @@ fn ensure_real_dirs(dest: &Path, rel: &Path, opts: UnpackOptions) -> Result<(), 
     let mut at = dest.to_path_buf();
     for c in rel.components() {
         at.push(c);
+        // trusted: our private layer; parents checked (ensure_real_dirs)
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.is_dir() => {}
             Ok(m) if m.file_type().is_symlink() => {
@@ -278,8 +286,10 @@ fn ensure_real_dirs(dest: &Path, rel: &Path, opts: UnpackOptions) -> Result<(), 
             }
             Ok(_) => return Err(format!("its parent {} is not a directory", at.display())),
             Err(_) => {
+                // trusted: our private layer; parents checked (ensure_real_dirs)
                 std::fs::create_dir(&at).map_err(|e| format!("create {}: {e}", at.display()))?;
                 if let Some(base) = opts.owner_base {
+                    // trusted: our private layer; parents checked (ensure_real_dirs)
                     std::os::unix::fs::lchown(&at, Some(base), Some(base))
                         .map_err(|e| format!("chown {}: {e}", at.display()))?;
                 }
@@ -291,10 +301,13 @@ fn ensure_real_dirs(dest: &Path, rel: &Path, opts: UnpackOptions) -> Result<(), 
 
 /// An overlayfs whiteout at `path` (hides the lower layers' entry).
 fn whiteout(path: &Path, report: &mut UnpackReport) -> Result<(), ImageError> {
+    // trusted: our private layer; parents checked (ensure_real_dirs)
     if let Ok(m) = std::fs::symlink_metadata(path) {
         let _ = if m.is_dir() {
+            // trusted: our private layer; parents checked (ensure_real_dirs)
             std::fs::remove_dir_all(path)
         } else {
+            // trusted: our private layer; parents checked (ensure_real_dirs)
             std::fs::remove_file(path)
         };
     }

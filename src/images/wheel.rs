@@ -181,6 +181,7 @@ fn host_certificates() -> Vec<reqwest::Certificate> {
         .map(String::from),
     );
     for path in candidates {
+        // trusted: the host's CA certificates
         if let Ok(pem) = std::fs::read(&path) {
             if let Ok(certs) = reqwest::Certificate::from_pem_bundle(&pem) {
                 return certs;

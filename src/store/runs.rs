@@ -123,6 +123,7 @@ pub(super) struct ResultFacts {
 /// [`ResultFacts`] of the result at `path`; the default for a file that
 /// cannot be read as JSON.
 pub(super) fn result_facts(path: &std::path::Path) -> ResultFacts {
+    // trusted: this workspace's own episode results
     let Some(v) = std::fs::read(path)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())

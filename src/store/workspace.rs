@@ -43,6 +43,7 @@ impl Workspace {
     pub fn open(root: &Path) -> Result<Self, StoreError> {
         for sub in ["tasks", "rejected", "runs", "checkpoints"] {
             let dir = root.join(sub);
+            // trusted: this workspace's own files
             fs::create_dir_all(&dir).map_err(StoreError::io(&dir))?;
         }
         let db = root.join("endless.db");
@@ -75,6 +76,7 @@ impl Workspace {
     pub fn open_recovering(root: &Path) -> Result<(Self, Option<Recovered>), StoreError> {
         let db = root.join("endless.db");
         let has_files = |sub: &str| {
+            // trusted: this workspace's own files
             fs::read_dir(root.join(sub))
                 .map(|mut d| {
                     d.any(|e| e.is_ok_and(|e| !e.file_name().to_string_lossy().starts_with('.')))
@@ -99,6 +101,7 @@ impl Workspace {
                     let from = root.join(format!("endless.db{suffix}"));
                     if from.exists() {
                         let to = PathBuf::from(format!("{}{suffix}", moved_to.display()));
+                        // trusted: this workspace's own files
                         fs::rename(&from, &to).map_err(StoreError::io(&from))?;
                     }
                 }
@@ -179,6 +182,7 @@ impl Workspace {
         let curation = target.join(super::TASK_CURATION_FILE);
         if curation.is_file() {
             let kept = staging.path().join(super::TASK_CURATION_FILE);
+            // trusted: this workspace's own files
             fs::copy(&curation, &kept).map_err(StoreError::io(&curation))?;
         }
         replace_dir_atomic(staging.path(), &target).map_err(StoreError::io(&target))?;
@@ -189,6 +193,7 @@ impl Workspace {
     pub fn remove_task(&self, id: &str) -> Result<(), StoreError> {
         let dir = self.task_dir(id);
         if dir.exists() {
+            // trusted: this workspace's own files
             fs::remove_dir_all(&dir).map_err(StoreError::io(&dir))?;
         }
         self.unindex_task(id)
@@ -200,6 +205,7 @@ impl Workspace {
     pub fn reconcile(&self) -> Result<usize, StoreError> {
         let tasks_dir = self.tasks_dir();
         let mut on_disk = std::collections::BTreeSet::new();
+        // trusted: this workspace's own files
         for entry in fs::read_dir(&tasks_dir).map_err(StoreError::io(&tasks_dir))? {
             let entry = entry.map_err(StoreError::io(&tasks_dir))?;
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -213,6 +219,7 @@ impl Workspace {
                     .and_then(|t| t.elapsed().ok())
                     .is_some_and(|age| age > STALE_STAGING);
                 if stale {
+                    // trusted: this workspace's own files
                     let _ = fs::remove_dir_all(entry.path());
                 }
                 continue;

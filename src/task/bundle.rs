@@ -84,6 +84,7 @@ pub fn write_meta_atomic(dir: &Path, meta: &TaskMeta) -> Result<(), BundleError>
     let text =
         toml::to_string(meta).map_err(|e| BundleError::invalid(&path, None, e.to_string()))?;
     crate::fsutil::write_atomic(&path, text.as_bytes()).map_err(BundleError::io(&path))?;
+    // trusted: writing a bundle into a directory of ours
     fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).map_err(BundleError::io(&path))
 }
 
@@ -108,9 +109,12 @@ pub fn write_tree(dir: &Path, tree: &FileTree) -> Result<(), BundleError> {
 
 fn write_file(path: &Path, bytes: &[u8], executable: bool) -> Result<(), BundleError> {
     if let Some(parent) = path.parent() {
+        // trusted: writing a bundle into a directory of ours
         fs::create_dir_all(parent).map_err(BundleError::io(parent))?;
     }
+    // trusted: writing a bundle into a directory of ours
     fs::write(path, bytes).map_err(BundleError::io(path))?;
     let mode = if executable { 0o755 } else { 0o644 };
+    // trusted: writing a bundle into a directory of ours
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(BundleError::io(path))
 }

@@ -2,7 +2,6 @@
 
 mod baseline;
 mod bundle;
-mod dirfd;
 pub mod envdef;
 mod error;
 mod escape;

@@ -9,6 +9,10 @@
 //! can write the bundle while it is read may swap any file or directory for
 //! a link at any moment: the swap is refused or not seen, and nothing
 //! outside the task directory is ever opened (`tasks import`, issue 30).
+//!
+//! The system calls come from [`crate::fsutil::dirfd`], the primitives every
+//! walk of an untrusted tree uses; this file adds the task's policy (links
+//! followed only inside, limits, errors that name the task's files).
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -17,8 +21,8 @@ use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use super::dirfd::{self, Kind, Stat};
 use super::{BundleError, FileEntry, FileTree};
+use crate::fsutil::dirfd::{self, EntryKind, Stat};
 
 /// Bounds on what one task may contain.
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +145,7 @@ impl BundleDir {
     /// followed (the caller named it); nothing below it is resolved by path.
     pub fn open(path: &Path) -> Result<Self, SafeReadError> {
         let fd = dirfd::open_dir_path(path).map_err(io_err(path))?;
+        // trusted: the directory the caller named, for messages and absolute links
         let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(Self {
             fd,
@@ -164,7 +169,7 @@ impl BundleDir {
             let parent = fd.as_ref().map_or(self.fd.as_fd(), AsFd::as_fd);
             let next = dirfd::open_entry(parent, name).map_err(io_err(&path))?;
             let st = dirfd::stat(next.as_fd()).map_err(io_err(&path))?;
-            if st.kind != Kind::Dir {
+            if st.kind != EntryKind::Dir {
                 return Err(SafeReadError::Io {
                     path,
                     source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
@@ -201,7 +206,7 @@ impl BundleDir {
             .filter(|n| {
                 dirfd::open_entry(self.fd.as_fd(), n)
                     .and_then(|fd| dirfd::stat(fd.as_fd()))
-                    .is_ok_and(|st| st.kind == Kind::Dir)
+                    .is_ok_and(|st| st.kind == EntryKind::Dir)
             })
             .collect())
     }
@@ -220,7 +225,7 @@ impl BundleDir {
             .filter(|n| {
                 dirfd::open_entry(fd.as_fd(), n)
                     .and_then(|e| dirfd::stat(e.as_fd()))
-                    .is_ok_and(|st| st.kind == Kind::File)
+                    .is_ok_and(|st| st.kind == EntryKind::File)
             })
             .collect())
     }
@@ -318,7 +323,7 @@ impl BundleDir {
             };
             let st = dirfd::stat(entry.as_fd()).map_err(io_err(&shown))?;
             match st.kind {
-                Kind::Link => {
+                EntryKind::Link => {
                     hops += 1;
                     if hops > MAX_LINK_HOPS {
                         return Err(io_err(&shown)(std::io::Error::from_raw_os_error(
@@ -340,14 +345,14 @@ impl BundleDir {
                         todo.push_front(n);
                     }
                 }
-                Kind::Dir if todo.is_empty() => return Ok(Some(Found::Dir(entry))),
-                Kind::Dir => chain.push(entry),
+                EntryKind::Dir if todo.is_empty() => return Ok(Some(Found::Dir(entry))),
+                EntryKind::Dir => chain.push(entry),
                 _ if !todo.is_empty() => {
                     return Err(io_err(&shown)(std::io::Error::from_raw_os_error(
                         libc::ENOTDIR,
                     )))
                 }
-                Kind::File => match open_same(dir, &name, st) {
+                EntryKind::File => match open_same(dir, &name, st) {
                     Some(file) => return Ok(Some(Found::File(file, st))),
                     // Swapped between the look and the open: look again.
                     None if retries < MAX_RETRIES => {
@@ -356,7 +361,7 @@ impl BundleDir {
                     }
                     None => return Err(SafeReadError::Changing { path: shown }),
                 },
-                Kind::Other => return Ok(Some(Found::Other)),
+                EntryKind::Other => return Ok(Some(Found::Other)),
             }
         }
         let fd = chain.pop().map_or_else(|| self.fd.try_clone(), Ok);
@@ -392,7 +397,7 @@ fn names(path: &Path) -> VecDeque<OsString> {
 fn open_same(dir: BorrowedFd, name: &OsStr, st: Stat) -> Option<File> {
     let fd = dirfd::open_read(dir, name).ok()?;
     let now = dirfd::stat(fd.as_fd()).ok()?;
-    (now.kind == Kind::File && now.id == st.id).then(|| File::from(fd))
+    (now.kind == EntryKind::File && now.id == st.id).then(|| File::from(fd))
 }
 
 /// The bytes of an open regular file, within the per-file limit (checked
@@ -477,19 +482,19 @@ impl Walk<'_> {
             };
             let st = dirfd::stat(entry.as_fd()).map_err(io_err(&shown))?;
             match st.kind {
-                Kind::Dir => return self.dir(entry.as_fd(), top, rel, depth + 1),
-                Kind::Link => {
+                EntryKind::Dir => return self.dir(entry.as_fd(), top, rel, depth + 1),
+                EntryKind::Link => {
                     return match self.root.resolve(&from_root)? {
                         Some(Found::File(file, st)) => self.add(rel, file, st, &shown),
                         _ => Ok(()),
                     }
                 }
-                Kind::File => {
+                EntryKind::File => {
                     if let Some(file) = open_same(fd, name, st) {
                         return self.add(rel, file, st, &shown);
                     }
                 }
-                Kind::Other => return Ok(()),
+                EntryKind::Other => return Ok(()),
             }
         }
         Err(SafeReadError::Changing { path: shown })

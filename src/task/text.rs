@@ -9,6 +9,7 @@ use super::BundleError;
 
 /// Read a required UTF-8 file.
 pub fn read_text(path: &Path) -> Result<String, BundleError> {
+    // trusted: files the operator named (prompts, settings)
     let bytes = fs::read(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             BundleError::invalid(path, None, "required file is missing")
@@ -21,6 +22,7 @@ pub fn read_text(path: &Path) -> Result<String, BundleError> {
 
 /// Read an optional UTF-8 file (`None` when absent).
 pub fn read_text_opt(path: &Path) -> Result<Option<String>, BundleError> {
+    // trusted: files the operator named (prompts, settings)
     match fs::symlink_metadata(path) {
         Ok(_) => read_text(path).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

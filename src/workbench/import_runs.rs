@@ -269,6 +269,7 @@ fn default_run_id(job: &Job) -> String {
 
 /// Write `bytes` to `path`.
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    // trusted: our own staging directory in the workspace
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -305,6 +306,7 @@ pub fn import_harbor(ws: &Workspace, dir: &Path, run: Option<&str>) -> Result<Im
     for (trial, e, messages) in &episodes {
         let paths = EpisodePaths::new(staged.path(), &e.task, e.sample);
         if let Some(parent) = paths.result.parent() {
+            // trusted: our own staging directory in the workspace
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
@@ -345,6 +347,7 @@ pub fn import_harbor(ws: &Workspace, dir: &Path, run: Option<&str>) -> Result<Im
         Ok(())
     })();
     if let Err(e) = indexed {
+        // trusted: our own staging directory in the workspace
         let _ = std::fs::remove_dir_all(&run_dir);
         return Err(e.context(format!("indexing the imported run {run_id}")));
     }

@@ -83,6 +83,7 @@ fn stack(
         let upper = upper_dir.join(part);
         let work = upper_dir.join("work").join(part);
         for d in [&upper, &work] {
+            // trusted: the build's fresh upper and work directories
             std::fs::create_dir_all(d).map_err(SandboxError::io("create build directory", d))?;
         }
         let mut lower = super::stepcache::layer_parts(steps, part);
@@ -115,6 +116,7 @@ impl LocalBackend {
     pub(super) fn run_step(&self, run: &StepRun) -> Result<CommandOutput, SandboxError> {
         let layout = &self.layout;
         let io = |what: &str, p: &Path| SandboxError::io(what.to_string(), p.to_path_buf());
+        // trusted: this step's fresh scripts directory, not yet shown to any step
         std::fs::create_dir_all(&run.steps_dir)
             .map_err(io("create build directory", &run.steps_dir))?;
         let mut layers = stack(
@@ -148,9 +150,11 @@ impl LocalBackend {
             env.extend(host_ca_env(&run.steps_dir)?);
         }
         let script = run.steps_dir.join("step.sh");
+        // trusted: this step's fresh scripts directory, not yet shown to any step
         std::fs::write(&script, &run.script).map_err(io("write build script", &script))?;
         if let Some((name, content)) = &run.file {
             let p = run.steps_dir.join(name);
+            // trusted: this step's fresh scripts directory, not yet shown to any step
             std::fs::write(&p, content).map_err(io("write step script", &p))?;
         }
         // The build's root owns the scripts and a writable context copy as
@@ -278,7 +282,9 @@ impl LocalBackend {
         for entry in walkdir::WalkDir::new(dir).into_iter().flatten() {
             let p = entry.path();
             let meta =
+                // trusted: files endless just wrote, before any step ran
                 std::fs::symlink_metadata(p).map_err(SandboxError::io("stat build file", p))?;
+            // trusted: files endless just wrote, before any step ran
             std::os::unix::fs::lchown(p, Some(m.host(meta.uid())), Some(m.host(meta.gid())))
                 .map_err(SandboxError::io("chown build file", p))?;
         }
@@ -299,6 +305,7 @@ fn host_ca_env(steps_dir: &Path) -> Result<Vec<(String, String)>, SandboxError> 
         return Ok(Vec::new());
     }
     let copy = steps_dir.join("host-ca.crt");
+    // trusted: the host's CA bundle, into our fresh scripts directory
     std::fs::copy(host, &copy).map_err(SandboxError::io("copy the host's CA bundle", host))?;
     let inside = format!("{}/host-ca.crt", steps::STEPS);
     Ok([

@@ -44,6 +44,7 @@ pub struct EvictReport {
 /// Mark the built image at `dir` (or stored image) as used now.
 pub fn touch(path: &Path) {
     let now = SystemTime::now();
+    // trusted: the private image cache's own entries
     let _ = std::fs::File::options()
         .create(true)
         .truncate(false)
@@ -65,6 +66,7 @@ pub fn just_built(dir: &Path) -> bool {
 }
 
 fn last_use(path: &Path) -> SystemTime {
+    // trusted: the private image cache's own entries
     std::fs::metadata(path)
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH)
@@ -96,6 +98,7 @@ pub fn hold(image: &Image) -> Result<Held, SandboxError> {
     for dir in &dirs {
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let path = dir.with_file_name(format!("{name}.lock"));
+        // trusted: the private image cache's own entries
         let file = File::options()
             .create(true)
             .truncate(false)
@@ -145,6 +148,7 @@ struct Built {
 }
 
 fn built_images(cache_dir: &Path) -> Vec<Built> {
+    // trusted: the private image cache's own entries
     let mut out: Vec<Built> = std::fs::read_dir(cache_dir.join("local/images"))
         .into_iter()
         .flatten()
@@ -153,6 +157,7 @@ fn built_images(cache_dir: &Path) -> Vec<Built> {
         .filter(|e| e.path().join(super::layout::IMAGE_META).is_file())
         .map(|e| {
             let dir = e.path();
+            // trusted: the private image cache's own entries
             let base = std::fs::read(dir.join(super::layout::IMAGE_META))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
@@ -184,6 +189,7 @@ fn remove_built(cache_dir: &Path, b: &Built) -> Result<Option<u64>, SandboxError
     let doomed = b
         .dir
         .with_file_name(format!(".evict-{}-{}", std::process::id(), b.hash));
+    // trusted: the private image cache's own entries
     std::fs::rename(&b.dir, &doomed).map_err(SandboxError::io("evict image", &b.dir))?;
     super::layout::remove_tree(&doomed);
     Ok(Some(bytes))

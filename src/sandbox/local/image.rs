@@ -234,6 +234,7 @@ impl LocalBackend {
         if dir.exists() {
             super::layout::remove_tree(&dir);
         }
+        // trusted: our finished build directory, into the private image cache
         if let Err(e) = std::fs::rename(&build, &dir) {
             super::layout::remove_tree(&build);
             return Err(SandboxError::io("store the built image", &dir)(e));
@@ -262,6 +263,7 @@ impl LocalBackend {
         let workdir = task.meta.environment.workdir.clone();
         let scratch = build.join("scratch");
         let ctx = scratch.join("ctx");
+        // trusted: our fresh build directory
         std::fs::create_dir_all(&ctx).map_err(io("create build directory", &ctx))?;
         write_tree(&ctx, &task.environment)?;
         self.give_to_build_root(&ctx)?;
@@ -406,9 +408,11 @@ impl LocalBackend {
         }
         for part in &parts {
             let p = farm.join(part);
+            // trusted: our fresh build directory
             std::fs::create_dir_all(&p).map_err(io("create build directory", &p))?;
         }
         let root = farm.join("root");
+        // trusted: our fresh build directory
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))
             .map_err(io("chmod build directory", &root))?;
         // The image's own environment (PATH, LANG, ...) comes first.
@@ -556,6 +560,7 @@ impl LocalBackend {
         let ctx_copy = scratch.join(format!("ctx-{tag}"));
         let from_dir = scratch.join(format!("from-{tag}"));
         let ctx = if run.body.writable_context {
+            // trusted: our fresh build directory
             std::fs::create_dir_all(&ctx_copy).map_err(io("create build directory", &ctx_copy))?;
             copy_tree(run.shared.ctx, &ctx_copy)
                 .map_err(io("copy the build context", &ctx_copy))?;
@@ -888,8 +893,10 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
             .map_err(std::io::Error::other)?;
         let dest = to.join(rel);
         if entry.file_type().is_dir() {
+            // trusted: our build context, written from the task
             std::fs::create_dir_all(&dest)?;
         } else if entry.file_type().is_file() {
+            // trusted: our build context, written from the task
             std::fs::copy(entry.path(), &dest)?;
         }
     }
@@ -962,6 +969,7 @@ fn task_memory_mb(task: &Task) -> Option<u64> {
 }
 
 fn load_meta(dir: &Path) -> Option<Image> {
+    // trusted: the private image cache's own metadata file
     let bytes = std::fs::read(dir.join(IMAGE_META)).ok()?;
     let mut image: Image = serde_json::from_slice(&bytes).ok()?;
     image.path = dir.to_path_buf();

@@ -66,8 +66,10 @@ impl Layout {
         let mut symlinks = Vec::new();
         for name in SYSTEM_DIRS {
             let host = Path::new("/").join(name);
+            // trusted: the host's own top-level entries
             match std::fs::symlink_metadata(&host) {
                 Ok(m) if m.file_type().is_symlink() => {
+                    // trusted: the host's own top-level entries
                     if let Ok(target) = std::fs::read_link(&host) {
                         symlinks.push((name.to_string(), target));
                     }
@@ -171,6 +173,7 @@ impl Layout {
             (self.steps(), ".build-"),
         ];
         for (dir, prefix) in dirs {
+            // trusted: the private cache's own directories
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };
@@ -196,15 +199,18 @@ impl Layout {
                 .map_err(SandboxError::io("create cache directory", &dir))?;
         }
         for dir in [self.merged(), self.scratch(), self.sessions()] {
+            // trusted: the private cache's own directories
             std::fs::create_dir_all(&dir)
                 .map_err(SandboxError::io("create cache directory", &dir))?;
         }
         let staged = ["x", "rt", "ctx", "steps", "from", "ca"].map(|n| self.staged(n));
         let idmapped = self.system_dirs.iter().map(|d| self.idmapped().join(d));
         for dir in staged.into_iter().chain(idmapped) {
+            // trusted: the private cache's own directories
             std::fs::create_dir_all(&dir).map_err(SandboxError::io("create mount point", &dir))?;
         }
         for dir in [&self.stage, &self.idmapped()] {
+            // trusted: the private cache's own directories
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
                 .map_err(SandboxError::io("chmod mount point", dir))?;
         }
@@ -215,31 +221,41 @@ impl Layout {
         let mut rnd = [0u8; 6];
         rand::Rng::fill(&mut rand::rng(), &mut rnd);
         let tmp = self.root.join(format!(".skeleton-{}", hex::encode(rnd)));
+        // trusted: our fresh skeleton in the private cache
         let _ = std::fs::remove_dir_all(&tmp);
         let io = |p: &Path| SandboxError::io("create base skeleton", p.to_path_buf());
+        // trusted: our fresh skeleton in the private cache
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+        // trusted: our fresh skeleton in the private cache
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).map_err(io(&tmp))?;
         for name in &self.system_dirs {
             let p = tmp.join(name);
+            // trusted: our fresh skeleton in the private cache
             std::fs::create_dir_all(&p).map_err(io(&p))?;
         }
         for (rel, mode) in SKELETON_DIRS {
             let p = tmp.join(rel);
+            // trusted: our fresh skeleton in the private cache
             std::fs::create_dir_all(&p).map_err(io(&p))?;
+            // trusted: our fresh skeleton in the private cache
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).map_err(io(&p))?;
         }
         for (name, target) in &self.symlinks {
             let p = tmp.join(name);
+            // trusted: our fresh skeleton in the private cache
             std::os::unix::fs::symlink(target, &p).map_err(io(&p))?;
         }
         if let Some((uid, gid)) = self.owner {
             for entry in walkdir::WalkDir::new(&tmp).into_iter().flatten() {
+                // trusted: our fresh skeleton in the private cache
                 std::os::unix::fs::lchown(entry.path(), Some(uid), Some(gid))
                     .map_err(io(entry.path()))?;
             }
         }
+        // trusted: our fresh skeleton in the private cache
         if std::fs::rename(&tmp, &skel).is_err() {
             // Another process made it first.
+            // trusted: our fresh skeleton in the private cache
             let _ = std::fs::remove_dir_all(&tmp);
         }
         Ok(())
@@ -259,19 +275,23 @@ pub fn pid_alive(pid: i32) -> bool {
 /// Remove a tree, first making its directories accessible: overlayfs leaves
 /// `work/work` with mode 000, which an unprivileged owner cannot enter.
 pub fn remove_tree(path: &Path) {
+    // trusted: a build or session tree whose processes ended
     if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
         return;
     }
     for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
         if entry.file_type().is_dir() {
+            // trusted: a build or session tree whose processes ended
             let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
         }
     }
     // Entries walkdir could not enter the first time are reachable now.
     for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
         if entry.file_type().is_dir() {
+            // trusted: a build or session tree whose processes ended
             let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
         }
     }
+    // trusted: a build or session tree whose processes ended
     let _ = std::fs::remove_dir_all(path);
 }

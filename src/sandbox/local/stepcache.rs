@@ -90,6 +90,7 @@ pub struct StepMeta {
 /// The step records of a `local` image (empty for images built before the
 /// per-step cache, or by another backend).
 pub fn build_record(image: &Image) -> Vec<BuiltStep> {
+    // trusted: metadata endless wrote beside the image or layer
     std::fs::read(image.path.join(BUILD_RECORD))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -208,6 +209,7 @@ fn lock_as(path: &Path, op: libc::c_int) -> Result<Lock, SandboxError> {
         crate::fsutil::create_private_dir(dir)
             .map_err(SandboxError::io("create cache directory", dir))?;
     }
+    // trusted: a lock file in the private cache
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -226,6 +228,7 @@ pub fn layer_parts(layers: &[PathBuf], part: &str) -> Vec<PathBuf> {
         .iter()
         .rev()
         .map(|l| l.join(part))
+        // trusted: stored step layers, read-only once stored
         .filter(|d| std::fs::read_dir(d).is_ok_and(|mut e| e.next().is_some()))
         .collect()
 }
@@ -245,6 +248,7 @@ impl StepCache {
 
     /// The metadata of the cached layer `key`, if it is complete.
     pub fn get(&self, key: &str) -> Option<StepMeta> {
+        // trusted: metadata endless wrote beside the image or layer
         let bytes = std::fs::read(self.layer(key).join("step.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
@@ -270,6 +274,7 @@ impl StepCache {
             std::process::id(),
             hex::encode(rnd)
         ));
+        // trusted: our fresh layer directory
         std::fs::create_dir_all(&p).map_err(SandboxError::io("create layer directory", &p))?;
         Ok(p)
     }
@@ -290,6 +295,7 @@ impl StepCache {
             if dest.exists() {
                 super::layout::remove_tree(&dest); // an incomplete leftover
             }
+            // trusted: our finished layer, into the private step cache
             std::fs::rename(tmp, &dest).map_err(SandboxError::io("store step layer", &dest))?;
         }
         Ok(dest)
@@ -315,6 +321,7 @@ pub fn strip_setid(dir: &Path) -> Result<(), SandboxError> {
                 continue;
             }
         };
+        // trusted: step output after its sandbox ended, links skipped
         let meta = std::fs::symlink_metadata(&path)
             .map_err(SandboxError::io("stat step output", &path))?;
         let mode = meta.mode() & 0o7777;
@@ -334,6 +341,7 @@ pub fn strip_setid(dir: &Path) -> Result<(), SandboxError> {
             todo.push(Todo::Restore(path.clone(), clean));
         }
         let entries =
+            // trusted: step output after its sandbox ended, links skipped
             std::fs::read_dir(&path).map_err(SandboxError::io("read step output", &path))?;
         for entry in entries {
             let entry = entry.map_err(SandboxError::io("read step output", &path))?;
@@ -344,6 +352,7 @@ pub fn strip_setid(dir: &Path) -> Result<(), SandboxError> {
 }
 
 fn set_mode(path: &Path, mode: u32, what: &str) -> Result<(), SandboxError> {
+    // trusted: step output after its sandbox ended, links skipped
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(SandboxError::io(what.to_string(), path))
 }
@@ -370,11 +379,13 @@ pub struct StepPruneReport {
 pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
     let local = cache_dir.join("local");
     let mut used = std::collections::HashSet::new();
+    // trusted: the private cache's own directories
     for entry in std::fs::read_dir(local.join("images"))
         .into_iter()
         .flatten()
         .flatten()
     {
+        // trusted: the private cache's own directories
         let Ok(bytes) = std::fs::read(entry.path().join(BUILD_RECORD)) else {
             continue;
         };
@@ -383,6 +394,7 @@ pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
     }
     let cache = StepCache::new(&local.join("steps"));
     let mut report = StepPruneReport::default();
+    // trusted: the private cache's own directories
     for entry in std::fs::read_dir(&cache.dir)
         .into_iter()
         .flatten()
@@ -404,6 +416,7 @@ pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
             .map(|m| m.len())
             .sum::<u64>();
         super::layout::remove_tree(&path);
+        // trusted: the private cache's own directories
         let _ = std::fs::remove_file(cache.dir.join(format!("{name}.lock")));
         report.layers += 1;
         report.bytes += bytes;
@@ -413,6 +426,7 @@ pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
 
 /// The lock on `path` if nobody holds it (`None`: someone does).
 pub(super) fn try_lock(path: &Path) -> Result<Option<Lock>, SandboxError> {
+    // trusted: a lock file in the private cache
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -224,7 +224,9 @@ impl LocalBackend {
         if is_complete_at(&image.path, &name) {
             return Ok(());
         }
+        // trusted: the image's own directory of environments, made by endless
         std::fs::create_dir_all(&envs).map_err(SandboxError::io("create directory", &envs))?;
+        // trusted: the image's own directory of environments, made by endless
         std::fs::set_permissions(&envs, std::fs::Permissions::from_mode(0o755))
             .map_err(SandboxError::io("chmod directory", &envs))?;
         // Beside the image (the store's directory is private already; a lock

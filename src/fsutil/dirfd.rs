@@ -1,6 +1,7 @@
-//! Thin wrappers over the `*at` system calls that [`super::safe_read`]
-//! walks a bundle with: every lookup is one name relative to an open
-//! directory descriptor, never a path resolved again.
+//! Thin wrappers over the `*at` system calls that walk an untrusted tree
+//! one name at a time (`crate::task::BundleDir` reads task bundles, job
+//! directories and other workspaces with them): every lookup is one name
+//! relative to an open directory descriptor, never a path resolved again.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
@@ -8,24 +9,38 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
-/// What an entry is, from `fstat` on a descriptor of it.
+/// What an entry is, seen without following it (`fstat` on a descriptor
+/// opened with `O_PATH | O_NOFOLLOW`, or `fstatat` with
+/// `AT_SYMLINK_NOFOLLOW`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum EntryKind {
     /// A regular file.
     File,
     /// A directory.
     Dir,
-    /// A symbolic link (opened itself, with `O_PATH | O_NOFOLLOW`).
+    /// A symbolic link.
     Link,
-    /// Anything else: device, FIFO, socket.
+    /// A device, FIFO or socket.
     Other,
+}
+
+impl EntryKind {
+    /// The kind an `st_mode` names.
+    pub fn of_mode(mode: libc::mode_t) -> Self {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => Self::File,
+            libc::S_IFDIR => Self::Dir,
+            libc::S_IFLNK => Self::Link,
+            _ => Self::Other,
+        }
+    }
 }
 
 /// The facts of one `fstat`: kind, identity, size and mode bits.
 #[derive(Debug, Clone, Copy)]
 pub struct Stat {
     /// The entry's kind.
-    pub kind: Kind,
+    pub kind: EntryKind,
     /// Device and inode: the same pair means the same file.
     pub id: (u64, u64),
     /// Size in bytes.
@@ -101,14 +116,8 @@ pub fn stat(fd: BorrowedFd) -> io::Result<Stat> {
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let kind = match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => Kind::File,
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFLNK => Kind::Link,
-        _ => Kind::Other,
-    };
     Ok(Stat {
-        kind,
+        kind: EntryKind::of_mode(st.st_mode),
         id: (st.st_dev, st.st_ino),
         size: u64::try_from(st.st_size).unwrap_or(0),
         mode: st.st_mode & 0o7777,
@@ -196,9 +205,9 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join("l")).unwrap();
         let root = open_dir_path(dir.path()).unwrap();
         let kind = |n: &str| stat(open_entry(root.as_fd(), OsStr::new(n)).unwrap().as_fd());
-        assert_eq!(kind("f").unwrap().kind, Kind::File);
-        assert_eq!(kind("d").unwrap().kind, Kind::Dir);
-        assert_eq!(kind("l").unwrap().kind, Kind::Link);
+        assert_eq!(kind("f").unwrap().kind, EntryKind::File);
+        assert_eq!(kind("d").unwrap().kind, EntryKind::Dir);
+        assert_eq!(kind("l").unwrap().kind, EntryKind::Link);
         let link = open_entry(root.as_fd(), OsStr::new("l")).unwrap();
         assert_eq!(read_link(link.as_fd()).unwrap(), "/etc/passwd");
         let err = open_read(root.as_fd(), OsStr::new("l")).unwrap_err();
