@@ -9,7 +9,9 @@
 //! (`std::fs::` functions, `File::open`/`create`, `OpenOptions`, `chown`,
 //! `lchown`, `symlink`) outside their test modules, and fails for each one
 //! whose line, or the line above, lacks a `// trusted: why` comment (a
-//! fresh temporary of our own, a tree no one else can write meanwhile).
+//! fresh temporary of our own, a tree no one else can write meanwhile). A
+//! file whose every path is trusted for one reason says it once, in its
+//! module docs (`//! trusted: why`).
 
 #![allow(clippy::unwrap_used)] // tests and benches fail loudly
 
@@ -78,6 +80,9 @@ const OTHER_CALLS: &[&str] = &[
 /// The justification a path-based call needs.
 const MARK: &str = "// trusted:";
 
+/// The justification, once for a whole file, in its module docs.
+const FILE_MARK: &str = "//! trusted:";
+
 fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
@@ -102,6 +107,9 @@ fn path_based(code: &str) -> bool {
 /// The offending lines of one file: `(line number, line)` for each
 /// path-based call before the file's test module that lacks [`MARK`].
 fn unmarked(src: &str) -> Vec<(usize, String)> {
+    if src.lines().any(|l| l.trim_start().starts_with(FILE_MARK)) {
+        return Vec::new();
+    }
     let lines: Vec<&str> = src.lines().collect();
     let mut found = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -200,4 +208,6 @@ fn the_scanner_finds_calls_and_honours_the_mark() {
                mod tests { fn t() { std::fs::read(\"x\"); } }\n";
     let lines: Vec<usize> = unmarked(src).into_iter().map(|(n, _)| n).collect();
     assert_eq!(lines, [3, 4, 5, 6]);
+    let whole = format!("//! A module.\n//! trusted: the private cache only\n{src}");
+    assert!(unmarked(&whole).is_empty());
 }

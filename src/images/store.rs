@@ -13,6 +13,10 @@
 //! are mode 0700: only the operator enters them (the sandbox reaches
 //! unpacked layers through overlay mounts made by the operator). Unpacked
 //! layers hold no set-user-id or set-group-id files (see unpack.rs).
+//!
+//! trusted: every path here is the private image store's own (0700, written
+//! only by endless); the untrusted archives and layers it is filled from are
+//! read in `load.rs` and `unpack.rs`.
 
 use std::path::{Path, PathBuf};
 
@@ -84,7 +88,6 @@ pub fn digest_hex(digest: &str) -> Option<&str> {
 
 /// `sha256:<hex>` of a file's content.
 pub fn file_digest(path: &Path) -> Result<String, ImageError> {
-    // trusted: the private image store's own files
     let mut f = std::fs::File::open(path).map_err(ImageError::io("read blob", path))?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).map_err(ImageError::io("read blob", path))?;
@@ -154,7 +157,6 @@ impl ImageStore {
                 reason: format!("`{digest}` is not a sha256 digest"),
             })?;
         if actual != digest {
-            // trusted: the private image store's own files
             let _ = std::fs::remove_file(tmp);
             return Err(ImageError::DigestMismatch {
                 reference: reference.to_string(),
@@ -163,7 +165,6 @@ impl ImageStore {
             });
         }
         self.private_dir("blobs/sha256")?;
-        // trusted: the private image store's own files
         std::fs::rename(tmp, &target).map_err(ImageError::io("store blob", &target))
     }
 
@@ -180,18 +181,15 @@ impl ImageStore {
 
     /// The stored image `reference` resolves to, if pulled.
     pub fn get(&self, reference: &ImageRef) -> Option<StoredImage> {
-        // trusted: the private image store's own files
         let bytes = std::fs::read(self.ref_path(&reference.canonical())).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
     /// Every registered image.
     pub fn list(&self) -> Vec<StoredImage> {
-        // trusted: the private image store's own files
         let mut out: Vec<StoredImage> = std::fs::read_dir(self.root.join("refs"))
             .map(|rd| {
                 rd.flatten()
-                    // trusted: the private image store's own files
                     .filter_map(|e| std::fs::read(e.path()).ok())
                     .filter_map(|b| serde_json::from_slice(&b).ok())
                     .collect()
@@ -204,7 +202,6 @@ impl ImageStore {
     /// Mark `reference` as used now (for least-recently-used eviction).
     pub fn touch(&self, reference: &ImageRef) {
         let path = self.ref_path(&reference.canonical());
-        // trusted: the private image store's own files
         if let Ok(f) = std::fs::File::options().append(true).open(&path) {
             let _ = f.set_modified(std::time::SystemTime::now());
         }
@@ -213,7 +210,6 @@ impl ImageStore {
     /// When `reference` (canonical) was last used (registered, or resolved
     /// for a build); the epoch when unknown.
     pub fn last_use(&self, reference: &str) -> std::time::SystemTime {
-        // trusted: the private image store's own files
         std::fs::metadata(self.ref_path(reference))
             .and_then(|m| m.modified())
             .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
@@ -238,7 +234,6 @@ impl ImageStore {
 
     /// The stand-in recorded for `reference`, if its image is still stored.
     pub fn stand_in(&self, reference: &ImageRef) -> Option<(super::StandIn, StoredImage)> {
-        // trusted: the private image store's own files
         let bytes = std::fs::read(self.stand_in_path(&reference.canonical())).ok()?;
         let stand_in: super::StandIn = serde_json::from_slice(&bytes).ok()?;
         let image = self.get(&ImageRef::parse(&stand_in.name).ok()?)?;
@@ -247,11 +242,9 @@ impl ImageStore {
 
     /// Every recorded stand-in whose image is stored.
     pub fn stand_ins(&self) -> Vec<super::StandIn> {
-        // trusted: the private image store's own files
         let mut out: Vec<super::StandIn> = std::fs::read_dir(self.root.join("stand-ins"))
             .map(|rd| {
                 rd.flatten()
-                    // trusted: the private image store's own files
                     .filter_map(|e| std::fs::read(e.path()).ok())
                     .filter_map(|b| serde_json::from_slice::<super::StandIn>(&b).ok())
                     .filter(|s| ImageRef::parse(&s.name).is_ok_and(|r| self.get(&r).is_some()))
@@ -265,7 +258,6 @@ impl ImageStore {
     /// Forget `reference` (its blobs stay until `prune`); whether it was there.
     pub fn remove(&self, reference: &ImageRef) -> Result<bool, ImageError> {
         let path = self.ref_path(&reference.canonical());
-        // trusted: the private image store's own files
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -294,7 +286,6 @@ impl ImageStore {
                     .filter(|p| p.is_file())
                     .ok_or_else(|| ImageError::NotStored(image.reference.clone()))?;
                 let tmp = self.temp_path(&format!("layer-{}", &hex[..12]))?;
-                // trusted: the private image store's own files
                 std::fs::create_dir_all(&tmp)
                     .map_err(ImageError::io("create layer directory", &tmp))?;
                 let opts = UnpackOptions {
@@ -309,16 +300,13 @@ impl ImageStore {
                         }
                     }
                     Err(e) => {
-                        // trusted: the private image store's own files
                         let _ = std::fs::remove_dir_all(&tmp);
                         return Err(e);
                     }
                 }
                 self.private_dir("layers")?;
-                // trusted: the private image store's own files
                 if std::fs::rename(&tmp, &dir).is_err() {
                     // Another process unpacked it first.
-                    // trusted: the private image store's own files
                     let _ = std::fs::remove_dir_all(&tmp);
                 }
             }
@@ -355,7 +343,6 @@ impl ImageStore {
             .collect();
         let mut report = PruneReport::default();
         let entries = |dir: PathBuf| {
-            // trusted: the private image store's own files
             std::fs::read_dir(dir)
                 .map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
                 .unwrap_or_default()
@@ -363,9 +350,7 @@ impl ImageStore {
         for blob in entries(self.root.join("blobs/sha256")) {
             let name = blob.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if !used.contains(name) {
-                // trusted: the private image store's own files
                 let size = std::fs::metadata(&blob).map(|m| m.len()).unwrap_or(0);
-                // trusted: the private image store's own files
                 std::fs::remove_file(&blob).map_err(ImageError::io("remove blob", &blob))?;
                 report.blobs += 1;
                 report.bytes += size;
@@ -375,7 +360,6 @@ impl ImageStore {
             let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
             let hex = name.split('-').next().unwrap_or("");
             if !used.contains(hex) {
-                // trusted: the private image store's own files
                 std::fs::remove_dir_all(&dir).map_err(ImageError::io("remove layer", &dir))?;
                 report.layers += 1;
             }
@@ -384,13 +368,10 @@ impl ImageStore {
             let name = tmp.file_name().and_then(|n| n.to_str()).unwrap_or("");
             let pid = name.split('-').next().unwrap_or("");
             if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
-                // trusted: the private image store's own files
                 let size = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
                 let removed = if tmp.is_dir() {
-                    // trusted: the private image store's own files
                     std::fs::remove_dir_all(&tmp)
                 } else {
-                    // trusted: the private image store's own files
                     std::fs::remove_file(&tmp)
                 };
                 removed.map_err(ImageError::io("remove leftover", &tmp))?;
@@ -404,12 +385,10 @@ impl ImageStore {
     /// Bytes the store takes on disk (blobs, unpacked layers, leftovers).
     pub fn disk_usage(&self) -> u64 {
         fn walk(p: &Path) -> u64 {
-            // trusted: the private image store's own files
             let Ok(meta) = std::fs::symlink_metadata(p) else {
                 return 0;
             };
             if meta.is_dir() {
-                // trusted: the private image store's own files
                 std::fs::read_dir(p)
                     .map(|rd| rd.flatten().map(|e| walk(&e.path())).sum())
                     .unwrap_or(0)

@@ -29,8 +29,8 @@
 //! layers are stored without them, see `stepcache.rs`; this also holds for
 //! layers cached before that).
 //!
-//! The paths walked here are trusted (`// trusted:` in
-//! `tests/untrusted_fs.rs`'s sense): a stored step layer is written once,
+//! trusted: the paths walked here (in `tests/untrusted_fs.rs`'s sense):
+//! a stored step layer is written once,
 //! by endless, after its step's sandbox ended, and nothing writes it
 //! afterwards; the merge is endless's own new directory. Entries are seen
 //! with `symlink_metadata` and links are recreated, never followed.
@@ -54,7 +54,6 @@ pub fn apply_layer(layer: &Path, merged: &Path, opaque_attr: &str) -> io::Result
     if !layer.is_dir() {
         return Ok(());
     }
-    // trusted: a stored step layer and our merge (module docs)
     std::fs::create_dir_all(merged)?;
     copy_dir_meta(layer, merged)?;
     merge_dir(layer, merged, opaque_attr, &mut HashMap::new())
@@ -65,14 +64,11 @@ pub fn apply_layer(layer: &Path, merged: &Path, opaque_attr: &str) -> io::Result
 type Linked = HashMap<(u64, u64), PathBuf>;
 
 fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str, linked: &mut Linked) -> io::Result<()> {
-    // trusted: a stored step layer and our merge (module docs)
     for entry in std::fs::read_dir(src)? {
         let entry = entry?;
         let s = entry.path();
         let d = dst.join(entry.file_name());
-        // trusted: a stored step layer and our merge (module docs)
         let smeta = std::fs::symlink_metadata(&s)?;
-        // trusted: a stored step layer and our merge (module docs)
         let dmeta = std::fs::symlink_metadata(&d).ok();
         if smeta.is_dir() {
             let opaque = get_xattr(&s, opaque_attr)?.is_some();
@@ -84,15 +80,12 @@ fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str, linked: &mut Linked) -> 
                     copy_dir_meta(&s, &d)?;
                 }
                 Some(_) => {
-                    // trusted: a stored step layer and our merge (module docs)
                     std::fs::remove_file(&d)?;
-                    // trusted: a stored step layer and our merge (module docs)
                     std::fs::create_dir(&d)?;
                     copy_dir_meta(&s, &d)?;
                     set_xattr(&d, opaque_attr, b"y")?;
                 }
                 None => {
-                    // trusted: a stored step layer and our merge (module docs)
                     std::fs::create_dir(&d)?;
                     copy_dir_meta(&s, &d)?;
                 }
@@ -101,10 +94,8 @@ fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str, linked: &mut Linked) -> 
         } else {
             if let Some(m) = dmeta {
                 if m.is_dir() {
-                    // trusted: a stored step layer and our merge (module docs)
                     std::fs::remove_dir_all(&d)?;
                 } else {
-                    // trusted: a stored step layer and our merge (module docs)
                     std::fs::remove_file(&d)?;
                 }
             }
@@ -118,31 +109,24 @@ fn merge_dir(src: &Path, dst: &Path, opaque_attr: &str, linked: &mut Linked) -> 
 fn place(src: &Path, meta: &std::fs::Metadata, dst: &Path, linked: &mut Linked) -> io::Result<()> {
     let kind = meta.file_type();
     if kind.is_symlink() {
-        // trusted: a stored step layer and our merge (module docs)
         std::os::unix::fs::symlink(std::fs::read_link(src)?, dst)?;
-        // trusted: a stored step layer and our merge (module docs)
         std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
         return set_times(dst, meta);
     }
     if !kind.is_file() {
         // Whiteouts (and devices, which layers never hold): nothing to copy.
-        // trusted: a stored step layer and our merge (module docs)
         return std::fs::hard_link(src, dst);
     }
     if meta.nlink() > 1 {
         if let Some(first) = linked.get(&(meta.dev(), meta.ino())) {
-            // trusted: a stored step layer and our merge (module docs)
             return std::fs::hard_link(first, dst);
         }
         linked.insert((meta.dev(), meta.ino()), dst.to_path_buf());
     }
-    // trusted: a stored step layer and our merge (module docs)
     std::fs::copy(src, dst)?;
     // The owner first: changing it clears set-id bits and file capabilities.
-    // trusted: a stored step layer and our merge (module docs)
     std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
     let mode = crate::fsutil::without_setid(meta.mode());
-    // trusted: a stored step layer and our merge (module docs)
     std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode))?;
     for name in list_xattrs(src)? {
         if let Some(value) = get_xattr(src, &name)? {
@@ -182,15 +166,11 @@ fn set_times(dst: &Path, meta: &std::fs::Metadata) -> io::Result<()> {
 
 /// Remove everything inside `dir`, keeping `dir`.
 fn clear_dir(dir: &Path) -> io::Result<()> {
-    // trusted: a stored step layer and our merge (module docs)
     for entry in std::fs::read_dir(dir)? {
         let p = entry?.path();
-        // trusted: a stored step layer and our merge (module docs)
         if std::fs::symlink_metadata(&p)?.is_dir() {
-            // trusted: a stored step layer and our merge (module docs)
             std::fs::remove_dir_all(&p)?;
         } else {
-            // trusted: a stored step layer and our merge (module docs)
             std::fs::remove_file(&p)?;
         }
     }
@@ -200,16 +180,12 @@ fn clear_dir(dir: &Path) -> io::Result<()> {
 /// Give `dst` the owner, mode and content-describing extended attributes
 /// of `src` (both directories).
 fn copy_dir_meta(src: &Path, dst: &Path) -> io::Result<()> {
-    // trusted: a stored step layer and our merge (module docs)
     let meta = std::fs::symlink_metadata(src)?;
-    // trusted: a stored step layer and our merge (module docs)
     let have = std::fs::symlink_metadata(dst)?;
     if (have.uid(), have.gid()) != (meta.uid(), meta.gid()) {
-        // trusted: a stored step layer and our merge (module docs)
         std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
     }
     let mode = crate::fsutil::without_setid(meta.mode());
-    // trusted: a stored step layer and our merge (module docs)
     std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode))?;
     for name in list_xattrs(src)? {
         if let Some(kind) = overlay_attr(&name) {
