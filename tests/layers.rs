@@ -804,6 +804,7 @@ const NEUTRAL: &[&str] = &[
     "src/sandbox/asciicast.rs",
     "src/sandbox/audience.rs",
     "src/sandbox/backend.rs",
+    "src/sandbox/detach.rs",
     "src/sandbox/error.rs",
     "src/sandbox/fds.rs",
     "src/sandbox/image.rs",

@@ -1,9 +1,24 @@
 //! The operator's maximums for what a client's sandbox may ask for (`cpus`,
 //! `memory_mb`, the registries its images come from), and how they apply
-//! to the task a sandbox is started from.
+//! to the task a sandbox is started from; and the [`Shape`] a client asks
+//! for (working directory, cpus, memory, lifetime).
 
-use super::sandbox_source::Shape;
+use std::time::Duration;
+
 use crate::task::Task;
+
+/// How the sandbox is shaped, beyond its environment.
+#[derive(Debug, Clone, Default)]
+pub struct Shape {
+    /// Working directory of commands (default: the environment's WORKDIR).
+    pub workdir: Option<String>,
+    /// CPUs (Harbor's `[environment] cpus`).
+    pub cpus: Option<f64>,
+    /// Memory in MB (Harbor's `[environment] memory_mb`).
+    pub memory_mb: Option<u64>,
+    /// How long the sandbox may live (its wall-clock limit).
+    pub lifetime: Option<Duration>,
+}
 
 /// What the operator lets a served sandbox have (`endless serve
 /// --max-cpus`, `--max-memory-mb`, `--allow-registry`; `[serve]`).

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::registry_guard::{check_reference, check_task};
-use super::sandbox_limits::SandboxLimits;
+use super::sandbox_limits::{SandboxLimits, Shape};
 use super::tar_io::{unpack_environment, TarError};
 use crate::store::Workspace;
 use crate::task::formats::Format;
@@ -51,19 +51,6 @@ pub enum Source {
     },
     /// An image reference alone.
     Image(String),
-}
-
-/// How the sandbox is shaped, beyond its environment.
-#[derive(Debug, Clone, Default)]
-pub struct Shape {
-    /// Working directory of commands (default: the environment's WORKDIR).
-    pub workdir: Option<String>,
-    /// CPUs (Harbor's `[environment] cpus`).
-    pub cpus: Option<f64>,
-    /// Memory in MB (Harbor's `[environment] memory_mb`).
-    pub memory_mb: Option<u64>,
-    /// How long the sandbox may live (its wall-clock limit).
-    pub lifetime: Option<Duration>,
 }
 
 impl Source {

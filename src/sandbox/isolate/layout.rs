@@ -14,7 +14,10 @@ use crate::sandbox::SandboxError;
 
 /// A built image's metadata file, in its directory (its presence marks a
 /// finished build).
-pub(super) const IMAGE_META: &str = "image.json";
+pub const IMAGE_META: &str = "image.json";
+
+/// The directory of an image holding its verifier environments.
+pub const VERIFIER_ENVS: &str = "verifier-envs";
 
 /// Host system directories offered to the sandbox read-only (through an
 /// overlay, so writes stay in the episode layer).

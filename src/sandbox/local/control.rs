@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::evict::Held;
-use super::limits::Cgroups;
-use super::prestart::{Confinement, Prestarted};
-use super::verifier::VerifierPlan;
-use super::warm::WarmVerifier;
+use super::build::evict::Held;
+use crate::sandbox::isolate::limits::Cgroups;
+use crate::sandbox::isolate::{net, userns};
 use crate::sandbox::session::{CommandOutput, SessionControl, VerifierCall};
+use crate::sandbox::verifier::plan::VerifierPlan;
+use crate::sandbox::verifier::prestart::{Confinement, Prestarted};
+use crate::sandbox::verifier::warm::WarmVerifier;
 use crate::sandbox::SandboxError;
 
 /// Where the verifier's exchange directory appears inside the sandbox.
@@ -343,7 +344,7 @@ impl SessionControl for LocalControl {
         if self.rootless {
             (uid, gid) == self.task_ids
         } else {
-            uid < super::userns::MAPPED_IDS && gid < super::userns::MAPPED_IDS
+            uid < userns::MAPPED_IDS && gid < userns::MAPPED_IDS
         }
     }
 
@@ -363,7 +364,7 @@ impl SessionControl for LocalControl {
                     "{}:{} is outside the ids the sandbox maps (0-{})",
                     ids.0,
                     ids.1,
-                    super::userns::MAPPED_IDS - 1
+                    userns::MAPPED_IDS - 1
                 )
             }));
         }
@@ -397,7 +398,7 @@ impl SessionControl for LocalControl {
             }
         }
         if let Some(p) = &self.pasta_pidfile {
-            super::net::stop(p);
+            net::stop(p);
         }
         let _ = std::fs::remove_dir_all(&self.session_dir);
         self.held = None;

@@ -11,12 +11,13 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::image::{image_plan, needed_stages, stage_plan, IMAGE_META};
-use super::stepcache::{self, StepCache};
+use super::build::image::{image_plan, needed_stages, stage_plan};
+use super::build::stepcache::{self, StepCache};
 use super::LocalBackend;
 use crate::config::PullPolicy;
 use crate::images::{self, StoredImage};
 use crate::sandbox::image::image_hash;
+use crate::sandbox::isolate::layout::IMAGE_META;
 use crate::sandbox::SandboxError;
 use crate::task::envdef::{parse_task, EnvDefinition};
 use crate::task::Task;

@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use seccompiler::BpfProgram;
 
+use super::plan::VerifierPlan;
 use super::runtime::{Runtime, INSIDE};
-use super::verifier::VerifierPlan;
 use crate::sandbox::fds::{check, close_inherited, make_mounts_private, pipe};
 use crate::sandbox::session::{spawn_capture, CommandOutput, VERIFIER_PROGRAM};
 use crate::sandbox::{SandboxError, WarmHints};
@@ -627,7 +627,7 @@ fn spawn(runtime: &Runtime, seccomp: &[BpfProgram], log: &Path) -> Result<Zygote
     let mut child = cmd.spawn().map_err(|e| format!("start {program}: {e}"))?;
     drop(theirs);
     let hello = serde_json::json!({
-        "seccomp": seccomp.iter().map(|p| hex::encode(super::seccomp::bytes(p))).collect::<Vec<_>>(),
+        "seccomp": seccomp.iter().map(|p| hex::encode(crate::sandbox::isolate::seccomp::bytes(p))).collect::<Vec<_>>(),
         "scratch": scratch.path(),
     })
     .to_string();
