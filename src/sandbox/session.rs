@@ -128,7 +128,7 @@ pub trait SessionControl: Send {
 /// `-c PROGRAM cold` it reads the tests on stdin and runs them once; with
 /// `zygote` it is the local backend's pre-warmed verifier; with
 /// `prestarted` it is a sealed environment's verifier started with the
-/// session (`sandbox/local/prestart.rs`).
+/// session (`sandbox/verifier/prestart.rs`).
 pub const VERIFIER_PROGRAM: &str = include_str!("../../assets/verifier/verifier.py");
 
 /// One run of the verifier: a trusted program, its environment (nothing

@@ -113,7 +113,7 @@ impl Layout {
         self.root.join("images")
     }
 
-    /// The per-step build cache (see `stepcache.rs`).
+    /// The per-step build cache (see `local/build/stepcache.rs`).
     pub fn steps(&self) -> PathBuf {
         self.root.join("steps")
     }
@@ -132,7 +132,7 @@ impl Layout {
         self.root.join("etc").join(fingerprint)
     }
 
-    /// The verifier's runtime (see `runtime.rs`).
+    /// The verifier's runtime (see `verifier/runtime.rs`).
     pub fn runtime(&self) -> PathBuf {
         self.root.join("runtime")
     }

@@ -49,11 +49,11 @@ pub struct LocalControl {
     /// the string says why).
     pub warm: Result<std::sync::Arc<WarmVerifier>, String>,
     /// The image's sealed verifier environments on the host (see
-    /// `verifier_env.rs`): attached for the verifier only, never in the
+    /// `build/verifier_env.rs`): attached for the verifier only, never in the
     /// agent's sessions.
     pub verifier_envs: PathBuf,
     /// The sealed environment's verifier started with the session
-    /// (`prestart.rs`; started in the background), until it runs the tests.
+    /// (`verifier/prestart.rs`; started in the background), until it runs the tests.
     pub prestarted: Option<std::thread::JoinHandle<Result<Prestarted, SandboxError>>>,
     /// The session's hold on its image and step layers (no eviction takes
     /// them while it lives), released at teardown.

@@ -2,7 +2,7 @@
 //! base it resolves to, whether its image is built, and for each step
 //! whether its layer is in the step cache (and how big it is) or would be
 //! built. The step keys are computed as the build computes them
-//! (`image.rs`), so "cached" here means the build takes it from the cache.
+//! (`build/image.rs`), so "cached" here means the build takes it from the cache.
 //! A task with a prebuilt `[environment] docker_image` that can be had
 //! (stored, aliased, a stand-in) shows that image's plan, as the build uses
 //! it; when it cannot, the definition's, with a note saying why.

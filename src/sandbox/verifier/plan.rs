@@ -18,7 +18,7 @@
 //!    them, whatever its user), and hides an `/etc/ld.so.preload` the agent
 //!    may have written;
 //!    When the task's image has sealed verifier environments
-//!    (`verifier_env.rs`), attaches them read-only at
+//!    (`local/build/verifier_env.rs`), attaches them read-only at
 //!    [`ENVS_INSIDE`] (inside that tmpfs) in this private
 //!    mount namespace only: right after entering our user namespace, the
 //!    child clones the host's environment directory into a detached mount

@@ -11,7 +11,7 @@
 //! runtime's loader exactly like the cold verifier.
 //!
 //! Per verification we open the session's namespaces and root (as for the
-//! cold path, `verifier.rs`), make the stdin, output, fd-3 and reply pipes,
+//! cold path, `plan.rs`), make the stdin, output, fd-3 and reply pipes,
 //! and send them with a JSON request over a `SOCK_SEQPACKET` socket only we
 //! hold the other end of. The zygote forks; the child enters the
 //! session's namespaces and root, makes a private mount namespace

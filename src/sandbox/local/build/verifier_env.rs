@@ -14,7 +14,7 @@
 //! `verifier-envs/<name>`. The agent's sessions never see it: only the
 //! verifier, in its private mount namespace, has those directories
 //! attached, read-only, at [`INSIDE`] (inside its private read-only tmpfs,
-//! see `verifier.rs`), outside the episode's overlay.
+//! see `sandbox/verifier/plan.rs`), outside the episode's overlay.
 //!
 //! The verifier starts that interpreter as it starts the runtime's: through
 //! the environment's execute-only loader copy with `--inhibit-cache` and the
