@@ -132,17 +132,17 @@ pub struct LocalBackend {
     userns_pool: Option<std::sync::Arc<userns::UsernsPool>>,
     /// The pre-warmed verifier, or why verifications run cold.
     warm: Result<std::sync::Arc<warm::WarmVerifier>, String>,
-    /// The mask of private host files (mapped mode, see `mask.rs`), made
+    /// The mask of private host files (mapped mode, see `isolate/mask.rs`), made
     /// when a host directory is first shown.
     mask: std::sync::OnceLock<Result<Option<PathBuf>, String>>,
 }
 
 /// This process's scan of the host's system directories for private
-/// entries (see `mask.rs`): started in the background by the first mapped
+/// entries (see `isolate/mask.rs`): started in the background by the first mapped
 /// backend, awaited when a host directory is first shown.
 static HOST_SCAN: std::sync::OnceLock<mask::Hidden> = std::sync::OnceLock::new();
 
-/// Scan the host's `dirs` for private entries (see `mask.rs`), saying how
+/// Scan the host's `dirs` for private entries (see `isolate/mask.rs`), saying how
 /// long it took.
 fn scan_host(dirs: &[String]) -> mask::Hidden {
     let t0 = std::time::Instant::now();
@@ -368,7 +368,7 @@ impl LocalBackend {
             .map(|n| n.to_string_lossy().into_owned());
         // `merge:stack`: images that copied their step layers (or merged
         // them by hard links, a link count of 2 that gzip refuses) are not
-        // reused; images now stack the cached layers (see `image.rs`).
+        // reused; images now stack the cached layers (see `build/image.rs`).
         // `mask`: nor are images built before private host files were
         // masked (a root build step could have copied them in).
         format!(
@@ -659,7 +659,7 @@ impl LocalBackend {
             seccomp: self.seccomp.clone(),
             pasta_pidfile: pidfile.clone(),
             warm: self.warm.clone(),
-            // Attached for the verifier only (`verifier.rs`), never here.
+            // Attached for the verifier only (`verifier/plan.rs`), never here.
             verifier_envs: image.path.join(VERIFIER_ENVS),
             prestarted: None,
             held: Some(held),
