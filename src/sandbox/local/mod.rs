@@ -259,7 +259,7 @@ impl LocalBackend {
                 layout::remove_tree(&tmp); // another process made it first
             }
         }
-        // The verifier must not be able to read the loader copy (see runtime.rs).
+        // The verifier must not be able to read the loader copy (see verifier/runtime.rs).
         let loader_owner = match identity {
             HostIdentity::Mapped(_) => (0, 0),
             HostIdentity::Rootless(uid, gid) => (uid, gid),
