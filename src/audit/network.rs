@@ -1,6 +1,6 @@
 //! `needs-network`: the oracle's episode and the final tests offline, and
 //! when they fail, again in a session with network access (the same
-//! image; the sandbox's user-mode network, see `sandbox/local/net.rs`).
+//! image; the sandbox's user-mode network, see `sandbox/isolate/net.rs`).
 //! Failing offline but passing with network is a finding, with the
 //! offline transcript and failures. A sandbox that cannot give a session
 //! network skips the second half and says why.

@@ -3,15 +3,27 @@
 //! A [`Backend`] builds a task's image once (cached by a content hash of the
 //! environment definition) and starts [`Session`]s from it; every session
 //! starts from an identical fresh copy of the initial state.
+//!
+//! Rooms: the backend-neutral part (the [`Backend`] contract in
+//! `backend.rs`, [`Session`] and its pieces, [`Image`], the types and
+//! errors) uses no backend. The `local` backend (`local/`, with its image
+//! building in `local/build/`) composes two rooms that know no backend:
+//! isolating a process (`isolate/`) and verifying inside a sandbox
+//! (`verifier/`). `apptainer.rs` and `oci.rs` (through `container.rs`) are
+//! the other backends; this file only picks one. `tests/layers.rs` checks
+//! these rules.
 
 pub mod apptainer;
 mod asciicast;
 mod audience;
+mod backend;
 mod container;
+mod detach;
 pub mod doctor;
 mod error;
 mod fds;
 mod image;
+mod isolate;
 pub mod local;
 mod marker;
 mod marker_filter;
@@ -21,45 +33,24 @@ mod session;
 mod spawner;
 mod streaming;
 mod types;
+mod verifier;
 
 use std::path::Path;
 
 pub use asciicast::{Prompt, Recorder};
+pub use backend::Backend;
 pub use doctor::{doctor, doctor_images, DoctorReport};
 pub use error::SandboxError;
 pub use fds::seal_inherited;
 pub use image::{home_of, image_hash, Image};
 pub use marker::clean_output;
 pub use marker_filter::{MarkerFilter, Piece};
-use session::detach_from_terminal;
 pub use session::{
     run_with_timeout, Chunk, CommandOutput, Session, SessionControl, SessionInfo, VerifierCall,
-    VerifierPath, WarmHints, CAPTURE_LIMIT, VERIFIER_PROGRAM,
+    VerifierPath, WarmHints, VERIFIER_PROGRAM,
 };
-pub use streaming::{Pipe, StreamedExit};
+pub use streaming::{Pipe, StreamedExit, CAPTURE_LIMIT};
 pub use types::*;
-
-use crate::task::Task;
-
-/// A way to build task images and run sessions from them.
-pub trait Backend: Send + Sync {
-    /// `local`, `apptainer` or `oci`.
-    fn name(&self) -> &'static str;
-    /// Build the task's image once; later calls return the cached image.
-    fn prepare(&self, task: &Task) -> Result<Image, SandboxError>;
-    /// [`Backend::prepare`], reporting the base image's pull and the build's
-    /// steps to `progress` (backends that cannot say report nothing).
-    fn prepare_reporting(
-        &self,
-        task: &Task,
-        progress: crate::images::ProgressFn<'_>,
-    ) -> Result<Image, SandboxError> {
-        let _ = progress;
-        self.prepare(task)
-    }
-    /// Start a session from a fresh copy of `image`.
-    fn start(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError>;
-}
 
 /// The backend called `name` (`local`, `apptainer` or `oci`), caching under
 /// `cache_dir`, with the default `[images]` settings.

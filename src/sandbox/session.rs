@@ -15,7 +15,9 @@ use tokio::sync::broadcast;
 
 use super::asciicast::Recorder;
 use super::audience::{Audience, LiveSender};
+use super::detach::detach_from_terminal;
 use super::marker;
+use super::streaming::CAPTURE_LIMIT;
 use super::{ExecResult, SandboxError, SessionOptions};
 
 /// How long a fresh shell may take to answer.
@@ -126,7 +128,7 @@ pub trait SessionControl: Send {
 /// `-c PROGRAM cold` it reads the tests on stdin and runs them once; with
 /// `zygote` it is the local backend's pre-warmed verifier; with
 /// `prestarted` it is a sealed environment's verifier started with the
-/// session (`sandbox/local/prestart.rs`).
+/// session (`sandbox/verifier/prestart.rs`).
 pub const VERIFIER_PROGRAM: &str = include_str!("../../assets/verifier/verifier.py");
 
 /// One run of the verifier: a trusted program, its environment (nothing
@@ -902,20 +904,20 @@ fn spawn_watchdog(pid: u32, limit: Duration) -> (mpsc::Sender<()>, JoinHandle<()
 
 /// The error for a spawn that failed: the child's own refusal (the verifier
 /// found the agent tampered with what it needs) or a plain start failure.
+/// The errno a verifier's child reports when the agent left an
+/// `/etc/ld.so.preload` that cannot be hidden (not a regular file).
+pub const PRELOAD_REFUSED: i32 = libc::EUCLEAN;
+
 /// Why a verifier refused to start: a path it mounts over was not what
-/// it must be ([`super::local::PRELOAD_REFUSED`]).
+/// it must be ([`PRELOAD_REFUSED`]).
 pub const MOUNT_POINT_TAMPERED: &str = "a path the verifier mounts over (/etc/ld.so.preload, /tests or /logs/verifier) is not what it must be (the agent may have planted a file or link there)";
 
 fn spawn_error(cmd: &Command, e: std::io::Error) -> SandboxError {
-    if e.raw_os_error() == Some(super::local::PRELOAD_REFUSED) {
+    if e.raw_os_error() == Some(PRELOAD_REFUSED) {
         return SandboxError::Tampered(MOUNT_POINT_TAMPERED.into());
     }
     SandboxError::Start(format!("spawn {:?}: {e}", cmd.get_program()))
 }
-
-/// The most [`spawn_capture`] keeps of a stream (a command's output, the
-/// verifier's result pipe); the rest is read and dropped.
-pub const CAPTURE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// A thread reading `file` to its end, keeping the first
 /// [`CAPTURE_LIMIT`] bytes (the rest is read and dropped, so the writer
@@ -1135,46 +1137,6 @@ impl Capturing {
         }
         let _ = self.child.wait();
     }
-}
-
-/// Make `cmd`'s process the leader of a new session and process group
-/// (`setsid`): it has no controlling terminal, so what it runs can neither
-/// open the operator's `/dev/tty` nor inject input into it (`TIOCSTI`
-/// works only on a process's controlling terminal), and one `kill(-pid)`
-/// reaches all of it. Every spawn of task-controlled code goes through here
-/// (build steps, verifiers, setup and root commands) or a PTY of its own.
-pub fn detach_from_terminal(cmd: &mut Command) {
-    // SAFETY: `leave_terminal` only makes async-signal-safe calls.
-    unsafe {
-        cmd.pre_exec(|| leave_terminal());
-    }
-}
-
-/// Set in a spawned child, between fork and exec, once it leads a session
-/// of its own: a process an earlier step forked from it (to enter a PID
-/// namespace) stays in that session, within reach of `kill(-pid)`. Never
-/// set in `endless` itself: each child has its own copy.
-static IN_OWN_SESSION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Between fork and exec: become the leader of a new session (see
-/// [`detach_from_terminal`]), unless this spawn did already, in this
-/// process or in the one it was forked from. A step that forks before
-/// exec calls this first, so the fork stays in the session.
-///
-/// # Safety
-/// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
-pub unsafe fn leave_terminal() -> std::io::Result<()> {
-    use std::sync::atomic::Ordering;
-    if IN_OWN_SESSION.load(Ordering::Relaxed) {
-        return Ok(());
-    }
-    // SAFETY: setsid is async-signal-safe; a freshly forked child is never
-    // a process group leader, so it cannot fail with EPERM.
-    if unsafe { libc::setsid() } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    IN_OWN_SESSION.store(true, Ordering::Relaxed);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,8 +11,13 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::detach::detach_from_terminal;
 use super::SandboxError;
-use super::{detach_from_terminal, CAPTURE_LIMIT};
+
+/// The most [`spawn_capture`](super::session::spawn_capture) keeps of a
+/// stream (a command's output, the verifier's result pipe); the rest is
+/// read and dropped.
+pub const CAPTURE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Which pipe a piece of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

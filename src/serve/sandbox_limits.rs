@@ -1,6 +1,7 @@
 //! The operator's maximums for what a client's sandbox may ask for (`cpus`,
 //! `memory_mb`, the registries its images come from), and how they apply
-//! to the task a sandbox is started from.
+//! to the task a sandbox is started from; and the [`Shape`] a client asks
+//! for (working directory, cpus, memory, lifetime).
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! functions, aliases and traps the agent controls), as the task's user with
 //! its home and working directory, like the reference does. The `local`
 //! backend starts them out of the agent's reach (see
-//! `sandbox/local/verifier.rs`): the interpreter, pytest and their libraries
+//! `sandbox/verifier/plan.rs`): the interpreter, pytest and their libraries
 //! come from a read-only runtime tree outside the episode's overlay, the
 //! test files arrive on stdin and live in a tmpfs only the verifier's mount
 //! namespace has, and the JUnit XML leaves through a pipe on fd 3. Python is
@@ -280,7 +280,7 @@ fn run_pytest(
 
 /// Start the verifier of `task`'s final tests now, with the session,
 /// when they run in a sealed verifier environment (see
-/// `sandbox/local/prestart.rs`): its interpreter then imports pytest while
+/// `sandbox/verifier/prestart.rs`): its interpreter then imports pytest while
 /// the agent works instead of after. Best effort: when it cannot (another
 /// backend, a rootless one, the built-in runtime serves), the tests run as
 /// they would have, and the report says why.
@@ -370,7 +370,7 @@ fn sealed_env(session: &Session, task: &Task) -> Result<Option<VerifierEnvSpec>,
 }
 
 /// The verifier's command in the sealed environment `env` (see
-/// `sandbox/local/verifier_env.rs`): its interpreter started through its
+/// `sandbox/local/build/verifier_env.rs`): its interpreter started through its
 /// own loader, isolated (`-I -S -B`), with only the environment's site
 /// directory added to `sys.path`, and a line on stderr when its Python is
 /// not the version the tests asked for.

@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::evict::Held;
-use super::limits::Cgroups;
-use super::prestart::{Confinement, Prestarted};
-use super::verifier::VerifierPlan;
-use super::warm::WarmVerifier;
+use super::build::evict::Held;
+use crate::sandbox::isolate::limits::Cgroups;
+use crate::sandbox::isolate::{net, userns};
 use crate::sandbox::session::{CommandOutput, SessionControl, VerifierCall};
+use crate::sandbox::verifier::plan::VerifierPlan;
+use crate::sandbox::verifier::prestart::{Confinement, Prestarted};
+use crate::sandbox::verifier::warm::WarmVerifier;
 use crate::sandbox::SandboxError;
 
 /// Where the verifier's exchange directory appears inside the sandbox.
@@ -48,11 +49,11 @@ pub struct LocalControl {
     /// the string says why).
     pub warm: Result<std::sync::Arc<WarmVerifier>, String>,
     /// The image's sealed verifier environments on the host (see
-    /// `verifier_env.rs`): attached for the verifier only, never in the
+    /// `build/verifier_env.rs`): attached for the verifier only, never in the
     /// agent's sessions.
     pub verifier_envs: PathBuf,
     /// The sealed environment's verifier started with the session
-    /// (`prestart.rs`; started in the background), until it runs the tests.
+    /// (`verifier/prestart.rs`; started in the background), until it runs the tests.
     pub prestarted: Option<std::thread::JoinHandle<Result<Prestarted, SandboxError>>>,
     /// The session's hold on its image and step layers (no eviction takes
     /// them while it lives), released at teardown.
@@ -343,7 +344,7 @@ impl SessionControl for LocalControl {
         if self.rootless {
             (uid, gid) == self.task_ids
         } else {
-            uid < super::userns::MAPPED_IDS && gid < super::userns::MAPPED_IDS
+            uid < userns::MAPPED_IDS && gid < userns::MAPPED_IDS
         }
     }
 
@@ -363,7 +364,7 @@ impl SessionControl for LocalControl {
                     "{}:{} is outside the ids the sandbox maps (0-{})",
                     ids.0,
                     ids.1,
-                    super::userns::MAPPED_IDS - 1
+                    userns::MAPPED_IDS - 1
                 )
             }));
         }
@@ -397,7 +398,7 @@ impl SessionControl for LocalControl {
             }
         }
         if let Some(p) = &self.pasta_pidfile {
-            super::net::stop(p);
+            net::stop(p);
         }
         let _ = std::fs::remove_dir_all(&self.session_dir);
         self.held = None;

@@ -1,48 +1,36 @@
-//! The `local` backend: bubblewrap plus kernel overlayfs.
+//! The `local` backend: bubblewrap plus kernel overlayfs, composed from the
+//! rooms of `sandbox`: isolation (`isolate/`), the verifier (`verifier/`)
+//! and its own image building (`build/`). This folder keeps only the
+//! [`LocalBackend`] itself (starting sessions), a session's control
+//! (`control.rs`) and the build state report (`state.rs`).
 //!
 //! Layers, bottom to top: the base (the host's system directories and a
-//! minimal `/etc`, see `etc.rs`), the task's image (the cached upper
+//! minimal `/etc`, see `isolate/etc.rs`), the task's image (the cached upper
 //! directories its setup steps left, stacked, under the image's own small
-//! layer; see `image.rs`), and a throwaway episode layer on a tmpfs
+//! layer; see `build/image.rs`), and a throwaway episode layer on a tmpfs
 //! of its own size that exists only in the session's private mount
 //! namespace, so nothing is left behind.
 //!
-//! Root inside is never root outside. Between fork and exec (`overlay.rs`)
-//! the child, still host root, makes a private mount namespace, mounts the
-//! overlays (host directories seen through idmapped mounts) and binds what
-//! bubblewrap needs under a directory it can reach (`Layout::stage`); then
-//! it enters a fresh user namespace (`userns.rs`) whose root is an
-//! unprivileged host id and runs bubblewrap there, which adds the PID, IPC,
-//! UTS, cgroup and network namespaces, drops capabilities and loads the
-//! seccomp filter (`seccomp.rs`). Run unprivileged, the child maps our own
-//! ids instead. Tasks with network access get their own namespace wired by
-//! `pasta` (`net.rs`). The verifier runs beside the shell out of the agent's
-//! reach (`verifier.rs`, `runtime.rs`). The attacks this stops are in
+//! Root inside is never root outside. Between fork and exec
+//! (`isolate/overlay.rs`) the child, still host root, makes a private mount
+//! namespace, mounts the overlays (host directories seen through idmapped
+//! mounts) and binds what bubblewrap needs under a directory it can reach
+//! (`Layout::stage`); then it enters a fresh user namespace
+//! (`isolate/userns.rs`) whose root is an unprivileged host id and runs
+//! bubblewrap there, which adds the PID, IPC, UTS, cgroup and network
+//! namespaces, drops capabilities and loads the seccomp filter
+//! (`isolate/seccomp.rs`). Run unprivileged, the child maps our own ids
+//! instead. Tasks with network access get their own namespace wired by
+//! `pasta` (`isolate/net.rs`). The verifier runs beside the shell out of
+//! the agent's reach (`verifier/`). The attacks this stops are in
 //! `tests/attacks.rs`; docs/security.md lists them.
+//!
+//! May not be used by the rooms it composes, nor by the backend-neutral
+//! session and types of `sandbox`.
 
-mod buildstep;
-mod bwrap;
+mod build;
 mod control;
-mod diskfull;
-mod etc;
-mod evict;
-mod flatten;
-mod image;
-mod layout;
-mod limits;
-mod mask;
-mod net;
-mod overlay;
-mod prestart;
-mod runtime;
-mod seccomp;
 mod state;
-mod stepcache;
-mod steps;
-mod userns;
-mod verifier;
-mod verifier_env;
-mod warm;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
@@ -53,30 +41,36 @@ use std::time::Duration;
 
 use seccompiler::BpfProgram;
 
-pub use bwrap::{bwrap_path, which};
+pub use self::build::evict::{
+    disk_bytes, enforce_cap, prune_keep_recent, EvictReport, IN_USE_WINDOW,
+};
+pub use self::build::flatten::apply_layer;
+pub use self::build::image::MAX_STEP_LAYERS;
+pub use self::build::stepcache::{
+    build_record, prune_steps, BuiltStep, StepOutcome, StepPruneReport,
+};
+pub use self::build::verifier_env::{env_dir, env_name, env_note, env_python, env_site};
+pub use crate::sandbox::isolate::bwrap::{bwrap_path, which};
+pub use crate::sandbox::isolate::layout::SYSTEM_DIRS;
+pub use crate::sandbox::isolate::limits::{cgroups_available, Limits, RLIMITS_ONLY};
+pub use crate::sandbox::isolate::net::pasta_path;
+pub use crate::sandbox::isolate::seccomp::summary as seccomp_summary;
+pub use crate::sandbox::isolate::userns::IdMap;
 pub use control::EXCHANGE_INSIDE;
-pub use evict::{disk_bytes, enforce_cap, prune_keep_recent, EvictReport, IN_USE_WINDOW};
-pub use flatten::apply_layer;
-pub use image::MAX_STEP_LAYERS;
-pub use layout::SYSTEM_DIRS;
-pub use limits::{cgroups_available, Limits, RLIMITS_ONLY};
-pub use net::pasta_path;
-pub use seccomp::summary as seccomp_summary;
 pub use state::{BaseImage, BuildState, StepCacheState, StepState};
-pub use stepcache::{build_record, prune_steps, BuiltStep, StepOutcome, StepPruneReport};
-pub use userns::IdMap;
-pub use verifier::PRELOAD_REFUSED;
-pub use verifier_env::{env_dir, env_name, env_note, env_python, env_site};
 
-use self::bwrap::Bind;
+use self::build::{evict, steps};
 use self::control::LocalControl;
-use self::layout::Layout;
-use self::limits::Cgroups;
-use self::overlay::{Identity, Idmapped, Layer, MountPlan, MountSpec};
-use self::runtime::Runtime;
 use super::session::{Session, SessionInfo};
 use super::{Backend, Image, SandboxError, SessionOptions};
 use crate::images::{self, ImageStore, StoredImage};
+use crate::sandbox::isolate::bwrap::{self, Bind};
+use crate::sandbox::isolate::layout::{self, Layout, VERIFIER_ENVS};
+use crate::sandbox::isolate::limits::{self, Cgroups};
+use crate::sandbox::isolate::overlay::{Identity, Idmapped, Layer, MountPlan, MountSpec};
+use crate::sandbox::isolate::{etc, mask, net, seccomp, userns};
+use crate::sandbox::verifier::runtime::{self, Runtime};
+use crate::sandbox::verifier::warm;
 use crate::task::envdef::EnvDefinition;
 use crate::task::Task;
 
@@ -138,17 +132,17 @@ pub struct LocalBackend {
     userns_pool: Option<std::sync::Arc<userns::UsernsPool>>,
     /// The pre-warmed verifier, or why verifications run cold.
     warm: Result<std::sync::Arc<warm::WarmVerifier>, String>,
-    /// The mask of private host files (mapped mode, see `mask.rs`), made
+    /// The mask of private host files (mapped mode, see `isolate/mask.rs`), made
     /// when a host directory is first shown.
     mask: std::sync::OnceLock<Result<Option<PathBuf>, String>>,
 }
 
 /// This process's scan of the host's system directories for private
-/// entries (see `mask.rs`): started in the background by the first mapped
+/// entries (see `isolate/mask.rs`): started in the background by the first mapped
 /// backend, awaited when a host directory is first shown.
 static HOST_SCAN: std::sync::OnceLock<mask::Hidden> = std::sync::OnceLock::new();
 
-/// Scan the host's `dirs` for private entries (see `mask.rs`), saying how
+/// Scan the host's `dirs` for private entries (see `isolate/mask.rs`), saying how
 /// long it took.
 fn scan_host(dirs: &[String]) -> mask::Hidden {
     let t0 = std::time::Instant::now();
@@ -265,7 +259,7 @@ impl LocalBackend {
                 layout::remove_tree(&tmp); // another process made it first
             }
         }
-        // The verifier must not be able to read the loader copy (see runtime.rs).
+        // The verifier must not be able to read the loader copy (see verifier/runtime.rs).
         let loader_owner = match identity {
             HostIdentity::Mapped(_) => (0, 0),
             HostIdentity::Rootless(uid, gid) => (uid, gid),
@@ -374,7 +368,7 @@ impl LocalBackend {
             .map(|n| n.to_string_lossy().into_owned());
         // `merge:stack`: images that copied their step layers (or merged
         // them by hard links, a link count of 2 that gzip refuses) are not
-        // reused; images now stack the cached layers (see `image.rs`).
+        // reused; images now stack the cached layers (see `build/image.rs`).
         // `mask`: nor are images built before private host files were
         // masked (a root build step could have copied them in).
         format!(
@@ -665,8 +659,8 @@ impl LocalBackend {
             seccomp: self.seccomp.clone(),
             pasta_pidfile: pidfile.clone(),
             warm: self.warm.clone(),
-            // Attached for the verifier only (`verifier.rs`), never here.
-            verifier_envs: image.path.join(verifier_env::IMAGE_DIR),
+            // Attached for the verifier only (`verifier/plan.rs`), never here.
+            verifier_envs: image.path.join(VERIFIER_ENVS),
             prestarted: None,
             held: Some(held),
         };

@@ -2,7 +2,7 @@
 //! base it resolves to, whether its image is built, and for each step
 //! whether its layer is in the step cache (and how big it is) or would be
 //! built. The step keys are computed as the build computes them
-//! (`image.rs`), so "cached" here means the build takes it from the cache.
+//! (`build/image.rs`), so "cached" here means the build takes it from the cache.
 //! A task with a prebuilt `[environment] docker_image` that can be had
 //! (stored, aliased, a stand-in) shows that image's plan, as the build uses
 //! it; when it cannot, the definition's, with a note saying why.
@@ -11,12 +11,13 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::image::{image_plan, needed_stages, stage_plan, IMAGE_META};
-use super::stepcache::{self, StepCache};
+use super::build::image::{image_plan, needed_stages, stage_plan};
+use super::build::stepcache::{self, StepCache};
 use super::LocalBackend;
 use crate::config::PullPolicy;
 use crate::images::{self, StoredImage};
 use crate::sandbox::image::image_hash;
+use crate::sandbox::isolate::layout::IMAGE_META;
 use crate::sandbox::SandboxError;
 use crate::task::envdef::{parse_task, EnvDefinition};
 use crate::task::Task;

@@ -14,7 +14,10 @@ use crate::sandbox::SandboxError;
 
 /// A built image's metadata file, in its directory (its presence marks a
 /// finished build).
-pub(super) const IMAGE_META: &str = "image.json";
+pub const IMAGE_META: &str = "image.json";
+
+/// The directory of an image holding its verifier environments.
+pub const VERIFIER_ENVS: &str = "verifier-envs";
 
 /// Host system directories offered to the sandbox read-only (through an
 /// overlay, so writes stay in the episode layer).
@@ -112,7 +115,7 @@ impl Layout {
         self.root.join("images")
     }
 
-    /// The per-step build cache (see `stepcache.rs`).
+    /// The per-step build cache (see `local/build/stepcache.rs`).
     pub fn steps(&self) -> PathBuf {
         self.root.join("steps")
     }
@@ -131,7 +134,7 @@ impl Layout {
         self.root.join("etc").join(fingerprint)
     }
 
-    /// The verifier's runtime (see `runtime.rs`).
+    /// The verifier's runtime (see `verifier/runtime.rs`).
     pub fn runtime(&self) -> PathBuf {
         self.root.join("runtime")
     }

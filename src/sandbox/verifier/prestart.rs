@@ -45,7 +45,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::verifier::VerifierPlan;
+use super::plan::VerifierPlan;
 use super::warm::{Gate, Replies};
 use crate::sandbox::fds::pipe;
 use crate::sandbox::session::{Capturing, CommandOutput, MOUNT_POINT_TAMPERED};
@@ -265,7 +265,7 @@ impl Prestarted {
         }
         if let Err(e) = self.plan.seal_prestarted(&self.ns, &self.root) {
             self.process.kill();
-            if e.raw_os_error() == Some(super::verifier::PRELOAD_REFUSED) {
+            if e.raw_os_error() == Some(crate::sandbox::session::PRELOAD_REFUSED) {
                 return Err(SandboxError::Tampered(MOUNT_POINT_TAMPERED.into()));
             }
             return Ok(Err(format!("sealing the pre-started verifier failed: {e}")));

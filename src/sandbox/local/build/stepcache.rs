@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::sandbox::isolate::layout;
 use crate::sandbox::{Image, SandboxError};
 use crate::task::envdef::Step;
 use crate::task::FileTree;
@@ -290,10 +291,10 @@ impl StepCache {
         crate::fsutil::write_atomic(&at, &bytes).map_err(SandboxError::io("write step", &at))?;
         let dest = self.layer(key);
         if self.get(key).is_some() {
-            super::layout::remove_tree(tmp);
+            layout::remove_tree(tmp);
         } else {
             if dest.exists() {
-                super::layout::remove_tree(&dest); // an incomplete leftover
+                layout::remove_tree(&dest); // an incomplete leftover
             }
             // trusted: our finished layer, into the private step cache
             std::fs::rename(tmp, &dest).map_err(SandboxError::io("store step layer", &dest))?;
@@ -415,7 +416,7 @@ pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
             .filter(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(m) == 1)
             .map(|m| m.len())
             .sum::<u64>();
-        super::layout::remove_tree(&path);
+        layout::remove_tree(&path);
         // trusted: the private cache's own directories
         let _ = std::fs::remove_file(cache.dir.join(format!("{name}.lock")));
         report.layers += 1;

@@ -18,16 +18,16 @@ use std::time::{Duration, Instant};
 
 use super::buildstep::{FromStage, StepRun};
 use super::stepcache::{self, BuiltStep, StepCache, StepMeta, StepOutcome};
-use super::LocalBackend;
 use super::{flatten, steps};
 use crate::fsutil::UntrustedDir;
 use crate::images::{Progress, ProgressFn, StoredImage};
 use crate::sandbox::image::{home_of, image_hash, Image};
+use crate::sandbox::isolate::layout;
+use crate::sandbox::isolate::layout::IMAGE_META;
+use crate::sandbox::local::LocalBackend;
 use crate::sandbox::SandboxError;
 use crate::task::envdef::{parse_task, EnvDefinition, Step};
 use crate::task::{write_tree, Task};
-
-pub(super) use super::layout::IMAGE_META;
 
 /// The most step layers a build stacks; past it, its layers so far are
 /// merged (copied) into the image's directory. Overlayfs takes at most
@@ -38,7 +38,7 @@ pub const MAX_STEP_LAYERS: usize = 128;
 impl LocalBackend {
     /// Build (or find in the cache) the image of `task`, reporting the
     /// base's pull and the steps to `progress`.
-    pub(super) fn build_image(
+    pub(in crate::sandbox::local) fn build_image(
         &self,
         task: &Task,
         progress: ProgressFn<'_>,
@@ -225,18 +225,18 @@ impl LocalBackend {
         let image = match result {
             Ok(image) => image,
             Err(e) => {
-                super::layout::remove_tree(&build);
+                layout::remove_tree(&build);
                 return Err(e);
             }
         };
         // Under the lock, what is there without metadata is an unfinished
         // leftover; the image appears complete or not at all.
         if dir.exists() {
-            super::layout::remove_tree(&dir);
+            layout::remove_tree(&dir);
         }
         // trusted: our finished build directory, into the private image cache
         if let Err(e) = std::fs::rename(&build, &dir) {
-            super::layout::remove_tree(&build);
+            layout::remove_tree(&build);
             return Err(SandboxError::io("store the built image", &dir)(e));
         }
         Ok(load_meta(&dir).unwrap_or(image))
@@ -330,7 +330,7 @@ impl LocalBackend {
             &mut record,
             in_use,
         )?;
-        super::layout::remove_tree(&scratch);
+        layout::remove_tree(&scratch);
         // The image's own layer goes on top of its steps' layers: copied
         // layers (past the cap) are merged all the way up first.
         if target.flattened {
@@ -386,7 +386,7 @@ impl LocalBackend {
     }
 
     /// The fingerprint of a base (part of the image hash and step keys).
-    pub(super) fn base_fingerprint(&self, base: Option<&StoredImage>) -> String {
+    pub(in crate::sandbox::local) fn base_fingerprint(&self, base: Option<&StoredImage>) -> String {
         match base {
             Some(stored) => format!("{}|image:{}", self.base_id(), stored.manifest_digest),
             None => self.base_id(),
@@ -593,12 +593,12 @@ impl LocalBackend {
             timeout,
         });
         for d in [&steps_dir, &ctx_copy, &from_dir] {
-            super::layout::remove_tree(d);
+            layout::remove_tree(d);
         }
         let failed = |e: SandboxError| {
             // Whether the disk is full is seen before the layer is removed.
             let e = super::diskfull::classify(e, &layer);
-            super::layout::remove_tree(&layer);
+            layout::remove_tree(&layer);
             e
         };
         let out = result.map_err(failed)?;
@@ -756,15 +756,15 @@ impl Target {
 }
 
 /// One step of a plan.
-pub(super) struct Planned<'a> {
+pub(in crate::sandbox::local) struct Planned<'a> {
     /// Its number (0: the agent account).
     n: usize,
     /// What its key covers besides its parent.
-    pub(super) input: String,
+    pub(in crate::sandbox::local) input: String,
     /// What it runs (`None`: it only sets state for later steps).
-    pub(super) body: Option<steps::StepBody>,
+    pub(in crate::sandbox::local) body: Option<steps::StepBody>,
     /// How it is named in records and errors.
-    pub(super) what: String,
+    pub(in crate::sandbox::local) what: String,
     /// The definition's step (`None` for the account and finishing steps).
     step: Option<&'a Step>,
 }
@@ -781,7 +781,7 @@ struct StepRunInputs<'a> {
 
 /// The steps of earlier stage `i` of `def`, keyed with the final keys
 /// `keys` of the stages before it.
-pub(super) fn stage_plan<'d>(
+pub(in crate::sandbox::local) fn stage_plan<'d>(
     task: &Task,
     def: &'d EnvDefinition,
     i: usize,
@@ -804,7 +804,7 @@ pub(super) fn stage_plan<'d>(
 
 /// The image's own steps: the agent account, the definition's steps
 /// (keyed with the final keys `keys` of the earlier stages), the finish.
-pub(super) fn image_plan<'d>(
+pub(in crate::sandbox::local) fn image_plan<'d>(
     task: &Task,
     def: &'d EnvDefinition,
     keys: &[String],
@@ -840,7 +840,7 @@ pub(super) fn image_plan<'d>(
 
 /// The earlier stages the image's steps copy from, and those they copy
 /// from, in build order.
-pub(super) fn needed_stages(def: &EnvDefinition) -> Vec<usize> {
+pub(in crate::sandbox::local) fn needed_stages(def: &EnvDefinition) -> Vec<usize> {
     let mut needed = vec![false; def.stages.len()];
     let mark = |steps: &[Step], needed: &mut Vec<bool>| {
         for s in steps {

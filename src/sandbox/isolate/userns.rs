@@ -14,8 +14,10 @@
 //! `setns` after doing its (host-privileged) mounts.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+use crate::sandbox::fds::check;
 use crate::sandbox::SandboxError;
 
 /// Ids mapped into each namespace (enough for every account of a Debian image).
@@ -226,6 +228,21 @@ fn subordinate_start(text: &str, user: &str) -> Option<u32> {
 pub fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Enter user namespace `userns` and become its root (a process that was
+/// host root keeps no privilege over the host).
+///
+/// # Safety
+/// Async-signal-safe.
+pub unsafe fn enter_as_root(userns: RawFd) -> io::Result<()> {
+    unsafe {
+        check(libc::setns(userns, libc::CLONE_NEWUSER))?;
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setresgid(0, 0, 0))?;
+        check(libc::setresuid(0, 0, 0))?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::stepcache::{self, prune_steps};
 use crate::images::{ImageRef, ImageStore};
+use crate::sandbox::isolate::layout;
 use crate::sandbox::{Image, SandboxError};
 
 /// Images used this recently are taken to be in use.
@@ -61,7 +62,7 @@ pub fn touch_image(dir: &Path) {
 /// Whether the built image at `dir` was built in the last minute.
 pub fn just_built(dir: &Path) -> bool {
     SystemTime::now()
-        .duration_since(last_use(&dir.join(super::layout::IMAGE_META)))
+        .duration_since(last_use(&dir.join(layout::IMAGE_META)))
         .is_ok_and(|d| d < Duration::from_secs(60))
 }
 
@@ -154,16 +155,15 @@ fn built_images(cache_dir: &Path) -> Vec<Built> {
         .flatten()
         .flatten()
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .filter(|e| e.path().join(super::layout::IMAGE_META).is_file())
+        .filter(|e| e.path().join(layout::IMAGE_META).is_file())
         .map(|e| {
             let dir = e.path();
             // trusted: the private image cache's own entries
-            let base = std::fs::read(dir.join(super::layout::IMAGE_META))
+            let base = std::fs::read(dir.join(layout::IMAGE_META))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
                 .and_then(|v| v.get("base").and_then(|b| b.as_str()).map(str::to_owned));
-            let used =
-                last_use(&dir.join(LAST_USE)).max(last_use(&dir.join(super::layout::IMAGE_META)));
+            let used = last_use(&dir.join(LAST_USE)).max(last_use(&dir.join(layout::IMAGE_META)));
             Built {
                 hash: e.file_name().to_string_lossy().into_owned(),
                 dir,
@@ -191,7 +191,7 @@ fn remove_built(cache_dir: &Path, b: &Built) -> Result<Option<u64>, SandboxError
         .with_file_name(format!(".evict-{}-{}", std::process::id(), b.hash));
     // trusted: the private image cache's own entries
     std::fs::rename(&b.dir, &doomed).map_err(SandboxError::io("evict image", &b.dir))?;
-    super::layout::remove_tree(&doomed);
+    layout::remove_tree(&doomed);
     Ok(Some(bytes))
 }
 
@@ -315,8 +315,8 @@ mod tests {
         std::fs::create_dir_all(dir.join("farm")).unwrap();
         std::fs::write(dir.join("farm/data"), vec![7u8; mb << 20]).unwrap();
         let meta = serde_json::json!({ "base": base });
-        std::fs::write(dir.join(super::super::layout::IMAGE_META), meta.to_string()).unwrap();
-        for f in [LAST_USE, super::super::layout::IMAGE_META] {
+        std::fs::write(dir.join(layout::IMAGE_META), meta.to_string()).unwrap();
+        for f in [LAST_USE, layout::IMAGE_META] {
             touch(&dir.join(f));
             let file = std::fs::File::options()
                 .append(true)

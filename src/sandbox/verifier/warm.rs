@@ -11,7 +11,7 @@
 //! runtime's loader exactly like the cold verifier.
 //!
 //! Per verification we open the session's namespaces and root (as for the
-//! cold path, `verifier.rs`), make the stdin, output, fd-3 and reply pipes,
+//! cold path, `plan.rs`), make the stdin, output, fd-3 and reply pipes,
 //! and send them with a JSON request over a `SOCK_SEQPACKET` socket only we
 //! hold the other end of. The zygote forks; the child enters the
 //! session's namespaces and root, makes a private mount namespace
@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use seccompiler::BpfProgram;
 
+use super::plan::VerifierPlan;
 use super::runtime::{Runtime, INSIDE};
-use super::verifier::VerifierPlan;
 use crate::sandbox::fds::{check, close_inherited, make_mounts_private, pipe};
 use crate::sandbox::session::{spawn_capture, CommandOutput, VERIFIER_PROGRAM};
 use crate::sandbox::{SandboxError, WarmHints};
@@ -627,7 +627,7 @@ fn spawn(runtime: &Runtime, seccomp: &[BpfProgram], log: &Path) -> Result<Zygote
     let mut child = cmd.spawn().map_err(|e| format!("start {program}: {e}"))?;
     drop(theirs);
     let hello = serde_json::json!({
-        "seccomp": seccomp.iter().map(|p| hex::encode(super::seccomp::bytes(p))).collect::<Vec<_>>(),
+        "seccomp": seccomp.iter().map(|p| hex::encode(crate::sandbox::isolate::seccomp::bytes(p))).collect::<Vec<_>>(),
         "scratch": scratch.path(),
     })
     .to_string();

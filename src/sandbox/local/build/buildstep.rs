@@ -10,12 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::bwrap::{self, Bind, Caps, Spec};
-use super::limits::{self, Cgroups};
-use super::overlay::{Layer, MountPlan, MountSpec};
-use super::{seccomp, steps};
-use super::{HostIdentity, LocalBackend};
+use super::steps;
 use crate::fsutil::UntrustedDir;
+use crate::sandbox::isolate::bwrap::{self, Bind, Caps, Spec};
+use crate::sandbox::isolate::layout;
+use crate::sandbox::isolate::limits::{self, Cgroups};
+use crate::sandbox::isolate::overlay::{Layer, MountPlan, MountSpec};
+use crate::sandbox::isolate::{net, seccomp};
+use crate::sandbox::local::{HostIdentity, LocalBackend};
 use crate::sandbox::session::{run_capturing, CommandOutput};
 use crate::sandbox::SandboxError;
 
@@ -239,14 +241,14 @@ impl LocalBackend {
         }
         let attach = net_parent.map(|ends| {
             let ns = userns.as_ref().and_then(|u| u.try_clone().ok());
-            super::net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
+            net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
         });
         let mut out = run_capturing(cmd, run.timeout, false, None, keep).map(|(o, _)| o);
         if let Some(Ok(Err(e))) = attach.map(|t| t.join()) {
             out = Err(e);
         }
         if let Some(p) = &pidfile {
-            super::net::stop(p);
+            net::stop(p);
         }
         drop((userns, seccomp));
         if let Some(cg) = &mut cgroups {
@@ -254,7 +256,7 @@ impl LocalBackend {
         }
         // What only the run needed: the overlay's work directories and the
         // mount points bubblewrap made for the context and scripts.
-        super::layout::remove_tree(&run.layer.join("work"));
+        layout::remove_tree(&run.layer.join("work"));
         // The layer is the step's output: a link it left on the way is
         // never followed.
         if let Ok(root) = UntrustedDir::open(&run.layer.join("root")) {

@@ -299,7 +299,7 @@ impl MountPlan {
                 ))?;
             }
             if let Some(m) = &self.mapped {
-                enter_as_root(m.userns)?;
+                super::userns::enter_as_root(m.userns)?;
             }
             if let Some(net) = &self.net {
                 use std::os::fd::AsRawFd;
@@ -323,21 +323,6 @@ pub unsafe fn join_cgroups(procs: &[CString]) {
                 libc::close(fd);
             }
         }
-    }
-}
-
-/// Enter user namespace `userns` and become its root (a process that was
-/// host root keeps no privilege over the host).
-///
-/// # Safety
-/// Async-signal-safe.
-pub unsafe fn enter_as_root(userns: RawFd) -> io::Result<()> {
-    unsafe {
-        check(libc::setns(userns, libc::CLONE_NEWUSER))?;
-        check(libc::setgroups(0, std::ptr::null()))?;
-        check(libc::setresgid(0, 0, 0))?;
-        check(libc::setresuid(0, 0, 0))?;
-        Ok(())
     }
 }
 

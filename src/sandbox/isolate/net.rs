@@ -73,7 +73,8 @@ pub fn ca_env() -> Vec<(String, String)> {
 
 /// Path of `pasta`, if installed.
 pub fn pasta_path() -> Option<PathBuf> {
-    super::which("pasta").or_else(|| Some(PathBuf::from("/usr/bin/pasta")).filter(|p| p.exists()))
+    super::bwrap::which("pasta")
+        .or_else(|| Some(PathBuf::from("/usr/bin/pasta")).filter(|p| p.exists()))
 }
 
 /// The child's ends: where it writes its pid, where it reads the answer.
@@ -220,7 +221,7 @@ fn attach(
             crate::sandbox::fds::close_inherited(&[fd])?;
             if let Some(ns) = userns_fd {
                 private_tun_device()?;
-                super::overlay::enter_as_root(ns)?;
+                super::userns::enter_as_root(ns)?;
             }
             Ok(())
         });

@@ -14,7 +14,7 @@
 //! `verifier-envs/<name>`. The agent's sessions never see it: only the
 //! verifier, in its private mount namespace, has those directories
 //! attached, read-only, at [`INSIDE`] (inside its private read-only tmpfs,
-//! see `verifier.rs`), outside the episode's overlay.
+//! see `sandbox/verifier/plan.rs`), outside the episode's overlay.
 //!
 //! The verifier starts that interpreter as it starts the runtime's: through
 //! the environment's execute-only loader copy with `--inhibit-cache` and the
@@ -28,22 +28,17 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::{HostIdentity, LocalBackend};
 use crate::fsutil::{EntryKind, UntrustedDir};
 use crate::images::ProgressFn;
 use crate::sandbox::image::Image;
+use crate::sandbox::isolate::layout;
+use crate::sandbox::isolate::layout::VERIFIER_ENVS as IMAGE_DIR;
+use crate::sandbox::local::{HostIdentity, LocalBackend};
+use crate::sandbox::verifier::plan::ENVS_INSIDE as INSIDE;
 use crate::sandbox::SandboxError;
 use crate::task::envdef::{EnvDefinition, Step};
 use crate::task::formats::VerifierEnvSpec;
 use crate::task::Task;
-
-/// Where the verifier (and only it) sees its image's verifier environments:
-/// inside its private directory ([`super::EXCHANGE_INSIDE`]), which the
-/// verifier covers with a tmpfs of its own.
-pub const INSIDE: &str = "/run/endless-verifier/envs";
-
-/// The directory of an image holding its verifier environments.
-pub const IMAGE_DIR: &str = "verifier-envs";
 
 /// Where the build step writes the environment (in the derived image).
 const BUILD_OUT: &str = "/opt/endless-verifier-env";
@@ -261,14 +256,14 @@ impl LocalBackend {
         self.seal_loader(&out)?;
         drop(out);
         if dest.exists() {
-            super::layout::remove_tree(&dest);
+            layout::remove_tree(&dest);
         }
         let envs_dir = UntrustedDir::open(&envs).map_err(SandboxError::io("open", &envs))?;
         root_dir
             .rename(out_rel, &envs_dir, &name)
             .map_err(SandboxError::io("store the verifier environment", &dest))?;
         // The derived image served its purpose (its step stays cached).
-        super::layout::remove_tree(&built.path);
+        layout::remove_tree(&built.path);
         Ok(())
     }
 

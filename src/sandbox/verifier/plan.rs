@@ -13,13 +13,13 @@
 //!    namespaces, then the sandbox's innermost user namespace (rootless
 //!    bubblewrap nests one), its root, and a private copy of the mount
 //!    namespace, in which it mounts a fresh tmpfs on
-//!    [`super::EXCHANGE_INSIDE`], writes the tests' files there and makes
+//!    [`crate::sandbox::local::EXCHANGE_INSIDE`], writes the tests' files there and makes
 //!    it read-only (no process the tests start can plant a module beside
 //!    them, whatever its user), and hides an `/etc/ld.so.preload` the agent
 //!    may have written;
 //!    When the task's image has sealed verifier environments
-//!    (`verifier_env.rs`), attaches them read-only at
-//!    [`super::verifier_env::INSIDE`] (inside that tmpfs) in this private
+//!    (`local/build/verifier_env.rs`), attaches them read-only at
+//!    [`ENVS_INSIDE`] (inside that tmpfs) in this private
 //!    mount namespace only: right after entering our user namespace, the
 //!    child clones the host's environment directory into a detached mount
 //!    (`open_tree(OPEN_TREE_CLONE)` in a mount namespace of its own, from a
@@ -41,14 +41,16 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use seccompiler::BpfProgram;
 
-use super::overlay::join_cgroups;
-use super::seccomp;
 use crate::sandbox::fds::{check, private_mount_namespace};
+use crate::sandbox::isolate::overlay::join_cgroups;
+use crate::sandbox::isolate::seccomp;
+use crate::sandbox::session::PRELOAD_REFUSED;
 use crate::sandbox::SandboxError;
 
-/// The errno the child reports when the agent left an `/etc/ld.so.preload`
-/// that cannot be hidden (not a regular file).
-pub const PRELOAD_REFUSED: i32 = libc::EUCLEAN;
+/// Where the verifier (and only it) sees its image's verifier environments:
+/// inside its private directory ([`crate::sandbox::local::EXCHANGE_INSIDE`]),
+/// which the verifier covers with a tmpfs of its own.
+pub const ENVS_INSIDE: &str = "/run/endless-verifier/envs";
 
 /// The name of a pre-started verifier's scratch directory in its private
 /// directory.
@@ -213,7 +215,7 @@ impl VerifierPlan {
                     .open(dir)
                     .map(OwnedFd::from)
                     .map_err(SandboxError::io("open the verifier environments", dir))?,
-                CString::new(super::verifier_env::INSIDE).expect("no NUL"),
+                CString::new(ENVS_INSIDE).expect("no NUL"),
             )),
             None => None,
         };
@@ -354,7 +356,7 @@ impl VerifierPlan {
         unsafe {
             // A session of its own before the fork below, so that the
             // verifier itself is in it (and dies with its process group).
-            crate::sandbox::session::leave_terminal()?;
+            crate::sandbox::detach::leave_terminal()?;
             if !prestart {
                 join_cgroups(&self.cgroup_procs);
             }
