@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::safe_read::SafeReadError;
+use super::safe_read_error::SafeReadError;
 
 /// A problem with a bundle, naming the file and, where known, the field.
 #[derive(Debug, thiserror::Error)]

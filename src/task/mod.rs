@@ -8,6 +8,7 @@ mod escape;
 pub mod formats;
 mod model;
 mod safe_read;
+mod safe_read_error;
 pub mod text;
 mod validate;
 
@@ -18,5 +19,6 @@ pub use bundle::{
 pub use error::{BundleError, Problem};
 pub use escape::terminal_safe;
 pub use model::*;
-pub use safe_read::{read_tree_bounded, BundleDir, ReadLimits, SafeReadError, MAX_DEPTH};
+pub use safe_read::{read_tree_bounded, BundleDir, ReadLimits, MAX_DEPTH};
+pub use safe_read_error::SafeReadError;
 pub use validate::validate;
