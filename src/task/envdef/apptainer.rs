@@ -6,7 +6,7 @@
 //! `Bootstrap: localimage` (the reference's `From: ./ubuntu_22.04.sif`) names
 //! a local image file the sandbox does not have: see [`localimage_base`].
 
-use super::{line_error, EnvDefinition, Step};
+use super::definition::{line_error, EnvDefinition, Step};
 use crate::task::BundleError;
 
 const IGNORED: &[&str] = &[

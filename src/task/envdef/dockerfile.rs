@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::{line_error, EnvDefinition, Stage, Step};
+use super::definition::{line_error, EnvDefinition, Stage, Step};
 use crate::task::BundleError;
 
 /// Parse Dockerfile text.

@@ -1,7 +1,7 @@
 //! Rendering build steps as a Dockerfile or an Apptainer definition, for
 //! export to formats that need one the task does not have.
 
-use super::{EnvDefinition, Step};
+use super::definition::{EnvDefinition, Step};
 
 /// First line of every definition endless generates; importers drop files
 /// carrying it when the task's own definition is also present.
