@@ -109,7 +109,7 @@ pub fn foreign_defaults(
     environment: &FileTree,
     format: &str,
 ) {
-    meta.task.id = super::id_from_dir(dir);
+    meta.task.id = id_from_dir(dir);
     meta.task.name = meta.task.id.clone();
     meta.task.source_format = format.into();
     meta.agent.user = "root".into();
@@ -119,4 +119,18 @@ pub fn foreign_defaults(
         .and_then(|d| d.workdir().map(str::to_owned))
         .unwrap_or_else(|| "/app".into());
     meta.verifier.initial_tests.clear();
+}
+
+/// Id for a task that has none of its own: from the directory name.
+pub fn id_from_dir(dir: &std::path::Path) -> String {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let id = super::super::slugify(&name);
+    if id.is_empty() {
+        "task".into()
+    } else {
+        id
+    }
 }

@@ -15,10 +15,10 @@ use super::convert::{
 };
 use super::network;
 use super::test_script::{adopt_runner, harbor_test_sh, take_truth, TRUTH};
-use super::{BundleError, Task};
 use crate::task::text::parse_toml;
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 use crate::task::{BundleDir, ReadLimits};
+use crate::task::{BundleError, Task};
 
 const TEST_SH: &str = "test.sh";
 /// Lists the top-level keys the export added only because Harbor needs them.

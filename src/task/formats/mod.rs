@@ -107,17 +107,3 @@ impl Format {
         }
     }
 }
-
-/// Id for a task that has none of its own: from the directory name.
-fn id_from_dir(dir: &Path) -> String {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let id = super::slugify(&name);
-    if id.is_empty() {
-        "task".into()
-    } else {
-        id
-    }
-}

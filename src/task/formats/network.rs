@@ -15,7 +15,7 @@
 
 use std::path::Path;
 
-use super::BundleError;
+use crate::task::BundleError;
 use crate::task::FileTree;
 
 /// Harbor's `network_mode` key.

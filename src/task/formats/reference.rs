@@ -16,14 +16,15 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::convert::{
-    apptainer_for, drop_generated, json_to_toml, meta_from_value, meta_to_table, toml_to_json,
+    apptainer_for, drop_generated, id_from_dir, json_to_toml, meta_from_value, meta_to_table,
+    toml_to_json,
 };
 use super::solver_summary::{self, O3_SUMMARY};
-use super::{id_from_dir, BundleError, Task};
 use crate::task::envdef;
 use crate::task::text::parse_json;
 use crate::task::{write_tree, EnvKind, FileTree, TaskMeta};
 use crate::task::{BundleDir, ReadLimits};
+use crate::task::{BundleError, Task};
 
 const SOLUTIONS: &str = "solutions";
 
