@@ -88,7 +88,7 @@ impl RequestShape {
         body.insert("model".into(), model.into());
         body.insert("messages".into(), serde_json::json!(messages));
         if !tools.is_empty() {
-            body.insert("tools".into(), super::tools::openai_tools(tools));
+            body.insert("tools".into(), super::tool_call::openai_tools(tools));
         }
         if self.temperature {
             body.insert("temperature".into(), params.temperature.into());
