@@ -2,55 +2,11 @@
 //! the build could not reach a host, or a package does not exist, or failed
 //! otherwise; the tests miss a module or a file; the oracle fails; the final
 //! tests already pass on the initial state. [`classify`] reads them from a
-//! [`Validation`]'s problems and test reports.
+//! [`Validation`]'s problems and test reports; the classes themselves are
+//! part of what validation found (`validation.rs`).
 
-use serde::Serialize;
-
-use super::{TestReport, Validation};
-
-/// One class of validation failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FailureClass {
-    /// The build needed a network host it could not reach.
-    BuildNetwork,
-    /// The build asked for a package (Debian, PyPI) or image that does not exist.
-    BuildPackageNotFound,
-    /// The build failed otherwise.
-    BuildOther,
-    /// A test could not import a module.
-    TestsMissingModule,
-    /// A test could not find a file.
-    TestsMissingFile,
-    /// The oracle solution does not make the final tests pass.
-    OracleFails,
-    /// The final tests pass before anything was done.
-    FinalPassesInitially,
-    /// The initial tests fail, or the tests could not run, for another reason.
-    TestsOther,
-}
-
-impl FailureClass {
-    /// The class as `tasks validate` prints it and `--json` stores it.
-    pub fn key(self) -> &'static str {
-        match self {
-            FailureClass::BuildNetwork => "build-network",
-            FailureClass::BuildPackageNotFound => "build-package-not-found",
-            FailureClass::BuildOther => "build-other",
-            FailureClass::TestsMissingModule => "tests-missing-module",
-            FailureClass::TestsMissingFile => "tests-missing-file",
-            FailureClass::OracleFails => "oracle-fails",
-            FailureClass::FinalPassesInitially => "final-passes-initially",
-            FailureClass::TestsOther => "tests-other",
-        }
-    }
-}
-
-impl std::fmt::Display for FailureClass {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.key())
-    }
-}
+use super::report::TestReport;
+use super::validation::{FailureClass, Validation};
 
 /// What the build's output says when a host could not be reached.
 const NETWORK: &[&str] = &[

@@ -4,7 +4,7 @@ use quick_xml::errors::IllFormedError;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
-use super::TestCase;
+use super::report::TestCase;
 use crate::sandbox::SandboxError;
 
 #[derive(Default)]

@@ -4,14 +4,18 @@
 
 mod failure;
 mod junit;
+mod report;
 mod run;
 mod validate;
+mod validation;
 
-pub use failure::{classify, FailureClass};
+pub use failure::classify;
 pub use junit::parse_junit;
+pub use report::{TestCase, TestReport};
 pub use run::{
-    prestart, verify, verify_initial_and_final, verify_with, TestCase, TestReport, TestSet,
-    VerifierMode, MAX_REPORT_BYTES, PYTHON,
+    prestart, verify, verify_initial_and_final, verify_with, TestSet, VerifierMode,
+    MAX_REPORT_BYTES, PYTHON,
 };
 pub(crate) use validate::run_oracle;
-pub use validate::{validate_task, validate_task_reporting, Validation};
+pub use validate::{validate_task, validate_task_reporting};
+pub use validation::{FailureClass, Validation};

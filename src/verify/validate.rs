@@ -4,54 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::{verify, verify_initial_and_final, TestReport, TestSet, VerifierMode};
+use super::failure::classify;
+use super::report::TestReport;
+use super::run::{verify, verify_initial_and_final, TestSet, VerifierMode};
+use super::validation::Validation;
 use crate::sandbox::{Backend, SandboxError, Session, SessionOptions};
 use crate::task::{write_tree, Baseline, Task};
-
-/// What validation found.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Validation {
-    /// The task validated.
-    pub task_id: String,
-    /// The image built (its hash), if it did.
-    pub image: Option<String>,
-    /// The initial tests pass on the built environment.
-    pub initial_passes: bool,
-    /// The final tests fail on the untouched environment.
-    pub final_fails_initially: bool,
-    /// `None` when the task has no oracle solution.
-    pub oracle_passes: Option<bool>,
-    /// Human-readable problems; empty when the task is valid.
-    pub problems: Vec<String>,
-    /// What the user should know though the task is valid: a base image
-    /// substituted for the one the task asks for.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-    /// The classes of the problems, for a curator (see
-    /// [`super::FailureClass`]); empty when the task is valid.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub failure_classes: Vec<super::FailureClass>,
-    /// The initial tests' report.
-    pub initial: Option<TestReport>,
-    /// The final tests' report on the initial state.
-    pub final_on_initial: Option<TestReport>,
-    /// Which final tests pass on the initial state (from
-    /// `final_on_initial`), to be stored in the bundle's
-    /// `[provenance.baseline]` for the partial reward.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<Baseline>,
-    /// The final tests' report after the oracle solution.
-    pub oracle: Option<TestReport>,
-    /// Wall-clock time of the whole validation.
-    pub duration: Duration,
-}
-
-impl Validation {
-    /// Whether the task passed every check.
-    pub fn ok(&self) -> bool {
-        self.problems.is_empty()
-    }
-}
 
 fn failing(report: &TestReport) -> String {
     let names: Vec<&str> = report
@@ -114,7 +72,7 @@ pub fn validate_task_reporting(
         ) => {
             v.problems
                 .push(format!("the environment did not build: {e}"));
-            v.failure_classes = super::classify(&v);
+            v.failure_classes = classify(&v);
             v.duration = start.elapsed();
             return Ok(v);
         }
@@ -210,7 +168,7 @@ pub fn validate_task_reporting(
         }
         session.close();
     }
-    v.failure_classes = super::classify(&v);
+    v.failure_classes = classify(&v);
     v.duration = start.elapsed();
     Ok(v)
 }
