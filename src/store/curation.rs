@@ -17,10 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{EpisodeRow, StoreError, TaskRow, TaskStatus, Workspace};
-
-/// The file in a task bundle that holds its curation.
-pub const TASK_CURATION_FILE: &str = "curation.json";
+use super::{EpisodeRow, StoreError, TaskRow, TaskStatus, Workspace, TASK_CURATION_FILE};
 
 /// The extension of an episode's review file (beside its `<sample>.json`).
 pub const REVIEW_EXTENSION: &str = "review";

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::tasks::index_task_in;
+use super::task_index::index_task_in;
 use super::{StoreError, TaskStatus, Workspace};
 use crate::fsutil::{replace_dir_atomic, AtomicDir};
 use crate::task::formats::Format;

@@ -12,12 +12,13 @@ mod merge_tasks;
 mod migrations;
 mod runs;
 mod shard;
+mod task_index;
 mod tasks;
 mod workspace;
 
 use std::path::PathBuf;
 
-pub use curation::{EpisodeReview, TaskCuration, REVIEW_EXTENSION, TASK_CURATION_FILE};
+pub use curation::{EpisodeReview, TaskCuration, REVIEW_EXTENSION};
 pub use import::{discover, import_paths, ImportOutcome, ImportReport, OnConflict};
 pub use jobs::JobRow;
 pub use link::LinkReport;
@@ -30,8 +31,9 @@ pub use shard::{
     fnv1a64, read_shard_record, shard_of, write_shard_record, Shard, ShardRecord, ShardSet,
     MAX_SHARDS, SHARD_FILE,
 };
-pub use tasks::{TaskFilter, TaskRow, TaskStatus};
-pub use workspace::{Recovered, Workspace};
+pub use task_index::TaskStatus;
+pub use tasks::{TaskFilter, TaskRow};
+pub use workspace::{Recovered, Workspace, TASK_CURATION_FILE};
 
 /// Errors from the workspace and its database.
 #[derive(Debug, thiserror::Error)]

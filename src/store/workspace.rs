@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 use super::migrations::{migrate, EPISODES_CONTEXT};
-use super::tasks::index_task_in;
-use super::{StoreError, TaskStatus};
+use super::task_index::{index_task_in, TaskStatus};
+use super::StoreError;
 use crate::fsutil::{replace_dir_atomic, AtomicDir};
 use crate::task::ReadLimits;
 use crate::task::{read_native, write_native, Task};
+
+/// The file in a task bundle that holds its curation.
+pub const TASK_CURATION_FILE: &str = "curation.json";
 
 /// Staging directories older than this are leftovers of a dead process.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -179,9 +182,9 @@ impl Workspace {
             .map_err(StoreError::io(&target))?;
         write_native(task, staging.path())?;
         // The curation file stays with the task.
-        let curation = target.join(super::TASK_CURATION_FILE);
+        let curation = target.join(TASK_CURATION_FILE);
         if curation.is_file() {
-            let kept = staging.path().join(super::TASK_CURATION_FILE);
+            let kept = staging.path().join(TASK_CURATION_FILE);
             // trusted: this workspace's own files
             fs::copy(&curation, &kept).map_err(StoreError::io(&curation))?;
         }
