@@ -30,6 +30,7 @@
 mod data;
 mod families;
 pub mod pytest;
+mod spec;
 mod util;
 
 use rand_chacha::ChaCha8Rng;
@@ -39,7 +40,8 @@ use crate::task::{
     VerifierSection,
 };
 use pytest::Check;
-use util::{base, parent, rng_for, sq, Pick, Setup};
+use spec::{Def, Spec};
+use util::{base, parent, rng_for, sq, Pick};
 
 /// Who is asking and why: frames the instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,43 +92,6 @@ pub trait Family: Send + Sync {
     /// A `solve.sh` variant with one step dropped or one value off: it must fail the
     /// final tests of `task`.
     fn near_miss(&self, task: &Task) -> String;
-}
-
-/// The work a family does: data, checks and oracle, before instruction framing.
-#[derive(Debug, Default)]
-pub(crate) struct Spec {
-    /// Short task name.
-    pub title: String,
-    /// Alternative phrasings of the core request (one is chosen).
-    pub goals: Vec<String>,
-    /// Precise requirements (bullets).
-    pub reqs: Vec<String>,
-    /// Extra lines for truth.md.
-    pub truth: Vec<String>,
-    /// The environment script.
-    pub setup: Setup,
-    /// Checks on the initial state.
-    pub initial: Vec<Check>,
-    /// Checks on the final state (must fail initially).
-    pub checks: Vec<Check>,
-    /// Oracle steps (shell, run as `user` in /home/user).
-    pub solve: Vec<String>,
-    /// Custom near-miss steps; default: the solve steps without the last one.
-    pub near_miss: Option<Vec<String>>,
-    /// The single output file, enabling the generic follow-up steps.
-    pub output: Option<String>,
-}
-
-/// A family defined by a build function.
-pub(crate) struct Def {
-    /// [`Family::name`]: stable, part of task ids.
-    pub name: &'static str,
-    /// [`Family::category`].
-    pub category: &'static str,
-    /// [`Family::required_tools`].
-    pub tools: &'static [&'static str],
-    /// Builds the spec from the data RNG and the complexity (already clamped to 1..=6).
-    pub build: fn(&mut ChaCha8Rng, u8) -> Spec,
 }
 
 /// Families never used for training (see the module docs).

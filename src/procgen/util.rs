@@ -171,6 +171,11 @@ impl Setup {
     }
 }
 
+/// An absolute path under the agent's home.
+pub(crate) fn home(rel: &str) -> String {
+    format!("/home/user/{rel}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

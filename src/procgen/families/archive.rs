@@ -3,11 +3,11 @@
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 
-use super::home;
 use crate::procgen::data::{self, distinct, text, NOUNS, PROJECTS, SERVICES};
 use crate::procgen::pytest::Check;
+use crate::procgen::spec::{Def, Spec};
+use crate::procgen::util::home;
 use crate::procgen::util::{sq, Pick};
-use crate::procgen::{Def, Spec};
 
 pub(crate) const FAMILIES: &[Def] = &[
     Def {

@@ -3,11 +3,11 @@
 
 use rand_chacha::ChaCha8Rng;
 
-use super::home;
 use crate::procgen::data::{distinct, text};
 use crate::procgen::pytest::Check;
+use crate::procgen::spec::{Def, Spec};
+use crate::procgen::util::home;
 use crate::procgen::util::{py, python_step, Pick};
-use crate::procgen::{Def, Spec};
 
 pub(crate) const FAMILIES: &[Def] = &[
     Def {

@@ -1,6 +1,6 @@
 //! The task families, grouped by theme. Each group exports `FAMILIES`.
 
-use super::Def;
+use super::spec::Def;
 
 mod archive;
 mod config;
@@ -28,8 +28,3 @@ pub(crate) const ALL: &[&[Def]] = &[
     stats::FAMILIES,
     ml::FAMILIES,
 ];
-
-/// An absolute path under the agent's home.
-pub(crate) fn home(rel: &str) -> String {
-    format!("/home/user/{rel}")
-}

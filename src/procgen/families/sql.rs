@@ -2,11 +2,11 @@
 
 use rand_chacha::ChaCha8Rng;
 
-use super::home;
 use crate::procgen::data::{self, distinct, text, PRODUCTS};
 use crate::procgen::pytest::Check;
+use crate::procgen::spec::{Def, Spec};
+use crate::procgen::util::home;
 use crate::procgen::util::{sq, Pick};
-use crate::procgen::{Def, Spec};
 
 pub(crate) const FAMILIES: &[Def] = &[
     Def {
