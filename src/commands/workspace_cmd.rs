@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::print_json;
+use super::json::print_json;
 use crate::cli::WorkspaceCommand;
 use crate::store::SHARD_FILE;
 use crate::workbench::shards::{make_shard_workspaces, merge_shards, shard_workspaces};
@@ -84,7 +84,7 @@ fn merge(ctx: &Context, other: &[PathBuf], allow_partial: bool, json: bool) -> R
         job = Some(merged);
     }
     // Audit reports merged or brought in with new tasks join the index.
-    for problem in crate::workbench::audit::reindex_audits(&ws)? {
+    for problem in crate::workbench::reindex_audits(&ws)? {
         say_err!("note: {problem}");
     }
     if json {

@@ -170,7 +170,7 @@ fn new_turn() -> HumanTurn {
 
 /// The error that ends an episode cut short by cancelling its job (the
 /// evaluation leaves such episodes out).
-pub use crate::workbench::eval::CANCELLED;
+pub use crate::workbench::CANCELLED;
 
 impl<T: Terminal> Terminal for TakeoverTerm<T> {
     fn exec(&mut self, command: &str, timeout: Duration) -> Result<ExecResult, TerminalError> {

@@ -6,9 +6,10 @@
 //! audited again (unless `fresh`).
 //!
 //! Also here: what the other front ends need of audits. [`load_audit`]
-//! (a task's report, for a detail view), [`reindex_audits`] (the index
-//! rebuilt from the files) and [`exclude_audited`] (`--exclude-audit` of
-//! `eval`, `train` and `export`).
+//! (a task's report, for a detail view) and [`exclude_audited`]
+//! (`--exclude-audit` of `eval`, `train` and `export`); the audit index is
+//! rebuilt from the files with the rest of the index
+//! ([`super::reindex_audits`]).
 
 use std::path::Path;
 
@@ -268,19 +269,6 @@ pub fn load_audit(ws: &Workspace, id: &str) -> anyhow::Result<Option<AuditReport
     Ok(file::read(&ws.task_dir(id))?)
 }
 
-/// Make the audit index agree with the `audit.json` files: index every
-/// report, drop rows whose file is gone. Returns the files that could not
-/// be used, each with why.
-pub fn reindex_audits(ws: &Workspace) -> anyhow::Result<Vec<String>> {
-    let mut problems = Vec::new();
-    for id in ws.task_ids()? {
-        if let Err(e) = ws.index_audit_file(&id) {
-            problems.push(format!("{id}: {e}"));
-        }
-    }
-    Ok(problems)
-}
-
 /// Split `ids` into those kept and those whose audit has any of `labels`
 /// (`--exclude-audit`): `(kept, excluded)`, each in the order of `ids`.
 /// No labels excludes nothing.
@@ -340,6 +328,7 @@ mod tests {
     use crate::audit::{CheckResult, Finding, AUDIT_FORMAT};
     use crate::store::TaskStatus;
     use crate::task::Task;
+    use crate::workbench::reindex_audits;
 
     fn report(id: &str, label: Option<&str>) -> AuditReport {
         let findings = label

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
+use super::cancel::{cut_by_cancel, CANCELLED};
 use super::{index_episodes, record_pass_at_k, run_id, select_tasks, Context};
 use crate::agent::protocol::Protocol;
 use crate::agent::{
@@ -28,21 +29,6 @@ use crate::eval::EvalReport;
 use crate::jobs::JobContext;
 use crate::store::Workspace;
 use crate::task::Task;
-
-/// The error that ends an episode cut short by cancelling its job (the
-/// TUI's takeover provider stops running episodes with it). Such episodes
-/// are not results: they are neither indexed nor counted, and a re-run of
-/// the same evaluation retries them.
-pub const CANCELLED: &str = "cancelled from the TUI";
-
-/// Whether `result` is an episode a cancel cut short (ended with
-/// [`CANCELLED`]): not a result, shown as cancelled, never as a failure.
-pub fn cut_by_cancel(result: &EpisodeResult) -> bool {
-    result
-        .error
-        .as_deref()
-        .is_some_and(|m| m.contains(CANCELLED))
-}
 
 /// An evaluation: `endless eval`'s flags, or the TUI's evaluation form.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -27,9 +27,11 @@
 //! - [`episodes_export`] and [`import_runs`]: episodes as ATIF
 //!   trajectories, and Harbor job directories imported as runs.
 //! - [`rebuild_index`] and [`open_rebuilding`]: the index rebuilt from the
-//!   workspace's files (a deleted or corrupt `endless.db`).
+//!   workspace's files (a deleted or corrupt `endless.db`), audits
+//!   included ([`reindex_audits`]).
 
 pub mod audit;
+mod cancel;
 mod checks;
 mod context;
 pub mod episodes_export;
@@ -50,13 +52,14 @@ mod train;
 pub mod validate;
 pub mod verdicts;
 
+pub use cancel::{cut_by_cancel, CANCELLED};
 pub use checks::{check_policy_spec, unmatched_patterns};
 pub use context::Context;
 pub use eval::{eval, run_episode, EvalOutcome, EvalRequest, Plain, RolloutHooks, RunRequest};
 pub use images::{
     image_store, image_users, job_progress, pull_images, task_env, workspace_task_env, TaskEnv,
 };
-pub use rebuild::{open_rebuilding, rebuild_index, RebuildReport};
+pub use rebuild::{open_rebuilding, rebuild_index, reindex_audits, RebuildReport};
 pub use runs::{index_episodes, record_pass_at_k, run_id, select_tasks};
 pub use train::{options as train_options, recipe as train_recipe, train, TrainRequest};
 pub use validate::{validate_task, validate_tasks, BackendOrError, Verdict};

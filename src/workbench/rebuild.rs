@@ -10,9 +10,9 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
+use super::cancel::CANCELLED;
 use crate::agent::{index_episode, load_run};
 use crate::store::{Recovered, Workspace};
-use crate::workbench::eval::CANCELLED;
 
 /// What a rebuild found and indexed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -68,7 +68,7 @@ pub fn rebuild_index(ws: &Workspace) -> Result<RebuildReport> {
             Err(e) => report.problems.push(e.to_string()),
         }
     }
-    report.problems.extend(super::audit::reindex_audits(ws)?);
+    report.problems.extend(reindex_audits(ws)?);
     let runs_dir = ws.runs_dir();
     let mut run_ids: Vec<String> = std::fs::read_dir(&runs_dir)
         .with_context(|| format!("reading {}", runs_dir.display()))?
@@ -129,6 +129,19 @@ pub fn open_rebuilding(root: &Path) -> Result<(Workspace, Option<String>)> {
     );
     tracing::warn!("{}: {message}", root.display());
     Ok((ws, Some(message)))
+}
+
+/// Make the audit index agree with the `audit.json` files: index every
+/// report, drop rows whose file is gone. Returns the files that could not
+/// be used, each with why.
+pub fn reindex_audits(ws: &Workspace) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for id in ws.task_ids()? {
+        if let Err(e) = ws.index_audit_file(&id) {
+            problems.push(format!("{id}: {e}"));
+        }
+    }
+    Ok(problems)
 }
 
 #[cfg(test)]

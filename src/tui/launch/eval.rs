@@ -14,7 +14,7 @@ use crate::agent::{BackendProvider, RolloutEvent};
 use crate::jobs::JobContext;
 use crate::tui::action::{pane_command, Action, LiveEvent, Msg};
 use crate::tui::takeover::TakeoverProvider;
-use crate::workbench::eval::cut_by_cancel;
+use crate::workbench::cut_by_cancel;
 use crate::workbench::{Context, EvalRequest, RolloutHooks, RunRequest};
 
 fn send(tx: &Sender<Msg>, ev: LiveEvent) {
