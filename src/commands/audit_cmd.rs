@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::print_json;
+use super::json::print_json;
 use super::progress::{cancel_on_ctrl_c, BarStyle, JobBar};
 use crate::audit::{AuditOptions, Check, CheckStatus};
 use crate::cli::AuditArgs;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::print_json;
+use super::json::print_json;
 use crate::cli::{EpisodeFormat, EpisodesCommand};
 use crate::workbench::episodes_export::{export_atif, ExportRequest};
 use crate::workbench::import_runs::import_harbor;

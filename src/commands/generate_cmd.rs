@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::print_json;
+use super::json::print_json;
 use super::progress::{BarStyle, JobBar};
 use crate::audit::{AuditOptions, Check};
 use crate::cli::{AuditModeArg, GenerateArgs};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
-use super::print_json;
+use super::json::print_json;
 use super::progress::{BarStyle, JobBar};
 use crate::cli::ImagesCommand;
 use crate::images::{load, ImageRef};

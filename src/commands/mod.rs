@@ -27,6 +27,7 @@ mod config_cmd;
 mod episodes_cmd;
 mod generate_cmd;
 mod images_cmd;
+mod json;
 mod offline;
 mod progress;
 pub(crate) mod rollout_cmd;
@@ -37,6 +38,7 @@ mod tasks;
 pub mod train_cmd;
 mod workspace_cmd;
 
+pub(crate) use json::print_json;
 pub use workspace_cmd::{ask_to_create, check_workspace_exists};
 
 use std::process::ExitCode;
@@ -95,14 +97,4 @@ pub fn seed_if_fresh(ctx: &Context) -> Result<Option<String>> {
     };
     crate::workbench::generate::offline_into(ws, &req, &job)?;
     Ok(None)
-}
-
-/// Print `value` as pretty JSON on stdout.
-pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    use std::io::Write;
-    // Not println!: it panics when the reader has gone (`... --json | head`).
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
-    out.flush()?;
-    Ok(())
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::print_json;
+use super::json::print_json;
 use super::progress::{BarStyle, JobBar};
 use crate::cli::GenerateArgs;
 use crate::jobs::JobContext;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::print_json;
+use super::json::print_json;
 use super::progress::{cancel_on_ctrl_c, BarStyle, JobBar};
 use crate::agent::{BackendProvider, EpisodeResult, RolloutEvent};
 use crate::cli::{EvalArgs, RunArgs};

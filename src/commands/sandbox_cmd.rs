@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::print_json;
+use super::json::print_json;
 use crate::cli::SandboxCommand;
 use crate::workbench::Context;
 

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::Context;
 use crate::agent::BackendProvider;
 use crate::cli::ServeArgs;
 use crate::rl::RewardMode;
 use crate::serve::{Auth, Journal, QueueLimits, SandboxLimits, Server, Settings};
+use crate::workbench::Context;
 
 /// `endless serve`
 pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::print_json;
+use super::json::print_json;
 use crate::cli::SlurmCommand;
 use crate::workbench::sharded_runs::{slurm_runs, ShardedRun};
 use crate::workbench::slurm::{submit, JobStatus, SubmitRequest};

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use rayon::prelude::*;
 
-use super::print_json;
+use super::json::print_json;
 use super::progress::{BarStyle, JobBar};
 use crate::cli::{ExportFormat, TasksCommand};
 use crate::fsutil::AtomicDir;

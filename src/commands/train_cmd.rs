@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::print_json;
+use super::json::print_json;
 use crate::cli::TrainArgs;
 use crate::jobs::JobContext;
 use crate::rl::init::InitSpec;
