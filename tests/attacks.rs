@@ -94,6 +94,16 @@ fn task(id: &str, user: &str, setup: &str) -> Task {
     t
 }
 
+/// `X.Y` of the host's python3: sealed verifier environments in these
+/// tests are built offline, from the image's own interpreter.
+fn host_python() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 fn session(b: &LocalBackend, t: &Task) -> Session {
     let image = b.prepare(t).unwrap();
     b.start(&image, &SessionOptions::default()).unwrap()

@@ -18,16 +18,6 @@ use endless::task::formats::VerifierEnvSpec;
 #[allow(unused_imports)]
 use super::*;
 
-/// `X.Y` of the host's python3: an environment built offline, from the
-/// image's own interpreter.
-fn host_python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// A link target that climbs from anywhere in the cache to `host`.
 fn climbing(host: &Path) -> String {
     format!(

@@ -29,15 +29,6 @@ const DOCKERFILE: &str = "COPY hostile-cp /opt/hostile/cp\n\
      RUN chmod 755 /opt/hostile/cp\n\
      ENV PATH=/opt/hostile:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n";
 
-/// `X.Y` of the host's python3 (the host base's interpreter).
-fn host_python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// Host pids of the processes the environment's code left running.
 fn stayers() -> Vec<i32> {
     host_processes_with(STAYER)

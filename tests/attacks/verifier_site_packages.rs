@@ -17,15 +17,6 @@ use endless::verify::verify;
 #[allow(unused_imports)]
 use super::*;
 
-/// `X.Y` of the host's python3 (the host base's interpreter).
-fn host_python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// What every planted module does when imported: leave a marker, and (as
 /// `pytest`) write a passing JUnit report to the verifier's result pipe.
 const PAYLOAD: &str = r#"import os, sys
