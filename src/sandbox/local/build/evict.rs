@@ -176,12 +176,15 @@ fn built_images(cache_dir: &Path) -> Vec<Built> {
     out
 }
 
-/// Remove the built image `b` unless a build holds it; its bytes if removed.
+/// Remove the built image `b` unless a session or a build holds it; its
+/// bytes if removed.
 fn remove_built(cache_dir: &Path, b: &Built) -> Result<Option<u64>, SandboxError> {
-    let lock = cache_dir
-        .join("local/images")
-        .join(format!("{}.lock", b.hash));
-    let Some(_held) = stepcache::try_lock(&lock)? else {
+    let images = cache_dir.join("local/images");
+    let Some(_used) = stepcache::try_lock(&images.join(format!("{}.lock", b.hash)))? else {
+        return Ok(None);
+    };
+    let building = images.join(format!("{}{}", b.hash, stepcache::BUILD_LOCK));
+    let Some(_built) = stepcache::try_lock(&building)? else {
         return Ok(None);
     };
     let bytes = disk_bytes(&b.dir);

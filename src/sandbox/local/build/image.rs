@@ -192,7 +192,11 @@ impl LocalBackend {
             return Ok(image);
         }
         // Two builds of one image: the second waits, then finds it built.
-        let _lock = stepcache::lock(&layout.images().join(format!("{hash}.lock")))?;
+        let _lock = stepcache::lock(
+            &layout
+                .images()
+                .join(format!("{hash}{}", stepcache::BUILD_LOCK)),
+        )?;
         if let Some(image) = load_meta(&dir) {
             return Ok(image);
         }
@@ -459,13 +463,12 @@ impl LocalBackend {
                     StepOutcome::Config
                 }
                 Some(body) => {
-                    // Shared while it is only read; exclusive to build it.
+                    // Held shared while the image uses it (no prune takes
+                    // it); its build lock, exclusive, while it is built.
                     let held = cache.lock_shared(&key)?;
-                    let held = if cache.get(&key).is_some() {
-                        held
-                    } else {
-                        drop(held);
-                        cache.lock(&key)?
+                    let building = match cache.get(&key) {
+                        Some(_) => None,
+                        None => Some(cache.build_lock(&key)?),
                     };
                     let (meta, outcome) = match cache.get(&key) {
                         Some(meta) => {
@@ -503,7 +506,7 @@ impl LocalBackend {
                             (meta, StepOutcome::Built)
                         }
                     };
-                    held.share()?;
+                    drop(building);
                     in_use.push(held);
                     if meta.ids.is_some() {
                         ids = meta.ids;

@@ -170,17 +170,14 @@ pub struct StepCache {
 
 /// A lock on a file (exclusive, or shared), released on drop.
 pub struct Lock {
-    file: File,
+    _file: File,
 }
 
-impl Lock {
-    /// Turn an exclusive lock into a shared one (readers may join; no one
-    /// may take it exclusively while it is held).
-    pub fn share(&self) -> Result<(), SandboxError> {
-        flock(&self.file, libc::LOCK_SH)
-            .map_err(|e| SandboxError::Start(format!("share a step layer's lock: {e}")))
-    }
-}
+/// The suffix of a layer's or an image's build lock. Builders wait on it
+/// exclusively; users hold the `.lock` beside it shared, and only a prune
+/// takes that one exclusively (never waiting). Had builders waited on the
+/// use lock, a second session of an image would wait for the first to end.
+pub const BUILD_LOCK: &str = ".build.lock";
 
 /// `flock(2)` `file` with `op`, retried when interrupted.
 fn flock(file: &File, op: libc::c_int) -> std::io::Result<()> {
@@ -218,7 +215,7 @@ fn lock_as(path: &Path, op: libc::c_int) -> Result<Lock, SandboxError> {
         .open(path)
         .map_err(SandboxError::io("open lock file", path))?;
     flock(&file, op).map_err(SandboxError::io("lock", path))?;
-    Ok(Lock { file })
+    Ok(Lock { _file: file })
 }
 
 /// The part `part` (`root`, `sys/<dir>`) of each of `layers` (bottom
@@ -254,12 +251,14 @@ impl StepCache {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Lock `key` while it is looked up and built.
-    pub fn lock(&self, key: &str) -> Result<Lock, SandboxError> {
-        lock(&self.dir.join(format!("{key}.lock")))
+    /// Lock `key` exclusively while it is built (its build lock, apart from
+    /// the use lock: a session holding the layer never stops a builder).
+    pub fn build_lock(&self, key: &str) -> Result<Lock, SandboxError> {
+        lock(&self.dir.join(format!("{key}{BUILD_LOCK}")))
     }
 
-    /// Lock `key` shared while its layer is used (waits while it is built).
+    /// Lock `key` shared while its layer is used: a prune skips it (waits
+    /// while a prune removes it).
     pub fn lock_shared(&self, key: &str) -> Result<Lock, SandboxError> {
         lock_as(&self.dir.join(format!("{key}.lock")), libc::LOCK_SH)
     }
@@ -419,6 +418,8 @@ pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
         layout::remove_tree(&path);
         // trusted: the private cache's own directories
         let _ = std::fs::remove_file(cache.dir.join(format!("{name}.lock")));
+        // trusted: the private cache's own directories
+        let _ = std::fs::remove_file(cache.dir.join(format!("{name}{BUILD_LOCK}")));
         report.layers += 1;
         report.bytes += bytes;
     }
@@ -437,7 +438,7 @@ pub(super) fn try_lock(path: &Path) -> Result<Option<Lock>, SandboxError> {
     // SAFETY: flock on a descriptor we own.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc == 0 {
-        return Ok(Some(Lock { file }));
+        return Ok(Some(Lock { _file: file }));
     }
     let e = std::io::Error::last_os_error();
     if e.kind() == std::io::ErrorKind::WouldBlock {
@@ -500,7 +501,7 @@ mod tests {
         let tmp2 = cache.temp().unwrap();
         cache.commit(&tmp2, "k", &meta).unwrap();
         assert!(at.join("root/etc").is_dir() && !tmp2.exists());
-        let _held = cache.lock("k").unwrap();
+        let _held = cache.build_lock("k").unwrap();
     }
 }
 
@@ -555,6 +556,26 @@ mod prune_tests {
     use super::*;
 
     #[test]
+    fn a_layer_in_use_never_stops_its_builder() {
+        // A session holds a layer shared for its whole life; a second build
+        // of the same image must still get the layer's build lock at once
+        // (it once waited on the use lock until the session ended).
+        let d = tempfile::tempdir().unwrap();
+        let cache = StepCache::new(&d.path().join("local/steps"));
+        let _session = cache.lock_shared("k").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = cache.dir.clone();
+        std::thread::spawn(move || {
+            let _building = StepCache::new(&dir).build_lock("k").unwrap();
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the build lock waited for a session's use of the layer");
+        // A prune, though, skips the layer while the session holds it.
+        assert!(try_lock(&cache.dir.join("k.lock")).unwrap().is_none());
+    }
+
+    #[test]
     fn prune_keeps_what_images_name_and_what_builds_hold() {
         let d = tempfile::tempdir().unwrap();
         let cache = StepCache::new(&d.path().join("local/steps"));
@@ -581,8 +602,7 @@ mod prune_tests {
         )
         .unwrap();
         // A build that used the layer holds its lock shared.
-        let held = cache.lock("held").unwrap();
-        held.share().unwrap();
+        let held = cache.lock_shared("held").unwrap();
         let reader = cache.lock_shared("held").unwrap();
         let report = prune_steps(d.path()).unwrap();
         assert_eq!(report.layers, 1);
