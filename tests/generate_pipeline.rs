@@ -79,12 +79,15 @@ fn pipeline_with(
     seed: u64,
     audit: Option<AuditStage>,
 ) -> Funnel {
-    pipeline_at(&server.url(), ws_root, count, seed, audit).unwrap()
+    let url = server.url();
+    pipeline_at(&url, &url, ws_root, count, seed, audit).unwrap()
 }
 
-/// The pipeline with the model server at `url` as generator and solver.
+/// The pipeline with the model servers at `url` (generator) and
+/// `solver_url` (solver).
 fn pipeline_at(
     url: &str,
+    solver_url: &str,
     ws_root: &Path,
     count: usize,
     seed: u64,
@@ -104,7 +107,7 @@ fn pipeline_at(
     cfg.max_concurrency = 8;
     let generator = Arc::new(OpenAiChat::new(cfg).unwrap());
     let solver = PolicyFactory::from_spec(
-        &format!("openai:fixture-solver@{url}"),
+        &format!("openai:fixture-solver@{solver_url}"),
         &PolicyOptions::default(),
     )
     .unwrap();
@@ -422,7 +425,7 @@ fn journalled(ws: &Path) -> usize {
 fn a_run_whose_server_never_answers_fails_naming_it_and_rejects_nothing() {
     let url = closed_port_url();
     let ws = tempfile::tempdir().unwrap();
-    let err = pipeline_at(&url, ws.path(), 2, 2, None).unwrap_err();
+    let err = pipeline_at(&url, &url, ws.path(), 2, 2, None).unwrap_err();
     let message = format!("{err:#}");
     assert!(
         message.contains(&url) && message.contains("cannot reach the model server"),
@@ -500,6 +503,28 @@ fn a_failing_server_is_counted_apart_from_rejections_and_retried_on_resume() {
     let second = pipeline(&server, ws.path(), 2, 9);
     assert_eq!(task_requests(&server) - before, 1);
     assert_eq!((second.accepted(), second.infra_errors), (2, 0), "{second}");
+}
+
+#[test]
+fn a_solver_server_that_never_answers_stops_the_candidate_unjudged() {
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let solver_url = closed_port_url();
+    let ws = tempfile::tempdir().unwrap();
+    let err = pipeline_at(&server.url(), &solver_url, ws.path(), 1, 3, None).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("every solution episode ended in an infrastructure error")
+            && message.contains(&solver_url),
+        "{message}"
+    );
+    let failed = err.downcast_ref::<InfraFailed>().unwrap();
+    assert!(failed.answered, "the generator answered");
+    let funnel = &failed.funnel;
+    assert_eq!((funnel.sampled, funnel.infra_errors), (0, 1), "{funnel}");
+    assert!(funnel.infra_reasons.contains_key(&Stage::Solvability), "{funnel}");
+    assert!(funnel.rejects.is_empty(), "not pass@2 = 0: {funnel}");
+    assert_eq!(journalled(ws.path()), 0);
+    assert!(!ws.path().join("rejected/cand-3-00000").exists());
 }
 
 #[test]
