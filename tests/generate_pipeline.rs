@@ -593,6 +593,11 @@ fn cli_generate_against_a_closed_port_fails_and_the_resumed_run_calls_the_server
         stderr.contains(&url) && stderr.contains("cannot reach the model server"),
         "{stderr}"
     );
+    // The run is recorded with what happened: nothing finished, two
+    // infrastructure errors.
+    let recorded = recorded_funnel(ws.path(), "gen-6");
+    assert_eq!(recorded["sampled"], 0, "{recorded:#}");
+    assert_eq!(recorded["infra_errors"], 2, "{recorded:#}");
     let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
     let out = generate(&server.url());
     assert!(

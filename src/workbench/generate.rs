@@ -599,6 +599,25 @@ mod tests {
     use crate::jobs::JobEvent;
 
     #[test]
+    fn the_one_line_result_counts_unfinished_candidates_apart() {
+        let mut funnel = Funnel::default();
+        funnel.record(&CandidateOutcome::Accepted {
+            task_id: "gen-1-00000".into(),
+            audit: None,
+        });
+        assert_eq!(funnel_summary(&funnel), "1 of 1 candidates accepted");
+        funnel.record(&CandidateOutcome::InfraError {
+            stage: crate::generate::funnel::Stage::Task,
+            error: "cannot reach the model server at http://127.0.0.1:9/v1/chat/completions"
+                .into(),
+        });
+        assert_eq!(
+            funnel_summary(&funnel),
+            "1 of 1 candidates accepted; 1 not finished (infrastructure errors, retried on resume)"
+        );
+    }
+
+    #[test]
     fn offline_generation_writes_reports_and_resumes() {
         let dir = tempfile::tempdir().unwrap();
         let mut ws = Workspace::open(dir.path()).unwrap();
