@@ -521,7 +521,10 @@ fn a_solver_server_that_never_answers_stops_the_candidate_unjudged() {
     assert!(failed.answered, "the generator answered");
     let funnel = &failed.funnel;
     assert_eq!((funnel.sampled, funnel.infra_errors), (0, 1), "{funnel}");
-    assert!(funnel.infra_reasons.contains_key(&Stage::Solvability), "{funnel}");
+    assert!(
+        funnel.infra_reasons.contains_key(&Stage::Solvability),
+        "{funnel}"
+    );
     assert!(funnel.rejects.is_empty(), "not pass@2 = 0: {funnel}");
     assert_eq!(journalled(ws.path()), 0);
     assert!(!ws.path().join("rejected/cand-3-00000").exists());

@@ -608,8 +608,7 @@ mod tests {
         assert_eq!(funnel_summary(&funnel), "1 of 1 candidates accepted");
         funnel.record(&CandidateOutcome::InfraError {
             stage: crate::generate::funnel::Stage::Task,
-            error: "cannot reach the model server at http://127.0.0.1:9/v1/chat/completions"
-                .into(),
+            error: "cannot reach the model server at http://127.0.0.1:9/v1/chat/completions".into(),
         });
         assert_eq!(
             funnel_summary(&funnel),
