@@ -14,7 +14,7 @@ use endless::agent::{PolicyFactory, PolicyOptions};
 use endless::audit::{AuditOptions, Check};
 use endless::generate::config::{AuditMode, AuditStage, PipelineConfig};
 use endless::generate::funnel::{CandidateOutcome, Funnel, Stage};
-use endless::generate::pipeline::run_pipeline;
+use endless::generate::pipeline::{run_pipeline, InfraFailed};
 use endless::llm::{OpenAiChat, OpenAiConfig, RetryPolicy, SamplingParams};
 use endless::store::{TaskFilter, Workspace};
 use endless::task::EnvKind;
@@ -79,12 +79,26 @@ fn pipeline_with(
     seed: u64,
     audit: Option<AuditStage>,
 ) -> Funnel {
+    let url = server.url();
+    pipeline_at(&url, &url, ws_root, count, seed, audit).unwrap()
+}
+
+/// The pipeline with the model servers at `url` (generator) and
+/// `solver_url` (solver).
+fn pipeline_at(
+    url: &str,
+    solver_url: &str,
+    ws_root: &Path,
+    count: usize,
+    seed: u64,
+    audit: Option<AuditStage>,
+) -> anyhow::Result<Funnel> {
     let cache = ws_root.join(".cache");
     let backend: Arc<dyn endless::sandbox::Backend> =
         endless::sandbox::backend_by_name("local", &cache)
             .unwrap()
             .into();
-    let mut cfg = OpenAiConfig::new("fixture-gen", server.url());
+    let mut cfg = OpenAiConfig::new("fixture-gen", url);
     cfg.retry = RetryPolicy {
         max_retries: 3,
         base_delay: Duration::from_millis(10),
@@ -92,9 +106,11 @@ fn pipeline_with(
     };
     cfg.max_concurrency = 8;
     let generator = Arc::new(OpenAiChat::new(cfg).unwrap());
-    let solver =
-        PolicyFactory::from_spec(&server.spec("fixture-solver"), &PolicyOptions::default())
-            .unwrap();
+    let solver = PolicyFactory::from_spec(
+        &format!("openai:fixture-solver@{solver_url}"),
+        &PolicyOptions::default(),
+    )
+    .unwrap();
     let config = PipelineConfig {
         allow_installs: false,
         count,
@@ -124,7 +140,6 @@ fn pipeline_with(
         backend,
         None,
     ))
-    .unwrap()
 }
 
 fn run(env: &'static str, final_tests: &'static str, solver: Solver) -> (Run, FixtureLlm) {
@@ -378,6 +393,226 @@ fn server_errors_are_retried_and_a_killed_run_resumes_without_duplicates() {
         task_id: String::new(),
         audit: None,
     };
+}
+
+/// `http://127.0.0.1:PORT/v1` on a port nothing listens on (bound, then released).
+fn closed_port_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+/// The stage-1 (task) requests `server` received: one per candidate tried.
+fn task_requests(server: &FixtureLlm) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|q| {
+            q.messages()
+                .first()
+                .is_some_and(|m| m.1.contains("You write realistic tasks"))
+        })
+        .count()
+}
+
+/// The candidates a run's journal holds as finished.
+fn journalled(ws: &Path) -> usize {
+    std::fs::read_dir(ws.join("runs/gen-test/candidates")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn a_run_whose_server_never_answers_fails_naming_it_and_rejects_nothing() {
+    let url = closed_port_url();
+    let ws = tempfile::tempdir().unwrap();
+    let err = pipeline_at(&url, &url, ws.path(), 2, 2, None).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(
+        message.contains(&url) && message.contains("cannot reach the model server"),
+        "{message}"
+    );
+    let failed = err
+        .downcast_ref::<InfraFailed>()
+        .expect("the run's own failure, with its funnel");
+    let funnel = &failed.funnel;
+    assert_eq!(
+        (funnel.sampled, funnel.infra_errors),
+        (0, 2),
+        "infrastructure errors are not finished candidates: {funnel}"
+    );
+    assert!(funnel.rejects.is_empty(), "{funnel}");
+    assert_eq!(
+        funnel.infra_reasons[&Stage::Task].values().sum::<usize>(),
+        2
+    );
+    // Nothing was stored as rejected or journalled as finished...
+    assert!(!ws.path().join("rejected/cand-2-00000").exists());
+    assert_eq!(journalled(ws.path()), 0);
+    // ...so the same run resumed against a server that answers does the work.
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let funnel = pipeline(&server, ws.path(), 2, 2);
+    assert_eq!(task_requests(&server), 2, "both candidates are tried again");
+    assert_eq!((funnel.accepted(), funnel.infra_errors), (2, 0), "{funnel}");
+}
+
+#[test]
+fn a_failing_server_is_counted_apart_from_rejections_and_retried_on_resume() {
+    // The server answers HTTP 503 to every request of the first candidate
+    // it hears from, until it is healed; the other candidate goes through.
+    let poisoned: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (p, h) = (poisoned.clone(), healed.clone());
+    let inner = scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves);
+    let server = FixtureLlm::start(move |req: &Request| {
+        let first = req.messages().first().map(|m| m.1.clone());
+        let mut bad = p.lock().unwrap();
+        if first
+            .as_ref()
+            .is_some_and(|f| f.contains("You write realistic tasks"))
+        {
+            bad.get_or_insert_with(|| first.clone().unwrap_or_default());
+        }
+        if !h.load(Ordering::SeqCst) && bad.is_some() && *bad == first {
+            Reply::status(503)
+        } else {
+            inner(req)
+        }
+    });
+    let ws = tempfile::tempdir().unwrap();
+    let first = pipeline(&server, ws.path(), 2, 9);
+    assert_eq!(first.accepted(), 1, "{first}");
+    assert_eq!((first.sampled, first.infra_errors), (1, 1), "{first}");
+    assert!(first.rejects.is_empty(), "not a rejection: {first}");
+    let table = first.to_string();
+    assert!(
+        table.contains("infrastructure errors") && table.contains("HTTP 503"),
+        "{table}"
+    );
+    let json = serde_json::to_value(&first).unwrap();
+    assert_eq!(json["infra_errors"], 1, "{json:#}");
+    assert_eq!(
+        journalled(ws.path()),
+        1,
+        "only the accepted one is finished"
+    );
+    assert!(!ws.path().join("rejected").join("cand-9-00000").exists());
+    assert!(!ws.path().join("rejected").join("cand-9-00001").exists());
+    // Resumed with the server healed: the failed candidate runs again.
+    healed.store(true, Ordering::SeqCst);
+    let before = task_requests(&server);
+    let second = pipeline(&server, ws.path(), 2, 9);
+    assert_eq!(task_requests(&server) - before, 1);
+    assert_eq!((second.accepted(), second.infra_errors), (2, 0), "{second}");
+}
+
+#[test]
+fn a_solver_server_that_never_answers_stops_the_candidate_unjudged() {
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let solver_url = closed_port_url();
+    let ws = tempfile::tempdir().unwrap();
+    let err = pipeline_at(&server.url(), &solver_url, ws.path(), 1, 3, None).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("every solution episode ended in an infrastructure error")
+            && message.contains(&solver_url),
+        "{message}"
+    );
+    let failed = err.downcast_ref::<InfraFailed>().unwrap();
+    assert!(failed.answered, "the generator answered");
+    let funnel = &failed.funnel;
+    assert_eq!((funnel.sampled, funnel.infra_errors), (0, 1), "{funnel}");
+    assert!(
+        funnel.infra_reasons.contains_key(&Stage::Solvability),
+        "{funnel}"
+    );
+    assert!(funnel.rejects.is_empty(), "not pass@2 = 0: {funnel}");
+    assert_eq!(journalled(ws.path()), 0);
+    assert!(!ws.path().join("rejected/cand-3-00000").exists());
+}
+
+#[test]
+fn old_unreachable_rejections_are_retried_on_resume() {
+    // A journal and reject written before infrastructure errors were told
+    // apart: the candidate was "rejected" because the server was down.
+    let ws = tempfile::tempdir().unwrap();
+    let reason = "generator model failed: cannot reach the model server at http://127.0.0.1:9/v1/chat/completions: error sending request for url (http://127.0.0.1:9/v1/chat/completions): client error (Connect): tcp connect error: Connection refused (os error 111)";
+    let journal = ws.path().join("runs/gen-test/candidates");
+    std::fs::create_dir_all(&journal).unwrap();
+    std::fs::write(
+        journal.join("cand-1-00000.json"),
+        serde_json::json!({"outcome": "rejected", "stage": "task", "reason": reason}).to_string(),
+    )
+    .unwrap();
+    let rejected = ws.path().join("rejected/cand-1-00000");
+    std::fs::create_dir_all(&rejected).unwrap();
+    std::fs::write(
+        rejected.join("reject.toml"),
+        format!("candidate = \"cand-1-00000\"\nstage = \"task\"\nreason = {reason:?}\n"),
+    )
+    .unwrap();
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let funnel = pipeline(&server, ws.path(), 1, 1);
+    assert_eq!(task_requests(&server), 1, "the server is asked again");
+    assert_eq!(funnel.accepted(), 1, "{funnel}");
+    assert!(funnel.rejects.is_empty(), "{funnel}");
+    assert!(
+        !rejected.exists(),
+        "the accepted candidate is no longer listed as rejected"
+    );
+}
+
+#[test]
+fn cli_generate_against_a_closed_port_fails_and_the_resumed_run_calls_the_server() {
+    let ws = tempfile::tempdir().unwrap();
+    let generate = |url: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+            .arg("--workspace")
+            .arg(ws.path())
+            .args([
+                "generate",
+                "--count",
+                "2",
+                "--seed",
+                "6",
+                "--llm",
+                url,
+                "--model",
+                "fixture",
+                "--solutions",
+                "2",
+                "--json",
+            ])
+            .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+            .env("XDG_STATE_HOME", ws.path().join(".state"))
+            .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+            .output()
+            .unwrap()
+    };
+    let url = closed_port_url();
+    let out = generate(&url);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&url) && stderr.contains("cannot reach the model server"),
+        "{stderr}"
+    );
+    // The run is recorded with what happened: nothing finished, two
+    // infrastructure errors.
+    let recorded = recorded_funnel(ws.path(), "gen-6");
+    assert_eq!(recorded["sampled"], 0, "{recorded:#}");
+    assert_eq!(recorded["infra_errors"], 2, "{recorded:#}");
+    let server = FixtureLlm::start(scripted(GOOD_ENV, GOOD_FINAL, Solver::Solves));
+    let out = generate(&server.url());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(task_requests(&server), 2, "the resumed run asks the server");
+    let funnel: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(funnel["sampled"], 2, "{funnel:#}");
+    assert_eq!(funnel["passed"]["solvability"], 2, "{funnel:#}");
+    assert_eq!(funnel["infra_errors"], 0, "{funnel:#}");
 }
 
 /// The audit stage with cheap checks: the shortcuts (an empty `out.txt`

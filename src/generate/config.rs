@@ -4,6 +4,7 @@
 //! the `stages`.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,4 +104,6 @@ pub struct Shared {
     pub prompts: Prompts,
     /// Bounds sandbox builds and test runs in flight (`sandbox_concurrency`).
     pub sandboxes: Semaphore,
+    /// Requests to the generator model answered in this run.
+    pub answered: AtomicUsize,
 }

@@ -1,5 +1,5 @@
-//! The generation funnel: how many candidates reached each stage, and why
-//! the others were rejected.
+//! The generation funnel: how many candidates reached each stage, why the
+//! others were rejected, and, apart, those that infrastructure stopped.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -64,12 +64,24 @@ pub enum CandidateOutcome {
         /// Why, for humans.
         reason: String,
     },
+    /// Not finished: infrastructure failed (the model server unreachable,
+    /// failing or answering with something that is not the API's, or every
+    /// solution episode ended in an infrastructure error). Not a judgement
+    /// of the candidate: it is neither journalled nor kept as rejected, and
+    /// a resumed run tries it again.
+    InfraError {
+        /// The stage it was in.
+        stage: Stage,
+        /// The error, naming the server where there was one.
+        error: String,
+    },
 }
 
 /// Counts per stage and reject reasons per stage.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Funnel {
-    /// Candidates finished (accepted or rejected), including those of a resumed run.
+    /// Candidates finished (accepted or rejected), including those of a
+    /// resumed run; those stopped by infrastructure are not.
     pub sampled: usize,
     /// Candidates that passed each stage.
     pub passed: BTreeMap<Stage, usize>,
@@ -81,11 +93,28 @@ pub struct Funnel {
     /// Candidates kept with findings (`--audit flag`), per label.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub flagged: BTreeMap<String, usize>,
+    /// Candidates of this run that infrastructure stopped
+    /// ([`CandidateOutcome::InfraError`]): not finished, not rejected.
+    #[serde(default)]
+    pub infra_errors: usize,
+    /// The errors of [`infra_errors`](Self::infra_errors) per stage, with counts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub infra_reasons: BTreeMap<Stage, BTreeMap<String, usize>>,
 }
 
 impl Funnel {
     /// Count one finished candidate.
     pub fn record(&mut self, outcome: &CandidateOutcome) {
+        if let CandidateOutcome::InfraError { stage, error } = outcome {
+            self.infra_errors += 1;
+            *self
+                .infra_reasons
+                .entry(*stage)
+                .or_default()
+                .entry(reason_class(error))
+                .or_default() += 1;
+            return;
+        }
         self.sampled += 1;
         let reached = match outcome {
             CandidateOutcome::Accepted { audit, .. } => {
@@ -109,6 +138,7 @@ impl Funnel {
                     .or_default() += 1;
                 Stage::ALL.iter().position(|s| s == stage).unwrap_or(0)
             }
+            CandidateOutcome::InfraError { .. } => 0,
         };
         for stage in &Stage::ALL[..reached] {
             *self.passed.entry(*stage).or_default() += 1;
@@ -178,6 +208,20 @@ impl fmt::Display for Funnel {
                 writeln!(f, "  {n:>4}  {reason}")?;
             }
         }
+        if self.infra_errors > 0 {
+            writeln!(
+                f,
+                "not finished: {} infrastructure errors (not rejections; the same command tries them again):",
+                self.infra_errors
+            )?;
+            for (stage, reasons) in &self.infra_reasons {
+                let mut sorted: Vec<_> = reasons.iter().collect();
+                sorted.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+                for (reason, n) in sorted {
+                    writeln!(f, "  {n:>4}  at {stage:?}: {reason}")?;
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -221,6 +265,54 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains("audit"), "no audit stage ran: {table}");
+    }
+
+    #[test]
+    fn infrastructure_errors_are_counted_apart_from_rejections() {
+        let mut f = Funnel::default();
+        f.record(&CandidateOutcome::Accepted {
+            task_id: "a".into(),
+            audit: None,
+        });
+        f.record(&CandidateOutcome::Rejected {
+            stage: Stage::Task,
+            reason: "the reply has no <truth> section".into(),
+        });
+        for _ in 0..2 {
+            f.record(&CandidateOutcome::InfraError {
+                stage: Stage::Environment,
+                error: "model server at http://h/v1/chat/completions answered HTTP 503 after 4 attempt(s): {\"error\":\"busy\"}".into(),
+            });
+        }
+        assert_eq!((f.sampled, f.infra_errors, f.accepted()), (2, 2, 1));
+        assert_eq!(f.passed[&Stage::Task], 1, "{f:?}");
+        assert_eq!(
+            f.rejects.len(),
+            1,
+            "only the real rejection: {:?}",
+            f.rejects
+        );
+        assert_eq!(
+            f.infra_reasons[&Stage::Environment].values().sum::<usize>(),
+            2
+        );
+        let table = f.to_string();
+        assert!(
+            table.contains("50.0%"),
+            "shares are of finished candidates: {table}"
+        );
+        assert!(
+            table.contains("not finished: 2 infrastructure errors")
+                && table.contains("2  at Environment: model server at http://h/v1/chat/completions answered HTTP 503"),
+            "{table}"
+        );
+        assert!(!table.contains("rejected at Environment"), "{table}");
+        let json = serde_json::to_value(&f).unwrap();
+        assert_eq!(json["infra_errors"], 2);
+        // Funnels recorded before infrastructure errors were told apart still read.
+        let old: Funnel =
+            serde_json::from_str(r#"{"sampled":1,"passed":{},"rejects":{}}"#).unwrap();
+        assert_eq!(old.infra_errors, 0);
     }
 
     #[test]

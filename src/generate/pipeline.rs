@@ -3,8 +3,14 @@
 //! requests (the chat client's own limit) and sandboxes; accepted tasks go
 //! to `tasks/`, rejects to `rejected/`, and a journal under the run
 //! directory makes a killed run resume without redoing finished candidates.
+//! A candidate that infrastructure stopped (the model server down or
+//! failing) is not finished: it is counted apart, not journalled, and tried
+//! again by the next run; a run in which nothing got past the
+//! infrastructure fails ([`InfraFailed`]).
 
+use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rand::SeedableRng;
@@ -15,8 +21,8 @@ use super::candidate::Candidate;
 use super::config::{PipelineConfig, Shared};
 use super::funnel::{CandidateOutcome, Funnel, Stage};
 use super::prompts::Prompts;
-use super::record::{save_rejected, Journal, RejectInfo};
-use super::stages;
+use super::record::{forget_rejected, save_rejected, Journal, RejectInfo};
+use super::stages::{self, Stop};
 use super::taxonomy::Taxonomy;
 use crate::agent::PolicyFactory;
 use crate::llm::ChatModel;
@@ -51,7 +57,41 @@ pub enum PipelineEvent {
     },
 }
 
-/// Run the pipeline into the workspace at `workspace_root`; returns the funnel.
+/// A run that infrastructure stopped: no request to the generator model got
+/// through, or every candidate it tried stopped on an infrastructure error.
+/// Those candidates are not journalled: the same run tries them again.
+#[derive(Debug)]
+pub struct InfraFailed {
+    /// The run's funnel: the candidates finished before, and the errors.
+    pub funnel: Funnel,
+    /// The first infrastructure error, naming the server where there was one.
+    pub error: String,
+    /// Whether any request to the generator model got through.
+    pub answered: bool,
+}
+
+impl fmt::Display for InfraFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The error first: it names the server, and a narrow jobs list
+        // shows the start of the line.
+        let what = if self.answered {
+            "every candidate tried stopped on an infrastructure error"
+        } else {
+            "no request to the generator model got through"
+        };
+        write!(
+            f,
+            "{} ({what}; {} candidates not finished: run the same command again to retry them)",
+            self.error, self.funnel.infra_errors
+        )
+    }
+}
+
+impl std::error::Error for InfraFailed {}
+
+/// Run the pipeline into the workspace at `workspace_root`; returns the
+/// funnel, or [`InfraFailed`] (with the funnel) when infrastructure errors
+/// stopped every candidate it tried or no generator request got through.
 pub async fn run_pipeline(
     workspace_root: PathBuf,
     config: PipelineConfig,
@@ -86,6 +126,7 @@ pub async fn run_pipeline(
         generator,
         solver,
         backend,
+        answered: AtomicUsize::new(0),
     });
     let in_flight = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
     let mut handles = Vec::new();
@@ -115,14 +156,33 @@ pub async fn run_pipeline(
             (id, outcome)
         }));
     }
+    let (mut finished_now, mut first_error) = (0usize, None);
     for h in handles {
         let (id, outcome) = h
             .await
             .map_err(|e| anyhow::anyhow!("a candidate worker crashed: {e}"))?;
-        journal.finish(&id, &outcome)?;
+        match &outcome {
+            CandidateOutcome::InfraError { error, .. } => {
+                tracing::warn!("{id} not finished: {error}");
+                first_error.get_or_insert_with(|| error.clone());
+            }
+            _ => {
+                journal.finish(&id, &outcome)?;
+                finished_now += 1;
+            }
+        }
         funnel.record(&outcome);
     }
-    Ok(funnel)
+    let answered = shared.answered.load(Ordering::Relaxed) > 0;
+    match first_error {
+        Some(error) if !answered || finished_now == 0 => Err(InfraFailed {
+            funnel,
+            error,
+            answered,
+        }
+        .into()),
+        _ => Ok(funnel),
+    }
 }
 
 /// Ids are stable across resumes: `cand-<seed>-<index>`.
@@ -160,7 +220,7 @@ async fn run_candidate(
     shared: &Shared,
     cand: &mut Candidate,
     events: &Option<UnboundedSender<PipelineEvent>>,
-) -> Result<Passed, stages::Reject> {
+) -> Result<Passed, Stop> {
     let id = cand.id.clone();
     let enter = |stage| {
         if let Some(tx) = events {
@@ -194,7 +254,7 @@ fn finish(
     shared: &Shared,
     root: &std::path::Path,
     cand: &Candidate,
-    result: Result<Passed, stages::Reject>,
+    result: Result<Passed, Stop>,
 ) -> CandidateOutcome {
     let mut task = cand.task.clone();
     let p = &mut task.meta.provenance;
@@ -232,12 +292,18 @@ fn finish(
     let ws = match Workspace::open(root) {
         Ok(ws) => ws,
         Err(e) => {
-            return CandidateOutcome::Rejected {
+            return CandidateOutcome::InfraError {
                 stage: Stage::Solvability,
-                reason: format!("cannot open the workspace: {e}"),
+                error: format!("cannot open the workspace: {e}"),
             }
         }
     };
+    if !matches!(result, Err(Stop::Reject(..))) {
+        // What an earlier version took for a rejection no longer stands.
+        if let Err(e) = forget_rejected(&ws.rejected_dir(), &cand.id) {
+            tracing::warn!("cannot remove the old reject of {}: {e}", cand.id);
+        }
+    }
     match result {
         Ok(passed) => {
             let task_id = task_id(shared.config.seed, cand.index);
@@ -269,7 +335,8 @@ fn finish(
                 },
             }
         }
-        Err((stage, reason)) => {
+        Err(Stop::Infra(stage, error)) => CandidateOutcome::InfraError { stage, error },
+        Err(Stop::Reject(stage, reason)) => {
             let info = RejectInfo {
                 candidate: cand.id.clone(),
                 stage,

@@ -91,7 +91,9 @@ impl Journal {
     }
 
     /// Candidates already finished, by id. Unreadable entries are ignored
-    /// (the candidate simply runs again).
+    /// (the candidate simply runs again), and so are the infrastructure
+    /// errors that earlier versions journalled as rejections (see
+    /// [`is_old_infra_reject`]): those candidates were never judged.
     pub fn finished(&self) -> BTreeMap<String, CandidateOutcome> {
         let mut out = BTreeMap::new();
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
@@ -107,11 +109,79 @@ impl Journal {
                     .map_err(anyhow::Error::from)
                     .and_then(|b| Ok(serde_json::from_slice(&b)?))
                 {
-                    out.insert(id, o);
+                    if is_finished(&o) {
+                        out.insert(id, o);
+                    }
                 }
             }
         }
         out
+    }
+}
+
+/// Whether a journalled outcome is a finished candidate: not an
+/// infrastructure error, new style or old.
+fn is_finished(outcome: &CandidateOutcome) -> bool {
+    match outcome {
+        CandidateOutcome::Accepted { .. } => true,
+        CandidateOutcome::Rejected { reason, .. } => !is_old_infra_reject(reason),
+        CandidateOutcome::InfraError { .. } => false,
+    }
+}
+
+/// Whether a rejection's reason, as versions before infrastructure errors
+/// were told apart wrote it, is one: exactly these forms.
+/// - `generator model failed: ` followed by a model-server error that is
+///   infrastructure ([`crate::llm::LlmError::is_infrastructure`]):
+///   `cannot reach the model server at …`, `model server at … timed out
+///   after …`, `model server at … answered HTTP N after …` for any N but
+///   400, 413 and 422, `model server at … sent a reply that is not a chat
+///   completion: …`, `invalid model configuration: …`;
+/// - `solution episodes failed: …` (the solution episodes could not run);
+/// - `pass@N = 0: none of N solution episodes passed (N ended in an
+///   error)`: every solution episode ended in an infrastructure error.
+pub fn is_old_infra_reject(reason: &str) -> bool {
+    if let Some(error) = reason.strip_prefix("generator model failed: ") {
+        if error.starts_with("cannot reach the model server at ")
+            || error.starts_with("invalid model configuration: ")
+        {
+            return true;
+        }
+        let Some(rest) = error.strip_prefix("model server at ") else {
+            return false;
+        };
+        let first = rest.lines().next().unwrap_or("");
+        if first.contains(" timed out after ")
+            || first.contains(" sent a reply that is not a chat completion: ")
+        {
+            return true;
+        }
+        return first
+            .split_once(" answered HTTP ")
+            .and_then(|(_, after)| after.split(' ').next())
+            .and_then(|code| code.parse::<u16>().ok())
+            .is_some_and(|code| !matches!(code, 400 | 413 | 422));
+    }
+    if reason.starts_with("solution episodes failed: ") {
+        return true;
+    }
+    let parse = || -> Option<bool> {
+        let rest = reason.strip_prefix("pass@")?;
+        let (n, rest) = rest.split_once(" = 0: none of ")?;
+        let (m, rest) = rest.split_once(" solution episodes passed (")?;
+        let errors = rest.strip_suffix(" ended in an error)")?;
+        Some(n == m && m == errors && n.parse::<u32>().is_ok())
+    };
+    parse().unwrap_or(false)
+}
+
+/// Remove `rejected/<candidate>/` if there is one: left by an earlier
+/// version that took an infrastructure error for a rejection, it no longer
+/// says what became of the candidate.
+pub fn forget_rejected(rejected_dir: &Path, candidate: &str) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(rejected_dir.join(candidate)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }
 
@@ -181,11 +251,49 @@ mod tests {
             )
             .unwrap();
         std::fs::write(dir.path().join("candidates/cand-7-5.json"), "{truncated").unwrap();
+        // An unreachable server, journalled as a rejection by an older version.
+        journal
+            .finish(
+                "cand-7-6",
+                &CandidateOutcome::Rejected {
+                    stage: Stage::Task,
+                    reason: "generator model failed: cannot reach the model server at http://127.0.0.1:9/v1/chat/completions: connection refused".into(),
+                },
+            )
+            .unwrap();
         let done = journal.finished();
-        assert_eq!(done.len(), 2);
+        assert_eq!(done.len(), 2, "{done:?}");
         assert!(matches!(
             done["cand-7-4"],
             CandidateOutcome::Accepted { .. }
         ));
+    }
+
+    #[test]
+    fn old_infrastructure_rejections_are_recognised_exactly() {
+        let url = "http://127.0.0.1:9/v1/chat/completions";
+        for reason in [
+            format!("generator model failed: cannot reach the model server at {url}: error sending request"),
+            format!("generator model failed: model server at {url} timed out after 6 attempt(s)"),
+            format!("generator model failed: model server at {url} answered HTTP 503 after 6 attempt(s): busy"),
+            format!("generator model failed: model server at {url} answered HTTP 401 after 1 attempt(s): no key"),
+            format!("generator model failed: model server at {url} sent a reply that is not a chat completion: expected value"),
+            "generator model failed: invalid model configuration: bad header".to_string(),
+            "solution episodes failed: cannot create the run directory".to_string(),
+            "pass@2 = 0: none of 2 solution episodes passed (2 ended in an error)".to_string(),
+        ] {
+            assert!(is_old_infra_reject(&reason), "{reason}");
+        }
+        for reason in [
+            format!("generator model failed: model server at {url} answered HTTP 400 after 1 attempt(s): context length"),
+            format!("generator model failed: model server at {url} answered HTTP 422 after 1 attempt(s): bad"),
+            "pass@2 = 0: none of 2 solution episodes passed (1 ended in an error)".to_string(),
+            "pass@2 = 0: none of 2 solution episodes passed".to_string(),
+            "the reply has no <truth> section".to_string(),
+            "final tests pass on the initial state".to_string(),
+            "no working environment after 3 attempts; last error: cannot reach the model server at x".to_string(),
+        ] {
+            assert!(!is_old_infra_reject(&reason), "{reason}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The four stages, each a function from a candidate to either the next
 //! stage or a reject reason.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,7 +13,7 @@ use super::prompts::PromptName;
 use super::record::Exchange;
 use super::reply::section;
 use crate::agent::{run_rollouts, BackendProvider, EndReason, RolloutConfig};
-use crate::llm::{ChatMessage, SamplingParams};
+use crate::llm::{ChatMessage, LlmError, SamplingParams};
 use crate::sandbox::SessionOptions;
 use crate::task::{Baseline, EnvKind, Solvability, FINAL_TESTS, INITIAL_TESTS};
 use crate::verify::{verify, TestReport, TestSet};
@@ -20,7 +21,25 @@ use crate::verify::{verify, TestReport, TestSet};
 /// A candidate was rejected at this stage for this reason.
 pub type Reject = (Stage, String);
 
-/// Ask the generator model, keeping the exchange in the candidate's log.
+/// Why a candidate stopped before the end of the stages.
+#[derive(Debug)]
+pub enum Stop {
+    /// Rejected: the candidate itself failed a stage.
+    Reject(Stage, String),
+    /// Infrastructure failed at this stage (the model server, or every
+    /// solution episode): no judgement of the candidate.
+    Infra(Stage, String),
+}
+
+impl From<Reject> for Stop {
+    fn from((stage, reason): Reject) -> Stop {
+        Stop::Reject(stage, reason)
+    }
+}
+
+/// Ask the generator model, keeping the exchange in the candidate's log. A
+/// failure of the server ([`LlmError::is_infrastructure`]) is
+/// [`Stop::Infra`]; a request the server refuses is a rejection.
 async fn ask(
     shared: &Shared,
     cand: &mut Candidate,
@@ -28,13 +47,20 @@ async fn ask(
     attempt: u32,
     messages: &[ChatMessage],
     params: &SamplingParams,
-) -> Result<String, Reject> {
+) -> Result<String, Stop> {
     let t0 = Instant::now();
     let reply = shared
         .generator
         .chat(messages, params)
         .await
-        .map_err(|e| (stage, format!("generator model failed: {e}")))?;
+        .map_err(|e: LlmError| {
+            if e.is_infrastructure() {
+                Stop::Infra(stage, e.to_string())
+            } else {
+                Stop::Reject(stage, format!("generator model failed: {e}"))
+            }
+        })?;
+    shared.answered.fetch_add(1, Ordering::Relaxed);
     let secs = t0.elapsed().as_secs_f64();
     cand.usage.add(reply.usage);
     cand.log.push(Exchange {
@@ -53,7 +79,7 @@ async fn ask(
 }
 
 /// Stage 1: a user-style task in `<task>` and the privileged truth in `<truth>`.
-pub async fn task(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
+pub async fn task(shared: &Shared, cand: &mut Candidate) -> Result<(), Stop> {
     let stage = Stage::Task;
     let attempt = cand.attempt(stage);
     let level = cand.spec.level.level.to_string();
@@ -188,7 +214,7 @@ async fn build_and_check_initial(shared: &Shared, cand: &Candidate) -> Result<()
 /// up to `max_env_attempts` attempts fed the previous error. Repair rounds fix
 /// the environment only; the tests change only when the model says they are
 /// wrong (see [`InitialTests`]), and each such change is recorded.
-pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
+pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Stop> {
     let stage = Stage::Environment;
     let kind = shared.config.definition;
     let (tag, instructions) = definition_instructions(kind);
@@ -271,7 +297,7 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), Re
             .map_err(|e| (stage, e.to_string()))?;
         messages.push(ChatMessage::user(repair.text));
     }
-    Err((
+    Err(Stop::Reject(
         stage,
         format!(
             "no working environment after {} attempts; last error: {}",
@@ -293,7 +319,7 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// Stage 3: completion tests that compile and fail on the initial state.
-pub async fn completion_tests(shared: &Shared, cand: &mut Candidate) -> Result<(), Reject> {
+pub async fn completion_tests(shared: &Shared, cand: &mut Candidate) -> Result<(), Stop> {
     let stage = Stage::CompletionTests;
     let attempt = cand.attempt(stage);
     let initial = cand
@@ -341,7 +367,7 @@ pub async fn completion_tests(shared: &Shared, cand: &mut Candidate) -> Result<(
     .map_err(|e| (stage, format!("running the final tests failed: {e}")))?;
     cand.add_time(stage, t0.elapsed().as_secs_f64());
     if report.tests.is_empty() {
-        return Err((
+        return Err(Stop::Reject(
             stage,
             format!(
                 "final tests did not run: {}",
@@ -350,7 +376,10 @@ pub async fn completion_tests(shared: &Shared, cand: &mut Candidate) -> Result<(
         ));
     }
     if report.passed {
-        return Err((stage, "final tests pass on the initial state".into()));
+        return Err(Stop::Reject(
+            stage,
+            "final tests pass on the initial state".into(),
+        ));
     }
     // The partial reward's baseline; ignored later if the tests or the
     // environment change after this (its digest no longer matches).
@@ -390,7 +419,7 @@ fn compiles(source: &str) -> Result<(), String> {
 
 /// Stage 4: `solutions` episodes with the solver; keep the task when any passes.
 /// Returns the record for `[provenance.solvability]`.
-pub async fn solvability(shared: &Shared, cand: &mut Candidate) -> Result<Solvability, Reject> {
+pub async fn solvability(shared: &Shared, cand: &mut Candidate) -> Result<Solvability, Stop> {
     let stage = Stage::Solvability;
     cand.attempt(stage);
     let n = shared.config.solutions.max(1);
@@ -410,24 +439,36 @@ pub async fn solvability(shared: &Shared, cand: &mut Candidate) -> Result<Solvab
         None,
     )
     .await
-    .map_err(|e| (stage, format!("solution episodes failed: {e}")))?;
+    .map_err(|e| Stop::Infra(stage, format!("solution episodes failed: {e}")))?;
     cand.add_time(stage, t0.elapsed().as_secs_f64());
     let passed = summary.episodes.iter().filter(|e| e.passed).count();
-    let errors = summary
+    let errors: Vec<&crate::agent::EpisodeResult> = summary
         .episodes
         .iter()
         .filter(|e| e.end_reason == EndReason::Error)
-        .count();
+        .collect();
     for e in &summary.episodes {
         cand.usage.add(e.tokens);
     }
+    if passed == 0 && !errors.is_empty() && errors.len() == summary.episodes.len() {
+        // No episode measured the candidate: the solver's server or the
+        // sandbox failed, not the task.
+        return Err(Stop::Infra(
+            stage,
+            format!(
+                "every solution episode ended in an infrastructure error: {}",
+                errors[0].error.as_deref().unwrap_or("no error recorded")
+            ),
+        ));
+    }
+    let errors = errors.len();
     if passed == 0 {
         let detail = if errors > 0 {
             format!(" ({errors} ended in an error)")
         } else {
             String::new()
         };
-        return Err((
+        return Err(Stop::Reject(
             stage,
             format!("pass@{n} = 0: none of {n} solution episodes passed{detail}"),
         ));
@@ -454,7 +495,7 @@ pub async fn audit(
     cand: &mut Candidate,
     stage_config: &super::config::AuditStage,
     task_id: &str,
-) -> Result<Vec<String>, Reject> {
+) -> Result<Vec<String>, Stop> {
     let stage = Stage::Audit;
     cand.attempt(stage);
     let backend = shared.backend.clone();
@@ -477,7 +518,7 @@ pub async fn audit(
     if labels.is_empty() || stage_config.mode == super::config::AuditMode::Flag {
         return Ok(labels);
     }
-    Err((
+    Err(Stop::Reject(
         stage,
         format!(
             "audit findings: {}\n{}",

@@ -122,6 +122,25 @@ pub enum LlmError {
     Config(String),
 }
 
+impl LlmError {
+    /// Whether the failure is the server's or the way to it, not the
+    /// request's: an unreachable server, a timeout, an HTTP error status
+    /// (5xx and 429 after the client's retries, an authentication or
+    /// unknown-model error...), a reply that is not the API's, a bad client
+    /// setting. Only HTTP 400, 413 and 422 blame the request itself (a
+    /// conversation too long or malformed for the model): sent again, it
+    /// fails again.
+    pub fn is_infrastructure(&self) -> bool {
+        !matches!(
+            self,
+            LlmError::Http {
+                status: 400 | 413 | 422,
+                ..
+            }
+        )
+    }
+}
+
 /// A chat-completion model. Implementations must allow many concurrent calls.
 #[async_trait::async_trait]
 pub trait ChatModel: Send + Sync {
@@ -148,5 +167,46 @@ pub trait ChatModel: Send + Sync {
     ) -> Result<ChatResponse, LlmError> {
         let text = tools::as_text_conversation(messages, tools);
         self.chat(&text, params).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LlmError;
+
+    #[test]
+    fn only_a_refused_request_is_not_an_infrastructure_error() {
+        let url = || "http://127.0.0.1:9/v1/chat/completions".to_string();
+        let http = |status| LlmError::Http {
+            url: url(),
+            status,
+            attempts: 1,
+            body: String::new(),
+        };
+        for e in [
+            LlmError::Unreachable {
+                url: url(),
+                message: "connection refused".into(),
+            },
+            LlmError::Timeout {
+                url: url(),
+                attempts: 6,
+            },
+            http(500),
+            http(503),
+            http(429),
+            http(401),
+            http(404),
+            LlmError::BadReply {
+                url: url(),
+                message: "expected value at line 1 column 1".into(),
+            },
+            LlmError::Config("bad header".into()),
+        ] {
+            assert!(e.is_infrastructure(), "{e}");
+        }
+        for status in [400, 413, 422] {
+            assert!(!http(status).is_infrastructure(), "{status}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use super::Context;
 use crate::agent::PolicyFactory;
 use crate::generate::config::{AuditStage, PipelineConfig};
 use crate::generate::funnel::{CandidateOutcome, Funnel};
-use crate::generate::pipeline::{run_pipeline, PipelineEvent};
+use crate::generate::pipeline::{run_pipeline, InfraFailed, PipelineEvent};
 use crate::generate::record::Journal;
 use crate::jobs::{Cancelled, JobContext};
 use crate::llm::{api_key_from_env, OpenAiChat, OpenAiConfig, SamplingParams};
@@ -386,10 +386,6 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
             AtomicUsize::new(0),
             AtomicUsize::new(0),
         );
-        // Whether every rejection so far was the model server being
-        // unreachable, and the first such reason.
-        let other_reject = std::sync::atomic::AtomicBool::new(false);
-        let unreachable: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
         let on_event = |ev: PipelineEvent| match ev {
             PipelineEvent::Planned {
                 total: n,
@@ -403,12 +399,10 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
                 tracing::info!("{candidate}: {stage:?}")
             }
             PipelineEvent::Finished { candidate, outcome } => {
-                // A candidate the model server never answered for is no
-                // work done: the bar does not move for it (a generation
-                // that cannot reach its server fails at 0%, not at 100%).
-                let no_answer = matches!(&outcome, CandidateOutcome::Rejected { reason, .. }
-                    if server_unreachable(reason).is_some());
-                if !no_answer {
+                // A candidate that infrastructure stopped is no work done:
+                // the bar does not move for it (a generation that cannot
+                // reach its server fails at 0%, not at 100%).
+                if !matches!(&outcome, CandidateOutcome::InfraError { .. }) {
                     let n = done.fetch_add(1, Ordering::Relaxed) as u64 + 1;
                     let t = (total.load(Ordering::Relaxed) as u64).max(n);
                     job.progress(n, t, "candidates finished");
@@ -425,20 +419,14 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
                             "accepted {candidate} as {task_id} ({a} so far{flags})"
                         ));
                     }
-                    CandidateOutcome::Rejected { stage, reason } => {
-                        match server_unreachable(&reason) {
-                            Some(why) => {
-                                if let Ok(mut u) = unreachable.lock() {
-                                    u.get_or_insert(why);
-                                }
-                            }
-                            None => other_reject.store(true, Ordering::Relaxed),
-                        }
-                        job.log(format!(
-                            "rejected {candidate} at {stage:?}: {}",
-                            reason.lines().next().unwrap_or("")
-                        ))
-                    }
+                    CandidateOutcome::Rejected { stage, reason } => job.log(format!(
+                        "rejected {candidate} at {stage:?}: {}",
+                        reason.lines().next().unwrap_or("")
+                    )),
+                    CandidateOutcome::InfraError { stage, error } => job.log(format!(
+                        "not finished {candidate} at {stage:?} (infrastructure, tried again on resume): {}",
+                        error.lines().next().unwrap_or("")
+                    )),
                 }
             }
         };
@@ -452,23 +440,32 @@ pub fn llm(ctx: &Context, req: &LlmRequest, job: &JobContext) -> Result<Funnel> 
         while let Ok(ev) = rx.try_recv() {
             on_event(ev);
         }
-        // Nothing accepted because the server never answered: a failure,
-        // not an empty success.
-        let down = (accepted.load(Ordering::Relaxed) == 0 && !other_reject.load(Ordering::Relaxed))
-            .then(|| unreachable.lock().ok().and_then(|u| u.clone()))
-            .flatten();
-        out.map(|o| (o, down))
+        out
     });
     // Candidates still running when a cancel stopped the pipeline are
     // dropped with the runtime; their sandboxes stop with them.
     rt.shutdown_background();
-    let Some((result, down)) = result else {
+    let Some(result) = result else {
         return Err(Cancelled.into());
     };
-    let funnel = result.context("generation failed")?;
+    let funnel = match result {
+        Ok(funnel) => funnel,
+        // The run is recorded with what it did, then fails (a generation
+        // that never reached its server is not an empty success).
+        Err(e) => {
+            if let Some(failed) = e.downcast_ref::<InfraFailed>() {
+                ws.finish_run(&run_id, &serde_json::to_value(&failed.funnel)?)?;
+                return Err(e);
+            }
+            return Err(e.context("generation failed"));
+        }
+    };
     ws.finish_run(&run_id, &serde_json::to_value(&funnel)?)?;
-    if let Some(why) = down {
-        bail!("{why}");
+    if funnel.infra_errors > 0 {
+        job.log(format!(
+            "{} candidates not finished because of infrastructure errors (not rejected): run the same command again to retry them",
+            funnel.infra_errors
+        ));
     }
     if let Some(run) = shard_run {
         run.finish()?;
@@ -572,18 +569,8 @@ pub fn finish_merged_llm(
     Ok(run_id)
 }
 
-/// The model-server failure a reject reason reports (`cannot reach the
-/// model server at URL: …`, or a timeout), from that phrase on, first line.
-fn server_unreachable(reason: &str) -> Option<String> {
-    let first = reason.lines().next().unwrap_or("");
-    ["cannot reach the model server", "model server at"]
-        .iter()
-        .find_map(|p| first.find(p))
-        .filter(|_| first.contains("cannot reach") || first.contains("timed out"))
-        .map(|at| first[at..].trim().to_string())
-}
-
-/// `A of N candidates accepted`, for a job's one-line result.
+/// `A of N candidates accepted`, for a job's one-line result, with the
+/// candidates infrastructure errors left unfinished when there are any.
 pub fn funnel_summary(funnel: &Funnel) -> String {
     let flagged = if funnel.flagged.is_empty() {
         String::new()
@@ -591,8 +578,16 @@ pub fn funnel_summary(funnel: &Funnel) -> String {
         let labels: Vec<&str> = funnel.flagged.keys().map(String::as_str).collect();
         format!(" (audit flagged: {})", labels.join(", "))
     };
+    let unfinished = if funnel.infra_errors == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {} not finished (infrastructure errors, retried on resume)",
+            funnel.infra_errors
+        )
+    };
     format!(
-        "{} of {} candidates accepted{flagged}",
+        "{} of {} candidates accepted{flagged}{unfinished}",
         funnel.accepted(),
         funnel.sampled
     )
@@ -604,13 +599,21 @@ mod tests {
     use crate::jobs::JobEvent;
 
     #[test]
-    fn an_unreachable_server_is_named_in_full() {
-        let r = "task generation: cannot reach the model server at http://127.0.0.1:9/v1: connection refused\nmore";
+    fn the_one_line_result_counts_unfinished_candidates_apart() {
+        let mut funnel = Funnel::default();
+        funnel.record(&CandidateOutcome::Accepted {
+            task_id: "gen-1-00000".into(),
+            audit: None,
+        });
+        assert_eq!(funnel_summary(&funnel), "1 of 1 candidates accepted");
+        funnel.record(&CandidateOutcome::InfraError {
+            stage: crate::generate::funnel::Stage::Task,
+            error: "cannot reach the model server at http://127.0.0.1:9/v1/chat/completions".into(),
+        });
         assert_eq!(
-            server_unreachable(r).as_deref(),
-            Some("cannot reach the model server at http://127.0.0.1:9/v1: connection refused")
+            funnel_summary(&funnel),
+            "1 of 1 candidates accepted; 1 not finished (infrastructure errors, retried on resume)"
         );
-        assert!(server_unreachable("tests failed: 2 of 3").is_none());
     }
 
     #[test]
