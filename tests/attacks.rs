@@ -59,8 +59,15 @@ fn as_nobody(name: &str) {
 fn backend(limits: Limits) -> Option<LocalBackend> {
     let cache = std::env::temp_dir().join(format!("endless-attacks-{}", uid()));
     std::fs::create_dir_all(&cache).ok()?;
+    // Every run builds new hostile images (nonce-tagged): the shared cache
+    // stays bounded by evicting, after each build, what earlier runs left
+    // (never what was used in the last ten minutes).
+    let bounded = endless::config::ImagesConfig {
+        max_store_gb: Some(4.0),
+        ..Default::default()
+    };
     match LocalBackend::new(&cache) {
-        Ok(b) => Some(b.with_limits(limits)),
+        Ok(b) => Some(b.with_limits(limits).with_images(bounded)),
         Err(e) => {
             eprintln!("SKIP: local backend unavailable here: {e}");
             None
