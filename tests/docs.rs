@@ -1,19 +1,20 @@
 //! The documentation, checked against the code it describes:
 //!
 //! - `docs/cli.md` is exactly what `endless::cli::reference` renders from
-//!   the clap definitions;
+//!   the clap definitions, and `endless bench --help` names every bench;
 //! - every relative link in README.md, python/README.md and docs/**/*.md
 //!   resolves (the file exists, an `#anchor` is one of its headings);
 //! - every `endless ...` command in their code blocks parses, and every one
 //!   quoted inline names real subcommands and options;
 //! - every `scripts/...`, `python/...`, `src/...` (and other repository
 //!   directory) path they name exists;
+//! - every table renders (a header and a `|---|` row above its rows, no
+//!   blank line inside, each row with the header's number of cells);
 //! - every TUI capture is the screen of the snapshot test it names;
 //! - README.md stays a short guide.
 //!
 //! `UPDATE_DOCS=1 cargo test --test docs` rewrites docs/cli.md and the
 //! captures instead of failing on them.
-
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
 #[path = "docs/captures.rs"]
@@ -22,6 +23,8 @@ mod captures;
 mod checks;
 #[path = "docs/markdown.rs"]
 mod markdown;
+#[path = "docs/tables.rs"]
+mod tables;
 
 use std::path::{Path, PathBuf};
 
@@ -58,7 +61,7 @@ fn doc_files(root: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Every problem the link, command, path and capture checks find below
+/// Every problem the link, command, path, table and capture checks find below
 /// `root`; with `update`, captures that differ are rewritten instead.
 fn problems(root: &Path, update: bool) -> Vec<String> {
     let mut out = Vec::new();
@@ -68,6 +71,7 @@ fn problems(root: &Path, update: bool) -> Vec<String> {
         out.extend(checks::links(root, &file, &doc));
         out.extend(checks::commands(root, &file, &doc));
         out.extend(checks::paths(root, &file, &text));
+        out.extend(tables::tables(root, &file, &doc));
         let (found, rewritten) = captures::check(root, &file, &text, &doc, update);
         out.extend(found);
         if let Some(new) = rewritten {
@@ -175,6 +179,11 @@ fn checks_catch_each_kind_of_mistake() {
         "```text",                                                                         // 24
         " Tasks | Live | Training",                                                        // 25
         "```",                                                                             // 26
+        "",                                                                                // 27
+        "| a | b |",                                                                       // 28
+        "|---|---|",                                                                       // 29
+        "",                                                                                // 30
+        "| c | d |",                                                                       // 31
     ]
     .join("\n");
     std::fs::write(root.join("README.md"), &readme).unwrap();
@@ -191,6 +200,7 @@ fn checks_catch_each_kind_of_mistake() {
         "README.md:16: `scripts/missing.sh` does not exist",
         "README.md:20: the capture differs from snapshot `tiny_80x24`",
         "README.md:25: a TUI capture without `<!-- snapshot: NAME -->` above it",
+        "README.md:31: table rows without a header",
     ];
     for e in expect {
         assert!(
@@ -219,4 +229,61 @@ fn checks_catch_each_kind_of_mistake() {
     assert!(problems(root, false)
         .iter()
         .all(|p| !p.contains("tiny_80x24")));
+}
+
+/// Every bench is named where people look for it: `endless --help`,
+/// `endless bench --help` and the user guide's command table.
+#[test]
+fn bench_help_names_every_benchmark() {
+    use clap::ValueEnum;
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let top = help(&["--help"]);
+    // `bench`'s entry in the command list, with the lines clap wrapped it
+    // onto (indented deeper than the command names).
+    let bench_line: String = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("bench "))
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || l.starts_with("   "))
+        .map(|(_, l)| l.trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(!bench_line.is_empty(), "no `bench` in `endless --help`:\n{top}");
+    let bench_help = help(&["bench", "--help"]);
+    let guide = std::fs::read_to_string(root().join("docs/user-guide.md")).unwrap();
+    let synopsis = guide
+        .lines()
+        .find(|l| l.starts_with("| `endless bench "))
+        .expect("the user guide's table has `endless bench`");
+    let synopsis = synopsis.split('`').nth(1).unwrap();
+    let listed: Vec<&str> = synopsis["endless bench ".len()..]
+        .split("\\|")
+        .map(str::trim)
+        .collect();
+    for target in endless::cli::BenchTarget::value_variants() {
+        let name = target.to_possible_value().unwrap().get_name().to_string();
+        let word = |text: &str| {
+            text.split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+                .any(|w| w == name)
+        };
+        assert!(
+            word(&bench_line),
+            "`endless --help` does not name bench `{name}`: {bench_line}"
+        );
+        assert!(
+            bench_help.contains(&format!("- {name}:")),
+            "`endless bench --help` does not list `{name}`:\n{bench_help}"
+        );
+        assert!(
+            listed.contains(&name.as_str()),
+            "docs/user-guide.md's `{synopsis}` does not name bench `{name}`"
+        );
+    }
 }
