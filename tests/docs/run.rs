@@ -348,6 +348,7 @@ mod tests {
             "<!-- not run: -->\n```sh\nls\n```\n",
             "<!-- run: in a while -->\n```sh\nls\n```\n",
             "```text\nnot shell\n```\n",
+            "<!-- not run: a reason -->\n```sh\nfalse\n```\n```sh\ntrue\n```\n",
         ));
         let plans: Vec<_> = doc
             .blocks
@@ -372,7 +373,16 @@ mod tests {
         );
         assert!(plans[3].as_ref().unwrap_err().contains("without a reason"));
         assert!(plans[4].as_ref().unwrap_err().contains("`in a while`"));
-        assert_eq!(plans.len(), 5);
+        assert_eq!(plans[5], Ok(Plan::NotRun("a reason".into())));
+        // A block right after a marked one is not marked by it.
+        assert_eq!(
+            plans[6],
+            Ok(Plan::Run {
+                budget: DEFAULT_BUDGET,
+                setup: None
+            })
+        );
+        assert_eq!(plans.len(), 7);
     }
 
     #[test]
