@@ -97,9 +97,12 @@ pub fn commands(root: &Path, file: &Path, doc: &Doc) -> Vec<String> {
     }
     for (n, line) in &doc.prose {
         for span in markdown::split_inline_code(line).1 {
-            if span == "endless" || span.starts_with("endless ") {
-                for problem in inline_command(&span) {
-                    problems.push(format!("{name}:{n}: `{span}`: {problem}"));
+            // `endless a && endless b` (a shell block's setup) is two commands.
+            for command in span.split(" && ").map(str::trim) {
+                if command == "endless" || command.starts_with("endless ") {
+                    for problem in inline_command(command) {
+                        problems.push(format!("{name}:{n}: `{command}`: {problem}"));
+                    }
                 }
             }
         }
