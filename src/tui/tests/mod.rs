@@ -40,6 +40,7 @@ mod imported_runs;
 mod jobs;
 mod jobs_over_time;
 mod jobs_shards;
+mod keys;
 mod links;
 mod live;
 mod long_text;

@@ -1,0 +1,58 @@
+//! Issue 47, the keys a daily user found silent or short: the inspector's
+//! paging and ends.
+
+use super::episodes::write_episode_files;
+use super::*;
+
+/// The inspector on the failing sample (27 lines of trajectory).
+fn inspecting(ws: &Workspace) -> App {
+    write_episode_files(ws);
+    let mut app = app_on(ws);
+    cmd(&mut app, ws, Command::ViewEpisodes);
+    cmd(&mut app, ws, Command::Down);
+    cmd(&mut app, ws, Command::Select);
+    assert!(app.inspector.is_some());
+    app
+}
+
+/// The inspector's `line N/M` position.
+fn position(screen: &str) -> String {
+    let at = screen.rfind(" line ").expect("a position");
+    screen[at + 1..]
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn the_inspector_pages_by_its_height_and_jumps_to_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = inspecting(&ws);
+    let screen = render(&mut app, 80, 24);
+    assert_eq!(position(&screen), "line 1/27");
+    // At 80x24 the body shows 16 rows: PgDn moves those, not 10.
+    cmd(&mut app, &ws, Command::PageDown);
+    let screen = render(&mut app, 80, 24);
+    assert_eq!(position(&screen), "line 17/27", "{screen}");
+    cmd(&mut app, &ws, Command::PageUp);
+    assert_eq!(position(&render(&mut app, 80, 24)), "line 1/27");
+    // G / End: the last page, its last line at the bottom.
+    for key_code in [KeyCode::Char('G'), KeyCode::End] {
+        key(&mut app, &ws, KeyCode::Home);
+        render(&mut app, 80, 24);
+        key(&mut app, &ws, key_code);
+        let screen = render(&mut app, 80, 24);
+        assert_eq!(position(&screen), "line 12/27", "{key_code:?}: {screen}");
+    }
+    snap!("inspector_end_80x24", &mut app, 80, 24);
+    // g / Home: back to the first line.
+    key(&mut app, &ws, KeyCode::Char('g'));
+    assert_eq!(position(&render(&mut app, 80, 24)), "line 1/27");
+    key(&mut app, &ws, KeyCode::End);
+    render(&mut app, 80, 24);
+    key(&mut app, &ws, KeyCode::Home);
+    assert_eq!(position(&render(&mut app, 80, 24)), "line 1/27");
+}
+
