@@ -240,7 +240,15 @@ impl App {
                 self.open_form(FormKind::Fork);
             }
             Command::Compare => {
-                if insp.other.take().is_some() {
+                if let Some(other) = insp.other.take() {
+                    let r = &other.row;
+                    self.info(format!(
+                        "side by side closed ({}/{}#{} hidden); {} compares again",
+                        r.run_id,
+                        r.task_id,
+                        r.sample,
+                        self.keymap.hint(Command::Compare)
+                    ));
                     return;
                 }
                 let same = |r: &&EpisodeRow| {

@@ -302,7 +302,25 @@ impl App {
             }
             Action::TrainingLoaded(_) => self.follow_up(View::Training, action),
             Action::EpisodeLoaded { episode, compare } => match (&mut self.inspector, compare) {
-                (Some(insp), true) => insp.other = Some(*episode),
+                (Some(insp), true) => {
+                    // Said, and shown: the Replay tab plays one recording,
+                    // so the comparison opens on the trajectories.
+                    let r = &episode.row;
+                    let mut text = format!(
+                        "side by side with {}/{}#{} ({}); {} closes it",
+                        r.run_id,
+                        r.task_id,
+                        r.sample,
+                        if r.passed { "PASS" } else { "FAIL" },
+                        self.keymap.hint(super::keymap::Command::Compare)
+                    );
+                    if insp.tab == super::views::inspector::InspectorTab::Replay {
+                        insp.tab = super::views::inspector::InspectorTab::Trajectory;
+                        text.push_str(" · on Trajectory: Replay plays one recording");
+                    }
+                    insp.other = Some(*episode);
+                    self.info(text);
+                }
                 (_, _) => {
                     self.inspector = Some(Inspector::new(*episode));
                     // Opened from another view: shown over Episodes, and

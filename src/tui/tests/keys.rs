@@ -1,8 +1,9 @@
 //! Issue 47, the keys a daily user found silent or short: the inspector's
-//! paging and ends.
+//! paging and ends, `m` on its Replay tab.
 
 use super::episodes::write_episode_files;
 use super::*;
+use crate::tui::views::inspector::InspectorTab;
 
 /// The inspector on the failing sample (27 lines of trajectory).
 fn inspecting(ws: &Workspace) -> App {
@@ -54,5 +55,40 @@ fn the_inspector_pages_by_its_height_and_jumps_to_both_ends() {
     render(&mut app, 80, 24);
     key(&mut app, &ws, KeyCode::Home);
     assert_eq!(position(&render(&mut app, 80, 24)), "line 1/27");
+}
+
+#[test]
+fn m_on_the_replay_tab_says_what_it_did_and_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = inspecting(&ws);
+    cmd(&mut app, &ws, Command::PrevTab);
+    assert_eq!(app.inspector.as_ref().unwrap().tab, InspectorTab::Replay);
+    cmd(&mut app, &ws, Command::Compare);
+    let insp = app.inspector.as_ref().unwrap();
+    assert!(insp.other.is_some());
+    assert_eq!(
+        insp.tab,
+        InspectorTab::Trajectory,
+        "the comparison is shown where it can be"
+    );
+    let status = app.status.clone().unwrap();
+    assert!(
+        !status.error
+            && status
+                .text
+                .starts_with("side by side with eval-1/archive-logs#0 (PASS)"),
+        "{status:?}"
+    );
+    assert!(
+        status.text.contains("Replay plays one recording"),
+        "{status:?}"
+    );
+    snap!("inspector_compare_from_replay_120x40", &mut app, 120, 40);
+    // m again closes it, and says so.
+    cmd(&mut app, &ws, Command::Compare);
+    assert!(app.inspector.as_ref().unwrap().other.is_none());
+    let status = app.status.clone().unwrap();
+    assert!(status.text.starts_with("side by side closed"), "{status:?}");
 }
 
