@@ -473,6 +473,18 @@ impl App {
             Command::FilterTag => self.open_picker(PickerKind::Tag),
             Command::FilterFailure => self.open_picker(PickerKind::Audit),
             Command::JobAudit => self.open_form(FormKind::Audit),
+            // The launch keys work here as in the Jobs view (the job is
+            // followed there); the evaluation form takes the selected task.
+            Command::JobEval => {
+                self.open_form(FormKind::Eval);
+                if let (Some(id), Some((_, form))) = (id, self.form.as_mut()) {
+                    form.set_value("tasks", &id);
+                }
+            }
+            Command::JobValidate => self.open_form(FormKind::Validate),
+            Command::JobGenerate => self.open_form(FormKind::Generate),
+            Command::JobOffline => self.open_form(FormKind::Offline),
+            Command::JobTrain => self.open_form(FormKind::Train),
             Command::Accept => self.curate_task(Request::SetStatus(id_s, TaskStatus::Accepted)),
             Command::Reject => self.curate_task(Request::SetStatus(id_s, TaskStatus::Rejected)),
             Command::Archive => self.curate_task(Request::SetStatus(id_s, TaskStatus::Archived)),

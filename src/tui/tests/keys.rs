@@ -1,5 +1,6 @@
 //! Issue 47, the keys a daily user found silent or short: the inspector's
-//! paging and ends, `m` on its Replay tab.
+//! paging and ends, `m` on its Replay tab, the launch keys in the Tasks
+//! view.
 
 use super::episodes::write_episode_files;
 use super::*;
@@ -90,5 +91,46 @@ fn m_on_the_replay_tab_says_what_it_did_and_shows_it() {
     assert!(app.inspector.as_ref().unwrap().other.is_none());
     let status = app.status.clone().unwrap();
     assert!(status.text.starts_with("side by side closed"), "{status:?}");
+}
+
+#[test]
+fn the_launch_keys_open_their_forms_in_the_tasks_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    assert_eq!(app.view, View::Tasks);
+    let selected = app.tasks.selected_id().unwrap();
+    for (key_code, title) in [
+        ('E', "Evaluate a policy"),
+        ('V', "Validate tasks"),
+        ('L', "Generate tasks with an LLM"),
+        ('P', "Generate tasks offline"),
+        ('M', "Train a policy"),
+    ] {
+        key(&mut app, &ws, KeyCode::Char(key_code));
+        let (_, form) = app
+            .form
+            .as_ref()
+            .unwrap_or_else(|| panic!("{key_code} opens no form"));
+        assert!(form.title.starts_with(title), "{key_code}: {}", form.title);
+        assert_eq!(app.view, View::Tasks, "the form opens over Tasks");
+        press(&mut app, KeyCode::Esc);
+        assert!(app.form.is_none());
+    }
+    // E evaluates the selected task; the job is followed in Jobs.
+    key(&mut app, &ws, KeyCode::Char('E'));
+    assert_eq!(app.form.as_ref().unwrap().1.value("tasks"), selected);
+    snap!("tasks_eval_form_80x24", &mut app, 80, 24);
+    press(&mut app, KeyCode::Enter);
+    assert!(
+        app.outbox.iter().any(|r| matches!(
+            r,
+            Request::Launch(JobSpec::Eval { tasks, .. }) if *tasks == selected
+        )),
+        "{:?}",
+        app.outbox
+    );
+    let status = app.status.clone().unwrap();
+    assert_eq!(status.text, "starting eval... (see the Jobs view, F4)");
 }
 
