@@ -38,6 +38,14 @@ impl App {
             match cmd {
                 Command::Quit if self.quit_asked => self.should_quit = true,
                 Command::Quit => self.quit(),
+                // `/` filters the key list as you type.
+                Command::Search => {
+                    self.prompt = Some(Prompt {
+                        kind: PromptKind::HelpSearch,
+                        input: TextInput::new(self.help.filter.clone()),
+                        task: None,
+                    });
+                }
                 other => {
                     let next = self.help.handle_command(other);
                     self.follow(next);
@@ -61,6 +69,7 @@ impl App {
             Command::Help => {
                 self.help.visible = true;
                 self.help.scroll = 0;
+                self.help.filter.clear();
                 self.help.context = self.help_context();
             }
             Command::Undo => self.undo(),

@@ -96,6 +96,8 @@ pub enum PromptKind {
     EpisodeNote,
     /// The Episodes view's search.
     EpisodeSearch,
+    /// The help overlay's search.
+    HelpSearch,
 }
 
 /// An open one-line prompt.

@@ -1,6 +1,6 @@
 //! Issue 47, the keys a daily user found silent or short: the inspector's
 //! paging and ends, `m` on its Replay tab, the launch keys in the Tasks
-//! view.
+//! view and the help overlay's search.
 
 use super::episodes::write_episode_files;
 use super::*;
@@ -134,3 +134,45 @@ fn the_launch_keys_open_their_forms_in_the_tasks_view() {
     assert_eq!(status.text, "starting eval... (see the Jobs view, F4)");
 }
 
+#[test]
+fn help_can_be_searched() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let mut app = app_on(&ws);
+    key(&mut app, &ws, KeyCode::Char('?'));
+    assert!(app.help.visible);
+    key(&mut app, &ws, KeyCode::Char('/'));
+    typed(&mut app, "label");
+    assert!(app.help.visible, "typing goes to the search");
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("Keys matching \"label\""), "{screen}");
+    assert!(screen.contains("search keys: label"), "{screen}");
+    assert!(screen.contains("pick the failure label"), "{screen}");
+    assert!(!screen.contains("Accept the selected task"), "{screen}");
+    snap!("help_search_120x40", &mut app, 120, 40);
+    // Enter keeps the filter and gives the keys back to the overlay.
+    press(&mut app, KeyCode::Enter);
+    assert!(app.prompt.is_none() && app.help.visible);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("Keys matching \"label\""), "{screen}");
+    assert!(!screen.contains("search keys:"), "{screen}");
+    // Nothing matches: it says so.
+    key(&mut app, &ws, KeyCode::Char('/'));
+    typed(&mut app, "zzz");
+    assert!(render(&mut app, 120, 40).contains("No key matches \"labelzzz\""));
+    // Esc clears the search; the overlay stays.
+    press(&mut app, KeyCode::Esc);
+    assert!(app.help.visible);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("Keys: Tasks first"), "{screen}");
+    assert!(screen.contains("Accept the selected task"), "{screen}");
+    // Reopened, the help is whole.
+    key(&mut app, &ws, KeyCode::Char('/'));
+    typed(&mut app, "tag");
+    press(&mut app, KeyCode::Enter);
+    key(&mut app, &ws, KeyCode::Esc);
+    assert!(!app.help.visible);
+    key(&mut app, &ws, KeyCode::Char('?'));
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("Keys: Tasks first"), "{screen}");
+}
