@@ -8,13 +8,14 @@
 //! mouse hit-testing), [`forms`] (the launch forms), [`pickers`] (the
 //! fuzzy category, failure-mode and label pickers), [`draw`] (tabs, the
 //! focused view, the status line), [`undo`] (curation changes and their
-//! undo).
+//! undo), [`saved_view`] (the view and sorts a restart keeps).
 
 mod commands;
 mod draw;
 mod forms;
 mod input;
 mod pickers;
+mod saved_view;
 mod undo;
 
 use crossterm::event::KeyEvent;

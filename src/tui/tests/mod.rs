@@ -50,6 +50,7 @@ mod tasks;
 mod tasks_find;
 mod training;
 mod undo;
+mod view_state;
 
 const PY_INITIAL: &str = r#"import os
 
