@@ -1504,3 +1504,5 @@ mod jobs_and_links;
 mod remote;
 #[path = "tui_e2e/shards.rs"]
 mod shards;
+#[path = "tui_e2e/view_state.rs"]
+mod view_state;

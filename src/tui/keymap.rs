@@ -78,12 +78,12 @@ commands! {
     Validate => "validate", ["v"], "Validate the task now";
     Reload => "reload", ["ctrl-r"], "Reload from the workspace";
     Undo => "undo", ["u"], "Undo the last curation change (status, rating, tags, note; episode rating, label, note)";
-    JobEval => "job_eval", ["E"], "Jobs: start an evaluation (form)";
-    JobValidate => "job_validate", ["V"], "Jobs: validate the selected task / all tasks (form)";
+    JobEval => "job_eval", ["E"], "Jobs / Tasks: start an evaluation (form; from Tasks, of the selected task)";
+    JobValidate => "job_validate", ["V"], "Jobs / Tasks: validate the selected task / all tasks (form)";
     JobAudit => "job_audit", ["U"], "Jobs / Tasks: audit the selected task / all tasks (form)";
-    JobGenerate => "job_generate", ["L"], "Jobs: LLM task generation (form)";
-    JobOffline => "job_offline", ["P"], "Jobs: offline (procedural) task generation (form)";
-    JobTrain => "job_train", ["M"], "Jobs / Training: start a training run (form)";
+    JobGenerate => "job_generate", ["L"], "Jobs / Tasks: LLM task generation (form)";
+    JobOffline => "job_offline", ["P"], "Jobs / Tasks: offline (procedural) task generation (form)";
+    JobTrain => "job_train", ["M"], "Jobs / Tasks / Training: start a training run (form)";
     JobCancel => "job_cancel", ["C"], "Jobs: cancel the selected job";
     JobRetry => "job_retry", ["R"], "Jobs: run the selected job again (an interrupted or cancelled evaluation resumes)";
     Label => "label", ["b"], "Episode: pick the failure label (a fuzzy list)";

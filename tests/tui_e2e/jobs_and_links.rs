@@ -7,7 +7,7 @@
 use super::*;
 
 /// Quit the TUI in `s` and wait until its tmux session is gone.
-fn quit_and_wait(s: &str) {
+pub(super) fn quit_and_wait(s: &str) {
     tmux(&["send-keys", "-t", s, "q"]);
     let start = Instant::now();
     while tmux(&["list-sessions"]).contains(s) && start.elapsed() < Duration::from_secs(10) {
@@ -62,6 +62,14 @@ fn a_cancelled_evaluation_keeps_its_log_across_a_restart_and_resumes_in_tmux() {
     wait_for(s, &format!("resuming {run}"));
     let screen = wait_for_up_to(s, "1/1 episodes passed", Duration::from_secs(120));
     assert!(screen.contains("succeeded"), "{screen}");
+    // One row for the run, in its latest state (issue 47, item 6: it was
+    // listed twice, cancelled and succeeded).
+    assert!(
+        !screen
+            .lines()
+            .any(|l| l.contains(&run) && l.contains("cancelled")),
+        "{screen}"
+    );
     quit_and_wait(s);
     let ws = Workspace::open(dir.path()).unwrap();
     let jobs = ws.list_jobs().unwrap();

@@ -38,6 +38,14 @@ impl App {
             match cmd {
                 Command::Quit if self.quit_asked => self.should_quit = true,
                 Command::Quit => self.quit(),
+                // `/` filters the key list as you type.
+                Command::Search => {
+                    self.prompt = Some(Prompt {
+                        kind: PromptKind::HelpSearch,
+                        input: TextInput::new(self.help.filter.clone()),
+                        task: None,
+                    });
+                }
                 other => {
                     let next = self.help.handle_command(other);
                     self.follow(next);
@@ -61,6 +69,7 @@ impl App {
             Command::Help => {
                 self.help.visible = true;
                 self.help.scroll = 0;
+                self.help.filter.clear();
                 self.help.context = self.help_context();
             }
             Command::Undo => self.undo(),
@@ -240,7 +249,15 @@ impl App {
                 self.open_form(FormKind::Fork);
             }
             Command::Compare => {
-                if insp.other.take().is_some() {
+                if let Some(other) = insp.other.take() {
+                    let r = &other.row;
+                    self.info(format!(
+                        "side by side closed ({}/{}#{} hidden); {} compares again",
+                        r.run_id,
+                        r.task_id,
+                        r.sample,
+                        self.keymap.hint(Command::Compare)
+                    ));
                     return;
                 }
                 let same = |r: &&EpisodeRow| {
@@ -465,6 +482,18 @@ impl App {
             Command::FilterTag => self.open_picker(PickerKind::Tag),
             Command::FilterFailure => self.open_picker(PickerKind::Audit),
             Command::JobAudit => self.open_form(FormKind::Audit),
+            // The launch keys work here as in the Jobs view (the job is
+            // followed there); the evaluation form takes the selected task.
+            Command::JobEval => {
+                self.open_form(FormKind::Eval);
+                if let (Some(id), Some((_, form))) = (id, self.form.as_mut()) {
+                    form.set_value("tasks", &id);
+                }
+            }
+            Command::JobValidate => self.open_form(FormKind::Validate),
+            Command::JobGenerate => self.open_form(FormKind::Generate),
+            Command::JobOffline => self.open_form(FormKind::Offline),
+            Command::JobTrain => self.open_form(FormKind::Train),
             Command::Accept => self.curate_task(Request::SetStatus(id_s, TaskStatus::Accepted)),
             Command::Reject => self.curate_task(Request::SetStatus(id_s, TaskStatus::Rejected)),
             Command::Archive => self.curate_task(Request::SetStatus(id_s, TaskStatus::Archived)),

@@ -122,6 +122,7 @@ impl App {
                 PromptKind::Note => "note: ",
                 PromptKind::EpisodeNote => "episode note: ",
                 PromptKind::EpisodeSearch => "search episodes: ",
+                PromptKind::HelpSearch => "search keys: ",
             };
             let line = Line::from(vec![
                 Span::styled(label, t.accent()),

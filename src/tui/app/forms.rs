@@ -202,7 +202,15 @@ impl App {
                         let submitted = form.clone();
                         self.form = None;
                         self.remember_form(kind, submitted);
-                        self.info(format!("starting {}...", spec.kind()));
+                        // Started from Tasks, the job is followed in Jobs.
+                        let follow = match self.view {
+                            super::View::Tasks => format!(
+                                " (see the Jobs view, {})",
+                                self.keymap.hint(crate::tui::keymap::Command::ViewJobs)
+                            ),
+                            _ => String::new(),
+                        };
+                        self.info(format!("starting {}...{follow}", spec.kind()));
                         self.outbox.push(Request::Launch(spec));
                     }
                     // Shown in the form, on the field at fault; it stays open.

@@ -25,6 +25,15 @@ impl App {
                 self.load_selected(sel);
             }
             (InputOutcome::Editing, PromptKind::EpisodeSearch) => self.episodes.set_search(value),
+            (InputOutcome::Editing, PromptKind::HelpSearch) => {
+                self.help.filter = value;
+                self.help.scroll = 0;
+            }
+            (InputOutcome::Cancel, PromptKind::HelpSearch) => {
+                self.prompt = None;
+                self.help.filter.clear();
+            }
+            (InputOutcome::Submit, PromptKind::HelpSearch) => self.prompt = None,
             (InputOutcome::Editing, _) => {}
             (InputOutcome::Cancel, PromptKind::EpisodeSearch) => {
                 self.prompt = None;

@@ -8,13 +8,14 @@
 //! mouse hit-testing), [`forms`] (the launch forms), [`pickers`] (the
 //! fuzzy category, failure-mode and label pickers), [`draw`] (tabs, the
 //! focused view, the status line), [`undo`] (curation changes and their
-//! undo).
+//! undo), [`saved_view`] (the view and sorts a restart keeps).
 
 mod commands;
 mod draw;
 mod forms;
 mod input;
 mod pickers;
+mod saved_view;
 mod undo;
 
 use crossterm::event::KeyEvent;
@@ -96,6 +97,8 @@ pub enum PromptKind {
     EpisodeNote,
     /// The Episodes view's search.
     EpisodeSearch,
+    /// The help overlay's search.
+    HelpSearch,
 }
 
 /// An open one-line prompt.
@@ -302,7 +305,25 @@ impl App {
             }
             Action::TrainingLoaded(_) => self.follow_up(View::Training, action),
             Action::EpisodeLoaded { episode, compare } => match (&mut self.inspector, compare) {
-                (Some(insp), true) => insp.other = Some(*episode),
+                (Some(insp), true) => {
+                    // Said, and shown: the Replay tab plays one recording,
+                    // so the comparison opens on the trajectories.
+                    let r = &episode.row;
+                    let mut text = format!(
+                        "side by side with {}/{}#{} ({}); {} closes it",
+                        r.run_id,
+                        r.task_id,
+                        r.sample,
+                        if r.passed { "PASS" } else { "FAIL" },
+                        self.keymap.hint(super::keymap::Command::Compare)
+                    );
+                    if insp.tab == super::views::inspector::InspectorTab::Replay {
+                        insp.tab = super::views::inspector::InspectorTab::Trajectory;
+                        text.push_str(" · on Trajectory: Replay plays one recording");
+                    }
+                    insp.other = Some(*episode);
+                    self.info(text);
+                }
                 (_, _) => {
                     self.inspector = Some(Inspector::new(*episode));
                     // Opened from another view: shown over Episodes, and

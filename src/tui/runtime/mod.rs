@@ -8,7 +8,9 @@
 //! ([`remote`]: other machines' `endless serve`) and the Environment tab's loader
 //! ([`task_env`]) — all
 //! talking to the app through [`Msg`]s on one channel. The terminal itself
-//! (raw mode, alternate screen, the external editor) is [`terminal`].
+//! (raw mode, alternate screen, the external editor) is [`terminal`]; what
+//! a restart keeps is in the workspace: the launch forms' values
+//! ([`form_values`]), the open view and the sorts ([`view_state`]).
 
 pub mod episode_io;
 pub mod form_values;
@@ -20,6 +22,7 @@ pub mod sessions;
 pub mod shard_watch;
 pub mod task_env;
 pub mod terminal;
+pub mod view_state;
 pub mod watcher;
 pub mod worker;
 
@@ -59,6 +62,13 @@ pub fn run_with_channel(
     let (checkpoints, runs) = (ws.checkpoints_dir(), ws.runs_dir());
     drop(ws);
     let mut app = App::new(theme, keymap, workspace_root.display().to_string());
+    // The view and sorts of the last session on this workspace.
+    let restored = view_state::load(workspace_root)
+        .and_then(|state| state.map_or(Ok(()), |s| app.restore_view_state(&s)));
+    if let Err(warning) = restored {
+        app.update(Action::Error(format!("warning: {warning}")));
+    }
+    let mut saved_state = app.view_state();
     if let Some(message) = rebuilt {
         app.update(Action::Info(message));
     }
@@ -144,6 +154,14 @@ pub fn run_with_channel(
                     }
                 }
             }
+        }
+        // Kept as it changes (the next session opens like this one).
+        let state = app.view_state();
+        if state != saved_state {
+            if let Err(e) = view_state::save(workspace_root, &state) {
+                app.update(Action::Error(e));
+            }
+            saved_state = state;
         }
         if app.should_quit {
             // Let the store worker finish queued writes (curation, ratings)

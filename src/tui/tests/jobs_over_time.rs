@@ -68,6 +68,72 @@ fn an_interrupted_evaluation_keeps_its_log_and_resumes() {
     );
 }
 
+/// Issue 47, item 6: after `R` the resumed run is one row (it was two,
+/// `interrupted` and `succeeded`, with one id), in its latest state, its
+/// log the interrupted job's then the resumed one's.
+#[test]
+fn a_resumed_evaluation_is_one_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let old = interrupted_eval(&ws);
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewJobs);
+    cmd(&mut app, &ws, Command::JobRetry);
+    // The launcher starts a new job that resumes the same run.
+    let new = JobId("eval-20261204T120000-1".into());
+    ws.insert_job(&new.0, "eval", &serde_json::json!({"policy": "oracle"}))
+        .unwrap();
+    ws.set_job_run(&new.0, "eval-5f3a9c01de").unwrap();
+    app.update(Action::Job(JobEvent::Started {
+        id: new.clone(),
+        kind: "eval".into(),
+    }));
+    app.update(Action::Job(JobEvent::Run {
+        id: new.clone(),
+        run: "eval-5f3a9c01de".into(),
+    }));
+    app.update(Action::Job(JobEvent::Log {
+        id: new.clone(),
+        line: "archive-logs#1: passed after 2 turns".into(),
+    }));
+    ws.update_job(&new.0, "succeeded", 1.0, "2 episodes: 2 passed")
+        .unwrap();
+    app.update(Action::Job(JobEvent::Finished {
+        id: new.clone(),
+        outcome: JobOutcome::Succeeded("2 episodes: 2 passed".into()),
+    }));
+    pump(&mut app, &ws);
+    let rows: Vec<(String, String)> = app
+        .jobs
+        .items
+        .iter()
+        .map(|j| (j.shown_id().to_string(), j.status.clone()))
+        .collect();
+    assert_eq!(
+        rows,
+        [("eval-5f3a9c01de".to_string(), "succeeded".to_string())]
+    );
+    let screen = render(&mut app, 120, 40);
+    let table_rows: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.contains("│") && l.contains("eval-5f3a9c01de"))
+        .collect();
+    assert_eq!(table_rows.len(), 1, "one row for the run: {screen}");
+    assert!(table_rows[0].contains("succeeded"), "{screen}");
+    assert!(!screen.contains("interrupted"), "{screen}");
+    assert!(!screen.contains(&old), "{screen}");
+    let before = screen.find("archive-logs#0: passed after 3 turns").unwrap();
+    let resumed = screen.find("── resumed ──").unwrap();
+    let after = screen.find("archive-logs#1: passed after 2 turns").unwrap();
+    assert!(before < resumed && resumed < after, "{screen}");
+    snap!("jobs_resumed_one_row_120x40", &mut app, 120, 40);
+    // A restart reads the journal's two jobs: still one row.
+    let mut again = app_on(&ws);
+    cmd(&mut again, &ws, Command::ViewJobs);
+    assert_eq!(again.jobs.items.len(), 1);
+    assert_eq!(again.jobs.items[0].status, "succeeded");
+}
+
 #[test]
 fn retry_says_why_not() {
     let dir = tempfile::tempdir().unwrap();

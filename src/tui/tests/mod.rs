@@ -40,6 +40,7 @@ mod imported_runs;
 mod jobs;
 mod jobs_over_time;
 mod jobs_shards;
+mod keys;
 mod links;
 mod live;
 mod long_text;
@@ -49,6 +50,7 @@ mod tasks;
 mod tasks_find;
 mod training;
 mod undo;
+mod view_state;
 
 const PY_INITIAL: &str = r#"import os
 

@@ -80,6 +80,19 @@ pub struct Inspector {
     pub expanded: bool,
     /// The body fills the view, without the header and tabs (`z`).
     pub maximised: bool,
+    /// Rows of text the body showed when last drawn (a page).
+    page: u16,
+    /// The scroll that shows the body's last page, as last drawn.
+    last_page: u16,
+}
+
+/// The page moved before the body was ever drawn.
+const DEFAULT_PAGE: u16 = 10;
+
+/// Rows `lines` take wrapped at `width` columns (at least one each).
+fn wrapped_rows(lines: &[Line<'_>], width: u16) -> usize {
+    let w = width.max(1) as usize;
+    lines.iter().map(|l| l.width().div_ceil(w).max(1)).sum()
 }
 
 impl Inspector {
@@ -94,6 +107,8 @@ impl Inspector {
             replay,
             expanded: false,
             maximised: false,
+            page: 0,
+            last_page: 0,
         }
     }
 
@@ -105,9 +120,11 @@ impl Inspector {
             Command::PrevTab => self.tab = InspectorTab::ALL[(self.tab.index() + n - 1) % n],
             Command::Up => self.scroll = self.scroll.saturating_sub(1),
             Command::Down => self.scroll = self.scroll.saturating_add(1),
-            Command::PageUp => self.scroll = self.scroll.saturating_sub(10),
-            Command::PageDown => self.scroll = self.scroll.saturating_add(10),
+            // A page is the body's height, as drawn.
+            Command::PageUp => self.scroll = self.scroll.saturating_sub(self.page()),
+            Command::PageDown => self.scroll = self.scroll.saturating_add(self.page()),
             Command::Top => self.scroll = 0,
+            Command::Bottom => self.scroll = self.last_page,
             Command::Select if self.tab != InspectorTab::Replay => {
                 self.expanded = !self.expanded;
             }
@@ -132,6 +149,16 @@ impl Inspector {
             _ => return false,
         }
         true
+    }
+
+    /// Rows a page moves: the body's height inside its borders, as last
+    /// drawn.
+    pub fn page(&self) -> u16 {
+        if self.page == 0 {
+            DEFAULT_PAGE
+        } else {
+            self.page
+        }
     }
 
     /// Draw into `area`.
@@ -194,14 +221,38 @@ impl Inspector {
                     .chain(self.other.as_ref())
                     .collect();
                 let areas = Layout::horizontal(vec![Constraint::Fill(1); panes.len()]).split(body);
-                let mut longest = 0;
-                for (ep, a) in panes.iter().zip(areas.iter()) {
-                    let lines = match tab {
-                        InspectorTab::Tests => test_lines(ep, theme),
-                        _ => trajectory_lines(ep, theme, self.expanded),
-                    };
-                    longest = longest.max(lines.len());
-                    let scroll = self.scroll.min(longest.saturating_sub(1) as u16);
+                // Inside the borders.
+                self.page = body.height.saturating_sub(2).max(1);
+                let page = self.page as usize;
+                let panes: Vec<(&LoadedEpisode, Vec<Line<'static>>, Rect)> = panes
+                    .into_iter()
+                    .zip(areas.iter())
+                    .map(|(ep, a)| {
+                        let lines = match tab {
+                            InspectorTab::Tests => test_lines(ep, theme),
+                            _ => trajectory_lines(ep, theme, self.expanded),
+                        };
+                        (ep, lines, *a)
+                    })
+                    .collect();
+                // The scroll goes as far as the longest pane's last line,
+                // or its last page where lines wrap.
+                let longest = panes.iter().map(|p| p.1.len()).max().unwrap_or(0);
+                let last_page = panes
+                    .iter()
+                    .map(|(_, lines, a)| {
+                        wrapped_rows(lines, a.width.saturating_sub(2)).saturating_sub(page)
+                    })
+                    .max()
+                    .unwrap_or(0);
+                let limit = longest
+                    .saturating_sub(1)
+                    .max(last_page)
+                    .min(u16::MAX as usize) as u16;
+                self.last_page = last_page.min(u16::MAX as usize) as u16;
+                self.scroll = self.scroll.min(limit);
+                let scroll = self.scroll;
+                for (ep, lines, a) in panes {
                     let pos = format!(
                         " line {}/{}{} ",
                         (scroll as usize + 1).min(lines.len().max(1)),
@@ -231,9 +282,8 @@ impl Inspector {
                         .style(theme.base())
                         .wrap(Wrap { trim: false })
                         .scroll((scroll, 0));
-                    frame.render_widget(p, *a);
+                    frame.render_widget(p, a);
                 }
-                self.scroll = self.scroll.min(longest.saturating_sub(1) as u16);
             }
         }
     }

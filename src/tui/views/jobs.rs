@@ -65,6 +65,9 @@ pub struct JobItem {
     pub params: serde_json::Value,
     /// A row of a sharded run (Slurm, Ray) rather than of the journal.
     pub shard: Option<ShardPlace>,
+    /// Earlier jobs of the same run, oldest first (the run was resumed):
+    /// their rows are folded into this one, their logs shown above its own.
+    pub earlier: Vec<String>,
 }
 
 /// Where a row of a sharded run sits: the run's row, or one shard's row
@@ -149,6 +152,7 @@ impl JobsView {
                 run,
                 params: r.params,
                 shard: None,
+                earlier: Vec::new(),
             };
             // A job another process runs writes on to its log: read it again.
             if item.status == "running" && !self.local.contains(&item.id) {
@@ -170,8 +174,69 @@ impl JobsView {
                 None => self.items.push(item),
             }
         }
+        self.fold_runs();
         self.sort();
         self.clamp();
+    }
+
+    /// One row per run: the jobs of a resumed run (the one interrupted or
+    /// cancelled, the one that resumed it) fold into the newest, which
+    /// shows the run's latest state; the earlier ones stay by id for their
+    /// logs. The selection stays on the run.
+    fn fold_runs(&mut self) {
+        let newer = |a: &JobItem, b: &JobItem| (&a.created_at, &a.id) > (&b.created_at, &b.id);
+        let run_of = |j: &JobItem| j.run.clone().filter(|_| j.shard.is_none());
+        let mut newest: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, j) in self.items.iter().enumerate() {
+            if let Some(run) = run_of(j) {
+                match newest.get(&run) {
+                    Some(&k) if !newer(j, &self.items[k]) => {}
+                    _ => {
+                        newest.insert(run, i);
+                    }
+                }
+            }
+        }
+        let mut folded: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (i, j) in self.items.iter().enumerate() {
+            let Some(&k) = run_of(j).and_then(|run| newest.get(&run)) else {
+                continue;
+            };
+            if k != i {
+                let ids = folded.entry(k).or_default();
+                ids.extend(j.earlier.iter().cloned());
+                ids.push(j.id.clone());
+            }
+        }
+        if folded.is_empty() {
+            return;
+        }
+        let selected = self.selected_item().map(|j| j.id.clone());
+        for (k, ids) in &folded {
+            let earlier = &mut self.items[*k].earlier;
+            earlier.extend(ids.iter().cloned());
+            // Job ids start with their start time: oldest first.
+            earlier.sort();
+            earlier.dedup();
+        }
+        let keep: Vec<bool> = (0..self.items.len())
+            .map(|i| {
+                run_of(&self.items[i])
+                    .and_then(|run| newest.get(&run))
+                    .is_none_or(|&k| k == i)
+            })
+            .collect();
+        let mut keep = keep.into_iter();
+        self.items.retain(|_| keep.next().unwrap_or(true));
+        if let Some(id) = selected {
+            if let Some(i) = self
+                .items
+                .iter()
+                .position(|j| j.id == id || j.earlier.contains(&id))
+            {
+                self.selected = i;
+            }
+        }
     }
 
     /// Newest first; a sharded run's shards in order under its row.
@@ -279,6 +344,7 @@ impl JobsView {
                     log: None,
                     rerun: run.rerun.replace("{i}", "I"),
                 }),
+                earlier: Vec::new(),
             });
             for s in &run.shards {
                 let shard_id = format!("{id}/shard-{}", s.index);
@@ -306,6 +372,7 @@ impl JobsView {
                         log: Some(s.log.clone()),
                         rerun: run.rerun_shard(s.index),
                     }),
+                    earlier: Vec::new(),
                 });
             }
         }
@@ -328,12 +395,18 @@ impl JobsView {
 
     /// The selected job's kept log, when it should be read: a job of an
     /// earlier process (or another one) whose lines this view never heard.
+    /// A resumed run's earlier jobs' logs are asked for too, one by one.
     pub fn wants_log(&mut self) -> Option<String> {
         let j = self.selected_item()?;
-        if j.shard.is_some() || self.local.contains(&j.id) || self.log_requested.contains(&j.id) {
+        if j.shard.is_some() {
             return None;
         }
-        let id = j.id.clone();
+        let id = j
+            .earlier
+            .iter()
+            .chain(std::iter::once(&j.id))
+            .find(|id| !self.local.contains(*id) && !self.log_requested.contains(*id))?
+            .clone();
         self.log_requested.insert(id.clone());
         Some(id)
     }
@@ -381,6 +454,7 @@ impl JobsView {
                             run: None,
                             params: serde_json::Value::Null,
                             shard: None,
+                            earlier: Vec::new(),
                         },
                     );
                     self.selected = 0;
@@ -405,6 +479,8 @@ impl JobsView {
                 if let Some(i) = self.item(&id.0) {
                     i.run = Some(run);
                 }
+                // A resumed run: one row, the job that resumes it.
+                self.fold_runs();
             }
             JobEvent::Log { id, line } => {
                 let log = self.logs.entry(id.0).or_default();
@@ -642,16 +718,23 @@ impl JobsView {
         // The log, wrapped to the pane, showing its tail (or scrolled back).
         let width = log_area.width.saturating_sub(2).max(1) as usize;
         let room = log_area.height.saturating_sub(2) as usize;
-        let mut rows: Vec<(String, ratatui::style::Style)> = self
-            .selected_item()
-            .and_then(|j| self.logs.get(&j.id))
-            .map(|log| {
-                log.iter()
-                    .flat_map(|l| wrap(l, width))
-                    .map(|r| (r, theme.base()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        // A resumed run's earlier jobs' logs come first, each resumption
+        // marked.
+        let mut rows: Vec<(String, ratatui::style::Style)> = Vec::new();
+        if let Some(j) = self.selected_item() {
+            for (n, id) in j.earlier.iter().chain(std::iter::once(&j.id)).enumerate() {
+                if n > 0 {
+                    rows.extend(
+                        wrap("── resumed ──", width)
+                            .into_iter()
+                            .map(|r| (r, theme.muted())),
+                    );
+                }
+                for l in self.logs.get(id).into_iter().flatten() {
+                    rows.extend(wrap(l, width).into_iter().map(|r| (r, theme.base())));
+                }
+            }
+        }
         // A job that ended says how, in full, below its log.
         if let Some(j) = self.selected_item() {
             let style = match j.status.as_str() {
@@ -730,5 +813,93 @@ impl Component for JobsView {
 
     fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, ctx: &DrawContext<'_>) {
         JobsView::draw(self, frame, area, ctx.theme, ctx.keymap);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::JobId;
+
+    fn row(id: &str, status: &str, created_at: &str) -> JobRow {
+        JobRow {
+            id: id.into(),
+            kind: "eval".into(),
+            params: serde_json::json!({"policy": "oracle", "run": "eval-5f3a"}),
+            status: status.into(),
+            progress: 0.5,
+            message: String::new(),
+            created_at: created_at.into(),
+            updated_at: created_at.into(),
+        }
+    }
+
+    #[test]
+    fn a_resumed_run_is_one_row_in_its_latest_state() {
+        let mut view = JobsView::default();
+        let old = row(
+            "eval-20261204T100000-1",
+            "interrupted",
+            "2026-12-04T10:00:00Z",
+        );
+        let other = JobRow {
+            id: "train-20261204T110000-1".into(),
+            kind: "train".into(),
+            params: serde_json::json!({}),
+            ..row("", "succeeded", "2026-12-04T11:00:00Z")
+        };
+        view.set_rows(vec![old.clone(), other]);
+        view.selected = view.items.iter().position(|j| j.id == old.id).unwrap();
+        // R resumes it in this process: a new job that names the same run.
+        let new = JobId("eval-20261204T120000-1".into());
+        view.event(JobEvent::Started {
+            id: new.clone(),
+            kind: "eval".into(),
+        });
+        view.event(JobEvent::Run {
+            id: new.clone(),
+            run: "eval-5f3a".into(),
+        });
+        let runs: Vec<&str> = view.items.iter().map(JobItem::shown_id).collect();
+        assert_eq!(
+            runs,
+            ["eval-5f3a", "train-20261204T110000-1"],
+            "one row per run"
+        );
+        assert_eq!(view.items[0].id, new.0, "the row is the newest job's");
+        assert_eq!(view.items[0].status, "running");
+        assert_eq!(view.items[0].earlier, std::slice::from_ref(&old.id));
+        assert_eq!(view.selected, 0, "the selection stays on the run");
+        // The earlier job's kept log is asked for; the live one's is heard.
+        assert_eq!(view.wants_log(), Some(old.id.clone()));
+        assert_eq!(view.wants_log(), None);
+        // It finishes; the journal (read again, as after a restart) lists
+        // both jobs: still one row, succeeded.
+        view.event(JobEvent::Finished {
+            id: new.clone(),
+            outcome: JobOutcome::Succeeded("10 episodes".into()),
+        });
+        let mut finished = row(&new.0, "succeeded", "2026-12-04T12:00:00Z");
+        finished.progress = 1.0;
+        view.set_rows(vec![finished.clone(), old.clone()]);
+        let statuses: Vec<(&str, &str)> = view
+            .items
+            .iter()
+            .map(|j| (j.shown_id(), j.status.as_str()))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                ("eval-5f3a", "succeeded"),
+                ("train-20261204T110000-1", "succeeded")
+            ]
+        );
+        // A fresh view (another TUI, a restart) folds the journal alike,
+        // whatever the order of its rows.
+        let mut fresh = JobsView::default();
+        fresh.set_rows(vec![old.clone(), finished]);
+        assert_eq!(fresh.items.len(), 1);
+        assert_eq!(fresh.items[0].status, "succeeded");
+        assert_eq!(fresh.items[0].earlier, [old.id]);
     }
 }

@@ -69,6 +69,11 @@ impl SortKey {
         }
     }
 
+    /// The key whose [`SortKey::label`] is `label`.
+    pub fn named(label: &str) -> Option<SortKey> {
+        SortKey::ALL.into_iter().find(|k| k.label() == label)
+    }
+
     fn next(self) -> SortKey {
         let i = SortKey::ALL.iter().position(|k| *k == self).unwrap_or(0);
         SortKey::ALL[(i + 1) % SortKey::ALL.len()]

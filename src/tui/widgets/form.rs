@@ -89,6 +89,13 @@ impl Form {
             .unwrap_or("")
     }
 
+    /// Put `value` in the field labelled `label` (if there is one).
+    pub fn set_value(&mut self, label: &str, value: &str) {
+        if let Some(f) = self.fields.iter_mut().find(|f| f.label == label) {
+            f.input = TextInput::new(value.to_string());
+        }
+    }
+
     /// Apply a key.
     pub fn handle_key(&mut self, key: &KeyEvent) -> FormOutcome {
         let n = self.fields.len();
