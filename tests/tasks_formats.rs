@@ -287,6 +287,37 @@ fn cli_shows_the_imported_pass_at_16() {
     );
 }
 
+/// `endless tasks list | head`: a reader that has gone ends the listing as
+/// it ends Unix tools (status 141, nothing on stderr), never with a panic.
+#[test]
+fn a_listing_whose_reader_has_gone_ends_quietly() {
+    let ws = tempfile::tempdir().unwrap();
+    let src = fixtures().join(REFERENCE_TASK);
+    let out = endless(ws.path(), &["tasks", "import", src.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws.path())
+        .args(["tasks", "list"])
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
+        .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes before the first line is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     for entry in walkdir::WalkDir::new(from) {
         let entry = entry.unwrap();

@@ -28,9 +28,8 @@ pub fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
         say!("# cache:       {}", ctx.paths.cache_dir.display());
         say!("# logs:        {}", ctx.paths.log_dir.display());
         say!();
-        print!(
-            "{}",
-            crate::task::terminal_safe(&toml::to_string(&ctx.config)?)
+        super::stdout_line(
+            crate::task::terminal_safe(&toml::to_string(&ctx.config)?).trim_end_matches('\n'),
         );
     }
     Ok(ExitCode::SUCCESS)

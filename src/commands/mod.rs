@@ -8,11 +8,29 @@
 /// ([`crate::task::terminal_safe`]), never as instructions to the terminal.
 macro_rules! say {
     () => {
-        println!()
+        $crate::commands::stdout_line("")
     };
     ($($arg:tt)*) => {
-        println!("{}", $crate::task::terminal_safe(&format!($($arg)*)))
+        $crate::commands::stdout_line(&$crate::task::terminal_safe(&format!($($arg)*)))
     };
+}
+
+/// Print one line on stdout for [`say!`]. When the reader has gone
+/// (`endless tasks list | head`) the command ends as Unix tools do on
+/// SIGPIPE (exit status 141), instead of `println!`'s panic; what it had
+/// saved stays saved, since every write is atomic.
+pub(crate) fn stdout_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        // Any other failure to print (a full disk behind a redirect):
+        // said on stderr, with the I/O error status of sysexits.h.
+        eprintln!("endless: cannot print to stdout: {e}");
+        std::process::exit(74);
+    }
 }
 
 /// [`say!`] on stderr.
