@@ -341,6 +341,20 @@ fn a_fork_of_a_failed_episode_continued_by_the_oracle_passes_and_links_to_its_pa
         "{fork}"
     );
     assert_eq!(link["policy"], spec);
+    // The index has the link at once (no `workspace rebuild`): the TUI's
+    // `⑂`, `/fork` and `m` read it there.
+    let ws_index = endless::store::Workspace::open(ws.path()).unwrap();
+    let row = ws_index
+        .list_episodes(None)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.run_id != run)
+        .expect("the fork is indexed");
+    assert_eq!(
+        row.forked_from.as_deref(),
+        Some(format!("{key}@1").as_str()),
+        "{row:?}"
+    );
     // The parent's first command ran first, then the oracle's.
     let steps = fork["steps"].as_array().unwrap();
     assert!(

@@ -1166,6 +1166,15 @@ fn forking_a_failed_episode_from_the_inspector_in_tmux() {
     tmux(&["send-keys", "-t", s, "F4"]);
     let screen = wait_for_up_to(s, "passed with oracle", Duration::from_secs(120));
     assert!(screen.contains("at step 1"), "{screen}");
+    // The Episodes view knows it is a fork at once: `/fork` finds it.
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "2/2 shown");
+    tmux(&["send-keys", "-t", s, "/"]);
+    tmux(&["send-keys", "-t", s, "-l", "fork"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "1/2 shown");
+    assert!(screen.contains("⑂"), "{screen}");
+    tmux(&["send-keys", "-t", s, "Escape"]);
     tmux(&["send-keys", "-t", s, "q"]);
     let ws = Workspace::open(dir.path()).unwrap();
     let fork = ws
@@ -1175,6 +1184,12 @@ fn forking_a_failed_episode_from_the_inspector_in_tmux() {
         .find(|e| e.run_id.starts_with("run-"))
         .expect("the fork is indexed");
     assert!(fork.passed, "{fork:?}");
+    assert!(
+        fork.forked_from
+            .as_deref()
+            .is_some_and(|f| f.starts_with("eval-") && f.ends_with("/upper/0@1")),
+        "the index links the fork to its parent: {fork:?}"
+    );
     let result: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dir.path().join(&fork.path).with_extension("json")).unwrap(),
     )
