@@ -176,8 +176,14 @@ async fn rollouts_write_files_resume_and_evaluate() {
         .map(key)
         .eq(summary.episodes.iter().map(key)));
 
-    // A crash mid-episode leaves a trajectory but no result: only that one re-runs.
+    // A crash mid-episode leaves a trajectory but no result, or the result
+    // recorded for it as interrupted: only those re-run.
     std::fs::remove_file(dir.path().join("episodes/loop-1/2.json")).unwrap();
+    let third = dir.path().join("episodes/loop-1/3.json");
+    let mut interrupted: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&third).unwrap()).unwrap();
+    interrupted["end_reason"] = "interrupted".into();
+    std::fs::write(&third, interrupted.to_string()).unwrap();
     let before = server.requests().len();
     let resumed = run_rollouts(
         config(dir.path()),
@@ -188,11 +194,11 @@ async fn rollouts_write_files_resume_and_evaluate() {
     )
     .await
     .unwrap();
-    assert_eq!((resumed.ran, resumed.resumed), (1, 11));
+    assert_eq!((resumed.ran, resumed.resumed), (2, 10));
     assert_eq!(
         server.requests().len() - before,
-        6,
-        "one looping episode of 6 turns"
+        12,
+        "two looping episodes of 6 turns"
     );
     assert_eq!(load_run(dir.path()).len(), 12);
 }

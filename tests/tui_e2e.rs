@@ -930,8 +930,10 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
 
 /// An evaluation in another process killed with SIGKILL mid-episode (no
 /// result is ever written): within seconds its pane stops running and
-/// collapses to a strip labelled interrupted, which `x` clears. Uses the
-/// real sandbox.
+/// collapses to a strip labelled interrupted, which `x` clears; the
+/// episode is recorded as interrupted all the same (issue 47 item 3):
+/// Episodes lists it, `/interrupted` finds it, and so does a restarted TUI.
+/// Uses the real sandbox.
 #[test]
 fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
     use std::os::unix::process::CommandExt;
@@ -986,7 +988,31 @@ fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
     sleep(Duration::from_secs(2));
     let screen = tmux(&["capture-pane", "-p", "-t", s]);
     assert!(screen.contains("No live sessions"), "{screen}");
+    // `x` cleared the pane, not the record: Episodes lists it.
+    let find_it = |s: &str| {
+        tmux(&["send-keys", "-t", s, "F3"]);
+        wait_for(s, "1/1 shown");
+        tmux(&["send-keys", "-t", s, "/"]);
+        tmux(&["send-keys", "-t", s, "-l", "interrupted"]);
+        tmux(&["send-keys", "-t", s, "Enter"]);
+        let screen = wait_for(s, "1/1 shown");
+        assert!(screen.contains("interrupted"), "{screen}");
+        assert!(screen.contains("upper"), "{screen}");
+        tmux(&["send-keys", "-t", s, "Escape"]);
+    };
+    find_it(s);
     tmux(&["send-keys", "-t", s, "q"]);
+    // A restarted TUI still has it.
+    let again = start_tui(
+        format!("endless-e2e-killed2-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    wait_for(&again.0, "upper");
+    find_it(&again.0);
+    tmux(&["send-keys", "-t", &again.0, "q"]);
     // What the killed evaluation left running (its sandbox), if anything.
     let _ = Command::new("kill")
         .args(["-KILL", "--", &format!("-{group}")])

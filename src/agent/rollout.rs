@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::episode::{EndReason, EpisodeConfig};
+use super::episode::EpisodeConfig;
 use super::episode_io::{EpisodePaths, RolloutError, RolloutEvent, SandboxProvider};
 use super::policy::PolicyFactory;
 use super::protocol::Protocol;
@@ -37,8 +37,9 @@ pub struct RolloutConfig {
     pub command_timeout: Duration,
     /// Ask the sandbox to record an asciicast per episode.
     pub record_cast: bool,
-    /// Re-run episodes whose saved result is an infrastructure error when
-    /// resuming (never those the agent failed, its shell dying included).
+    /// Re-run episodes whose saved result is an infrastructure error or an
+    /// interruption when resuming (never those the agent failed, its shell
+    /// dying included).
     pub retry_errors: bool,
     /// Set to stop starting new episodes (running ones finish).
     pub cancel: Option<Arc<AtomicBool>>,
@@ -183,7 +184,8 @@ pub async fn run_rollouts<P: SandboxProvider>(
             let paths =
                 EpisodePaths::new(&config.run_dir, task.id(), sample).with_atif(config.atif);
             match load_result(&paths.result) {
-                Some(r) if !(config.retry_errors && r.end_reason == EndReason::Error) => {
+                // Infrastructure outcomes (errors, interruptions) are retried.
+                Some(r) if !(config.retry_errors && !r.end_reason.is_scored()) => {
                     summary.episodes.push(r);
                     summary.resumed += 1;
                 }
