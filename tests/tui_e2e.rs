@@ -1194,6 +1194,8 @@ fn forking_a_failed_episode_from_the_inspector_in_tmux() {
     assert!(screen.contains("at step 1"), "{screen}");
     // The Episodes view knows it is a fork at once: `/fork` finds it.
     tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "Trajectory");
+    tmux(&["send-keys", "-t", s, "Escape"]);
     wait_for(s, "2/2 shown");
     tmux(&["send-keys", "-t", s, "/"]);
     tmux(&["send-keys", "-t", s, "-l", "fork"]);
