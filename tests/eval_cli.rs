@@ -497,7 +497,11 @@ fn a_killed_evaluations_episode_is_recorded_as_interrupted_and_kept() {
         assert_eq!(rows.len(), 1, "{why}: {rows:?}");
         let row = &rows[0];
         assert_eq!(
-            (row.end_reason.as_str(), row.passed, row.failure_mode.as_deref()),
+            (
+                row.end_reason.as_str(),
+                row.passed,
+                row.failure_mode.as_deref()
+            ),
             ("interrupted", false, Some("error")),
             "{why}: {row:?}"
         );

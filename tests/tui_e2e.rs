@@ -928,6 +928,64 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
     tmux(&["send-keys", "-t", s, "q"]);
 }
 
+/// Issue 47 item 5: a ten-episode oracle evaluation started with the CLI
+/// beside an open TUI: its episodes are short (most start and finish
+/// between two looks of the Live view's watcher), yet all ten stay in Live
+/// as finished strips. Uses the real sandbox.
+#[test]
+fn every_short_episode_of_a_cli_evaluation_stays_in_the_live_view_in_tmux() {
+    let Some((dir, home, _)) = sandboxed_workspace("unused.txt", "true\n") else {
+        return;
+    };
+    let session = start_tui(
+        format!("endless-e2e-short-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for(s, "No live sessions");
+    let out = Command::new(endless_bin())
+        .env("XDG_CACHE_HOME", home.path().join("cache"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .arg("--workspace")
+        .arg(dir.path())
+        .args([
+            "eval",
+            "--policy",
+            "oracle",
+            "--tasks",
+            "upper",
+            "--samples",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let t0 = Instant::now();
+    let strips = |screen: &str| screen.matches("✓ PASSED upper#").count();
+    let screen = loop {
+        let screen = tmux(&["capture-pane", "-p", "-t", s]);
+        if strips(&screen) == 10 || t0.elapsed() > Duration::from_secs(10) {
+            break screen;
+        }
+        sleep(Duration::from_millis(200));
+    };
+    assert_eq!(strips(&screen), 10, "all ten stay visible: {screen}");
+    for n in 0..10 {
+        assert!(
+            screen.contains(&format!("upper#{n} ")),
+            "upper#{n}: {screen}"
+        );
+    }
+    tmux(&["send-keys", "-t", s, "q"]);
+}
+
 /// An evaluation in another process killed with SIGKILL mid-episode (no
 /// result is ever written): within seconds its pane stops running and
 /// collapses to a strip labelled interrupted, which `x` clears; the
