@@ -177,7 +177,8 @@ async fn rollouts_write_files_resume_and_evaluate() {
         .eq(summary.episodes.iter().map(key)));
 
     // A crash mid-episode leaves a trajectory but no result, or the result
-    // recorded for it as interrupted: only those re-run.
+    // recorded for it as interrupted: only those re-run, even where
+    // infrastructure errors are not retried (they had no result before).
     std::fs::remove_file(dir.path().join("episodes/loop-1/2.json")).unwrap();
     let third = dir.path().join("episodes/loop-1/3.json");
     let mut interrupted: serde_json::Value =
@@ -185,8 +186,10 @@ async fn rollouts_write_files_resume_and_evaluate() {
     interrupted["end_reason"] = "interrupted".into();
     std::fs::write(&third, interrupted.to_string()).unwrap();
     let before = server.requests().len();
+    let mut no_retry = config(dir.path());
+    no_retry.retry_errors = false;
     let resumed = run_rollouts(
-        config(dir.path()),
+        no_retry,
         tasks(),
         policy,
         Arc::new(BashProvider::default()),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::episode::EpisodeConfig;
+use super::episode::{EndReason, EpisodeConfig};
 use super::episode_io::{EpisodePaths, RolloutError, RolloutEvent, SandboxProvider};
 use super::policy::PolicyFactory;
 use super::protocol::Protocol;
@@ -37,9 +37,11 @@ pub struct RolloutConfig {
     pub command_timeout: Duration,
     /// Ask the sandbox to record an asciicast per episode.
     pub record_cast: bool,
-    /// Re-run episodes whose saved result is an infrastructure error or an
-    /// interruption when resuming (never those the agent failed, its shell
-    /// dying included).
+    /// Re-run episodes whose saved result is an infrastructure error when
+    /// resuming (never those the agent failed, its shell dying included).
+    /// Interrupted episodes (their process died; the result was recorded
+    /// for them afterwards) are re-run whatever this says, as they were
+    /// before they had a result.
     pub retry_errors: bool,
     /// Set to stop starting new episodes (running ones finish).
     pub cancel: Option<Arc<AtomicBool>>,
@@ -185,7 +187,10 @@ pub async fn run_rollouts<P: SandboxProvider>(
                 EpisodePaths::new(&config.run_dir, task.id(), sample).with_atif(config.atif);
             match load_result(&paths.result) {
                 // Infrastructure outcomes (errors, interruptions) are retried.
-                Some(r) if !(config.retry_errors && !r.end_reason.is_scored()) => {
+                Some(r)
+                    if r.end_reason != EndReason::Interrupted
+                        && !(config.retry_errors && r.end_reason == EndReason::Error) =>
+                {
                     summary.episodes.push(r);
                     summary.resumed += 1;
                 }
