@@ -223,12 +223,11 @@ impl SessionScan {
                     // One that finished between two looks (a short episode
                     // of another process) is shown finished; one that
                     // finished before this TUI watched is not.
-                    let finished = result.exists();
-                    if finished
-                        && !modified(&result).is_some_and(|t| self.since.is_some_and(|s| t >= s))
-                    {
+                    let finished_at = modified(&result);
+                    if finished_at.is_some_and(|t| self.since.is_none_or(|s| t < s)) {
                         continue;
                     }
+                    let finished = finished_at.is_some();
                     let trajectory = entry.path();
                     if modified(&trajectory)
                         .and_then(|t| t.elapsed().ok())
