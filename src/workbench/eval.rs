@@ -22,8 +22,8 @@ use super::cancel::{cut_by_cancel, CANCELLED};
 use super::{index_episodes, record_pass_at_k, run_id, select_tasks, Context};
 use crate::agent::protocol::Protocol;
 use crate::agent::{
-    run_rollouts, BackendProvider, EpisodeResult, ForkOf, PolicyFactory, RolloutConfig, RolloutEvent,
-    SandboxProvider, StepKind,
+    run_rollouts, BackendProvider, EpisodeResult, ForkOf, PolicyFactory, RolloutConfig,
+    RolloutEvent, SandboxProvider, StepKind,
 };
 use crate::eval::EvalReport;
 use crate::jobs::JobContext;

@@ -123,10 +123,7 @@ pub fn open_rebuilding(root: &Path) -> Result<(Workspace, Option<String>)> {
         // Episodes of a killed process become interrupted results; a
         // failure here must not keep the workspace from opening.
         if let Err(e) = super::interrupted::record_interrupted_episodes(&ws) {
-            tracing::warn!(
-                "{}: recording interrupted episodes: {e:#}",
-                root.display()
-            );
+            tracing::warn!("{}: recording interrupted episodes: {e:#}", root.display());
         }
         return Ok((ws, None));
     };

@@ -410,7 +410,10 @@ pub fn record_gone(runs: &Path, ws: &mut Option<crate::store::Workspace>, key: &
         match crate::store::Workspace::open(root) {
             Ok(opened) => *ws = Some(opened),
             Err(e) => {
-                tracing::warn!("{}: cannot record {key} as interrupted: {e}", root.display());
+                tracing::warn!(
+                    "{}: cannot record {key} as interrupted: {e}",
+                    root.display()
+                );
                 return;
             }
         }

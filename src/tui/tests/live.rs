@@ -420,7 +420,8 @@ fn short_episodes_of_another_process_all_appear_finished() {
     std::fs::create_dir_all(&ep).unwrap();
     let write = |n: u32, result: serde_json::Value| {
         let start = serde_json::json!({"type": "start", "task": "upper", "sample": n});
-        let step = serde_json::json!({"type": "step", "step": {"turn": 1, "command": "tr a-z A-Z"}});
+        let step =
+            serde_json::json!({"type": "step", "step": {"turn": 1, "command": "tr a-z A-Z"}});
         std::fs::write(ep.join(format!("{n}.jsonl")), format!("{start}\n{step}\n")).unwrap();
         std::fs::write(ep.join(format!("{n}.json")), result.to_string()).unwrap();
     };
@@ -468,7 +469,11 @@ fn short_episodes_of_another_process_all_appear_finished() {
     assert_eq!(pane("upper#7").stopped, Some(Stopped::Interrupted));
     assert_eq!(pane("upper#0").last_command, "tr a-z A-Z");
     let screen = render(&mut app, 120, 40);
-    for line in ["✓ PASSED upper#9", "✗ FAILED upper#3", "⊘ INTERRUPTED upper#7"] {
+    for line in [
+        "✓ PASSED upper#9",
+        "✗ FAILED upper#3",
+        "⊘ INTERRUPTED upper#7",
+    ] {
         assert!(screen.contains(line), "{line}: {screen}");
     }
     // They stay: later looks neither drop nor repeat them.
