@@ -104,12 +104,13 @@ pub fn record_interrupted_runs<'a>(
 }
 
 /// Record every interrupted episode of the runs the index has not seen
-/// finish (a finished run has a result for each of its episodes).
+/// finish (a finished run has a result for each of its episodes), but
+/// those of `endless serve` (see [`record_interrupted_episode`]).
 pub fn record_interrupted_episodes(ws: &Workspace) -> Result<Vec<EpisodeResult>> {
     let open: Vec<String> = ws
         .list_runs()?
         .into_iter()
-        .filter(|r| r.finished_at.is_none())
+        .filter(|r| r.finished_at.is_none() && run_kind(&r.id) != "serve")
         .map(|r| r.id)
         .collect();
     record_interrupted_runs(ws, open.iter().map(String::as_str))
