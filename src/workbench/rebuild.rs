@@ -189,6 +189,54 @@ mod tests {
         crate::task::Task::minimal(id)
     }
 
+    /// Issue 47 item 3: `workspace rebuild` records an episode whose
+    /// process died without a result (a run the index never saw) as
+    /// interrupted, indexes it, says so, and does it once.
+    #[test]
+    fn rebuild_records_an_episode_whose_process_died_as_interrupted() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let owner = crate::agent::EpisodeOwner::of(child.id());
+        child.wait().unwrap();
+        let Some(owner) = owner.or_else(|| {
+            // Gone before it was looked at: any pid of this host that is
+            // not running will do.
+            let host = crate::agent::EpisodeOwner::current()?.host;
+            Some(crate::agent::EpisodeOwner {
+                pid: child.id(),
+                start: 0,
+                host,
+            })
+        }) else {
+            return; // no /proc
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let ep = ws.runs_dir().join("eval-k").join("episodes").join("t");
+        std::fs::create_dir_all(&ep).unwrap();
+        let start = serde_json::json!({"type": "start", "task": "t", "sample": 3,
+            "policy": "oracle", "owner": owner});
+        std::fs::write(ep.join("3.jsonl"), format!("{start}\n")).unwrap();
+        let report = rebuild_index(&ws).unwrap();
+        assert_eq!((report.episodes, report.interrupted), (1, 1), "{report:?}");
+        assert!(
+            report.summary().contains("1 interrupted episodes recorded"),
+            "{}",
+            report.summary()
+        );
+        let eps = ws.list_episodes(None).unwrap();
+        assert_eq!(
+            (
+                eps[0].run_id.as_str(),
+                eps[0].sample,
+                eps[0].end_reason.as_str()
+            ),
+            ("eval-k", 3, "interrupted")
+        );
+        assert!(ep.join("3.json").exists());
+        let again = rebuild_index(&ws).unwrap();
+        assert_eq!((again.episodes, again.interrupted), (1, 0));
+    }
+
     #[test]
     fn a_deleted_or_corrupt_database_is_rebuilt_with_nothing_lost() {
         let dir = tempfile::tempdir().unwrap();
