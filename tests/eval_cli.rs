@@ -341,6 +341,20 @@ fn a_fork_of_a_failed_episode_continued_by_the_oracle_passes_and_links_to_its_pa
         "{fork}"
     );
     assert_eq!(link["policy"], spec);
+    // The index has the link at once (no `workspace rebuild`): the TUI's
+    // `⑂`, `/fork` and `m` read it there.
+    let ws_index = endless::store::Workspace::open(ws.path()).unwrap();
+    let row = ws_index
+        .list_episodes(None)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.run_id != run)
+        .expect("the fork is indexed");
+    assert_eq!(
+        row.forked_from.as_deref(),
+        Some(format!("{key}@1").as_str()),
+        "{row:?}"
+    );
     // The parent's first command ran first, then the oracle's.
     let steps = fork["steps"].as_array().unwrap();
     assert!(
@@ -402,4 +416,118 @@ fn json_output_to_a_closed_pipe_does_not_panic() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains("Broken pipe"), "{stderr}");
+}
+
+/// Issue 47 item 3: an evaluation killed with SIGKILL mid-episode leaves a
+/// trajectory and no result. The next command on the workspace records the
+/// episode as interrupted (its own end reason, unscored, with the steps it
+/// took) and indexes it; it stays through a lost index and `workspace
+/// rebuild`.
+#[test]
+fn a_killed_evaluations_episode_is_recorded_as_interrupted_and_kept() {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let ws = tempfile::tempdir().unwrap();
+    json(&endless(
+        ws.path(),
+        &[
+            "generate",
+            "--offline",
+            "--count",
+            "1",
+            "--seed",
+            "5",
+            "--json",
+        ],
+    ));
+    let id = json(&endless(ws.path(), &["tasks", "list", "--json"]))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let script = ws.path().join("slow.txt");
+    std::fs::write(&script, "sleep 1\n".repeat(120)).unwrap();
+    let mut eval = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+        .arg("--workspace")
+        .arg(ws.path())
+        .args(["eval", "--tasks", &id, "--policy"])
+        .arg(format!("script:{}", script.display()))
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
+        .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        // Its own group, for the cleanup below.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = eval.id();
+    // Wait for its second step: the episode is running.
+    let runs = ws.path().join("runs");
+    let t0 = Instant::now();
+    let trajectory = loop {
+        let found = std::fs::read_dir(&runs).ok().and_then(|rd| {
+            rd.flatten()
+                .map(|r| r.path().join("episodes").join(&id).join("0.jsonl"))
+                .find(|p| {
+                    std::fs::read_to_string(p)
+                        .is_ok_and(|t| t.matches("\"type\":\"step\"").count() >= 2)
+                })
+        });
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "the episode never ran two steps"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eval.kill().unwrap();
+    eval.wait().unwrap();
+    let result_path = trajectory.with_extension("json");
+    assert!(!result_path.exists(), "a SIGKILL leaves no result");
+    // The next command on the workspace records it.
+    json(&endless(ws.path(), &["tasks", "list", "--json"]));
+    let interrupted = |why: &str| {
+        let rows = endless::store::Workspace::open(ws.path())
+            .unwrap()
+            .list_episodes(None)
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{why}: {rows:?}");
+        let row = &rows[0];
+        assert_eq!(
+            (
+                row.end_reason.as_str(),
+                row.passed,
+                row.failure_mode.as_deref()
+            ),
+            ("interrupted", false, Some("error")),
+            "{why}: {row:?}"
+        );
+        assert!(row.turns >= 2, "{why}: {row:?}");
+    };
+    interrupted("after the kill");
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&result_path).unwrap()).unwrap();
+    assert_eq!(result["end_reason"], "interrupted", "{result:#}");
+    assert!(
+        result["error"].as_str().unwrap().contains("interrupted"),
+        "{result:#}"
+    );
+    assert_eq!(result["steps"][0]["command"], "sleep 1", "{result:#}");
+    // Again: nothing changes (idempotent).
+    json(&endless(ws.path(), &["tasks", "list", "--json"]));
+    interrupted("a second look");
+    // The index lost and rebuilt from the files: still there.
+    std::fs::remove_file(ws.path().join("endless.db")).unwrap();
+    let _ = std::fs::remove_file(ws.path().join("endless.db-wal"));
+    let _ = std::fs::remove_file(ws.path().join("endless.db-shm"));
+    json(&endless(ws.path(), &["workspace", "rebuild", "--json"]));
+    interrupted("after a rebuild");
+    // What the killed evaluation left running (its sandbox), if anything.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stderr(std::process::Stdio::null())
+        .status();
 }

@@ -176,11 +176,20 @@ async fn rollouts_write_files_resume_and_evaluate() {
         .map(key)
         .eq(summary.episodes.iter().map(key)));
 
-    // A crash mid-episode leaves a trajectory but no result: only that one re-runs.
+    // A crash mid-episode leaves a trajectory but no result, or the result
+    // recorded for it as interrupted: only those re-run, even where
+    // infrastructure errors are not retried (they had no result before).
     std::fs::remove_file(dir.path().join("episodes/loop-1/2.json")).unwrap();
+    let third = dir.path().join("episodes/loop-1/3.json");
+    let mut interrupted: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&third).unwrap()).unwrap();
+    interrupted["end_reason"] = "interrupted".into();
+    std::fs::write(&third, interrupted.to_string()).unwrap();
     let before = server.requests().len();
+    let mut no_retry = config(dir.path());
+    no_retry.retry_errors = false;
     let resumed = run_rollouts(
-        config(dir.path()),
+        no_retry,
         tasks(),
         policy,
         Arc::new(BashProvider::default()),
@@ -188,11 +197,11 @@ async fn rollouts_write_files_resume_and_evaluate() {
     )
     .await
     .unwrap();
-    assert_eq!((resumed.ran, resumed.resumed), (1, 11));
+    assert_eq!((resumed.ran, resumed.resumed), (2, 10));
     assert_eq!(
         server.requests().len() - before,
-        6,
-        "one looping episode of 6 turns"
+        12,
+        "two looping episodes of 6 turns"
     );
     assert_eq!(load_run(dir.path()).len(), 12);
 }

@@ -928,10 +928,70 @@ fn cli_evaluation_in_another_window_appears_in_the_live_view_in_tmux() {
     tmux(&["send-keys", "-t", s, "q"]);
 }
 
+/// Issue 47 item 5: a ten-episode oracle evaluation started with the CLI
+/// beside an open TUI: its episodes are short (most start and finish
+/// between two looks of the Live view's watcher), yet all ten stay in Live
+/// as finished strips. Uses the real sandbox.
+#[test]
+fn every_short_episode_of_a_cli_evaluation_stays_in_the_live_view_in_tmux() {
+    let Some((dir, home, _)) = sandboxed_workspace("unused.txt", "true\n") else {
+        return;
+    };
+    let session = start_tui(
+        format!("endless-e2e-short-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    let s = &session.0;
+    wait_for(s, "upper");
+    tmux(&["send-keys", "-t", s, "F2"]);
+    wait_for(s, "No live sessions");
+    let out = Command::new(endless_bin())
+        .env("XDG_CACHE_HOME", home.path().join("cache"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .arg("--workspace")
+        .arg(dir.path())
+        .args([
+            "eval",
+            "--policy",
+            "oracle",
+            "--tasks",
+            "upper",
+            "--samples",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let t0 = Instant::now();
+    let strips = |screen: &str| screen.matches("✓ PASSED upper#").count();
+    let screen = loop {
+        let screen = tmux(&["capture-pane", "-p", "-t", s]);
+        if strips(&screen) == 10 || t0.elapsed() > Duration::from_secs(10) {
+            break screen;
+        }
+        sleep(Duration::from_millis(200));
+    };
+    assert_eq!(strips(&screen), 10, "all ten stay visible: {screen}");
+    for n in 0..10 {
+        assert!(
+            screen.contains(&format!("upper#{n} ")),
+            "upper#{n}: {screen}"
+        );
+    }
+    tmux(&["send-keys", "-t", s, "q"]);
+}
+
 /// An evaluation in another process killed with SIGKILL mid-episode (no
 /// result is ever written): within seconds its pane stops running and
-/// collapses to a strip labelled interrupted, which `x` clears. Uses the
-/// real sandbox.
+/// collapses to a strip labelled interrupted, which `x` clears; the
+/// episode is recorded as interrupted all the same (issue 47 item 3):
+/// Episodes lists it, `/interrupted` finds it, and so does a restarted TUI.
+/// Uses the real sandbox.
 #[test]
 fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
     use std::os::unix::process::CommandExt;
@@ -986,7 +1046,31 @@ fn a_killed_cli_evaluation_is_interrupted_in_the_live_view_in_tmux() {
     sleep(Duration::from_secs(2));
     let screen = tmux(&["capture-pane", "-p", "-t", s]);
     assert!(screen.contains("No live sessions"), "{screen}");
+    // `x` cleared the pane, not the record: Episodes lists it.
+    let find_it = |s: &str| {
+        tmux(&["send-keys", "-t", s, "F3"]);
+        wait_for(s, "1/1 shown");
+        tmux(&["send-keys", "-t", s, "/"]);
+        tmux(&["send-keys", "-t", s, "-l", "interrupted"]);
+        tmux(&["send-keys", "-t", s, "Enter"]);
+        let screen = wait_for(s, "1/1 shown");
+        assert!(screen.contains("interrupted"), "{screen}");
+        assert!(screen.contains("upper"), "{screen}");
+        tmux(&["send-keys", "-t", s, "Escape"]);
+    };
+    find_it(s);
     tmux(&["send-keys", "-t", s, "q"]);
+    // A restarted TUI still has it.
+    let again = start_tui(
+        format!("endless-e2e-killed2-{}", std::process::id()),
+        dir.path(),
+        Some(home.path()),
+        120,
+        40,
+    );
+    wait_for(&again.0, "upper");
+    find_it(&again.0);
+    tmux(&["send-keys", "-t", &again.0, "q"]);
     // What the killed evaluation left running (its sandbox), if anything.
     let _ = Command::new("kill")
         .args(["-KILL", "--", &format!("-{group}")])
@@ -1166,6 +1250,17 @@ fn forking_a_failed_episode_from_the_inspector_in_tmux() {
     tmux(&["send-keys", "-t", s, "F4"]);
     let screen = wait_for_up_to(s, "passed with oracle", Duration::from_secs(120));
     assert!(screen.contains("at step 1"), "{screen}");
+    // The Episodes view knows it is a fork at once: `/fork` finds it.
+    tmux(&["send-keys", "-t", s, "F3"]);
+    wait_for(s, "Trajectory");
+    tmux(&["send-keys", "-t", s, "Escape"]);
+    wait_for(s, "2/2 shown");
+    tmux(&["send-keys", "-t", s, "/"]);
+    tmux(&["send-keys", "-t", s, "-l", "fork"]);
+    tmux(&["send-keys", "-t", s, "Enter"]);
+    let screen = wait_for(s, "1/2 shown");
+    assert!(screen.contains("⑂"), "{screen}");
+    tmux(&["send-keys", "-t", s, "Escape"]);
     tmux(&["send-keys", "-t", s, "q"]);
     let ws = Workspace::open(dir.path()).unwrap();
     let fork = ws
@@ -1175,6 +1270,12 @@ fn forking_a_failed_episode_from_the_inspector_in_tmux() {
         .find(|e| e.run_id.starts_with("run-"))
         .expect("the fork is indexed");
     assert!(fork.passed, "{fork:?}");
+    assert!(
+        fork.forked_from
+            .as_deref()
+            .is_some_and(|f| f.starts_with("eval-") && f.ends_with("/upper/0@1")),
+        "the index links the fork to its parent: {fork:?}"
+    );
     let result: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dir.path().join(&fork.path).with_extension("json")).unwrap(),
     )

@@ -76,6 +76,10 @@ pub enum EndReason {
     /// server, the image build, the sandbox start, the verifier): left out
     /// of the pass rate.
     Error,
+    /// The process recording the episode died before it ended (`kill -9`
+    /// of an evaluation, a crash): an infrastructure outcome, left out of
+    /// the pass rate like `error`; running the evaluation again retries it.
+    Interrupted,
 }
 
 impl EndReason {
@@ -88,6 +92,7 @@ impl EndReason {
             EndReason::ShellDied => "shell_died",
             EndReason::ResourceLimit => "resource_limit",
             EndReason::Error => "error",
+            EndReason::Interrupted => "interrupted",
         }
     }
 
@@ -101,9 +106,9 @@ impl EndReason {
     }
 
     /// Whether the episode counts in pass rates and pass@k: everything but
-    /// infrastructure errors does.
+    /// infrastructure outcomes (errors, interruptions) does.
     pub fn is_scored(self) -> bool {
-        self != EndReason::Error
+        !matches!(self, EndReason::Error | EndReason::Interrupted)
     }
 
     /// Whether the final tests can run after the agent stopped: not when
@@ -644,9 +649,18 @@ mod tests {
         for e in [Done, MaxTurns, Timeout, ShellDied, ResourceLimit] {
             assert!(e.is_scored(), "{e:?}");
         }
-        assert!(!Error.is_scored());
+        assert!(!Error.is_scored() && !Interrupted.is_scored());
         assert!(!ShellDied.can_verify() && !ResourceLimit.can_verify() && !Error.can_verify());
-        for e in [Done, MaxTurns, Timeout, ShellDied, ResourceLimit, Error] {
+        assert!(!Interrupted.can_verify());
+        for e in [
+            Done,
+            MaxTurns,
+            Timeout,
+            ShellDied,
+            ResourceLimit,
+            Error,
+            Interrupted,
+        ] {
             assert_eq!(
                 serde_json::to_value(e).unwrap(),
                 serde_json::json!(e.as_str())

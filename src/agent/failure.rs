@@ -89,7 +89,7 @@ pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, 
     };
     let agent_steps = steps.iter().filter(|s| is_agent(s)).count();
     match end_reason {
-        EndReason::Error => return (FailureMode::Error, last),
+        EndReason::Error | EndReason::Interrupted => return (FailureMode::Error, last),
         EndReason::ShellDied => return (FailureMode::ShellDied, last),
         EndReason::ResourceLimit => return (FailureMode::ResourceLimit, last),
         EndReason::Timeout => return (FailureMode::Timeout, first(&|s| s.timed_out).or(last)),

@@ -7,6 +7,7 @@ mod episode;
 mod episode_io;
 mod failure;
 mod index;
+mod interrupted;
 pub mod policy;
 pub mod protocol;
 mod recorded;
@@ -28,6 +29,7 @@ pub use failure::{
     classify_failure, failure_labels, find_loop, FailureMode, LOOP_MAX_PERIOD, LOOP_REPEATS,
 };
 pub use index::{episode_row, index_episode};
+pub use interrupted::{interrupted_result, is_interrupted, record_interrupted, UNOWNED_STILL};
 pub use policy::{Policy, PolicyError, PolicyFactory, PolicyOptions, PolicyReply, PolicySource};
 pub use recorded::{run_of, EpisodeOwner, RecordedEpisode, Recording, Started};
 pub use result::{EpisodeId, EpisodeResult, ForkOf, TestOutcome, Timings};

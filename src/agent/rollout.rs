@@ -39,6 +39,9 @@ pub struct RolloutConfig {
     pub record_cast: bool,
     /// Re-run episodes whose saved result is an infrastructure error when
     /// resuming (never those the agent failed, its shell dying included).
+    /// Interrupted episodes (their process died; the result was recorded
+    /// for them afterwards) are re-run whatever this says, as they were
+    /// before they had a result.
     pub retry_errors: bool,
     /// Set to stop starting new episodes (running ones finish).
     pub cancel: Option<Arc<AtomicBool>>,
@@ -183,7 +186,11 @@ pub async fn run_rollouts<P: SandboxProvider>(
             let paths =
                 EpisodePaths::new(&config.run_dir, task.id(), sample).with_atif(config.atif);
             match load_result(&paths.result) {
-                Some(r) if !(config.retry_errors && r.end_reason == EndReason::Error) => {
+                // Infrastructure outcomes (errors, interruptions) are retried.
+                Some(r)
+                    if r.end_reason != EndReason::Interrupted
+                        && !(config.retry_errors && r.end_reason == EndReason::Error) =>
+                {
                     summary.episodes.push(r);
                     summary.resumed += 1;
                 }

@@ -442,7 +442,7 @@ pub(crate) mod tests {
     ) -> EpisodeResult {
         let mode = match end_reason {
             EndReason::ShellDied => FailureMode::ShellDied,
-            EndReason::Error => FailureMode::Error,
+            EndReason::Error | EndReason::Interrupted => FailureMode::Error,
             _ => FailureMode::PrematureDone,
         };
         let failure_mode = (!passed).then_some(mode);
@@ -489,6 +489,20 @@ pub(crate) mod tests {
         assert_eq!((b.samples, b.errors, b.passed), (1, 1, 0));
         let table = format_table(&r);
         assert!(table.contains("shell_died 2"), "{table}");
+    }
+
+    #[test]
+    fn interrupted_episodes_are_unscored_like_errors() {
+        let eps = [
+            episode("a", 0, true, EndReason::Done),
+            episode("a", 1, false, EndReason::Interrupted),
+            episode("b", 0, false, EndReason::Done),
+        ];
+        let r = evaluate(&eps);
+        assert_eq!((r.episodes, r.errors, r.passed, r.failures), (3, 1, 1, 1));
+        assert!((r.pass_rate - 0.5).abs() < 1e-12, "{}", r.pass_rate);
+        let a = r.tasks.iter().find(|t| t.task == "a").unwrap();
+        assert_eq!((a.samples, a.errors, a.passed), (1, 1, 1));
     }
 
     #[test]

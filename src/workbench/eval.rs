@@ -22,8 +22,8 @@ use super::cancel::{cut_by_cancel, CANCELLED};
 use super::{index_episodes, record_pass_at_k, run_id, select_tasks, Context};
 use crate::agent::protocol::Protocol;
 use crate::agent::{
-    run_rollouts, BackendProvider, EpisodeResult, PolicyFactory, RolloutConfig, RolloutEvent,
-    SandboxProvider, StepKind,
+    run_rollouts, BackendProvider, EpisodeResult, ForkOf, PolicyFactory, RolloutConfig,
+    RolloutEvent, SandboxProvider, StepKind,
 };
 use crate::eval::EvalReport;
 use crate::jobs::JobContext;
@@ -210,6 +210,7 @@ pub fn eval_shard<H: RolloutHooks>(
         protocol,
         planned_tasks,
         offline: req.offline,
+        fork: None,
     };
     let (episodes, cut_short) = rollouts(ctx, &ws, &plan, tasks, policy, job, hooks)?;
     let report = crate::eval::evaluate(&episodes);
@@ -303,16 +304,13 @@ pub fn run_episode<H: RolloutHooks>(
         protocol,
         planned_tasks: 1,
         offline: req.offline,
+        fork: link,
     };
     let (episodes, _) = rollouts(ctx, &ws, &plan, vec![task], policy, job, hooks)?;
-    let episode = episodes
+    episodes
         .into_iter()
         .next()
-        .context("the episode did not run")?;
-    match link {
-        Some(link) => super::fork::link_fork(&ws.runs_dir().join(&run_id), episode, link),
-        None => Ok(episode),
-    }
+        .context("the episode did not run")
 }
 
 /// What [`rollouts`] runs.
@@ -328,6 +326,9 @@ struct Plan<'a> {
     planned_tasks: usize,
     /// Sessions without network (`--offline`).
     offline: bool,
+    /// The parent of a fork (`run --fork`): its episode's result and index
+    /// row link to it.
+    fork: Option<ForkOf>,
 }
 
 /// Run the episodes, report them through `job` and `hooks`, index those
@@ -458,6 +459,15 @@ fn rollouts<H: RolloutHooks>(
             cut.len()
         ));
     }
+    // A fork learns its parent before it is indexed, so that the index
+    // (what the TUI's `⑂`, `/fork` and `m` read) has the link at once.
+    let episodes = match &plan.fork {
+        Some(link) => episodes
+            .into_iter()
+            .map(|e| super::fork::link_fork(&run_dir, e, link.clone()))
+            .collect::<Result<Vec<_>>>()?,
+        None => episodes,
+    };
     index_episodes(ws, plan.run_id, &episodes)?;
     Ok((episodes, cut.len()))
 }

@@ -29,6 +29,8 @@
 //! - [`rebuild_index`] and [`open_rebuilding`]: the index rebuilt from the
 //!   workspace's files (a deleted or corrupt `endless.db`), audits
 //!   included ([`reindex_audits`]).
+//! - [`record_interrupted_episodes`]: episodes whose process died without
+//!   a result, recorded as `interrupted` (unscored) and indexed.
 
 pub mod audit;
 mod cancel;
@@ -42,6 +44,7 @@ pub mod generate;
 mod harbor_job;
 mod images;
 pub mod import_runs;
+mod interrupted;
 mod rebuild;
 mod runs;
 pub mod shard_run;
@@ -58,6 +61,9 @@ pub use context::Context;
 pub use eval::{eval, run_episode, EvalOutcome, EvalRequest, Plain, RolloutHooks, RunRequest};
 pub use images::{
     image_store, image_users, job_progress, pull_images, task_env, workspace_task_env, TaskEnv,
+};
+pub use interrupted::{
+    record_interrupted_episode, record_interrupted_episodes, record_interrupted_runs,
 };
 pub use rebuild::{open_rebuilding, rebuild_index, reindex_audits, RebuildReport};
 pub use runs::{index_episodes, record_pass_at_k, run_id, select_tasks};

@@ -1,6 +1,7 @@
 //! Rebuilding the workspace index from its files: `endless workspace
 //! rebuild`, and what the TUI and the CLI do when `endless.db` is missing
-//! or corrupt ([`open_rebuilding`]). The files are the source of truth:
+//! or corrupt ([`open_rebuilding`], which also records the episodes of a
+//! killed process as interrupted). The files are the source of truth:
 //! task bundles with their `curation.json`, and under `runs/` every
 //! finished episode's result with its `.review`. Nothing the user curated
 //! is lost; the jobs journal is not rebuilt (it is a log, not curation).
@@ -11,6 +12,7 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use super::cancel::CANCELLED;
+use super::interrupted::run_kind;
 use crate::agent::{index_episode, load_run};
 use crate::store::{Recovered, Workspace};
 
@@ -27,6 +29,9 @@ pub struct RebuildReport {
     pub episodes: usize,
     /// Of those, episodes with a review (rating, label, notes).
     pub reviewed_episodes: usize,
+    /// Of those, episodes whose process died without a result, recorded
+    /// now as `interrupted`.
+    pub interrupted: usize,
     /// Files that could not be used, each with why (the rest is rebuilt).
     pub problems: Vec<String>,
 }
@@ -38,18 +43,16 @@ impl RebuildReport {
             "{} tasks ({} curated), {} episodes in {} runs ({} reviewed)",
             self.tasks, self.curated_tasks, self.episodes, self.runs, self.reviewed_episodes
         );
+        if self.interrupted > 0 {
+            s.push_str(&format!(
+                "; {} interrupted episodes recorded",
+                self.interrupted
+            ));
+        }
         if !self.problems.is_empty() {
             s.push_str(&format!("; {} files skipped", self.problems.len()));
         }
         s
-    }
-}
-
-/// The kind of a run, from its id (`eval-…`, `run-…`, `serve-…`).
-fn run_kind(run_id: &str) -> &str {
-    match run_id.split_once('-') {
-        Some((kind, _)) if !kind.is_empty() => kind,
-        _ => "run",
     }
 }
 
@@ -78,6 +81,9 @@ pub fn rebuild_index(ws: &Workspace) -> Result<RebuildReport> {
         .filter(|n| !n.starts_with('.'))
         .collect();
     run_ids.sort();
+    // Episodes whose process died without a result get one first.
+    report.interrupted =
+        super::interrupted::record_interrupted_runs(ws, run_ids.iter().map(String::as_str))?.len();
     for run_id in run_ids {
         let episodes: Vec<_> = load_run(&runs_dir.join(&run_id))
             .into_iter()
@@ -114,6 +120,11 @@ pub fn open_rebuilding(root: &Path) -> Result<(Workspace, Option<String>)> {
     let (ws, recovered) = Workspace::open_recovering(root)
         .with_context(|| format!("opening workspace {}", root.display()))?;
     let Some(recovered) = recovered else {
+        // Episodes of a killed process become interrupted results; a
+        // failure here must not keep the workspace from opening.
+        if let Err(e) = super::interrupted::record_interrupted_episodes(&ws) {
+            tracing::warn!("{}: recording interrupted episodes: {e:#}", root.display());
+        }
         return Ok((ws, None));
     };
     let report = rebuild_index(&ws).context("rebuilding the workspace index from its files")?;
@@ -176,6 +187,54 @@ mod tests {
 
     fn task(id: &str) -> crate::task::Task {
         crate::task::Task::minimal(id)
+    }
+
+    /// Issue 47 item 3: `workspace rebuild` records an episode whose
+    /// process died without a result (a run the index never saw) as
+    /// interrupted, indexes it, says so, and does it once.
+    #[test]
+    fn rebuild_records_an_episode_whose_process_died_as_interrupted() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let owner = crate::agent::EpisodeOwner::of(child.id());
+        child.wait().unwrap();
+        let Some(owner) = owner.or_else(|| {
+            // Gone before it was looked at: any pid of this host that is
+            // not running will do.
+            let host = crate::agent::EpisodeOwner::current()?.host;
+            Some(crate::agent::EpisodeOwner {
+                pid: child.id(),
+                start: 0,
+                host,
+            })
+        }) else {
+            return; // no /proc
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let ep = ws.runs_dir().join("eval-k").join("episodes").join("t");
+        std::fs::create_dir_all(&ep).unwrap();
+        let start = serde_json::json!({"type": "start", "task": "t", "sample": 3,
+            "policy": "oracle", "owner": owner});
+        std::fs::write(ep.join("3.jsonl"), format!("{start}\n")).unwrap();
+        let report = rebuild_index(&ws).unwrap();
+        assert_eq!((report.episodes, report.interrupted), (1, 1), "{report:?}");
+        assert!(
+            report.summary().contains("1 interrupted episodes recorded"),
+            "{}",
+            report.summary()
+        );
+        let eps = ws.list_episodes(None).unwrap();
+        assert_eq!(
+            (
+                eps[0].run_id.as_str(),
+                eps[0].sample,
+                eps[0].end_reason.as_str()
+            ),
+            ("eval-k", 3, "interrupted")
+        );
+        assert!(ep.join("3.json").exists());
+        let again = rebuild_index(&ws).unwrap();
+        assert_eq!((again.episodes, again.interrupted), (1, 0));
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! asciicast (terminal bytes, flushed per event), and marks them finished
 //! when the result appears, or interrupted when the process that records
 //! them (the trajectory's `start` line names it) is gone without writing
-//! one. Read-only: watching never disturbs a session.
+//! one; such an episode is then recorded as interrupted (a result of its
+//! own, see [`crate::workbench::record_interrupted_episode`]). Watching
+//! never disturbs a running session.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use crate::agent::{EpisodeOwner, StepKind};
+use crate::agent::{EndReason, EpisodeOwner, StepKind};
 use crate::tui::action::{pane_command, Action, LiveEvent, Msg};
 
 /// Episodes whose files have not changed for this long are not shown as
@@ -111,6 +113,12 @@ pub struct SessionScan {
     done: std::collections::HashSet<String>,
     /// Polls so far.
     polls: u64,
+    /// When the first poll ran: episodes that finished since are shown
+    /// even when they ran too fast to be seen running.
+    since: Option<SystemTime>,
+    /// Episodes found with their process gone and no result, not yet
+    /// taken by [`take_gone`](Self::take_gone).
+    gone: Vec<String>,
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
@@ -140,6 +148,9 @@ impl SessionScan {
     /// running episodes.
     pub fn poll(&mut self, runs: &Path) -> Vec<LiveEvent> {
         let mut events = Vec::new();
+        // A second of slack: file times lag the clock a little.
+        self.since
+            .get_or_insert_with(|| SystemTime::now() - Duration::from_secs(1));
         let discovering = self.polls.is_multiple_of(DISCOVER_EVERY);
         if discovering {
             self.discover(runs, &mut events);
@@ -159,20 +170,23 @@ impl SessionScan {
             if finished || gone {
                 if finished {
                     follow(f, &mut events);
-                    let (passed, failure) = read_result(&f.result);
-                    events.push(LiveEvent::Finished {
-                        key: key.clone(),
-                        passed,
-                        failure,
-                    });
+                    events.push(result_event(&key, &f.result));
                 } else {
                     events.push(LiveEvent::Interrupted { key: key.clone() });
+                    self.gone.push(key.clone());
                 }
                 self.followed.remove(&key);
                 self.done.insert(key);
             }
         }
         events
+    }
+
+    /// The episodes (`run/task/sample`) found since the last call whose
+    /// process is gone without a result: the watcher records them as
+    /// interrupted.
+    pub fn take_gone(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.gone)
     }
 
     fn discover(&mut self, runs: &Path, events: &mut Vec<LiveEvent>) {
@@ -203,12 +217,17 @@ impl SessionScan {
                     };
                     let key = format!("{run}/{task}/{sample}");
                     let result = task_dir.join(format!("{sample}.json"));
-                    if self.followed.contains_key(&key)
-                        || self.done.contains(&key)
-                        || result.exists()
-                    {
+                    if self.followed.contains_key(&key) || self.done.contains(&key) {
                         continue;
                     }
+                    // One that finished between two looks (a short episode
+                    // of another process) is shown finished; one that
+                    // finished before this TUI watched is not.
+                    let finished_at = modified(&result);
+                    if finished_at.is_some_and(|t| self.since.is_none_or(|s| t < s)) {
+                        continue;
+                    }
+                    let finished = finished_at.is_some();
                     let trajectory = entry.path();
                     if modified(&trajectory)
                         .and_then(|t| t.elapsed().ok())
@@ -228,8 +247,9 @@ impl SessionScan {
                         owner: None,
                     };
                     followed.owner = start_owner(&followed.trajectory);
-                    if gone(&followed) {
+                    if !finished && gone(&followed) {
                         // Its process died earlier: nothing to watch.
+                        self.gone.push(key.clone());
                         self.done.insert(key);
                         continue;
                     }
@@ -242,6 +262,12 @@ impl SessionScan {
                         cols,
                         input: None,
                     });
+                    if finished {
+                        follow(&mut followed, events);
+                        events.push(result_event(&key, &followed.result));
+                        self.done.insert(key);
+                        continue;
+                    }
                     self.followed.insert(key, followed);
                 }
             }
@@ -346,18 +372,57 @@ fn follow(f: &mut Followed, events: &mut Vec<LiveEvent>) {
     }
 }
 
-/// `(passed, failure mode)` of a result file.
-fn read_result(path: &Path) -> (bool, Option<String>) {
+/// What the result file at `path` of episode `key` says: it finished,
+/// passed or with its failure mode, or it was interrupted (its process
+/// died; the result was recorded for it).
+fn result_event(key: &str, path: &Path) -> LiveEvent {
     let v: serde_json::Value = std::fs::read(path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
-    (
-        v.get("passed").and_then(|p| p.as_bool()).unwrap_or(false),
-        v.get("failure_mode")
+    let key = key.to_string();
+    if v.get("end_reason").and_then(|e| e.as_str()) == Some(EndReason::Interrupted.as_str()) {
+        return LiveEvent::Interrupted { key };
+    }
+    LiveEvent::Finished {
+        key,
+        passed: v.get("passed").and_then(|p| p.as_bool()).unwrap_or(false),
+        failure: v
+            .get("failure_mode")
             .and_then(|m| m.as_str())
             .map(str::to_string),
-    )
+    }
+}
+
+/// Record the episode `key` (`run/task/sample`) under `runs`, whose
+/// process is gone, as interrupted in the workspace (`ws`: opened on
+/// first use), so that it is a result in Episodes and survives `x` and
+/// restarts. Failures are logged: the watcher goes on.
+pub fn record_gone(runs: &Path, ws: &mut Option<crate::store::Workspace>, key: &str) {
+    let parsed = key.split_once('/').and_then(|(run, rest)| {
+        let (task, sample) = rest.rsplit_once('/')?;
+        Some((run, task, sample.parse::<u32>().ok()?))
+    });
+    let (Some((run, task, sample)), Some(root)) = (parsed, runs.parent()) else {
+        return;
+    };
+    if ws.is_none() {
+        match crate::store::Workspace::open(root) {
+            Ok(opened) => *ws = Some(opened),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: cannot record {key} as interrupted: {e}",
+                    root.display()
+                );
+                return;
+            }
+        }
+    }
+    if let Some(ws) = ws.as_ref() {
+        if let Err(e) = crate::workbench::record_interrupted_episode(ws, run, task, sample) {
+            tracing::warn!("cannot record {key} as interrupted: {e:#}");
+        }
+    }
 }
 
 /// The watcher thread; it stops when dropped.
@@ -375,12 +440,16 @@ impl SessionWatcher {
             .name("live sessions".into())
             .spawn(move || {
                 let mut scan = SessionScan::default();
+                let mut ws = None;
                 while !flag.load(Ordering::Relaxed) {
                     for ev in scan.poll(&runs) {
                         let msg = Msg::Action(Action::Live(LiveEvent::Watched(Box::new(ev))));
                         if tx.send(msg).is_err() {
                             return;
                         }
+                    }
+                    for key in scan.take_gone() {
+                        record_gone(&runs, &mut ws, &key);
                     }
                     thread::sleep(every);
                 }
@@ -474,9 +543,15 @@ mod tests {
         let runs = dir.path().join("runs");
         let ep = runs.join("eval-abc").join("episodes").join("count");
         std::fs::create_dir_all(&ep).unwrap();
-        // A finished episode is not opened.
+        // An episode that finished before the watch is not opened.
         std::fs::write(ep.join("0.jsonl"), "").unwrap();
         std::fs::write(ep.join("0.json"), "{}").unwrap();
+        File::options()
+            .write(true)
+            .open(ep.join("0.json"))
+            .unwrap()
+            .set_modified(SystemTime::now() - Duration::from_secs(120))
+            .unwrap();
         let mut traj = File::create(ep.join("1.jsonl")).unwrap();
         let mut cast = File::create(ep.join("1.cast")).unwrap();
         writeln!(cast, "{{\"version\":2,\"width\":100,\"height\":30}}").unwrap();

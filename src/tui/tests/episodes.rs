@@ -323,3 +323,57 @@ fn f_in_the_inspector_forks_the_episode_at_a_step() {
         policy: "oracle".into(),
     })));
 }
+
+/// Issue 47 item 3: an episode whose process died without a result (a
+/// killed evaluation) is recorded as interrupted and is a row like any
+/// other: listed, marked INT (neither a pass nor a failure), found by
+/// `/interrupted`, and not counted as passed.
+#[test]
+fn an_interrupted_episode_is_listed_marked_and_searchable() {
+    let Some(_) = crate::agent::EpisodeOwner::current() else {
+        return; // no /proc
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    // A trajectory whose recording process is gone, with no result.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let owner = crate::agent::EpisodeOwner::of(child.id());
+    child.wait().unwrap();
+    let owner = owner.unwrap_or(crate::agent::EpisodeOwner {
+        pid: child.id(),
+        start: 0,
+        host: crate::agent::EpisodeOwner::current().unwrap().host,
+    });
+    let ep_dir = dir.path().join("runs/eval-1/episodes/count-words");
+    std::fs::create_dir_all(&ep_dir).unwrap();
+    let start = serde_json::json!({"type": "start", "task": "count-words", "sample": 1,
+        "policy": "script:fixture", "owner": owner});
+    let step = serde_json::json!({"type": "step", "step":
+        crate::agent::Step::new(1, crate::agent::StepKind::Command)});
+    std::fs::write(ep_dir.join("1.jsonl"), format!("{start}\n{step}\n")).unwrap();
+    let recorded = crate::workbench::record_interrupted_episodes(&ws).unwrap();
+    assert_eq!(recorded.len(), 1);
+    // Idempotent.
+    assert!(crate::workbench::record_interrupted_episodes(&ws)
+        .unwrap()
+        .is_empty());
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewEpisodes);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("4/4 shown, 1 passed"), "{screen}");
+    let row = screen
+        .lines()
+        .find(|l| l.contains("interrupted"))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(row.contains("INT ") && !row.contains("FAIL"), "{row}");
+    key(&mut app, &ws, KeyCode::Char('/'));
+    typed(&mut app, "interrupted");
+    key(&mut app, &ws, KeyCode::Enter);
+    let screen = render(&mut app, 120, 40);
+    assert!(screen.contains("1/4 shown, 0 passed"), "{screen}");
+    let selected = app.episodes.selected_row().unwrap();
+    assert_eq!(
+        (selected.task_id.as_str(), selected.sample),
+        ("count-words", 1)
+    );
+}

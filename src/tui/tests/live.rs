@@ -390,17 +390,95 @@ fn an_episode_whose_process_is_gone_is_interrupted_and_cleared() {
     assert!(!screen.contains("FAILED"), "{screen}");
     snap!("live_interrupted_strip_80x24", &mut app, 80, 24);
     snap!("live_interrupted_strip_120x40", &mut app, 120, 40);
-    // Zoomed, its header says so.
+    // Enter opens the result recorded for it (issue 47 item 3: the watcher
+    // records an interrupted episode as a result of its own).
     app.update(Action::Command(Command::Bottom));
+    app.outbox.clear();
     app.update(Action::Command(Command::Select));
-    let screen = render(&mut app, 80, 24);
-    assert!(screen.contains("INTERRUPTED"), "{screen}");
-    snap!("live_interrupted_zoomed_80x24", &mut app, 80, 24);
-    snap!("live_interrupted_zoomed_120x40", &mut app, 120, 40);
-    app.update(Action::Command(Command::Back));
+    let open = Request::OpenEpisode {
+        run: "eval-y".into(),
+        task: "count".into(),
+        sample: 0,
+    };
+    assert!(app.outbox.contains(&open), "{:?}", app.outbox);
     app.update(Action::Command(Command::ClearFilters));
     assert_eq!(app.live.panes.len(), 1);
     assert_eq!(app.live.panes[0].title, "other#0");
+}
+
+/// Issue 47 item 5: ten short episodes of another process (an evaluation
+/// started in another terminal), each started and finished between two
+/// looks of the watcher, all appear as finished strips with their results;
+/// one recorded as interrupted shows so; one that finished before the TUI
+/// watched does not appear.
+#[test]
+fn short_episodes_of_another_process_all_appear_finished() {
+    use crate::tui::runtime::sessions::SessionScan;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let ep = runs.join("eval-fast").join("episodes").join("upper");
+    std::fs::create_dir_all(&ep).unwrap();
+    let write = |n: u32, result: serde_json::Value| {
+        let start = serde_json::json!({"type": "start", "task": "upper", "sample": n});
+        let step =
+            serde_json::json!({"type": "step", "step": {"turn": 1, "command": "tr a-z A-Z"}});
+        std::fs::write(ep.join(format!("{n}.jsonl")), format!("{start}\n{step}\n")).unwrap();
+        std::fs::write(ep.join(format!("{n}.json")), result.to_string()).unwrap();
+    };
+    let passed = serde_json::json!({"passed": true, "end_reason": "done"});
+    write(99, passed.clone());
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    std::fs::File::options()
+        .write(true)
+        .open(ep.join("99.json"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let mut app = live_app();
+    let mut scan = SessionScan::default();
+    let mut look = |app: &mut App| {
+        // Two seconds of the TUI's polls.
+        for _ in 0..8 {
+            for ev in scan.poll(&runs) {
+                app.update(Action::Live(LiveEvent::Watched(Box::new(ev))));
+            }
+        }
+    };
+    look(&mut app);
+    assert!(app.live.panes.is_empty(), "finished before the TUI watched");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for n in 0..10 {
+        let result = match n {
+            3 => serde_json::json!({"passed": false, "end_reason": "done",
+                "failure_mode": "premature_done"}),
+            7 => serde_json::json!({"passed": false, "end_reason": "interrupted",
+                "failure_mode": "error"}),
+            _ => passed.clone(),
+        };
+        write(n, result);
+    }
+    look(&mut app);
+    let mut titles: Vec<&str> = app.live.panes.iter().map(|p| p.title.as_str()).collect();
+    titles.sort();
+    let want: Vec<String> = (0..10).map(|n| format!("upper#{n}")).collect();
+    assert_eq!(titles, want, "every short episode appears");
+    assert_eq!(app.live.running(), 0);
+    let pane = |t: &str| app.live.panes.iter().find(|p| p.title == t).unwrap();
+    assert_eq!(pane("upper#0").outcome, Some(true));
+    assert_eq!(pane("upper#3").failure.as_deref(), Some("premature_done"));
+    assert_eq!(pane("upper#7").stopped, Some(Stopped::Interrupted));
+    assert_eq!(pane("upper#0").last_command, "tr a-z A-Z");
+    let screen = render(&mut app, 120, 40);
+    for line in [
+        "✓ PASSED upper#9",
+        "✗ FAILED upper#3",
+        "⊘ INTERRUPTED upper#7",
+    ] {
+        assert!(screen.contains(line), "{line}: {screen}");
+    }
+    // They stay: later looks neither drop nor repeat them.
+    look(&mut app);
+    assert_eq!(app.live.panes.len(), 10);
 }
 
 /// An episode its cancelled job cut short: shown cancelled (a re-run

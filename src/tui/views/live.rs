@@ -516,12 +516,13 @@ impl LiveView {
     }
 
     /// The selected pane's episode if it finished with a result, as
-    /// `(run, task, sample)`; why it cannot be opened if it ended without
-    /// one; `None` while it runs (or with no pane).
+    /// `(run, task, sample)` (an interrupted one has the result recorded
+    /// for it); why it cannot be opened if it ended without one; `None`
+    /// while it runs (or with no pane).
     pub fn selected_finished(&self) -> Option<Result<(String, String, u32), String>> {
         let p = self.panes.get(self.selected)?;
         p.outcome?;
-        if let Some(stopped) = p.stopped {
+        if let Some(stopped) = p.stopped.filter(|s| *s != Stopped::Interrupted) {
             return Some(Err(format!(
                 "{} was {}: it has no result to open (running the evaluation again retries it)",
                 p.title,

@@ -26,23 +26,15 @@ pub fn stars(r: Option<u8>) -> String {
     }
 }
 
-/// PASS / FAIL, coloured.
-pub fn pass_cell(passed: bool, theme: &Theme) -> Cell<'static> {
-    if passed {
-        Cell::from(Span::styled("PASS", theme.success()))
-    } else {
-        Cell::from(Span::styled("FAIL", theme.failure()))
-    }
-}
-
-/// An episode's PASS / FAIL, with a hand when a human took the session
-/// over and a ⑂ when it is a fork of another episode.
+/// An episode's verdict: PASS, FAIL, or INT for one interrupted (its
+/// process died: unscored, neither a pass nor a failure), with a hand when
+/// a human took the session over and a ⑂ when it is a fork of another
+/// episode.
 pub fn result_cell(e: &EpisodeRow, theme: &Theme) -> Cell<'static> {
-    if !e.taken_over && e.forked_from.is_none() {
-        return pass_cell(e.passed, theme);
-    }
     let (text, style) = if e.passed {
         ("PASS", theme.success())
+    } else if e.end_reason == crate::agent::EndReason::Interrupted.as_str() {
+        ("INT", theme.warning())
     } else {
         ("FAIL", theme.failure())
     };
