@@ -477,12 +477,9 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
     assert!(live.exists());
     let row = ws.task_row("native-error-count").unwrap();
     assert_eq!((row.status, row.rating), (TaskStatus::Accepted, Some(4)));
-    let found = ws
-        .list_tasks(&TaskFilter {
-            search: Some("INCIDENT".into()),
-            ..Default::default()
-        })
-        .unwrap();
+    let found =
+        endless::workbench::task_search::find_tasks(&ws, &TaskFilter::default(), "INCIDENT")
+            .unwrap();
     assert_eq!(found.len(), 2);
 }
 

@@ -16,6 +16,7 @@ use crate::store::{import_paths, ImportOutcome, TaskFilter, TaskRow, Workspace};
 use crate::task::formats::Format;
 use crate::task::Task;
 use crate::workbench::export::{self, DatasetFormat, Selection};
+use crate::workbench::task_search::find_tasks;
 use crate::workbench::validate::validate_tasks_with;
 use crate::workbench::verdicts::stored_verdict;
 use crate::workbench::{shard_run, Context};
@@ -30,11 +31,8 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             search,
             json,
         } => {
-            let rows = ws.list_tasks(&TaskFilter {
-                status,
-                category,
-                search,
-            })?;
+            let filter = TaskFilter { status, category };
+            let rows = find_tasks(&ws, &filter, search.as_deref().unwrap_or_default())?;
             if json {
                 print_json(&rows)?;
             } else {
