@@ -98,7 +98,10 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
                 };
                 let labels = crate::audit::parse_labels(labels)?;
                 let (kept, out) = crate::workbench::audit::exclude_audited(&ws, ids, &labels)?;
-                say_err!("--exclude-audit: {} tasks left out", out.len());
+                say_err!(
+                    "--exclude-audit: {} left out",
+                    crate::plural::count(out.len(), "task")
+                );
                 Ok(kept)
             };
             let Some(format) = format.task_format() else {
@@ -313,8 +316,9 @@ fn validate(
                         .partition(|id| validated_since(&ws, id, since));
                     if !done.is_empty() {
                         say_err!(
-                            "shard {shard}: resuming; {} tasks validated before are kept (`tasks validate --stored` shows them)",
-                            done.len()
+                            "shard {shard}: resuming; {} validated before {} kept (`tasks validate --stored` shows them)",
+                            crate::plural::count(done.len(), "task"),
+                            if done.len() == 1 { "is" } else { "are" }
                         );
                     }
                     todo
@@ -369,7 +373,11 @@ fn validate(
     if json {
         print_json(&results)?;
     }
-    say_err!("{} of {} tasks valid", ids.len() - bad, ids.len());
+    say_err!(
+        "{} of {} valid",
+        ids.len() - bad,
+        crate::plural::count(ids.len(), "task")
+    );
     Ok(if bad > 0 {
         ExitCode::FAILURE
     } else {
@@ -438,9 +446,9 @@ fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode>
         print_json(&out)?;
     }
     say_err!(
-        "{} of {} tasks valid, {bad} invalid, {never} not validated yet",
+        "{} of {} valid, {bad} invalid, {never} not validated yet",
         ids.len() - bad - never,
-        ids.len()
+        crate::plural::count(ids.len(), "task")
     );
     Ok(if bad + never > 0 {
         ExitCode::FAILURE
