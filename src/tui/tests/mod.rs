@@ -33,6 +33,7 @@ macro_rules! snap {
 }
 
 mod audit;
+mod chrome;
 mod commands;
 mod episodes;
 mod images;
