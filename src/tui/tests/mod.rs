@@ -45,6 +45,7 @@ mod links;
 mod live;
 mod long_text;
 mod narrow;
+mod pane_colours;
 mod screen;
 mod tasks;
 mod tasks_find;
