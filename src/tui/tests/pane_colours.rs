@@ -58,3 +58,29 @@ fn live_panes_use_the_themes_colours_where_the_session_sets_none() {
         );
     }
 }
+
+#[test]
+fn the_inspectors_replay_uses_the_themes_colours_too() {
+    for name in ["dark", "light"] {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = fixture(dir.path());
+        super::episodes::write_episode_files(&ws);
+        let theme = Theme::load(name, None).unwrap();
+        let mut app = App::new(theme.clone(), Keymap::default(), "fixture-ws");
+        pump(&mut app, &ws);
+        cmd(&mut app, &ws, Command::ViewEpisodes);
+        cmd(&mut app, &ws, Command::Down);
+        cmd(&mut app, &ws, Command::Select);
+        // Trajectory, tests, then the replay tab.
+        cmd(&mut app, &ws, Command::NextTab);
+        cmd(&mut app, &ws, Command::NextTab);
+        let (buf, x, y) = find(&mut app, "cat: No such file");
+        assert_eq!(
+            (buf[(x, y)].fg, buf[(x, y)].bg),
+            (theme.foreground, theme.background),
+            "{name}: replayed output"
+        );
+        // The blank cell after the recording's last column (40 wide).
+        assert_eq!(buf[(x + 30, y)].bg, theme.background, "{name}: blank cell");
+    }
+}
