@@ -198,7 +198,7 @@ pub enum TasksCommand {
         #[arg(long)]
         category: Option<String>,
         /// Case-insensitive text to find in id, name, instruction, tags or
-        /// audit labels (what the TUI's `/` search looks in).
+        /// audit labels, as the TUI's `/` search does.
         #[arg(long)]
         search: Option<String>,
         /// Print JSON instead of text.
