@@ -197,7 +197,8 @@ pub enum TasksCommand {
         /// Only tasks of this category.
         #[arg(long)]
         category: Option<String>,
-        /// Case-insensitive text to find in id, name or instruction.
+        /// Case-insensitive text to find in id, name, instruction, tags or
+        /// audit labels, as the TUI's `/` search does.
         #[arg(long)]
         search: Option<String>,
         /// Print JSON instead of text.

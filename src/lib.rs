@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod llm;
 pub mod logging;
 pub mod model;
+pub mod plural;
 pub mod procgen;
 pub mod rl;
 pub mod sandbox;

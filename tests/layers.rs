@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 /// (the module declarations) sit above everything.
 const LAYERS: &[&[&str]] = &[
     // 1. Foundations: atomic files, the task model, settings, tracing set-up,
-    // the memory allocator.
-    &["fsutil", "task", "config", "logging", "allocator"],
+    // the memory allocator, counted nouns for messages.
+    &["fsutil", "task", "config", "logging", "allocator", "plural"],
     // 2. Storage and engines that know tasks but run nothing.
     &["store", "images", "procgen", "model"],
     // 3. Running things: sandboxes, verification, chat models.

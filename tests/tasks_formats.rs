@@ -318,6 +318,46 @@ fn a_listing_whose_reader_has_gone_ends_quietly() {
     assert_eq!(out.status.code(), Some(141), "{stderr}");
 }
 
+#[test]
+fn cli_set_says_what_changed_and_search_finds_tags() {
+    let ws = tempfile::tempdir().unwrap();
+    let src = fixtures().join(REFERENCE_TASK);
+    let out = endless(ws.path(), &["tasks", "import", src.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = endless(
+        ws.path(),
+        &[
+            "tasks",
+            "set",
+            REFERENCE_TASK,
+            "--status",
+            "accepted",
+            "--tags",
+            "zebra-tag",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("{REFERENCE_TASK}: status candidate -> accepted")),
+        "{said}"
+    );
+    assert!(said.contains("-> zebra-tag"), "{said}");
+    // Only the tag says "zebra": `/zebra` in the TUI finds it, and so does the CLI.
+    let list = endless(ws.path(), &["tasks", "list", "--search", "ZEBRA", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(1), "{rows}");
+    assert_eq!(rows[0]["id"], REFERENCE_TASK);
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     for entry in walkdir::WalkDir::new(from) {
         let entry = entry.unwrap();
@@ -508,12 +548,9 @@ fn interrupted_writes_are_never_visible_and_curation_persists() {
     assert!(live.exists());
     let row = ws.task_row("native-error-count").unwrap();
     assert_eq!((row.status, row.rating), (TaskStatus::Accepted, Some(4)));
-    let found = ws
-        .list_tasks(&TaskFilter {
-            search: Some("INCIDENT".into()),
-            ..Default::default()
-        })
-        .unwrap();
+    let found =
+        endless::workbench::task_search::find_tasks(&ws, &TaskFilter::default(), "INCIDENT")
+            .unwrap();
     assert_eq!(found.len(), 2);
 }
 

@@ -81,7 +81,10 @@ pub fn judge(runs: &[(String, BTreeMap<String, bool>)]) -> Option<Finding> {
     let mut evidence = String::new();
     for t in &flaky {
         let passed = runs.iter().filter(|(_, v)| verdict(v, t)).count();
-        evidence.push_str(&format!("{t}: passed {passed} of {} runs\n", runs.len()));
+        evidence.push_str(&format!(
+            "{t}: passed {passed} of {}\n",
+            crate::plural::count(runs.len(), "run")
+        ));
         for (name, v) in runs {
             let word = match v.get(t.as_str()) {
                 Some(true) => "pass",

@@ -116,8 +116,8 @@ pub fn run(ctx: &Context, args: AuditArgs) -> Result<ExitCode> {
         .filter(|o| !has_findings(o) && !unfinished(o))
         .count();
     say_err!(
-        "{} tasks audited: {flagged} with findings, {clean} clean, {incomplete} incomplete or not audited",
-        outcomes.len()
+        "{} audited: {flagged} with findings, {clean} clean, {incomplete} incomplete or not audited",
+        crate::plural::count(outcomes.len(), "task")
     );
     let unfinished = incomplete;
     Ok(if flagged > 0 || unfinished > 0 {
@@ -179,8 +179,8 @@ pub(crate) fn exclude(
     match crate::workbench::audit::exclude_from_selection(&ws, selection, labels, train_default)? {
         Some((kept, excluded)) => {
             say_err!(
-                "--exclude-audit: {} tasks left out{}",
-                excluded.len(),
+                "--exclude-audit: {} left out{}",
+                crate::plural::count(excluded.len(), "task"),
                 if excluded.is_empty() {
                     String::new()
                 } else {

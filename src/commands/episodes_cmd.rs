@@ -44,12 +44,12 @@ pub fn run(ctx: &Context, cmd: EpisodesCommand) -> Result<ExitCode> {
                 print_json(&report)?;
             }
             say_err!(
-                "imported {} as run {}: {} episodes, {} passed, {} errors",
+                "imported {} as run {}: {}, {} passed, {}",
                 dir.display(),
                 report.run,
-                report.episodes,
+                crate::plural::count(report.episodes, "episode"),
                 report.passed,
-                report.errors
+                crate::plural::count(report.errors, "error")
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -102,9 +102,9 @@ fn print_status(s: &JobStatus, run: &ShardedRun) {
         s.merge
     );
     for shard in &run.shards {
-        let items = shard
-            .items
-            .map_or(String::new(), |n| format!(", {n} tasks"));
+        let items = shard.items.map_or(String::new(), |n| {
+            format!(", {}", crate::plural::count(n, "task"))
+        });
         say!(
             "  shard {}/{}: {} ({}){items}",
             shard.index,

@@ -16,6 +16,7 @@ use crate::store::{import_paths, ImportOutcome, TaskFilter, TaskRow, Workspace};
 use crate::task::formats::Format;
 use crate::task::Task;
 use crate::workbench::export::{self, DatasetFormat, Selection};
+use crate::workbench::task_search::find_tasks;
 use crate::workbench::validate::validate_tasks_with;
 use crate::workbench::verdicts::stored_verdict;
 use crate::workbench::{shard_run, Context};
@@ -30,11 +31,8 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             search,
             json,
         } => {
-            let rows = ws.list_tasks(&TaskFilter {
-                status,
-                category,
-                search,
-            })?;
+            let filter = TaskFilter { status, category };
+            let rows = find_tasks(&ws, &filter, search.as_deref().unwrap_or_default())?;
             if json {
                 print_json(&rows)?;
             } else {
@@ -100,7 +98,10 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
                 };
                 let labels = crate::audit::parse_labels(labels)?;
                 let (kept, out) = crate::workbench::audit::exclude_audited(&ws, ids, &labels)?;
-                say_err!("--exclude-audit: {} tasks left out", out.len());
+                say_err!(
+                    "--exclude-audit: {} left out",
+                    crate::plural::count(out.len(), "task")
+                );
                 Ok(kept)
             };
             let Some(format) = format.task_format() else {
@@ -180,23 +181,99 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             notes,
             tags,
         } => {
+            let fields = SetFields {
+                status,
+                rating,
+                notes: notes.as_deref(),
+                tags: tags.as_deref(),
+            };
+            if fields.is_empty() {
+                bail!("nothing to set: give --status, --rating, --notes or --tags");
+            }
             for id in &ids {
-                if let Some(s) = status {
-                    ws.set_status(id, s)?;
-                }
-                if let Some(r) = rating {
-                    ws.set_rating(id, (r != 0).then_some(r))?;
-                }
-                if let Some(n) = &notes {
-                    ws.set_notes(id, n)?;
-                }
-                if let Some(t) = &tags {
-                    ws.set_tags(id, t)?;
+                for line in set_task(&ws, id, &fields)? {
+                    say!("{line}");
                 }
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `tasks set` changes on each task it names.
+struct SetFields<'a> {
+    status: Option<crate::store::TaskStatus>,
+    /// 1-5; 0 clears it.
+    rating: Option<u8>,
+    notes: Option<&'a str>,
+    tags: Option<&'a [String]>,
+}
+
+impl SetFields<'_> {
+    fn is_empty(&self) -> bool {
+        self.status.is_none()
+            && self.rating.is_none()
+            && self.notes.is_none()
+            && self.tags.is_none()
+    }
+}
+
+/// Set `fields` on task `id` and say what changed, one line a field:
+/// `id: field old -> new`, or `id: field value (unchanged)`.
+fn set_task(ws: &Workspace, id: &str, fields: &SetFields<'_>) -> Result<Vec<String>> {
+    let before = ws.task_row(id)?;
+    if let Some(s) = fields.status {
+        ws.set_status(id, s)?;
+    }
+    if let Some(r) = fields.rating {
+        ws.set_rating(id, (r != 0).then_some(r))?;
+    }
+    if let Some(n) = fields.notes {
+        ws.set_notes(id, n)?;
+    }
+    if let Some(t) = fields.tags {
+        ws.set_tags(id, t)?;
+    }
+    let after = ws.task_row(id)?;
+    let rating = |r: Option<u8>| r.map_or("none".to_string(), |r| r.to_string());
+    let tags = |t: &[String]| {
+        if t.is_empty() {
+            "none".to_string()
+        } else {
+            t.join(",")
+        }
+    };
+    let mut changes = Vec::new();
+    if fields.status.is_some() {
+        changes.push((
+            "status",
+            before.status.as_str().to_string(),
+            after.status.as_str().to_string(),
+        ));
+    }
+    if fields.rating.is_some() {
+        changes.push(("rating", rating(before.rating), rating(after.rating)));
+    }
+    if fields.notes.is_some() {
+        changes.push((
+            "notes",
+            format!("{:?}", before.notes),
+            format!("{:?}", after.notes),
+        ));
+    }
+    if fields.tags.is_some() {
+        changes.push(("tags", tags(&before.tags), tags(&after.tags)));
+    }
+    Ok(changes
+        .into_iter()
+        .map(|(field, old, new)| {
+            if old == new {
+                format!("{id}: {field} {new} (unchanged)")
+            } else {
+                format!("{id}: {field} {old} -> {new}")
+            }
+        })
+        .collect())
 }
 
 /// `endless tasks validate IDS [--shard I/N]`: validate (shard `shard` of)
@@ -239,8 +316,9 @@ fn validate(
                         .partition(|id| validated_since(&ws, id, since));
                     if !done.is_empty() {
                         say_err!(
-                            "shard {shard}: resuming; {} tasks validated before are kept (`tasks validate --stored` shows them)",
-                            done.len()
+                            "shard {shard}: resuming; {} validated before {} kept (`tasks validate --stored` shows them)",
+                            crate::plural::count(done.len(), "task"),
+                            if done.len() == 1 { "is" } else { "are" }
                         );
                     }
                     todo
@@ -295,7 +373,11 @@ fn validate(
     if json {
         print_json(&results)?;
     }
-    say_err!("{} of {} tasks valid", ids.len() - bad, ids.len());
+    say_err!(
+        "{} of {} valid",
+        ids.len() - bad,
+        crate::plural::count(ids.len(), "task")
+    );
     Ok(if bad > 0 {
         ExitCode::FAILURE
     } else {
@@ -364,9 +446,9 @@ fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode>
         print_json(&out)?;
     }
     say_err!(
-        "{} of {} tasks valid, {bad} invalid, {never} not validated yet",
+        "{} of {} valid, {bad} invalid, {never} not validated yet",
         ids.len() - bad - never,
-        ids.len()
+        crate::plural::count(ids.len(), "task")
     );
     Ok(if bad + never > 0 {
         ExitCode::FAILURE
@@ -523,4 +605,49 @@ fn print_show(row: &TaskRow, task: &Task) {
         files(&task.tests),
         files(&task.solution)
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::TaskStatus;
+
+    #[test]
+    fn set_says_what_changed_on_each_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        ws.add_task(&Task::minimal("count-words"), TaskStatus::Candidate)
+            .unwrap();
+        let tags = vec!["easy".to_string(), "text".to_string()];
+        let all = SetFields {
+            status: Some(TaskStatus::Accepted),
+            rating: Some(4),
+            notes: Some("check it"),
+            tags: Some(&tags),
+        };
+        assert_eq!(
+            set_task(&ws, "count-words", &all).unwrap(),
+            [
+                "count-words: status candidate -> accepted",
+                "count-words: rating none -> 4",
+                "count-words: notes \"\" -> \"check it\"",
+                "count-words: tags none -> easy,text",
+            ]
+        );
+        let again = SetFields {
+            status: Some(TaskStatus::Accepted),
+            rating: Some(0),
+            notes: None,
+            tags: None,
+        };
+        assert_eq!(
+            set_task(&ws, "count-words", &again).unwrap(),
+            [
+                "count-words: status accepted (unchanged)",
+                "count-words: rating 4 -> none",
+            ]
+        );
+        let e = set_task(&ws, "nope", &again).unwrap_err().to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
 }

@@ -88,8 +88,8 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
     let out = opts.out.clone();
     if !args.json {
         say_err!(
-            "training on {} tasks ({} held out) into {}",
-            opts.tasks.len(),
+            "training on {} ({} held out) into {}",
+            crate::plural::count(opts.tasks.len(), "task"),
             opts.dev_tasks.len(),
             out.display()
         );

@@ -8,6 +8,7 @@ use anyhow::{bail, Context as _, Result};
 
 use super::json::print_json;
 use crate::cli::WorkspaceCommand;
+use crate::plural::count;
 use crate::store::SHARD_FILE;
 use crate::workbench::shards::{make_shard_workspaces, merge_shards, shard_workspaces};
 use crate::workbench::{rebuild_index, Context};
@@ -97,14 +98,14 @@ fn merge(ctx: &Context, other: &[PathBuf], allow_partial: bool, json: bool) -> R
     let mut conflicts = 0;
     for report in &reports {
         say_err!(
-            "merged {}: {} tasks and {} verdicts, {} runs and {} episodes added, {} episodes already here, {} conflicts",
+            "merged {}: {} and {}, {} and {} added, {} already here, {}",
             report.from.display(),
-            report.tasks_added,
-            report.verdicts_merged,
-            report.runs_added,
-            report.episodes_added,
-            report.episodes_unchanged,
-            report.conflicts.len()
+            count(report.tasks_added, "task"),
+            count(report.verdicts_merged, "verdict"),
+            count(report.runs_added, "run"),
+            count(report.episodes_added, "episode"),
+            count(report.episodes_unchanged, "episode"),
+            count(report.conflicts.len(), "conflict")
         );
         if !report.missing_tasks.is_empty() {
             say_err!(

@@ -342,10 +342,10 @@ pub fn write_markdown_report(r: &EvalReport, title: &str, dir: &Path) -> std::io
     let _ = writeln!(md, "# {title}\n");
     let _ = writeln!(
         md,
-        "{} episodes, {} passed, {} infrastructure errors (not counted; a dead shell is a failure). Pass rate **{}**, mean turns {:.1}, tokens {}.\n",
-        r.episodes,
+        "{}, {} passed, {} (not counted; a dead shell is a failure). Pass rate **{}**, mean turns {:.1}, tokens {}.\n",
+        crate::plural::count(r.episodes, "episode"),
         r.passed,
-        r.errors,
+        crate::plural::count(r.errors, "infrastructure error"),
         pct(r.pass_rate),
         r.mean_turns,
         r.tokens.total()

@@ -223,7 +223,6 @@ async fn tasks(
         let filter = TaskFilter {
             status: q.status,
             category: q.category,
-            search: None,
         };
         let rows = ws
             .list_tasks(&filter)

@@ -51,8 +51,6 @@ pub struct TaskFilter {
     pub status: Option<TaskStatus>,
     /// Only tasks in this category (exact match).
     pub category: Option<String>,
-    /// Case-insensitive substring of id, name or instruction.
-    pub search: Option<String>,
 }
 
 const COLUMNS: &str = "id, name, category, complexity, scenario, tags, status, source_format, pass_at_k, rating, notes, instruction, created_at, updated_at";
@@ -108,13 +106,6 @@ impl Workspace {
         if let Some(c) = &filter.category {
             args.push(c.clone());
             sql.push_str(&format!(" AND category = ?{}", args.len()));
-        }
-        if let Some(q) = &filter.search {
-            args.push(format!("%{}%", q.to_lowercase()));
-            let n = args.len();
-            sql.push_str(&format!(
-                " AND (lower(id) LIKE ?{n} OR lower(name) LIKE ?{n} OR lower(instruction) LIKE ?{n})"
-            ));
         }
         sql.push_str(" ORDER BY id");
         let mut stmt = self.conn.prepare(&sql)?;

@@ -313,6 +313,68 @@ mod tests {
         assert_eq!(Theme::default().name, "dark");
     }
 
+    /// WCAG 2 relative luminance of an sRGB colour.
+    fn luminance(c: Color) -> f64 {
+        let Color::Rgb(r, g, b) = c else {
+            panic!("built-in themes use #rrggbb colours, not {c:?}");
+        };
+        let lin = |v: u8| {
+            let v = f64::from(v) / 255.0;
+            if v <= 0.04045 {
+                v / 12.92
+            } else {
+                ((v + 0.055) / 1.055).powf(2.4)
+            }
+        };
+        0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+    }
+
+    /// WCAG 2 contrast ratio of two colours (1 to 21).
+    fn contrast(a: Color, b: Color) -> f64 {
+        let (x, y) = (luminance(a), luminance(b));
+        (x.max(y) + 0.05) / (x.min(y) + 0.05)
+    }
+
+    #[test]
+    fn contrast_ratio_matches_known_values() {
+        let black = Color::Rgb(0, 0, 0);
+        let white = Color::Rgb(255, 255, 255);
+        assert!((contrast(black, white) - 21.0).abs() < 1e-9);
+        assert!((contrast(white, white) - 1.0).abs() < 1e-9);
+        // #777777 on white is the classic just-below-AA grey (4.48:1).
+        assert!((contrast(Color::Rgb(0x77, 0x77, 0x77), white) - 4.48).abs() < 0.01);
+    }
+
+    #[test]
+    fn every_builtin_theme_meets_wcag_aa_for_text() {
+        let mut low = Vec::new();
+        for (_, file, text) in BUILTIN {
+            let t = Theme::parse(file, text).unwrap();
+            // Every colour text is drawn in, on the screen's background:
+            // WCAG AA asks 4.5:1 for ordinary text.
+            for (field, fg) in [
+                ("foreground", t.foreground),
+                ("muted", t.muted),
+                ("accent", t.accent),
+                ("success", t.success),
+                ("failure", t.failure),
+                ("warning", t.warning),
+                ("privileged", t.privileged),
+            ] {
+                let ratio = contrast(fg, t.background);
+                if ratio < 4.5 {
+                    low.push(format!("{file}: {field} on background is {ratio:.2}:1"));
+                }
+            }
+            // The selected row's text stays readable too.
+            let ratio = contrast(t.foreground, t.selection);
+            if ratio < 4.5 {
+                low.push(format!("{file}: foreground on selection is {ratio:.2}:1"));
+            }
+        }
+        assert!(low.is_empty(), "below WCAG AA (4.5:1):\n{}", low.join("\n"));
+    }
+
     #[test]
     fn errors_name_file_and_field() {
         let bad = "name = \"x\"\n[colors]\nbackground = \"#000000\"\nforeground = \"#ffffff\"\naccent = \"notacolour\"\n";

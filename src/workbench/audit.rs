@@ -252,7 +252,10 @@ pub fn outcome_summary(outcomes: &[AuditOutcome]) -> String {
         .filter(|l| labels.iter().any(|x| x == l))
         .collect();
     let rest = outcomes.len() - flagged - clean;
-    let mut line = format!("{} tasks audited: {flagged} with findings", outcomes.len());
+    let mut line = format!(
+        "{} audited: {flagged} with findings",
+        crate::plural::count(outcomes.len(), "task")
+    );
     if !labels.is_empty() {
         line.push_str(&format!(" ({})", labels.join(", ")));
     }
@@ -384,6 +387,10 @@ mod tests {
         assert_eq!(
             line,
             "3 tasks audited: 1 with findings (flaky), 1 clean, 1 incomplete or not audited"
+        );
+        assert_eq!(
+            outcome_summary(&[o("b", None, None)]),
+            "1 task audited: 0 with findings, 1 clean"
         );
     }
 

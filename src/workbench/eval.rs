@@ -199,7 +199,10 @@ pub fn eval_shard<H: RolloutHooks>(
         }
         None => None,
     };
-    job.log(format!("run {run_id}: {} tasks", tasks.len()));
+    job.log(format!(
+        "run {run_id}: {}",
+        crate::plural::count(tasks.len(), "task")
+    ));
     let plan = Plan {
         run_id: &run_id,
         kind: "eval",
@@ -348,8 +351,8 @@ fn rollouts<H: RolloutHooks>(
         let networked = tasks.iter().filter(|t| t.meta.environment.network).count();
         if networked > 0 {
             job.log(format!(
-                "{networked} of {} tasks: {}",
-                tasks.len(),
+                "{networked} of {}: {}",
+                crate::plural::count(tasks.len(), "task"),
                 crate::sandbox::offline::OFFLINE_NOTE
             ));
         }
@@ -455,8 +458,9 @@ fn rollouts<H: RolloutHooks>(
         .partition(|e| !cut_by_cancel(e));
     if !cut.is_empty() {
         job.log(format!(
-            "{} episodes cut short by the cancel are not indexed; re-running this evaluation retries them",
-            cut.len()
+            "{} cut short by the cancel {} not indexed; re-running this evaluation retries them",
+            crate::plural::count(cut.len(), "episode"),
+            if cut.len() == 1 { "is" } else { "are" }
         ));
     }
     // A fork learns its parent before it is indexed, so that the index

@@ -285,8 +285,8 @@ pub fn export_dataset(
     }
     let (train, validation) = match dev_count {
         Some(n) if n > rows.len() => bail!(
-            "--dev-count {n} is more than the {} tasks exported",
-            rows.len()
+            "--dev-count {n} is more than the {} exported",
+            crate::plural::count(rows.len(), "task")
         ),
         Some(n) => split(rows, n, seed),
         None => split_by_task(rows, &splits, seed),

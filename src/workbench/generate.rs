@@ -72,13 +72,19 @@ impl OfflineReport {
                 .next_free_seed
                 .map_or(String::new(), |s| format!("; next free seed {s}"));
             return format!(
-                "0 tasks written: all {} tasks of seed {} are already present{next}",
-                self.existing, self.seed
+                "0 tasks written: all {} of seed {} {} already present{next}",
+                crate::plural::count(self.existing, "task"),
+                self.seed,
+                if self.existing == 1 { "is" } else { "are" }
             );
         }
         format!(
-            "{} tasks written ({} already present) from {} families in {:.2}s ({:.0} tasks/s)",
-            self.written, self.existing, self.families, self.seconds, self.tasks_per_sec
+            "{} written ({} already present) from {} in {:.2}s ({:.0} tasks/s)",
+            crate::plural::count(self.written, "task"),
+            self.existing,
+            crate::plural::count(self.families, "family"),
+            self.seconds,
+            self.tasks_per_sec
         )
     }
 

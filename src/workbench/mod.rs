@@ -51,6 +51,7 @@ pub mod shard_run;
 pub mod sharded_runs;
 pub mod shards;
 pub mod slurm;
+pub mod task_search;
 mod train;
 pub mod validate;
 pub mod verdicts;

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::cancel::CANCELLED;
 use super::interrupted::run_kind;
 use crate::agent::{index_episode, load_run};
+use crate::plural::count;
 use crate::store::{Recovered, Workspace};
 
 /// What a rebuild found and indexed.
@@ -40,8 +41,12 @@ impl RebuildReport {
     /// One line for people.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "{} tasks ({} curated), {} episodes in {} runs ({} reviewed)",
-            self.tasks, self.curated_tasks, self.episodes, self.runs, self.reviewed_episodes
+            "{} ({} curated), {} in {} ({} reviewed)",
+            count(self.tasks, "task"),
+            self.curated_tasks,
+            count(self.episodes, "episode"),
+            count(self.runs, "run"),
+            self.reviewed_episodes
         );
         if self.interrupted > 0 {
             s.push_str(&format!(
@@ -50,7 +55,7 @@ impl RebuildReport {
             ));
         }
         if !self.problems.is_empty() {
-            s.push_str(&format!("; {} files skipped", self.problems.len()));
+            s.push_str(&format!("; {} skipped", count(self.problems.len(), "file")));
         }
         s
     }
@@ -292,7 +297,7 @@ mod tests {
         let (ws, said) = open_rebuilding(dir.path()).unwrap();
         let said = said.unwrap();
         assert!(said.contains("was missing"), "{said}");
-        assert!(said.contains("2 episodes in 1 runs (1 reviewed)"), "{said}");
+        assert!(said.contains("2 episodes in 1 run (1 reviewed)"), "{said}");
         check(&ws);
         drop(ws);
         // Opening again finds nothing to mend.

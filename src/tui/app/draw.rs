@@ -12,7 +12,7 @@ use super::{App, PromptKind, View};
 use crate::tui::component::{Component, DrawContext};
 use crate::tui::keymap::Command;
 use crate::tui::views::help_groups::footer;
-use crate::tui::widgets::text::truncate_left;
+use crate::tui::widgets::text::shorten_path;
 
 impl App {
     /// Draw the whole screen from state.
@@ -85,14 +85,15 @@ impl App {
             .highlight_style(t.accent().bg(t.selection))
             .divider("|")
             .padding("", "");
+        // The workspace path takes what the tabs leave.
         let tabs_width = x.saturating_sub(area.x);
-        let right_width = area.width.saturating_sub(tabs_width).min(30);
+        let right_width = area.width.saturating_sub(tabs_width);
         let [left, right] =
             Layout::horizontal([Constraint::Fill(1), Constraint::Length(right_width)]).areas(area);
         frame.render_widget(tabs, left);
         let help = format!("{} help ", self.keymap.hint(Command::Help));
         let room = (right_width as usize).saturating_sub(help.len() + 1);
-        let label = truncate_left(&self.workspace_label, room);
+        let label = shorten_path(&self.workspace_label, room);
         frame.render_widget(
             Paragraph::new(Line::from(vec![
                 Span::styled(label, t.muted()),
@@ -145,9 +146,15 @@ impl App {
                 // same table as the help overlay.
                 let hints = footer(&self.keymap, self.help_context());
                 let mut spans = Vec::new();
-                for (key, what) in hints {
+                for (i, (key, what)) in fit_hints(hints, area.width as usize)
+                    .into_iter()
+                    .enumerate()
+                {
+                    if i > 0 {
+                        spans.push(Span::raw(HINT_GAP));
+                    }
                     spans.push(Span::styled(key, t.accent()));
-                    spans.push(Span::styled(format!(" {what}  "), t.muted()));
+                    spans.push(Span::styled(format!(" {what}"), t.muted()));
                 }
                 Line::from(spans)
             }
@@ -163,6 +170,30 @@ impl App {
     }
 }
 
+/// What separates two footer hints.
+const HINT_GAP: &str = "  ";
+
+/// The footer `hints` (`key`, what it does) that fit in `width` columns,
+/// whole: the first (`? keys`) and the last (`q quit`) stay, and the others
+/// give way from the end of the list, which holds the least used keys.
+pub fn fit_hints<T: AsRef<str>>(mut hints: Vec<(String, T)>, width: usize) -> Vec<(String, T)> {
+    let cols = |h: &(String, T)| h.0.chars().count() + 1 + h.1.as_ref().chars().count();
+    let total = |hints: &[(String, T)]| {
+        hints.iter().map(cols).sum::<usize>() + HINT_GAP.len() * hints.len().saturating_sub(1)
+    };
+    while total(&hints) > width && !hints.is_empty() {
+        // The one before the last; once only the first and the last are
+        // left, the last, then the first.
+        let drop = if hints.len() > 2 {
+            hints.len() - 2
+        } else {
+            hints.len() - 1
+        };
+        hints.remove(drop);
+    }
+    hints
+}
+
 /// Rows a status message of `text` needs at `width` columns: one, or as
 /// many as it wraps onto, at most three.
 pub fn status_rows(text: &str, width: u16) -> u16 {
@@ -173,7 +204,32 @@ pub fn status_rows(text: &str, width: u16) -> u16 {
 
 #[cfg(test)]
 mod tests {
-    use super::status_rows;
+    use super::{fit_hints, status_rows};
+
+    #[test]
+    fn footer_hints_give_way_whole_from_the_end_keeping_keys_and_quit() {
+        let hints = |v: &[(&str, &'static str)]| -> Vec<(String, &'static str)> {
+            v.iter().map(|(k, w)| (k.to_string(), *w)).collect()
+        };
+        let all = hints(&[
+            ("?", "keys"),
+            ("a", "accept"),
+            ("r", "reject"),
+            ("q", "quit"),
+        ]);
+        // "? keys  a accept  r reject  q quit" is 34 columns.
+        assert_eq!(fit_hints(all.clone(), 34), all);
+        assert_eq!(
+            fit_hints(all.clone(), 33),
+            hints(&[("?", "keys"), ("a", "accept"), ("q", "quit")])
+        );
+        assert_eq!(
+            fit_hints(all.clone(), 14),
+            hints(&[("?", "keys"), ("q", "quit")])
+        );
+        assert_eq!(fit_hints(all.clone(), 13), hints(&[("?", "keys")]));
+        assert!(fit_hints(all, 5).is_empty());
+    }
 
     #[test]
     fn a_long_status_message_takes_up_to_three_rows() {

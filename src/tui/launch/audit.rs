@@ -89,7 +89,7 @@ mod tests {
         drop(ws);
         let (job, _rx) = JobContext::standalone("audit");
         let line = run(&job, dir.path(), "t-*", "underspecified", 1).unwrap();
-        assert!(line.starts_with("1 tasks audited"), "{line}");
+        assert!(line.starts_with("1 task audited:"), "{line}");
         let ws = crate::store::Workspace::open(dir.path()).unwrap();
         let row = ws.audit_row("t-one").unwrap().expect("indexed");
         assert!(row.checks.contains_key("underspecified"), "{row:?}");

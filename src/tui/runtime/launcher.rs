@@ -128,7 +128,10 @@ impl Launcher {
                 let cctx = Context::new(Some(root))?;
                 let report = crate::workbench::generate::offline(&cctx, &req, ctx)?;
                 if let Some(f) = report.failed.first() {
-                    anyhow::bail!("{} tasks failed to write (first: {f})", report.failed.len());
+                    anyhow::bail!(
+                        "{} failed to write (first: {f})",
+                        crate::plural::count(report.failed.len(), "task")
+                    );
                 }
                 if report.nothing_written() {
                     // The form proposes the free seed next time.

@@ -219,7 +219,7 @@ fn the_audit_form_launches_an_audit_job() {
     let job = JobId("job-audit".into());
     app.update(Action::Job(JobEvent::Finished {
         id: job,
-        outcome: JobOutcome::Succeeded("1 tasks audited: 1 with findings (weak-tests)".into()),
+        outcome: JobOutcome::Succeeded("1 task audited: 1 with findings (weak-tests)".into()),
     }));
     assert!(app.outbox.contains(&Request::LoadTasks));
     let flaky = AuditReport {

@@ -33,6 +33,7 @@ macro_rules! snap {
 }
 
 mod audit;
+mod chrome;
 mod commands;
 mod episodes;
 mod images;
@@ -45,6 +46,7 @@ mod links;
 mod live;
 mod long_text;
 mod narrow;
+mod pane_colours;
 mod screen;
 mod tasks;
 mod tasks_find;

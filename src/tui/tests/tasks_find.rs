@@ -71,3 +71,21 @@ fn focus_shows_without_colour_and_the_footer_follows_it() {
     assert!(!footer.contains("open episode"), "{footer}");
     snap!("tasks_detail_focused_80x24", &mut app, 80, 24);
 }
+
+#[test]
+fn the_tui_and_the_cli_find_the_same_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    ws.set_tags("count-words", &["Wordy".into()]).unwrap();
+    let mut app = app_on(&ws);
+    for needle in ["wordy", "TAR", "perms", "archive", "", "nowhere"] {
+        app.tasks.set_search(needle.into());
+        let cli = crate::workbench::task_search::find_tasks(
+            &ws,
+            &crate::store::TaskFilter::default(),
+            needle,
+        )
+        .unwrap();
+        assert_eq!(app.tasks.counts().1, cli.len(), "{needle:?}: {cli:?}");
+    }
+}

@@ -18,7 +18,7 @@ use crate::tui::keymap::Command;
 use crate::tui::replay::Replay;
 pub use crate::tui::runtime::episode_io::LoadedEpisode;
 use crate::tui::theme::Theme;
-use crate::tui::widgets::terminal::Following;
+use crate::tui::widgets::terminal::{paint_defaults, Following};
 
 /// Failure labels a rater can give, as stored (`label`) and shown.
 pub const LABELS: [(&str, &str); 4] = [
@@ -321,6 +321,12 @@ impl Inspector {
             .block(block)
             .style(Style::new().fg(theme.foreground).bg(theme.background));
         frame.render_widget(term, screen_area);
+        paint_defaults(
+            frame.buffer_mut(),
+            screen_area,
+            theme.foreground,
+            theme.background,
+        );
         let n = r.cast.events.len();
         let frac = if n == 0 {
             1.0

@@ -354,7 +354,9 @@ impl JobsView {
                 if s.state == ShardState::Running || old.get(&shard_id) != Some(&state) {
                     self.log_requested.remove(&shard_id);
                 }
-                let items = s.items.map_or(String::new(), |k| format!(" · {k} tasks"));
+                let items = s.items.map_or(String::new(), |k| {
+                    format!(" · {}", crate::plural::count(k, "task"))
+                });
                 self.items.push(JobItem {
                     id: shard_id,
                     kind: "shard".into(),

@@ -21,7 +21,7 @@ use crate::tui::theme::Theme;
 use crate::tui::widgets::columns::{cut_end, cut_middle};
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::shell_line::ShellLine;
-use crate::tui::widgets::terminal::{Following, MarkerFilter};
+use crate::tui::widgets::terminal::{paint_defaults, Following, MarkerFilter};
 
 /// Why an episode ended without a result: neither a pass nor a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -779,6 +779,12 @@ fn draw_pane(frame: &mut Frame<'_>, area: Rect, pane: &LivePane, theme: &Theme, 
         .cursor(Cursor::default().visibility(!taken))
         .style(Style::new().fg(theme.foreground).bg(theme.background));
     frame.render_widget(term, screen_area);
+    paint_defaults(
+        frame.buffer_mut(),
+        screen_area,
+        theme.foreground,
+        theme.background,
+    );
     if let Some(line_area) = line_area {
         draw_command_line(frame, line_area, pane, theme);
     }

@@ -20,6 +20,7 @@ use crate::tui::theme::Theme;
 use crate::tui::widgets::columns::{constraints, cut_end, cut_middle, fit, shown, widest, Column};
 use crate::tui::widgets::empty::draw_empty;
 use crate::tui::widgets::task_marks::{stars, status_style};
+use crate::workbench::task_search::{haystack, Search};
 
 /// Sortable columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -187,28 +188,6 @@ pub struct TasksView {
     clicks: crate::tui::widgets::double_click::DoubleClick,
 }
 
-/// What the search looks in: id, name, instruction, tags and audit labels
-/// (as stored and as shown), lowercased.
-fn haystack(r: &TaskRow, audit: Option<&AuditRow>) -> String {
-    let labels: Vec<String> = audit
-        .map(|a| {
-            a.labels
-                .iter()
-                .map(|l| format!("{l}\n{}", crate::audit::short_label(l)))
-                .collect()
-        })
-        .unwrap_or_default();
-    format!(
-        "{}\n{}\n{}\n{}\n{}",
-        r.id,
-        r.name,
-        r.instruction,
-        r.tags.join("\n"),
-        labels.join("\n")
-    )
-    .to_lowercase()
-}
-
 /// How a row sorts by audit: not audited first, then clean, then by
 /// number of findings.
 fn audit_rank(a: Option<&AuditRow>) -> i64 {
@@ -359,7 +338,7 @@ impl TasksView {
 
     /// Recompute `visible`; keep `keep` selected if it is still shown.
     fn refresh(&mut self, keep: Option<String>) -> Option<String> {
-        let needle = self.filter.search.to_lowercase();
+        let search = Search::new(&self.filter.search);
         let f = &self.filter;
         let mut visible: Vec<usize> = (0..self.rows.len())
             .filter(|&i| {
@@ -370,7 +349,7 @@ impl TasksView {
                     && f.audit
                         .as_deref()
                         .is_none_or(|a| audit_matches(a, self.audits.get(&r.id)))
-                    && (needle.is_empty() || self.haystacks[i].contains(&needle))
+                    && search.matches(&self.haystacks[i])
             })
             .collect();
         let rows = &self.rows;

@@ -1,9 +1,13 @@
 //! Terminal panes for people: [`MarkerFilter`] (the sandbox's own) takes
 //! the exec protocol's internal end markers out of a session's byte stream,
-//! and [`Following`] shows the part of a `vt100` screen that holds the
+//! [`Following`] shows the part of a `vt100` screen that holds the
 //! newest output and the cursor when the pane is shorter than the session's
-//! terminal.
+//! terminal, and [`paint_defaults`] gives the cells in the terminal's
+//! default colours the theme's.
 
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Color;
 use tui_term::widget::Screen;
 
 pub use crate::sandbox::MarkerFilter;
@@ -59,9 +63,61 @@ impl Screen for Following<'_> {
     }
 }
 
+/// Paint the cells of `area` drawn in the terminal's default colours (a
+/// `vt100` cell that sets none, and what is left blank) with `fg` and
+/// `bg`, the theme's: a pane inside a painted theme then matches it, light
+/// or dark, whatever the user's terminal's own colours. Colours the
+/// session chose are kept; with `NO_COLOR` the terminal backend writes
+/// none of them.
+pub fn paint_defaults(buf: &mut Buffer, area: Rect, fg: Color, bg: Color) {
+    let area = area.intersection(buf.area);
+    for y in area.top()..area.bottom() {
+        for x in area.left()..area.right() {
+            let cell = &mut buf[(x, y)];
+            if cell.fg == Color::Reset {
+                cell.fg = fg;
+            }
+            if cell.bg == Color::Reset {
+                cell.bg = bg;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ratatui::widgets::Widget;
+    use tui_term::widget::PseudoTerminal;
+
+    #[test]
+    fn default_coloured_cells_take_the_themes_colours_and_chosen_ones_stay() {
+        let mut p = vt100::Parser::new(3, 20, 0);
+        // Plain text, then red on blue, then reverse video.
+        p.process(b"plain \x1b[31;44mred\x1b[0m \x1b[7minv\x1b[0m");
+        let area = Rect::new(0, 0, 20, 3);
+        let mut buf = Buffer::empty(area);
+        PseudoTerminal::new(p.screen()).render(area, &mut buf);
+        // What tui-term leaves: the terminal's own default colours.
+        assert_eq!(
+            (buf[(0, 0)].fg, buf[(0, 0)].bg),
+            (Color::Reset, Color::Reset)
+        );
+        let (fg, bg) = (Color::Rgb(1, 2, 3), Color::Rgb(250, 250, 250));
+        paint_defaults(&mut buf, Rect::new(0, 0, 30, 3), fg, bg);
+        assert_eq!((buf[(0, 0)].fg, buf[(0, 0)].bg), (fg, bg), "plain text");
+        assert_eq!((buf[(19, 2)].fg, buf[(19, 2)].bg), (fg, bg), "blank cells");
+        assert_eq!(
+            (buf[(6, 0)].fg, buf[(6, 0)].bg),
+            (Color::Indexed(1), Color::Indexed(4)),
+            "the session's own colours"
+        );
+        // Reverse video swaps the theme's colours, as a terminal would.
+        let inv = &buf[(10, 0)];
+        assert_eq!(inv.symbol(), "i");
+        assert_eq!((inv.fg, inv.bg), (fg, bg));
+        assert!(inv.modifier.contains(ratatui::style::Modifier::REVERSED));
+    }
 
     #[test]
     fn following_shows_the_newest_rows_and_the_cursor() {

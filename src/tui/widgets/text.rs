@@ -13,6 +13,46 @@ pub fn truncate_left(s: &str, max: usize) -> String {
     format!("…{keep}")
 }
 
+/// `path` in at most `max` columns: whole when it fits, else with its
+/// middle (or its start) given up to an ellipsis, keeping whole components:
+/// as many of the last ones as fit, then of the first ones
+/// (`/home/…/work/ws`). Only a last component wider than `max` is cut, from
+/// its left.
+pub fn shorten_path(path: &str, max: usize) -> String {
+    let width = |s: &str| s.chars().count();
+    if width(path) <= max {
+        return path.to_string();
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    let Some((last, _)) = parts.split_last() else {
+        return truncate_left(path, max);
+    };
+    // "…/" plus the tail, grown from the right while it fits.
+    let mut tail = last.to_string();
+    let mut first_in_tail = parts.len() - 1;
+    if width(&tail) + 2 > max {
+        return truncate_left(last, max);
+    }
+    while first_in_tail > 0 {
+        let grown = format!("{}/{tail}", parts[first_in_tail - 1]);
+        if width(&grown) + 2 > max {
+            break;
+        }
+        tail = grown;
+        first_in_tail -= 1;
+    }
+    // Then whole components from the left, in the room left over.
+    let mut head = String::new();
+    for part in &parts[..first_in_tail] {
+        let grown = format!("{head}{part}/");
+        if width(&grown) + 2 + width(&tail) > max {
+            break;
+        }
+        head = grown;
+    }
+    format!("{head}…/{tail}")
+}
+
 /// A text progress bar ``████░░░░`` of `width` cells.
 pub fn bar(fraction: f64, width: usize) -> String {
     let filled = ((fraction.clamp(0.0, 1.0) * width as f64).round() as usize).min(width);
@@ -68,7 +108,25 @@ pub fn once_per_url(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::once_per_url;
+    use super::{once_per_url, shorten_path};
+
+    #[test]
+    fn a_path_is_whole_when_it_fits_and_keeps_whole_components_when_not() {
+        let p = "/home/alice/projects/rl/endless-workspace";
+        assert_eq!(shorten_path(p, 80), p);
+        assert_eq!(shorten_path(p, p.len()), p);
+        // The last components first, then the first ones, never half a name.
+        assert_eq!(shorten_path(p, 37), "…/alice/projects/rl/endless-workspace");
+        assert_eq!(shorten_path(p, 36), "/…/projects/rl/endless-workspace");
+        assert_eq!(shorten_path(p, 30), "/home/…/rl/endless-workspace");
+        assert_eq!(shorten_path(p, 25), "/…/rl/endless-workspace");
+        assert_eq!(shorten_path(p, 22), "…/rl/endless-workspace");
+        assert_eq!(shorten_path(p, 19), "…/endless-workspace");
+        // Only a last component wider than the room is cut.
+        assert_eq!(shorten_path(p, 10), "…workspace");
+        assert_eq!(shorten_path("relative/ws", 5), "…/ws");
+        assert_eq!(shorten_path("", 0), "");
+    }
 
     #[test]
     fn a_url_is_said_once() {
