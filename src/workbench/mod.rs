@@ -43,6 +43,7 @@ mod harbor_job;
 mod images;
 pub mod import_runs;
 mod rebuild;
+pub mod repair;
 mod runs;
 pub mod shard_run;
 pub mod sharded_runs;
