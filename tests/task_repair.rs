@@ -71,7 +71,9 @@ fn sandbox_here() -> bool {
 /// A workspace with the weak-tests fixture imported and audited.
 fn flagged_workspace() -> tempfile::TempDir {
     let ws = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audit").join(ID);
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit")
+        .join(ID);
     json(&endless(
         ws.path(),
         &["tasks", "import", fixture.to_str().unwrap(), "--json"],
@@ -87,7 +89,15 @@ fn flagged_workspace() -> tempfile::TempDir {
     );
     let set = endless(
         ws.path(),
-        &["tasks", "set", ID, "--rating", "2", "--notes", "an empty file passes"],
+        &[
+            "tasks",
+            "set",
+            ID,
+            "--rating",
+            "2",
+            "--notes",
+            "an empty file passes",
+        ],
     );
     assert!(set.status.success());
     ws
@@ -132,11 +142,20 @@ fn a_weak_test_is_repaired_as_a_new_version_and_the_old_one_is_restorable() {
         return;
     }
     let ws = flagged_workspace();
-    let before = std::fs::read_to_string(ws.path().join("tasks").join(ID).join("tests/test_final_state.py")).unwrap();
+    let before = std::fs::read_to_string(
+        ws.path()
+            .join("tasks")
+            .join(ID)
+            .join("tests/test_final_state.py"),
+    )
+    .unwrap();
     let server = FixtureLlm::start(scripted(STRONG_FINAL));
     let out = json(&repair(ws.path(), &server));
     assert_eq!(out[0]["outcome"], "repaired", "{out:#}");
-    assert_eq!((out[0]["parent"].as_u64(), out[0]["version"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (out[0]["parent"].as_u64(), out[0]["version"].as_u64()),
+        (Some(1), Some(2))
+    );
     // The prompt carried the reasons: the finding with its evidence, the curator's note.
     let prompt = server
         .requests()
@@ -144,11 +163,26 @@ fn a_weak_test_is_repaired_as_a_new_version_and_the_old_one_is_restorable() {
         .map(|r| r.messages()[0].1.clone())
         .find(|m| m.contains("You repair a terminal task"))
         .unwrap();
-    assert!(prompt.contains("[weak-tests]") && prompt.contains("emptied"), "{prompt}");
-    assert!(prompt.contains("rated it 2/5: an empty file passes"), "{prompt}");
-    assert!(prompt.contains("Planted defect: any file passes"), "the old tests: {prompt}");
+    assert!(
+        prompt.contains("[weak-tests]") && prompt.contains("emptied"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("rated it 2/5: an empty file passes"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Planted defect: any file passes"),
+        "the old tests: {prompt}"
+    );
     // The new version: strong tests, provenance, the finding gone.
-    let final_tests = std::fs::read_to_string(ws.path().join("tasks").join(ID).join("tests/test_final_state.py")).unwrap();
+    let final_tests = std::fs::read_to_string(
+        ws.path()
+            .join("tasks")
+            .join(ID)
+            .join("tests/test_final_state.py"),
+    )
+    .unwrap();
     assert!(final_tests.contains("ana\\ncyd"), "{final_tests}");
     assert_eq!(audit_labels(ws.path()), Value::Array(vec![]));
     let row = json(&endless(ws.path(), &["tasks", "list", "--json"]));
@@ -158,11 +192,24 @@ fn a_weak_test_is_repaired_as_a_new_version_and_the_old_one_is_restorable() {
     assert_eq!(versions[1]["parent"], 1);
     assert_eq!(versions[1]["current"], true);
     assert_eq!(versions[1]["model"], "fixture-gen");
-    assert!(versions[1]["reasons"].to_string().contains("[weak-tests]"), "{versions:#}");
+    assert!(
+        versions[1]["reasons"].to_string().contains("[weak-tests]"),
+        "{versions:#}"
+    );
     // The old version is kept, and restorable with its audit.
     let restore = endless(ws.path(), &["tasks", "restore", ID, "--version", "1"]);
-    assert!(restore.status.success(), "{}", String::from_utf8_lossy(&restore.stderr));
-    let back = std::fs::read_to_string(ws.path().join("tasks").join(ID).join("tests/test_final_state.py")).unwrap();
+    assert!(
+        restore.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restore.stderr)
+    );
+    let back = std::fs::read_to_string(
+        ws.path()
+            .join("tasks")
+            .join(ID)
+            .join("tests/test_final_state.py"),
+    )
+    .unwrap();
     assert_eq!(back, before);
     assert!(audit_labels(ws.path()).to_string().contains("weak-tests"));
 }
@@ -204,8 +251,15 @@ fn a_revision_that_breaks_the_task_is_refused_at_its_stage_and_the_task_is_uncha
 #[test]
 fn an_offline_task_is_refused_with_the_reason_or_regenerated_with_another_seed() {
     let ws = tempfile::tempdir().unwrap();
-    let gen = endless(ws.path(), &["generate", "--offline", "--count", "1", "--seed", "3"]);
-    assert!(gen.status.success(), "{}", String::from_utf8_lossy(&gen.stderr));
+    let gen = endless(
+        ws.path(),
+        &["generate", "--offline", "--count", "1", "--seed", "3"],
+    );
+    assert!(
+        gen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gen.stderr)
+    );
     let id = json(&endless(ws.path(), &["tasks", "list", "--json"]))[0]["id"]
         .as_str()
         .unwrap()
@@ -215,13 +269,25 @@ fn an_offline_task_is_refused_with_the_reason_or_regenerated_with_another_seed()
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["stage"], "offline", "{v:#}");
     let reason = v[0]["reason"].as_str().unwrap();
-    assert!(reason.contains("LLM") && reason.contains("--reseed"), "{reason}");
-    let before = std::fs::read_to_string(ws.path().join("tasks").join(&id).join("instruction.md")).unwrap();
-    let out = json(&endless(ws.path(), &["tasks", "repair", &id, "--reseed", "11", "--json"]));
+    assert!(
+        reason.contains("LLM") && reason.contains("--reseed"),
+        "{reason}"
+    );
+    let before =
+        std::fs::read_to_string(ws.path().join("tasks").join(&id).join("instruction.md")).unwrap();
+    let out = json(&endless(
+        ws.path(),
+        &["tasks", "repair", &id, "--reseed", "11", "--json"],
+    ));
     assert_eq!(out[0]["outcome"], "repaired", "{out:#}");
     assert_eq!(out[0]["version"], 2);
-    let task = std::fs::read_to_string(ws.path().join("tasks").join(&id).join("task.toml")).unwrap();
-    assert!(task.contains("seed = 11") && task.contains("parent_version = 1"), "{task}");
-    let after = std::fs::read_to_string(ws.path().join("tasks").join(&id).join("instruction.md")).unwrap();
+    let task =
+        std::fs::read_to_string(ws.path().join("tasks").join(&id).join("task.toml")).unwrap();
+    assert!(
+        task.contains("seed = 11") && task.contains("parent_version = 1"),
+        "{task}"
+    );
+    let after =
+        std::fs::read_to_string(ws.path().join("tasks").join(&id).join("instruction.md")).unwrap();
     assert_ne!(before, after);
 }

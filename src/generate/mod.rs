@@ -13,7 +13,7 @@ mod initial_tests;
 pub mod pipeline;
 pub mod prompts;
 pub mod record;
-pub mod reply;
 pub mod repair;
+pub mod reply;
 mod stages;
 pub mod taxonomy;

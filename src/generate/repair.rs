@@ -161,7 +161,9 @@ async fn run(
         cand.task.truth = truth;
     }
     if let Ok(solve) = section(&reply, "solution") {
-        cand.task.solution.insert("solve.sh", solve.into_bytes(), true);
+        cand.task
+            .solution
+            .insert("solve.sh", solve.into_bytes(), true);
     }
     let final_tests = section(&reply, "test_final_state");
     stages::environment_rounds(shared, cand, messages, Some(reply)).await?;
@@ -186,7 +188,9 @@ async fn run(
             CheckStatus::Ok => None,
             CheckStatus::Finding => Some(format!("{} found something", c.check)),
             CheckStatus::Skipped { why } => Some(format!("{} was skipped: {why}", c.check)),
-            CheckStatus::OutOfTime { done } => Some(format!("{} ran out of time ({done})", c.check)),
+            CheckStatus::OutOfTime { done } => {
+                Some(format!("{} ran out of time ({done})", c.check))
+            }
             CheckStatus::Error { message } => Some(format!("{} failed: {message}", c.check)),
         })
         .collect();

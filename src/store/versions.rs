@@ -357,7 +357,11 @@ mod tests {
         let id = task.id().to_string();
         assert_eq!(ws.current_version(&id).unwrap(), 1);
         ws.set_notes(&id, "tests too weak").unwrap();
-        fs::write(ws.task_dir(&id).join(super::super::AUDIT_FILE), b"{\"old\":1}").unwrap();
+        fs::write(
+            ws.task_dir(&id).join(super::super::AUDIT_FILE),
+            b"{\"old\":1}",
+        )
+        .unwrap();
         let mut v2 = task.clone();
         v2.instruction = "the revised instruction\n".into();
         set_version(&mut v2, ws.next_version(&id).unwrap(), Some(1));
@@ -397,7 +401,11 @@ mod tests {
         ws.commit_version(&v2, &[]).unwrap();
         let kept = ws.versions_dir(&id).join("1/task.toml");
         let text = fs::read_to_string(&kept).unwrap();
-        fs::write(&kept, text.replace("[provenance]", "[provenance]\nversion = \"one\"")).unwrap();
+        fs::write(
+            &kept,
+            text.replace("[provenance]", "[provenance]\nversion = \"one\""),
+        )
+        .unwrap();
         let e = ws.restore_version(&id, 1).unwrap_err().to_string();
         assert!(
             e.contains("versions/") && e.contains("provenance.version"),

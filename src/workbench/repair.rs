@@ -103,8 +103,7 @@ impl RepairOutcome {
 pub fn reasons(ws: &Workspace, id: &str) -> Result<(Vec<Reason>, Vec<Check>)> {
     let mut out = Vec::new();
     let row = ws.task_row(id)?;
-    if row.rating.is_some() || !row.notes.trim().is_empty() || row.status == TaskStatus::Rejected
-    {
+    if row.rating.is_some() || !row.notes.trim().is_empty() || row.status == TaskStatus::Rejected {
         let mut summary = String::from("the curator");
         if row.status == TaskStatus::Rejected {
             summary.push_str(" rejected it");
