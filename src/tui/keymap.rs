@@ -81,6 +81,8 @@ commands! {
     JobEval => "job_eval", ["E"], "Jobs: start an evaluation (form)";
     JobValidate => "job_validate", ["V"], "Jobs: validate the selected task / all tasks (form)";
     JobAudit => "job_audit", ["U"], "Jobs / Tasks: audit the selected task / all tasks (form)";
+    JobRepair => "job_repair", ["F"], "Jobs / Tasks: repair the selected task / any tasks through the generator (form)";
+    RepairReview => "repair_review", ["D"], "Tasks: review the task's repair, a diff per file (a accepts, r discards)";
     JobGenerate => "job_generate", ["L"], "Jobs: LLM task generation (form)";
     JobOffline => "job_offline", ["P"], "Jobs: offline (procedural) task generation (form)";
     JobTrain => "job_train", ["M"], "Jobs / Training: start a training run (form)";

@@ -79,6 +79,11 @@ pub enum RepairOutcome {
 }
 
 impl RepairOutcome {
+    /// Whether the task was repaired.
+    pub fn repaired(&self) -> bool {
+        matches!(self, RepairOutcome::Repaired { .. })
+    }
+
     /// One line for people.
     pub fn line(&self) -> String {
         match self {
@@ -96,6 +101,22 @@ impl RepairOutcome {
             }
         }
     }
+}
+
+/// One line for a batch: how many were repaired, and each failure with
+/// its stage and why; `D` in the Tasks view reviews a repair.
+pub fn outcome_summary(outcomes: &[RepairOutcome]) -> String {
+    let repaired = outcomes.iter().filter(|o| o.repaired()).count();
+    let mut out = format!("{repaired} of {} task(s) repaired", outcomes.len());
+    for o in outcomes {
+        if let RepairOutcome::Failed { id, stage, reason } = o {
+            out.push_str(&format!("; {id} failed at {stage}: {reason}"));
+        }
+    }
+    if repaired > 0 {
+        out.push_str(" (D in Tasks reviews a repair)");
+    }
+    out
 }
 
 /// Why task `id` needs repair, and the audit checks whose findings are

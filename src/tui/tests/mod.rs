@@ -44,6 +44,7 @@ mod links;
 mod live;
 mod long_text;
 mod narrow;
+mod repair;
 mod screen;
 mod tasks;
 mod tasks_find;

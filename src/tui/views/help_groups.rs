@@ -148,6 +148,16 @@ const TASKS: &[Group] = &[
                 "Audit the task (or any tasks: a form, then a job)",
             ),
             e(
+                C::JobRepair,
+                "repair",
+                "Repair the task through the generator (or any tasks: a form, then a job)",
+            ),
+            e(
+                C::RepairReview,
+                "review repair",
+                "Review its repair: a diff per file beside the reasons (a accepts, r discards)",
+            ),
+            e(
                 C::Maximise,
                 "maximise",
                 "Maximise the detail pane (again or esc: restore)",
@@ -427,6 +437,7 @@ const JOBS: &[Group] = &[
             e(C::JobOffline, "offline", "Generate tasks offline (form)"),
             e(C::JobTrain, "train", "Start a training run (form)"),
             e(C::JobAudit, "audit", "Audit tasks (form)"),
+            e(C::JobRepair, "repair", "Repair tasks through the generator (form)"),
             e(C::JobCancel, "cancel", "Cancel the selected job"),
             e(
                 C::JobRetry,
