@@ -437,13 +437,13 @@ const JOBS: &[Group] = &[
             e(C::JobOffline, "offline", "Generate tasks offline (form)"),
             e(C::JobTrain, "train", "Start a training run (form)"),
             e(C::JobAudit, "audit", "Audit tasks (form)"),
-            e(C::JobRepair, "repair", "Repair tasks through the generator (form)"),
             e(C::JobCancel, "cancel", "Cancel the selected job"),
             e(
                 C::JobRetry,
                 "retry",
                 "Run the selected job again: an interrupted or cancelled evaluation resumes its run",
             ),
+            e(C::JobRepair, "repair", "Repair tasks through the generator (form)"),
         ],
     },
     Group {
