@@ -346,7 +346,7 @@ mod tests {
     fn ws_with_task() -> (tempfile::TempDir, Workspace, Task) {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
-        let task = crate::procgen::generate_batch(1, 3, None).remove(0);
+        let task = Task::minimal("t");
         ws.add_task(&task, TaskStatus::Accepted).unwrap();
         (dir, ws, task)
     }
@@ -401,11 +401,12 @@ mod tests {
         ws.commit_version(&v2, &[]).unwrap();
         let kept = ws.versions_dir(&id).join("1/task.toml");
         let text = fs::read_to_string(&kept).unwrap();
-        fs::write(
-            &kept,
-            text.replace("[provenance]", "[provenance]\nversion = \"one\""),
-        )
-        .unwrap();
+        let broken = if text.contains("[provenance]") {
+            text.replace("[provenance]", "[provenance]\nversion = \"one\"")
+        } else {
+            format!("{text}\n[provenance]\nversion = \"one\"\n")
+        };
+        fs::write(&kept, broken).unwrap();
         let e = ws.restore_version(&id, 1).unwrap_err().to_string();
         assert!(
             e.contains("versions/") && e.contains("provenance.version"),
