@@ -517,3 +517,31 @@ fn offline(ws: &Workspace, task: &Task, reseed: Option<u64>) -> Result<RepairOut
         reasons: vec![reason],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_summary_counts_the_repairs_and_names_each_failure_with_its_stage() {
+        let outcomes = vec![
+            RepairOutcome::Repaired {
+                id: "a".into(),
+                parent: 1,
+                version: 2,
+                reasons: Vec::new(),
+            },
+            RepairOutcome::Failed {
+                id: "b".into(),
+                stage: "completion_tests".into(),
+                reason: "final tests pass on the initial state".into(),
+            },
+        ];
+        assert_eq!(
+            outcome_summary(&outcomes),
+            "1 of 2 task(s) repaired; b failed at completion_tests: final tests pass on the initial state (D in Tasks reviews a repair)"
+        );
+        assert!(!outcome_summary(&outcomes[1..]).contains("D in Tasks"));
+        assert!(outcomes[1].line().contains("the task is unchanged"));
+    }
+}
