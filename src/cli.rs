@@ -292,6 +292,58 @@ pub enum TasksCommand {
     /// Audit tasks for weak, flaky, hackable and underspecified tests; each
     /// report is stored as `tasks/<id>/audit.json` (see docs/audit.md).
     Audit(AuditArgs),
+    /// Repair tasks through the generator model: each task, with why it
+    /// needs repair (curator's note and rating, audit findings, validation
+    /// problems, failed episodes), goes back through the generation stages
+    /// and the audit checks that found it wanting; a revision that passes
+    /// becomes the task's new version (see docs/repair.md). Non-zero exit
+    /// if any repair failed; a failed repair leaves its task unchanged.
+    Repair {
+        /// The tasks to repair.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// OpenAI-compatible server of the generator model.
+        #[arg(long, value_name = "URL")]
+        llm: Option<String>,
+        /// Generator model (default: `[llm] model`).
+        #[arg(long, value_name = "M")]
+        model: Option<String>,
+        /// OpenAI-compatible server of the solver model (default: --llm).
+        #[arg(long, value_name = "URL")]
+        solver_llm: Option<String>,
+        /// Solver model of the solvability check (default: --model).
+        #[arg(long, value_name = "M")]
+        solver_model: Option<String>,
+        /// Solution episodes per revision (default: `[generate] solutions`).
+        #[arg(long)]
+        solutions: Option<u32>,
+        /// Environment attempts per revision (default: `[generate] max_env_attempts`).
+        #[arg(long)]
+        max_env_attempts: Option<u32>,
+        /// Offline (procgen) tasks: regenerate them with this seed as a new
+        /// version (without it they are refused: no model made them).
+        #[arg(long, value_name = "SEED")]
+        reseed: Option<u64>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The versions of a task (repairs make new ones; the old are kept).
+    Versions {
+        /// The task's id.
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a kept version of a task current again (the current one is kept).
+    Restore {
+        /// The task's id.
+        id: String,
+        /// The version to restore (see `endless tasks versions`).
+        #[arg(long, value_name = "N")]
+        version: u32,
+    },
     /// Curate: set status, rating, notes or tags of tasks.
     Set {
         /// The tasks to change.

@@ -1603,6 +1603,9 @@ mod audit;
 mod jobs_and_links;
 #[path = "tui_e2e/remote.rs"]
 mod remote;
+/// Issue 53: a repair's review (a diff per file) and its discard.
+#[path = "tui_e2e/repair.rs"]
+mod repair;
 #[path = "tui_e2e/shards.rs"]
 mod shards;
 #[path = "tui_e2e/view_state.rs"]

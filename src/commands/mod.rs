@@ -48,6 +48,7 @@ mod images_cmd;
 mod json;
 mod offline;
 mod progress;
+mod repair_cmd;
 pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod serve_cmd;

@@ -1,4 +1,5 @@
-//! `endless tasks list|show|import|export|validate|set`: the workspace's
+//! `endless tasks list|show|import|export|validate|set` (`repair`,
+//! `versions` and `restore` are in `repair_cmd`): the workspace's
 //! task index and bundles (validation is [`crate::workbench::validate_tasks`]).
 
 use std::path::Path;
@@ -174,6 +175,33 @@ pub fn run(ctx: &Context, cmd: TasksCommand) -> Result<ExitCode> {
             return validate(ctx, ids, shard, concurrency, json, offline);
         }
         TasksCommand::Audit(args) => return super::audit_cmd::run(ctx, args),
+        TasksCommand::Repair {
+            ids,
+            llm,
+            model,
+            solver_llm,
+            solver_model,
+            solutions,
+            max_env_attempts,
+            reseed,
+            json,
+        } => {
+            let req = crate::workbench::repair::RepairRequest {
+                ids,
+                url: llm,
+                model,
+                solver_url: solver_llm,
+                solver_model,
+                solutions,
+                max_env_attempts,
+                reseed,
+            };
+            return super::repair_cmd::repair(ctx, &req, json);
+        }
+        TasksCommand::Versions { id, json } => return super::repair_cmd::versions(ctx, &id, json),
+        TasksCommand::Restore { id, version } => {
+            return super::repair_cmd::restore(ctx, &id, version)
+        }
         TasksCommand::Set {
             ids,
             status,

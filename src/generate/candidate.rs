@@ -67,6 +67,25 @@ impl Candidate {
         }
     }
 
+    /// A candidate that revises the stored `task` (a repair): it starts as
+    /// the task, its spec taken from the task's own category, complexity
+    /// and scenario.
+    pub fn revising(id: String, task: Task) -> Candidate {
+        let t = &task.meta.task;
+        let spec = Spec {
+            category: t.category.clone(),
+            level: super::taxonomy::Level {
+                level: t.complexity.unwrap_or(0),
+                name: String::new(),
+                description: String::new(),
+            },
+            scenario: t.scenario.clone(),
+        };
+        let mut cand = Candidate::new(id, 0, spec);
+        cand.task = task;
+        cand
+    }
+
     /// Count an attempt at `stage`.
     pub fn attempt(&mut self, stage: Stage) -> u32 {
         let n = self.attempts.entry(stage_key(stage).into()).or_default();

@@ -3,7 +3,8 @@
 //! tests fixed unless the model says they are wrong),
 //! (3) completion tests that must fail on the initial state, (4) a pass@n
 //! solvability filter; optionally (5) the task audit (`--audit reject|flag`,
-//! see [`crate::audit`]).
+//! see [`crate::audit`]). [`repair`] sends a stored task back through the
+//! same stages with the reasons it needs repair.
 
 mod candidate;
 pub mod config;
@@ -12,6 +13,7 @@ mod initial_tests;
 pub mod pipeline;
 pub mod prompts;
 pub mod record;
+pub mod repair;
 pub mod reply;
 mod stages;
 pub mod taxonomy;

@@ -20,6 +20,8 @@ pub enum PromptName {
     EnvironmentRepair,
     /// Stage 3: the completion tests (`generate_final_tests.md`).
     FinalTests,
+    /// A repair: the task, why it needs one, and a revised bundle (`repair_task.md`).
+    Repair,
 }
 
 impl PromptName {
@@ -30,6 +32,7 @@ impl PromptName {
             PromptName::Environment => "generate_environment.md",
             PromptName::EnvironmentRepair => "generate_environment_repair.md",
             PromptName::FinalTests => "generate_final_tests.md",
+            PromptName::Repair => "repair_task.md",
         }
     }
 
@@ -41,6 +44,7 @@ impl PromptName {
                 include_str!("../../assets/prompts/generate_environment_repair.md")
             }
             PromptName::FinalTests => include_str!("../../assets/prompts/generate_final_tests.md"),
+            PromptName::Repair => include_str!("../../assets/prompts/repair_task.md"),
         }
     }
 }

@@ -40,7 +40,7 @@ impl From<Reject> for Stop {
 /// Ask the generator model, keeping the exchange in the candidate's log. A
 /// failure of the server ([`LlmError::is_infrastructure`]) is
 /// [`Stop::Infra`]; a request the server refuses is a rejection.
-async fn ask(
+pub async fn ask(
     shared: &Shared,
     cand: &mut Candidate,
     stage: Stage,
@@ -126,7 +126,7 @@ pub async fn task(shared: &Shared, cand: &mut Candidate) -> Result<(), Stop> {
 /// What the sandbox base offers, told to the model so it does not ask for the impossible.
 pub const SANDBOX_TOOLS: &str = "bash, coreutils, findutils, grep, sed, mawk (awk), tar, gzip, bzip2, xz, zip/unzip, sqlite3, git, jq, bc, file, procps, and python3 (standard library only)";
 
-fn sandbox_facts(shared: &Shared) -> String {
+pub fn sandbox_facts(shared: &Shared) -> String {
     format!(
         "a Linux sandbox; the agent's session has no network. The agent works as the unprivileged user `user` (uid 1000) with HOME=/home/user and cannot use sudo. Available tools: {SANDBOX_TOOLS}. {} The environment definition runs once as root to build the initial state ({}).",
         if shared.config.allow_installs {
@@ -142,7 +142,7 @@ fn sandbox_facts(shared: &Shared) -> String {
     )
 }
 
-fn definition_instructions(kind: EnvKind) -> (&'static str, &'static str) {
+pub fn definition_instructions(kind: EnvKind) -> (&'static str, &'static str) {
     match kind {
         EnvKind::SetupSh => ("setup", "a bash script run as root that creates every initial file (use heredocs or printf), then runs `chown -R user:user /home/user`."),
         EnvKind::ApptainerDef => ("container_def", "an Apptainer definition (Bootstrap: docker, From: ubuntu:22.04) whose %post section creates every initial file and ends with `chown -R user:user /home/user`."),
@@ -235,34 +235,53 @@ pub async fn environment(shared: &Shared, cand: &mut Candidate) -> Result<(), St
         .map_err(|e| (stage, e.to_string()))?;
     cand.prompt_hashes
         .insert(stage_key(stage).into(), prompt.template_hash);
-    let mut messages = vec![ChatMessage::user(prompt.text)];
+    environment_rounds(shared, cand, vec![ChatMessage::user(prompt.text)], None).await
+}
+
+/// Stage 2's attempts: each reply (the first one `first` when given, as a
+/// repair's revised bundle is, else asked for with `messages`) is built and
+/// its initial tests run; a failure is fed back for the next attempt, up
+/// to `max_env_attempts` in all.
+pub async fn environment_rounds(
+    shared: &Shared,
+    cand: &mut Candidate,
+    mut messages: Vec<ChatMessage>,
+    mut first: Option<String>,
+) -> Result<(), Stop> {
+    let stage = Stage::Environment;
+    let kind = shared.config.definition;
+    let (tag, _) = definition_instructions(kind);
     let mut last_error = String::new();
     let mut initial_tests = InitialTests::default();
     for _ in 0..shared.config.max_env_attempts.max(1) {
         let attempt = cand.attempt(stage);
         let t0 = Instant::now();
-        let reply = ask(
-            shared,
-            cand,
-            stage,
-            attempt,
-            &messages,
-            &shared.config.test_sampling,
-        )
-        .await?;
+        let reply = match first.take() {
+            Some(reply) => reply,
+            None => {
+                ask(
+                    shared,
+                    cand,
+                    stage,
+                    attempt,
+                    &messages,
+                    &shared.config.test_sampling,
+                )
+                .await?
+            }
+        };
         messages.push(ChatMessage::assistant(reply.clone()));
         let parsed =
             section(&reply, tag).and_then(|d| initial_tests.take(&reply, attempt).map(|t| (d, t)));
         let feedback = match parsed {
             Err(e) => format!("the reply could not be used: {e}"),
             Ok((definition, (tests, decision))) => {
-                cand.task.environment = Default::default();
+                // Other files (a repaired task's data) stay as they are.
                 cand.task.environment.insert(
                     kind.file_name(),
                     definition.into_bytes(),
                     kind == EnvKind::SetupSh,
                 );
-                cand.task.tests = Default::default();
                 cand.task.tests.insert_text(INITIAL_TESTS, tests);
                 let note = match decision {
                     TestsDecision::Revised(revision) => {
@@ -352,6 +371,19 @@ pub async fn completion_tests(shared: &Shared, cand: &mut Candidate) -> Result<(
     )
     .await?;
     let tests = section(&reply, "test_final_state").map_err(|e| (stage, e.to_string()))?;
+    check_completion_tests(shared, cand, tests, t0).await
+}
+
+/// Stage 3's check of completion tests `tests` (however written): they
+/// compile, run, and fail on the initial state; their verdicts there are
+/// kept as the partial reward's baseline.
+pub async fn check_completion_tests(
+    shared: &Shared,
+    cand: &mut Candidate,
+    tests: String,
+    t0: Instant,
+) -> Result<(), Stop> {
+    let stage = Stage::CompletionTests;
     compiles(&tests).map_err(|e| (stage, format!("final tests do not compile: {e}")))?;
     cand.task.tests.insert_text(FINAL_TESTS, tests);
     let backend = shared.backend.clone();

@@ -14,6 +14,7 @@ mod runs;
 mod shard;
 mod task_index;
 mod tasks;
+mod versions;
 mod workspace;
 
 use std::path::PathBuf;
@@ -33,6 +34,10 @@ pub use shard::{
 };
 pub use task_index::TaskStatus;
 pub use tasks::{TaskFilter, TaskRow};
+pub use versions::{
+    episode_key, parent_version, set_version, task_version, VersionInfo, EPISODE_VERSIONS_FILE,
+    VERSIONS_DIR,
+};
 pub use workspace::{Recovered, Workspace, TASK_CURATION_FILE};
 
 /// Errors from the workspace and its database.

@@ -192,12 +192,13 @@ impl Workspace {
         index_task_in(&self.conn, task, TaskStatus::Candidate)
     }
 
-    /// Delete a task's bundle and index row.
+    /// Delete a task's bundle, its kept versions and its index row.
     pub fn remove_task(&self, id: &str) -> Result<(), StoreError> {
-        let dir = self.task_dir(id);
-        if dir.exists() {
-            // trusted: this workspace's own files
-            fs::remove_dir_all(&dir).map_err(StoreError::io(&dir))?;
+        for dir in [self.task_dir(id), self.versions_dir(id)] {
+            if dir.exists() {
+                // trusted: this workspace's own files
+                fs::remove_dir_all(&dir).map_err(StoreError::io(&dir))?;
+            }
         }
         self.unindex_task(id)
     }

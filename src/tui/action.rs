@@ -83,6 +83,8 @@ pub enum Action {
     OfflineSeed(u64),
     /// The launch forms' last values in this workspace.
     FormValuesLoaded(FormValues),
+    /// A task's repair, for the repair review.
+    RepairLoaded(Box<crate::workbench::repair_review::RepairReview>),
     /// An informational message for the status line.
     Info(String),
     /// An error for the status line.
@@ -276,6 +278,16 @@ pub enum Request {
     LoadFormValues,
     /// Write the launch forms' last values, by form, then by field.
     SaveFormValues(FormValues),
+    /// A task's repair against the version it was made from (the review).
+    LoadRepair(String),
+    /// Accept a task's repair (the task is accepted) or discard it (the
+    /// version it was made from is current again).
+    ResolveRepair {
+        /// The task.
+        id: String,
+        /// Accept (else discard).
+        accept: bool,
+    },
 }
 
 /// What the event loop receives.

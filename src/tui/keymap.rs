@@ -81,6 +81,8 @@ commands! {
     JobEval => "job_eval", ["E"], "Jobs / Tasks: start an evaluation (form; from Tasks, of the selected task)";
     JobValidate => "job_validate", ["V"], "Jobs / Tasks: validate the selected task / all tasks (form)";
     JobAudit => "job_audit", ["U"], "Jobs / Tasks: audit the selected task / all tasks (form)";
+    JobRepair => "job_repair", ["F"], "Jobs / Tasks: repair the selected task / any tasks through the generator (form)";
+    RepairReview => "repair_review", ["D"], "Tasks: review the task's repair, a diff per file (a accepts, r discards)";
     JobGenerate => "job_generate", ["L"], "Jobs / Tasks: LLM task generation (form)";
     JobOffline => "job_offline", ["P"], "Jobs / Tasks: offline (procedural) task generation (form)";
     JobTrain => "job_train", ["M"], "Jobs / Tasks / Training: start a training run (form)";

@@ -46,6 +46,8 @@ mod images;
 pub mod import_runs;
 mod interrupted;
 mod rebuild;
+pub mod repair;
+pub mod repair_review;
 mod runs;
 pub mod shard_run;
 pub mod sharded_runs;

@@ -93,6 +93,7 @@ impl App {
                 self.view = View::Jobs;
                 self.outbox.push(Request::LoadJobs);
             }
+            _ if self.view == View::Tasks && self.review.is_some() => self.review_command(cmd),
             _ => match self.view {
                 View::Tasks => self.tasks_command(cmd),
                 View::Live if cmd == Command::TakeOver => match self.live.take_over() {
@@ -323,11 +324,45 @@ impl App {
         }
     }
 
+    /// A command while the repair review is open: accept, discard, close,
+    /// scroll; anything else is said to wait for it.
+    fn review_command(&mut self, cmd: Command) {
+        let Some(review) = self.review.as_mut() else {
+            return;
+        };
+        let id = review.review.id.clone();
+        match cmd {
+            Command::Accept | Command::Reject => {
+                let accept = cmd == Command::Accept;
+                self.review = None;
+                self.info(format!(
+                    "{} the repair of {id}...",
+                    if accept { "accepting" } else { "discarding" }
+                ));
+                self.outbox.push(Request::ResolveRepair { id, accept });
+            }
+            Command::Back => self.review = None,
+            other => {
+                if !review.scroll_by(other) {
+                    let (a, r, b) = (
+                        self.keymap.hint(Command::Accept),
+                        self.keymap.hint(Command::Reject),
+                        self.keymap.hint(Command::Back),
+                    );
+                    self.error(format!(
+                        "the repair review is open: {a} accepts, {r} discards, {b} closes"
+                    ));
+                }
+            }
+        }
+    }
+
     fn jobs_command(&mut self, cmd: Command) {
         let form = match cmd {
             Command::JobEval => Some(FormKind::Eval),
             Command::JobValidate => Some(FormKind::Validate),
             Command::JobAudit => Some(FormKind::Audit),
+            Command::JobRepair => Some(FormKind::Repair),
             Command::JobGenerate => Some(FormKind::Generate),
             Command::JobOffline => Some(FormKind::Offline),
             Command::JobTrain => Some(FormKind::Train),
@@ -447,6 +482,7 @@ impl App {
                 | Command::Note
                 | Command::Edit
                 | Command::Validate
+                | Command::RepairReview
         );
         if needs_task && id.is_none() {
             self.error("no task selected".into());
@@ -494,6 +530,8 @@ impl App {
             Command::JobGenerate => self.open_form(FormKind::Generate),
             Command::JobOffline => self.open_form(FormKind::Offline),
             Command::JobTrain => self.open_form(FormKind::Train),
+            Command::JobRepair => self.open_form(FormKind::Repair),
+            Command::RepairReview => self.outbox.push(Request::LoadRepair(id_s)),
             Command::Accept => self.curate_task(Request::SetStatus(id_s, TaskStatus::Accepted)),
             Command::Reject => self.curate_task(Request::SetStatus(id_s, TaskStatus::Rejected)),
             Command::Archive => self.curate_task(Request::SetStatus(id_s, TaskStatus::Archived)),

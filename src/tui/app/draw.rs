@@ -41,6 +41,9 @@ impl App {
             View::Training => &mut self.training,
         };
         focused.draw(frame, body, &ctx);
+        if let (View::Tasks, Some(review)) = (self.view, self.review.as_mut()) {
+            review.draw(frame, body, &self.theme, &self.keymap);
+        }
         self.draw_status(frame, bottom);
         if let Some((_, form)) = &self.form {
             form.draw(frame, body, &self.theme);

@@ -17,6 +17,8 @@ pub enum FormKind {
     Validate,
     /// Audit tasks.
     Audit,
+    /// Repair tasks through the generator.
+    Repair,
     /// LLM generation.
     Generate,
     /// Offline (procedural) generation.
@@ -45,6 +47,7 @@ impl FormKind {
             FormKind::Eval => "eval",
             FormKind::Validate => "validate",
             FormKind::Audit => "audit",
+            FormKind::Repair => "repair",
             FormKind::Generate => "generate",
             FormKind::Offline => "offline",
             FormKind::Train => "train",
@@ -60,6 +63,7 @@ impl FormKind {
             (self, label),
             (FormKind::Validate, _)
                 | (FormKind::Audit, "tasks")
+                | (FormKind::Repair, "tasks")
                 | (FormKind::Offline, "seed")
                 | (FormKind::Fork, "at step")
         )
@@ -128,6 +132,16 @@ impl App {
                 ],
             )
             .with_note("what `endless tasks audit` does, as a job; tasks: ids or * globs, comma-separated, or all; checks: passes-without-work, weak-tests, cheap-solutions, flaky, time-order, underspecified, needs-network, comma-separated, or all; findings show in Tasks (Audit column, f filters, the Audit tab)"),
+            FormKind::Repair => Form::new(
+                "Repair tasks through the generator",
+                &[
+                    ("tasks", self.tasks.selected_id().unwrap_or_default()),
+                    ("url", d.llm_url.clone()),
+                    ("model", d.llm_model.clone()),
+                    ("solutions", d.solutions.to_string()),
+                ],
+            )
+            .with_note("what `endless tasks repair IDS --llm URL --model M` does, as a job; tasks: ids or * globs, comma-separated; each goes back to the model with its reasons (note, rating, audit findings, validation, failed episodes); D reviews a repair"),
             FormKind::Generate => Form::new(
                 "Generate tasks with an LLM",
                 &[
@@ -383,6 +397,37 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                 tasks,
                 checks: form.value("checks").trim().to_string(),
                 concurrency,
+            }
+        }
+        FormKind::Repair => {
+            let model = form.value("model").trim().to_string();
+            if model.is_empty() {
+                return Err(("model", "name the generator model".into()));
+            }
+            let patterns: Vec<&str> = form
+                .value("tasks")
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .collect();
+            if patterns.is_empty() {
+                return Err(("tasks", "name the tasks to repair (ids or * globs)".into()));
+            }
+            check_selection(form, "tasks", ids)?;
+            let tasks = ids
+                .iter()
+                .filter(|id| {
+                    patterns
+                        .iter()
+                        .any(|p| unmatched_patterns(p, &[**id]).is_empty())
+                })
+                .map(|id| id.to_string())
+                .collect();
+            JobSpec::Repair {
+                tasks,
+                url: form.value("url").trim().to_string(),
+                model,
+                solutions: num(form, "solutions")?,
             }
         }
         FormKind::Generate => {

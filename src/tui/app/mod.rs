@@ -174,6 +174,8 @@ pub struct App {
     /// An episode asked for from this view is on its way: the inspector
     /// opens over Episodes when it arrives (an error leaves the view as is).
     pub opening: Option<View>,
+    /// The repair review, open over the Tasks view.
+    pub review: Option<super::views::repair::RepairView>,
     tab_areas: Vec<(Rect, View)>,
 }
 
@@ -210,6 +212,7 @@ impl App {
             fork_target: None,
             inspector_from: None,
             opening: None,
+            review: None,
             tab_areas: Vec::new(),
         }
     }
@@ -365,6 +368,10 @@ impl App {
                 }
             }
             Action::FormValuesLoaded(values) => self.form_values = Some(values),
+            Action::RepairLoaded(review) => {
+                self.view = View::Tasks;
+                self.review = Some(super::views::repair::RepairView::new(*review));
+            }
             Action::Info(s) => self.info(s),
             Action::Error(s) => {
                 self.opening = None;

@@ -35,6 +35,18 @@ pub enum JobSpec {
         /// Tasks audited at once.
         concurrency: usize,
     },
+    /// Repair tasks through the generator (`endless tasks repair`; see
+    /// [`crate::workbench::repair`]).
+    Repair {
+        /// The task ids.
+        tasks: Vec<String>,
+        /// The generator's OpenAI-compatible server.
+        url: String,
+        /// The generator (and solver) model.
+        model: String,
+        /// Solver attempts per revision.
+        solutions: u32,
+    },
     /// Validate tasks.
     Validate {
         /// The task ids (empty: every task).
@@ -84,6 +96,7 @@ impl JobSpec {
         match self {
             JobSpec::Eval { .. } => "eval",
             JobSpec::Audit { .. } => "audit",
+            JobSpec::Repair { .. } => "repair",
             JobSpec::Validate { .. } => "validate",
             JobSpec::Generate { .. } => "generate",
             JobSpec::Offline { .. } => "generate-offline",
@@ -111,6 +124,14 @@ impl JobSpec {
                 concurrency,
             } => serde_json::json!({
                 "tasks": tasks, "checks": checks, "concurrency": concurrency,
+            }),
+            JobSpec::Repair {
+                tasks,
+                url,
+                model,
+                solutions,
+            } => serde_json::json!({
+                "tasks": tasks, "url": url, "model": model, "solutions": solutions,
             }),
             JobSpec::Validate { tasks } => serde_json::json!({ "tasks": tasks }),
             JobSpec::Generate {
@@ -190,6 +211,20 @@ impl JobSpec {
                             .collect()
                     })
                     .unwrap_or_default(),
+            },
+            "repair" => JobSpec::Repair {
+                tasks: params
+                    .get("tasks")
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| t.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                url: text("url")?,
+                model: text("model")?,
+                solutions: small("solutions")?,
             },
             "generate" => JobSpec::Generate {
                 url: text("url")?,
@@ -345,6 +380,12 @@ mod tests {
                 task: "t".into(),
                 at_step: 1,
                 policy: "oracle".into(),
+            },
+            JobSpec::Repair {
+                tasks: vec!["a".into(), "b".into()],
+                url: "http://localhost:8000/v1".into(),
+                model: "m".into(),
+                solutions: 2,
             },
         ];
         for spec in specs {

@@ -93,6 +93,28 @@ impl Launcher {
             } => self.manager.spawn(kind, params, move |ctx| {
                 crate::tui::launch::audit::run(ctx, &root, &tasks, &checks, concurrency)
             })?,
+            JobSpec::Repair {
+                tasks,
+                url,
+                model,
+                solutions,
+            } => self.manager.spawn(kind, params, move |ctx| {
+                let req = crate::workbench::repair::RepairRequest {
+                    ids: tasks,
+                    url: Some(url),
+                    model: Some(model),
+                    solutions: Some(solutions),
+                    ..Default::default()
+                };
+                let cctx = Context::new(Some(root))?;
+                let outcomes = crate::workbench::repair::repair_tasks(&cctx, &req, ctx)?;
+                let summary = crate::workbench::repair::outcome_summary(&outcomes);
+                if outcomes.iter().any(|o| o.repaired()) {
+                    Ok(summary)
+                } else {
+                    Err(anyhow::anyhow!(summary))
+                }
+            })?,
             JobSpec::Validate { tasks } => self
                 .manager
                 .spawn(kind, params, move |ctx| validate_job(ctx, &root, tasks))?,

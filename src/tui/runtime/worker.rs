@@ -155,8 +155,35 @@ pub fn serve(ws: &Workspace, req: Request) -> Vec<Action> {
             ))],
             Err(e) => vec![Action::Error(format!("export: {e}"))],
         },
+        Request::LoadRepair(id) => match crate::workbench::repair_review::repair_review(ws, &id) {
+            Ok(review) => vec![Action::RepairLoaded(Box::new(review))],
+            Err(e) => vec![Action::Error(format!("{e:#}"))],
+        },
+        Request::ResolveRepair { id, accept } => resolve_repair(ws, &id, accept),
         // The event loop serves these (the launcher; a thread of their own).
         Request::Launch(_) | Request::CancelJob(_) | Request::LoadTaskEnv(_) => Vec::new(),
+    }
+}
+
+/// Accept or discard task `id`'s repair; the tasks and the task are read
+/// again.
+fn resolve_repair(ws: &Workspace, id: &str, accept: bool) -> Vec<Action> {
+    use crate::workbench::repair_review::{accept_repair, discard_repair};
+    let said = if accept {
+        accept_repair(ws, id).map(|v| format!("{id}: the repair (version {v}) is accepted"))
+    } else {
+        discard_repair(ws, id).map(|v| {
+            format!("{id}: the repair is discarded, version {v} is current again (the repair is kept: `endless tasks versions {id}`)")
+        })
+    };
+    match said {
+        Ok(message) => {
+            let mut out = serve(ws, Request::LoadTasks);
+            out.extend(load_task(ws, id));
+            out.push(Action::Info(message));
+            out
+        }
+        Err(e) => vec![Action::Error(format!("{e:#}"))],
     }
 }
 

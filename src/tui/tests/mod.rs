@@ -47,6 +47,7 @@ mod live;
 mod long_text;
 mod narrow;
 mod pane_colours;
+mod repair;
 mod screen;
 mod tasks;
 mod tasks_find;

@@ -148,6 +148,16 @@ const TASKS: &[Group] = &[
                 "Audit the task (or any tasks: a form, then a job)",
             ),
             e(
+                C::JobRepair,
+                "repair",
+                "Repair the task through the generator (or any tasks: a form, then a job)",
+            ),
+            e(
+                C::RepairReview,
+                "review repair",
+                "Review its repair: a diff per file beside the reasons (a accepts, r discards)",
+            ),
+            e(
                 C::Maximise,
                 "maximise",
                 "Maximise the detail pane (again or esc: restore)",
@@ -433,6 +443,7 @@ const JOBS: &[Group] = &[
                 "retry",
                 "Run the selected job again: an interrupted or cancelled evaluation resumes its run",
             ),
+            e(C::JobRepair, "repair", "Repair tasks through the generator (form)"),
         ],
     },
     Group {

@@ -10,5 +10,6 @@ pub mod help_groups;
 pub mod inspector;
 pub mod jobs;
 pub mod live;
+pub mod repair;
 pub mod tasks;
 pub mod training;
