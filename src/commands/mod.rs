@@ -36,6 +36,7 @@ mod serve_cmd;
 mod slurm_cmd;
 mod tasks;
 pub mod train_cmd;
+mod train_lines;
 mod workspace_cmd;
 
 pub(crate) use json::print_json;

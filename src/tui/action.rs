@@ -83,6 +83,8 @@ pub enum Action {
     OfflineSeed(u64),
     /// The launch forms' last values in this workspace.
     FormValuesLoaded(FormValues),
+    /// The training form's values were refused before launch.
+    TrainRefused(crate::tui::launch::train::TrainRefusal),
     /// An informational message for the status line.
     Info(String),
     /// An error for the status line.

@@ -344,6 +344,7 @@ impl App {
                 }
             }
             Action::FormValuesLoaded(values) => self.form_values = Some(values),
+            Action::TrainRefused(refusal) => self.train_refused(refusal),
             Action::Info(s) => self.info(s),
             Action::Error(s) => {
                 self.opening = None;
