@@ -680,7 +680,10 @@ mod tests {
         assert_eq!((t.end_reason, t.turns()), (EndReason::ContextExhausted, 1));
         assert!(t.end_reason.is_scored() && t.end_reason.can_verify());
         let why = t.error.as_deref().unwrap_or("");
-        assert!(why.contains("context full at turn 2") && why.contains("2048"), "{why}");
+        assert!(
+            why.contains("context full at turn 2") && why.contains("2048"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -127,14 +127,18 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let mut l = TrainLines::new();
         assert_eq!(
-            l.line(&TrainEvent::Phase("sft".into()), t0, false).as_deref(),
+            l.line(&TrainEvent::Phase("sft".into()), t0, false)
+                .as_deref(),
             Some("phase: sft")
         );
         let first = l.line(&sft(1), at(2), true).unwrap();
         assert_eq!(first, "sft 1/100  loss 2.5000  2.0 s/step  eta 3m18s");
         assert_eq!(l.line(&sft(2), at(4), true), None, "within the pace");
         let paced = l.line(&sft(6), at(12), true).unwrap();
-        assert!(paced.starts_with("sft 6/100") && paced.ends_with("eta 3m08s"), "{paced}");
+        assert!(
+            paced.starts_with("sft 6/100") && paced.ends_with("eta 3m08s"),
+            "{paced}"
+        );
         assert_eq!(l.line(&sft(7), at(14), true), None);
         let last = l.line(&sft(100), at(15), true).unwrap();
         assert!(last.ends_with("eta 0s"), "{last}");

@@ -586,7 +586,9 @@ impl Transformer {
     /// Longest sequence the model takes in one pass (its rope table): the
     /// configured context, at most 32768 positions.
     pub fn max_positions(&self) -> usize {
-        self.cfg.max_position_embeddings.clamp(1, MAX_ROPE_POSITIONS)
+        self.cfg
+            .max_position_embeddings
+            .clamp(1, MAX_ROPE_POSITIONS)
     }
 
     /// The model's configuration.

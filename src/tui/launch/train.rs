@@ -259,9 +259,7 @@ pub fn check(root: &Path, spec: &TrainSpec) -> Result<(), TrainRefusal> {
         }
     };
     let cctx = Context::new(Some(root.to_path_buf())).map_err(refused)?;
-    options(&cctx, &spec.request())
-        .map(|_| ())
-        .map_err(refused)
+    options(&cctx, &spec.request()).map(|_| ()).map_err(refused)
 }
 
 /// What one [`TrainEvent`] does to the job: progress and/or a log line.

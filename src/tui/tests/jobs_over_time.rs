@@ -100,7 +100,12 @@ fn r_resumes_a_training_job_in_its_run_directory() {
     ws.update_job("train-2", "failed", 0.3, "").unwrap();
     let mut app = app_on(&ws);
     cmd(&mut app, &ws, Command::ViewJobs);
-    let row = app.jobs.items.iter().position(|j| j.id == "train-2").unwrap();
+    let row = app
+        .jobs
+        .items
+        .iter()
+        .position(|j| j.id == "train-2")
+        .unwrap();
     app.jobs.selected = row;
     app.update(Action::Command(Command::JobRetry));
     let want = Request::Launch(JobSpec::Train(TrainSpec {
