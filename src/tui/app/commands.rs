@@ -367,9 +367,14 @@ impl App {
         let name = j.shown_id().to_string();
         let resumes = j.kind == "eval" && matches!(j.status.as_str(), "interrupted" | "cancelled");
         let mut params = j.params.clone();
-        if j.kind == "train" && params["out"].as_str().is_none_or(str::is_empty) {
-            // Its run directory is named after the job: the same one resumes.
-            params["out"] = format!("checkpoints/{}", j.id).into();
+        if let Some(p) = params.as_object_mut().filter(|_| j.kind == "train") {
+            if p.get("out")
+                .and_then(|o| o.as_str())
+                .is_none_or(str::is_empty)
+            {
+                // Its run directory is named after the job: the same one resumes.
+                p.insert("out".into(), format!("checkpoints/{}", j.id).into());
+            }
         }
         match JobSpec::from_params(&j.kind, &params) {
             Ok(spec) => {

@@ -113,6 +113,16 @@ fn r_resumes_a_training_job_in_its_run_directory() {
         ..TrainSpec::default()
     }));
     assert!(app.outbox.contains(&want), "{:?}", app.outbox);
+    // A journal whose parameters are not an object is no panic.
+    ws.insert_job("train-3", "train", &serde_json::json!(["odd"]))
+        .unwrap();
+    ws.update_job("train-3", "failed", 0.3, "").unwrap();
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewJobs);
+    let row = app.jobs.items.iter().position(|j| j.id == "train-3");
+    app.jobs.selected = row.unwrap();
+    app.update(Action::Command(Command::JobRetry));
+    assert!(app.status.is_some());
 }
 
 #[test]
