@@ -65,12 +65,17 @@ fn audit(ws: &Path, args: &[&str]) -> (std::collections::BTreeMap<String, Value>
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    let by_id = v
+    let by_id: std::collections::BTreeMap<String, Value> = v
         .as_array()
         .unwrap()
         .iter()
         .map(|o| (o["id"].as_str().unwrap().to_string(), o.clone()))
         .collect();
+    // With --json, each task still says it is done on stderr as it finishes.
+    let err = String::from_utf8_lossy(&out.stderr);
+    for id in by_id.keys() {
+        assert!(err.contains(&format!("{id}: ")), "no line for {id}: {err}");
+    }
     (by_id, out.status.success())
 }
 

@@ -371,6 +371,53 @@ fn bad_training_input_is_named() {
     );
 }
 
+/// A run piped to a file is not silent: each phase, the supervised steps
+/// (first and last, with loss, pace and ETA) and each PPO step print a line
+/// on stderr as they happen.
+#[test]
+fn training_prints_progress_lines_as_it_goes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path();
+    generate(ws, "2", "train");
+    let out = ws.join("checkpoints").join("p");
+    let run = endless(
+        ws,
+        &[
+            "train",
+            "--init",
+            "tiny",
+            "--sft",
+            "--sft-steps",
+            "3",
+            "--steps",
+            "1",
+            "--samples",
+            "2",
+            "--max-turns",
+            "1",
+            "--max-tokens",
+            "4",
+            "--concurrency",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let at = |want: &str| {
+        err.find(want)
+            .unwrap_or_else(|| panic!("no {want:?} in:\n{err}"))
+    };
+    let sft_first = at("sft 1/3  loss ");
+    let sft_last = at("sft 3/3  loss ");
+    let step = at("step    1/1  reward ");
+    assert!(at("phase: oracle trajectories") < at("phase: sft"));
+    assert!(at("phase: sft") < sft_first && sft_first < sft_last && sft_last < step);
+    let line = err[sft_first..].lines().next().unwrap();
+    assert!(line.contains(" s/step  eta "), "{line}");
+}
+
 /// With dynamic sampling, a step whose drawn tasks all failed every sample
 /// makes no update: it draws up to four tasks in turn, says so, and writes no
 /// metrics. (A from-scratch policy never passes.)

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::policy::Policy;
+use super::policy::{Policy, PolicyError};
 use super::protocol::{self, Action, Protocol};
 use super::terminal::{Fault, HumanTurn, Terminal};
 use crate::llm::{ChatMessage, TokenUsage};
@@ -64,6 +64,10 @@ pub enum EndReason {
     Done,
     /// The turn limit was reached.
     MaxTurns,
+    /// The conversation no longer fits the policy's context window (prompt
+    /// plus reply): the turn-exhaustion family, a failure of the agent,
+    /// scored; the final tests run.
+    ContextExhausted,
     /// The episode's wall-clock limit was reached.
     Timeout,
     /// The agent's shell ended (`exit`, `kill -9 $$`, killed for memory) or
@@ -88,6 +92,7 @@ impl EndReason {
         match self {
             EndReason::Done => "done",
             EndReason::MaxTurns => "max_turns",
+            EndReason::ContextExhausted => "context_exhausted",
             EndReason::Timeout => "timeout",
             EndReason::ShellDied => "shell_died",
             EndReason::ResourceLimit => "resource_limit",
@@ -116,7 +121,10 @@ impl EndReason {
     pub fn can_verify(self) -> bool {
         matches!(
             self,
-            EndReason::Done | EndReason::MaxTurns | EndReason::Timeout
+            EndReason::Done
+                | EndReason::MaxTurns
+                | EndReason::ContextExhausted
+                | EndReason::Timeout
         )
     }
 }
@@ -367,17 +375,19 @@ impl EpisodeStepper {
     }
 
     /// The policy could not answer: the episode ends as an
-    /// infrastructure error.
-    pub fn policy_failed(&mut self, error: &str, policy_secs: f64) {
+    /// infrastructure error, or as `context_exhausted` when the
+    /// conversation no longer fits the model's context (the agent's failure).
+    pub fn policy_failed(&mut self, error: &PolicyError, policy_secs: f64) {
         if self.ended {
             return;
         }
         self.trajectory.policy_secs += policy_secs;
         let turn = self.turns() + 1;
-        self.end(
-            EndReason::Error,
-            Some(format!("policy failed at turn {turn}: {error}")),
-        );
+        let (end, what) = match error {
+            PolicyError::ContextExhausted { .. } => (EndReason::ContextExhausted, "context full"),
+            _ => (EndReason::Error, "policy failed"),
+        };
+        self.end(end, Some(format!("{what} at turn {turn}: {error}")));
     }
 
     /// End the episode from outside (a server shutting down, a client gone):
@@ -590,7 +600,7 @@ pub fn run_episode(
                 let secs = asked.elapsed().as_secs_f64();
                 episode.step_message(reply.message(), reply.usage, secs, terminal, observer);
             }
-            Err(e) => episode.policy_failed(&e.to_string(), asked.elapsed().as_secs_f64()),
+            Err(e) => episode.policy_failed(&e, asked.elapsed().as_secs_f64()),
         }
     }
     episode.finish()
@@ -643,6 +653,44 @@ mod tests {
         assert_eq!(t.end_reason, EndReason::Error);
     }
 
+    /// Replies `ls` once, then finds its context full.
+    struct FillsUp(u32);
+
+    impl Policy for FillsUp {
+        fn act(&mut self, _: &[ChatMessage]) -> Result<crate::agent::PolicyReply, PolicyError> {
+            self.0 += 1;
+            if self.0 > 1 {
+                return Err(PolicyError::ContextExhausted {
+                    used: 2129,
+                    window: 2048,
+                });
+            }
+            Ok(crate::agent::PolicyReply {
+                text: "<command>ls</command>".into(),
+                usage: TokenUsage::default(),
+                tool_calls: Vec::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_full_context_ends_the_episode_as_context_exhausted_not_an_error() {
+        let t = run_episode(
+            "task",
+            &mut FillsUp(0),
+            &mut Recorder::default(),
+            &EpisodeConfig::default(),
+            &mut NoObserver,
+        );
+        assert_eq!((t.end_reason, t.turns()), (EndReason::ContextExhausted, 1));
+        assert!(t.end_reason.is_scored() && t.end_reason.can_verify());
+        let why = t.error.as_deref().unwrap_or("");
+        assert!(
+            why.contains("context full at turn 2") && why.contains("2048"),
+            "{why}"
+        );
+    }
+
     #[test]
     fn only_infrastructure_errors_go_unscored() {
         use EndReason::*;
@@ -655,6 +703,7 @@ mod tests {
         for e in [
             Done,
             MaxTurns,
+            ContextExhausted,
             Timeout,
             ShellDied,
             ResourceLimit,

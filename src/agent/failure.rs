@@ -13,6 +13,9 @@ pub enum FailureMode {
     Loop,
     /// The turn limit was reached.
     TurnExhaustion,
+    /// The conversation outgrew the policy's context window (the
+    /// turn-exhaustion family).
+    ContextExhausted,
     /// The agent said done but the final tests fail.
     PrematureDone,
     /// At least half of the turns were malformed.
@@ -33,9 +36,10 @@ pub enum FailureMode {
 
 impl FailureMode {
     /// All modes, in report order.
-    pub const ALL: [FailureMode; 8] = [
+    pub const ALL: [FailureMode; 9] = [
         FailureMode::Loop,
         FailureMode::TurnExhaustion,
+        FailureMode::ContextExhausted,
         FailureMode::PrematureDone,
         FailureMode::FormatError,
         FailureMode::Timeout,
@@ -49,6 +53,7 @@ impl FailureMode {
         match self {
             FailureMode::Loop => "loop",
             FailureMode::TurnExhaustion => "turn_exhaustion",
+            FailureMode::ContextExhausted => "context_exhausted",
             FailureMode::PrematureDone => "premature_done",
             FailureMode::FormatError => "format_error",
             FailureMode::Timeout => "timeout",
@@ -65,11 +70,11 @@ pub const LOOP_REPEATS: usize = 3;
 pub const LOOP_MAX_PERIOD: usize = 3;
 
 /// Classify a failed episode. Precedence: error, shell died, resource limit,
-/// timeout, format error, loop, premature done, turn exhaustion. Returns the
-/// mode and the index (into `steps`) of the earliest failing step:
-/// loop: first step of the repeated run; format error: first malformed step;
-/// timeout: first timed-out command (else the last step); premature done and
-/// turn exhaustion: first command with a non-zero exit (else the done step /
+/// timeout, format error, loop, premature done, context exhaustion, turn
+/// exhaustion. Returns the mode and the index (into `steps`) of the earliest
+/// failing step: loop: first step of the repeated run; format error: first
+/// malformed step; timeout: first timed-out command (else the last step);
+/// premature done, context and turn exhaustion: first command with a non-zero exit (else the done step /
 /// the last step); error, shell died and resource limit: the last step.
 ///
 /// Only the agent's steps are judged: a human's commands (steps of kind
@@ -111,6 +116,7 @@ pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, 
     let first_bad = first(&|s| s.kind == StepKind::Command && s.exit_code != Some(0));
     match end_reason {
         EndReason::Done => (FailureMode::PrematureDone, first_bad.or(last)),
+        EndReason::ContextExhausted => (FailureMode::ContextExhausted, first_bad.or(last)),
         _ => (FailureMode::TurnExhaustion, first_bad.or(last)),
     }
 }
@@ -120,6 +126,7 @@ pub fn classify_failure(steps: &[Step], end_reason: EndReason) -> (FailureMode, 
 /// exhaustion at once; on TerminalBench 2 its labels sum to over 100%).
 /// Each label has the rule it has as the primary mode, without precedence:
 /// loop (a repeated command run), turn exhaustion (ended at the turn limit),
+/// context exhaustion (ended when the conversation outgrew the context),
 /// premature done (said done, tests fail), format error (at least half the
 /// turns malformed), timeout / shell died / resource limit (how the episode
 /// ended). The primary mode of [`classify_failure`] is always among them. An
@@ -137,6 +144,7 @@ pub fn failure_labels(steps: &[Step], end_reason: EndReason) -> Vec<FailureMode>
     let applies = |m: FailureMode| match m {
         FailureMode::Loop => find_loop(steps).is_some(),
         FailureMode::TurnExhaustion => end_reason == EndReason::MaxTurns,
+        FailureMode::ContextExhausted => end_reason == EndReason::ContextExhausted,
         FailureMode::PrematureDone => end_reason == EndReason::Done,
         FailureMode::FormatError => agent_steps > 0 && malformed * 2 >= agent_steps,
         FailureMode::Timeout => end_reason == EndReason::Timeout,
@@ -238,6 +246,28 @@ mod tests {
         assert_eq!(find_loop(&s), None);
         let s: Vec<_> = ["a", "a"].iter().map(|c| cmd(c, 0)).collect();
         assert_eq!(find_loop(&s), None);
+    }
+
+    #[test]
+    fn a_full_context_is_its_own_label_of_the_turn_exhaustion_family() {
+        let s = vec![cmd("ls", 0), cmd("cat big.log", 1)];
+        assert_eq!(
+            classify_failure(&s, EndReason::ContextExhausted),
+            (FailureMode::ContextExhausted, Some(1))
+        );
+        assert_eq!(
+            failure_labels(&s, EndReason::ContextExhausted),
+            vec![FailureMode::ContextExhausted]
+        );
+        let loopy: Vec<_> = ["ls", "ls", "ls"].iter().map(|c| cmd(c, 0)).collect();
+        assert_eq!(
+            failure_labels(&loopy, EndReason::ContextExhausted),
+            vec![FailureMode::Loop, FailureMode::ContextExhausted]
+        );
+        assert_eq!(FailureMode::ContextExhausted.as_str(), "context_exhausted");
+        assert_eq!(EndReason::ContextExhausted.as_str(), "context_exhausted");
+        assert!(EndReason::ContextExhausted.is_scored());
+        assert!(EndReason::ContextExhausted.can_verify());
     }
 
     #[test]

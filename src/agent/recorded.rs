@@ -326,8 +326,10 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             .step(text, usage, policy_secs, &mut self.term, &mut self.observer)
     }
 
-    /// The policy failed to answer: the episode ends as an infrastructure error.
-    pub fn policy_failed(&mut self, error: &str, policy_secs: f64) {
+    /// The policy failed to answer: the episode ends as an infrastructure
+    /// error, or as `context_exhausted` when the conversation outgrew the
+    /// model's context.
+    pub fn policy_failed(&mut self, error: &super::policy::PolicyError, policy_secs: f64) {
         self.stepper.policy_failed(error, policy_secs);
     }
 

@@ -154,7 +154,7 @@ pub fn run_sandboxed_episode<P: SandboxProvider>(
                 let secs = asked.elapsed().as_secs_f64();
                 episode.step_message(reply.message(), reply.usage, secs);
             }
-            Err(e) => episode.policy_failed(&e.to_string(), asked.elapsed().as_secs_f64()),
+            Err(e) => episode.policy_failed(&e, asked.elapsed().as_secs_f64()),
         }
     }
     episode.finish(provider, task)

@@ -89,10 +89,13 @@ pub fn run(ctx: &Context, args: AuditArgs) -> Result<ExitCode> {
     let above = bar.bar().clone();
     let json = args.json;
     let backend = ctx.backend().map_err(|e| format!("{e:#}"));
+    // As each task finishes: its outcome on stdout, or with --json (whose
+    // stdout is the whole result at the end) one progress line on stderr.
     let outcomes = audit_tasks(ctx, backend, &req, &job, |o| {
-        if !json {
-            above.suspend(|| print_outcome(o));
-        }
+        above.suspend(|| match json {
+            false => print_outcome(o),
+            true => say_err!("{}", o.line()),
+        });
     });
     bar.finish_and_clear();
     let outcomes = outcomes?;

@@ -55,6 +55,7 @@ mod serve_cmd;
 mod slurm_cmd;
 mod tasks;
 pub mod train_cmd;
+mod train_lines;
 mod workspace_cmd;
 
 pub(crate) use json::print_json;

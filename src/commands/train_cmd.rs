@@ -105,47 +105,33 @@ pub fn run(ctx: &Context, args: TrainArgs) -> Result<ExitCode> {
         bar.enable_steady_tick(Duration::from_millis(200));
         bar
     });
+    let mut lines = super::train_lines::TrainLines::new();
     let mut on_event = |ev: TrainEvent| {
         let Some(bar) = &bar else { return };
+        match &ev {
+            TrainEvent::Phase(p) => {
+                bar.set_prefix(p.split(':').next().unwrap_or("").to_string());
+                bar.set_message(p.clone());
+            }
+            TrainEvent::Sft { total, metrics } => {
+                bar.set_length(*total);
+                bar.set_position(metrics.step.min(*total));
+                bar.set_message(format!("loss {:.3}", metrics.loss));
+            }
+            TrainEvent::Rollouts { done, total, .. } => {
+                bar.set_length(*total as u64);
+                bar.set_position(*done as u64);
+            }
+            _ => {}
+        }
         // A bar drawn nowhere (stderr is not a terminal) drops its printed
         // lines: write them out plainly then.
-        let println = |line: String| {
+        if let Some(line) = lines.line(&ev, std::time::Instant::now(), !bar.is_hidden()) {
             if bar.is_hidden() {
                 say_err!("{line}");
             } else {
                 bar.println(line);
             }
-        };
-        match ev {
-            TrainEvent::Phase(p) => {
-                bar.set_prefix(p.split(':').next().unwrap_or("").to_string());
-                bar.set_message(p);
-            }
-            TrainEvent::Sft { total, metrics } => {
-                bar.set_length(total);
-                bar.set_position(metrics.step.min(total));
-                bar.set_message(format!("loss {:.3}", metrics.loss));
-            }
-            TrainEvent::Rollouts { done, total, .. } => {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            }
-            TrainEvent::Step { total, metrics: m } => println(format!(
-                "step {:>4}/{total}  reward {:.3}  pass {:.2}  pg {:+.4}  v {:.4}  clip {:.3}  ent {:.3}  kl {:+.4}{}  |g| {:.3}  {:.0} tok/s",
-                m.step, m.reward, m.pass_rate, m.policy_loss, m.value_loss, m.clip_frac,
-                m.entropy, m.approx_kl,
-                match m.kl_ref {
-                    k if k > 0.0 => format!("  kl-start {k:.4}"),
-                    _ => String::new(),
-                },
-                m.grad_norm, m.tokens_per_s
-            )),
-            TrainEvent::Eval(e) => println(format!(
-                "dev pass@1 {}: {:.3} ({}/{})",
-                e.label, e.pass_at_1, e.passed, e.episodes
-            )),
-            TrainEvent::Checkpoint(p) => println(format!("checkpoint {}", p.display())),
-            TrainEvent::Log(l) => println(l),
         }
     };
     let (job, _events) = JobContext::standalone("train");

@@ -309,9 +309,10 @@ pub fn format_table(r: &EvalReport) -> String {
 }
 
 /// Colours of the failure-mode chart, in [`FailureMode::ALL`] order (RGB).
-pub const CHART_COLORS: [(u8, u8, u8); 8] = [
+pub const CHART_COLORS: [(u8, u8, u8); 9] = [
     (214, 39, 40),
     (255, 127, 14),
+    (227, 119, 194),
     (148, 103, 189),
     (140, 86, 75),
     (31, 119, 180),

@@ -63,19 +63,36 @@ impl ChatModel for LocalChat {
                 content: m.content.clone(),
             })
             .collect();
+        let prompt = self
+            .model
+            .tokenizer()
+            .encode_chat(&msgs)
+            .map_err(|e| LlmError::BadReply {
+                url: self.name.clone(),
+                message: e.to_string(),
+            })?;
+        // Prompt and reply must fit the context: a prompt that leaves no
+        // room ends the episode as `context_exhausted`, a reply stops there.
+        let window = self.model.context_window();
+        if prompt.len() >= window {
+            return Err(LlmError::ContextExhausted {
+                used: prompt.len(),
+                window,
+            });
+        }
         let cfg = SamplingConfig {
             temperature: params.temperature,
             top_p: params.top_p,
             max_tokens: params
                 .max_tokens
                 .map(|m| m as usize)
-                .unwrap_or(DEFAULT_MAX_TOKENS),
+                .unwrap_or(DEFAULT_MAX_TOKENS)
+                .min(window - prompt.len()),
         };
         let seed = self.next_seed.fetch_add(1, Ordering::Relaxed);
         let model = self.model.clone();
         let name = self.name.clone();
         let g = tokio::task::spawn_blocking(move || {
-            let prompt = model.tokenizer().encode_chat(&msgs)?;
             model.generate(prompt, &mut Sampler::new(cfg, seed))
         })
         .await

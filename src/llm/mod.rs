@@ -120,6 +120,16 @@ pub enum LlmError {
     /// The client's settings cannot work (bad URL, bad header value...).
     #[error("invalid model configuration: {0}")]
     Config(String),
+    /// The conversation no longer fits a local model's context window: the
+    /// agent's failure (its episode ends as `context_exhausted`), not the
+    /// model's.
+    #[error("the conversation no longer fits the model's context ({used} of {window} tokens)")]
+    ContextExhausted {
+        /// Tokens the prompt needs (it leaves no room for a reply).
+        used: usize,
+        /// The model's context window, in tokens.
+        window: usize,
+    },
 }
 
 impl LlmError {

@@ -140,6 +140,23 @@ impl RolloutBatch {
         Ok(())
     }
 
+    /// Cut every sequence longer than `window` tokens (the model's context)
+    /// to its first `window`, the most the model takes in one pass; returns
+    /// how many were cut. Rollouts stay within the context as they are
+    /// recorded: this guards the update against any that does not.
+    pub fn truncate_to(&mut self, window: usize) -> usize {
+        let mut cut = 0;
+        for s in &mut self.sequences {
+            if s.tokens.len() > window {
+                s.tokens.truncate(window);
+                s.agent_mask.truncate(window);
+                s.old_logprobs.truncate(window);
+                cut += 1;
+            }
+        }
+        cut
+    }
+
     /// Longest sequence length.
     pub fn max_len(&self) -> usize {
         self.sequences

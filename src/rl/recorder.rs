@@ -60,15 +60,34 @@ impl TokenTranscript {
         tok: &ChatTokenizer,
         messages: &[TemplateMessage],
     ) -> crate::model::error::Result<Vec<u32>> {
+        Ok(self
+            .prompt_within(tok, messages, usize::MAX)?
+            .unwrap_or_default())
+    }
+
+    /// [`Self::prompt`] when the prompt is at most `limit` tokens long;
+    /// otherwise `Err(length it would have)`, and nothing is appended: the
+    /// recorded stream never outgrows the model's context.
+    pub fn prompt_within(
+        &mut self,
+        tok: &ChatTokenizer,
+        messages: &[TemplateMessage],
+        limit: usize,
+    ) -> crate::model::error::Result<std::result::Result<Vec<u32>, usize>> {
         let full = tok.render(messages, true)?;
         let mut tail = full.get(self.consumed..).unwrap_or("");
-        if let Some(stop) = self.stop_text.take() {
+        if let Some(stop) = &self.stop_text {
             tail = tail.strip_prefix(stop.as_str()).unwrap_or(tail);
         }
         let ids = tok.encode(tail)?;
+        let len = self.builder.len() + ids.len();
+        if len > limit {
+            return Ok(Err(len));
+        }
+        self.stop_text = None;
         self.builder.context(&ids);
         self.consumed = full.len();
-        Ok(self.builder.tokens().to_vec())
+        Ok(Ok(self.builder.tokens().to_vec()))
     }
 
     /// Record a sampled reply. `with_reply` is the conversation including it
@@ -196,17 +215,14 @@ impl Policy for RecordingPolicy {
         let other = |e: String| PolicyError::Other(e);
         let tokenizer = self.seat.model().tokenizer();
         let mut msgs = template_messages(messages);
+        let window = self.seat.model().context_window();
+        // Room for at least one sampled token; PPO later feeds the whole
+        // recorded stream (prompt and reply) to the model at once.
         let prompt = self
             .transcript
-            .prompt(tokenizer, &msgs)
-            .map_err(|e| other(e.to_string()))?;
-        let window = self.seat.model().context_window();
-        if prompt.len() + 1 >= window {
-            return Err(other(format!(
-                "the conversation no longer fits the model's context ({} of {window} tokens)",
-                prompt.len()
-            )));
-        }
+            .prompt_within(tokenizer, &msgs, window.saturating_sub(2))
+            .map_err(|e| other(e.to_string()))?
+            .map_err(|used| PolicyError::ContextExhausted { used, window })?;
         let prompt_len = prompt.len();
         let max_tokens = self.sampler.config().max_tokens;
         self.sampler

@@ -576,3 +576,26 @@ fn a_supervised_step_in_passes_makes_the_one_pass_update() {
     assert_eq!(lens(1), vec![vec![3], vec![5], vec![2], vec![7]]);
     assert_eq!(lens(usize::MAX), vec![vec![3, 5, 2, 7]]);
 }
+
+/// A sequence longer than the policy's context (its rope table) is cut to
+/// it: PPO and supervised steps train instead of failing with "exceeds the
+/// rope table".
+#[test]
+fn sequences_longer_than_the_context_are_cut_not_fatal() {
+    let mut trainer = bandit_trainer(3);
+    let window = trainer.policy().model().max_positions();
+    let mut batch = bandit_batch(&mut trainer, 2);
+    let long = &mut batch.sequences[0];
+    let extra = window + 5 - long.tokens.len();
+    long.tokens.extend(std::iter::repeat_n(7, extra));
+    long.agent_mask.extend(std::iter::repeat_n(true, extra));
+    long.old_logprobs.extend(std::iter::repeat_n(-1.0, extra));
+    assert!(batch.max_len() > window);
+    let m = trainer.ppo_step(&batch).unwrap();
+    assert!(m.policy_loss.is_finite());
+    assert!(trainer.sft_step(&batch, 1e-3).unwrap().loss.is_finite());
+    let mut cut = batch.clone();
+    assert_eq!(cut.truncate_to(window), 1);
+    assert_eq!(cut.max_len(), window);
+    assert_eq!(cut.sequences[1], batch.sequences[1]);
+}

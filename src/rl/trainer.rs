@@ -350,6 +350,8 @@ impl Trainer {
     /// the minibatch that produced it is not applied.
     pub fn ppo_step(&mut self, batch: &RolloutBatch) -> Result<StepMetrics> {
         batch.validate()?;
+        let fitted = self.fit_context(batch);
+        let batch = fitted.as_ref().unwrap_or(batch);
         if self.cfg.ppo.kl_coef > 0.0 && self.reference.is_none() {
             return Err(RlError::Setting(
                 "kl_coef is above 0 but no reference policy is set".into(),
@@ -589,7 +591,26 @@ impl Trainer {
     /// count as a PPO step.
     pub fn sft_step(&mut self, batch: &RolloutBatch, lr: f64) -> Result<SftMetrics> {
         let _hold = crate::allocator::HoldFreedMemory::start();
-        self.sft_step_in_passes(batch, lr, SFT_PASS_SCORES)
+        let fitted = self.fit_context(batch);
+        self.sft_step_in_passes(fitted.as_ref().unwrap_or(batch), lr, SFT_PASS_SCORES)
+    }
+
+    /// `batch` cut to the policy's context when a sequence is longer (with
+    /// a warning saying how many), else `None`: a sequence the model cannot
+    /// take in one pass must not stop the run.
+    fn fit_context(&self, batch: &RolloutBatch) -> Option<RolloutBatch> {
+        let window = self.policy.model().max_positions();
+        if batch.max_len() <= window {
+            return None;
+        }
+        let mut fitted = batch.clone();
+        let cut = fitted.truncate_to(window);
+        tracing::warn!(
+            cut,
+            window,
+            "sequences longer than the policy's context were cut to it"
+        );
+        Some(fitted)
     }
 
     /// [`Self::sft_step`], running the batch in forward passes that keep at

@@ -85,6 +85,8 @@ pub enum Action {
     FormValuesLoaded(FormValues),
     /// A task's repair, for the repair review.
     RepairLoaded(Box<crate::workbench::repair_review::RepairReview>),
+    /// The training form's values were refused before launch.
+    TrainRefused(crate::tui::launch::train::TrainRefusal),
     /// An informational message for the status line.
     Info(String),
     /// An error for the status line.

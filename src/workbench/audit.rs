@@ -48,6 +48,20 @@ pub struct AuditOutcome {
     pub resumed: bool,
 }
 
+impl AuditOutcome {
+    /// The outcome in one line: `id: summary` (`(stored)` when an earlier
+    /// audit's report was kept), or why the task was not audited.
+    pub fn line(&self) -> String {
+        let id = &self.id;
+        match (&self.report, &self.error) {
+            (Some(r), None) if self.resumed => format!("{id}: {} (stored)", r.summary()),
+            (Some(r), None) => format!("{id}: {}", r.summary()),
+            (_, Some(e)) => format!("{id}: NOT AUDITED: {e}"),
+            (None, None) => format!("{id}: nothing to report"),
+        }
+    }
+}
+
 /// The index row of `report`.
 pub fn audit_row(report: &AuditReport) -> AuditRow {
     AuditRow::of(report)
@@ -55,8 +69,8 @@ pub fn audit_row(report: &AuditReport) -> AuditRow {
 
 /// Audit the tasks of `req` with `backend` (usually `ctx.backend()`),
 /// reporting progress (`task: check` as the stage) and one log line per
-/// task through `job`, calling `on_done` as each finishes (in no set
-/// order); the outcomes come back in the order of `req.ids`. Once the job
+/// task through `job`, storing and indexing each report and then calling
+/// `on_done` as each task finishes (in no set order); the outcomes come back in the order of `req.ids`. Once the job
 /// is cancelled no new check starts, nothing more is stored, and the
 /// result is `Err(Cancelled)`.
 pub fn audit_tasks(
@@ -74,6 +88,8 @@ pub fn audit_tasks(
     let threads = req.concurrency.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
     });
+    // One connection for the workers, taken in turn (the files are the truth).
+    let index = std::sync::Mutex::new(ws);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .build();
@@ -87,13 +103,19 @@ pub fn audit_tasks(
                     job.progress(n, total, s);
                 };
                 let outcome = audit_one(&tasks_dir, &backend, req, id, job, &stage)?;
+                // Indexed as soon as it is stored: an open TUI (which watches
+                // the index) shows each report as its task finishes.
+                if let Some(r) = outcome.report.as_ref().filter(|_| outcome.error.is_none()) {
+                    let indexed = match index.lock() {
+                        Ok(ws) => ws.index_audit(&audit_row(r)).map_err(|e| e.to_string()),
+                        Err(_) => Err("the index connection is poisoned".into()),
+                    };
+                    if let Err(e) = indexed {
+                        job.log(format!("{id}: the audit was not indexed: {e}"));
+                    }
+                }
                 on_done(&outcome);
-                job.log(match (&outcome.report, &outcome.error) {
-                    (Some(r), None) if outcome.resumed => format!("{id}: {} (stored)", r.summary()),
-                    (Some(r), None) => format!("{id}: {}", r.summary()),
-                    (_, Some(e)) => format!("{id}: NOT AUDITED: {e}"),
-                    (None, None) => format!("{id}: nothing to report"),
-                });
+                job.log(outcome.line());
                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 job.progress(n, total, id);
                 Ok(outcome)
@@ -104,14 +126,6 @@ pub fn audit_tasks(
         Ok(pool) => pool.install(run),
         Err(_) => run(),
     }?;
-    // Index what was stored (this thread's connection; the files are the truth).
-    for o in &outcomes {
-        if let Some(r) = o.report.as_ref().filter(|_| o.error.is_none()) {
-            if let Err(e) = ws.index_audit(&audit_row(r)) {
-                job.log(format!("{}: the audit was not indexed: {e}", o.id));
-            }
-        }
-    }
     job.progress(total, total, "done");
     Ok(outcomes)
 }
@@ -435,6 +449,49 @@ mod tests {
         assert!(e.to_string().contains("unknown audit label"), "{e}");
         let e = exclude_from_selection(&ws, Some("b"), "weak-tests", false).unwrap_err();
         assert!(e.to_string().contains("every selected task"), "{e}");
+    }
+
+    /// Each report is stored and indexed as its task finishes, not when the
+    /// whole run ends: what an open TUI (watching the index) shows.
+    #[test]
+    fn each_report_is_indexed_as_soon_as_its_task_is_audited() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        for id in ["one", "two", "three"] {
+            ws.add_task(&Task::minimal(id), TaskStatus::Candidate)
+                .unwrap();
+        }
+        let ctx = Context::new(Some(dir.path().to_path_buf())).unwrap();
+        let req = AuditRequest {
+            ids: vec!["one".into(), "two".into(), "three".into()],
+            options: AuditOptions {
+                checks: vec![Check::Underspecified],
+                ..AuditOptions::default()
+            },
+            concurrency: Some(1),
+            fresh: false,
+        };
+        let (job, _rx) = JobContext::standalone("audit");
+        let seen = std::sync::Mutex::new(Vec::new());
+        let watcher = std::sync::Mutex::new(Workspace::open(dir.path()).unwrap());
+        audit_tasks(&ctx, Err("no sandbox here".into()), &req, &job, |o| {
+            let ws = watcher.lock().unwrap();
+            let indexed: Vec<String> = ["one", "two", "three"]
+                .into_iter()
+                .filter(|id| ws.audit_row(id).unwrap().is_some())
+                .map(String::from)
+                .collect();
+            let stored = file::read(&ws.task_dir(&o.id)).unwrap().is_some();
+            seen.lock().unwrap().push((o.id.clone(), stored, indexed));
+        })
+        .unwrap();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 3);
+        for (n, (id, stored, indexed)) in seen.iter().enumerate() {
+            assert!(stored, "{id}'s report is on disk when it finishes");
+            assert_eq!(indexed.len(), n + 1, "{id}: indexed so far {indexed:?}");
+            assert!(indexed.contains(id), "{id}: {indexed:?}");
+        }
     }
 
     #[test]

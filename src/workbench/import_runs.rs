@@ -80,7 +80,8 @@ fn end_reason(exception: Option<&str>) -> EndReason {
     match exception {
         None => EndReason::Done,
         Some("AgentTimeoutError") => EndReason::Timeout,
-        Some("ContextLengthExceededError" | "OutputLengthExceededError") => EndReason::MaxTurns,
+        Some("ContextLengthExceededError") => EndReason::ContextExhausted,
+        Some("OutputLengthExceededError") => EndReason::MaxTurns,
         Some(_) => EndReason::Error,
     }
 }
@@ -486,6 +487,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("already exists"), "{e}");
+    }
+
+    #[test]
+    fn harbors_context_overflow_is_context_exhaustion() {
+        assert_eq!(
+            end_reason(Some("ContextLengthExceededError")),
+            EndReason::ContextExhausted
+        );
+        assert_eq!(
+            end_reason(Some("OutputLengthExceededError")),
+            EndReason::MaxTurns
+        );
     }
 
     #[test]

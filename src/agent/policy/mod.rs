@@ -82,6 +82,16 @@ pub enum PolicyError {
     /// The model request failed (after its retries).
     #[error(transparent)]
     Llm(#[from] LlmError),
+    /// The conversation no longer fits the model's context window: the
+    /// episode ends as `context_exhausted` (a failure of the agent, like
+    /// running out of turns), not as an error.
+    #[error("the conversation no longer fits the model's context ({used} of {window} tokens)")]
+    ContextExhausted {
+        /// Tokens the next prompt needs (at least one more than fits).
+        used: usize,
+        /// The model's context window, in tokens.
+        window: usize,
+    },
     /// Anything else (the terminal of a human policy, a runtime), described.
     #[error("{0}")]
     Other(String),

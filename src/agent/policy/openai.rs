@@ -64,11 +64,53 @@ impl Policy for ChatPolicy {
             } else {
                 model.chat_with_tools(messages, tools, &sampling).await
             }
+        });
+        let reply = reply.map_err(|e| match e {
+            crate::llm::LlmError::ContextExhausted { used, window } => {
+                PolicyError::ContextExhausted { used, window }
+            }
+            e => e.into(),
         })?;
         Ok(PolicyReply {
             text: reply.content,
             usage: reply.usage,
             tool_calls: reply.tool_calls,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{ChatMessage, LocalChat, SamplingParams};
+    use crate::model::models::tiny::{tiny_config, train_tokenizer, write_model_dir};
+    use crate::model::{Arch, LocalModel};
+    use candle_core::Device;
+
+    /// A conversation that outgrows a local model's context is the agent's
+    /// `context_exhausted`, not a model error; one that fits has its reply
+    /// cut at the context (it used to fail with "exceeds the rope table").
+    #[test]
+    fn a_full_local_context_is_context_exhaustion_and_replies_stop_at_it() {
+        let corpus = ["ls -la /home/user", "cat notes.txt | grep error"];
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = train_tokenizer(corpus.iter(), 300).unwrap();
+        let mut cfg = tiny_config(Arch::Qwen3, 300);
+        cfg.max_position_embeddings = 48;
+        write_model_dir(dir.path(), &cfg, &tokenizer, 3).unwrap();
+        let chat = LocalChat::new(LocalModel::load(dir.path(), &Device::Cpu).unwrap(), 1);
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            max_tokens: Some(500),
+        };
+        let mut policy = ChatPolicy::new(Arc::new(chat), params).unwrap();
+        let reply = policy.act(&[ChatMessage::user("ls")]).unwrap();
+        assert!(reply.usage.prompt_tokens + reply.usage.completion_tokens <= 48);
+        let long = [ChatMessage::user("cat notes.txt | grep error ".repeat(20))];
+        match policy.act(&long) {
+            Err(PolicyError::ContextExhausted { used, window: 48 }) => assert!(used >= 48),
+            other => panic!("{:?}", other.map(|r| r.text)),
+        }
     }
 }

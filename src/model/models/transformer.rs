@@ -583,6 +583,14 @@ impl Transformer {
         Ok(out)
     }
 
+    /// Longest sequence the model takes in one pass (its rope table): the
+    /// configured context, at most 32768 positions.
+    pub fn max_positions(&self) -> usize {
+        self.cfg
+            .max_position_embeddings
+            .clamp(1, MAX_ROPE_POSITIONS)
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &ModelConfig {
         &self.cfg

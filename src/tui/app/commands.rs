@@ -396,7 +396,8 @@ impl App {
 
     /// Run the selected job again with its journalled parameters: an
     /// interrupted or cancelled evaluation resumes its run (the episodes it
-    /// recorded are kept; the rest run).
+    /// recorded are kept; the rest run); a training job resumes its run
+    /// directory from its newest checkpoint.
     fn retry_job(&mut self) {
         let Some(j) = self.jobs.selected_item() else {
             self.error("no job selected".into());
@@ -417,10 +418,22 @@ impl App {
         }
         let name = j.shown_id().to_string();
         let resumes = j.kind == "eval" && matches!(j.status.as_str(), "interrupted" | "cancelled");
-        match JobSpec::from_params(&j.kind, &j.params) {
+        let mut params = j.params.clone();
+        if let Some(p) = params.as_object_mut().filter(|_| j.kind == "train") {
+            if p.get("out")
+                .and_then(|o| o.as_str())
+                .is_none_or(str::is_empty)
+            {
+                // Its run directory is named after the job: the same one resumes.
+                p.insert("out".into(), format!("checkpoints/{}", j.id).into());
+            }
+        }
+        match JobSpec::from_params(&j.kind, &params) {
             Ok(spec) => {
                 self.info(if resumes {
                     format!("resuming {name}: its recorded episodes are kept, the rest run")
+                } else if j.kind == "train" {
+                    format!("resuming {name} from its newest checkpoint")
                 } else {
                     format!("running {name} again…")
                 });

@@ -3,6 +3,7 @@
 
 use super::App;
 use crate::tui::action::Request;
+use crate::tui::launch::train::TrainRefusal;
 use crate::tui::launch::{JobSpec, TrainSpec};
 use crate::tui::widgets::form::{Form, FormOutcome};
 use crate::workbench::{check_policy_spec, unmatched_patterns};
@@ -57,13 +58,14 @@ impl FormKind {
 
     /// Whether field `label` takes its last value when the form opens
     /// (not the selection-based ones, nor the offline seed: the next free
-    /// one is proposed).
+    /// one is proposed; nor a training output dir: the same one resumes).
     fn remembers(self, label: &str) -> bool {
         !matches!(
             (self, label),
             (FormKind::Validate, _)
                 | (FormKind::Audit, "tasks")
                 | (FormKind::Repair, "tasks")
+                | (FormKind::Train, "output dir")
                 | (FormKind::Offline, "seed")
                 | (FormKind::Fork, "at step")
         )
@@ -185,6 +187,19 @@ impl App {
         self.form = Some((kind, form));
     }
 
+    /// The training job refused the form's values before it started (a
+    /// held-out task also trained on, a missing model...): the form opens
+    /// again with them, the field at fault named.
+    pub(super) fn train_refused(&mut self, refusal: TrainRefusal) {
+        self.open_form(FormKind::Train);
+        if let Some((_, form)) = self.form.as_mut() {
+            if let Some(f) = form.fields.iter_mut().find(|f| f.label == "output dir") {
+                f.input = crate::tui::widgets::input::TextInput::new(refusal.out);
+            }
+            form.set_error(refusal.field, refusal.message);
+        }
+    }
+
     /// The step the fork form proposes: the earliest failing one, else the
     /// last.
     fn fork_step(&self, t: &ForkTarget) -> usize {
@@ -253,9 +268,10 @@ fn train_form() -> Form {
             ("tasks per step", d.tasks_per_step.to_string()),
             ("lora rank", String::new()),
             ("kl coef", String::new()),
+            ("output dir", d.out),
         ],
     )
-    .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no limit; lora rank empty: every weight, else adapters on a pretrained init; kl coef empty: [train] kl_coef.")
+    .with_note("tasks / dev: ids or * globs (empty tasks: the train split; empty dev: no pass@1 before/after); init: tiny, smollm2, a model dir or .gguf; minutes empty: no limit; lora rank empty: every weight; kl coef empty: [train] kl_coef; output dir empty: checkpoints/<job>.")
 }
 
 /// Why a form's values cannot start its job: the field and the reason.
@@ -552,6 +568,7 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                 tasks_per_step: num(form, "tasks per step")?,
                 lora,
                 kl_coef,
+                out: form.value("output dir").trim().to_string(),
             })
         }
     })

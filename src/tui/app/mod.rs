@@ -372,6 +372,7 @@ impl App {
                 self.view = View::Tasks;
                 self.review = Some(super::views::repair::RepairView::new(*review));
             }
+            Action::TrainRefused(refusal) => self.train_refused(refusal),
             Action::Info(s) => self.info(s),
             Action::Error(s) => {
                 self.opening = None;

@@ -167,7 +167,8 @@ impl JobSpec {
 impl JobSpec {
     /// The job a journalled job of `kind` with `params` (as [`JobSpec::params`]
     /// wrote them) runs again: an evaluation re-run is the same run, so it
-    /// resumes (episodes already recorded are kept). Why not, for a job
+    /// resumes (episodes already recorded are kept), and so does a training
+    /// run in the same run directory (from its newest checkpoint). Why not, for a job
     /// that cannot be run again this way.
     pub fn from_params(kind: &str, params: &serde_json::Value) -> Result<JobSpec, String> {
         let text = |k: &str| -> Result<String, String> {
@@ -255,11 +256,7 @@ impl JobSpec {
                 at_step: num("at_step")? as usize,
                 policy: text("policy")?,
             },
-            "train" => {
-                return Err(
-                    "a training run starts afresh: open the form (M) to start it again".into(),
-                )
-            }
+            "train" => JobSpec::Train(TrainSpec::from_params(params)?),
             other => return Err(format!("a {other} job cannot be run again from here")),
         })
     }
@@ -336,7 +333,7 @@ impl JobDefaults {
 
 #[cfg(test)]
 mod tests {
-    use super::JobSpec;
+    use super::{JobSpec, TrainSpec};
 
     #[test]
     fn a_journalled_job_runs_again_with_its_own_parameters() {
@@ -397,8 +394,26 @@ mod tests {
         let err =
             JobSpec::from_params("eval", &serde_json::json!({"policy": "oracle"})).unwrap_err();
         assert!(err.contains("\"tasks\""), "{err}");
-        assert!(JobSpec::from_params("train", &serde_json::json!({}))
-            .unwrap_err()
-            .contains("form"));
+        // A training job's values, an older journal's missing ones taken
+        // from the form's defaults.
+        let train = TrainSpec {
+            tasks: "a-*".into(),
+            minutes: Some(1.5),
+            lora: Some(4),
+            kl_coef: Some(0.1),
+            out: "checkpoints/job-7".into(),
+            ..TrainSpec::default()
+        };
+        let spec = JobSpec::Train(train.clone());
+        assert_eq!(JobSpec::from_params("train", &spec.params()), Ok(spec));
+        assert_eq!(
+            JobSpec::from_params("train", &serde_json::json!({"steps": 3})),
+            Ok(JobSpec::Train(TrainSpec {
+                steps: 3,
+                ..TrainSpec::default()
+            }))
+        );
+        let err = JobSpec::from_params("train", &serde_json::json!({"steps": "x"})).unwrap_err();
+        assert!(err.contains("\"steps\""), "{err}");
     }
 }

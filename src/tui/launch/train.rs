@@ -42,6 +42,10 @@ pub struct TrainSpec {
     /// Weight of the KL penalty to the policy PPO starts from (`None`: the
     /// configuration's `[train] kl_coef`).
     pub kl_coef: Option<f64>,
+    /// The run directory (empty: `<workspace>/checkpoints/<job id>`; a
+    /// relative path is under the workspace). A run started again in the
+    /// same one resumes from its newest checkpoint.
+    pub out: String,
 }
 
 impl Default for TrainSpec {
@@ -61,6 +65,7 @@ impl Default for TrainSpec {
             tasks_per_step: 1,
             lora: None,
             kl_coef: None,
+            out: String::new(),
         }
     }
 }
@@ -95,6 +100,9 @@ impl TrainSpec {
         }
         if let Some(k) = self.kl_coef {
             flag("kl-coef", k.to_string());
+        }
+        if !self.out.is_empty() {
+            flag("out", self.out.clone());
         }
         if self.sft {
             v.push("--sft".into());
@@ -143,6 +151,7 @@ impl TrainSpec {
                 ..defaults.recipe.clone()
             },
             lora: self.lora,
+            out: set(&self.out).map(std::path::PathBuf::from),
             ..defaults
         }
     }
@@ -154,9 +163,103 @@ impl TrainSpec {
             "sft_steps": self.sft_steps, "steps": self.steps, "minutes": self.minutes,
             "samples": self.samples, "max_turns": self.max_turns,
             "tasks_per_step": self.tasks_per_step, "lora": self.lora,
-            "kl_coef": self.kl_coef,
+            "kl_coef": self.kl_coef, "out": self.out,
         })
     }
+
+    /// The form's values from the jobs journal ([`Self::params`]), to run
+    /// the job again: with the same `out` it resumes. A value missing from
+    /// an older journal keeps the form's default.
+    pub fn from_params(params: &serde_json::Value) -> Result<TrainSpec, String> {
+        let d = TrainSpec::default();
+        let get = |k: &str| params.get(k).filter(|v| !v.is_null());
+        let bad = |k: &str| format!("the journal's train job has a bad {k:?} parameter");
+        let text = |k: &str, or: &str| match get(k) {
+            None => Ok(or.to_string()),
+            Some(v) => v.as_str().map(String::from).ok_or_else(|| bad(k)),
+        };
+        let whole = |k: &str, or: u64| match get(k) {
+            None => Ok(or),
+            Some(v) => v.as_u64().ok_or_else(|| bad(k)),
+        };
+        let small = |k: &str, or: u32| u32::try_from(whole(k, or.into())?).map_err(|_| bad(k));
+        let real = |k: &str| get(k).map(|v| v.as_f64().ok_or_else(|| bad(k))).transpose();
+        Ok(TrainSpec {
+            tasks: text("tasks", &d.tasks)?,
+            dev: text("dev", &d.dev)?,
+            init: text("init", &d.init)?,
+            sft: match get("sft") {
+                None => d.sft,
+                Some(v) => v.as_bool().ok_or_else(|| bad("sft"))?,
+            },
+            sft_steps: whole("sft_steps", d.sft_steps)?,
+            steps: whole("steps", d.steps)?,
+            minutes: real("minutes")?,
+            samples: small("samples", d.samples)?,
+            max_turns: small("max_turns", d.max_turns)?,
+            tasks_per_step: whole("tasks_per_step", d.tasks_per_step as u64)? as usize,
+            lora: get("lora")
+                .map(|v| v.as_u64().map(|n| n as usize).ok_or_else(|| bad("lora")))
+                .transpose()?,
+            kl_coef: real("kl_coef")?,
+            out: text("out", &d.out)?,
+        })
+    }
+
+    /// The run directory under the workspace at `root`: `out`, or
+    /// `checkpoints/<job>` when it is empty.
+    pub fn run_dir(&self, root: &Path, job: &str) -> std::path::PathBuf {
+        match self.out.trim() {
+            "" => root.join("checkpoints").join(job),
+            out => root.join(out),
+        }
+    }
+}
+
+/// Why the training form's values cannot start a run: the job's own
+/// message and the form field at fault.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainRefusal {
+    /// The form field at fault.
+    pub field: &'static str,
+    /// The job's message (it names the CLI flag the field mirrors).
+    pub message: String,
+    /// The form's output dir (not remembered by the form), to put back.
+    pub out: String,
+}
+
+impl std::fmt::Display for TrainRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for TrainRefusal {}
+
+/// The checks the job makes before it trains (the tasks, held-out tasks
+/// not trained on, the initial policy, the recipe), made before it is
+/// launched from the workspace at `root` so that the form can refuse.
+pub fn check(root: &Path, spec: &TrainSpec) -> Result<(), TrainRefusal> {
+    let refused = |e: anyhow::Error| {
+        let message = format!("{e:#}");
+        let field = [
+            ("--dev", "dev"),
+            ("--init", "init"),
+            ("--lora", "lora rank"),
+            ("--kl-coef", "kl coef"),
+            ("--out", "output dir"),
+        ]
+        .into_iter()
+        .find(|(flag, _)| message.contains(flag))
+        .map_or("tasks", |(_, field)| field);
+        TrainRefusal {
+            field,
+            message,
+            out: spec.out.clone(),
+        }
+    };
+    let cctx = Context::new(Some(root.to_path_buf())).map_err(refused)?;
+    options(&cctx, &spec.request()).map(|_| ()).map_err(refused)
 }
 
 /// What one [`TrainEvent`] does to the job: progress and/or a log line.
@@ -277,11 +380,10 @@ pub fn run(ctx: &JobContext, root: &Path, spec: &TrainSpec) -> anyhow::Result<St
     let mut request = spec.request();
     ctx.log(spec.command_line());
     let cctx = Context::new(Some(root.to_path_buf()))?;
-    // The run directory is named after the job: one id in the Jobs and the
-    // Training views, which selects the run a form started.
-    if request.out.is_none() {
-        request.out = Some(cctx.workspace()?.checkpoints_dir().join(&ctx.id().0));
-    }
+    // The run directory is named after the job unless the form names one:
+    // one id in the Jobs and the Training views, which selects the run a
+    // form started.
+    request.out = Some(spec.run_dir(cctx.workspace()?.root(), &ctx.id().0));
     let opts = options(&cctx, &request)?;
     ctx.log(format!(
         "run directory {} ({} training tasks, {} dev tasks)",

@@ -164,9 +164,13 @@ impl Launcher {
                 }
                 Ok(report.summary())
             })?,
-            JobSpec::Train(spec) => self.manager.spawn(kind, params, move |ctx| {
-                crate::tui::launch::train::run(ctx, &root, &spec)
-            })?,
+            JobSpec::Train(spec) => {
+                // Refused before it starts, as the job would refuse it.
+                crate::tui::launch::train::check(&root, &spec)?;
+                self.manager.spawn(kind, params, move |ctx| {
+                    crate::tui::launch::train::run(ctx, &root, &spec)
+                })?
+            }
         };
         Ok(id)
     }

@@ -137,10 +137,13 @@ pub fn run_with_channel(
                             app.update(Action::Info(format!("started the {} job", spec.kind())));
                         }
                     }
-                    Err(e) => app.update(Action::Error(format!(
-                        "cannot start the job: {}",
-                        crate::logging::error_text(&e)
-                    ))),
+                    Err(e) => match e.downcast::<crate::tui::launch::train::TrainRefusal>() {
+                        Ok(refusal) => app.update(Action::TrainRefused(refusal)),
+                        Err(e) => app.update(Action::Error(format!(
+                            "cannot start the job: {}",
+                            crate::logging::error_text(&e)
+                        ))),
+                    },
                 },
                 Request::LoadTaskEnv(id) => task_env::load(workspace_root, id, env_tx.clone()),
                 Request::CancelJob(id) => {

@@ -134,19 +134,76 @@ fn a_resumed_evaluation_is_one_row() {
     assert_eq!(again.jobs.items[0].status, "succeeded");
 }
 
+/// `R` on a training job runs it again in the same run directory (the
+/// job's own, or the form's output dir): the run resumes from its newest
+/// checkpoint instead of starting afresh.
+#[test]
+fn r_resumes_a_training_job_in_its_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let params = serde_json::json!({"init": "tiny", "steps": 4, "sft": false});
+    ws.insert_job("train-1", "train", &params).unwrap();
+    ws.update_job("train-1", "cancelled", 0.1, "").unwrap();
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewJobs);
+    app.update(Action::Command(Command::JobRetry));
+    let status = app.status.clone().unwrap();
+    assert!(
+        !status.error && status.text == "resuming train-1 from its newest checkpoint",
+        "{status:?}"
+    );
+    let want = Request::Launch(JobSpec::Train(TrainSpec {
+        steps: 4,
+        sft: false,
+        out: "checkpoints/train-1".into(),
+        ..TrainSpec::default()
+    }));
+    assert!(app.outbox.contains(&want), "{:?}", app.outbox);
+    // A run directory the form named is kept.
+    app.outbox.clear();
+    let params = serde_json::json!({"init": "tiny", "out": "/runs/mine"});
+    ws.insert_job("train-2", "train", &params).unwrap();
+    ws.update_job("train-2", "failed", 0.3, "").unwrap();
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewJobs);
+    let row = app
+        .jobs
+        .items
+        .iter()
+        .position(|j| j.id == "train-2")
+        .unwrap();
+    app.jobs.selected = row;
+    app.update(Action::Command(Command::JobRetry));
+    let want = Request::Launch(JobSpec::Train(TrainSpec {
+        out: "/runs/mine".into(),
+        ..TrainSpec::default()
+    }));
+    assert!(app.outbox.contains(&want), "{:?}", app.outbox);
+    // A journal whose parameters are not an object is no panic.
+    ws.insert_job("train-3", "train", &serde_json::json!(["odd"]))
+        .unwrap();
+    ws.update_job("train-3", "failed", 0.3, "").unwrap();
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewJobs);
+    let row = app.jobs.items.iter().position(|j| j.id == "train-3");
+    app.jobs.selected = row.unwrap();
+    app.update(Action::Command(Command::JobRetry));
+    assert!(app.status.is_some());
+}
+
 #[test]
 fn retry_says_why_not() {
     let dir = tempfile::tempdir().unwrap();
     let ws = fixture(dir.path());
-    ws.insert_job("train-1", "train", &serde_json::json!({"init": "tiny"}))
+    ws.insert_job("import-1", "import", &serde_json::json!({}))
         .unwrap();
-    ws.update_job("train-1", "cancelled", 0.1, "").unwrap();
+    ws.update_job("import-1", "failed", 0.1, "").unwrap();
     let mut app = app_on(&ws);
     cmd(&mut app, &ws, Command::ViewJobs);
     cmd(&mut app, &ws, Command::JobRetry);
     let status = app.status.clone().unwrap();
     assert!(
-        status.error && status.text.contains("form (M)"),
+        status.error && status.text.contains("cannot be run again"),
         "{status:?}"
     );
     // A job still running is not started twice.

@@ -361,3 +361,47 @@ fn the_training_view_follows_a_started_run() {
     let screen = render(&mut app, 120, 40);
     assert!(screen.contains("no job wrote run"), "{screen}");
 }
+
+/// A training form whose held-out tasks are also trained on is refused
+/// before launch, by the check the job makes, and opens again with its
+/// values and the message on the `dev` field.
+#[test]
+fn a_dev_overlap_is_refused_in_the_form_before_launch() {
+    use crate::tui::launch::train::check;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = fixture(dir.path());
+    let overlap = TrainSpec {
+        tasks: "archive-*".into(),
+        dev: "archive-logs".into(),
+        out: "runs/a".into(),
+        ..TrainSpec::default()
+    };
+    let refusal = check(ws.root(), &overlap).unwrap_err();
+    assert_eq!(refusal.field, "dev");
+    assert!(
+        refusal.message.contains("overlaps the training tasks")
+            && refusal.message.contains("archive-logs"),
+        "{refusal:?}"
+    );
+    assert_eq!(refusal.out, "runs/a");
+    let apart = TrainSpec {
+        dev: "count-*".into(),
+        ..overlap.clone()
+    };
+    assert_eq!(check(ws.root(), &apart), Ok(()));
+    let missing = TrainSpec {
+        init: "/nonexistent/model".into(),
+        ..apart
+    };
+    assert_eq!(check(ws.root(), &missing).unwrap_err().field, "init");
+
+    // The app opens the form again, the field at fault named.
+    let mut app = app_on(&ws);
+    cmd(&mut app, &ws, Command::ViewJobs);
+    app.update(Action::TrainRefused(refusal));
+    let (_, form) = app.form.as_ref().expect("the form is open again");
+    assert_eq!(form.value("output dir"), "runs/a");
+    let error = form.error.clone().unwrap();
+    assert_eq!(error.0, "dev");
+    assert!(error.1.contains("overlaps the training tasks"), "{error:?}");
+}
