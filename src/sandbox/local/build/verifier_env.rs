@@ -133,9 +133,17 @@ if [ -n "$ASKED" ] && [ "$ASKED" != "$GOT" ]; then
   echo "the tests asked for Python $ASKED; the verifier environment has Python $GOT (the image's, the nearest available)" > "$OUT/note"
 fi
 if [ ${{#PACKAGES[@]}} -gt 0 ]; then
+  HELP=$("$PY" -m pip install --help 2>/dev/null || true)
   BSP=()
-  if "$PY" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then BSP=(--break-system-packages); fi
-  "$PY" -m pip install "${{BSP[@]}}" --no-warn-script-location --target "$OUT/site" "${{PACKAGES[@]}}"
+  if grep -q -- --break-system-packages <<<"$HELP"; then BSP=(--break-system-packages); fi
+  # Builds from source in an isolated environment with setuptools from
+  # PyPI: without it, an older pip builds a project lacking pyproject.toml
+  # with whatever `setuptools` it can find, and a namespace-only
+  # site-packages/setuptools directory left in the image passes for one
+  # (`cannot import name 'setup' from 'setuptools'`).
+  PEP517=()
+  if grep -q -- --use-pep517 <<<"$HELP"; then PEP517=(--use-pep517); fi
+  "$PY" -m pip install "${{BSP[@]}}" "${{PEP517[@]}}" --no-warn-script-location --target "$OUT/site" "${{PACKAGES[@]}}"
 fi
 # The interpreter, its standard library and site directories, at their paths.
 mkdir -p "$OUT/usr/local/bin"
