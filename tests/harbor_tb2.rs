@@ -3,7 +3,8 @@
 //! Terminal-Bench 2 failure (a `/tests` the tests write into, a solution
 //! shipping more files than `solve.sh`, a session writing more than 1 GiB,
 //! an `ARG` default used by a later `RUN`, a namespace-only `setuptools` in
-//! the image the verifier environment is built from), and
+//! the image the verifier environment is built from, a test script running
+//! pytest twice), and
 //! `tasks validate --all` passes every one of them: their oracles pass and
 //! their final tests fail on the initial state.
 //!
@@ -30,6 +31,7 @@ const TASKS: &[(&str, u32)] = &[
     ("storage-size", 8),
     ("arg-in-run", 9),
     ("setuptools-namespace", 10),
+    ("two-pytest-runs", 4),
 ];
 
 /// A workspace under `target/tmp` whose cache survives between runs;

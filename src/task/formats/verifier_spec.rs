@@ -277,7 +277,11 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
             match read_command(&command, &mut env) {
                 Ok(Command::Tests(args)) => {
                     if pytest.is_some() {
-                        return Err(at(file, first_line, &line, "a second pytest run"));
+                        // A second pytest run (another test file, another
+                        // Python): the script runs itself, in an
+                        // environment holding what both runs asked for.
+                        other = true;
+                        continue;
                     }
                     pytest = Some(args);
                     pytest_line = first_line;
@@ -469,7 +473,7 @@ fn read_command(command: &str, env: &mut VerifierEnvSpec) -> Result<Command, Str
             Some("pip") if rest.get(1).map(String::as_str) == Some("install") => {
                 install(pip(&rest[1..], env))
             }
-            Some("venv") => Ok(Command::Boilerplate),
+            Some("venv") => uv_venv(&rest[1..], env).map(|()| Command::Boilerplate),
             Some("tool") if rest.get(1).map(String::as_str) == Some("run") => {
                 uv_tool(&rest[2..], env).map(|a| tests(&a))
             }
@@ -585,6 +589,26 @@ fn pip(args: &[String], env: &mut VerifierEnvSpec) -> Result<(), String> {
             continue;
         }
         env.add(Package::parse(a)?);
+    }
+    Ok(())
+}
+
+/// `uv venv` arguments: the Python version `-p`/`--python` asks for (as
+/// `uvx -p` does); the rest (the directory, `--seed`, ...) changes nothing
+/// the tests see.
+fn uv_venv(args: &[String], env: &mut VerifierEnvSpec) -> Result<(), String> {
+    let mut words = args.iter();
+    while let Some(a) = words.next() {
+        let v = match a.split_once('=') {
+            Some(("--python" | "-p", v)) => v.to_string(),
+            None if a == "-p" || a == "--python" => words
+                .next()
+                .cloned()
+                .ok_or_else(|| format!("`uv venv {a}` without a value"))?,
+            _ => continue,
+        };
+        env.python =
+            Some(python_version(&v).ok_or_else(|| format!("`{v}` is not a Python version"))?);
     }
     Ok(())
 }
@@ -797,7 +821,7 @@ fi
             ("pip install 'numpy>=2'\n", 1, "other specifiers"),
             ("\n\nuvx -p three pytest\n", 3, "not a Python version"),
             ("uvx \\\n  -w git+https://x/y.git \\\n  pytest\n", 1, "URLs"),
-            ("pytest a.py\npytest b.py\n", 2, "second pytest"),
+            ("uv venv -p three\n", 1, "not a Python version"),
             ("bash -c 'pip install numpy' && pytest\n", 1, "cannot read"),
         ];
         for (script, line, why) in cases {
@@ -808,6 +832,33 @@ fi
             assert!(err.contains(&format!("line {line}")), "{script:?}: {err}");
             assert!(err.contains(why), "{script:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_second_pytest_run_keeps_the_script_with_both_runs_packages() {
+        let script = "uvx -p 3.13 -w pytest==8.4.1 -w numpy==2.3.3 pytest /tests/a.py\n\
+            uvx -p 3.13 -w pytest==8.4.1 -w scipy==1.16.2 pytest /tests/b.py\n";
+        let spec = parse_test_sh(script, "tests/test.sh").unwrap();
+        assert_eq!(spec.runner, Runner::Script);
+        assert_eq!(spec.pytest_line, 1);
+        assert_eq!(
+            spec.env.packages,
+            vec![
+                pkg("numpy", Some("2.3.3")),
+                pkg("pytest", Some("8.4.1")),
+                pkg("scipy", Some("1.16.2"))
+            ]
+        );
+    }
+
+    #[test]
+    fn uv_venv_asks_for_its_python() {
+        for line in ["uv venv -p 3.12", "uv venv .venv --python 3.12 --seed", "uv venv --python=3.12"] {
+            let spec = parse_test_sh(&format!("{line}\npytest /tests\n"), "t").unwrap();
+            assert_eq!(spec.env.python.as_deref(), Some("3.12"), "{line}");
+        }
+        let plain = parse_test_sh("uv venv\npytest\n", "t").unwrap();
+        assert_eq!(plain.env.python, None);
     }
 
     #[test]
