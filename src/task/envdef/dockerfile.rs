@@ -113,7 +113,8 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     None => rest.to_string(),
                 };
                 let script = strip_run_flags(&script);
-                def.steps.push(Step::Run(with_args(&script, &stage_args, &vars)));
+                def.steps
+                    .push(Step::Run(with_args(&script, &stage_args, &vars)));
             }
             "COPY" | "ADD" => {
                 let mut args: Vec<String> = match json_array(rest) {

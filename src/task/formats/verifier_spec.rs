@@ -853,7 +853,11 @@ fi
 
     #[test]
     fn uv_venv_asks_for_its_python() {
-        for line in ["uv venv -p 3.12", "uv venv .venv --python 3.12 --seed", "uv venv --python=3.12"] {
+        for line in [
+            "uv venv -p 3.12",
+            "uv venv .venv --python 3.12 --seed",
+            "uv venv --python=3.12",
+        ] {
             let spec = parse_test_sh(&format!("{line}\npytest /tests\n"), "t").unwrap();
             assert_eq!(spec.env.python.as_deref(), Some("3.12"), "{line}");
         }

@@ -997,7 +997,11 @@ fn size_mb(text: &str) -> Option<u64> {
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let n: f64 = number.parse().ok()?;
-    let factor = match unit.trim().to_ascii_lowercase().trim_end_matches(['b', 'i']) {
+    let factor = match unit
+        .trim()
+        .to_ascii_lowercase()
+        .trim_end_matches(['b', 'i'])
+    {
         "" | "m" => 1.0,
         "k" => 1.0 / 1024.0,
         "g" => 1024.0,
@@ -1028,11 +1032,23 @@ mod tests {
 
     #[test]
     fn storage_is_read_from_harbors_keys() {
-        assert_eq!(task_storage_mb(&task_with("storage_mb = 10240")), Some(10_240));
+        assert_eq!(
+            task_storage_mb(&task_with("storage_mb = 10240")),
+            Some(10_240)
+        );
         assert_eq!(task_storage_mb(&task_with("storage = 2048")), Some(2048));
-        assert_eq!(task_storage_mb(&task_with("storage = \"10G\"")), Some(10_240));
-        assert_eq!(task_storage_mb(&task_with("storage = \"512Mi\"")), Some(512));
-        assert_eq!(task_storage_mb(&task_with("storage = \"1.5GB\"")), Some(1536));
+        assert_eq!(
+            task_storage_mb(&task_with("storage = \"10G\"")),
+            Some(10_240)
+        );
+        assert_eq!(
+            task_storage_mb(&task_with("storage = \"512Mi\"")),
+            Some(512)
+        );
+        assert_eq!(
+            task_storage_mb(&task_with("storage = \"1.5GB\"")),
+            Some(1536)
+        );
         assert_eq!(task_storage_mb(&task_with("storage_mb = 0")), None);
         assert_eq!(task_storage_mb(&task_with("storage = \"lots\"")), None);
         assert_eq!(task_storage_mb(&task_with("cpus = 1")), None);
