@@ -86,6 +86,9 @@ pub struct VerifierEnvSpec {
     pub packages: Vec<Package>,
     /// Debian packages, sorted, deduplicated.
     pub apt: Vec<String>,
+    /// Package indexes (URLs) searched besides PyPI, in the order written,
+    /// deduplicated.
+    pub indexes: Vec<String>,
 }
 
 /// A test runner read from `tests/test.sh`.
@@ -115,6 +118,8 @@ impl VerifierEnvSpec {
         self.packages.sort();
         self.apt.sort();
         self.apt.dedup();
+        let mut seen = std::collections::HashSet::new();
+        self.indexes.retain(|u| seen.insert(u.clone()));
         self
     }
 
@@ -149,6 +154,11 @@ impl VerifierEnvSpec {
             }
             spec.apt.push(name.clone());
         }
+        for (i, url) in v.index.iter().enumerate() {
+            spec.indexes.push(index_url(url).map_err(|e| {
+                BundleError::invalid(file, Some(&format!("verifier.index[{i}]")), e)
+            })?);
+        }
         Ok(spec.finish())
     }
 
@@ -157,6 +167,7 @@ impl VerifierEnvSpec {
         v.python = self.python.clone();
         v.packages = self.packages.iter().map(Package::requirement).collect();
         v.apt = self.apt.clone();
+        v.index = self.indexes.clone();
     }
 
     /// A stable text of the whole spec (part of cache keys).
@@ -167,7 +178,28 @@ impl VerifierEnvSpec {
             self.python.as_deref().unwrap_or("image"),
             pk.join(" "),
             self.apt.join(" ")
-        )
+        ) + &if self.indexes.is_empty() {
+            String::new()
+        } else {
+            format!("index={}\n", self.indexes.join(" "))
+        }
+    }
+}
+
+/// A package index's URL (`https://...` or `http://...`, uv's `NAME=URL`
+/// form read as its URL), or why it is not one.
+fn index_url(text: &str) -> Result<String, String> {
+    let url = match text.split_once('=') {
+        Some((name, url)) if !name.contains("://") => url,
+        _ => text,
+    };
+    let plain = !url.is_empty() && !url.contains(|c: char| c.is_whitespace() || c == '\'');
+    if plain && (url.starts_with("https://") || url.starts_with("http://")) {
+        Ok(url.to_string())
+    } else {
+        Err(format!(
+            "`{text}` is not a package index URL (http:// or https://)"
+        ))
     }
 }
 
@@ -645,6 +677,22 @@ fn uv_tool(args: &[String], env: &mut VerifierEnvSpec) -> Result<Vec<String>, St
                     env.add(Package::parse(p)?);
                 }
             }
+            // Searched besides PyPI (pip has no index that replaces
+            // PyPI for some packages only); one it cannot reach fails the
+            // build as the network does.
+            "--index" | "--default-index" | "--index-url" | "--extra-index-url" => {
+                env.indexes.push(index_url(&value()?)?);
+            }
+            // pip takes the best match over all its indexes.
+            "--index-strategy" => {
+                let v = value()?;
+                if !matches!(
+                    v.as_str(),
+                    "first-index" | "unsafe-first-match" | "unsafe-best-match"
+                ) {
+                    return Err(format!("`{v}` is not an index strategy"));
+                }
+            }
             "-q" | "--quiet" | "--no-project" | "--isolated" | "--no-cache" | "--offline" => {}
             "--from" => {
                 let v = value()?;
@@ -849,6 +897,44 @@ fi
                 pkg("scipy", Some("1.16.2"))
             ]
         );
+    }
+
+    #[test]
+    fn uvx_indexes_are_kept() {
+        let script = "uvx -p 3.13 --index https://download.pytorch.org/whl/cpu \\\n  \
+            --index-strategy unsafe-best-match --index=extra=https://example.org/simple \\\n  \
+            -w torch==2.7.0 -w pytest==8.4.1 pytest /tests/test_outputs.py -rA\n";
+        let spec = parse_test_sh(script, "tests/test.sh").unwrap();
+        assert_eq!(
+            spec.env.indexes,
+            [
+                "https://download.pytorch.org/whl/cpu",
+                "https://example.org/simple"
+            ]
+        );
+        assert!(matches!(spec.runner, Runner::Pytest(_)));
+        let mut v = VerifierSection::default();
+        spec.env.store_in(&mut v);
+        let back = VerifierEnvSpec::from_section(&v, Path::new("task.toml")).unwrap();
+        assert_eq!(back, spec.env);
+        assert!(back
+            .key_text()
+            .contains("index=https://download.pytorch.org/whl/cpu"));
+        for (bad, why) in [
+            ("uvx --index file:///x pytest\n", "not a package index URL"),
+            (
+                "uvx --index-strategy fastest pytest\n",
+                "not an index strategy",
+            ),
+        ] {
+            let err = parse_test_sh(bad, "tests/test.sh").unwrap_err().to_string();
+            assert!(err.contains("line 1") && err.contains(why), "{err}");
+        }
+        v.index = vec!["ftp://x".into()];
+        let err = VerifierEnvSpec::from_section(&v, Path::new("task.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("verifier.index[0]"), "{err}");
     }
 
     #[test]

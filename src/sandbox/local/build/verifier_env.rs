@@ -93,6 +93,12 @@ fn build_script(spec: &VerifierEnvSpec) -> String {
     let q = super::steps::sq;
     let packages: Vec<String> = spec.packages.iter().map(|p| q(&p.requirement())).collect();
     let apt: Vec<String> = spec.apt.iter().map(|a| q(a)).collect();
+    // Searched besides PyPI (`uvx --index`).
+    let indexes: String = spec
+        .indexes
+        .iter()
+        .map(|u| format!(" --extra-index-url {}", q(u)))
+        .collect();
     format!(
         r#"#!/bin/bash
 # Written by endless: builds a task's sealed verifier environment.
@@ -143,7 +149,7 @@ if [ ${{#PACKAGES[@]}} -gt 0 ]; then
   # (`cannot import name 'setup' from 'setuptools'`).
   PEP517=()
   if grep -q -- --use-pep517 <<<"$HELP"; then PEP517=(--use-pep517); fi
-  "$PY" -m pip install "${{BSP[@]}}" "${{PEP517[@]}}" --no-warn-script-location --target "$OUT/site" "${{PACKAGES[@]}}"
+  "$PY" -m pip install "${{BSP[@]}}" "${{PEP517[@]}}"{indexes} --no-warn-script-location --target "$OUT/site" "${{PACKAGES[@]}}"
 fi
 # The interpreter, its standard library and site directories, at their paths.
 mkdir -p "$OUT/usr/local/bin"
@@ -374,5 +380,13 @@ mod tests {
         assert!(s.contains("APT=('jq')"), "{s}");
         assert!(s.contains("ASKED='3.13'"), "{s}");
         assert!(s.contains("--target \"$OUT/site\""), "{s}");
+        assert!(!s.contains("--extra-index-url"), "{s}");
+        let mut with_index = spec(&["torch==2.7.0"]);
+        with_index.indexes = vec!["https://download.pytorch.org/whl/cpu".into()];
+        let s = build_script(&with_index);
+        assert!(
+            s.contains(" --extra-index-url 'https://download.pytorch.org/whl/cpu' "),
+            "{s}"
+        );
     }
 }
