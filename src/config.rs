@@ -215,6 +215,23 @@ pub struct ImagesConfig {
     /// no build holds is evicted after each build. Unset: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_store_gb: Option<f64>,
+    /// The largest writable layer a session gets, in MiB, whatever its
+    /// task's `[environment] storage_mb` (or `storage`) asks. Unset:
+    /// [`DEFAULT_SESSION_STORAGE_CAP_MB`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_session_storage_mb: Option<u64>,
+}
+
+/// The default of `[images] max_session_storage_mb`: 10 GiB, Harbor's
+/// default `storage_mb`.
+pub const DEFAULT_SESSION_STORAGE_CAP_MB: u64 = 10 * 1024;
+
+impl ImagesConfig {
+    /// `max_session_storage_mb`, or its default.
+    pub fn session_storage_cap_mb(&self) -> u64 {
+        self.max_session_storage_mb
+            .unwrap_or(DEFAULT_SESSION_STORAGE_CAP_MB)
+    }
 }
 
 /// `[images] pull`.

@@ -161,11 +161,23 @@ def seal_tests(payload, req, calls):
     calls["mount"](None, payload["root"], None,
                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     if has_tests:
-        # The tests folder at /tests too, read-only, in this namespace only
-        # (as VerifierPlan::apply does on the cold path).
-        calls["mount"](os.path.join(payload["root"], "tests"), "/tests", None, MS_BIND, None)
-        calls["mount"](None, "/tests", None,
-                       MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        # A copy of the tests folder at /tests, on a fresh tmpfs of this
+        # verification's that the tests may write to (as Harbor's is), in
+        # this namespace only (as VerifierPlan::apply does on the cold path).
+        calls["mount"]("tmpfs", "/tests", "tmpfs", MS_NOSUID | MS_NODEV, req["tests_data"])
+        copy_tests(payload)
+
+
+def copy_tests(payload):
+    """The payload's tests folder (`tests/...`) at /tests, with the task's
+    user's file-system ids."""
+    for rel, data in payload["files"].items():
+        if not rel.startswith("tests/"):
+            continue
+        path = os.path.join("/tests", rel[len("tests/"):])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "xb") as f:
+            f.write(bytes.fromhex(data))
 
 
 def tests_mount_point():

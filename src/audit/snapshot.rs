@@ -28,7 +28,7 @@ const PRUNED: [&str; 20] = [
     "/nix",
     "/var/lib",
     "/var/cache",
-    "/tmp/endless-solution",
+    "/solution",
     "/tmp/.endless-audit",
     // The verifier's mount points (pytest's and a verifier script's).
     "/tests",

@@ -84,6 +84,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
             network: task.meta.environment.network,
             cpu_millis: None,
             memory_mb: None,
+            storage_mb: None,
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),

@@ -42,6 +42,11 @@ pub struct Image {
     /// memory_mb`), when set: it lowers the backend's limit, never raises it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
+    /// Size in MiB of a session's writable layer (the task's `[environment]
+    /// storage_mb` or `storage`), when set: the backend caps it
+    /// (`[images] max_session_storage_mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_mb: Option<u64>,
     /// The pulled image this one was built `FROM`: its canonical reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,

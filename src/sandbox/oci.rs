@@ -169,6 +169,7 @@ mod tests {
             network: false,
             cpu_millis: None,
             memory_mb: None,
+            storage_mb: None,
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),

@@ -86,6 +86,7 @@ mod tests {
             network,
             cpu_millis: None,
             memory_mb: None,
+            storage_mb: None,
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),

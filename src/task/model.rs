@@ -282,6 +282,10 @@ pub struct VerifierSection {
     /// Debian packages the verifier environment's build installs first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apt: Vec<String>,
+    /// Package indexes (URLs) the verifier environment's build searches
+    /// besides PyPI, in order (Harbor's `uvx --index URL`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub index: Vec<String>,
     /// The pytest options the task's own test runner gave (Harbor's
     /// `tests/test.sh`: `-rA`, `--ctrf /logs/verifier/ctrf.json`, `-k ...`),
     /// passed through to the verifier's pytest; only options that cannot
@@ -303,6 +307,7 @@ impl Default for VerifierSection {
             python: None,
             packages: Vec::new(),
             apt: Vec::new(),
+            index: Vec::new(),
             pytest_args: Vec::new(),
             extra: toml::Table::new(),
         }

@@ -173,7 +173,24 @@ pub fn validate_task_reporting(
     Ok(v)
 }
 
-/// Copy `solution/` into the sandbox and run `solve.sh` in the agent's shell.
+/// Where the oracle finds the task's whole solution directory (Harbor's
+/// path: solutions copy their other files from there), in the oracle's
+/// session only.
+pub(crate) const SOLUTION_INSIDE: &str = "/solution";
+
+/// The shell command (as root) that copies the solution from `exchange`
+/// (the session's exchange directory inside) into [`SOLUTION_INSIDE`]
+/// (merged with what may be there, as Harbor's upload does), owned by
+/// `user`.
+fn copy_solution_command(exchange: &str, user: &str) -> String {
+    format!(
+        "mkdir -p {SOLUTION_INSIDE} && cp -a {exchange}/solution/. {SOLUTION_INSIDE}/ && \
+         {{ chown -R {user}: {SOLUTION_INSIDE} 2>/dev/null || chmod -R a+rwX {SOLUTION_INSIDE}; }}"
+    )
+}
+
+/// Copy `solution/` into the sandbox at [`SOLUTION_INSIDE`] and run its
+/// `solve.sh` in the agent's shell.
 pub(crate) fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
     let (host, inside) = session
         .exchange_dir()
@@ -181,10 +198,7 @@ pub(crate) fn run_oracle(session: &mut Session, task: &Task) -> Result<(), Sandb
     let host_sol = host.join("solution");
     write_tree(&host_sol, &task.solution)?;
     let user = session.info().user.clone();
-    let copy = format!(
-        "rm -rf /tmp/endless-solution && cp -a {inside}/solution /tmp/endless-solution && \
-         {{ chown -R {user}: /tmp/endless-solution 2>/dev/null || chmod -R a+rwX /tmp/endless-solution; }}"
-    );
+    let copy = copy_solution_command(&inside, &user);
     // (Rootless sandboxes cannot chown; there the copy already belongs to the agent.)
     let out = session.run_as_root(
         &[
@@ -205,12 +219,26 @@ pub(crate) fn run_oracle(session: &mut Session, task: &Task) -> Result<(), Sandb
         )));
     }
     let timeout = Duration::from_secs_f64(task.meta.agent.timeout_sec.clamp(1.0, 86_400.0));
-    let r = session.exec("bash /tmp/endless-solution/solve.sh", timeout)?;
+    let r = session.exec(&format!("bash {SOLUTION_INSIDE}/solve.sh"), timeout)?;
     if r.timed_out {
         return Err(SandboxError::Verify(format!(
             "solve.sh timed out after {timeout:?}"
         )));
     }
-    let _ = session.exec("rm -rf /tmp/endless-solution", Duration::from_secs(30));
     Ok(())
+}
+
+#[cfg(test)]
+mod solution_tests {
+    use super::*;
+
+    #[test]
+    fn the_oracle_gets_its_whole_solution_directory_at_solution() {
+        let cmd = copy_solution_command("/run/endless/x", "agent");
+        assert!(
+            cmd.starts_with("mkdir -p /solution && cp -a /run/endless/x/solution/. /solution/ &&"),
+            "{cmd}"
+        );
+        assert!(cmd.contains("chown -R agent: /solution"), "{cmd}");
+    }
 }

@@ -34,6 +34,20 @@ impl Default for Limits {
     }
 }
 
+/// The smallest writable layer a task's `storage` gives a session.
+const MIN_LAYER_MB: u64 = 64;
+
+/// The size in bytes of a session's writable layer: what the task asks
+/// (`storage_mb`, MiB), at least [`MIN_LAYER_MB`] and at most `cap_mb`, else
+/// `default` (the backend's own, which the cap lowers too).
+pub fn layer_bytes(storage_mb: Option<u64>, default: u64, cap_mb: u64) -> u64 {
+    let cap = cap_mb.max(MIN_LAYER_MB).saturating_mul(1 << 20);
+    match storage_mb {
+        Some(mb) => mb.max(MIN_LAYER_MB).saturating_mul(1 << 20).min(cap),
+        None => default.min(cap),
+    }
+}
+
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Whether this process can make cgroups under the cgroup v1 pids and
@@ -286,4 +300,22 @@ pub fn fallback_rlimits(limits: &Limits) -> Vec<(libc::__rlimit_resource_t, libc
         (libc::RLIMIT_NPROC, limits.pids as libc::rlim_t),
         (libc::RLIMIT_AS, limits.memory_bytes as libc::rlim_t),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writable_layer_is_the_tasks_storage_within_the_cap() {
+        const MIB: u64 = 1 << 20;
+        let default = Limits::default().disk_bytes;
+        // Nothing asked: the backend's default (1 GiB), lowered by a smaller cap.
+        assert_eq!(layer_bytes(None, default, 10_240), default);
+        assert_eq!(layer_bytes(None, default, 512), 512 * MIB);
+        // Asked: what the task says, at most the cap, at least 64 MiB.
+        assert_eq!(layer_bytes(Some(1536), default, 10_240), 1536 * MIB);
+        assert_eq!(layer_bytes(Some(40_960), default, 10_240), 10_240 * MIB);
+        assert_eq!(layer_bytes(Some(1), default, 10_240), 64 * MIB);
+    }
 }

@@ -523,6 +523,11 @@ impl LocalBackend {
         if let Some(mb) = image.memory_mb {
             limits.memory_bytes = limits.memory_bytes.min(mb.saturating_mul(1 << 20));
         }
+        limits.disk_bytes = limits::layer_bytes(
+            image.storage_mb,
+            limits.disk_bytes,
+            self.resolver.settings().session_storage_cap_mb(),
+        );
         let cgroups = if self.cgroups {
             Cgroups::create(&sid, &limits)
         } else {

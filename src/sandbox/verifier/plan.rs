@@ -52,6 +52,22 @@ use crate::sandbox::SandboxError;
 /// which the verifier covers with a tmpfs of its own.
 pub const ENVS_INSIDE: &str = "/run/endless-verifier/envs";
 
+/// Where Harbor's tests find their folder: a writable copy of the sealed
+/// one, made for each verification.
+const TESTS_INSIDE: &str = "/tests";
+
+/// The size of the `/tests` tmpfs (the sealed folder is at most 64 MiB; the
+/// rest is room for what the tests build there).
+const TESTS_TMPFS_MB: u64 = 512;
+
+/// The files of the tests folder (`tests/<rel>` in `files`), as `<rel>`.
+fn tests_files(files: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+    files
+        .iter()
+        .filter_map(|(rel, bytes)| Some((rel.strip_prefix("tests/")?.to_string(), bytes.clone())))
+        .collect()
+}
+
 /// The name of a pre-started verifier's scratch directory in its private
 /// directory.
 const WARM_UP: &str = "warm-up";
@@ -79,10 +95,16 @@ pub struct VerifierPlan {
     set_groups: bool,
     seccomp: Vec<BpfProgram>,
     sealed: SealedFiles,
-    /// `<private_dir>/tests`, when the sealed files hold a tests folder: it
-    /// is also shown, read-only, at `/tests` (in the verifier's mount
-    /// namespace only), where Harbor's tests read their files.
+    /// `<private_dir>/tests`, when the sealed files hold a tests folder: a
+    /// copy of it is also at `/tests` (in the verifier's mount namespace
+    /// only), where Harbor's tests read their files.
     tests_dir: Option<CString>,
+    /// That copy: the tests folder's files at their paths under `/tests`,
+    /// written into a fresh tmpfs of this verification's (writable by the
+    /// tests, as Harbor's `/tests` is: tests build extensions there), and
+    /// that tmpfs's options.
+    tests_copy: SealedFiles,
+    tests_data: CString,
     /// The image's verifier environments on the host (a directory opened
     /// `O_PATH`), and where they appear for the verifier.
     envs: Option<(OwnedFd, CString)>,
@@ -275,6 +297,10 @@ impl VerifierPlan {
             } else {
                 None
             },
+            tests_copy: SealedFiles::new(TESTS_INSIDE, &tests_files(files))?,
+            tests_data: c(&format!(
+                "size={TESTS_TMPFS_MB}m,mode=0755,uid={uid},gid={gid}"
+            ))?,
             envs,
         })
     }
@@ -321,6 +347,7 @@ impl VerifierPlan {
         req.insert("private_dir".into(), text(&self.private_dir).into());
         req.insert("tmpfs_data".into(), text(&self.tmpfs_data).into());
         req.insert("logs_data".into(), text(&self.logs_data).into());
+        req.insert("tests_data".into(), text(&self.tests_data).into());
         req.insert("cwd".into(), text(&self.cwd).into());
         req.insert("uid".into(), self.uid.into());
         req.insert("gid".into(), self.gid.into());
@@ -423,7 +450,7 @@ impl VerifierPlan {
                     self.warm_up_data.as_ptr().cast(),
                 ))?;
             } else {
-                self.bind_tests()?;
+                self.mount_tests()?;
             }
             if let (Some(tree), Some((_, at))) = (envs_tree, &self.envs) {
                 let rc = libc::syscall(
@@ -482,23 +509,26 @@ impl VerifierPlan {
         }
     }
 
-    /// The sealed tests folder at `/tests` too, read-only.
+    /// A copy of the sealed tests folder at `/tests`, on a fresh tmpfs that
+    /// the tests may write to (what they write is gone with the
+    /// verification; the test modules pytest runs stay in the read-only
+    /// private directory). Called with the task's user's file-system ids.
     ///
     /// # Safety
     /// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
-    unsafe fn bind_tests(&self) -> io::Result<()> {
-        let Some(tests) = &self.tests_dir else {
+    unsafe fn mount_tests(&self) -> io::Result<()> {
+        if self.tests_dir.is_none() {
             return Ok(());
-        };
+        }
         unsafe {
             check(libc::mount(
-                tests.as_ptr(),
+                c"tmpfs".as_ptr(),
                 c"/tests".as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                self.tests_data.as_ptr().cast(),
             ))?;
-            remount_read_only(c"/tests")
+            self.tests_copy.write()
         }
     }
 
@@ -524,7 +554,10 @@ impl VerifierPlan {
                     check(libc::fchdir(root.as_raw_fd()))?;
                     check(libc::chroot(c".".as_ptr()))?;
                     self.make_mount_points()?;
-                    self.bind_tests()?;
+                    // The copy's files belong to the task's user.
+                    libc::setfsgid(self.gid);
+                    libc::setfsuid(self.uid);
+                    self.mount_tests()?;
                     hide_preload()
                 };
                 let code = match step() {
@@ -752,5 +785,34 @@ unsafe fn drop_all_capabilities() -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tests_folder_is_copied_to_tests_at_its_paths() {
+        let files = vec![
+            ("tests/test.sh".to_string(), b"echo".to_vec()),
+            ("tests/data/a.txt".to_string(), b"a".to_vec()),
+            ("bin/python3".to_string(), b"py".to_vec()),
+        ];
+        let copy = SealedFiles::new(TESTS_INSIDE, &tests_files(&files)).unwrap();
+        let dirs: Vec<_> = copy.dirs.iter().map(|d| d.to_str().unwrap()).collect();
+        assert_eq!(dirs, ["/tests/data"]);
+        let written: Vec<_> = copy
+            .files
+            .iter()
+            .map(|(p, bytes, mode)| (p.to_str().unwrap(), bytes.as_slice(), *mode))
+            .collect();
+        assert_eq!(
+            written,
+            [
+                ("/tests/test.sh", &b"echo"[..], 0o644),
+                ("/tests/data/a.txt", &b"a"[..], 0o644)
+            ]
+        );
     }
 }

@@ -16,6 +16,10 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
     let mut vars: HashMap<String, String> = HashMap::new();
     // ARGs before the first FROM, visible in every stage.
     let mut globals: HashMap<String, String> = HashMap::new();
+    // The ARGs declared in the current stage that have a value: as in
+    // Docker, in the environment of the stage's later RUN steps (not in the
+    // image's).
+    let mut stage_args: Vec<String> = Vec::new();
     let mut started = false;
     let mut current_name: Option<String> = None;
     // Positions in `def.stages` of the stages written with FROM (numbers in
@@ -55,6 +59,7 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                 }
                 started = true;
                 current_name = name;
+                stage_args.clear();
                 // `FROM <stage>`: the stage goes on from where the earlier
                 // one ended: its base and its steps (stages going on from
                 // one stage share their step keys, so its steps build once),
@@ -75,9 +80,18 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                 }
             }
             "ARG" => {
-                let (k, v) = rest.split_once('=').unwrap_or((rest, ""));
-                let v = unquote(v.trim());
-                vars.entry(k.trim().to_string()).or_insert(v);
+                let (k, v) = match rest.split_once('=') {
+                    Some((k, v)) => (k.trim(), Some(substitute(&unquote(v.trim()), &vars))),
+                    None => (rest, None),
+                };
+                // A value known already (a global ARG redeclared in the
+                // stage) stays; an ARG without one is empty where it is
+                // substituted, and unset in RUN steps.
+                let valued = v.is_some() || vars.contains_key(k);
+                vars.entry(k.to_string()).or_insert(v.unwrap_or_default());
+                if started && valued && !stage_args.iter().any(|a| a == k) {
+                    stage_args.push(k.to_string());
+                }
             }
             "ENV" => {
                 for (k, v) in parse_env(rest).map_err(&err)? {
@@ -99,7 +113,8 @@ pub fn parse(text: &str, file: &str) -> Result<EnvDefinition, BundleError> {
                     None => rest.to_string(),
                 };
                 let script = strip_run_flags(&script);
-                def.steps.push(Step::Run(script));
+                def.steps
+                    .push(Step::Run(with_args(&script, &stage_args, &vars)));
             }
             "COPY" | "ADD" => {
                 let mut args: Vec<String> = match json_array(rest) {
@@ -332,6 +347,20 @@ fn parse_env(rest: &str) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
+/// `script` preceded by an `export` of the stage's ARGs (`args`, with their
+/// values in `vars`), as Docker gives them to a RUN step; unchanged when the
+/// stage declared none.
+fn with_args(script: &str, args: &[String], vars: &HashMap<String, String>) -> String {
+    let exports: Vec<String> = args
+        .iter()
+        .filter_map(|k| Some(format!("{k}={}", shell_quote(vars.get(k)?))))
+        .collect();
+    if exports.is_empty() {
+        return script.to_string();
+    }
+    format!("export {}\n{script}", exports.join(" "))
+}
+
 /// Replace `$VAR` and `${VAR}` with known ARG/ENV values; unknown ones stay.
 fn substitute(s: &str, vars: &HashMap<String, String>) -> String {
     let mut out = String::new();
@@ -395,7 +424,8 @@ mod tests {
                     src: "data/".into(),
                     dst: "/app/data/".into()
                 },
-                Step::Run("apt-get update &&  echo hi".into()),
+                // The stage's ARG is in the RUN step's environment.
+                Step::Run("export DIR=/app\napt-get update &&  echo hi".into()),
                 Step::User("user".into()),
             ]
         );
@@ -487,7 +517,7 @@ mod tests {
                     key: "X".into(),
                     value: "1".into()
                 },
-                Step::Run("make".into()),
+                Step::Run("export W=2\nmake".into()),
                 // The parent's ENV is set, its ARG is not.
                 Step::Workdir("/w1$W".into()),
             ]
@@ -506,6 +536,26 @@ mod tests {
         // A stage cannot start from itself: `FROM b AS b` is the image `b`.
         let def = parse("FROM b AS b\nRUN x\n", "Dockerfile").unwrap();
         assert_eq!(def.base.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn arg_defaults_reach_later_run_steps_of_their_stage() {
+        let text = "ARG GLOBAL=g\nARG UNUSED=u\nFROM debian:bookworm\nRUN echo first\n\
+                    ARG V=1.2\nARG P=\"a b\"\nARG D=/opt/$V\nARG GLOBAL\nARG NONE\n\
+                    RUN curl https://example.invalid/$V\nFROM debian:bookworm\nRUN echo $V\n";
+        let def = parse(text, "Dockerfile").unwrap();
+        // Before the ARGs: nothing; after: their values (a global one only
+        // where the stage redeclares it; one without a value stays unset).
+        assert_eq!(def.stages[0].steps[0], Step::Run("echo first".into()));
+        assert_eq!(
+            def.stages[0].steps[1],
+            Step::Run(
+                "export V=1.2 P='a b' D=/opt/1.2 GLOBAL=g\ncurl https://example.invalid/$V".into()
+            )
+        );
+        // Not in the next stage, and never in the image's environment.
+        assert_eq!(def.steps, vec![Step::Run("echo $V".into())]);
+        assert_eq!(def.env_vars().count(), 0);
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub struct VerifierEnvSpec {
     pub packages: Vec<Package>,
     /// Debian packages, sorted, deduplicated.
     pub apt: Vec<String>,
+    /// Package indexes (URLs) searched besides PyPI, in the order written,
+    /// deduplicated.
+    pub indexes: Vec<String>,
 }
 
 /// A test runner read from `tests/test.sh`.
@@ -115,6 +118,8 @@ impl VerifierEnvSpec {
         self.packages.sort();
         self.apt.sort();
         self.apt.dedup();
+        let mut seen = std::collections::HashSet::new();
+        self.indexes.retain(|u| seen.insert(u.clone()));
         self
     }
 
@@ -149,6 +154,11 @@ impl VerifierEnvSpec {
             }
             spec.apt.push(name.clone());
         }
+        for (i, url) in v.index.iter().enumerate() {
+            spec.indexes.push(index_url(url).map_err(|e| {
+                BundleError::invalid(file, Some(&format!("verifier.index[{i}]")), e)
+            })?);
+        }
         Ok(spec.finish())
     }
 
@@ -157,6 +167,7 @@ impl VerifierEnvSpec {
         v.python = self.python.clone();
         v.packages = self.packages.iter().map(Package::requirement).collect();
         v.apt = self.apt.clone();
+        v.index = self.indexes.clone();
     }
 
     /// A stable text of the whole spec (part of cache keys).
@@ -167,7 +178,28 @@ impl VerifierEnvSpec {
             self.python.as_deref().unwrap_or("image"),
             pk.join(" "),
             self.apt.join(" ")
-        )
+        ) + &if self.indexes.is_empty() {
+            String::new()
+        } else {
+            format!("index={}\n", self.indexes.join(" "))
+        }
+    }
+}
+
+/// A package index's URL (`https://...` or `http://...`, uv's `NAME=URL`
+/// form read as its URL), or why it is not one.
+fn index_url(text: &str) -> Result<String, String> {
+    let url = match text.split_once('=') {
+        Some((name, url)) if !name.contains("://") => url,
+        _ => text,
+    };
+    let plain = !url.is_empty() && !url.contains(|c: char| c.is_whitespace() || c == '\'');
+    if plain && (url.starts_with("https://") || url.starts_with("http://")) {
+        Ok(url.to_string())
+    } else {
+        Err(format!(
+            "`{text}` is not a package index URL (http:// or https://)"
+        ))
     }
 }
 
@@ -277,7 +309,11 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
             match read_command(&command, &mut env) {
                 Ok(Command::Tests(args)) => {
                     if pytest.is_some() {
-                        return Err(at(file, first_line, &line, "a second pytest run"));
+                        // A second pytest run (another test file, another
+                        // Python): the script runs itself, in an
+                        // environment holding what both runs asked for.
+                        other = true;
+                        continue;
                     }
                     pytest = Some(args);
                     pytest_line = first_line;
@@ -469,7 +505,7 @@ fn read_command(command: &str, env: &mut VerifierEnvSpec) -> Result<Command, Str
             Some("pip") if rest.get(1).map(String::as_str) == Some("install") => {
                 install(pip(&rest[1..], env))
             }
-            Some("venv") => Ok(Command::Boilerplate),
+            Some("venv") => uv_venv(&rest[1..], env).map(|()| Command::Boilerplate),
             Some("tool") if rest.get(1).map(String::as_str) == Some("run") => {
                 uv_tool(&rest[2..], env).map(|a| tests(&a))
             }
@@ -589,6 +625,26 @@ fn pip(args: &[String], env: &mut VerifierEnvSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// `uv venv` arguments: the Python version `-p`/`--python` asks for (as
+/// `uvx -p` does); the rest (the directory, `--seed`, ...) changes nothing
+/// the tests see.
+fn uv_venv(args: &[String], env: &mut VerifierEnvSpec) -> Result<(), String> {
+    let mut words = args.iter();
+    while let Some(a) = words.next() {
+        let v = match a.split_once('=') {
+            Some(("--python" | "-p", v)) => v.to_string(),
+            None if a == "-p" || a == "--python" => words
+                .next()
+                .cloned()
+                .ok_or_else(|| format!("`uv venv {a}` without a value"))?,
+            _ => continue,
+        };
+        env.python =
+            Some(python_version(&v).ok_or_else(|| format!("`{v}` is not a Python version"))?);
+    }
+    Ok(())
+}
+
 /// `uvx` / `uv run` / `uv tool run` arguments: `-p`/`--python`,
 /// `-w`/`--with` (also `--with=`), then the command; the command must be
 /// pytest or `python -m pytest` (its arguments are returned).
@@ -619,6 +675,22 @@ fn uv_tool(args: &[String], env: &mut VerifierEnvSpec) -> Result<Vec<String>, St
             "-w" | "--with" => {
                 for p in value()?.split(',') {
                     env.add(Package::parse(p)?);
+                }
+            }
+            // Searched besides PyPI (pip has no index that replaces
+            // PyPI for some packages only); one it cannot reach fails the
+            // build as the network does.
+            "--index" | "--default-index" | "--index-url" | "--extra-index-url" => {
+                env.indexes.push(index_url(&value()?)?);
+            }
+            // pip takes the best match over all its indexes.
+            "--index-strategy" => {
+                let v = value()?;
+                if !matches!(
+                    v.as_str(),
+                    "first-index" | "unsafe-first-match" | "unsafe-best-match"
+                ) {
+                    return Err(format!("`{v}` is not an index strategy"));
                 }
             }
             "-q" | "--quiet" | "--no-project" | "--isolated" | "--no-cache" | "--offline" => {}
@@ -797,7 +869,7 @@ fi
             ("pip install 'numpy>=2'\n", 1, "other specifiers"),
             ("\n\nuvx -p three pytest\n", 3, "not a Python version"),
             ("uvx \\\n  -w git+https://x/y.git \\\n  pytest\n", 1, "URLs"),
-            ("pytest a.py\npytest b.py\n", 2, "second pytest"),
+            ("uv venv -p three\n", 1, "not a Python version"),
             ("bash -c 'pip install numpy' && pytest\n", 1, "cannot read"),
         ];
         for (script, line, why) in cases {
@@ -808,6 +880,75 @@ fi
             assert!(err.contains(&format!("line {line}")), "{script:?}: {err}");
             assert!(err.contains(why), "{script:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_second_pytest_run_keeps_the_script_with_both_runs_packages() {
+        let script = "uvx -p 3.13 -w pytest==8.4.1 -w numpy==2.3.3 pytest /tests/a.py\n\
+            uvx -p 3.13 -w pytest==8.4.1 -w scipy==1.16.2 pytest /tests/b.py\n";
+        let spec = parse_test_sh(script, "tests/test.sh").unwrap();
+        assert_eq!(spec.runner, Runner::Script);
+        assert_eq!(spec.pytest_line, 1);
+        assert_eq!(
+            spec.env.packages,
+            vec![
+                pkg("numpy", Some("2.3.3")),
+                pkg("pytest", Some("8.4.1")),
+                pkg("scipy", Some("1.16.2"))
+            ]
+        );
+    }
+
+    #[test]
+    fn uvx_indexes_are_kept() {
+        let script = "uvx -p 3.13 --index https://download.pytorch.org/whl/cpu \\\n  \
+            --index-strategy unsafe-best-match --index=extra=https://example.org/simple \\\n  \
+            -w torch==2.7.0 -w pytest==8.4.1 pytest /tests/test_outputs.py -rA\n";
+        let spec = parse_test_sh(script, "tests/test.sh").unwrap();
+        assert_eq!(
+            spec.env.indexes,
+            [
+                "https://download.pytorch.org/whl/cpu",
+                "https://example.org/simple"
+            ]
+        );
+        assert!(matches!(spec.runner, Runner::Pytest(_)));
+        let mut v = VerifierSection::default();
+        spec.env.store_in(&mut v);
+        let back = VerifierEnvSpec::from_section(&v, Path::new("task.toml")).unwrap();
+        assert_eq!(back, spec.env);
+        assert!(back
+            .key_text()
+            .contains("index=https://download.pytorch.org/whl/cpu"));
+        for (bad, why) in [
+            ("uvx --index file:///x pytest\n", "not a package index URL"),
+            (
+                "uvx --index-strategy fastest pytest\n",
+                "not an index strategy",
+            ),
+        ] {
+            let err = parse_test_sh(bad, "tests/test.sh").unwrap_err().to_string();
+            assert!(err.contains("line 1") && err.contains(why), "{err}");
+        }
+        v.index = vec!["ftp://x".into()];
+        let err = VerifierEnvSpec::from_section(&v, Path::new("task.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("verifier.index[0]"), "{err}");
+    }
+
+    #[test]
+    fn uv_venv_asks_for_its_python() {
+        for line in [
+            "uv venv -p 3.12",
+            "uv venv .venv --python 3.12 --seed",
+            "uv venv --python=3.12",
+        ] {
+            let spec = parse_test_sh(&format!("{line}\npytest /tests\n"), "t").unwrap();
+            assert_eq!(spec.env.python.as_deref(), Some("3.12"), "{line}");
+        }
+        let plain = parse_test_sh("uv venv\npytest\n", "t").unwrap();
+        assert_eq!(plain.env.python, None);
     }
 
     #[test]

@@ -59,6 +59,7 @@ impl LocalBackend {
         // cached image (a served sandbox's `cpus` and `memory_mb`).
         image.cpu_millis = task_cpu_millis(task);
         image.memory_mb = task_memory_mb(task);
+        image.storage_mb = task_storage_mb(task);
         // The sealed verifier environment the tests ask for, if any.
         self.ensure_verifier_env(task, &def, &image, progress)
             .map_err(full)?;
@@ -376,6 +377,7 @@ impl LocalBackend {
             network: task.meta.environment.network,
             cpu_millis: task_cpu_millis(task),
             memory_mb: task_memory_mb(task),
+            storage_mb: task_storage_mb(task),
             base: base.image.map(|(stored, _)| stored.reference.clone()),
             base_layers: base.image.map(|(_, dirs)| dirs.clone()).unwrap_or_default(),
             base_note: base.note,
@@ -971,10 +973,84 @@ fn task_memory_mb(task: &Task) -> Option<u64> {
     u64::try_from(n).ok().filter(|n| *n > 0)
 }
 
+/// The task's `[environment] storage_mb` (Harbor's key), or `storage`: MiB
+/// as a positive number, or a size with a unit (`"10G"`, `"512Mi"`, `"2GB"`),
+/// when one is set and readable.
+fn task_storage_mb(task: &Task) -> Option<u64> {
+    let env = &task.meta.environment.extra;
+    let v = env.get("storage_mb").or_else(|| env.get("storage"))?;
+    let mb = match v {
+        toml::Value::Integer(i) => u64::try_from(*i).ok()?,
+        toml::Value::Float(f) if f.is_finite() && *f > 0.0 => f.ceil() as u64,
+        toml::Value::String(s) => size_mb(s)?,
+        _ => return None,
+    };
+    (mb > 0).then_some(mb)
+}
+
+/// A size written with a unit (`10G`, `10GB`, `10Gi`, `512M`, `1T`; a bare
+/// number is MiB) in MiB, rounded up.
+fn size_mb(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.parse().ok()?;
+    let factor = match unit
+        .trim()
+        .to_ascii_lowercase()
+        .trim_end_matches(['b', 'i'])
+    {
+        "" | "m" => 1.0,
+        "k" => 1.0 / 1024.0,
+        "g" => 1024.0,
+        "t" => 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let mb = (n * factor).ceil();
+    (mb.is_finite() && mb >= 1.0).then_some(mb as u64)
+}
+
 fn load_meta(dir: &Path) -> Option<Image> {
     // trusted: the private image cache's own metadata file
     let bytes = std::fs::read(dir.join(IMAGE_META)).ok()?;
     let mut image: Image = serde_json::from_slice(&bytes).ok()?;
     image.path = dir.to_path_buf();
     Some(image)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task_with(environment: &str) -> Task {
+        let mut task = Task::minimal("t");
+        task.meta.environment.extra = toml::from_str(environment).unwrap();
+        task
+    }
+
+    #[test]
+    fn storage_is_read_from_harbors_keys() {
+        assert_eq!(
+            task_storage_mb(&task_with("storage_mb = 10240")),
+            Some(10_240)
+        );
+        assert_eq!(task_storage_mb(&task_with("storage = 2048")), Some(2048));
+        assert_eq!(
+            task_storage_mb(&task_with("storage = \"10G\"")),
+            Some(10_240)
+        );
+        assert_eq!(
+            task_storage_mb(&task_with("storage = \"512Mi\"")),
+            Some(512)
+        );
+        assert_eq!(
+            task_storage_mb(&task_with("storage = \"1.5GB\"")),
+            Some(1536)
+        );
+        assert_eq!(task_storage_mb(&task_with("storage_mb = 0")), None);
+        assert_eq!(task_storage_mb(&task_with("storage = \"lots\"")), None);
+        assert_eq!(task_storage_mb(&task_with("cpus = 1")), None);
+    }
 }

@@ -93,6 +93,12 @@ fn build_script(spec: &VerifierEnvSpec) -> String {
     let q = super::steps::sq;
     let packages: Vec<String> = spec.packages.iter().map(|p| q(&p.requirement())).collect();
     let apt: Vec<String> = spec.apt.iter().map(|a| q(a)).collect();
+    // Searched besides PyPI (`uvx --index`).
+    let indexes: String = spec
+        .indexes
+        .iter()
+        .map(|u| format!(" --extra-index-url {}", q(u)))
+        .collect();
     format!(
         r#"#!/bin/bash
 # Written by endless: builds a task's sealed verifier environment.
@@ -133,9 +139,17 @@ if [ -n "$ASKED" ] && [ "$ASKED" != "$GOT" ]; then
   echo "the tests asked for Python $ASKED; the verifier environment has Python $GOT (the image's, the nearest available)" > "$OUT/note"
 fi
 if [ ${{#PACKAGES[@]}} -gt 0 ]; then
+  HELP=$("$PY" -m pip install --help 2>/dev/null || true)
   BSP=()
-  if "$PY" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then BSP=(--break-system-packages); fi
-  "$PY" -m pip install "${{BSP[@]}}" --no-warn-script-location --target "$OUT/site" "${{PACKAGES[@]}}"
+  if grep -q -- --break-system-packages <<<"$HELP"; then BSP=(--break-system-packages); fi
+  # Builds from source in an isolated environment with setuptools from
+  # PyPI: without it, an older pip builds a project lacking pyproject.toml
+  # with whatever `setuptools` it can find, and a namespace-only
+  # site-packages/setuptools directory left in the image passes for one
+  # (`cannot import name 'setup' from 'setuptools'`).
+  PEP517=()
+  if grep -q -- --use-pep517 <<<"$HELP"; then PEP517=(--use-pep517); fi
+  "$PY" -m pip install "${{BSP[@]}}" "${{PEP517[@]}}"{indexes} --no-warn-script-location --target "$OUT/site" "${{PACKAGES[@]}}"
 fi
 # The interpreter, its standard library and site directories, at their paths.
 mkdir -p "$OUT/usr/local/bin"
@@ -366,5 +380,13 @@ mod tests {
         assert!(s.contains("APT=('jq')"), "{s}");
         assert!(s.contains("ASKED='3.13'"), "{s}");
         assert!(s.contains("--target \"$OUT/site\""), "{s}");
+        assert!(!s.contains("--extra-index-url"), "{s}");
+        let mut with_index = spec(&["torch==2.7.0"]);
+        with_index.indexes = vec!["https://download.pytorch.org/whl/cpu".into()];
+        let s = build_script(&with_index);
+        assert!(
+            s.contains(" --extra-index-url 'https://download.pytorch.org/whl/cpu' "),
+            "{s}"
+        );
     }
 }
