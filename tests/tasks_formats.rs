@@ -299,13 +299,7 @@ fn a_listing_whose_reader_has_gone_ends_quietly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
-        .arg("--workspace")
-        .arg(ws.path())
-        .args(["tasks", "list"])
-        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
-        .env("XDG_STATE_HOME", ws.path().join(".state"))
-        .env("XDG_CONFIG_HOME", ws.path().join(".config"))
+    let mut child = support::cli::command(ws.path(), &["tasks", "list"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -28,7 +28,7 @@ pub fn run(ctx: &Context, cmd: ConfigCommand) -> Result<ExitCode> {
         say!("# cache:       {}", ctx.paths.cache_dir.display());
         say!("# logs:        {}", ctx.paths.log_dir.display());
         say!();
-        super::stdout_line(
+        super::stdout::line(
             crate::task::terminal_safe(&toml::to_string(&ctx.config)?).trim_end_matches('\n'),
         );
     }

@@ -8,29 +8,11 @@
 /// ([`crate::task::terminal_safe`]), never as instructions to the terminal.
 macro_rules! say {
     () => {
-        $crate::commands::stdout_line("")
+        $crate::commands::stdout::line("")
     };
     ($($arg:tt)*) => {
-        $crate::commands::stdout_line(&$crate::task::terminal_safe(&format!($($arg)*)))
+        $crate::commands::stdout::line(&$crate::task::terminal_safe(&format!($($arg)*)))
     };
-}
-
-/// Print one line on stdout for [`say!`]. When the reader has gone
-/// (`endless tasks list | head`) the command ends as Unix tools do on
-/// SIGPIPE (exit status 141), instead of `println!`'s panic; what it had
-/// saved stays saved, since every write is atomic.
-pub(crate) fn stdout_line(line: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = writeln!(out, "{line}") {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(141);
-        }
-        // Any other failure to print (a full disk behind a redirect):
-        // said on stderr, with the I/O error status of sysexits.h.
-        eprintln!("endless: cannot print to stdout: {e}");
-        std::process::exit(74);
-    }
 }
 
 /// [`say!`] on stderr.
@@ -53,6 +35,7 @@ pub(crate) mod rollout_cmd;
 mod sandbox_cmd;
 mod serve_cmd;
 mod slurm_cmd;
+pub(crate) mod stdout;
 mod tasks;
 pub mod train_cmd;
 mod train_lines;

@@ -5,15 +5,19 @@ use std::process::{Command, Output};
 
 /// `endless --workspace WS ARGS...`, with cache, state and config under `ws`.
 pub fn endless(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_endless"))
-        .arg("--workspace")
+    command(ws, args).output().unwrap()
+}
+
+/// The command [`endless`] runs, to spawn it otherwise.
+pub fn command(ws: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_endless"));
+    cmd.arg("--workspace")
         .arg(ws)
         .args(args)
         .env("XDG_CACHE_HOME", ws.join(".cache"))
         .env("XDG_STATE_HOME", ws.join(".state"))
-        .env("XDG_CONFIG_HOME", ws.join(".config"))
-        .output()
-        .unwrap()
+        .env("XDG_CONFIG_HOME", ws.join(".config"));
+    cmd
 }
 
 /// The JSON a successful `--json` command printed (panics with its output otherwise).

@@ -312,6 +312,25 @@ fn fork_spec(form: &Form, target: &ForkTarget) -> Result<JobSpec, FieldError> {
 
 /// Every pattern of a selection field matches a task (an empty field is
 /// fine: it means the default set).
+/// The names of `names` that a comma-separated list of ids or `*` globs
+/// picks, in `names`' order.
+fn selected(selection: &str, names: &[&str]) -> Vec<String> {
+    let patterns: Vec<&str> = selection
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    names
+        .iter()
+        .filter(|n| {
+            patterns
+                .iter()
+                .any(|p| unmatched_patterns(p, &[**n]).is_empty())
+        })
+        .map(|n| n.to_string())
+        .collect()
+}
+
 fn check_selection(form: &Form, field: &'static str, ids: &[&str]) -> Result<(), FieldError> {
     let bad = unmatched_patterns(form.value(field), ids);
     if bad.is_empty() {
@@ -420,25 +439,11 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
             if model.is_empty() {
                 return Err(("model", "name the generator model".into()));
             }
-            let patterns: Vec<&str> = form
-                .value("tasks")
-                .split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .collect();
-            if patterns.is_empty() {
+            if form.value("tasks").split(',').all(|t| t.trim().is_empty()) {
                 return Err(("tasks", "name the tasks to repair (ids or * globs)".into()));
             }
             check_selection(form, "tasks", ids)?;
-            let tasks = ids
-                .iter()
-                .filter(|id| {
-                    patterns
-                        .iter()
-                        .any(|p| unmatched_patterns(p, &[**id]).is_empty())
-                })
-                .map(|id| id.to_string())
-                .collect();
+            let tasks = selected(form.value("tasks"), ids);
             JobSpec::Repair {
                 tasks,
                 url: form.value("url").trim().to_string(),
@@ -478,21 +483,7 @@ fn job_spec(kind: FormKind, form: &Form, ids: &[&str]) -> Result<JobSpec, FieldE
                     ),
                 ));
             }
-            let patterns: Vec<&str> = form
-                .value("families")
-                .split(',')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .collect();
-            let families = names
-                .iter()
-                .filter(|n| {
-                    patterns
-                        .iter()
-                        .any(|p| unmatched_patterns(p, &[**n]).is_empty())
-                })
-                .map(|n| n.to_string())
-                .collect();
+            let families = selected(form.value("families"), &names);
             JobSpec::Offline {
                 count: num(form, "count")?,
                 seed: num(form, "seed")?,

@@ -183,6 +183,18 @@ impl JobSpec {
                 format!("the journal's {kind} job has no whole-number {k:?} parameter")
             })
         };
+        // A list of strings (none when absent).
+        let strings = |k: &str| -> Vec<String> {
+            params
+                .get(k)
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|t| t.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
         let small = |k: &str| -> Result<u32, String> {
             u32::try_from(num(k)?).map_err(|_| format!("{kind} job: {k:?} is out of range"))
         };
@@ -203,26 +215,10 @@ impl JobSpec {
                 concurrency: num("concurrency")? as usize,
             },
             "validate" => JobSpec::Validate {
-                tasks: params
-                    .get("tasks")
-                    .and_then(|v| v.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|t| t.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                tasks: strings("tasks"),
             },
             "repair" => JobSpec::Repair {
-                tasks: params
-                    .get("tasks")
-                    .and_then(|v| v.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|t| t.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                tasks: strings("tasks"),
                 url: text("url")?,
                 model: text("model")?,
                 solutions: small("solutions")?,
