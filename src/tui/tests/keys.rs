@@ -34,10 +34,14 @@ fn the_inspector_pages_by_its_height_and_jumps_to_both_ends() {
     let mut app = inspecting(&ws);
     let screen = render(&mut app, 80, 24);
     assert_eq!(position(&screen), "line 1/27");
-    // At 80x24 the body shows 16 rows: PgDn moves those, not 10.
+    // At 80x24 the body shows 16 rows: PgDn moves those (not 10), and
+    // stops at the last page (line 12 of 27), never leaving a half-empty
+    // body.
     cmd(&mut app, &ws, Command::PageDown);
     let screen = render(&mut app, 80, 24);
-    assert_eq!(position(&screen), "line 17/27", "{screen}");
+    assert_eq!(position(&screen), "line 12/27", "{screen}");
+    cmd(&mut app, &ws, Command::PageDown);
+    assert_eq!(position(&render(&mut app, 80, 24)), "line 12/27");
     cmd(&mut app, &ws, Command::PageUp);
     assert_eq!(position(&render(&mut app, 80, 24)), "line 1/27");
     // G / End: the last page, its last line at the bottom.

@@ -133,9 +133,15 @@ fn a_steps_hidden_output_lines_expand() {
     assert!(screen.contains("· expanded"), "{screen}");
     snap!("inspector_expanded_120x40", &mut app, 120, 40);
     snap!("inspector_expanded_80x24", &mut app, 80, 24);
-    // Scrolling to the last line shows the position and the end.
+    // Paging stops at the last page; line by line goes on to the last
+    // line, and the border shows the position at the end.
     for _ in 0..10 {
         cmd(&mut app, &ws, Command::PageDown);
+    }
+    let paged = render(&mut app, 120, 40);
+    assert!(!paged.contains("line 1/"), "{paged}");
+    for _ in 0..200 {
+        cmd(&mut app, &ws, Command::Down);
     }
     let screen = render(&mut app, 120, 40);
     let total = screen

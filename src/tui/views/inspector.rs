@@ -122,7 +122,11 @@ impl Inspector {
             Command::Down => self.scroll = self.scroll.saturating_add(1),
             // A page is the body's height, as drawn.
             Command::PageUp => self.scroll = self.scroll.saturating_sub(self.page()),
-            Command::PageDown => self.scroll = self.scroll.saturating_add(self.page()),
+            // Paging stops at the last page (line by line goes further).
+            Command::PageDown => {
+                let to = self.scroll.saturating_add(self.page());
+                self.scroll = to.min(self.last_page.max(self.scroll));
+            }
             Command::Top => self.scroll = 0,
             Command::Bottom => self.scroll = self.last_page,
             Command::Select if self.tab != InspectorTab::Replay => {
