@@ -43,6 +43,7 @@ impl Context {
             &self.config.sandbox.backend,
             &self.paths.cache_dir.join("sandbox"),
             &self.config.images,
+            self.config.sandbox.pool_settings(),
         )
         .with_context(|| {
             format!(
