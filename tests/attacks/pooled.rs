@@ -20,7 +20,7 @@ const CONFINEMENT: &str = "awk '{print $5, $6, $(NF-2), $(NF-1)}' /proc/self/mou
 #[test]
 fn a_pooled_sandbox_shows_no_other_session_and_is_confined_as_a_fresh_one() {
     both(
-        "a_pooled_sandbox_shows_no_other_session_and_is_confined_as_a_fresh_one",
+        "pooled::a_pooled_sandbox_shows_no_other_session_and_is_confined_as_a_fresh_one",
         |b| {
             let pooled = b.clone().with_pool(PoolSettings {
                 size: 1,
