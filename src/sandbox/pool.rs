@@ -177,7 +177,8 @@ impl<T: Pooled> Pool<T> {
     /// A sandbox of `image` started ahead, handed out once (`None`: none is
     /// ready; the caller starts one). Asks the pool to keep `image`'s
     /// sandboxes ready from now on, and drains those of the same task's
-    /// other images (an image change).
+    /// other images (an image change; not another size of the same image,
+    /// e.g. a served sandbox's own `cpus`).
     pub fn take(&self, image: &Image) -> Option<T> {
         let key = key(image);
         let mut got = None;
@@ -190,7 +191,7 @@ impl<T: Pooled> Pool<T> {
             let changed: Vec<String> = g
                 .entries
                 .iter()
-                .filter(|(k, e)| e.image.task_id == image.task_id && **k != key)
+                .filter(|(_, e)| e.image.task_id == image.task_id && e.image.hash != image.hash)
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in changed {
@@ -547,12 +548,18 @@ mod tests {
         assert_eq!((s.ready, s.images, s.drained), (3, 1, 3));
         assert!(r.pool.take(&a).is_none(), "the drained pool is empty");
         until(&r.pool, |s| s.ready == 6);
+        // The same image with other limits is another pool, and no change.
+        let mut b_small = b.clone();
+        b_small.cpu_millis = Some(500);
+        assert!(r.pool.take(&b_small).is_none());
+        assert_eq!(r.pool.stats().drained, 3);
+        until(&r.pool, |s| s.ready == 9);
         // Task u's image changed: its old sandboxes are closed, not handed out.
         let b2 = image("u", "h3");
         assert!(r.pool.take(&b2).is_none());
         let s = r.pool.stats();
-        assert_eq!(s.drained, 6);
-        assert_eq!(r.closed.lock().unwrap().len(), 6);
+        assert_eq!(s.drained, 9);
+        assert_eq!(r.closed.lock().unwrap().len(), 9);
         until(&r.pool, |s| s.ready == 6);
         r.pool.shut();
         assert_eq!(r.pool.stats().ready, 0);
