@@ -95,16 +95,6 @@ pub struct SandboxConfig {
     pub pool_idle_secs: u64,
 }
 
-impl SandboxConfig {
-    /// The pool settings of these keys.
-    pub fn pool_settings(&self) -> crate::sandbox::pool::PoolSettings {
-        crate::sandbox::pool::PoolSettings {
-            size: self.pool,
-            idle: std::time::Duration::from_secs(self.pool_idle_secs.max(1)),
-        }
-    }
-}
-
 /// `[agent]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -204,7 +204,7 @@ fn rollout_backends(
     let cache = ctx.paths.cache_dir.join("sandbox");
     // With `[sandbox] pool` (e.g. ENDLESS_SANDBOX_POOL=2), both start their
     // sandboxes from a pool of pre-started ones.
-    let pool = ctx.config.sandbox.pool_settings();
+    let pool = crate::sandbox::pool::PoolSettings::of(&ctx.config.sandbox);
     let local = || -> Result<LocalBackend> {
         Ok(LocalBackend::new(&cache)?.with_images(ctx.config.images.clone()))
     };

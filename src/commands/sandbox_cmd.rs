@@ -14,7 +14,9 @@ pub fn run(ctx: &Context, cmd: SandboxCommand) -> Result<ExitCode> {
     let mut report = crate::sandbox::doctor(crate::verify::PYTHON);
     if let Some(local) = report.backends.iter_mut().find(|b| b.name == "local") {
         if local.works {
-            let pool = crate::sandbox::doctor::doctor_pool(ctx.config.sandbox.pool_settings());
+            let pool = crate::sandbox::doctor::doctor_pool(crate::sandbox::pool::PoolSettings::of(
+                &ctx.config.sandbox,
+            ));
             local.checks.push(pool);
         }
     }

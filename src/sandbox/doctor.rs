@@ -295,30 +295,41 @@ fn pooled_footprint(backend: &local::LocalBackend) -> String {
     let Some(pids) = backend.pooled_pids().filter(|p| !p.is_empty()) else {
         return String::new();
     };
-    let mut procs = 0;
-    let mut memory = 0u64;
-    for pid in &pids {
-        procs += 1 + local::descendants(*pid as i32).len();
-        memory += cgroup_memory(*pid).unwrap_or(0);
-    }
+    let procs: usize = pids
+        .iter()
+        .map(|pid| 1 + local::descendants(*pid as i32).len())
+        .sum();
+    let memory: Option<u64> = pids.iter().map(|pid| cgroup_memory(*pid)).sum();
     format!(
-        "; each holds {} processes and {} KiB of memory (its cgroup), counted against its own limits",
+        "; each holds {} processes{}, counted against its own limits",
         procs / pids.len(),
-        memory / pids.len() as u64 / 1024
+        memory
+            .map(|m| format!(
+                " and {} KiB of memory (its cgroup)",
+                m / pids.len() as u64 / 1024
+            ))
+            .unwrap_or_default()
     )
 }
 
-/// `memory.current` of the cgroup the children of `pid` (the sandbox's
-/// processes) run in.
+/// The memory charged to the cgroup the children of `pid` (the sandbox's
+/// processes) run in: cgroup v2's `memory.current`, or v1's
+/// `memory.usage_in_bytes`.
 fn cgroup_memory(pid: u32) -> Option<u64> {
     let child = *local::descendants(pid as i32).first()?;
     let text = std::fs::read_to_string(format!("/proc/{child}/cgroup")).ok()?;
-    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.current"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let file = text.lines().find_map(|l| {
+        let (_, rest) = l.split_once(':')?;
+        let (controllers, path) = rest.split_once(':')?;
+        match controllers {
+            "" => Some(format!("/sys/fs/cgroup{path}/memory.current")),
+            c if c.split(',').any(|c| c == "memory") => {
+                Some(format!("/sys/fs/cgroup/memory{path}/memory.usage_in_bytes"))
+            }
+            _ => None,
+        }
+    })?;
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
 /// Build an empty task and run `echo` in it.

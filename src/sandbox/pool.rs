@@ -35,6 +35,16 @@ pub struct PoolSettings {
     pub idle: Duration,
 }
 
+impl PoolSettings {
+    /// The settings `[sandbox] pool` and `pool_idle_secs` give.
+    pub fn of(config: &crate::config::SandboxConfig) -> PoolSettings {
+        PoolSettings {
+            size: config.pool,
+            idle: Duration::from_secs(config.pool_idle_secs.max(1)),
+        }
+    }
+}
+
 /// What a pool holds: a started sandbox (a [`Session`]),
 /// which can end while it waits and is closed when drained.
 pub trait Pooled: Send + 'static {

@@ -206,7 +206,7 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
         sandbox: ctx.config.sandbox.backend.clone(),
         sandbox_cache: ctx.paths.cache_dir.join("sandbox"),
         images: ctx.config.images.clone(),
-        pool: ctx.config.sandbox.pool_settings(),
+        pool: crate::sandbox::pool::PoolSettings::of(&ctx.config.sandbox),
     })
 }
 
