@@ -210,4 +210,19 @@ mod tests {
         assert!(text.contains("endless_serve_errors_total{status=\"404\"} 1"));
         assert!(text.contains("endless_serve_episodes_total{outcome=\"passed\"} 1"));
     }
+
+    #[test]
+    fn renders_the_pool_of_pre_started_sandboxes() {
+        let stats = crate::sandbox::pool::PoolStats {
+            ready: 2,
+            hits: 7,
+            misses: 1,
+            ..Default::default()
+        };
+        let text = render_pool(&stats);
+        assert!(text
+            .contains("# TYPE endless_sandbox_pool_ready gauge\nendless_sandbox_pool_ready 2\n"));
+        assert!(text.contains("endless_sandbox_pool_hits_total 7\n"));
+        assert!(text.contains("endless_sandbox_pool_misses_total 1\n"));
+    }
 }
