@@ -89,6 +89,10 @@ pub struct SandboxConfig {
     pub backend: String,
     /// Cap on an episode's asciicast recording and live output, in bytes.
     pub max_recording_bytes: u64,
+    /// Sandboxes kept started ahead per image asked for (`local`; 0: none).
+    pub pool: usize,
+    /// Seconds an image's pre-started sandboxes live after its last request.
+    pub pool_idle_secs: u64,
 }
 
 /// `[agent]`

@@ -1206,3 +1206,6 @@ mod served_limits;
 // The pre-started verifier's code, confined to the session's cgroups.
 #[path = "attacks/verifier_cgroups.rs"]
 mod verifier_cgroups;
+// A sandbox handed out from the pool of pre-started sandboxes.
+#[path = "attacks/pooled.rs"]
+mod pooled;

@@ -61,6 +61,11 @@ impl BackendProvider {
             session: SessionOptions::default(),
         }
     }
+
+    /// The backend sessions start on.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
 }
 
 impl SandboxProvider for BackendProvider {

@@ -192,7 +192,8 @@ struct RolloutRun {
 }
 
 /// The backends `bench rollout` compares: for `local`, one verifying cold
-/// and one pre-warmed (in that order); else the configured backend alone.
+/// and one pre-warmed (in that order), each with the configured pool of
+/// pre-started sandboxes; else the configured backend alone.
 fn rollout_backends(
     ctx: &Context,
 ) -> Result<Vec<(&'static str, std::sync::Arc<dyn crate::sandbox::Backend>)>> {
@@ -201,11 +202,17 @@ fn rollout_backends(
         return Ok(vec![("of the backend", ctx.backend()?.into())]);
     }
     let cache = ctx.paths.cache_dir.join("sandbox");
+    // With `[sandbox] pool` (e.g. ENDLESS_SANDBOX_POOL=2), both start their
+    // sandboxes from a pool of pre-started ones.
+    let pool = crate::sandbox::pool::PoolSettings::of(&ctx.config.sandbox);
     let local = || -> Result<LocalBackend> {
         Ok(LocalBackend::new(&cache)?.with_images(ctx.config.images.clone()))
     };
     Ok(vec![
-        ("cold", std::sync::Arc::new(local()?.with_cold_verifier())),
-        ("pre-warmed", std::sync::Arc::new(local()?)),
+        (
+            "cold",
+            std::sync::Arc::new(local()?.with_cold_verifier().with_pool(pool)),
+        ),
+        ("pre-warmed", std::sync::Arc::new(local()?.with_pool(pool))),
     ])
 }

@@ -1,10 +1,15 @@
 //! Sandbox benchmark: episode start (fresh environment, shell ready) and the
-//! round trip of `exec("true")`, per backend, side by side.
+//! round trip of `exec("true")`, per backend, side by side; for `local`
+//! also with a pool of pre-started sandboxes (`local+pool`), where a start
+//! is a hand-out from a ready pool (the pool refills between episodes, as
+//! it does while an episode runs).
 
 use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::sandbox::local::LocalBackend;
+use crate::sandbox::pool::PoolSettings;
 use crate::sandbox::{backend_by_name, Backend, SandboxError, SessionOptions};
 use crate::task::{FileTree, Task, TaskMeta};
 
@@ -86,10 +91,11 @@ fn bench_task() -> Task {
 fn bench_one(backend: &dyn Backend, runs: usize) -> Result<(Stats, Stats), SandboxError> {
     let image = backend.prepare(&bench_task())?;
     let opts = SessionOptions::default();
-    // Warm up caches once.
+    // Warm up caches once (and ask a pool, if any, for this image).
     backend.start(&image, &opts)?.close();
     let mut starts = Vec::with_capacity(runs);
     for _ in 0..runs {
+        wait_for_pool(backend)?;
         let t = Instant::now();
         let s = backend.start(&image, &opts)?;
         starts.push(t.elapsed());
@@ -116,13 +122,47 @@ fn bench_one(backend: &dyn Backend, runs: usize) -> Result<(Stats, Stats), Sandb
     ))
 }
 
+/// Untimed: wait until the backend's pool (if it has one) has a sandbox
+/// ready, as it has when episodes last longer than a start.
+fn wait_for_pool(backend: &dyn Backend) -> Result<(), SandboxError> {
+    let until = Instant::now() + Duration::from_secs(30);
+    while let Some(p) = backend.pool_stats() {
+        if p.ready > 0 {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err(SandboxError::Start(format!(
+                "the pool had no sandbox ready after 30 s: {}",
+                p.last_error.unwrap_or_default()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// The pool `local+pool` measures: two per image.
+const BENCH_POOL: PoolSettings = PoolSettings {
+    size: 2,
+    idle: Duration::from_secs(60),
+};
+
+/// The backend called `name`; `local+pool` is `local` with [`BENCH_POOL`].
+fn bench_backend(name: &str, cache_dir: &Path) -> Result<Box<dyn Backend>, SandboxError> {
+    match name {
+        "local+pool" => Ok(Box::new(
+            LocalBackend::new(cache_dir)?.with_pool(BENCH_POOL),
+        )),
+        _ => backend_by_name(name, cache_dir),
+    }
+}
+
 /// Measure every backend present, `runs` times each.
 pub fn bench(runs: usize, cache_dir: &Path) -> BenchReport {
     let runs = runs.max(1);
     let mut backends = Vec::new();
-    for name in ["local", "apptainer", "oci"] {
-        let entry = match backend_by_name(name, cache_dir).and_then(|b| bench_one(b.as_ref(), runs))
-        {
+    for name in ["local", "local+pool", "apptainer", "oci"] {
+        let entry = match bench_backend(name, cache_dir).and_then(|b| bench_one(b.as_ref(), runs)) {
             Ok((start, exec)) => BackendBench {
                 backend: name.into(),
                 start: Some(start),

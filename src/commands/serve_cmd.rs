@@ -60,6 +60,8 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
     let protocol = ctx.protocol(args.protocol.as_deref())?;
     let ws = ctx.workspace()?;
     let mut provider = BackendProvider::new(ctx.backend()?.into());
+    // Pre-started sandboxes count against --max-sessions.
+    provider.backend().limit_sessions(args.max_sessions);
     provider.session.max_recording_bytes = ctx.config.sandbox.max_recording_bytes;
     let default_run = match &args.run {
         Some(name) => format!("serve-{name}"),

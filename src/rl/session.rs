@@ -91,6 +91,8 @@ pub struct TrainOptions {
     pub sandbox_cache: PathBuf,
     /// The `[images]` settings base images are resolved with.
     pub images: crate::config::ImagesConfig,
+    /// The backend's pool of pre-started sandboxes (`[sandbox] pool`).
+    pub pool: crate::sandbox::pool::PoolSettings,
 }
 
 impl TrainOptions {
@@ -170,9 +172,13 @@ pub fn run(
     on_event: &mut dyn FnMut(TrainEvent),
     cancel: &AtomicBool,
 ) -> anyhow::Result<TrainSummary> {
-    let backend =
-        crate::sandbox::configured_backend(&opts.sandbox, &opts.sandbox_cache, &opts.images)
-            .with_context(|| format!("starting the `{}` sandbox backend", opts.sandbox))?;
+    let backend = crate::sandbox::configured_backend(
+        &opts.sandbox,
+        &opts.sandbox_cache,
+        &opts.images,
+        opts.pool,
+    )
+    .with_context(|| format!("starting the `{}` sandbox backend", opts.sandbox))?;
     let provider = Arc::new(BackendProvider::new(Arc::from(backend)));
     run_with(opts, provider, on_event, cancel)
 }

@@ -21,4 +21,14 @@ pub trait Backend: Send + Sync {
     }
     /// Start a session from a fresh copy of `image`.
     fn start(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError>;
+    /// The pool of pre-started sandboxes' figures (`None`: no pool).
+    fn pool_stats(&self) -> Option<super::pool::PoolStats> {
+        None
+    }
+    /// Hold at most `n` sandboxes at once, live sessions and pre-started
+    /// ones together (serve's `--max-sessions`): a pool keeps only what
+    /// that leaves room for. Backends without a pool ignore it.
+    fn limit_sessions(&self, n: usize) {
+        let _ = n;
+    }
 }

@@ -224,6 +224,114 @@ fn doctor_local() -> BackendStatus {
     }
 }
 
+/// The pool of pre-started sandboxes with `settings` (`[sandbox] pool`):
+/// off, or one sandbox handed out from it in a scratch cache, with what a
+/// pooled sandbox holds (its processes and its cgroup's memory, which count
+/// against the session's own limits as a fresh one's do).
+pub fn doctor_pool(settings: super::pool::PoolSettings) -> Check {
+    const NAME: &str = "pool of pre-started sandboxes";
+    if settings.size == 0 {
+        return check(
+            NAME,
+            true,
+            "off ([sandbox] pool = 0): every episode starts its sandbox on request",
+            "",
+        );
+    }
+    let result = (|| {
+        let dir = tempfile::tempdir().map_err(|e| super::SandboxError::Start(e.to_string()))?;
+        let backend = local::LocalBackend::new(dir.path())?.with_pool(settings);
+        let mut task = Task {
+            meta: TaskMeta::default(),
+            instruction: String::new(),
+            truth: String::new(),
+            environment: FileTree::default(),
+            tests: FileTree::default(),
+            solution: FileTree::default(),
+        };
+        task.meta.task.id = "doctor-pool".into();
+        let image = backend.prepare(&task)?;
+        // The first request asks the pool to keep this image's sandboxes ready.
+        backend.start(&image, &SessionOptions::default())?.close();
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while backend.pool_stats().is_none_or(|p| p.ready == 0) {
+            if std::time::Instant::now() > until {
+                let why = backend.pool_stats().and_then(|p| p.last_error);
+                return Err(super::SandboxError::Start(format!(
+                    "no sandbox was ready after 20 s{}",
+                    why.map(|w| format!(": {w}")).unwrap_or_default()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let footprint = pooled_footprint(&backend);
+        let t = std::time::Instant::now();
+        let s = backend.start(&image, &SessionOptions::default())?;
+        let took = t.elapsed();
+        let hits = backend.pool_stats().map_or(0, |p| p.hits);
+        s.close();
+        Ok::<_, super::SandboxError>((took, hits, footprint))
+    })();
+    match result {
+        Ok((took, hits, footprint)) => check(
+            NAME,
+            hits > 0,
+            format!(
+                "{} per image, kept {} s after the last request; handed out in {:.1} ms{}",
+                settings.size,
+                settings.idle.as_secs(),
+                took.as_secs_f64() * 1e3,
+                footprint
+            ),
+            "the pool handed out nothing: see `endless sandbox doctor --json` and the log",
+        ),
+        Err(e) => check(NAME, false, e.to_string(), "see the error above"),
+    }
+}
+
+/// What the pooled sandboxes of `backend` hold: processes and memory of
+/// their cgroups (`; each holds ...`), or nothing where unknown.
+fn pooled_footprint(backend: &local::LocalBackend) -> String {
+    let Some(pids) = backend.pooled_pids().filter(|p| !p.is_empty()) else {
+        return String::new();
+    };
+    let procs: usize = pids
+        .iter()
+        .map(|pid| 1 + local::descendants(*pid as i32).len())
+        .sum();
+    let memory: Option<u64> = pids.iter().map(|pid| cgroup_memory(*pid)).sum();
+    format!(
+        "; each holds {} processes{}, counted against its own limits",
+        procs / pids.len(),
+        memory
+            .map(|m| format!(
+                " and {} KiB of memory (its cgroup)",
+                m / pids.len() as u64 / 1024
+            ))
+            .unwrap_or_default()
+    )
+}
+
+/// The memory charged to the cgroup the children of `pid` (the sandbox's
+/// processes) run in: cgroup v2's `memory.current`, or v1's
+/// `memory.usage_in_bytes`.
+fn cgroup_memory(pid: u32) -> Option<u64> {
+    let child = *local::descendants(pid as i32).first()?;
+    let text = std::fs::read_to_string(format!("/proc/{child}/cgroup")).ok()?;
+    let file = text.lines().find_map(|l| {
+        let (_, rest) = l.split_once(':')?;
+        let (controllers, path) = rest.split_once(':')?;
+        match controllers {
+            "" => Some(format!("/sys/fs/cgroup{path}/memory.current")),
+            c if c.split(',').any(|c| c == "memory") => {
+                Some(format!("/sys/fs/cgroup/memory{path}/memory.usage_in_bytes"))
+            }
+            _ => None,
+        }
+    })?;
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
 /// Build an empty task and run `echo` in it.
 fn smoke_test() -> Check {
     let dir = match tempfile::tempdir() {

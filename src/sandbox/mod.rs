@@ -5,8 +5,8 @@
 //! starts from an identical fresh copy of the initial state.
 //!
 //! Rooms: the backend-neutral part (the [`Backend`] contract in
-//! `backend.rs`, [`Session`] and its pieces, [`Image`], the types and
-//! errors) uses no backend. The `local` backend (`local/`, with its image
+//! `backend.rs`, [`Session`] and its pieces, [`Image`], the pool of
+//! pre-started sandboxes in `pool.rs`, the types and errors) uses no backend. The `local` backend (`local/`, with its image
 //! building in `local/build/`) composes two rooms that know no backend:
 //! isolating a process (`isolate/`) and verifying inside a sandbox
 //! (`verifier/`). `apptainer.rs` and `oci.rs` (through `container.rs`) are
@@ -29,6 +29,7 @@ mod marker;
 mod marker_filter;
 pub mod oci;
 pub mod offline;
+pub mod pool;
 mod session;
 mod spawner;
 mod streaming;
@@ -55,19 +56,28 @@ pub use types::*;
 /// The backend called `name` (`local`, `apptainer` or `oci`), caching under
 /// `cache_dir`, with the default `[images]` settings.
 pub fn backend_by_name(name: &str, cache_dir: &Path) -> Result<Box<dyn Backend>, SandboxError> {
-    configured_backend(name, cache_dir, &crate::config::ImagesConfig::default())
+    configured_backend(
+        name,
+        cache_dir,
+        &crate::config::ImagesConfig::default(),
+        pool::PoolSettings::default(),
+    )
 }
 
 /// [`backend_by_name`] with the `[images]` settings (aliases, mirrors, pulls,
-/// fallback) the `local` backend resolves base images with.
+/// fallback) the `local` backend resolves base images with, and its pool of
+/// pre-started sandboxes (`[sandbox] pool`).
 pub fn configured_backend(
     name: &str,
     cache_dir: &Path,
     images: &crate::config::ImagesConfig,
+    pool: pool::PoolSettings,
 ) -> Result<Box<dyn Backend>, SandboxError> {
     match name {
         "local" => Ok(Box::new(
-            local::LocalBackend::new(cache_dir)?.with_images(images.clone()),
+            local::LocalBackend::new(cache_dir)?
+                .with_images(images.clone())
+                .with_pool(pool),
         )),
         "apptainer" => Ok(Box::new(apptainer::ApptainerBackend::new(cache_dir)?)),
         "oci" => Ok(Box::new(oci::OciBackend::new(cache_dir)?)),

@@ -389,6 +389,54 @@ impl Session {
         Ok(session)
     }
 
+    /// Take over a session started ahead of time (a pre-started sandbox
+    /// from a pool) for an episode with `opts`: its wall clock starts now,
+    /// its terminal gets `opts.size`, and its recording and live stream are
+    /// made afresh with `opts`' file and budget, as [`Session::spawn_with`]
+    /// would have made them. Fails when the shell has ended meanwhile.
+    pub fn adopt(&mut self, opts: &SessionOptions) -> Result<(), SandboxError> {
+        self.drain();
+        if !self.is_alive() {
+            return Err(SandboxError::SessionEnded {
+                reason: self.ended.clone(),
+                output: String::new(),
+            });
+        }
+        let (cols, rows) = opts.size;
+        let recorder = match &opts.record {
+            Some(path) => Some(Recorder::create(
+                path,
+                cols,
+                rows,
+                opts.max_recording_bytes,
+            )?),
+            None => None,
+        };
+        if let Ok(mut audience) = self.audience.lock() {
+            *audience = Audience::new(
+                recorder,
+                LiveSender::new(self.live.clone(), opts.max_recording_bytes),
+            );
+        }
+        if self.master.get_size().map(|s| (s.cols, s.rows)).ok() != Some((cols, rows)) {
+            self.master
+                .resize(PtySize {
+                    rows,
+                    cols,
+                    pixel_width: 0,
+                    pixel_height: 0,
+                })
+                .map_err(|e| SandboxError::Start(format!("resize PTY: {e}")))?;
+        }
+        // The old watchdog ends once it sees its channel closed, without
+        // killing anything; the hand-out does not wait for it.
+        drop(self.watchdog.take());
+        self.watchdog = Some(spawn_watchdog(self.child.id(), opts.wall_clock));
+        self.started = Instant::now();
+        self.wall_clock = opts.wall_clock;
+        Ok(())
+    }
+
     /// What the session runs as and where.
     pub fn info(&self) -> &SessionInfo {
         &self.info

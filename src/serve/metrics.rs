@@ -144,6 +144,55 @@ impl Metrics {
     }
 }
 
+/// The Prometheus text of the backend's pool of pre-started sandboxes.
+pub fn render_pool(p: &crate::sandbox::pool::PoolStats) -> String {
+    let mut out = String::new();
+    for (name, help, kind, value) in [
+        (
+            "ready",
+            "Pre-started sandboxes ready now.",
+            "gauge",
+            p.ready as u64,
+        ),
+        (
+            "starting",
+            "Pre-started sandboxes starting now.",
+            "gauge",
+            p.starting as u64,
+        ),
+        (
+            "hits_total",
+            "Starts served from the pool.",
+            "counter",
+            p.hits,
+        ),
+        (
+            "misses_total",
+            "Starts the pool had nothing ready for.",
+            "counter",
+            p.misses,
+        ),
+        (
+            "failed_total",
+            "Pool starts that failed.",
+            "counter",
+            p.failed,
+        ),
+        (
+            "drained_total",
+            "Pre-started sandboxes closed unused.",
+            "counter",
+            p.drained,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP endless_sandbox_pool_{name} {help}\n# TYPE endless_sandbox_pool_{name} {kind}\nendless_sandbox_pool_{name} {value}"
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +209,20 @@ mod tests {
         assert!(text.contains("endless_serve_step_seconds_bucket{le=\"0.0025\"} 0"));
         assert!(text.contains("endless_serve_errors_total{status=\"404\"} 1"));
         assert!(text.contains("endless_serve_episodes_total{outcome=\"passed\"} 1"));
+    }
+
+    #[test]
+    fn renders_the_pool_of_pre_started_sandboxes() {
+        let stats = crate::sandbox::pool::PoolStats {
+            ready: 2,
+            hits: 7,
+            misses: 1,
+            ..Default::default()
+        };
+        let text = render_pool(&stats);
+        assert!(text
+            .contains("# TYPE endless_sandbox_pool_ready gauge\nendless_sandbox_pool_ready 2\n"));
+        assert!(text.contains("endless_sandbox_pool_hits_total 7\n"));
+        assert!(text.contains("endless_sandbox_pool_misses_total 1\n"));
     }
 }

@@ -187,7 +187,13 @@ async fn metrics(State(app): Shared, headers: HeaderMap) -> Result<impl IntoResp
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.metrics.render(app.registry.open_count()),
+        app.metrics.render(app.registry.open_count())
+            + &app
+                .provider
+                .backend()
+                .pool_stats()
+                .map(|p| super::metrics::render_pool(&p))
+                .unwrap_or_default(),
     ))
 }
 

@@ -43,6 +43,7 @@ impl Context {
             &self.config.sandbox.backend,
             &self.paths.cache_dir.join("sandbox"),
             &self.config.images,
+            crate::sandbox::pool::PoolSettings::of(&self.config.sandbox),
         )
         .with_context(|| {
             format!(

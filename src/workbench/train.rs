@@ -206,6 +206,7 @@ pub fn options(ctx: &Context, args: &TrainRequest) -> Result<TrainOptions> {
         sandbox: ctx.config.sandbox.backend.clone(),
         sandbox_cache: ctx.paths.cache_dir.join("sandbox"),
         images: ctx.config.images.clone(),
+        pool: crate::sandbox::pool::PoolSettings::of(&ctx.config.sandbox),
     })
 }
 

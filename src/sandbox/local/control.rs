@@ -58,6 +58,20 @@ pub struct LocalControl {
     /// The session's hold on its image and step layers (no eviction takes
     /// them while it lives), released at teardown.
     pub held: Option<Held>,
+    /// Counts the session among its backend's live ones until teardown.
+    pub live: Option<crate::sandbox::pool::Ticket>,
+}
+
+/// Every descendant of `pid` (children first), from `/proc/*/stat`.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = children_of(pid);
+    let mut i = 0;
+    while i < out.len() {
+        let more = children_of(out[i]);
+        out.extend(more);
+        i += 1;
+    }
+    out
 }
 
 /// Children of `pid`, from `/proc/*/stat`.
@@ -402,5 +416,6 @@ impl SessionControl for LocalControl {
         }
         let _ = std::fs::remove_dir_all(&self.session_dir);
         self.held = None;
+        self.live = None;
     }
 }

@@ -56,11 +56,12 @@ pub use crate::sandbox::isolate::limits::{cgroups_available, Limits, RLIMITS_ONL
 pub use crate::sandbox::isolate::net::pasta_path;
 pub use crate::sandbox::isolate::seccomp::summary as seccomp_summary;
 pub use crate::sandbox::isolate::userns::IdMap;
-pub use control::EXCHANGE_INSIDE;
+pub use control::{descendants, EXCHANGE_INSIDE};
 pub use state::{BaseImage, BuildState, StepCacheState, StepState};
 
 use self::build::{evict, steps};
 use self::control::LocalControl;
+use super::pool;
 use super::session::{Session, SessionInfo};
 use super::{Backend, Image, SandboxError, SessionOptions};
 use crate::images::{self, ImageStore, StoredImage};
@@ -113,7 +114,9 @@ impl HostIdentity {
 /// the host's directories), and the note saying what it substitutes.
 type ResolvedBase = (Option<(StoredImage, Vec<PathBuf>)>, Option<String>);
 
-/// The local backend (see the module docs).
+/// The local backend (see the module docs). Its clones share everything
+/// but the pool (the pool's own starts use one).
+#[derive(Clone)]
 pub struct LocalBackend {
     layout: Layout,
     bwrap: PathBuf,
@@ -127,14 +130,18 @@ pub struct LocalBackend {
     seccomp: Vec<BpfProgram>,
     images: ImageStore,
     /// Turns a definition's `FROM` into a base (aliases, pulls, fallback).
-    resolver: images::Resolver,
+    resolver: std::sync::Arc<images::Resolver>,
     /// User namespaces made ahead of time (mapped mode).
     userns_pool: Option<std::sync::Arc<userns::UsernsPool>>,
     /// The pre-warmed verifier, or why verifications run cold.
     warm: Result<std::sync::Arc<warm::WarmVerifier>, String>,
     /// The mask of private host files (mapped mode, see `isolate/mask.rs`), made
     /// when a host directory is first shown.
-    mask: std::sync::OnceLock<Result<Option<PathBuf>, String>>,
+    mask: std::sync::Arc<std::sync::OnceLock<Result<Option<PathBuf>, String>>>,
+    /// Pre-started sandboxes (`[sandbox] pool`), when there is a pool.
+    pool: Option<std::sync::Arc<pool::Pool<Session>>>,
+    /// This backend's live sessions, pooled ones included (see [`pool::Ticket`]).
+    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// This process's scan of the host's system directories for private
@@ -295,17 +302,36 @@ impl LocalBackend {
             runtime,
             seccomp,
             images: ImageStore::new(&image_store_dir(cache_dir)),
-            resolver: images::Resolver::default(),
+            resolver: Default::default(),
             userns_pool: map.map(userns::UsernsPool::new),
             warm,
-            mask: std::sync::OnceLock::new(),
+            mask: Default::default(),
+            pool: None,
+            live: Default::default(),
         })
     }
 
     /// Resolve base images with the `[images]` settings (aliases, mirrors,
     /// pulls, fallback) instead of the defaults.
     pub fn with_images(mut self, settings: crate::config::ImagesConfig) -> Self {
-        self.resolver = images::Resolver::new(settings);
+        self.resolver = std::sync::Arc::new(images::Resolver::new(settings));
+        self
+    }
+
+    /// Keep sandboxes started ahead for the images asked for (see
+    /// [`pool`]); a size of 0 turns the pool off. Call after the other
+    /// settings: the pool starts its sandboxes with them.
+    pub fn with_pool(mut self, settings: pool::PoolSettings) -> Self {
+        if let Some(old) = self.pool.take() {
+            old.shut();
+        }
+        if settings.size > 0 {
+            let starter = self.clone();
+            let start: pool::Starter<Session> = std::sync::Arc::new(move |image: &Image| {
+                starter.start_session(image, &SessionOptions::default())
+            });
+            self.pool = Some(pool::Pool::new(settings, start, self.live.clone()));
+        }
         self
     }
 
@@ -488,6 +514,28 @@ impl LocalBackend {
         self.cgroups
     }
 
+    /// The host pids of the pooled sandboxes' outermost processes (`None`:
+    /// no pool).
+    pub fn pooled_pids(&self) -> Option<Vec<u32>> {
+        self.pool.as_ref().map(|p| p.pids())
+    }
+
+    /// A sandbox of `image` from the pool if one is ready (made ready for
+    /// `opts`), else a fresh one.
+    fn start_pooled(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError> {
+        if let Some(pool) = &self.pool {
+            if image.backend == "local" {
+                if let Some(mut session) = pool.take(image) {
+                    if session.adopt(opts).is_ok() {
+                        return Ok(session);
+                    }
+                    session.close();
+                }
+            }
+        }
+        self.start_session(image, opts)
+    }
+
     fn start_session(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError> {
         if image.backend != "local" {
             return Err(SandboxError::WrongBackend {
@@ -668,6 +716,7 @@ impl LocalBackend {
             verifier_envs: image.path.join(VERIFIER_ENVS),
             prestarted: None,
             held: Some(held),
+            live: Some(pool::Ticket::new(&self.live)),
         };
         if let Ok(warm) = &self.warm {
             warm.start();
@@ -763,6 +812,24 @@ impl Backend for LocalBackend {
     }
 
     fn start(&self, image: &Image, opts: &SessionOptions) -> Result<Session, SandboxError> {
-        self.start_session(image, opts)
+        self.start_pooled(image, opts)
+    }
+
+    fn pool_stats(&self) -> Option<pool::PoolStats> {
+        self.pool.as_ref().map(|p| p.stats())
+    }
+
+    fn limit_sessions(&self, n: usize) {
+        if let Some(p) = &self.pool {
+            p.set_limit(n);
+        }
+    }
+}
+
+impl Drop for LocalBackend {
+    fn drop(&mut self) {
+        if let Some(p) = self.pool.take() {
+            p.shut();
+        }
     }
 }

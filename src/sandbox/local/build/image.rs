@@ -88,6 +88,10 @@ impl LocalBackend {
         else {
             return Ok(());
         };
+        // Pooled sandboxes hold their images: let eviction have them.
+        if let Some(pool) = &self.pool {
+            pool.drain(|i| i.hash != image.hash);
+        }
         super::evict::enforce_cap(
             &cache_dir,
             &self.images,
