@@ -45,7 +45,8 @@ fn tools_tar(path: &Path) {
     header.set_size(5);
     header.set_mode(0o755);
     header.set_cksum();
-    tar.append_data(&mut header, "tool", &b"tool\n"[..]).unwrap();
+    tar.append_data(&mut header, "tool", &b"tool\n"[..])
+        .unwrap();
     tar.finish().unwrap();
 }
 
@@ -110,7 +111,10 @@ fn eviction_with_a_tiny_cap_takes_nothing_a_build_or_a_session_uses() {
         let build = scope.spawn(|| b.prepare(&building));
         let t0 = Instant::now();
         while !sleeping("7.77") {
-            assert!(t0.elapsed() < Duration::from_secs(120), "the build never ran");
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "the build never ran"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         // All last used long ago: only holds keep anything now.

@@ -143,7 +143,10 @@ fn an_image_used_only_in_copy_from_is_one_of_the_tasks_images() {
             "environment/Dockerfile",
             "FROM debian:bookworm\nCOPY --from=ghcr.io/astral-sh/uv:0.8.14 /uv /bin/\n",
         ),
-        ("tests/test.sh", "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"),
+        (
+            "tests/test.sh",
+            "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n",
+        ),
         ("solution/solve.sh", "#!/bin/bash\ntrue\n"),
         ("task.toml", "version = \"1.0\"\n"),
     ] {
@@ -152,7 +155,11 @@ fn an_image_used_only_in_copy_from_is_one_of_the_tasks_images() {
     }
     let out = endless(
         &ws,
-        &["tasks", "import", tmp.path().join("corpus").to_str().unwrap()],
+        &[
+            "tasks",
+            "import",
+            tmp.path().join("corpus").to_str().unwrap(),
+        ],
     );
     assert!(
         out.status.success(),

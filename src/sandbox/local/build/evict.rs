@@ -432,7 +432,10 @@ mod tests {
             // Last used long ago: only a hold keeps it.
             let refs = d.path().join("images/refs");
             for e in std::fs::read_dir(&refs).unwrap().flatten() {
-                let f = std::fs::File::options().append(true).open(e.path()).unwrap();
+                let f = std::fs::File::options()
+                    .append(true)
+                    .open(e.path())
+                    .unwrap();
                 f.set_modified(SystemTime::now() - 3 * HOUR).unwrap();
             }
         }
@@ -446,11 +449,24 @@ mod tests {
         };
         assert_eq!(
             left(&store),
-            ["docker.io/library/debian:bookworm", "ghcr.io/astral-sh/uv:0.8.14"]
+            [
+                "docker.io/library/debian:bookworm",
+                "ghcr.io/astral-sh/uv:0.8.14"
+            ]
         );
-        assert_eq!(prune_keep_recent(d.path(), &store, 0).unwrap().stored_images, 0);
+        assert_eq!(
+            prune_keep_recent(d.path(), &store, 0)
+                .unwrap()
+                .stored_images,
+            0
+        );
         drop((base, copied));
-        assert_eq!(prune_keep_recent(d.path(), &store, 0).unwrap().stored_images, 2);
+        assert_eq!(
+            prune_keep_recent(d.path(), &store, 0)
+                .unwrap()
+                .stored_images,
+            2
+        );
         assert!(left(&store).is_empty());
     }
 
