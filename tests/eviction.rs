@@ -107,23 +107,29 @@ fn eviction_with_a_tiny_cap_takes_nothing_a_build_or_a_session_uses() {
          COPY --from=local/tools:1 /tool /opt/tool\n\
          RUN ls -d /var/lib/apt/lists/partial && cat /opt/tool\n",
     );
-    let built = std::thread::scope(|scope| {
-        let build = scope.spawn(|| b.prepare(&building));
-        let t0 = Instant::now();
-        while !sleeping("7.77") {
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "the build never ran"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+    // While the build runs (its `sleep`), everything is made last used
+    // long ago, so that only holds keep anything, and the cache evicted.
+    let evicting = std::thread::spawn({
+        let cache = cache.path().to_path_buf();
+        let live = live.path.clone();
+        move || {
+            let t0 = Instant::now();
+            while !sleeping("7.77") {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(120),
+                    "the build never ran"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            age(&image_store_dir(&cache).join("refs"));
+            age(&live);
+            let store = ImageStore::new(&image_store_dir(&cache));
+            enforce_cap(&cache, &store, 0, &[]).unwrap()
         }
-        // All last used long ago: only holds keep anything now.
-        age(&image_store_dir(cache.path()).join("refs"));
-        age(&live.path);
-        let report = enforce_cap(cache.path(), &store, 0, &[]).unwrap();
-        eprintln!("evicted while building: {report:?}");
-        build.join().unwrap()
     });
+    let built = b.prepare(&building);
+    let report = evicting.join().unwrap();
+    eprintln!("evicted while building: {report:?}");
     let built = built.expect("the build keeps the images it builds on and copies from");
     assert_eq!(
         session.exec("cat /opt/live", T).unwrap().output.trim(),

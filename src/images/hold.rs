@@ -40,18 +40,18 @@ impl ImageStore {
         Ok((file, path))
     }
 
-    /// Hold the stored image `reference` (canonical) until the hold is
+    /// Hold the stored image `reference` until the hold is
     /// dropped: waits while an eviction decides about it, and fails when it
     /// was forgotten meanwhile.
     pub fn hold(&self, reference: &str) -> Result<StoreHold, ImageError> {
-        let (file, path) = self.hold_file(reference)?;
+        let parsed = ImageRef::parse(reference)?;
+        let (file, path) = self.hold_file(&parsed.canonical())?;
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) } < 0 {
             return Err(ImageError::io("lock", &path)(
                 std::io::Error::last_os_error(),
             ));
         }
-        let parsed = ImageRef::parse(reference)?;
         if self.get(&parsed).is_none() {
             return Err(ImageError::NotStored(reference.to_string()));
         }

@@ -63,7 +63,7 @@ pub fn build_caps_mask() -> u64 {
     BUILD_CAP_NUMBERS
         .iter()
         .filter(|(name, _)| BUILD_CAPS.contains(name))
-        .fold(0, |mask, (_, n)| mask | 1 << n)
+        .fold(0u64, |mask, (_, n)| mask | 1u64 << *n)
 }
 
 /// [`BUILD_CAPS`] as `setpriv --bounding-set` wants them
@@ -285,7 +285,7 @@ mod tests {
         assert_eq!(mask.count_ones() as usize, BUILD_CAPS.len());
         for (name, n) in BUILD_CAP_NUMBERS {
             assert!(BUILD_CAPS.contains(name), "{name}");
-            assert!(mask & 1 << n != 0);
+            assert!(mask & (1u64 << *n) != 0);
         }
         // Neither CAP_SYS_ADMIN (21) nor CAP_SYS_PTRACE (19) nor CAP_MKNOD (27).
         assert_eq!(mask & (1 << 21 | 1 << 19 | 1 << 27), 0);
