@@ -4,7 +4,7 @@
 //! shipping more files than `solve.sh`, a session writing more than 1 GiB,
 //! an `ARG` default used by a later `RUN`, a namespace-only `setuptools` in
 //! the image the verifier environment is built from, a test script running
-//! pytest twice), and
+//! pytest twice, a test script that needs Docker's root capabilities), and
 //! `tasks validate --all` passes every one of them: their oracles pass and
 //! their final tests fail on the initial state.
 //!
@@ -32,6 +32,7 @@ const TASKS: &[(&str, u32)] = &[
     ("arg-in-run", 9),
     ("setuptools-namespace", 10),
     ("two-pytest-runs", 4),
+    ("root-capabilities", 1),
 ];
 
 /// A workspace under `target/tmp` whose cache survives between runs;
@@ -105,4 +106,75 @@ fn terminal_bench_2_shapes_validate() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+/// Defect 5: an image a task only copies from (`COPY --from=` uv's image) is
+/// one of the task's images, so `images stand-ins` builds its stand-in and
+/// `images list` names the task beside it. (uv's image stands for itself
+/// here, aliased to a stored one-file image: no network.)
+#[test]
+fn an_image_used_only_in_copy_from_is_one_of_the_tasks_images() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(
+        ws.join("endless.toml"),
+        "[images]\npull = \"never\"\nfallback = \"error\"\n\n\
+         [images.aliases]\n\"ghcr.io/astral-sh/uv:0.8.14\" = \"local/uv:0.8.14\"\n",
+    )
+    .unwrap();
+    let rootfs = tmp.path().join("uv.tar");
+    let mut tar = tar::Builder::new(std::fs::File::create(&rootfs).unwrap());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(3);
+    header.set_mode(0o755);
+    header.set_cksum();
+    tar.append_data(&mut header, "uv", &b"uv\n"[..]).unwrap();
+    tar.finish().unwrap();
+    drop(tar);
+    let store = endless::images::ImageStore::new(&endless::sandbox::local::image_store_dir(
+        &ws.join(".cache/endless/sandbox"),
+    ));
+    endless::images::register_rootfs(&store, "local/uv:0.8.14", &rootfs).unwrap();
+    let task = tmp.path().join("corpus/copies-uv");
+    for (path, text) in [
+        ("instruction.md", "Nothing."),
+        (
+            "environment/Dockerfile",
+            "FROM debian:bookworm\nCOPY --from=ghcr.io/astral-sh/uv:0.8.14 /uv /bin/\n",
+        ),
+        (
+            "tests/test.sh",
+            "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n",
+        ),
+        ("solution/solve.sh", "#!/bin/bash\ntrue\n"),
+        ("task.toml", "version = \"1.0\"\n"),
+    ] {
+        std::fs::create_dir_all(task.join(path).parent().unwrap()).unwrap();
+        std::fs::write(task.join(path), text).unwrap();
+    }
+    let out = endless(
+        &ws,
+        &[
+            "tasks",
+            "import",
+            tmp.path().join("corpus").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = endless(&ws, &["images", "list", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    let uv = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["reference"] == "docker.io/local/uv:0.8.14")
+        .unwrap_or_else(|| panic!("{rows:#}"));
+    assert_eq!(uv["tasks"], serde_json::json!(["copies-uv"]), "{rows:#}");
 }

@@ -2,7 +2,8 @@
 //! and PyPI only: uv's image from its wheel, a `python:3.13-slim-bookworm`
 //! stand-in with pip usable without PEP 668, and a task written for both
 //! (`COPY --from=ghcr.io/astral-sh/uv:0.8.14 /uv /bin/`) that builds and
-//! runs on them, its base note naming the stand-in. The store lives under
+//! runs on them (pip upgrading itself, `Python.h` where the python images
+//! have it), its base note naming the stand-in. The store lives under
 //! `target/tmp` (the shared test cache), so only a first run builds.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly
@@ -127,7 +128,8 @@ fn a_python_task_with_uv_copied_in_builds_on_the_stand_ins() {
     let task = task(
         "FROM python:3.13-slim-bookworm\n\
          COPY --from=ghcr.io/astral-sh/uv:0.8.14 /uv /bin/\n\
-         RUN pip install --no-cache-dir six==1.16.0\n",
+         RUN pip install --no-cache-dir six==1.16.0\n\
+         RUN pip install --no-cache-dir --upgrade 'pip>=25'\n",
     );
     let image = backend
         .prepare(&task)
@@ -141,7 +143,9 @@ fn a_python_task_with_uv_copied_in_builds_on_the_stand_ins() {
     let mut s = backend.start(&image, &SessionOptions::default()).unwrap();
     let out = s
         .exec(
-            "python --version; pip --version | cut -c1-4; uv --version; python -c 'import six; print(six.__version__)'; ls /usr/lib/python3*/EXTERNALLY-MANAGED 2>&1 | grep -c 'No such'",
+            "python --version; pip --version | cut -c1-4; uv --version; python -c 'import six; print(six.__version__)'; ls /usr/lib/python3*/EXTERNALLY-MANAGED 2>&1 | grep -c 'No such'; \
+             python -c 'import sysconfig, os; print(os.path.isfile(sysconfig.get_paths()[\"include\"] + \"/Python.h\"))'; \
+             python -c 'import pip; print(int(pip.__version__.split(\".\")[0]) >= 25)'",
             T,
         )
         .unwrap()
@@ -152,5 +156,10 @@ fn a_python_task_with_uv_copied_in_builds_on_the_stand_ins() {
     assert!(lines[2].starts_with("uv 0.8.14"), "{out}");
     assert_eq!(lines[3], "1.16.0", "{out}");
     assert_eq!(lines[4], "1", "{out}");
+    // The headers (`Python.h`, for `build_ext`) and a pip that upgraded
+    // itself (Debian's refuses: `Cannot uninstall pip ... installed by
+    // debian`), as in the python images.
+    assert_eq!(lines[5], "True", "{out}");
+    assert_eq!(lines[6], "True", "{out}");
     s.close();
 }

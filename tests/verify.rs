@@ -718,3 +718,61 @@ fn tests_see_the_tests_folder_and_logs_verifier_on_both_paths() {
     );
     s.close();
 }
+
+/// Defect 1 of issue 52: a root task's tests keep Docker's default
+/// capabilities (the agent's root shell's), in the sandbox's user namespace
+/// only, on both paths: they chown, drop to another user with `setgroups`
+/// (as `apt-get` does for `_apt`) and chroot; a non-root task's keep none.
+#[test]
+fn a_root_tasks_tests_keep_dockers_default_capabilities_on_both_paths() {
+    let Some(b) = backend() else { return };
+    if !root() {
+        eprintln!("SKIP: rootless verifiers keep no capability (see plan.rs)");
+        return;
+    }
+    // CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP
+    // NET_BIND_SERVICE SYS_CHROOT AUDIT_WRITE SETFCAP: Docker's 0xa80425fb
+    // without MKNOD and NET_RAW.
+    let probe = |kind: &str, want: &str| {
+        format!(
+            "import os, subprocess\n\
+             def caps(kind):\n\
+             \x20   line = [l for l in open('/proc/self/status') if l.startswith(kind)][0]\n\
+             \x20   return line.split()[1]\n\
+             def test_caps():\n\
+             \x20   assert (caps('CapEff:'), caps('{kind}:')) == ('{want}', '{want}')\n"
+        )
+    };
+    let mut t = task("root-caps");
+    t.meta.agent.user = "root".into();
+    t.meta.environment.workdir = "/app".into();
+    t.environment = FileTree::default();
+    t.environment
+        .insert_text("Dockerfile", "FROM ubuntu:24.04\nWORKDIR /app\n");
+    t.tests.insert_text(
+        "test_final_state.py",
+        &format!(
+            "{}\
+             def test_what_root_does_under_docker():\n\
+             \x20   open('/app/secret.txt', 'w').write('hello')\n\
+             \x20   os.chown('/app/secret.txt', 65534, 65534)\n\
+             \x20   os.chmod('/app/secret.txt', 0o600)\n\
+             \x20   out = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',\n\
+             \x20                         'cat', '/app/secret.txt'], capture_output=True, text=True)\n\
+             \x20   assert out.stdout == 'hello', out.stderr\n\
+             \x20   subprocess.run(['chroot', '/', 'true'], check=True)\n",
+            probe("CapBnd", "00000000a00405fb")
+        ),
+    );
+    let mut s = session(&b, &t);
+    let r = verify_both(&mut s, &t, TestSet::Final);
+    assert!(r.passed, "{}", r.output);
+    s.close();
+    let mut user = task("user-caps");
+    user.tests
+        .insert_text("test_final_state.py", &probe("CapPrm", "0000000000000000"));
+    let mut s = session(&b, &user);
+    let r = verify_both(&mut s, &user, TestSet::Final);
+    assert!(r.passed, "{}", r.output);
+    s.close();
+}

@@ -510,6 +510,8 @@ PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_SET_SECUREBITS = 28
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+EINVAL = 22
 SECCOMP_MODE_FILTER = 2
 # SECBIT_NOROOT | _LOCKED | SECBIT_NO_SETUID_FIXUP | _LOCKED
 SECURE_BITS = 0x1 | 0x2 | 0x4 | 0x8
@@ -563,11 +565,27 @@ def libc_calls():
         libc.setfsgid(ctypes.c_uint(gid))
         libc.setfsuid(ctypes.c_uint(uid))
 
-    def drop_all_capabilities():
-        if os.getuid() == 0:
+    def keep_only_capabilities(keep):
+        # Mirrors keep_only_capabilities in src/sandbox/verifier/plan.rs:
+        # none kept, every one is dropped for good; else (root) the bounding
+        # set is cut to `keep` too, as under Docker.
+        if keep:
+            for cap in range(64):
+                if keep & (1 << cap):
+                    continue
+                try:
+                    prctl(PR_CAPBSET_DROP, cap)
+                except Refused as e:
+                    if e.args[1] == EINVAL:  # past the kernel's last one
+                        break
+                    raise
+        elif os.getuid() == 0:
             prctl(PR_SET_SECUREBITS, SECURE_BITS)
         header = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
         data = (CapData * 2)()
+        low, high = keep & 0xFFFFFFFF, keep >> 32
+        data[0].effective = data[0].permitted = low
+        data[1].effective = data[1].permitted = high
         call("capset", ctypes.byref(header), data)
 
     def load_seccomp(programs):
@@ -581,7 +599,7 @@ def libc_calls():
 
     return {"prctl": prctl, "setns": setns, "unshare": unshare, "mount": mount,
             "set_fs_ids": set_fs_ids,
-            "drop_all_capabilities": drop_all_capabilities, "load_seccomp": load_seccomp}
+            "keep_only_capabilities": keep_only_capabilities, "load_seccomp": load_seccomp}
 
 
 def import_common_modules():
@@ -673,13 +691,14 @@ def enter(req, fds, calls):
 
 def become_task_user(req, calls):
     """In the grandchild (a member of the sandbox's PID namespace): the
-    task's user without any capability, its working directory, the
+    task's user (without any capability, but root: Docker's default set,
+    in the sandbox's user namespace only), its working directory, the
     sandbox's seccomp filter."""
     if req["set_groups"]:
         os.setgroups([])
     os.setresgid(req["gid"], req["gid"], req["gid"])
     os.setresuid(req["uid"], req["uid"], req["uid"])
-    calls["drop_all_capabilities"]()
+    calls["keep_only_capabilities"](req.get("caps", 0))
     # Changing credentials resets both of these.
     calls["prctl"](PR_SET_DUMPABLE, 0)
     calls["prctl"](PR_SET_PDEATHSIG, 9)

@@ -7,6 +7,7 @@
 
 mod base;
 mod error;
+mod hold;
 mod load;
 mod progress;
 mod pull;
@@ -20,6 +21,7 @@ mod wheel;
 
 pub use base::{build_base, debian_rootfs_tar, register_layer, register_rootfs, BaseSpec};
 pub use error::ImageError;
+pub use hold::StoreHold;
 pub use load::{load, LoadReport};
 pub use progress::{megabytes, no_progress, Progress, ProgressFn};
 pub use pull::{client_for, pull, pull_from, PullReport};

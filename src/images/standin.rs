@@ -188,10 +188,16 @@ fn python(tag: &str) -> Result<Made, String> {
     if let Some(asked) = suite.filter(|s| *s != served_suite) {
         differs.push(format!("Debian {served_suite} instead of {asked}"));
     }
-    differs.push("Debian's python3 packages under /usr (pip installs to /usr/local)".into());
+    differs.push(
+        "Debian's CPython under /usr (its headers in /usr/include, pip and what it installs in /usr/local)"
+            .into(),
+    );
+    // The headers (`Python.h`) in slim images too, as the python images
+    // have them.
     let mut packages: Vec<String> = [
         "ca-certificates",
         "python3",
+        "python3-dev",
         "python3-pip",
         "python3-venv",
         "python-is-python3",
@@ -199,17 +205,21 @@ fn python(tag: &str) -> Result<Made, String> {
     .map(String::from)
     .to_vec();
     if !slim {
-        packages
-            .extend(["build-essential", "python3-dev", "git", "curl", "wget"].map(String::from));
+        packages.extend(["build-essential", "git", "curl", "wget"].map(String::from));
         differs.push("compilers, git, curl and wget but not all of buildpack-deps".into());
     }
     let hooks = vec![
         // pip without PEP 668, as in the python images.
         "rm -f \"$1\"/usr/lib/python3*/EXTERNALLY-MANAGED".to_string(),
-        "[ -e \"$1/usr/bin/pip\" ] || ln -s pip3 \"$1/usr/bin/pip\"".to_string(),
-        // `python` and `pip` where the python images have them.
-        "for b in python python3 pip pip3; do ln -sf /usr/bin/$b \"$1/usr/local/bin/$b\"; done"
+        // A pip that can upgrade itself (`pip install -U pip`): Debian's
+        // has no RECORD file (`Cannot uninstall pip ... installed by
+        // debian`), so the same version from Debian's own wheel goes to
+        // /usr/local, first on `sys.path`, with its `pip`, `pip3` and
+        // `pip3.X`.
+        "chroot \"$1\" sh -c 'python3 -m pip install --no-index --no-cache-dir --ignore-installed --disable-pip-version-check --root-user-action=ignore /usr/share/python-wheels/pip-*.whl'"
             .to_string(),
+        // `python` where the python images have it.
+        "for b in python python3; do ln -sf /usr/bin/$b \"$1/usr/local/bin/$b\"; done".to_string(),
     ];
     let mut env: Vec<String> = BASE_ENV.map(String::from).to_vec();
     env.push("PIP_ROOT_USER_ACTION=ignore".into());
@@ -316,6 +326,21 @@ mod tests {
             .differs
             .iter()
             .any(|d| d == "Debian trixie instead of bookworm"));
+        // Headers and a pip that can upgrade itself, in slim images too.
+        let Recipe::Debian {
+            packages, hooks, ..
+        } = &s.recipe
+        else {
+            panic!()
+        };
+        assert!(packages.iter().any(|p| p == "python3-dev"), "{packages:?}");
+        assert!(
+            hooks
+                .iter()
+                .any(|h| h.contains("--ignore-installed") && h.contains("python-wheels/pip-")),
+            "{hooks:?}"
+        );
+        assert!(!hooks.iter().any(|h| h.contains("pip3; do")), "{hooks:?}");
         let s = of("python:3.11-slim");
         assert_eq!(
             (s.name.as_str(), suite(&s)),

@@ -64,7 +64,14 @@ fn build_one(
     say: &dyn Fn(&str),
 ) -> Result<bool, ImageError> {
     let name = ImageRef::parse(&stand_in.name)?;
-    if store.get(&name).is_some() {
+    // Stored and recorded with this recipe: nothing to do. Recorded with
+    // another (an older endless's), it is built again.
+    let recorded: Vec<StandIn> = store
+        .stand_ins()
+        .into_iter()
+        .filter(|s| s.name == stand_in.name)
+        .collect();
+    if store.get(&name).is_some() && recorded.iter().all(|s| s.recipe == stand_in.recipe) {
         return Ok(false);
     }
     let tmp = store.temp_path("stand-in.tar")?;
@@ -101,7 +108,13 @@ fn build_one(
     };
     // trusted: our own temporary in the private image store
     let _ = std::fs::remove_file(&tmp);
-    result.map(|()| true)
+    result?;
+    // The other references it serves are served by the new build.
+    for mut other in recorded {
+        other.recipe = stand_in.recipe.clone();
+        store.record_stand_in(&other)?;
+    }
+    Ok(true)
 }
 
 /// The uv image: `/uv` and `/uvx` out of the wheel, as one layer.

@@ -4,6 +4,7 @@
 //! <root>/blobs/sha256/<hex>          compressed layers and configs, digest-checked
 //! <root>/layers/<hex>-<owner>/       each layer unpacked once per owner (see unpack.rs)
 //! <root>/refs/<sha256 of ref>.json   what a reference resolved to, written last
+//! <root>/holds/<sha256 of ref>.lock  builds' holds on it (see hold.rs)
 //! ```
 //!
 //! A reference is registered only once all its blobs are stored and
@@ -100,6 +101,11 @@ impl ImageStore {
         ImageStore {
             root: root.to_path_buf(),
         }
+    }
+
+    /// The store's root directory.
+    pub(super) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// Where the blob with `digest` lives.

@@ -1,5 +1,5 @@
 //! Images as use cases: which tasks of the workspace build on which base
-//! image (for `endless images list` and the TUI), with the `[images]`
+//! image (or copy from it) (for `endless images list` and the TUI), with the `[images]`
 //! aliases applied; pulls reported as job progress; a task's image and
 //! build-cache state (the TUI's Env tab).
 
@@ -59,7 +59,8 @@ pub fn pull_images(
 }
 
 /// Canonical image reference -> ids of the workspace's tasks that build on
-/// it (tasks on the host base, or whose definition does not parse, are left out).
+/// it or copy from it (`COPY --from` an image); tasks on the host base, or
+/// whose definition does not parse, are left out.
 pub fn image_users(ctx: &Context) -> Result<BTreeMap<String, Vec<String>>> {
     let ws = ctx.workspace()?;
     let resolver = Resolver::new(ctx.config.images.clone());
@@ -71,8 +72,17 @@ pub fn image_users(ctx: &Context) -> Result<BTreeMap<String, Vec<String>>> {
         let Ok(def) = parse_task(&task) else {
             continue;
         };
-        if let Some(image) = resolver.target_of(def.base.as_deref()) {
-            users.entry(image).or_default().push(id);
+        // The image's base and those of earlier stages, images copied from
+        // (`COPY --from=ghcr.io/astral-sh/uv:0.8.14`) included: a build
+        // needs them all.
+        let bases = std::iter::once(def.base.as_deref())
+            .chain(def.stages.iter().map(|s| s.base.as_deref()))
+            .filter_map(|b| resolver.target_of(b));
+        for image in bases {
+            let tasks = users.entry(image).or_default();
+            if !tasks.contains(&id) {
+                tasks.push(id.clone());
+            }
         }
     }
     Ok(users)

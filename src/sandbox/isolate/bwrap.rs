@@ -41,6 +41,41 @@ pub const BUILD_CAPS: &[&str] = &[
     "CAP_AUDIT_WRITE",
 ];
 
+/// The number of each capability of [`BUILD_CAPS`] (`linux/capability.h`).
+const BUILD_CAP_NUMBERS: &[(&str, u32)] = &[
+    ("CAP_CHOWN", 0),
+    ("CAP_DAC_OVERRIDE", 1),
+    ("CAP_FOWNER", 3),
+    ("CAP_FSETID", 4),
+    ("CAP_KILL", 5),
+    ("CAP_SETGID", 6),
+    ("CAP_SETUID", 7),
+    ("CAP_SETPCAP", 8),
+    ("CAP_NET_BIND_SERVICE", 10),
+    ("CAP_SYS_CHROOT", 18),
+    ("CAP_AUDIT_WRITE", 29),
+    ("CAP_SETFCAP", 31),
+];
+
+/// [`BUILD_CAPS`] as a bit mask of capability numbers: what a root test run
+/// keeps (the verifier sets it itself, without bubblewrap).
+pub fn build_caps_mask() -> u64 {
+    BUILD_CAP_NUMBERS
+        .iter()
+        .filter(|(name, _)| BUILD_CAPS.contains(name))
+        .fold(0u64, |mask, (_, n)| mask | 1u64 << *n)
+}
+
+/// [`BUILD_CAPS`] as `setpriv --bounding-set` wants them
+/// (`+chown,+dac_override,...`).
+pub fn build_caps_setpriv() -> String {
+    BUILD_CAPS
+        .iter()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_ascii_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// One bind mount.
 pub struct Bind {
     /// The host path (must be reachable by the sandbox's root).
@@ -242,5 +277,20 @@ mod tests {
             Caps::Only(c) => assert!(!c.contains(&"CAP_SYS_ADMIN") && c.contains(&"CAP_CHOWN")),
             Caps::Default => panic!("a root agent must not keep every capability"),
         }
+    }
+
+    #[test]
+    fn the_build_set_has_a_number_and_a_setpriv_name_for_each_capability() {
+        let mask = build_caps_mask();
+        assert_eq!(mask.count_ones() as usize, BUILD_CAPS.len());
+        for (name, n) in BUILD_CAP_NUMBERS {
+            assert!(BUILD_CAPS.contains(name), "{name}");
+            assert!(mask & (1u64 << *n) != 0);
+        }
+        // Neither CAP_SYS_ADMIN (21) nor CAP_SYS_PTRACE (19) nor CAP_MKNOD (27).
+        assert_eq!(mask & (1 << 21 | 1 << 19 | 1 << 27), 0);
+        let setpriv = build_caps_setpriv();
+        assert!(setpriv.starts_with("+chown,+dac_override,"), "{setpriv}");
+        assert!(setpriv.contains("+sys_chroot") && setpriv.contains("+setgid"));
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::build::evict::Held;
 use crate::sandbox::isolate::limits::Cgroups;
-use crate::sandbox::isolate::{net, userns};
+use crate::sandbox::isolate::{bwrap, net, userns};
 use crate::sandbox::session::{CommandOutput, SessionControl, VerifierCall};
 use crate::sandbox::verifier::plan::VerifierPlan;
 use crate::sandbox::verifier::prestart::{Confinement, Prestarted};
@@ -258,13 +258,15 @@ impl SessionControl for LocalControl {
             .args([
                 "--mount", "--pid", "--net", "--ipc", "--uts", "--root", "--wd=/", "--",
             ])
-            .args([
-                "/usr/bin/setpriv",
-                "--bounding-set=-all,+dac_override,+dac_read_search,+fowner,+chown,+kill",
-                "--inh-caps=-all",
-                "--no-new-privs",
-                "--",
-            ])
+            // Docker's default set, as the agent's root shell and build
+            // steps keep (test scripts run `apt-get`, `su`, `chroot`), and
+            // reading what root may read, for the audits.
+            .arg("/usr/bin/setpriv")
+            .arg(format!(
+                "--bounding-set=-all,{},+dac_read_search",
+                bwrap::build_caps_setpriv()
+            ))
+            .args(["--inh-caps=-all", "--no-new-privs", "--"])
             .args(argv);
         Ok(cmd)
     }

@@ -28,8 +28,15 @@
 //!    it mounted: nothing in them can list, open or change it;
 //! 3. forks once, as `nsenter` does, so that the verifier is a member of the
 //!    PID namespace;
-//! 4. becomes the task's user without any capability, changes to the task's
-//!    working directory, and loads the sandbox's seccomp filter.
+//! 4. becomes the task's user, changes to the task's working directory, and
+//!    loads the sandbox's seccomp filter. A non-root user keeps no
+//!    capability; root keeps Docker's default set (the agent's root shell's,
+//!    [`bwrap::BUILD_CAPS`]), which holds only in the sandbox's user
+//!    namespace, so that tests run `apt-get`, `su` or `chroot` as they do
+//!    under Docker. Rootless sandboxes are the exception: there the
+//!    runtime's loader belongs to an id the sandbox maps, which
+//!    `CAP_DAC_OVERRIDE` could read, making the verifier dumpable; their
+//!    root verifier keeps none.
 //!
 //! The command it then runs is the runtime's Python (see `runtime.rs`).
 
@@ -42,6 +49,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use seccompiler::BpfProgram;
 
 use crate::sandbox::fds::{check, private_mount_namespace};
+use crate::sandbox::isolate::bwrap;
 use crate::sandbox::isolate::overlay::join_cgroups;
 use crate::sandbox::isolate::seccomp;
 use crate::sandbox::session::PRELOAD_REFUSED;
@@ -93,6 +101,10 @@ pub struct VerifierPlan {
     uid: u32,
     gid: u32,
     set_groups: bool,
+    /// The capabilities the verifier keeps (a bit mask; see the module's
+    /// step 4): Docker's default set for root outside rootless sandboxes,
+    /// else none.
+    caps: u64,
     seccomp: Vec<BpfProgram>,
     sealed: SealedFiles,
     /// `<private_dir>/tests`, when the sealed files hold a tests folder: a
@@ -290,6 +302,11 @@ impl VerifierPlan {
             uid,
             gid,
             set_groups,
+            caps: if uid == 0 && set_groups {
+                bwrap::build_caps_mask()
+            } else {
+                0
+            },
             seccomp,
             sealed: SealedFiles::new(private_dir, files)?,
             tests_dir: if files.iter().any(|(rel, _)| rel.starts_with("tests/")) {
@@ -352,6 +369,7 @@ impl VerifierPlan {
         req.insert("uid".into(), self.uid.into());
         req.insert("gid".into(), self.gid.into());
         req.insert("set_groups".into(), self.set_groups.into());
+        req.insert("caps".into(), self.caps.into());
         (req, fds)
     }
 
@@ -476,7 +494,7 @@ impl VerifierPlan {
             }
             check(libc::setresgid(self.gid, self.gid, self.gid))?;
             check(libc::setresuid(self.uid, self.uid, self.uid))?;
-            drop_all_capabilities()?;
+            keep_only_capabilities(self.caps)?;
             if libc::chdir(self.cwd.as_ptr()) < 0 {
                 check(libc::chdir(c"/".as_ptr()))?;
             }
@@ -742,11 +760,27 @@ fn wait_for(pid: libc::pid_t) -> io::Result<libc::c_int> {
     }
 }
 
-/// Drop every capability (for uid 0 too, and for good: `SECBIT_NOROOT`
-/// keeps exec from granting them back).
-unsafe fn drop_all_capabilities() -> io::Result<()> {
+/// Keep only the capabilities of the bit mask `keep`. With none kept,
+/// every capability is dropped (for uid 0 too, and for good:
+/// `SECBIT_NOROOT` keeps exec from granting them back). Else (root) the
+/// bounding set is cut to `keep` as well, so that what root execs gets
+/// `keep` and no more, as under Docker.
+unsafe fn keep_only_capabilities(keep: u64) -> io::Result<()> {
     unsafe {
-        if libc::getuid() == 0 {
+        if keep != 0 {
+            for cap in 0..64 {
+                if keep & 1 << cap != 0 {
+                    continue;
+                }
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
+                    // Past the kernel's last capability.
+                    if *libc::__errno_location() == libc::EINVAL {
+                        break;
+                    }
+                    return Err(io::Error::last_os_error());
+                }
+            }
+        } else if libc::getuid() == 0 {
             let bits = libc::SECBIT_NOROOT
                 | libc::SECBIT_NOROOT_LOCKED
                 | libc::SECBIT_NO_SETUID_FIXUP
@@ -775,11 +809,18 @@ unsafe fn drop_all_capabilities() -> io::Result<()> {
             version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
             pid: 0,
         };
-        let data = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
+        let data = [
+            Data {
+                effective: keep as u32,
+                permitted: keep as u32,
+                inheritable: 0,
+            },
+            Data {
+                effective: (keep >> 32) as u32,
+                permitted: (keep >> 32) as u32,
+                inheritable: 0,
+            },
+        ];
         let rc = libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr());
         if rc < 0 {
             return Err(io::Error::last_os_error());

@@ -4,9 +4,11 @@
 //! image's `last-use` file, touched at each build or cache hit, and of a
 //! stored image's reference file, touched at each resolve), then the build
 //! steps and layers nothing names any more. What a build or a live
-//! session holds (locked, see [`hold`]) and what was used in the last
-//! [`IN_USE_WINDOW`] (what running work is about to start) is never
-//! evicted.
+//! session holds (locked, see [`hold`]; a build also holds the stored
+//! images it builds from or copies from, see [`ImageStore::hold`]) and what
+//! was used in the last [`IN_USE_WINDOW`] (what running work is about to
+//! start) is never evicted. Sealed verifier environments live in their
+//! image's directory: they count toward the cap and go with their image.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -193,7 +195,12 @@ fn remove_built(cache_dir: &Path, b: &Built) -> Result<Option<u64>, SandboxError
         .dir
         .with_file_name(format!(".evict-{}-{}", std::process::id(), b.hash));
     // trusted: the private image cache's own entries
-    std::fs::rename(&b.dir, &doomed).map_err(SandboxError::io("evict image", &b.dir))?;
+    match std::fs::rename(&b.dir, &doomed) {
+        Ok(()) => {}
+        // Another process evicted it first.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(SandboxError::io("evict image", &b.dir)(e)),
+    }
     layout::remove_tree(&doomed);
     Ok(Some(bytes))
 }
@@ -249,10 +256,11 @@ pub fn enforce_cap(
                 continue;
             }
             if let Ok(r) = ImageRef::parse(&reference) {
-                store.remove(&r)?;
-                report.stored_images += 1;
-                store.prune()?;
-                usage = disk_bytes(cache_dir);
+                if store.remove_unless_held(&r)? == Some(true) {
+                    report.stored_images += 1;
+                    store.prune()?;
+                    usage = disk_bytes(cache_dir);
+                }
             }
         }
     }
@@ -297,8 +305,9 @@ pub fn prune_keep_recent(
             continue;
         }
         if let Ok(r) = ImageRef::parse(&reference) {
-            store.remove(&r)?;
-            report.stored_images += 1;
+            if store.remove_unless_held(&r)? == Some(true) {
+                report.stored_images += 1;
+            }
         }
     }
     store.prune()?;
@@ -397,6 +406,68 @@ mod tests {
         // An image evicted meanwhile is refused, not started.
         let err = hold(&image).err().unwrap().to_string();
         assert!(err.contains("was evicted"), "{err}");
+    }
+
+    #[test]
+    fn an_image_another_eviction_took_first_is_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        built(d.path(), "gone", 1, 3 * HOUR, None);
+        let b = built_images(d.path()).pop().unwrap();
+        std::fs::remove_dir_all(&b.dir).unwrap();
+        assert_eq!(remove_built(d.path(), &b).unwrap(), None);
+    }
+
+    #[test]
+    fn stored_images_a_build_holds_outlive_the_cap_and_keep_recent() {
+        let d = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(&d.path().join("images"));
+        for r in ["debian:bookworm", "ghcr.io/astral-sh/uv:0.8.14", "alpine:3"] {
+            let image = crate::images::StoredImage {
+                reference: ImageRef::parse(r).unwrap().canonical(),
+                manifest_digest: format!("sha256:{}", "a".repeat(64)),
+                layers: Vec::new(),
+                config: Default::default(),
+            };
+            store.register(&image).unwrap();
+            // Last used long ago: only a hold keeps it.
+            let refs = d.path().join("images/refs");
+            for e in std::fs::read_dir(&refs).unwrap().flatten() {
+                let f = std::fs::File::options()
+                    .append(true)
+                    .open(e.path())
+                    .unwrap();
+                f.set_modified(SystemTime::now() - 3 * HOUR).unwrap();
+            }
+        }
+        built(d.path(), "big", 1, 3 * HOUR, None);
+        let base = store.hold("docker.io/library/debian:bookworm").unwrap();
+        let copied = store.hold("ghcr.io/astral-sh/uv:0.8.14").unwrap();
+        let r = enforce_cap(d.path(), &store, 0, &[]).unwrap();
+        assert_eq!((r.built_images, r.stored_images), (1, 1), "{r:?}");
+        let left = |store: &ImageStore| -> Vec<String> {
+            store.list().into_iter().map(|i| i.reference).collect()
+        };
+        assert_eq!(
+            left(&store),
+            [
+                "docker.io/library/debian:bookworm",
+                "ghcr.io/astral-sh/uv:0.8.14"
+            ]
+        );
+        assert_eq!(
+            prune_keep_recent(d.path(), &store, 0)
+                .unwrap()
+                .stored_images,
+            0
+        );
+        drop((base, copied));
+        assert_eq!(
+            prune_keep_recent(d.path(), &store, 0)
+                .unwrap()
+                .stored_images,
+            2
+        );
+        assert!(left(&store).is_empty());
     }
 
     #[test]

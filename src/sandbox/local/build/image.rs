@@ -61,22 +61,25 @@ impl LocalBackend {
         image.memory_mb = task_memory_mb(task);
         image.storage_mb = task_storage_mb(task);
         // The sealed verifier environment the tests ask for, if any.
-        self.ensure_verifier_env(task, &def, &image, progress)
+        let env_built = self
+            .ensure_verifier_env(task, &def, &image, progress)
             .map_err(full)?;
         super::evict::touch_image(&image.path);
-        self.keep_within_cap(&image)?;
+        self.keep_within_cap(&image, env_built)?;
         Ok(image)
     }
 
     /// Evict what was least recently used past `[images] max_store_gb`
-    /// (never `image`, just built or found).
-    fn keep_within_cap(&self, image: &Image) -> Result<(), SandboxError> {
+    /// (never `image`, just built or found), once `image` or its verifier
+    /// environment (`env_built`, which may take longer than the image) was
+    /// just built.
+    fn keep_within_cap(&self, image: &Image, env_built: bool) -> Result<(), SandboxError> {
         let Some(gb) = self.resolver.settings().max_store_gb.filter(|g| *g > 0.0) else {
             return Ok(());
         };
         // Only after a build: a cache hit adds nothing (and an episode's
         // start should not walk the cache).
-        if !super::evict::just_built(&image.path) {
+        if !env_built && !super::evict::just_built(&image.path) {
             return Ok(());
         }
         let Some(cache_dir) = self
@@ -180,6 +183,12 @@ impl LocalBackend {
         let layout = &self.layout;
         layout.ensure()?;
         let (base, base_note) = self.resolve_base(def, progress)?;
+        // Held until the build ends: no eviction forgets the base (and
+        // prunes the layers the build stands on) meanwhile.
+        let _base_hold = base
+            .as_ref()
+            .map(|(stored, _)| self.images.hold(&stored.reference))
+            .transpose()?;
         let base_note = match (origin.as_ref().map(|o| o.note.clone()), base_note) {
             (Some(o), Some(b)) => Some(format!("{o}; {b}")),
             (o, b) => o.or(b),
@@ -304,6 +313,9 @@ impl LocalBackend {
         let mut record = Vec::new();
         // Earlier stages first (multi-stage builds), each merged apart.
         let mut stages: Vec<Option<Target>> = (0..def.stages.len()).map(|_| None).collect();
+        // The stored images of the stages (images copied from included),
+        // held as the image's base is.
+        let mut stage_holds = Vec::new();
         for i in needed {
             let stage = &def.stages[i];
             let stage_def = EnvDefinition {
@@ -311,6 +323,9 @@ impl LocalBackend {
                 ..Default::default()
             };
             let (stage_base, _) = self.resolve_base(&stage_def, progress)?;
+            if let Some((stored, _)) = &stage_base {
+                stage_holds.push(self.images.hold(&stored.reference)?);
+            }
             let id = self.base_fingerprint(stage_base.as_ref().map(|(stored, _)| stored));
             let target =
                 self.target(scratch.join(format!("stage-{i}")), stage_base, &id, &shared)?;

@@ -214,24 +214,25 @@ fn derived(task: &Task, def: &EnvDefinition, spec: &VerifierEnvSpec) -> (Task, E
 impl LocalBackend {
     /// Make sure `image` (of `task`, built from `def`) holds the verifier
     /// environment `task` asks for, building it if needed (see the module
-    /// docs). Nothing to do for a task that asks for none.
+    /// docs); whether it was built now. Nothing to do for a task that asks
+    /// for none.
     pub(super) fn ensure_verifier_env(
         &self,
         task: &Task,
         def: &EnvDefinition,
         image: &Image,
         progress: ProgressFn<'_>,
-    ) -> Result<(), SandboxError> {
+    ) -> Result<bool, SandboxError> {
         let spec = VerifierEnvSpec::from_section(&task.meta.verifier, Path::new("task.toml"))
             .map_err(|e| SandboxError::Start(e.to_string()))?;
         if spec.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let envs = image.path.join(IMAGE_DIR);
         let name = env_name(&spec);
         let dest = envs.join(&name);
         if is_complete_at(&image.path, &name) {
-            return Ok(());
+            return Ok(false);
         }
         // trusted: the image's own directory of environments, made by endless
         std::fs::create_dir_all(&envs).map_err(SandboxError::io("create directory", &envs))?;
@@ -247,7 +248,7 @@ impl LocalBackend {
                 .join(format!("{}.verifier-env-{name}.lock", image.hash)),
         )?;
         if is_complete_at(&image.path, &name) {
-            return Ok(());
+            return Ok(false);
         }
         let (dtask, ddef) = derived(task, def, &spec);
         let built = self.build_image_from(&dtask, &ddef, progress)?;
@@ -278,7 +279,7 @@ impl LocalBackend {
             .map_err(SandboxError::io("store the verifier environment", &dest))?;
         // The derived image served its purpose (its step stays cached).
         layout::remove_tree(&built.path);
-        Ok(())
+        Ok(true)
     }
 
     /// Make the environment's loader execute-only and owned as the
