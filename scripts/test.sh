@@ -21,9 +21,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # ray: for the Ray example's test (python/examples/ray_rollouts.py); datasets: for
 # loading the exported parquet as SkyRL does; harbor: Harbor's own CLI runs
-# trials in endless sandboxes; atif: the trajectory format's reference models.
+# trials in endless sandboxes; atif: the trajectory format's reference models;
+# inspect-ai: Inspect's own `inspect eval` runs a task with sandbox="endless".
 # If PyPI cannot be reached this fails, and so does the script: no test is skipped.
-"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray datasets harbor atif httpx openai \
+"$VENV/bin/pip" install -q --upgrade ./python pytest skyrl-gym pyarrow ray datasets harbor atif httpx openai inspect-ai \
   > target/pip-install.log 2>&1 &
 PIP=$!
 

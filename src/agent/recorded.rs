@@ -154,7 +154,14 @@ fn proc_host() -> Option<String> {
     Some(format!("{}/{}", boot.trim(), ns.display()))
 }
 
-/// Writes the trajectory as JSON lines and forwards steps as events.
+/// The time now, RFC 3339 UTC to the microsecond: when a trajectory line
+/// was written (ATIF's step `timestamp`).
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// Writes the trajectory as JSON lines, each with the time it was
+/// written, and forwards steps as events.
 struct JsonlObserver {
     file: Option<std::io::BufWriter<std::fs::File>>,
     task: String,
@@ -181,10 +188,10 @@ impl JsonlObserver {
 
 impl EpisodeObserver for JsonlObserver {
     fn on_message(&mut self, message: &ChatMessage) {
-        self.line(serde_json::json!({"type": "message", "message": message}));
+        self.line(serde_json::json!({"type": "message", "at": now(), "message": message}));
     }
     fn on_step(&mut self, step: &Step) {
-        self.line(serde_json::json!({"type": "step", "step": step}));
+        self.line(serde_json::json!({"type": "step", "at": now(), "step": step}));
         if let Some(tx) = &self.events {
             let _ = tx.send(RolloutEvent::Step {
                 task: self.task.clone(),
@@ -268,9 +275,15 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
             sample,
             events: recording.events.clone(),
         };
+        let tools: Vec<serde_json::Value> = config
+            .protocol
+            .offered_tools()
+            .iter()
+            .map(crate::llm::ToolSpec::openai)
+            .collect();
         observer.line(serde_json::json!({
-            "type": "start", "task": id.task, "sample": sample, "policy": id.policy,
-            "owner": EpisodeOwner::current(),
+            "type": "start", "at": now(), "task": id.task, "sample": sample, "policy": id.policy,
+            "owner": EpisodeOwner::current(), "tools": tools,
         }));
         let stepper = EpisodeStepper::start(&task.instruction, config, &mut observer);
         Ok(Started::Running(Self {
@@ -381,7 +394,7 @@ impl<T: super::terminal::Terminal> RecordedEpisode<T> {
         result.verifier = verifier;
         result.limits = limits;
         observer.line(serde_json::json!({
-            "type": "end", "end_reason": result.end_reason, "passed": result.passed,
+            "type": "end", "at": now(), "end_reason": result.end_reason, "passed": result.passed,
             "failure_mode": result.failure_mode,
             "failure_labels": result.failure_labels, "error": result.error,
         }));

@@ -1,15 +1,18 @@
 //! `endless episodes export --format atif`: finished episodes of the
 //! workspace's runs (or of any run directory, such as a training step's
 //! rollouts) written as ATIF trajectories, `OUT/<run>/<task>/<n>.atif.json`.
+//! An episode imported from Harbor with the trial's own trajectory is
+//! exported as that document, byte for byte, not rebuilt.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
+use super::import_runs::IMPORTED_KIND;
 use super::runs::glob_match;
-use crate::agent::atif::{episode_document, write_atif};
-use crate::agent::{load_run, EpisodePaths};
+use crate::agent::atif::{atif_path, episode_document, parse_atif, write_atif};
+use crate::agent::{load_run, EpisodePaths, EpisodeResult};
 use crate::store::Workspace;
 
 /// What to export.
@@ -72,6 +75,29 @@ fn run_dirs(ws: &Workspace, run: Option<&str>) -> Result<Vec<(String, PathBuf)>>
     Ok(out)
 }
 
+/// The ATIF document an imported episode came with (`<n>.atif.json`: the
+/// Harbor trial's own `agent/trajectory.json`, kept by the import), its
+/// bytes, checked to be ATIF; `None` for endless's own episodes and for
+/// trials whose agent wrote none (the oracle, `nop`).
+fn imported_document(paths: &EpisodePaths, result: &EpisodeResult) -> Result<Option<Vec<u8>>> {
+    if !result
+        .policy
+        .strip_prefix(IMPORTED_KIND)
+        .is_some_and(|rest| rest.starts_with(':'))
+    {
+        return Ok(None);
+    }
+    let path = atif_path(paths);
+    // trusted: a run directory of the workspace, written by the import
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    parse_atif(&path, &String::from_utf8_lossy(&bytes))?;
+    Ok(Some(bytes))
+}
+
 /// Write every selected finished episode as an ATIF document under
 /// `req.out`; returns what was written, in run, task, sample order.
 pub fn export_atif(ws: &Workspace, req: &ExportRequest) -> Result<Vec<ExportedEpisode>> {
@@ -90,13 +116,16 @@ pub fn export_atif(ws: &Workspace, req: &ExportRequest) -> Result<Vec<ExportedEp
     for (run, dir) in run_dirs(ws, req.run.as_deref())? {
         for result in load_run(&dir).into_iter().filter(|r| wanted(&r.task)) {
             let paths = EpisodePaths::new(&dir, &result.task, result.sample);
-            let doc = episode_document(&run, &paths, &result)?;
             let path = req
                 .out
                 .join(&run)
                 .join(&result.task)
                 .join(format!("{}.atif.json", result.sample));
-            write_atif(&path, &doc)?;
+            match imported_document(&paths, &result)? {
+                Some(bytes) => crate::fsutil::write_atomic(&path, &bytes)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => write_atif(&path, &episode_document(&run, &paths, &result)?)?,
+            }
             written.push(ExportedEpisode {
                 run: run.clone(),
                 task: result.task.clone(),

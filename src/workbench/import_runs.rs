@@ -452,7 +452,7 @@ mod tests {
         // Written as endless writes its own: the conversation is in the
         // trajectory, the trial's ATIF beside the result.
         let p = EpisodePaths::new(&report.run_dir, "hello-world", 0);
-        let messages = crate::agent::atif::read_messages(&p.trajectory);
+        let messages = crate::agent::atif::read_recorded(&p.trajectory).messages;
         assert!(messages[0].content.contains("Hello, world!"));
         assert!(p.result.with_extension("atif.json").is_file());
         let run = ws

@@ -5,6 +5,7 @@
 //! ATIF documents from other harnesses read back as endless steps
 //! ([`parse_atif`], [`atif_to_steps`]) for `endless episodes import`.
 
+mod lines;
 mod reader;
 mod schema;
 mod tokens;
@@ -12,6 +13,7 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 
+pub use lines::{read_recorded, RecordedLines};
 pub use reader::{atif_to_steps, parse_atif, ImportedTrajectory};
 pub use schema::{
     Agent, AtifStep, Content, FinalMetrics, Metrics, Observation, ObservationResult, Source,
@@ -22,7 +24,6 @@ pub use writer::{episode_to_atif, model_name, policy_uses_model, EpisodeSource, 
 
 use super::episode_io::EpisodePaths;
 use super::result::EpisodeResult;
-use crate::llm::ChatMessage;
 
 /// Why an ATIF document could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -47,33 +48,21 @@ pub enum AtifError {
     },
 }
 
-/// The conversation recorded in a trajectory file (`<n>.jsonl`: its
-/// `message` lines); empty when the file is missing or holds none.
-pub fn read_messages(trajectory: &Path) -> Vec<ChatMessage> {
-    let Ok(text) = std::fs::read_to_string(trajectory) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v.get("type").and_then(|t| t.as_str()) == Some("message"))
-        .filter_map(|v| serde_json::from_value(v.get("message")?.clone()).ok())
-        .collect()
-}
-
 /// The ATIF document of the episode whose files are `paths` in run `run`
-/// (its conversation from `<n>.jsonl`, its tokens from `<n>.tokens.jsonl`
-/// when a local policy recorded them). Fails only on a malformed tokens file.
+/// (its conversation and times from `<n>.jsonl`, its tokens from
+/// `<n>.tokens.jsonl` when a local policy recorded them). Fails only on a
+/// malformed tokens file.
 pub fn episode_document(
     run: &str,
     paths: &EpisodePaths,
     result: &EpisodeResult,
 ) -> Result<Trajectory, AtifError> {
-    let messages = read_messages(&paths.trajectory);
+    let recorded = read_recorded(&paths.trajectory);
     let tokens = read_turn_tokens(&tokens_path(paths))?;
     Ok(episode_to_atif(EpisodeSource {
         run,
         result,
-        messages: &messages,
+        recorded: &recorded,
         tokens: &tokens,
     }))
 }

@@ -4,7 +4,7 @@ use super::*;
 use crate::agent::{
     EndReason, EpisodeId, ForkOf, Step, StepKind, Takeover, Timings, Trajectory as Run,
 };
-use crate::llm::TokenUsage;
+use crate::llm::{ChatMessage, TokenUsage};
 
 fn cmd(turn: u32, kind: StepKind, command: &str, exit: i32, output: &str) -> Step {
     Step {
@@ -82,11 +82,19 @@ fn episode(policy: &str) -> (EpisodeResult, Vec<ChatMessage>) {
     (result, messages)
 }
 
+/// What a trajectory file holding only `messages` records.
+fn lines(messages: &[ChatMessage]) -> RecordedLines {
+    RecordedLines {
+        messages: messages.to_vec(),
+        ..RecordedLines::default()
+    }
+}
+
 fn doc(result: &EpisodeResult, messages: &[ChatMessage]) -> Trajectory {
     episode_to_atif(EpisodeSource {
         run: "eval-1",
         result,
-        messages,
+        recorded: &lines(messages),
         tokens: &[],
     })
 }
@@ -299,7 +307,7 @@ fn a_local_policys_tokens_split_into_turns_and_fill_the_metrics() {
     let d = episode_to_atif(EpisodeSource {
         run: "train",
         result: &r,
-        messages: &messages,
+        recorded: &lines(&messages),
         tokens: &turns,
     });
     let agent: Vec<&AtifStep> = d
@@ -318,4 +326,116 @@ fn a_local_policys_tokens_split_into_turns_and_fill_the_metrics() {
         .unwrap()
         .completion_token_ids
         .is_none());
+}
+
+#[test]
+fn steps_carry_the_times_their_lines_were_recorded() {
+    let (r, messages) = episode("openai:m1@http://x/v1");
+    let start = "2026-01-01T00:00:00.000001Z";
+    let times: Vec<Option<String>> = (0..r.steps.len())
+        .map(|i| Some(format!("2026-01-01T00:00:0{}.000000Z", i + 1)))
+        .collect();
+    let recorded = RecordedLines {
+        started_at: Some(start.into()),
+        step_times: times.clone(),
+        ..lines(&messages)
+    };
+    let d = episode_to_atif(EpisodeSource {
+        run: "eval-1",
+        result: &r,
+        recorded: &recorded,
+        tokens: &[],
+    });
+    let stamps: Vec<Option<&str>> = d.steps.iter().map(|s| s.timestamp.as_deref()).collect();
+    let mut want = vec![Some(start), Some(start)];
+    want.extend(times.iter().map(|t| t.as_deref()));
+    assert_eq!(stamps, want);
+    // A file with a line missing: no step gets another's time.
+    let short = RecordedLines {
+        step_times: times[1..].to_vec(),
+        ..recorded
+    };
+    let d = episode_to_atif(EpisodeSource {
+        run: "eval-1",
+        result: &r,
+        recorded: &short,
+        tokens: &[],
+    });
+    assert!(d.steps[2..].iter().all(|s| s.timestamp.is_none()));
+}
+
+#[test]
+fn a_tools_protocol_reply_keeps_its_calls_their_ids_and_every_tool_offered() {
+    use crate::agent::tool_calls::{agent_tools, FINISH_NOTE};
+    use crate::llm::tools::render_assistant_text;
+    let calls = vec![
+        crate::llm::ToolCall::new("call_Xy9", "bash", r#"{"command": "touch c"}"#),
+        crate::llm::ToolCall::new("call_Zq2", "finish", "{}"),
+    ];
+    let reply = ChatMessage::assistant_calls("I make c.", calls);
+    let messages = vec![
+        ChatMessage::system("You are an agent."),
+        ChatMessage::user("Make file c."),
+        reply.clone(),
+        ChatMessage::tool("call_Xy9", "exit code 0\n(no output)"),
+        ChatMessage::tool("call_Zq2", FINISH_NOTE),
+    ];
+    let (mut r, _) = episode("openai:m1@http://x/v1");
+    r.steps = vec![Step {
+        reply: render_assistant_text(&reply),
+        think: None,
+        ..cmd(1, StepKind::Done, "touch c", 0, "")
+    }];
+    r.taken_over = None;
+    let tools: Vec<serde_json::Value> = agent_tools().iter().map(|t| t.openai()).collect();
+    let recorded = RecordedLines {
+        tools: tools.clone(),
+        ..lines(&messages)
+    };
+    let d = episode_to_atif(EpisodeSource {
+        run: "serve-x",
+        result: &r,
+        recorded: &recorded,
+        tokens: &[],
+    });
+    assert_eq!(d.agent.tool_definitions.as_ref(), Some(&tools));
+    let step = &d.steps[2];
+    assert_eq!(step.message, Content::Text("I make c.".into()));
+    let calls = step.tool_calls.as_ref().unwrap();
+    let got: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| (c.tool_call_id.as_str(), c.function_name.as_str()))
+        .collect();
+    assert_eq!(got, [("call_Xy9", "bash"), ("call_Zq2", "finish")]);
+    assert_eq!(calls[0].arguments["command"], "touch c");
+    let results = &step.observation.as_ref().unwrap().results;
+    let answered: Vec<(Option<&str>, String)> = results
+        .iter()
+        .map(|o| {
+            (
+                o.source_call_id.as_deref(),
+                o.content.as_ref().unwrap().text(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answered,
+        [
+            (Some("call_Xy9"), "exit code 0\n(no output)".to_string()),
+            (Some("call_Zq2"), FINISH_NOTE.to_string())
+        ]
+    );
+    assert_eq!(results[0].extra.as_ref().unwrap()["exit_code"], 0);
+    assert!(results[1].extra.is_none());
+}
+
+#[test]
+fn an_episode_without_a_turn_still_has_a_step() {
+    let (mut r, _) = episode("harbor:nop");
+    r.steps.clear();
+    r.taken_over = None;
+    let d = doc(&r, &[]);
+    assert_eq!(d.steps.len(), 1);
+    assert_eq!((d.steps[0].step_id, d.steps[0].source), (1, Source::System));
+    assert_eq!(d.final_metrics.unwrap().total_steps, Some(1));
 }

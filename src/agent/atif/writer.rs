@@ -1,13 +1,16 @@
 //! An endless episode as an ATIF document: the system prompt and the
 //! task's instruction, then one agent step per turn (its reply, its
 //! reasoning, its command as a `bash` tool call, the command's output as
-//! the observation, the turn's tokens), a human's commands (a take-over)
-//! as user steps, a fork's replayed commands marked as copied context,
-//! and the verdict (passed, reward, tests, failure labels) in the final
-//! metrics.
+//! the observation, the turn's tokens, when it was recorded), a human's
+//! commands (a take-over) as user steps, a fork's replayed commands marked
+//! as copied context, and the verdict (passed, reward, tests, failure
+//! labels) in the final metrics. Under the `tools` protocol a reply's
+//! OpenAI `tool_calls` are its ATIF tool calls, ids and all, each answered
+//! by its `tool` message, and every function offered is listed.
 
 use serde_json::{json, Map, Value};
 
+use super::lines::RecordedLines;
 use super::schema::{
     Agent, AtifStep, Content, FinalMetrics, Metrics, Observation, ObservationResult, Source,
     ToolCall, Trajectory, SCHEMA_VERSION,
@@ -15,6 +18,8 @@ use super::schema::{
 use super::tokens::TurnTokens;
 use crate::agent::episode::{Step, StepKind};
 use crate::agent::result::EpisodeResult;
+use crate::agent::tool_calls::{BASH, BASH_ALIAS};
+use crate::llm::tools::render_assistant_text;
 use crate::llm::{ChatMessage, Role};
 
 /// The one tool endless's agents act through.
@@ -27,9 +32,11 @@ pub struct EpisodeSource<'a> {
     pub run: &'a str,
     /// The finished episode.
     pub result: &'a EpisodeResult,
-    /// The conversation from its trajectory file (system prompt, task,
-    /// replies, observations); empty when there is none.
-    pub messages: &'a [ChatMessage],
+    /// What its trajectory file recorded: the conversation (system
+    /// prompt, task, replies with their tool calls, observations), when
+    /// the episode started and each step was recorded, the functions
+    /// offered; empty when there is none.
+    pub recorded: &'a RecordedLines,
     /// The exact tokens of each of the policy's replies, in order, when a
     /// local policy recorded them (`<n>.tokens.jsonl`); empty otherwise.
     pub tokens: &'a [TurnTokens],
@@ -79,32 +86,40 @@ pub fn episode_to_atif(src: EpisodeSource<'_>) -> Trajectory {
     let r = src.result;
     let uses_model = policy_uses_model(&r.policy);
     let mut steps: Vec<AtifStep> = Vec::new();
-    let mut push = |mut step: AtifStep| {
-        step.step_id = steps.len() as u64 + 1;
-        steps.push(step);
-    };
-    let first = |role: Role| src.messages.iter().find(|m| m.role == role);
-    if let Some(system) = first(Role::System) {
-        push(plain(Source::System, &system.content));
-    }
-    if let Some(task) = first(Role::User) {
-        push(plain(Source::User, &task.content));
+    let recorded = src.recorded;
+    let first = |role: Role| recorded.messages.iter().find(|m| m.role == role);
+    for (source, role) in [(Source::System, Role::System), (Source::User, Role::User)] {
+        if let Some(m) = first(role) {
+            let mut step = plain(source, &m.content);
+            step.timestamp = recorded.started_at.clone();
+            steps.push(step);
+        }
     }
     let replayed = r.forked_from.as_ref().map_or(0, |f| f.replayed as usize);
     let mut generations = src.tokens.iter();
+    // Each step's time, when the file recorded one line per step.
+    let times = (recorded.step_times.len() == r.steps.len()).then_some(&recorded.step_times);
+    let mut replies = Replies {
+        messages: &recorded.messages,
+        next: 0,
+    };
     for (i, s) in r.steps.iter().enumerate() {
         let copied = i < replayed;
         let mut step = if s.kind == StepKind::Human {
             human_step(s)
-        } else if copied {
-            agent_step(s, Some(false), None)
         } else {
-            agent_step(s, uses_model, generations.next())
+            let calls = replies.find(&s.reply);
+            if copied {
+                agent_step(s, Some(false), None, calls)
+            } else {
+                agent_step(s, uses_model, generations.next(), calls)
+            }
         };
         if copied {
             step.is_copied_context = Some(true);
         }
-        push(step);
+        step.timestamp = times.and_then(|t| t[i].clone());
+        steps.push(step);
     }
     if let Some(error) = &r.error {
         let mut step = plain(
@@ -112,7 +127,25 @@ pub fn episode_to_atif(src: EpisodeSource<'_>) -> Trajectory {
             &format!("the episode ended ({}): {error}", r.end_reason.as_str()),
         );
         step.extra = Some(obj(json!({"end_reason": r.end_reason, "error": error})));
-        push(step);
+        step.timestamp = recorded.ended_at.clone();
+        steps.push(step);
+    }
+    if steps.is_empty() {
+        // ATIF wants at least one step (Harbor's `Trajectory` refuses
+        // none): an agent that did nothing, such as Harbor's `nop`.
+        let mut step = plain(
+            Source::System,
+            &format!(
+                "the episode recorded no turn (it ended: {})",
+                r.end_reason.as_str()
+            ),
+        );
+        step.extra = Some(obj(json!({"end_reason": r.end_reason})));
+        step.timestamp = recorded.ended_at.clone();
+        steps.push(step);
+    }
+    for (i, step) in steps.iter_mut().enumerate() {
+        step.step_id = i as u64 + 1;
     }
     let counted = uses_model != Some(false);
     let final_metrics = FinalMetrics {
@@ -142,7 +175,11 @@ pub fn episode_to_atif(src: EpisodeSource<'_>) -> Trajectory {
             name: "endless".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             model_name: model_name(&r.policy),
-            tool_definitions: Some(vec![bash_tool_definition()]),
+            tool_definitions: Some(if recorded.tools.is_empty() {
+                vec![bash_tool_definition()]
+            } else {
+                recorded.tools.clone()
+            }),
             extra: Some(obj(json!({"policy": r.policy}))),
         },
         steps,
@@ -227,14 +264,97 @@ fn human_step(s: &Step) -> AtifStep {
     step
 }
 
+/// The assistant messages of a conversation, matched to the steps in
+/// order.
+struct Replies<'m> {
+    messages: &'m [ChatMessage],
+    /// Where the next reply is looked for.
+    next: usize,
+}
+
+/// A reply that made OpenAI tool calls, and the `tool` messages that
+/// answered them.
+struct CallingReply<'m> {
+    message: &'m ChatMessage,
+    answers: Vec<&'m ChatMessage>,
+}
+
+impl<'m> Replies<'m> {
+    /// The next assistant message whose text is the step's `reply` (as
+    /// steps record it: its content, then its calls as Hermes text), when
+    /// it made OpenAI tool calls; `None` for a plain reply or one the
+    /// conversation does not hold.
+    fn find(&mut self, reply: &str) -> Option<CallingReply<'m>> {
+        let rest = self.messages.get(self.next..)?;
+        let at = rest.iter().position(|m| {
+            m.role == Role::Assistant
+                && if m.tool_calls.is_empty() {
+                    m.content == reply
+                } else {
+                    render_assistant_text(m) == reply
+                }
+        })?;
+        self.next += at + 1;
+        let message = &rest[at];
+        if message.tool_calls.is_empty() {
+            return None;
+        }
+        let answers = rest[at + 1..]
+            .iter()
+            .take_while(|m| m.role != Role::Assistant)
+            .filter(|m| m.role == Role::Tool)
+            .collect();
+        Some(CallingReply { message, answers })
+    }
+}
+
 /// One reply of the policy and what it did. `uses_model`: `Some(false)`
 /// marks a deterministic step (no metrics, no reasoning field); `tokens`:
-/// the reply's exact tokens, when recorded.
-fn agent_step(s: &Step, uses_model: Option<bool>, tokens: Option<&TurnTokens>) -> AtifStep {
+/// the reply's exact tokens, when recorded; `calls`: the reply's OpenAI
+/// tool calls and their answers (the `tools` protocol).
+fn agent_step(
+    s: &Step,
+    uses_model: Option<bool>,
+    tokens: Option<&TurnTokens>,
+    calls: Option<CallingReply<'_>>,
+) -> AtifStep {
     let mut step = plain(Source::Agent, &s.reply);
     let mut extra = step_extra(s);
     let mut results = Vec::new();
-    if let Some(command) = &s.command {
+    if let Some(reply) = calls {
+        step.message = Content::Text(reply.message.content.clone());
+        let mut ran = s.command.is_some();
+        let mut atif_calls = Vec::new();
+        for c in &reply.message.tool_calls {
+            let (arguments, raw) = match serde_json::from_str::<Value>(&c.function.arguments) {
+                Ok(Value::Object(m)) => (m, None),
+                _ => (Map::new(), Some(c.function.arguments.clone())),
+            };
+            atif_calls.push(ToolCall {
+                tool_call_id: c.id.clone(),
+                function_name: c.function.name.clone(),
+                arguments,
+                extra: raw.map(|a| obj(json!({ "raw_arguments": a }))),
+            });
+            let answer = reply
+                .answers
+                .iter()
+                .find(|m| m.tool_call_id.as_deref() == Some(c.id.as_str()));
+            if let Some(answer) = answer {
+                // The first shell call is the command that ran.
+                let this_ran = ran && matches!(c.function.name.as_str(), BASH | BASH_ALIAS);
+                ran &= !this_ran;
+                results.push(ObservationResult {
+                    source_call_id: Some(c.id.clone()),
+                    content: Some(Content::Text(answer.content.clone())),
+                    extra: this_ran.then(|| {
+                        obj(json!({"exit_code": s.exit_code, "timed_out": s.timed_out, "output": s.output}))
+                    }),
+                });
+            }
+        }
+        step.tool_calls = Some(atif_calls);
+    } else if let Some(command) = &s.command {
         let id = format!("call_{}", s.turn);
         step.tool_calls = Some(vec![ToolCall {
             tool_call_id: id.clone(),
