@@ -933,29 +933,64 @@ pub enum SlurmCommand {
         /// Shards (array tasks).
         #[arg(long, default_value_t = 4)]
         shards: u32,
-        /// The Slurm partition (`sbatch --partition`).
+        /// The Slurm partition (`sbatch --partition`), of every job.
         #[arg(long)]
         partition: Option<String>,
+        /// The account charged (`sbatch --account`), of every job.
+        #[arg(long)]
+        account: Option<String>,
+        /// The quality of service (`sbatch --qos`), of every job.
+        #[arg(long)]
+        qos: Option<String>,
         /// Time limit of each array task (`sbatch --time`, e.g. `1:00:00`).
         #[arg(long)]
         time: Option<String>,
-        /// CPUs per array task (`sbatch --cpus-per-task`).
+        /// CPUs per array task (`sbatch --cpus-per-task`); also the
+        /// command's `--concurrency` unless it gives its own.
         #[arg(long)]
         cpus: Option<u32>,
         /// Memory per array task (`sbatch --mem`, e.g. `8G`).
         #[arg(long)]
         mem: Option<String>,
-        /// The job's name (default: the command and the time).
+        /// Generic resources per array task (`sbatch --gres`, e.g. `gpu:1`).
+        #[arg(long)]
+        gres: Option<String>,
+        /// Node features each array task needs (`sbatch --constraint`).
+        #[arg(long)]
+        constraint: Option<String>,
+        /// Each array task has its node to itself (`sbatch --exclusive`).
+        #[arg(long)]
+        exclusive: bool,
+        /// Another sbatch option for every job, `--name=value` or `--name`
+        /// (repeatable; after the site's `[slurm] extra`).
+        #[arg(long = "sbatch-arg", value_name = "OPTION", allow_hyphen_values = true)]
+        sbatch_arg: Vec<String>,
+        /// Array tasks running at once (`--array=0-N%M`).
+        #[arg(long, value_name = "M")]
+        max_parallel: Option<u32>,
+        /// Seconds before its time limit at which an array task stops its
+        /// command and requeues itself (`--signal=B:USR1@S --requeue`); the
+        /// shard resumes where it was.
+        #[arg(long, value_name = "SECONDS")]
+        requeue_before: Option<u32>,
+        /// Start after the merge of this earlier submission of the
+        /// workspace (`--dependency=afterok`).
+        #[arg(long, value_name = "NAME")]
+        after: Option<String>,
+        /// The job's name (default: the command and the time); a chain's
+        /// stages are NAME-1-KIND, NAME-2-KIND...
         #[arg(long)]
         name: Option<String>,
         /// Write the scripts and shard workspaces, but do not submit.
         #[arg(long)]
         no_submit: bool,
-        /// Print what was submitted as JSON.
+        /// Print what was submitted as JSON (a list for a chain).
         #[arg(long)]
         json: bool,
-        /// The endless command to shard: `tasks validate ...`, `eval ...`
-        /// or `generate --offline ...` (after `--`).
+        /// The endless command to shard: `tasks validate ...`, `tasks audit
+        /// ...`, `eval ...` or `generate --offline ...` (after `--`); stages
+        /// separated by `--then` run one after the other, each after the
+        /// merge of the one before.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
@@ -965,6 +1000,27 @@ pub enum SlurmCommand {
         /// The job's name (default: every job submitted from this workspace).
         job: Option<String>,
         /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Submit the failed shards of a job again (one job array from its
+    /// kept script) with a merge job after them.
+    Rerun {
+        /// The job's name.
+        job: String,
+        /// Print the re-run as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Merge a job's shards into this workspace now and record it (what
+    /// its merge job runs).
+    Merge {
+        /// The job's name.
+        job: String,
+        /// Merge the shards that are done even when others are missing.
+        #[arg(long)]
+        allow_partial: bool,
+        /// Print the merge report as JSON.
         #[arg(long)]
         json: bool,
     },

@@ -36,6 +36,20 @@ pub struct Config {
     /// `[record]`: what is written beside each episode's result.
     #[serde(default)]
     pub record: RecordConfig,
+    /// `[slurm]`: what `endless slurm submit` adds to every batch script.
+    #[serde(default)]
+    pub slurm: SlurmConfig,
+}
+
+/// `[slurm]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// sbatch options for every job of a submission, each `--name=value`
+    /// or `--name` (a site's `--account`, `--reservation`...), written as
+    /// `#SBATCH` lines before the command line's `--sbatch-arg`s.
+    #[serde(default)]
+    pub extra: Vec<String>,
 }
 
 /// `[record]`

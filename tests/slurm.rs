@@ -449,22 +449,39 @@ fn sharded_validation_and_eval_as_slurm_arrays_merge_to_one_unsharded_run() {
         out.contains("shard 2 failed: log") && out.contains("sbatch --array=2"),
         "{out}"
     );
-    // Re-run shard 2 alone from the kept script, then merge.
+    // Issue 48: `slurm rerun` submits the failed shard again with a merge
+    // job; while it is queued or runs, status says so (not "failed"), and
+    // its merge job's state is the merge's.
     std::fs::remove_file(&broken).unwrap();
-    let again = cluster
-        .cmd("sbatch")
-        .args(["--parsable", "--wait", "--array=2"])
-        .arg(dir.join("array.sbatch"))
-        .env("XDG_CACHE_HOME", home.join(".cache"))
-        .env("XDG_STATE_HOME", home.join(".state"))
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .output()
-        .unwrap();
+    let again = json(endless(&cluster, home, &main, &["slurm", "rerun", "ev", "--json"]));
+    assert_eq!(again["shards"], serde_json::json!([2]), "{again}");
+    let status = json(endless(&cluster, home, &main, &["slurm", "status", "ev", "--json"]));
+    let state = status[0]["shards"][2]["state"].as_str().unwrap().to_string();
     assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
+        ["PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "COMPLETED"].contains(&state.as_str()),
+        "a shard being re-run is not {state}: {status:#}"
     );
+    assert_ne!(status[0]["merge"], "CANCELLED", "{status:#}");
+    let status = wait_for(&cluster, home, &main, "ev", |s| {
+        merged(s) || s["merge"] == "CANCELLED" || s["merge"] == "FAILED"
+    });
+    assert!(merged(&status), "{status:#}\n{}", cluster.logs());
+    assert_eq!(status["shards"][2]["state"], "COMPLETED", "{status:#}");
+    // Each attempt has its own log; Slurm's log of the task has a line for each.
+    assert!(
+        status["shards"][2]["log"]
+            .as_str()
+            .unwrap()
+            .ends_with("logs/shard-2.1.out"),
+        "{status:#}"
+    );
+    assert!(dir.join("logs/shard-2.0.out").is_file());
+    let slurm_log = std::fs::read_to_string(dir.join("logs/shard-2.out")).unwrap();
+    assert!(
+        slurm_log.contains("shard 2/4, attempt 0") && slurm_log.contains("shard 2/4, attempt 1"),
+        "{slurm_log}"
+    );
+    ok(endless(&cluster, home, &main, &["slurm", "status", "ev"]));
     let merged_out = json(endless(
         &cluster,
         home,
@@ -555,4 +572,249 @@ fn script_breaking_values_are_refused_and_odd_workspace_paths_run() {
     ))
     .contains("merged"));
     assert!(!pwned.exists());
+}
+
+/// The stored audit reports of `ws`, by task, without their timings.
+fn audit_reports(ws: &Path) -> Vec<(String, Value)> {
+    fn untimed(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|k, _| k != "seconds" && !k.ends_with("_at"));
+                m.values_mut().for_each(untimed);
+            }
+            Value::Array(a) => a.iter_mut().for_each(untimed),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(ws.join("tasks")).unwrap().flatten() {
+        let path = entry.path().join("audit.json");
+        let mut v: Value = serde_json::from_str(
+            &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        )
+        .unwrap();
+        untimed(&mut v);
+        out.push((entry.file_name().to_string_lossy().to_string(), v));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Issue 48: generate -> validate -> audit -> eval as one chained
+/// submission of job arrays, each stage after the merge of the one before
+/// (its shard workspaces made then), merges to what the same work gives
+/// unsharded: the same tasks, verdicts, audit reports, eval report and
+/// pass@k. The site's options (`--account`-like `[slurm] extra`,
+/// `--sbatch-arg`, `--max-parallel`, `--cpus`) go into every script.
+#[test]
+fn a_chain_of_generate_validate_audit_eval_merges_to_the_same_work_unsharded() {
+    let cluster = Cluster::start();
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let generate = ["generate", "--offline", "--count", "6", "--seed", "21"];
+    let validate = ["tasks", "validate", "--all"];
+    let audit = ["tasks", "audit", "--all", "--checks", "passes-without-work"];
+    let eval = ["eval", "--policy", "oracle", "--samples", "2"];
+    let whole = home.join("whole");
+    ok(endless(&cluster, home, &whole, &generate));
+    ok(endless(&cluster, home, &whole, &validate));
+    // Findings make the audit exit 1; its reports are stored all the same.
+    endless(&cluster, home, &whole, &audit);
+    let mut eval_json = eval.to_vec();
+    eval_json.push("--json");
+    let one = json(endless(&cluster, home, &whole, &eval_json));
+    let run = one["run"].as_str().unwrap().to_string();
+
+    let main = home.join("main");
+    std::fs::create_dir_all(&main).unwrap();
+    std::fs::write(
+        main.join("endless.toml"),
+        "[slurm]\nextra = [\"--comment=endless chain\"]\n",
+    )
+    .unwrap();
+    let mut submit = vec![
+        "slurm",
+        "submit",
+        "--shards",
+        "2",
+        "--name",
+        "ch",
+        "--cpus",
+        "1",
+        "--max-parallel",
+        "1",
+        "--sbatch-arg=--nice=10",
+        "--json",
+        "--",
+    ];
+    for (k, stage) in [&generate[..], &validate[..], &audit[..], &eval[..]]
+        .iter()
+        .enumerate()
+    {
+        if k > 0 {
+            submit.push("--then");
+        }
+        submit.extend(stage.iter());
+    }
+    let jobs = json(endless(&cluster, home, &main, &submit));
+    let names: Vec<&str> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["ch-1-generate", "ch-2-validate", "ch-3-audit", "ch-4-eval"]
+    );
+    for (k, job) in jobs.as_array().unwrap().iter().enumerate() {
+        let dir = PathBuf::from(job["dir"].as_str().unwrap());
+        let array = std::fs::read_to_string(dir.join("array.sbatch")).unwrap();
+        assert!(
+            array.contains("#SBATCH --comment=\"endless chain\"\n#SBATCH --nice=\"10\"\n")
+                && array.contains("#SBATCH --cpus-per-task=1\n"),
+            "{array}"
+        );
+        if k > 0 {
+            assert_eq!(job["after"], names[k - 1], "{job}");
+            assert!(job["prepare_job"].is_string(), "{job}");
+            assert!(
+                !dir.join("shard-0").exists(),
+                "a later stage's shards are made after the merge before it"
+            );
+        }
+    }
+    for name in &names {
+        let status = wait_for(&cluster, home, &main, name, |s| {
+            merged(s) || ["CANCELLED", "FAILED"].contains(&s["merge"].as_str().unwrap_or(""))
+        });
+        assert!(
+            merged(&status),
+            "{name}: {status:#}\n{}\n{}",
+            log(&Value::String(
+                main.join(format!("slurm/{name}/logs/merge.out"))
+                    .display()
+                    .to_string()
+            )),
+            cluster.logs()
+        );
+    }
+    let ids = |ws: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(ws.join("tasks"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&main), ids(&whole));
+    assert_eq!(
+        stored_verdicts(&cluster, home, &main),
+        stored_verdicts(&cluster, home, &whole)
+    );
+    assert_eq!(audit_reports(&main), audit_reports(&whole));
+    let report =
+        |ws: &Path| std::fs::read_to_string(ws.join("runs").join(&run).join("report.md")).unwrap();
+    assert_eq!(report(&main), report(&whole));
+    assert_eq!(
+        pass_at_k(&cluster, home, &main),
+        pass_at_k(&cluster, home, &whole)
+    );
+}
+
+/// Issue 48: an array task told to stop (USR1, what `--requeue-before`
+/// asks Slurm to send before the time limit) stops its command and
+/// requeues itself; the next attempt resumes, each attempt keeps its own
+/// log, and the merge equals one unsharded evaluation.
+#[test]
+fn a_signalled_shard_stops_requeues_and_resumes_with_a_log_per_attempt() {
+    let cluster = Cluster::start();
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let whole = with_tasks(&cluster, home, "whole");
+    let main = with_tasks(&cluster, home, "main");
+    let eval = [
+        "eval",
+        "--policy",
+        "oracle",
+        "--samples",
+        "3",
+        "--concurrency",
+        "1",
+    ];
+    let mut eval_json = eval.to_vec();
+    eval_json.push("--json");
+    let one = json(endless(&cluster, home, &whole, &eval_json));
+    let run = one["run"].as_str().unwrap().to_string();
+    let mut submit = vec![
+        "slurm",
+        "submit",
+        "--shards",
+        "2",
+        "--name",
+        "pre",
+        "--requeue-before",
+        "60",
+        "--json",
+        "--",
+    ];
+    submit.extend(eval);
+    let job = json(endless(&cluster, home, &main, &submit));
+    let dir = PathBuf::from(job["dir"].as_str().unwrap());
+    let array = job["array_job"].as_str().unwrap().to_string();
+    let script = std::fs::read_to_string(dir.join("array.sbatch")).unwrap();
+    assert!(
+        script.contains("#SBATCH --signal=B:USR1@60\n#SBATCH --requeue\n"),
+        "{script}"
+    );
+    // Once shard 0's first attempt runs its command, signal its batch shell.
+    let attempt = dir.join("logs/shard-0.0.out");
+    let start = Instant::now();
+    while !attempt.is_file() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "shard 0 did not start: {}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    run_ok(
+        cluster
+            .cmd("scancel")
+            .args(["--signal=USR1", "--batch"])
+            .arg(format!("{array}_0")),
+        "signalling shard 0",
+    );
+    let status = wait_for(&cluster, home, &main, "pre", |s| {
+        merged(s) || ["CANCELLED", "FAILED"].contains(&s["merge"].as_str().unwrap_or(""))
+    });
+    assert!(merged(&status), "{status:#}\n{}", cluster.logs());
+    let first = std::fs::read_to_string(&attempt).unwrap();
+    assert!(first.contains("told to stop (USR1)"), "{first}");
+    assert!(
+        dir.join("logs/shard-0.1.out").is_file(),
+        "the requeued attempt has its own log"
+    );
+    assert!(
+        status["shards"][0]["log"]
+            .as_str()
+            .unwrap()
+            .ends_with("logs/shard-0.1.out"),
+        "{status:#}"
+    );
+    let slurm_log = std::fs::read_to_string(dir.join("logs/shard-0.out")).unwrap();
+    assert!(
+        slurm_log.contains("shard 0/2, attempt 0 (job")
+            && slurm_log.contains("shard 0/2, attempt 1 (job"),
+        "{slurm_log}"
+    );
+    let report =
+        |ws: &Path| std::fs::read_to_string(ws.join("runs").join(&run).join("report.md")).unwrap();
+    assert_eq!(report(&main), report(&whole));
+    assert_eq!(
+        pass_at_k(&cluster, home, &main),
+        pass_at_k(&cluster, home, &whole)
+    );
 }

@@ -171,8 +171,15 @@ class ServePool:
         ray.get(self.actors[index].kill.remote())
 
     def alive(self) -> List[bool]:
-        """Whether each node's server is running."""
-        return ray.get([a.alive.remote() for a in self.actors])
+        """Whether each node's server is running: False for a node whose actor died (its
+        process or machine is gone) as for one whose server exited."""
+        out = []
+        for a in self.actors:
+            try:
+                out.append(bool(ray.get(a.alive.remote())))
+            except ray.exceptions.RayError:
+                out.append(False)
+        return out
 
     def stop(self) -> List[Optional[int]]:
         """Stop every node's server and its actor; their exit statuses (`None`: actor lost)."""

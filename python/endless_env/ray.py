@@ -61,8 +61,10 @@ def endless_binary(binary: Optional[str] = None) -> str:
 class ShardStatus:
     """One shard of a `run_sharded` call.
 
-    `state`: `done` (ran now and finished), `done-before` (finished by an earlier call, not
-    run again), `failed` (its process failed, or Ray lost its task) or `not-run`.
+    `state`: `done` (ran now and finished: its `shard.json` says so, whatever its exit
+    status, which is not 0 when it found invalid tasks or audit findings), `done-before`
+    (finished by an earlier call, not run again), `failed` (it did not finish: its process
+    failed, or Ray lost its task) or `not-run`. `returncode` is its process's exit status.
     """
 
     index: int
@@ -116,7 +118,7 @@ class ShardedResult:
 
 
 class ShardsFailed(RuntimeError):
-    """Shards failed: the message names each, with its exit status, log and the log's last
+    """Shards failed (did not finish; one that finished with findings is done): the message names each, with its exit status, log and the log's last
     lines. `result` is the `ShardedResult`; the same `run_sharded` call again re-runs only
     the shards that are not done."""
 
@@ -241,7 +243,8 @@ def run_sharded(command: Union[str, Sequence[str]], shards: int, workspace: Unio
                 *, name: Optional[str] = None, binary: Optional[str] = None,
                 env: Optional[Mapping[str, str]] = None, allow_partial: bool = False,
                 num_cpus: float = 1, timeout: Optional[float] = None, check: bool = True) -> ShardedResult:
-    """Run the endless `command` (`tasks validate ...`, `eval ...`, `generate --offline ...`;
+    """Run the endless `command` (`tasks validate ...`, `tasks audit ...`, `eval ...`,
+    `generate --offline ...`;
     without `--workspace` or `--shard`) as `shards` Ray tasks, one `endless` process each
     (`num_cpus` Ray CPUs apiece, `timeout` seconds at most), then merge them into
     `workspace`. `env` is added to each process's environment (`XDG_CACHE_HOME` for a
@@ -299,7 +302,9 @@ def run_sharded(command: Union[str, Sequence[str]], shards: int, workspace: Unio
                 _write_json(_state_path(s.log), {"state": "lost", "error": s.error, "ended_at": _now()})
                 continue
             s.returncode, s.seconds, s.node, s.error = out["returncode"], out["seconds"], out["node"], out["error"]
-            if s.returncode == 0 and _finished(_record(pathlib.Path(s.workspace)), cmd, s.index, count):
+            # A shard that recorded its work done succeeded, even when its command reports what
+            # it found with its exit status (invalid tasks, audit findings).
+            if _finished(_record(pathlib.Path(s.workspace)), cmd, s.index, count):
                 s.state = "done"
             else:
                 s.state = "failed"

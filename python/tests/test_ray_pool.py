@@ -98,3 +98,7 @@ def test_a_killed_node_loses_only_its_sessions(ray_local, tasks_ws, tmp_path):
         c.close(b.id)
         assert oracle_episode(c, ws, ids[2]) == 1.0
         assert pool.alive() == [i != dead for i in range(2)]
+        # Issue 48: a node whose actor died (its worker process or machine went) is not
+        # alive either; alive() said so by raising RayActorError.
+        ray_local.kill(pool.actors[dead])
+        assert pool.alive() == [i != dead for i in range(2)]

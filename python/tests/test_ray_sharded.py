@@ -97,6 +97,23 @@ def test_a_failed_shard_is_reported_with_its_log_and_re_run_alone(ray_local, tmp
     assert json.loads((run_dir / "logs" / "shard-1.state.json").read_text())["returncode"] == 0
 
 
+def test_shards_that_finish_with_invalid_tasks_are_done_not_failed(ray_local, tmp_path):
+    """Issue 48: a shard that finished and reported invalid tasks through its exit status
+    raised ShardsFailed, and nothing was merged."""
+    whole = with_tasks(tmp_path, "whole", 4, 5)
+    main = with_tasks(tmp_path, "main", 4, 5)
+    broken = sorted(p.name for p in (main / "tasks").iterdir())[0]
+    for ws in (whole, main):
+        (ws / "tasks" / broken / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    assert endless_home(tmp_path, whole, "tasks", "validate", "--all", check=False).returncode != 0
+    result = run_sharded(["tasks", "validate", "--all"], 2, main, env=home_env(tmp_path))
+    assert result.ok and [s.state for s in result.shards] == ["done", "done"], result
+    assert any(s.returncode not in (0, None) for s in result.shards), result
+    ours = verdicts(tmp_path, main)
+    assert [ok for id_, ok, _ in ours if id_ == broken] == [False], ours
+    assert ours == verdicts(tmp_path, whole)
+
+
 def test_bad_commands_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="--shard is set by run_sharded"):
         run_sharded(["tasks", "validate", "--shard", "0/2"], 2, tmp_path)

@@ -59,7 +59,12 @@ pub fn run(ctx: &Context, cmd: WorkspaceCommand) -> Result<ExitCode> {
 
 /// `endless workspace merge OTHER... [--allow-partial]`: plain workspaces
 /// one by one, shard workspaces (or directories of them) as one job.
-fn merge(ctx: &Context, other: &[PathBuf], allow_partial: bool, json: bool) -> Result<ExitCode> {
+pub(crate) fn merge(
+    ctx: &Context,
+    other: &[PathBuf],
+    allow_partial: bool,
+    json: bool,
+) -> Result<ExitCode> {
     let mut ws = ctx.workspace()?;
     let (shard_paths, plain): (Vec<PathBuf>, Vec<PathBuf>) =
         other.iter().cloned().partition(|p| is_shards(p));

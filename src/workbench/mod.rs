@@ -53,6 +53,8 @@ pub mod shard_run;
 pub mod sharded_runs;
 pub mod shards;
 pub mod slurm;
+pub mod slurm_options;
+pub mod slurm_rerun;
 pub mod task_search;
 mod train;
 pub mod validate;

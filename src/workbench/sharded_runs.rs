@@ -180,7 +180,7 @@ pub fn from_slurm(status: &JobStatus) -> ShardedRun {
         merge: status.merge.clone(),
         rerun: format!(
             "sbatch --array={{i}} {}",
-            crate::workbench::slurm::sh_quote(&job.array_script().to_string_lossy())
+            crate::workbench::slurm_options::sh_quote(&job.array_script().to_string_lossy())
         ),
         note: status.sacct_note.clone(),
     }

@@ -143,7 +143,8 @@ fn a_slurm_submission_shows_its_shards() {
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+    .remove(0);
     write(
         &job.dir.join("shard-1/shard.json"),
         r#"{"shard": 1, "of": 2, "kind": "validate", "key": "k", "items": 2, "done": true}"#,
