@@ -158,6 +158,10 @@ pub struct VerifierCall {
     /// privileges and makes them read-only, so that nothing a test starts can
     /// plant a module beside them; the program writes those not there yet.
     pub files: Vec<(String, Vec<u8>)>,
+    /// Run as uid 0, keep Docker's default capabilities (the agent's root
+    /// shell's) instead of none: a client's command in a served sandbox
+    /// (`apt-get` drops to `_apt`). Never for the verifier.
+    pub root_caps: bool,
 }
 
 /// What a pre-warmed verifier may prepare before it forks, once for every
@@ -569,14 +573,15 @@ impl Session {
     /// (as the task's user, or as inside `uid`:`gid` with `as_ids`), with
     /// stdin closed, handing `sink` its output as it comes: stdout and
     /// stderr interleaved, and what it writes to fd 3, each up to
-    /// [`CAPTURE_LIMIT`] bytes; killed after `timeout`. `started` is
-    /// called once the command is prepared, just before it is spawned
-    /// (an error before it means nothing ran).
+    /// [`CAPTURE_LIMIT`] bytes; killed after `timeout`, or as soon as
+    /// `cancel` is set. `started` is called once the command is prepared,
+    /// just before it is spawned (an error before it means nothing ran).
     pub fn run_beside_streaming(
         &mut self,
         call: &VerifierCall,
         as_ids: Option<(u32, u32)>,
         timeout: Duration,
+        cancel: &std::sync::atomic::AtomicBool,
         started: &mut dyn FnMut(),
         sink: &mut dyn FnMut(super::streaming::Pipe, &[u8]),
     ) -> Result<super::streaming::StreamedExit, SandboxError> {
@@ -586,7 +591,7 @@ impl Session {
             Some(ids) => self.control.user_command(call, ids)?,
         };
         started();
-        super::streaming::run_streaming(cmd, timeout, sink)
+        super::streaming::run_streaming_until(cmd, timeout, cancel, sink)
     }
 
     /// Whether [`Session::run_beside_streaming`] can run as other users

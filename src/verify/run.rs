@@ -293,6 +293,7 @@ fn pytest_call(
             WarmHints::default()
         },
         files,
+        root_caps: false,
     };
     Ok((call, sealed))
 }
@@ -693,6 +694,7 @@ fn run_script_sealed(
         sealed_env: false,
         hints: WarmHints::default(),
         files,
+        root_caps: false,
     };
     let (out, reward, _) = match session.run_verifier(&call, Vec::new(), timeout) {
         Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),

@@ -170,6 +170,7 @@ impl LocalControl {
             // serves the built-in runtime), but the plan is the same for all.
             Some(self.verifier_envs.as_path()),
         )
+        .map(|plan| plan.with_root_capabilities(call.root_caps))
     }
 }
 

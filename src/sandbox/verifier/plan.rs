@@ -108,6 +108,9 @@ pub struct VerifierPlan {
     /// The image's verifier environments on the host (a directory opened
     /// `O_PATH`), and where they appear for the verifier.
     envs: Option<(OwnedFd, CString)>,
+    /// As uid 0: keep Docker's default capabilities (those of the agent's
+    /// root shell) instead of none.
+    root_caps: bool,
 }
 
 /// The tests' files as the child writes them into its private tmpfs
@@ -302,7 +305,17 @@ impl VerifierPlan {
                 "size={TESTS_TMPFS_MB}m,mode=0755,uid={uid},gid={gid}"
             ))?,
             envs,
+            root_caps: false,
         })
+    }
+
+    /// Run as uid 0 with Docker's default capabilities, as the agent's
+    /// root shell has them ([`crate::sandbox::isolate::bwrap::BUILD_CAPS`]),
+    /// instead of none: what a root client's command needs (apt drops to
+    /// `_apt` with `setgroups`). Ignored for any other uid.
+    pub fn with_root_capabilities(mut self, keep: bool) -> Self {
+        self.root_caps = keep;
+        self
     }
 
     /// A pre-started verifier's scratch directory inside (see
@@ -476,7 +489,11 @@ impl VerifierPlan {
             }
             check(libc::setresgid(self.gid, self.gid, self.gid))?;
             check(libc::setresuid(self.uid, self.uid, self.uid))?;
-            drop_all_capabilities()?;
+            if self.root_caps && self.uid == 0 {
+                keep_only_capabilities(DOCKER_CAPS)?;
+            } else {
+                drop_all_capabilities()?;
+            }
             if libc::chdir(self.cwd.as_ptr()) < 0 {
                 check(libc::chdir(c"/".as_ptr()))?;
             }
@@ -742,6 +759,85 @@ fn wait_for(pid: libc::pid_t) -> io::Result<libc::c_int> {
     }
 }
 
+/// Docker's default capabilities as a mask of capability numbers (the
+/// names of [`crate::sandbox::isolate::bwrap::BUILD_CAPS`]: chown 0,
+/// dac_override 1, fowner 3, fsetid 4, kill 5, setgid 6, setuid 7,
+/// setpcap 8, net_bind_service 10, sys_chroot 18, audit_write 29,
+/// setfcap 31).
+const DOCKER_CAPS: u64 = (1 << 0)
+    | (1 << 1)
+    | (1 << 3)
+    | (1 << 4)
+    | (1 << 5)
+    | (1 << 6)
+    | (1 << 7)
+    | (1 << 8)
+    | (1 << 10)
+    | (1 << 18)
+    | (1 << 29)
+    | (1 << 31);
+
+/// The highest capability number a kernel may know (the bounding set is
+/// cut below it; numbers it does not know are skipped).
+const LAST_CAP: u32 = 63;
+
+/// Keep only the capabilities of `mask` (bounding, permitted and effective
+/// sets; none inheritable): uid 0 then holds them across exec, and can
+/// never gain another.
+///
+/// # Safety
+/// Meant for `pre_exec`: only async-signal-safe calls, no allocation.
+unsafe fn keep_only_capabilities(mask: u64) -> io::Result<()> {
+    unsafe {
+        for cap in 0..=LAST_CAP {
+            if mask & (1 << cap) != 0 {
+                continue;
+            }
+            let rc = libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+            if rc < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        capset(mask)
+    }
+}
+
+/// Set the permitted and effective capabilities to `mask`, none
+/// inheritable.
+///
+/// # Safety
+/// Only async-signal-safe calls, no allocation.
+unsafe fn capset(mask: u64) -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let half = |bits: u64| Data {
+        effective: bits as u32,
+        permitted: bits as u32,
+        inheritable: 0,
+    };
+    let data = [half(mask), half(mask >> 32)];
+    // SAFETY: capset(2) reads the header and two data structs we own.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Drop every capability (for uid 0 too, and for good: `SECBIT_NOROOT`
 /// keeps exec from granting them back).
 unsafe fn drop_all_capabilities() -> io::Result<()> {
@@ -759,32 +855,7 @@ unsafe fn drop_all_capabilities() -> io::Result<()> {
                 0,
             ))?;
         }
-        #[repr(C)]
-        struct Header {
-            version: u32,
-            pid: i32,
-        }
-        #[repr(C)]
-        #[derive(Clone, Copy)]
-        struct Data {
-            effective: u32,
-            permitted: u32,
-            inheritable: u32,
-        }
-        let header = Header {
-            version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-            pid: 0,
-        };
-        let data = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
-        let rc = libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr());
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        capset(0)
     }
 }
 
