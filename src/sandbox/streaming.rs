@@ -8,6 +8,7 @@
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,20 @@ pub struct StreamedExit {
 /// stderr on one pipe and its fd 3 on another, calling `sink` with each
 /// piece as it arrives; kill its process group after `timeout`.
 pub fn run_streaming(
+    cmd: Command,
+    timeout: Duration,
+    sink: &mut dyn FnMut(Pipe, &[u8]),
+) -> Result<StreamedExit, SandboxError> {
+    run_streaming_until(cmd, timeout, &AtomicBool::new(false), sink)
+}
+
+/// [`run_streaming`], also killing the command's process group as soon as
+/// `cancel` is set (its caller went away): it then ends as killed, with
+/// no exit status and not timed out.
+pub fn run_streaming_until(
     mut cmd: Command,
     timeout: Duration,
+    cancel: &AtomicBool,
     sink: &mut dyn FnMut(Pipe, &[u8]),
 ) -> Result<StreamedExit, SandboxError> {
     let (out_r, out_w) = pipe()?;
@@ -138,6 +151,11 @@ pub fn run_streaming(
                     let _ = child.wait();
                     exited = true;
                 }
+                Ok(None) if cancel.load(Ordering::Relaxed) => {
+                    kill_group(pid);
+                    let _ = child.wait();
+                    exited = true;
+                }
                 Ok(None) => {}
                 Err(_) => exited = true,
             }
@@ -223,6 +241,26 @@ mod tests {
         )
         .unwrap();
         assert!(exit.timed_out && exit.code.is_none(), "{exit:?}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_cancelled_command_is_killed_at_once() {
+        let cancel = std::sync::Arc::new(AtomicBool::new(false));
+        let setter = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            setter.store(true, Ordering::Relaxed);
+        });
+        let start = Instant::now();
+        let exit = run_streaming_until(
+            sh("exec >&- 2>&- 3>&-; sleep 30"),
+            Duration::from_secs(60),
+            &cancel,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(!exit.timed_out && exit.code.is_none(), "{exit:?}");
         assert!(start.elapsed() < Duration::from_secs(5));
     }
 
