@@ -142,8 +142,9 @@ def test_more_trials_than_the_server_runs_wait_in_its_line(tmp_path_factory):
 
 
 def test_a_token_in_kwargs_is_refused_and_never_written(served):
-    """Issue 49: `--ek token=...` would land in plain text in the job's files."""
-    secret = "sekrit-token-of-the-test"
+    """Issue 49: `--ek token=...` would land in plain text in the job's files (a valid
+    token: the job would run)."""
+    secret = served.token
     out, job = run_harbor(served, "nop", HARBOR_TASKS / "count-words", "token-refused",
                           "--ek", f"token={secret}", check=False)
     said = out.stdout + out.stderr
