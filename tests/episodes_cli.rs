@@ -21,9 +21,14 @@ fn imported_episodes_are_listed_and_a_job_imported_again_replaces_its_run() {
     ));
     let listed = json(&endless(w, &["episodes", "list", "--json"]));
     let rows = listed.as_array().unwrap();
-    let tasks: Vec<&str> = rows.iter().map(|r| r["task_id"].as_str().unwrap()).collect();
+    let tasks: Vec<&str> = rows
+        .iter()
+        .map(|r| r["task_id"].as_str().unwrap())
+        .collect();
     assert_eq!(tasks, ["fix-permissions", "hello-world", "hello-world"]);
-    assert!(rows.iter().all(|r| r["run_id"] == "harbor-harbor-fixture-job"));
+    assert!(rows
+        .iter()
+        .all(|r| r["run_id"] == "harbor-harbor-fixture-job"));
     let failed = &rows[0];
     assert_eq!(failed["passed"], false);
     assert!(failed["failure_labels"]
@@ -32,7 +37,10 @@ fn imported_episodes_are_listed_and_a_job_imported_again_replaces_its_run() {
         .iter()
         .any(|l| l == "loop"));
     // As text: one line an episode, its outcome and labels.
-    let text = endless(w, &["episodes", "list", "--run", "harbor-harbor-fixture-job"]);
+    let text = endless(
+        w,
+        &["episodes", "list", "--run", "harbor-harbor-fixture-job"],
+    );
     assert!(text.status.success());
     let out = String::from_utf8_lossy(&text.stdout);
     assert_eq!(out.lines().count(), 3, "{out}");
@@ -52,7 +60,10 @@ fn imported_episodes_are_listed_and_a_job_imported_again_replaces_its_run() {
         w,
         &["episodes", "import", job, "--replace", "--json"],
     ));
-    assert_eq!((report["replaced"].as_bool(), report["episodes"].as_u64()), (Some(true), Some(3)));
+    assert_eq!(
+        (report["replaced"].as_bool(), report["episodes"].as_u64()),
+        (Some(true), Some(3))
+    );
     let listed = json(&endless(w, &["episodes", "list", "--json"]));
     assert_eq!(listed.as_array().unwrap().len(), 3);
 }

@@ -86,7 +86,10 @@ fn skyrl_and_jsonl_datasets_hold_the_eval_prompt_and_split_by_seed() {
     assert_eq!((train_rows, dev_rows), (3, 1));
     // Issue 49: readable by the group, as other exports.
     for name in ["train.parquet", "validation.parquet"] {
-        let mode = std::fs::metadata(out.join(name)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(out.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o644, "{name}: {mode:o}");
     }
     assert_eq!(

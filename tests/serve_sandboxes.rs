@@ -637,7 +637,11 @@ async fn a_sandbox_has_the_network_it_asks_for_and_apt_works_as_root() {
     for addr in ["127.0.0.1".to_string(), gw.to_string()] {
         let probe = format!("timeout 5 bash -c 'echo > /dev/tcp/{addr}/{port}'");
         let ran = exec(&api, &id, json!({ "command": probe })).await;
-        assert_ne!(ran.last["exit_code"], 0, "{addr}:{port} reached: {}", ran.last);
+        assert_ne!(
+            ran.last["exit_code"], 0,
+            "{addr}:{port} reached: {}",
+            ran.last
+        );
     }
     assert!(host.accept().is_err(), "the host's loopback was reached");
 
@@ -685,7 +689,12 @@ async fn creates_over_the_limit_wait_in_line() {
                 .await;
             assert_eq!(a.status, 201, "create {n}: {}", a.raw);
             let id = a.body["sandbox_id"].as_str().unwrap().to_string();
-            let ran = exec(&api, &id, json!({"command": "sleep 1; echo trial-$((40+2))"})).await;
+            let ran = exec(
+                &api,
+                &id,
+                json!({"command": "sleep 1; echo trial-$((40+2))"}),
+            )
+            .await;
             assert_eq!(ran.stdout, "trial-42\n", "{}", ran.stderr);
             assert_eq!(api.delete(&format!("/v1/sandboxes/{id}")).await.status, 200);
         });
@@ -717,7 +726,11 @@ async fn exec_and_hang_up(served: &Served, id: &str, command: &str) {
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         let n = conn.read(&mut buf).await.unwrap();
-        assert!(n > 0, "the server closed: {}", String::from_utf8_lossy(&head));
+        assert!(
+            n > 0,
+            "the server closed: {}",
+            String::from_utf8_lossy(&head)
+        );
         head.extend_from_slice(&buf[..n]);
     }
     assert!(
@@ -746,7 +759,10 @@ async fn a_clients_hang_up_kills_its_command_and_frees_the_sandbox() {
     let count = r"for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 300' || true";
     let ran = exec(&api, &id, json!({ "command": count })).await;
     assert_eq!(ran.last["exit_code"], 0, "{}", ran.last);
-    assert_eq!(ran.stdout, "0\n", "the command of the client gone still runs");
+    assert_eq!(
+        ran.stdout, "0\n",
+        "the command of the client gone still runs"
+    );
     assert!(
         start.elapsed() < Duration::from_secs(30),
         "the next command waited {:?} for the one whose client went away",

@@ -57,7 +57,11 @@ pub fn run(ctx: &Context, cmd: EpisodesCommand) -> Result<ExitCode> {
             }
             say_err!(
                 "{} {} as run {}: {}, {} passed, {}",
-                if report.replaced { "re-imported" } else { "imported" },
+                if report.replaced {
+                    "re-imported"
+                } else {
+                    "imported"
+                },
                 dir.display(),
                 report.run,
                 crate::plural::count(report.episodes, "episode"),

@@ -327,13 +327,13 @@ impl Sandboxes {
                 }
                 continue;
             }
-            let place =
-                match tokio::time::timeout_at(deadline, self.places.clone().acquire_owned()).await
-                {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(_)) => return Err(ApiError::Draining),
-                    Err(_) => return Err(late("sandbox place")),
-                };
+            let place = match tokio::time::timeout_at(deadline, self.places.clone().acquire_owned())
+                .await
+            {
+                Ok(Ok(p)) => p,
+                Ok(Err(_)) => return Err(ApiError::Draining),
+                Err(_) => return Err(late("sandbox place")),
+            };
             // Another create of the same token may have got in meanwhile:
             // then the place goes back and the quota is waited for.
             if let Ok(sandbox) = self.insert(owner.clone(), source.clone(), place) {
@@ -582,8 +582,12 @@ mod tests {
         let waiter = {
             let r = r.clone();
             tokio::spawn(async move {
-                r.acquire(Client("c".into()), "image:x".into(), Duration::from_secs(10))
-                    .await
+                r.acquire(
+                    Client("c".into()),
+                    "image:x".into(),
+                    Duration::from_secs(10),
+                )
+                .await
             })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -597,7 +601,10 @@ mod tests {
         let waiter = {
             let q = q.clone();
             let a = a.clone();
-            tokio::spawn(async move { q.acquire(a, "image:x".into(), Duration::from_secs(10)).await })
+            tokio::spawn(async move {
+                q.acquire(a, "image:x".into(), Duration::from_secs(10))
+                    .await
+            })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished());

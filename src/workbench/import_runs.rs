@@ -310,10 +310,7 @@ pub fn import_harbor_with(
     options: &ImportOptions,
 ) -> Result<ImportReport> {
     let job = read_job(dir, options.skip_unfinished)?;
-    let run_id = options
-        .run
-        .clone()
-        .unwrap_or_else(|| default_run_id(&job));
+    let run_id = options.run.clone().unwrap_or_else(|| default_run_id(&job));
     if run_id.is_empty() || run_id.starts_with('.') || run_id.contains(['/', '\\']) {
         bail!("--run {run_id:?}: not a usable run id");
     }
@@ -537,7 +534,10 @@ mod tests {
         let e = import_harbor(&ws, &fixture(), None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("already exists") && e.contains("--replace"), "{e}");
+        assert!(
+            e.contains("already exists") && e.contains("--replace"),
+            "{e}"
+        );
     }
 
     /// Issue 49: a job imported again replaces the earlier import when
@@ -580,7 +580,9 @@ mod tests {
             run: Some("mine".into()),
             ..again
         };
-        let e = import_harbor_with(&ws, &job, &mine).unwrap_err().to_string();
+        let e = import_harbor_with(&ws, &job, &mine)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not an import"), "{e}");
     }
 
