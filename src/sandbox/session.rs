@@ -591,7 +591,7 @@ impl Session {
             Some(ids) => self.control.user_command(call, ids)?,
         };
         started();
-        super::streaming::run_streaming_until(cmd, timeout, cancel, sink)
+        super::streaming::run_streaming(cmd, timeout, cancel, sink)
     }
 
     /// Whether [`Session::run_beside_streaming`] can run as other users

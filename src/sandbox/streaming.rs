@@ -42,19 +42,10 @@ pub struct StreamedExit {
 
 /// Run `cmd` in a session of its own with stdin closed, its stdout and
 /// stderr on one pipe and its fd 3 on another, calling `sink` with each
-/// piece as it arrives; kill its process group after `timeout`.
+/// piece as it arrives; kill its process group after `timeout`, or as soon
+/// as `cancel` is set (its caller went away: it then ends as killed, with
+/// no exit status and not timed out).
 pub fn run_streaming(
-    cmd: Command,
-    timeout: Duration,
-    sink: &mut dyn FnMut(Pipe, &[u8]),
-) -> Result<StreamedExit, SandboxError> {
-    run_streaming_until(cmd, timeout, &AtomicBool::new(false), sink)
-}
-
-/// [`run_streaming`], also killing the command's process group as soon as
-/// `cancel` is set (its caller went away): it then ends as killed, with
-/// no exit status and not timed out.
-pub fn run_streaming_until(
     mut cmd: Command,
     timeout: Duration,
     cancel: &AtomicBool,
@@ -203,6 +194,7 @@ mod tests {
         let exit = run_streaming(
             sh("echo one; echo err >&3; sleep 1; echo two"),
             Duration::from_secs(10),
+            &AtomicBool::new(false),
             &mut |pipe, bytes| seen.push((pipe, bytes.to_vec(), start.elapsed())),
         )
         .unwrap();
@@ -225,8 +217,13 @@ mod tests {
     #[test]
     fn the_exit_status_is_kept_however_fast_the_command_ends() {
         for _ in 0..20 {
-            let exit =
-                run_streaming(sh("exit 7"), Duration::from_secs(10), &mut |_, _| {}).unwrap();
+            let exit = run_streaming(
+                sh("exit 7"),
+                Duration::from_secs(10),
+                &AtomicBool::new(false),
+                &mut |_, _| {},
+            )
+            .unwrap();
             assert_eq!(exit.code, Some(7), "{exit:?}");
         }
     }
@@ -237,6 +234,7 @@ mod tests {
         let exit = run_streaming(
             sh("exec >&- 2>&- 3>&-; sleep 30"),
             Duration::from_millis(300),
+            &AtomicBool::new(false),
             &mut |_, _| {},
         )
         .unwrap();
@@ -253,7 +251,7 @@ mod tests {
             setter.store(true, Ordering::Relaxed);
         });
         let start = Instant::now();
-        let exit = run_streaming_until(
+        let exit = run_streaming(
             sh("exec >&- 2>&- 3>&-; sleep 30"),
             Duration::from_secs(60),
             &cancel,
@@ -270,6 +268,7 @@ mod tests {
         let exit = run_streaming(
             sh("sleep 30 & echo started; wait"),
             Duration::from_millis(300),
+            &AtomicBool::new(false),
             &mut |_, _| {},
         )
         .unwrap();
