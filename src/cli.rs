@@ -112,7 +112,25 @@ pub enum EpisodesCommand {
         /// The run id to import as (default: `harbor-<job name>`).
         #[arg(long)]
         run: Option<String>,
+        /// Replace an earlier import of the run (its episodes, ratings and
+        /// labels go) instead of refusing.
+        #[arg(long)]
+        replace: bool,
+        /// Import the finished trials of a job whose other trials did not
+        /// finish (no result.json) instead of refusing.
+        #[arg(long)]
+        skip_unfinished: bool,
         /// Print the import report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the workspace's episodes (by run, task and sample): outcome,
+    /// reward, end reason and failure labels.
+    List {
+        /// Only this run.
+        #[arg(long)]
+        run: Option<String>,
+        /// Print them as JSON.
         #[arg(long)]
         json: bool,
     },

@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -83,6 +84,14 @@ fn skyrl_and_jsonl_datasets_hold_the_eval_prompt_and_split_by_seed() {
     let (train_rows, columns) = parquet_rows(&out.join("train.parquet"));
     let (dev_rows, _) = parquet_rows(&out.join("validation.parquet"));
     assert_eq!((train_rows, dev_rows), (3, 1));
+    // Issue 49: readable by the group, as other exports.
+    for name in ["train.parquet", "validation.parquet"] {
+        let mode = std::fs::metadata(out.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644, "{name}: {mode:o}");
+    }
     assert_eq!(
         columns,
         [

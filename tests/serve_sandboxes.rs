@@ -300,9 +300,13 @@ async fn images_tasks_quotas_and_bad_sources() {
     let ran = exec(&api, &id, json!({"command": "pwd"})).await;
     assert_eq!(ran.stdout, "/work\n", "{}", ran.stderr);
 
-    // Over the cap: 429, and the first one still works.
+    // Over the cap, asking not to wait: 429, and the first one still works.
     let over = api
-        .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
+        .post(
+            "/v1/sandboxes?wait=0",
+            json!({"image": "debian:bookworm"}),
+            &[],
+        )
         .await;
     assert_eq!(over.status, 429, "{}", over.raw);
     assert_eq!(
@@ -564,5 +568,214 @@ async fn exec_runs_as_the_accounts_of_the_sandboxes_passwd() {
         if root {
             assert!(e.contains(says), "{user}: {e}");
         }
+    }
+}
+
+/// The default route of a sandbox's `/proc/net/route` (a line whose
+/// destination is 0.0.0.0), if it has one.
+fn default_route(routes: &str) -> Option<&str> {
+    routes
+        .lines()
+        .skip(1)
+        .find(|l| l.split_whitespace().nth(1) == Some("00000000"))
+}
+
+/// A local Debian package source inside the sandbox (a package built there
+/// with dpkg-deb, a `Packages` index, a `file:` source list), then
+/// `apt-get update` and `apt-get install` from it. The host base images
+/// (`pull = "never"`) have no dpkg database: it is made empty first.
+const APT_FROM_A_LOCAL_SOURCE: &str = r#"set -e
+mkdir -p /var/lib/dpkg/info /var/lib/dpkg/updates /var/lib/apt/lists/partial /var/cache/apt/archives/partial /var/log/apt
+touch /var/lib/dpkg/status /var/lib/dpkg/available
+mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/usr/local/bin /srv/repo
+printf 'Package: endless-hello\nVersion: 1.0\nArchitecture: all\nMaintainer: Test <t@example.org>\nDescription: a package of the test\n' > /tmp/pkg/DEBIAN/control
+printf '#!/bin/sh\necho hello from a package\n' > /tmp/pkg/usr/local/bin/endless-hello
+chmod 755 /tmp/pkg/usr/local/bin/endless-hello
+dpkg-deb --build /tmp/pkg /srv/repo/endless-hello_1.0_all.deb >/dev/null
+cd /srv/repo
+{ cat /tmp/pkg/DEBIAN/control
+  echo "Filename: ./endless-hello_1.0_all.deb"
+  echo "Size: $(stat -c %s endless-hello_1.0_all.deb)"
+  echo "SHA256: $(sha256sum endless-hello_1.0_all.deb | cut -d' ' -f1)"
+  echo; } > Packages
+chmod -R a+rX /srv/repo
+echo 'deb [trusted=yes] file:/srv/repo ./' > /srv/local.list
+o="-o Dir::Etc::SourceList=/srv/local.list -o Dir::Etc::SourceParts=/nonexistent"
+apt-get $o update
+apt-get $o install -y --no-install-recommends endless-hello
+endless-hello
+"#;
+
+/// Issue 49: a sandbox asking for the network gets it (a default route
+/// through pasta) without the host's loopback; one that does not ask has
+/// none; and `apt-get` as the sandbox's root works (it drops to `_apt`
+/// with `setgroups`, which needs the root shell's capabilities).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_has_the_network_it_asks_for_and_apt_works_as_root() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &[]);
+    let api = served.client();
+    // A service on the host's loopback that no sandbox may reach.
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host.local_addr().unwrap().port();
+    host.set_nonblocking(true).unwrap();
+
+    let online = api
+        .post(
+            "/v1/sandboxes",
+            json!({"image": "debian:bookworm", "network": true}),
+            &[],
+        )
+        .await;
+    assert_eq!(online.status, 201, "{}", online.raw);
+    let id = online.body["sandbox_id"].as_str().unwrap().to_string();
+    let ran = exec(&api, &id, json!({"command": "cat /proc/net/route"})).await;
+    let route = default_route(&ran.stdout).unwrap_or_else(|| panic!("no route: {}", ran.stdout));
+    // The gateway (little-endian hex) is where the host would be mapped.
+    let gw = u32::from_str_radix(route.split_whitespace().nth(2).unwrap(), 16).unwrap();
+    let gw = std::net::Ipv4Addr::from(gw.to_le_bytes());
+    for addr in ["127.0.0.1".to_string(), gw.to_string()] {
+        let probe = format!("timeout 5 bash -c 'echo > /dev/tcp/{addr}/{port}'");
+        let ran = exec(&api, &id, json!({ "command": probe })).await;
+        assert_ne!(
+            ran.last["exit_code"], 0,
+            "{addr}:{port} reached: {}",
+            ran.last
+        );
+    }
+    assert!(host.accept().is_err(), "the host's loopback was reached");
+
+    let ran = exec(&api, &id, json!({ "command": APT_FROM_A_LOCAL_SOURCE })).await;
+    assert_eq!(ran.last["exit_code"], 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.ends_with("hello from a package\n"),
+        "{}",
+        ran.stdout
+    );
+    assert!(!ran.stderr.contains("setgroups"), "{}", ran.stderr);
+
+    let offline = api
+        .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
+        .await;
+    assert_eq!(offline.status, 201, "{}", offline.raw);
+    let id = offline.body["sandbox_id"].as_str().unwrap();
+    let ran = exec(&api, id, json!({"command": "cat /proc/net/route"})).await;
+    assert_eq!(default_route(&ran.stdout), None, "{}", ran.stdout);
+    // A served task's sandbox has its task's network, not the client's.
+    let a = api
+        .post(
+            "/v1/sandboxes",
+            json!({"task_id": "any", "network": true}),
+            &[],
+        )
+        .await;
+    assert_eq!(a.status, 400, "{}", a.raw);
+    assert!(a.raw.contains("network:"), "{}", a.raw);
+}
+
+/// Issue 49: over `--max-sessions`, creates wait in line for the place of
+/// a deleted sandbox instead of a 429.
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_over_the_limit_wait_in_line() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &["--max-sessions", "2"]);
+    let api = served.client();
+    let mut trials = tokio::task::JoinSet::new();
+    for n in 0..6 {
+        let api = api.clone();
+        trials.spawn(async move {
+            let a = api
+                .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
+                .await;
+            assert_eq!(a.status, 201, "create {n}: {}", a.raw);
+            let id = a.body["sandbox_id"].as_str().unwrap().to_string();
+            let ran = exec(
+                &api,
+                &id,
+                json!({"command": "sleep 1; echo trial-$((40+2))"}),
+            )
+            .await;
+            assert_eq!(ran.stdout, "trial-42\n", "{}", ran.stderr);
+            assert_eq!(api.delete(&format!("/v1/sandboxes/{id}")).await.status, 200);
+        });
+    }
+    while let Some(done) = trials.join_next().await {
+        done.unwrap();
+    }
+    let health = api.get("/v1/health").await;
+    assert_eq!(health.body["sandboxes"], 0, "{}", health.raw);
+    assert_eq!(health.body["queued_sandboxes"], 0, "{}", health.raw);
+}
+
+/// Start `command` in sandbox `id` on a raw connection, wait until it
+/// runs (the answer's head), and close the connection: a client killed
+/// mid-command.
+async fn exec_and_hang_up(served: &Served, id: &str, command: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = served.url.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let body = json!({ "command": command }).to_string();
+    let request = format!(
+        "POST /v1/sandboxes/{id}/exec HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        served.token,
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the server closed: {}",
+            String::from_utf8_lossy(&head)
+        );
+        head.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    drop(conn);
+}
+
+/// Issue 49: a command whose client went away is killed (the next request
+/// does not wait for it), and a sandbox whose client is gone is reaped by
+/// the idle timer although its last command was meant to run for minutes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clients_hang_up_kills_its_command_and_frees_the_sandbox() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &["--idle-timeout", "3"]);
+    let api = served.client();
+    let a = api
+        .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
+        .await;
+    assert_eq!(a.status, 201, "{}", a.raw);
+    let id = a.body["sandbox_id"].as_str().unwrap().to_string();
+    exec_and_hang_up(&served, &id, "sleep 300").await;
+    let start = Instant::now();
+    let count = r"for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 300' || true";
+    let ran = exec(&api, &id, json!({ "command": count })).await;
+    assert_eq!(ran.last["exit_code"], 0, "{}", ran.last);
+    assert_eq!(
+        ran.stdout, "0\n",
+        "the command of the client gone still runs"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the next command waited {:?} for the one whose client went away",
+        start.elapsed()
+    );
+
+    exec_and_hang_up(&served, &id, "sleep 300").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.get(&format!("/v1/sandboxes/{id}")).await.status != 404 {
+        assert!(
+            Instant::now() < deadline,
+            "the sandbox of a client gone was never reaped"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -9,22 +9,29 @@ agent's and Harbor's own verifier's, run in the sandbox as its user (root for Ha
 tasks), or as the ``user`` Harbor asks for, under the same isolation as every endless
 session, their output streamed as it comes; files go up and down as tar.
 
-Where the server is:
+Where the server is (the only ``--ek`` options; any other is an error):
 
 * ``--ek url=http://HOST:PORT`` or ``$ENDLESS_URL`` (default ``http://127.0.0.1:8765``);
-* ``--ek token=TOKEN``, ``--ek token_file=PATH``, ``$ENDLESS_TOKEN`` or the first token
-  in ``$ENDLESS_TOKEN_FILE`` (the file ``endless serve --token-file`` wrote).
+* ``--ek token_file=PATH``, ``$ENDLESS_TOKEN`` or the first token in
+  ``$ENDLESS_TOKEN_FILE`` (the file ``endless serve --token-file`` wrote). A token itself
+  is refused in ``--ek``: Harbor writes the kwargs in plain text into the job's
+  ``config.json``, ``lock.json`` and every trial's ``result.json``.
 
-Limits: sandboxes have no network (tasks whose tests download packages fail), another
-``user`` than the sandbox's runs only when the server runs as root (its sandboxes map the
-image's accounts; a rootless server's run their own user only), and a download is at most
-16 MiB. Needs Python >= 3.12
+A task's network follows its ``[environment] network_mode``: ``public`` (Harbor's
+default) gets the network through pasta with the host's loopback unreachable,
+``no-network`` none; ``allowlist`` is refused. Over the server's ``--max-sessions`` a
+trial's sandbox waits in line (and the environment retries a refused create with
+backoff), so ``-n`` above the server's limit just queues. ``--no-delete`` keeps the
+sandbox (until the server's ``--idle-timeout``). Another ``user`` than the sandbox's runs
+only when the server runs as root (its sandboxes map the image's accounts; a rootless
+server's run their own user only), and a download is at most 16 MiB. Needs Python >= 3.12
 and ``harbor`` (``pip install 'endless-env[harbor]'``); the rest of ``endless_env``
 does not import this module.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -32,13 +39,17 @@ import os
 import posixpath
 import shutil
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
+from harbor.environments.options import EnvironmentOptions
+from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import EnvironmentPaths
+from pydantic import field_validator
 
 from .client import base_url
 
@@ -50,6 +61,34 @@ _SLACK = 60.0
 _CREATE_TIMEOUT = 1800.0
 # A command's limit when Harbor names none (the server's default too).
 _DEFAULT_EXEC_TIMEOUT = 3600.0
+# Seconds a create waits in the server's line for a place (cut to its --max-wait).
+_CREATE_WAIT = 600.0
+# Backoff between creates the server refused for want of a place (429) or while it
+# drains (503): first, and longest.
+_BACKOFF_FIRST = 1.0
+_BACKOFF_MAX = 30.0
+
+_TOKEN_REFUSED = (
+    "a token in --ek would be written in plain text into the job's config.json, lock.json "
+    "and every trial's result.json: pass --ek token_file=PATH, or set $ENDLESS_TOKEN or "
+    "$ENDLESS_TOKEN_FILE"
+)
+
+
+class EndlessOptions(EnvironmentOptions):
+    """The ``--ek`` options of the endless environment (unknown ones are errors)."""
+
+    url: str | None = None
+    token_file: str | None = None
+    # Declared only to refuse it with a message that names the alternatives.
+    token: str | None = None
+
+    @field_validator("token")
+    @classmethod
+    def _refuse_token(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError(_TOKEN_REFUSED)
+        return value
 
 
 class SandboxError(RuntimeError):
@@ -62,8 +101,6 @@ class SandboxError(RuntimeError):
 
 
 def _token(kwargs: dict[str, Any]) -> str | None:
-    if kwargs.get("token"):
-        return str(kwargs["token"]).strip()
     path = kwargs.get("token_file") or None
     if path is None and os.environ.get("ENDLESS_TOKEN"):
         return os.environ["ENDLESS_TOKEN"].strip()
@@ -102,15 +139,15 @@ def _error_text(response: httpx.Response) -> str:
 class EndlessEnvironment(BaseEnvironment):
     """A Harbor environment whose container is an endless sandbox (see the module docs)."""
 
-    _KWARGS = ("url", "token", "token_file")
+    options_model = EndlessOptions
 
     def __init__(self, *args: Any, **kwargs: Any):
-        ours = {k: kwargs.pop(k) for k in self._KWARGS if k in kwargs}
-        self._url = base_url(ours.get("url"))
-        self._auth = _token(ours)
         self._sandbox_id: str | None = None
         self._client: httpx.AsyncClient | None = None
         super().__init__(*args, **kwargs)
+        ours = self.options.model_dump() if self.options is not None else {}
+        self._url = base_url(ours.get("url"))
+        self._auth = _token(ours)
 
     @staticmethod
     def type() -> str:
@@ -118,13 +155,14 @@ class EndlessEnvironment(BaseEnvironment):
 
     @property
     def capabilities(self) -> EnvironmentCapabilities:
-        # Sandboxes run without network: a no-network policy is enforced as asked.
+        # A sandbox has the network or none (no allowlist): a no-network policy is
+        # enforced as asked.
         return EnvironmentCapabilities(disable_internet=True)
 
     @classmethod
     def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
         kwargs = dict(kwargs or {})
-        super().preflight({k: v for k, v in kwargs.items() if k not in cls._KWARGS})
+        super().preflight(kwargs)
         url = base_url(kwargs.get("url"))
         try:
             health = httpx.get(f"{url}/v1/health", headers=cls._headers(_token(kwargs)), timeout=10)
@@ -133,7 +171,7 @@ class EndlessEnvironment(BaseEnvironment):
                              "`endless serve` and set $ENDLESS_URL or --ek url=...") from None
         if health.status_code == 401:
             raise SystemExit(f"endless serve at {url} refused the token: set $ENDLESS_TOKEN, "
-                             "$ENDLESS_TOKEN_FILE or --ek token=... / --ek token_file=...")
+                             "$ENDLESS_TOKEN_FILE or --ek token_file=...")
 
     def _validate_definition(self) -> None:
         dockerfile = self.environment_dir / "Dockerfile"
@@ -181,17 +219,41 @@ class EndlessEnvironment(BaseEnvironment):
             body["cpus"] = float(cfg.cpus)
         if cfg.memory_mb:
             body["memory_mb"] = int(cfg.memory_mb)
-        response = await self._call("POST", "/v1/sandboxes", _CREATE_TIMEOUT, json=body)
-        created = response.json()
+        if self.network_policy.network_mode == NetworkMode.PUBLIC:
+            body["network"] = True
+        created = await self._create(body)
         self._sandbox_id = created["sandbox_id"]
         self.logger.debug(f"endless sandbox {self._sandbox_id} from {created.get('source')}")
         paths = EnvironmentPaths.for_os(self.os)
         await self.ensure_dirs([paths.agent_dir, paths.verifier_dir, paths.artifacts_dir])
         await self._upload_environment_dir_after_start()
 
+    async def _create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create the sandbox: the server queues the create while it runs its maximum of
+        sandboxes; one it refuses anyway (429: the line is full or the wait ran out; 503:
+        it drains) is retried with backoff until ``_CREATE_TIMEOUT``."""
+        deadline = time.monotonic() + _CREATE_TIMEOUT
+        pause = _BACKOFF_FIRST
+        while True:
+            try:
+                response = await self._call("POST", "/v1/sandboxes", _CREATE_TIMEOUT,
+                                            params={"wait": _CREATE_WAIT}, json=body)
+                return response.json()
+            except SandboxError as e:
+                if e.status not in (429, 503) or time.monotonic() + pause > deadline:
+                    raise
+                self.logger.debug(f"endless serve answered {e.status}; retrying in {pause:.0f} s")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _BACKOFF_MAX)
+
     async def stop(self, delete: bool) -> None:
-        # A sandbox lives in its server only: stopping it always deletes it.
+        # A sandbox lives in its server only: kept (--no-delete), it stays there until
+        # the server's idle timeout.
         try:
+            if self._sandbox_id is not None and not delete:
+                self.logger.info(f"keeping endless sandbox {self._sandbox_id} at {self._url} "
+                                 "(--no-delete): the server deletes it after its --idle-timeout")
+                self._sandbox_id = None
             if self._sandbox_id is not None:
                 try:
                     await self._call("DELETE", self._path(), 120)

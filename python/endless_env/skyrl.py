@@ -9,6 +9,12 @@ in `extras["max_turns"]`; then `env_config.max_turns` (SkyRL's `environment.skyr
 section), then the row's `extra_info.max_turns`, else the task's own (the server decides).
 The first prompt is the session's: `init` opens the session and returns the messages the
 server built (its protocol and system prompt), not the dataset row's prompt.
+
+The protocol is `env_config.protocol`, else the row's `extra_info.protocol`, else the
+server's `--protocol`. Under `tools` the model's text calls the session's functions as
+Hermes `<tool_call>{"name": "bash", "arguments": {"command": ...}}</tool_call>` blocks;
+`init`'s metadata holds the OpenAI `tools` array (for the chat template) and each step's
+observations are the session's `tool` messages (and the nudge of a turn without a call).
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class EndlessEnv(BaseTextEnv):
         self.task_id: str = info["task_id"]
         self.max_turns = turn_limit(env_config, extras)
         self.run: Optional[str] = info.get("run") or _get(env_config, "run")
+        self.protocol: Optional[str] = _get(env_config, "protocol") or info.get("protocol")
         url = info.get("server_url") or _get(env_config, "server_url")
         token = _get(env_config, "token")
         self.client = Client(url=url, token=token)
@@ -76,13 +83,16 @@ class EndlessEnv(BaseTextEnv):
 
     def _ensure_session(self) -> str:
         if self.session_id is None:
-            session = self.client.open(self.task_id, max_turns=self.max_turns, run=self.run, policy="skyrl")
+            session = self.client.open(self.task_id, max_turns=self.max_turns, run=self.run, policy="skyrl",
+                                       protocol=self.protocol)
             self.session_id = session.id
             self.messages = session.messages
             if self.max_turns is None:
                 self.max_turns = session.max_turns
             self._opened = {"session_id": session.id, "max_turns": session.max_turns,
                             "run_id": session.run_id, "sample": session.sample}
+            if session.raw.get("tools"):
+                self._opened["tools"] = list(session.raw["tools"])
         return self.session_id
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
@@ -92,7 +102,15 @@ class EndlessEnv(BaseTextEnv):
         if r["done"]:
             self.last_result = r
             self._finish()
-        observations = [] if r["done"] or not r["observation"] else [{"role": "user", "content": r["observation"]}]
+        if r["done"]:
+            observations = []
+        elif r.get("messages") and any(m.get("role") == "tool" for m in r["messages"]):
+            # The tools protocol: a `tool` message per call (then the nudge, if any).
+            observations = [dict(m) for m in r["messages"]]
+        elif r["observation"]:
+            observations = [{"role": "user", "content": r["observation"]}]
+        else:
+            observations = []
         return BaseTextEnvStepOutput(
             observations=observations,
             reward=float(r["reward"]),

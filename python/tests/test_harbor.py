@@ -53,25 +53,39 @@ def served(tmp_path_factory):
     server.stop()
 
 
-def run_job(served, agent, tasks, name, *extra, env_extra=None):
-    """`harbor run` with endless as the environment; the job's trial results by task."""
+def harbor_env(served, env_extra=None):
+    return dict(os.environ, ENDLESS_URL=served.url, ENDLESS_TOKEN_FILE=str(served.ws / "serve.token"),
+                PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+                # No network: LiteLLM's model price list is the packaged one.
+                LITELLM_LOCAL_MODEL_COST_MAP="True", **(env_extra or {}))
+
+
+def run_harbor(served, agent, tasks, name, *extra, env_extra=None, check=True):
+    """`harbor run` with endless as the environment (3 trials at once unless `extra`
+    says `-n`); the finished process and its job directory."""
     job = JOBS / name
     shutil.rmtree(job, ignore_errors=True)
     JOBS.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, ENDLESS_URL=served.url, ENDLESS_TOKEN_FILE=str(served.ws / "serve.token"),
-               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
-               # No network: LiteLLM's model price list is the packaged one.
-               LITELLM_LOCAL_MODEL_COST_MAP="True", **(env_extra or {}))
+    n = [] if "-n" in extra else ["-n", "3"]
     cmd = [harbor_bin(), "run", "-e", ENVIRONMENT, "-a", agent, "-p", str(tasks), "-o", str(JOBS),
-           "--job-name", name, "-n", "3", "-y", *extra]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout}\n{out.stderr}"
-    trials = {}
-    for result in job.glob("*/result.json"):
-        trial = json.loads(result.read_text())
-        trials[trial["task_name"]] = trial
+           "--job-name", name, *n, "-y", *extra]
+    out = subprocess.run(cmd, env=harbor_env(served, env_extra), capture_output=True, text=True,
+                         timeout=600)
+    if check:
+        assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout}\n{out.stderr}"
+    return out, job
+
+
+def trial_results(job, out):
+    trials = [json.loads(r.read_text()) for r in job.glob("*/result.json")]
     assert trials, f"no trial in {job}:\n{out.stdout}\n{out.stderr}"
     return trials
+
+
+def run_job(served, agent, tasks, name, *extra, env_extra=None):
+    """`harbor run` with endless as the environment; the job's trial results by task."""
+    out, job = run_harbor(served, agent, tasks, name, *extra, env_extra=env_extra)
+    return {t["task_name"]: t for t in trial_results(job, out)}
 
 
 def reward(trial):
@@ -106,6 +120,58 @@ def test_nop_scores_0(served):
     # A task of the mixed fixtures (no solution; Harbor's custom verifier script).
     trials = run_job(served, "nop", FIXTURES / "mixed" / "harbor-custom-verifier", "nop-mixed")
     assert [reward(t) for t in trials.values()] == [0.0]
+    assert sandboxes_left(served) == 0
+
+
+def test_more_trials_than_the_server_runs_wait_in_its_line(tmp_path_factory):
+    """Issue 49: `-n 4` against `--max-sessions 2`: every trial gets a sandbox in turn."""
+    ws = tmp_path_factory.mktemp("harbor-small")
+    config = ws / ".config" / "endless"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text('[images]\npull = "never"\n')
+    small = Server(ws, "--max-sessions", "2")
+    try:
+        out, job = run_harbor(small, "oracle", HARBOR_TASKS / "count-words", "oracle-queued",
+                              "-n", "4", "-k", "4")
+        trials = trial_results(job, out)
+        assert len(trials) == 4, out.stdout
+        assert [reward(t) for t in trials] == [1.0] * 4
+        assert sandboxes_left(small) == 0
+    finally:
+        small.stop()
+
+
+def test_a_token_in_kwargs_is_refused_and_never_written(served):
+    """Issue 49: `--ek token=...` would land in plain text in the job's files (a valid
+    token: the job would run)."""
+    secret = served.token
+    out, job = run_harbor(served, "nop", HARBOR_TASKS / "count-words", "token-refused",
+                          "--ek", f"token={secret}", check=False)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0, said
+    assert "token_file" in said and "ENDLESS_TOKEN" in said, said
+    assert secret not in said
+    written = [p for p in job.rglob("*") if p.is_file() and secret in p.read_text(errors="replace")]
+    assert written == [], written
+
+
+def test_unknown_kwargs_are_errors(served):
+    out, _ = run_harbor(served, "nop", HARBOR_TASKS / "count-words", "unknown-kwarg",
+                        "--ek", "tokn_file=/x", check=False)
+    assert out.returncode != 0
+    assert "Unknown option 'tokn_file'" in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_no_delete_keeps_the_sandbox(served):
+    """Issue 49: Harbor's `--no-delete` keeps the environment: the sandbox stays on
+    the server (until its idle timeout)."""
+    trials = run_job(served, "oracle", HARBOR_TASKS / "count-words", "kept", "--no-delete")
+    assert [reward(t) for t in trials.values()] == [1.0]
+    headers = {"Authorization": f"Bearer {served.token}"}
+    kept = httpx.get(f"{served.url}/v1/sandboxes", headers=headers).json()
+    assert len(kept) == 1, kept
+    for sandbox in kept:
+        httpx.delete(f"{served.url}/v1/sandboxes/{sandbox['sandbox_id']}", headers=headers)
     assert sandboxes_left(served) == 0
 
 

@@ -75,3 +75,26 @@ def test_registered_as_env_class_endless(server, task_ids):
                          extras={"extra_info": {"task_id": task_ids[1], "server_url": server.url}})
     assert type(env).__name__ == "EndlessEnv" and env.session_id is None
     env.close()
+
+
+def test_endless_env_can_choose_the_tools_protocol(server, workspace, task_ids):
+    """Issue 49: `env_config.protocol = "tools"`: the session offers its functions, the model's
+    Hermes `<tool_call>` text is the action, and the observations are `tool` messages."""
+    import json
+
+    from endless_env.skyrl import EndlessEnv
+    from test_tools import oracle_command
+
+    task = task_ids[2]
+    extras = {"extra_info": {"task_id": task, "server_url": server.url}, "reward_spec": {"method": "endless"}}
+    env = EndlessEnv({"token": server.token, "protocol": "tools"}, extras)
+    _, meta = env.init([])
+    assert [t["function"]["name"] for t in meta["tools"]] == ["bash", "finish"]
+    call = {"name": "bash", "arguments": {"command": oracle_command(workspace, task)}}
+    step = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert step["done"] is False
+    assert [m["role"] for m in step["observations"]] == ["tool"], step["observations"]
+    assert step["observations"][0]["content"].endswith("(exit_code=0)")
+    step = env.step('<tool_call>{"name": "finish", "arguments": {}}</tool_call>')
+    assert step["done"] is True and step["reward"] == 1.0
+    env.close()

@@ -617,14 +617,15 @@ impl Session {
     /// (as the task's user, or as inside `uid`:`gid` with `as_ids`), with
     /// stdin closed, handing `sink` its output as it comes: stdout and
     /// stderr interleaved, and what it writes to fd 3, each up to
-    /// [`CAPTURE_LIMIT`] bytes; killed after `timeout`. `started` is
-    /// called once the command is prepared, just before it is spawned
-    /// (an error before it means nothing ran).
+    /// [`CAPTURE_LIMIT`] bytes; killed after `timeout`, or as soon as
+    /// `cancel` is set. `started` is called once the command is prepared,
+    /// just before it is spawned (an error before it means nothing ran).
     pub fn run_beside_streaming(
         &mut self,
         call: &VerifierCall,
         as_ids: Option<(u32, u32)>,
         timeout: Duration,
+        cancel: &std::sync::atomic::AtomicBool,
         started: &mut dyn FnMut(),
         sink: &mut dyn FnMut(super::streaming::Pipe, &[u8]),
     ) -> Result<super::streaming::StreamedExit, SandboxError> {
@@ -634,7 +635,7 @@ impl Session {
             Some(ids) => self.control.user_command(call, ids)?,
         };
         started();
-        super::streaming::run_streaming(cmd, timeout, sink)
+        super::streaming::run_streaming(cmd, timeout, cancel, sink)
     }
 
     /// Whether [`Session::run_beside_streaming`] can run as other users

@@ -8,6 +8,7 @@
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -41,10 +42,13 @@ pub struct StreamedExit {
 
 /// Run `cmd` in a session of its own with stdin closed, its stdout and
 /// stderr on one pipe and its fd 3 on another, calling `sink` with each
-/// piece as it arrives; kill its process group after `timeout`.
+/// piece as it arrives; kill its process group after `timeout`, or as soon
+/// as `cancel` is set (its caller went away: it then ends as killed, with
+/// no exit status and not timed out).
 pub fn run_streaming(
     mut cmd: Command,
     timeout: Duration,
+    cancel: &AtomicBool,
     sink: &mut dyn FnMut(Pipe, &[u8]),
 ) -> Result<StreamedExit, SandboxError> {
     let (out_r, out_w) = pipe()?;
@@ -138,6 +142,11 @@ pub fn run_streaming(
                     let _ = child.wait();
                     exited = true;
                 }
+                Ok(None) if cancel.load(Ordering::Relaxed) => {
+                    kill_group(pid);
+                    let _ = child.wait();
+                    exited = true;
+                }
                 Ok(None) => {}
                 Err(_) => exited = true,
             }
@@ -185,6 +194,7 @@ mod tests {
         let exit = run_streaming(
             sh("echo one; echo err >&3; sleep 1; echo two"),
             Duration::from_secs(10),
+            &AtomicBool::new(false),
             &mut |pipe, bytes| seen.push((pipe, bytes.to_vec(), start.elapsed())),
         )
         .unwrap();
@@ -207,8 +217,13 @@ mod tests {
     #[test]
     fn the_exit_status_is_kept_however_fast_the_command_ends() {
         for _ in 0..20 {
-            let exit =
-                run_streaming(sh("exit 7"), Duration::from_secs(10), &mut |_, _| {}).unwrap();
+            let exit = run_streaming(
+                sh("exit 7"),
+                Duration::from_secs(10),
+                &AtomicBool::new(false),
+                &mut |_, _| {},
+            )
+            .unwrap();
             assert_eq!(exit.code, Some(7), "{exit:?}");
         }
     }
@@ -219,10 +234,31 @@ mod tests {
         let exit = run_streaming(
             sh("exec >&- 2>&- 3>&-; sleep 30"),
             Duration::from_millis(300),
+            &AtomicBool::new(false),
             &mut |_, _| {},
         )
         .unwrap();
         assert!(exit.timed_out && exit.code.is_none(), "{exit:?}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_cancelled_command_is_killed_at_once() {
+        let cancel = std::sync::Arc::new(AtomicBool::new(false));
+        let setter = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            setter.store(true, Ordering::Relaxed);
+        });
+        let start = Instant::now();
+        let exit = run_streaming(
+            sh("exec >&- 2>&- 3>&-; sleep 30"),
+            Duration::from_secs(60),
+            &cancel,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(!exit.timed_out && exit.code.is_none(), "{exit:?}");
         assert!(start.elapsed() < Duration::from_secs(5));
     }
 
@@ -232,6 +268,7 @@ mod tests {
         let exit = run_streaming(
             sh("sleep 30 & echo started; wait"),
             Duration::from_millis(300),
+            &AtomicBool::new(false),
             &mut |_, _| {},
         )
         .unwrap();

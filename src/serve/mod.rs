@@ -159,7 +159,8 @@ impl Server {
                 self.journal
                     .as_ref()
                     .map(|j| sandbox_journal::SandboxJournal::in_dir(j.dir().join("sandboxes"))),
-            ),
+            )
+            .with_queue(self.queue),
             journal: self.journal,
             lost: self.lost,
         });
@@ -178,6 +179,7 @@ impl Server {
                 draining.draining.store(true, Ordering::SeqCst);
                 // Waiting creates are answered 503 now, not at their deadline.
                 draining.registry.close_queue();
+                draining.sandboxes.close_queue();
                 tracing::info!("shutting down: new requests get 503");
                 // The requests admitted before finish first.
                 while draining.in_flight.load(Ordering::SeqCst) > 0 {

@@ -42,7 +42,7 @@ pub fn asked_wait(
 }
 
 /// The `wait` preference of `Prefer` headers, if any.
-fn prefer_wait(headers: &HeaderMap) -> Result<Option<f64>, ApiError> {
+pub fn prefer_wait(headers: &HeaderMap) -> Result<Option<f64>, ApiError> {
     for value in headers.get_all(axum::http::header::HeaderName::from_static("prefer")) {
         let text = value.to_str().unwrap_or_default();
         for pref in text.split([',', ';']) {

@@ -164,6 +164,7 @@ async fn health(
         "allocator": crate::allocator::name(),
         "lost_sessions": app.lost.len(),
         "sandboxes": app.sandboxes.open_count(),
+        "queued_sandboxes": app.sandboxes.waiting(),
         "lost_sandboxes": app.sandboxes.lost.len(),
     })))
 }

@@ -1,7 +1,7 @@
 //! The operator's maximums for what a client's sandbox may ask for (`cpus`,
 //! `memory_mb`, the registries its images come from), and how they apply
 //! to the task a sandbox is started from; and the [`Shape`] a client asks
-//! for (working directory, cpus, memory, lifetime).
+//! for (working directory, cpus, memory, lifetime, network).
 
 use std::time::Duration;
 
@@ -18,6 +18,9 @@ pub struct Shape {
     pub memory_mb: Option<u64>,
     /// How long the sandbox may live (its wall-clock limit).
     pub lifetime: Option<Duration>,
+    /// Network access (pasta's user-mode network, host loopback
+    /// unreachable), as Harbor's `network_mode = "public"` asks.
+    pub network: bool,
 }
 
 /// What the operator lets a served sandbox have (`endless serve

@@ -2,7 +2,8 @@
 //! archive, pack a path. Each runs beside the sandbox's shell exactly as
 //! the verifier does (see [`Session::run_verifier`]): in the sandbox's
 //! namespaces and cgroups, as the task's user (or, where the sandbox maps
-//! them, another account of its `/etc/passwd`) without capabilities, under
+//! them, another account of its `/etc/passwd`) without capabilities (as
+//! root: with Docker's default set, as the agent's root shell), under
 //! the sandbox's seccomp filter, never as anyone on the host. Separate
 //! standard output and error come back through two pipes only the server
 //! holds (the command's stdout, and file descriptor 3 for its stderr or
@@ -332,11 +333,13 @@ pub fn identity(session: &mut Session) -> Result<Identity, OpError> {
 /// handing `output` its stdout and stderr as text as they come (each
 /// piece cut at a character boundary); `started` is called once the
 /// command is about to start (an error before then means nothing ran).
+/// Setting `cancel` kills it (its client went away).
 pub fn exec(
     session: &mut Session,
     identity: &Identity,
     account: Option<&Account>,
     req: &ExecRequest,
+    cancel: &std::sync::atomic::AtomicBool,
     started: &mut dyn FnMut(),
     output: &mut dyn FnMut(Stream, &str),
 ) -> Result<ExecEnd, OpError> {
@@ -369,6 +372,7 @@ pub fn exec(
         &c,
         account.map(|a| (a.uid, a.gid)),
         req.timeout,
+        cancel,
         started,
         &mut |pipe, bytes| {
             let stream = match pipe {

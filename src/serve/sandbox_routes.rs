@@ -5,6 +5,7 @@
 //! Every route needs a token, and a token sees only its own sandboxes.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +108,9 @@ struct CreateBody {
     memory_mb: Option<u64>,
     /// Wall-clock limit of the sandbox, in seconds.
     lifetime_sec: Option<f64>,
+    /// Network access (Harbor's `network_mode = "public"`); default none.
+    #[serde(default)]
+    network: bool,
 }
 
 impl CreateBody {
@@ -155,25 +159,47 @@ impl CreateBody {
             cpus: self.cpus,
             memory_mb: self.memory_mb,
             lifetime,
+            network: self.network,
         })
     }
 }
 
-/// `POST /v1/sandboxes`.
+/// How long a create waits in line for a place when it does not say
+/// (`?wait=` or `Prefer: wait=`), cut to `--max-wait`: a Harbor job with
+/// more trials in flight than the server's `--max-sessions` just queues.
+const DEFAULT_CREATE_WAIT: Duration = Duration::from_secs(600);
+
+/// `POST /v1/sandboxes` query: how long to wait in line for a place.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateQuery {
+    wait: Option<f64>,
+}
+
+/// `POST /v1/sandboxes`: over `--max-sessions`, waits in line for a place
+/// (`?wait=SECONDS` or `Prefer: wait=SECONDS`, default 600, at most
+/// `--max-wait`; `wait=0`: a 429 at once).
 pub async fn create(
     State(app): Shared,
     headers: HeaderMap,
+    query: Result<Query<CreateQuery>, QueryRejection>,
     body: Body,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let client = app.auth.check(&headers)?;
+    let Query(q) = query?;
     let mut b: CreateBody = json_body(body).await?;
     let source = b.source()?;
     let shape = b.shape()?;
+    let max_wait = app.sandboxes.max_wait();
+    let wait = match (q.wait, super::queue::prefer_wait(&headers)?) {
+        (None, None) => DEFAULT_CREATE_WAIT.min(max_wait),
+        (asked, _) => super::queue::asked_wait(asked, &headers, max_wait)?,
+    };
+    if app.draining.load(Ordering::Relaxed) {
+        return Err(ApiError::Draining);
+    }
+    let sandbox = app.sandboxes.acquire(client, source.label(), wait).await?;
     blocking(move || {
-        if app.draining.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(ApiError::Draining);
-        }
-        let sandbox = app.sandboxes.reserve(client, source.label())?;
         let started = start(&app, &sandbox, &source, &shape);
         if let Err(e) = started {
             // Its place is given up once it is shut.
@@ -335,7 +361,9 @@ fn exec_request(b: ExecBody) -> Result<ExecRequest, ApiError> {
 /// sent as the command writes it, then `{"exit_code", "timed_out",
 /// "duration_secs"}` (with `"error"` when the sandbox failed mid-command).
 /// A request refused before the command starts (bad user, sandbox still
-/// starting or gone) is an error status, not a stream.
+/// starting or gone) is an error status, not a stream. A client that goes
+/// away (its connection closed) takes its command along: it is killed,
+/// and the sandbox counts as idle from then on.
 pub async fn exec(
     State(app): Shared,
     headers: HeaderMap,
@@ -349,7 +377,24 @@ pub async fn exec(
     let req = exec_request(b)?;
     let (head_tx, head_rx) = tokio::sync::oneshot::channel();
     let (lines, response) = Lines::channel();
-    tokio::task::spawn_blocking(move || run_exec(&sandbox, user.as_ref(), &req, head_tx, &lines));
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    // The request is in flight until its command ends or its client goes
+    // away, whichever comes first (it is killed then).
+    let busy = sandbox.busy();
+    let watched = lines.clone();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = watched.closed() => stop.store(true, Ordering::SeqCst),
+            _ = done_rx => {}
+        }
+        drop(busy);
+    });
+    tokio::task::spawn_blocking(move || {
+        run_exec(&sandbox, user.as_ref(), &req, &cancel, head_tx, &lines);
+        drop(done_tx);
+    });
     match head_rx.await {
         Ok(Ok(())) => Ok(response),
         Ok(Err(e)) => Err(e),
@@ -358,11 +403,13 @@ pub async fn exec(
 }
 
 /// Run an exec for [`exec`]: `head` learns whether the command started
-/// (or why not), then its output and final line go to `lines`. Blocking.
+/// (or why not), then its output and final line go to `lines`; setting
+/// `cancel` kills the command. Blocking.
 fn run_exec(
     sandbox: &Sandbox,
     user: Option<&serde_json::Value>,
     req: &ExecRequest,
+    cancel: &AtomicBool,
     head: tokio::sync::oneshot::Sender<Result<(), ApiError>>,
     lines: &Lines,
 ) {
@@ -376,8 +423,8 @@ fn run_exec(
         };
         let mut output = |stream: sandbox_ops::Stream, text: &str| {
             for piece in pieces(text, LINE_BYTES) {
-                // A client gone away reads nothing more; the command goes
-                // on to its end or timeout, as a detached one would.
+                // A client gone away reads nothing more; its command is
+                // being killed (see `exec`).
                 lines.blocking_send(&serde_json::json!({ "stream": stream.name(), "data": piece }));
             }
         };
@@ -386,6 +433,7 @@ fn run_exec(
             who,
             account.as_ref(),
             req,
+            cancel,
             &mut started,
             &mut output,
         )?)
@@ -456,6 +504,7 @@ pub async fn unpack(
     let checked = check_upload(&archive).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let target = dir.clone();
     blocking(move || {
+        let _busy = sandbox.busy();
         with_session(&sandbox, |session, who| {
             Ok(sandbox_ops::upload(
                 session,
@@ -485,6 +534,7 @@ pub async fn pack(
     let Query(q) = query?;
     let path = sandbox_path(&q.path).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let archive = blocking(move || {
+        let _busy = sandbox.busy();
         with_session(&sandbox, |session, who| {
             Ok(sandbox_ops::download(
                 session,

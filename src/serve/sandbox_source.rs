@@ -98,6 +98,13 @@ pub fn task_for(
     ws: &parking_lot::Mutex<Workspace>,
 ) -> Result<Task, SourceError> {
     limits.check(shape).map_err(SourceError::Invalid)?;
+    if shape.network && matches!(source, Source::Task(_)) {
+        return Err(SourceError::Invalid(
+            "network: a workspace task's sandbox has the network its task says \
+             ([environment] network)"
+                .into(),
+        ));
+    }
     let allowed = &limits.allow_registries;
     let refused = |e: super::registry_guard::Refused| SourceError::Invalid(e.0);
     let mut task = match source {
@@ -211,8 +218,13 @@ fn read(dir: &Path) -> Result<Task, SourceError> {
 fn task_toml(shape: &Shape) -> String {
     let mut t = String::from("version = \"1.0\"\n\n[agent]\n");
     let lifetime = shape.lifetime.unwrap_or(Duration::from_secs(3600));
+    let network = if shape.network {
+        "public"
+    } else {
+        "no-network"
+    };
     t.push_str(&format!(
-        "timeout_sec = {:.1}\n\n[environment]\nnetwork_mode = \"no-network\"\n",
+        "timeout_sec = {:.1}\n\n[environment]\nnetwork_mode = \"{network}\"\n",
         lifetime.as_secs_f64()
     ));
     if let Some(c) = shape.cpus {
@@ -281,7 +293,16 @@ mod tests {
         let task = task_for(&source, &Shape::default(), &limits(), &ws).unwrap();
         assert_eq!(task.meta.environment.workdir, "/srv");
         assert_eq!(task.meta.agent.user, "root");
-        assert!(!task.meta.environment.network, "API sandboxes stay offline");
+        assert!(
+            !task.meta.environment.network,
+            "API sandboxes are offline unless asked"
+        );
+        let online = Shape {
+            network: true,
+            ..Shape::default()
+        };
+        let task = task_for(&source, &online, &limits(), &ws).unwrap();
+        assert!(task.meta.environment.network, "asked: the task has network");
         assert!(task.environment.contains("data/x"));
         assert!(task.id().starts_with("sandbox-"), "{}", task.id());
         // The same archive makes the same task id (one cached image).

@@ -266,6 +266,14 @@ impl Workspace {
         Ok(changed)
     }
 
+    /// Drop the index rows of every episode of run `run_id` (an import
+    /// being replaced); how many there were.
+    pub fn forget_episodes(&self, run_id: &str) -> Result<usize, StoreError> {
+        Ok(self
+            .conn
+            .execute("DELETE FROM episodes WHERE run_id = ?1", params![run_id])?)
+    }
+
     /// Episodes of a run (or of every run when `run_id` is `None`).
     pub fn list_episodes(&self, run_id: Option<&str>) -> Result<Vec<EpisodeRow>, StoreError> {
         let sql = format!(

@@ -10,6 +10,7 @@
 //! with a seeded shuffle, and written as `train.parquet` and
 //! `validation.parquet` (or `.jsonl`), each atomically.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -300,6 +301,10 @@ pub fn export_dataset(
             DatasetFormat::Jsonl => to_jsonl(part)?,
         };
         write_atomic(&path, &bytes).with_context(|| format!("writing {}", path.display()))?;
+        // Readable by the group and others, as every other export (the
+        // atomic write's staging file is private).
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+            .with_context(|| format!("making {} readable", path.display()))?;
         files.push(path);
     }
     Ok(DatasetExport {

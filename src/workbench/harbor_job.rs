@@ -268,6 +268,9 @@ pub struct Job {
     pub dir: PathBuf,
     /// Its trials, by trial name.
     pub trials: Vec<Trial>,
+    /// Trial directories left out because their trial did not finish (no
+    /// `result.json`; only when asked, see [`read_job`]).
+    pub unfinished: Vec<String>,
     /// The job directory, open: the large files are read from it when
     /// they are copied.
     root: BundleDir,
@@ -361,8 +364,10 @@ fn is_trial(root: &BundleDir, rel: &str) -> bool {
 }
 
 /// Read a job directory, or a single trial directory, and every trial in
-/// it, beneath its descriptor (see the module docs).
-pub fn read_job(dir: &Path) -> Result<Job, HarborError> {
+/// it, beneath its descriptor (see the module docs). A trial directory
+/// without `result.json` (a trial that did not finish) is an error, or,
+/// with `skip_unfinished`, left out and named in [`Job::unfinished`].
+pub fn read_job(dir: &Path, skip_unfinished: bool) -> Result<Job, HarborError> {
     let not_harbor = |why: &str| HarborError::NotHarbor {
         path: dir.to_path_buf(),
         why: why.into(),
@@ -382,6 +387,7 @@ pub fn read_job(dir: &Path) -> Result<Job, HarborError> {
             name: trial.result.trial_name.clone(),
             dir: dir.to_path_buf(),
             trials: vec![trial],
+            unfinished: Vec::new(),
             root,
         });
     }
@@ -411,20 +417,32 @@ pub fn read_job(dir: &Path) -> Result<Job, HarborError> {
     }
     .unwrap_or(dir_name);
     let mut trials = Vec::new();
+    let mut unfinished = Vec::new();
     for d in trial_dirs {
         if !root.is_file(&join(&d, "result.json")) {
+            if skip_unfinished {
+                unfinished.push(d);
+                continue;
+            }
             return Err(HarborError::NotHarbor {
                 path: root.shown(&d),
-                why: "a trial directory without result.json (the trial did not finish)".into(),
+                why: "a trial directory without result.json (the trial did not finish; \
+                      --skip-unfinished imports the others)"
+                    .into(),
             });
         }
         trials.push(read_trial(&root, &d)?);
     }
+    if trials.is_empty() {
+        return Err(not_harbor("no finished trial"));
+    }
     trials.sort_by(|a, b| a.result.trial_name.cmp(&b.result.trial_name));
+    unfinished.sort();
     Ok(Job {
         name,
         dir: dir.to_path_buf(),
         trials,
+        unfinished,
         root,
     })
 }

@@ -6,7 +6,10 @@
 //! that the Episodes view, the inspector, failure labels, ratings and
 //! reviews work on it and `workspace rebuild` keeps it. Every trial is
 //! read and checked before anything is written; the run directory appears
-//! whole (built aside, then renamed) or not at all.
+//! whole (built aside, then renamed) or not at all. Importing a job again
+//! under the same run replaces the earlier import when asked (`--replace`);
+//! a job with unfinished trials imports its finished ones when asked
+//! (`--skip-unfinished`).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -40,6 +43,22 @@ pub struct ImportReport {
     pub passed: usize,
     /// Of those, ended by an error Harbor recorded.
     pub errors: usize,
+    /// The trial directories left out because they did not finish.
+    pub skipped: Vec<String>,
+    /// An earlier import of the run was replaced.
+    pub replaced: bool,
+}
+
+/// How to import a Harbor job.
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// The run id (default: `harbor-<job name>`).
+    pub run: Option<String>,
+    /// Replace an earlier import under the same run id (its episodes, and
+    /// their ratings and labels, are dropped).
+    pub replace: bool,
+    /// Import the finished trials of a job with unfinished ones.
+    pub skip_unfinished: bool,
 }
 
 /// A task id endless can use as a directory name.
@@ -277,18 +296,38 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Import the Harbor job or trial directory `dir` into `ws` as run `run`
 /// (default `harbor-<job name>`). Refuses a run id already in use.
 pub fn import_harbor(ws: &Workspace, dir: &Path, run: Option<&str>) -> Result<ImportReport> {
-    let job = read_job(dir)?;
-    let run_id = run
-        .map(str::to_string)
-        .unwrap_or_else(|| default_run_id(&job));
+    let options = ImportOptions {
+        run: run.map(str::to_string),
+        ..ImportOptions::default()
+    };
+    import_harbor_with(ws, dir, &options)
+}
+
+/// [`import_harbor`] with every option.
+pub fn import_harbor_with(
+    ws: &Workspace,
+    dir: &Path,
+    options: &ImportOptions,
+) -> Result<ImportReport> {
+    let job = read_job(dir, options.skip_unfinished)?;
+    let run_id = options.run.clone().unwrap_or_else(|| default_run_id(&job));
     if run_id.is_empty() || run_id.starts_with('.') || run_id.contains(['/', '\\']) {
         bail!("--run {run_id:?}: not a usable run id");
     }
     let run_dir = ws.runs_dir().join(&run_id);
-    if run_dir.exists() || ws.list_runs()?.iter().any(|r| r.id == run_id) {
+    let existing = ws.list_runs()?.into_iter().find(|r| r.id == run_id);
+    let exists = run_dir.exists() || existing.is_some();
+    if exists && !options.replace {
         bail!(
-            "run {run_id} already exists in the workspace ({}): import under another id with --run",
+            "run {run_id} already exists in the workspace ({}): import under another id with \
+             --run, or replace it with --replace",
             run_dir.display()
+        );
+    }
+    if let Some(r) = existing.as_ref().filter(|r| r.kind != IMPORTED_KIND) {
+        bail!(
+            "run {run_id} is a {} run, not an import: --replace replaces only imported runs",
+            r.kind
         );
     }
     // Everything is read and converted before anything is written.
@@ -321,9 +360,16 @@ pub fn import_harbor(ws: &Workspace, dir: &Path, run: Option<&str>) -> Result<Im
         }
         write(&paths.result, &serde_json::to_vec_pretty(e)?)?;
     }
-    staged
-        .commit()
-        .with_context(|| format!("moving the imported run into {}", run_dir.display()))?;
+    if exists {
+        // The earlier import goes whole: readers see it or the new one.
+        crate::fsutil::replace_dir_atomic(staged.path(), &run_dir)
+            .with_context(|| format!("replacing {}", run_dir.display()))?;
+        ws.forget_episodes(&run_id)?;
+    } else {
+        staged
+            .commit()
+            .with_context(|| format!("moving the imported run into {}", run_dir.display()))?;
+    }
     let indexed = (|| -> Result<()> {
         let first = episodes.first().map(|(_, e, _)| e.policy.clone());
         ws.upsert_run(
@@ -361,6 +407,8 @@ pub fn import_harbor(ws: &Workspace, dir: &Path, run: Option<&str>) -> Result<Im
             .iter()
             .filter(|(_, e, _)| e.end_reason == EndReason::Error)
             .count(),
+        skipped: job.unfinished.clone(),
+        replaced: exists,
     })
 }
 
@@ -486,7 +534,56 @@ mod tests {
         let e = import_harbor(&ws, &fixture(), None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("already exists"), "{e}");
+        assert!(
+            e.contains("already exists") && e.contains("--replace"),
+            "{e}"
+        );
+    }
+
+    /// Issue 49: a job imported again replaces the earlier import when
+    /// asked, and a job with an unfinished trial imports the finished ones
+    /// when asked.
+    #[test]
+    fn a_job_is_imported_again_with_replace_and_without_its_unfinished_trials() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path().join("ws").as_path()).unwrap();
+        let job = dir.path().join("job");
+        copy_dir(&fixture(), &job);
+        let first = import_harbor(&ws, &job, None).unwrap();
+        assert!(!first.replaced && first.skipped.is_empty());
+        // A trial still running: no result.json yet.
+        let running = job.join("hello-world__Zx81mQv");
+        std::fs::remove_file(running.join("result.json")).unwrap();
+        let e = format!("{:#}", import_harbor(&ws, &job, None).unwrap_err());
+        assert!(e.contains("did not finish"), "{e}");
+        let again = ImportOptions {
+            replace: true,
+            skip_unfinished: true,
+            ..ImportOptions::default()
+        };
+        let report = import_harbor_with(&ws, &job, &again).unwrap();
+        assert!(report.replaced);
+        assert_eq!(report.skipped, ["hello-world__Zx81mQv"]);
+        assert_eq!(report.run, first.run);
+        assert_eq!(report.episodes, first.episodes - 1);
+        let rows = ws.list_episodes(Some(&report.run)).unwrap();
+        assert_eq!(rows.len(), report.episodes);
+        let hello = rows.iter().filter(|r| r.task_id == "hello-world").count();
+        assert_eq!(hello, 1, "{rows:?}");
+        assert!(!EpisodePaths::new(&report.run_dir, "hello-world", 1)
+            .result
+            .exists());
+        // Only imports are replaced.
+        ws.upsert_run("mine", "eval", "oracle", &serde_json::json!({}))
+            .unwrap();
+        let mine = ImportOptions {
+            run: Some("mine".into()),
+            ..again
+        };
+        let e = import_harbor_with(&ws, &job, &mine)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an import"), "{e}");
     }
 
     #[test]

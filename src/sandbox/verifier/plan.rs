@@ -322,6 +322,7 @@ impl VerifierPlan {
         })
     }
 
+
     /// A pre-started verifier's scratch directory inside (see
     /// [`VerifierPlan::apply_prestarted`]).
     pub fn warm_up_dir(&self) -> String {
