@@ -84,7 +84,10 @@ fn every_offline_family_builds_and_validates_for_a_user_with_a_range() {
         &["generate", "--offline", "--count", &count, "--json"],
     ));
     assert_eq!(generated["written"], families);
-    let verdicts = json(&endless_as(&user, &["tasks", "validate", "--all", "--json"]));
+    let verdicts = json(&endless_as(
+        &user,
+        &["tasks", "validate", "--all", "--json"],
+    ));
     assert_all_valid(&verdicts, families);
     // Every task chowns its home to the task user (inside uid 1000): on the
     // host, that is an id of the range, not the operator's.
@@ -126,7 +129,10 @@ fn a_harbor_task_whose_dockerfile_chowns_validates_for_a_user_with_a_range() {
     }
     let imported = endless_as(&user, &["tasks", "import", corpus.to_str().unwrap()]);
     assert!(imported.status.success(), "{}", text(&imported));
-    let verdicts = json(&endless_as(&user, &["tasks", "validate", "--all", "--json"]));
+    let verdicts = json(&endless_as(
+        &user,
+        &["tasks", "validate", "--all", "--json"],
+    ));
     assert_all_valid(&verdicts, 1);
     let owned = owned_by(&user.home.join(".cache"), user.host_uid(1234));
     assert!(
@@ -146,7 +152,10 @@ fn without_a_range_doctor_and_build_errors_say_what_is_missing() {
         "subordinate ids",
         "maps only your own id",
         "apt-get",
-        &format!("usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {}", user.name),
+        &format!(
+            "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {}",
+            user.name
+        ),
     ] {
         assert!(doctor.contains(want), "doctor lacks `{want}`:\n{doctor}");
     }
@@ -157,7 +166,11 @@ fn without_a_range_doctor_and_build_errors_say_what_is_missing() {
     ));
     let out = endless_as(&user, &["tasks", "validate", "--all", "--json"]);
     let all = text(&out);
-    for want in ["Invalid argument", "maps only your own id", "usermod --add-subuids"] {
+    for want in [
+        "Invalid argument",
+        "maps only your own id",
+        "usermod --add-subuids",
+    ] {
         assert!(all.contains(want), "the build error lacks `{want}`:\n{all}");
     }
 }

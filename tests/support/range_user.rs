@@ -208,7 +208,11 @@ pub fn rerun(name: &str, inner: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "as {} (with a range):\n{text}", user.name);
+    assert!(
+        out.status.success(),
+        "as {} (with a range):\n{text}",
+        user.name
+    );
     assert!(
         text.contains("1 passed"),
         "as {} (with a range), the test did not run:\n{text}",

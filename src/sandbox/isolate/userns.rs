@@ -1,4 +1,5 @@
-//! User namespaces for sessions and builds started by root.
+//! User namespaces for sessions and builds started by root, or by a user
+//! with subordinate ids ([`SubIds`]).
 //!
 //! Root inside a sandbox must never be root outside. When `endless` runs as
 //! root, every session and every image build gets its own user namespace in
@@ -205,7 +206,11 @@ impl SubIds {
         let name = user_name(uid);
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
         let keys = [name.clone().unwrap_or_default(), uid.to_string()];
-        let keys: Vec<&str> = keys.iter().map(String::as_str).filter(|k| !k.is_empty()).collect();
+        let keys: Vec<&str> = keys
+            .iter()
+            .map(String::as_str)
+            .filter(|k| !k.is_empty())
+            .collect();
         let who = name.unwrap_or_else(|| uid.to_string());
         let uid_start = subordinate_range(&read("/etc/subuid"), &keys);
         let gid_start = subordinate_range(&read("/etc/subgid"), &keys);
@@ -231,9 +236,7 @@ impl SubIds {
 
     /// The `newuidmap` and `newgidmap` arguments after the pid.
     fn map_args(&self) -> [(&'static str, [String; 6]); 2] {
-        let args = |own: u32, start: u32| {
-            [0, own, 1, 1, start, MAPPED_IDS].map(|n| n.to_string())
-        };
+        let args = |own: u32, start: u32| [0, own, 1, 1, start, MAPPED_IDS].map(|n| n.to_string());
         [
             ("newuidmap", args(self.uid, self.uid_start)),
             ("newgidmap", args(self.gid, self.gid_start)),
@@ -331,7 +334,8 @@ pub fn remove_with_range(path: &std::path::Path) -> bool {
     let Some(ids) = IN_USE.get() else {
         return false;
     };
-    let argv = ["rm".as_ref(), "-rf".as_ref(), "--".as_ref(), path.as_os_str()];
+    let os = std::ffi::OsStr::new;
+    let argv = [os("rm"), os("-rf"), os("--"), path.as_os_str()];
     match ids.run_as_root(&argv) {
         Ok(()) => true,
         Err(e) => {
@@ -516,7 +520,11 @@ mod tests {
             Some(300000),
             "by uid, the first range that is large enough"
         );
-        assert_eq!(subordinate_range(text, &["zoe"]), None, "0 and overflowing ranges");
+        assert_eq!(
+            subordinate_range(text, &["zoe"]),
+            None,
+            "0 and overflowing ranges"
+        );
         assert_eq!(subordinate_range(text, &["carol", "1002"]), None);
     }
 

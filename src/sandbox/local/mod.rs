@@ -19,8 +19,10 @@
 //! (`isolate/userns.rs`) whose root is an unprivileged host id and runs
 //! bubblewrap there, which adds the PID, IPC, UTS, cgroup and network
 //! namespaces, drops capabilities and loads the seccomp filter
-//! (`isolate/seccomp.rs`). Run unprivileged, the child maps our own ids
-//! instead. Tasks with network access get their own namespace wired by
+//! (`isolate/seccomp.rs`). Run unprivileged by a user with subordinate ids,
+//! the child enters a namespace mapping root to that user and 1..=65536 to
+//! the range (written by `newuidmap`/`newgidmap`) first, then mounts in a
+//! mount namespace it owns; without a range, it maps our own ids only. Tasks with network access get their own namespace wired by
 //! `pasta` (`isolate/net.rs`). The verifier runs beside the shell out of
 //! the agent's reach (`verifier/`). The attacks this stops are in
 //! `tests/attacks.rs`; docs/security.md lists them.
@@ -133,7 +135,12 @@ impl HostIdentity {
         match SubIds::for_caller() {
             Ok(s) => (HostIdentity::Subordinate(s), None),
             // SAFETY: getuid/getgid have no preconditions.
-            Err(why) => unsafe { (HostIdentity::Rootless(libc::getuid(), libc::getgid()), Some(why)) },
+            Err(why) => unsafe {
+                (
+                    HostIdentity::Rootless(libc::getuid(), libc::getgid()),
+                    Some(why),
+                )
+            },
         }
     }
 
@@ -499,11 +506,9 @@ impl LocalBackend {
             (HostIdentity::Subordinate(_), Some(ns)) => Ok(Identity::Subordinate {
                 userns: ns.as_raw_fd(),
             }),
-            (HostIdentity::Mapped(_) | HostIdentity::Subordinate(_), None) => {
-                Err(SandboxError::Start(
-                    "internal: a mapped sandbox needs its user namespace".into(),
-                ))
-            }
+            (HostIdentity::Mapped(_) | HostIdentity::Subordinate(_), None) => Err(
+                SandboxError::Start("internal: a mapped sandbox needs its user namespace".into()),
+            ),
             (HostIdentity::Rootless(uid, gid), _) => Ok(Identity::Rootless { ids: (uid, gid) }),
         }
     }
@@ -549,6 +554,16 @@ impl LocalBackend {
         self.allow_network
             && matches!(self.identity, HostIdentity::Mapped(_))
             && net::pasta_path().is_some()
+    }
+
+    /// The user namespace `pasta` enters (as root, which makes it a tun
+    /// device of its own first); `None`: `pasta` stays as we are, the owner
+    /// of the sandbox's namespaces (not root).
+    fn pasta_userns(&self, userns: &Option<OwnedFd>) -> Option<OwnedFd> {
+        match self.identity {
+            HostIdentity::Mapped(_) => userns.as_ref().and_then(|u| u.try_clone().ok()),
+            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => None,
+        }
     }
 
     /// Whether sessions are limited through cgroups (else rlimits).
@@ -751,7 +766,7 @@ impl LocalBackend {
             },
         };
         let attach = net_parent.map(|ends| {
-            let ns = userns.as_ref().and_then(|u| u.try_clone().ok());
+            let ns = self.pasta_userns(&userns);
             net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
         });
         let mut result = Session::spawn_with(cmd, keep, &init, opts, info, move |pid| {

@@ -980,9 +980,18 @@ fn with_single_id_hint(e: SandboxError) -> SandboxError {
 fn refused_id_change(output: &str) -> bool {
     output.lines().any(|l| {
         l.contains("Invalid argument")
-            && ["chown", "ownership", "setgroups", "setgid", "setuid", "setresuid", "setegid", "seteuid"]
-                .iter()
-                .any(|w| l.contains(w))
+            && [
+                "chown",
+                "ownership",
+                "setgroups",
+                "setgid",
+                "setuid",
+                "setresuid",
+                "setegid",
+                "seteuid",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
     })
 }
 

@@ -309,21 +309,22 @@ pub fn strip_setid(dir: &Path) -> Result<(), SandboxError> {
     if let Some(ids) = crate::sandbox::isolate::userns::subordinate_in_use() {
         // Directories owned by range ids are not ours on the host: strip
         // as the range's root (links are neither matched nor followed).
-        let argv: [&std::ffi::OsStr; 11] = [
-            "find".as_ref(),
-            "-P".as_ref(),
+        let os = std::ffi::OsStr::new;
+        let argv = [
+            os("find"),
+            os("-P"),
             dir.as_os_str(),
-            "!".as_ref(),
-            "-type".as_ref(),
-            "l".as_ref(),
-            "-perm".as_ref(),
-            "/6000".as_ref(),
-            "-exec".as_ref(),
-            "chmod".as_ref(),
-            "ug-s".as_ref(),
+            os("!"),
+            os("-type"),
+            os("l"),
+            os("-perm"),
+            os("/6000"),
+            os("-exec"),
+            os("chmod"),
+            os("ug-s"),
+            os("{}"),
+            os("+"),
         ];
-        let mut argv = argv.to_vec();
-        argv.extend(["{}".as_ref(), "+".as_ref()]);
         return ids.run_as_root(&argv);
     }
     /// Work left: a path to visit, or a directory's mode to restore once
