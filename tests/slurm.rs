@@ -453,12 +453,32 @@ fn sharded_validation_and_eval_as_slurm_arrays_merge_to_one_unsharded_run() {
     // job; while it is queued or runs, status says so (not "failed"), and
     // its merge job's state is the merge's.
     std::fs::remove_file(&broken).unwrap();
-    let again = json(endless(&cluster, home, &main, &["slurm", "rerun", "ev", "--json"]));
+    let again = json(endless(
+        &cluster,
+        home,
+        &main,
+        &["slurm", "rerun", "ev", "--json"],
+    ));
     assert_eq!(again["shards"], serde_json::json!([2]), "{again}");
-    let status = json(endless(&cluster, home, &main, &["slurm", "status", "ev", "--json"]));
-    let state = status[0]["shards"][2]["state"].as_str().unwrap().to_string();
+    let status = json(endless(
+        &cluster,
+        home,
+        &main,
+        &["slurm", "status", "ev", "--json"],
+    ));
+    let state = status[0]["shards"][2]["state"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(
-        ["PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "COMPLETED"].contains(&state.as_str()),
+        [
+            "PENDING",
+            "RUNNING",
+            "CONFIGURING",
+            "COMPLETING",
+            "COMPLETED"
+        ]
+        .contains(&state.as_str()),
         "a shard being re-run is not {state}: {status:#}"
     );
     assert_ne!(status[0]["merge"], "CANCELLED", "{status:#}");

@@ -444,9 +444,9 @@ fn waits_for(ctx: &Context, written: &[SlurmJob], after: &str) -> Result<Option<
     }
     match job.latest_merge_job() {
         Some(m) => Ok(Some(m.to_string())),
-        None => bail!(
-            "--after {after}: that submission was not submitted (no merge job to wait for)"
-        ),
+        None => {
+            bail!("--after {after}: that submission was not submitted (no merge job to wait for)")
+        }
     }
 }
 
@@ -539,16 +539,17 @@ pub fn submit(ctx: &Context, req: &SubmitRequest) -> Result<Vec<SlurmJob>> {
             (job.merge_script(), merge_script(&job, &req.sbatch, &exe)),
         ];
         if job.after.is_some() {
-            scripts.push((job.prepare_script(), prepare_script(&job, &req.sbatch, &exe)));
+            scripts.push((
+                job.prepare_script(),
+                prepare_script(&job, &req.sbatch, &exe),
+            ));
         }
         for (path, text) in scripts {
             crate::fsutil::write_atomic(&path, text.as_bytes())
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         if req.submit {
-            let mut array_args = vec![req
-                .sbatch
-                .array_arg(&format!("0-{}", req.shards - 1))];
+            let mut array_args = vec![req.sbatch.array_arg(&format!("0-{}", req.shards - 1))];
             if let Some(w) = &wait {
                 let prepare = sbatch(&after_ok(w), &job.prepare_script())?;
                 array_args.extend(after_ok(&prepare));
@@ -804,7 +805,11 @@ pub fn status(job: &SlurmJob) -> Result<JobStatus> {
 }
 
 /// [`status`] from the states Slurm gave (`id` -> state, later ones win).
-fn status_from(job: &SlurmJob, states: &[(String, String)], sacct_note: Option<String>) -> JobStatus {
+fn status_from(
+    job: &SlurmJob,
+    states: &[(String, String)],
+    sacct_note: Option<String>,
+) -> JobStatus {
     let state_of = |id: &str| {
         states
             .iter()
@@ -844,7 +849,9 @@ fn status_from(job: &SlurmJob, states: &[(String, String)], sacct_note: Option<S
             slurm_merge.unwrap_or_default()
         }
         (Some(r), _) => {
-            let by = r.job.map_or("by hand".to_string(), |j| format!("by job {j}"));
+            let by = r
+                .job
+                .map_or("by hand".to_string(), |j| format!("by job {j}"));
             let partial = if r.missing.is_empty() {
                 String::new()
             } else {
@@ -974,7 +981,9 @@ mod tests {
         };
         let array = array_script(&job, &opts, Path::new("/bin/endless"));
         assert!(
-            array.contains("#SBATCH --output=\"/ws/slurm/v1/logs/shard-%a.out\"\n#SBATCH --open-mode=append\n"),
+            array.contains(
+                "#SBATCH --output=\"/ws/slurm/v1/logs/shard-%a.out\"\n#SBATCH --open-mode=append\n"
+            ),
             "{array}"
         );
         assert!(array.contains("#SBATCH --partition=debug\n#SBATCH --account=proj\n#SBATCH --time=0:10:00\n#SBATCH --cpus-per-task=2\n#SBATCH --mem=1G\n"), "{array}");
@@ -984,7 +993,10 @@ mod tests {
             array.contains("\n'/bin/endless' --workspace '/ws/slurm/v1'/shard-\"$I\" 'tasks' 'validate' '--all' '--concurrency' '2' --shard \"$I/4\" &\n"),
             "{array}"
         );
-        assert!(array.contains("exec >\"$LOGS/shard-$I.$K.out\" 2>&1\n"), "{array}");
+        assert!(
+            array.contains("exec >\"$LOGS/shard-$I.$K.out\" 2>&1\n"),
+            "{array}"
+        );
         assert!(array.contains("trap requeue USR1\n"), "{array}");
         let merge = merge_script(&job, &opts, Path::new("/bin/endless"));
         assert!(
@@ -1015,7 +1027,9 @@ mod tests {
             Path::new("/bin/endless"),
         );
         assert!(
-            prepare.contains("exec '/bin/endless' --workspace '/ws' workspace shards '/ws/slurm/v1' --count 4\n"),
+            prepare.contains(
+                "exec '/bin/endless' --workspace '/ws' workspace shards '/ws/slurm/v1' --count 4\n"
+            ),
             "{prepare}"
         );
     }

@@ -301,34 +301,130 @@ mod tests {
     fn values_that_would_break_the_script_are_refused_by_option() {
         let nl = "1\n#SBATCH --uid=0\ntouch /tmp/pwned";
         let cases: Vec<(SbatchOptions, &str)> = vec![
-            (SbatchOptions { partition: Some(nl.into()), ..site() }, "--partition"),
-            (SbatchOptions { partition: Some("a b".into()), ..site() }, "--partition"),
-            (SbatchOptions { account: Some(nl.into()), ..site() }, "--account"),
-            (SbatchOptions { account: Some("a;b".into()), ..site() }, "--account"),
-            (SbatchOptions { qos: Some("q#".into()), ..site() }, "--qos"),
-            (SbatchOptions { gres: Some("gpu:1 ".into()), ..site() }, "--gres"),
-            (SbatchOptions { constraint: Some("a\"b".into()), ..site() }, "--constraint"),
-            (SbatchOptions { constraint: Some(nl.into()), ..site() }, "--constraint"),
-            (SbatchOptions { time: Some(nl.into()), ..site() }, "--time"),
-            (SbatchOptions { time: Some("1:00 #".into()), ..site() }, "--time"),
-            (SbatchOptions { mem: Some("8GB\r".into()), ..site() }, "--mem"),
-            (SbatchOptions { cpus: Some(0), ..site() }, "--cpus"),
-            (SbatchOptions { max_parallel: Some(0), ..site() }, "--max-parallel"),
-            (SbatchOptions { requeue_before: Some(0), ..site() }, "--requeue-before"),
             (
-                SbatchOptions { extra: vec![("--sbatch-arg".into(), format!("--comment={nl}"))], ..site() },
+                SbatchOptions {
+                    partition: Some(nl.into()),
+                    ..site()
+                },
+                "--partition",
+            ),
+            (
+                SbatchOptions {
+                    partition: Some("a b".into()),
+                    ..site()
+                },
+                "--partition",
+            ),
+            (
+                SbatchOptions {
+                    account: Some(nl.into()),
+                    ..site()
+                },
+                "--account",
+            ),
+            (
+                SbatchOptions {
+                    account: Some("a;b".into()),
+                    ..site()
+                },
+                "--account",
+            ),
+            (
+                SbatchOptions {
+                    qos: Some("q#".into()),
+                    ..site()
+                },
+                "--qos",
+            ),
+            (
+                SbatchOptions {
+                    gres: Some("gpu:1 ".into()),
+                    ..site()
+                },
+                "--gres",
+            ),
+            (
+                SbatchOptions {
+                    constraint: Some("a\"b".into()),
+                    ..site()
+                },
+                "--constraint",
+            ),
+            (
+                SbatchOptions {
+                    constraint: Some(nl.into()),
+                    ..site()
+                },
+                "--constraint",
+            ),
+            (
+                SbatchOptions {
+                    time: Some(nl.into()),
+                    ..site()
+                },
+                "--time",
+            ),
+            (
+                SbatchOptions {
+                    time: Some("1:00 #".into()),
+                    ..site()
+                },
+                "--time",
+            ),
+            (
+                SbatchOptions {
+                    mem: Some("8GB\r".into()),
+                    ..site()
+                },
+                "--mem",
+            ),
+            (
+                SbatchOptions {
+                    cpus: Some(0),
+                    ..site()
+                },
+                "--cpus",
+            ),
+            (
+                SbatchOptions {
+                    max_parallel: Some(0),
+                    ..site()
+                },
+                "--max-parallel",
+            ),
+            (
+                SbatchOptions {
+                    requeue_before: Some(0),
+                    ..site()
+                },
+                "--requeue-before",
+            ),
+            (
+                SbatchOptions {
+                    extra: vec![("--sbatch-arg".into(), format!("--comment={nl}"))],
+                    ..site()
+                },
                 "--sbatch-arg",
             ),
             (
-                SbatchOptions { extra: vec![("[slurm] extra".into(), "-A proj".into())], ..site() },
+                SbatchOptions {
+                    extra: vec![("[slurm] extra".into(), "-A proj".into())],
+                    ..site()
+                },
                 "[slurm] extra",
             ),
             (
-                SbatchOptions { extra: vec![("--sbatch-arg".into(), "--output=/etc/x".into())], ..site() },
+                SbatchOptions {
+                    extra: vec![("--sbatch-arg".into(), "--output=/etc/x".into())],
+                    ..site()
+                },
                 "--sbatch-arg",
             ),
             (
-                SbatchOptions { extra: vec![("--sbatch-arg".into(), "--x; rm".into())], ..site() },
+                SbatchOptions {
+                    extra: vec![("--sbatch-arg".into(), "--x; rm".into())],
+                    ..site()
+                },
                 "--sbatch-arg",
             ),
         ];
@@ -337,7 +433,12 @@ mod tests {
             assert!(e.starts_with(option), "{o:?}: {e}");
         }
         for time in ["30", "0:10:00", "UNLIMITED"] {
-            SbatchOptions { time: Some(time.into()), ..site() }.check().unwrap();
+            SbatchOptions {
+                time: Some(time.into()),
+                ..site()
+            }
+            .check()
+            .unwrap();
         }
         assert!(no_control("the workspace path", "/ws/a\nb").is_err());
         no_control("the workspace path", "/ws/with space/#1").unwrap();

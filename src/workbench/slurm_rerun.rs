@@ -6,9 +6,7 @@
 use anyhow::{bail, Context as _, Result};
 
 use super::shards::make_shard_workspaces;
-use super::slurm::{
-    jobs, sbatch, status, write_job, MergeRecord, Rerun, ShardStatus, SlurmJob,
-};
+use super::slurm::{jobs, sbatch, status, write_job, MergeRecord, Rerun, ShardStatus, SlurmJob};
 use super::slurm_options::SbatchOptions;
 use super::Context;
 
@@ -59,10 +57,11 @@ pub fn rerun(ctx: &Context, name: &str) -> Result<(SlurmJob, Rerun)> {
     }
     // Shards whose workspaces a failed prepare job never made get them
     // now (the job they waited for merged, or its tasks are missing).
-    if failed
-        .iter()
-        .any(|&i| !super::shards::shard_dir(&job.dir, i).join("endless.db").exists())
-    {
+    if failed.iter().any(|&i| {
+        !super::shards::shard_dir(&job.dir, i)
+            .join("endless.db")
+            .exists()
+    }) {
         make_shard_workspaces(&ctx.workspace()?, &job.dir, job.shards)?;
     }
     let opts = SbatchOptions {
