@@ -21,7 +21,6 @@ fn endless_as(user: &RangeUser, args: &[&str]) -> Output {
     user.command(&exe)
         .arg("--workspace")
         .arg(user.home.join("ws"))
-        .arg("--create")
         .args(args)
         .output()
         .unwrap()

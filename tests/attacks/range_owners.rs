@@ -26,7 +26,7 @@ fn find(dir: &Path, name: &str) -> Vec<std::fs::Metadata> {
 #[test]
 fn files_a_build_step_makes_are_owned_outside_by_the_range() {
     both(
-        "range_owners::files_a_build_step_makes_are_owned_outside_by_the_range",
+        "files_a_build_step_makes_are_owned_outside_by_the_range",
         |b| {
             let nonce = format!("{}-{}", std::process::id(), uid());
             let (by_root, by_user) = (format!("root-{nonce}"), format!("user-{nonce}"));

@@ -982,7 +982,7 @@ fn with_single_id_hint(e: SandboxError) -> SandboxError {
             code,
             mut output,
         } if refused_id_change(&output) => {
-            output.push('\n');
+            output.push_str("\n");
             output.push_str(&crate::sandbox::local::single_id_limits());
             SandboxError::SetupStep {
                 index,
