@@ -29,9 +29,7 @@ const INNER: &str = "ENDLESS_ATTACK_INNER";
 /// A scenario: what one attack does, and what must (not) happen.
 type Scenario = fn(&LocalBackend);
 
-/// Run `scenario` as we are, then (when we are root) as uid 65534 and as
-/// a throwaway user with a subordinate id range (see
-/// [`support::range_user`]).
+/// Run `scenario` as we are, then (when we are root) as uid 65534.
 fn both(name: &str, scenario: Scenario) {
     let inner = std::env::var_os(INNER).is_some();
     match backend(Limits::default()) {
@@ -41,7 +39,6 @@ fn both(name: &str, scenario: Scenario) {
     }
     if !inner && uid() == 0 {
         as_nobody(name);
-        support::range_user::rerun(name, INNER);
     }
 }
 
@@ -50,15 +47,8 @@ fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// Whether sandboxes here map one id only: not root, and no subordinate
-/// range (a user with one gets root's behaviour inside).
 fn rootless() -> bool {
-    uid() != 0 && endless::sandbox::local::SubIds::for_caller().is_err()
-}
-
-/// Whether sandboxes here use a subordinate range (not root, with one).
-fn with_range() -> bool {
-    uid() != 0 && endless::sandbox::local::SubIds::for_caller().is_ok()
+    uid() != 0
 }
 
 /// Re-run test `name` of this binary as uid 65534 (see [`support::nobody`]).
@@ -543,7 +533,7 @@ fn root_agents_and_build_steps_read_no_host_file_that_only_host_root_may_read() 
                     secret = HostSecrets::SECRET,
                     // Run unprivileged, the sandbox's root is that user, who
                     // may see (not read) them: nothing is masked.
-                    masked = if uid() != 0 { "False" } else { "True" },
+                    masked = if rootless() { "False" } else { "True" },
                 ),
             );
             // A fresh `endless` process, which looks at the host as it is now.
@@ -1118,19 +1108,6 @@ fn the_uid_map_puts_root_outside_the_host_ids() {
         if rootless() {
             // Only our own id is mapped (seen from inside as the parent's 0).
             assert_eq!(fields.get(2), Some(&1), "{out}");
-        } else if with_range() {
-            // Root is the operator (one id); the rest is the range.
-            assert_eq!(fields.get(2), Some(&1), "{out}");
-            let range: Vec<u64> = out
-                .lines()
-                .nth(1)
-                .unwrap_or("")
-                .split_whitespace()
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            assert_eq!(range.first(), Some(&1), "{out}");
-            assert!(range.get(1).is_some_and(|h| *h >= 65_536), "{out}");
-            assert_eq!(range.get(2), Some(&65_536), "{out}");
         } else {
             assert!(
                 fields.get(1).is_some_and(|host| *host >= 65_536),
@@ -1232,6 +1209,3 @@ mod verifier_cgroups;
 // A sandbox handed out from the pool of pre-started sandboxes.
 #[path = "attacks/pooled.rs"]
 mod pooled;
-// Who owns on the host what build steps leave (root, range ids).
-#[path = "attacks/range_owners.rs"]
-mod range_owners;

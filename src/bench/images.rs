@@ -208,7 +208,7 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
     // Pull + unpack, each run into an empty store.
     let owner = match LocalBackend::new(&work.path().join("probe"))?.identity() {
         HostIdentity::Mapped(m) => Some(m.base),
-        HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => None,
+        HostIdentity::Rootless(..) => None,
     };
     let mut ours = Vec::new();
     for i in 0..runs {

@@ -110,8 +110,12 @@ fn doctor_local() -> BackendStatus {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let userns = local::userns_problem();
-    let (identity, no_range) = local::HostIdentity::for_caller();
-    let mapping = identity.describe();
+    let mapping = if root {
+        local::HostIdentity::Mapped(local::IdMap::for_host()).describe()
+    } else {
+        // SAFETY: getuid/getgid have no preconditions.
+        unsafe { local::HostIdentity::Rootless(libc::getuid(), libc::getgid()).describe() }
+    };
     checks.push(check(
         "uid mapping",
         root || userns.is_none(),
@@ -122,9 +126,6 @@ fn doctor_local() -> BackendStatus {
         },
         userns.as_deref().unwrap_or("run as root"),
     ));
-    if let Some(why) = no_range {
-        checks.push(subordinate_ids_check(&why));
-    }
     let seccomp = local::seccomp_summary();
     checks.push(check(
         "seccomp",
@@ -398,20 +399,6 @@ fn doctor_apptainer() -> BackendStatus {
         name: "apptainer".into(),
         works: c.ok,
         checks: vec![c],
-    }
-}
-
-/// The finding of a rootless operator without subordinate ids: sandboxes
-/// still work, but map one id only; what fails, and how to get a range.
-fn subordinate_ids_check(why: &str) -> Check {
-    Check {
-        name: "subordinate ids".into(),
-        ok: true,
-        detail: format!("none: {why}; {}", local::single_id_limits()),
-        fix: Some(format!(
-            "as root: `{}`, and `apt-get install uidmap`",
-            local::grant_hint()
-        )),
     }
 }
 

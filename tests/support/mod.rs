@@ -6,7 +6,6 @@ pub mod bash_terminal;
 pub mod cli;
 pub mod fixture_llm;
 pub mod nobody;
-pub mod range_user;
 pub mod registry;
 pub mod served;
 pub mod verifier;

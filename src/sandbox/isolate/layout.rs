@@ -277,8 +277,6 @@ pub fn pid_alive(pid: i32) -> bool {
 
 /// Remove a tree, first making its directories accessible: overlayfs leaves
 /// `work/work` with mode 000, which an unprivileged owner cannot enter.
-/// What stays (owned by subordinate ids) goes from inside a user namespace
-/// (see `userns::remove_with_range`).
 pub fn remove_tree(path: &Path) {
     // trusted: a build or session tree whose processes ended
     if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
@@ -298,9 +296,5 @@ pub fn remove_tree(path: &Path) {
         }
     }
     // trusted: a build or session tree whose processes ended
-    if std::fs::remove_dir_all(path).is_err() && path.exists() {
-        // Directories owned by subordinate ids, which the operator cannot
-        // empty on the host: removed as the root of a namespace mapping them.
-        super::userns::remove_with_range(path);
-    }
+    let _ = std::fs::remove_dir_all(path);
 }

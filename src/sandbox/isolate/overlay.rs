@@ -68,14 +68,6 @@ pub enum Identity {
         /// Our host uid and gid.
         ids: (u32, u32),
     },
-    /// Not root, with subordinate ids (see `userns::SubIds`): enter this
-    /// user namespace (made with the operator's range) as its root first,
-    /// then mount in a mount namespace it owns (overlays with `userxattr`,
-    /// host directories as they are: their owners are not mapped).
-    Subordinate {
-        /// The namespace (owned by the caller, kept open until spawn returns).
-        userns: RawFd,
-    },
     /// Root on the host: after the mounts, enter this user namespace (whose
     /// root is an unprivileged host id) as its root, showing host
     /// directories through idmapped mounts made with it.
@@ -97,8 +89,6 @@ pub struct MountPlan {
     cgroup_procs: Vec<CString>,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     rootless: Option<(CString, CString)>,
-    /// The user namespace to enter before the mounts (subordinate ids).
-    enter_first: Option<RawFd>,
     mapped: Option<PreparedMapped>,
     binds: Vec<(CString, CString)>,
     net: Option<super::net::ChildEnds>,
@@ -163,9 +153,7 @@ fn check_option_path(path: &Path) -> Result<String, SandboxError> {
 impl MountPlan {
     /// Prepare `spec`.
     pub fn new(spec: MountSpec) -> Result<MountPlan, SandboxError> {
-        // Overlays mounted inside a user namespace keep their metadata in
-        // `user.` extended attributes.
-        let rootless = !matches!(spec.identity, Identity::Mapped { .. });
+        let rootless = matches!(spec.identity, Identity::Rootless { .. });
         let userxattr = if rootless { ",userxattr" } else { "" };
         let tmpfs = match spec.tmpfs {
             Some((at, size)) => Some(MountCall {
@@ -205,22 +193,19 @@ impl MountPlan {
                 },
             });
         }
-        let (rootless, enter_first, mapped) = match spec.identity {
+        let (rootless, mapped) = match spec.identity {
             Identity::Rootless { ids: (uid, gid) } => (
                 Some((
                     CString::new(format!("0 {uid} 1")).unwrap_or_default(),
                     CString::new(format!("0 {gid} 1")).unwrap_or_default(),
                 )),
                 None,
-                None,
             ),
-            Identity::Subordinate { userns } => (None, Some(userns), None),
             Identity::Mapped {
                 userns,
                 idmapped,
                 chown,
             } => (
-                None,
                 None,
                 Some(PreparedMapped {
                     userns,
@@ -250,7 +235,6 @@ impl MountPlan {
                 .collect::<Result<_, _>>()?,
             rlimits: spec.rlimits,
             rootless,
-            enter_first,
             mapped,
             binds: spec
                 .binds
@@ -281,9 +265,6 @@ impl MountPlan {
                 write_file(c"/proc/self/setgroups", c"deny")?;
                 write_file(c"/proc/self/uid_map", uid_map)?;
                 write_file(c"/proc/self/gid_map", gid_map)?;
-            } else if let Some(userns) = self.enter_first {
-                super::userns::enter_as_root(userns)?;
-                check(libc::unshare(libc::CLONE_NEWNS))?;
             } else {
                 check(libc::unshare(libc::CLONE_NEWNS))?;
             }

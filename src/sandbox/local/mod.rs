@@ -19,10 +19,8 @@
 //! (`isolate/userns.rs`) whose root is an unprivileged host id and runs
 //! bubblewrap there, which adds the PID, IPC, UTS, cgroup and network
 //! namespaces, drops capabilities and loads the seccomp filter
-//! (`isolate/seccomp.rs`). Run unprivileged by a user with subordinate ids,
-//! the child enters a namespace mapping root to that user and 1..=65536 to
-//! the range (written by `newuidmap`/`newgidmap`) first, then mounts in a
-//! mount namespace it owns; without a range, it maps our own ids only. Tasks with network access get their own namespace wired by
+//! (`isolate/seccomp.rs`). Run unprivileged, the child maps our own ids
+//! instead. Tasks with network access get their own namespace wired by
 //! `pasta` (`isolate/net.rs`). The verifier runs beside the shell out of
 //! the agent's reach (`verifier/`). The attacks this stops are in
 //! `tests/attacks.rs`; docs/security.md lists them.
@@ -57,7 +55,7 @@ pub use crate::sandbox::isolate::layout::SYSTEM_DIRS;
 pub use crate::sandbox::isolate::limits::{cgroups_available, Limits, RLIMITS_ONLY};
 pub use crate::sandbox::isolate::net::pasta_path;
 pub use crate::sandbox::isolate::seccomp::summary as seccomp_summary;
-pub use crate::sandbox::isolate::userns::{grant_hint, IdMap, SubIds};
+pub use crate::sandbox::isolate::userns::IdMap;
 pub use control::{descendants, EXCHANGE_INSIDE};
 pub use state::{BaseImage, BuildState, StepCacheState, StepState};
 
@@ -82,12 +80,7 @@ use crate::task::Task;
 pub enum HostIdentity {
     /// We run as root: sandboxes get user namespaces mapping to this range.
     Mapped(IdMap),
-    /// We run unprivileged with subordinate ids: inside root is our own
-    /// uid and gid, inside ids `1..=65536` the range `newuidmap` and
-    /// `newgidmap` grant us (podman's rootless mapping).
-    Subordinate(SubIds),
-    /// We run unprivileged without a range: our own uid and gid are the
-    /// sandbox's root and no other id is mapped.
+    /// We run unprivileged: our own uid and gid are the sandbox's root.
     Rootless(u32, u32),
 }
 
@@ -96,7 +89,6 @@ impl HostIdentity {
     pub fn root_ids(&self) -> (u32, u32) {
         match self {
             HostIdentity::Mapped(m) => (m.base, m.base),
-            HostIdentity::Subordinate(s) => (s.uid, s.gid),
             HostIdentity::Rootless(uid, gid) => (*uid, *gid),
         }
     }
@@ -111,57 +103,11 @@ impl HostIdentity {
                 m.base as u64 + m.count as u64 - 1,
                 m.source
             ),
-            HostIdentity::Subordinate(s) => format!(
-                "rootless with subordinate ids: inside root = host uid {} (this user), inside 1..{} = host {}..{} (uids) and {}..{} (gids), from /etc/subuid and /etc/subgid through newuidmap/newgidmap",
-                s.uid,
-                userns::MAPPED_IDS,
-                s.uid_start,
-                s.uid_start as u64 + userns::MAPPED_IDS as u64 - 1,
-                s.gid_start,
-                s.gid_start as u64 + userns::MAPPED_IDS as u64 - 1,
-            ),
             HostIdentity::Rootless(uid, _) => {
                 format!("rootless: inside root = host uid {uid} (this user); no other id is mapped")
             }
         }
     }
-
-    /// The identity of a backend started by this process: mapped as root;
-    /// else subordinate ids where the caller has a range (and the tools),
-    /// else plain rootless, with why there is no range.
-    pub fn for_caller() -> (HostIdentity, Option<String>) {
-        if userns::running_as_root() {
-            return (HostIdentity::Mapped(IdMap::for_host()), None);
-        }
-        match SubIds::for_caller() {
-            Ok(s) => (HostIdentity::Subordinate(s), None),
-            // SAFETY: getuid/getgid have no preconditions.
-            Err(why) => unsafe {
-                (
-                    HostIdentity::Rootless(libc::getuid(), libc::getgid()),
-                    Some(why),
-                )
-            },
-        }
-    }
-
-    /// Whether sandboxes map one id only (so `chown`, `setgroups` and
-    /// task users other than root fail inside).
-    pub fn single_id(&self) -> bool {
-        matches!(self, HostIdentity::Rootless(..))
-    }
-}
-
-/// What fails in a rootless sandbox without subordinate ids, and how an
-/// administrator grants them (for `sandbox doctor` and build errors).
-pub fn single_id_limits() -> String {
-    format!(
-        "a rootless sandbox without subordinate ids maps only your own id: `chown` to other ids, \
-         `apt-get` (which drops to `_apt` with setgroups) and task users other than root fail \
-         (\"Invalid argument\"); an administrator grants a range with `{}` \
-         (and installs `uidmap` for newuidmap/newgidmap)",
-        grant_hint()
-    )
 }
 
 /// A definition's base: the stored image and its unpacked layers (`None`:
@@ -271,18 +217,18 @@ impl LocalBackend {
             hint: "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)"
                 .into(),
         })?;
-        let (identity, _) = HostIdentity::for_caller();
-        if !userns::running_as_root() {
+        let identity = if userns::running_as_root() {
+            HostIdentity::Mapped(IdMap::for_host())
+        } else {
             if let Some(problem) = userns_problem() {
                 return Err(SandboxError::Unavailable {
                     backend: "local".into(),
                     reason: format!("not running as root, and {problem}"),
                 });
             }
-        }
-        if let HostIdentity::Subordinate(s) = identity {
-            userns::use_subordinate(s);
-        }
+            // SAFETY: getuid/getgid have no preconditions.
+            unsafe { HostIdentity::Rootless(libc::getuid(), libc::getgid()) }
+        };
         for tool in ["nsenter", "setpriv"] {
             if which(tool).is_none() && !Path::new("/usr/bin").join(tool).exists() {
                 return Err(SandboxError::ToolMissing {
@@ -298,14 +244,14 @@ impl LocalBackend {
         );
         let owner = match identity {
             HostIdentity::Mapped(_) => Some(identity.root_ids()),
-            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => None,
+            HostIdentity::Rootless(..) => None,
         };
         let layout = Layout::new(cache_dir, owner);
         layout.remove_stale();
         limits::remove_stale_cgroups();
         let map = match identity {
             HostIdentity::Mapped(m) => Some(m),
-            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => None,
+            HostIdentity::Rootless(..) => None,
         };
         let host_etc = Path::new("/etc");
         let etc = layout.etc(&etc::fingerprint(host_etc, map));
@@ -323,7 +269,7 @@ impl LocalBackend {
         // The verifier must not be able to read the loader copy (see verifier/runtime.rs).
         let loader_owner = match identity {
             HostIdentity::Mapped(_) => (0, 0),
-            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => identity.root_ids(),
+            HostIdentity::Rootless(uid, gid) => (uid, gid),
         };
         let runtime = Runtime::prepare(&layout.runtime(), loader_owner)?;
         let seccomp = seccomp::programs()?;
@@ -336,9 +282,7 @@ impl LocalBackend {
                 seccomp.clone(),
                 layout.runtime().with_file_name("verifier-zygote.log"),
             )),
-            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => {
-                Err("rootless backends verify cold".to_string())
-            }
+            HostIdentity::Rootless(..) => Err("rootless backends verify cold".to_string()),
         };
         if let HostIdentity::Mapped(_) = identity {
             let dirs = masked_dirs(&layout);
@@ -359,13 +303,7 @@ impl LocalBackend {
             seccomp,
             images: ImageStore::new(&image_store_dir(cache_dir)),
             resolver: Default::default(),
-            userns_pool: match identity {
-                HostIdentity::Mapped(m) => Some(userns::UsernsPool::new(userns::Maps::Root(m))),
-                HostIdentity::Subordinate(s) => {
-                    Some(userns::UsernsPool::new(userns::Maps::Subordinate(s)))
-                }
-                HostIdentity::Rootless(..) => None,
-            },
+            userns_pool: map.map(userns::UsernsPool::new),
             warm,
             mask: Default::default(),
             pool: None,
@@ -433,16 +371,9 @@ impl LocalBackend {
         self.warm.as_ref().ok().and_then(|w| w.pid())
     }
 
-    /// Whether this backend runs without root and without subordinate ids
-    /// (one id mapped: builds skip `chown` and user switches).
+    /// Whether this backend runs without root (in user namespaces).
     pub fn is_rootless(&self) -> bool {
-        self.identity.single_id()
-    }
-
-    /// Whether overlays are mounted inside a user namespace (not root), so
-    /// keep their metadata in `user.` extended attributes.
-    fn user_xattrs(&self) -> bool {
-        !matches!(self.identity, HostIdentity::Mapped(_))
+        matches!(self.identity, HostIdentity::Rootless(..))
     }
 
     /// Who the sandbox's root is on the host.
@@ -455,7 +386,6 @@ impl LocalBackend {
     fn base_id(&self) -> String {
         let ids = match self.identity {
             HostIdentity::Mapped(m) => format!("userns:{}", m.base),
-            HostIdentity::Subordinate(s) => format!("subids:{}:{}", s.uid_start, s.gid_start),
             HostIdentity::Rootless(..) => "rootless".into(),
         };
         let etc = self
@@ -529,12 +459,9 @@ impl LocalBackend {
                     .collect(),
                 chown: uppers.iter().map(|p| (p.clone(), m.base, m.base)).collect(),
             }),
-            (HostIdentity::Subordinate(_), Some(ns)) => Ok(Identity::Subordinate {
-                userns: ns.as_raw_fd(),
-            }),
-            (HostIdentity::Mapped(_) | HostIdentity::Subordinate(_), None) => Err(
-                SandboxError::Start("internal: a mapped sandbox needs its user namespace".into()),
-            ),
+            (HostIdentity::Mapped(_), None) => Err(SandboxError::Start(
+                "internal: a mapped sandbox needs its user namespace".into(),
+            )),
             (HostIdentity::Rootless(uid, gid), _) => Ok(Identity::Rootless { ids: (uid, gid) }),
         }
     }
@@ -557,13 +484,13 @@ impl LocalBackend {
         };
         let owner = match self.identity {
             HostIdentity::Mapped(m) => Some(m.base),
-            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => None,
+            HostIdentity::Rootless(..) => None,
         };
         let dirs = self.images.layer_dirs(&stored, owner)?;
         Ok((Some((stored, dirs)), note))
     }
 
-    /// A new user namespace for one child (not in plain rootless mode).
+    /// A new user namespace for one child (mapped mode only).
     fn new_userns(&self) -> Result<Option<OwnedFd>, SandboxError> {
         match &self.userns_pool {
             Some(pool) => pool.take().map(Some),
@@ -580,16 +507,6 @@ impl LocalBackend {
         self.allow_network
             && matches!(self.identity, HostIdentity::Mapped(_))
             && net::pasta_path().is_some()
-    }
-
-    /// The user namespace `pasta` enters (as root, which makes it a tun
-    /// device of its own first); `None`: `pasta` stays as we are, the owner
-    /// of the sandbox's namespaces (not root).
-    fn pasta_userns(&self, userns: &Option<OwnedFd>) -> Option<OwnedFd> {
-        match self.identity {
-            HostIdentity::Mapped(_) => userns.as_ref().and_then(|u| u.try_clone().ok()),
-            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => None,
-        }
     }
 
     /// Whether sessions are limited through cgroups (else rlimits).
@@ -815,7 +732,7 @@ impl LocalBackend {
             },
         };
         let attach = net_parent.map(|ends| {
-            let ns = self.pasta_userns(&userns);
+            let ns = userns.as_ref().and_then(|u| u.try_clone().ok());
             net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
         });
         let mut result = Session::spawn_with(cmd, keep, &init, opts, info, move |pid| {

@@ -240,7 +240,7 @@ impl LocalBackend {
             cmd.pre_exec(move || plan.apply());
         }
         let attach = net_parent.map(|ends| {
-            let ns = self.pasta_userns(&userns);
+            let ns = userns.as_ref().and_then(|u| u.try_clone().ok());
             net::attach_in_background(ends, ns, pidfile.clone().unwrap_or_default())
         });
         let mut out = run_capturing(cmd, run.timeout, false, None, keep).map(|(o, _)| o);

@@ -304,7 +304,7 @@ impl LocalBackend {
             steps: step_count,
             step: std::cell::Cell::new(0),
             merge,
-            opaque_attr: if self.user_xattrs() {
+            opaque_attr: if rootless {
                 "user.overlay.opaque"
             } else {
                 "trusted.overlay.opaque"
@@ -627,12 +627,7 @@ impl LocalBackend {
         };
         let out = result.map_err(failed)?;
         if out.code != Some(0) {
-            let e = step_error(plan, n, what, &out, self.build_timeout);
-            let e = match self.is_rootless() {
-                true => with_single_id_hint(e),
-                false => e,
-            };
-            return Err(failed(e));
+            return Err(failed(step_error(plan, n, what, &out, self.build_timeout)));
         }
         let meta = StepMeta {
             step: what.clone(),
@@ -970,50 +965,6 @@ fn step_error(
     }
 }
 
-/// A failed step whose output shows an id change refused with "Invalid
-/// argument" (`chown` to an unmapped id, `apt-get`'s `setgroups`, a user
-/// switch), in a rootless sandbox that maps one id: the error says why
-/// and how to get subordinate ids.
-fn with_single_id_hint(e: SandboxError) -> SandboxError {
-    match e {
-        SandboxError::SetupStep {
-            index,
-            step,
-            code,
-            mut output,
-        } if refused_id_change(&output) => {
-            output.push_str("\n");
-            output.push_str(&crate::sandbox::local::single_id_limits());
-            SandboxError::SetupStep {
-                index,
-                step,
-                code,
-                output,
-            }
-        }
-        e => e,
-    }
-}
-
-/// Whether `output` shows an id change refused with EINVAL.
-fn refused_id_change(output: &str) -> bool {
-    output.lines().any(|l| {
-        l.contains("Invalid argument")
-            && [
-                "chown",
-                "ownership",
-                "setgroups",
-                "setgid",
-                "setuid",
-                "setresuid",
-                "setegid",
-                "seteuid",
-            ]
-            .iter()
-            .any(|w| l.contains(w))
-    })
-}
-
 /// `export` lines for an image config's `KEY=value` environment entries.
 fn image_env_exports(config: &crate::images::ImageConfig) -> String {
     config
@@ -1096,28 +1047,6 @@ mod tests {
         let mut task = Task::minimal("t");
         task.meta.environment.extra = toml::from_str(environment).unwrap();
         task
-    }
-
-    #[test]
-    fn id_changes_refused_in_a_single_id_sandbox_say_how_to_get_a_range() {
-        let step = |output: &str| SandboxError::SetupStep {
-            index: 2,
-            step: "RUN bash setup.sh".into(),
-            code: Some(1),
-            output: output.into(),
-        };
-        for refused in [
-            "chown: changing ownership of '/home/user': Invalid argument",
-            "E: setgroups 65534 failed - setgroups (22: Invalid argument)",
-        ] {
-            let text = with_single_id_hint(step(refused)).to_string();
-            assert!(
-                text.contains("maps only your own id") && text.contains("usermod --add-subuids"),
-                "{text}"
-            );
-        }
-        let other = with_single_id_hint(step("cp: cannot stat 'x': No such file")).to_string();
-        assert!(!other.contains("usermod"), "{other}");
     }
 
     #[test]

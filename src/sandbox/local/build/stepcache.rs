@@ -306,27 +306,6 @@ impl StepCache {
 /// `dir` (symlinks are not followed). A directory its owner made
 /// unreadable is opened up while it is walked, then given its mode back.
 pub fn strip_setid(dir: &Path) -> Result<(), SandboxError> {
-    if let Some(ids) = crate::sandbox::isolate::userns::subordinate_in_use() {
-        // Directories owned by range ids are not ours on the host: strip
-        // as the range's root (links are neither matched nor followed).
-        let os = std::ffi::OsStr::new;
-        let argv = [
-            os("find"),
-            os("-P"),
-            dir.as_os_str(),
-            os("!"),
-            os("-type"),
-            os("l"),
-            os("-perm"),
-            os("/6000"),
-            os("-exec"),
-            os("chmod"),
-            os("ug-s"),
-            os("{}"),
-            os("+"),
-        ];
-        return ids.run_as_root(&argv);
-    }
     /// Work left: a path to visit, or a directory's mode to restore once
     /// everything below it was visited.
     enum Todo {

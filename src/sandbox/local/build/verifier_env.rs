@@ -289,7 +289,7 @@ impl LocalBackend {
     fn seal_loader(&self, env: &UntrustedDir) -> Result<(), SandboxError> {
         let owner = match self.identity {
             HostIdentity::Mapped(_) => (0, 0),
-            HostIdentity::Subordinate(_) | HostIdentity::Rootless(..) => self.identity.root_ids(),
+            HostIdentity::Rootless(uid, gid) => (uid, gid),
         };
         let ld = Path::new("ld.so");
         env.set_owner_and_mode(ld, owner.0, owner.1, 0o111)
