@@ -411,8 +411,10 @@ fn a_harbor_job_imports_as_a_run_and_exports_again() {
         .iter()
         .filter_map(|s| s.tool_calls.as_ref())
         .flat_map(|c| {
+            // `mark_task_complete` has no keystrokes.
             c.iter()
-                .map(|c| c.arguments["keystrokes"].as_str().unwrap().to_string())
+                .filter_map(|c| c.arguments.get("keystrokes"))
+                .map(|k| k.as_str().unwrap().to_string())
         })
         .collect();
     assert_eq!(commands, vec!["ls -l /app/run.sh\n"; 3]);

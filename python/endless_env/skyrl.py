@@ -13,8 +13,9 @@ server built (its protocol and system prompt), not the dataset row's prompt.
 The protocol is `env_config.protocol`, else the row's `extra_info.protocol`, else the
 server's `--protocol`. Under `tools` the model's text calls the session's functions as
 Hermes `<tool_call>{"name": "bash", "arguments": {"command": ...}}</tool_call>` blocks;
-`init`'s metadata holds the OpenAI `tools` array (for the chat template) and each step's
-observations are the session's `tool` messages (and the nudge of a turn without a call).
+`init`'s metadata holds the OpenAI `tools` array (for the chat template); each step's
+observations are the session's `tool` messages where the server sends them (calls with ids),
+else the calls' output as one `user` turn, as Hermes chat templates show tool responses.
 """
 
 from __future__ import annotations

@@ -79,7 +79,8 @@ def test_registered_as_env_class_endless(server, task_ids):
 
 def test_endless_env_can_choose_the_tools_protocol(server, workspace, task_ids):
     """Issue 49: `env_config.protocol = "tools"`: the session offers its functions, the model's
-    Hermes `<tool_call>` text is the action, and the observations are `tool` messages."""
+    Hermes `<tool_call>` text is the action, and each call's output comes back as the
+    observation (a `user` turn: Hermes text calls carry no call id for a `tool` message)."""
     import json
 
     from endless_env.skyrl import EndlessEnv
@@ -93,7 +94,7 @@ def test_endless_env_can_choose_the_tools_protocol(server, workspace, task_ids):
     call = {"name": "bash", "arguments": {"command": oracle_command(workspace, task)}}
     step = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
     assert step["done"] is False
-    assert [m["role"] for m in step["observations"]] == ["tool"], step["observations"]
+    assert [m["role"] for m in step["observations"]] == ["user"], step["observations"]
     assert step["observations"][0]["content"].endswith("(exit_code=0)")
     step = env.step('<tool_call>{"name": "finish", "arguments": {}}</tool_call>')
     assert step["done"] is True and step["reward"] == 1.0
