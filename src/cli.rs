@@ -941,6 +941,9 @@ pub enum BenchTarget {
 }
 
 /// `endless slurm ...`
+// Parsed once per process, as `Command`: the submit options' size costs
+// nothing worth boxing them for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum SlurmCommand {
     /// Write a job array's batch script (kept in the workspace under

@@ -751,7 +751,7 @@ fn a_root_tasks_tests_keep_dockers_default_capabilities_on_both_paths() {
         .insert_text("Dockerfile", "FROM ubuntu:24.04\nWORKDIR /app\n");
     t.tests.insert_text(
         "test_final_state.py",
-        &format!(
+        format!(
             "{}\
              def test_what_root_does_under_docker():\n\
              \x20   open('/app/secret.txt', 'w').write('hello')\n\
@@ -770,7 +770,7 @@ fn a_root_tasks_tests_keep_dockers_default_capabilities_on_both_paths() {
     s.close();
     let mut user = task("user-caps");
     user.tests
-        .insert_text("test_final_state.py", &probe("CapPrm", "0000000000000000"));
+        .insert_text("test_final_state.py", probe("CapPrm", "0000000000000000"));
     let mut s = session(&b, &user);
     let r = verify_both(&mut s, &user, TestSet::Final);
     assert!(r.passed, "{}", r.output);

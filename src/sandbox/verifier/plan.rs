@@ -322,7 +322,6 @@ impl VerifierPlan {
         })
     }
 
-
     /// A pre-started verifier's scratch directory inside (see
     /// [`VerifierPlan::apply_prestarted`]).
     pub fn warm_up_dir(&self) -> String {
