@@ -376,54 +376,67 @@ pub struct StepPruneReport {
 /// build holds (locked, shared or not). Images stack the layers they
 /// name, so those stay; an evicted image's layers go here once no other
 /// image names them.
+///
+/// A layer is locked before the records are read again: a build holds
+/// its layers until its image (and its record) is in place, so a layer
+/// locked here that no record then names is used by nothing, while a
+/// record read only before the lock would miss an image that landed
+/// meanwhile and take its layers from under it.
 pub fn prune_steps(cache_dir: &Path) -> Result<StepPruneReport, SandboxError> {
+    /// Layers locked at once (each lock is an open file).
+    const BATCH: usize = 256;
     let local = cache_dir.join("local");
-    let mut used = std::collections::HashSet::new();
-    // trusted: the private cache's own directories
-    for entry in std::fs::read_dir(local.join("images"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        // trusted: the private cache's own directories
-        let Ok(bytes) = std::fs::read(entry.path().join(BUILD_RECORD)) else {
-            continue;
-        };
-        let steps: Vec<BuiltStep> = serde_json::from_slice(&bytes).unwrap_or_default();
-        used.extend(steps.into_iter().map(|s| s.key));
-    }
     let cache = StepCache::new(&local.join("steps"));
-    let mut report = StepPruneReport::default();
+    let named = named_steps(&local.join("images"));
     // trusted: the private cache's own directories
-    for entry in std::fs::read_dir(&cache.dir)
+    let unnamed: Vec<String> = std::fs::read_dir(&cache.dir)
         .into_iter()
         .flatten()
         .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        if name.starts_with('.') || name.ends_with(".lock") || used.contains(&name) {
-            continue;
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.') && !n.ends_with(".lock") && !named.contains(n))
+        .collect();
+    let mut report = StepPruneReport::default();
+    for batch in unnamed.chunks(BATCH) {
+        let mut locked = Vec::new();
+        for name in batch {
+            // None: a build or a session is using it.
+            if let Some(held) = try_lock(&cache.dir.join(format!("{name}.lock")))? {
+                locked.push((name, held));
+            }
         }
-        let Some(_held) = try_lock(&cache.dir.join(format!("{name}.lock")))? else {
-            continue; // a build is using it
-        };
-        let bytes = walkdir::WalkDir::new(&path)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.metadata().ok())
-            .filter(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(m) == 1)
-            .map(|m| m.len())
-            .sum::<u64>();
-        layout::remove_tree(&path);
-        // trusted: the private cache's own directories
-        let _ = std::fs::remove_file(cache.dir.join(format!("{name}.lock")));
-        // trusted: the private cache's own directories
-        let _ = std::fs::remove_file(cache.dir.join(format!("{name}{BUILD_LOCK}")));
-        report.layers += 1;
-        report.bytes += bytes;
+        let named = named_steps(&local.join("images"));
+        for (name, _held) in locked.iter().filter(|(n, _)| !named.contains(*n)) {
+            let path = cache.layer(name);
+            report.bytes += walkdir::WalkDir::new(&path)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(m) == 1)
+                .map(|m| m.len())
+                .sum::<u64>();
+            layout::remove_tree(&path);
+            // trusted: the private cache's own directories
+            let _ = std::fs::remove_file(cache.dir.join(format!("{name}.lock")));
+            // trusted: the private cache's own directories
+            let _ = std::fs::remove_file(cache.dir.join(format!("{name}{BUILD_LOCK}")));
+            report.layers += 1;
+        }
     }
     Ok(report)
+}
+
+/// The step keys the build records of the images under `images` name.
+fn named_steps(images: &Path) -> std::collections::HashSet<String> {
+    // trusted: the private cache's own directories
+    std::fs::read_dir(images)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join(BUILD_RECORD)).ok())
+        .flat_map(|bytes| serde_json::from_slice::<Vec<BuiltStep>>(&bytes).unwrap_or_default())
+        .map(|s| s.key)
+        .collect()
 }
 
 /// The lock on `path` if nobody holds it (`None`: someone does).
