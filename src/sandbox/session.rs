@@ -322,20 +322,8 @@ impl Session {
         let writer = master
             .take_writer()
             .map_err(|e| SandboxError::Start(format!("PTY writer: {e}")))?;
-        let recorder = match &opts.record {
-            Some(path) => Some(Recorder::create(
-                path,
-                cols,
-                rows,
-                opts.max_recording_bytes,
-            )?),
-            None => None,
-        };
         let (live, _) = broadcast::channel(BROADCAST_CAPACITY);
-        let audience = Arc::new(Mutex::new(Audience::new(
-            recorder,
-            LiveSender::new(live.clone(), opts.max_recording_bytes),
-        )));
+        let audience = Arc::new(Mutex::new(audience_for(opts, &live)?));
         let (tx, events) = mpsc::channel();
         spawn_reader(reader, tx, audience.clone());
         let watchdog = spawn_watchdog(child.id(), opts.wall_clock);
@@ -403,20 +391,9 @@ impl Session {
             });
         }
         let (cols, rows) = opts.size;
-        let recorder = match &opts.record {
-            Some(path) => Some(Recorder::create(
-                path,
-                cols,
-                rows,
-                opts.max_recording_bytes,
-            )?),
-            None => None,
-        };
+        let fresh = audience_for(opts, &self.live)?;
         if let Ok(mut audience) = self.audience.lock() {
-            *audience = Audience::new(
-                recorder,
-                LiveSender::new(self.live.clone(), opts.max_recording_bytes),
-            );
+            *audience = fresh;
         }
         if self.master.get_size().map(|s| (s.cols, s.rows)).ok() != Some((cols, rows)) {
             self.master
@@ -902,6 +879,28 @@ fn disable_echo(fd: i32) {
 
 /// The thread reading the PTY: every chunk goes to the session's audience
 /// (which the exec protocol's markers never reach), then to the session.
+/// What a session's output goes to under `opts`: its recording (made
+/// afresh, sized as the terminal) and the live stream `live`.
+fn audience_for(
+    opts: &SessionOptions,
+    live: &broadcast::Sender<Chunk>,
+) -> Result<Audience, SandboxError> {
+    let (cols, rows) = opts.size;
+    let recorder = match &opts.record {
+        Some(path) => Some(Recorder::create(
+            path,
+            cols,
+            rows,
+            opts.max_recording_bytes,
+        )?),
+        None => None,
+    };
+    Ok(Audience::new(
+        recorder,
+        LiveSender::new(live.clone(), opts.max_recording_bytes),
+    ))
+}
+
 fn spawn_reader(
     mut reader: Box<dyn Read + Send>,
     tx: mpsc::Sender<Event>,
