@@ -325,10 +325,18 @@ pub(crate) fn test_verdict(id: &str, classes: &[crate::verify::FailureClass]) ->
             problems,
             notes: Vec::new(),
             failure_classes: classes.to_vec(),
+            blocker: classes.first().map(|c| crate::verify::Blocker {
+                class: *c,
+                host: None,
+                stand_in: None,
+                difference: None,
+                line: Some(format!("{} here", c.key())),
+            }),
             initial: None,
             final_on_initial: None,
             baseline: None,
             oracle: None,
+            oracle_output: None,
             duration: std::time::Duration::from_secs(2),
         }),
     }
