@@ -8,7 +8,7 @@
 //! or difference it names (issue 52); the classes themselves are part of
 //! what validation found (`validation.rs`).
 
-use super::hosts::unreachable_host;
+use super::hosts::{unreachable_host, unresolved_name};
 use super::standin_diff::difference;
 use super::validation::{Blocker, FailureClass, Validation};
 
@@ -120,6 +120,9 @@ fn judge(v: &Validation, problem: &str) -> Blocker {
     }
     if let Some((host, line)) = unreachable_host(&text) {
         return network(FailureClass::TestsNetwork, host, line);
+    }
+    if let Some(line) = unresolved_name(&text) {
+        return plain(FailureClass::TestsNetwork, Some(line));
     }
     if let Some(b) = stand_in.and_then(|s| on_stand_in(s, &text)) {
         return b;
@@ -375,6 +378,16 @@ mod tests {
             (b.class, b.host.as_deref()),
             (FailureClass::TestsNetwork, Some("huggingface.co"))
         );
+        // pip names no host: still the network, shown by its line.
+        v.oracle = Some(report("assert False", ""));
+        v.oracle_output = Some(
+            "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f635d4b1310>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/roman/\n\
+             ERROR: No matching distribution found for roman==4.2\n\
+             ModuleNotFoundError: No module named 'roman'".into(),
+        );
+        let b = first_blocker(&v).unwrap();
+        assert_eq!((b.class, b.host.as_deref()), (FailureClass::TestsNetwork, None));
+        assert!(b.detail().starts_with("WARNING: Retrying"), "{b:?}");
         // A test connecting to a server on the machine itself is not the network.
         v.oracle_output = None;
         v.oracle = Some(report(

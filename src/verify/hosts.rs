@@ -41,6 +41,30 @@ const CAUSES: &[&str] = &[
     "unable to resolve",
 ];
 
+/// How a name that did not resolve shows: never about the local machine,
+/// so the network was needed even where no host is named.
+const UNRESOLVED: &[&str] = &[
+    "temporary failure in name resolution",
+    "name or service not known",
+    "temporary failure resolving",
+    "could not resolve host",
+    "failed to lookup address",
+    "getaddrinfo eai_again",
+    "getaddrinfo enotfound",
+    "unable to resolve host",
+];
+
+/// The first line of `text` (trimmed) saying a host name did not resolve,
+/// whether or not it names the host.
+pub fn unresolved_name(text: &str) -> Option<String> {
+    text.lines()
+        .find(|l| {
+            let low = l.to_ascii_lowercase();
+            UNRESOLVED.iter().any(|m| low.contains(m))
+        })
+        .map(|l| l.trim().to_string())
+}
+
 /// The first host `text` says could not be reached, with the line that
 /// says so (trimmed); `None` when no line names one.
 pub fn unreachable_host(text: &str) -> Option<(String, String)> {
@@ -205,6 +229,24 @@ mod tests {
         let py = "Downloading https://archive.org/download/x/data.tar.gz\n\
                   urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>";
         assert_eq!(host(py).as_deref(), Some("archive.org"));
+    }
+
+    #[test]
+    fn a_name_that_did_not_resolve_needs_the_network_named_or_not() {
+        let pip = "Collecting roman==4.2\n\
+                   WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f635d4a7090>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/roman/\n\
+                   ERROR: No matching distribution found for roman==4.2";
+        assert!(unresolved_name(pip)
+            .unwrap()
+            .starts_with("WARNING: Retrying"));
+        assert_eq!(unreachable_host(pip), None);
+        // A refused connection may be a local server: not a name.
+        assert_eq!(
+            unresolved_name(
+                "curl: (7) Failed to connect to 127.0.0.1 port 5000 after 0 ms: Connection refused"
+            ),
+            None
+        );
     }
 
     #[test]
