@@ -386,7 +386,10 @@ mod tests {
              ModuleNotFoundError: No module named 'roman'".into(),
         );
         let b = first_blocker(&v).unwrap();
-        assert_eq!((b.class, b.host.as_deref()), (FailureClass::TestsNetwork, None));
+        assert_eq!(
+            (b.class, b.host.as_deref()),
+            (FailureClass::TestsNetwork, None)
+        );
         assert!(b.detail().starts_with("WARNING: Retrying"), "{b:?}");
         // A test connecting to a server on the machine itself is not the network.
         v.oracle_output = None;

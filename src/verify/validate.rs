@@ -166,7 +166,8 @@ pub fn validate_task_reporting(
             Ok(r) => {
                 v.oracle_passes = Some(r.passed);
                 if !r.passed {
-                    v.oracle_output = Some(tail(&solved, ORACLE_OUTPUT_CHARS));
+                    v.oracle_output =
+                        Some(tail(&solved, ORACLE_OUTPUT_CHARS)).filter(|t| !t.is_empty());
                     v.problems.push(format!(
                         "the oracle solution does not pass the final tests ({})",
                         failing(&r)
