@@ -98,7 +98,7 @@ fn named_host(line: &str, low: &str) -> Option<String> {
         };
         let rest = &line[at + phrase.len()..];
         let end = rest
-            .find(|c: char| matches!(c, '\'' | '"' | ' ' | ':' | ')' | ']' | ',' | '`' | '/'))
+            .find(['\'', '"', ' ', ':', ')', ']', ',', '`', '/'])
             .unwrap_or(rest.len());
         if let Some(host) = remote(&rest[..end]) {
             return Some(host);
@@ -122,7 +122,7 @@ fn url_host(line: &str) -> Option<String> {
     }
     let rest = &line[at + 3..];
     let authority = rest
-        .split(|c: char| matches!(c, '/' | '\'' | '"' | ' ' | '`' | ')' | '>' | '?' | '#'))
+        .split(['/', '\'', '"', ' ', '`', ')', '>', '?', '#'])
         .next()?;
     let host = authority.rsplit('@').next()?;
     let host = host.split(':').next()?;
