@@ -71,19 +71,10 @@ fn judge(v: &Validation, problem: &str) -> Blocker {
         if let Some(b) = stand_in.and_then(|s| on_stand_in(s, problem)) {
             return b;
         }
-        let marked = |markers: &[&str]| {
-            problem
-                .lines()
-                .find(|l| {
-                    let l = l.to_ascii_lowercase();
-                    markers.iter().any(|m| l.contains(m))
-                })
-                .map(|l| l.trim().to_string())
-        };
-        if let Some(line) = marked(NETWORK) {
+        if let Some(line) = line_with(problem, NETWORK) {
             return plain(FailureClass::BuildNetwork, Some(line));
         }
-        if let Some(line) = marked(NOT_FOUND) {
+        if let Some(line) = line_with(problem, NOT_FOUND) {
             return plain(FailureClass::BuildPackageNotFound, Some(line));
         }
         return plain(FailureClass::BuildOther, last_line(problem));
@@ -187,20 +178,23 @@ fn cap(line: &str) -> String {
 /// How much of the line that shows a blocker is kept.
 const LINE_CHARS: usize = 300;
 
+/// The first line of `text` (trimmed) containing one of `markers`
+/// (lowercase), whatever its case.
+fn line_with(text: &str, markers: &[&str]) -> Option<String> {
+    text.lines()
+        .find(|l| {
+            let l = l.to_ascii_lowercase();
+            markers.iter().any(|m| l.contains(m))
+        })
+        .map(|l| l.trim().to_string())
+}
+
 /// A missing module or file in `text`, with the line that says so.
 fn missing(text: &str) -> Option<(FailureClass, String)> {
-    let find = |markers: &[&str]| {
-        text.lines()
-            .find(|l| {
-                let l = l.to_ascii_lowercase();
-                markers.iter().any(|m| l.contains(m))
-            })
-            .map(|l| l.trim().to_string())
-    };
-    if let Some(line) = find(&["modulenotfounderror", "no module named"]) {
+    if let Some(line) = line_with(text, &["modulenotfounderror", "no module named"]) {
         return Some((FailureClass::TestsMissingModule, line));
     }
-    if let Some(line) = find(&["filenotfounderror", "no such file or directory"]) {
+    if let Some(line) = line_with(text, &["filenotfounderror", "no such file or directory"]) {
         return Some((FailureClass::TestsMissingFile, line));
     }
     None
