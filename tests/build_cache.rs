@@ -392,6 +392,7 @@ fn a_failing_step_names_its_line_and_output_and_caches_nothing() {
             step,
             code,
             output,
+            ..
         } => {
             assert_eq!((index, code), (3, Some(3)));
             assert!(

@@ -198,7 +198,9 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
     }
     // Harbor's network rules: `allow_internet = true` (also the default)
     // gives the oracle PyPI; `--offline` takes it away, and the oracle that
-    // pip-installs fails (the task still runs: it is not refused).
+    // pip-installs fails (the task still runs: it is not refused): it
+    // needed the network, which its first blocker says (pip names no
+    // host, so none is named).
     let shown = json(&endless(
         &ws,
         &["tasks", "show", "oracle-pip-install", "--json"],
@@ -222,7 +224,16 @@ fn harbor_tests_run_in_a_sealed_environment_built_from_debian_and_pypi() {
     assert_eq!(v["validation"]["oracle_passes"], false, "{v:#}");
     assert_eq!(
         v["validation"]["failure_classes"],
-        serde_json::json!(["oracle-fails"]),
+        serde_json::json!(["tests-network"]),
+        "{v:#}"
+    );
+    let blocker = &v["validation"]["blocker"];
+    assert_eq!(blocker["class"], "tests-network", "{v:#}");
+    assert!(blocker.get("host").is_none(), "{v:#}");
+    assert!(
+        blocker["line"]
+            .as_str()
+            .is_some_and(|l| l.contains("name resolution")),
         "{v:#}"
     );
     // The table names the class too.

@@ -386,6 +386,9 @@ fn validate(
                         v.problems.join("; ")
                     ),
                 }
+                if let Some(b) = v.blocker() {
+                    say!("        {}: first blocker: {}", v.id, b.label());
+                }
                 for note in v.notes() {
                     say!("        {}: note: {note}", v.id);
                 }
@@ -400,6 +403,13 @@ fn validate(
     let bad = results.iter().filter(|r| !r.ok).count();
     if json {
         print_json(&results)?;
+    } else {
+        print_blockers(
+            results
+                .iter()
+                .filter(|r| !r.ok)
+                .map(crate::workbench::validate::Invalid::of),
+        );
     }
     say_err!(
         "{} of {} valid",
@@ -411,6 +421,19 @@ fn validate(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// After the verdicts, the invalid tasks by the class of their first
+/// blocker, each with what it names (nothing when all are valid).
+fn print_blockers<'a>(invalid: impl IntoIterator<Item = crate::workbench::validate::Invalid<'a>>) {
+    let lines = crate::workbench::validate::blockers_by_class(invalid);
+    if !lines.is_empty() {
+        say!();
+        say!("invalid tasks by first blocker:");
+        for line in lines {
+            say!("  {line}");
+        }
+    }
 }
 
 /// Whether task `id` has a verdict stored at or after `since`.
@@ -441,6 +464,7 @@ fn stored_classes(v: &crate::workbench::verdicts::StoredVerdict) -> String {
 /// stored, validating nothing. A task never validated counts as not valid.
 fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode> {
     let mut out = Vec::new();
+    let mut invalid = Vec::new();
     let (mut bad, mut never) = (0, 0);
     for id in ids {
         match stored_verdict(ws, id)? {
@@ -458,8 +482,14 @@ fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode>
                             v.validated_at
                         ),
                     }
+                    if let Some(b) = v.blocker().filter(|_| !v.ok) {
+                        say!("        {id}: first blocker: {}", b.label());
+                    }
                 }
                 out.push(serde_json::to_value(&v)?);
+                if !v.ok {
+                    invalid.push(v);
+                }
             }
             None => {
                 never += 1;
@@ -472,6 +502,8 @@ fn report_stored(ws: &Workspace, ids: &[String], json: bool) -> Result<ExitCode>
     }
     if json {
         print_json(&out)?;
+    } else {
+        print_blockers(invalid.iter().map(|v| v.invalid()));
     }
     say_err!(
         "{} of {} valid, {bad} invalid, {never} not validated yet",

@@ -27,7 +27,9 @@ pub use progress::{megabytes, no_progress, Progress, ProgressFn};
 pub use pull::{client_for, pull, pull_from, PullReport};
 pub use reference::{is_host, ImageRef, HOST};
 pub use resolve::{Base, Resolver};
-pub use standin::{catalog_summary, default_set, stand_in_for, Recipe, StandIn, STAND_IN_PREFIX};
+pub use standin::{
+    catalog_summary, default_set, stand_in_for, stand_in_of_note, Recipe, StandIn, STAND_IN_PREFIX,
+};
 pub use standin_build::{build_stand_ins, StandInReport};
 pub use store::{
     digest_hex, file_digest, ImageConfig, ImageStore, PruneReport, StoredImage, StoredLayer,

@@ -64,15 +64,26 @@ impl StandIn {
     /// One line for notes: `python:3.13-slim-bookworm stands in as ... (differs: ...)`.
     pub fn note(&self, written: &str) -> String {
         if self.differs.is_empty() {
-            format!("{written} is served by the stand-in {}", self.name)
+            format!("{written} {SERVED_BY}{}", self.name)
         } else {
             format!(
-                "{written} is served by the stand-in {} ({})",
+                "{written} {SERVED_BY}{} ({})",
                 self.name,
                 self.differs.join("; ")
             )
         }
     }
+}
+
+/// What [`StandIn::note`] says before the stand-in's name.
+const SERVED_BY: &str = "is served by the stand-in ";
+
+/// The name of the stand-in a note written by [`StandIn::note`] (perhaps
+/// after other notes) names, if it names one.
+pub fn stand_in_of_note(note: &str) -> Option<&str> {
+    let at = note.find(SERVED_BY)? + SERVED_BY.len();
+    let name = note[at..].split([' ', ';']).next()?;
+    (!name.is_empty()).then_some(name)
 }
 
 /// The families with stand-ins, for error messages and `--help`.
@@ -404,6 +415,9 @@ mod tests {
     #[test]
     fn ubuntu_debian_and_uv() {
         let s = of("ubuntu:24.04");
+        let note = format!("ubuntu:24.04 is aliased; {}", s.note("ubuntu:24.04"));
+        assert_eq!(stand_in_of_note(&note), Some(s.name.as_str()));
+        assert_eq!(stand_in_of_note("ubuntu:24.04 is stored"), None);
         assert_eq!(
             (s.name.as_str(), suite(&s)),
             ("localhost/stand-in/debian:trixie", "trixie")

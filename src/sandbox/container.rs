@@ -111,6 +111,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
                 ),
                 code: out.code,
                 output: out.output,
+                base_note: None,
             });
         }
         Ok(image)

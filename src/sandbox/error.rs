@@ -21,6 +21,9 @@ pub enum SandboxError {
         code: Option<i32>,
         /// Its output.
         output: String,
+        /// The note on the base it was built on (a stand-in or an alias
+        /// serving the image asked for), when there is one.
+        base_note: Option<String>,
     },
     /// A required tool is missing.
     #[error("`{tool}` is not available: {hint} (run `endless sandbox doctor`)")]

@@ -3,13 +3,15 @@
 //! forge, and read the per-test results from JUnit XML.
 
 mod failure;
+mod hosts;
 mod junit;
 mod report;
 mod run;
+mod standin_diff;
 mod validate;
 mod validation;
 
-pub use failure::classify;
+pub use failure::{classify, first_blocker};
 pub use junit::parse_junit;
 pub use report::{TestCase, TestReport};
 pub use run::{
@@ -18,4 +20,4 @@ pub use run::{
 };
 pub(crate) use validate::run_oracle;
 pub use validate::{validate_task, validate_task_reporting};
-pub use validation::{FailureClass, Validation};
+pub use validation::{Blocker, FailureClass, Validation};

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::failure::classify;
+use super::failure::{classify, first_blocker};
 use super::report::TestReport;
 use super::run::{verify, verify_initial_and_final, TestSet, VerifierMode};
-use super::validation::Validation;
+use super::validation::{Validation, ORACLE_OUTPUT_CHARS};
 use crate::sandbox::{Backend, SandboxError, Session, SessionOptions};
 use crate::task::{write_tree, Baseline, Task};
 
@@ -56,10 +56,12 @@ pub fn validate_task_reporting(
         problems: Vec::new(),
         notes: Vec::new(),
         failure_classes: Vec::new(),
+        blocker: None,
         initial: None,
         final_on_initial: None,
         baseline: None,
         oracle: None,
+        oracle_output: None,
         duration: Duration::ZERO,
     };
     let image = match backend.prepare_reporting(task, progress) {
@@ -70,9 +72,18 @@ pub fn validate_task_reporting(
             | SandboxError::Image(_)
             | SandboxError::NetworkNotAllowed { .. }),
         ) => {
+            // The base it stood on (a stand-in) may be what failed.
+            if let SandboxError::SetupStep {
+                base_note: Some(note),
+                ..
+            } = &e
+            {
+                v.notes.push(format!("base image: {note}"));
+            }
             v.problems
                 .push(format!("the environment did not build: {e}"));
             v.failure_classes = classify(&v);
+            v.blocker = first_blocker(&v);
             v.duration = start.elapsed();
             return Ok(v);
         }
@@ -147,12 +158,16 @@ pub fn validate_task_reporting(
     if task.solve_script().is_some() {
         let mut session = backend.start(&image, &opts)?;
         super::prestart(&mut session, task);
-        match run_oracle(&mut session, task)
-            .and_then(|_| verify(&mut session, task, TestSet::Final))
-        {
+        let mut solved = String::new();
+        match run_oracle(&mut session, task).and_then(|out| {
+            solved = out;
+            verify(&mut session, task, TestSet::Final)
+        }) {
             Ok(r) => {
                 v.oracle_passes = Some(r.passed);
                 if !r.passed {
+                    v.oracle_output =
+                        Some(tail(&solved, ORACLE_OUTPUT_CHARS)).filter(|t| !t.is_empty());
                     v.problems.push(format!(
                         "the oracle solution does not pass the final tests ({})",
                         failing(&r)
@@ -169,8 +184,15 @@ pub fn validate_task_reporting(
         session.close();
     }
     v.failure_classes = classify(&v);
+    v.blocker = first_blocker(&v);
     v.duration = start.elapsed();
     Ok(v)
+}
+
+/// The last `n` characters of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let skip = text.chars().count().saturating_sub(n);
+    text.chars().skip(skip).collect()
 }
 
 /// Where the oracle finds the task's whole solution directory (Harbor's
@@ -190,8 +212,8 @@ fn copy_solution_command(exchange: &str, user: &str) -> String {
 }
 
 /// Copy `solution/` into the sandbox at [`SOLUTION_INSIDE`] and run its
-/// `solve.sh` in the agent's shell.
-pub(crate) fn run_oracle(session: &mut Session, task: &Task) -> Result<(), SandboxError> {
+/// `solve.sh` in the agent's shell; returns what it printed.
+pub(crate) fn run_oracle(session: &mut Session, task: &Task) -> Result<String, SandboxError> {
     let (host, inside) = session
         .exchange_dir()
         .ok_or_else(|| SandboxError::Verify("this session has no exchange directory".into()))?;
@@ -225,7 +247,7 @@ pub(crate) fn run_oracle(session: &mut Session, task: &Task) -> Result<(), Sandb
             "solve.sh timed out after {timeout:?}"
         )));
     }
-    Ok(())
+    Ok(r.output)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::Context;
 use crate::jobs::JobContext;
-use crate::verify::Validation;
+use crate::verify::{Blocker, FailureClass, Validation};
 
 /// One task's verdict (`tasks validate --json` prints a list of them).
 #[derive(Debug, Clone, Serialize)]
@@ -42,6 +42,12 @@ impl Verdict {
         self.validation
             .as_ref()
             .map_or(&[], |v| v.failure_classes.as_slice())
+    }
+
+    /// The first problem that stopped it, with its class and what it names
+    /// (none for a bundle refused before the sandbox checks).
+    pub fn blocker(&self) -> Option<&Blocker> {
+        self.validation.as_ref().and_then(|v| v.blocker.as_ref())
     }
 
     /// The classes as one bracketed word list (`[build-network]`), or
@@ -113,9 +119,10 @@ impl Verdict {
 /// What a validation of `verdicts` comes to, in one line (the TUI's job
 /// summary): one task, its verdict with its failure classes
 /// (`t: INVALID [oracle-fails]: ...`); several, how many are valid and
-/// the invalid ones by class, most frequent first (`3/5 valid; invalid:
-/// 1 oracle-fails, 1 build-network`). A task refused before the sandbox
-/// checks (or whose backend did not start) has no class.
+/// the invalid ones by the class of their first blocker, most frequent
+/// first (`3/5 valid; invalid: 1 oracle-fails, 1 build-network`). A task
+/// refused before the sandbox checks (or whose backend did not start) has
+/// no class.
 pub fn verdicts_summary(verdicts: &[Verdict]) -> String {
     match verdicts {
         [v] if v.ok => format!("{}: {}", v.id, v.summary()),
@@ -123,27 +130,11 @@ pub fn verdicts_summary(verdicts: &[Verdict]) -> String {
         _ => {
             let valid = verdicts.iter().filter(|v| v.ok).count();
             let mut line = format!("{valid}/{} valid", verdicts.len());
-            let mut counts: Vec<(usize, crate::verify::FailureClass)> = Vec::new();
-            let mut unclassified = 0;
-            for v in verdicts.iter().filter(|v| !v.ok) {
-                if v.classes().is_empty() {
-                    unclassified += 1;
-                }
-                for c in v.classes() {
-                    match counts.iter_mut().find(|(_, k)| k == c) {
-                        Some((n, _)) => *n += 1,
-                        None => counts.push((1, *c)),
-                    }
-                }
-            }
-            counts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            let mut parts: Vec<String> = counts
+            let groups = by_first_blocker(verdicts.iter().filter(|v| !v.ok).map(Invalid::of));
+            let parts: Vec<String> = groups
                 .iter()
-                .map(|(n, c)| format!("{n} {}", c.key()))
+                .map(|(class, tasks)| format!("{} {}", tasks.len(), class_key(*class)))
                 .collect();
-            if unclassified > 0 {
-                parts.push(format!("{unclassified} without a class"));
-            }
             if !parts.is_empty() {
                 line.push_str("; invalid: ");
                 line.push_str(&parts.join(", "));
@@ -151,6 +142,87 @@ pub fn verdicts_summary(verdicts: &[Verdict]) -> String {
             line
         }
     }
+}
+
+/// An invalid task as [`blockers_by_class`] groups it.
+pub struct Invalid<'a> {
+    /// The task id.
+    pub id: &'a str,
+    /// Its first blocker, if the sandbox checks found one.
+    pub blocker: Option<Blocker>,
+    /// Its problems (the first stands in for a missing blocker).
+    pub problems: &'a [String],
+}
+
+impl<'a> Invalid<'a> {
+    /// The invalid task `v`.
+    pub fn of(v: &'a Verdict) -> Invalid<'a> {
+        Invalid {
+            id: &v.id,
+            blocker: v.blocker().cloned().or_else(|| {
+                v.classes().first().map(|c| Blocker {
+                    class: *c,
+                    host: None,
+                    stand_in: None,
+                    difference: None,
+                    line: None,
+                })
+            }),
+            problems: &v.problems,
+        }
+    }
+}
+
+/// The invalid tasks grouped by the class of their first blocker (`None`:
+/// without a class, last), most frequent first, each group in the given
+/// order.
+fn by_first_blocker<'a>(
+    invalid: impl IntoIterator<Item = Invalid<'a>>,
+) -> Vec<(Option<FailureClass>, Vec<Invalid<'a>>)> {
+    let mut groups: Vec<(Option<FailureClass>, Vec<Invalid<'a>>)> = Vec::new();
+    for task in invalid {
+        let class = task.blocker.as_ref().map(|b| b.class);
+        match groups.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, tasks)) => tasks.push(task),
+            None => groups.push((class, vec![task])),
+        }
+    }
+    groups.sort_by(|a, b| (a.0.is_none(), b.1.len(), a.0).cmp(&(b.0.is_none(), a.1.len(), b.0)));
+    groups
+}
+
+/// How a group's class is written (`without a class` for none).
+fn class_key(class: Option<FailureClass>) -> &'static str {
+    class.map_or("without a class", FailureClass::key)
+}
+
+/// The invalid tasks by the class of their first blocker, as lines (what
+/// `tasks validate` prints after its verdicts and the TUI's validation job
+/// logs): per class, most frequent first, `class: N tasks`, then one line
+/// per task with what its blocker names (`  t: github.com cannot be
+/// reached`), or the line of output that shows it, or its first problem.
+pub fn blockers_by_class<'a>(invalid: impl IntoIterator<Item = Invalid<'a>>) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (class, tasks) in by_first_blocker(invalid) {
+        lines.push(format!(
+            "{}: {}",
+            class_key(class),
+            crate::plural::count(tasks.len(), "task")
+        ));
+        for t in tasks {
+            let detail = match t.blocker.as_ref().map(Blocker::detail) {
+                Some(d) if !d.is_empty() => d,
+                _ => t
+                    .problems
+                    .first()
+                    .and_then(|p| p.lines().next())
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            lines.push(format!("  {}: {detail}", t.id));
+        }
+    }
+    lines
 }
 
 /// The sandbox backend validation runs with, or why it did not start (then
@@ -325,10 +397,18 @@ pub(crate) fn test_verdict(id: &str, classes: &[crate::verify::FailureClass]) ->
             problems,
             notes: Vec::new(),
             failure_classes: classes.to_vec(),
+            blocker: classes.first().map(|c| crate::verify::Blocker {
+                class: *c,
+                host: None,
+                stand_in: None,
+                difference: None,
+                line: Some(format!("{} here", c.key())),
+            }),
             initial: None,
             final_on_initial: None,
             baseline: None,
             oracle: None,
+            oracle_output: None,
             duration: std::time::Duration::from_secs(2),
         }),
     }
@@ -383,5 +463,55 @@ mod tests {
             "b: INVALID [oracle-fails]: oracle-fails here"
         );
         assert_eq!(verdicts_summary(&many[..0]), "0/0 valid");
+    }
+
+    #[test]
+    fn invalid_tasks_are_grouped_by_first_blocker_with_what_it_names() {
+        use crate::verify::FailureClass::{BuildNetwork, OracleFails, StandInDifference};
+        let mut net = test_verdict("net", &[BuildNetwork, OracleFails]);
+        net.validation.as_mut().unwrap().blocker = Some(Blocker {
+            class: BuildNetwork,
+            host: Some("github.com".into()),
+            stand_in: None,
+            difference: None,
+            line: Some("curl: (6) Could not resolve host: github.com".into()),
+        });
+        let mut pin = test_verdict("pin", &[StandInDifference]);
+        pin.validation.as_mut().unwrap().blocker = Some(Blocker {
+            class: StandInDifference,
+            host: None,
+            stand_in: Some("localhost/stand-in/debian:trixie".into()),
+            difference: Some("version r-base-core=4.3.3-2build2 is not in its archive".into()),
+            line: None,
+        });
+        let many = [
+            test_verdict("ok", &[]),
+            net,
+            test_verdict("oracle", &[OracleFails]),
+            pin,
+            test_verdict("oracle-2", &[OracleFails]),
+            Verdict::invalid("refused", vec!["task.toml: bad\nmore".into()]),
+        ];
+        let lines = blockers_by_class(many.iter().filter(|v| !v.ok).map(Invalid::of));
+        assert_eq!(
+            lines,
+            [
+                "oracle-fails: 2 tasks",
+                "  oracle: oracle-fails here",
+                "  oracle-2: oracle-fails here",
+                "build-network: 1 task",
+                "  net: github.com cannot be reached",
+                "stand-in-difference: 1 task",
+                "  pin: stand-in localhost/stand-in/debian:trixie: version r-base-core=4.3.3-2build2 is not in its archive",
+                "without a class: 1 task",
+                "  refused: task.toml: bad",
+            ]
+        );
+        // The count is by first blocker: `net` is counted once.
+        assert_eq!(
+            verdicts_summary(&many),
+            "1/6 valid; invalid: 2 oracle-fails, 1 build-network, 1 stand-in-difference, 1 without a class"
+        );
+        assert!(blockers_by_class(many[..1].iter().filter(|v| !v.ok).map(Invalid::of)).is_empty());
     }
 }

@@ -35,6 +35,35 @@ pub struct StoredVerdict {
     pub validation: Option<serde_json::Value>,
 }
 
+impl StoredVerdict {
+    /// The first blocker its validation recorded (see
+    /// [`crate::verify::Blocker`]); a record from before blockers were
+    /// recorded gives its first failure class alone.
+    pub fn blocker(&self) -> Option<crate::verify::Blocker> {
+        let validation = self.validation.as_ref()?;
+        if let Some(b) = validation.get("blocker") {
+            return serde_json::from_value(b.clone()).ok();
+        }
+        let class = validation.get("failure_classes")?.get(0)?;
+        Some(crate::verify::Blocker {
+            class: serde_json::from_value(class.clone()).ok()?,
+            host: None,
+            stand_in: None,
+            difference: None,
+            line: None,
+        })
+    }
+
+    /// It as [`super::validate::blockers_by_class`] groups it.
+    pub fn invalid(&self) -> super::validate::Invalid<'_> {
+        super::validate::Invalid {
+            id: &self.id,
+            blocker: self.blocker(),
+            problems: &self.problems,
+        }
+    }
+}
+
 /// Store verdict `v` of a task whose bundle is in `tasks_dir` (nothing is
 /// written for a task that has no bundle there).
 pub fn store_verdict(tasks_dir: &Path, v: &StoredVerdict) -> Result<()> {
@@ -89,6 +118,26 @@ mod tests {
         assert_eq!(
             (back.ok, back.problems.clone()),
             (false, v.problems.clone())
+        );
+        assert_eq!(back.blocker(), None);
+        // The first blocker reads back from the stored validation; an
+        // older record gives its first class.
+        let blocked = StoredVerdict {
+            validation: Some(serde_json::json!({
+                "failure_classes": ["build-network", "oracle-fails"],
+                "blocker": {"class": "build-network", "host": "github.com"},
+            })),
+            ..v.clone()
+        };
+        let b = blocked.blocker().unwrap();
+        assert_eq!(b.detail(), "github.com cannot be reached");
+        let older = StoredVerdict {
+            validation: Some(serde_json::json!({"failure_classes": ["oracle-fails"]})),
+            ..v.clone()
+        };
+        assert_eq!(
+            older.blocker().map(|b| b.class),
+            Some(crate::verify::FailureClass::OracleFails)
         );
         // No bundle, nothing written.
         let ghost = StoredVerdict {

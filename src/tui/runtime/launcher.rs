@@ -10,6 +10,7 @@ use crate::jobs::{JobContext, JobId, JobManager, NothingDone};
 use crate::tui::action::{Action, Msg};
 use crate::tui::launch::JobSpec;
 use crate::workbench::generate::{LlmRequest, OfflineRequest};
+use crate::workbench::validate;
 use crate::workbench::{Context, EvalRequest};
 
 /// Owns the job manager and forwards its events to the UI.
@@ -196,6 +197,11 @@ fn validate_job(ctx: &JobContext, root: &Path, tasks: Vec<String>) -> anyhow::Re
     // A backend that does not start makes each task invalid, with why.
     let backend = cctx.backend().map_err(|e| crate::logging::error_text(&e));
     let verdicts = crate::workbench::validate_tasks(&cctx, backend, &ids, ctx, |_| {})?;
-    // One task: its verdict; several: a count, and the failure classes.
-    Ok(crate::workbench::validate::verdicts_summary(&verdicts))
+    // The invalid ones by their first blocker's class, each with what it
+    // names; then one task's verdict, or a count and the classes.
+    let invalid = verdicts.iter().filter(|v| !v.ok);
+    for line in validate::blockers_by_class(invalid.map(validate::Invalid::of)) {
+        ctx.log(line);
+    }
+    Ok(validate::verdicts_summary(&verdicts))
 }

@@ -253,39 +253,75 @@ fn launcher_runs_a_validation_job_and_forwards_its_events() {
 
 #[test]
 fn a_validation_job_names_the_failure_classes() {
-    use crate::verify::FailureClass::{BuildNetwork, OracleFails};
-    use crate::workbench::validate::{test_verdict, verdicts_summary};
+    use crate::verify::Blocker;
+    use crate::verify::FailureClass::{BuildNetwork, OracleFails, StandInDifference};
+    use crate::workbench::validate::{blockers_by_class, test_verdict, verdicts_summary, Invalid};
     let dir = tempfile::tempdir().unwrap();
     let ws = fixture(dir.path());
     let mut app = app_on(&ws);
     app.view = View::Jobs;
     let id = JobId("validate-7".into());
-    // The summary the launcher's validation job finishes with.
-    let summary = verdicts_summary(&[
+    let blocked = |id: &str, b: Blocker| {
+        let mut v = test_verdict(id, &[b.class]);
+        v.validation.as_mut().unwrap().blocker = Some(b);
+        v
+    };
+    let verdicts = [
         test_verdict("archive-logs", &[]),
         test_verdict("fix-perms", &[OracleFails]),
         test_verdict("pip-task", &[OracleFails]),
-        test_verdict("net-task", &[BuildNetwork]),
-    ]);
-    for ev in [
-        JobEvent::Started {
+        blocked(
+            "net-task",
+            Blocker {
+                class: BuildNetwork,
+                host: Some("github.com".into()),
+                stand_in: None,
+                difference: None,
+                line: Some("curl: (6) Could not resolve host: github.com".into()),
+            },
+        ),
+        blocked(
+            "r-task",
+            Blocker {
+                class: StandInDifference,
+                host: None,
+                stand_in: Some("localhost/stand-in/debian:trixie".into()),
+                difference: Some("version r-base-core=4.3.3-2build2 is not in its archive".into()),
+                line: None,
+            },
+        ),
+    ];
+    // What the launcher's validation job logs and finishes with.
+    let lines = blockers_by_class(verdicts.iter().filter(|v| !v.ok).map(Invalid::of));
+    let summary = verdicts_summary(&verdicts);
+    app.update(Action::Job(JobEvent::Started {
+        id: id.clone(),
+        kind: "validate".into(),
+    }));
+    for line in lines {
+        app.update(Action::Job(JobEvent::Log {
             id: id.clone(),
-            kind: "validate".into(),
-        },
-        JobEvent::Log {
-            id: id.clone(),
-            line: "fix-perms: INVALID [oracle-fails]: the oracle solution does not pass".into(),
-        },
-        JobEvent::Finished {
-            id: id.clone(),
-            outcome: JobOutcome::Succeeded(summary),
-        },
-    ] {
-        app.update(Action::Job(ev));
+            line,
+        }));
     }
+    app.update(Action::Job(JobEvent::Finished {
+        id: id.clone(),
+        outcome: JobOutcome::Succeeded(summary),
+    }));
     let screen = render(&mut app, 120, 40);
     assert!(
-        screen.contains("1/4 valid; invalid: 2 oracle-fails, 1 build-network"),
+        screen
+            .contains("1/5 valid; invalid: 2 oracle-fails, 1 build-network, 1 stand-in-difference"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("net-task: github.com cannot be reached"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(
+            "r-task: stand-in localhost/stand-in/debian:trixie: version r-base-core=4.3.3-2build2"
+        ),
         "{screen}"
     );
     snap!("jobs_validation_classes_120x40", &mut app, 120, 40);

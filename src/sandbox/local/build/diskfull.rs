@@ -51,6 +51,7 @@ pub fn classify(e: SandboxError, cache: &Path) -> SandboxError {
             step,
             code,
             output,
+            ..
         } if mentions_full_disk(&output) && nearly_full(cache) => SandboxError::DiskFull {
             what: format!("setup step {index} ({step}, exit code {code:?})"),
             path: cache.to_path_buf(),
@@ -90,6 +91,7 @@ mod tests {
             step: "RUN fill".into(),
             code: Some(1),
             output: "write: No space left on device".into(),
+            base_note: None,
         };
         if space(d.path()).is_some_and(|(free, _)| free > NEARLY_FULL_BYTES) {
             assert!(matches!(

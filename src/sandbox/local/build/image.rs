@@ -224,6 +224,7 @@ impl LocalBackend {
         // The step layers the build uses, held (shared) until the image
         // that names them is in place: a prune meanwhile keeps them.
         let mut in_use = Vec::new();
+        let noted = base_note.clone();
         let result = self.build_into(
             task,
             def,
@@ -244,7 +245,7 @@ impl LocalBackend {
             Ok(image) => image,
             Err(e) => {
                 layout::remove_tree(&build);
-                return Err(e);
+                return Err(with_base_note(e, noted));
             }
         };
         // Under the lock, what is there without metadata is an unfinished
@@ -574,6 +575,7 @@ impl LocalBackend {
                 step: format!("{what} (timed out after {:?})", self.build_timeout),
                 code: None,
                 output: "the build ran out of time before this step".into(),
+                base_note: None,
             });
         }
         let scratch = run.shared.scratch;
@@ -927,6 +929,28 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `e` with `note` (on the base the build stood on) when it is a failed
+/// step's and says nothing of its base yet: what failed may be the base's
+/// difference from the image asked for.
+fn with_base_note(e: SandboxError, note: Option<String>) -> SandboxError {
+    match e {
+        SandboxError::SetupStep {
+            index,
+            step,
+            code,
+            output,
+            base_note: None,
+        } => SandboxError::SetupStep {
+            index,
+            step,
+            code,
+            output,
+            base_note: note,
+        },
+        other => other,
+    }
+}
+
 /// The error of step `n` (described as `what`) of `plan` whose run ended
 /// with `out`.
 fn step_error(
@@ -948,6 +972,7 @@ fn step_error(
             step,
             code,
             output: text,
+            base_note: None,
         };
     }
     let text = steps::last_step(&out.output)
@@ -962,6 +987,7 @@ fn step_error(
         },
         code: out.code,
         output: steps::without_markers(&text),
+        base_note: None,
     }
 }
 
