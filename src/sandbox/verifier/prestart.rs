@@ -45,7 +45,6 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::grace::GracePeriod;
 use super::plan::VerifierPlan;
 use super::warm::{Gate, Replies};
 use crate::sandbox::fds::pipe;
@@ -274,7 +273,6 @@ impl Prestarted {
         // Its runner starts pytest while we move it into the session's
         // cgroups; it runs no code of the task before the gate opens.
         let deadline = Instant::now() + timeout;
-        let grace = GracePeriod::start();
         self.process.send(Some(input));
         let mut replies = Replies::new(self.reply);
         if let Some(Ok(v)) = replies.next(deadline) {
@@ -289,7 +287,6 @@ impl Prestarted {
                 }
             }
         }
-        grace.join();
         // Else it is gone or late: its exit (or the deadline) tells.
         let left = deadline.saturating_duration_since(Instant::now());
         self.process.finish(None, left).map(Ok)

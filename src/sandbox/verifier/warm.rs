@@ -48,7 +48,6 @@ use std::time::{Duration, Instant};
 
 use seccompiler::BpfProgram;
 
-use super::grace::GracePeriod;
 use super::plan::VerifierPlan;
 use super::runtime::{Runtime, INSIDE};
 use crate::sandbox::fds::{check, close_inherited, make_mounts_private, pipe};
@@ -184,7 +183,6 @@ impl WarmVerifier {
             Ok(z) => z,
             Err(why) => return Ok(Err(why)),
         };
-        let grace = GracePeriod::start();
         let io = |what: &'static str| SandboxError::io(what, "pipe");
         let (stdin_r, stdin_w) = pipe().map_err(io("create verifier pipe"))?;
         let (out_r, out_w) = pipe().map_err(io("create verifier pipe"))?;
@@ -235,7 +233,6 @@ impl WarmVerifier {
             pipe: File::from(gate_w),
         };
         let outcome = wait_for_exit(&mut reply, gate, deadline);
-        grace.join();
         let out = output.join().unwrap_or_default();
         let _ = feeder.join();
         let side = side.join().unwrap_or_default();
