@@ -114,9 +114,10 @@ fn what_the_zygote_prepares_is_used_and_changes_no_result() {
 /// Runs one failing test module (which uses pytest's own fixtures and one
 /// of its own) twice in a fresh interpreter, with or without the program's
 /// memos (argv[2] == "memo": statement ranges, option parsers, plugin
-/// fixtures, entry points), then lists the fixtures; prints the second
-/// run's report, its JUnit XML without timings, the listing, and how many
-/// syntax-tree nodes the tracebacks visited, how many option parsers
+/// fixtures, entry points, the module parsed ahead), then lists the
+/// fixtures; prints the second run's report, its JUnit XML without
+/// timings, the listing, and how many syntax-tree nodes the tracebacks
+/// visited, how many modules they parsed, how many option parsers
 /// pytest built, how many attributes it looked at for fixtures and how
 /// many `entry_points.txt` files it read, in the second run (as a forked
 /// run of the pre-warmed verifier follows the zygote's warm-up run).
@@ -135,14 +136,15 @@ helpers = "".join(
     for i in range(3))
 cases = "".join(
     "def test_%d():\n    check_%d('/nonexistent/%d')\n\n" % (i, i % 3, i) for i in range(8))
+module = ("import os, pytest\n\n" + helpers + cases + "def test_passes():\n    assert True\n\n"
+          "@pytest.fixture(autouse=True)\ndef around(request):\n    yield request.node.name\n\n"
+          "def test_fixtures(tmp_path, capsys, monkeypatch, record_property, around):\n"
+          "    monkeypatch.setenv('ENDLESS_X', '1')\n    print(around)\n"
+          "    assert capsys.readouterr().out == 'test_fixtures\\n'\n"
+          "    record_property('file', str((tmp_path / 'a').write_text('x')))\n\n"
+          "def test_fixture_fails(capfd):\n    print('out')\n    assert capfd.readouterr().out == 'no'\n")
 with open(path, "w") as f:
-    f.write("import os, pytest\n\n" + helpers + cases + "def test_passes():\n    assert True\n\n"
-            "@pytest.fixture(autouse=True)\ndef around(request):\n    yield request.node.name\n\n"
-            "def test_fixtures(tmp_path, capsys, monkeypatch, record_property, around):\n"
-            "    monkeypatch.setenv('ENDLESS_X', '1')\n    print(around)\n"
-            "    assert capsys.readouterr().out == 'test_fixtures\\n'\n"
-            "    record_property('file', str((tmp_path / 'a').write_text('x')))\n\n"
-            "def test_fixture_fails(capfd):\n    print('out')\n    assert capfd.readouterr().out == 'no'\n")
+    f.write(module)
 ini = os.path.join(work, "pytest.ini")
 with open(ini, "w") as f:
     f.write("[pytest]\n")
@@ -155,6 +157,12 @@ def counting(owner, name, key):
         return original(*args, **kwargs)
     setattr(owner, name, counted)
 counting(ast, "iter_child_nodes", "nodes")
+parse, counts["parses"] = ast.parse, 0
+def counted_parse(source, filename="<unknown>", *args, **kwargs):
+    # pytest's parse of the whole module, for a traceback through it
+    counts["parses"] += filename == "source" and source.startswith("import os, pytest")
+    return parse(source, filename, *args, **kwargs)
+ast.parse = counted_parse
 import pytest
 from _pytest import fixtures
 from _pytest.config.argparsing import MyOptionParser
@@ -182,18 +190,20 @@ def run(name, *extra):
 run("warm-up.txt", "--junitxml=" + junit)
 if mode == "memo":  # as the zygote after its warm-up run, then as a forked run
     v["remember_entry_points"]()
+    v["compile_ahead"]({path: module})
     v["remember_statement_ranges"]()
     v["reuse_option_parsers"]()
 counts.update(dict.fromkeys(counts, 0))
 rc, report = run("report.txt", "--junitxml=" + junit)
-seen = (rc, counts["nodes"], counts["parsers"], counts["lookups"], counts["entry_points"])
+seen = (rc, counts["nodes"], counts["parses"], counts["parsers"], counts["lookups"],
+        counts["entry_points"])
 _, listing = run("fixtures.txt", "--fixtures", "-v")
 def masked(t):
     t = t.replace(work, "WORK").replace(os.path.basename(work), "WORK")
     return re.sub(r"0x[0-9a-f]+", "0x?", t)
 text = masked(re.sub(r" in [0-9.]+s", "", report))
 xml = masked(re.sub(r'(time|timestamp|hostname)="[^"]*"', "", open(junit).read()))
-print("rc=%d nodes=%d parsers=%d lookups=%d entry_points=%d" % seen)
+print("rc=%d nodes=%d parses=%d parsers=%d lookups=%d entry_points=%d" % seen)
 print(text)
 print(xml)
 print(masked(re.sub(r" in [0-9.]+s", "", listing)))
@@ -225,6 +235,7 @@ fn remembered_statement_ranges_parsers_and_plugin_fixtures_change_no_report() {
         (
             [
                 count("nodes"),
+                count("parses"),
                 count("parsers"),
                 count("lookups"),
                 count("entry_points"),
@@ -232,8 +243,10 @@ fn remembered_statement_ranges_parsers_and_plugin_fixtures_change_no_report() {
             rest.to_string(),
         )
     };
-    let ([plain_nodes, plain_parsers, plain_lookups, plain_entry_points], plain) = run("plain");
-    let ([memo_nodes, memo_parsers, memo_lookups, memo_entry_points], memo) = run("memo");
+    let ([plain_nodes, plain_parses, plain_parsers, plain_lookups, plain_entry_points], plain) =
+        run("plain");
+    let ([memo_nodes, memo_parses, memo_parsers, memo_lookups, memo_entry_points], memo) =
+        run("memo");
     assert!(plain.contains("missing /nonexistent/7"), "{plain}");
     assert!(plain.contains("9 failed, 2 passed"), "{plain}");
     assert!(
@@ -261,6 +274,11 @@ fn remembered_statement_ranges_parsers_and_plugin_fixtures_change_no_report() {
         memo_nodes * 4 <= plain_nodes,
         "syntax-tree nodes visited: {memo_nodes} remembered against {plain_nodes}"
     );
+    // The module's tree was parsed by the zygote (compile_ahead), by the
+    // text pytest parses for a traceback through it: the run parses it
+    // not once.
+    assert!(plain_parses > 0, "{plain_parses}");
+    assert_eq!(memo_parses, 0, "the module parsed for tracebacks");
     // pytest parses the arguments six times a run; the parser is rebuilt
     // only after plugins added options.
     assert!(

@@ -33,6 +33,11 @@ PREBUILT = []
 COMPILED = {}
 # Compiled test modules the zygote keeps (the oldest are forgotten first).
 MAX_COMPILED = 512
+# Syntax trees of test modules, parsed in the zygote, by the text pytest
+# parses when it formats a traceback through them (see `parse_ahead`); the
+# newest MAX_PARSED are kept.
+PARSED = {}
+MAX_PARSED = 32
 
 
 def add_runtime_site_dirs():
@@ -228,7 +233,7 @@ def remember_statement_ranges():
     def getstatementrange_ast(lineno, src, assertion=False, astnode=None):
         content = str(src) if astnode is None else None
         if content is not None:
-            astnode = trees.get(content)
+            astnode = trees.get(content) or PARSED.get(content)
         result = range_of(lineno, src, assertion, astnode)
         if content is not None:
             trees[content] = result[0]
@@ -508,6 +513,7 @@ def compile_ahead(sources):
     from _pytest.assertion.rewrite import rewrite_asserts
     for path, text in sources.items():
         source = text.encode()
+        parse_ahead(source)
         key = (path, hashlib.sha256(source).digest())
         if key in COMPILED:
             COMPILED[key] = COMPILED.pop(key)  # the newest last
@@ -520,6 +526,32 @@ def compile_ahead(sources):
             continue
         while len(COMPILED) > MAX_COMPILED:
             del COMPILED[next(iter(COMPILED))]
+
+
+def parse_ahead(source):
+    """In the zygote: parse test module `source` (bytes) as pytest does to
+    format a traceback through it (getstatementrange_ast: the module's lines
+    as linecache reads them, each stripped at its end, joined), once for all
+    the runs, which find the tree by that text (`remember_statement_ranges`).
+    A pytest that reads the lines otherwise just parses them itself."""
+    import ast
+    import io
+    import tokenize
+    import warnings
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        lines = io.TextIOWrapper(io.BytesIO(source), encoding, line_buffering=True).readlines()
+        content = "\n".join(line.rstrip() for line in lines)
+        if content in PARSED:
+            PARSED[content] = PARSED.pop(content)  # the newest last
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            PARSED[content] = ast.parse(content, "source", "exec")
+    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
+        return  # pytest reports it
+    while len(PARSED) > MAX_PARSED:
+        del PARSED[next(iter(PARSED))]
 
 
 def adopt_prebuilt(args):
