@@ -548,8 +548,8 @@ def parse_ahead(source):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             PARSED[content] = ast.parse(content, "source", "exec")
-    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
-        return  # pytest reports it
+    except Exception:  # noqa: BLE001 - pytest parses (and reports) it itself
+        return
     while len(PARSED) > MAX_PARSED:
         del PARSED[next(iter(PARSED))]
 
