@@ -33,6 +33,11 @@ PREBUILT = []
 COMPILED = {}
 # Compiled test modules the zygote keeps (the oldest are forgotten first).
 MAX_COMPILED = 512
+# Syntax trees of test modules, parsed in the zygote, by the text pytest
+# parses when it formats a traceback through them (see `parse_ahead`); the
+# newest MAX_PARSED are kept.
+PARSED = {}
+MAX_PARSED = 32
 
 
 def add_runtime_site_dirs():
@@ -209,9 +214,10 @@ def remember_statement_ranges():
     """pytest formats a failure's traceback by parsing the failing module
     again and walking its whole syntax tree for every entry of it: with nine
     failing tests of a 130-line module, that was 40% of the run. Within one
-    run, parse each source once and walk each tree once per line; the ranges,
-    and so the reports, are pytest's own. A pytest without these functions
-    is left as it is."""
+    run, parse each source once and walk each tree once: pytest's own
+    search then walks, for each line, just the statements it counts (see
+    `flat_statements`); the ranges, and so the reports, are pytest's own. A
+    pytest without these functions is left as it is."""
     try:
         from _pytest._code import code, source
         range_of, startend = source.getstatementrange_ast, source.get_statement_startend2
@@ -219,12 +225,15 @@ def remember_statement_ranges():
         return
     if getattr(range_of, "endless", False) or code.getstatementrange_ast is not range_of:
         return
-    trees, ranges = {}, {}
+    # pytest 9 remembers each tree's statements itself.
+    walks_once = hasattr(source, "_statement_linenos")
+    flatten = flat_statements if not walks_once and flattening_agrees(startend) else None
+    trees, flats, ranges = {}, {}, {}
 
     def getstatementrange_ast(lineno, src, assertion=False, astnode=None):
         content = str(src) if astnode is None else None
         if content is not None:
-            astnode = trees.get(content)
+            astnode = trees.get(content) or PARSED.get(content)
         result = range_of(lineno, src, assertion, astnode)
         if content is not None:
             trees[content] = result[0]
@@ -234,12 +243,105 @@ def remember_statement_ranges():
         key = (id(node), lineno)
         hit = ranges.get(key)
         if hit is None or hit[0] is not node:
-            hit = ranges[key] = (node, startend(lineno, node))
+            searched = node
+            if flatten is not None:
+                flat = flats.get(id(node))
+                if flat is None or flat[0] is not node:
+                    flat = flats[id(node)] = (node, flatten(node))
+                searched = flat[1]
+            hit = ranges[key] = (node, startend(lineno, searched))
         return hit[1]
 
     getstatementrange_ast.endless = True
     source.getstatementrange_ast = code.getstatementrange_ast = getstatementrange_ast
     source.get_statement_startend2 = get_statement_startend2
+
+
+def flat_statements(tree):
+    """A module of `pass` statements, one at each line pytest's statement
+    search (get_statement_startend2) counts in `tree`: each statement and
+    except handler, the decorators of a def or class, and the line before an
+    else or finally part. The search over it finds what it finds over
+    `tree`, walking a handful of nodes instead of every expression."""
+    import ast
+    lines = []
+    for x in ast.walk(tree):
+        if isinstance(x, (ast.stmt, ast.ExceptHandler)):
+            if isinstance(x, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines.extend(d.lineno for d in x.decorator_list)
+            lines.append(x.lineno)
+            for name in ("finalbody", "orelse"):
+                part = getattr(x, name, None)
+                if part:
+                    lines.append(part[0].lineno - 1)
+    body = [ast.Pass(lineno=n, col_offset=0, end_lineno=n, end_col_offset=0) for n in lines]
+    return ast.Module(body=body, type_ignores=[])
+
+
+# Whether pytest's statement search finds the same over `flat_statements`
+# as over the tree itself, on every line of PROBE (decided once).
+FLATTENING = []
+PROBE = """import os
+
+@staticmethod
+@property(
+    None)
+def f(x):
+    try:
+        y = 1
+    except OSError as e:
+        y = 2
+    else:
+        y = 3
+    finally:
+        y = 4
+    for i in x:
+        pass
+    else:
+        x = [
+            1,
+        ]
+    while x:
+        break
+    if x:
+        pass
+    elif y:
+        assert (y ==
+                1)
+    else:
+        pass
+    with open(x) as b:
+        return y
+
+
+class C(
+        object):
+    @staticmethod
+    async def g(a, b):
+        async for a in b:
+            pass
+        else:
+            pass
+        try:
+            pass
+        finally:
+            # a comment
+            pass
+"""
+
+
+def flattening_agrees(startend):
+    """See FLATTENING."""
+    if not FLATTENING:
+        import ast
+        try:
+            tree = ast.parse(PROBE)
+            flat = flat_statements(tree)
+            lines = range(-1, PROBE.count("\n") + 3)
+            FLATTENING.append(all(startend(n, tree) == startend(n, flat) for n in lines))
+        except Exception:  # noqa: BLE001 - a search that fails here is left to itself
+            FLATTENING.append(False)
+    return FLATTENING[0]
 
 
 def reuse_option_parsers():
@@ -276,9 +378,12 @@ def remember_plugin_fixtures():
     change: scan each once (in the zygote, before the runs fork) and give
     the manager, in its place, a module holding just that module's fixtures
     (the same objects under the same names), which it then scans and
-    registers as its own. Every other plugin and every test module is
-    scanned by pytest itself; so is everything where the scan or its
-    arguments are not as expected."""
+    registers as its own. Plugin objects of pytest's own classes (its
+    configuration, session, terminal reporter, ...) hold no fixtures: where
+    neither the class (looked at again when its attributes change) nor the
+    object has any, the manager gets an empty module in its place. Every
+    other plugin and every test module is scanned by pytest itself; so is
+    everything where the scan or its arguments are not as expected."""
     import types
     try:
         from _pytest import fixtures
@@ -289,10 +394,24 @@ def remember_plugin_fixtures():
         return
     if getattr(parse, "endless", False):
         return
-    holders = {}
+    holders, no_fixtures = {}, {}
+
+    def holds_no_fixtures(plugin):
+        tp = type(plugin)
+        if (isinstance(plugin, type) or not getattr(tp, "__module__", "").startswith("_pytest.")
+                or any("__slots__" in vars(c) for c in tp.__mro__)):
+            return False
+        names = dir(tp)
+        if no_fixtures.get(tp) != names:
+            if any(marker_of(safe_getattr(tp, name, None)) is not None for name in names):
+                return False
+            no_fixtures[tp] = names
+        return all(marker_of(obj) is None for obj in vars(plugin).values())
 
     def holder_of(plugin):
-        if not isinstance(plugin, types.ModuleType) or not plugin.__name__.startswith("_pytest."):
+        if not isinstance(plugin, types.ModuleType):
+            return types.ModuleType(type(plugin).__name__) if holds_no_fixtures(plugin) else plugin
+        if not plugin.__name__.startswith("_pytest."):
             return plugin
         holder = holders.get(plugin)
         if holder is None:
@@ -315,6 +434,34 @@ def remember_plugin_fixtures():
 
     parsefactories.endless = True
     manager.parsefactories = parsefactories
+
+
+def remember_entry_points():
+    """pytest reads the entry points of every installed distribution twice
+    a run (the plugins to load, the modules to rewrite): some 80 files
+    opened and read. In the zygote, read each distribution's
+    `entry_points.txt` once; the runs get that text from memory for the
+    same files (the runtime's, read-only, at the same paths inside every
+    sandbox). Any other file or distribution is read as before."""
+    try:
+        from importlib import metadata
+        read = metadata.PathDistribution.read_text
+        if getattr(read, "endless", False):
+            return
+        texts = {str(d._path): read(d, "entry_points.txt") for d in metadata.distributions()
+                 if isinstance(d, metadata.PathDistribution)}
+    except (ImportError, AttributeError, OSError):
+        return
+
+    def read_text(self, filename):
+        if filename == "entry_points.txt":
+            key = str(getattr(self, "_path", ""))
+            if key in texts:
+                return texts[key]
+        return read(self, filename)
+
+    read_text.endless = True
+    metadata.PathDistribution.read_text = read_text
 
 
 def excluded_plugins(args):
@@ -366,6 +513,7 @@ def compile_ahead(sources):
     from _pytest.assertion.rewrite import rewrite_asserts
     for path, text in sources.items():
         source = text.encode()
+        parse_ahead(source)
         key = (path, hashlib.sha256(source).digest())
         if key in COMPILED:
             COMPILED[key] = COMPILED.pop(key)  # the newest last
@@ -378,6 +526,32 @@ def compile_ahead(sources):
             continue
         while len(COMPILED) > MAX_COMPILED:
             del COMPILED[next(iter(COMPILED))]
+
+
+def parse_ahead(source):
+    """In the zygote: parse test module `source` (bytes) as pytest does to
+    format a traceback through it (getstatementrange_ast: the module's lines
+    as linecache reads them, each stripped at its end, joined), once for all
+    the runs, which find the tree by that text (`remember_statement_ranges`).
+    A pytest that reads the lines otherwise just parses them itself."""
+    import ast
+    import io
+    import tokenize
+    import warnings
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        lines = io.TextIOWrapper(io.BytesIO(source), encoding, line_buffering=True).readlines()
+        content = "\n".join(line.rstrip() for line in lines)
+        if content in PARSED:
+            PARSED[content] = PARSED.pop(content)  # the newest last
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            PARSED[content] = ast.parse(content, "source", "exec")
+    except Exception:  # noqa: BLE001 - pytest parses (and reports) it itself
+        return
+    while len(PARSED) > MAX_PARSED:
+        del PARSED[next(iter(PARSED))]
 
 
 def adopt_prebuilt(args):
@@ -623,13 +797,14 @@ def import_common_modules():
 
 def warm_up(dir_):
     """Run pytest once on a passing and a failing test, so that what a run
-    imports lazily (assertion rewriting, reporting, JUnit) is loaded."""
+    imports or compiles lazily (assertion rewriting, reporting, JUnit, the
+    tokenizer a multi-line statement of a traceback takes) is loaded."""
     import_common_modules()
     tests = os.path.join(dir_, "endless_warm_up")
     os.makedirs(tests, exist_ok=True)
     with open(os.path.join(tests, "test_endless_warm_up.py"), "w") as f:
         f.write("import os\n\ndef test_passes():\n    assert os.path.isdir('/')\n\n"
-                "def test_fails():\n    assert [1, 2] == [1, 3]\n")
+                "def test_fails():\n    assert [1, 2] == [\n        1, 3]\n")
     with open(os.path.join(dir_, "pytest.ini"), "w") as f:
         f.write("[pytest]\n")
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -650,6 +825,11 @@ def warm_up(dir_):
             os.close(fd)
     for name in [m for m in sys.modules if "endless_warm_up" in m]:
         del sys.modules[name]
+    try:  # decided once here, not in each run
+        from _pytest._code import source
+        flattening_agrees(source.get_statement_startend2)
+    except (ImportError, AttributeError):
+        pass
     # pytest put the scratch directory on sys.path: nothing may be imported
     # from there later (a pre-started verifier's stays writable by the tests).
     inside = lambda p: p == dir_ or p.startswith(dir_.rstrip("/") + "/")
@@ -774,6 +954,7 @@ def zygote():
         import pytest
         remember_plugin_fixtures()
         warm_up(hello["scratch"])
+        remember_entry_points()
     except BaseException as e:  # noqa: B036
         ctl.send(json.dumps({"ready": False, "error": repr(e)}).encode())
         os._exit(1)
