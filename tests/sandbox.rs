@@ -8,9 +8,13 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use endless::sandbox::local::LocalBackend;
+use endless::config::{BaseFallback, ImagesConfig, PullPolicy};
+use endless::images::{register_rootfs, ImageRef, ImageStore};
+use endless::sandbox::local::{image_store_dir, LocalBackend};
 use endless::sandbox::{Backend, Image, SandboxError, Session, SessionOptions, MAX_OUTPUT_CHARS};
 use endless::task::{FileTree, Task, TaskMeta};
+
+mod support;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -714,23 +718,66 @@ fn doctor_and_backend_lookup() {
 
 #[test]
 fn container_backends_run_when_present() {
-    for name in ["apptainer", "oci"] {
-        let b = match endless::sandbox::backend_by_name(name, cache()) {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("SKIP {name}: {e}");
-                continue;
-            }
-        };
-        let t = task(
-            &format!("{name}-smoke"),
-            "mkdir -p /home/user && echo hi > /home/user/f\n",
-        );
-        let image = b.prepare(&t).unwrap();
-        let mut s = b.start(&image, &SessionOptions::default()).unwrap();
-        assert_eq!(s.exec("cat ~/f", T).unwrap().output.trim_end(), "hi");
-        s.close();
+    match endless::sandbox::backend_by_name("apptainer", cache()) {
+        Ok(b) => {
+            let t = task(
+                "apptainer-smoke",
+                "mkdir -p /home/user && echo hi > /home/user/f\n",
+            );
+            let image = b.prepare(&t).unwrap();
+            let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+            assert_eq!(s.exec("cat ~/f", T).unwrap().output.trim_end(), "hi");
+            s.close();
+        }
+        Err(e) => eprintln!("SKIP apptainer: {e}"),
     }
+    oci_builds_offline_on_a_local_base();
+}
+
+/// podman (or docker) builds a task written `FROM ubuntu:24.04` on a Debian
+/// base from endless's image store (an `[images]` alias, as the local
+/// backend takes it), without a registry, and runs a session in it.
+fn oci_builds_offline_on_a_local_base() {
+    let t0 = Instant::now();
+    let store = ImageStore::new(&image_store_dir(cache()));
+    let base = ImageRef::parse("local/debian:bookworm").unwrap();
+    if store.get(&base).is_none() {
+        register_rootfs(&store, "local/debian:bookworm", &support::registry::debian_base_tar())
+            .unwrap();
+    }
+    let mut images = ImagesConfig {
+        pull: PullPolicy::Never,
+        fallback: BaseFallback::Error,
+        ..Default::default()
+    };
+    images
+        .aliases
+        .insert("ubuntu:24.04".into(), "local/debian:bookworm".into());
+    let b = match endless::sandbox::configured_backend("oci", cache(), &images, Default::default())
+    {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("SKIP oci: {e}");
+            return;
+        }
+    };
+    let mut t = task("oci-smoke", "");
+    t.environment = FileTree::default();
+    t.environment.insert_text(
+        "Dockerfile",
+        "FROM ubuntu:24.04\nRUN useradd -m -u 1000 -s /bin/bash user \\\n && echo hi > /home/user/f\nUSER user\n",
+    );
+    let image = b.prepare(&t).unwrap();
+    let note = image.base_note.clone().unwrap_or_default();
+    assert!(
+        note.contains("ubuntu:24.04 is aliased to"),
+        "the base note says what served the base: {note:?}"
+    );
+    let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+    let out = s.exec("cat ~/f; id -un; grep -c . /etc/debian_version", T).unwrap();
+    assert_eq!(out.output.trim_end(), "hi\nuser\n1");
+    s.close();
+    eprintln!("oci: base, build and session in {:.1?}", t0.elapsed());
 }
 
 #[test]

@@ -29,6 +29,19 @@ pub trait Engine: Send + Sync {
     fn location(&self, cache: &Path, hash: &str) -> (PathBuf, Option<String>);
     /// Whether `image` is already built.
     fn is_built(&self, image: &Image) -> Result<bool, SandboxError>;
+    /// Resolve the bases `def` builds on: an identity of them for the
+    /// image hash and the note when a substitute serves one (by default the
+    /// engine builds on what the definition names, nothing noted).
+    fn resolve_bases(&self, def: &EnvDefinition) -> Result<(String, Option<String>), SandboxError> {
+        let _ = def;
+        Ok((String::new(), None))
+    }
+    /// Make the bases of `def` available to the engine, returning the
+    /// definition `text` building on them (by default unchanged).
+    fn provide_bases(&self, def: &EnvDefinition, text: String) -> Result<String, SandboxError> {
+        let _ = def;
+        Ok(text)
+    }
     /// The definition file to build from, given the build context `ctx`:
     /// its path and text (the task's own definition in the engine's format,
     /// or one rendered from its steps).
@@ -67,7 +80,8 @@ impl<E: Engine> Backend for EngineBackend<E> {
 
     fn prepare(&self, task: &Task) -> Result<Image, SandboxError> {
         let def = parse_task(task)?;
-        let hash = image_hash(task, E::NAME, "");
+        let (base_id, base_note) = self.engine.resolve_bases(&def)?;
+        let hash = image_hash(task, E::NAME, &base_id);
         let (path, reference) = self.engine.location(&self.cache, &hash);
         let user = task.meta.agent.user.clone();
         let image = Image {
@@ -88,7 +102,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),
-            base_note: None,
+            base_note: base_note.clone(),
         };
         if self.engine.is_built(&image)? {
             return Ok(image);
@@ -96,6 +110,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
         let ctx = self.engine.context_dir(&self.cache, &image);
         write_tree(&ctx, &task.environment)?;
         let (def_path, text) = self.engine.definition(task, &def, &image, &ctx);
+        let text = self.engine.provide_bases(&def, text)?;
         std::fs::write(&def_path, text)
             .map_err(SandboxError::io("write the image definition", &def_path))?;
         let mut cmd = command(&self.engine.build_argv(&image, &def_path, &ctx))?;
@@ -111,7 +126,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
                 ),
                 code: out.code,
                 output: out.output,
-                base_note: None,
+                base_note,
             });
         }
         Ok(image)

@@ -80,7 +80,7 @@ pub fn configured_backend(
                 .with_pool(pool),
         )),
         "apptainer" => Ok(Box::new(apptainer::ApptainerBackend::new(cache_dir)?)),
-        "oci" => Ok(Box::new(oci::OciBackend::new(cache_dir)?)),
+        "oci" => Ok(Box::new(oci::OciBackend::with_images(cache_dir, images)?)),
         other => Err(SandboxError::UnknownBackend(other.to_string())),
     }
 }
