@@ -742,8 +742,12 @@ fn oci_builds_offline_on_a_local_base() {
     let store = ImageStore::new(&image_store_dir(cache()));
     let base = ImageRef::parse("local/debian:bookworm").unwrap();
     if store.get(&base).is_none() {
-        register_rootfs(&store, "local/debian:bookworm", &support::registry::debian_base_tar())
-            .unwrap();
+        register_rootfs(
+            &store,
+            "local/debian:bookworm",
+            &support::registry::debian_base_tar(),
+        )
+        .unwrap();
     }
     let mut images = ImagesConfig {
         pull: PullPolicy::Never,
@@ -774,7 +778,9 @@ fn oci_builds_offline_on_a_local_base() {
         "the base note says what served the base: {note:?}"
     );
     let mut s = b.start(&image, &SessionOptions::default()).unwrap();
-    let out = s.exec("cat ~/f; id -un; grep -c . /etc/debian_version", T).unwrap();
+    let out = s
+        .exec("cat ~/f; id -un; grep -c . /etc/debian_version", T)
+        .unwrap();
     assert_eq!(out.output.trim_end(), "hi\nuser\n1");
     s.close();
     eprintln!("oci: base, build and session in {:.1?}", t0.elapsed());

@@ -145,13 +145,27 @@ pub fn load(
         if engine_image_id(cli, &base.name)?.is_some() {
             continue;
         }
+        if !cli.is_podman() {
+            return Err(SandboxError::Unavailable {
+                backend: "oci".into(),
+                reason: format!(
+                    "{} serves {} from endless's image store, which only podman loads \
+                     (`podman load` of an OCI layout directory); install podman, or give {} \
+                     the image yourself",
+                    base.name,
+                    base.written,
+                    cli.program().display()
+                ),
+            });
+        }
         let _hold = store.hold(&image.reference)?;
         let dir = scratch.join(format!(
             "layout-{}-{}",
             std::process::id(),
             image.manifest_digest.trim_start_matches("sha256:")
         ));
-        let result = write_layout(store, image, &dir).and_then(|()| load_layout(cli, &dir, &base.name));
+        let result =
+            write_layout(store, image, &dir).and_then(|()| load_layout(cli, &dir, &base.name));
         // trusted: our own scratch directory in the private cache
         let _ = std::fs::remove_dir_all(&dir);
         result?;
@@ -170,10 +184,12 @@ fn write_layout(store: &ImageStore, image: &StoredImage, dir: &Path) -> Result<(
         let src = store
             .blob_path(&layer.digest)
             .filter(|p| p.is_file())
-            .ok_or_else(|| SandboxError::Start(format!(
-                "the stored image {} lacks its layer {}",
-                image.reference, layer.digest
-            )))?;
+            .ok_or_else(|| {
+                SandboxError::Start(format!(
+                    "the stored image {} lacks its layer {}",
+                    image.reference, layer.digest
+                ))
+            })?;
         let hex = layer.digest.trim_start_matches("sha256:");
         let dst = blobs.join(hex);
         if std::fs::hard_link(&src, &dst).is_err() {
@@ -181,7 +197,9 @@ fn write_layout(store: &ImageStore, image: &StoredImage, dir: &Path) -> Result<(
                 .map_err(SandboxError::io("link a layer into the OCI layout", &dst))?;
         }
         diff_ids.push(diff_id(&src, &layer.media_type, &layer.digest)?);
-        layers.push(json!({"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size}));
+        layers.push(
+            json!({"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size}),
+        );
     }
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
@@ -219,7 +237,10 @@ fn write_layout(store: &ImageStore, image: &StoredImage, dir: &Path) -> Result<(
     });
     for (name, text) in [
         ("index.json", index.to_string()),
-        ("oci-layout", r#"{"imageLayoutVersion":"1.0.0"}"#.to_string()),
+        (
+            "oci-layout",
+            r#"{"imageLayoutVersion":"1.0.0"}"#.to_string(),
+        ),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(SandboxError::io("write OCI layout", &path))?;

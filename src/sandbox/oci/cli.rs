@@ -19,7 +19,8 @@ use super::super::SandboxError;
 pub const RUNTIME_VAR: &str = "ENDLESS_OCI_RUNTIME";
 
 /// The containers.conf endless points podman at when the default ulimits fail.
-const NO_ULIMITS: &str = "# Written by endless: podman's default ulimits cannot be set on this host.\n\
+const NO_ULIMITS: &str =
+    "# Written by endless: podman's default ulimits cannot be set on this host.\n\
 [containers]\ndefault_ulimits = []\n";
 
 /// The engine's command line: the words every call starts with.
@@ -56,7 +57,8 @@ impl Cli {
             .collect()
     }
 
-    fn is_podman(&self) -> bool {
+    /// Whether the engine is podman (docker lacks what some calls need).
+    pub fn is_podman(&self) -> bool {
         self.program
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("podman"))
@@ -64,7 +66,8 @@ impl Cli {
 
     fn with_runtime(&self, runtime: &str, why: String) -> Cli {
         let mut c = self.clone();
-        c.prefix.insert(c.prefix.len(), format!("--runtime={runtime}"));
+        c.prefix
+            .insert(c.prefix.len(), format!("--runtime={runtime}"));
         c.adjustments.push(why);
         c
     }
@@ -77,10 +80,11 @@ impl Cli {
         ];
         prefix.extend(c.prefix);
         c.prefix = prefix;
-        c.adjustments.push(format!(
-            "podman's default ulimits cannot be set here: it reads {} (`default_ulimits = []`)",
-            conf.display()
-        ));
+        c.adjustments.push(
+            "podman's default ulimits cannot be set here: CONTAINERS_CONF names a \
+             containers.conf of `default_ulimits = []`"
+                .into(),
+        );
         c
     }
 
@@ -138,14 +142,7 @@ impl Cli {
 /// `podman run --rm --rootfs /:O true`: the host's root under a throwaway
 /// overlay, no network, nothing written to the host.
 fn trial(cli: &Cli) -> Result<super::super::session::CommandOutput, SandboxError> {
-    let cmd = command(&cli.argv(&[
-        "run",
-        "--rm",
-        "--network=none",
-        "--rootfs",
-        "/:O",
-        "true",
-    ]))?;
+    let cmd = command(&cli.argv(&["run", "--rm", "--network=none", "--rootfs", "/:O", "true"]))?;
     run_with_timeout(cmd, Duration::from_secs(60))
 }
 

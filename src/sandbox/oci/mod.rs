@@ -68,7 +68,8 @@ impl EngineBackend<Oci> {
             });
         }
         let cache = cache_dir.join("oci");
-        std::fs::create_dir_all(&cache).map_err(SandboxError::io("create the oci cache", &cache))?;
+        std::fs::create_dir_all(&cache)
+            .map_err(SandboxError::io("create the oci cache", &cache))?;
         Ok(EngineBackend {
             engine: Oci {
                 cli: Cli::probe(&engine, &cache)?,
@@ -101,15 +102,21 @@ impl Engine for Oci {
 
     fn resolve_bases(&self, def: &EnvDefinition) -> Result<(String, Option<String>), SandboxError> {
         let found = bases::resolve(&self.cli, &self.store, &self.resolver, def)?;
-        let id = found.iter().map(|b| b.id.as_str()).collect::<Vec<_>>().join("|");
+        let id = found
+            .iter()
+            .map(|b| b.id.as_str())
+            .collect::<Vec<_>>()
+            .join("|");
         let notes: Vec<String> = found.into_iter().filter_map(|b| b.note).collect();
         Ok((id, (!notes.is_empty()).then(|| notes.join("; "))))
     }
 
     fn provide_bases(&self, def: &EnvDefinition, text: String) -> Result<String, SandboxError> {
         let found = bases::resolve(&self.cli, &self.store, &self.resolver, def)?;
-        std::fs::create_dir_all(&self.scratch)
-            .map_err(SandboxError::io("create the base scratch directory", &self.scratch))?;
+        std::fs::create_dir_all(&self.scratch).map_err(SandboxError::io(
+            "create the base scratch directory",
+            &self.scratch,
+        ))?;
         bases::load(&self.cli, &self.store, &found, &self.scratch)?;
         Ok(bases::rewrite_from(&text, &found))
     }
