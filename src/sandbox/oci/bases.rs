@@ -46,10 +46,12 @@ pub fn written_bases(def: &EnvDefinition) -> Vec<String> {
         .chain([(def.base.as_deref(), None)]);
     for (base, name) in all {
         let base = base.unwrap_or(DEFAULT_BASE).trim();
-        if !base.is_empty() && base != "scratch" && !stages.contains(&base) {
-            if !out.iter().any(|b| b == base) {
-                out.push(base.to_string());
-            }
+        if !base.is_empty()
+            && base != "scratch"
+            && !stages.contains(&base)
+            && !out.iter().any(|b| b == base)
+        {
+            out.push(base.to_string());
         }
         stages.extend(name);
     }
