@@ -9,7 +9,9 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use super::image::{home_of, image_hash};
-use super::session::{run_with_timeout, Session, SessionControl, SessionInfo};
+use super::session::{
+    run_with_timeout, verifier_argv, Session, SessionControl, SessionInfo, VerifierCall,
+};
 use super::{Backend, Image, SandboxError, SessionOptions};
 use crate::task::envdef::{parse_task, EnvDefinition};
 use crate::task::{write_tree, Task};
@@ -57,12 +59,17 @@ pub trait Engine: Send + Sync {
     /// The build command.
     fn build_argv(&self, image: &Image, definition: &Path, ctx: &Path) -> Vec<String>;
     /// The command that starts container `name` from `image`, idle, with
-    /// `exchange` bound read-only at [`EXCHANGE_INSIDE`].
+    /// `exchange` bound at [`EXCHANGE_INSIDE`] (read-only where the engine's verifier only reads it).
     fn start_argv(&self, name: &str, image: &Image, exchange: &Path) -> Vec<String>;
     /// The interactive shell in container `name` as the agent's account (run on a PTY).
     fn shell_argv(&self, name: &str, image: &Image) -> Vec<String>;
     /// The prefix that runs a command as root in container `name` (the verifier).
     fn exec_prefix(&self, name: &str) -> Vec<String>;
+    /// The prefix that runs the verifier in container `name`: as root, with
+    /// the pipe on file descriptor 3 it reports on (by default [`Engine::exec_prefix`]).
+    fn verifier_prefix(&self, name: &str) -> Vec<String> {
+        self.exec_prefix(name)
+    }
     /// The command that stops and removes container `name`.
     fn stop_argv(&self, name: &str) -> Vec<String>;
 }
@@ -144,6 +151,12 @@ impl<E: Engine> Backend for EngineBackend<E> {
         let exchange = session_dir.join("x");
         std::fs::create_dir_all(&exchange)
             .map_err(SandboxError::io("create session directory", &exchange))?;
+        // The verifier writes the tests there (as root); the agent's account may not look.
+        std::fs::set_permissions(
+            &exchange,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .map_err(SandboxError::io("restrict session directory", &exchange))?;
         let start = command(&self.engine.start_argv(&name, image, &exchange))?;
         let out = run_with_timeout(start, Duration::from_secs(120))?;
         if out.code != Some(0) {
@@ -156,6 +169,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
         }
         let control = EngineControl {
             root_prefix: self.engine.exec_prefix(&name),
+            verifier_prefix: self.engine.verifier_prefix(&name),
             stop: self.engine.stop_argv(&name),
             exchange: (exchange, EXCHANGE_INSIDE.into()),
             session_dir,
@@ -179,6 +193,8 @@ impl<E: Engine> Backend for EngineBackend<E> {
 struct EngineControl {
     /// Command prefix that runs a command as root in the container.
     root_prefix: Vec<String>,
+    /// Command prefix that runs the verifier (root, fd 3 kept).
+    verifier_prefix: Vec<String>,
     /// Command that stops and removes the container.
     stop: Vec<String>,
     /// Host directory bound into the container for the verifier, and its inside path.
@@ -196,6 +212,12 @@ impl SessionControl for EngineControl {
     fn root_command(&mut self, argv: &[String]) -> Result<Command, SandboxError> {
         let mut full = self.root_prefix.clone();
         full.extend(argv.iter().cloned());
+        command(&full)
+    }
+
+    fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
+        let mut full = self.verifier_prefix.clone();
+        full.extend(verifier_argv(call));
         command(&full)
     }
 

@@ -175,7 +175,7 @@ impl Engine for Oci {
         a.push("--cap-drop=ALL".into());
         a.push("--security-opt=no-new-privileges".into());
         a.push(format!(
-            "--volume={}:{EXCHANGE_INSIDE}:ro",
+            "--volume={}:{EXCHANGE_INSIDE}:rw",
             exchange.display()
         ));
         a.push(image.reference.clone().unwrap_or_else(|| tag(&image.hash)));
@@ -197,7 +197,17 @@ impl Engine for Oci {
     }
 
     fn exec_prefix(&self, name: &str) -> Vec<String> {
-        self.cli.argv(&["exec", "--user=root", name])
+        self.cli.argv(&["exec", "-i", "--user=root", name])
+    }
+
+    /// podman hands the verifier's fd 3 on (`--preserve-fds=1`); docker cannot.
+    fn verifier_prefix(&self, name: &str) -> Vec<String> {
+        if self.cli.is_podman() {
+            self.cli
+                .argv(&["exec", "-i", "--preserve-fds=1", "--user=root", name])
+        } else {
+            self.exec_prefix(name)
+        }
     }
 
     fn stop_argv(&self, name: &str) -> Vec<String> {
@@ -249,7 +259,7 @@ mod tests {
             e.start_argv("endless-1", &image(), Path::new("/c/x")).join(" "),
             "/usr/bin/podman run -d --rm --init --name=endless-1 --network=none --pids-limit=512 \
              --memory=4294967296 --cap-drop=ALL --security-opt=no-new-privileges \
-             --volume=/c/x:/run/endless-verifier:ro localhost/endless-task:0123456789abcdef sleep infinity"
+             --volume=/c/x:/run/endless-verifier:rw localhost/endless-task:0123456789abcdef sleep infinity"
         );
         assert_eq!(
             e.shell_argv("endless-1", &image()).join(" "),
@@ -258,7 +268,7 @@ mod tests {
         );
         assert_eq!(
             e.exec_prefix("n").join(" "),
-            "/usr/bin/podman exec --user=root n"
+            "/usr/bin/podman exec -i --user=root n"
         );
         assert_eq!(e.stop_argv("n").join(" "), "/usr/bin/podman rm -f n");
     }
