@@ -984,10 +984,6 @@ fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
     Ok((std::fs::File::from(r), std::fs::File::from(w)))
 }
 
-/// Run `cmd` with stdout and stderr captured (interleaved) in a session of
-/// its own (so without the operator's controlling terminal: `/dev/tty`
-/// cannot be opened, and nothing it starts can type into the terminal);
-
 /// The verifier's `call` as one command line: its environment and working
 /// directory set by `env -i -C`, then its program.
 pub fn verifier_argv(call: &VerifierCall) -> Vec<String> {
@@ -1002,6 +998,9 @@ pub fn verifier_argv(call: &VerifierCall) -> Vec<String> {
     argv
 }
 
+/// Run `cmd` with stdout and stderr captured (interleaved) in a session of
+/// its own (so without the operator's controlling terminal: `/dev/tty`
+/// cannot be opened, and nothing it starts can type into the terminal);
 /// kill its process group after `timeout`.
 pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput, SandboxError> {
     run_capturing(cmd, timeout, false, None, Vec::new()).map(|(out, _)| out)
