@@ -828,7 +828,7 @@ const BACKENDS: &[&str] = &[
     "src/sandbox/verifier/",
     "src/sandbox/local/",
     "src/sandbox/apptainer.rs",
-    "src/sandbox/oci.rs",
+    "src/sandbox/oci/",
     "src/sandbox/container.rs",
 ];
 

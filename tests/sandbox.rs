@@ -8,9 +8,12 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use endless::sandbox::local::LocalBackend;
+use endless::config::{BaseFallback, ImagesConfig, PullPolicy};
+use endless::images::{register_rootfs, ImageRef, ImageStore};
+use endless::sandbox::local::{image_store_dir, LocalBackend};
 use endless::sandbox::{Backend, Image, SandboxError, Session, SessionOptions, MAX_OUTPUT_CHARS};
 use endless::task::{FileTree, Task, TaskMeta};
+use endless::verify::{verify, TestSet};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -714,23 +717,96 @@ fn doctor_and_backend_lookup() {
 
 #[test]
 fn container_backends_run_when_present() {
-    for name in ["apptainer", "oci"] {
-        let b = match endless::sandbox::backend_by_name(name, cache()) {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("SKIP {name}: {e}");
-                continue;
-            }
-        };
-        let t = task(
-            &format!("{name}-smoke"),
-            "mkdir -p /home/user && echo hi > /home/user/f\n",
-        );
-        let image = b.prepare(&t).unwrap();
-        let mut s = b.start(&image, &SessionOptions::default()).unwrap();
-        assert_eq!(s.exec("cat ~/f", T).unwrap().output.trim_end(), "hi");
-        s.close();
+    match endless::sandbox::backend_by_name("apptainer", cache()) {
+        Ok(b) => {
+            let t = task(
+                "apptainer-smoke",
+                "mkdir -p /home/user && echo hi > /home/user/f\n",
+            );
+            let image = b.prepare(&t).unwrap();
+            let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+            assert_eq!(s.exec("cat ~/f", T).unwrap().output.trim_end(), "hi");
+            s.close();
+        }
+        Err(e) => eprintln!("SKIP apptainer: {e}"),
     }
+    oci_builds_offline_on_a_local_base();
+}
+
+/// A Debian base with python3 and pytest (the verifier's, in the container),
+/// built once with mmdebstrap and cached under `target/tmp` between runs.
+fn pytest_base_tar() -> std::path::PathBuf {
+    let cached = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bookworm-minbase-pytest.tar");
+    if !cached.is_file() {
+        let spec = endless::images::BaseSpec {
+            packages: vec!["python3-pytest".into()],
+            ..Default::default()
+        };
+        let tmp = cached.with_extension("partial");
+        endless::images::debian_rootfs_tar(&spec, &tmp).expect(
+            "mmdebstrap (installed by scripts/setup.sh) builds a bookworm base from deb.debian.org",
+        );
+        std::fs::rename(&tmp, &cached).unwrap();
+    }
+    cached
+}
+
+/// podman (or docker) builds a task written `FROM ubuntu:24.04` on a Debian
+/// base from endless's image store (an `[images]` alias, as the local
+/// backend takes it), without a registry, and runs a session in it.
+fn oci_builds_offline_on_a_local_base() {
+    let t0 = Instant::now();
+    let store = ImageStore::new(&image_store_dir(cache()));
+    let base = ImageRef::parse("local/debian:bookworm-pytest").unwrap();
+    if store.get(&base).is_none() {
+        register_rootfs(&store, "local/debian:bookworm-pytest", &pytest_base_tar()).unwrap();
+    }
+    let mut images = ImagesConfig {
+        pull: PullPolicy::Never,
+        fallback: BaseFallback::Error,
+        ..Default::default()
+    };
+    images
+        .aliases
+        .insert("ubuntu:24.04".into(), "local/debian:bookworm-pytest".into());
+    let b = match endless::sandbox::configured_backend("oci", cache(), &images, Default::default())
+    {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("SKIP oci: {e}");
+            return;
+        }
+    };
+    let mut t = task("oci-smoke", "");
+    t.environment = FileTree::default();
+    t.tests.insert_text(
+        "test_final_state.py",
+        "from pathlib import Path\n\ndef test_out():\n    assert Path('/home/user/out.txt').read_text() == 'HELLO\\n'\n",
+    );
+    t.meta.verifier.final_tests = vec!["test_final_state.py".into()];
+    t.environment.insert_text(
+        "Dockerfile",
+        "FROM ubuntu:24.04\nRUN useradd -m -u 1000 -s /bin/bash user \\\n && echo hi > /home/user/f\nUSER user\n",
+    );
+    let image = b.prepare(&t).unwrap();
+    let note = image.base_note.clone().unwrap_or_default();
+    assert!(
+        note.contains("ubuntu:24.04 is aliased to"),
+        "the base note says what served the base: {note:?}"
+    );
+    let mut s = b.start(&image, &SessionOptions::default()).unwrap();
+    let out = s
+        .exec("cat ~/f; id -un; grep -c . /etc/debian_version", T)
+        .unwrap();
+    assert_eq!(out.output.trim_end(), "hi\nuser\n1");
+    // An episode's end: the verifier, failing, then passing once the work is done.
+    let report = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(!report.passed, "{}", report.output);
+    s.exec("echo HELLO > ~/out.txt", T).unwrap();
+    let report = verify(&mut s, &t, TestSet::Final).unwrap();
+    assert!(report.passed, "{}", report.output);
+    s.close();
+    eprintln!("oci: base, build and session in {:.1?}", t0.elapsed());
 }
 
 #[test]

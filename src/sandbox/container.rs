@@ -9,7 +9,9 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use super::image::{home_of, image_hash};
-use super::session::{run_with_timeout, Session, SessionControl, SessionInfo};
+use super::session::{
+    run_with_timeout, verifier_argv, Session, SessionControl, SessionInfo, VerifierCall,
+};
 use super::{Backend, Image, SandboxError, SessionOptions};
 use crate::task::envdef::{parse_task, EnvDefinition};
 use crate::task::{write_tree, Task};
@@ -29,6 +31,19 @@ pub trait Engine: Send + Sync {
     fn location(&self, cache: &Path, hash: &str) -> (PathBuf, Option<String>);
     /// Whether `image` is already built.
     fn is_built(&self, image: &Image) -> Result<bool, SandboxError>;
+    /// Resolve the bases `def` builds on: an identity of them for the
+    /// image hash and the note when a substitute serves one (by default the
+    /// engine builds on what the definition names, nothing noted).
+    fn resolve_bases(&self, def: &EnvDefinition) -> Result<(String, Option<String>), SandboxError> {
+        let _ = def;
+        Ok((String::new(), None))
+    }
+    /// Make the bases of `def` available to the engine, returning the
+    /// definition `text` building on them (by default unchanged).
+    fn provide_bases(&self, def: &EnvDefinition, text: String) -> Result<String, SandboxError> {
+        let _ = def;
+        Ok(text)
+    }
     /// The definition file to build from, given the build context `ctx`:
     /// its path and text (the task's own definition in the engine's format,
     /// or one rendered from its steps).
@@ -44,12 +59,17 @@ pub trait Engine: Send + Sync {
     /// The build command.
     fn build_argv(&self, image: &Image, definition: &Path, ctx: &Path) -> Vec<String>;
     /// The command that starts container `name` from `image`, idle, with
-    /// `exchange` bound read-only at [`EXCHANGE_INSIDE`].
+    /// `exchange` bound at [`EXCHANGE_INSIDE`] (read-only where the engine's verifier only reads it).
     fn start_argv(&self, name: &str, image: &Image, exchange: &Path) -> Vec<String>;
     /// The interactive shell in container `name` as the agent's account (run on a PTY).
     fn shell_argv(&self, name: &str, image: &Image) -> Vec<String>;
     /// The prefix that runs a command as root in container `name` (the verifier).
     fn exec_prefix(&self, name: &str) -> Vec<String>;
+    /// The prefix that runs the verifier in container `name`: as root, with
+    /// the pipe on file descriptor 3 it reports on (by default [`Engine::exec_prefix`]).
+    fn verifier_prefix(&self, name: &str) -> Vec<String> {
+        self.exec_prefix(name)
+    }
     /// The command that stops and removes container `name`.
     fn stop_argv(&self, name: &str) -> Vec<String>;
 }
@@ -67,7 +87,8 @@ impl<E: Engine> Backend for EngineBackend<E> {
 
     fn prepare(&self, task: &Task) -> Result<Image, SandboxError> {
         let def = parse_task(task)?;
-        let hash = image_hash(task, E::NAME, "");
+        let (base_id, base_note) = self.engine.resolve_bases(&def)?;
+        let hash = image_hash(task, E::NAME, &base_id);
         let (path, reference) = self.engine.location(&self.cache, &hash);
         let user = task.meta.agent.user.clone();
         let image = Image {
@@ -88,7 +109,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
             base: None,
             base_layers: Vec::new(),
             step_layers: Default::default(),
-            base_note: None,
+            base_note: base_note.clone(),
         };
         if self.engine.is_built(&image)? {
             return Ok(image);
@@ -96,6 +117,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
         let ctx = self.engine.context_dir(&self.cache, &image);
         write_tree(&ctx, &task.environment)?;
         let (def_path, text) = self.engine.definition(task, &def, &image, &ctx);
+        let text = self.engine.provide_bases(&def, text)?;
         std::fs::write(&def_path, text)
             .map_err(SandboxError::io("write the image definition", &def_path))?;
         let mut cmd = command(&self.engine.build_argv(&image, &def_path, &ctx))?;
@@ -111,7 +133,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
                 ),
                 code: out.code,
                 output: out.output,
-                base_note: None,
+                base_note,
             });
         }
         Ok(image)
@@ -129,6 +151,12 @@ impl<E: Engine> Backend for EngineBackend<E> {
         let exchange = session_dir.join("x");
         std::fs::create_dir_all(&exchange)
             .map_err(SandboxError::io("create session directory", &exchange))?;
+        // The verifier writes the tests there (as root); the agent's account may not look.
+        std::fs::set_permissions(
+            &exchange,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .map_err(SandboxError::io("restrict session directory", &exchange))?;
         let start = command(&self.engine.start_argv(&name, image, &exchange))?;
         let out = run_with_timeout(start, Duration::from_secs(120))?;
         if out.code != Some(0) {
@@ -141,6 +169,7 @@ impl<E: Engine> Backend for EngineBackend<E> {
         }
         let control = EngineControl {
             root_prefix: self.engine.exec_prefix(&name),
+            verifier_prefix: self.engine.verifier_prefix(&name),
             stop: self.engine.stop_argv(&name),
             exchange: (exchange, EXCHANGE_INSIDE.into()),
             session_dir,
@@ -164,6 +193,8 @@ impl<E: Engine> Backend for EngineBackend<E> {
 struct EngineControl {
     /// Command prefix that runs a command as root in the container.
     root_prefix: Vec<String>,
+    /// Command prefix that runs the verifier (root, fd 3 kept).
+    verifier_prefix: Vec<String>,
     /// Command that stops and removes the container.
     stop: Vec<String>,
     /// Host directory bound into the container for the verifier, and its inside path.
@@ -181,6 +212,12 @@ impl SessionControl for EngineControl {
     fn root_command(&mut self, argv: &[String]) -> Result<Command, SandboxError> {
         let mut full = self.root_prefix.clone();
         full.extend(argv.iter().cloned());
+        command(&full)
+    }
+
+    fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
+        let mut full = self.verifier_prefix.clone();
+        full.extend(verifier_argv(call));
         command(&full)
     }
 

@@ -424,12 +424,34 @@ fn doctor_oci() -> BackendStatus {
             "start the engine (docker: `dockerd`, or use podman); in a container, podman needs \
              user namespaces, a writable /sys/fs/cgroup and fuse-overlayfs",
         ));
+        if ok {
+            checks.push(starts_containers(e));
+        }
     }
     BackendStatus {
         name: "oci".into(),
         works: checks.iter().all(|c| c.ok),
         checks,
     }
+}
+
+/// Whether the engine starts a container, and what endless adjusts for it
+/// (see [`oci::cli::Cli::probe`]).
+fn starts_containers(engine: &Path) -> Check {
+    let probed = tempfile::tempdir()
+        .map_err(|e| e.to_string())
+        .and_then(|dir| oci::cli::Cli::probe(engine, dir.path()).map_err(|e| e.to_string()));
+    let (ok, detail) = match probed {
+        Ok(cli) if cli.adjustments.is_empty() => (true, "as installed".to_string()),
+        Ok(cli) => (true, format!("adjusted: {}", cli.adjustments.join("; "))),
+        Err(e) => (false, e),
+    };
+    check(
+        "engine starts a container",
+        ok,
+        detail,
+        "podman: install runc and set ENDLESS_OCI_RUNTIME=runc (docs/images.md, \"Container engines\")",
+    )
 }
 
 impl fmt::Display for DoctorReport {

@@ -9,7 +9,7 @@
 //! pre-started sandboxes in `pool.rs`, the types and errors) uses no backend. The `local` backend (`local/`, with its image
 //! building in `local/build/`) composes two rooms that know no backend:
 //! isolating a process (`isolate/`) and verifying inside a sandbox
-//! (`verifier/`). `apptainer.rs` and `oci.rs` (through `container.rs`) are
+//! (`verifier/`). `apptainer.rs` and `oci/` (through `container.rs`) are
 //! the other backends; this file only picks one. `tests/layers.rs` checks
 //! these rules.
 
@@ -80,7 +80,7 @@ pub fn configured_backend(
                 .with_pool(pool),
         )),
         "apptainer" => Ok(Box::new(apptainer::ApptainerBackend::new(cache_dir)?)),
-        "oci" => Ok(Box::new(oci::OciBackend::new(cache_dir)?)),
+        "oci" => Ok(Box::new(oci::OciBackend::with_images(cache_dir, images)?)),
         other => Err(SandboxError::UnknownBackend(other.to_string())),
     }
 }

@@ -43,15 +43,7 @@ pub trait SessionControl: Send {
     /// A command that runs the verifier (`call`) beside the shell, where the
     /// agent cannot reach it. Container engines run it like a root command.
     fn verifier_command(&mut self, call: &VerifierCall) -> Result<Command, SandboxError> {
-        let mut argv: Vec<String> = vec![
-            "/usr/bin/env".into(),
-            "-i".into(),
-            "-C".into(),
-            call.cwd.clone(),
-        ];
-        argv.extend(call.env.iter().map(|(k, v)| format!("{k}={v}")));
-        argv.extend(call.argv.iter().cloned());
-        self.root_command(&argv)
+        self.root_command(&verifier_argv(call))
     }
     /// Run the verifier `call` forked from the backend's pre-warmed
     /// interpreter, feeding it `input` on stdin: what it printed and what it
@@ -990,6 +982,20 @@ pub fn spawn_capture(mut file: std::fs::File) -> std::thread::JoinHandle<Vec<u8>
 fn pipe() -> Result<(std::fs::File, std::fs::File), SandboxError> {
     let (r, w) = super::fds::pipe().map_err(SandboxError::io("create pipe", "pipe"))?;
     Ok((std::fs::File::from(r), std::fs::File::from(w)))
+}
+
+/// The verifier's `call` as one command line: its environment and working
+/// directory set by `env -i -C`, then its program.
+pub fn verifier_argv(call: &VerifierCall) -> Vec<String> {
+    let mut argv: Vec<String> = vec![
+        "/usr/bin/env".into(),
+        "-i".into(),
+        "-C".into(),
+        call.cwd.clone(),
+    ];
+    argv.extend(call.env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.extend(call.argv.iter().cloned());
+    argv
 }
 
 /// Run `cmd` with stdout and stderr captured (interleaved) in a session of

@@ -9,7 +9,7 @@ mod render;
 
 pub use apptainer::localimage_note;
 pub use definition::{EnvDefinition, Stage, Step};
-pub use render::{render_apptainer, render_dockerfile, GENERATED_MARKER};
+pub use render::{render_apptainer, render_dockerfile, DEFAULT_BASE, GENERATED_MARKER};
 
 use super::{BundleError, EnvKind, Task};
 
