@@ -408,7 +408,7 @@ fn validate(
             results
                 .iter()
                 .filter(|r| !r.ok)
-                .map(crate::workbench::validate::Invalid::of),
+                .map(crate::workbench::blockers::Invalid::of),
         );
     }
     say_err!(
@@ -425,8 +425,8 @@ fn validate(
 
 /// After the verdicts, the invalid tasks by the class of their first
 /// blocker, each with what it names (nothing when all are valid).
-fn print_blockers<'a>(invalid: impl IntoIterator<Item = crate::workbench::validate::Invalid<'a>>) {
-    let lines = crate::workbench::validate::blockers_by_class(invalid);
+fn print_blockers<'a>(invalid: impl IntoIterator<Item = crate::workbench::blockers::Invalid<'a>>) {
+    let lines = crate::workbench::blockers::blockers_by_class(invalid);
     if !lines.is_empty() {
         say!();
         say!("invalid tasks by first blocker:");

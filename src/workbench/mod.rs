@@ -33,6 +33,7 @@
 //!   a result, recorded as `interrupted` (unscored) and indexed.
 
 pub mod audit;
+pub mod blockers;
 mod cancel;
 mod checks;
 mod context;

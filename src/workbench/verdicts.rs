@@ -54,9 +54,9 @@ impl StoredVerdict {
         })
     }
 
-    /// It as [`super::validate::blockers_by_class`] groups it.
-    pub fn invalid(&self) -> super::validate::Invalid<'_> {
-        super::validate::Invalid {
+    /// It as [`super::blockers::blockers_by_class`] groups it.
+    pub fn invalid(&self) -> super::blockers::Invalid<'_> {
+        super::blockers::Invalid {
             id: &self.id,
             blocker: self.blocker(),
             problems: &self.problems,

@@ -200,7 +200,9 @@ fn validate_job(ctx: &JobContext, root: &Path, tasks: Vec<String>) -> anyhow::Re
     // The invalid ones by their first blocker's class, each with what it
     // names; then one task's verdict, or a count and the classes.
     let invalid = verdicts.iter().filter(|v| !v.ok);
-    for line in validate::blockers_by_class(invalid.map(validate::Invalid::of)) {
+    for line in crate::workbench::blockers::blockers_by_class(
+        invalid.map(crate::workbench::blockers::Invalid::of),
+    ) {
         ctx.log(line);
     }
     Ok(validate::verdicts_summary(&verdicts))

@@ -255,7 +255,8 @@ fn launcher_runs_a_validation_job_and_forwards_its_events() {
 fn a_validation_job_names_the_failure_classes() {
     use crate::verify::Blocker;
     use crate::verify::FailureClass::{BuildNetwork, OracleFails, StandInDifference};
-    use crate::workbench::validate::{blockers_by_class, test_verdict, verdicts_summary, Invalid};
+    use crate::workbench::blockers::{blockers_by_class, Invalid};
+    use crate::workbench::validate::{test_verdict, verdicts_summary};
     let dir = tempfile::tempdir().unwrap();
     let ws = fixture(dir.path());
     let mut app = app_on(&ws);
