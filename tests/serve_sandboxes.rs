@@ -653,6 +653,18 @@ async fn a_sandbox_has_the_network_it_asks_for_and_apt_works_as_root() {
         ran.stdout
     );
     assert!(!ran.stderr.contains("setgroups"), "{}", ran.stderr);
+    // Its commands trust the host's CA bundle, as its shell does (a
+    // TLS-inspecting proxy's CA: Harbor's verifier's curl and pip); the
+    // caller's variables win.
+    let host_ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    let show = "echo \"$SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $REQUESTS_CA_BUNDLE\"; cat \"$SSL_CERT_FILE\"";
+    let ran = exec(&api, &id, json!({ "command": show, "env": {"PIP_CERT": "/mine.crt"} })).await;
+    if host_ca.is_file() {
+        let ca = "/run/endless-ca/ca.crt";
+        let (vars, bundle) = ran.stdout.split_once('\n').unwrap();
+        assert_eq!(vars, format!("{ca} {ca} /mine.crt {ca}"), "{}", ran.stderr);
+        assert_eq!(bundle, std::fs::read_to_string(host_ca).unwrap());
+    }
 
     let offline = api
         .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
@@ -661,6 +673,8 @@ async fn a_sandbox_has_the_network_it_asks_for_and_apt_works_as_root() {
     let id = offline.body["sandbox_id"].as_str().unwrap();
     let ran = exec(&api, id, json!({"command": "cat /proc/net/route"})).await;
     assert_eq!(default_route(&ran.stdout), None, "{}", ran.stdout);
+    let ran = exec(&api, id, json!({"command": "echo \"[$SSL_CERT_FILE]\""})).await;
+    assert_eq!(ran.stdout, "[]\n");
     // A served task's sandbox has its task's network, not the client's.
     let a = api
         .post(
