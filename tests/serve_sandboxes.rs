@@ -793,3 +793,40 @@ async fn a_clients_hang_up_kills_its_command_and_frees_the_sandbox() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The size of the file system at `/` in a sandbox, MiB (`df`).
+async fn root_size_mb(api: &Api, id: &str) -> u64 {
+    let ran = exec(api, id, json!({"command": "df -P -m / | tail -n 1"})).await;
+    let size = ran.stdout.split_whitespace().nth(1);
+    size.and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("df: {}\n{}", ran.stdout, ran.stderr))
+}
+
+/// `storage_mb` (Harbor's `[environment] storage_mb`) sizes a sandbox's
+/// writable storage as it does a task's session; 0 is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn storage_mb_sizes_the_sandboxs_storage() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &[]);
+    let api = served.client();
+    let mut sizes = Vec::new();
+    for body in [
+        json!({"image": "debian:bookworm"}),
+        json!({"image": "debian:bookworm", "storage_mb": 1536}),
+    ] {
+        let created = api.post("/v1/sandboxes", body, &[]).await;
+        assert_eq!(created.status, 201, "{}", created.raw);
+        let id = created.body["sandbox_id"].as_str().unwrap().to_string();
+        sizes.push(root_size_mb(&api, &id).await);
+    }
+    assert_eq!(sizes, [1024, 1536]);
+    let zero = api
+        .post(
+            "/v1/sandboxes",
+            json!({"image": "debian:bookworm", "storage_mb": 0}),
+            &[],
+        )
+        .await;
+    assert_eq!(zero.status, 400, "{}", zero.raw);
+    assert!(zero.raw.contains("storage_mb:"), "{}", zero.raw);
+}
