@@ -12,9 +12,10 @@ there once from Debian's archive if it is missing.
 
 The job directories are kept for tools that read Harbor jobs back (`endless runs import`):
 `$ENDLESS_HARBOR_JOBS` (default `target/harbor-jobs` of this checkout), one per job name
-(`oracle`, `nop`, `nop-mixed`, `terminus-2`, `terminus-2-wrong`, `terminus-2-stand-in`), each
-replaced by the next run of this file. The terminus-2 jobs hold Harbor's ATIF trajectories
-(`agent/trajectory.json`) and asciinema recordings of the agent's tmux pane.
+(`oracle`, `nop`, `nop-mixed`, `storage`, `terminus-2`, `terminus-2-wrong`,
+`terminus-2-stand-in`), each replaced by the next run of this file. The terminus-2 jobs hold
+Harbor's ATIF trajectories (`agent/trajectory.json`) and asciinema recordings of the agent's
+tmux pane.
 """
 
 import json
@@ -39,7 +40,8 @@ from conftest import ROOT, Server, endless
 FIXTURES = ROOT / "tests" / "fixtures"
 HARBOR_TASKS = FIXTURES / "harbor"
 STAND_IN_TASKS = FIXTURES / "harbor-stand-in"
-STAND_INS = pathlib.Path(os.environ.get("ENDLESS_STAND_INS_CACHE", ROOT / "target" / "tmp" / "stand-ins-cache"))
+STAND_INS = pathlib.Path(os.environ.get("ENDLESS_STAND_INS_CACHE",
+                                        ROOT / "target" / "tmp" / "stand-ins-cache"))
 JOBS = pathlib.Path(os.environ.get("ENDLESS_HARBOR_JOBS", ROOT / "target" / "harbor-jobs"))
 ENVIRONMENT = "endless_env.harbor:EndlessEnvironment"
 
@@ -62,7 +64,8 @@ def expected_rewards(corpus):
 
 def peak(spans):
     """The most of the (start, end) ISO-time spans that overlap at one instant."""
-    edges = sorted(e for a, b in spans for e in ((datetime.fromisoformat(a), 1), (datetime.fromisoformat(b), -1)))
+    edges = sorted(edge for start, end in spans
+                   for edge in ((datetime.fromisoformat(start), 1), (datetime.fromisoformat(end), -1)))
     most = now = 0
     for _, step in edges:
         now += step
@@ -198,6 +201,15 @@ def test_more_trials_than_the_server_runs_wait_in_its_line(tmp_path_factory):
         assert sandboxes_left(small) == 0
     finally:
         small.stop()
+
+
+def test_a_tasks_storage_mb_sizes_its_sandbox(served):
+    """Issue 52's `storage-size` through Harbor: `[environment] storage_mb = 1536` and an
+    oracle that writes 1100 MiB (the sandbox had 1 GiB whatever the task said: Harbor could
+    not even copy the tests in)."""
+    trials = run_job(served, "oracle", FIXTURES / "harbor-tb2" / "storage-size", "storage")
+    assert [reward(t) for t in trials.values()] == [1.0]
+    assert sandboxes_left(served) == 0
 
 
 def test_a_token_in_kwargs_is_refused_and_never_written(served):
