@@ -658,7 +658,12 @@ async fn a_sandbox_has_the_network_it_asks_for_and_apt_works_as_root() {
     // caller's variables win.
     let host_ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
     let show = "echo \"$SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $REQUESTS_CA_BUNDLE\"; cat \"$SSL_CERT_FILE\"";
-    let ran = exec(&api, &id, json!({ "command": show, "env": {"PIP_CERT": "/mine.crt"} })).await;
+    let ran = exec(
+        &api,
+        &id,
+        json!({ "command": show, "env": {"PIP_CERT": "/mine.crt"} }),
+    )
+    .await;
     if host_ca.is_file() {
         let ca = "/run/endless-ca/ca.crt";
         let (vars, bundle) = ran.stdout.split_once('\n').unwrap();
