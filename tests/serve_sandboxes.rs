@@ -653,6 +653,23 @@ async fn a_sandbox_has_the_network_it_asks_for_and_apt_works_as_root() {
         ran.stdout
     );
     assert!(!ran.stderr.contains("setgroups"), "{}", ran.stderr);
+    // Its commands trust the host's CA bundle, as its shell does (a
+    // TLS-inspecting proxy's CA: Harbor's verifier's curl and pip); the
+    // caller's variables win.
+    let host_ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    let show = "echo \"$SSL_CERT_FILE $CURL_CA_BUNDLE $PIP_CERT $REQUESTS_CA_BUNDLE\"; cat \"$SSL_CERT_FILE\"";
+    let ran = exec(
+        &api,
+        &id,
+        json!({ "command": show, "env": {"PIP_CERT": "/mine.crt"} }),
+    )
+    .await;
+    if host_ca.is_file() {
+        let ca = "/run/endless-ca/ca.crt";
+        let (vars, bundle) = ran.stdout.split_once('\n').unwrap();
+        assert_eq!(vars, format!("{ca} {ca} /mine.crt {ca}"), "{}", ran.stderr);
+        assert_eq!(bundle, std::fs::read_to_string(host_ca).unwrap());
+    }
 
     let offline = api
         .post("/v1/sandboxes", json!({"image": "debian:bookworm"}), &[])
@@ -661,6 +678,8 @@ async fn a_sandbox_has_the_network_it_asks_for_and_apt_works_as_root() {
     let id = offline.body["sandbox_id"].as_str().unwrap();
     let ran = exec(&api, id, json!({"command": "cat /proc/net/route"})).await;
     assert_eq!(default_route(&ran.stdout), None, "{}", ran.stdout);
+    let ran = exec(&api, id, json!({"command": "echo \"[$SSL_CERT_FILE]\""})).await;
+    assert_eq!(ran.stdout, "[]\n");
     // A served task's sandbox has its task's network, not the client's.
     let a = api
         .post(
@@ -778,4 +797,41 @@ async fn a_clients_hang_up_kills_its_command_and_frees_the_sandbox() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The size of the file system at `/` in a sandbox, MiB (`df`).
+async fn root_size_mb(api: &Api, id: &str) -> u64 {
+    let ran = exec(api, id, json!({"command": "df -P -m / | tail -n 1"})).await;
+    let size = ran.stdout.split_whitespace().nth(1);
+    size.and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("df: {}\n{}", ran.stdout, ran.stderr))
+}
+
+/// `storage_mb` (Harbor's `[environment] storage_mb`) sizes a sandbox's
+/// writable storage as it does a task's session; 0 is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn storage_mb_sizes_the_sandboxs_storage() {
+    let ws = workspace();
+    let served = Served::start(ws.path(), &[]);
+    let api = served.client();
+    let mut sizes = Vec::new();
+    for body in [
+        json!({"image": "debian:bookworm"}),
+        json!({"image": "debian:bookworm", "storage_mb": 1536}),
+    ] {
+        let created = api.post("/v1/sandboxes", body, &[]).await;
+        assert_eq!(created.status, 201, "{}", created.raw);
+        let id = created.body["sandbox_id"].as_str().unwrap().to_string();
+        sizes.push(root_size_mb(&api, &id).await);
+    }
+    assert_eq!(sizes, [1024, 1536]);
+    let zero = api
+        .post(
+            "/v1/sandboxes",
+            json!({"image": "debian:bookworm", "storage_mb": 0}),
+            &[],
+        )
+        .await;
+    assert_eq!(zero.status, 400, "{}", zero.raw);
+    assert!(zero.raw.contains("storage_mb:"), "{}", zero.raw);
 }

@@ -219,6 +219,8 @@ class EndlessEnvironment(BaseEnvironment):
             body["cpus"] = float(cfg.cpus)
         if cfg.memory_mb:
             body["memory_mb"] = int(cfg.memory_mb)
+        if cfg.storage_mb:
+            body["storage_mb"] = int(cfg.storage_mb)
         if self.network_policy.network_mode == NetworkMode.PUBLIC:
             body["network"] = True
         created = await self._create(body)

@@ -2,14 +2,20 @@
 
 `harbor run -e endless_env.harbor:EndlessEnvironment` against a real `endless serve` on a
 random loopback port: Harbor's own agents (`oracle`, `nop`) and Harbor's own verifier run
-in endless sandboxes, with no Docker daemon. The fixture tasks are Harbor-format tasks of
-this repository whose tests need no network.
+in endless sandboxes, with no Docker daemon. The fixture corpus (`tests/fixtures/harbor`) is
+Harbor-format tasks of this repository, each saying in `[metadata] oracle_reward` what its
+oracle scores; one installs its test tools from Debian's archive and PyPI through the task's
+network, as Terminal-Bench 2's do. Images named `python:3.13-slim-bookworm` are served by the
+stand-in in the image store of the suite's shared cache (`$ENDLESS_STAND_INS_CACHE`,
+default `target/tmp/stand-ins-cache` of this checkout, as `tests/stand_ins.rs`'s), built
+there once from Debian's archive if it is missing.
 
 The job directories are kept for tools that read Harbor jobs back (`endless runs import`):
 `$ENDLESS_HARBOR_JOBS` (default `target/harbor-jobs` of this checkout), one per job name
-(`oracle`, `nop`, `nop-mixed`, `terminus-2`, `terminus-2-wrong`), each replaced by the
-next run of this file. The terminus-2 jobs hold Harbor's ATIF trajectories
-(`agent/trajectory.json`) and asciinema recordings of the agent's tmux pane.
+(`oracle`, `nop`, `nop-mixed`, `storage`, `terminus-2`, `terminus-2-wrong`,
+`terminus-2-stand-in`), each replaced by the next run of this file. The terminus-2 jobs hold
+Harbor's ATIF trajectories (`agent/trajectory.json`) and asciinema recordings of the agent's
+tmux pane.
 """
 
 import json
@@ -20,17 +26,22 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from datetime import datetime
+import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
 import harbor  # noqa: F401  (a missing harbor fails these tests; it is never skipped)
-from conftest import ROOT, Server
+from conftest import ROOT, Server, endless
 
 FIXTURES = ROOT / "tests" / "fixtures"
 HARBOR_TASKS = FIXTURES / "harbor"
-OFFLINE_TASKS = {"count-words", "drop-dir", "prebuilt-image"}
+STAND_IN_TASKS = FIXTURES / "harbor-stand-in"
+STAND_INS = pathlib.Path(os.environ.get("ENDLESS_STAND_INS_CACHE",
+                                        ROOT / "target" / "tmp" / "stand-ins-cache"))
 JOBS = pathlib.Path(os.environ.get("ENDLESS_HARBOR_JOBS", ROOT / "target" / "harbor-jobs"))
 ENVIRONMENT = "endless_env.harbor:EndlessEnvironment"
 
@@ -41,14 +52,49 @@ def harbor_bin():
     return path
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    ws = tmp_path_factory.mktemp("harbor-ws")
+def expected_rewards(corpus):
+    """Each task of `corpus` with the reward its oracle scores (`[metadata] oracle_reward`)."""
+    expected = {}
+    for task in sorted(d for d in corpus.iterdir() if d.is_dir()):
+        meta = tomllib.loads((task / "task.toml").read_text()).get("metadata", {})
+        assert "oracle_reward" in meta, f"{task / 'task.toml'}: [metadata] oracle_reward is missing"
+        expected[task.name] = float(meta["oracle_reward"])
+    return expected
+
+
+def peak(spans):
+    """The most of the (start, end) ISO-time spans that overlap at one instant."""
+    edges = sorted(edge for start, end in spans
+                   for edge in ((datetime.fromisoformat(start), 1), (datetime.fromisoformat(end), -1)))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def stand_in_workspace(tmp_path_factory, name):
+    """A fresh workspace whose image store is the suite's shared stand-ins cache's (its own
+    builds and sessions stay in the workspace: their records name the workspace's paths)."""
+    ws = tmp_path_factory.mktemp(name)
     config = ws / ".config" / "endless"
     config.mkdir(parents=True)
-    # No network in tests: FROM ubuntu/debian builds on the host's system directories.
+    # No registry: FROM ubuntu/debian builds on the host's system directories, FROM
+    # python:3.13-slim-bookworm on its stand-in.
     (config / "config.toml").write_text('[images]\npull = "never"\n')
-    server = Server(ws)
+    store = STAND_INS.resolve() / "images"
+    store.mkdir(parents=True, exist_ok=True)
+    (ws / ".cache" / "endless" / "sandbox").mkdir(parents=True)
+    (ws / ".cache" / "endless" / "sandbox" / "images").symlink_to(store)
+    # Cached after the first build (from Debian's archive).
+    endless(ws, "--create", "images", "stand-ins", "--only", "python:3.13-slim-bookworm")
+    return ws
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A server of 4 sessions: `harbor run -n 8` queues its sandbox creates."""
+    server = Server(stand_in_workspace(tmp_path_factory, "harbor-ws"), "--max-sessions", "4")
     yield server
     server.stop()
 
@@ -98,13 +144,29 @@ def sandboxes_left(served):
     return health.json()["sandboxes"]
 
 
-def test_oracle_scores_1_on_every_offline_fixture_task(served):
-    trials = run_job(served, "oracle", HARBOR_TASKS, "oracle")
-    assert set(trials) == OFFLINE_TASKS
-    for name, trial in trials.items():
-        assert reward(trial) == 1.0, (name, trial.get("verifier_result"))
+def test_oracle_scores_the_corpus_as_it_expects_8_trials_at_once_on_4_sessions(served):
+    """Issue 49: `harbor run -a oracle -n 8` over the whole corpus (each task twice) against
+    `--max-sessions 4`: the creates beyond 4 wait in the server's line, every trial scores
+    its task's `oracle_reward`, none errored."""
+    expected = expected_rewards(HARBOR_TASKS)
+    start = time.monotonic()
+    out, job = run_harbor(served, "oracle", HARBOR_TASKS, "oracle", "-n", "8", "-k", "2")
+    wall = time.monotonic() - start
+    trials = trial_results(job, out)
+    errored = [(t["task_name"], t["exception_info"]) for t in trials if t.get("exception_info")]
+    assert errored == [], json.dumps(errored, indent=1)
+    assert sorted(t["task_name"] for t in trials) == sorted([*expected, *expected])
+    scored = [(t["task_name"], reward(t)) for t in trials]
+    assert sorted(scored) == sorted((name, r) for name, r in expected.items() for _ in range(2)), scored
+    # 8 trials were in flight at once, never more than 4 with a sandbox (from the end of
+    # the environment's start, a create that returned, to the trial's end, its deletion).
+    in_flight = peak((t["started_at"], t["finished_at"]) for t in trials)
+    holding = peak((t["environment_setup"]["finished_at"], t["finished_at"]) for t in trials)
+    assert in_flight > 4 >= holding, (in_flight, holding)
+    print(f"harbor corpus: {len(trials)} trials (-n 8, --max-sessions 4) in {wall:.1f} s, "
+          f"by reward {dict(sorted(Counter(r for _, r in scored).items()))}, at most {in_flight} "
+          f"in flight and {holding} holding a sandbox")
     # Harbor read the verifier's files back from the sandbox, and the oracle's log.
-    job = JOBS / "oracle"
     drop = next(job.glob("drop-dir__*"))
     assert json.loads((drop / "verifier" / "reward.json").read_text()) == {"reward": 1.0, "mode_ok": 1.0}
     assert (next(job.glob("count-words__*")) / "agent" / "oracle.txt").exists()
@@ -114,7 +176,7 @@ def test_oracle_scores_1_on_every_offline_fixture_task(served):
 
 def test_nop_scores_0(served):
     trials = run_job(served, "nop", HARBOR_TASKS, "nop")
-    assert set(trials) == OFFLINE_TASKS
+    assert set(trials) == set(expected_rewards(HARBOR_TASKS))
     for name, trial in trials.items():
         assert reward(trial) == 0.0, (name, trial.get("verifier_result"))
     # A task of the mixed fixtures (no solution; Harbor's custom verifier script).
@@ -139,6 +201,15 @@ def test_more_trials_than_the_server_runs_wait_in_its_line(tmp_path_factory):
         assert sandboxes_left(small) == 0
     finally:
         small.stop()
+
+
+def test_a_tasks_storage_mb_sizes_its_sandbox(served):
+    """Issue 52's `storage-size` through Harbor: `[environment] storage_mb = 1536` and an
+    oracle that writes 1100 MiB (the sandbox had 1 GiB whatever the task said: Harbor could
+    not even copy the tests in)."""
+    trials = run_job(served, "oracle", FIXTURES / "harbor-tb2" / "storage-size", "storage")
+    assert [reward(t) for t in trials.values()] == [1.0]
+    assert sandboxes_left(served) == 0
 
 
 def test_a_token_in_kwargs_is_refused_and_never_written(served):
@@ -226,10 +297,10 @@ class FixtureLLM:
         self.server.server_close()
 
 
-def run_terminus(served, keys, name):
+def run_terminus(served, keys, name, task=HARBOR_TASKS / "count-words"):
     llm = FixtureLLM(keys)
     try:
-        trials = run_job(served, "terminus-2", HARBOR_TASKS / "count-words", name, "-m", "openai/fixture",
+        trials = run_job(served, "terminus-2", task, name, "-m", "openai/fixture",
                          "--ak", f"api_base={llm.url}", env_extra={"OPENAI_API_KEY": "fixture"})
     finally:
         llm.close()
@@ -250,4 +321,20 @@ def test_terminus_2_acts_through_tmux_in_the_sandbox(served):
     # Keystrokes that do not solve the task score 0: the reward is the agent's doing.
     wrong = run_terminus(served, "echo 3 > /app/word_count.txt\n", "terminus-2-wrong")
     assert reward(wrong) == 0.0, wrong.get("verifier_result")
+    assert sandboxes_left(served) == 0
+
+
+def test_terminus_2_installs_tmux_with_apt_on_a_stand_in_image(served):
+    """Issue 49: terminus-2 on an image without tmux (the python:3.13-slim-bookworm stand-in;
+    the Dockerfile fails its build if tmux is there) installs it with apt-get inside the
+    sandbox, through the task's network, as on Docker, and acts through it to reward 1."""
+    keys = ("wc -w < /app/data/poem.txt > /app/word_count.txt; "
+            "dpkg-query -W -f='tmux ${Status}\\n' tmux; cat /etc/debian_version\n")
+    trial = run_terminus(served, keys, "terminus-2-stand-in", STAND_IN_TASKS / "tmux-count-words")
+    assert reward(trial) == 1.0, trial.get("verifier_result")
+    steps = json.dumps(json.loads(next((JOBS / "terminus-2-stand-in").glob("*/agent/trajectory.json"))
+                                  .read_text())["steps"])
+    # tmux came from Debian's archive, into the stand-in's Debian (trixie, 13), not the host's.
+    assert "tmux install ok installed" in steps, steps[:3000]
+    assert "root@sandbox:/app# wc -w" in steps and "\\n13." in steps, steps[:3000]
     assert sandboxes_left(served) == 0

@@ -24,6 +24,8 @@ mod error;
 mod fds;
 mod image;
 mod isolate;
+// The host CA bundle of sandboxes with network, for commands run beside the shell.
+pub(crate) use isolate::net;
 pub mod local;
 mod marker;
 mod marker_filter;

@@ -1,7 +1,7 @@
 //! The operator's maximums for what a client's sandbox may ask for (`cpus`,
 //! `memory_mb`, the registries its images come from), and how they apply
 //! to the task a sandbox is started from; and the [`Shape`] a client asks
-//! for (working directory, cpus, memory, lifetime, network).
+//! for (working directory, cpus, memory, storage, lifetime, network).
 
 use std::time::Duration;
 
@@ -16,6 +16,9 @@ pub struct Shape {
     pub cpus: Option<f64>,
     /// Memory in MB (Harbor's `[environment] memory_mb`).
     pub memory_mb: Option<u64>,
+    /// Writable storage in MiB (Harbor's `[environment] storage_mb`), cut
+    /// by the backend to `[images] max_session_storage_mb`.
+    pub storage_mb: Option<u64>,
     /// How long the sandbox may live (its wall-clock limit).
     pub lifetime: Option<Duration>,
     /// Network access (pasta's user-mode network, host loopback
@@ -58,9 +61,12 @@ fn session_memory_mb() -> u64 {
 }
 
 impl SandboxLimits {
-    /// Refuse a client's `cpus` or `memory_mb` above the maximums, naming
-    /// the field and the maximum.
+    /// Refuse a client's `cpus` or `memory_mb` above the maximums (naming
+    /// the field and the maximum), and a `storage_mb` of 0.
     pub fn check(&self, shape: &Shape) -> Result<(), String> {
+        if shape.storage_mb == Some(0) {
+            return Err("storage_mb: a number of MiB above 0".into());
+        }
         if let Some(c) = shape.cpus {
             if !(c.is_finite() && c > 0.0) {
                 return Err("cpus: a number above 0".into());
@@ -85,9 +91,13 @@ impl SandboxLimits {
     /// Give `task` the client's `cpus` and `memory_mb` (already checked),
     /// or its own cut to the maximums: `[environment] cpus` and
     /// `memory_mb` become the session's limits (neither asked: the
-    /// backend's defaults).
+    /// backend's defaults); and the client's `storage_mb` over its own.
     pub fn apply(&self, task: &mut Task, shape: &Shape) {
         let extra = &mut task.meta.environment.extra;
+        if let Some(s) = shape.storage_mb {
+            let s = toml::Value::Integer(i64::try_from(s).unwrap_or(i64::MAX));
+            extra.insert("storage_mb".into(), s);
+        }
         let number = |v: Option<&toml::Value>| {
             v.and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))
         };
@@ -141,6 +151,12 @@ mod tests {
         assert!(e.starts_with("memory_mb:") && e.contains("2048"), "{e}");
         assert!(l.check(&shape(Some(f64::NAN), None)).is_err());
         assert!(l.check(&shape(None, Some(0))).is_err());
+        let none = Shape {
+            storage_mb: Some(0),
+            ..Shape::default()
+        };
+        let e = l.check(&none).unwrap_err();
+        assert!(e.starts_with("storage_mb:"), "{e}");
     }
 
     #[test]
@@ -164,5 +180,13 @@ mod tests {
         l.apply(&mut task, &shape(Some(0.5), Some(256)));
         assert_eq!(got(&task, "cpus"), toml::Value::Float(0.5));
         assert_eq!(got(&task, "memory_mb"), toml::Value::Integer(256));
+        // Storage: the client's over the task's (the backend cuts it).
+        assert!(!task.meta.environment.extra.contains_key("storage_mb"));
+        let storage = Shape {
+            storage_mb: Some(1536),
+            ..Shape::default()
+        };
+        l.apply(&mut task, &storage);
+        assert_eq!(got(&task, "storage_mb"), toml::Value::Integer(1536));
     }
 }

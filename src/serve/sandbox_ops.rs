@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use super::utf8_pieces::Utf8Pieces;
+use crate::sandbox::net;
 use crate::sandbox::{Pipe, SandboxError, Session, VerifierCall, WarmHints, CAPTURE_LIMIT};
 
 /// PATH inside a sandbox.
@@ -244,8 +245,9 @@ pub fn resolve_user(
     Ok(Some(account))
 }
 
-/// The script every exec runs: the image's environment (`ENV` lines),
-/// the caller's variables over it, stderr onto fd 3, the working
+/// The script every exec runs: the host's CA bundle where the sandbox has
+/// one (see [`exec_script`]), the image's environment (`ENV` lines) over
+/// it, the caller's variables over that, stderr onto fd 3, the working
 /// directory (the caller's, which must exist, else the sandbox's, else
 /// home), then the command under bash.
 const EXEC_SCRIPT: &str = r#"if [ -r /.endless/env.sh ]; then . /.endless/env.sh >/dev/null 2>&1; fi
@@ -259,6 +261,22 @@ else
 fi
 if [ -x /bin/bash ]; then exec /bin/bash -c "$cmd"; fi
 exec /bin/sh -c "$cmd""#;
+
+/// [`EXEC_SCRIPT`] after the variables that name the host's CA bundle, set
+/// where a sandbox with network has it bound (as its shell has them): a
+/// command's `curl` and `pip` then trust what the host trusts, a
+/// TLS-inspecting proxy's CA included, as build steps and sessions do.
+fn exec_script() -> String {
+    let vars: Vec<String> = net::ca_env()
+        .into_iter()
+        .map(|(k, v)| format!("{k}='{v}'"))
+        .collect();
+    format!(
+        "if [ -r {dir}/ca.crt ]; then export {vars}; fi\n{EXEC_SCRIPT}",
+        dir = net::CA_INSIDE,
+        vars = vars.join(" ")
+    )
+}
 
 /// Unpack the archive on stdin into `$1` (created when missing).
 const UNPACK_SCRIPT: &str = r#"mkdir -p -- "$1" && exec tar -x --no-same-owner -f - -C "$1""#;
@@ -360,7 +378,7 @@ pub fn exec(
     });
     let c = call(
         as_account.as_ref().unwrap_or(identity),
-        EXEC_SCRIPT,
+        &exec_script(),
         &args,
         &[],
     );

@@ -106,6 +106,7 @@ struct CreateBody {
     workdir: Option<String>,
     cpus: Option<f64>,
     memory_mb: Option<u64>,
+    storage_mb: Option<u64>,
     /// Wall-clock limit of the sandbox, in seconds.
     lifetime_sec: Option<f64>,
     /// Network access (Harbor's `network_mode = "public"`); default none.
@@ -158,6 +159,7 @@ impl CreateBody {
             workdir,
             cpus: self.cpus,
             memory_mb: self.memory_mb,
+            storage_mb: self.storage_mb,
             lifetime,
             network: self.network,
         })
