@@ -68,6 +68,20 @@ fn wait_for_up_to(session: &str, needle: &str, limit: Duration) -> String {
     }
 }
 
+/// Poll the pane until `needle` shows up and `settled` holds for the same
+/// screen (a capture can catch a redraw half done), or until 15 s have
+/// passed; the last screen either way, for the caller's assertion.
+fn wait_until(session: &str, needle: &str, settled: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let screen = wait_for(session, needle);
+        if settled(&screen) || start.elapsed() > Duration::from_secs(15) {
+            return screen;
+        }
+        sleep(Duration::from_millis(100));
+    }
+}
+
 /// A fresh home for the TUI's cache, config and state directories.
 fn sandbox_home() -> tempfile::TempDir {
     tempfile::Builder::new()

@@ -118,20 +118,24 @@ fn an_audit_job_flags_the_planted_defects_and_a_label_filters_them_in_tmux() {
 
     // Tasks: the header counts them; the label filter shows exactly them.
     tmux(&["send-keys", "-t", s, "F1"]);
-    let screen = wait_for(s, &format!("{} flagged", flagged.len()));
+    let screen = wait_until(s, &format!("{} flagged", flagged.len()), |sc| {
+        shown_ids(sc) == fixture_ids()
+    });
     assert_eq!(shown_ids(&screen), fixture_ids(), "{screen}");
     tmux(&["send-keys", "-t", s, "f"]);
     wait_for(s, "flagged (any finding)");
     tmux(&["send-keys", "-t", s, "-l", "underspec"]);
     tmux(&["send-keys", "-t", s, "Enter"]);
-    let screen = wait_for(s, "1/7");
+    let screen = wait_until(s, "1/7", |sc| shown_ids(sc) == ["audit-hidden-name"]);
     assert_eq!(shown_ids(&screen), vec!["audit-hidden-name"], "{screen}");
     // ... and the flagged filter, every task with a finding.
     tmux(&["send-keys", "-t", s, "f"]);
     wait_for(s, "flagged (any finding)");
     tmux(&["send-keys", "-t", s, "-l", "flagged"]);
     tmux(&["send-keys", "-t", s, "Enter"]);
-    let screen = wait_for(s, &format!("{}/7", flagged.len()));
+    let screen = wait_until(s, &format!("{}/7", flagged.len()), |sc| {
+        shown_ids(sc) == flagged
+    });
     assert_eq!(shown_ids(&screen), flagged, "{screen}");
     tmux(&["send-keys", "-t", s, "q"]);
 }
@@ -174,11 +178,14 @@ fn a_cli_audit_in_another_process_shows_in_the_open_tui_in_tmux() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let screen = wait_for(s, "1 flagged");
-    let row = screen
-        .lines()
-        .find(|l| l.contains("audit-hidden-name"))
-        .unwrap_or_default();
-    assert!(row.contains("1 underspec"), "{screen}");
+    let row = |screen: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains("audit-hidden-name"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let screen = wait_until(s, "1 flagged", |sc| row(sc).contains("1 underspec"));
+    assert!(row(&screen).contains("1 underspec"), "{screen}");
     tmux(&["send-keys", "-t", s, "q"]);
 }

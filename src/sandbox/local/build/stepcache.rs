@@ -433,6 +433,7 @@ fn named_steps(images: &Path) -> std::collections::HashSet<String> {
         .into_iter()
         .flatten()
         .flatten()
+        // trusted: the private cache's own build records
         .filter_map(|entry| std::fs::read(entry.path().join(BUILD_RECORD)).ok())
         .flat_map(|bytes| serde_json::from_slice::<Vec<BuiltStep>>(&bytes).unwrap_or_default())
         .map(|s| s.key)
