@@ -140,26 +140,7 @@ mod tests {
     use super::*;
 
     fn image() -> Image {
-        Image {
-            backend: "apptainer".into(),
-            hash: "h".into(),
-            path: "/c/i.sif".into(),
-            reference: None,
-            task_id: "t".into(),
-            user: "user".into(),
-            uid: 1000,
-            gid: 1000,
-            home: "/home/user".into(),
-            workdir: "/home/user".into(),
-            network: false,
-            cpu_millis: None,
-            memory_mb: None,
-            storage_mb: None,
-            base: None,
-            base_layers: Vec::new(),
-            step_layers: Default::default(),
-            base_note: None,
-        }
+        Image::for_test("apptainer", "h", "/c/i.sif", "t")
     }
 
     #[test]

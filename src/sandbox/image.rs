@@ -67,6 +67,33 @@ pub struct Image {
 }
 
 impl Image {
+    /// A plain image of backend `backend` for unit tests: task `task_id`,
+    /// user `user` (1000:1000, home and working directory its home), no
+    /// network, limits, base or layers.
+    #[cfg(test)]
+    pub(crate) fn for_test(backend: &str, hash: &str, path: &str, task_id: &str) -> Image {
+        Image {
+            backend: backend.into(),
+            hash: hash.into(),
+            path: path.into(),
+            reference: None,
+            task_id: task_id.into(),
+            user: "user".into(),
+            uid: 1000,
+            gid: 1000,
+            home: "/home/user".into(),
+            workdir: "/home/user".into(),
+            network: false,
+            cpu_millis: None,
+            memory_mb: None,
+            storage_mb: None,
+            base: None,
+            base_layers: Vec::new(),
+            step_layers: Default::default(),
+            base_note: None,
+        }
+    }
+
     /// The step layers stacked for overlay part `part`, top first (see
     /// [`Image::step_layers`]).
     pub fn step_lowers(&self, part: &str) -> &[PathBuf] {

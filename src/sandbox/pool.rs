@@ -487,26 +487,7 @@ mod tests {
     }
 
     fn image(task: &str, hash: &str) -> Image {
-        Image {
-            backend: "local".into(),
-            hash: hash.into(),
-            path: format!("/c/{hash}").into(),
-            reference: None,
-            task_id: task.into(),
-            user: "user".into(),
-            uid: 1000,
-            gid: 1000,
-            home: "/home/user".into(),
-            workdir: "/home/user".into(),
-            network: false,
-            cpu_millis: None,
-            memory_mb: None,
-            storage_mb: None,
-            base: None,
-            base_layers: Vec::new(),
-            step_layers: Default::default(),
-            base_note: None,
-        }
+        Image::for_test("local", hash, &format!("/c/{hash}"), task)
     }
 
     /// Wait until `cond` holds of the pool's figures (at most 10 s).

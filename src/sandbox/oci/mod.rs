@@ -221,24 +221,8 @@ mod tests {
 
     fn image() -> Image {
         Image {
-            backend: "oci".into(),
-            hash: "0123456789abcdef0123".into(),
-            path: "/c/h".into(),
             reference: Some(tag("0123456789abcdef0123")),
-            task_id: "t".into(),
-            user: "user".into(),
-            uid: 1000,
-            gid: 1000,
-            home: "/home/user".into(),
-            workdir: "/home/user".into(),
-            network: false,
-            cpu_millis: None,
-            memory_mb: None,
-            storage_mb: None,
-            base: None,
-            base_layers: Vec::new(),
-            step_layers: Default::default(),
-            base_note: None,
+            ..Image::for_test("oci", "0123456789abcdef0123", "/c/h", "t")
         }
     }
 
