@@ -1056,6 +1056,15 @@ pub enum SandboxCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run a command as the root of your subordinate ids' namespace (where
+    /// `endless` runs when you have a range), as `podman unshare` does:
+    /// e.g. `endless sandbox unshare -- rm -rf ~/.cache/endless`, whose
+    /// files built through the range are not yours outside it.
+    Unshare {
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
 }
 
 /// `endless images ...`

@@ -17,6 +17,12 @@ static ALLOCATOR: endless::allocator::Switchable = endless::allocator::Switchabl
 fn main() -> ExitCode {
     endless::model::threads::use_one_pool();
     let cli = Cli::parse();
+    // Before any thread starts: an operator with subordinate ids runs as
+    // the root of their owner namespace (see `sandbox/isolate/subids.rs`);
+    // Slurm's commands run as the operator, whose uid `sbatch` reports.
+    if !matches!(cli.command, Some(Command::Slurm(_))) {
+        endless::sandbox::subids::enter_owner_namespace();
+    }
     let _log_guard = endless::logging::init(&endless::config::Paths::detect().log_dir);
     match run(cli) {
         Ok(code) => code,

@@ -29,22 +29,51 @@ const INNER: &str = "ENDLESS_ATTACK_INNER";
 /// A scenario: what one attack does, and what must (not) happen.
 type Scenario = fn(&LocalBackend);
 
-/// Run `scenario` as we are, then (when we are root) as uid 65534.
+/// Run `scenario` as we are, then (when we are host root) as uid 65534 and
+/// as a throwaway user with a subordinate id range (see
+/// [`support::range_user`]).
 fn both(name: &str, scenario: Scenario) {
     let inner = std::env::var_os(INNER).is_some();
     match backend(Limits::default()) {
-        Some(b) => scenario(&b),
+        Some(b) => {
+            // The outer run checks the inner one ran in the mode it meant.
+            eprintln!("sandbox identity: {}", b.identity().describe());
+            scenario(&b)
+        }
         None if inner => panic!("the local backend does not start as uid {}", uid()),
         None => return,
     }
-    if !inner && uid() == 0 {
+    if !inner && host_root() {
         as_nobody(name);
+        support::range_user::rerun(name, INNER);
     }
 }
 
 fn uid() -> u32 {
     // SAFETY: getuid has no preconditions.
     unsafe { libc::getuid() }
+}
+
+/// Our uid on the host (in an owner namespace of subordinate ids, where
+/// `uid()` is 0, the operator's).
+fn host_uid() -> u32 {
+    endless::sandbox::subids::owner_namespace().map_or(uid(), |ns| ns.owner.0)
+}
+
+/// Whether a sandbox's `uid_map` line (inside, outside, count) maps root
+/// to an unprivileged range: a host id past the real accounts as root; the
+/// owner namespace's ids `1..` with subordinate ids (whose outside is that
+/// namespace: 0 there is the operator).
+fn root_maps_to_the_range(map: &[u64]) -> bool {
+    match endless::sandbox::subids::owner_namespace() {
+        Some(_) => map == [0, 1, 65_536],
+        None => map.first() == Some(&0) && map.get(1).is_some_and(|host| *host >= 65_536),
+    }
+}
+
+/// Whether we are host root (not the root of an owner namespace).
+fn host_root() -> bool {
+    host_uid() == 0
 }
 
 fn rootless() -> bool {
@@ -69,7 +98,7 @@ fn as_nobody(name: &str) {
 }
 
 fn backend(limits: Limits) -> Option<LocalBackend> {
-    let cache = std::env::temp_dir().join(format!("endless-attacks-{}", uid()));
+    let cache = std::env::temp_dir().join(format!("endless-attacks-{}", host_uid()));
     std::fs::create_dir_all(&cache).ok()?;
     // Every run builds new hostile images (nonce-tagged): the shared cache
     // stays bounded by evicting, after each build, what earlier runs left
@@ -481,7 +510,7 @@ impl HostSecrets {
     fn plant() -> HostSecrets {
         use std::os::unix::fs::PermissionsExt;
         let (file, dir) = (Path::new(Self::FILE), Path::new(Self::DIR));
-        if uid() == 0 {
+        if host_root() {
             std::fs::create_dir_all(dir).unwrap();
             std::fs::write(file, Self::SECRET).unwrap();
             std::fs::write(dir.join("inner"), Self::SECRET).unwrap();
@@ -496,7 +525,7 @@ impl HostSecrets {
 
 impl Drop for HostSecrets {
     fn drop(&mut self) {
-        if uid() == 0 {
+        if host_root() {
             let _ = std::fs::remove_file(Self::FILE);
             let _ = std::fs::remove_dir_all(Self::DIR);
         }
@@ -543,9 +572,10 @@ fn root_agents_and_build_steps_read_no_host_file_that_only_host_root_may_read() 
                      \x20       assert not os.path.lexists('{dir}')\n\
                      \x20   assert open('/root/out.txt').read().strip() == 'HELLO'\n",
                     secret = HostSecrets::SECRET,
-                    // Run unprivileged, the sandbox's root is that user, who
+                    // Run unprivileged (with or without subordinate ids),
+                    // host directories show as they are to any user, who
                     // may see (not read) them: nothing is masked.
-                    masked = if rootless() { "False" } else { "True" },
+                    masked = if host_root() { "True" } else { "False" },
                 ),
             );
             // A fresh `endless` process, which looks at the host as it is now.
@@ -639,7 +669,7 @@ fn cgroups_given_to_an_unprivileged_user_limit_its_sessions_as_a_whole() {
         assert!(survivors < 2, "both hogs survived a 200 MiB limit");
         return;
     }
-    if uid() != 0 || !endless::sandbox::local::cgroups_available() {
+    if !host_root() || !endless::sandbox::local::cgroups_available() {
         eprintln!("SKIP: needs root and cgroup v1 to hand cgroups to uid 65534");
         return;
     }
@@ -799,7 +829,7 @@ fn hostile_build_steps_gain_nothing() {
         assert!(out.contains("write_ctx_copy=0"), "{out}");
         let inside = run(&mut s, "ls /run/endless-build/ctx/ctx-copy-canary 2>&1");
         assert!(inside.contains("No such file"), "{inside}");
-        let cache = std::env::temp_dir().join(format!("endless-attacks-{}", uid()));
+        let cache = std::env::temp_dir().join(format!("endless-attacks-{}", host_uid()));
         let leaked: Vec<_> = walkdir::WalkDir::new(&cache)
             .into_iter()
             .flatten()
@@ -865,7 +895,7 @@ fn filling_the_writable_layer_gives_enospc_and_the_shell_survives() {
 #[test]
 fn a_fork_bomb_leaves_no_process_after_the_episode() {
     both("a_fork_bomb_leaves_no_process_after_the_episode", |b| {
-        let tag = format!("endless_bomb_{}_{}", std::process::id(), uid());
+        let tag = format!("endless_bomb_{}_{}", std::process::id(), host_uid());
         let mut s = session(b, &task("atk-bomb", "user", "true\n"));
         run(
             &mut s,
@@ -911,7 +941,7 @@ fn a_network_session_cannot_reach_host_loopback() {
         }
         // SAFETY: access(2) on a constant path.
         let tun = unsafe { libc::access(c"/dev/net/tun".as_ptr(), libc::R_OK | libc::W_OK) } == 0;
-        if rootless() && !tun {
+        if !host_root() && !tun {
             eprintln!("SKIP: /dev/net/tun is not open to this user, so pasta cannot run rootless");
             return;
         }
@@ -1122,7 +1152,7 @@ fn the_uid_map_puts_root_outside_the_host_ids() {
             assert_eq!(fields.get(2), Some(&1), "{out}");
         } else {
             assert!(
-                fields.get(1).is_some_and(|host| *host >= 65_536),
+                root_maps_to_the_range(&fields),
                 "root maps to host root: {out}"
             );
         }
@@ -1221,3 +1251,6 @@ mod verifier_cgroups;
 // A sandbox handed out from the pool of pre-started sandboxes.
 #[path = "attacks/pooled.rs"]
 mod pooled;
+// Who owns on the host what build steps leave (root, range ids).
+#[path = "attacks/range_owners.rs"]
+mod range_owners;

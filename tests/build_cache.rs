@@ -871,7 +871,10 @@ fn a_full_disk_fails_the_step_or_the_unpack_and_leaves_nothing() {
     endless::images::load(&store, layout.path(), None).unwrap();
     let reference = endless::images::ImageRef::parse("example.org/zeros:1").unwrap();
     let stored = store.get(&reference).unwrap();
-    let e = store.layer_dirs(&stored, None).unwrap_err().to_string();
+    let e = store
+        .layer_dirs(&stored, endless::images::LayerOwners::OURS)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("No space left on device"), "{e}");
     let count = |d: &str| {
         std::fs::read_dir(disk.0.path().join("store").join(d))

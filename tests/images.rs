@@ -876,7 +876,7 @@ fn hostile_layers_devices_sparse_claims_and_truncated_blobs() {
     let store = ImageStore::new(&d.path().join("store"));
     let unpacked = |name: &str| -> Result<Vec<PathBuf>, ImageError> {
         let img = store.get(&ImageRef::parse(name).unwrap()).unwrap();
-        store.layer_dirs(&img, None)
+        store.layer_dirs(&img, endless::images::LayerOwners::OURS)
     };
     let layer_entries = || {
         std::fs::read_dir(d.path().join("store/layers"))

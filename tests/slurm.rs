@@ -6,7 +6,9 @@
 //! tasks, submitted as job arrays with their merge jobs, give the same
 //! verdicts, report and pass@k as one unsharded run; a failed shard is
 //! reported with its log, re-run alone from the kept batch script, and
-//! merged.
+//! merged. The chain of generate, validate, audit and eval is submitted by
+//! a user who is not root, with a subordinate id range (issue 48), and
+//! merges to what root gets unsharded.
 //!
 //! Needs root (the daemons run as root) and the packages: the test fails,
 //! saying so, without them.
@@ -18,6 +20,9 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod support;
+use support::range_user::RangeUser;
 
 /// A single-node Slurm cluster, stopped on drop.
 struct Cluster {
@@ -86,6 +91,8 @@ impl Cluster {
         );
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
+        // Other users read slurm.conf and reach munge's socket.
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let munge = d.join("munge");
         for sub in ["munge", "state", "spool", "log"] {
             std::fs::create_dir_all(d.join(sub)).unwrap();
@@ -241,7 +248,7 @@ impl Drop for Cluster {
         // Jobs of this private cluster first, then the daemons.
         let _ = self
             .cmd("scancel")
-            .args(["--quiet", "--user", "root"])
+            .args(["--quiet", "--partition", "debug"])
             .status();
         std::thread::sleep(Duration::from_millis(500));
         self.stop("slurmd.pid");
@@ -253,8 +260,23 @@ impl Drop for Cluster {
 /// `endless --workspace WS ARGS...` against `cluster`, with cache, state
 /// and config shared below `home`.
 fn endless(cluster: &Cluster, home: &Path, ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_endless"))
-        .arg("--workspace")
+    endless_as(None, cluster, home, ws, args)
+}
+
+/// [`endless`] as `user` (root when `None`).
+fn endless_as(
+    user: Option<&RangeUser>,
+    cluster: &Cluster,
+    home: &Path,
+    ws: &Path,
+    args: &[&str],
+) -> Output {
+    let exe = Path::new(env!("CARGO_BIN_EXE_endless"));
+    let mut cmd = match user {
+        Some(u) => u.command(&u.readable_copy(exe)),
+        None => Command::new(exe),
+    };
+    cmd.arg("--workspace")
         .arg(ws)
         .arg("--create")
         .args(args)
@@ -290,9 +312,22 @@ fn wait_for(
     name: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
+    wait_for_as(None, cluster, home, main, name, done)
+}
+
+/// [`wait_for`] as `user` (root when `None`).
+fn wait_for_as(
+    user: Option<&RangeUser>,
+    cluster: &Cluster,
+    home: &Path,
+    main: &Path,
+    name: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let start = Instant::now();
     loop {
-        let out = endless(cluster, home, main, &["slurm", "status", name, "--json"]);
+        let args = ["slurm", "status", name, "--json"];
+        let out = endless_as(user, cluster, home, main, &args);
         let status: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         if done(&status[0]) {
@@ -631,6 +666,11 @@ fn a_chain_of_generate_validate_audit_eval_merges_to_the_same_work_unsharded() {
     let cluster = Cluster::start();
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
+    // The sharded chain is a non-root user's, with a subordinate range (on
+    // a machine where none can be made, root's, after a SKIP line).
+    let user = RangeUser::create(true);
+    let user = user.as_ref();
+    let user_home = user.map_or(home.to_path_buf(), |u| u.home.clone());
     let generate = ["generate", "--offline", "--count", "6", "--seed", "21"];
     let validate = ["tasks", "validate", "--all"];
     let audit = ["tasks", "audit", "--all", "--checks", "passes-without-work"];
@@ -645,13 +685,18 @@ fn a_chain_of_generate_validate_audit_eval_merges_to_the_same_work_unsharded() {
     let one = json(endless(&cluster, home, &whole, &eval_json));
     let run = one["run"].as_str().unwrap().to_string();
 
-    let main = home.join("main");
+    let main = user_home.join("main");
     std::fs::create_dir_all(&main).unwrap();
     std::fs::write(
         main.join("endless.toml"),
         "[slurm]\nextra = [\"--comment=endless chain\"]\n",
     )
     .unwrap();
+    if let Some(u) = user {
+        for p in [&main, &main.join("endless.toml")] {
+            std::os::unix::fs::chown(p, Some(u.ids.0), Some(u.ids.1)).unwrap();
+        }
+    }
     let mut submit = vec![
         "slurm",
         "submit",
@@ -676,7 +721,7 @@ fn a_chain_of_generate_validate_audit_eval_merges_to_the_same_work_unsharded() {
         }
         submit.extend(stage.iter());
     }
-    let jobs = json(endless(&cluster, home, &main, &submit));
+    let jobs = json(endless_as(user, &cluster, &user_home, &main, &submit));
     let names: Vec<&str> = jobs
         .as_array()
         .unwrap()
@@ -705,7 +750,7 @@ fn a_chain_of_generate_validate_audit_eval_merges_to_the_same_work_unsharded() {
         }
     }
     for name in &names {
-        let status = wait_for(&cluster, home, &main, name, |s| {
+        let status = wait_for_as(user, &cluster, &user_home, &main, name, |s| {
             merged(s) || ["CANCELLED", "FAILED"].contains(&s["merge"].as_str().unwrap_or(""))
         });
         assert!(
@@ -728,6 +773,19 @@ fn a_chain_of_generate_validate_audit_eval_merges_to_the_same_work_unsharded() {
         v.sort();
         v
     };
+    if let Some(u) = user {
+        // Its jobs' sandboxes mapped the range: the offline tasks' homes,
+        // chowned to the task user (inside 1000), are that id of the range.
+        use std::os::unix::fs::MetadataExt;
+        let through_range = walkdir::WalkDir::new(user_home.join(".cache"))
+            .into_iter()
+            .flatten()
+            .any(|e| e.metadata().is_ok_and(|m| m.uid() == u.host_uid(1000)));
+        assert!(
+            through_range,
+            "no file of the user's cache is owned through the range"
+        );
+    }
     assert_eq!(ids(&main), ids(&whole));
     assert_eq!(
         stored_verdicts(&cluster, home, &main),

@@ -53,7 +53,9 @@ fn the_uv_stand_in_holds_uv_and_uvx_from_the_wheel() {
         .get(&ImageRef::parse("localhost/stand-in/uv:0.8.14").unwrap())
         .unwrap();
     assert_eq!(image.layers.len(), 1);
-    let dirs = store.layer_dirs(&image, None).unwrap();
+    let dirs = store
+        .layer_dirs(&image, endless::images::LayerOwners::OURS)
+        .unwrap();
     let uv = dirs[0].join("uv");
     assert!(dirs[0].join("uvx").is_file());
     let out = Command::new(&uv).arg("--version").output().unwrap();

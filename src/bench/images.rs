@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 
 use super::sandbox::Stats;
 use crate::images::{ImageRef, ImageStore};
-use crate::sandbox::local::{build_record, HostIdentity, LocalBackend, StepOutcome};
+use crate::sandbox::local::{build_record, LocalBackend, StepOutcome};
 use crate::sandbox::{Backend, SessionOptions, VerifierPath};
 use crate::task::{FileTree, Task, TaskMeta};
 
@@ -206,10 +206,7 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
     let parsed = ImageRef::parse(&reference)?;
 
     // Pull + unpack, each run into an empty store.
-    let owner = match LocalBackend::new(&work.path().join("probe"))?.identity() {
-        HostIdentity::Mapped(m) => Some(m.base),
-        HostIdentity::Rootless(..) => None,
-    };
+    let owner = LocalBackend::new(&work.path().join("probe"))?.layer_owners();
     let mut ours = Vec::new();
     for i in 0..runs {
         let store = ImageStore::new(&work.path().join(format!("store-{i}")));

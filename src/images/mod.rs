@@ -34,4 +34,4 @@ pub use standin_build::{build_stand_ins, StandInReport};
 pub use store::{
     digest_hex, file_digest, ImageConfig, ImageStore, PruneReport, StoredImage, StoredLayer,
 };
-pub use unpack::{unpack_layer, unpack_tar, UnpackOptions, UnpackReport};
+pub use unpack::{unpack_layer, unpack_tar, LayerOwners, UnpackOptions, UnpackReport};

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::unpack::{unpack_layer, UnpackOptions};
+use super::unpack::{unpack_layer, LayerOwners, UnpackOptions};
 use super::{ImageError, ImageRef};
 
 /// The most bytes one layer may unpack to.
@@ -272,13 +272,13 @@ impl ImageStore {
     }
 
     /// The unpacked layer directories of `image`, top first (overlay order),
-    /// unpacking each layer once for owners shifted by `owner_base`.
+    /// unpacking each layer once for `owners`.
     pub fn layer_dirs(
         &self,
         image: &StoredImage,
-        owner_base: Option<u32>,
+        owners: LayerOwners,
     ) -> Result<Vec<PathBuf>, ImageError> {
-        let owner = owner_base.map_or("self".to_string(), |b| b.to_string());
+        let owner = owners.dir_suffix();
         let mut dirs = Vec::new();
         for layer in &image.layers {
             let hex = digest_hex(&layer.digest).ok_or_else(|| ImageError::Malformed {
@@ -295,7 +295,7 @@ impl ImageStore {
                 std::fs::create_dir_all(&tmp)
                     .map_err(ImageError::io("create layer directory", &tmp))?;
                 let opts = UnpackOptions {
-                    owner_base,
+                    owners,
                     max_bytes: MAX_LAYER_BYTES,
                 };
                 let result = unpack_layer(&blob, &layer.media_type, &tmp, &layer.digest, opts);

@@ -49,13 +49,40 @@ pub struct UnpackReport {
     pub notes: Vec<String>,
 }
 
+/// Whose ids an unpacked layer's files get, and how its opaque directories
+/// are marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerOwners {
+    /// Host id of the sandbox's root: owners are shifted by it (`None`: keep
+    /// ours, as single-id rootless unpacking must).
+    pub base: Option<u32>,
+    /// Mark opaque directories for `userxattr` overlays (`user.overlay.`,
+    /// what unprivileged mounts read) instead of `trusted.overlay.`.
+    pub user_xattrs: bool,
+}
+
+impl LayerOwners {
+    /// Our own ids, for unprivileged overlays.
+    pub const OURS: LayerOwners = LayerOwners {
+        base: None,
+        user_xattrs: true,
+    };
+
+    /// The suffix of a layer's directory unpacked for these owners.
+    pub fn dir_suffix(&self) -> String {
+        match (self.base, self.user_xattrs) {
+            (None, _) => "self".into(),
+            (Some(b), false) => b.to_string(),
+            (Some(b), true) => format!("{b}u"),
+        }
+    }
+}
+
 /// How to unpack.
 #[derive(Debug, Clone, Copy)]
 pub struct UnpackOptions {
-    /// Host id of the sandbox's root: owners are shifted by it (`None`: keep
-    /// ours, as rootless unpacking must, and mark opaque directories for
-    /// `userxattr` overlays).
-    pub owner_base: Option<u32>,
+    /// Whose ids the files get.
+    pub owners: LayerOwners,
     /// The most bytes of content the layer may hold.
     pub max_bytes: u64,
 }
@@ -209,7 +236,7 @@ pub fn unpack_tar(
         if !placed {
             return Err(hostile(&shown, "it would land outside the layer"));
         }
-        if let Some(base) = opts.owner_base {
+        if let Some(base) = opts.owners.base {
             let h = entry.header();
             let uid = shift(base, h.uid().unwrap_or(0));
             let gid = shift(base, h.gid().unwrap_or(0));
@@ -288,7 +315,7 @@ fn ensure_real_dirs(dest: &Path, rel: &Path, opts: UnpackOptions) -> Result<(), 
             Err(_) => {
                 // trusted: our private layer; parents checked (ensure_real_dirs)
                 std::fs::create_dir(&at).map_err(|e| format!("create {}: {e}", at.display()))?;
-                if let Some(base) = opts.owner_base {
+                if let Some(base) = opts.owners.base {
                     // trusted: our private layer; parents checked (ensure_real_dirs)
                     std::os::unix::fs::lchown(&at, Some(base), Some(base))
                         .map_err(|e| format!("chown {}: {e}", at.display()))?;
@@ -333,9 +360,9 @@ fn whiteout(path: &Path, report: &mut UnpackReport) -> Result<(), ImageError> {
 fn mark_opaque(dir: &Path, opts: UnpackOptions) -> Result<(), ImageError> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| ImageError::io("opaque", dir)(std::io::Error::other("NUL in path")))?;
-    let attr = match opts.owner_base {
-        Some(_) => c"trusted.overlay.opaque",
-        None => c"user.overlay.opaque",
+    let attr = match opts.owners.user_xattrs {
+        false => c"trusted.overlay.opaque",
+        true => c"user.overlay.opaque",
     };
     // SAFETY: lsetxattr with valid C strings and a one-byte value.
     let rc = unsafe { libc::lsetxattr(c.as_ptr(), attr.as_ptr(), b"y".as_ptr().cast(), 1, 0) };
@@ -407,7 +434,7 @@ mod tests {
 
     fn opts() -> UnpackOptions {
         UnpackOptions {
-            owner_base: None,
+            owners: LayerOwners::OURS,
             max_bytes: 1 << 20,
         }
     }

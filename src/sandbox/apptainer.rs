@@ -35,8 +35,10 @@ impl EngineBackend<Apptainer> {
                    Ubuntu: `add-apt-repository ppa:apptainer/ppa && apt-get install apptainer`)"
                 .into(),
         })?;
-        // SAFETY: geteuid has no preconditions.
-        let as_root = unsafe { libc::geteuid() } == 0;
+        // SAFETY: geteuid has no preconditions. (The root of an operator's
+        // owner namespace is not host root.)
+        let as_root =
+            unsafe { libc::geteuid() } == 0 && crate::sandbox::subids::owner_namespace().is_none();
         Ok(EngineBackend {
             engine: Apptainer { bin, as_root },
             cache: cache_dir.join("apptainer"),

@@ -126,6 +126,20 @@ fn doctor_local() -> BackendStatus {
         },
         userns.as_deref().unwrap_or("run as root"),
     ));
+    if let Some(why) = crate::sandbox::subids::why_single_id() {
+        checks.push(Check {
+            name: "subordinate ids".into(),
+            ok: true,
+            detail: format!(
+                "none: {why}; {}",
+                crate::sandbox::subids::single_id_limits()
+            ),
+            fix: Some(format!(
+                "as root: `{}`, and `apt-get install uidmap`",
+                crate::sandbox::subids::grant_hint()
+            )),
+        });
+    }
     let seccomp = local::seccomp_summary();
     checks.push(check(
         "seccomp",

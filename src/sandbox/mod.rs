@@ -26,6 +26,7 @@ mod image;
 mod isolate;
 // The host CA bundle of sandboxes with network, for commands run beside the shell.
 pub(crate) use isolate::net;
+pub use isolate::subids;
 pub mod local;
 mod marker;
 mod marker_filter;

@@ -77,7 +77,7 @@ fn a_loader_link_in_a_verifier_environment_changes_no_host_file() {
             let target = victim(dir.path(), "host data\n");
             let before = owner_and_mode(&target);
             let t = hostile_cp_task(
-                &format!("atk-ldlink-{}", uid()),
+                &format!("atk-ldlink-{}", host_uid()),
                 &format!("ln -sf '{}' \"$dest\"", climbing(&target)),
             );
             let result = b.prepare(&t);
@@ -103,7 +103,7 @@ fn a_note_link_in_a_verifier_environment_reads_no_host_file() {
             let dir = tempfile::tempdir().unwrap();
             let secret = victim(dir.path(), "CANARY-HOST-SECRET-51c2\n");
             let t = hostile_cp_task(
-                &format!("atk-notelink-{}", uid()),
+                &format!("atk-notelink-{}", host_uid()),
                 &format!(
                     "/bin/cp \"$@\"; ln -sf '{}' \"$(dirname \"$dest\")/note\"",
                     climbing(&secret)
@@ -134,7 +134,7 @@ fn an_endless_link_in_merged_layers_gets_no_env_file_written_through_it() {
                 "rm -rf /.endless\nln -s '{}' /.endless\n",
                 climbing(&host_dir)
             );
-            let t = sealed_task(&format!("atk-envlink-{}", uid()), &setup);
+            let t = sealed_task(&format!("atk-envlink-{}", host_uid()), &setup);
             let built = b.prepare(&t);
             let written: Vec<_> = std::fs::read_dir(&host_dir)
                 .unwrap()

@@ -90,9 +90,9 @@ fn mode_of(p: &Path) -> u32 {
     std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
 }
 
-/// The host id layers are unpacked for, as the backend does.
-fn owner_base(b: &LocalBackend) -> Option<u32> {
-    (!b.is_rootless()).then(|| b.identity().root_ids().0)
+/// The owners layers are unpacked for, as the backend does.
+fn owner_base(b: &LocalBackend) -> endless::images::LayerOwners {
+    b.layer_owners()
 }
 
 /// The operator's private files: a 0700 directory holding a 0600 layer
@@ -395,7 +395,7 @@ fn a_build_step_cannot_leave_set_id_programs_in_the_step_cache() {
             let t = task(&format!("atk-setid-{tag}"), "root", &setup);
             let image = b.prepare(&t).unwrap();
             let cache = std::env::temp_dir()
-                .join(format!("endless-attacks-{}", uid()))
+                .join(format!("endless-attacks-{}", host_uid()))
                 .join("local");
             let keys: Vec<String> = build_record(&image).into_iter().map(|s| s.key).collect();
             assert!(!keys.is_empty());

@@ -40,7 +40,7 @@ fn rerun_now(name: &str, inner: &str) {
         .unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let exe = dir.path().join("test-binary");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    runnable_copy(&std::env::current_exe().unwrap(), &exe);
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir(&home).unwrap();
@@ -99,4 +99,16 @@ fn rerun_now(name: &str, inner: &str) {
         text.contains("1 passed"),
         "as uid 65534, the test did not run:\n{text}"
     );
+}
+
+/// Put `exe` at `to` for another user to run: a hard link where both are on
+/// one file system (nothing of ours holds it open for writing, which would
+/// make a child forked meanwhile by another thread fail to run it with
+/// "Text file busy"), else a copy made by `cp`, for the same reason.
+pub fn runnable_copy(exe: &std::path::Path, to: &std::path::Path) {
+    if std::fs::hard_link(exe, to).is_err() {
+        let status = Command::new("cp").arg(exe).arg(to).status().unwrap();
+        assert!(status.success(), "cp {} {}", exe.display(), to.display());
+    }
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
 }

@@ -53,7 +53,9 @@ pub struct Layout {
     /// Mount points, used in private mount namespaces only. bubblewrap runs
     /// as the sandbox's root and resolves its bind sources by path, so they
     /// must be reachable by an unprivileged id: as root this is
-    /// `/run/endless-mnt` (the cache may sit under `/root`, mode 0700).
+    /// `/run/endless-mnt` (the cache may sit under `/root`, mode 0700); in
+    /// an owner namespace (subordinate ids), `$TMPDIR/endless-mnt-<uid>`,
+    /// which must be ours.
     pub stage: PathBuf,
     /// Host directories overlaid at `/<name>`.
     pub system_dirs: Vec<String>,
@@ -81,7 +83,10 @@ impl Layout {
                 _ => {}
             }
         }
-        let stage = if owner.is_some() {
+        let owner_ns = super::userns::owner_namespace();
+        let stage = if let (Some(_), Some(ns)) = (owner, owner_ns) {
+            std::env::temp_dir().join(format!("endless-mnt-{}", ns.owner.0))
+        } else if owner.is_some() {
             ["/run", "/tmp"]
                 .iter()
                 .map(Path::new)
@@ -98,6 +103,31 @@ impl Layout {
             system_dirs,
             symlinks,
         }
+    }
+
+    /// Make the stage in a shared temporary directory, or check that the
+    /// one there is a directory of ours (not another user's, not a link).
+    fn claim_stage(&self) -> Result<(), SandboxError> {
+        use std::os::unix::fs::MetadataExt;
+        // trusted: checked below before anything is made beneath it
+        match std::fs::create_dir(&self.stage) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(SandboxError::io("create mount point", &self.stage)(e))
+            }
+            _ => {}
+        }
+        // trusted: lstat, links not followed
+        let meta = std::fs::symlink_metadata(&self.stage)
+            .map_err(SandboxError::io("inspect mount point", &self.stage))?;
+        // SAFETY: geteuid has no preconditions.
+        let ours = meta.is_dir() && meta.uid() == unsafe { libc::geteuid() };
+        if !ours {
+            return Err(SandboxError::Start(format!(
+                "{} is not a directory of yours (another user made it?): remove it",
+                self.stage.display()
+            )));
+        }
+        Ok(())
     }
 
     /// A fingerprint of the base layer, part of every image hash.
@@ -205,6 +235,9 @@ impl Layout {
             // trusted: the private cache's own directories
             std::fs::create_dir_all(&dir)
                 .map_err(SandboxError::io("create cache directory", &dir))?;
+        }
+        if super::userns::owner_namespace().is_some() {
+            self.claim_stage()?;
         }
         let staged = ["x", "rt", "ctx", "steps", "from", "ca"].map(|n| self.staged(n));
         let idmapped = self.system_dirs.iter().map(|d| self.idmapped().join(d));

@@ -3,7 +3,7 @@
 //! from the host.
 //!
 //! Owns bubblewrap's arguments (`bwrap.rs`), user namespaces and id maps
-//! (`userns.rs`), the seccomp filter (`seccomp.rs`), the network namespace
+//! (`userns.rs`), an operator's subordinate ids (`subids.rs`), the seccomp filter (`seccomp.rs`), the network namespace
 //! wired by `pasta` (`net.rs`), the overlay and idmapped mounts made between
 //! fork and exec (`overlay.rs`), the mask of private host files
 //! (`mask.rs`), the minimal `/etc` (`etc.rs`), cgroup and rlimit limits
@@ -21,4 +21,5 @@ pub mod mask;
 pub mod net;
 pub mod overlay;
 pub mod seccomp;
+pub mod subids;
 pub mod userns;

@@ -15,7 +15,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -83,6 +83,10 @@ pub struct ChildEnds {
     pub pid: OwnedFd,
     /// Read end for the parent's answer (`y` when the network is up).
     pub go: OwnedFd,
+    /// Whether the child must stay dumpable for us to open its namespace:
+    /// in an owner namespace, where we are not host root (its identity
+    /// switch cleared the flag).
+    pub dumpable: bool,
 }
 
 /// The parent's ends.
@@ -107,6 +111,7 @@ pub fn pipes() -> Result<(ParentEnds, ChildEnds), SandboxError> {
         ChildEnds {
             pid: pid_w,
             go: go_r,
+            dumpable: super::userns::owner_namespace().is_some(),
         },
     ))
 }
@@ -116,9 +121,13 @@ pub fn pipes() -> Result<(ParentEnds, ChildEnds), SandboxError> {
 ///
 /// # Safety
 /// Meant for `pre_exec`: only async-signal-safe calls.
-pub unsafe fn child_side(pid_fd: RawFd, go_fd: RawFd) -> std::io::Result<()> {
+pub unsafe fn child_side(ends: &ChildEnds) -> std::io::Result<()> {
+    let (pid_fd, go_fd) = (ends.pid.as_raw_fd(), ends.go.as_raw_fd());
     unsafe {
         if libc::unshare(libc::CLONE_NEWNET) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if ends.dumpable && libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 {
             return Err(std::io::Error::last_os_error());
         }
         let pid = libc::getpid().to_ne_bytes();
@@ -214,13 +223,18 @@ fn attach(
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
     let userns_fd = userns.as_ref().map(|u| u.as_raw_fd());
+    // Only host root can make a device node (in an owner namespace pasta
+    // opens the host's, which must then be open to all).
+    let own_tun = super::userns::owner_namespace().is_none();
     // SAFETY: unshare, mount, mknod, setns, setgroups, setres[ug]id and fcntl
     // are async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             crate::sandbox::fds::close_inherited(&[fd])?;
             if let Some(ns) = userns_fd {
-                private_tun_device()?;
+                if own_tun {
+                    private_tun_device()?;
+                }
                 super::userns::enter_as_root(ns)?;
             }
             Ok(())
@@ -265,6 +279,16 @@ unsafe fn private_tun_device() -> std::io::Result<()> {
         ))?;
         check(libc::chmod(c"/dev/net/tun".as_ptr(), 0o666))
     }
+}
+
+/// Whether `pasta` can give a sandbox network here: as host root always
+/// (it makes its own `/dev/net/tun`), otherwise only when the host's
+/// `/dev/net/tun` is open to everyone (as on Debian; some containers make it
+/// root's alone).
+pub fn tun_usable() -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    super::userns::owner_namespace().is_none() && super::userns::running_as_root()
+        || std::fs::metadata("/dev/net/tun").is_ok_and(|m| m.permissions().mode() & 0o006 == 0o006)
 }
 
 /// Stop the `pasta` whose pid is in `pidfile`, if any, and remove the file.

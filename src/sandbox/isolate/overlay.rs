@@ -153,7 +153,10 @@ fn check_option_path(path: &Path) -> Result<String, SandboxError> {
 impl MountPlan {
     /// Prepare `spec`.
     pub fn new(spec: MountSpec) -> Result<MountPlan, SandboxError> {
-        let rootless = matches!(spec.identity, Identity::Rootless { .. });
+        // Unprivileged overlays (rootless, or in an owner namespace) keep
+        // their attributes in `user.`, as the kernel requires.
+        let rootless = matches!(spec.identity, Identity::Rootless { .. })
+            || super::userns::owner_namespace().is_some();
         let userxattr = if rootless { ",userxattr" } else { "" };
         let tmpfs = match spec.tmpfs {
             Some((at, size)) => Some(MountCall {
@@ -302,8 +305,7 @@ impl MountPlan {
                 super::userns::enter_as_root(m.userns)?;
             }
             if let Some(net) = &self.net {
-                use std::os::fd::AsRawFd;
-                super::net::child_side(net.pid.as_raw_fd(), net.go.as_raw_fd())?;
+                super::net::child_side(net)?;
             }
             Ok(())
         }

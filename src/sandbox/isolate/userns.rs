@@ -28,6 +28,10 @@ pub const MAPPED_IDS: u32 = 65_536;
 /// ranges `useradd` hands out (100000 upwards in steps of 65536).
 pub const DEFAULT_BASE: u32 = 1_000_000_000;
 
+/// The [`IdMap::source`] of the map inside an owner namespace (ids there
+/// are the namespace's, `1` being the range's first host id).
+pub const SUBORDINATE: &str = "the operator's subordinate ids";
+
 /// How inside ids map to host ids: inside `0..count` is host `base..base+count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct IdMap {
@@ -41,11 +45,19 @@ pub struct IdMap {
 }
 
 impl IdMap {
-    /// The range for this host: `ENDLESS_SANDBOX_ID_BASE`, else the first
-    /// range of at least `MAPPED_IDS` ids that `/etc/subuid` gives the
-    /// `endless` or `root` account (and `/etc/subgid` the same), else
-    /// `DEFAULT_BASE`.
+    /// The range for this host: in an owner namespace (an operator with
+    /// subordinate ids, see `subids.rs`) its ids `1..=MAPPED_IDS`; else
+    /// `ENDLESS_SANDBOX_ID_BASE`, else the first range of at least
+    /// `MAPPED_IDS` ids that `/etc/subuid` gives the `endless` or `root`
+    /// account (and `/etc/subgid` the same), else `DEFAULT_BASE`.
     pub fn for_host() -> IdMap {
+        if owner_namespace().is_some() {
+            return IdMap {
+                base: 1,
+                count: MAPPED_IDS,
+                source: SUBORDINATE,
+            };
+        }
         if let Some(base) = std::env::var("ENDLESS_SANDBOX_ID_BASE")
             .ok()
             .and_then(|v| v.trim().parse::<u32>().ok())
@@ -60,8 +72,8 @@ impl IdMap {
         let uids = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
         let gids = std::fs::read_to_string("/etc/subgid").unwrap_or_default();
         for user in ["endless", "root"] {
-            if let Some(base) = subordinate_start(&uids, user) {
-                if subordinate_start(&gids, user) == Some(base) {
+            if let Some(base) = subordinate_range(&uids, &[user]) {
+                if subordinate_range(&gids, &[user]) == Some(base) {
                     return IdMap {
                         base,
                         count: MAPPED_IDS,
@@ -87,63 +99,82 @@ impl IdMap {
         }
     }
 
+    /// Whether mounts made with this map are host root's (idmapped views of
+    /// host directories, overlayfs's `trusted.` attributes): not in an
+    /// owner namespace, whose mounts are unprivileged.
+    pub fn privileged_mounts(&self) -> bool {
+        self.source != SUBORDINATE
+    }
+
     /// The `uid_map` / `gid_map` line.
     pub fn map_line(&self) -> String {
         format!("0 {} {}\n", self.base, self.count)
     }
 
     /// Create a user namespace with this map; the returned descriptor keeps
-    /// it alive. Needs root (`CAP_SETUID`/`CAP_SETGID` on the host).
+    /// it alive. Needs `CAP_SETUID`/`CAP_SETGID` where we run (host root,
+    /// or the root of an owner namespace, see `subids.rs`).
     pub fn create_namespace(&self) -> Result<OwnedFd, SandboxError> {
-        let (ready_r, ready_w) = pipe()?;
-        // SAFETY: the child only makes async-signal-safe calls (unshare,
-        // write, pause, _exit) before it is killed.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(SandboxError::Start(format!(
-                "fork the user-namespace helper: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        if pid == 0 {
-            // SAFETY: see above; this process never returns.
-            unsafe {
-                if libc::unshare(libc::CLONE_NEWUSER) < 0 {
-                    libc::_exit(1);
-                }
-                libc::write(ready_w.as_raw_fd(), b"x".as_ptr().cast(), 1);
-                loop {
-                    libc::pause();
-                }
-            }
-        }
-        drop(ready_w);
-        let result = (|| {
-            let mut byte = [0u8; 1];
-            let mut ready = File::from(ready_r);
-            if std::io::Read::read(&mut ready, &mut byte).unwrap_or(0) != 1 {
-                return Err(SandboxError::Start(
-                    "the user-namespace helper could not create a namespace".into(),
-                ));
-            }
-            let proc = format!("/proc/{pid}");
+        new_namespace(|pid| {
             for file in ["uid_map", "gid_map"] {
-                let path = format!("{proc}/{file}");
+                let path = format!("/proc/{pid}/{file}");
                 std::fs::write(&path, self.map_line().as_bytes())
                     .map_err(SandboxError::io("write the user namespace's id map", &path))?;
             }
-            let ns = format!("{proc}/ns/user");
-            let file = File::open(&ns).map_err(SandboxError::io("open user namespace", &ns))?;
-            Ok(OwnedFd::from(file))
-        })();
-        // SAFETY: kill and reap the helper we forked.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, 0);
-        }
-        result
+            Ok(())
+        })
     }
+}
+
+/// A user namespace made by a forked helper whose maps `write_maps` writes
+/// (given the helper's pid); the returned descriptor keeps it alive. A
+/// process cannot write a multi-id map for a namespace it created itself.
+pub(super) fn new_namespace(
+    write_maps: impl FnOnce(i32) -> Result<(), SandboxError>,
+) -> Result<OwnedFd, SandboxError> {
+    let (ready_r, ready_w) = pipe()?;
+    // SAFETY: the child only makes async-signal-safe calls (unshare,
+    // write, pause, _exit) before it is killed.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(SandboxError::Start(format!(
+            "fork the user-namespace helper: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if pid == 0 {
+        // SAFETY: see above; this process never returns.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWUSER) < 0 {
+                libc::_exit(1);
+            }
+            libc::write(ready_w.as_raw_fd(), b"x".as_ptr().cast(), 1);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    drop(ready_w);
+    let result = (|| {
+        let mut byte = [0u8; 1];
+        let mut ready = File::from(ready_r);
+        if std::io::Read::read(&mut ready, &mut byte).unwrap_or(0) != 1 {
+            return Err(SandboxError::Start(
+                "the user-namespace helper could not create a namespace".into(),
+            ));
+        }
+        write_maps(pid)?;
+        let ns = format!("/proc/{pid}/ns/user");
+        let file = File::open(&ns).map_err(SandboxError::io("open user namespace", &ns))?;
+        Ok(OwnedFd::from(file))
+    })();
+    // SAFETY: kill and reap the helper we forked.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+    }
+    result
 }
 
 /// Namespaces made ahead of time, off the session start's critical path
@@ -208,15 +239,71 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     crate::sandbox::fds::pipe().map_err(SandboxError::io("create pipe", "pipe"))
 }
 
-/// The start of `user`'s first subordinate range of at least [`MAPPED_IDS`]
-/// ids in a `/etc/subuid`-style text.
-fn subordinate_start(text: &str, user: &str) -> Option<u32> {
+/// The owner namespace this process runs in: the host ids of its root and
+/// of its id 1 (a sandbox's root), read from `/proc/self/uid_map` and
+/// `gid_map`; `None` in the host's namespace (or any other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerNamespace {
+    /// The operator's uid and gid (this namespace's root).
+    pub owner: (u32, u32),
+    /// Host uid and gid of this namespace's id 1.
+    pub range_start: (u32, u32),
+}
+
+/// The owner namespace this process runs in, if it does (read once).
+pub fn owner_namespace() -> Option<OwnerNamespace> {
+    static FOUND: std::sync::OnceLock<Option<OwnerNamespace>> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        let uid = owner_map(&read("/proc/self/uid_map")?)?;
+        let gid = owner_map(&read("/proc/self/gid_map")?)?;
+        Some(OwnerNamespace {
+            owner: (uid.0, gid.0),
+            range_start: (uid.1, gid.1),
+        })
+    })
+}
+
+/// `(host id of 0, host id of 1)` of an owner namespace's map: exactly a
+/// line `0 OWN 1` and a line `1 START N` with `N >= MAPPED_IDS`.
+fn owner_map(text: &str) -> Option<(u32, u32)> {
+    let lines: Vec<Vec<u64>> = text
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .collect();
+    let [a, b] = lines.as_slice() else {
+        return None;
+    };
+    match (a.as_slice(), b.as_slice()) {
+        ([0, own, 1], [1, start, n]) if *n >= MAPPED_IDS as u64 => {
+            Some((u32::try_from(*own).ok()?, u32::try_from(*start).ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// The start of the first range of at least [`MAPPED_IDS`] ids that a
+/// `/etc/subuid`-style text gives any of `keys` (a user's name and its uid
+/// in decimal, as `newuidmap` matches them). Comments and malformed lines
+/// are skipped, as are ranges starting at 0 or running past the last id.
+pub fn subordinate_range(text: &str, keys: &[&str]) -> Option<u32> {
     text.lines().find_map(|line| {
-        let mut parts = line.trim().split(':');
+        let line = line.trim();
+        if line.starts_with('#') {
+            return None;
+        }
+        let mut parts = line.split(':');
         let (name, start, count) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
         let start: u32 = start.trim().parse().ok()?;
         let count: u32 = count.trim().parse().ok()?;
-        (name == user
+        (keys.contains(&name.trim())
             && count >= MAPPED_IDS
             && start > 0
             && start.checked_add(MAPPED_IDS).is_some())
@@ -252,14 +339,36 @@ mod tests {
     #[test]
     fn subordinate_ranges_are_read_per_user() {
         let text = "alice:100000:65536\nroot:231072:65536\nendless:300000:1000\n";
-        assert_eq!(subordinate_start(text, "root"), Some(231072));
+        assert_eq!(subordinate_range(text, &["root"]), Some(231072));
         assert_eq!(
-            subordinate_start(text, "endless"),
+            subordinate_range(text, &["endless"]),
             None,
             "too small a range"
         );
-        assert_eq!(subordinate_start(text, "bob"), None);
-        assert_eq!(subordinate_start("root:x:65536\n", "root"), None);
+        assert_eq!(subordinate_range(text, &["bob"]), None);
+        assert_eq!(subordinate_range("root:x:65536\n", &["root"]), None);
+    }
+
+    #[test]
+    fn subordinate_ranges_match_name_or_uid_and_skip_bad_lines() {
+        let text = "# ranges\n\n  alice : 100000 : 65536 \nbob:x:y\nbob:1:2:3\n1001:200000:1000\n1001:300000:70000\nzoe:0:65536\nzoe:4294967000:65536\n";
+        assert_eq!(subordinate_range(text, &["alice", "1000"]), Some(100000));
+        assert_eq!(subordinate_range(text, &["bob", "1001"]), Some(300000));
+        assert_eq!(subordinate_range(text, &["zoe"]), None);
+        assert_eq!(subordinate_range(text, &["nobody"]), None);
+    }
+
+    #[test]
+    fn only_an_owner_namespaces_map_is_recognised() {
+        assert_eq!(
+            owner_map("         0       1001          1\n         1     100000      65536\n"),
+            Some((1001, 100000))
+        );
+        // The host's namespace, a single-id namespace, a short range.
+        assert_eq!(owner_map("         0          0 4294967295\n"), None);
+        assert_eq!(owner_map("0 1001 1\n"), None);
+        assert_eq!(owner_map("0 1001 1\n1 100000 1000\n"), None);
+        assert_eq!(owner_map("0 1000000000 65536\n"), None);
     }
 
     #[test]

@@ -96,6 +96,20 @@ impl HostIdentity {
     /// A short description for `sandbox doctor`.
     pub fn describe(&self) -> String {
         match self {
+            HostIdentity::Mapped(m) if !m.privileged_mounts() => {
+                let ns = userns::owner_namespace().unwrap_or(userns::OwnerNamespace {
+                    owner: (0, 0),
+                    range_start: (0, 0),
+                });
+                format!(
+                    "rootless with subordinate ids: a user namespace per session, inside 0..{} = \
+                     host {}..{} (your range in /etc/subuid); your own uid {} is not mapped in it",
+                    m.count,
+                    ns.range_start.0,
+                    ns.range_start.0 as u64 + m.count as u64 - 1,
+                    ns.owner.0
+                )
+            }
             HostIdentity::Mapped(m) => format!(
                 "user namespace per session: inside 0..{} = host {}..{} (from {})",
                 m.count,
@@ -284,7 +298,7 @@ impl LocalBackend {
             )),
             HostIdentity::Rootless(..) => Err("rootless backends verify cold".to_string()),
         };
-        if let HostIdentity::Mapped(_) = identity {
+        if matches!(identity, HostIdentity::Mapped(m) if m.privileged_mounts()) {
             let dirs = masked_dirs(&layout);
             std::thread::spawn(move || {
                 HOST_SCAN.get_or_init(|| scan_host(&dirs));
@@ -376,6 +390,27 @@ impl LocalBackend {
         matches!(self.identity, HostIdentity::Rootless(..))
     }
 
+    /// Whose ids the files of unpacked image layers get.
+    pub fn layer_owners(&self) -> images::LayerOwners {
+        images::LayerOwners {
+            base: match self.identity {
+                HostIdentity::Mapped(m) => Some(m.base),
+                HostIdentity::Rootless(..) => None,
+            },
+            user_xattrs: self.user_xattrs(),
+        }
+    }
+
+    /// Whether its mounts are unprivileged (rootless, or in the owner
+    /// namespace of subordinate ids): overlayfs keeps its attributes under
+    /// `user.` instead of `trusted.`.
+    pub fn user_xattrs(&self) -> bool {
+        match self.identity {
+            HostIdentity::Mapped(m) => !m.privileged_mounts(),
+            HostIdentity::Rootless(..) => true,
+        }
+    }
+
     /// Who the sandbox's root is on the host.
     pub fn identity(&self) -> HostIdentity {
         self.identity
@@ -412,8 +447,9 @@ impl LocalBackend {
         if d == "etc" {
             return Ok(vec![self.etc.clone()]);
         }
-        let HostIdentity::Mapped(map) = self.identity else {
-            return Ok(vec![PathBuf::from("/").join(d)]);
+        let map = match self.identity {
+            HostIdentity::Mapped(map) if map.privileged_mounts() => map,
+            _ => return Ok(vec![PathBuf::from("/").join(d)]),
         };
         let mask = self
             .mask
@@ -451,7 +487,7 @@ impl LocalBackend {
                     .layout
                     .system_dirs
                     .iter()
-                    .filter(|d| host_base && *d != "etc")
+                    .filter(|d| host_base && m.privileged_mounts() && *d != "etc")
                     .map(|d| Idmapped {
                         source: PathBuf::from("/").join(d),
                         target: self.layout.idmapped().join(d),
@@ -482,11 +518,7 @@ impl LocalBackend {
         let images::Base::Image { image: stored, .. } = base else {
             return Ok((None, note));
         };
-        let owner = match self.identity {
-            HostIdentity::Mapped(m) => Some(m.base),
-            HostIdentity::Rootless(..) => None,
-        };
-        let dirs = self.images.layer_dirs(&stored, owner)?;
+        let dirs = self.images.layer_dirs(&stored, self.layer_owners())?;
         Ok((Some((stored, dirs)), note))
     }
 
@@ -500,13 +532,15 @@ impl LocalBackend {
 
     /// Whether image builds get the network (as `docker build` does, so
     /// `apt-get install` and `pip install` work) although the task's
-    /// sessions stay offline: as root, with pasta installed, unless
+    /// sessions stay offline: as root (or with subordinate ids where `/dev/net/tun`
+    /// is open to all), with pasta installed, unless
     /// `ENDLESS_SANDBOX_NETWORK=deny`. Rootless builds stay offline (user-mode
     /// networking needs `/dev/net/tun`), unless the task itself has network.
     pub fn build_network(&self) -> bool {
         self.allow_network
             && matches!(self.identity, HostIdentity::Mapped(_))
             && net::pasta_path().is_some()
+            && net::tun_usable()
     }
 
     /// Whether sessions are limited through cgroups (else rlimits).
@@ -777,6 +811,16 @@ impl LocalBackend {
             return Err(SandboxError::ToolMissing {
                 tool: "pasta".into(),
                 hint: "tasks with network = true get their own network namespace through user-mode networking: install passt (Debian/Ubuntu: `apt-get install passt`), or run them offline with --offline".into(),
+            });
+        }
+        if !net::tun_usable() {
+            return Err(SandboxError::Unavailable {
+                backend: "local".into(),
+                reason:
+                    "the task asks for network, which pasta gives a sandbox started without root \
+                         only when /dev/net/tun is open to all (here it is not: as root, \
+                         `chmod 0666 /dev/net/tun`), or run its sessions offline with --offline"
+                        .into(),
             });
         }
         let net_dir = self.layout.staged("pasta");

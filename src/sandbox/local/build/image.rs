@@ -305,7 +305,7 @@ impl LocalBackend {
             steps: step_count,
             step: std::cell::Cell::new(0),
             merge,
-            opaque_attr: if rootless {
+            opaque_attr: if self.user_xattrs() {
                 "user.overlay.opaque"
             } else {
                 "trusted.overlay.opaque"
@@ -629,7 +629,12 @@ impl LocalBackend {
         };
         let out = result.map_err(failed)?;
         if out.code != Some(0) {
-            return Err(failed(step_error(plan, n, what, &out, self.build_timeout)));
+            let e = step_error(plan, n, what, &out, self.build_timeout);
+            let e = match self.is_rootless() {
+                true => super::single_id::with_single_id_hint(e),
+                false => e,
+            };
+            return Err(failed(e));
         }
         let meta = StepMeta {
             step: what.clone(),

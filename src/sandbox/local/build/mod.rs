@@ -7,7 +7,8 @@
 //! (`image.rs`), the step cache (`stepcache.rs`), flattening layers for
 //! export (`flatten.rs`), verifier environments (`verifier_env.rs`),
 //! eviction and holds on live images (`evict.rs`) and telling a full disk
-//! apart (`diskfull.rs`).
+//! apart (`diskfull.rs`), and the build errors of a single-id operator
+//! (`single_id.rs`).
 //!
 //! Extends [`LocalBackend`](super::LocalBackend) (its build methods) and
 //! uses isolation (`isolate/`); may not touch session control
@@ -18,6 +19,7 @@ pub mod diskfull;
 pub mod evict;
 pub mod flatten;
 pub mod image;
+pub mod single_id;
 pub mod stepcache;
 pub mod steps;
 pub mod verifier_env;
