@@ -2,7 +2,8 @@
 //! id range (`/etc/subuid`, `/etc/subgid`), tasks build and validate as
 //! they do for root (`chown`, task users, `useradd` inside); without one,
 //! `sandbox doctor` and the build error say what is missing and how an
-//! administrator grants a range. Each test makes a throwaway account (see
+//! administrator grants a range. The offline families and the Harbor
+//! fixture corpus validate as they do for root. Each test makes a throwaway account (see
 //! `support::range_user`; it needs root and skips otherwise) and runs the
 //! real `endless` binary as it.
 
@@ -138,16 +139,17 @@ fn every_offline_family_builds_and_validates_for_a_user_with_a_range() {
 }
 
 #[test]
-fn a_harbor_task_whose_dockerfile_chowns_validates_for_a_user_with_a_range() {
+fn the_harbor_corpus_validates_for_a_user_with_a_range_as_for_root() {
     let Some(user) = RangeUser::create(true) else {
         return;
     };
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/harbor/count-words");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/harbor");
     let corpus = user.home.join("corpus");
+    copy_tree(&fixtures, &corpus);
+    // And a task with a service account, its files given to it, and a
+    // task user other than root: what fails where a sandbox maps one id.
     let task = corpus.join("count-words-owned");
-    copy_tree(&fixture, &task);
-    // A service account, its files given to it, and a task user other
-    // than root: what fails where a sandbox maps one id.
+    copy_tree(&fixtures.join("count-words"), &task);
     let dockerfile = task.join("environment/Dockerfile");
     let mut text_of = std::fs::read_to_string(&dockerfile).unwrap();
     text_of.push_str(
@@ -163,19 +165,76 @@ fn a_harbor_task_whose_dockerfile_chowns_validates_for_a_user_with_a_range() {
         let p = entry.unwrap().into_path();
         std::os::unix::fs::lchown(&p, Some(user.ids.0), Some(user.ids.1)).unwrap();
     }
-    let imported = endless_as(&user, &["tasks", "import", corpus.to_str().unwrap()]);
-    assert!(imported.status.success(), "{}", text(&imported));
-    let verdicts = json(&endless_as(
-        &user,
-        &["tasks", "validate", "--all", "--json"],
-    ));
-    assert_all_valid(&verdicts, 1);
+    // The same corpus as root, with a cache and the configuration of its own.
+    let root_home = tempfile::tempdir().unwrap();
+    let root_config = root_home.path().join("config/endless/config.toml");
+    std::fs::create_dir_all(root_config.parent().unwrap()).unwrap();
+    std::fs::copy(&config, &root_config).unwrap();
+    let as_root = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_endless"))
+            .arg("--workspace")
+            .arg(root_home.path().join("ws"))
+            .arg("--create")
+            .args(args)
+            .env("XDG_CACHE_HOME", root_home.path().join("cache"))
+            .env("XDG_CONFIG_HOME", root_home.path().join("config"))
+            .output()
+            .unwrap()
+    };
+    let corpus_arg = corpus.to_str().unwrap();
+    let by_user = endless_as(&user, &["tasks", "import", corpus_arg]);
+    let by_root = as_root(&["tasks", "import", corpus_arg]);
+    assert_eq!(
+        text(&by_user).replace(&*user.home.to_string_lossy(), "~"),
+        text(&by_root).replace(&*user.home.to_string_lossy(), "~"),
+        "the import differs"
+    );
+    let validate = ["tasks", "validate", "--all", "--json"];
+    let user_verdicts = outcomes(&endless_as(&user, &validate));
+    let root_verdicts = outcomes(&as_root(&validate));
+    assert_eq!(
+        user_verdicts, root_verdicts,
+        "the verdicts differ from root's"
+    );
+    for want in ["count-words", "count-words-owned", "drop-dir"] {
+        assert!(
+            user_verdicts.contains(&(want.to_string(), true, None)),
+            "{want} is not valid: {user_verdicts:?}"
+        );
+    }
+    assert!(
+        user_verdicts.contains(&("wrong-oracle".into(), false, Some("oracle-fails".into()))),
+        "{user_verdicts:?}"
+    );
     let owned = owned_by(&user.home.join(".cache"), user.host_uid(1234));
     assert!(
         !owned.is_empty(),
         "the chowned files are not owned by host uid {} (inside 1234)",
         user.host_uid(1234)
     );
+}
+
+/// `(id, ok, first blocker's class)` of each verdict of `tasks validate
+/// --json` (whose exit status says whether all are valid), sorted.
+fn outcomes(out: &Output) -> Vec<(String, bool, Option<String>)> {
+    let verdicts: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let mut v: Vec<_> = verdicts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["id"].as_str().unwrap().to_string(),
+                v["ok"] == true,
+                v["validation"]["blocker"]["class"]
+                    .as_str()
+                    .map(str::to_string),
+            )
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]
