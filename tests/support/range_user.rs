@@ -168,14 +168,29 @@ fn id_of(name: &str, flag: &str) -> u32 {
 
 impl Drop for RangeUser {
     fn drop(&mut self) {
-        // `userdel` drops its lines of /etc/subuid and /etc/subgid too; its
-        // sandboxes' files (owned by range ids) go with the tempdir, removed
-        // as root.
-        let _ = run_locked(|| {
+        // What its runs left behind goes first (a verifier still warming up
+        // would write into the home after it is removed; podman, which
+        // `sandbox doctor` asks, keeps a pause process), or `userdel`
+        // refuses a user in use. `userdel` drops its lines of /etc/subuid
+        // and /etc/subgid too; its sandboxes' files (owned by range ids) go
+        // with the tempdir, removed as root after this.
+        let uid = self.ids.0.to_string();
+        for _ in 0..50 {
+            let _ = Command::new("pkill").args(["-KILL", "-U", &uid]).status();
+            let alive = Command::new("pgrep").args(["-U", &uid]).output();
+            if alive.is_ok_and(|o| o.stdout.is_empty()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let deleted = run_locked(|| {
             let mut c = Command::new("userdel");
             c.arg(&self.name);
             c
         });
+        if let Err(e) = deleted {
+            eprintln!("userdel {}: {e}", self.name);
+        }
     }
 }
 
