@@ -5,7 +5,7 @@
 //! setup script may write into its working directory, and multi-stage
 //! builds copy from their earlier stages (which may start from stages
 //! before them); what a build would take from the cache is said without
-//! building.
+//! building; a cache moved elsewhere serves its images again.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly
 
@@ -215,6 +215,39 @@ fn deep_show(n: usize) -> String {
         n - 1,
         n - 2
     )
+}
+
+#[test]
+fn a_moved_cache_builds_its_images_again_from_their_cached_steps() {
+    let top = tempfile::tempdir().unwrap();
+    let (old, new) = (top.path().join("old"), top.path().join("new"));
+    std::fs::create_dir(&old).unwrap();
+    let Some(b) = backend(&old) else {
+        return;
+    };
+    let task = docker_task("moved", &ten_steps("echo nine > /opt/s9"));
+    let first = b.prepare(&task).unwrap();
+    assert_eq!(run(&b, &first, "cat /opt/s9").trim(), "nine");
+    drop(b);
+    // The image's record names its layers where they were.
+    std::fs::rename(&old, &new).unwrap();
+    let b = backend(&new).unwrap();
+    let again = b.prepare(&task).unwrap();
+    assert_eq!(again.hash, first.hash);
+    let layers: Vec<_> = again.step_layers.values().flatten().collect();
+    assert!(!layers.is_empty());
+    assert!(
+        layers.iter().all(|p| p.starts_with(&new)),
+        "layers of the old place: {layers:?}"
+    );
+    assert!(
+        outcomes(&again)
+            .iter()
+            .all(|(_, o)| *o != StepOutcome::Built),
+        "{:?}",
+        outcomes(&again)
+    );
+    assert_eq!(run(&b, &again, "cat /opt/s9").trim(), "nine");
 }
 
 #[test]

@@ -271,6 +271,11 @@ impl ImageStore {
         }
     }
 
+    /// Where unpacked layers live (see [`ImageStore::layer_dirs`]).
+    pub fn layers_root(&self) -> PathBuf {
+        self.root.join("layers")
+    }
+
     /// The unpacked layer directories of `image`, top first (overlay order),
     /// unpacking each layer once for `owners`.
     pub fn layer_dirs(
@@ -285,7 +290,7 @@ impl ImageStore {
                 reference: image.reference.clone(),
                 reason: format!("layer digest `{}` is not sha256", layer.digest),
             })?;
-            let dir = self.root.join("layers").join(format!("{hex}-{owner}"));
+            let dir = self.layers_root().join(format!("{hex}-{owner}"));
             if !dir.is_dir() {
                 let blob = self
                     .blob_path(&layer.digest)

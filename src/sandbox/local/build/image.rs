@@ -202,7 +202,8 @@ impl LocalBackend {
             image_hash(task, "local", &base_id)
         };
         let dir = layout.images().join(&hash);
-        if let Some(image) = load_meta(&dir) {
+        let roots = [layout.steps(), self.images.layers_root()];
+        if let Some(image) = load_meta(&dir, &roots) {
             return Ok(image);
         }
         // Two builds of one image: the second waits, then finds it built.
@@ -211,7 +212,7 @@ impl LocalBackend {
                 .images()
                 .join(format!("{hash}{}", stepcache::BUILD_LOCK)),
         )?;
-        if let Some(image) = load_meta(&dir) {
+        if let Some(image) = load_meta(&dir, &roots) {
             return Ok(image);
         }
         let mut rnd = [0u8; 6];
@@ -258,7 +259,7 @@ impl LocalBackend {
             layout::remove_tree(&build);
             return Err(SandboxError::io("store the built image", &dir)(e));
         }
-        Ok(load_meta(&dir).unwrap_or(image))
+        Ok(load_meta(&dir, &roots).unwrap_or(image))
     }
 
     fn build_into(
@@ -1062,12 +1063,23 @@ fn size_mb(text: &str) -> Option<u64> {
     (mb.is_finite() && mb >= 1.0).then_some(mb as u64)
 }
 
-fn load_meta(dir: &Path) -> Option<Image> {
+/// The built image in `dir`, if its metadata is there and every layer it
+/// stacks is a directory under one of `roots` (this cache's step layers and
+/// unpacked image layers). An image whose record names layers elsewhere (a
+/// cache moved or reached by another path since) is built again, which
+/// finds its steps cached; its sessions never mount another cache's layers.
+fn load_meta(dir: &Path, roots: &[PathBuf]) -> Option<Image> {
     // trusted: the private image cache's own metadata file
     let bytes = std::fs::read(dir.join(IMAGE_META)).ok()?;
     let mut image: Image = serde_json::from_slice(&bytes).ok()?;
     image.path = dir.to_path_buf();
-    Some(image)
+    let mut layers = image
+        .base_layers
+        .iter()
+        .chain(image.step_layers.values().flatten());
+    // trusted: stat of the private cache's own layer directories
+    let in_place = layers.all(|p| roots.iter().any(|r| p.starts_with(r)) && p.is_dir());
+    in_place.then_some(image)
 }
 
 #[cfg(test)]
