@@ -198,18 +198,32 @@ impl Drop for RangeUser {
 /// range (the third identity of the attack suite, beside root and uid
 /// 65534), with `inner` set in its environment; check that it ran and
 /// passed. Prints a SKIP line where no such user can be made. One at a
-/// time, as [`super::nobody::rerun`]; what its sandboxes left under the
-/// temporary directory (owned by range ids) is removed afterwards.
+/// time, as [`super::nobody::rerun`], all as one user made on first use
+/// (so its image cache is shared, as uid 65534's is), removed with what its
+/// sandboxes left (owned by range ids) when the test binary exits.
 pub fn rerun(name: &str, inner: &str) {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(user) = RangeUser::create(true) else {
+    static SHARED: std::sync::Mutex<Option<RangeUser>> = std::sync::Mutex::new(None);
+    extern "C" fn remove_shared() {
+        let user = SHARED.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(user);
+    }
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if shared.is_none() {
+        let Some(user) = RangeUser::create(true) else {
+            return;
+        };
+        let tmp = user.home.join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::os::unix::fs::chown(&tmp, Some(user.ids.0), Some(user.ids.1)).unwrap();
+        *shared = Some(user);
+        // SAFETY: registers a plain function, run once at exit.
+        unsafe { libc::atexit(remove_shared) };
+    }
+    let Some(user) = shared.as_ref() else {
         return;
     };
     let exe = user.readable_copy(&std::env::current_exe().unwrap());
     let tmp = user.home.join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    std::os::unix::fs::chown(&tmp, Some(user.ids.0), Some(user.ids.1)).unwrap();
     let out = user
         .command(&exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
