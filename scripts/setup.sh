@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what endless needs on a fresh Debian/Ubuntu machine: the sandbox
-# (bubblewrap, and passt for tasks with network access), the verifier (python3 + pytest), the tools offline tasks use,
+# (bubblewrap, passt for tasks with network access, and uidmap's newuidmap/newgidmap for
+# operators with subordinate ids, whom the tests make throwaway accounts for), the verifier (python3 + pytest), the tools offline tasks use,
 # skopeo and umoci for `endless bench images`, podman and runc for the `oci` backend's tests, tmux for the end-to-end TUI test, asciinema (its player checks recordings), python3-venv for the Python package tests, and a Rust toolchain if there is none. mold links the test binaries fast (scripts/linker/cc falls back to the default linker without it).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-PKGS="mold slurm-wlm munge bubblewrap passt iproute2 docker-registry mmdebstrap skopeo umoci podman runc python3 python3-pytest python3-venv tmux asciinema sqlite3 git jq bc zip unzip xz-utils file procps util-linux ca-certificates curl build-essential pkg-config"
+PKGS="mold slurm-wlm munge bubblewrap passt uidmap passwd iproute2 docker-registry mmdebstrap skopeo umoci podman runc python3 python3-pytest python3-venv tmux asciinema sqlite3 git jq bc zip unzip xz-utils file procps util-linux ca-certificates curl build-essential pkg-config"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
