@@ -107,6 +107,13 @@ impl RangeUser {
         std::fs::create_dir(&user.home).unwrap();
         std::os::unix::fs::chown(&user.home, Some(ids.0), Some(ids.1)).unwrap();
         if with_range {
+            // `usermod --add-subuids` refuses to start the files.
+            for file in ["/etc/subuid", "/etc/subgid"] {
+                if !Path::new(file).exists() {
+                    std::fs::write(file, "").unwrap();
+                    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+                }
+            }
             // Far above real accounts, the ranges `useradd` hands out and
             // the root operator's default (1e9): one slot per uid.
             let start = 1_200_000_000 + (ids.0 % 16_384) * RANGE;
