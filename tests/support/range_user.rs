@@ -104,8 +104,12 @@ impl RangeUser {
             home,
             dir,
         };
-        std::fs::create_dir(&user.home).unwrap();
-        std::os::unix::fs::chown(&user.home, Some(ids.0), Some(ids.1)).unwrap();
+        // Its temporary files (a sandbox stage, `$TMPDIR/endless-mnt-<uid>`)
+        // go with its home.
+        for dir in [user.home.clone(), user.home.join("tmp")] {
+            std::fs::create_dir(&dir).unwrap();
+            std::os::unix::fs::chown(&dir, Some(ids.0), Some(ids.1)).unwrap();
+        }
         if with_range {
             // `usermod --add-subuids` refuses to start the files.
             for file in ["/etc/subuid", "/etc/subgid"] {
@@ -131,8 +135,8 @@ impl RangeUser {
     }
 
     /// `program args...` as this user (no capabilities, no other groups),
-    /// with only `PATH`, `HOME` and `USER` set and its home as working
-    /// directory.
+    /// with only `PATH`, `HOME`, `USER` and `TMPDIR` (in its home) set and
+    /// its home as working directory.
     pub fn command(&self, program: &Path) -> Command {
         let mut cmd = Command::new("setpriv");
         cmd.arg(format!("--reuid={}", self.ids.0))
@@ -143,6 +147,7 @@ impl RangeUser {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
             .env("HOME", &self.home)
             .env("USER", &self.name)
+            .env("TMPDIR", self.home.join("tmp"))
             .current_dir(&self.home);
         cmd
     }
@@ -219,9 +224,6 @@ pub fn rerun(name: &str, inner: &str) {
         let Some(user) = RangeUser::create(true) else {
             return;
         };
-        let tmp = user.home.join("tmp");
-        std::fs::create_dir(&tmp).unwrap();
-        std::os::unix::fs::chown(&tmp, Some(user.ids.0), Some(user.ids.1)).unwrap();
         *shared = Some(user);
         // SAFETY: registers a plain function, run once at exit.
         unsafe { libc::atexit(remove_shared) };
@@ -230,11 +232,9 @@ pub fn rerun(name: &str, inner: &str) {
         return;
     };
     let exe = user.readable_copy(&std::env::current_exe().unwrap());
-    let tmp = user.home.join("tmp");
     let out = user
         .command(&exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("TMPDIR", &tmp)
         .env(inner, "1")
         .output()
         .unwrap();

@@ -295,6 +295,7 @@ impl LocalBackend {
                 runtime.clone(),
                 seccomp.clone(),
                 layout.runtime().with_file_name("verifier-zygote.log"),
+                layout.sessions(),
             )),
             HostIdentity::Rootless(..) => Err("rootless backends verify cold".to_string()),
         };

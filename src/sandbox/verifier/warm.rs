@@ -89,18 +89,29 @@ pub struct WarmVerifier {
     runtime: Runtime,
     seccomp: Vec<BpfProgram>,
     log: PathBuf,
+    /// Where its warm-up run's scratch directory goes (`<pid>-warm-up-*`).
+    scratch: PathBuf,
     state: Mutex<State>,
     changed: Condvar,
 }
 
 impl WarmVerifier {
     /// A verifier that will run `runtime`'s Python under `seccomp`, logging
-    /// the zygote's own errors to `log`. Starts nothing yet.
-    pub fn new(runtime: Runtime, seccomp: Vec<BpfProgram>, log: PathBuf) -> Arc<WarmVerifier> {
+    /// the zygote's own errors to `log`, its warm-up run in a directory
+    /// under `scratch` named after this process (so that one left by a
+    /// process that ended during the warm-up is removed as stale, see
+    /// `Layout::remove_stale`). Starts nothing yet.
+    pub fn new(
+        runtime: Runtime,
+        seccomp: Vec<BpfProgram>,
+        log: PathBuf,
+        scratch: PathBuf,
+    ) -> Arc<WarmVerifier> {
         Arc::new(WarmVerifier {
             runtime,
             seccomp,
             log,
+            scratch,
             state: Mutex::new(State::Idle),
             changed: Condvar::new(),
         })
@@ -119,7 +130,7 @@ impl WarmVerifier {
         drop(state);
         let me = Arc::clone(self);
         std::thread::spawn(move || {
-            let outcome = spawn(&me.runtime, &me.seccomp, &me.log);
+            let outcome = spawn(&me.runtime, &me.seccomp, &me.log, &me.scratch);
             if let Ok(mut state) = me.state.lock() {
                 *state = match outcome {
                     Ok(z) => State::Ready(Arc::new(z)),
@@ -583,13 +594,26 @@ impl ZygoteMounts {
 
 /// Start a zygote: its namespace, the interpreter, the hello (seccomp
 /// programs, a scratch directory for the warm-up run), the ready answer.
-fn spawn(runtime: &Runtime, seccomp: &[BpfProgram], log: &Path) -> Result<Zygote, String> {
+fn spawn(
+    runtime: &Runtime,
+    seccomp: &[BpfProgram],
+    log: &Path,
+    scratch_dir: &Path,
+) -> Result<Zygote, String> {
     let started = Instant::now();
     let (ours, theirs) = seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
     let mounts = ZygoteMounts::new(runtime)?;
+    // Not under the tmpfs the zygote mounts on `/run`, where it could not see it.
+    let temp = std::env::temp_dir();
+    let hidden = Path::new(INSIDE)
+        .parent()
+        .is_some_and(|run| scratch_dir.starts_with(run));
+    let scratch_dir = if hidden { temp.as_path() } else { scratch_dir };
+    // trusted: the private cache's own sessions directory
+    std::fs::create_dir_all(scratch_dir).map_err(|e| format!("scratch directory: {e}"))?;
     let scratch = tempfile::Builder::new()
-        .prefix("endless-verifier-warm-up-")
-        .tempdir()
+        .prefix(&format!("{}-warm-up-", std::process::id()))
+        .tempdir_in(scratch_dir)
         .map_err(|e| format!("scratch directory: {e}"))?;
     let stderr = File::create(log)
         .map(Stdio::from)
