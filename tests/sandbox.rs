@@ -15,6 +15,8 @@ use endless::sandbox::{Backend, Image, SandboxError, Session, SessionOptions, MA
 use endless::task::{FileTree, Task, TaskMeta};
 use endless::verify::{verify, TestSet};
 
+mod support;
+
 const T: Duration = Duration::from_secs(10);
 
 /// A cache reused across runs (images are keyed by content), one per user.
@@ -736,19 +738,7 @@ fn container_backends_run_when_present() {
 /// A Debian base with python3 and pytest (the verifier's, in the container),
 /// built once with mmdebstrap and cached under `target/tmp` between runs.
 fn pytest_base_tar() -> std::path::PathBuf {
-    let cached = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bookworm-minbase-pytest.tar");
-    if !cached.is_file() {
-        let spec = endless::images::BaseSpec {
-            packages: vec!["python3-pytest".into()],
-            ..Default::default()
-        };
-        let tmp = cached.with_extension("partial");
-        endless::images::debian_rootfs_tar(&spec, &tmp).expect(
-            "mmdebstrap (installed by scripts/setup.sh) builds a bookworm base from deb.debian.org",
-        );
-        std::fs::rename(&tmp, &cached).unwrap();
-    }
-    cached
+    support::registry::cached_debian_base("bookworm-minbase-pytest.tar", &["python3-pytest"])
 }
 
 /// podman (or docker) builds a task written `FROM ubuntu:24.04` on a Debian

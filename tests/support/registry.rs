@@ -76,10 +76,16 @@ pub fn start_registry() -> Option<Registry> {
 /// The Debian base of the package-install test, built once with mmdebstrap
 /// and cached under `target/tmp` between runs.
 pub fn debian_base_tar() -> PathBuf {
-    let cached = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bookworm-minbase-ca.tar");
+    cached_debian_base("bookworm-minbase-ca.tar", &["ca-certificates"])
+}
+
+/// A Debian bookworm minbase with `packages`, built once with mmdebstrap
+/// and cached as `target/tmp/<file>` between runs.
+pub fn cached_debian_base(file: &str, packages: &[&str]) -> PathBuf {
+    let cached = Path::new(env!("CARGO_TARGET_TMPDIR")).join(file);
     if !cached.is_file() {
         let spec = endless::images::BaseSpec {
-            packages: vec!["ca-certificates".into()],
+            packages: packages.iter().map(|p| p.to_string()).collect(),
             ..Default::default()
         };
         let tmp = cached.with_extension("partial");
