@@ -13,6 +13,19 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # from PATH or pyenv (scripts/find_python312.sh says where to get one).
 # The venv is filled while cargo builds (one waits on the network, the other
 # on the CPU).
+# The build and the caches the tests keep between runs (bounded: see
+# tests/support/caches.rs) take about 35 GB on a clean clone: say so up front
+# rather than fail later in the linker.
+FREE_GB="$(df -P --block-size=1G . | awk 'NR==2 {print $4}')"
+echo "test.sh: ${FREE_GB} GB free here"
+if [ "$FREE_GB" -lt 35 ]; then
+  echo "test.sh: warning: under 35 GB free; the build or the tests may run out of disk" >&2
+fi
+# CI builds once from a clean clone: incremental artifacts would only take disk.
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 VENV=target/pyenv312
 mkdir -p target
 if [ ! -x "$VENV/bin/python" ]; then

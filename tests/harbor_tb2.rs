@@ -35,30 +35,14 @@ const TASKS: &[(&str, u32)] = &[
     ("root-capabilities", 1),
 ];
 
-/// A workspace under `target/tmp` whose cache survives between runs;
-/// everything else is fresh.
+/// The kept workspace (see [`support::caches::workspace`]), with the
+/// Harbor images served by the Debian base.
 fn workspace() -> PathBuf {
-    let ws = Path::new(env!("CARGO_TARGET_TMPDIR")).join("harbor-tb2-ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    for entry in std::fs::read_dir(&ws).unwrap() {
-        let p = entry.unwrap().path();
-        if p.file_name().is_some_and(|n| n == ".cache") {
-            continue;
-        }
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p).unwrap();
-        } else {
-            std::fs::remove_file(&p).unwrap();
-        }
-    }
-    std::fs::write(
-        ws.join("endless.toml"),
-        "[images]\npull = \"never\"\nfallback = \"error\"\n\n\
-         [images.aliases]\n\"ubuntu:24.04\" = \"local/debian:bookworm\"\n\
+    support::caches::workspace(
+        "harbor-tb2-ws",
+        "\n[images.aliases]\n\"ubuntu:24.04\" = \"local/debian:bookworm\"\n\
          \"python:3.13-slim-bookworm\" = \"local/debian:bookworm\"\n",
     )
-    .unwrap();
-    ws
 }
 
 #[test]

@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used)] // tests and benches fail loudly
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use std::time::Duration;
 
@@ -20,29 +19,14 @@ use endless::sandbox::{Backend, SessionOptions};
 use endless::task::{write_tree, FileTree, Task};
 use endless::verify::{validate_task, verify, TestSet};
 
-fn cache() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        tempfile::Builder::new()
-            .prefix("endless-procgen-")
-            .tempdir_in("/var/tmp")
-            .expect("a cache directory in /var/tmp")
-    })
-    .path()
-}
+mod support;
 
 fn backend() -> Option<LocalBackend> {
     if !Path::new(endless::verify::PYTHON).exists() {
         eprintln!("SKIP: {} is missing", endless::verify::PYTHON);
         return None;
     }
-    match LocalBackend::new(cache()) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            eprintln!("SKIP: local backend unavailable here: {e}");
-            None
-        }
-    }
+    support::caches::backend("procgen")
 }
 
 /// Gate one (family, seed, complexity); `Err` describes every problem.

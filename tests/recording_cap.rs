@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-use endless::sandbox::local::LocalBackend;
 use endless::sandbox::{Backend, SessionOptions};
 use endless::task::{FileTree, Task, TaskMeta};
+
+mod support;
 
 const CAP: u64 = 1 << 20;
 
@@ -28,16 +29,8 @@ fn task() -> Task {
 
 #[test]
 fn yes_leaves_a_recording_under_the_cap_and_a_live_session() {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let cache = std::path::PathBuf::from(format!("/var/tmp/endless-tests-{uid}/sandbox"));
-    std::fs::create_dir_all(&cache).unwrap();
-    let backend = match LocalBackend::new(&cache) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("SKIP: local backend unavailable here: {e}");
-            return;
-        }
+    let Some(backend) = support::caches::backend("sandbox") else {
+        return;
     };
     let image = backend.prepare(&task()).unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -19,26 +19,14 @@ mod support;
 
 const T: Duration = Duration::from_secs(10);
 
-/// A cache reused across runs (images are keyed by content), one per user.
+/// The kept test cache (see [`support::caches`]).
 fn cache() -> &'static Path {
     static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // SAFETY: getuid has no preconditions.
-        let uid = unsafe { libc::getuid() };
-        let dir = std::path::PathBuf::from(format!("/var/tmp/endless-tests-{uid}/sandbox"));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    })
+    DIR.get_or_init(|| support::caches::dir("sandbox"))
 }
 
 fn backend() -> Option<LocalBackend> {
-    match LocalBackend::new(cache()) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            eprintln!("SKIP: local backend unavailable here: {e}");
-            None
-        }
-    }
+    support::caches::backend("sandbox")
 }
 
 fn task(id: &str, setup: &str) -> Task {

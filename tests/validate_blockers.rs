@@ -22,28 +22,9 @@ fn root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// A workspace under `target/tmp` whose cache survives between runs;
-/// everything else is fresh.
+/// The kept workspace (see [`support::caches::workspace`]).
 fn workspace() -> PathBuf {
-    let ws = Path::new(env!("CARGO_TARGET_TMPDIR")).join("validate-blockers-ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    for entry in std::fs::read_dir(&ws).unwrap() {
-        let p = entry.unwrap().path();
-        if p.file_name().is_some_and(|n| n == ".cache") {
-            continue;
-        }
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p).unwrap();
-        } else {
-            std::fs::remove_file(&p).unwrap();
-        }
-    }
-    std::fs::write(
-        ws.join("endless.toml"),
-        "[images]\npull = \"never\"\nfallback = \"error\"\n",
-    )
-    .unwrap();
-    ws
+    support::caches::workspace("validate-blockers-ws", "")
 }
 
 /// Register the Debian base as the stand-in for `ubuntu:24.04`.

@@ -31,30 +31,14 @@ fn fixtures(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A workspace under `target/tmp` whose cache (images, build steps,
-/// verifier environments) survives between runs; everything else is fresh.
+/// The kept workspace (see [`support::caches::workspace`]), with the
+/// Harbor images served by the Debian base.
 fn workspace() -> PathBuf {
-    let ws = Path::new(env!("CARGO_TARGET_TMPDIR")).join("verifier-env-ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    for entry in std::fs::read_dir(&ws).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() != ".cache" {
-            let p = entry.path();
-            if p.is_dir() {
-                std::fs::remove_dir_all(&p).unwrap();
-            } else {
-                std::fs::remove_file(&p).unwrap();
-            }
-        }
-    }
-    std::fs::write(
-        ws.join("endless.toml"),
-        "[images]\npull = \"never\"\nfallback = \"error\"\n\n\
-         [images.aliases]\n\"ubuntu:24.04\" = \"local/debian:bookworm\"\n\
+    support::caches::workspace(
+        "verifier-env-ws",
+        "\n[images.aliases]\n\"ubuntu:24.04\" = \"local/debian:bookworm\"\n\
          \"python:3.13-slim-bookworm\" = \"local/debian:bookworm\"\n",
     )
-    .unwrap();
-    ws
 }
 
 /// The fixtures that must fail validation, each with the one class

@@ -15,6 +15,7 @@ static ENTER_SUBORDINATE_IDS: extern "C" fn() = {
 };
 
 pub mod bash_terminal;
+pub mod caches;
 pub mod cli;
 pub mod fixture_llm;
 pub mod nobody;
