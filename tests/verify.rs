@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used)] // tests and benches fail loudly
 
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use endless::sandbox::local::LocalBackend;
@@ -20,30 +19,12 @@ use support::verifier::{root, verify_both};
 
 const T: Duration = Duration::from_secs(20);
 
-/// A cache reused across runs (images are keyed by content), one per user.
-fn cache() -> &'static Path {
-    static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // SAFETY: getuid has no preconditions.
-        let uid = unsafe { libc::getuid() };
-        let dir = std::path::PathBuf::from(format!("/var/tmp/endless-tests-{uid}/verify"));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    })
-}
-
 fn backend() -> Option<LocalBackend> {
     if !Path::new(endless::verify::PYTHON).exists() {
         eprintln!("SKIP: {} is missing", endless::verify::PYTHON);
         return None;
     }
-    match LocalBackend::new(cache()) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            eprintln!("SKIP: local backend unavailable here: {e}");
-            None
-        }
-    }
+    support::caches::backend("verify")
 }
 
 const INITIAL: &str = r#"
@@ -684,6 +665,78 @@ fn a_sealed_environments_verifier_started_with_the_session_runs_inside_it_once()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Two images asking for the same sealed environment store its files once
+/// (issue 52, defect 2: a `torch` environment took 13 GB per image); the
+/// cache counts them once, and evicting one image leaves the other's
+/// environment whole.
+#[test]
+fn identical_sealed_environments_of_two_images_are_stored_once() {
+    use std::os::unix::fs::MetadataExt;
+    if backend().is_none() {
+        return;
+    }
+    // A cache of its own: both environments are built by this test.
+    let cache = tempfile::Builder::new()
+        .prefix("endless-env-sharing-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let b = LocalBackend::new(cache.path()).unwrap();
+    let tasks: Vec<Task> = ["share-a", "share-b"]
+        .iter()
+        .map(|id| {
+            let mut t = task(id);
+            t.meta.verifier.python = Some(host_python());
+            t.environment.insert_text(
+                "setup.sh",
+                format!("mkdir -p /home/user/data\necho hello > /home/user/data/a.txt\necho {id} > /home/user/id\n"),
+            );
+            t
+        })
+        .collect();
+    let images: Vec<_> = tasks.iter().map(|t| b.prepare(t).unwrap()).collect();
+    assert_ne!(images[0].hash, images[1].hash);
+    let spec = endless::task::formats::VerifierEnvSpec::from_section(
+        &tasks[0].meta.verifier,
+        Path::new("task.toml"),
+    )
+    .unwrap();
+    let envs: Vec<_> = images
+        .iter()
+        .map(|i| endless::sandbox::local::env_dir(&i.path, &spec))
+        .collect();
+    let python = "usr/local/bin/endless-python3";
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(&envs[0].join(python)), ino(&envs[1].join(python)));
+    let each: u64 = envs
+        .iter()
+        .map(|e| endless::sandbox::local::disk_bytes(e))
+        .sum();
+    // Each file once, wherever it is linked.
+    let mut seen = std::collections::HashMap::new();
+    for e in &envs {
+        for f in walkdir::WalkDir::new(e).into_iter().flatten() {
+            let m = f.metadata().unwrap();
+            if m.is_file() {
+                seen.insert(m.ino(), m.blocks() * 512);
+            }
+        }
+    }
+    let together: u64 = seen.values().sum();
+    eprintln!(
+        "two environments: {:.1} MB as copies, {:.1} MB stored",
+        each as f64 / 1e6,
+        together as f64 / 1e6
+    );
+    assert!(together * 10 < each * 6, "{together} of {each} bytes");
+    // One image goes; the other's environment still runs its tests.
+    std::fs::remove_dir_all(&images[0].path).unwrap();
+    let mut s = b.start(&images[1], &SessionOptions::default()).unwrap();
+    s.exec("tr a-z A-Z < ~/data/a.txt > ~/out.txt", T).unwrap();
+    let r = verify(&mut s, &tasks[1], TestSet::Final).unwrap();
+    assert!(r.passed, "{}", r.output);
+    s.close();
 }
 
 #[test]

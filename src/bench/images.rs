@@ -11,14 +11,14 @@
 //! (reproduced in the same run with `apply_layer`); and what a cached
 //! sealed verifier environment adds to a cached episode's start plus
 //! verification, against the same task verified by the built-in runtime
-//! (pre-warmed where it can be, and cold). Each episode is a session start
+//! (pre-warmed where it can be, and cold), and what verifier environments
+//! take on disk (see [`super::verifier_envs`]). Each episode is a session start
 //! (with its verifier started ahead, as every episode's is), an agent turn
 //! that is not timed ([`AGENT_TURN`]: shorter than any model's turn), and
 //! the final tests; the time is the start's plus the verification's.
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,6 +28,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::sandbox::Stats;
+use super::verifier_envs::EnvDisk;
 use crate::images::{ImageRef, ImageStore};
 use crate::sandbox::local::{build_record, LocalBackend, StepOutcome};
 use crate::sandbox::{Backend, SessionOptions, VerifierPath};
@@ -99,6 +100,9 @@ pub struct ImagesBench {
     pub verify_env_ratio: f64,
     /// `verify_env` over `verify_builtin_cold` (medians).
     pub verify_env_over_cold: f64,
+    /// What sealed verifier environments take on disk, shared and under a
+    /// cap.
+    pub verifier_envs: EnvDisk,
 }
 
 impl std::fmt::Display for ImagesBench {
@@ -188,7 +192,8 @@ impl std::fmt::Display for ImagesBench {
                 "OVER"
             },
             self.verify_env_over_cold
-        )
+        )?;
+        write!(f, "\n{}", self.verifier_envs)
     }
 }
 
@@ -309,6 +314,7 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
     // A cached verifier environment against the built-in runtime.
     let [verify_builtin, verify_builtin_cold, verify_env, verify_env_no_turn] =
         verifier_env_cost(&work.path().join("verify"), runs * 4)?;
+    let verifier_envs = super::verifier_envs::measure(&work.path().join("envs"), &host_python()?)?;
     Ok(ImagesBench {
         profile: if cfg!(debug_assertions) {
             "debug"
@@ -340,6 +346,7 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
         verify_builtin_cold,
         verify_env,
         verify_env_no_turn,
+        verifier_envs,
     })
 }
 
@@ -453,18 +460,8 @@ fn ten_steps(nine: &str) -> String {
 /// Bytes on disk under `roots`, each file counted once however many hard
 /// links it has.
 fn du(roots: &[PathBuf]) -> u64 {
-    let mut seen = HashSet::new();
-    let mut total = 0;
-    for root in roots {
-        for entry in walkdir::WalkDir::new(root).into_iter().flatten() {
-            if let Ok(m) = entry.metadata() {
-                if seen.insert((m.dev(), m.ino())) {
-                    total += m.blocks() * 512;
-                }
-            }
-        }
-    }
-    total
+    let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+    crate::sandbox::local::disk_bytes_of(&roots)
 }
 
 /// `skopeo copy` + `umoci unpack`, `runs` times, each into fresh directories.

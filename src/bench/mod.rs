@@ -23,6 +23,7 @@ pub mod serve_memory;
 pub mod shards;
 pub mod tui;
 pub mod tui_baseline;
+pub mod verifier_envs;
 pub mod verify;
 
 use std::process::ExitCode;

@@ -18,7 +18,7 @@
 //! | operation | API | resolution | why |
 //! |---|---|---|---|
 //! | read a file an archive or index names | [`open_dir`], [`open_beneath`] | `openat2(RESOLVE_BENEATH \| RESOLVE_NO_MAGICLINKS)`: links followed while they stay beneath | image archives link shared layers to each other |
-//! | read, write, `chown`, `chmod`, rename, remove | [`UntrustedDir`] | `openat2(RESOLVE_BENEATH \| RESOLVE_NO_SYMLINKS)`, `fchown`/`fchmod` on the opened file, `renameat` from an `O_EXCL` temporary | a link in a tree endless writes into is never one endless made |
+//! | read, write, `chown`, `chmod`, rename, remove, hard-link twins ([`link_identical`]) | [`UntrustedDir`] | `openat2(RESOLVE_BENEATH \| RESOLVE_NO_SYMLINKS)`, `fchown`/`fchmod` on the opened file, `renameat` from an `O_EXCL` temporary | a link in a tree endless writes into is never one endless made |
 //! | read a whole bundle or job directory | [`dirfd`], used by `crate::task::BundleDir` | one name at a time with `openat(O_NOFOLLOW)`, links read with `readlinkat` and followed only while they stay inside | bundles link files to each other; a swap mid-read is refused |
 //!
 //! Without `openat2` (before Linux 5.6, or a seccomp filter refusing it)
@@ -33,6 +33,7 @@
 mod atomic;
 mod beneath;
 pub mod dirfd;
+mod shared_files;
 mod untrusted_dir;
 
 pub use atomic::{replace_dir_atomic, write_atomic, AtomicDir};
@@ -40,4 +41,5 @@ pub use beneath::{
     create_private_dir, is_escape, open_beneath, open_dir, without_setid, SETID_BITS,
 };
 pub use dirfd::EntryKind;
+pub use shared_files::{link_identical, Shared};
 pub use untrusted_dir::UntrustedDir;

@@ -14,10 +14,10 @@
 //! and files are replaced with `renameat` from a temporary made with
 //! `O_EXCL | O_NOFOLLOW`, so nothing is ever written through a link.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -189,7 +189,12 @@ impl UntrustedDir {
 
     /// Rename the entry `rel` of this directory (not followed if a link)
     /// to `to_name` in `to` (one plain name), replacing what is there.
-    pub fn rename(&self, rel: &Path, to: &UntrustedDir, to_name: &str) -> io::Result<()> {
+    pub fn rename<S: AsRef<OsStr> + ?Sized>(
+        &self,
+        rel: &Path,
+        to: &UntrustedDir,
+        to_name: &S,
+    ) -> io::Result<()> {
         let (parent, name) = self.parent_of(rel)?;
         let (from, dest) = (cname(name)?, cname(plain_name(to_name)?)?);
         // SAFETY: valid directory descriptors and C strings.
@@ -205,6 +210,43 @@ impl UntrustedDir {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// The names in this directory, without `.` and `..`, sorted.
+    pub fn names(&self) -> io::Result<Vec<std::ffi::OsString>> {
+        super::dirfd::list(self.fd.as_fd())
+    }
+
+    /// Replace the entry `name` (one plain name) of this directory with a
+    /// hard link to the open file `file` (the very inode, reached through
+    /// its descriptor: no path is resolved again): a link made under a
+    /// fresh temporary name, then `renameat` over `name`.
+    pub fn replace_with_link(&self, name: &OsStr, file: &File) -> io::Result<()> {
+        let rel = plain_name(name)?;
+        let tmp = format!(".link-{:016x}", rand::random::<u64>());
+        let (from, ctmp) = (
+            CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?,
+            cname(Path::new(&tmp))?,
+        );
+        // SAFETY: valid C strings and directory descriptor.
+        let rc = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                self.fd.as_raw_fd(),
+                ctmp.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let renamed = self.rename(Path::new(&tmp), self, rel);
+        if renamed.is_err() {
+            // SAFETY: a valid directory descriptor and C string.
+            unsafe { libc::unlinkat(self.fd.as_raw_fd(), ctmp.as_ptr(), 0) };
+        }
+        renamed
     }
 
     /// Remove the directory `rel` if it is empty (a link or a file there is
@@ -237,7 +279,7 @@ impl UntrustedDir {
         Ok((parent, name))
     }
 
-    fn try_clone(&self) -> io::Result<UntrustedDir> {
+    pub(super) fn try_clone(&self) -> io::Result<UntrustedDir> {
         Ok(Self {
             fd: self.fd.try_clone()?,
             path: self.path.clone(),
@@ -247,14 +289,14 @@ impl UntrustedDir {
 
 /// `name` as a path when it is one plain file name (no `/`, not `.` or
 /// `..`, not empty).
-fn plain_name(name: &str) -> io::Result<&Path> {
+fn plain_name<S: AsRef<OsStr> + ?Sized>(name: &S) -> io::Result<&Path> {
     let p = Path::new(name);
     let mut parts = p.components();
     match (parts.next(), parts.next()) {
-        (Some(Component::Normal(_)), None) if !name.contains('/') => Ok(p),
+        (Some(Component::Normal(_)), None) if !name.as_ref().as_bytes().contains(&b'/') => Ok(p),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{name:?} is not one plain file name"),
+            format!("{:?} is not one plain file name", name.as_ref()),
         )),
     }
 }

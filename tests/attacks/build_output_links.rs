@@ -156,3 +156,70 @@ fn an_endless_link_in_merged_layers_gets_no_env_file_written_through_it() {
         },
     );
 }
+
+/// Storing identical environments once (hard links between images'
+/// environments) follows no link either way: an environment whose `share`
+/// is a link to a host directory gets no host file replaced by a link into
+/// the cache, and a later environment gets no host file linked in as the
+/// twin of its own.
+#[test]
+fn sharing_identical_verifier_environments_links_no_host_file() {
+    both(
+        "build_output_links::sharing_identical_verifier_environments_links_no_host_file",
+        |b| {
+            let dir = tempfile::tempdir().unwrap();
+            let host_dir = dir.path().join("shared");
+            std::fs::create_dir(&host_dir).unwrap();
+            std::fs::set_permissions(&host_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let host_file = host_dir.join("x");
+            std::fs::write(&host_file, "same\n").unwrap();
+            std::fs::set_permissions(&host_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let before = std::fs::metadata(&host_file).unwrap().ino();
+            let with_file = "/bin/cp \"$@\"; mkdir -p \"$(dirname \"$dest\")/share\"; \
+                             printf 'same\\n' > \"$(dirname \"$dest\")/share/x\"; \
+                             chmod 644 \"$(dirname \"$dest\")/share/x\""
+                .to_string();
+            let with_link = format!(
+                "/bin/cp \"$@\"; ln -sfn '{}' \"$(dirname \"$dest\")/share\"",
+                climbing(&host_dir)
+            );
+            // A regular twin, then the link (the new environment's `share`
+            // leads to the host), then a regular one again (its twin's
+            // `share` leads to the host).
+            // Built afresh each run (a cached environment shares nothing).
+            let run = format!("{:016x}", rand::random::<u64>());
+            for (i, action) in [&with_file, &with_link, &with_file].iter().enumerate() {
+                let action = format!("{action}; : {run}-{i}");
+                let t = hostile_cp_task(&format!("atk-share{i}-{}", host_uid()), &action);
+                let image = b.prepare(&t).expect("the environment itself is whole");
+                let spec = VerifierEnvSpec::from_section(&t.meta.verifier, Path::new("task.toml"))
+                    .unwrap();
+                let x = endless::sandbox::local::env_dir(&image.path, &spec).join("share/x");
+                if i == 0 {
+                    // The host file is the environment's file's twin in
+                    // every respect, its owner included.
+                    let m = std::fs::metadata(&x).unwrap();
+                    std::os::unix::fs::chown(&host_file, Some(m.uid()), Some(m.gid())).unwrap();
+                }
+                if i == 2 {
+                    // Sharing did run: the two regular twins are one file.
+                    assert!(
+                        std::fs::metadata(&x).unwrap().nlink() >= 2,
+                        "nothing was shared"
+                    );
+                }
+                let m = std::fs::metadata(&host_file).unwrap();
+                assert_eq!(
+                    (m.ino(), m.nlink()),
+                    (before, 1),
+                    "build {i}: the host file was replaced or linked into the cache"
+                );
+                let names: Vec<_> = std::fs::read_dir(&host_dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                assert_eq!(names, ["x"], "build {i}: written into the host directory");
+            }
+        },
+    );
+}

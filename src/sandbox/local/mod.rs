@@ -42,7 +42,8 @@ use std::time::Duration;
 use seccompiler::BpfProgram;
 
 pub use self::build::evict::{
-    disk_bytes, enforce_cap, prune_keep_recent, EvictReport, IN_USE_WINDOW,
+    disk_bytes, disk_bytes_of, enforce_cap, prune_keep_recent, set_last_use, EvictReport,
+    IN_USE_WINDOW,
 };
 pub use self::build::flatten::apply_layer;
 pub use self::build::image::MAX_STEP_LAYERS;

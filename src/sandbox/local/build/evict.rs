@@ -8,7 +8,9 @@
 //! images it builds from or copies from, see [`ImageStore::hold`]) and what
 //! was used in the last [`IN_USE_WINDOW`] (what running work is about to
 //! start) is never evicted. Sealed verifier environments live in their
-//! image's directory: they count toward the cap and go with their image.
+//! image's directory: they count toward the cap (files shared between
+//! images' identical environments once, see `env_sharing.rs`) and go with
+//! their image.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -59,6 +61,20 @@ pub fn touch(path: &Path) {
 /// Mark the built image directory `dir` as used now.
 pub fn touch_image(dir: &Path) {
     touch(&dir.join(LAST_USE));
+}
+
+/// Mark the built image directory `dir` as last used (and built) at
+/// `when`, as if nothing had used it since.
+pub fn set_last_use(dir: &Path, when: SystemTime) -> std::io::Result<()> {
+    for f in [LAST_USE, layout::IMAGE_META] {
+        touch(&dir.join(f));
+        // trusted: the private image cache's own entries
+        std::fs::File::options()
+            .append(true)
+            .open(dir.join(f))?
+            .set_modified(when)?;
+    }
+    Ok(())
 }
 
 /// Whether the built image at `dir` was built in the last minute.
@@ -127,10 +143,16 @@ pub fn hold(image: &Image) -> Result<Held, SandboxError> {
 
 /// Bytes under `path` on disk, each inode once.
 pub fn disk_bytes(path: &Path) -> u64 {
+    disk_bytes_of(std::slice::from_ref(&path))
+}
+
+/// Bytes under all of `roots` on disk, each inode once however many hard
+/// links (in however many of them) it has.
+pub fn disk_bytes_of(roots: &[&Path]) -> u64 {
     let mut seen = HashSet::new();
-    walkdir::WalkDir::new(path)
-        .into_iter()
-        .flatten()
+    roots
+        .iter()
+        .flat_map(|root| walkdir::WalkDir::new(root).into_iter().flatten())
         .filter_map(|e| e.metadata().ok())
         .filter(|m| {
             seen.insert((
@@ -328,14 +350,7 @@ mod tests {
         std::fs::write(dir.join("farm/data"), vec![7u8; mb << 20]).unwrap();
         let meta = serde_json::json!({ "base": base });
         std::fs::write(dir.join(layout::IMAGE_META), meta.to_string()).unwrap();
-        for f in [LAST_USE, layout::IMAGE_META] {
-            touch(&dir.join(f));
-            let file = std::fs::File::options()
-                .append(true)
-                .open(dir.join(f))
-                .unwrap();
-            file.set_modified(SystemTime::now() - ago).unwrap();
-        }
+        set_last_use(&dir, SystemTime::now() - ago).unwrap();
     }
 
     fn hashes(cache: &Path) -> Vec<String> {

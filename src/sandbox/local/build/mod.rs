@@ -6,9 +6,9 @@
 //! step in a build sandbox (`buildstep.rs`), the build itself
 //! (`image.rs`), the step cache (`stepcache.rs`), flattening layers for
 //! export (`flatten.rs`), verifier environments (`verifier_env.rs`),
-//! eviction and holds on live images (`evict.rs`) and telling a full disk
-//! apart (`diskfull.rs`), and the build errors of a single-id operator
-//! (`single_id.rs`).
+//! storing identical ones once (`env_sharing.rs`), eviction and holds on
+//! live images (`evict.rs`) and telling a full disk apart (`diskfull.rs`),
+//! and the build errors of a single-id operator (`single_id.rs`).
 //!
 //! Extends [`LocalBackend`](super::LocalBackend) (its build methods) and
 //! uses isolation (`isolate/`); may not touch session control
@@ -16,6 +16,7 @@
 
 pub mod buildstep;
 pub mod diskfull;
+mod env_sharing;
 pub mod evict;
 pub mod flatten;
 pub mod image;

@@ -279,6 +279,7 @@ impl LocalBackend {
             .map_err(SandboxError::io("store the verifier environment", &dest))?;
         // The derived image served its purpose (its step stays cached).
         layout::remove_tree(&built.path);
+        self.share_verifier_env(&image.hash, &name);
         Ok(true)
     }
 
@@ -308,7 +309,7 @@ fn is_complete(env: &UntrustedDir) -> bool {
 }
 
 /// Whether the image at `image_dir` holds the whole environment `name`.
-fn is_complete_at(image_dir: &Path, name: &str) -> bool {
+pub(super) fn is_complete_at(image_dir: &Path, name: &str) -> bool {
     UntrustedDir::open(&image_dir.join(IMAGE_DIR))
         .and_then(|envs| envs.subdir(Path::new(name)))
         .is_ok_and(|env| is_complete(&env))
