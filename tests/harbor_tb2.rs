@@ -33,6 +33,7 @@ const TASKS: &[(&str, u32)] = &[
     ("setuptools-namespace", 10),
     ("two-pytest-runs", 4),
     ("root-capabilities", 1),
+    ("agent-packages", 3),
 ];
 
 /// The kept workspace (see [`support::caches::workspace`]), with the

@@ -739,6 +739,44 @@ fn identical_sealed_environments_of_two_images_are_stored_once() {
     s.close();
 }
 
+/// `[verifier] agent_packages` (issue 52, defect 3: `No module named
+/// 'numpy'` with numpy installed by the solution): the tests import a
+/// package the agent installed for the image's Python; a task without the
+/// flag, in the same sealed environment, does not see it.
+#[test]
+fn tests_import_the_agents_packages_only_when_the_task_says_so() {
+    let Some(b) = backend() else { return };
+    let v = host_python();
+    for agent_packages in [true, false] {
+        let mut t = task(&format!("agent-packages-{agent_packages}"));
+        t.meta.verifier.python = Some(v.clone());
+        t.meta.verifier.agent_packages = agent_packages;
+        t.tests.insert_text(
+            "test_final_state.py",
+            "def test_the_agents_package():\n\
+             \x20   import agentmod\n\
+             \x20   assert agentmod.VALUE == 42\n",
+        );
+        let mut s = session(&b, &t);
+        s.exec(
+            &format!(
+                "d=~/.local/lib/python{v}/site-packages/agentmod; mkdir -p $d; \
+                 echo 'VALUE = 42' > $d/__init__.py"
+            ),
+            T,
+        )
+        .unwrap();
+        let r = verify(&mut s, &t, TestSet::Final).unwrap();
+        s.close();
+        if agent_packages {
+            assert!(r.passed, "{}", r.output);
+        } else {
+            assert!(!r.passed, "{}", r.output);
+            assert!(r.output.contains("No module named 'agentmod'"), "{}", r.output);
+        }
+    }
+}
+
 #[test]
 fn tests_see_the_tests_folder_and_logs_verifier_on_both_paths() {
     let Some(b) = backend() else { return };

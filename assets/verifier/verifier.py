@@ -50,6 +50,21 @@ def add_runtime_site_dirs():
             sys.path.append(d)
 
 
+def add_agent_site_dirs():
+    """The image's live site directories after ours (`[verifier]
+    agent_packages`): the packages the agent installed during the episode.
+    pytest, pluggy and their plugins are imported already, from our own
+    directories, and stay ours."""
+    v = "%d.%d" % sys.version_info[:2]
+    for d in ("/usr/local/lib/python%s/site-packages" % v,
+              "/usr/local/lib/python%s/dist-packages" % v,
+              "/usr/lib/python3/dist-packages",
+              "/usr/lib/python%s/site-packages" % v,
+              os.path.expanduser("~/.local/lib/python%s/site-packages" % v)):
+        if os.path.isdir(d) and d not in sys.path:
+            sys.path.append(d)
+
+
 def run_tests(payload, gate=None):
     """Unpack the tests, run pytest, pass the JUnit XML on to fd 3; the exit code.
     With `gate` (a pipe's read end), wait at the start of collection, before
@@ -65,6 +80,8 @@ def run_tests(payload, gate=None):
                 os.close(gate)
         plugins.append(Gate())
     write_tests(payload)
+    if payload.get("agent_site"):
+        add_agent_site_dirs()
     os.set_inheritable(3, False)
     r, w = os.pipe()
     junit = []

@@ -254,6 +254,14 @@ pub fn audit_task(
             }
         }
     }
+    if task.meta.verifier.agent_packages {
+        for r in results
+            .iter_mut()
+            .filter(|r| r.check == Check::PassesWithoutWork)
+        {
+            r.notes.push(crate::verify::TRUSTS_AGENT_PACKAGES.into());
+        }
+    }
     results.sort_by_key(|r| Check::ALL.iter().position(|c| *c == r.check));
     Some(AuditReport {
         format: AUDIT_FORMAT,

@@ -292,6 +292,17 @@ pub struct VerifierSection {
     /// change the verdict are kept (see `task/formats/pytest_args.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pytest_args: Vec<String>,
+    /// The tests import packages the agent (or the oracle) installs during
+    /// the episode with the image's own `pip`, as when Harbor's `test.sh`
+    /// runs the image's `pytest`: the tests then run in a sealed
+    /// environment of the image's Python that also searches the image's
+    /// live site directories, after its own (pytest and its plugins stay
+    /// the environment's). Code the agent installed runs in the test
+    /// process and could forge the verdict, as in Harbor: such verdicts
+    /// trust the agent's packages, and `tasks validate` and `tasks audit`
+    /// say so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub agent_packages: bool,
     /// Unknown `[verifier]` keys, kept verbatim.
     #[serde(flatten)]
     pub extra: toml::Table,
@@ -309,6 +320,7 @@ impl Default for VerifierSection {
             apt: Vec::new(),
             index: Vec::new(),
             pytest_args: Vec::new(),
+            agent_packages: false,
             extra: toml::Table::new(),
         }
     }

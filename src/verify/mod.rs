@@ -16,7 +16,7 @@ pub use junit::parse_junit;
 pub use report::{TestCase, TestReport};
 pub use run::{
     prestart, verify, verify_initial_and_final, verify_with, TestSet, VerifierMode,
-    MAX_REPORT_BYTES, PYTHON,
+    MAX_REPORT_BYTES, PYTHON, TRUSTS_AGENT_PACKAGES,
 };
 pub(crate) use validate::run_oracle;
 pub use validate::{validate_task, validate_task_reporting};

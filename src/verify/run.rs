@@ -193,7 +193,15 @@ fn run_pytest(
         .iter()
         .map(|(path, bytes)| (path.clone(), hex::encode(bytes).into()))
         .collect();
-    let payload = serde_json::json!({ "root": PRIVATE_DIR, "files": payload_files, "args": args });
+    // The image's live site directories, for a sealed environment only
+    // (the built-in runtime's Python is not the image's).
+    let agent_site = task.meta.verifier.agent_packages && sealed.is_some();
+    let payload = serde_json::json!({
+        "root": PRIVATE_DIR,
+        "files": payload_files,
+        "args": args,
+        "agent_site": agent_site,
+    });
     let run = session.run_verifier(&call, payload.to_string().into_bytes(), timeout);
     let (out, junit, mut path) = match run {
         Err(SandboxError::Tampered(why)) => return Ok(tampered(why, start)),
@@ -364,6 +372,10 @@ fn pass_through(options: &[String], env: Option<&VerifierEnvSpec>) -> Vec<String
     }
     out
 }
+
+/// What validation and audits say of a task whose tests import the
+/// agent's packages (`[verifier] agent_packages`).
+pub const TRUSTS_AGENT_PACKAGES: &str = "the verdicts trust the agent's packages: the tests import what the agent installed with the image's pip (`[verifier] agent_packages`, as the task's test.sh ran the image's pytest), and such code could forge them, as in Harbor";
 
 /// The most the verifier's result pipe (fd 3) keeps: the sandbox's capture,
 /// behind both the fresh and the pre-warmed verifier. A report that reaches

@@ -103,6 +103,9 @@ pub fn validate_task_reporting(
             }
         }
     }
+    if task.meta.verifier.agent_packages {
+        v.notes.push(super::TRUSTS_AGENT_PACKAGES.into());
+    }
     let wall = Duration::from_secs_f64(
         task.meta.agent.timeout_sec.clamp(1.0, 86_400.0)
             + task.meta.verifier.timeout_sec.clamp(1.0, 86_400.0) * 2.0

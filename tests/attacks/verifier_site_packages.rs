@@ -30,7 +30,7 @@ if __name__ in ('pytest', '_pytest'):
 fn planted_modules_do_not_reach_the_sealed_verifier_environment() {
     both(
         "verifier_site_packages::planted_modules_do_not_reach_the_sealed_verifier_environment",
-        |b| planted_modules(b, "root"),
+        |b| planted_modules(b, "root", false),
     );
 }
 
@@ -38,7 +38,20 @@ fn planted_modules_do_not_reach_the_sealed_verifier_environment() {
 fn planted_modules_do_not_reach_the_sealed_verifier_environment_of_a_non_root_task() {
     both(
         "verifier_site_packages::planted_modules_do_not_reach_the_sealed_verifier_environment_of_a_non_root_task",
-        |b| planted_modules(b, "user"),
+        |b| planted_modules(b, "user", false),
+    );
+}
+
+/// With `[verifier] agent_packages` (Harbor's tests on the image's own
+/// pytest) the tests import what the agent installed, as they would in
+/// Harbor, so the agent's `numpy` runs; yet pytest, its plugins and its
+/// report stay the sealed environment's: the planted `pytest` forges no
+/// verdict, and no `sitecustomize`, `usercustomize` or `.pth` file runs.
+#[test]
+fn with_agent_packages_pytest_and_its_report_stay_the_environments() {
+    both(
+        "verifier_site_packages::with_agent_packages_pytest_and_its_report_stay_the_environments",
+        |b| planted_modules(b, "root", true),
     );
 }
 
@@ -47,9 +60,10 @@ fn planted_modules_do_not_reach_the_sealed_verifier_environment_of_a_non_root_ta
 /// first verification runs in it; rootless: cold): the agent must not see
 /// it in any process listing, and a root agent's `/etc/ld.so.preload`,
 /// written after it started, must stay hidden from what the tests run.
-fn planted_modules(b: &LocalBackend, user: &str) {
-    let mut t = task(&format!("atk-venv-{user}"), user, "true\n");
+fn planted_modules(b: &LocalBackend, user: &str, agent_packages: bool) {
+    let mut t = task(&format!("atk-venv-{user}-{agent_packages}"), user, "true\n");
     t.meta.verifier.python = Some(host_python());
+    t.meta.verifier.agent_packages = agent_packages;
     t.tests.insert_text(
         "test_final_state.py",
         "import os, subprocess, sys\ntry:\n    import numpy  # only the agent's could be found\nexcept ImportError:\n    pass\n\n\
@@ -135,12 +149,20 @@ fn planted_modules(b: &LocalBackend, user: &str) {
         "{:?}",
         report.verifier
     );
-    let markers = run(
-        &mut s,
-        "ls /tmp/planted-* 2>/dev/null; echo markers=$(ls /tmp/planted-* 2>/dev/null | wc -l)",
-    );
+    let markers = run(&mut s, "echo ran: /tmp/planted-*");
+    // Only what the tests themselves import, and only when they trust the
+    // agent's packages.
+    let allowed: &[&str] = if agent_packages {
+        &["/tmp/planted-numpy"]
+    } else {
+        &[]
+    };
+    let ran: Vec<&str> = markers
+        .split_whitespace()
+        .filter(|m| m.starts_with("/tmp/planted-") && !m.ends_with('*'))
+        .collect();
     assert!(
-        codes(&markers).contains(&("markers".to_string(), 0)),
+        ran.iter().all(|m| allowed.contains(m)),
         "a planted module ran in the verifier: {markers}"
     );
     s.close();

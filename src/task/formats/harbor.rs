@@ -103,7 +103,8 @@ pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> 
 
     let truth = take_truth(&mut tests, dir)?;
     if tests.0.contains_key(TEST_SH) {
-        adopt_runner(&mut meta, &mut tests, TEST_SH, &root.shown("tests/test.sh"))?;
+        let shown = root.shown("tests/test.sh");
+        adopt_runner(&mut meta, &mut tests, TEST_SH, &shown, has_native)?;
     }
     Ok(Task {
         meta,

@@ -3,7 +3,8 @@
 //! [`parse_test_sh`]; one that only installs test tools and runs pytest on
 //! some files is dropped, those files become the final tests, and what the
 //! tests import is kept in `[verifier]` (`python`, `packages`, `apt`) for
-//! the sealed verifier environment; anything else runs as it is.
+//! the sealed verifier environment (with the agent's packages where the
+//! script ran the image's own pytest); anything else runs as it is.
 
 use std::path::Path;
 
@@ -17,12 +18,16 @@ use crate::task::{BundleError, FileTree, TaskMeta};
 /// other script (including one that is not UTF-8) is kept and run as-is.
 /// A line installing or running test tools in a form the parser cannot
 /// read, and a pytest run on files the bundle lacks, are errors naming the
-/// script (and the line).
+/// script (and the line). Tests that the script ran with the image's own
+/// pytest see the agent's packages (`[verifier] agent_packages`), unless
+/// the bundle is `native`: an endless export, whose recorded `[verifier]`
+/// says how its tests run.
 pub fn adopt_runner(
     meta: &mut TaskMeta,
     tests: &mut FileTree,
     name: &str,
     shown: &Path,
+    native: bool,
 ) -> Result<(), BundleError> {
     let names: Vec<String> = tests.iter().map(|(p, _)| p.clone()).collect();
     let spec = match tests.text(name) {
@@ -44,7 +49,11 @@ pub fn adopt_runner(
                 tests.remove(name);
                 meta.verifier.final_tests = files;
                 meta.verifier.script = None;
-                if spec.env.needs_environment() {
+                // The image's own pytest sees what the agent installed.
+                if !native {
+                    meta.verifier.agent_packages = !spec.isolated;
+                }
+                if spec.env.needs_environment() || meta.verifier.agent_packages {
                     spec.env.store_in(&mut meta.verifier);
                 }
             }
@@ -188,6 +197,7 @@ mod tests {
             &mut tests,
             "test.sh",
             Path::new("t/tests/test.sh"),
+            false,
         )?;
         assert_eq!(tests.contains("test.sh"), meta.verifier.script.is_some());
         Ok(meta)
@@ -244,6 +254,37 @@ fi
             pytest_on(&adopt(bare).unwrap()),
             Some(vec!["test_outputs.py".into()])
         );
+    }
+
+    #[test]
+    fn the_images_own_pytest_sees_the_agents_packages_an_isolated_one_does_not() {
+        for (script, agent) in [
+            ("pip install pytest\npytest /tests/test_outputs.py\n", true),
+            ("python3 -m pytest /tests/test_outputs.py\n", true),
+            ("uvx -p 3.13 -w pytest==8.4.1 pytest /tests/test_outputs.py\n", false),
+            ("uv run --with pytest==8.4.1 pytest /tests/test_outputs.py\n", false),
+            (
+                "uv venv .venv\nsource .venv/bin/activate\nuv pip install pytest==8.4.1\n\
+                 pytest /tests/test_outputs.py\n",
+                false,
+            ),
+        ] {
+            let meta = adopt(script).unwrap();
+            assert_eq!(meta.verifier.agent_packages, agent, "{script}");
+            // An environment of the image's Python, with the test tools.
+            if agent {
+                assert!(meta.verifier.packages.iter().any(|p| p.starts_with("pytest")));
+            }
+        }
+        // An endless export keeps what its own [verifier] says.
+        let mut meta = TaskMeta::default();
+        let mut tests = FileTree::default();
+        tests.insert_text("test_outputs.py", "x");
+        tests.insert_text("test.sh", &harbor_test_sh(&["test_outputs.py".into()], "/tests"));
+        adopt_runner(&mut meta, &mut tests, "test.sh", Path::new("t/tests/test.sh"), true)
+            .unwrap();
+        assert!(!meta.verifier.agent_packages);
+        assert!(meta.verifier.packages.is_empty());
     }
 
     #[test]

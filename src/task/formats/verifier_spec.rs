@@ -89,6 +89,10 @@ pub struct VerifierEnvSpec {
     /// Package indexes (URLs) searched besides PyPI, in the order written,
     /// deduplicated.
     pub indexes: Vec<String>,
+    /// Built from the image's Python even when nothing else is asked for:
+    /// the tests load the agent's packages (`[verifier] agent_packages`),
+    /// built for that Python.
+    pub image_python: bool,
 }
 
 /// A test runner read from `tests/test.sh`.
@@ -100,12 +104,20 @@ pub struct VerifierSpec {
     pub runner: Runner,
     /// The line of the script that runs pytest (1-based; 0: none).
     pub pytest_line: usize,
+    /// Whether pytest runs in an environment of its own (`uvx`, `uv run`,
+    /// `uv tool run`, or after `uv venv`), where the tests see no package
+    /// the agent installed; otherwise they run on the image's own Python,
+    /// with the agent's packages (see `[verifier] agent_packages`).
+    pub isolated: bool,
 }
 
 impl VerifierEnvSpec {
     /// Nothing asked for: the built-in runtime serves.
     pub fn is_empty(&self) -> bool {
-        self.python.is_none() && self.packages.is_empty() && self.apt.is_empty()
+        !self.image_python
+            && self.python.is_none()
+            && self.packages.is_empty()
+            && self.apt.is_empty()
     }
 
     /// Add `p`, replacing an earlier entry of the same name (a later pin wins).
@@ -127,7 +139,10 @@ impl VerifierEnvSpec {
     /// (`python = "3.13"`, `packages = ["pytest==8.4.1", ...]`,
     /// `apt = [...]`); errors name `file` and the field.
     pub fn from_section(v: &VerifierSection, file: &Path) -> Result<VerifierEnvSpec, BundleError> {
-        let mut spec = VerifierEnvSpec::default();
+        let mut spec = VerifierEnvSpec {
+            image_python: v.agent_packages,
+            ..VerifierEnvSpec::default()
+        };
         if let Some(py) = &v.python {
             let norm = python_version(py).ok_or_else(|| {
                 BundleError::invalid(
@@ -272,6 +287,7 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
     let mut number = 0;
     let mut pending = String::new();
     let mut first_line = 0;
+    let mut isolated = false;
     let mut heredoc: Option<String> = None;
     for raw in script.lines() {
         number += 1;
@@ -307,7 +323,8 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
         }
         for command in split_commands(&line) {
             match read_command(&command, &mut env) {
-                Ok(Command::Tests(args)) => {
+                Ok(Command::Venv) => isolated = true,
+                Ok(Command::Tests(args, own_env)) => {
                     if pytest.is_some() {
                         // A second pytest run (another test file, another
                         // Python): the script runs itself, in an
@@ -317,6 +334,7 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
                     }
                     pytest = Some(args);
                     pytest_line = first_line;
+                    isolated |= own_env;
                 }
                 Ok(Command::Other) => other = true,
                 Ok(Command::Install | Command::Boilerplate) => {}
@@ -340,6 +358,7 @@ pub fn parse_test_sh(script: &str, file: &str) -> Result<VerifierSpec, BundleErr
         env: env.finish(),
         runner,
         pytest_line,
+        isolated,
     })
 }
 
@@ -363,8 +382,11 @@ fn heredoc_end(line: &str) -> Option<String> {
 enum Command {
     /// Installs test tools (recorded in the environment).
     Install,
-    /// Runs pytest with these arguments.
-    Tests(Vec<String>),
+    /// Runs pytest with these arguments; in an environment of its own
+    /// (`uvx`, `uv run`) or not.
+    Tests(Vec<String>, bool),
+    /// Makes a virtual environment the later lines use (`uv venv`).
+    Venv,
     /// Moves around or reports: changes nothing the tests see.
     Boilerplate,
     /// Anything else: the script must run itself.
@@ -432,7 +454,7 @@ fn read_command(command: &str, env: &mut VerifierEnvSpec) -> Result<Command, Str
         return Ok(Command::Boilerplate);
     }
     if command.contains("run-uv-pytest.sh") {
-        return Ok(Command::Tests(Vec::new()));
+        return Ok(Command::Tests(Vec::new(), true));
     }
     let body = command
         .trim_start_matches(['(', '{', ' '])
@@ -481,14 +503,16 @@ fn read_command(command: &str, env: &mut VerifierEnvSpec) -> Result<Command, Str
     let tool = first.rsplit('/').next().unwrap_or(first);
     let rest = &words[1..];
     let install = |r: Result<(), String>| r.map(|()| Command::Install);
-    let tests = |args: &[String]| {
+    let run = |args: &[String], own_env: bool| {
         let info = |a: &String| matches!(a.as_str(), "--version" | "-V" | "--help" | "-h");
         if !args.is_empty() && args.iter().all(info) {
             Command::Boilerplate
         } else {
-            Command::Tests(args.to_vec())
+            Command::Tests(args.to_vec(), own_env)
         }
     };
+    let tests = |args: &[String]| run(args, false);
+    let uv_tests = |args: &[String]| run(args, true);
     match tool {
         "apt-get" | "apt" => install(apt(rest, env)),
         "pip" | "pip3" => install(pip(rest, env)),
@@ -500,16 +524,16 @@ fn read_command(command: &str, env: &mut VerifierEnvSpec) -> Result<Command, Str
             }
         }
         "pytest" | "py.test" => Ok(tests(rest)),
-        "uvx" => uv_tool(rest, env).map(|a| tests(&a)),
+        "uvx" => uv_tool(rest, env).map(|a| uv_tests(&a)),
         "uv" => match rest.first().map(String::as_str) {
             Some("pip") if rest.get(1).map(String::as_str) == Some("install") => {
                 install(pip(&rest[1..], env))
             }
-            Some("venv") => uv_venv(&rest[1..], env).map(|()| Command::Boilerplate),
+            Some("venv") => uv_venv(&rest[1..], env).map(|()| Command::Venv),
             Some("tool") if rest.get(1).map(String::as_str) == Some("run") => {
-                uv_tool(&rest[2..], env).map(|a| tests(&a))
+                uv_tool(&rest[2..], env).map(|a| uv_tests(&a))
             }
-            Some("run") => uv_tool(&rest[1..], env).map(|a| tests(&a)),
+            Some("run") => uv_tool(&rest[1..], env).map(|a| uv_tests(&a)),
             Some("add") => {
                 for w in &rest[1..] {
                     if w.starts_with('-') {
