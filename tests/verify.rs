@@ -772,7 +772,11 @@ fn tests_import_the_agents_packages_only_when_the_task_says_so() {
             assert!(r.passed, "{}", r.output);
         } else {
             assert!(!r.passed, "{}", r.output);
-            assert!(r.output.contains("No module named 'agentmod'"), "{}", r.output);
+            assert!(
+                r.output.contains("No module named 'agentmod'"),
+                "{}",
+                r.output
+            );
         }
     }
 }

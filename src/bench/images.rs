@@ -314,7 +314,19 @@ pub fn run(runs: usize) -> Result<ImagesBench> {
     // A cached verifier environment against the built-in runtime.
     let [verify_builtin, verify_builtin_cold, verify_env, verify_env_no_turn] =
         verifier_env_cost(&work.path().join("verify"), runs * 4)?;
-    let verifier_envs = super::verifier_envs::measure(&work.path().join("envs"), &host_python()?)?;
+    // Three images of their own asking for the same environment.
+    let python = host_python()?;
+    let same_env: Vec<Task> = (0..3)
+        .map(|i| {
+            let mut t = task(
+                &format!("env-disk-{i}"),
+                &format!("FROM host\nRUN echo {i} > /opt/id\n"),
+            );
+            t.meta.verifier.python = Some(python.clone());
+            t
+        })
+        .collect();
+    let verifier_envs = super::verifier_envs::measure(&work.path().join("envs"), &same_env)?;
     Ok(ImagesBench {
         profile: if cfg!(debug_assertions) {
             "debug"

@@ -1,7 +1,6 @@
 //! What sealed verifier environments take on disk, for `endless bench
-//! images`: [`ENVIRONMENTS`] task images on the host base, each with a step
-//! of its own and the same `[verifier] python`, so each builds its own
-//! environment. Their bytes as separate copies (each environment on its
+//! images`: task images each with a step of its own and the same
+//! `[verifier]` environment, so each builds its own. Their bytes as separate copies (each environment on its
 //! own) side by side with the bytes stored (files shared between the
 //! images' identical environments counted once); then the cache brought
 //! within a cap of half its size by eviction, environments counted. The
@@ -20,10 +19,7 @@ use crate::sandbox::local::{
 };
 use crate::sandbox::Backend;
 use crate::task::formats::VerifierEnvSpec;
-use crate::task::{FileTree, Task, TaskMeta};
-
-/// The images asking for the same environment.
-pub const ENVIRONMENTS: usize = 3;
+use crate::task::Task;
 
 /// The figures (see the module docs).
 #[derive(Debug, Serialize)]
@@ -68,16 +64,15 @@ impl std::fmt::Display for EnvDisk {
     }
 }
 
-/// Build the images in the empty cache `cache` with environments of the
-/// host's Python `python` (`X.Y`: offline, no packages), then measure.
-pub fn measure(cache: &Path, python: &str) -> Result<EnvDisk> {
+/// Build `tasks` (images of their own asking for the same environment) in
+/// the empty cache `cache`, then measure.
+pub fn measure(cache: &Path, tasks: &[Task]) -> Result<EnvDisk> {
     let backend = LocalBackend::new(cache)?;
     let mut images = Vec::new();
     let mut envs: Vec<PathBuf> = Vec::new();
-    for i in 0..ENVIRONMENTS {
-        let t = task(i, python);
+    for t in tasks {
         let spec = VerifierEnvSpec::from_section(&t.meta.verifier, Path::new("task.toml"))?;
-        let image = backend.prepare(&t)?;
+        let image = backend.prepare(t)?;
         envs.push(env_dir(&image.path, &spec));
         images.push(image);
     }
@@ -93,7 +88,7 @@ pub fn measure(cache: &Path, python: &str) -> Result<EnvDisk> {
     let store = ImageStore::new(&image_store_dir(cache));
     let report = enforce_cap(cache, &store, cap_bytes, &[])?;
     Ok(EnvDisk {
-        environments: ENVIRONMENTS,
+        environments: tasks.len(),
         copies_bytes,
         stored_bytes,
         stored_over_copies: stored_bytes as f64 / copies_bytes.max(1) as f64,
@@ -103,21 +98,4 @@ pub fn measure(cache: &Path, python: &str) -> Result<EnvDisk> {
         evicted_images: report.built_images,
         within_cap: report.bytes_after <= cap_bytes,
     })
-}
-
-/// Task `i`: a step of its own, tests in an environment of `python`.
-fn task(i: usize, python: &str) -> Task {
-    let mut t = Task {
-        meta: TaskMeta::default(),
-        instruction: "bench".into(),
-        truth: String::new(),
-        environment: FileTree::default(),
-        tests: FileTree::default(),
-        solution: FileTree::default(),
-    };
-    t.meta.task.id = format!("env-disk-{i}");
-    t.meta.verifier.python = Some(python.to_owned());
-    t.environment
-        .insert_text("Dockerfile", &format!("FROM host\nRUN echo {i} > /opt/id\n"));
-    t
 }

@@ -80,9 +80,15 @@ pub fn debian_base_tar() -> PathBuf {
 }
 
 /// A Debian bookworm minbase with `packages`, built once with mmdebstrap
-/// and cached as `target/tmp/<file>` between runs.
+/// and cached as `target/tmp/<file>` between runs. Tests of one binary and
+/// of several (run side by side) ask for it at once on a clean clone: the
+/// first builds it under an exclusive lock, the others wait and reuse it.
 pub fn cached_debian_base(file: &str, packages: &[&str]) -> PathBuf {
+    use std::os::fd::AsRawFd;
     let cached = Path::new(env!("CARGO_TARGET_TMPDIR")).join(file);
+    let lock = std::fs::File::create(cached.with_extension("lock")).unwrap();
+    // SAFETY: flock on a descriptor we own; released when `lock` closes.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
     if !cached.is_file() {
         let spec = endless::images::BaseSpec {
             packages: packages.iter().map(|p| p.to_string()).collect(),

@@ -108,7 +108,13 @@ pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> 
     let truth = take_truth(&mut tests, dir)?;
     if let Some(entry) = run_tests {
         tests.0.insert(RUN_TESTS.into(), entry);
-        adopt_runner(&mut meta, &mut tests, RUN_TESTS, &root.shown(RUN_TESTS), false)?;
+        adopt_runner(
+            &mut meta,
+            &mut tests,
+            RUN_TESTS,
+            &root.shown(RUN_TESTS),
+            false,
+        )?;
     }
     Ok(Task {
         meta,

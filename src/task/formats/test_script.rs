@@ -261,8 +261,14 @@ fi
         for (script, agent) in [
             ("pip install pytest\npytest /tests/test_outputs.py\n", true),
             ("python3 -m pytest /tests/test_outputs.py\n", true),
-            ("uvx -p 3.13 -w pytest==8.4.1 pytest /tests/test_outputs.py\n", false),
-            ("uv run --with pytest==8.4.1 pytest /tests/test_outputs.py\n", false),
+            (
+                "uvx -p 3.13 -w pytest==8.4.1 pytest /tests/test_outputs.py\n",
+                false,
+            ),
+            (
+                "uv run --with pytest==8.4.1 pytest /tests/test_outputs.py\n",
+                false,
+            ),
             (
                 "uv venv .venv\nsource .venv/bin/activate\nuv pip install pytest==8.4.1\n\
                  pytest /tests/test_outputs.py\n",
@@ -273,16 +279,29 @@ fi
             assert_eq!(meta.verifier.agent_packages, agent, "{script}");
             // An environment of the image's Python, with the test tools.
             if agent {
-                assert!(meta.verifier.packages.iter().any(|p| p.starts_with("pytest")));
+                assert!(meta
+                    .verifier
+                    .packages
+                    .iter()
+                    .any(|p| p.starts_with("pytest")));
             }
         }
         // An endless export keeps what its own [verifier] says.
         let mut meta = TaskMeta::default();
         let mut tests = FileTree::default();
         tests.insert_text("test_outputs.py", "x");
-        tests.insert_text("test.sh", &harbor_test_sh(&["test_outputs.py".into()], "/tests"));
-        adopt_runner(&mut meta, &mut tests, "test.sh", Path::new("t/tests/test.sh"), true)
-            .unwrap();
+        tests.insert_text(
+            "test.sh",
+            harbor_test_sh(&["test_outputs.py".into()], "/tests"),
+        );
+        adopt_runner(
+            &mut meta,
+            &mut tests,
+            "test.sh",
+            Path::new("t/tests/test.sh"),
+            true,
+        )
+        .unwrap();
         assert!(!meta.verifier.agent_packages);
         assert!(meta.verifier.packages.is_empty());
     }
