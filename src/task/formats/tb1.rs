@@ -113,7 +113,7 @@ pub fn read(root: &BundleDir, limits: &ReadLimits) -> Result<Task, BundleError> 
             &mut tests,
             RUN_TESTS,
             &root.shown(RUN_TESTS),
-            false,
+            has_native,
         )?;
     }
     Ok(Task {
