@@ -48,14 +48,19 @@ fn a_pooled_sandbox_shows_no_other_session_and_is_confined_as_a_fresh_one() {
                 );
                 std::thread::sleep(Duration::from_millis(10));
             }
+            // A sandbox started on request, to compare with (started first:
+            // the pooled one's wall clock runs from its hand-out).
+            let mut fresh = session(b, &t);
             let dir = tempfile::tempdir().unwrap();
             let cast = dir.path().join("episode.cast");
+            let wall_clock = Duration::from_secs(6);
             let opts = SessionOptions {
                 record: Some(cast.clone()),
-                wall_clock: Duration::from_secs(3),
+                wall_clock,
                 ..SessionOptions::default()
             };
             let hits = pooled.pool_stats().unwrap().hits;
+            let handed_out = std::time::Instant::now();
             let mut second = pooled.start(&image, &opts).unwrap();
             assert_eq!(
                 pooled.pool_stats().unwrap().hits,
@@ -74,13 +79,13 @@ fn a_pooled_sandbox_shows_no_other_session_and_is_confined_as_a_fresh_one() {
             assert!(seen.contains("env=\n"), "{seen}");
             assert_eq!(seen.lines().last().map(str::trim), Some("0"), "{seen}");
             // Confined as a sandbox started on request.
-            let mut fresh = session(b, &t);
             let (a, f) = (run(&mut second, CONFINEMENT), run(&mut fresh, CONFINEMENT));
             assert_eq!(a, f, "pooled and fresh sandboxes differ");
             assert!(a.contains("Seccomp:\t2"), "{a}");
             // Its recording is this episode's, and its wall clock started
-            // at hand-out: the episode's 3 s end it.
-            std::thread::sleep(Duration::from_millis(3100));
+            // at hand-out: the episode's 6 s end it.
+            let end = handed_out + wall_clock + Duration::from_millis(100);
+            std::thread::sleep(end.saturating_duration_since(std::time::Instant::now()));
             let late = second.exec("true", T);
             assert!(late.is_err(), "the episode outlived its wall clock");
             drop(second);
