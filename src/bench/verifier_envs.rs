@@ -1,8 +1,9 @@
 //! What sealed verifier environments take on disk, for `endless bench
 //! images`: task images each with a step of its own and the same
-//! `[verifier]` environment, so each builds its own. Their bytes as separate copies (each environment on its
-//! own) side by side with the bytes stored (files shared between the
-//! images' identical environments counted once); then the cache brought
+//! `[verifier]` environment, so each builds its own. Their bytes as
+//! separate copies (each environment on its own) side by side with the
+//! bytes stored (files shared between the images' identical environments
+//! counted once); then the cache brought
 //! within a cap of half its size by eviction, environments counted. The
 //! images are first marked as last used an hour ago: eviction never takes
 //! what was used in the last ten minutes, and a benchmark does not wait.
